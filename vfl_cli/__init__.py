@@ -1,0 +1,1 @@
+"""The `vfl` command: prepare data, simulate, predict, benchmark."""

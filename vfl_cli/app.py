@@ -1,0 +1,17 @@
+"""The `vfl` typer app, assembled from one module per command."""
+
+from __future__ import annotations
+
+import typer
+
+from vfl_cli.errors import user_errors
+from vfl_cli.prepare_cmd import prepare
+from vfl_cli.simulate_cmd import simulate
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app.command("prepare")(user_errors(prepare))
+app.command("simulate")(simulate)
+
+
+def main() -> None:
+    app()

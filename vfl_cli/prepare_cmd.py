@@ -1,0 +1,99 @@
+"""`vfl prepare`: write one directory per party from a data set, with simulated missing blocks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, TypeVar, cast, get_args
+
+import typer
+
+from vfl_core.datasets import Layout, load_dataset
+from vfl_core.errors import ConfigError
+from vfl_core.prepare import PREPARE_FILE, party_p_miss, prepare_parties, seeded_rng
+
+T = TypeVar("T", int, float)
+
+
+def prepare(
+    out: Annotated[Path, typer.Option("--out", help="Directory for the party directories.")],
+    dataset: Annotated[str, typer.Option(help="digits, mnist or credit.")] = "digits",
+    data_path: Annotated[
+        Path | None,
+        typer.Option(help="Source files: the MNIST IDX directory or the credit CSV (or its dir)."),
+    ] = None,
+    clients: Annotated[int, typer.Option(help="Number of parties K (feature blocks).")] = 4,
+    p_miss: Annotated[
+        float, typer.Option(help="Probability a party misses a training sample.")
+    ] = 0.0,
+    p_miss_test: Annotated[
+        float | None,
+        typer.Option(help="Same for test samples (default: the training probabilities)."),
+    ] = None,
+    p_miss_per_party: Annotated[
+        str | None, typer.Option(help='Per-party training probabilities, e.g. "0.1,0.2,0,0.5".')
+    ] = None,
+    nonuniform: Annotated[
+        bool, typer.Option(help="Draw each party's probability from Beta(2,2) (paper).")
+    ] = False,
+    test_fraction: Annotated[float, typer.Option(help="Share of samples in the test split.")] = 0.2,
+    seed: Annotated[int, typer.Option(help="One seed fixes split, missingness, p_miss.")] = 0,
+    layout: Annotated[
+        str, typer.Option(help="auto, quadrants, strips (images) or columns (tabular).")
+    ] = "auto",
+    prefix: Annotated[str, typer.Option(help="Party directory name prefix.")] = "party",
+    label_blocks: Annotated[
+        str | None, typer.Option(help='Blocks holding labels, e.g. "0,1" (default: all).')
+    ] = None,
+    columns: Annotated[int, typer.Option(help="Credit: keep the first N feature columns.")] = 20,
+) -> None:
+    """Cut a data set into K party directories (features, IDs, labels) with missing blocks."""
+    if layout not in get_args(Layout):
+        raise ConfigError(f"unknown layout {layout!r} (use {', '.join(get_args(Layout))})")
+    per_party = _parse_list(p_miss_per_party, float, "--p-miss-per-party")
+    rng = seeded_rng(seed, "p_miss")
+    train_p = party_p_miss(clients, p_miss, per_party, nonuniform, rng)
+    # Without --p-miss-test the test split sees the same per-party probabilities as training.
+    test_p = (
+        train_p if p_miss_test is None else party_p_miss(clients, p_miss_test, None, False, rng)
+    )
+    data = load_dataset(dataset, data_path, columns=columns)
+    paths = prepare_parties(
+        data,
+        out,
+        num_blocks=clients,
+        p_miss_train=train_p,
+        p_miss_test=test_p,
+        test_fraction=test_fraction,
+        seed=seed,
+        layout=cast(Layout, layout),
+        prefix=prefix,
+        label_blocks=_parse_list(label_blocks, int, "--label-blocks"),
+    )
+    _echo_summary(out, paths)
+
+
+def _parse_list(text: str | None, convert: type[T], option: str) -> list[T] | None:
+    """Parse a comma-separated option value; None stays None (the option's default)."""
+    if text is None:
+        return None
+    try:
+        return [convert(part.strip()) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"{option}: cannot parse {text!r} ({exc})") from exc
+
+
+def _echo_summary(out: Path, paths: list[Path]) -> None:
+    """Rows per party per split, read back from prepare.json (the record of this run)."""
+    summary = json.loads((out / PREPARE_FILE).read_text())
+    counts = summary["counts"]
+    splits = list(counts)
+    labelled = set(summary["label_blocks"])
+    typer.echo(f"{'party':<16} {'block':>5} {'labels':>6} " + " ".join(f"{s:>7}" for s in splits))
+    for k, path in enumerate(paths):
+        rows = " ".join(f"{counts[s]['per_party'][k]:>7}" for s in splits)
+        typer.echo(f"{path.name:<16} {k:>5} {'yes' if k in labelled else 'no':>6} {rows}")
+    dropped = " ".join(f"{counts[s]['dropped_no_party']:>7}" for s in splits)
+    typer.echo(f"{'(held by nobody)':<16} {'':>5} {'':>6} {dropped}")
+    p_train = ", ".join(f"{p:.3f}" for p in summary["p_miss_train"])
+    typer.echo(f"p_miss train [{p_train}]; wrote {out}/{PREPARE_FILE}")

@@ -1,0 +1,1 @@
+"""vfl-client: one party of the federation, serving the `Party` gRPC service."""

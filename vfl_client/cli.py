@@ -1,0 +1,51 @@
+"""`vfl-client`: one party of the federation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vfl_cli.errors import setup_logging, user_errors
+from vfl_client.runner import ClientConfig, run_client
+
+Opt = typer.Option
+
+
+@user_errors
+def client(
+    data: Annotated[Path, Opt(help="this party's directory (written by `vfl prepare`)")],
+    coordinator: Annotated[str, Opt(help="coordinator host:port")] = "localhost:50051",
+    block: Annotated[int | None, Opt(help="expected block index (checked against --data)")] = None,
+    party_id: Annotated[str | None, Opt(help="party name (default party<block>)")] = None,
+    listen: Annotated[str, Opt(help="host:port to serve on (port 0: any free port)")] = "0.0.0.0:0",
+    advertise: Annotated[str | None, Opt(help="host:port the coordinator calls back")] = None,
+    device: Annotated[str, Opt(help="auto | cpu | cuda[:N]")] = "auto",
+    secret: Annotated[
+        str, Opt(envvar="VFL_SECRET", help="federation secret for ID hashing")
+    ] = "vfl-demo-secret",
+    threads: Annotated[int, Opt(help="torch CPU threads")] = 1,
+    register_timeout: Annotated[float, Opt(help="seconds to keep trying to register")] = 300.0,
+    log_level: Annotated[str, Opt()] = "info",
+) -> None:
+    """Serve one party's block to the federation until the coordinator ends the run."""
+    setup_logging(log_level)
+    config = ClientConfig(
+        data=data,
+        coordinator=coordinator,
+        block=block,
+        party_id=party_id,
+        listen=listen,
+        advertise=advertise,
+        device=device,
+        secret=secret,
+        threads=threads,
+        register_timeout_s=register_timeout,
+    )
+    reason = run_client(config)
+    typer.echo(f"client stopped: {reason}", err=True)
+
+
+def main() -> None:
+    typer.run(client)

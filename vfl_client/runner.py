@@ -1,0 +1,125 @@
+"""Run one party: load its directory, serve `Party`, register, work until told to stop."""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import torch
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from pydantic import BaseModel, ConfigDict, Field
+
+from vfl_client.servicer import PartyServicer
+from vfl_core.config import TrainConfig
+from vfl_core.data import load_party_dir
+from vfl_core.errors import ConfigError
+from vfl_core.party import Party, party_info
+from vfl_wire import convert
+from vfl_wire.channels import bind, make_channel, make_server
+from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class ClientConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data: Path
+    coordinator: str = "localhost:50051"
+    block: int | None = Field(None, ge=0)  # checked against the party directory
+    party_id: str | None = None  # default: party<block>
+    listen: str = "0.0.0.0:0"
+    advertise: str | None = None  # host:port the coordinator should call; default: as seen by it
+    device: str = "auto"
+    secret: str = "vfl-demo-secret"
+    threads: int = Field(1, ge=1)
+    register_timeout_s: float = Field(300.0, gt=0)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: CUDA is not available on this machine")
+    if name != "cpu" and not name.startswith("cuda"):
+        raise ConfigError(f"--device must be auto, cpu or cuda[:N], not {name!r}")
+    return torch.device(name)
+
+
+def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str:
+    """Serve until the coordinator says Shutdown or a signal arrives; returns why it stopped."""
+    data = load_party_dir(config.data)
+    if config.block is not None and config.block != data.meta.block:
+        raise ConfigError(f"--block {config.block} but {config.data} holds block {data.meta.block}")
+    device = resolve_device(config.device)
+    torch.set_num_threads(config.threads)
+    party_id = config.party_id or f"party{data.meta.block}"
+    servicer = PartyServicer(party_id)
+    server = make_server(max_workers=8)
+    vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = bind(server, config.listen)
+    server.start()
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    stop = stop or _stop_on_signals()
+    try:
+        address = config.advertise or f":{port}"
+        info = party_info(party_id, data)
+        reply = register(config.coordinator, info, address, config.register_timeout_s, stop)
+        train = TrainConfig.model_validate_json(reply.config_json)
+        log.info(
+            "party %s (block %d) joined run %s on %s", party_id, info.block, reply.run_id, device
+        )
+        servicer.attach(
+            Party(party_id, data, train, secret=config.secret.encode(), device=device), reply.run_id
+        )
+        while not (stop.is_set() or servicer.shutdown.is_set()):
+            stop.wait(0.2)
+        return servicer.shutdown_reason or "stopped"
+    finally:
+        server.stop(grace=1.0).wait()
+
+
+def register(
+    coordinator: str, info, address: str, timeout: float, stop: threading.Event
+) -> vfl_pb2.RegisterReply:
+    """Register, retrying with exponential backoff and jitter until the coordinator is up."""
+    request = convert.register_request_to_proto(info, address, convert.header("", info.party_id))
+    deadline = time.monotonic() + timeout
+    delay = 0.2
+    with make_channel(coordinator) as channel:
+        stub = vfl_pb2_grpc.CoordinatorStub(channel)
+        while True:
+            try:
+                return stub.Register(request, timeout=10.0)
+            except grpc.RpcError as err:
+                if err.code() not in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                ):
+                    raise ConfigError(
+                        f"coordinator refused registration: {err.details()}"
+                    ) from None
+                if time.monotonic() + delay > deadline or stop.is_set():
+                    raise ConfigError(
+                        f"coordinator at {coordinator} unreachable for {timeout:.0f}s"
+                    ) from None
+                log.info(
+                    "coordinator at %s not reachable yet; retrying in %.1fs", coordinator, delay
+                )
+                stop.wait(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, 5.0)
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    return stop

@@ -1,0 +1,123 @@
+"""The `Party` gRPC service: validate and convert each message, call the Party, convert back.
+
+No learning logic lives here. Calls are serialised with a lock because a Party is not
+thread-safe (its round state and optimisers change with each call).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+import grpc
+
+from vfl_core.errors import ProtocolError
+from vfl_core.party import Party
+from vfl_wire import convert
+from vfl_wire.status import PermissionError_, rpc_errors
+from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+# How long an RPC that arrives between registration and the party's construction waits for it.
+READY_WAIT_S = 30.0
+
+
+class PartyServicer(vfl_pb2_grpc.PartyServicer):
+    def __init__(self, party_id: str) -> None:
+        self.party_id = party_id
+        self.shutdown = threading.Event()
+        self.shutdown_reason = ""
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+        self._party: Party | None = None
+        self._run_id: str | None = None
+
+    def attach(self, party: Party, run_id: str) -> None:
+        with self._lock:
+            self._party, self._run_id = party, run_id
+        self._ready.set()
+
+    @property
+    def party(self) -> Party | None:
+        return self._party
+
+    def _serve(
+        self,
+        context: grpc.ServicerContext,
+        rpc: str,
+        header: vfl_pb2.Header,
+        handler: Callable[[Party], R],
+    ) -> R:
+        with rpc_errors(context, rpc):
+            if not self._ready.wait(READY_WAIT_S):
+                raise ProtocolError(f"party {self.party_id} is not registered with a run yet")
+            try:
+                convert.check_header(header, run_id=self._run_id, party_id=self.party_id)
+            except ProtocolError as err:
+                raise PermissionError_(str(err)) from None
+            with self._lock:
+                assert self._party is not None
+                return handler(self._party)
+        raise AssertionError("unreachable: rpc_errors aborts")  # pragma: no cover
+
+    def IdHashes(self, request, context):
+        def run(p: Party) -> vfl_pb2.IdHashesReply:
+            return convert.id_hashes_to_proto(p.id_hashes(convert.check_split(request.split)))
+
+        return self._serve(context, "IdHashes", request.header, run)
+
+    def ClassWeights(self, request, context):
+        def run(p: Party) -> vfl_pb2.ClassWeightsReply:
+            weights = p.class_weights(convert.check_split(request.split))
+            return convert.class_weights_to_proto(
+                None if weights is None else weights.astype("float32")
+            )
+
+        return self._serve(context, "ClassWeights", request.header, run)
+
+    def Embed(self, request, context):
+        def run(p: Party) -> vfl_pb2.EmbedReply:
+            call = convert.embed_call_from_proto(request)
+            return convert.embedding_to_proto(call.round_id, p.embed(call))
+
+        return self._serve(context, "Embed", request.header, run)
+
+    def Fuse(self, request, context):
+        def run(p: Party) -> vfl_pb2.FuseReply:
+            call = convert.fuse_call_from_proto(request)
+            return convert.fuse_result_to_proto(p.fuse(call), call.round_id)
+
+        return self._serve(context, "Fuse", request.header, run)
+
+    def Backward(self, request, context):
+        def run(p: Party) -> vfl_pb2.Ack:
+            p.backward(convert.backward_call_from_proto(request))
+            return vfl_pb2.Ack()
+
+        return self._serve(context, "Backward", request.header, run)
+
+    def Predict(self, request, context):
+        def run(p: Party) -> vfl_pb2.PredictReply:
+            call = convert.predict_call_from_proto(request)
+            return convert.probabilities_to_proto(call.request_id, p.predict(call))
+
+        return self._serve(context, "Predict", request.header, run)
+
+    def Score(self, request, context):
+        def run(p: Party) -> vfl_pb2.ScoreReply:
+            return convert.score_reply_to_proto(p.score(convert.score_call_from_proto(request)))
+
+        return self._serve(context, "Score", request.header, run)
+
+    def Shutdown(self, request, context):
+        def run(p: Party) -> vfl_pb2.Ack:
+            log.info("coordinator asked to shut down: %s", request.reason)
+            self.shutdown_reason = request.reason
+            self.shutdown.set()
+            return vfl_pb2.Ack()
+
+        return self._serve(context, "Shutdown", request.header, run)

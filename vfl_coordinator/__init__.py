@@ -1,0 +1,1 @@
+"""vfl-coordinator: registration, alignment, rounds with deadlines, inference, over gRPC."""

@@ -1,0 +1,91 @@
+"""`vfl-coordinator`: registration, alignment, rounds and inference for K parties."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vfl_cli.errors import setup_logging, user_errors
+from vfl_cli.options import parse_ints, read_config_file, train_config
+from vfl_coordinator.config import CoordinatorConfig, Deadlines
+from vfl_coordinator.runner import run_coordinator
+
+Opt = typer.Option
+
+
+@user_errors
+def coordinator(
+    clients: Annotated[int, Opt(help="number of parties K to wait for")] = 4,
+    listen: Annotated[str, Opt(help="host:port to serve on")] = "0.0.0.0:50051",
+    config: Annotated[
+        Path | None, Opt(help="YAML/JSON: coordinator keys and a `train:` map")
+    ] = None,
+    quorum: Annotated[int | None, Opt(help="start with this many after --register-timeout")] = None,
+    register_timeout: Annotated[float, Opt(help="seconds to wait for registrations")] = 300.0,
+    seed: Annotated[int | None, Opt()] = None,
+    epochs: Annotated[int | None, Opt()] = None,
+    batch_size: Annotated[int | None, Opt()] = None,
+    lr: Annotated[float | None, Opt()] = None,
+    weight_decay: Annotated[float | None, Opt()] = None,
+    balance: Annotated[str | None, Opt(help="none | resample")] = None,
+    representation: Annotated[str | None, Opt(help="auto | mlp | cnn | resnet18")] = None,
+    embed_dim: Annotated[int | None, Opt()] = None,
+    hidden: Annotated[str | None, Opt(help="hidden sizes, e.g. 128,64")] = None,
+    head: Annotated[str | None, Opt(help="linear | mlp")] = None,
+    deadline: Annotated[
+        float, Opt(help="seconds per phase before a party counts as missing")
+    ] = 10.0,
+    down_after: Annotated[int, Opt(help="missed phases before a party is marked down")] = 3,
+    retry_every: Annotated[int, Opt(help="rounds between retries of a down party")] = 10,
+    out: Annotated[Path, Opt(help="directory for results and round log")] = Path(
+        "runs/coordinator"
+    ),
+    serve: Annotated[
+        bool, Opt(help="keep serving predictions after training until stopped")
+    ] = False,
+    run_id: Annotated[str | None, Opt(help="run id (default: random)")] = None,
+    progress: Annotated[bool, Opt(help="show a progress bar")] = True,
+    log_level: Annotated[str, Opt()] = "info",
+) -> None:
+    """Coordinate a LASER-VFL federation of `--clients` vfl-client processes."""
+    setup_logging(log_level)
+    base = read_config_file(config)
+    train_base = base.pop("train", {}) or {}
+    train = train_config(
+        train_base,
+        seed=seed,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        balance=balance,
+        representation=representation,
+        embed_dim=embed_dim,
+        hidden=parse_ints(hidden, "--hidden"),
+        head=head,
+    )
+    d = deadline
+    settings = {
+        "listen": listen,
+        "clients": clients,
+        "quorum": quorum,
+        "register_timeout_s": register_timeout,
+        "down_after": down_after,
+        "retry_every": retry_every,
+        "deadlines": Deadlines(embed=d, fuse=d, backward=d, predict=d).model_dump(),
+        "out": out,
+        "serve": serve,
+        "run_id": run_id,
+        **base,
+    }
+    cfg = CoordinatorConfig.model_validate({**settings, "train": train.model_dump()})
+    results = run_coordinator(cfg, progress=progress)
+    typer.echo(
+        f"run {results['run_id']} finished: {results['rounds']} rounds; results in {cfg.out}"
+    )
+
+
+def main() -> None:
+    typer.run(coordinator)

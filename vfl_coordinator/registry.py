@@ -1,0 +1,96 @@
+"""Who is in the federation: registrations, their checks, and the wait for a quorum."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from vfl_core.errors import ConfigError
+from vfl_core.protocol import PROTOCOL_VERSION, PartyInfo
+from vfl_wire.status import AlreadyExistsError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Member:
+    info: PartyInfo
+    address: str
+    generation: int  # bumps on every (re-)registration, so clients reconnect to a new address
+
+
+class Registry:
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self._members: dict[int, Member] = {}
+        self._cond = threading.Condition()
+        self._generation = 0
+
+    def register(self, info: PartyInfo, address: str) -> str:
+        """Admit a party or refuse it with a ConfigError naming the conflict."""
+        with self._cond:
+            self._check(info)
+            previous = self._members.get(info.block)
+            if previous is not None and previous.info.party_id != info.party_id:
+                raise AlreadyExistsError(
+                    f"block {info.block} is already held by party {previous.info.party_id!r}"
+                )
+            self._generation += 1
+            self._members[info.block] = Member(info, address, self._generation)
+            self._cond.notify_all()
+            verb = "rejoined" if previous is not None else "registered"
+            log.info("party %s %s for block %d at %s", info.party_id, verb, info.block, address)
+            missing = self.expected - len(self._members)
+            return f"{verb}; waiting for {missing} more parties" if missing > 0 else f"{verb}"
+
+    def _check(self, info: PartyInfo) -> None:
+        if info.protocol_version != PROTOCOL_VERSION:
+            raise ConfigError(
+                f"party {info.party_id} speaks protocol {info.protocol_version}, "
+                f"the coordinator speaks {PROTOCOL_VERSION}"
+            )
+        if info.num_blocks != self.expected:
+            raise ConfigError(
+                f"party {info.party_id} was prepared for {info.num_blocks} blocks, "
+                f"the coordinator expects {self.expected}"
+            )
+        for other in self._members.values():
+            if other.info.block == info.block:
+                continue
+            for name in ("dataset", "num_classes", "num_blocks"):
+                if getattr(other.info, name) != getattr(info, name):
+                    raise ConfigError(
+                        f"party {info.party_id} has {name}={getattr(info, name)!r} but party "
+                        f"{other.info.party_id} has {getattr(other.info, name)!r}"
+                    )
+            if other.info.party_id == info.party_id:
+                raise AlreadyExistsError(
+                    f"party id {info.party_id!r} already holds block {other.info.block}"
+                )
+
+    def members(self) -> dict[int, Member]:
+        with self._cond:
+            return dict(sorted(self._members.items()))
+
+    def member(self, block: int) -> Member | None:
+        with self._cond:
+            return self._members.get(block)
+
+    def wait(self, count: int, quorum: int | None, timeout: float) -> dict[int, Member]:
+        """Wait for `count` parties; after `timeout`, settle for `quorum` if given."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._members) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    have = len(self._members)
+                    if quorum is not None and have >= quorum:
+                        log.warning("starting with a quorum of %d of %d parties", have, count)
+                        break
+                    raise ConfigError(
+                        f"only {have} of {count} parties registered within {timeout:.0f}s"
+                    )
+                self._cond.wait(min(left, 1.0))
+            return dict(sorted(self._members.items()))

@@ -1,0 +1,137 @@
+"""Run a federation: serve, wait for the parties, align, train, evaluate, write results."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from vfl_coordinator.config import CoordinatorConfig
+from vfl_coordinator.registry import Registry
+from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
+from vfl_coordinator.transport import GrpcTransport
+from vfl_core.engine import Federation, RoundRecord
+from vfl_core.metrics import format_table
+from vfl_wire.channels import bind, make_server
+from vfl_wire.v1 import vfl_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+def run_coordinator(
+    config: CoordinatorConfig,
+    *,
+    progress: bool = True,
+    stop: threading.Event | None = None,
+    on_port: Callable[[int], None] | None = None,
+) -> dict[str, object]:
+    """Run one federation to the end; returns the results also written to `config.out`."""
+    run_id = config.run_id or uuid.uuid4().hex[:12]
+    registry = Registry(config.clients)
+    state = CoordinatorState(registry, run_id, config.train.model_dump_json())
+    stop = stop or _stop_on_signals(state)
+    server = make_server(max_workers=16)
+    vfl_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(state), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = bind(server, config.listen)
+    server.start()
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    log.info(
+        "coordinator run %s listening on port %d; waiting for %d parties",
+        run_id,
+        port,
+        config.clients,
+    )
+    if on_port is not None:
+        on_port(port)
+    transport = None
+    try:
+        registry.wait(config.clients, config.quorum, config.register_timeout_s)
+        transport = GrpcTransport(registry, run_id, config.train.model.embed_dim, config.deadlines)
+        results = _train(config, state, transport, progress)
+        if config.serve:
+            state.phase = "serving"
+            log.info("training done; serving predictions until stopped")
+            stop.wait()
+        state.phase = "done"
+        return results
+    finally:
+        if transport is not None:
+            transport.shutdown_all("run finished")
+            transport.close()
+        server.stop(grace=1.0).wait()
+
+
+def _train(
+    config: CoordinatorConfig, state: CoordinatorState, transport: GrpcTransport, progress: bool
+) -> dict[str, object]:
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(config.model_dump_json(indent=2))
+    with (out / "rounds.jsonl").open("w") as rounds_file:
+
+        def on_round(record: RoundRecord) -> None:
+            state.epoch = record.epoch
+            rounds_file.write(json.dumps(_round_json(record)) + "\n")
+
+        fed = Federation(
+            transport,
+            config.train,
+            progress=progress,
+            on_round=on_round,
+            down_after=config.down_after,
+            retry_every=config.retry_every,
+        )
+        state.federation = fed
+        state.phase = "aligning"
+        fed.align()
+        state.phase = "training"
+        epochs = fed.train()
+    state.phase = "evaluating"
+    report = fed.evaluate("test") if "test" in fed.alignments else None
+    if report is not None:
+        log.info("test metrics\n%s", format_table(report.rows()))
+    results = {
+        "run_id": state.run_id,
+        "config": json.loads(config.model_dump_json()),
+        "epochs": [e.__dict__ for e in epochs],
+        "test": report.to_json() if report is not None else None,
+        "transitions": [t.__dict__ for t in fed.liveness.transitions],
+        "rounds": fed.round_id,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    state.phase = "serving" if config.serve else "done"
+    return results
+
+
+def _round_json(record: RoundRecord) -> dict[str, object]:
+    return {
+        "round": record.round_id,
+        "epoch": record.epoch,
+        "pattern": list(record.pattern),
+        "present": list(record.present),
+        "losses": {str(k): v for k, v in record.losses.items()},
+        "updated": list(record.updated),
+    }
+
+
+def _stop_on_signals(state: CoordinatorState) -> threading.Event:
+    """SIGTERM/SIGINT end the serving phase cleanly and interrupt any other phase."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        stop.set()
+        if state.phase != "serving":
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, handler)
+    return stop

@@ -1,0 +1,148 @@
+"""The `Coordinator` gRPC service: registration, status, evaluation and prediction requests.
+
+It translates messages and delegates: registration to the Registry, evaluation and prediction to
+the round engine (vfl_core.engine.Federation) once training is over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vfl_coordinator.registry import Registry
+from vfl_core.engine import Federation
+from vfl_core.errors import ConfigError, ProtocolError
+from vfl_wire import convert
+from vfl_wire.status import rpc_errors
+from vfl_wire.tensors import encode_array
+from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+# Bounds on what one Predict request may ask for, so a caller cannot tie up the coordinator.
+MAX_PREDICT_IDS = 100_000
+
+
+@dataclass
+class CoordinatorState:
+    registry: Registry
+    run_id: str
+    config_json: str
+    phase: str = "registering"
+    federation: Federation | None = None
+    epoch: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ready_federation(self) -> Federation:
+        if self.federation is None or self.phase not in ("serving", "done"):
+            raise ConfigError(
+                f"the federation is {self.phase}; predictions are served after training"
+            )
+        return self.federation
+
+
+class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
+    def __init__(self, state: CoordinatorState) -> None:
+        self.state = state
+
+    def Register(self, request, context):
+        with rpc_errors(context, "Register"):
+            convert.check_header(request.header, run_id=None, party_id=None)
+            info, address = convert.register_request_from_proto(request)
+            if not address or address.startswith((":", "0.0.0.0:", "[::]:")):
+                address = _peer_address(context.peer(), address)
+            message = self.state.registry.register(info, address)
+            return vfl_pb2.RegisterReply(
+                run_id=self.state.run_id, config_json=self.state.config_json, message=message
+            )
+
+    def Status(self, request, context):
+        with rpc_errors(context, "Status"):
+            s = self.state
+            reply = vfl_pb2.StatusReply(state=s.phase, epoch=s.epoch)
+            fed = s.federation
+            if fed is not None:
+                reply.round_id = fed.round_id
+            for block, member in s.registry.members().items():
+                live = fed.liveness if fed is not None else None
+                reply.parties.add(
+                    party_id=member.info.party_id,
+                    block=block,
+                    state=live.state.get(block, "up") if live else "registered",
+                    missed_rounds=live.missed.get(block, 0) if live else 0,
+                )
+            return reply
+
+    def Evaluate(self, request, context):
+        with rpc_errors(context, "Evaluate"):
+            convert.check_header(request.header, run_id=None, party_id=None)
+            split = convert.check_split(request.split or "test")
+            start = time.perf_counter()
+            with self.state.lock:
+                fed = self.state.ready_federation()
+                _check_split_known(fed, split)
+                report = fed.evaluate(split)
+                live = [b for b, s in fed.liveness.state.items() if s == "up"]
+            reply = vfl_pb2.EvaluateReply(
+                unscored=report.unscored, live_blocks=live, seconds=time.perf_counter() - start
+            )
+            for row in report.rows():
+                reply.rows.add(**row.__dict__)
+            return reply
+
+    def Predict(self, request, context):
+        with rpc_errors(context, "Predict"):
+            convert.check_header(request.header, run_id=None, party_id=None)
+            split = convert.check_split(request.split or "test")
+            with self.state.lock:
+                fed = self.state.ready_federation()
+                _check_split_known(fed, split)
+                index = (
+                    None if request.all_rows else _key_index(fed, split, list(request.id_hashes))
+                )
+                reply = vfl_pb2.FederatedPredictReply()
+                for batch in fed.predict_batches(split, index):
+                    _add_rows(reply, fed, split, batch)
+            return reply
+
+
+def _check_split_known(fed: Federation, split: str) -> None:
+    if split not in fed.alignments:
+        raise ProtocolError(f"no party holds a '{split}' split")
+
+
+def _key_index(fed: Federation, split: str, hashes: list[bytes]) -> np.ndarray:
+    if len(hashes) > MAX_PREDICT_IDS:
+        raise ProtocolError(f"predict: {len(hashes)} IDs requested, at most {MAX_PREDICT_IDS}")
+    position = {key: i for i, key in enumerate(fed.alignments[split].keys)}
+    return np.array(sorted({position[h] for h in hashes if h in position}), dtype=np.int64)
+
+
+def _add_rows(reply: vfl_pb2.FederatedPredictReply, fed: Federation, split: str, batch) -> None:
+    keys = fed.alignments[split].keys
+    for j, i in enumerate(batch.index):
+        row = reply.rows.add(id_hash=keys[int(i)], observed_blocks=list(batch.present))
+        for block, probs in batch.party_probs.items():
+            row.party_probabilities[block].CopyFrom(encode_array(probs[j]))
+        if batch.federation is not None:
+            row.federation_probabilities.CopyFrom(encode_array(batch.federation[j]))
+            row.predicted_class = int(batch.federation[j].argmax())
+        else:
+            row.predicted_class = -1
+
+
+def _peer_address(peer: str, advertised: str) -> str:
+    """host:port where the coordinator reaches a party that registered without a routable
+    host: the peer's IP address plus the port the party listens on."""
+    port = advertised.rsplit(":", 1)[-1] if advertised else ""
+    kind, _, rest = peer.partition(":")
+    host = rest.rsplit(":", 1)[0]
+    if kind == "ipv6":
+        host = host if host.startswith("[") else f"[{host}]"
+    if not port:
+        raise ProtocolError("register: the party's address has no port")
+    return f"{host}:{port}"

@@ -1,0 +1,146 @@
+"""The gRPC transport of the round engine: parallel fan-out to the parties with deadlines.
+
+A party that fails, refuses or misses the deadline is absent from the answer, and the engine
+runs the phase without it. Clients are rebuilt when a party re-registers at a new address.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import TypeVar
+
+import grpc
+import numpy as np
+
+from vfl_coordinator.config import Deadlines
+from vfl_coordinator.party_client import PartyClient
+from vfl_coordinator.registry import Registry
+from vfl_core.errors import VflError
+from vfl_core.protocol import (
+    BackwardCall,
+    EmbedCall,
+    FuseCall,
+    FuseResult,
+    PartyInfo,
+    PredictCall,
+    ScoreCall,
+)
+
+log = logging.getLogger(__name__)
+C = TypeVar("C")
+R = TypeVar("R")
+
+# Extra time the fan-out waits beyond a call's own deadline before giving up on the thread.
+_SLACK_S = 1.0
+
+
+class GrpcTransport:
+    def __init__(
+        self,
+        registry: Registry,
+        run_id: str,
+        embed_dim: int,
+        deadlines: Deadlines,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        self.registry = registry
+        self.run_id = run_id
+        self.embed_dim = embed_dim
+        self.deadlines = deadlines
+        self._credentials = credentials
+        self._clients: dict[int, tuple[int, PartyClient]] = {}
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(4, 2 * registry.expected), thread_name_prefix="fanout"
+        )
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for _, client in self._clients.values():
+            client.close()
+
+    def client(self, block: int) -> PartyClient | None:
+        member = self.registry.member(block)
+        if member is None:
+            return None
+        cached = self._clients.get(block)
+        if cached is not None and cached[0] == member.generation:
+            return cached[1]
+        if cached is not None:
+            cached[1].close()
+        client = PartyClient(
+            member.address, self.run_id, member.info.party_id, self.embed_dim, self._credentials
+        )
+        self._clients[block] = (member.generation, client)
+        return client
+
+    # ------------------------------------------------------------------ Transport interface
+    def infos(self) -> dict[int, PartyInfo]:
+        return {b: m.info for b, m in self.registry.members().items()}
+
+    def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]:
+        t = self.deadlines.align
+        return self._fan_out(
+            {b: split for b in blocks}, lambda c, s: c.id_hashes(s, t), t, "IdHashes"
+        )
+
+    def class_weights(self, block: int, split: str) -> np.ndarray | None:
+        t = self.deadlines.align
+        return self._fan_out(
+            {block: split}, lambda c, s: c.class_weights(s, t), t, "ClassWeights"
+        ).get(block)
+
+    def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
+        t = self.deadlines.embed
+        return self._fan_out(calls, lambda c, call: c.embed(call, t), t, "Embed")
+
+    def fuse(self, calls: dict[int, FuseCall]) -> dict[int, FuseResult]:
+        t = self.deadlines.fuse
+        return self._fan_out(calls, lambda c, call: c.fuse(call, t), t, "Fuse")
+
+    def backward(self, calls: dict[int, BackwardCall]) -> set[int]:
+        t = self.deadlines.backward
+        return set(self._fan_out(calls, lambda c, call: c.backward(call, t), t, "Backward"))
+
+    def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
+        t = self.deadlines.predict
+        return self._fan_out(calls, lambda c, call: c.predict(call, t), t, "Predict")
+
+    def score(self, block: int, call: ScoreCall) -> dict[str, np.ndarray] | None:
+        t = self.deadlines.predict
+        return self._fan_out({block: call}, lambda c, sc: c.score(sc, t), t, "Score").get(block)
+
+    def shutdown_all(self, reason: str) -> None:
+        t = self.deadlines.shutdown
+        blocks = list(self.registry.members())
+        self._fan_out({b: reason for b in blocks}, lambda c, r: c.shutdown(r, t), t, "Shutdown")
+
+    # ------------------------------------------------------------------ fan-out
+    def _fan_out(
+        self,
+        calls: Mapping[int, C],
+        method: Callable[[PartyClient, C], R],
+        timeout: float,
+        rpc: str,
+    ) -> dict[int, R]:
+        futures = {}
+        for block, call in sorted(calls.items()):
+            client = self.client(block)
+            if client is not None:
+                futures[block] = self._pool.submit(method, client, call)
+        wait(list(futures.values()), timeout=timeout + _SLACK_S)
+        answers: dict[int, R] = {}
+        for block, future in futures.items():
+            if not future.done():
+                log.warning("%s to block %d: no answer within %.1fs", rpc, block, timeout)
+                continue
+            try:
+                answers[block] = future.result()
+            except grpc.RpcError as err:
+                log.warning(
+                    "%s to block %d failed: %s %s", rpc, block, err.code().name, err.details()
+                )
+            except VflError as err:
+                log.warning("%s to block %d: bad reply: %s", rpc, block, err)
+        return answers

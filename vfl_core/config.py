@@ -1,0 +1,44 @@
+"""Typed, frozen configuration models. They live at the edges (CLIs, wire, checkpoints)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Representation = Literal["auto", "mlp", "cnn", "resnet18"]
+HeadKind = Literal["linear", "mlp"]
+Method = Literal["laser"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelConfig(_Frozen):
+    """Architecture shared by every party. All parties use the same embedding size."""
+
+    representation: Representation = "auto"
+    embed_dim: int = Field(64, ge=1, le=65536)
+    hidden: tuple[int, ...] = (256,)
+    head: HeadKind = "linear"
+    head_hidden: int = Field(64, ge=1)
+
+
+class TrainConfig(_Frozen):
+    """Everything that fixes a training run. One seed fixes plans, task samples and weights."""
+
+    method: Method = "laser"
+    seed: int = 0
+    epochs: int = Field(60, ge=0)
+    batch_size: int = Field(64, ge=1)
+    eval_batch_size: int = Field(512, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(1e-4, ge=0)
+    optimizer: Literal["adam", "sgd"] = "adam"
+    momentum: float = Field(0.9, ge=0, lt=1)
+    scheduler: Literal["none", "cosine"] = "none"
+    # "resample": class-balanced resampling of each epoch's plan (the paper's Credit setup).
+    # The label party then tells the coordinator each training sample's class weight.
+    balance: Literal["none", "resample"] = "none"
+    model: ModelConfig = ModelConfig()

@@ -1,0 +1,303 @@
+"""One party's data on disk: its block's features, sample IDs, labels if it holds them, metadata.
+
+Layout of a party directory (written by `vfl prepare`, read by `vfl-client --data DIR`):
+
+    meta.json              PartyMeta as JSON
+    train/features.npy     float32, (n, *feature_shape)
+    train/ids.npy          unicode strings, (n,), unique within the split
+    train/labels.npy       int64, (n,)  (only when meta.has_labels)
+    test/...               the same for the test split (optional)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from vfl_core.errors import DataError
+
+FORMAT_VERSION = 1
+
+
+class PartyMeta(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: int = FORMAT_VERSION
+    dataset: str
+    block: int = Field(ge=0)
+    num_blocks: int = Field(ge=1)
+    kind: Literal["image", "tabular"]
+    feature_shape: tuple[int, ...]  # per sample: (C, H, W) for images, (F,) for tabular
+    num_classes: int = Field(ge=2)
+    has_labels: bool
+
+
+@dataclass(frozen=True)
+class PartySplit:
+    ids: np.ndarray  # (n,) str
+    features: np.ndarray  # (n, *feature_shape) float32
+    labels: np.ndarray | None  # (n,) int64
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class PartyData:
+    meta: PartyMeta
+    splits: dict[str, PartySplit]  # "train" and/or "test"
+
+
+SPLIT_NAMES = ("train", "test")
+_ARRAY_FILES = ("features.npy", "ids.npy", "labels.npy")
+_NPY_MAGIC = b"\x93NUMPY"
+_EXPECTED_FEATURE_RANK = {"image": 3, "tabular": 1}
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------- writing
+
+
+def save_party_dir(path: Path, data: PartyData) -> None:
+    """Write a party directory (see the module docstring for the layout).
+
+    Split directories this call does not write are cleared of our files, so re-running
+    `vfl prepare` into the same place never leaves a stale split or label file behind.
+    """
+    unknown = sorted(set(data.splits) - set(SPLIT_NAMES))
+    if unknown:
+        raise DataError(f"{path}: unknown split name {unknown[0]!r} (expected train or test)")
+    _check_labels_match_meta(path, data)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "meta.json").write_text(data.meta.model_dump_json(indent=2) + "\n")
+    for name in SPLIT_NAMES:
+        if name in data.splits:
+            _save_split(path / name, data.splits[name])
+        else:
+            _clear_split(path / name)
+
+
+def _check_labels_match_meta(path: Path, data: PartyData) -> None:
+    for name, split in data.splits.items():
+        if data.meta.has_labels and split.labels is None:
+            raise DataError(f"{path}: meta says has_labels but split {name!r} has no labels")
+        if not data.meta.has_labels and split.labels is not None:
+            raise DataError(f"{path}: meta says has_labels=false but split {name!r} has labels")
+
+
+def _save_split(split_dir: Path, split: PartySplit) -> None:
+    split_dir.mkdir(parents=True, exist_ok=True)
+    np.save(split_dir / "features.npy", np.ascontiguousarray(split.features, dtype=np.float32))
+    # A fixed-width unicode array loads with allow_pickle=False (an object array would not).
+    np.save(split_dir / "ids.npy", np.asarray(split.ids).astype(str))
+    labels_file = split_dir / "labels.npy"
+    if split.labels is not None:
+        np.save(labels_file, np.asarray(split.labels, dtype=np.int64))
+    else:
+        labels_file.unlink(missing_ok=True)
+
+
+def _clear_split(split_dir: Path) -> None:
+    if not split_dir.is_dir():
+        return
+    for file_name in _ARRAY_FILES:
+        (split_dir / file_name).unlink(missing_ok=True)
+    if not any(split_dir.iterdir()):
+        split_dir.rmdir()
+
+
+# ---------------------------------------------------------------- reading
+
+
+def load_party_dir(path: Path) -> PartyData:
+    """Read and validate a party directory; any problem is a one-line DataError naming it."""
+    path = Path(path)
+    if not path.is_dir():
+        raise DataError(f"{path}: party directory does not exist")
+    meta = _load_meta(path)
+    splits = {
+        name: _load_split(path / name, meta) for name in SPLIT_NAMES if (path / name).is_dir()
+    }
+    if not splits:
+        raise DataError(f"{path}: no split directory (expected train/ and/or test/)")
+    return PartyData(meta=meta, splits=splits)
+
+
+def _load_meta(path: Path) -> PartyMeta:
+    meta_file = path / "meta.json"
+    if not meta_file.is_file():
+        raise DataError(f"{meta_file}: missing (every party directory needs meta.json)")
+    try:
+        raw = json.loads(meta_file.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{meta_file}: unreadable ({exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{meta_file}: malformed JSON ({exc})") from exc
+    # Check the version first: a future format may fail validation for reasons a reader of
+    # this version cannot explain, and "unknown format" is the useful message then.
+    if isinstance(raw, dict) and raw.get("format", FORMAT_VERSION) != FORMAT_VERSION:
+        raise DataError(
+            f"{meta_file}: unknown format version {raw['format']!r} "
+            f"(this version reads format {FORMAT_VERSION})"
+        )
+    try:
+        meta = PartyMeta.model_validate(raw)
+    except ValidationError as exc:
+        raise DataError(f"{meta_file}: invalid metadata: {_summarise(exc)}") from exc
+    _check_meta(meta_file, meta)
+    return meta
+
+
+def _summarise(exc: ValidationError) -> str:
+    """One line out of pydantic's multi-line report: the first problem and how many others."""
+    errors = exc.errors()
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+def _check_meta(meta_file: Path, meta: PartyMeta) -> None:
+    if meta.block >= meta.num_blocks:
+        raise DataError(
+            f"{meta_file}: block {meta.block} out of range (num_blocks is {meta.num_blocks})"
+        )
+    rank = _EXPECTED_FEATURE_RANK[meta.kind]
+    if len(meta.feature_shape) != rank or min(meta.feature_shape) < 1:
+        raise DataError(
+            f"{meta_file}: feature_shape {list(meta.feature_shape)} is not valid for "
+            f"{meta.kind} data (expected {rank} positive sizes)"
+        )
+
+
+def _load_split(split_dir: Path, meta: PartyMeta) -> PartySplit:
+    features = _check_features(split_dir, _load_npy(split_dir / "features.npy"), meta)
+    ids = _check_ids(split_dir, _load_npy(split_dir / "ids.npy"), len(features))
+    labels = None
+    if meta.has_labels:
+        labels = _check_labels(split_dir, _load_npy(split_dir / "labels.npy"), len(ids), meta)
+    elif (split_dir / "labels.npy").exists():
+        log.warning("%s: ignoring labels.npy (meta.json says has_labels=false)", split_dir)
+    return PartySplit(ids=ids, features=features, labels=labels)
+
+
+def _load_npy(file: Path) -> np.ndarray:
+    if not file.is_file():
+        raise DataError(f"{file}: missing")
+    try:
+        with file.open("rb") as f:
+            magic = f.read(len(_NPY_MAGIC))
+        if magic != _NPY_MAGIC:  # numpy would blame "pickled data" for any foreign file
+            raise DataError(f"{file}: not a .npy file (bad magic bytes)")
+        array = np.load(file, allow_pickle=False)
+    except (ValueError, OSError, EOFError, TypeError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"{file}: not a readable .npy array ({reason})") from exc
+    return array
+
+
+def _check_features(split_dir: Path, features: np.ndarray, meta: PartyMeta) -> np.ndarray:
+    file = split_dir / "features.npy"
+    if features.dtype.kind not in "fiu":
+        raise DataError(f"{file}: dtype {features.dtype} is not numeric (expected float32)")
+    if features.ndim < 1 or features.shape[1:] != meta.feature_shape:
+        raise DataError(
+            f"{file}: shape {list(features.shape)} does not match (n, "
+            f"{', '.join(map(str, meta.feature_shape))}) from meta.json"
+        )
+    features = features.astype(np.float32, copy=False)
+    if not np.isfinite(features).all():
+        bad_row = int(np.argwhere(~np.isfinite(features))[0][0])
+        raise DataError(f"{file}: NaN or Inf in features (first at row {bad_row})")
+    return features
+
+
+def _check_ids(split_dir: Path, ids: np.ndarray, n: int) -> np.ndarray:
+    file = split_dir / "ids.npy"
+    if ids.dtype.kind != "U":
+        raise DataError(f"{file}: dtype {ids.dtype} is not a unicode string array")
+    if ids.ndim != 1:
+        raise DataError(f"{file}: expected a 1-D array, got shape {list(ids.shape)}")
+    if len(ids) != n:
+        raise DataError(f"{file}: {len(ids)} IDs but features.npy has {n} rows")
+    unique, counts = np.unique(ids, return_counts=True)
+    if len(unique) != len(ids):
+        raise DataError(f"{file}: duplicated sample ID {str(unique[counts > 1][0])!r}")
+    return ids
+
+
+def _check_labels(split_dir: Path, labels: np.ndarray, n: int, meta: PartyMeta) -> np.ndarray:
+    file = split_dir / "labels.npy"
+    if labels.dtype.kind not in "iu":
+        raise DataError(f"{file}: dtype {labels.dtype} is not an integer type")
+    if labels.ndim != 1 or len(labels) != n:
+        raise DataError(f"{file}: shape {list(labels.shape)} does not match ({n},) from ids.npy")
+    bad = (labels < 0) | (labels >= meta.num_classes)
+    if bad.any():
+        raise DataError(
+            f"{file}: label {int(labels[bad][0])} outside [0, {meta.num_classes}) "
+            f"(num_classes from meta.json)"
+        )
+    return labels.astype(np.int64, copy=False)
+
+
+# ---------------------------------------------------------------- federation
+
+
+def check_federation(parties: list[PartyData]) -> None:
+    """Check that party directories used together (simulation) describe one federation."""
+    if not parties:
+        raise DataError("no party directories given")
+    _check_same_setup(parties)
+    _check_blocks(parties)
+    if not any(p.meta.has_labels for p in parties):
+        raise DataError("no party holds labels (at least one needs has_labels=true)")
+    _check_labels_agree(parties)
+
+
+def _check_same_setup(parties: list[PartyData]) -> None:
+    first = parties[0].meta
+    for party in parties[1:]:
+        for field in ("dataset", "num_blocks", "num_classes"):
+            mine, theirs = getattr(first, field), getattr(party.meta, field)
+            if mine != theirs:
+                raise DataError(
+                    f"parties disagree on {field}: block {first.block} has {mine!r}, "
+                    f"block {party.meta.block} has {theirs!r}"
+                )
+
+
+def _check_blocks(parties: list[PartyData]) -> None:
+    seen: set[int] = set()
+    for party in parties:
+        block, num_blocks = party.meta.block, party.meta.num_blocks
+        if block >= num_blocks:
+            raise DataError(f"block {block} out of range (num_blocks is {num_blocks})")
+        if block in seen:
+            raise DataError(f"two parties hold block {block} (blocks must be distinct)")
+        seen.add(block)
+
+
+def _check_labels_agree(parties: list[PartyData]) -> None:
+    """The same sample must carry the same label at every party that holds labels."""
+    for split_name in SPLIT_NAMES:
+        seen: dict[str, tuple[int, int]] = {}  # ID -> (label, block that gave it)
+        for party in parties:
+            split = party.splits.get(split_name)
+            if split is None or split.labels is None:
+                continue
+            block = party.meta.block
+            for sample_id, label in zip(split.ids.tolist(), split.labels.tolist(), strict=True):
+                known = seen.setdefault(sample_id, (label, block))
+                if known[0] != label:
+                    raise DataError(
+                        f"labels disagree in split {split_name!r} for ID {sample_id!r}: "
+                        f"block {known[1]} says {known[0]}, block {block} says {label}"
+                    )

@@ -1,0 +1,323 @@
+"""The round engine: the coordinator's logic, independent of how parties are reached.
+
+It aligns samples, plans batches from the shared seed, and runs LASER-VFL rounds (Embed, Fuse,
+Backward) and inference through a `Transport`. A party that does not answer a phase in time is
+absent from the transport's result; the engine then runs the round on the blocks that remain,
+which is exactly the situation LASER-VFL is built for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm import tqdm
+
+from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
+from vfl_core.config import TrainConfig
+from vfl_core.errors import ConfigError
+from vfl_core.liveness import Liveness
+from vfl_core.metrics import FEDERATION, EvalReport
+from vfl_core.protocol import (
+    BackwardCall,
+    EmbedCall,
+    FuseCall,
+    PartyInfo,
+    PredictCall,
+    ScoreCall,
+    Transport,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    round_id: int
+    epoch: int
+    pattern: tuple[int, ...]  # the batch's observed set
+    present: tuple[int, ...]  # blocks whose embeddings were used
+    losses: dict[int, float]  # head block -> sampled loss L_k
+    updated: tuple[int, ...]  # blocks that acknowledged Backward
+
+
+@dataclass(frozen=True)
+class EpochSummary:
+    epoch: int
+    rounds: int
+    mean_loss: float
+    seconds: float
+    incomplete_rounds: int  # rounds where some block of the pattern was absent
+
+
+@dataclass(frozen=True)
+class PredictionBatch:
+    index: np.ndarray  # key indices into the split's alignment, (B,)
+    pattern: tuple[int, ...]  # blocks holding these samples
+    present: tuple[int, ...]  # blocks whose embeddings were used (the observed set O')
+    party_probs: dict[int, np.ndarray]  # head block -> (B, C)
+    federation: np.ndarray | None  # (B, C), mean of the heads' probabilities
+
+
+@dataclass
+class Federation:
+    transport: Transport
+    config: TrainConfig
+    progress: bool = True
+    on_round: Callable[[RoundRecord], None] | None = None
+    down_after: int = 3
+    retry_every: int = 10
+    infos: dict[int, PartyInfo] = field(init=False)
+    alignments: dict[str, Alignment] = field(init=False, default_factory=dict)
+    liveness: Liveness = field(init=False)
+    round_id: int = field(init=False, default=0)
+    request_id: int = field(init=False, default=0)
+    _weights: np.ndarray | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.infos = self.transport.infos()
+        _check_infos(self.infos)
+        self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
+
+    # ------------------------------------------------------------------ alignment
+    def align(self, splits: tuple[str, ...] = ("train", "test")) -> None:
+        self.infos = self.transport.infos()
+        for split in splits:
+            blocks = [b for b, i in self.infos.items() if i.samples.get(split, 0) > 0]
+            if not blocks:
+                continue
+            hashes = self.transport.id_hashes(split, blocks)
+            self.alignments[split] = Alignment.build(hashes)
+            groups = self.alignments[split].patterns()
+            log.info(
+                "aligned %s: %d samples in %d observed patterns",
+                split,
+                len(self.alignments[split]),
+                len(groups),
+            )
+        if self.config.balance == "resample":
+            self._weights = self._class_weights()
+
+    def _class_weights(self) -> np.ndarray:
+        """Per-key weights from the label parties (lowest block first that holds each sample)."""
+        al = self.alignments["train"]
+        weights = np.full(len(al), np.nan)
+        for block in sorted(b for b, i in self.infos.items() if i.has_labels):
+            w = self.transport.class_weights(block, "train")
+            if w is None:
+                continue
+            rows = al.rows[block]
+            fill = (rows >= 0) & np.isnan(weights)
+            weights[fill] = w[rows[fill]]
+        if np.isnan(weights).all():
+            raise ConfigError("class-balanced resampling needs a label party that answers")
+        weights[np.isnan(weights)] = np.nanmean(weights)
+        return weights
+
+    # ------------------------------------------------------------------ training
+    def plan(self, epoch: int) -> list[Batch]:
+        return epoch_plan(
+            self.alignments["train"], self.config.seed, epoch, self.config.batch_size, self._weights
+        )
+
+    def train(self, start_epoch: int = 0) -> list[EpochSummary]:
+        summaries = []
+        for epoch in range(start_epoch, self.config.epochs):
+            summaries.append(self.train_epoch(epoch))
+        return summaries
+
+    def train_epoch(self, epoch: int) -> EpochSummary:
+        start = time.perf_counter()
+        plan = self.plan(epoch)
+        losses: list[float] = []
+        incomplete = 0
+        bar = tqdm(
+            plan,
+            desc=f"epoch {epoch + 1}/{self.config.epochs}",
+            disable=not self.progress,
+            leave=False,
+        )
+        for batch in bar:
+            record = self.run_round(self.round_id, epoch, batch)
+            self.round_id += 1
+            losses.extend(record.losses.values())
+            incomplete += record.present != record.pattern
+            if self.on_round is not None:
+                self.on_round(record)
+        summary = EpochSummary(
+            epoch=epoch,
+            rounds=len(plan),
+            mean_loss=float(np.mean(losses)) if losses else float("nan"),
+            seconds=time.perf_counter() - start,
+            incomplete_rounds=incomplete,
+        )
+        log.info(
+            "epoch %d: %d rounds, mean head loss %.4f, %d incomplete, %.1fs",
+            epoch + 1,
+            summary.rounds,
+            summary.mean_loss,
+            incomplete,
+            summary.seconds,
+        )
+        return summary
+
+    def run_round(self, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
+        al = self.alignments["train"]
+        digest = al.digest(batch.index)
+        size, dim = len(batch.index), self.config.model.embed_dim
+        callees = [b for b in batch.pattern if self.liveness.should_call(b, round_id)]
+        calls = {
+            b: EmbedCall(round_id, "train", al.rows_of(b, batch.index), digest, True)
+            for b in callees
+        }
+        embeddings = self._accept(
+            self.transport.embed(calls), callees, (size, dim), "embed", round_id
+        )
+        present = tuple(sorted(embeddings))
+        heads = [b for b in present if self.infos[b].has_labels]
+        fuse_calls = {
+            k: FuseCall(round_id, epoch, {b: embeddings[b] for b in present if b != k})
+            for k in heads
+        }
+        fused = self.transport.fuse(fuse_calls) if fuse_calls else {}
+        fused = {
+            k: r
+            for k, r in fused.items()
+            if all(_ok(r.grads.get(b), (size, dim)) for b in present if b != k)
+        }
+        self._record(heads, fused, "fuse", round_id)
+        backward_calls = {b: BackwardCall(round_id, epoch, _sum_grads(fused, b)) for b in present}
+        updated = self.transport.backward(backward_calls) if backward_calls else set()
+        self._record(present, updated, "backward", round_id)
+        return RoundRecord(
+            round_id=round_id,
+            epoch=epoch,
+            pattern=batch.pattern,
+            present=present,
+            losses={k: fused[k].loss for k in sorted(fused)},
+            updated=tuple(sorted(updated)),
+        )
+
+    def _accept(
+        self,
+        answers: dict[int, np.ndarray],
+        callees: list[int],
+        shape: tuple[int, int],
+        phase: str,
+        round_id: int,
+    ) -> dict[int, np.ndarray]:
+        good = {b: a for b, a in answers.items() if b in callees and _ok(a, shape)}
+        for b in answers.keys() - good.keys():
+            log.warning(
+                "round %d: %s answer of block %d refused (shape/dtype/NaN)", round_id, phase, b
+            )
+        self._record(callees, good, phase, round_id)
+        return good
+
+    def _record(
+        self, expected: list[int] | tuple[int, ...], got, phase: str, round_id: int
+    ) -> None:
+        for b in expected:
+            if b in got:
+                self.liveness.answered(b, round_id)
+            else:
+                log.info("round %d: block %d missed %s", round_id, b, phase)
+                self.liveness.failed(b, round_id, phase)
+
+    # ------------------------------------------------------------------ inference
+    def predict_batches(
+        self, split: str = "test", index: np.ndarray | None = None
+    ) -> Iterator[PredictionBatch]:
+        """Predict every sample of `split` (or the given key indices) from the live parties."""
+        al = self.alignments[split]
+        for batch in eval_plan(al, self.config.eval_batch_size, index):
+            yield self._predict_batch(split, batch)
+
+    def _predict_batch(self, split: str, batch: Batch) -> PredictionBatch:
+        al = self.alignments[split]
+        request = self.request_id
+        self.request_id += 1
+        digest = al.digest(batch.index)
+        size, dim = len(batch.index), self.config.model.embed_dim
+        callees = [b for b in batch.pattern if self.liveness.should_call(b, self.round_id)]
+        calls = {
+            b: EmbedCall(request, split, al.rows_of(b, batch.index), digest, False) for b in callees
+        }
+        embeddings = self._accept(
+            self.transport.embed(calls), callees, (size, dim), "embed", self.round_id
+        )
+        present = tuple(sorted(embeddings))
+        heads = [b for b in present if self.infos[b].has_labels]
+        probs = self.transport.predict({k: PredictCall(request, embeddings) for k in heads})
+        classes = max(i.num_classes for i in self.infos.values())
+        probs = {k: p for k, p in sorted(probs.items()) if _ok(p, (size, classes))}
+        federation = np.mean(np.stack(list(probs.values())), axis=0) if probs else None
+        return PredictionBatch(batch.index, batch.pattern, present, probs, federation)
+
+    def evaluate(self, split: str = "test") -> EvalReport:
+        report = EvalReport()
+        for pred in self.predict_batches(split):
+            if not pred.party_probs or pred.federation is None:
+                report.unscored += len(pred.index)
+                continue
+            confusions = self._score(split, pred)
+            if confusions is None:
+                report.unscored += len(pred.index)
+                continue
+            report.add(pred.present, len(pred.index), confusions)
+        return report
+
+    def _score(self, split: str, pred: PredictionBatch) -> dict[str, np.ndarray] | None:
+        al = self.alignments[split]
+        predictions = {str(k): p.argmax(axis=1) for k, p in pred.party_probs.items()}
+        assert pred.federation is not None
+        predictions[FEDERATION] = pred.federation.argmax(axis=1)
+        digest = al.digest(pred.index)
+        for scorer in pred.party_probs:
+            call = ScoreCall(split, al.rows_of(scorer, pred.index), digest, predictions)
+            confusions = self.transport.score(scorer, call)
+            if confusions is not None and confusions.keys() == predictions.keys():
+                return confusions
+        return None
+
+
+def _ok(array: np.ndarray | None, shape: tuple[int, int]) -> bool:
+    return (
+        array is not None
+        and array.dtype == np.float32
+        and array.shape == shape
+        and bool(np.isfinite(array).all())
+    )
+
+
+def _sum_grads(fused: dict, block: int) -> np.ndarray | None:
+    """Sum of the other heads' gradients for `block`, in head order (same in every transport)."""
+    total: np.ndarray | None = None
+    for k in sorted(fused):
+        grad = fused[k].grads.get(block)
+        if k == block or grad is None:
+            continue
+        total = grad.copy() if total is None else total + grad
+    return total
+
+
+def _check_infos(infos: dict[int, PartyInfo]) -> None:
+    if not infos:
+        raise ConfigError("no parties")
+    first = next(iter(infos.values()))
+    for block, info in infos.items():
+        if info.block != block or not 0 <= block < first.num_blocks:
+            raise ConfigError(
+                f"party {info.party_id}: block {info.block} outside 0..{first.num_blocks - 1}"
+            )
+        for name in ("num_blocks", "dataset", "num_classes"):
+            if getattr(info, name) != getattr(first, name):
+                raise ConfigError(
+                    f"parties disagree on {name}: {info.party_id} has {getattr(info, name)!r}, "
+                    f"{first.party_id} has {getattr(first, name)!r}"
+                )
+    if not any(i.has_labels for i in infos.values()):
+        raise ConfigError("no party holds labels: nothing to train")

@@ -1,0 +1,71 @@
+"""The in-process transport: parties are objects in this process, calls are method calls.
+
+It behaves like the gRPC transport as far as the engine can tell: a party that refuses a call
+(ProtocolError) is simply absent from the answer, and every answer is a copy, so no party holds
+a reference to another party's arrays.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+import numpy as np
+
+from vfl_core.errors import VflError
+from vfl_core.party import Party
+from vfl_core.protocol import (
+    BackwardCall,
+    EmbedCall,
+    FuseCall,
+    FuseResult,
+    PartyInfo,
+    PredictCall,
+    ScoreCall,
+)
+
+log = logging.getLogger(__name__)
+C = TypeVar("C")
+R = TypeVar("R")
+
+
+class InProcessTransport:
+    def __init__(self, parties: Mapping[int, Party]) -> None:
+        self.parties = dict(sorted(parties.items()))
+
+    def infos(self) -> dict[int, PartyInfo]:
+        return {b: p.info for b, p in self.parties.items()}
+
+    def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]:
+        return self._fan_out({b: split for b in blocks}, lambda p, s: list(p.id_hashes(s)))
+
+    def class_weights(self, block: int, split: str) -> np.ndarray | None:
+        return self.parties[block].class_weights(split)
+
+    def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
+        return self._fan_out(calls, lambda p, c: p.embed(c).copy())
+
+    def fuse(self, calls: dict[int, FuseCall]) -> dict[int, FuseResult]:
+        return self._fan_out(calls, Party.fuse)
+
+    def backward(self, calls: dict[int, BackwardCall]) -> set[int]:
+        return set(self._fan_out(calls, Party.backward))
+
+    def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
+        return self._fan_out(calls, Party.predict)
+
+    def score(self, block: int, call: ScoreCall) -> dict[str, np.ndarray] | None:
+        return self._fan_out({block: call}, Party.score).get(block)
+
+    def _fan_out(self, calls: Mapping[int, C], method: Callable[[Party, C], R]) -> dict[int, R]:
+        answers: dict[int, R] = {}
+        for block, call in sorted(calls.items()):
+            party = self.parties.get(block)
+            if party is None:
+                continue
+            try:
+                answers[block] = method(party, call)
+            except VflError as err:
+                log.warning("block %d refused %s: %s", block, type(call).__name__, err)
+        return answers

@@ -1,0 +1,107 @@
+"""The messages of the algorithm, independent of any transport.
+
+The round engine talks to parties only through these types and the `Transport` interface; the
+in-process transport passes them as they are and the gRPC transport converts them to protobuf.
+Parties are keyed by their block index (distinct blocks are enforced at registration).
+Arrays are CPU numpy arrays: float32 for embeddings, gradients and probabilities, int64 for rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+PROTOCOL_VERSION = 1
+SPLITS = ("train", "test")
+
+
+@dataclass(frozen=True)
+class PartyInfo:
+    """What a party says about itself when it joins (never features, IDs or labels)."""
+
+    party_id: str
+    block: int
+    num_blocks: int
+    dataset: str
+    feature_shape: tuple[int, ...]
+    num_classes: int
+    has_labels: bool
+    samples: dict[str, int] = field(default_factory=dict)  # rows per split
+    protocol_version: int = PROTOCOL_VERSION
+
+
+@dataclass(frozen=True)
+class EmbedCall:
+    """Compute E_k = f_k(x_k) on the given rows of a split. `train` keeps the graph for backward."""
+
+    round_id: int
+    split: str
+    rows: np.ndarray  # (B,) int64, the party's own row indices
+    digest: bytes  # sha256 over the keyed ID hashes of the batch, in order
+    train: bool
+
+
+@dataclass(frozen=True)
+class FuseCall:
+    """Train head g_k on the round's embeddings; `embeddings` holds the *other* participants'."""
+
+    round_id: int
+    epoch: int
+    embeddings: dict[int, np.ndarray]  # block -> (B, d)
+
+
+@dataclass(frozen=True)
+class FuseResult:
+    loss: float  # the party's sampled LASER loss L_k on this batch
+    grads: dict[int, np.ndarray]  # block -> dL_k/dE_block, (B, d), for every other participant
+
+
+@dataclass(frozen=True)
+class BackwardCall:
+    """Sum over the other heads of dL_k/dE_i; the party adds its own and steps f_i."""
+
+    round_id: int
+    epoch: int
+    grad: np.ndarray | None  # (B, d), None when no other head sent a gradient
+
+
+@dataclass(frozen=True)
+class PredictCall:
+    """Predict h_{k,O} from the embeddings of the observed set O (which includes the party)."""
+
+    request_id: int
+    embeddings: dict[int, np.ndarray]  # block -> (B, d)
+
+
+@dataclass(frozen=True)
+class ScoreCall:
+    """Score predicted classes against the party's own labels; only confusion counts leave it."""
+
+    split: str
+    rows: np.ndarray
+    digest: bytes
+    predictions: dict[str, np.ndarray]  # name -> (B,) int64 predicted classes
+
+
+class Transport(Protocol):
+    """How the round engine reaches parties. Every fan-out method takes one call per party and
+    returns the results of the parties that answered in time; a party that failed, refused or
+    missed its deadline is simply absent (the engine treats it as a missing block)."""
+
+    def infos(self) -> dict[int, PartyInfo]: ...
+
+    def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]: ...
+
+    def class_weights(self, block: int, split: str) -> np.ndarray | None: ...
+
+    def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]: ...
+
+    def fuse(self, calls: dict[int, FuseCall]) -> dict[int, FuseResult]: ...
+
+    def backward(self, calls: dict[int, BackwardCall]) -> set[int]: ...
+
+    def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]: ...
+
+    def score(self, block: int, call: ScoreCall) -> dict[str, np.ndarray] | None: ...

@@ -1,0 +1,371 @@
+"""The one place where protobuf messages and `vfl_core.protocol` types meet.
+
+`*_to_proto` functions build messages from trusted local values. `*_from_proto` functions treat the
+message as untrusted: they check dtypes, ranks, shapes, indices and finiteness and raise
+`ProtocolError` (one readable line naming the field) before anything reaches vfl_core.
+
+Wire dtypes: rows and predicted classes int64 (B,); embeddings, gradients and probabilities
+float32 (B, d) / (B, C); class weights float32 (N,); confusion counts int64 (C, C).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TypeVar
+
+import numpy as np
+from google.protobuf.message import Message
+
+from vfl_core.errors import ProtocolError, StaleRoundError
+from vfl_core.protocol import (
+    PROTOCOL_VERSION,
+    SPLITS,
+    BackwardCall,
+    EmbedCall,
+    FuseCall,
+    FuseResult,
+    PartyInfo,
+    PredictCall,
+    ScoreCall,
+)
+from vfl_wire.tensors import Shape, decode_array, encode_array
+from vfl_wire.v1 import vfl_pb2
+
+Matrix = tuple[int | None, int | None]  # expected (rows, columns); None = any
+ANY2: Matrix = (None, None)
+K = TypeVar("K", int, str)  # map keys: block index or predictor name
+
+# ---------------------------------------------------------------------------------------------
+# Header and small fields
+# ---------------------------------------------------------------------------------------------
+
+
+def header(run_id: str, party_id: str) -> vfl_pb2.Header:
+    """The header of a request for (coordinator -> party) or from (party -> coordinator) a party."""
+    return vfl_pb2.Header(protocol_version=PROTOCOL_VERSION, run_id=run_id, party_id=party_id)
+
+
+def check_header(h: vfl_pb2.Header, *, run_id: str | None, party_id: str | None) -> None:
+    """Reject a header from another protocol version, run or party (None = do not check)."""
+    if h.protocol_version != PROTOCOL_VERSION:
+        hint = " (missing header?)" if h.protocol_version == 0 else ""
+        raise ProtocolError(
+            f"header: protocol version {h.protocol_version}{hint} does not match expected "
+            f"{PROTOCOL_VERSION}"
+        )
+    if run_id is not None and h.run_id != run_id:
+        raise ProtocolError(f"header: run id {h.run_id!r} does not match expected {run_id!r}")
+    if party_id is not None and h.party_id != party_id:
+        raise ProtocolError(f"header: party id {h.party_id!r} does not match expected {party_id!r}")
+
+
+def check_split(split: str, *, what: str = "split") -> str:
+    if split not in SPLITS:
+        raise ProtocolError(f"{what}: unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    return split
+
+
+def check_round(received: int, expected: int, *, what: str = "reply") -> None:
+    """A reply must echo the id of its request; a late reply of an earlier round is stale."""
+    if received != expected:
+        raise StaleRoundError(f"{what}: round id {received} does not match expected {expected}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed array decoders
+# ---------------------------------------------------------------------------------------------
+
+
+def _index_vector(t: vfl_pb2.Tensor, what: str, length: int | None = None) -> np.ndarray:
+    """(B,) int64 of non-negative indices (rows or classes); negative ones would wrap in numpy."""
+    a = decode_array(t, what=what, expect_dtype="int64", expect_shape=(length,))
+    if a.size and a.min() < 0:
+        pos = int(np.argmax(a < 0))
+        raise ProtocolError(f"{what}: negative value {int(a[pos])} at position {pos}")
+    return a
+
+
+def _matrix(t: vfl_pb2.Tensor, what: str, expect: Shape = ANY2) -> np.ndarray:
+    return decode_array(t, what=what, expect_dtype="float32", expect_shape=expect)
+
+
+def _block_map(
+    m: Mapping[int, vfl_pb2.Tensor], what: str, expect: Matrix = ANY2
+) -> dict[int, np.ndarray]:
+    """block -> (B, d) float32; every entry must have the same shape (one batch, one d)."""
+    out: dict[int, np.ndarray] = {}
+    shape: Shape = expect
+    for block in sorted(m):
+        name = f"{what} for block {block}"
+        if block < 0:
+            raise ProtocolError(f"{name}: negative block index")
+        out[block] = _matrix(m[block], name, shape)
+        shape = out[block].shape
+    return out
+
+
+def _encode_map(arrays: Mapping[K, np.ndarray], what: str) -> dict[K, vfl_pb2.Tensor]:
+    return {k: encode_array(v, what=f"{what} {k}") for k, v in arrays.items()}
+
+
+def _require(msg: Message, field: str, what: str) -> None:
+    if not msg.HasField(field):
+        raise ProtocolError(f"{what}: missing")
+
+
+# ---------------------------------------------------------------------------------------------
+# Party service
+# ---------------------------------------------------------------------------------------------
+
+
+def id_hashes_to_proto(hashes: list[bytes]) -> vfl_pb2.IdHashesReply:
+    return vfl_pb2.IdHashesReply(hashes=hashes)
+
+
+def id_hashes_from_proto(reply: vfl_pb2.IdHashesReply) -> list[bytes]:
+    return list(reply.hashes)
+
+
+def class_weights_to_proto(weights: np.ndarray | None) -> vfl_pb2.ClassWeightsReply:
+    if weights is None:
+        return vfl_pb2.ClassWeightsReply(present=False)
+    return vfl_pb2.ClassWeightsReply(
+        present=True, weights=encode_array(weights, what="class weights")
+    )
+
+
+def class_weights_from_proto(reply: vfl_pb2.ClassWeightsReply) -> np.ndarray | None:
+    """(N,) float32 per-row class weights, or None for a party without labels."""
+    if not reply.present:
+        return None
+    _require(reply, "weights", "class weights")
+    return decode_array(
+        reply.weights, what="class weights", expect_dtype="float32", expect_shape=(None,)
+    )
+
+
+def embed_call_to_proto(call: EmbedCall, h: vfl_pb2.Header) -> vfl_pb2.EmbedRequest:
+    return vfl_pb2.EmbedRequest(
+        header=h,
+        round_id=call.round_id,
+        split=call.split,
+        rows=encode_array(call.rows, what="embed rows"),
+        digest=call.digest,
+        train=call.train,
+    )
+
+
+def embed_call_from_proto(req: vfl_pb2.EmbedRequest) -> EmbedCall:
+    return EmbedCall(
+        round_id=req.round_id,
+        split=check_split(req.split, what="embed split"),
+        rows=_index_vector(req.rows, "embed rows"),
+        digest=req.digest,
+        train=req.train,
+    )
+
+
+def embedding_to_proto(round_id: int, embedding: np.ndarray) -> vfl_pb2.EmbedReply:
+    return vfl_pb2.EmbedReply(
+        round_id=round_id, embedding=encode_array(embedding, what="embedding")
+    )
+
+
+def embedding_from_proto(
+    reply: vfl_pb2.EmbedReply, *, round_id: int, expect_shape: Matrix = ANY2
+) -> np.ndarray:
+    """(B, d) float32 embedding of the round `round_id` (StaleRoundError for another round)."""
+    check_round(reply.round_id, round_id, what="embed reply")
+    return _matrix(reply.embedding, "embedding", expect_shape)
+
+
+def fuse_call_to_proto(call: FuseCall, h: vfl_pb2.Header) -> vfl_pb2.FuseRequest:
+    return vfl_pb2.FuseRequest(
+        header=h,
+        round_id=call.round_id,
+        epoch=call.epoch,
+        embeddings=_encode_map(call.embeddings, "embedding for block"),
+    )
+
+
+def fuse_call_from_proto(req: vfl_pb2.FuseRequest, *, expect_shape: Matrix = ANY2) -> FuseCall:
+    return FuseCall(
+        round_id=req.round_id,
+        epoch=req.epoch,
+        embeddings=_block_map(req.embeddings, "embedding", expect_shape),
+    )
+
+
+def fuse_result_to_proto(result: FuseResult, round_id: int) -> vfl_pb2.FuseReply:
+    return vfl_pb2.FuseReply(
+        round_id=round_id,
+        loss=result.loss,
+        grads=_encode_map(result.grads, "gradient for block"),
+    )
+
+
+def fuse_result_from_proto(
+    reply: vfl_pb2.FuseReply, *, round_id: int, expect_shape: Matrix = ANY2
+) -> FuseResult:
+    check_round(reply.round_id, round_id, what="fuse reply")
+    if not math.isfinite(reply.loss):
+        raise ProtocolError(f"fuse loss: non-finite value {reply.loss}")
+    return FuseResult(loss=reply.loss, grads=_block_map(reply.grads, "gradient", expect_shape))
+
+
+def backward_call_to_proto(call: BackwardCall, h: vfl_pb2.Header) -> vfl_pb2.BackwardRequest:
+    req = vfl_pb2.BackwardRequest(header=h, round_id=call.round_id, epoch=call.epoch)
+    if call.grad is not None:
+        req.has_grad = True
+        req.grad.CopyFrom(encode_array(call.grad, what="backward gradient"))
+    return req
+
+
+def backward_call_from_proto(
+    req: vfl_pb2.BackwardRequest, *, expect_shape: Matrix = ANY2
+) -> BackwardCall:
+    grad = None
+    if req.has_grad:
+        _require(req, "grad", "backward gradient")
+        grad = _matrix(req.grad, "backward gradient", expect_shape)
+    elif req.HasField("grad"):
+        raise ProtocolError("backward gradient: present but has_grad is false")
+    return BackwardCall(round_id=req.round_id, epoch=req.epoch, grad=grad)
+
+
+def predict_call_to_proto(call: PredictCall, h: vfl_pb2.Header) -> vfl_pb2.PredictRequest:
+    return vfl_pb2.PredictRequest(
+        header=h,
+        request_id=call.request_id,
+        embeddings=_encode_map(call.embeddings, "embedding for block"),
+    )
+
+
+def predict_call_from_proto(
+    req: vfl_pb2.PredictRequest, *, expect_shape: Matrix = ANY2
+) -> PredictCall:
+    return PredictCall(
+        request_id=req.request_id,
+        embeddings=_block_map(req.embeddings, "embedding", expect_shape),
+    )
+
+
+def probabilities_to_proto(request_id: int, probabilities: np.ndarray) -> vfl_pb2.PredictReply:
+    return vfl_pb2.PredictReply(
+        request_id=request_id, probabilities=encode_array(probabilities, what="probabilities")
+    )
+
+
+def probabilities_from_proto(
+    reply: vfl_pb2.PredictReply, *, request_id: int, expect_shape: Matrix = ANY2
+) -> np.ndarray:
+    """(B, C) float32 class probabilities of request `request_id`."""
+    check_round(reply.request_id, request_id, what="predict reply")
+    return _matrix(reply.probabilities, "probabilities", expect_shape)
+
+
+def score_call_to_proto(call: ScoreCall, h: vfl_pb2.Header) -> vfl_pb2.ScoreRequest:
+    return vfl_pb2.ScoreRequest(
+        header=h,
+        split=call.split,
+        rows=encode_array(call.rows, what="score rows"),
+        digest=call.digest,
+        predictions=_encode_map(call.predictions, "predictions of"),
+    )
+
+
+def score_call_from_proto(req: vfl_pb2.ScoreRequest) -> ScoreCall:
+    rows = _index_vector(req.rows, "score rows")
+    predictions = {
+        name: _index_vector(req.predictions[name], f"predictions of {name}", len(rows))
+        for name in sorted(req.predictions)
+    }
+    return ScoreCall(
+        split=check_split(req.split, what="score split"),
+        rows=rows,
+        digest=req.digest,
+        predictions=predictions,
+    )
+
+
+def score_reply_to_proto(confusion: Mapping[str, np.ndarray]) -> vfl_pb2.ScoreReply:
+    return vfl_pb2.ScoreReply(confusion=_encode_map(confusion, "confusion of"))
+
+
+def score_reply_from_proto(reply: vfl_pb2.ScoreReply) -> dict[str, np.ndarray]:
+    """predictor name -> (C, C) int64 confusion counts [true, predicted]."""
+    out: dict[str, np.ndarray] = {}
+    for name in sorted(reply.confusion):
+        what = f"confusion of {name}"
+        counts = decode_array(
+            reply.confusion[name], what=what, expect_dtype="int64", expect_shape=(None, None)
+        )
+        if counts.shape[0] != counts.shape[1]:
+            raise ProtocolError(f"{what}: shape {counts.shape} is not square")
+        if counts.size and counts.min() < 0:
+            raise ProtocolError(f"{what}: negative count")
+        out[name] = counts
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Coordinator service
+# ---------------------------------------------------------------------------------------------
+
+
+def party_info_to_proto(info: PartyInfo) -> vfl_pb2.PartyInfoMsg:
+    return vfl_pb2.PartyInfoMsg(
+        party_id=info.party_id,
+        block=info.block,
+        num_blocks=info.num_blocks,
+        dataset=info.dataset,
+        feature_shape=info.feature_shape,
+        num_classes=info.num_classes,
+        has_labels=info.has_labels,
+        samples=info.samples,
+        protocol_version=info.protocol_version,
+    )
+
+
+def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
+    """Check the self-description for internal consistency; the coordinator checks the rest."""
+    if not msg.party_id:
+        raise ProtocolError("party info: empty party id")
+    if msg.num_blocks < 1 or not 0 <= msg.block < msg.num_blocks:
+        raise ProtocolError(
+            f"party info {msg.party_id!r}: block {msg.block} outside 0..{msg.num_blocks - 1}"
+        )
+    if not msg.feature_shape or min(msg.feature_shape) < 1:
+        raise ProtocolError(
+            f"party info {msg.party_id!r}: invalid feature shape {tuple(msg.feature_shape)}"
+        )
+    if msg.num_classes < 0:
+        raise ProtocolError(f"party info {msg.party_id!r}: negative number of classes")
+    if any(n < 0 for n in msg.samples.values()):
+        raise ProtocolError(f"party info {msg.party_id!r}: negative sample count")
+    return PartyInfo(
+        party_id=msg.party_id,
+        block=msg.block,
+        num_blocks=msg.num_blocks,
+        dataset=msg.dataset,
+        feature_shape=tuple(msg.feature_shape),
+        num_classes=msg.num_classes,
+        has_labels=msg.has_labels,
+        samples=dict(sorted(msg.samples.items())),
+        protocol_version=msg.protocol_version,
+    )
+
+
+def register_request_to_proto(
+    info: PartyInfo, address: str, h: vfl_pb2.Header
+) -> vfl_pb2.RegisterRequest:
+    return vfl_pb2.RegisterRequest(header=h, info=party_info_to_proto(info), address=address)
+
+
+def register_request_from_proto(req: vfl_pb2.RegisterRequest) -> tuple[PartyInfo, str]:
+    """(the party's info, the address where it serves `Party`)."""
+    _require(req, "info", "register info")
+    if not req.address:
+        raise ProtocolError("register address: empty")
+    return party_info_from_proto(req.info), req.address

@@ -1,0 +1,108 @@
+"""numpy arrays <-> `vfl.v1.Tensor` messages (dtype name, shape, raw little-endian bytes).
+
+Decoding treats every tensor as untrusted: each check that fails raises `ProtocolError` with one
+line that names the field (`what`), so a servicer can return it as INVALID_ARGUMENT unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from vfl_core.errors import ProtocolError
+from vfl_wire.v1 import vfl_pb2
+
+# The dtypes that may travel. bfloat16 is left out: numpy has no native bfloat16.
+ALLOWED_DTYPES: frozenset[str] = frozenset({"float16", "float32", "float64", "int32", "int64"})
+# Per-tensor cap, below the per-message cap (vfl_wire.channels.MAX_MESSAGE_BYTES, 128 MiB): the
+# largest tensor we plan for is a 4096 x 1024 float32 embedding (16 MiB); 64 MiB leaves 4x room.
+MAX_TENSOR_BYTES = 64 * 1024 * 1024
+# numpy allows 64 dimensions; nothing in the protocol has more than 2.
+MAX_NDIM = 32
+
+Shape = tuple[int | None, ...]
+
+
+def encode_array(a: np.ndarray, *, what: str = "tensor") -> vfl_pb2.Tensor:
+    """Encode `a` as C-order little-endian bytes. Raises ProtocolError for a disallowed dtype."""
+    name = a.dtype.name
+    if name not in ALLOWED_DTYPES:
+        raise ProtocolError(f"{what}: cannot send dtype {name}; allowed: {_allowed()}")
+    # not ascontiguousarray: it turns a 0-d array into shape (1,)
+    little = np.asarray(a, dtype=a.dtype.newbyteorder("<"), order="C")
+    return vfl_pb2.Tensor(dtype=name, shape=little.shape, data=little.tobytes())
+
+
+def decode_array(
+    t: vfl_pb2.Tensor,
+    *,
+    what: str = "tensor",
+    expect_dtype: str | None = None,
+    expect_shape: Shape | None = None,
+    max_bytes: int = MAX_TENSOR_BYTES,
+    allow_nonfinite: bool = False,
+) -> np.ndarray:
+    """Validate and decode `t` into a writable, owned, native-byte-order array.
+
+    `expect_shape` fixes the rank; a None entry accepts any size in that dimension.
+    Float arrays must be finite unless `allow_nonfinite`.
+    """
+    dtype = _check_dtype(t.dtype, what, expect_dtype)
+    shape = _check_shape(tuple(t.shape), what, expect_shape)
+    nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
+    if nbytes > max_bytes:
+        raise ProtocolError(
+            f"{what}: {_fmt(shape)} {dtype.name} is {nbytes} bytes, cap {max_bytes}"
+        )
+    if len(t.data) != nbytes:
+        raise ProtocolError(
+            f"{what}: {len(t.data)} data bytes, expected {nbytes} for {_fmt(shape)} {dtype.name}"
+        )
+    try:
+        wire = np.frombuffer(t.data, dtype=dtype.newbyteorder("<")).reshape(shape)
+    except ValueError as exc:  # e.g. (0, 2**62): zero bytes, but too big for numpy to index
+        raise ProtocolError(f"{what}: shape {_fmt(shape)} cannot be represented: {exc}") from None
+    out = wire.astype(dtype.newbyteorder("="), copy=True)  # owned, writable, native order
+    if not allow_nonfinite and out.dtype.kind == "f":
+        _check_finite(out, what)
+    return out
+
+
+def _allowed() -> str:
+    return ", ".join(sorted(ALLOWED_DTYPES))
+
+
+def _fmt(shape: tuple[object, ...]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _check_dtype(name: str, what: str, expect: str | None) -> np.dtype:
+    if name not in ALLOWED_DTYPES:
+        raise ProtocolError(f"{what}: unknown dtype {name!r}; allowed: {_allowed()}")
+    if expect is not None and name != expect:
+        raise ProtocolError(f"{what}: dtype {name} does not match expected {expect}")
+    return np.dtype(name)
+
+
+def _check_shape(shape: tuple[int, ...], what: str, expect: Shape | None) -> tuple[int, ...]:
+    if len(shape) > MAX_NDIM:
+        raise ProtocolError(f"{what}: {len(shape)} dimensions, at most {MAX_NDIM} allowed")
+    if any(d < 0 for d in shape):
+        raise ProtocolError(f"{what}: negative dimension in shape {_fmt(shape)}")
+    if expect is not None and (
+        len(shape) != len(expect)
+        or any(e is not None and d != e for d, e in zip(shape, expect, strict=True))
+    ):
+        wanted = _fmt(tuple("*" if e is None else e for e in expect))
+        raise ProtocolError(f"{what}: shape {_fmt(shape)} does not match expected {wanted}")
+    return shape
+
+
+def _check_finite(a: np.ndarray, what: str) -> None:
+    bad = ~np.isfinite(a)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ProtocolError(
+            f"{what}: {int(bad.sum())} non-finite value(s), first at index {_fmt(first)}"
+        )

@@ -1,0 +1,356 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Tensor(_message.Message):
+    __slots__ = ("dtype", "shape", "data")
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    data: bytes
+    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class Header(_message.Message):
+    __slots__ = ("protocol_version", "run_id", "party_id")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTY_ID_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    run_id: str
+    party_id: str
+    def __init__(self, protocol_version: _Optional[int] = ..., run_id: _Optional[str] = ..., party_id: _Optional[str] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class IdHashesRequest(_message.Message):
+    __slots__ = ("header", "split")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    split: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ...) -> None: ...
+
+class IdHashesReply(_message.Message):
+    __slots__ = ("hashes",)
+    HASHES_FIELD_NUMBER: _ClassVar[int]
+    hashes: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class ClassWeightsRequest(_message.Message):
+    __slots__ = ("header", "split")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    split: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ...) -> None: ...
+
+class ClassWeightsReply(_message.Message):
+    __slots__ = ("present", "weights")
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    present: bool
+    weights: Tensor
+    def __init__(self, present: _Optional[bool] = ..., weights: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
+class EmbedRequest(_message.Message):
+    __slots__ = ("header", "round_id", "split", "rows", "digest", "train")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    round_id: int
+    split: str
+    rows: Tensor
+    digest: bytes
+    train: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., train: _Optional[bool] = ...) -> None: ...
+
+class EmbedReply(_message.Message):
+    __slots__ = ("round_id", "embedding")
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    round_id: int
+    embedding: Tensor
+    def __init__(self, round_id: _Optional[int] = ..., embedding: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
+class FuseRequest(_message.Message):
+    __slots__ = ("header", "round_id", "epoch", "embeddings")
+    class EmbeddingsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Tensor
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    round_id: int
+    epoch: int
+    embeddings: _containers.MessageMap[int, Tensor]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ...) -> None: ...
+
+class FuseReply(_message.Message):
+    __slots__ = ("round_id", "loss", "grads")
+    class GradsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Tensor
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    GRADS_FIELD_NUMBER: _ClassVar[int]
+    round_id: int
+    loss: float
+    grads: _containers.MessageMap[int, Tensor]
+    def __init__(self, round_id: _Optional[int] = ..., loss: _Optional[float] = ..., grads: _Optional[_Mapping[int, Tensor]] = ...) -> None: ...
+
+class BackwardRequest(_message.Message):
+    __slots__ = ("header", "round_id", "epoch", "has_grad", "grad")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HAS_GRAD_FIELD_NUMBER: _ClassVar[int]
+    GRAD_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    round_id: int
+    epoch: int
+    has_grad: bool
+    grad: Tensor
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., has_grad: _Optional[bool] = ..., grad: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
+class PredictRequest(_message.Message):
+    __slots__ = ("header", "request_id", "embeddings")
+    class EmbeddingsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Tensor
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    request_id: int
+    embeddings: _containers.MessageMap[int, Tensor]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., request_id: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ...) -> None: ...
+
+class PredictReply(_message.Message):
+    __slots__ = ("request_id", "probabilities")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    probabilities: Tensor
+    def __init__(self, request_id: _Optional[int] = ..., probabilities: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
+class ScoreRequest(_message.Message):
+    __slots__ = ("header", "split", "rows", "digest", "predictions")
+    class PredictionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    split: str
+    rows: Tensor
+    digest: bytes
+    predictions: _containers.MessageMap[str, Tensor]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., predictions: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...
+
+class ScoreReply(_message.Message):
+    __slots__ = ("confusion",)
+    class ConfusionEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    CONFUSION_FIELD_NUMBER: _ClassVar[int]
+    confusion: _containers.MessageMap[str, Tensor]
+    def __init__(self, confusion: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...
+
+class ShutdownRequest(_message.Message):
+    __slots__ = ("header", "reason")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    reason: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PartyInfoMsg(_message.Message):
+    __slots__ = ("party_id", "block", "num_blocks", "dataset", "feature_shape", "num_classes", "has_labels", "samples", "protocol_version")
+    class SamplesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    PARTY_ID_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    NUM_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    HAS_LABELS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    party_id: str
+    block: int
+    num_blocks: int
+    dataset: str
+    feature_shape: _containers.RepeatedScalarFieldContainer[int]
+    num_classes: int
+    has_labels: bool
+    samples: _containers.ScalarMap[str, int]
+    protocol_version: int
+    def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., num_blocks: _Optional[int] = ..., dataset: _Optional[str] = ..., feature_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., has_labels: _Optional[bool] = ..., samples: _Optional[_Mapping[str, int]] = ..., protocol_version: _Optional[int] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("header", "info", "address")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    info: PartyInfoMsg
+    address: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., info: _Optional[_Union[PartyInfoMsg, _Mapping]] = ..., address: _Optional[str] = ...) -> None: ...
+
+class RegisterReply(_message.Message):
+    __slots__ = ("run_id", "config_json", "message")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    config_json: str
+    message: str
+    def __init__(self, run_id: _Optional[str] = ..., config_json: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class FederatedPredictRequest(_message.Message):
+    __slots__ = ("header", "split", "id_hashes", "all_rows", "deadline_s")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    ID_HASHES_FIELD_NUMBER: _ClassVar[int]
+    ALL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    split: str
+    id_hashes: _containers.RepeatedScalarFieldContainer[bytes]
+    all_rows: bool
+    deadline_s: float
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., id_hashes: _Optional[_Iterable[bytes]] = ..., all_rows: _Optional[bool] = ..., deadline_s: _Optional[float] = ...) -> None: ...
+
+class PredictionRow(_message.Message):
+    __slots__ = ("id_hash", "observed_blocks", "party_probabilities", "federation_probabilities", "predicted_class")
+    class PartyProbabilitiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Tensor
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    ID_HASH_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    PARTY_PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
+    FEDERATION_PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_CLASS_FIELD_NUMBER: _ClassVar[int]
+    id_hash: bytes
+    observed_blocks: _containers.RepeatedScalarFieldContainer[int]
+    party_probabilities: _containers.MessageMap[int, Tensor]
+    federation_probabilities: Tensor
+    predicted_class: int
+    def __init__(self, id_hash: _Optional[bytes] = ..., observed_blocks: _Optional[_Iterable[int]] = ..., party_probabilities: _Optional[_Mapping[int, Tensor]] = ..., federation_probabilities: _Optional[_Union[Tensor, _Mapping]] = ..., predicted_class: _Optional[int] = ...) -> None: ...
+
+class FederatedPredictReply(_message.Message):
+    __slots__ = ("rows",)
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[PredictionRow]
+    def __init__(self, rows: _Optional[_Iterable[_Union[PredictionRow, _Mapping]]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
+
+class PartyStatus(_message.Message):
+    __slots__ = ("party_id", "block", "state", "missed_rounds")
+    PARTY_ID_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MISSED_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    party_id: str
+    block: int
+    state: str
+    missed_rounds: int
+    def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., state: _Optional[str] = ..., missed_rounds: _Optional[int] = ...) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("state", "round_id", "epoch", "parties")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PARTIES_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    round_id: int
+    epoch: int
+    parties: _containers.RepeatedCompositeFieldContainer[PartyStatus]
+    def __init__(self, state: _Optional[str] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., parties: _Optional[_Iterable[_Union[PartyStatus, _Mapping]]] = ...) -> None: ...
+
+class EvaluateRequest(_message.Message):
+    __slots__ = ("header", "split")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    split: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ...) -> None: ...
+
+class EvaluateRow(_message.Message):
+    __slots__ = ("observed", "samples", "accuracy", "federation_accuracy", "f1")
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    FEDERATION_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    F1_FIELD_NUMBER: _ClassVar[int]
+    observed: str
+    samples: int
+    accuracy: float
+    federation_accuracy: float
+    f1: float
+    def __init__(self, observed: _Optional[str] = ..., samples: _Optional[int] = ..., accuracy: _Optional[float] = ..., federation_accuracy: _Optional[float] = ..., f1: _Optional[float] = ...) -> None: ...
+
+class EvaluateReply(_message.Message):
+    __slots__ = ("rows", "unscored", "live_blocks", "seconds")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    UNSCORED_FIELD_NUMBER: _ClassVar[int]
+    LIVE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[EvaluateRow]
+    unscored: int
+    live_blocks: _containers.RepeatedScalarFieldContainer[int]
+    seconds: float
+    def __init__(self, rows: _Optional[_Iterable[_Union[EvaluateRow, _Mapping]]] = ..., unscored: _Optional[int] = ..., live_blocks: _Optional[_Iterable[int]] = ..., seconds: _Optional[float] = ...) -> None: ...
