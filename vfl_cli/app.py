@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import typer
 
+from vfl_cli.demo_cmd import demo
 from vfl_cli.errors import user_errors
 from vfl_cli.prepare_cmd import prepare
+from vfl_cli.remote_cmd import evaluate, predict
 from vfl_cli.simulate_cmd import simulate
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.command("prepare")(user_errors(prepare))
 app.command("simulate")(simulate)
+app.command("demo")(demo)
+app.command("evaluate")(evaluate)
+app.command("predict")(predict)
 
 
 def main() -> None:

@@ -18,7 +18,6 @@ from vfl_core.engine import Federation
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_wire import convert
 from vfl_wire.status import rpc_errors
-from vfl_wire.tensors import encode_array
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -87,12 +86,8 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 _check_split_known(fed, split)
                 report = fed.evaluate(split)
                 live = [b for b, s in fed.liveness.state.items() if s == "up"]
-            reply = vfl_pb2.EvaluateReply(
-                unscored=report.unscored, live_blocks=live, seconds=time.perf_counter() - start
-            )
-            for row in report.rows():
-                reply.rows.add(**row.__dict__)
-            return reply
+            seconds = time.perf_counter() - start
+            return convert.eval_report_to_proto(report.rows(), report.unscored, live, seconds)
 
     def Predict(self, request, context):
         with rpc_errors(context, "Predict"):
@@ -104,10 +99,11 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 index = (
                     None if request.all_rows else _key_index(fed, split, list(request.id_hashes))
                 )
-                reply = vfl_pb2.FederatedPredictReply()
-                for batch in fed.predict_batches(split, index):
-                    _add_rows(reply, fed, split, batch)
-            return reply
+                keys = fed.alignments[split].keys
+                samples = [p for b in fed.predict_batches(split, index) for p in b.samples(keys)]
+            return vfl_pb2.FederatedPredictReply(
+                rows=[convert.prediction_to_proto(p) for p in samples]
+            )
 
 
 def _check_split_known(fed: Federation, split: str) -> None:
@@ -120,19 +116,6 @@ def _key_index(fed: Federation, split: str, hashes: list[bytes]) -> np.ndarray:
         raise ProtocolError(f"predict: {len(hashes)} IDs requested, at most {MAX_PREDICT_IDS}")
     position = {key: i for i, key in enumerate(fed.alignments[split].keys)}
     return np.array(sorted({position[h] for h in hashes if h in position}), dtype=np.int64)
-
-
-def _add_rows(reply: vfl_pb2.FederatedPredictReply, fed: Federation, split: str, batch) -> None:
-    keys = fed.alignments[split].keys
-    for j, i in enumerate(batch.index):
-        row = reply.rows.add(id_hash=keys[int(i)], observed_blocks=list(batch.present))
-        for block, probs in batch.party_probs.items():
-            row.party_probabilities[block].CopyFrom(encode_array(probs[j]))
-        if batch.federation is not None:
-            row.federation_probabilities.CopyFrom(encode_array(batch.federation[j]))
-            row.predicted_class = int(batch.federation[j].argmax())
-        else:
-            row.predicted_class = -1
 
 
 def _peer_address(peer: str, advertised: str) -> str:

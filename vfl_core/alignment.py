@@ -19,6 +19,11 @@ from vfl_core.seeding import Stream, rng
 
 Pattern = tuple[int, ...]  # sorted blocks that hold a sample
 
+# The secret that the demo, the simulation and a client without --secret share. Real federations
+# set their own (VFL_SECRET); the coordinator never learns it. The batch plan depends on the hashes,
+# so a simulation reproduces a gRPC run only with the same secret.
+DEMO_SECRET = "vfl-demo-secret"
+
 
 def hash_ids(ids: Iterable[str], secret: bytes) -> list[bytes]:
     """Keyed hashes of sample IDs; without `secret` they cannot be linked back to IDs."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +27,7 @@ from vfl_core.protocol import (
     FuseCall,
     PartyInfo,
     PredictCall,
+    SamplePrediction,
     ScoreCall,
     Transport,
 )
@@ -60,6 +61,22 @@ class PredictionBatch:
     present: tuple[int, ...]  # blocks whose embeddings were used (the observed set O')
     party_probs: dict[int, np.ndarray]  # head block -> (B, C)
     federation: np.ndarray | None  # (B, C), mean of the heads' probabilities
+
+    def samples(self, keys: Sequence[bytes]) -> list[SamplePrediction]:
+        """One SamplePrediction per sample of the batch."""
+        out = []
+        for j, i in enumerate(self.index):
+            fed = None if self.federation is None else self.federation[j]
+            out.append(
+                SamplePrediction(
+                    id_hash=keys[int(i)],
+                    observed=self.present,
+                    party_probs={b: p[j] for b, p in self.party_probs.items()},
+                    federation=fed,
+                    predicted_class=-1 if fed is None else int(fed.argmax()),
+                )
+            )
+        return out
 
 
 @dataclass
@@ -168,14 +185,13 @@ class Federation:
         al = self.alignments["train"]
         digest = al.digest(batch.index)
         size, dim = len(batch.index), self.config.model.embed_dim
-        callees = [b for b in batch.pattern if self.liveness.should_call(b, round_id)]
+        callees = [b for b in batch.pattern if self.liveness.should_call(b, self._tick)]
         calls = {
             b: EmbedCall(round_id, "train", al.rows_of(b, batch.index), digest, True)
             for b in callees
         }
-        embeddings = self._accept(
-            self.transport.embed(calls), callees, (size, dim), "embed", round_id
-        )
+        where = f"round {round_id}"
+        embeddings = self._accept(self.transport.embed(calls), callees, (size, dim), "embed", where)
         present = tuple(sorted(embeddings))
         heads = [b for b in present if self.infos[b].has_labels]
         fuse_calls = {
@@ -188,10 +204,10 @@ class Federation:
             for k, r in fused.items()
             if all(_ok(r.grads.get(b), (size, dim)) for b in present if b != k)
         }
-        self._record(heads, fused, "fuse", round_id)
+        self._record(heads, fused, "fuse", where)
         backward_calls = {b: BackwardCall(round_id, epoch, _sum_grads(fused, b)) for b in present}
         updated = self.transport.backward(backward_calls) if backward_calls else set()
-        self._record(present, updated, "backward", round_id)
+        self._record(present, updated, "backward", where)
         return RoundRecord(
             round_id=round_id,
             epoch=epoch,
@@ -207,25 +223,26 @@ class Federation:
         callees: list[int],
         shape: tuple[int, int],
         phase: str,
-        round_id: int,
+        where: str,
     ) -> dict[int, np.ndarray]:
         good = {b: a for b, a in answers.items() if b in callees and _ok(a, shape)}
         for b in answers.keys() - good.keys():
-            log.warning(
-                "round %d: %s answer of block %d refused (shape/dtype/NaN)", round_id, phase, b
-            )
-        self._record(callees, good, phase, round_id)
+            log.warning("%s: %s answer of block %d refused (shape/dtype/NaN)", where, phase, b)
+        self._record(callees, good, phase, where)
         return good
 
-    def _record(
-        self, expected: list[int] | tuple[int, ...], got, phase: str, round_id: int
-    ) -> None:
+    def _record(self, expected: Iterable[int], got: Container[int], phase: str, where: str) -> None:
         for b in expected:
             if b in got:
-                self.liveness.answered(b, round_id)
+                self.liveness.answered(b, self._tick)
             else:
-                log.info("round %d: block %d missed %s", round_id, b, phase)
-                self.liveness.failed(b, round_id, phase)
+                log.info("%s: block %d missed %s", where, b, phase)
+                self.liveness.failed(b, self._tick, phase)
+
+    @property
+    def _tick(self) -> int:
+        """Advances with every training round and every inference batch (liveness clock)."""
+        return self.round_id + self.request_id
 
     # ------------------------------------------------------------------ inference
     def predict_batches(
@@ -242,13 +259,12 @@ class Federation:
         self.request_id += 1
         digest = al.digest(batch.index)
         size, dim = len(batch.index), self.config.model.embed_dim
-        callees = [b for b in batch.pattern if self.liveness.should_call(b, self.round_id)]
+        callees = [b for b in batch.pattern if self.liveness.should_call(b, self._tick)]
         calls = {
             b: EmbedCall(request, split, al.rows_of(b, batch.index), digest, False) for b in callees
         }
-        embeddings = self._accept(
-            self.transport.embed(calls), callees, (size, dim), "embed", self.round_id
-        )
+        where = f"{split} request {request}"
+        embeddings = self._accept(self.transport.embed(calls), callees, (size, dim), "embed", where)
         present = tuple(sorted(embeddings))
         heads = [b for b in present if self.infos[b].has_labels]
         probs = self.transport.predict({k: PredictCall(request, embeddings) for k in heads})

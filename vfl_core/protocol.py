@@ -105,3 +105,14 @@ class Transport(Protocol):
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]: ...
 
     def score(self, block: int, call: ScoreCall) -> dict[str, np.ndarray] | None: ...
+
+
+@dataclass(frozen=True)
+class SamplePrediction:
+    """The federation's answer for one sample, as the coordinator's Predict service returns it."""
+
+    id_hash: bytes
+    observed: tuple[int, ...]  # blocks whose embeddings were used (O')
+    party_probs: dict[int, np.ndarray]  # head block -> (C,)
+    federation: np.ndarray | None  # (C,), mean of the heads' probabilities
+    predicted_class: int  # -1 when no head party could predict

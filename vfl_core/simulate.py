@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vfl_core.alignment import DEMO_SECRET
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, check_federation, load_party_dir
 from vfl_core.datasets import load_dataset
@@ -38,7 +39,7 @@ class SimulationConfig(BaseModel):
     test_fraction: float = Field(0.2, gt=0, lt=1)
     layout: str = "auto"
     label_blocks: tuple[int, ...] | None = None
-    secret: str = "vfl-simulation"
+    secret: str = DEMO_SECRET
     train: TrainConfig = TrainConfig()
 
 

@@ -11,13 +11,14 @@ float32 (B, d) / (B, C); class weights float32 (N,); confusion counts int64 (C, 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
 from google.protobuf.message import Message
 
 from vfl_core.errors import ProtocolError, StaleRoundError
+from vfl_core.metrics import MetricRow
 from vfl_core.protocol import (
     PROTOCOL_VERSION,
     SPLITS,
@@ -27,6 +28,7 @@ from vfl_core.protocol import (
     FuseResult,
     PartyInfo,
     PredictCall,
+    SamplePrediction,
     ScoreCall,
 )
 from vfl_wire.tensors import Shape, decode_array, encode_array
@@ -369,3 +371,60 @@ def register_request_from_proto(req: vfl_pb2.RegisterRequest) -> tuple[PartyInfo
     if not req.address:
         raise ProtocolError("register address: empty")
     return party_info_from_proto(req.info), req.address
+
+
+def eval_report_to_proto(
+    rows: Sequence[MetricRow], unscored: int, live_blocks: Sequence[int], seconds: float
+) -> vfl_pb2.EvaluateReply:
+    reply = vfl_pb2.EvaluateReply(unscored=unscored, live_blocks=live_blocks, seconds=seconds)
+    for row in rows:
+        reply.rows.add(
+            observed=row.observed,
+            samples=row.samples,
+            accuracy=row.accuracy,
+            federation_accuracy=row.federation_accuracy,
+            f1=row.f1,
+        )
+    return reply
+
+
+def eval_rows_from_proto(reply: vfl_pb2.EvaluateReply) -> list[MetricRow]:
+    return [
+        MetricRow(
+            observed=r.observed,
+            samples=r.samples,
+            accuracy=r.accuracy,
+            federation_accuracy=r.federation_accuracy,
+            f1=r.f1,
+        )
+        for r in reply.rows
+    ]
+
+
+def prediction_to_proto(p: SamplePrediction) -> vfl_pb2.PredictionRow:
+    row = vfl_pb2.PredictionRow(
+        id_hash=p.id_hash, observed_blocks=p.observed, predicted_class=p.predicted_class
+    )
+    for block, probs in p.party_probs.items():
+        row.party_probabilities[block].CopyFrom(encode_array(probs, what="probabilities"))
+    if p.federation is not None:
+        row.federation_probabilities.CopyFrom(encode_array(p.federation, what="probabilities"))
+    return row
+
+
+def prediction_from_proto(row: vfl_pb2.PredictionRow) -> SamplePrediction:
+    federation = None
+    if row.HasField("federation_probabilities"):
+        federation = decode_array(
+            row.federation_probabilities, what="federation probabilities", expect_dtype="float32"
+        )
+    return SamplePrediction(
+        id_hash=row.id_hash,
+        observed=tuple(row.observed_blocks),
+        party_probs={
+            b: decode_array(row.party_probabilities[b], what=f"probabilities of block {b}")
+            for b in sorted(row.party_probabilities)
+        },
+        federation=federation,
+        predicted_class=row.predicted_class,
+    )

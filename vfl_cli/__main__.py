@@ -1,0 +1,3 @@
+from vfl_cli.app import main
+
+main()

@@ -1,0 +1,75 @@
+"""A typed client for the coordinator's service, used by `vfl evaluate`, `vfl predict`, demo."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+from vfl_core.errors import VflError
+from vfl_core.metrics import MetricRow
+from vfl_core.protocol import SamplePrediction
+from vfl_wire import convert
+from vfl_wire.channels import make_channel
+from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    rows: list[MetricRow]
+    unscored: int
+    live_blocks: list[int]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Status:
+    phase: str
+    round_id: int
+    epoch: int
+    parties: dict[int, str]  # block -> state
+
+
+class CoordinatorError(VflError):
+    """The coordinator could not be reached or refused the request."""
+
+
+class CoordinatorClient:
+    def __init__(self, address: str, timeout: float = 60.0) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._channel = make_channel(address)
+        self._stub = vfl_pb2_grpc.CoordinatorStub(self._channel)
+        self._header = convert.header("", "")
+
+    def __enter__(self) -> CoordinatorClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._channel.close()
+
+    def status(self) -> Status:
+        reply = self._call(self._stub.Status, vfl_pb2.StatusRequest(header=self._header))
+        parties = {p.block: p.state for p in reply.parties}
+        return Status(reply.state, reply.round_id, reply.epoch, parties)
+
+    def evaluate(self, split: str = "test") -> Evaluation:
+        req = vfl_pb2.EvaluateRequest(header=self._header, split=split)
+        reply = self._call(self._stub.Evaluate, req)
+        rows = convert.eval_rows_from_proto(reply)
+        return Evaluation(rows, reply.unscored, list(reply.live_blocks), reply.seconds)
+
+    def predict(self, split: str, id_hashes: list[bytes] | None) -> list[SamplePrediction]:
+        req = vfl_pb2.FederatedPredictRequest(
+            header=self._header, split=split, id_hashes=id_hashes or [], all_rows=id_hashes is None
+        )
+        reply = self._call(self._stub.Predict, req)
+        return [convert.prediction_from_proto(row) for row in reply.rows]
+
+    def _call(self, method, request):
+        try:
+            return method(request, timeout=self.timeout)
+        except grpc.RpcError as err:
+            raise CoordinatorError(
+                f"coordinator at {self.address}: {err.code().name}: {err.details()}"
+            ) from None

@@ -1,0 +1,94 @@
+"""`vfl evaluate` and `vfl predict`: ask a running coordinator for predictions."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vfl_cli.coordinator_client import CoordinatorClient, Evaluation
+from vfl_cli.errors import user_errors
+from vfl_core.alignment import DEMO_SECRET, hash_ids
+from vfl_core.errors import DataError
+from vfl_core.metrics import format_table
+
+Opt = typer.Option
+
+
+@user_errors
+def evaluate(
+    coordinator: Annotated[str, Opt(help="coordinator host:port")] = "localhost:50051",
+    split: Annotated[str, Opt(help="train | test")] = "test",
+    timeout: Annotated[float, Opt(help="seconds to wait for the answer")] = 120.0,
+) -> None:
+    """Evaluate the trained federation with the parties that are live now."""
+    with CoordinatorClient(coordinator, timeout) as client:
+        typer.echo(render_evaluation(client.evaluate(split), f"{split} set"))
+
+
+def render_evaluation(ev: Evaluation, title: str) -> str:
+    live = ",".join(map(str, ev.live_blocks)) or "none"
+    lines = [format_table(ev.rows, title=f"{title} (live blocks: {live}; {ev.seconds:.2f}s)")]
+    if ev.unscored:
+        lines.append(f"({ev.unscored} samples had no live head party to predict them)")
+    return "\n".join(lines)
+
+
+@user_errors
+def predict(
+    coordinator: Annotated[str, Opt(help="coordinator host:port")] = "localhost:50051",
+    split: Annotated[str, Opt(help="train | test")] = "test",
+    ids: Annotated[str | None, Opt(help="comma-separated sample IDs (default: all)")] = None,
+    ids_file: Annotated[Path | None, Opt(help="file with one sample ID per line")] = None,
+    secret: Annotated[str, Opt(envvar="VFL_SECRET", help="federation secret")] = DEMO_SECRET,
+    out: Annotated[Path | None, Opt(help="CSV file for the predictions")] = None,
+    timeout: Annotated[float, Opt()] = 120.0,
+) -> None:
+    """Predict samples by ID (hashed with the federation secret before they leave this host)."""
+    names = _read_ids(ids, ids_file)
+    hashes = hash_ids(names, secret.encode()) if names is not None else None
+    by_hash = dict(zip(hashes, names, strict=True)) if names is not None and hashes else {}
+    with CoordinatorClient(coordinator, timeout) as client:
+        predictions = client.predict(split, hashes)
+    rows = [
+        {
+            "id": by_hash.get(p.id_hash, p.id_hash.hex()),
+            "observed_blocks": " ".join(map(str, p.observed)),
+            "predicted_class": p.predicted_class,
+            "confidence": f"{p.federation.max():.4f}" if p.federation is not None else "",
+            **{f"party{b}": int(q.argmax()) for b, q in p.party_probs.items()},
+        }
+        for p in predictions
+    ]
+    if out is not None:
+        _write_csv(out, rows)
+        typer.echo(f"{len(rows)} predictions written to {out}")
+    else:
+        for row in rows[:50]:
+            typer.echo("  ".join(f"{k}={v}" for k, v in row.items()))
+        if len(rows) > 50:
+            typer.echo(f"... {len(rows) - 50} more (use --out FILE)")
+    if names is not None and len(rows) < len(names):
+        typer.echo(f"{len(names) - len(rows)} IDs are not known to the federation", err=True)
+
+
+def _read_ids(ids: str | None, ids_file: Path | None) -> list[str] | None:
+    if ids is not None:
+        return [x.strip() for x in ids.split(",") if x.strip()]
+    if ids_file is not None:
+        try:
+            return [x.strip() for x in ids_file.read_text().splitlines() if x.strip()]
+        except OSError as err:
+            raise DataError(f"cannot read {ids_file}: {err.strerror}") from None
+    return None
+
+
+def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)

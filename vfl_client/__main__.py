@@ -1,0 +1,3 @@
+from vfl_client.cli import main
+
+main()

@@ -1,0 +1,3 @@
+from vfl_coordinator.cli import main
+
+main()
