@@ -28,6 +28,9 @@ def simulate(
     test_fraction: Annotated[float, Opt()] = 0.2,
     label_blocks: Annotated[str | None, Opt(help="blocks holding labels, e.g. 0,1")] = None,
     config: Annotated[Path | None, Opt(help="YAML/JSON TrainConfig; options override")] = None,
+    method: Annotated[
+        str | None, Opt(help="laser | local | ensemble | svfl | combinatorial | plug")
+    ] = None,
     seed: Annotated[int | None, Opt()] = None,
     epochs: Annotated[int | None, Opt()] = None,
     batch_size: Annotated[int | None, Opt()] = None,
@@ -48,6 +51,7 @@ def simulate(
     torch.set_num_threads(threads)
     train = train_config(
         read_config_file(config),
+        method=method,
         seed=seed,
         epochs=epochs,
         batch_size=batch_size,

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 HeadKind = Literal["linear", "mlp"]
-Method = Literal["laser"]
+Method = Literal["laser", "local", "ensemble", "svfl", "combinatorial", "plug"]
 
 
 class _Frozen(BaseModel):

@@ -16,21 +16,25 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
+from vfl_core import methods
 from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
 from vfl_core.liveness import Liveness
 from vfl_core.metrics import FEDERATION, EvalReport
+from vfl_core.predictions import combine, random_guess
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
     FuseCall,
+    FuseResult,
     PartyInfo,
     PredictCall,
     SamplePrediction,
     ScoreCall,
     Transport,
 )
+from vfl_core.seeding import Stream, rng
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +64,9 @@ class PredictionBatch:
     pattern: tuple[int, ...]  # blocks holding these samples
     present: tuple[int, ...]  # blocks whose embeddings were used (the observed set O')
     party_probs: dict[int, np.ndarray]  # head block -> (B, C)
-    federation: np.ndarray | None  # (B, C), mean of the heads' probabilities
+    federation: np.ndarray | None  # (B, C), mean of the heads' probabilities (None: no head)
+    predicted: np.ndarray | None = None  # (B,) the federation's class
+    scored: dict[str, np.ndarray] = field(default_factory=dict)  # predictor -> (B,) classes
 
     def samples(self, keys: Sequence[bytes]) -> list[SamplePrediction]:
         """One SamplePrediction per sample of the batch."""
@@ -73,7 +79,7 @@ class PredictionBatch:
                     observed=self.present,
                     party_probs={b: p[j] for b, p in self.party_probs.items()},
                     federation=fed,
-                    predicted_class=-1 if fed is None else int(fed.argmax()),
+                    predicted_class=-1 if self.predicted is None else int(self.predicted[j]),
                 )
             )
         return out
@@ -182,29 +188,22 @@ class Federation:
         return summary
 
     def run_round(self, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
+        method, labels = self.config.method, self.label_blocks
+        if not methods.trainable(method, batch.pattern, self.num_blocks, labels):
+            return RoundRecord(round_id, epoch, batch.pattern, (), {}, ())
         al = self.alignments["train"]
         digest = al.digest(batch.index)
-        size, dim = len(batch.index), self.config.model.embed_dim
-        callees = [b for b in batch.pattern if self.liveness.should_call(b, self._tick)]
+        callees = tuple(b for b in batch.pattern if self.liveness.should_call(b, self._tick))
         calls = {
-            b: EmbedCall(round_id, "train", al.rows_of(b, batch.index), digest, True)
+            b: EmbedCall(round_id, "train", al.rows_of(b, batch.index), digest, True, callees)
             for b in callees
         }
         where = f"round {round_id}"
-        embeddings = self._accept(self.transport.embed(calls), callees, (size, dim), "embed", where)
+        embeddings = self._accept(
+            self.transport.embed(calls), callees, len(batch.index), "embed", where
+        )
         present = tuple(sorted(embeddings))
-        heads = [b for b in present if self.infos[b].has_labels]
-        fuse_calls = {
-            k: FuseCall(round_id, epoch, {b: embeddings[b] for b in present if b != k})
-            for k in heads
-        }
-        fused = self.transport.fuse(fuse_calls) if fuse_calls else {}
-        fused = {
-            k: r
-            for k, r in fused.items()
-            if all(_ok(r.grads.get(b), (size, dim)) for b in present if b != k)
-        }
-        self._record(heads, fused, "fuse", where)
+        fused = self._fuse(round_id, epoch, embeddings, callees, len(batch.index), where)
         backward_calls = {b: BackwardCall(round_id, epoch, _sum_grads(fused, b)) for b in present}
         updated = self.transport.backward(backward_calls) if backward_calls else set()
         self._record(present, updated, "backward", where)
@@ -217,15 +216,57 @@ class Federation:
             updated=tuple(sorted(updated)),
         )
 
+    def _fuse(
+        self,
+        round_id: int,
+        epoch: int,
+        embeddings: dict[int, np.ndarray],
+        callees: tuple[int, ...],
+        size: int,
+        where: str,
+    ) -> dict[int, FuseResult]:
+        """Fuse at each head party of the method; keep the answers whose gradients fit."""
+        method, labels = self.config.method, self.label_blocks
+        present = sorted(embeddings)
+        heads = methods.fuse_parties(method, present, labels)
+        shared = methods.shares_embeddings(method)
+        calls = {
+            k: FuseCall(
+                round_id,
+                epoch,
+                {b: embeddings[b] for b in present if b != k and shared},
+                callees,
+                labels,
+            )
+            for k in heads
+        }
+        fused = self.transport.fuse(calls) if calls else {}
+        fused = {
+            k: r
+            for k, r in fused.items()
+            if all(
+                _ok(r.grads.get(b), (size, self._width(b, callees))) for b in calls[k].embeddings
+            )
+        }
+        self._record(heads, fused, "fuse", where)
+        return fused
+
+    def _width(self, block: int, callees: tuple[int, ...]) -> int:
+        return len(methods.slots(self.config.method, block, callees)) * self.config.model.embed_dim
+
     def _accept(
         self,
         answers: dict[int, np.ndarray],
-        callees: list[int],
-        shape: tuple[int, int],
+        callees: tuple[int, ...],
+        size: int,
         phase: str,
         where: str,
     ) -> dict[int, np.ndarray]:
-        good = {b: a for b, a in answers.items() if b in callees and _ok(a, shape)}
+        good = {
+            b: a
+            for b, a in answers.items()
+            if b in callees and _ok(a, (size, self._width(b, callees)))
+        }
         for b in answers.keys() - good.keys():
             log.warning("%s: %s answer of block %d refused (shape/dtype/NaN)", where, phase, b)
         self._record(callees, good, phase, where)
@@ -258,28 +299,57 @@ class Federation:
         request = self.request_id
         self.request_id += 1
         digest = al.digest(batch.index)
-        size, dim = len(batch.index), self.config.model.embed_dim
-        callees = [b for b in batch.pattern if self.liveness.should_call(b, self._tick)]
+        size = len(batch.index)
+        callees = tuple(b for b in batch.pattern if self.liveness.should_call(b, self._tick))
         calls = {
-            b: EmbedCall(request, split, al.rows_of(b, batch.index), digest, False) for b in callees
+            b: EmbedCall(request, split, al.rows_of(b, batch.index), digest, False, callees)
+            for b in callees
         }
         where = f"{split} request {request}"
-        embeddings = self._accept(self.transport.embed(calls), callees, (size, dim), "embed", where)
+        embeddings = self._accept(self.transport.embed(calls), callees, size, "embed", where)
         present = tuple(sorted(embeddings))
-        heads = [b for b in present if self.infos[b].has_labels]
-        probs = self.transport.predict({k: PredictCall(request, embeddings) for k in heads})
-        classes = max(i.num_classes for i in self.infos.values())
-        probs = {k: p for k, p in sorted(probs.items()) if _ok(p, (size, classes))}
-        federation = np.mean(np.stack(list(probs.values())), axis=0) if probs else None
-        return PredictionBatch(batch.index, batch.pattern, present, probs, federation)
+        gen = rng(self.config.seed, Stream.EVAL_RANDOM, request)
+        method, labels = self.config.method, self.label_blocks
+        predictors = methods.predictors(method, present, self.num_blocks, labels)
+        if predictors is None:  # standard VFL with a block missing: a random class
+            active = str(methods.active_party(labels))
+            guess = random_guess(active, size, self.num_classes, gen)
+            return PredictionBatch(
+                batch.index,
+                batch.pattern,
+                present,
+                {},
+                guess.federation,
+                guess.predicted,
+                guess.scored,
+            )
+        shared = methods.shares_embeddings(method)
+        probs = self.transport.predict(
+            {
+                k: PredictCall(
+                    request, {b: e for b, e in embeddings.items() if shared or b == k}, callees
+                )
+                for k in predictors
+            }
+        )
+        probs = {k: p for k, p in sorted(probs.items()) if _ok(p, (size, self.num_classes))}
+        combined = combine(method, present, probs, gen)
+        if combined is None:
+            return PredictionBatch(batch.index, batch.pattern, present, probs, None)
+        return PredictionBatch(
+            batch.index,
+            batch.pattern,
+            present,
+            probs,
+            combined.federation,
+            combined.predicted,
+            combined.scored,
+        )
 
     def evaluate(self, split: str = "test") -> EvalReport:
         report = EvalReport()
         for pred in self.predict_batches(split):
-            if not pred.party_probs or pred.federation is None:
-                report.unscored += len(pred.index)
-                continue
-            confusions = self._score(split, pred)
+            confusions = self._score(split, pred) if pred.predicted is not None else None
             if confusions is None:
                 report.unscored += len(pred.index)
                 continue
@@ -287,17 +357,30 @@ class Federation:
         return report
 
     def _score(self, split: str, pred: PredictionBatch) -> dict[str, np.ndarray] | None:
+        """Confusion counts from the first present label party that answers."""
+        assert pred.predicted is not None
         al = self.alignments[split]
-        predictions = {str(k): p.argmax(axis=1) for k, p in pred.party_probs.items()}
-        assert pred.federation is not None
-        predictions[FEDERATION] = pred.federation.argmax(axis=1)
+        predictions = {**pred.scored, FEDERATION: pred.predicted}
         digest = al.digest(pred.index)
-        for scorer in pred.party_probs:
+        for scorer in (b for b in pred.present if b in self.label_blocks):
             call = ScoreCall(split, al.rows_of(scorer, pred.index), digest, predictions)
             confusions = self.transport.score(scorer, call)
             if confusions is not None and confusions.keys() == predictions.keys():
                 return confusions
         return None
+
+    # ------------------------------------------------------------------ federation facts
+    @property
+    def label_blocks(self) -> tuple[int, ...]:
+        return tuple(sorted(b for b, i in self.infos.items() if i.has_labels))
+
+    @property
+    def num_blocks(self) -> int:
+        return next(iter(self.infos.values())).num_blocks
+
+    @property
+    def num_classes(self) -> int:
+        return next(iter(self.infos.values())).num_classes
 
 
 def _ok(array: np.ndarray | None, shape: tuple[int, int]) -> bool:

@@ -41,7 +41,7 @@ class PatternStats:
 
     samples: int = 0
     correct: float = 0.0  # sum over samples of the mean correctness of the observing heads
-    heads: dict[int, np.ndarray] = field(default_factory=dict)
+    heads: dict[str, np.ndarray] = field(default_factory=dict)  # predictor -> confusion
     federation: np.ndarray | None = None
 
     def add(self, samples: int, confusions: dict[str, np.ndarray]) -> None:
@@ -53,8 +53,7 @@ class PatternStats:
             if name == FEDERATION:
                 self.federation = conf if self.federation is None else self.federation + conf
             else:
-                block = int(name)
-                self.heads[block] = conf + self.heads.get(block, 0)
+                self.heads[name] = conf + self.heads.get(name, 0)
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,7 @@ def _row(name: str, stats: Iterable[PatternStats]) -> MetricRow:
     correct = sum(s.correct for s in stats)
     fed = [s.federation for s in stats if s.federation is not None]
     fed_conf = sum(fed[1:], fed[0]) if fed else None
-    per_party: dict[int, np.ndarray] = {}
+    per_party: dict[str, np.ndarray] = {}
     for s in stats:
         for block, conf in s.heads.items():
             per_party[block] = conf + per_party.get(block, 0)
@@ -117,6 +116,6 @@ def format_table(rows: list[MetricRow], title: str = "") -> str:
     for r in rows:
         lines.append(
             f"{r.observed:<16} {r.samples:>8} {100 * r.accuracy:>8.2f}% "
-            f"{100 * r.federation_accuracy:>8.2f}% {100 * r.f1:>6.2f}"
+            f"{100 * r.federation_accuracy:>8.2f}% {100 * r.f1:>7.2f}"
         )
     return "\n".join(lines)

@@ -307,11 +307,17 @@ def build_representation(
     return model
 
 
-def build_head(config: ModelConfig, num_classes: int, generator_seed: int) -> nn.Module:
-    """Fusion head g_k: mean embedding (B, config.embed_dim) -> logits (B, num_classes).
+def build_head(
+    config: ModelConfig, num_classes: int, generator_seed: int, *, in_blocks: int = 1
+) -> nn.Module:
+    """Fusion head g_k: fused embedding (B, in_blocks * embed_dim) -> logits (B, num_classes).
 
-    "linear" is one Linear; "mlp" is Linear(embed_dim, head_hidden), ReLU, Linear(.., num_classes).
+    The input is the mean of embeddings (in_blocks=1) or a concatenation of `in_blocks` of them
+    (baselines). "linear" is one Linear; "mlp" is Linear(in, head_hidden), ReLU, Linear(.., C).
     """
+    if in_blocks < 1:
+        raise ConfigError(f"a head needs at least one input block, got {in_blocks}")
+    width = in_blocks * config.embed_dim
     _check_model_config(config)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ConfigError(f"num_classes must be a positive integer, got {num_classes!r}")
@@ -322,9 +328,9 @@ def build_head(config: ModelConfig, num_classes: int, generator_seed: int) -> nn
 
     def factory() -> nn.Module:
         if config.head == "linear":
-            return nn.Linear(config.embed_dim, num_classes)
+            return nn.Linear(width, num_classes)
         return nn.Sequential(
-            nn.Linear(config.embed_dim, config.head_hidden),
+            nn.Linear(width, config.head_hidden),
             nn.ReLU(),
             nn.Linear(config.head_hidden, num_classes),
         )

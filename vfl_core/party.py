@@ -1,27 +1,31 @@
-"""One party of the federation: its data block, f_k, g_k (if it holds labels), optimisers and RNG.
+"""One party of the federation: its data block, its models, optimisers and RNG.
 
 A Party answers the calls of `vfl_core.protocol` and knows nothing of how they arrive. Every call
 is checked against the party's own state (round, rows, digest, shapes) and refused with a
 ProtocolError rather than corrupting the model. Calls of a training round are idempotent: a
 retried Embed or Fuse returns the cached answer and a retried Backward does nothing.
+
+The method (laser or a baseline, see `vfl_core.methods`) decides which representation slots and
+heads the party uses; with LASER-VFL it is one f_k and, if the party holds labels, one g_k.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from vfl_core import methods
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit
 from vfl_core.errors import ProtocolError, StaleRoundError
-from vfl_core.laser import sample_tasks, sampled_loss
-from vfl_core.models import build_head, build_representation
+from vfl_core.laser import Subset
+from vfl_core.model_bank import ModelBank
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -31,7 +35,7 @@ from vfl_core.protocol import (
     PredictCall,
     ScoreCall,
 )
-from vfl_core.seeding import Stream, derive_seed, rng
+from vfl_core.seeding import Stream, rng
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +47,12 @@ class _Round:
     round_id: int
     rows: np.ndarray
     digest: bytes
-    embedding: torch.Tensor  # (B, d), attached to f_k's graph
-    wire: np.ndarray  # (B, d), what was sent
+    slots: list[Subset]  # representation slots concatenated in `embedding`, in order
+    embedding: torch.Tensor  # (B, len(slots) * d), attached to the slots' graphs
+    wire: np.ndarray  # what was sent
     fuse_result: FuseResult | None = None
-    own_grad: torch.Tensor | None = None  # dL_k/dE_k from the party's own head
+    own_grad: torch.Tensor | None = None  # dL_k/dE_k from the party's own heads
     stepped: bool = False
-    others: tuple[int, ...] = field(default_factory=tuple)
 
 
 class Party:
@@ -64,6 +68,7 @@ class Party:
         self.party_id = party_id
         self.data = data
         self.config = config
+        self.method = config.method
         self.device = torch.device(device)
         self.block = data.meta.block
         self._secret = secret
@@ -71,19 +76,35 @@ class Party:
         self._features: dict[str, torch.Tensor] = {}
         self._round: _Round | None = None
         self.last_round = -1
-        seed, block = config.seed, self.block
-        shape = tuple(data.meta.feature_shape)
-        self.f = build_representation(
-            config.model, shape, derive_seed(seed, Stream.INIT_REPRESENTATION, block)
-        ).to(self.device)
-        self.f_opt = _optimizer(self.f, config)
-        self.g: nn.Module | None = None
-        self.g_opt: torch.optim.Optimizer | None = None
-        if data.meta.has_labels:
-            self.g = build_head(
-                config.model, data.meta.num_classes, derive_seed(seed, Stream.INIT_HEAD, block)
-            ).to(self.device)
-            self.g_opt = _optimizer(self.g, config)
+        meta = data.meta
+        self.models = ModelBank(
+            config,
+            meta.block,
+            meta.num_blocks,
+            tuple(meta.feature_shape),
+            meta.num_classes,
+            self.device,
+        )
+        self.models.rep(methods.SHARED)
+        if meta.has_labels and not methods.concatenates(self.method):
+            self.models.head(methods.SHARED)
+
+    # ----------------------------------------------------------------- the shared f_k and g_k
+    @property
+    def f(self) -> nn.Module:
+        return self.models.reps[methods.SHARED]
+
+    @property
+    def f_opt(self) -> torch.optim.Optimizer:
+        return self.models.rep_opts[methods.SHARED]
+
+    @property
+    def g(self) -> nn.Module | None:
+        return self.models.heads.get(methods.SHARED)
+
+    @property
+    def g_opt(self) -> torch.optim.Optimizer | None:
+        return self.models.head_opts.get(methods.SHARED)
 
     # ----------------------------------------------------------------- identity and alignment
     @property
@@ -106,11 +127,11 @@ class Party:
 
     # ----------------------------------------------------------------- training round
     def embed(self, call: EmbedCall) -> np.ndarray:
+        slots = methods.slots(self.method, self.block, call.blocks or (self.block,))
         if not call.train:
             x = self._batch(call.split, call.rows, call.digest)
-            self.f.eval()
             with torch.no_grad():
-                return self._to_wire(self.f(x))
+                return self._to_wire(self._embed(x, slots, train=False))
         current = self._round
         if current is not None and call.round_id == current.round_id:
             if not np.array_equal(current.rows, call.rows) or current.digest != call.digest:
@@ -121,43 +142,81 @@ class Party:
                 f"round {call.round_id} is stale: party is at round {self.last_round}"
             )
         x = self._batch(call.split, call.rows, call.digest)
-        self.f.train()
-        embedding = self.f(x)  # (B, d)
-        self._round = _Round(
-            call.round_id, call.rows, call.digest, embedding, self._to_wire(embedding)
-        )
+        embedding = self._embed(x, slots, train=True)  # (B, len(slots) * d)
+        wire = self._to_wire(embedding)
+        self._round = _Round(call.round_id, call.rows, call.digest, slots, embedding, wire)
         self.last_round = call.round_id
-        return self._round.wire
+        return wire
+
+    def _embed(self, x: torch.Tensor, slots: list[Subset], train: bool) -> torch.Tensor:
+        outputs = []
+        for key in slots:
+            model = self.models.rep(key)
+            model.train(train)
+            outputs.append(model(x))  # (B, d)
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
 
     def fuse(self, call: FuseCall) -> FuseResult:
         state = self._current(call.round_id, "fuse")
-        if self.g is None or self.g_opt is None:
+        if not self.data.meta.has_labels:
             raise ProtocolError(f"party {self.party_id} holds no labels and has no fusion head")
         if state.fuse_result is not None:
             return state.fuse_result
-        batch = len(state.rows)
+        blocks = call.blocks or tuple(sorted({*call.embeddings, self.block}))
         others = {
-            b: self._from_wire(e, f"embedding of block {b}", batch).requires_grad_(True)
+            b: self._from_wire(
+                e, f"embedding of block {b}", len(state.rows), self._width(b, blocks)
+            ).requires_grad_(True)
             for b, e in sorted(call.embeddings.items())
             if b != self.block
         }
         own = state.embedding.detach().requires_grad_(True)
         embeddings = {self.block: own, **others}
-        tasks = sample_tasks(self.block, sorted(embeddings), self._task_rng(call.round_id))
-        target = self._labels("train", state.rows)
-        self.g.train()
-        self._set_lr(self.g_opt, call.epoch)
-        self.g_opt.zero_grad(set_to_none=True)
-        loss = sampled_loss(self.g, embeddings, tasks, target, nn.functional.cross_entropy)
-        loss.backward()
-        self.g_opt.step()
+        tasks = methods.fuse_tasks(
+            self.method,
+            self.block,
+            sorted(embeddings),
+            self.data.meta.num_blocks,
+            call.label_blocks or (self.block,),
+            rng(self.config.seed, Stream.TASKS, call.round_id, self.block),
+        )
+        loss = self._train_heads(tasks, embeddings, blocks, state.rows, call.epoch)
         state.own_grad = _grad_or_zeros(own)
         state.fuse_result = FuseResult(
-            loss=float(loss.detach()),
-            # A block in no sampled task gets a zero gradient (it did not influence L_k).
+            loss=loss,
+            # A block in no task gets a zero gradient (it did not influence L_k).
             grads={b: self._to_wire(_grad_or_zeros(t)) for b, t in others.items()},
         )
         return state.fuse_result
+
+    def _train_heads(
+        self,
+        tasks: list[methods.HeadTask],
+        embeddings: Mapping[int, torch.Tensor],
+        blocks: Sequence[int],
+        rows: np.ndarray,
+        epoch: int,
+    ) -> float:
+        if not tasks:
+            return 0.0
+        target = self._labels("train", rows)
+        keys = sorted({t.head for t in tasks})
+        for key in keys:
+            self.models.head(key).train()
+        opts = [self.models.head_opts[k] for k in keys]
+        self.models.set_lr(opts, epoch)
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        loss = torch.zeros((), device=self.device)
+        for task in tasks:
+            logits = self.models.head(task.head)(
+                self._fused(task.head, task.subset, embeddings, blocks)
+            )
+            loss = loss + task.weight * nn.functional.cross_entropy(logits, target)
+        loss.backward()
+        for opt in opts:
+            opt.step()
+        return float(loss.detach())
 
     def backward(self, call: BackwardCall) -> None:
         state = self._current(call.round_id, "backward")
@@ -165,19 +224,23 @@ class Party:
             return
         grad = state.own_grad
         if call.grad is not None:
-            received = self._from_wire(call.grad, "summed gradient", len(state.rows))
+            width = state.embedding.shape[1]
+            received = self._from_wire(call.grad, "summed gradient", len(state.rows), width)
             grad = received if grad is None else received + grad
         state.stepped = True
         if grad is None:
             return
-        self._set_lr(self.f_opt, call.epoch)
-        self.f_opt.zero_grad(set_to_none=True)
+        opts = [self.models.rep_opts[k] for k in state.slots]
+        self.models.set_lr(opts, call.epoch)
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
         state.embedding.backward(grad)
-        self.f_opt.step()
+        for opt in opts:
+            opt.step()
 
     # ----------------------------------------------------------------- inference and scoring
     def predict(self, call: PredictCall) -> np.ndarray:
-        if self.g is None:
+        if not self.data.meta.has_labels:
             raise ProtocolError(f"party {self.party_id} holds no labels and has no fusion head")
         if self.block not in call.embeddings:
             raise ProtocolError(
@@ -187,14 +250,50 @@ class Party:
         if len(sizes) != 1:
             raise ProtocolError(f"predict embeddings disagree in batch size: {sorted(sizes)}")
         batch = sizes.pop()
+        blocks = call.blocks or tuple(sorted(call.embeddings))
         embeddings = {
-            b: self._from_wire(e, f"embedding of block {b}", batch)
+            b: self._from_wire(e, f"embedding of block {b}", batch, self._width(b, blocks))
             for b, e in sorted(call.embeddings.items())
         }
-        self.g.eval()
+        head_key, subset = methods.predict_subset(self.method, self.block, sorted(embeddings))
+        head = self.models.head(head_key)
+        head.eval()
         with torch.no_grad():
-            fused = torch.stack([embeddings[b] for b in sorted(embeddings)]).mean(dim=0)  # (B, d)
-            return self._to_wire(torch.softmax(self.g(fused), dim=1))
+            fused = self._fused(head_key, subset, embeddings, blocks)
+            return self._to_wire(torch.softmax(head(fused), dim=1))
+
+    def _fused(
+        self,
+        head: Subset,
+        subset: Sequence[int],
+        embeddings: Mapping[int, torch.Tensor],
+        blocks: Sequence[int],
+    ) -> torch.Tensor:
+        """A head's input: the mean of the subset's embeddings, or (baselines) a concatenation:
+        of all K blocks with zeros for the absent ones (svfl, plug), or of the subset's own slot
+        of each member (combinatorial)."""
+        if not methods.concatenates(self.method):
+            return torch.stack([embeddings[b] for b in sorted(subset)]).mean(dim=0)  # (B, d)
+        d = self.config.model.embed_dim
+        if self.method == "combinatorial":
+            parts = [self._slot(embeddings[b], b, head, blocks) for b in sorted(subset)]
+        else:
+            size = next(iter(embeddings.values())).shape[0]
+            zeros = torch.zeros(size, d, device=self.device)
+            parts = [
+                embeddings[b] if b in subset else zeros for b in range(self.data.meta.num_blocks)
+            ]
+        return torch.cat(parts, dim=1)  # (B, n * d)
+
+    def _slot(
+        self, embedding: torch.Tensor, block: int, key: Subset, blocks: Sequence[int]
+    ) -> torch.Tensor:
+        d = self.config.model.embed_dim
+        i = methods.slots(self.method, block, blocks).index(key)
+        return embedding[:, i * d : (i + 1) * d]  # (B, d)
+
+    def _width(self, block: int, blocks: Sequence[int]) -> int:
+        return len(methods.slots(self.method, block, blocks)) * self.config.model.embed_dim
 
     def score(self, call: ScoreCall) -> dict[str, np.ndarray]:
         """Confusion matrices (true x predicted) of each named prediction on this batch."""
@@ -224,31 +323,21 @@ class Party:
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, object]:
-        state: dict[str, object] = {
-            "f": self.f.state_dict(),
-            "f_opt": self.f_opt.state_dict(),
-            "last_round": self.last_round,
-        }
+        state: dict[str, object] = {"last_round": self.last_round, **self.models.state_dict()}
+        # The shared models also under their short names, for readers of one-model checkpoints.
+        state["f"], state["f_opt"] = self.f.state_dict(), self.f_opt.state_dict()
         if self.g is not None and self.g_opt is not None:
-            state["g"] = self.g.state_dict()
-            state["g_opt"] = self.g_opt.state_dict()
+            state["g"], state["g_opt"] = self.g.state_dict(), self.g_opt.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.f.load_state_dict(state["f"])
-        self.f_opt.load_state_dict(state["f_opt"])
-        if self.g is not None and self.g_opt is not None:
-            self.g.load_state_dict(state["g"])
-            self.g_opt.load_state_dict(state["g_opt"])
+        self.models.load_state_dict(state)
         self.last_round = int(state["last_round"])
         self._round = None
 
     def parameters_vector(self) -> np.ndarray:
         """All weights flattened (for equivalence tests and fingerprints)."""
-        modules = [self.f] + ([self.g] if self.g is not None else [])
-        return torch.cat(
-            [p.detach().cpu().reshape(-1) for m in modules for p in m.parameters()]
-        ).numpy()
+        return self.models.parameters_vector().numpy()
 
     # ----------------------------------------------------------------- helpers
     def _split(self, split: str) -> PartySplit:
@@ -285,12 +374,10 @@ class Party:
             )
         return state
 
-    def _from_wire(self, array: np.ndarray, what: str, batch: int) -> torch.Tensor:
-        d = self.config.model.embed_dim
-        if array.dtype != np.float32 or array.shape != (batch, d):
-            raise ProtocolError(
-                f"{what}: got {array.dtype} {tuple(array.shape)}, expected float32 ({batch}, {d})"
-            )
+    def _from_wire(self, array: np.ndarray, what: str, batch: int, width: int) -> torch.Tensor:
+        if array.dtype != np.float32 or array.shape != (batch, width):
+            got = f"{array.dtype} {tuple(array.shape)}"
+            raise ProtocolError(f"{what}: got {got}, expected float32 ({batch}, {width})")
         if not np.isfinite(array).all():
             raise ProtocolError(f"{what}: contains NaN or Inf")
         return torch.from_numpy(array).to(self.device)
@@ -298,17 +385,6 @@ class Party:
     @staticmethod
     def _to_wire(t: torch.Tensor) -> np.ndarray:
         return t.detach().to("cpu", torch.float32).numpy().copy()
-
-    def _task_rng(self, round_id: int) -> np.random.Generator:
-        return rng(self.config.seed, Stream.TASKS, round_id, self.block)
-
-    def _set_lr(self, opt: torch.optim.Optimizer, epoch: int) -> None:
-        cfg = self.config
-        factor = 1.0
-        if cfg.scheduler == "cosine" and cfg.epochs > 0:
-            factor = 0.5 * (1.0 + math.cos(math.pi * min(epoch, cfg.epochs) / cfg.epochs))
-        for group in opt.param_groups:
-            group["lr"] = cfg.lr * factor
 
 
 def party_info(party_id: str, data: PartyData) -> PartyInfo:
@@ -324,17 +400,6 @@ def party_info(party_id: str, data: PartyData) -> PartyInfo:
         has_labels=meta.has_labels,
         samples={name: len(split) for name, split in data.splits.items()},
     )
-
-
-def _optimizer(module: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    if config.optimizer == "sgd":
-        return torch.optim.SGD(
-            module.parameters(),
-            lr=config.lr,
-            momentum=config.momentum,
-            weight_decay=config.weight_decay,
-        )
-    return torch.optim.Adam(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
 
 
 def _grad_or_zeros(leaf: torch.Tensor) -> torch.Tensor:

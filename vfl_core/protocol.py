@@ -41,6 +41,7 @@ class EmbedCall:
     rows: np.ndarray  # (B,) int64, the party's own row indices
     digest: bytes  # sha256 over the keyed ID hashes of the batch, in order
     train: bool
+    blocks: tuple[int, ...] = ()  # the blocks asked to embed this batch (baselines' slot layout)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,9 @@ class FuseCall:
 
     round_id: int
     epoch: int
-    embeddings: dict[int, np.ndarray]  # block -> (B, d)
+    embeddings: dict[int, np.ndarray]  # block -> (B, slots * d)
+    blocks: tuple[int, ...] = ()  # the blocks asked to embed this batch
+    label_blocks: tuple[int, ...] = ()  # the federation's label parties (baselines' head owners)
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,8 @@ class PredictCall:
     """Predict h_{k,O} from the embeddings of the observed set O (which includes the party)."""
 
     request_id: int
-    embeddings: dict[int, np.ndarray]  # block -> (B, d)
+    embeddings: dict[int, np.ndarray]  # block -> (B, slots * d)
+    blocks: tuple[int, ...] = ()  # the blocks asked to embed this batch
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ class Stream(IntEnum):
     MISSING_TRAIN = 7
     MISSING_TEST = 8
     NONUNIFORM = 9
+    EVAL_RANDOM = 10
 
 
 def derive_seed(seed: int, stream: Stream, *parts: int) -> int:

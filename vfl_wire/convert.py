@@ -107,6 +107,14 @@ def _block_map(
     return out
 
 
+def _blocks(values: Sequence[int], what: str) -> tuple[int, ...]:
+    """Distinct, non-negative, sorted block indices."""
+    blocks = tuple(values)
+    if any(b < 0 for b in blocks) or list(blocks) != sorted(set(blocks)):
+        raise ProtocolError(f"{what}: {list(blocks)} is not a sorted list of distinct blocks")
+    return blocks
+
+
 def _encode_map(arrays: Mapping[K, np.ndarray], what: str) -> dict[K, vfl_pb2.Tensor]:
     return {k: encode_array(v, what=f"{what} {k}") for k, v in arrays.items()}
 
@@ -155,6 +163,7 @@ def embed_call_to_proto(call: EmbedCall, h: vfl_pb2.Header) -> vfl_pb2.EmbedRequ
         rows=encode_array(call.rows, what="embed rows"),
         digest=call.digest,
         train=call.train,
+        blocks=call.blocks,
     )
 
 
@@ -165,6 +174,7 @@ def embed_call_from_proto(req: vfl_pb2.EmbedRequest) -> EmbedCall:
         rows=_index_vector(req.rows, "embed rows"),
         digest=req.digest,
         train=req.train,
+        blocks=_blocks(req.blocks, "embed blocks"),
     )
 
 
@@ -188,6 +198,8 @@ def fuse_call_to_proto(call: FuseCall, h: vfl_pb2.Header) -> vfl_pb2.FuseRequest
         round_id=call.round_id,
         epoch=call.epoch,
         embeddings=_encode_map(call.embeddings, "embedding for block"),
+        blocks=call.blocks,
+        label_blocks=call.label_blocks,
     )
 
 
@@ -196,6 +208,8 @@ def fuse_call_from_proto(req: vfl_pb2.FuseRequest, *, expect_shape: Matrix = ANY
         round_id=req.round_id,
         epoch=req.epoch,
         embeddings=_block_map(req.embeddings, "embedding", expect_shape),
+        blocks=_blocks(req.blocks, "fuse blocks"),
+        label_blocks=_blocks(req.label_blocks, "fuse label blocks"),
     )
 
 
@@ -241,6 +255,7 @@ def predict_call_to_proto(call: PredictCall, h: vfl_pb2.Header) -> vfl_pb2.Predi
         header=h,
         request_id=call.request_id,
         embeddings=_encode_map(call.embeddings, "embedding for block"),
+        blocks=call.blocks,
     )
 
 
@@ -250,6 +265,7 @@ def predict_call_from_proto(
     return PredictCall(
         request_id=req.request_id,
         embeddings=_block_map(req.embeddings, "embedding", expect_shape),
+        blocks=_blocks(req.blocks, "predict blocks"),
     )
 
 

@@ -61,20 +61,22 @@ class ClassWeightsReply(_message.Message):
     def __init__(self, present: _Optional[bool] = ..., weights: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("header", "round_id", "split", "rows", "digest", "train")
+    __slots__ = ("header", "round_id", "split", "rows", "digest", "train", "blocks")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     TRAIN_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
     split: str
     rows: Tensor
     digest: bytes
     train: bool
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., train: _Optional[bool] = ...) -> None: ...
+    blocks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., train: _Optional[bool] = ..., blocks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EmbedReply(_message.Message):
     __slots__ = ("round_id", "embedding")
@@ -85,7 +87,7 @@ class EmbedReply(_message.Message):
     def __init__(self, round_id: _Optional[int] = ..., embedding: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class FuseRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "embeddings")
+    __slots__ = ("header", "round_id", "epoch", "embeddings", "blocks", "label_blocks")
     class EmbeddingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -97,11 +99,15 @@ class FuseRequest(_message.Message):
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    LABEL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
     epoch: int
     embeddings: _containers.MessageMap[int, Tensor]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ...) -> None: ...
+    blocks: _containers.RepeatedScalarFieldContainer[int]
+    label_blocks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ..., label_blocks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FuseReply(_message.Message):
     __slots__ = ("round_id", "loss", "grads")
@@ -135,7 +141,7 @@ class BackwardRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., has_grad: _Optional[bool] = ..., grad: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class PredictRequest(_message.Message):
-    __slots__ = ("header", "request_id", "embeddings")
+    __slots__ = ("header", "request_id", "embeddings", "blocks")
     class EmbeddingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -146,10 +152,12 @@ class PredictRequest(_message.Message):
     HEADER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
     header: Header
     request_id: int
     embeddings: _containers.MessageMap[int, Tensor]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., request_id: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ...) -> None: ...
+    blocks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., request_id: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PredictReply(_message.Message):
     __slots__ = ("request_id", "probabilities")
