@@ -27,6 +27,9 @@ def client(
     ] = "vfl-demo-secret",
     threads: Annotated[int, Opt(help="torch CPU threads")] = 1,
     register_timeout: Annotated[float, Opt(help="seconds to keep trying to register")] = 300.0,
+    checkpoint_dir: Annotated[
+        Path | None, Opt(help="save <dir>/<party id>.pt (weights, optimisers) when the run ends")
+    ] = None,
     log_level: Annotated[str, Opt()] = "info",
 ) -> None:
     """Serve one party's block to the federation until the coordinator ends the run."""
@@ -42,6 +45,7 @@ def client(
         secret=secret,
         threads=threads,
         register_timeout_s=register_timeout,
+        checkpoint_dir=checkpoint_dir,
     )
     reason = run_client(config)
     typer.echo(f"client stopped: {reason}", err=True)

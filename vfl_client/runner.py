@@ -15,9 +15,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_client.servicer import PartyServicer
+from vfl_core.checkpoint import party_checkpoint_path, save_party_checkpoint
 from vfl_core.config import TrainConfig
-from vfl_core.data import load_party_dir
-from vfl_core.errors import ConfigError
+from vfl_core.data import PartyData, load_party_dir
+from vfl_core.errors import ConfigError, DataError
 from vfl_core.party import Party, party_info
 from vfl_wire import convert
 from vfl_wire.channels import bind, make_channel, make_server
@@ -39,6 +40,7 @@ class ClientConfig(BaseModel):
     secret: str = "vfl-demo-secret"
     threads: int = Field(1, ge=1)
     register_timeout_s: float = Field(300.0, gt=0)
+    checkpoint_dir: Path | None = None  # save <dir>/<party_id>.pt when the run ends
 
 
 def resolve_device(name: str) -> torch.device:
@@ -52,38 +54,85 @@ def resolve_device(name: str) -> torch.device:
 
 
 def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str:
-    """Serve until the coordinator says Shutdown or a signal arrives; returns why it stopped."""
-    data = load_party_dir(config.data)
-    if config.block is not None and config.block != data.meta.block:
-        raise ConfigError(f"--block {config.block} but {config.data} holds block {data.meta.block}")
+    """Serve until the coordinator says Shutdown or a signal arrives; returns why it stopped.
+
+    With `config.checkpoint_dir` the party's state is saved there when the run ends.
+    """
+    data = _load_data(config)
     device = resolve_device(config.device)
     torch.set_num_threads(config.threads)
     party_id = config.party_id or f"party{data.meta.block}"
+    if config.checkpoint_dir is not None:
+        party_checkpoint_path(config.checkpoint_dir, party_id)  # refuse a bad name up front
     servicer = PartyServicer(party_id)
+    server, port = _start_server(servicer, config.listen)
+    stop = stop or _stop_on_signals()
+    run_id, reason = "", "stopped before joining a run"
+    try:
+        party, run_id = _join(config, data, party_id, device, port, stop)
+        servicer.attach(party, run_id)
+        reason = "interrupted"  # kept if serving ends with an exception
+        reason = _serve_until_stopped(servicer, stop)
+        return reason
+    finally:
+        server.stop(grace=1.0).wait()  # every handler has returned: nothing changes the party now
+        if config.checkpoint_dir is not None and servicer.party is not None:
+            save_end_checkpoint(config.checkpoint_dir, servicer.party, run_id, reason)
+
+
+def _load_data(config: ClientConfig) -> PartyData:
+    data = load_party_dir(config.data)
+    if config.block is not None and config.block != data.meta.block:
+        raise ConfigError(f"--block {config.block} but {config.data} holds block {data.meta.block}")
+    return data
+
+
+def _join(
+    config: ClientConfig,
+    data: PartyData,
+    party_id: str,
+    device: torch.device,
+    port: int,
+    stop: threading.Event,
+) -> tuple[Party, str]:
+    """Register with the coordinator and build the Party with the run's TrainConfig."""
+    info = party_info(party_id, data)
+    address = config.advertise or f":{port}"
+    reply = register(config.coordinator, info, address, config.register_timeout_s, stop)
+    train = TrainConfig.model_validate_json(reply.config_json)
+    log.info("party %s (block %d) joined run %s on %s", party_id, info.block, reply.run_id, device)
+    party = Party(party_id, data, train, secret=config.secret.encode(), device=device)
+    return party, reply.run_id
+
+
+def _start_server(servicer: PartyServicer, listen: str) -> tuple[grpc.Server, int]:
     server = make_server(max_workers=8)
     vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = bind(server, config.listen)
+    port = bind(server, listen)
     server.start()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    stop = stop or _stop_on_signals()
+    return server, port
+
+
+def _serve_until_stopped(servicer: PartyServicer, stop: threading.Event) -> str:
+    while not (stop.is_set() or servicer.shutdown.is_set()):
+        stop.wait(0.2)
+    if servicer.shutdown.is_set():
+        return servicer.shutdown_reason or "shut down by the coordinator"
+    return "stopped by a signal"
+
+
+def save_end_checkpoint(directory: Path, party: Party, run_id: str, reason: str) -> Path:
+    """Save `directory/<party_id>.pt`: the party's state and its TrainConfig (reusable for
+    periodic checkpoints)."""
     try:
-        address = config.advertise or f":{port}"
-        info = party_info(party_id, data)
-        reply = register(config.coordinator, info, address, config.register_timeout_s, stop)
-        train = TrainConfig.model_validate_json(reply.config_json)
-        log.info(
-            "party %s (block %d) joined run %s on %s", party_id, info.block, reply.run_id, device
-        )
-        servicer.attach(
-            Party(party_id, data, train, secret=config.secret.encode(), device=device), reply.run_id
-        )
-        while not (stop.is_set() or servicer.shutdown.is_set()):
-            stop.wait(0.2)
-        return servicer.shutdown_reason or "stopped"
-    finally:
-        server.stop(grace=1.0).wait()
+        path = save_party_checkpoint(directory, party, {"run_id": run_id, "reason": reason})
+    except OSError as err:
+        raise DataError(f"cannot write a checkpoint to {directory}: {err}") from None
+    log.info("party %s saved its state at round %d to %s", party.party_id, party.last_round, path)
+    return path
 
 
 def register(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +26,9 @@ def coordinator(
     ] = None,
     quorum: Annotated[int | None, Opt(help="start with this many after --register-timeout")] = None,
     register_timeout: Annotated[float, Opt(help="seconds to wait for registrations")] = 300.0,
+    method: Annotated[
+        str | None, Opt(help="laser | local | ensemble | svfl | combinatorial | plug")
+    ] = None,
     seed: Annotated[int | None, Opt()] = None,
     epochs: Annotated[int | None, Opt()] = None,
     batch_size: Annotated[int | None, Opt()] = None,
@@ -47,6 +52,12 @@ def coordinator(
     ] = False,
     run_id: Annotated[str | None, Opt(help="run id (default: random)")] = None,
     progress: Annotated[bool, Opt(help="show a progress bar")] = True,
+    audit_log: Annotated[
+        Path | None, Opt(help="append every message to and from the coordinator to this file")
+    ] = None,
+    port_file: Annotated[
+        Path | None, Opt(help="write the bound port here once listening (for --listen host:0)")
+    ] = None,
     log_level: Annotated[str, Opt()] = "info",
 ) -> None:
     """Coordinate a LASER-VFL federation of `--clients` vfl-client processes."""
@@ -55,6 +66,7 @@ def coordinator(
     train_base = base.pop("train", {}) or {}
     train = train_config(
         train_base,
+        method=method,
         seed=seed,
         epochs=epochs,
         batch_size=batch_size,
@@ -78,13 +90,23 @@ def coordinator(
         "out": out,
         "serve": serve,
         "run_id": run_id,
+        "audit_log": audit_log,
         **base,
     }
     cfg = CoordinatorConfig.model_validate({**settings, "train": train.model_dump()})
-    results = run_coordinator(cfg, progress=progress)
+    on_port = None if port_file is None else functools.partial(write_port_file, port_file)
+    results = run_coordinator(cfg, progress=progress, on_port=on_port)
     typer.echo(
         f"run {results['run_id']} finished: {results['rounds']} rounds; results in {cfg.out}"
     )
+
+
+def write_port_file(path: Path, port: int) -> None:
+    """Write the port atomically, so a reader never sees a partial number."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, path)
 
 
 def main() -> None:

@@ -35,4 +35,5 @@ class CoordinatorConfig(BaseModel):
     out: Path = Path("runs/coordinator")
     serve: bool = False  # after training, keep serving Predict/Evaluate until stopped
     run_id: str | None = None
+    audit_log: Path | None = None  # append every message to and from the coordinator here
     train: TrainConfig = TrainConfig()

@@ -3,6 +3,8 @@ vfl_core types in and out (no protobuf leaks to the caller)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 import numpy as np
 
@@ -27,10 +29,14 @@ class PartyClient:
         party_id: str,
         embed_dim: int,
         credentials: grpc.ChannelCredentials | None = None,
+        interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
     ) -> None:
         self.address = address
         self._channel = make_channel(address, credentials)
-        self._stub = vfl_pb2_grpc.PartyStub(self._channel)
+        channel = self._channel
+        if interceptors:  # e.g. the message audit (vfl_wire.audit)
+            channel = grpc.intercept_channel(channel, *interceptors)
+        self._stub = vfl_pb2_grpc.PartyStub(channel)
         self._header = convert.header(run_id, party_id)
         self._dim = embed_dim
 
@@ -47,13 +53,14 @@ class PartyClient:
 
     def embed(self, call: EmbedCall, timeout: float) -> np.ndarray:
         reply = self._stub.Embed(convert.embed_call_to_proto(call, self._header), timeout=timeout)
-        shape = (len(call.rows), self._dim)
+        # The width depends on the method (baselines send several slots); the engine checks it.
+        shape = (len(call.rows), None)
         return convert.embedding_from_proto(reply, round_id=call.round_id, expect_shape=shape)
 
     def fuse(self, call: FuseCall, timeout: float) -> FuseResult:
         reply = self._stub.Fuse(convert.fuse_call_to_proto(call, self._header), timeout=timeout)
         return convert.fuse_result_from_proto(
-            reply, round_id=call.round_id, expect_shape=(None, self._dim)
+            reply, round_id=call.round_id, expect_shape=(None, None)
         )
 
     def backward(self, call: BackwardCall, timeout: float) -> None:

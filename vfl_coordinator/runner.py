@@ -8,8 +8,10 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable
+from concurrent import futures
 from pathlib import Path
 
+import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from vfl_coordinator.config import CoordinatorConfig
@@ -18,7 +20,8 @@ from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.transport import GrpcTransport
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.metrics import format_table
-from vfl_wire.channels import bind, make_server
+from vfl_wire.audit import AuditLog
+from vfl_wire.channels import bind, make_server, server_options
 from vfl_wire.v1 import vfl_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -36,7 +39,8 @@ def run_coordinator(
     registry = Registry(config.clients)
     state = CoordinatorState(registry, run_id, config.train.model_dump_json())
     stop = stop or _stop_on_signals(state)
-    server = make_server(max_workers=16)
+    audit = AuditLog(config.audit_log) if config.audit_log is not None else None
+    server = _make_server(audit)
     vfl_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(state), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -54,7 +58,13 @@ def run_coordinator(
     transport = None
     try:
         registry.wait(config.clients, config.quorum, config.register_timeout_s)
-        transport = GrpcTransport(registry, run_id, config.train.model.embed_dim, config.deadlines)
+        transport = GrpcTransport(
+            registry,
+            run_id,
+            config.train.model.embed_dim,
+            config.deadlines,
+            interceptors=[audit.client_interceptor()] if audit is not None else (),
+        )
         results = _train(config, state, transport, progress)
         if config.serve:
             state.phase = "serving"
@@ -67,6 +77,20 @@ def run_coordinator(
             transport.shutdown_all("run finished")
             transport.close()
         server.stop(grace=1.0).wait()
+        if audit is not None:
+            audit.close()
+
+
+def _make_server(audit: AuditLog | None) -> grpc.Server:
+    """The coordinator's server; with an audit log, every call to it is recorded."""
+    if audit is None:
+        return make_server(max_workers=16)
+    # as vfl_wire.channels.make_server, plus the interceptor (make_server takes none)
+    return grpc.server(
+        futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="vfl-grpc"),
+        interceptors=[audit.server_interceptor()],
+        options=server_options(),
+    )
 
 
 def _train(
@@ -75,7 +99,7 @@ def _train(
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(config.model_dump_json(indent=2))
-    with (out / "rounds.jsonl").open("w") as rounds_file:
+    with (out / "rounds.jsonl").open("w", buffering=1) as rounds_file:  # a line per round
 
         def on_round(record: RoundRecord) -> None:
             state.epoch = record.epoch

@@ -7,7 +7,7 @@ runs the phase without it. Clients are rebuilt when a party re-registers at a ne
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
@@ -44,8 +44,10 @@ class GrpcTransport:
         embed_dim: int,
         deadlines: Deadlines,
         credentials: grpc.ChannelCredentials | None = None,
+        interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
     ) -> None:
         self.registry = registry
+        self._interceptors = tuple(interceptors)
         self.run_id = run_id
         self.embed_dim = embed_dim
         self.deadlines = deadlines
@@ -70,7 +72,12 @@ class GrpcTransport:
         if cached is not None:
             cached[1].close()
         client = PartyClient(
-            member.address, self.run_id, member.info.party_id, self.embed_dim, self._credentials
+            member.address,
+            self.run_id,
+            member.info.party_id,
+            self.embed_dim,
+            self._credentials,
+            self._interceptors,
         )
         self._clients[block] = (member.generation, client)
         return client

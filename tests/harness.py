@@ -1,0 +1,337 @@
+"""Run a real federation for integration tests: vfl-coordinator and vfl-client processes.
+
+Every process is started from the installed console scripts in its own process group (so a
+signal reaches it and anything it spawns), dies with the test process (`setpriv --pdeathsig`,
+where util-linux has it; no fork-time Python code runs in a process that holds gRPC threads), logs
+to a file under the cluster's directory, and is killed by `Cluster.close()`, which then checks
+that nothing is left. The coordinator binds 127.0.0.1:0 and reports its port with --port-file;
+clients bind 127.0.0.1:0 too and their port is read from their log.
+
+    with Cluster(tmp_path) as cluster:
+        coord, clients = cluster.federation(party_dirs, epochs=2)
+        cluster.wait_for(lambda: coord.results(), 120, "results.json")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from vfl_wire.channels import make_channel
+from vfl_wire.v1 import vfl_pb2_grpc
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+BIN = Path(sys.executable).parent  # the venv's bin: vfl, vfl-client, vfl-coordinator
+SECRET = "vfl-harness-secret"  # the federation secret every harness client gets
+START_TIMEOUT_S = 90.0  # a loaded 2-core machine needs ~5 s to import torch per process
+_SETPRIV = shutil.which("setpriv")
+_PORT_LINE = re.compile(r"listening on \S+ \(port (\d+)\)")
+
+
+# ------------------------------------------------------------------------------ data
+
+
+def prepare_digits(
+    base: Path, *, p_miss: float = 0.1, seed: int = 0, clients: int = 4
+) -> list[Path]:
+    """Party directories of digits, prepared once per `base` with the real `vfl prepare`."""
+    out = base / f"digits-k{clients}-p{p_miss}-s{seed}"
+    done = out / ".complete"
+    if not done.exists():
+        argv = [str(BIN / "vfl"), "prepare", "--out", str(out), "--dataset", "digits"]
+        argv += ["--clients", str(clients), "--p-miss", str(p_miss), "--seed", str(seed)]
+        subprocess.run(argv, check=True, capture_output=True, timeout=300)
+        done.touch()
+    return [out / f"party{k}" for k in range(clients)]
+
+
+# ------------------------------------------------------------------------------ waiting
+
+
+def wait_for(
+    condition: Callable[[], T],
+    timeout: float,
+    what: str,
+    *,
+    interval: float = 0.05,
+    diagnose: Callable[[], str] | None = None,
+) -> T:
+    """Poll `condition` until it returns something truthy; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = f"\n{diagnose()}" if diagnose is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+# ------------------------------------------------------------------------------ processes
+
+
+def _die_with_parent(argv: list[str]) -> list[str]:
+    """`argv` prefixed so that the process is SIGKILLed if the test process dies."""
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv] if _SETPRIV else argv
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    log_path: Path
+    popen: subprocess.Popen = field(repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        """Send `sig` to the process group (the process and anything it started)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        """The exit code; AssertionError (with the log's tail) if still running after `timeout`."""
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.name} still running after {timeout:.0f}s\n{self.tail()}"
+            ) from None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, lines: int = 25) -> str:
+        text = "\n".join(self.log().splitlines()[-lines:])
+        return f"--- {self.name} (pid {self.pid}, rc {self.popen.poll()}) ---\n{text}"
+
+
+@dataclass
+class Client(Proc):
+    data: Path = Path()
+
+    def port(self, timeout: float = START_TIMEOUT_S) -> int:
+        """The port the client serves `Party` on, from its log."""
+        match = wait_for(
+            lambda: _PORT_LINE.search(self.log()), timeout, f"{self.name} port", diagnose=self.tail
+        )
+        return int(match.group(1))
+
+    @property
+    def block(self) -> int:
+        return json.loads((self.data / "meta.json").read_text())["block"]
+
+
+@dataclass
+class Coordinator(Proc):
+    out: Path = Path()
+    port_file: Path = Path()
+    run_id: str = ""
+
+    def port(self, timeout: float = START_TIMEOUT_S) -> int:
+        def read() -> int | None:
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                return int(self.port_file.read_text())
+            if not self.alive():
+                raise AssertionError(f"coordinator exited before listening\n{self.tail()}")
+            return None
+
+        return wait_for(read, timeout, "the coordinator's port file", diagnose=self.tail)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port()}"
+
+    def rounds(self) -> list[dict]:
+        """The round records written so far (complete lines only)."""
+        try:
+            text = (self.out / "rounds.jsonl").read_text()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+    def results(self) -> dict | None:
+        try:
+            return json.loads((self.out / "results.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):  # not yet, or being written
+            return None
+
+
+class Cluster:
+    """The processes of one test. Use as a context manager (or call close())."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.procs: list[Proc] = []
+        self._channels: dict[str, grpc.Channel] = {}
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------------------- starting
+    def _spawn(self, kind: type[Proc], name: str, argv: list[str], **extra: object) -> Proc:
+        log_path = self.root / f"{name}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with log_path.open("wb") as log_file:
+            popen = subprocess.Popen(
+                _die_with_parent(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # own process group: killpg reaches everything it starts
+                env=env,
+                cwd=self.root,
+            )
+        proc = kind(name=name, argv=argv, log_path=log_path, popen=popen, **extra)
+        self.procs.append(proc)
+        log.info("started %s (pid %d): %s", name, popen.pid, " ".join(argv))
+        return proc
+
+    def coordinator(
+        self,
+        *,
+        clients: int = 4,
+        epochs: int = 2,
+        deadline: float | None = None,
+        serve: bool = False,
+        extra: Sequence[str] = (),
+        name: str = "coordinator",
+    ) -> Coordinator:
+        out, port_file = self.root / f"{name}-out", self.root / f"{name}.port"
+        run_id = f"run-{os.getpid()}-{len(self.procs)}"
+        argv = [str(BIN / "vfl-coordinator"), "--clients", str(clients), "--epochs", str(epochs)]
+        argv += ["--listen", "127.0.0.1:0", "--port-file", str(port_file), "--out", str(out)]
+        argv += ["--run-id", run_id, "--no-progress", "--register-timeout", "120"]
+        if deadline is not None:
+            argv += ["--deadline", str(deadline)]
+        if serve:
+            argv.append("--serve")
+        argv += list(extra)
+        proc = self._spawn(Coordinator, name, argv, out=out, port_file=port_file, run_id=run_id)
+        assert isinstance(proc, Coordinator)
+        return proc
+
+    def client(self, coordinator: Coordinator, data: Path, extra: Sequence[str] = ()) -> Client:
+        name = f"client-{data.name}-{len(self.procs)}"
+        argv = [str(BIN / "vfl-client"), "--data", str(data), "--coordinator", coordinator.address]
+        argv += ["--listen", "127.0.0.1:0", "--secret", SECRET, "--register-timeout", "120"]
+        argv += list(extra)
+        proc = self._spawn(Client, name, argv, data=data)
+        assert isinstance(proc, Client)
+        return proc
+
+    def federation(
+        self,
+        party_dirs: Sequence[Path],
+        *,
+        client_extra: Callable[[Path], Sequence[str]] | None = None,
+        **coordinator_args: object,
+    ) -> tuple[Coordinator, list[Client]]:
+        """A coordinator for len(party_dirs) parties and one client per directory."""
+        coord = self.coordinator(clients=len(party_dirs), **coordinator_args)  # type: ignore[arg-type]
+        coord.port()  # clients start once it listens, so none waits out a retry backoff
+        clients = [
+            self.client(coord, d, client_extra(d) if client_extra else ()) for d in party_dirs
+        ]
+        return coord, clients
+
+    # -------------------------------------------------------------------------- using
+    def channel(self, address: str) -> grpc.Channel:
+        """One channel per address, closed by close()."""
+        if address not in self._channels:
+            self._channels[address] = make_channel(address)
+        return self._channels[address]
+
+    def stub(self, coordinator: Coordinator) -> vfl_pb2_grpc.CoordinatorStub:
+        return vfl_pb2_grpc.CoordinatorStub(self.channel(coordinator.address))
+
+    def party_stub(self, client: Client) -> vfl_pb2_grpc.PartyStub:
+        return vfl_pb2_grpc.PartyStub(self.channel(f"127.0.0.1:{client.port()}"))
+
+    def wait_for(self, condition: Callable[[], T], timeout: float, what: str) -> T:
+        """As `wait_for`; on timeout the message carries every process's log tail."""
+        return wait_for(condition, timeout, what, diagnose=self.describe)
+
+    def wait_rounds(self, coordinator: Coordinator, count: int, timeout: float) -> list[dict]:
+        def enough() -> list[dict] | None:
+            rounds = coordinator.rounds()
+            if len(rounds) < count and not coordinator.alive():
+                raise AssertionError(f"coordinator exited after {len(rounds)} rounds")
+            return rounds if len(rounds) >= count else None
+
+        return self.wait_for(enough, timeout, f"{count} rounds in rounds.jsonl")
+
+    def describe(self) -> str:
+        return "\n".join(p.tail() for p in self.procs)
+
+    # -------------------------------------------------------------------------- cleanup
+    def close(self) -> None:
+        """Kill every process group (stopped ones too), reap, then check that nothing is left."""
+        for channel in self._channels.values():
+            channel.close()
+        for proc in self.procs:
+            proc.signal(signal.SIGCONT)
+            proc.signal(signal.SIGKILL)
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while (leftovers := self.leftovers()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not leftovers, f"processes left after cleanup: {leftovers}"
+
+    def leftovers(self) -> list[str]:
+        """Processes of this cluster still present: unreaped leaders, any member of one of its
+        process groups, or any process whose command line names the cluster's directory."""
+        found = [f"{p.name} (pid {p.pid})" for p in self.procs if p.popen.poll() is None]
+        groups = {p.pid for p in self.procs}
+        marker = str(self.root)
+        for pid, pgid, cmdline in _processes():
+            if pid != os.getpid() and (pgid in groups or marker in cmdline):
+                found.append(f"pid {pid} (group {pgid}): {cmdline[:200]}")
+        return found
+
+
+def _processes() -> Iterable[tuple[int, int, str]]:
+    """(pid, process group, command line) of every live, non-zombie process."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] == "Z":
+            continue
+        yield int(entry.name), int(fields[2]), cmdline

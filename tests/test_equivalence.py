@@ -1,0 +1,150 @@
+"""Invariant 1: the gRPC federation (real processes) and the in-process simulation give the same
+per-round losses, final parameters, optimiser state and test metrics, bit for bit, on CPU."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from harness import SECRET, Cluster, prepare_digits
+
+from vfl_core.checkpoint import load_checkpoint
+from vfl_core.config import TrainConfig
+from vfl_core.data import load_party_dir
+from vfl_core.engine import Federation, RoundRecord
+from vfl_core.inprocess import InProcessTransport
+from vfl_core.party import Party
+from vfl_core.simulate import SimulationConfig, run_simulation
+
+pytestmark = pytest.mark.slow
+
+EPOCHS = 2
+RUN_TIMEOUT_S = 180.0
+
+
+@pytest.fixture(scope="module")
+def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with Cluster(tmp_path / "cluster") as c:
+        yield c
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Clients run torch with one thread (`--threads 1`); so must the simulation."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _round_json(record: RoundRecord) -> dict[str, object]:
+    """A round as the coordinator writes it to rounds.jsonl."""
+    return {
+        "round": record.round_id,
+        "epoch": record.epoch,
+        "pattern": list(record.pattern),
+        "present": list(record.present),
+        "losses": {str(k): v for k, v in record.losses.items()},
+        "updated": list(record.updated),
+    }
+
+
+def _in_process(party_dirs: list[Path], train: TrainConfig):
+    """The same federation in this process, keeping every round record."""
+    data = [load_party_dir(d) for d in party_dirs]
+    parties = {
+        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
+    }
+    records: list[RoundRecord] = []
+    fed = Federation(InProcessTransport(parties), train, progress=False, on_round=records.append)
+    fed.align()
+    fed.train()
+    return parties, records, fed.evaluate("test")
+
+
+def _run_grpc(cluster: Cluster, party_dirs: list[Path], ckpt: Path):
+    coord, clients = cluster.federation(
+        party_dirs, epochs=EPOCHS, client_extra=lambda d: ["--checkpoint-dir", str(ckpt)]
+    )
+    assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
+    for client in clients:
+        assert client.wait(30) == 0, cluster.describe()
+    return coord
+
+
+def _assert_same_tensors(got: object, want: object, where: str) -> None:
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor), where
+        assert got.dtype == want.dtype and got.shape == want.shape, where
+        assert torch.equal(got, want), f"{where}: max |diff| {(got - want).abs().max()}"
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), where
+        for key in want:
+            _assert_same_tensors(got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, list | tuple):
+        assert len(got) == len(want), where  # type: ignore[arg-type]
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):  # type: ignore[call-overload]
+            _assert_same_tensors(g, w, f"{where}[{i}]")
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
+
+
+def test_given_same_seed_and_config_when_trained_over_grpc_and_in_process_then_bit_identical(
+    cluster: Cluster, party_dirs: list[Path], tmp_path: Path, one_thread: None
+) -> None:
+    ckpt = tmp_path / "checkpoints"
+    coord = _run_grpc(cluster, party_dirs, ckpt)
+    train = TrainConfig.model_validate(json.loads((coord.out / "config.json").read_text())["train"])
+    assert train.epochs == EPOCHS
+    parties, records, report = _in_process(party_dirs, train)
+
+    # per-round losses (and patterns, participants, updates) of every round
+    grpc_rounds = coord.rounds()
+    assert len(grpc_rounds) == len(records) > 0
+    for got, want in zip(grpc_rounds, records, strict=True):
+        assert got == _round_json(want), f"round {want.round_id} differs"
+
+    # final parameters and optimiser state of every party, from the clients' checkpoints
+    for block, party in parties.items():
+        saved = load_checkpoint(ckpt / f"party{block}.pt", train.model_dump_json())
+        assert saved["meta"]["block"] == block
+        assert saved["meta"]["run_id"] == coord.run_id
+        _assert_same_tensors(saved["state"], party.state_dict(), f"party{block}")
+        restored = Party(party.party_id, party.data, train, secret=SECRET.encode())
+        restored.load_state_dict(saved["state"])
+        np.testing.assert_array_equal(restored.parameters_vector(), party.parameters_vector())
+
+    # test metrics as the coordinator reported them
+    results = coord.results()
+    assert results is not None
+    assert results["test"] == json.loads(json.dumps(report.to_json(), default=str))
+    assert results["rounds"] == len(records)
+
+
+def test_given_same_party_dirs_when_run_simulation_then_it_matches_the_in_process_federation(
+    party_dirs: list[Path], one_thread: None
+) -> None:
+    """run_simulation (the `vfl simulate` path) is the same computation as the federation the
+    gRPC run is compared with above, so it too is equivalent to the gRPC federation."""
+    train = TrainConfig(seed=0, epochs=EPOCHS)
+    parties, _, report = _in_process(party_dirs, train)
+
+    sim = run_simulation(SimulationConfig(party_dirs=tuple(party_dirs), secret=SECRET, train=train))
+
+    assert sim.parties.keys() == parties.keys()
+    for block, party in parties.items():
+        np.testing.assert_array_equal(
+            sim.parties[block].parameters_vector(), party.parameters_vector()
+        )
+    assert sim.reports[None].to_json() == report.to_json()
