@@ -8,10 +8,8 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable
-from concurrent import futures
 from pathlib import Path
 
-import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from vfl_coordinator.config import CoordinatorConfig
@@ -21,7 +19,7 @@ from vfl_coordinator.transport import GrpcTransport
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.metrics import format_table
 from vfl_wire.audit import AuditLog
-from vfl_wire.channels import bind, make_server, server_options
+from vfl_wire.channels import bind, make_server
 from vfl_wire.v1 import vfl_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -40,7 +38,7 @@ def run_coordinator(
     state = CoordinatorState(registry, run_id, config.train.model_dump_json())
     stop = stop or _stop_on_signals(state)
     audit = AuditLog(config.audit_log) if config.audit_log is not None else None
-    server = _make_server(audit)
+    server = make_server(16, [audit.server_interceptor()] if audit is not None else [])
     vfl_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(state), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -79,18 +77,6 @@ def run_coordinator(
         server.stop(grace=1.0).wait()
         if audit is not None:
             audit.close()
-
-
-def _make_server(audit: AuditLog | None) -> grpc.Server:
-    """The coordinator's server; with an audit log, every call to it is recorded."""
-    if audit is None:
-        return make_server(max_workers=16)
-    # as vfl_wire.channels.make_server, plus the interceptor (make_server takes none)
-    return grpc.server(
-        futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="vfl-grpc"),
-        interceptors=[audit.server_interceptor()],
-        options=server_options(),
-    )
 
 
 def _train(

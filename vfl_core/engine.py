@@ -261,6 +261,7 @@ class Federation:
         size: int,
         phase: str,
         where: str,
+        immediate: bool = False,
     ) -> dict[int, np.ndarray]:
         good = {
             b: a
@@ -269,16 +270,23 @@ class Federation:
         }
         for b in answers.keys() - good.keys():
             log.warning("%s: %s answer of block %d refused (shape/dtype/NaN)", where, phase, b)
-        self._record(callees, good, phase, where)
+        self._record(callees, good, phase, where, immediate)
         return good
 
-    def _record(self, expected: Iterable[int], got: Container[int], phase: str, where: str) -> None:
+    def _record(
+        self,
+        expected: Iterable[int],
+        got: Container[int],
+        phase: str,
+        where: str,
+        immediate: bool = False,
+    ) -> None:
         for b in expected:
             if b in got:
                 self.liveness.answered(b, self._tick)
             else:
                 log.info("%s: block %d missed %s", where, b, phase)
-                self.liveness.failed(b, self._tick, phase)
+                self.liveness.failed(b, self._tick, phase, immediate)
 
     @property
     def _tick(self) -> int:
@@ -306,7 +314,10 @@ class Federation:
             for b in callees
         }
         where = f"{split} request {request}"
-        embeddings = self._accept(self.transport.embed(calls), callees, size, "embed", where)
+        # At inference a caller is waiting: a party that misses one deadline is marked down at
+        # once (and retried every retry_every requests) instead of costing a deadline per batch.
+        answers = self.transport.embed(calls)
+        embeddings = self._accept(answers, callees, size, "embed", where, immediate=True)
         present = tuple(sorted(embeddings))
         gen = rng(self.config.seed, Stream.EVAL_RANDOM, request)
         method, labels = self.config.method, self.label_blocks

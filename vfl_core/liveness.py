@@ -49,9 +49,11 @@ class Liveness:
         if self.state.get(block) == DOWN:
             self._move(round_id, block, UP, "answered again")
 
-    def failed(self, block: int, round_id: int, phase: str) -> None:
+    def failed(self, block: int, round_id: int, phase: str, immediate: bool = False) -> None:
+        """`immediate`: mark down at the first miss (inference, where a caller waits)."""
         self.missed[block] = self.missed.get(block, 0) + 1
-        if self.state.get(block, UP) == UP and self.missed[block] >= self.down_after:
+        limit = 1 if immediate else self.down_after
+        if self.state.get(block, UP) == UP and self.missed[block] >= limit:
             self.down_since[block] = round_id
             self._move(round_id, block, DOWN, f"missed {self.missed[block]} phases (last: {phase})")
 

@@ -14,6 +14,7 @@ Reconnect backoff is capped at 1 s so a restarted peer is reachable again almost
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent import futures
 
 import grpc
@@ -61,10 +62,13 @@ def channel_options() -> Options:
     ]
 
 
-def make_server(max_workers: int) -> grpc.Server:
+def make_server(
+    max_workers: int, interceptors: Sequence[grpc.ServerInterceptor] = ()
+) -> grpc.Server:
     """A sync server with our options; add servicers, then `bind`, then `start`."""
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="vfl-grpc"),
+        interceptors=list(interceptors),
         options=server_options(),
     )
 
