@@ -4,6 +4,7 @@ SIGKILL during and after training, SIGSTOP/SIGCONT during training, bad messages
 
 from __future__ import annotations
 
+import csv
 import json
 import signal
 import time
@@ -14,7 +15,9 @@ import grpc
 import numpy as np
 import pytest
 from harness import SECRET, Client, Cluster, Coordinator, prepare_digits
+from typer.testing import CliRunner
 
+from vfl_cli.app import app
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.checkpoint import load_checkpoint
 from vfl_wire import convert
@@ -181,6 +184,7 @@ def test_given_client_killed_while_serving_when_evaluate_and_predict_then_answer
         if row.party_probabilities:
             assert row.HasField("federation_probabilities") and row.predicted_class >= 0
     assert sum(bool(row.observed_blocks) for row in predicted.rows) > len(predicted.rows) // 2
+    _check_cli_predict_and_evaluate(coord, party_dirs[0], tmp_path, dead)
 
     # a client stopped by a signal saves its state too
     _client_of(clients, stopped).signal(signal.SIGTERM)
@@ -193,6 +197,30 @@ def test_given_client_killed_while_serving_when_evaluate_and_predict_then_answer
     for block in (0, 1):
         assert _checkpoint(coord, ckpt, block)["meta"]["reason"] == "run finished"
     assert not (ckpt / f"party{dead}.pt").exists()
+
+
+def _check_cli_predict_and_evaluate(
+    coord: Coordinator, party_dir: Path, tmp_path: Path, dead: int
+) -> None:
+    """`vfl predict` by raw IDs (hashed on this side) and `vfl evaluate` against the live run."""
+    ids = [str(i) for i in np.load(party_dir / "test" / "ids.npy")[:3]]
+    out = tmp_path / "predictions.csv"
+    runner = CliRunner()
+    args = ["predict", "--coordinator", coord.address, "--secret", SECRET, "--ids", ",".join(ids)]
+    args += ["--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["id"] for r in rows} == set(ids)  # raw IDs back, though only hashes crossed
+    assert all(str(dead) not in r["observed_blocks"].split() for r in rows)
+    assert all(int(r["predicted_class"]) >= 0 for r in rows)
+    result = runner.invoke(app, ["evaluate", "--coordinator", coord.address])
+    assert result.exit_code == 0, result.output
+    assert (
+        "live blocks: " in result.output
+        and f"{dead}," not in result.output.split("live blocks: ")[1][:8]
+    )
 
 
 # ------------------------------------------------------------------------------ (c) SIGSTOP
