@@ -25,13 +25,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TypeVar
 
 import grpc
 
 from vfl_wire.channels import make_channel
+from vfl_wire.security import COORDINATOR, OPERATOR, Security, load_identity
 from vfl_wire.v1 import vfl_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,7 @@ class Coordinator(Proc):
     out: Path = Path()
     port_file: Path = Path()
     run_id: str = ""
+    alignment: str = "hmac"  # its --alignment, which its clients must share
 
     def port(self, timeout: float = START_TIMEOUT_S) -> int:
         def read() -> int | None:
@@ -183,13 +185,24 @@ class Coordinator(Proc):
 
 
 class Cluster:
-    """The processes of one test. Use as a context manager (or call close())."""
+    """The processes of one test. Use as a context manager (or call close()).
 
-    def __init__(self, root: Path) -> None:
+    Security: with `tls_dir` (a `vfl certs` directory) every process runs mutual TLS with its own
+    identity and the test's stubs call as the operator (coordinator) or the coordinator (party);
+    without it every process runs --insecure, as the tests written before TLS expect.
+    Coordinators align with --alignment hmac unless told otherwise (those tests build batch
+    digests from the keyed hashes and compare with HMAC-aligned simulations).
+    """
+
+    def __init__(self, root: Path, tls_dir: Path | None = None) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.tls_dir = tls_dir
         self.procs: list[Proc] = []
-        self._channels: dict[str, grpc.Channel] = {}
+        self._channels: dict[tuple[str, str], grpc.Channel] = {}
+
+    def _security_args(self) -> list[str]:
+        return ["--insecure"] if self.tls_dir is None else ["--tls-dir", str(self.tls_dir)]
 
     def __enter__(self) -> Cluster:
         return self
@@ -216,6 +229,12 @@ class Cluster:
         log.info("started %s (pid %d): %s", name, popen.pid, " ".join(argv))
         return proc
 
+    def restart(self, proc: Proc) -> Proc:
+        """Run `proc`'s command again (same argv, out and data directories; a new log file)."""
+        base = {f.name for f in fields(Proc)}
+        extra = {f.name: getattr(proc, f.name) for f in fields(proc) if f.name not in base}
+        return self._spawn(type(proc), f"{proc.name}-r{len(self.procs)}", proc.argv, **extra)
+
     def coordinator(
         self,
         *,
@@ -225,6 +244,7 @@ class Cluster:
         serve: bool = False,
         extra: Sequence[str] = (),
         name: str = "coordinator",
+        alignment: str = "hmac",
     ) -> Coordinator:
         out, port_file = self.root / f"{name}-out", self.root / f"{name}.port"
         run_id = f"run-{os.getpid()}-{len(self.procs)}"
@@ -235,8 +255,17 @@ class Cluster:
             argv += ["--deadline", str(deadline)]
         if serve:
             argv.append("--serve")
+        argv += [*self._security_args(), "--alignment", alignment]
         argv += list(extra)
-        proc = self._spawn(Coordinator, name, argv, out=out, port_file=port_file, run_id=run_id)
+        proc = self._spawn(
+            Coordinator,
+            name,
+            argv,
+            out=out,
+            port_file=port_file,
+            run_id=run_id,
+            alignment=alignment,
+        )
         assert isinstance(proc, Coordinator)
         return proc
 
@@ -244,7 +273,7 @@ class Cluster:
         name = f"client-{data.name}-{len(self.procs)}"
         argv = [str(BIN / "vfl-client"), "--data", str(data), "--coordinator", coordinator.address]
         argv += ["--listen", "127.0.0.1:0", "--secret", SECRET, "--register-timeout", "120"]
-        argv += list(extra)
+        argv += [*self._security_args(), "--alignment", coordinator.alignment, *extra]
         proc = self._spawn(Client, name, argv, data=data)
         assert isinstance(proc, Client)
         return proc
@@ -265,17 +294,27 @@ class Cluster:
         return coord, clients
 
     # -------------------------------------------------------------------------- using
-    def channel(self, address: str) -> grpc.Channel:
-        """One channel per address, closed by close()."""
-        if address not in self._channels:
-            self._channels[address] = make_channel(address)
-        return self._channels[address]
+    def channel(
+        self, address: str, peer: str = COORDINATOR, caller: str = OPERATOR
+    ) -> grpc.Channel:
+        """One channel per address (and TLS identity), closed by close(). With TLS it calls as
+        `caller` and accepts only the certificate of `peer`."""
+        key = (address, caller)
+        if key not in self._channels:
+            if self.tls_dir is None:
+                self._channels[key] = make_channel(address)
+            else:
+                me = load_identity(self.tls_dir, caller, need_token=caller != COORDINATOR)
+                self._channels[key] = Security(me).channel(address, peer)
+        return self._channels[key]
 
     def stub(self, coordinator: Coordinator) -> vfl_pb2_grpc.CoordinatorStub:
         return vfl_pb2_grpc.CoordinatorStub(self.channel(coordinator.address))
 
     def party_stub(self, client: Client) -> vfl_pb2_grpc.PartyStub:
-        return vfl_pb2_grpc.PartyStub(self.channel(f"127.0.0.1:{client.port()}"))
+        address = f"127.0.0.1:{client.port()}"
+        peer = f"party{client.block}"
+        return vfl_pb2_grpc.PartyStub(self.channel(address, peer=peer, caller=COORDINATOR))
 
     def wait_for(self, condition: Callable[[], T], timeout: float, what: str) -> T:
         """As `wait_for`; on timeout the message carries every process's log tail."""

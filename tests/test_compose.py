@@ -102,12 +102,15 @@ def port(address: str) -> int:
 # ---------------------------------------------------------------------------------- topology
 def test_four_clients_numbered_from_zero(services: dict[str, Any]) -> None:
     assert client_names(services) == [f"client{k}" for k in range(K)]
-    assert {"prepare", "coordinator"} <= services.keys()
+    assert {"prepare", "certs", "coordinator"} <= services.keys()
 
 
 @pytest.mark.parametrize("k", range(K))
 def test_client_mounts_only_its_own_quadrant(services: dict[str, Any], k: int) -> None:
-    assert mounts(services[f"client{k}"]) == [(f"./data/quadrant{k}", "/data", True)]
+    assert mounts(services[f"client{k}"]) == [
+        (f"./data/quadrant{k}", "/data", True),
+        (f"./certs/party{k}", "/certs", True),  # and its own certificate, key and token
+    ]
 
 
 def test_coordinator_sees_no_data(services: dict[str, Any]) -> None:
@@ -142,7 +145,9 @@ def test_all_services_share_one_network(services: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------- commands
-@pytest.mark.parametrize("name", ["prepare", "coordinator", *(f"client{k}" for k in range(K))])
+@pytest.mark.parametrize(
+    "name", ["prepare", "certs", "coordinator", *(f"client{k}" for k in range(K))]
+)
 def test_command_parses_against_the_real_cli(services: dict[str, Any], name: str) -> None:
     path, params = parse(argv(services[name]))
     assert params, f"{name}: {path} parsed to nothing"
@@ -170,6 +175,58 @@ def test_client_command_wiring(services: dict[str, Any], k: int) -> None:
     assert params["advertise"] == f"client{k}:{port(params['listen'])}"
 
 
+# ---------------------------------------------------------------------------------- security
+def test_certs_service_makes_an_identity_for_every_party_the_clients_mount(
+    services: dict[str, Any],
+) -> None:
+    path, params = parse(argv(services["certs"]))
+    assert path == "vfl certs"
+    assert services["certs"].get("restart") == "no"
+    [(source, target, read_only)] = mounts(services["certs"])
+    assert not read_only and params["out"] == Path(target)
+    parties = params["parties"].split(",")
+    assert parties == [f"party{k}" for k in range(K)]
+    assert ("./certs/coordinator", "/certs", True) in mounts(services["coordinator"])
+    for k in range(K):
+        assert (f"{source}/party{k}", "/certs", True) in mounts(services[f"client{k}"])
+
+
+@pytest.mark.parametrize("name", ["coordinator", *(f"client{k}" for k in range(K))])
+def test_servers_run_mutual_tls_with_their_own_identity_only(
+    services: dict[str, Any], name: str
+) -> None:
+    service = services[name]
+    _, params = parse(argv(service))
+    assert params["insecure"] is False
+    assert params["tls_dir"] == Path("/certs")
+    certs = [m for m in mounts(service) if m[1] == "/certs"]
+    assert len(certs) == 1 and certs[0][2], f"{name}: /certs must be one read-only mount"
+    assert certs[0][0].startswith("./certs/"), "never the whole ./certs (the CA key is there)"
+    assert service["depends_on"]["certs"] == {"condition": "service_completed_successfully"}
+    assert service["environment"]["VFL_TLS_DIR"] == "/certs"  # for the health check
+
+
+def test_coordinator_admits_the_certified_parties_and_aligns_by_psi(
+    services: dict[str, Any],
+) -> None:
+    _, params = parse(argv(services["coordinator"]))
+    assert params["parties"] is None  # default: every party `vfl certs` gave a token
+    assert params["alignment"] == "psi"
+    for k in range(K):  # the parties align the same way (and so never send ID hashes)
+        assert parse(argv(services[f"client{k}"]))[1]["alignment"] == "psi"
+
+
+@pytest.mark.parametrize("name", ["coordinator", *(f"client{k}" for k in range(K))])
+def test_health_check_runs_vfl_health_over_tls(services: dict[str, Any], name: str) -> None:
+    test = services[name]["healthcheck"]["test"]
+    assert test[0] == "CMD"
+    path, params = parse(test[1:])
+    assert path == "vfl health" and params["insecure"] is False
+    _, command = parse(argv(services[name]))
+    listen_port = port(command["listen"])
+    assert port(services[name]["environment"]["VFL_HEALTH_ADDR"]) == listen_port
+
+
 def test_a_wrong_option_is_caught() -> None:
     """The check above is real: make_context refuses unknown options and bad values."""
     with pytest.raises(Exception, match="No such option"):
@@ -181,13 +238,17 @@ def test_a_wrong_option_is_caught() -> None:
 
 
 def test_readme_evaluate_command_parses() -> None:
-    """deploy/README.md tells users to run `vfl evaluate --coordinator localhost:50051`."""
+    """deploy/README.md tells users to run `vfl evaluate --coordinator localhost:50051
+    --tls-dir certs` (as the operator, over mutual TLS)."""
     group = CLIS["vfl"]
     ctx = group.make_context("vfl", ["evaluate"])
     if group.get_command(ctx, "evaluate") is None:
         pytest.skip("`vfl evaluate` is not part of the vfl app yet")
-    path, params = parse(["vfl", "evaluate", "--coordinator", "localhost:50051"])
+    command = "vfl evaluate --coordinator localhost:50051 --tls-dir certs"
+    assert command in (ROOT / "deploy" / "README.md").read_text()
+    path, params = parse(command.split())
     assert path == "vfl evaluate" and params["coordinator"] == "localhost:50051"
+    assert params["tls_dir"] == Path("certs") and params["insecure"] is False
 
 
 # ---------------------------------------------------------------------------------- compose

@@ -207,7 +207,7 @@ def _check_cli_predict_and_evaluate(
     out = tmp_path / "predictions.csv"
     runner = CliRunner()
     args = ["predict", "--coordinator", coord.address, "--secret", SECRET, "--ids", ",".join(ids)]
-    args += ["--out", str(out)]
+    args += ["--out", str(out), "--insecure"]  # the harness runs plaintext unless given certs
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     with out.open() as f:
@@ -215,7 +215,7 @@ def _check_cli_predict_and_evaluate(
     assert {r["id"] for r in rows} == set(ids)  # raw IDs back, though only hashes crossed
     assert all(str(dead) not in r["observed_blocks"].split() for r in rows)
     assert all(int(r["predicted_class"]) >= 0 for r in rows)
-    result = runner.invoke(app, ["evaluate", "--coordinator", coord.address])
+    result = runner.invoke(app, ["evaluate", "--coordinator", coord.address, "--insecure"])
     assert result.exit_code == 0, result.output
     assert (
         "live blocks: " in result.output

@@ -88,6 +88,7 @@ def start_federation(lab: NetnsLab, dirs: list[Path], out: Path) -> subprocess.P
             *("--clients", str(K), "--listen", f"0.0.0.0:{PORT_C}", "--out", str(out)),
             *("--epochs", str(EPOCHS), "--seed", "0", "--deadline", "2"),
             *("--retry-every", "20", "--register-timeout", "60", "--no-progress"),
+            *("--insecure", "--alignment", "hmac"),  # plaintext: this test is about the network
         ],
     )
     for k, data in enumerate(dirs):
@@ -99,7 +100,7 @@ def start_federation(lab: NetnsLab, dirs: list[Path], out: Path) -> subprocess.P
                 *program("vfl-client", "vfl_client.cli"),
                 *("--data", str(data), "--block", str(k), "--coordinator", target),
                 *("--listen", f"0.0.0.0:{PORT_P}", "--device", "cpu"),
-                *("--register-timeout", "60"),
+                *("--register-timeout", "60", "--insecure", "--alignment", "hmac"),
             ],
         )
     return coordinator

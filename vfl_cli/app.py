@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from vfl_cli.bench_cmd import bench_app
+from vfl_cli.certs_cmd import certs
 from vfl_cli.demo_cmd import demo
 from vfl_cli.errors import user_errors
+from vfl_cli.health_cmd import health
 from vfl_cli.prepare_cmd import prepare
 from vfl_cli.remote_cmd import evaluate, predict
 from vfl_cli.simulate_cmd import simulate
@@ -16,6 +19,9 @@ app.command("simulate")(simulate)
 app.command("demo")(demo)
 app.command("evaluate")(evaluate)
 app.command("predict")(predict)
+app.command("certs")(certs)
+app.command("health")(health)
+app.add_typer(bench_app, name="bench")
 
 
 def main() -> None:

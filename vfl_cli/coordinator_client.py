@@ -10,7 +10,7 @@ from vfl_core.errors import VflError
 from vfl_core.metrics import MetricRow
 from vfl_core.protocol import SamplePrediction
 from vfl_wire import convert
-from vfl_wire.channels import make_channel
+from vfl_wire.security import COORDINATOR, Security
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
 
@@ -35,10 +35,14 @@ class CoordinatorError(VflError):
 
 
 class CoordinatorClient:
-    def __init__(self, address: str, timeout: float = 60.0) -> None:
+    def __init__(
+        self, address: str, timeout: float = 60.0, security: Security | None = None
+    ) -> None:
+        """`security`: mutual TLS as the operator (vfl_cli.remote_cmd.operator_security);
+        None = plaintext, for a coordinator started with --insecure."""
         self.address = address
         self.timeout = timeout
-        self._channel = make_channel(address)
+        self._channel = (security or Security(None)).channel(address, COORDINATOR)
         self._stub = vfl_pb2_grpc.CoordinatorStub(self._channel)
         self._header = convert.header("", "")
 

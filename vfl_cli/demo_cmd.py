@@ -21,12 +21,14 @@ from typing import Annotated
 import typer
 from tqdm import tqdm
 
+from vfl_cli.certs_cmd import create_federation
 from vfl_cli.coordinator_client import CoordinatorClient, CoordinatorError
 from vfl_cli.errors import user_errors
-from vfl_cli.remote_cmd import render_evaluation
+from vfl_cli.remote_cmd import operator_security, render_evaluation
 from vfl_core.datasets import load_dataset
 from vfl_core.errors import VflError
 from vfl_core.prepare import prepare_parties
+from vfl_wire.security import OPERATOR
 
 Opt = typer.Option
 
@@ -63,6 +65,14 @@ def demo(
         test_fraction=0.2,
         seed=seed,
     )
+    certs = workdir / "certs"  # throwaway: a new federation CA for the demo's workdir
+    create_federation(certs, [f"party{k}" for k in range(clients)])
+    typer.echo(
+        f"      mutual TLS with throwaway certificates and tokens in {certs} (`vfl certs`); "
+        f"samples aligned by PSI, so the coordinator never sees an ID or an ID hash"
+    )
+    security = operator_security(certs, OPERATOR, insecure=False)
+    tls = ["--tls-dir", str(certs)]
     port = _free_port()
     address = f"127.0.0.1:{port}"
     with _processes() as procs:
@@ -84,6 +94,7 @@ def demo(
                 "--out",
                 str(workdir / "run"),
                 "--no-progress",
+                *tls,
             ],
             logs / "coordinator.log",
         )
@@ -97,10 +108,11 @@ def demo(
                     address,
                     "--listen",
                     "127.0.0.1:0",
+                    *tls,
                 ],
                 logs / f"client{k}.log",
             )
-        with CoordinatorClient(address, timeout=120.0) as coord:
+        with CoordinatorClient(address, timeout=120.0, security=security) as coord:
             typer.echo(f"[3/5] training LASER-VFL for {epochs} epochs over gRPC")
             _wait_trained(coord, procs, epochs, logs)
             before = coord.evaluate("test")

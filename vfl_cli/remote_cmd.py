@@ -13,8 +13,19 @@ from vfl_cli.errors import user_errors
 from vfl_core.alignment import DEMO_SECRET, hash_ids
 from vfl_core.errors import DataError
 from vfl_core.metrics import format_table
+from vfl_wire.security import OPERATOR, Security, load_security
 
 Opt = typer.Option
+TlsDir = Annotated[
+    Path | None, Opt(envvar="VFL_TLS_DIR", help="`vfl certs` directory (or its operator/ part)")
+]
+Identity = Annotated[str, Opt(help="identity to call as (its certificate and token)")]
+Insecure = Annotated[bool, Opt(help="plaintext gRPC (a coordinator started with --insecure)")]
+
+
+def operator_security(tls_dir: Path | None, identity: str, insecure: bool) -> Security:
+    """Mutual TLS as the operator (certificate and token from `vfl certs`), or plaintext."""
+    return load_security(tls_dir, insecure, identity, need_token=True)
 
 
 @user_errors
@@ -22,9 +33,13 @@ def evaluate(
     coordinator: Annotated[str, Opt(help="coordinator host:port")] = "localhost:50051",
     split: Annotated[str, Opt(help="train | test")] = "test",
     timeout: Annotated[float, Opt(help="seconds to wait for the answer")] = 120.0,
+    tls_dir: TlsDir = Path("certs"),
+    identity: Identity = OPERATOR,
+    insecure: Insecure = False,
 ) -> None:
     """Evaluate the trained federation with the parties that are live now."""
-    with CoordinatorClient(coordinator, timeout) as client:
+    security = operator_security(tls_dir, identity, insecure)
+    with CoordinatorClient(coordinator, timeout, security) as client:
         typer.echo(render_evaluation(client.evaluate(split), f"{split} set"))
 
 
@@ -45,12 +60,19 @@ def predict(
     secret: Annotated[str, Opt(envvar="VFL_SECRET", help="federation secret")] = DEMO_SECRET,
     out: Annotated[Path | None, Opt(help="CSV file for the predictions")] = None,
     timeout: Annotated[float, Opt()] = 120.0,
+    tls_dir: TlsDir = Path("certs"),
+    identity: Identity = OPERATOR,
+    insecure: Insecure = False,
 ) -> None:
-    """Predict samples by ID (hashed with the federation secret before they leave this host)."""
+    """Predict samples by ID (hashed with the federation secret before they leave this host).
+
+    By ID only with a coordinator that aligned with --alignment hmac; after a PSI alignment the
+    coordinator knows no hashes, so ask for all rows (no --ids)."""
+    security = operator_security(tls_dir, identity, insecure)
     names = _read_ids(ids, ids_file)
     hashes = hash_ids(names, secret.encode()) if names is not None else None
     by_hash = dict(zip(hashes, names, strict=True)) if names is not None and hashes else {}
-    with CoordinatorClient(coordinator, timeout) as client:
+    with CoordinatorClient(coordinator, timeout, security) as client:
         predictions = client.predict(split, hashes)
     rows = [
         {

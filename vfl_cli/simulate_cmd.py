@@ -11,6 +11,7 @@ import typer
 
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.options import parse_ints, read_config_file, train_config
+from vfl_core.faults import FaultConfig
 from vfl_core.metrics import format_table
 from vfl_core.simulate import SimulationConfig, SimulationResult, run_simulation
 
@@ -41,6 +42,15 @@ def simulate(
     embed_dim: Annotated[int | None, Opt()] = None,
     hidden: Annotated[str | None, Opt(help="hidden sizes, e.g. 128,64")] = None,
     head: Annotated[str | None, Opt(help="linear | mlp")] = None,
+    fault_rate: Annotated[
+        float, Opt(help="R_d: probability that a party fails at each training round")
+    ] = 0.0,
+    rejoin_rate: Annotated[
+        float, Opt(help="R_u: probability that a failed party comes back at each round")
+    ] = 1.0,
+    link_loss: Annotated[
+        float, Opt(help="probability that one message of a training round is lost")
+    ] = 0.0,
     out: Annotated[Path, Opt(help="JSON result file")] = Path("runs/simulate.json"),
     threads: Annotated[int, Opt(help="torch CPU threads")] = 1,
     progress: Annotated[bool, Opt(help="show a progress bar")] = True,
@@ -73,6 +83,7 @@ def simulate(
         test_fraction=test_fraction,
         label_blocks=parse_ints(label_blocks, "--label-blocks"),
         train=train,
+        faults=FaultConfig(fail_rate=fault_rate, rejoin_rate=rejoin_rate, link_loss=link_loss),
     )
     result = run_simulation(sim, progress=progress)
     typer.echo(render(result))
@@ -91,6 +102,9 @@ def render(result: SimulationResult) -> str:
         + (f"; last epoch mean head loss {last.mean_loss:.4f}" if last else "")
         + f"; {result.seconds:.1f}s",
     ]
+    if result.fault_counts is not None:
+        counts = ", ".join(f"{k} {v}" for k, v in result.fault_counts.items())
+        lines.append(f"injected faults: {counts}")
     for p_miss, report in result.reports.items():
         title = "test set" if p_miss is None else f"test p_miss {p_miss}"
         lines += ["", format_table(report.rows(), title=title)]

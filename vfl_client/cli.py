@@ -28,8 +28,25 @@ def client(
     threads: Annotated[int, Opt(help="torch CPU threads")] = 1,
     register_timeout: Annotated[float, Opt(help="seconds to keep trying to register")] = 300.0,
     checkpoint_dir: Annotated[
-        Path | None, Opt(help="save <dir>/<party id>.pt (weights, optimisers) when the run ends")
+        Path | None,
+        Opt(
+            help="keep the party's state here: <party id>-round-<r>.pt when the coordinator asks "
+            "(a restarted client resumes from them) and <party id>.pt when the run ends"
+        ),
     ] = None,
+    tls_dir: Annotated[
+        Path | None,
+        Opt(envvar="VFL_TLS_DIR", help="`vfl certs` directory (or this party's part of it)"),
+    ] = Path("certs"),
+    token_file: Annotated[
+        Path | None, Opt(help="this party's token (default: its directory's `token`)")
+    ] = None,
+    insecure: Annotated[
+        bool, Opt(help="plaintext gRPC, no certificates (trusted networks and demos only)")
+    ] = False,
+    alignment: Annotated[
+        str, Opt(help="psi (never send ID hashes) | hmac (as the coordinator's --alignment)")
+    ] = "psi",
     log_level: Annotated[str, Opt()] = "info",
 ) -> None:
     """Serve one party's block to the federation until the coordinator ends the run."""
@@ -46,6 +63,10 @@ def client(
         threads=threads,
         register_timeout_s=register_timeout,
         checkpoint_dir=checkpoint_dir,
+        tls_dir=tls_dir,
+        token_file=token_file,
+        insecure=insecure,
+        alignment=alignment,
     )
     reason = run_client(config)
     typer.echo(f"client stopped: {reason}", err=True)

@@ -8,20 +8,24 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 import grpc
 import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pydantic import BaseModel, ConfigDict, Field
 
+from vfl_client.host import PartyHost, warm_up
 from vfl_client.servicer import PartyServicer
+from vfl_core.alignment import DEMO_SECRET
 from vfl_core.checkpoint import party_checkpoint_path, save_party_checkpoint
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, load_party_dir
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.party import Party, party_info
 from vfl_wire import convert
-from vfl_wire.channels import bind, make_channel, make_server
+from vfl_wire.channels import bind, make_server
+from vfl_wire.security import COORDINATOR, GuardInterceptor, Security, load_security, party_policy
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -40,7 +44,11 @@ class ClientConfig(BaseModel):
     secret: str = "vfl-demo-secret"
     threads: int = Field(1, ge=1)
     register_timeout_s: float = Field(300.0, gt=0)
-    checkpoint_dir: Path | None = None  # save <dir>/<party_id>.pt when the run ends
+    checkpoint_dir: Path | None = None  # periodic (vfl_client.host) and <party_id>.pt at the end
+    tls_dir: Path | None = Path("certs")  # `vfl certs` output (or this party's directory of it)
+    insecure: bool = False  # plaintext gRPC instead of mutual TLS
+    token_file: Path | None = None  # default: <tls_dir>/<party_id>/token
+    alignment: Literal["psi", "hmac"] = "psi"  # psi: never hand out ID hashes (IdHashes refused)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -56,7 +64,8 @@ def resolve_device(name: str) -> torch.device:
 def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str:
     """Serve until the coordinator says Shutdown or a signal arrives; returns why it stopped.
 
-    With `config.checkpoint_dir` the party's state is saved there when the run ends.
+    With `config.checkpoint_dir` the party's state is saved there when the coordinator asks
+    (and resumed from on a restart, see vfl_client.host) and when the run ends.
     """
     data = _load_data(config)
     device = resolve_device(config.device)
@@ -64,15 +73,29 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     party_id = config.party_id or f"party{data.meta.block}"
     if config.checkpoint_dir is not None:
         party_checkpoint_path(config.checkpoint_dir, party_id)  # refuse a bad name up front
+    security = load_security(
+        config.tls_dir, config.insecure, party_id, token_file=config.token_file, need_token=True
+    )
+    warm_up()  # before listening: once registered, the party is built and rejoins at once
     servicer = PartyServicer(party_id)
-    server, port = _start_server(servicer, config.listen)
+    server, port = _start_server(servicer, config.listen, security, _refused_calls(config))
     stop = stop or _stop_on_signals()
     run_id, reason = "", "stopped before joining a run"
     try:
-        party, run_id = _join(config, data, party_id, device, port, stop)
+        party, run_id = _join(config, data, party_id, device, port, stop, security)
         servicer.attach(party, run_id)
+        host = PartyHost(  # heartbeats, resynchronisation, periodic checkpoints
+            servicer,
+            party.info,
+            config.advertise or f":{port}",
+            run_id,
+            lambda: security.channel(config.coordinator, COORDINATOR),
+            secret=config.secret,
+            checkpoint_dir=config.checkpoint_dir,
+            unreachable_timeout_s=config.register_timeout_s,
+        )
         reason = "interrupted"  # kept if serving ends with an exception
-        reason = _serve_until_stopped(servicer, stop)
+        reason = host.serve(stop)
         return reason
     finally:
         server.stop(grace=1.0).wait()  # every handler has returned: nothing changes the party now
@@ -94,34 +117,44 @@ def _join(
     device: torch.device,
     port: int,
     stop: threading.Event,
+    security: Security,
 ) -> tuple[Party, str]:
     """Register with the coordinator and build the Party with the run's TrainConfig."""
     info = party_info(party_id, data)
     address = config.advertise or f":{port}"
-    reply = register(config.coordinator, info, address, config.register_timeout_s, stop)
+    reply = register(config.coordinator, info, address, config.register_timeout_s, stop, security)
     train = TrainConfig.model_validate_json(reply.config_json)
     log.info("party %s (block %d) joined run %s on %s", party_id, info.block, reply.run_id, device)
     party = Party(party_id, data, train, secret=config.secret.encode(), device=device)
     return party, reply.run_id
 
 
-def _start_server(servicer: PartyServicer, listen: str) -> tuple[grpc.Server, int]:
-    server = make_server(max_workers=8)
+def _refused_calls(config: ClientConfig) -> dict[str, str]:
+    """A party that aligns by PSI never sends keyed ID hashes, whoever asks (the default
+    secret is public, so its hashes could be matched against guessed IDs)."""
+    if config.alignment == "psi":
+        return {"IdHashes": "this party aligns by PSI only (start it with --alignment hmac)"}
+    if config.secret == DEMO_SECRET:
+        log.warning("--alignment hmac with the public demo secret: set --secret / VFL_SECRET")
+    return {}
+
+
+def _start_server(
+    servicer: PartyServicer,
+    listen: str,
+    security: Security,
+    refuse: dict[str, str] | None = None,
+) -> tuple[grpc.Server, int]:
+    # only the coordinator's certificate may call (vfl_wire.security), a few calls at a time
+    guard = GuardInterceptor(secure=security.secure, policy=party_policy, refuse=refuse)
+    server = make_server(max_workers=8, interceptors=[guard], max_concurrent_rpcs=32)
     vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = bind(server, listen)
+    port = bind(server, listen, security.server_credentials())
     server.start()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     return server, port
-
-
-def _serve_until_stopped(servicer: PartyServicer, stop: threading.Event) -> str:
-    while not (stop.is_set() or servicer.shutdown.is_set()):
-        stop.wait(0.2)
-    if servicer.shutdown.is_set():
-        return servicer.shutdown_reason or "shut down by the coordinator"
-    return "stopped by a signal"
 
 
 def save_end_checkpoint(directory: Path, party: Party, run_id: str, reason: str) -> Path:
@@ -136,24 +169,32 @@ def save_end_checkpoint(directory: Path, party: Party, run_id: str, reason: str)
 
 
 def register(
-    coordinator: str, info, address: str, timeout: float, stop: threading.Event
+    coordinator: str,
+    info,
+    address: str,
+    timeout: float,
+    stop: threading.Event,
+    security: Security | None = None,
 ) -> vfl_pb2.RegisterReply:
     """Register, retrying with exponential backoff and jitter until the coordinator is up."""
     request = convert.register_request_to_proto(info, address, convert.header("", info.party_id))
     deadline = time.monotonic() + timeout
     delay = 0.2
-    with make_channel(coordinator) as channel:
+    security = security or Security(None)
+    with security.channel(coordinator, COORDINATOR) as channel:
         stub = vfl_pb2_grpc.CoordinatorStub(channel)
         while True:
             try:
                 return stub.Register(request, timeout=10.0)
             except grpc.RpcError as err:
+                _refuse_tls_failure(err, coordinator)
                 if err.code() not in (
                     grpc.StatusCode.UNAVAILABLE,
                     grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
                 ):
                     raise ConfigError(
-                        f"coordinator refused registration: {err.details()}"
+                        f"coordinator refused registration: {err.code().name}: {err.details()}"
                     ) from None
                 if time.monotonic() + delay > deadline or stop.is_set():
                     raise ConfigError(
@@ -164,6 +205,16 @@ def register(
                 )
                 stop.wait(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, 5.0)
+
+
+def _refuse_tls_failure(err: grpc.RpcError, coordinator: str) -> None:
+    """A failed TLS handshake does not heal by retrying: stop with the reason."""
+    details = err.details() or ""
+    if err.code() == grpc.StatusCode.UNAVAILABLE and ("handshake" in details.lower()):
+        raise ConfigError(
+            f"TLS handshake with the coordinator at {coordinator} failed (certificate of another "
+            f"CA, or the wrong name?): {details.splitlines()[0][-200:]}"
+        ) from None
 
 
 def _stop_on_signals() -> threading.Event:

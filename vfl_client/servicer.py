@@ -35,6 +35,8 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         self._lock = threading.Lock()
         self._party: Party | None = None
         self._run_id: str | None = None
+        # saves a periodic checkpoint (party, round) -> saved? (vfl_client.host); None: never
+        self.on_checkpoint: Callable[[Party, int], bool] | None = None
 
     def attach(self, party: Party, run_id: str) -> None:
         with self._lock:
@@ -44,6 +46,12 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
     @property
     def party(self) -> Party | None:
         return self._party
+
+    def detach(self) -> None:
+        """Forget the party: it is not to be served or saved (its checkpoints were refused)."""
+        self._ready.clear()
+        with self._lock:
+            self._party = None
 
     def _serve(
         self,
@@ -100,6 +108,14 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
 
         return self._serve(context, "Backward", request.header, run)
 
+    def Checkpoint(self, request, context):
+        def run(p: Party) -> vfl_pb2.CheckpointReply:
+            round_id = convert.checkpoint_call_from_proto(request)
+            saved = self.on_checkpoint is not None and self.on_checkpoint(p, round_id)
+            return convert.checkpoint_reply_to_proto(round_id, saved)
+
+        return self._serve(context, "Checkpoint", request.header, run)
+
     def Predict(self, request, context):
         def run(p: Party) -> vfl_pb2.PredictReply:
             call = convert.predict_call_from_proto(request)
@@ -121,3 +137,26 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
             return vfl_pb2.Ack()
 
         return self._serve(context, "Shutdown", request.header, run)
+
+    # ------------------------------------------------------------------ PSI alignment
+    def PsiBlind(self, request, context):
+        def run(p: Party) -> vfl_pb2.PsiPoints:
+            split, session = convert.psi_blind_from_proto(request)
+            return convert.psi_points_to_proto(p.psi_blind(split, session))
+
+        return self._serve(context, "PsiBlind", request.header, run)
+
+    def PsiApply(self, request, context):
+        def run(p: Party) -> vfl_pb2.PsiPoints:
+            call = convert.psi_apply_from_proto(request)
+            return convert.psi_points_to_proto(p.psi_apply(call.split, call.session, call.points))
+
+        return self._serve(context, "PsiApply", request.header, run)
+
+    def PsiKeys(self, request, context):
+        def run(p: Party) -> vfl_pb2.Ack:
+            call = convert.psi_keys_from_proto(request)
+            p.set_alignment_keys(call.split, call.points)
+            return vfl_pb2.Ack()
+
+        return self._serve(context, "PsiKeys", request.header, run)

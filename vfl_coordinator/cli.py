@@ -11,6 +11,7 @@ import typer
 
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.options import parse_ints, read_config_file, train_config
+from vfl_coordinator.admission import parse_parties
 from vfl_coordinator.config import CoordinatorConfig, Deadlines
 from vfl_coordinator.runner import run_coordinator
 
@@ -55,9 +56,34 @@ def coordinator(
     audit_log: Annotated[
         Path | None, Opt(help="append every message to and from the coordinator to this file")
     ] = None,
+    checkpoint_dir: Annotated[
+        Path | None,
+        Opt(help="write checkpoints here; a restart with the same command resumes from them"),
+    ] = None,
+    checkpoint_every: Annotated[
+        int, Opt(help="rounds between checkpoints of every party and the coordinator (0: end)")
+    ] = 0,
     port_file: Annotated[
         Path | None, Opt(help="write the bound port here once listening (for --listen host:0)")
     ] = None,
+    tls_dir: Annotated[
+        Path | None,
+        Opt(envvar="VFL_TLS_DIR", help="`vfl certs` directory (or its coordinator/ part)"),
+    ] = Path("certs"),
+    insecure: Annotated[
+        bool, Opt(help="plaintext gRPC, no certificates or tokens (trusted networks, demos)")
+    ] = False,
+    parties: Annotated[
+        str | None,
+        Opt(
+            help="admitted party ids, e.g. party0,party1 or party0:0,party1:1+2 (id:blocks); "
+            "default with TLS: every party with a `vfl certs` token"
+        ),
+    ] = None,
+    alignment: Annotated[
+        str, Opt(help="psi (private set intersection) | hmac (parties' keyed ID hashes)")
+    ] = "psi",
+    max_inflight: Annotated[int, Opt(help="calls in flight per peer")] = 8,
     log_level: Annotated[str, Opt()] = "info",
 ) -> None:
     """Coordinate a LASER-VFL federation of `--clients` vfl-client processes."""
@@ -86,11 +112,20 @@ def coordinator(
         "register_timeout_s": register_timeout,
         "down_after": down_after,
         "retry_every": retry_every,
-        "deadlines": Deadlines(embed=d, fuse=d, backward=d, predict=d).model_dump(),
+        "deadlines": Deadlines(
+            embed=d, fuse=d, backward=d, predict=d, checkpoint=max(d, 5.0)
+        ).model_dump(),
         "out": out,
         "serve": serve,
         "run_id": run_id,
         "audit_log": audit_log,
+        "checkpoint_dir": checkpoint_dir,
+        "checkpoint_every": checkpoint_every,
+        "tls_dir": tls_dir,
+        "insecure": insecure,
+        "alignment": alignment,
+        "max_inflight": max_inflight,
+        **({"parties": parse_parties(parties)} if parties is not None else {}),
         **base,
     }
     cfg = CoordinatorConfig.model_validate({**settings, "train": train.model_dump()})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +21,7 @@ class Deadlines(BaseModel):
     predict: float = Field(10.0, gt=0)
     align: float = Field(60.0, gt=0)
     shutdown: float = Field(2.0, gt=0)
+    checkpoint: float = Field(30.0, gt=0)
 
 
 class CoordinatorConfig(BaseModel):
@@ -36,4 +38,13 @@ class CoordinatorConfig(BaseModel):
     serve: bool = False  # after training, keep serving Predict/Evaluate until stopped
     run_id: str | None = None
     audit_log: Path | None = None  # append every message to and from the coordinator here
+    # security (vfl_wire.security, vfl_coordinator.admission; README "Security")
+    tls_dir: Path | None = None  # `vfl certs` output or its coordinator/ part; None: --insecure
+    insecure: bool = False  # plaintext gRPC: no certificates, no tokens
+    parties: dict[str, list[int] | None] | None = None  # admitted party -> blocks (None: any)
+    alignment: Literal["psi", "hmac"] = "psi"  # vfl_core.psi, or the parties' keyed ID hashes
+    max_inflight: int = Field(8, ge=1)  # calls in flight per peer before RESOURCE_EXHAUSTED
+    # checkpoints (vfl_coordinator.checkpoints): the coordinator's own, and when parties save
+    checkpoint_dir: Path | None = None  # resume from here if it holds a checkpoint of this run
+    checkpoint_every: int = Field(0, ge=0)  # rounds between checkpoints; 0: only at the end
     train: TrainConfig = TrainConfig()

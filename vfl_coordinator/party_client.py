@@ -14,6 +14,7 @@ from vfl_core.protocol import (
     FuseCall,
     FuseResult,
     PredictCall,
+    PsiCall,
     ScoreCall,
 )
 from vfl_wire import convert
@@ -30,9 +31,10 @@ class PartyClient:
         embed_dim: int,
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+        target_name: str | None = None,  # with TLS: the name the party's certificate must carry
     ) -> None:
         self.address = address
-        self._channel = make_channel(address, credentials)
+        self._channel = make_channel(address, credentials, target_name)
         channel = self._channel
         if interceptors:  # e.g. the message audit (vfl_wire.audit)
             channel = grpc.intercept_channel(channel, *interceptors)
@@ -66,6 +68,11 @@ class PartyClient:
     def backward(self, call: BackwardCall, timeout: float) -> None:
         self._stub.Backward(convert.backward_call_to_proto(call, self._header), timeout=timeout)
 
+    def checkpoint(self, round_id: int, timeout: float) -> bool:
+        req = convert.checkpoint_call_to_proto(round_id, self._header)
+        reply = self._stub.Checkpoint(req, timeout=timeout)
+        return convert.checkpoint_reply_from_proto(reply, round_id=round_id)
+
     def predict(self, call: PredictCall, timeout: float) -> np.ndarray:
         reply = self._stub.Predict(
             convert.predict_call_to_proto(call, self._header), timeout=timeout
@@ -79,3 +86,15 @@ class PartyClient:
     def shutdown(self, reason: str, timeout: float) -> None:
         req = vfl_pb2.ShutdownRequest(header=self._header, reason=reason)
         self._stub.Shutdown(req, timeout=timeout)
+
+    # PSI alignment (vfl_core.psi)
+    def psi_blind(self, split: str, session: str, timeout: float) -> list[bytes]:
+        req = convert.psi_blind_request(split, session, self._header)
+        return convert.psi_points_from_proto(self._stub.PsiBlind(req, timeout=timeout))
+
+    def psi_apply(self, call: PsiCall, timeout: float) -> list[bytes]:
+        reply = self._stub.PsiApply(convert.psi_apply_to_proto(call, self._header), timeout=timeout)
+        return convert.psi_points_from_proto(reply, count=len(call.points))
+
+    def psi_keys(self, call: PsiCall, timeout: float) -> None:
+        self._stub.PsiKeys(convert.psi_keys_to_proto(call, self._header), timeout=timeout)

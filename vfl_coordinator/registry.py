@@ -19,6 +19,7 @@ class Member:
     info: PartyInfo
     address: str
     generation: int  # bumps on every (re-)registration, so clients reconnect to a new address
+    synced: bool = True  # quoted the coordinator's session: its state matches the resume round
 
 
 class Registry:
@@ -28,8 +29,9 @@ class Registry:
         self._cond = threading.Condition()
         self._generation = 0
 
-    def register(self, info: PartyInfo, address: str) -> str:
-        """Admit a party or refuse it with a ConfigError naming the conflict."""
+    def register(self, info: PartyInfo, address: str, synced: bool = True) -> str:
+        """Admit a party or refuse it with a ConfigError naming the conflict. A registration
+        that changes nothing is a heartbeat: the generation (and the channel) stays."""
         with self._cond:
             self._check(info)
             previous = self._members.get(info.block)
@@ -37,10 +39,19 @@ class Registry:
                 raise AlreadyExistsError(
                     f"block {info.block} is already held by party {previous.info.party_id!r}"
                 )
+            if previous is not None and (previous.info, previous.address, previous.synced) == (
+                info,
+                address,
+                synced,
+            ):
+                return "alive"
             self._generation += 1
-            self._members[info.block] = Member(info, address, self._generation)
+            self._members[info.block] = Member(info, address, self._generation, synced)
             self._cond.notify_all()
             verb = "rejoined" if previous is not None else "registered"
+            if previous is not None and synced and not previous.synced:
+                verb = "synchronised"
+            verb = verb if synced else f"{verb} (resynchronising)"
             log.info("party %s %s for block %d at %s", info.party_id, verb, info.block, address)
             missing = self.expected - len(self._members)
             return f"{verb}; waiting for {missing} more parties" if missing > 0 else f"{verb}"
@@ -82,10 +93,10 @@ class Registry:
         """Wait for `count` parties; after `timeout`, settle for `quorum` if given."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while len(self._members) < count:
+            while self._synced() < count:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    have = len(self._members)
+                    have = self._synced()
                     if quorum is not None and have >= quorum:
                         log.warning("starting with a quorum of %d of %d parties", have, count)
                         break
@@ -94,3 +105,6 @@ class Registry:
                     )
                 self._cond.wait(min(left, 1.0))
             return dict(sorted(self._members.items()))
+
+    def _synced(self) -> int:
+        return sum(m.synced for m in self._members.values())

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from vfl_coordinator.admission import admission_for
+from vfl_coordinator.checkpoints import Checkpointer, Resume, load_resume, open_rounds
 from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
@@ -20,6 +22,15 @@ from vfl_core.engine import Federation, RoundRecord
 from vfl_core.metrics import format_table
 from vfl_wire.audit import AuditLog
 from vfl_wire.channels import bind, make_server
+from vfl_wire.security import (
+    COORDINATOR,
+    TOKENS_FILE,
+    GuardInterceptor,
+    Security,
+    coordinator_policy,
+    load_security,
+    load_token_digests,
+)
 from vfl_wire.v1 import vfl_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -33,16 +44,26 @@ def run_coordinator(
     on_port: Callable[[int], None] | None = None,
 ) -> dict[str, object]:
     """Run one federation to the end; returns the results also written to `config.out`."""
-    run_id = config.run_id or uuid.uuid4().hex[:12]
+    resume = load_resume(config)  # a checkpoint of this run: resume it (same run id)
+    run_id = resume.run_id if resume is not None else config.run_id or uuid.uuid4().hex[:12]
     registry = Registry(config.clients)
     state = CoordinatorState(registry, run_id, config.train.model_dump_json())
+    state.resume_round = resume.round if resume is not None else -1
+    security = load_security(config.tls_dir, config.insecure, COORDINATOR)
+    state.admission = admission_for(config.parties, security)
     stop = stop or _stop_on_signals(state)
     audit = AuditLog(config.audit_log) if config.audit_log is not None else None
-    server = make_server(16, [audit.server_interceptor()] if audit is not None else [])
+    interceptors = [audit.server_interceptor()] if audit is not None else []
+    server = make_server(
+        16,
+        [*interceptors, _guard(config, security, state.admission.names)],
+        max_concurrent_rpcs=MAX_CONCURRENT_RPCS,
+        max_receive_bytes=MAX_REQUEST_BYTES,
+    )
     vfl_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(state), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = bind(server, config.listen)
+    port = bind(server, config.listen, security.server_credentials())
     server.start()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     log.info(
@@ -61,9 +82,10 @@ def run_coordinator(
             run_id,
             config.train.model.embed_dim,
             config.deadlines,
+            credentials=security.channel_credentials(),
             interceptors=[audit.client_interceptor()] if audit is not None else (),
         )
-        results = _train(config, state, transport, progress)
+        results = _train(config, state, transport, progress, resume)
         if config.serve:
             state.phase = "serving"
             log.info("training done; serving predictions until stopped")
@@ -80,12 +102,16 @@ def run_coordinator(
 
 
 def _train(
-    config: CoordinatorConfig, state: CoordinatorState, transport: GrpcTransport, progress: bool
+    config: CoordinatorConfig,
+    state: CoordinatorState,
+    transport: GrpcTransport,
+    progress: bool,
+    resume: Resume | None = None,
 ) -> dict[str, object]:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(config.model_dump_json(indent=2))
-    with (out / "rounds.jsonl").open("w", buffering=1) as rounds_file:  # a line per round
+    with open_rounds(out / "rounds.jsonl", resume) as rounds_file:  # a line per round
 
         def on_round(record: RoundRecord) -> None:
             state.epoch = record.epoch
@@ -98,10 +124,16 @@ def _train(
             on_round=on_round,
             down_after=config.down_after,
             retry_every=config.retry_every,
+            alignment=config.alignment,
         )
+        checkpointer = Checkpointer(config, state, resume) if config.checkpoint_dir else None
+        if checkpointer is not None:
+            checkpointer.attach(fed)
         state.federation = fed
         state.phase = "aligning"
         fed.align()
+        if checkpointer is not None and resume is not None:
+            checkpointer.resumed(fed, resume)
         state.phase = "training"
         epochs = fed.train()
     state.phase = "evaluating"
@@ -114,11 +146,32 @@ def _train(
         "epochs": [e.__dict__ for e in epochs],
         "test": report.to_json() if report is not None else None,
         "transitions": [t.__dict__ for t in fed.liveness.transitions],
+        "transition_counts": fed.liveness.counts(),
+        "resumed": checkpointer.history if checkpointer is not None else [],
         "rounds": fed.round_id,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     state.phase = "serving" if config.serve else "done"
     return results
+
+
+# What one peer can make the coordinator hold: requests are small (registrations, prediction
+# requests of at most MAX_PREDICT_IDS hashes), so 16 MiB each; 64 calls accepted at once, and
+# `max_inflight` of them per peer (vfl_wire.security.GuardInterceptor).
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+MAX_CONCURRENT_RPCS = 64
+
+
+def _guard(config: CoordinatorConfig, security: Security, parties: set[str]) -> GuardInterceptor:
+    tokens = None
+    if security.identity is not None:
+        tokens = load_token_digests(security.identity.directory / TOKENS_FILE)
+    return GuardInterceptor(
+        secure=security.secure,
+        policy=coordinator_policy(dict.fromkeys(parties)) if security.secure else None,
+        tokens=tokens,
+        max_inflight=config.max_inflight,
+    )
 
 
 def _round_json(record: RoundRecord) -> dict[str, object]:

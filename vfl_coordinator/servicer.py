@@ -9,14 +9,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from vfl_coordinator.admission import Admission
 from vfl_coordinator.registry import Registry
 from vfl_core.engine import Federation
 from vfl_core.errors import ConfigError, ProtocolError
+from vfl_core.protocol import Registration
 from vfl_wire import convert
+from vfl_wire.security import current_peer
 from vfl_wire.status import rpc_errors
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -35,6 +39,10 @@ class CoordinatorState:
     federation: Federation | None = None
     epoch: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    admission: Admission | None = None  # who may register (vfl_coordinator.admission)
+    # this process's name for the parties (new at every start) and its last checkpoint's round
+    session: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    resume_round: int = -1
 
     def ready_federation(self) -> Federation:
         if self.federation is None or self.phase not in ("serving", "done"):
@@ -52,12 +60,15 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
         with rpc_errors(context, "Register"):
             convert.check_header(request.header, run_id=None, party_id=None)
             info, address = convert.register_request_from_proto(request)
+            if self.state.admission is not None:  # bound to the certificate: no acting for others
+                self.state.admission.check(info, request.header.party_id, current_peer())
             if not address or address.startswith((":", "0.0.0.0:", "[::]:")):
                 address = _peer_address(context.peer(), address)
-            message = self.state.registry.register(info, address)
-            return vfl_pb2.RegisterReply(
-                run_id=self.state.run_id, config_json=self.state.config_json, message=message
-            )
+            s = self.state
+            synced = convert.register_session_from_proto(request) == s.session
+            message = s.registry.register(info, address, synced)
+            reply = Registration(s.run_id, s.config_json, message, s.session, s.resume_round)
+            return convert.registration_to_proto(reply)
 
     def Status(self, request, context):
         with rpc_errors(context, "Status"):
@@ -96,6 +107,11 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
             with self.state.lock:
                 fed = self.state.ready_federation()
                 _check_split_known(fed, split)
+                if not request.all_rows and fed.alignment == "psi":
+                    raise ConfigError(
+                        "this federation aligned its samples by PSI: the coordinator knows no ID "
+                        "hashes; predict all rows, or run the coordinator with --alignment hmac"
+                    )
                 index = (
                     None if request.all_rows else _key_index(fed, split, list(request.id_hashes))
                 )

@@ -25,6 +25,7 @@ from vfl_core.protocol import (
     FuseResult,
     PartyInfo,
     PredictCall,
+    PsiCall,
     ScoreCall,
 )
 
@@ -34,6 +35,9 @@ R = TypeVar("R")
 
 # Extra time the fan-out waits beyond a call's own deadline before giving up on the thread.
 _SLACK_S = 1.0
+# PSI steps take time in proportion to the points (~0.1 ms each on a loaded 2-core machine): the
+# align deadline plus this much per point.
+_PSI_S_PER_POINT = 1e-3
 
 
 class GrpcTransport:
@@ -53,6 +57,9 @@ class GrpcTransport:
         self.deadlines = deadlines
         self._credentials = credentials
         self._clients: dict[int, tuple[int, PartyClient]] = {}
+        self._psi_keys: dict[int, dict[str, PsiCall]] = {}  # re-sent to a party that rejoins
+        # registry generation of each block when last reported by rejoined()
+        self._seen = {b: m.generation for b, m in registry.members().items()}
         self._pool = ThreadPoolExecutor(
             max_workers=max(4, 2 * registry.expected), thread_name_prefix="fanout"
         )
@@ -64,7 +71,7 @@ class GrpcTransport:
 
     def client(self, block: int) -> PartyClient | None:
         member = self.registry.member(block)
-        if member is None:
+        if member is None or not member.synced:  # unsynced: still rolling back its state
             return None
         cached = self._clients.get(block)
         if cached is not None and cached[0] == member.generation:
@@ -78,9 +85,19 @@ class GrpcTransport:
             self.embed_dim,
             self._credentials,
             self._interceptors,
+            target_name=member.info.party_id if self._credentials is not None else None,
         )
         self._clients[block] = (member.generation, client)
+        for call in self._psi_keys.get(block, {}).values() if cached is not None else ():
+            self._resend_psi_keys(block, client, call)
         return client
+
+    def _resend_psi_keys(self, block: int, client: PartyClient, call: PsiCall) -> None:
+        """A party that registered again (a new process) needs its PSI values for the digests."""
+        try:
+            client.psi_keys(call, self._psi_timeout(len(call.points)))
+        except (grpc.RpcError, VflError) as err:
+            log.warning("PsiKeys (%s) to rejoined block %d failed: %s", call.split, block, err)
 
     # ------------------------------------------------------------------ Transport interface
     def infos(self) -> dict[int, PartyInfo]:
@@ -117,6 +134,43 @@ class GrpcTransport:
     def score(self, block: int, call: ScoreCall) -> dict[str, np.ndarray] | None:
         t = self.deadlines.predict
         return self._fan_out({block: call}, lambda c, sc: c.score(sc, t), t, "Score").get(block)
+
+    def checkpoint(self, round_id: int, blocks: list[int]) -> set[int]:
+        t = self.deadlines.checkpoint
+        saved = self._fan_out(
+            {b: round_id for b in blocks}, lambda c, r: c.checkpoint(r, t), t, "Checkpoint"
+        )
+        return {b for b, ok in saved.items() if ok}
+
+    def rejoined(self) -> set[int]:
+        """Blocks whose party registered again (new process or address) and is synchronised."""
+        out = set()
+        for block, member in self.registry.members().items():
+            seen = self._seen.setdefault(block, member.generation)
+            if member.synced and member.generation > seen:
+                self._seen[block] = member.generation
+                out.add(block)
+        return out
+
+    def psi_blind(self, split: str, session: str, blocks: list[int]) -> dict[int, list[bytes]]:
+        infos = self.infos()
+        t = self._psi_timeout(max(infos[b].samples.get(split, 0) for b in blocks))
+        return self._fan_out(
+            {b: split for b in blocks}, lambda c, s: c.psi_blind(s, session, t), t, "PsiBlind"
+        )
+
+    def psi_apply(self, calls: dict[int, PsiCall]) -> dict[int, list[bytes]]:
+        t = self._psi_timeout(max(len(c.points) for c in calls.values()))
+        return self._fan_out(calls, lambda c, call: c.psi_apply(call, t), t, "PsiApply")
+
+    def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]:
+        for block, call in calls.items():
+            self._psi_keys.setdefault(block, {})[call.split] = call
+        t = self._psi_timeout(0)
+        return set(self._fan_out(calls, lambda c, call: c.psi_keys(call, t), t, "PsiKeys"))
+
+    def _psi_timeout(self, points: int) -> float:
+        return self.deadlines.align + _PSI_S_PER_POINT * points
 
     def shutdown_all(self, reason: str) -> None:
         t = self.deadlines.shutdown

@@ -46,7 +46,9 @@ class Alignment:
     rows: Mapping[int, np.ndarray]  # block -> (N,) int64
 
     @classmethod
-    def build(cls, hashes: Mapping[int, Sequence[bytes]]) -> Alignment:
+    def build(cls, hashes: Mapping[int, Sequence[bytes]], order: str = "keys") -> Alignment:
+        """`order` "keys": samples sorted by key; "rows": by the rows that hold them (block 0's
+        row first), which does not depend on the key values (PSI keys are new every run)."""
         keys = tuple(sorted(set().union(*(set(h) for h in hashes.values())))) if hashes else ()
         index = {key: i for i, key in enumerate(keys)}
         rows: dict[int, np.ndarray] = {}
@@ -56,6 +58,10 @@ class Alignment:
             r = np.full(len(keys), -1, dtype=np.int64)
             r[[index[h] for h in block_hashes]] = np.arange(len(block_hashes), dtype=np.int64)
             rows[block] = r
+        if order == "rows" and rows:
+            by_rows = np.lexsort([rows[b] for b in sorted(rows, reverse=True)])
+            keys = tuple(keys[i] for i in by_rows)
+            rows = {b: r[by_rows] for b, r in rows.items()}
         return cls(keys=keys, rows=rows)
 
     def __len__(self) -> int:

@@ -87,7 +87,15 @@ def _read(path: Path) -> dict[str, Any]:
         raise DataError(f"{path}: no checkpoint file")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as err:
+    except (
+        RuntimeError,
+        EOFError,
+        OSError,
+        ValueError,
+        IndexError,  # a few bytes of garbage can break the unpickler's stack
+        KeyError,
+        pickle.UnpicklingError,
+    ) as err:
         raise DataError(f"{path}: corrupt or truncated checkpoint ({_first_line(err)})") from None
     except zipfile.BadZipFile as err:  # pragma: no cover - torch usually wraps it
         raise DataError(f"{path}: corrupt checkpoint ({_first_line(err)})") from None

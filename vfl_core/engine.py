@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from vfl_core import methods
+from vfl_core import methods, psi
 from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
-from vfl_core.liveness import Liveness
+from vfl_core.liveness import DOWN, Liveness
 from vfl_core.metrics import FEDERATION, EvalReport
 from vfl_core.predictions import combine, random_guess
 from vfl_core.protocol import (
@@ -30,6 +30,7 @@ from vfl_core.protocol import (
     FuseResult,
     PartyInfo,
     PredictCall,
+    PsiCall,
     SamplePrediction,
     ScoreCall,
     Transport,
@@ -56,6 +57,19 @@ class EpochSummary:
     mean_loss: float
     seconds: float
     incomplete_rounds: int  # rounds where some block of the pattern was absent
+
+
+@dataclass
+class Cursor:
+    """Where training stands (with the round and request counters, what a coordinator checkpoint
+    holds): the epoch, how many batches of its plan have run, and the epoch's figures so far."""
+
+    epoch: int = 0
+    position: int = 0  # batches of the epoch's plan already run
+    losses: list[float] = field(default_factory=list)  # head losses of the epoch so far
+    incomplete: int = 0
+    seconds: float = 0.0  # time spent in the epoch so far
+    summaries: list[EpochSummary] = field(default_factory=list)  # finished epochs
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,12 @@ class Federation:
     on_round: Callable[[RoundRecord], None] | None = None
     down_after: int = 3
     retry_every: int = 10
+    alignment: str = "hmac"  # "hmac": parties' keyed ID hashes; "psi": vfl_core.psi (no hashes)
+    # Checkpoints: None = never; 0 = at the end of training; N = also after every N rounds.
+    checkpoint_every: int | None = None
+    on_checkpoint: Callable[[int, set[int]], None] | None = None  # (round, blocks that saved)
+    cursor: Cursor = field(init=False, default_factory=Cursor)
+    last_checkpoint: int = field(init=False, default=-1)
     infos: dict[int, PartyInfo] = field(init=False)
     alignments: dict[str, Alignment] = field(init=False, default_factory=dict)
     liveness: Liveness = field(init=False)
@@ -103,6 +123,8 @@ class Federation:
     def __post_init__(self) -> None:
         self.infos = self.transport.infos()
         _check_infos(self.infos)
+        if self.alignment not in ("hmac", "psi"):
+            raise ConfigError(f"alignment must be hmac or psi, not {self.alignment!r}")
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
 
     # ------------------------------------------------------------------ alignment
@@ -112,8 +134,12 @@ class Federation:
             blocks = [b for b, i in self.infos.items() if i.samples.get(split, 0) > 0]
             if not blocks:
                 continue
-            hashes = self.transport.id_hashes(split, blocks)
-            self.alignments[split] = Alignment.build(hashes)
+            if self.alignment == "psi":
+                keys = psi.psi_align(self.transport, split, blocks)
+                self.alignments[split] = Alignment.build(keys, order="rows")
+            else:
+                hashes = self.transport.id_hashes(split, blocks)
+                self.alignments[split] = Alignment.build(hashes)
             groups = self.alignments[split].patterns()
             log.info(
                 "aligned %s: %d samples in %d observed patterns",
@@ -147,47 +173,99 @@ class Federation:
         )
 
     def train(self, start_epoch: int = 0) -> list[EpochSummary]:
-        summaries = []
-        for epoch in range(start_epoch, self.config.epochs):
-            summaries.append(self.train_epoch(epoch))
-        return summaries
+        """Train to the last epoch from the cursor (a resumed run continues mid-epoch); returns
+        the summaries of every epoch the cursor has seen."""
+        if start_epoch > self.cursor.epoch:
+            self.cursor = Cursor(epoch=start_epoch)
+        while self.cursor.epoch < self.config.epochs:
+            self.train_epoch(self.cursor.epoch)
+        if self.checkpoint_every is not None and self.round_id - 1 > self.last_checkpoint:
+            self.checkpoint()
+        return list(self.cursor.summaries)
 
     def train_epoch(self, epoch: int) -> EpochSummary:
-        start = time.perf_counter()
-        plan = self.plan(epoch)
-        losses: list[float] = []
-        incomplete = 0
+        if self.cursor.epoch != epoch:
+            self.cursor = Cursor(epoch=epoch, summaries=self.cursor.summaries)
+        c = self.cursor
+        start = time.perf_counter() - c.seconds
+        plan = self.plan(epoch)  # a pure function of (seed, epoch): a resumed run skips its head
         bar = tqdm(
-            plan,
+            plan[c.position :],
             desc=f"epoch {epoch + 1}/{self.config.epochs}",
+            initial=c.position,
+            total=len(plan),
             disable=not self.progress,
             leave=False,
         )
         for batch in bar:
             record = self.run_round(self.round_id, epoch, batch)
             self.round_id += 1
-            losses.extend(record.losses.values())
-            incomplete += record.present != record.pattern
+            c.position += 1
+            c.losses.extend(record.losses.values())
+            c.incomplete += record.present != record.pattern
+            c.seconds = time.perf_counter() - start
             if self.on_round is not None:
                 self.on_round(record)
+            if self.checkpoint_every and self.round_id % self.checkpoint_every == 0:
+                self.checkpoint()
+        summary = self._summary(epoch, len(plan), time.perf_counter() - start)
+        self.cursor = Cursor(epoch=epoch + 1, summaries=[*c.summaries, summary])
+        return summary
+
+    def _summary(self, epoch: int, rounds: int, seconds: float) -> EpochSummary:
+        c = self.cursor
         summary = EpochSummary(
             epoch=epoch,
-            rounds=len(plan),
-            mean_loss=float(np.mean(losses)) if losses else float("nan"),
-            seconds=time.perf_counter() - start,
-            incomplete_rounds=incomplete,
+            rounds=rounds,
+            mean_loss=float(np.mean(c.losses)) if c.losses else float("nan"),
+            seconds=seconds,
+            incomplete_rounds=c.incomplete,
         )
         log.info(
             "epoch %d: %d rounds, mean head loss %.4f, %d incomplete, %.1fs",
             epoch + 1,
             summary.rounds,
             summary.mean_loss,
-            incomplete,
+            summary.incomplete_rounds,
             summary.seconds,
         )
         return summary
 
+    def checkpoint(self) -> set[int]:
+        """Every party not marked down saves its state after the last round; then
+        `on_checkpoint` saves the coordinator's (so its round is one every party has)."""
+        done = self.round_id - 1
+        blocks = [b for b in sorted(self.infos) if self.liveness.state.get(b) != DOWN]
+        saved = self.transport.checkpoint(done, blocks)
+        if set(blocks) - saved:
+            log.warning("checkpoint %d: blocks %s did not save", done, sorted(set(blocks) - saved))
+        self.last_checkpoint = done
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(done, saved)
+        return saved
+
+    def _poll_rejoins(self) -> None:
+        """Parties that registered again since the last round are called again at once."""
+        for block in sorted(self.transport.rejoined()):
+            if self.alignment == "psi":
+                self._resend_psi_keys(block)
+            self.liveness.rejoined(block, self._tick)
+
+    def _resend_psi_keys(self, block: int) -> None:
+        """A restarted party has lost the PSI values of its rows (its batch digests use them):
+        send them again, in its row order."""
+        for split, al in self.alignments.items():
+            rows = al.rows.get(block)
+            if rows is None:
+                continue
+            held = np.flatnonzero(rows >= 0)
+            keys = [b""] * len(held)
+            for i in held:
+                keys[int(rows[i])] = al.keys[int(i)]
+            self.transport.psi_keys({block: PsiCall(split, psi.new_session(), keys)})
+
     def run_round(self, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
+        self._poll_rejoins()
         method, labels = self.config.method, self.label_blocks
         if not methods.trainable(method, batch.pattern, self.num_blocks, labels):
             return RoundRecord(round_id, epoch, batch.pattern, (), {}, ())
@@ -303,6 +381,7 @@ class Federation:
             yield self._predict_batch(split, batch)
 
     def _predict_batch(self, split: str, batch: Batch) -> PredictionBatch:
+        self._poll_rejoins()
         al = self.alignments[split]
         request = self.request_id
         self.request_id += 1

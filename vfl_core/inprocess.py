@@ -22,6 +22,7 @@ from vfl_core.protocol import (
     FuseResult,
     PartyInfo,
     PredictCall,
+    PsiCall,
     ScoreCall,
 )
 
@@ -31,8 +32,15 @@ R = TypeVar("R")
 
 
 class InProcessTransport:
-    def __init__(self, parties: Mapping[int, Party]) -> None:
+    def __init__(
+        self,
+        parties: Mapping[int, Party],
+        saver: Callable[[Party, int], None] | None = None,
+    ) -> None:
+        """`saver(party, round_id)` writes a party's checkpoint; without one, checkpoints are
+        no-ops (a simulation keeps its parties in memory)."""
         self.parties = dict(sorted(parties.items()))
+        self.saver = saver
 
     def infos(self) -> dict[int, PartyInfo]:
         return {b: p.info for b, p in self.parties.items()}
@@ -57,6 +65,26 @@ class InProcessTransport:
 
     def score(self, block: int, call: ScoreCall) -> dict[str, np.ndarray] | None:
         return self._fan_out({block: call}, Party.score).get(block)
+
+    def checkpoint(self, round_id: int, blocks: list[int]) -> set[int]:
+        saver = self.saver
+        if saver is None:
+            return set()
+        return set(self._fan_out({b: round_id for b in blocks}, lambda p, r: saver(p, r)))
+
+    def rejoined(self) -> set[int]:
+        return set()  # parties in this process never leave
+
+    def psi_blind(self, split: str, session: str, blocks: list[int]) -> dict[int, list[bytes]]:
+        return self._fan_out({b: split for b in blocks}, lambda p, s: p.psi_blind(s, session))
+
+    def psi_apply(self, calls: dict[int, PsiCall]) -> dict[int, list[bytes]]:
+        return self._fan_out(calls, lambda p, c: p.psi_apply(c.split, c.session, c.points))
+
+    def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]:
+        return set(
+            self._fan_out(calls, lambda p, c: p.set_alignment_keys(c.split, c.points) or True)
+        )
 
     def _fan_out(self, calls: Mapping[int, C], method: Callable[[Party, C], R]) -> dict[int, R]:
         answers: dict[int, R] = {}

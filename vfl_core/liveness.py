@@ -1,8 +1,10 @@
 """Which parties the round engine still calls: a small up/down state machine per party.
 
 A party that misses `down_after` consecutive phases is marked down and left out of rounds, except
-for a retry every `retry_every` rounds; the first answer brings it back up. Every transition is
-logged and kept, so results can count them.
+for a retry every `retry_every` rounds; the first answer brings it back up. A party that registers
+again (a restarted or reconnected process) is `rejoining`: it is called at once, its first answer
+makes it up, a miss makes it down again. Every transition is logged and kept, so results can count
+them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
-UP, DOWN = "up", "down"
+UP, DOWN, REJOINING = "up", "down", "rejoining"
 
 
 @dataclass(frozen=True)
@@ -40,20 +42,27 @@ class Liveness:
             self.missed.setdefault(b, 0)
 
     def should_call(self, block: int, round_id: int) -> bool:
-        if self.state.get(block, UP) == UP:
+        if self.state.get(block, UP) in (UP, REJOINING):
             return True
         return (round_id - self.down_since[block]) % self.retry_every == 0
 
     def answered(self, block: int, round_id: int) -> None:
         self.missed[block] = 0
-        if self.state.get(block) == DOWN:
+        if self.state.get(block) in (DOWN, REJOINING):
             self._move(round_id, block, UP, "answered again")
+
+    def rejoined(self, block: int, round_id: int) -> None:
+        """The party registered again (restarted or reconnected): call it from now on."""
+        self.missed[block] = 0
+        if self.state.get(block, UP) != REJOINING:
+            self._move(round_id, block, REJOINING, "registered again")
 
     def failed(self, block: int, round_id: int, phase: str, immediate: bool = False) -> None:
         """`immediate`: mark down at the first miss (inference, where a caller waits)."""
         self.missed[block] = self.missed.get(block, 0) + 1
-        limit = 1 if immediate else self.down_after
-        if self.state.get(block, UP) == UP and self.missed[block] >= limit:
+        state = self.state.get(block, UP)
+        limit = 1 if immediate or state == REJOINING else self.down_after
+        if state in (UP, REJOINING) and self.missed[block] >= limit:
             self.down_since[block] = round_id
             self._move(round_id, block, DOWN, f"missed {self.missed[block]} phases (last: {phase})")
 
@@ -62,3 +71,26 @@ class Liveness:
         self.state[block] = new
         self.transitions.append(Transition(round_id, block, old, new, reason))
         log.warning("party of block %d is %s at round %d: %s", block, new, round_id, reason)
+
+    def counts(self) -> dict[str, int]:
+        """Number of transitions of each kind, e.g. {"up->down": 2, "down->rejoining": 1}."""
+        out: dict[str, int] = {}
+        for t in self.transitions:
+            key = f"{t.old}->{t.new}"
+            out[key] = out.get(key, 0) + 1
+        return dict(sorted(out.items()))
+
+    def to_state(self) -> dict[str, object]:
+        """Plain types for a checkpoint (keys are strings there)."""
+        return {
+            "state": {str(b): s for b, s in self.state.items()},
+            "missed": {str(b): n for b, n in self.missed.items()},
+            "down_since": {str(b): r for b, r in self.down_since.items()},
+            "transitions": [t.__dict__ for t in self.transitions],
+        }
+
+    def load_state(self, saved: dict) -> None:
+        self.state.update({int(b): str(s) for b, s in saved["state"].items()})
+        self.missed.update({int(b): int(n) for b, n in saved["missed"].items()})
+        self.down_since.update({int(b): int(r) for b, r in saved["down_since"].items()})
+        self.transitions = [Transition(**t) for t in saved["transitions"]]

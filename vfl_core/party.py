@@ -35,6 +35,7 @@ from vfl_core.protocol import (
     PredictCall,
     ScoreCall,
 )
+from vfl_core.psi import PartyPsi, check_keys
 from vfl_core.seeding import Stream, rng
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ class Party:
         self.block = data.meta.block
         self._secret = secret
         self._hashes: dict[str, list[bytes]] = {}
+        self._psi_keys: dict[str, list[bytes]] = {}  # split -> final PSI values of its rows
+        self.psi = PartyPsi(max_lists=max(1, data.meta.num_blocks - 1))
         self._features: dict[str, torch.Tensor] = {}
         self._round: _Round | None = None
         self.last_round = -1
@@ -115,6 +118,23 @@ class Party:
         if split not in self._hashes:
             self._hashes[split] = hash_ids(self._split(split).ids.tolist(), self._secret)
         return self._hashes[split]
+
+    # PSI alignment (vfl_core.psi): the party's secret never leaves this object.
+    def psi_blind(self, split: str, session: str) -> list[bytes]:
+        return self.psi.blind(session, split, self._split(split).ids.tolist())
+
+    def psi_apply(self, split: str, session: str, points: Sequence[bytes]) -> list[bytes]:
+        self._split(split)
+        return self.psi.apply(session, split, points)
+
+    def set_alignment_keys(self, split: str, keys: Sequence[bytes]) -> None:
+        """The final PSI values of this party's rows: from now on its batch digests use them."""
+        self._psi_keys[split] = check_keys(keys, len(self._split(split)), f"psi keys of {split}")
+
+    def alignment_keys(self, split: str) -> list[bytes]:
+        """What the batch digests of `split` are computed over: the PSI values if the
+        federation aligned with PSI, else the keyed ID hashes."""
+        return self._psi_keys.get(split) or self.id_hashes(split)
 
     def class_weights(self, split: str) -> np.ndarray | None:
         """Per-row inverse class frequency, for class-balanced resampling (reveals classes to
@@ -319,6 +339,7 @@ class Party:
             splits[name] = split
         self.data = PartyData(self.data.meta, splits)
         self._hashes.pop(name, None)
+        self._psi_keys.pop(name, None)
         self._features.pop(name, None)
 
     # ----------------------------------------------------------------- state
@@ -348,9 +369,11 @@ class Party:
 
     def _check_digest(self, split: str, rows: np.ndarray, digest: bytes) -> None:
         n = len(self._split(split))
+        if rows.dtype.kind not in "iu":
+            raise ProtocolError(f"rows for split '{split}' must be integers, not {rows.dtype}")
         if rows.ndim != 1 or rows.size == 0 or rows.min() < 0 or rows.max() >= n:
             raise ProtocolError(f"rows out of range for split '{split}' with {n} samples")
-        hashes = self.id_hashes(split)
+        hashes = self.alignment_keys(split)
         if batch_digest(hashes[int(r)] for r in rows) != digest:
             raise ProtocolError(f"batch digest mismatch on split '{split}': plans disagree")
 
@@ -380,7 +403,10 @@ class Party:
             raise ProtocolError(f"{what}: got {got}, expected float32 ({batch}, {width})")
         if not np.isfinite(array).all():
             raise ProtocolError(f"{what}: contains NaN or Inf")
-        return torch.from_numpy(array).to(self.device)
+        # A copy into torch's own (64-byte aligned) memory: SIMD kernels may round differently
+        # for differently aligned inputs, and numpy buffers from the wire or another party are
+        # aligned by chance; this keeps gRPC and in-process runs bit-identical.
+        return torch.from_numpy(array).to(self.device, copy=True)
 
     @staticmethod
     def _to_wire(t: torch.Tensor) -> np.ndarray:

@@ -80,6 +80,16 @@ class PredictCall:
 
 
 @dataclass(frozen=True)
+class PsiCall:
+    """One PSI step for a party (vfl_core.psi): points to apply its secret to, or the final
+    values of its own rows."""
+
+    split: str
+    session: str
+    points: list[bytes]  # 32 bytes each
+
+
+@dataclass(frozen=True)
 class ScoreCall:
     """Score predicted classes against the party's own labels; only confusion counts leave it."""
 
@@ -110,6 +120,22 @@ class Transport(Protocol):
 
     def score(self, block: int, call: ScoreCall) -> dict[str, np.ndarray] | None: ...
 
+    # Fault tolerance (issue 5)
+    def checkpoint(self, round_id: int, blocks: list[int]) -> set[int]:
+        """Ask `blocks` to save their state after round `round_id`; returns those that saved."""
+        ...
+
+    def rejoined(self) -> set[int]:
+        """Blocks whose party registered again (restarted or reconnected) since the last call."""
+        ...
+
+    # PSI alignment (vfl_core.psi); needed only with Federation(alignment="psi")
+    def psi_blind(self, split: str, session: str, blocks: list[int]) -> dict[int, list[bytes]]: ...
+
+    def psi_apply(self, calls: dict[int, PsiCall]) -> dict[int, list[bytes]]: ...
+
+    def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]: ...
+
 
 @dataclass(frozen=True)
 class SamplePrediction:
@@ -120,3 +146,19 @@ class SamplePrediction:
     party_probs: dict[int, np.ndarray]  # head block -> (C,)
     federation: np.ndarray | None  # (C,), mean of the heads' probabilities
     predicted_class: int  # -1 when no head party could predict
+
+
+@dataclass(frozen=True)
+class Registration:
+    """The coordinator's answer to a registration (or a heartbeat, which is one).
+
+    `session` names the coordinator's process: it changes when the coordinator restarts. A party
+    is only called once it has registered again quoting the current session, which it does after
+    rolling its state back to its checkpoint of `resume_round` (or earlier; -1: initial state).
+    """
+
+    run_id: str
+    config_json: str
+    message: str
+    session: str
+    resume_round: int

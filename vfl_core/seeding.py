@@ -25,6 +25,7 @@ class Stream(IntEnum):
     MISSING_TEST = 8
     NONUNIFORM = 9
     EVAL_RANDOM = 10
+    FAULTS = 11  # injected party failures and lost messages (vfl_core.faults)
 
 
 def derive_seed(seed: int, stream: Stream, *parts: int) -> int:

@@ -17,6 +17,7 @@ from vfl_core.data import PartyData, check_federation, load_party_dir
 from vfl_core.datasets import load_dataset
 from vfl_core.engine import EpochSummary, Federation
 from vfl_core.errors import DataError
+from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.metrics import EvalReport
 from vfl_core.party import Party
@@ -41,6 +42,7 @@ class SimulationConfig(BaseModel):
     label_blocks: tuple[int, ...] | None = None
     secret: str = DEMO_SECRET
     train: TrainConfig = TrainConfig()
+    faults: FaultConfig = FaultConfig()  # injected party failures and link loss (training only)
 
 
 @dataclass(frozen=True)
@@ -50,9 +52,10 @@ class SimulationResult:
     reports: dict[float | None, EvalReport]  # test p_miss (None: the prepared dirs' own test set)
     parties: dict[int, Party]
     seconds: float
+    fault_counts: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {
+        out = {
             "config": json.loads(self.config.model_dump_json()),
             "seconds": self.seconds,
             "epochs": [e.__dict__ for e in self.epochs],
@@ -60,6 +63,9 @@ class SimulationResult:
                 {"p_miss_test": p, **report.to_json()} for p, report in self.reports.items()
             ],
         }
+        if self.fault_counts is not None:
+            out["faults"] = self.fault_counts
+        return out
 
 
 def run_simulation(config: SimulationConfig, progress: bool = False) -> SimulationResult:
@@ -73,16 +79,26 @@ def run_simulation(config: SimulationConfig, progress: bool = False) -> Simulati
             )
             for d in first
         }
-        federation = Federation(InProcessTransport(parties), config.train, progress=progress)
+        transport = InProcessTransport(parties)
+        faulty = None
+        if config.faults.active:
+            faulty = FaultyTransport(transport, config.faults, config.train.seed)
+        federation = Federation(
+            faulty if faulty is not None else transport, config.train, progress=progress
+        )
         federation.align()
         epochs = federation.train()
+        if faulty is not None:
+            faulty.heal()  # faults model training; evaluation sees every party
         reports: dict[float | None, EvalReport] = {}
         for p_miss, data in variants.items():
             for d in data:
                 parties[d.meta.block].replace_split("test", d.splits.get("test"))
             federation.align(("test",))
             reports[p_miss] = federation.evaluate("test")
-    return SimulationResult(config, epochs, reports, parties, time.perf_counter() - start)
+    counts = faulty.counts() if faulty is not None else None
+    seconds = time.perf_counter() - start
+    return SimulationResult(config, epochs, reports, parties, seconds, counts)
 
 
 def _party_data(config: SimulationConfig, tmp: Path) -> dict[float | None, list[PartyData]]:

@@ -63,13 +63,26 @@ def channel_options() -> Options:
 
 
 def make_server(
-    max_workers: int, interceptors: Sequence[grpc.ServerInterceptor] = ()
+    max_workers: int,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
+    *,
+    max_concurrent_rpcs: int | None = None,
+    max_receive_bytes: int = MAX_MESSAGE_BYTES,
 ) -> grpc.Server:
-    """A sync server with our options; add servicers, then `bind`, then `start`."""
+    """A sync server with our options; add servicers, then `bind`, then `start`.
+
+    `max_concurrent_rpcs` bounds the calls accepted at once (running or queued for a worker);
+    beyond it grpc answers RESOURCE_EXHAUSTED. `max_receive_bytes` caps one request.
+    """
+    options = [
+        (k, max_receive_bytes if k == "grpc.max_receive_message_length" else v)
+        for k, v in server_options()
+    ]
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="vfl-grpc"),
         interceptors=list(interceptors),
-        options=server_options(),
+        options=options,
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
 
 
@@ -95,8 +108,19 @@ def bind(
     return port
 
 
-def make_channel(address: str, credentials: grpc.ChannelCredentials | None = None) -> grpc.Channel:
-    """A channel to `address` with our options; insecure unless `credentials` are given."""
+def make_channel(
+    address: str,
+    credentials: grpc.ChannelCredentials | None = None,
+    target_name: str | None = None,
+) -> grpc.Channel:
+    """A channel to `address` with our options; insecure unless `credentials` are given.
+
+    `target_name`: the name the server's certificate must carry, whatever `address` says (our
+    certificates carry their identity, e.g. "coordinator" or "party0"; see vfl_wire.security).
+    """
     if credentials is None:
         return grpc.insecure_channel(address, options=channel_options())
-    return grpc.secure_channel(address, credentials, options=channel_options())
+    options: list[tuple[str, int | str]] = [*channel_options()]
+    if target_name is not None:
+        options.append(("grpc.ssl_target_name_override", target_name))
+    return grpc.secure_channel(address, credentials, options=options)

@@ -28,9 +28,12 @@ from vfl_core.protocol import (
     FuseResult,
     PartyInfo,
     PredictCall,
+    PsiCall,
+    Registration,
     SamplePrediction,
     ScoreCall,
 )
+from vfl_core.psi import POINT_BYTES, check_session, pack, unpack
 from vfl_wire.tensors import Shape, decode_array, encode_array
 from vfl_wire.v1 import vfl_pb2
 
@@ -327,6 +330,62 @@ def score_reply_from_proto(reply: vfl_pb2.ScoreReply) -> dict[str, np.ndarray]:
     return out
 
 
+# PSI alignment: points travel as one bytes field, 32 bytes each (vfl_core.psi).
+MAX_PSI_POINTS = 2**22  # 128 MiB of points: the message cap (vfl_wire.channels) bounds it anyway
+
+
+def _points(blob: bytes, what: str, count: int | None = None) -> list[bytes]:
+    if len(blob) > MAX_PSI_POINTS * POINT_BYTES:
+        raise ProtocolError(f"{what}: more than {MAX_PSI_POINTS} points")
+    return unpack(blob, what, count)
+
+
+def psi_blind_request(split: str, session: str, h: vfl_pb2.Header) -> vfl_pb2.PsiBlindRequest:
+    return vfl_pb2.PsiBlindRequest(header=h, split=split, session=session)
+
+
+def psi_blind_from_proto(req: vfl_pb2.PsiBlindRequest) -> tuple[str, str]:
+    """(split, session)."""
+    return check_split(req.split, what="psi split"), check_session(req.session)
+
+
+def psi_apply_to_proto(call: PsiCall, h: vfl_pb2.Header) -> vfl_pb2.PsiApplyRequest:
+    return vfl_pb2.PsiApplyRequest(
+        header=h, split=call.split, session=call.session, points=pack(call.points)
+    )
+
+
+def psi_apply_from_proto(req: vfl_pb2.PsiApplyRequest) -> PsiCall:
+    return PsiCall(
+        split=check_split(req.split, what="psi split"),
+        session=check_session(req.session),
+        points=_points(req.points, "psi apply points"),
+    )
+
+
+def psi_keys_to_proto(call: PsiCall, h: vfl_pb2.Header) -> vfl_pb2.PsiKeysRequest:
+    return vfl_pb2.PsiKeysRequest(
+        header=h, split=call.split, session=call.session, keys=pack(call.points)
+    )
+
+
+def psi_keys_from_proto(req: vfl_pb2.PsiKeysRequest) -> PsiCall:
+    return PsiCall(
+        split=check_split(req.split, what="psi split"),
+        session=check_session(req.session),
+        points=_points(req.keys, "psi keys"),
+    )
+
+
+def psi_points_to_proto(points: list[bytes]) -> vfl_pb2.PsiPoints:
+    return vfl_pb2.PsiPoints(points=pack(points))
+
+
+def psi_points_from_proto(reply: vfl_pb2.PsiPoints, count: int | None = None) -> list[bytes]:
+    """A party's answer: `count` points if the request named how many."""
+    return _points(reply.points, "psi points", count)
+
+
 # ---------------------------------------------------------------------------------------------
 # Coordinator service
 # ---------------------------------------------------------------------------------------------
@@ -376,9 +435,11 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
 
 
 def register_request_to_proto(
-    info: PartyInfo, address: str, h: vfl_pb2.Header
+    info: PartyInfo, address: str, h: vfl_pb2.Header, session: str = ""
 ) -> vfl_pb2.RegisterRequest:
-    return vfl_pb2.RegisterRequest(header=h, info=party_info_to_proto(info), address=address)
+    return vfl_pb2.RegisterRequest(
+        header=h, info=party_info_to_proto(info), address=address, session=session
+    )
 
 
 def register_request_from_proto(req: vfl_pb2.RegisterRequest) -> tuple[PartyInfo, str]:
@@ -387,6 +448,49 @@ def register_request_from_proto(req: vfl_pb2.RegisterRequest) -> tuple[PartyInfo
     if not req.address:
         raise ProtocolError("register address: empty")
     return party_info_from_proto(req.info), req.address
+
+
+def register_session_from_proto(req: vfl_pb2.RegisterRequest) -> str:
+    """The coordinator session the registering party's state is synchronised with ("" none)."""
+    return req.session
+
+
+def registration_to_proto(a: Registration) -> vfl_pb2.RegisterReply:
+    reply = vfl_pb2.RegisterReply(
+        run_id=a.run_id, config_json=a.config_json, message=a.message, session=a.session
+    )
+    if a.resume_round >= 0:
+        reply.resume_round = a.resume_round
+    return reply
+
+
+def registration_from_proto(reply: vfl_pb2.RegisterReply) -> Registration:
+    if not reply.run_id or not reply.config_json:
+        raise ProtocolError("register reply: missing run id or config")
+    resume = reply.resume_round if reply.HasField("resume_round") else -1
+    if resume < -1:
+        raise ProtocolError(f"register reply: negative resume round {resume}")
+    return Registration(reply.run_id, reply.config_json, reply.message, reply.session, resume)
+
+
+def checkpoint_call_to_proto(round_id: int, h: vfl_pb2.Header) -> vfl_pb2.CheckpointRequest:
+    return vfl_pb2.CheckpointRequest(header=h, round_id=round_id)
+
+
+def checkpoint_call_from_proto(req: vfl_pb2.CheckpointRequest) -> int:
+    if req.round_id < 0:
+        raise ProtocolError(f"checkpoint round: negative value {req.round_id}")
+    return req.round_id
+
+
+def checkpoint_reply_to_proto(round_id: int, saved: bool) -> vfl_pb2.CheckpointReply:
+    return vfl_pb2.CheckpointReply(round_id=round_id, saved=saved)
+
+
+def checkpoint_reply_from_proto(reply: vfl_pb2.CheckpointReply, *, round_id: int) -> bool:
+    """Whether the party saved its checkpoint of `round_id`."""
+    check_round(reply.round_id, round_id, what="checkpoint reply")
+    return reply.saved
 
 
 def eval_report_to_proto(

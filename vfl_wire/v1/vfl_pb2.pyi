@@ -140,6 +140,22 @@ class BackwardRequest(_message.Message):
     grad: Tensor
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., has_grad: _Optional[bool] = ..., grad: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
+class CheckpointRequest(_message.Message):
+    __slots__ = ("header", "round_id")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    round_id: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ...) -> None: ...
+
+class CheckpointReply(_message.Message):
+    __slots__ = ("round_id", "saved")
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    SAVED_FIELD_NUMBER: _ClassVar[int]
+    round_id: int
+    saved: bool
+    def __init__(self, round_id: _Optional[int] = ..., saved: _Optional[bool] = ...) -> None: ...
+
 class PredictRequest(_message.Message):
     __slots__ = ("header", "request_id", "embeddings", "blocks")
     class EmbeddingsEntry(_message.Message):
@@ -201,6 +217,46 @@ class ScoreReply(_message.Message):
     confusion: _containers.MessageMap[str, Tensor]
     def __init__(self, confusion: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...
 
+class PsiPoints(_message.Message):
+    __slots__ = ("points",)
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    points: bytes
+    def __init__(self, points: _Optional[bytes] = ...) -> None: ...
+
+class PsiBlindRequest(_message.Message):
+    __slots__ = ("header", "split", "session")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    split: str
+    session: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
+
+class PsiApplyRequest(_message.Message):
+    __slots__ = ("header", "split", "session", "points")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    split: str
+    session: str
+    points: bytes
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., session: _Optional[str] = ..., points: _Optional[bytes] = ...) -> None: ...
+
+class PsiKeysRequest(_message.Message):
+    __slots__ = ("header", "split", "session", "keys")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    split: str
+    session: str
+    keys: bytes
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., session: _Optional[str] = ..., keys: _Optional[bytes] = ...) -> None: ...
+
 class ShutdownRequest(_message.Message):
     __slots__ = ("header", "reason")
     HEADER_FIELD_NUMBER: _ClassVar[int]
@@ -239,24 +295,30 @@ class PartyInfoMsg(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., num_blocks: _Optional[int] = ..., dataset: _Optional[str] = ..., feature_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., has_labels: _Optional[bool] = ..., samples: _Optional[_Mapping[str, int]] = ..., protocol_version: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("header", "info", "address")
+    __slots__ = ("header", "info", "address", "session")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     header: Header
     info: PartyInfoMsg
     address: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., info: _Optional[_Union[PartyInfoMsg, _Mapping]] = ..., address: _Optional[str] = ...) -> None: ...
+    session: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., info: _Optional[_Union[PartyInfoMsg, _Mapping]] = ..., address: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("run_id", "config_json", "message")
+    __slots__ = ("run_id", "config_json", "message", "session", "resume_round")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    RESUME_ROUND_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     config_json: str
     message: str
-    def __init__(self, run_id: _Optional[str] = ..., config_json: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    session: str
+    resume_round: int
+    def __init__(self, run_id: _Optional[str] = ..., config_json: _Optional[str] = ..., message: _Optional[str] = ..., session: _Optional[str] = ..., resume_round: _Optional[int] = ...) -> None: ...
 
 class FederatedPredictRequest(_message.Message):
     __slots__ = ("header", "split", "id_hashes", "all_rows", "deadline_s")

@@ -63,6 +63,11 @@ class PartyStub:
                 request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.BackwardRequest.SerializeToString,
                 response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
                 _registered_method=True)
+        self.Checkpoint = channel.unary_unary(
+                '/vfl.v1.Party/Checkpoint',
+                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.CheckpointRequest.SerializeToString,
+                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.CheckpointReply.FromString,
+                _registered_method=True)
         self.Predict = channel.unary_unary(
                 '/vfl.v1.Party/Predict',
                 request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.PredictRequest.SerializeToString,
@@ -76,6 +81,21 @@ class PartyStub:
         self.Shutdown = channel.unary_unary(
                 '/vfl.v1.Party/Shutdown',
                 request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.ShutdownRequest.SerializeToString,
+                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
+                _registered_method=True)
+        self.PsiBlind = channel.unary_unary(
+                '/vfl.v1.Party/PsiBlind',
+                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiBlindRequest.SerializeToString,
+                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiPoints.FromString,
+                _registered_method=True)
+        self.PsiApply = channel.unary_unary(
+                '/vfl.v1.Party/PsiApply',
+                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiApplyRequest.SerializeToString,
+                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiPoints.FromString,
+                _registered_method=True)
+        self.PsiKeys = channel.unary_unary(
+                '/vfl.v1.Party/PsiKeys',
+                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiKeysRequest.SerializeToString,
                 response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
                 _registered_method=True)
 
@@ -122,6 +142,13 @@ class PartyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Checkpoint(self, request, context):
+        """Save the party's state after round `round_id` (a periodic checkpoint); idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Predict(self, request, context):
         """Inference: h_{k,O} from the embeddings of the observed set O.
         """
@@ -138,6 +165,27 @@ class PartyServicer:
 
     def Shutdown(self, request, context):
         """The coordinator is done with the party (end of run or eviction).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PsiBlind(self, request, context):
+        """PSI alignment (vfl_core.psi), instead of IdHashes: the party's IDs as points under its secret.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PsiApply(self, request, context):
+        """Apply the party's PSI secret to another party's (shuffled) list.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PsiKeys(self, request, context):
+        """The final PSI values of the party's rows; its batch digests use them from now on.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -171,6 +219,11 @@ def add_PartyServicer_to_server(servicer, server):
                     request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.BackwardRequest.FromString,
                     response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.SerializeToString,
             ),
+            'Checkpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.Checkpoint,
+                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.CheckpointRequest.FromString,
+                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.CheckpointReply.SerializeToString,
+            ),
             'Predict': grpc.unary_unary_rpc_method_handler(
                     servicer.Predict,
                     request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.PredictRequest.FromString,
@@ -184,6 +237,21 @@ def add_PartyServicer_to_server(servicer, server):
             'Shutdown': grpc.unary_unary_rpc_method_handler(
                     servicer.Shutdown,
                     request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.ShutdownRequest.FromString,
+                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.SerializeToString,
+            ),
+            'PsiBlind': grpc.unary_unary_rpc_method_handler(
+                    servicer.PsiBlind,
+                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiBlindRequest.FromString,
+                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiPoints.SerializeToString,
+            ),
+            'PsiApply': grpc.unary_unary_rpc_method_handler(
+                    servicer.PsiApply,
+                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiApplyRequest.FromString,
+                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiPoints.SerializeToString,
+            ),
+            'PsiKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.PsiKeys,
+                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiKeysRequest.FromString,
                     response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.SerializeToString,
             ),
     }
@@ -337,6 +405,33 @@ class Party:
             _registered_method=True)
 
     @staticmethod
+    def Checkpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Party/Checkpoint',
+            vfl__wire_dot_v1_dot_vfl__pb2.CheckpointRequest.SerializeToString,
+            vfl__wire_dot_v1_dot_vfl__pb2.CheckpointReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Predict(request,
             target,
             options=(),
@@ -406,6 +501,87 @@ class Party:
             target,
             '/vfl.v1.Party/Shutdown',
             vfl__wire_dot_v1_dot_vfl__pb2.ShutdownRequest.SerializeToString,
+            vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PsiBlind(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Party/PsiBlind',
+            vfl__wire_dot_v1_dot_vfl__pb2.PsiBlindRequest.SerializeToString,
+            vfl__wire_dot_v1_dot_vfl__pb2.PsiPoints.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PsiApply(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Party/PsiApply',
+            vfl__wire_dot_v1_dot_vfl__pb2.PsiApplyRequest.SerializeToString,
+            vfl__wire_dot_v1_dot_vfl__pb2.PsiPoints.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PsiKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Party/PsiKeys',
+            vfl__wire_dot_v1_dot_vfl__pb2.PsiKeysRequest.SerializeToString,
             vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
             options,
             channel_credentials,

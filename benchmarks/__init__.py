@@ -1,0 +1,5 @@
+"""Benchmarks of the paper's comparisons on our engine: accuracy grid, scaling, throughput.
+
+The `vfl bench` commands (vfl_cli/bench_cmd.py) are thin wrappers around these modules. Results
+are recorded under benchmarks/results/.
+"""

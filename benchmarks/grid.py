@@ -1,0 +1,195 @@
+"""The accuracy grid of the paper's Table 1: methods x train p_miss x test p_miss x seeds.
+
+One training run per (method, train p_miss, seed); every test p_miss is evaluated after that same
+run (`run_simulation` prepares one test variant per test p_miss with the same train split). Each
+run is cached as JSON under `<runs>/<dataset>/<method>-ptrain<p>-seed<s>-<setup digest>.json`
+with its full configuration, so an interrupted grid resumes and later sessions can fill it in.
+The setup digest covers the fields the setup fixes (not method, train p_miss, seed or the data
+path), so a changed setup (say, other epochs) never mixes with old runs; the report selects runs
+by the digest of their stored config, whatever the file is called.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.pool import Task, read_json
+from benchmarks.setups import P_MISS, Setup
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+CellKey = tuple[str, float, float]  # (method, train p_miss, test p_miss)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of the grid."""
+
+    method: str
+    p_train: float
+    seed: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.method} ptrain{self.p_train:g} seed{self.seed}"
+
+
+def simulation_config(
+    setup: Setup,
+    run: Run,
+    *,
+    data_path: Path | None = None,
+    p_test: Sequence[float] = P_MISS,
+    epochs: int | None = None,
+) -> Any:
+    """The SimulationConfig of one run (imported lazily: the parent of a pool needs no torch)."""
+    from vfl_core.simulate import SimulationConfig
+
+    train = {**setup.train, "method": run.method, "seed": run.seed}
+    if epochs is not None:
+        train["epochs"] = epochs
+    return SimulationConfig.model_validate(
+        {
+            "dataset": setup.dataset,
+            "data_path": data_path,
+            "clients": setup.clients,
+            "p_miss_train": run.p_train,
+            "p_miss_test": tuple(p_test),
+            "test_fraction": setup.test_fraction,
+            "layout": setup.layout,
+            "train": train,
+        }
+    )
+
+
+def setup_digest(setup: Setup, config: dict[str, Any]) -> str:
+    """Digest of a run's configuration (as JSON) without its run coordinates.
+
+    Only the fields a Setup fixes take part (data set, K, test p_miss, split, layout and the
+    TrainConfig fields the setup sets, plus epochs), so a new config field with a default value
+    elsewhere in the code base does not orphan the runs already cached.
+    """
+    train = config["train"]
+    picked = {
+        "dataset": config["dataset"],
+        "clients": config["clients"],
+        "p_miss_test": [float(p) for p in config["p_miss_test"]],
+        "test_fraction": config["test_fraction"],
+        "layout": config["layout"],
+        "train": {k: train[k] for k in sorted({*setup.train, "epochs"} - {"model"})},
+        "model": {k: train["model"][k] for k in sorted(setup.train.get("model", {}))},
+    }
+    blob = json.dumps(picked, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:10]
+
+
+def run_file(runs_dir: Path, dataset: str, run: Run, digest: str) -> Path:
+    name = f"{run.method}-ptrain{run.p_train:g}-seed{run.seed}-{digest}.json"
+    return runs_dir / dataset / name
+
+
+def grid_runs(methods: Sequence[str], p_train: Sequence[float], seeds: Sequence[int]) -> list[Run]:
+    """Seed-major order, so an interrupted grid has whole seeds rather than whole methods."""
+    return [Run(m, p, s) for s in seeds for p in p_train for m in methods]
+
+
+def grid_tasks(
+    setup: Setup,
+    runs: Iterable[Run],
+    runs_dir: Path,
+    *,
+    data_path: Path | None = None,
+    p_test: Sequence[float] = P_MISS,
+    epochs: int | None = None,
+) -> list[Task]:
+    tasks = []
+    for run in runs:
+        config = simulation_config(setup, run, data_path=data_path, p_test=p_test, epochs=epochs)
+        as_json = json.loads(config.model_dump_json())
+        digest = setup_digest(setup, as_json)
+        payload = {"config": as_json, "digest": digest}
+        tasks.append(Task(run.label, payload, run_file(runs_dir, setup.dataset, run, digest)))
+    return tasks
+
+
+def simulate_worker(payload: dict[str, Any]) -> dict[str, Any]:
+    """Pool worker: one `run_simulation`, returned as the JSON the cache keeps."""
+    from vfl_core.simulate import SimulationConfig, run_simulation
+
+    config = SimulationConfig.model_validate(payload["config"])
+    result = run_simulation(config, progress=False)
+    return {
+        "format": FORMAT,
+        "digest": payload["digest"],
+        "run": {
+            "method": config.train.method,
+            "p_train": config.p_miss_train,
+            "seed": config.train.seed,
+        },
+        **result.to_json(),
+    }
+
+
+# --------------------------------------------------------------------------- reading results
+
+
+def load_runs(runs_dir: Path, setup: Setup, digest: str) -> list[dict[str, Any]]:
+    """Every finished run of this setup in the cache (its stored config has this digest)."""
+    records = []
+    for path in sorted((runs_dir / setup.dataset).glob("*.json")):
+        record = read_json(path)
+        if record is None or "config" not in record or "run" not in record:
+            log.warning("skipping unreadable run file %s", path)
+            continue
+        if setup_digest(setup, record["config"]) == digest:
+            records.append(record)
+    return records
+
+
+def metric_value(record: dict[str, Any], p_test: float, metric: str) -> float | None:
+    """The metric (x 100) of the "all" row for one test p_miss of a run."""
+    for result in record["results"]:
+        if result["p_miss_test"] is not None and np.isclose(result["p_miss_test"], p_test):
+            row = next(r for r in result["rows"] if r["observed"] == "all")
+            return 100.0 * float(row[metric])
+    return None
+
+
+def collect(
+    records: Iterable[dict[str, Any]], metric: str, p_test: Sequence[float] = P_MISS
+) -> dict[CellKey, dict[int, float]]:
+    """(method, train p_miss, test p_miss) -> {seed: metric x 100}."""
+    cells: dict[CellKey, dict[int, float]] = defaultdict(dict)
+    for record in records:
+        run = record["run"]
+        for p in p_test:
+            value = metric_value(record, p, metric)
+            if value is not None:
+                cells[(run["method"], float(run["p_train"]), float(p))][int(run["seed"])] = value
+    return dict(cells)
+
+
+@dataclass(frozen=True)
+class Stat:
+    mean: float
+    std: float  # sample standard deviation (ddof 1); 0 for a single seed
+    n: int
+
+
+def summarize(cells: dict[CellKey, dict[int, float]]) -> dict[CellKey, Stat]:
+    out = {}
+    for key, by_seed in cells.items():
+        values = np.array(list(by_seed.values()), dtype=np.float64)
+        std = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+        out[key] = Stat(float(values.mean()), std, len(values))
+    return out

@@ -1,0 +1,202 @@
+"""`vfl bench`: the paper's comparisons on our engine (accuracy grid, scaling, throughput).
+
+The commands are thin: the work is in the repository's `benchmarks/` package, which is not
+installed with the wheel, so these commands run from a source checkout (the repository root is
+put on sys.path when `benchmarks` is not importable otherwise).
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Annotated
+
+import typer
+
+from vfl_cli.errors import setup_logging, user_errors
+from vfl_core.errors import ConfigError
+
+Opt = typer.Option
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RESULTS = Path("benchmarks/results")
+DEFAULT_DATA = Path("../shared/data")
+
+bench_app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Benchmarks: accuracy grid, scaling in K, throughput of both transports.",
+)
+
+
+def _bench(module: str) -> ModuleType:
+    """Import benchmarks.<module> from the source checkout."""
+    try:
+        return importlib.import_module(f"benchmarks.{module}")
+    except ModuleNotFoundError as err:
+        if err.name not in ("benchmarks", f"benchmarks.{module}"):
+            raise
+    if not (REPO_ROOT / "benchmarks" / "__init__.py").exists():
+        raise ConfigError("`vfl bench` needs a source checkout with the benchmarks/ directory")
+    sys.path.insert(0, str(REPO_ROOT))
+    return importlib.import_module(f"benchmarks.{module}")
+
+
+def _floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be comma-separated numbers, got {text!r}") from None
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be comma-separated integers, got {text!r}") from None
+
+
+def _methods(text: str) -> tuple[str, ...]:
+    from vfl_core.methods import METHODS
+
+    methods = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+    return methods
+
+
+def _command() -> str:
+    return "vfl " + shlex.join(sys.argv[1:]) if sys.argv else "vfl bench"
+
+
+@bench_app.command("accuracy")
+@user_errors
+def accuracy(
+    dataset: Annotated[str, Opt(help="credit | mnist | digits")] = "credit",
+    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
+    methods: Annotated[str, Opt(help="comma-separated methods")] = (
+        "local,svfl,ensemble,combinatorial,plug,laser"
+    ),
+    p_train: Annotated[str, Opt(help="train p_miss values")] = "0,0.1,0.5",
+    p_test: Annotated[str, Opt(help="test p_miss values (evaluated after each run)")] = (
+        "0,0.1,0.5"
+    ),
+    epochs: Annotated[int | None, Opt(help="override the setup's epochs")] = None,
+    jobs: Annotated[int, Opt(help="parallel runs (processes); 0 runs in this process")] = 2,
+    data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
+    results: Annotated[Path, Opt(help="results directory")] = DEFAULT_RESULTS,
+    report_only: Annotated[bool, Opt(help="only rewrite the report from cached runs")] = False,
+    progress: Annotated[bool, Opt(help="show a progress bar")] = True,
+    log_level: Annotated[str, Opt()] = "warning",
+) -> None:
+    """Methods x train p_miss x test p_miss x seeds, cached per run; writes the report."""
+    setup_logging(log_level)
+    acc, setups = _bench("accuracy"), _bench("setups")
+    if dataset not in setups.SETUPS:
+        raise ConfigError(f"unknown dataset {dataset!r}; choose from {', '.join(setups.SETUPS)}")
+    job = acc.AccuracyJob(
+        dataset=dataset,
+        methods=_methods(methods),
+        seeds=_ints(seeds, "--seeds"),
+        p_train=_floats(p_train, "--p-train"),
+        p_test=_floats(p_test, "--p-test"),
+        results=results,
+        data_path=data_path if setups.SETUPS[dataset].needs_data_path else None,
+        epochs=epochs,
+        jobs=jobs,
+        command=_command(),
+    )
+    if not report_only:
+        failed = acc.run_grid(job, progress=progress)
+        if failed:
+            typer.echo(f"{len(failed)} runs failed (see the log): {', '.join(failed)}", err=True)
+    path, text = acc.write_report(job)
+    typer.echo(text)
+    typer.echo(f"report written to {path}")
+
+
+@bench_app.command("scaling")
+@user_errors
+def scaling(
+    ks: Annotated[str, Opt("--ks", help="numbers of parties")] = "2,3,4,5,6,7,8",
+    methods: Annotated[str, Opt(help="comma-separated methods")] = (
+        "laser,combinatorial,ensemble,plug"
+    ),
+    epochs: Annotated[int, Opt(help="epochs per run")] = 2,
+    max_train: Annotated[int, Opt(help="train images (random subset of MNIST-10k)")] = 2000,
+    max_test: Annotated[int, Opt(help="test images")] = 1000,
+    p_miss: Annotated[float, Opt(help="train and test p_miss of every party")] = 0.1,
+    model: Annotated[str, Opt(help="party model: mlp (scaling.md) or cnn (scaling_cnn.md)")] = (
+        "mlp"
+    ),
+    seed: Annotated[int, Opt()] = 0,
+    jobs: Annotated[int, Opt(help="parallel runs (processes); 0 runs in this process")] = 1,
+    data_path: Annotated[Path, Opt(help="directory with the MNIST IDX files")] = DEFAULT_DATA,
+    results: Annotated[Path, Opt(help="results directory")] = DEFAULT_RESULTS,
+    report_only: Annotated[bool, Opt(help="only rewrite the report from cached runs")] = False,
+    progress: Annotated[bool, Opt(help="show a progress bar")] = True,
+    log_level: Annotated[str, Opt()] = "warning",
+) -> None:
+    """Accuracy and time per epoch against K (MNIST strips); writes scaling.md and a plot."""
+    setup_logging(log_level)
+    mod = _bench("scaling")
+    if model not in mod.MODELS:
+        raise ConfigError(f"--model must be one of {', '.join(mod.MODELS)}, got {model!r}")
+    job = mod.ScalingJob(
+        ks=_ints(ks, "--ks"),
+        methods=_methods(methods),
+        results=results,
+        data_path=data_path,
+        seed=seed,
+        epochs=epochs,
+        max_train=max_train,
+        max_test=max_test,
+        p_miss=p_miss,
+        model=model,
+        jobs=jobs,
+        command=_command(),
+    )
+    if not report_only:
+        failed = mod.run(job, progress=progress)
+        if failed:
+            typer.echo(f"{len(failed)} runs failed (see the log): {', '.join(failed)}", err=True)
+    path, text = mod.write_report(job)
+    typer.echo(text)
+    typer.echo(f"report written to {path}")
+
+
+@bench_app.command("throughput")
+@user_errors
+def throughput(
+    models: Annotated[str, Opt(help="party models: mlp, cnn")] = "mlp,cnn",
+    batch_sizes: Annotated[str, Opt(help="batch sizes")] = "128,1024",
+    train_samples: Annotated[int, Opt(help="train images (MNIST-10k subset)")] = 8192,
+    warmup: Annotated[int, Opt(help="unmeasured epochs per run")] = 1,
+    repeats: Annotated[int, Opt(help="measured epochs per run (median taken)")] = 5,
+    data_path: Annotated[Path, Opt(help="directory with the MNIST IDX files")] = DEFAULT_DATA,
+    results: Annotated[Path, Opt(help="results directory")] = DEFAULT_RESULTS,
+    log_level: Annotated[str, Opt()] = "warning",
+) -> None:
+    """Samples/s in-process vs gRPC on loopback (K=4) and bytes per round vs the minimum."""
+    setup_logging(log_level)
+    mod = _bench("throughput")
+    chosen = tuple(m.strip() for m in models.split(",") if m.strip())
+    if not chosen or any(m not in mod.MODELS for m in chosen):
+        raise ConfigError(f"--models must be among {', '.join(mod.MODELS)}, got {models!r}")
+    job = mod.ThroughputJob(
+        results=results,
+        data_path=data_path.resolve(),
+        models=chosen,
+        batch_sizes=_ints(batch_sizes, "--batch-sizes"),
+        train_samples=train_samples,
+        warmup=warmup,
+        repeats=repeats,
+        command=_command(),
+    )
+    record = mod.run(job)
+    path, text = mod.write_report(record, results)
+    typer.echo(text)
+    typer.echo(f"report written to {path}")

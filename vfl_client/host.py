@@ -1,0 +1,207 @@
+"""Keep a joined party in its run: heartbeats, resynchronisation and periodic checkpoints.
+
+Behaviour (issue 5):
+- **Heartbeat.** The client registers again every HEARTBEAT_S seconds. While the coordinator is
+  unreachable it retries with exponential backoff and jitter (0.2 s doubling to HEARTBEAT_S) and
+  gives up after `register_timeout_s` without an answer.
+- **Sessions.** Every coordinator process has a session name, sent in each registration reply
+  with the round of its last checkpoint (R). A client whose last-seen session differs (its first
+  heartbeat after starting, or any heartbeat after the coordinator restarted) rolls its party
+  back to its own newest checkpoint of a round <= R (initial weights if none), deletes its
+  checkpoints of later rounds (an abandoned future), and registers again quoting the session.
+  Only then does the coordinator call it, so every party resumes from the same round.
+  Without --checkpoint-dir the weights are kept and only rounds after R are accepted.
+- **Refusals.** A checkpoint of another run or configuration stops the client with a one-line
+  error (it is never loaded and never deleted); so does a coordinator that now runs another run
+  or configuration.
+- **Checkpoints.** The coordinator's Checkpoint call saves <dir>/<party id>-round-<r>.pt
+  atomically, keeping the newest two (vfl_core.checkpoint_store).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import torch
+
+from vfl_client.servicer import PartyServicer
+from vfl_core.checkpoint_store import RoundCheckpoints
+from vfl_core.errors import ConfigError
+from vfl_core.party import Party
+from vfl_core.protocol import PartyInfo, Registration
+from vfl_wire import convert
+from vfl_wire.v1 import vfl_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 2.0
+REGISTER_TIMEOUT_S = 5.0  # per heartbeat call
+_TRANSIENT = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+)
+
+
+class PartyHost:
+    def __init__(
+        self,
+        servicer: PartyServicer,
+        info: PartyInfo,
+        address: str,
+        run_id: str,
+        connect: Callable[[], grpc.Channel],
+        *,
+        secret: str,
+        checkpoint_dir: Path | None,
+        unreachable_timeout_s: float,
+    ) -> None:
+        self.servicer = servicer
+        self.info = info
+        self.address = address
+        self.run_id = run_id
+        self.secret = secret
+        self.unreachable_timeout_s = unreachable_timeout_s
+        self.session = ""  # the coordinator session the party's state is synchronised with
+        self.store = None
+        if checkpoint_dir is not None:
+            self.store = RoundCheckpoints(checkpoint_dir, info.party_id)
+            servicer.on_checkpoint = self.save
+        self._connect = connect
+        self._backoff = 0.2  # seconds before the next try while the coordinator is unreachable
+        self._lost_since: float | None = None
+
+    @property
+    def party(self) -> Party:
+        party = self.servicer.party
+        assert party is not None, "PartyHost needs a party attached to the servicer"
+        return party
+
+    # ------------------------------------------------------------------ heartbeat loop
+    def serve(self, stop: threading.Event) -> str:
+        """Heartbeat until the coordinator says Shutdown, `stop` is set or the coordinator stays
+        unreachable; returns why serving ended."""
+        with self._connect() as channel:
+            stub = vfl_pb2_grpc.CoordinatorStub(channel)
+            self._backoff, self._lost_since = 0.2, None
+            delay: float | None = 0.0
+            while delay is not None and not self._wait(stop, delay):
+                delay = self._beat(stub)
+            if delay is None:
+                return f"coordinator unreachable for {self.unreachable_timeout_s:.0f}s"
+        if self.servicer.shutdown.is_set():
+            return self.servicer.shutdown_reason or "shut down by the coordinator"
+        return "stopped by a signal"
+
+    def _beat(self, stub: vfl_pb2_grpc.CoordinatorStub) -> float | None:
+        """One heartbeat; the seconds until the next, None to give up."""
+        try:
+            reply = self._register(stub)
+        except grpc.RpcError as err:
+            if err.code() not in _TRANSIENT:
+                raise ConfigError(f"coordinator refused registration: {err.details()}") from None
+            now = time.monotonic()
+            self._lost_since = self._lost_since or now
+            if now - self._lost_since > self.unreachable_timeout_s:
+                return None
+            delay = self._backoff * random.uniform(0.8, 1.2)
+            self._backoff = min(self._backoff * 2, HEARTBEAT_S)
+            return delay
+        self._backoff, self._lost_since = 0.2, None
+        return 0.0 if self._follow(reply) else HEARTBEAT_S
+
+    def _wait(self, stop: threading.Event, seconds: float) -> bool:
+        """Sleep up to `seconds`; True as soon as serving should end."""
+        end = time.monotonic() + seconds
+        while not (stop.is_set() or self.servicer.shutdown.is_set()):
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            stop.wait(min(left, 0.2))
+        return True
+
+    def _register(self, stub: vfl_pb2_grpc.CoordinatorStub) -> Registration:
+        header = convert.header(self.run_id, self.info.party_id)
+        request = convert.register_request_to_proto(self.info, self.address, header, self.session)
+        return convert.registration_from_proto(stub.Register(request, timeout=REGISTER_TIMEOUT_S))
+
+    def _follow(self, reply: Registration) -> bool:
+        """Act on a registration reply; True if the party must register again at once."""
+        self._check_same_run(reply)
+        if reply.session == self.session:
+            return False
+        after = f"round {reply.resume_round}" if reply.resume_round >= 0 else "no checkpoint"
+        log.info("coordinator session %s resumes from %s: synchronising", reply.session, after)
+        self.resync(reply.resume_round)
+        self.session = reply.session
+        return True
+
+    def _check_same_run(self, reply: Registration) -> None:
+        if reply.run_id != self.run_id:
+            raise ConfigError(
+                f"the coordinator now runs run {reply.run_id!r}, not run {self.run_id!r}: "
+                "start this client again to join it"
+            )
+        if json.loads(reply.config_json) != json.loads(self.party.config.model_dump_json()):
+            raise ConfigError(f"the coordinator of run {self.run_id!r} changed its configuration")
+
+    # ------------------------------------------------------------------ state
+    def resync(self, resume_round: int) -> None:
+        """Roll the party back to its newest checkpoint of a round <= `resume_round`."""
+        party = self.party
+        if self.store is None:
+            if party.last_round > resume_round:
+                log.warning(
+                    "no --checkpoint-dir: keeping weights of round %d, resuming after round %d",
+                    party.last_round,
+                    resume_round,
+                )
+                state = party.state_dict()
+                party.load_state_dict({**state, "last_round": resume_round})
+            return
+        config_json = party.config.model_dump_json()
+        try:
+            saved = self.store.latest(self.run_id, config_json, at_most=resume_round)
+        except ConfigError:
+            self.servicer.detach()  # nor is the untrained party saved over anything at exit
+            raise
+        self.store.discard_after(resume_round)
+        secret = self.secret.encode()
+        fresh = Party(party.party_id, party.data, party.config, secret=secret, device=party.device)
+        if saved is None:
+            log.info("no checkpoint at or before round %d: initial weights", resume_round)
+        else:
+            fresh.load_state_dict(saved["state"])
+            log.info(
+                "party %s restored its checkpoint of round %d (last trained round %d)",
+                party.party_id,
+                saved["meta"]["round"],
+                fresh.last_round,
+            )
+        self.servicer.attach(fresh, self.run_id)
+
+    def save(self, party: Party, round_id: int) -> bool:
+        """The coordinator's Checkpoint call (runs under the servicer's lock)."""
+        assert self.store is not None
+        meta = {
+            "party_id": party.party_id,
+            "block": party.block,
+            "last_round": party.last_round,
+            "run_id": self.run_id,
+        }
+        self.store.save(round_id, party.state_dict(), party.config.model_dump_json(), meta)
+        return True
+
+
+def warm_up() -> None:
+    """Pay torch's lazy imports (the first optimiser imports torch._dynamo: seconds on a loaded
+    machine) before the client listens and registers, so that a restarted client that has
+    registered builds its party and rejoins at once."""
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])

@@ -1,0 +1,154 @@
+"""The coordinator's checkpoints: when the federation saves, what the coordinator keeps, and how a
+restarted coordinator resumes.
+
+Every `checkpoint_every` rounds (and at the end of training) the round engine asks every party
+not marked down to save its state after that round (`Transport.checkpoint`), then calls
+`Checkpointer`, which writes <dir>/coordinator-round-<r>.pt atomically: the run id, the engine's
+snapshot (next round, epoch, position in the epoch's plan, request counter, liveness, epoch
+summaries), the membership, which parties saved, the history of resumes, and the full
+coordinator config; the TrainConfig is what the checkpoint is checked against.
+
+A coordinator started with a checkpoint dir that holds a checkpoint of this run and training
+config resumes from the newest one: same run id, next round r + 1, the epoch's plan (a pure
+function of seed and epoch) without its first `position` batches. Parties learn r from their
+registration replies and roll back to their own checkpoint of r (vfl_client.host). A checkpoint
+of another run id (--run-id), training config or number of parties is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from vfl_coordinator.config import CoordinatorConfig
+from vfl_coordinator.servicer import CoordinatorState
+from vfl_core.checkpoint import load_checkpoint
+from vfl_core.checkpoint_store import RoundCheckpoints
+from vfl_core.engine import Federation
+from vfl_core.errors import ConfigError, DataError
+from vfl_core.resume import restore, snapshot
+
+log = logging.getLogger(__name__)
+
+NAME = "coordinator"  # files <dir>/coordinator-round-<r>.pt
+
+
+@dataclass(frozen=True)
+class Resume:
+    run_id: str
+    round: int  # the last round the checkpoint contains
+    engine: dict  # vfl_core.resume.snapshot
+    history: list[dict]  # earlier resumes of this run
+
+
+def load_resume(config: CoordinatorConfig) -> Resume | None:
+    """The newest checkpoint of this run and config in `config.checkpoint_dir`, or None."""
+    if config.checkpoint_dir is None:
+        return None
+    store = RoundCheckpoints(config.checkpoint_dir, NAME)
+    rounds = store.rounds()
+    if not rounds:
+        return None
+    run_id = config.run_id or _newest_run_id(store, rounds)
+    payload = store.latest(run_id, config.train.model_dump_json())
+    if payload is None:
+        return None
+    meta, state = payload["meta"], payload["state"]
+    if meta.get("clients") != config.clients:
+        raise ConfigError(
+            f"{store.path(meta['round'])} was written for {meta.get('clients')} parties, "
+            f"not {config.clients}"
+        )
+    log.info("resuming run %s from its checkpoint of round %d", run_id, meta["round"])
+    return Resume(run_id, int(meta["round"]), state["engine"], list(state["resumed"]))
+
+
+def _newest_run_id(store: RoundCheckpoints, rounds: list[int]) -> str:
+    """The run id of the newest readable checkpoint (to resume without --run-id)."""
+    for r in reversed(rounds):
+        try:
+            return str(load_checkpoint(store.path(r), None)["meta"].get("run_id"))
+        except DataError as err:
+            log.warning("skipping unreadable checkpoint: %s", err)
+    raise DataError(f"no readable coordinator checkpoint in {store.directory}")
+
+
+class Checkpointer:
+    """Writes the coordinator's checkpoint once the parties have saved theirs."""
+
+    def __init__(
+        self, config: CoordinatorConfig, state: CoordinatorState, resume: Resume | None
+    ) -> None:
+        assert config.checkpoint_dir is not None
+        self.config = config
+        self.state = state
+        self.store = RoundCheckpoints(config.checkpoint_dir, NAME)
+        self.history = list(resume.history) if resume is not None else []
+        self.federation: Federation | None = None
+
+    def attach(self, fed: Federation) -> None:
+        self.federation = fed
+        fed.checkpoint_every = self.config.checkpoint_every
+        fed.on_checkpoint = self
+
+    def resumed(self, fed: Federation, resume: Resume) -> None:
+        """Continue `fed` (aligned) from `resume`; every registered party is present."""
+        restore(fed, resume.engine, present=self.state.registry.members())
+        self.state.epoch = fed.cursor.epoch
+        self.history.append(
+            {
+                "round": fed.round_id,
+                "epoch": fed.cursor.epoch,
+                "position": fed.cursor.position,
+                "session": self.state.session,
+            }
+        )
+        log.info(
+            "resumed at round %d: epoch %d, %d batches into its plan",
+            fed.round_id,
+            fed.cursor.epoch + 1,
+            fed.cursor.position,
+        )
+
+    def __call__(self, round_id: int, saved: set[int]) -> None:
+        assert self.federation is not None
+        members = self.state.registry.members()
+        state = {
+            "engine": snapshot(self.federation),
+            "members": {str(b): m.info.party_id for b, m in members.items()},
+            "saved": sorted(saved),
+            "resumed": self.history,
+        }
+        meta = {
+            "run_id": self.state.run_id,
+            "clients": self.config.clients,
+            "coordinator_config": self.config.model_dump_json(),
+        }
+        self.store.save(round_id, state, self.config.train.model_dump_json(), meta)
+        self.state.resume_round = round_id
+        log.info("checkpoint of round %d written (parties saved: %s)", round_id, sorted(saved))
+
+
+def open_rounds(path: Path, resume: Resume | None) -> IO[str]:
+    """The round log, line-buffered: new, or on a resume cut back to the checkpoint's round (the
+    rounds after it run again) and appended to."""
+    if resume is None:
+        return path.open("w", buffering=1)
+    kept = [r for r in _read_rounds(path) if r["round"] <= resume.round]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    os.replace(tmp, path)
+    return path.open("a", buffering=1)
+
+
+def _read_rounds(path: Path) -> Iterable[dict]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]

@@ -1,0 +1,206 @@
+"""Private set intersection for sample alignment: multi-party ECDH-PSI on Curve25519.
+
+Why it works. X25519(k, u) is the x-coordinate of [clamp(k)] P, where P is a point of Curve25519
+or of its quadratic twist with x-coordinate u (RFC 7748 accepts any 32-byte u and masks bit 255).
+Scalar multiplication commutes, so X25519(a, X25519(b, u)) == X25519(b, X25519(a, u)): applying
+every party's secret scalar, in any order, to the point of an ID gives one value per ID that no
+one can compute without all the scalars (tests/test_psi.py checks the commutativity, clamping
+included, before anything relies on it).
+
+The protocol (`psi_align`, run by the coordinator through a `Transport`):
+1. Each party k maps its IDs to points, u = SHA-512("vfl-psi-v1" || id)[:32] with bit 255
+   cleared, applies its fresh secret a_k and returns the list in its row order (`psi_blind`).
+2. For K-1 steps, each list goes to one other party, which applies its own secret
+   (`psi_apply`). The coordinator shuffles a list before it leaves and un-shuffles the answer, so
+   a relaying party sees only how many samples the owner holds, never which row is which.
+3. The coordinator applies a secret c of its own and gets, for each party's rows, the final value
+   X25519(c * a_1 * ... * a_K, u(id)): equal across parties exactly when the IDs are equal. It
+   aligns on these values and sends each party the values of its own rows (`psi_keys`), which the
+   party then uses for the batch digests. c keeps the last relaying party of a list from matching
+   what it computed against the final values of its own rows.
+
+What the coordinator sees: points blinded by at least one party secret; it cannot recompute one
+from an ID without a party's secret, and learns only how many parties hold each aligned sample and
+which (the observed pattern). A relaying party learns the size of the other lists. Threat model:
+an honest-but-curious coordinator. A coordinator that deviates could pad a list with points of
+guessed IDs and learn which of them a party holds; each party therefore applies its secret to at
+most K - 1 lists per session and split (`PartyPsi`), which bounds but does not remove that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+from vfl_core.errors import ConfigError, ProtocolError
+from vfl_core.protocol import PsiCall, Transport
+
+log = logging.getLogger(__name__)
+
+POINT_BYTES = 32
+DOMAIN = b"vfl-psi-v1\0"  # separates our ID points from any other use of SHA-512 on the IDs
+MAX_SESSION_CHARS = 64
+
+
+def id_point(sample_id: object) -> bytes:
+    """The Curve25519 u-coordinate of an ID (public: anyone can compute it from the ID)."""
+    digest = bytearray(hashlib.sha512(DOMAIN + str(sample_id).encode("utf-8")).digest()[:32])
+    digest[31] &= 0x7F  # X25519 ignores bit 255; clear it so two IDs never differ only there
+    return bytes(digest)
+
+
+def new_session() -> str:
+    """A fresh, unguessable session name: parties draw new secrets for every session."""
+    return secrets.token_hex(8)
+
+
+class PsiKey:
+    """A secret X25519 scalar, applied to lists of points."""
+
+    def __init__(self, key: X25519PrivateKey | None = None) -> None:
+        self._key = key or X25519PrivateKey.generate()
+
+    def apply(self, points: Sequence[bytes], what: str = "psi points") -> list[bytes]:
+        out = []
+        for i, point in enumerate(points):
+            if len(point) != POINT_BYTES:
+                raise ProtocolError(f"{what}: point {i} has {len(point)} bytes, not {POINT_BYTES}")
+            try:
+                out.append(self._key.exchange(X25519PublicKey.from_public_bytes(point)))
+            except ValueError:  # all-zero result: a point of small order, never an ID's
+                raise ProtocolError(f"{what}: point {i} is of small order") from None
+        return out
+
+
+def pack(points: Sequence[bytes]) -> bytes:
+    """Points as one byte string (32 bytes each), for the wire."""
+    return b"".join(points)
+
+
+def unpack(blob: bytes, what: str = "psi points", count: int | None = None) -> list[bytes]:
+    if len(blob) % POINT_BYTES:
+        raise ProtocolError(f"{what}: {len(blob)} bytes is not a whole number of 32-byte points")
+    n = len(blob) // POINT_BYTES
+    if count is not None and n != count:
+        raise ProtocolError(f"{what}: {n} points, expected {count}")
+    return [blob[i * POINT_BYTES : (i + 1) * POINT_BYTES] for i in range(n)]
+
+
+def check_session(session: str) -> str:
+    if not session or len(session) > MAX_SESSION_CHARS or not session.isascii():
+        raise ProtocolError(f"psi session: {session[:80]!r} is not a valid session name")
+    return session
+
+
+# ---------------------------------------------------------------------------------------------
+# The party's side
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PartyPsi:
+    """A party's PSI secrets, one per (session, split), and its apply quota."""
+
+    max_lists: int  # lists of other parties it applies its secret to per session and split
+    _keys: dict[tuple[str, str], PsiKey] = field(default_factory=dict)
+    _applied: dict[tuple[str, str], int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _key(self, session: str, split: str) -> PsiKey:
+        with self._lock:
+            slot = (check_session(session), split)
+            if slot not in self._keys:
+                self._keys = {k: v for k, v in self._keys.items() if k[0] == session}
+                self._keys[slot] = PsiKey()  # a new session forgets the old secrets
+            return self._keys[slot]
+
+    def blind(self, session: str, split: str, ids: Iterable[object]) -> list[bytes]:
+        """The party's own IDs as points under its secret, in row order."""
+        return self._key(session, split).apply([id_point(i) for i in ids], "own ids")
+
+    def apply(self, session: str, split: str, points: Sequence[bytes]) -> list[bytes]:
+        """Apply the secret to another party's list (at most `max_lists` times)."""
+        slot = (check_session(session), split)
+        with self._lock:
+            used = self._applied.get(slot, 0)
+            if used >= self.max_lists:
+                raise ProtocolError(
+                    f"psi apply: already applied to {used} lists in session {session} "
+                    f"({split}); a federation of this size needs at most {self.max_lists}"
+                )
+            self._applied[slot] = used + 1
+        return self._key(session, split).apply(points)
+
+
+def check_keys(keys: Sequence[bytes], rows: int, what: str = "psi keys") -> list[bytes]:
+    """The final values of a party's rows: one 32-byte value per row, all distinct."""
+    if len(keys) != rows:
+        raise ProtocolError(f"{what}: {len(keys)} values for {rows} rows")
+    if any(len(k) != POINT_BYTES for k in keys):
+        raise ProtocolError(f"{what}: every value must have {POINT_BYTES} bytes")
+    if len(set(keys)) != len(keys):
+        raise ProtocolError(f"{what}: duplicated values")
+    return list(keys)
+
+
+# ---------------------------------------------------------------------------------------------
+# The coordinator's side
+# ---------------------------------------------------------------------------------------------
+
+
+def psi_align(transport: Transport, split: str, blocks: list[int]) -> dict[int, list[bytes]]:
+    """Run the PSI for one split; returns, per block that took part, its rows' final values.
+
+    A party that fails at any step is left out and the split starts over without it (its list
+    would lack its secret). The result also went to each party through `psi_keys`.
+    """
+    remaining = sorted(blocks)
+    while remaining:
+        session = new_session()
+        final, failed = _psi_round(transport, split, remaining, session)
+        if not failed:
+            delivered = transport.psi_keys(
+                {b: PsiCall(split, session, final[b]) for b in remaining}
+            )
+            missing = set(remaining) - delivered
+            if missing:
+                log.warning("psi %s: blocks %s did not take their keys", split, sorted(missing))
+            return {b: final[b] for b in remaining}
+        log.warning("psi %s: blocks %s failed; starting over without them", split, sorted(failed))
+        remaining = [b for b in remaining if b not in failed]
+    raise ConfigError(f"psi alignment of '{split}': no party completed it")
+
+
+def _psi_round(
+    transport: Transport, split: str, blocks: list[int], session: str
+) -> tuple[dict[int, list[bytes]], set[int]]:
+    lists = transport.psi_blind(split, session, blocks)
+    failed = set(blocks) - lists.keys()
+    if failed:
+        return {}, failed
+    shuffle = np.random.default_rng(secrets.randbits(128))
+    for step in range(1, len(blocks)):  # list of blocks[i] goes to blocks[i + step]
+        holder = {blocks[(i + step) % len(blocks)]: owner for i, owner in enumerate(blocks)}
+        perms = {owner: shuffle.permutation(len(lists[owner])) for owner in blocks}
+        calls = {
+            j: PsiCall(split, session, [lists[owner][p] for p in perms[owner]])
+            for j, owner in holder.items()
+        }
+        answers = transport.psi_apply(calls)
+        failed = {j for j in holder if j not in answers or len(answers[j]) != len(calls[j].points)}
+        if failed:
+            return {}, failed
+        for j, owner in holder.items():
+            unshuffled: list[bytes] = [b""] * len(perms[owner])
+            for position, p in enumerate(perms[owner]):
+                unshuffled[p] = answers[j][position]
+            lists[owner] = unshuffled
+    mine = PsiKey()
+    return {b: mine.apply(lists[b], f"psi list of block {b}") for b in blocks}, set()

@@ -1,0 +1,58 @@
+"""The round engine's progress as plain data, for the coordinator's checkpoint and its resume.
+
+A snapshot taken after round r holds the next round (r + 1), the inference request counter, the
+cursor (epoch, batches of the epoch's plan already run, the epoch's losses so far, finished epoch
+summaries) and the liveness state machine. Nothing else is needed to resume: the plan is a pure
+function of (seed, epoch, alignment), task samples of (seed, round, party), and every party rolls
+back to its own checkpoint of round r.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict
+
+from vfl_core.engine import Cursor, EpochSummary, Federation
+from vfl_core.errors import ConfigError
+from vfl_core.liveness import DOWN
+
+
+def snapshot(fed: Federation) -> dict[str, object]:
+    c = fed.cursor
+    return {
+        "next_round": fed.round_id,
+        "request_id": fed.request_id,
+        "epoch": c.epoch,
+        "position": c.position,
+        "losses": [float(x) for x in c.losses],
+        "incomplete": int(c.incomplete),
+        "seconds": float(c.seconds),
+        "summaries": [asdict(s) for s in c.summaries],
+        "liveness": fed.liveness.to_state(),
+    }
+
+
+def restore(fed: Federation, saved: dict, present: Iterable[int] = ()) -> None:
+    """Continue `fed` (already aligned) from a snapshot. Parties in `present` that the snapshot
+    had marked down registered again since: they are rejoining."""
+    epoch, position = int(saved["epoch"]), int(saved["position"])
+    if epoch < fed.config.epochs and position > len(fed.plan(epoch)):
+        raise ConfigError(
+            f"checkpoint is {position} batches into epoch {epoch + 1}, whose plan has only "
+            f"{len(fed.plan(epoch))}: the parties' data changed since"
+        )
+    fed.round_id = int(saved["next_round"])
+    fed.request_id = int(saved["request_id"])
+    fed.last_checkpoint = fed.round_id - 1
+    fed.cursor = Cursor(
+        epoch=epoch,
+        position=position,
+        losses=[float(x) for x in saved["losses"]],
+        incomplete=int(saved["incomplete"]),
+        seconds=float(saved["seconds"]),
+        summaries=[EpochSummary(**s) for s in saved["summaries"]],
+    )
+    fed.liveness.load_state(saved["liveness"])
+    for block in sorted(present):
+        if fed.liveness.state.get(block) == DOWN:
+            fed.liveness.rejoined(block, fed.round_id + fed.request_id)
