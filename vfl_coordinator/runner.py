@@ -115,7 +115,7 @@ def _train(
 
         def on_round(record: RoundRecord) -> None:
             state.epoch = record.epoch
-            rounds_file.write(json.dumps(_round_json(record)) + "\n")
+            rounds_file.write(json.dumps(record.to_json()) + "\n")
 
         fed = Federation(
             transport,
@@ -172,17 +172,6 @@ def _guard(config: CoordinatorConfig, security: Security, parties: set[str]) -> 
         tokens=tokens,
         max_inflight=config.max_inflight,
     )
-
-
-def _round_json(record: RoundRecord) -> dict[str, object]:
-    return {
-        "round": record.round_id,
-        "epoch": record.epoch,
-        "pattern": list(record.pattern),
-        "present": list(record.present),
-        "losses": {str(k): v for k, v in record.losses.items()},
-        "updated": list(record.updated),
-    }
 
 
 def _stop_on_signals(state: CoordinatorState) -> threading.Event:

@@ -49,6 +49,17 @@ class RoundRecord:
     losses: dict[int, float]  # head block -> sampled loss L_k
     updated: tuple[int, ...]  # blocks that acknowledged Backward
 
+    def to_json(self) -> dict[str, object]:
+        """The round as the coordinator logs it (one line of rounds.jsonl)."""
+        return {
+            "round": self.round_id,
+            "epoch": self.epoch,
+            "pattern": list(self.pattern),
+            "present": list(self.present),
+            "losses": {str(k): v for k, v in self.losses.items()},
+            "updated": list(self.updated),
+        }
+
 
 @dataclass(frozen=True)
 class EpochSummary:
