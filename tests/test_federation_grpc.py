@@ -259,8 +259,9 @@ def test_given_client_frozen_mid_training_when_deadline_passes_then_rounds_go_on
     assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
     _assert_survivors_exit_after_shutdown(cluster, clients, set())
 
-    # while frozen, rounds completed (after the deadline) without it: the log advanced
-    assert len(frozen_rounds) >= 3
+    # while frozen, rounds completed (after the deadline) without it: the log advanced. Two
+    # suffice: freezing between Embed and Fuse costs two misses (Fuse, Backward) in one round.
+    assert len(frozen_rounds) >= 2
     assert all(frozen not in r["present"] for r in frozen_rounds[1:])
     assert any(set(r["present"]) - {frozen} and r["losses"] for r in frozen_rounds)
     # after SIGCONT it trained again: present, updated, with a head loss of its own
