@@ -195,6 +195,8 @@ def accuracy_markdown(
             "The paper's numbers for this data set are not in our files "
             "(shared/data/README.md has only Credit), so there is no side-by-side comparison.",
             "",
+            *setup.differences,
+            "",
         ]
     lines += ["## Acceptance checks on the recorded cells", "", *checks(stats, setup, ctx), ""]
     short = missing_runs(stats, ctx)
