@@ -27,7 +27,7 @@ DEFAULT_DATA = Path("../shared/data")
 bench_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
-    help="Benchmarks: accuracy grid, scaling in K, throughput of both transports.",
+    help="Benchmarks: accuracy grid, scaling in K, throughput of both transports, faults.",
 )
 
 
@@ -156,6 +156,62 @@ def scaling(
         max_test=max_test,
         p_miss=p_miss,
         model=model,
+        jobs=jobs,
+        command=_command(),
+    )
+    if not report_only:
+        failed = mod.run(job, progress=progress)
+        if failed:
+            typer.echo(f"{len(failed)} runs failed (see the log): {', '.join(failed)}", err=True)
+    path, text = mod.write_report(job)
+    typer.echo(text)
+    typer.echo(f"report written to {path}")
+
+
+@bench_app.command("faults")
+@user_errors
+def faults(
+    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
+    methods: Annotated[str, Opt(help="laser and split-learning baselines")] = (
+        "laser,svfl,zerofill,stale"
+    ),
+    scenarios: Annotated[str, Opt(help="all (any party fails), host (block 0 stays up)")] = (
+        "all,host"
+    ),
+    rejoin: Annotated[str, Opt(help="R_u values: a failed party comes back per round")] = (
+        "1,0.5,0.1"
+    ),
+    fail_rate: Annotated[float, Opt(help="R_d: an up party fails per round")] = 0.3,
+    epochs: Annotated[int | None, Opt(help="override the setup's epochs")] = None,
+    dataset: Annotated[str, Opt(help="mnist (the benchmark) or digits (quick check)")] = "mnist",
+    jobs: Annotated[int, Opt(help="parallel runs (processes); 0 runs in this process")] = 1,
+    data_path: Annotated[Path, Opt(help="directory with the MNIST IDX files")] = DEFAULT_DATA,
+    results: Annotated[Path, Opt(help="results directory")] = DEFAULT_RESULTS,
+    report_only: Annotated[bool, Opt(help="only rewrite the report from cached runs")] = False,
+    progress: Annotated[bool, Opt(help="show a progress bar")] = True,
+    log_level: Annotated[str, Opt()] = "warning",
+) -> None:
+    """Guest-loss faults (DVFL): LASER-VFL vs split learning that skips, zero-fills or reuses."""
+    setup_logging(log_level)
+    mod = _bench("faults")
+    chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip())
+    if not chosen or any(s not in mod.SCENARIOS for s in chosen):
+        raise ConfigError(f"--scenarios must be among {', '.join(mod.SCENARIOS)}")
+    if dataset not in ("mnist", "digits"):
+        raise ConfigError(f"--dataset must be mnist or digits, got {dataset!r}")
+    rates = _floats(rejoin, "--rejoin")
+    if not 0 < fail_rate <= 1 or any(not 0 < r <= 1 for r in rates):
+        raise ConfigError("--fail-rate and --rejoin values must be in (0, 1]")
+    job = mod.FaultJob(
+        seeds=_ints(seeds, "--seeds"),
+        results=results,
+        data_path=data_path.resolve() if dataset == "mnist" else None,
+        methods=_methods(methods),
+        scenarios=chosen,
+        rejoin_rates=rates,
+        fail_rate=fail_rate,
+        epochs=epochs,
+        dataset=dataset,
         jobs=jobs,
         command=_command(),
     )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 HeadKind = Literal["linear", "mlp"]
-Method = Literal["laser", "local", "ensemble", "svfl", "combinatorial", "plug"]
+Method = Literal["laser", "local", "ensemble", "svfl", "combinatorial", "plug", "zerofill", "stale"]
+METHODS: tuple[str, ...] = get_args(Method)
 
 
 class _Frozen(BaseModel):

@@ -292,6 +292,10 @@ class Federation:
             self.transport.embed(calls), callees, len(batch.index), "embed", where
         )
         present = tuple(sorted(embeddings))
+        if not methods.trainable(method, present, self.num_blocks, labels):
+            # Too few parties answered for this method (svfl without a party, a split-learning
+            # head party down): the round is skipped, so no optimiser steps on zero gradients.
+            return RoundRecord(round_id, epoch, batch.pattern, present, {}, ())
         fused = self._fuse(round_id, epoch, embeddings, callees, len(batch.index), where)
         backward_calls = {b: BackwardCall(round_id, epoch, _sum_grads(fused, b)) for b in present}
         updated = self.transport.backward(backward_calls) if backward_calls else set()

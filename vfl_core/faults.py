@@ -48,6 +48,8 @@ class FaultConfig(BaseModel):
     rejoin_rate: float = Field(1.0, ge=0, le=1)  # R_u: a failed party comes back at a round
     link_loss: float = Field(0.0, ge=0, le=1)  # one call of a training round is lost
     at_inference: bool = False  # also fail parties during evaluation and prediction
+    # Blocks that never fail (DVFL's guest loss: the host holding the labels stays up).
+    spare: tuple[int, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -82,6 +84,8 @@ class FaultyTransport:
                 self._back.add(block)
                 self.events.append((round_id, block, "back"))
             elif block not in self.down and u < self.faults.fail_rate:
+                if block in self.faults.spare:  # drawn all the same: others' draws stay put
+                    continue
                 self.down.add(block)
                 self._back.discard(block)
                 self.events.append((round_id, block, "failed"))

@@ -15,6 +15,13 @@ combinatorial  one independent predictor per subset S (own representation models
                lowest label block of S), used for exactly the observed set
 plug           PlugVFL: the active party's head on the concatenation with zeros for missing blocks,
                party-wise dropout of observed embeddings while training
+zerofill       split learning that zero-fills a missing party's embedding (PlugVFL without dropout)
+stale          split learning that reuses the last embedding the active party received from a
+               missing party for the same training sample (zeros if it never had one, and at
+               inference, where no test sample has a past embedding)
+The last two, with `svfl` (which skips a round unless every party answered), are the split-learning
+baselines of the fault benchmark (DVFL's setting): they differ only in what replaces a party that
+failed during training.
 The active party is the lowest block that holds labels.
 """
 
@@ -23,14 +30,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Literal
 
 import numpy as np
 
+from vfl_core.config import METHODS as METHODS  # re-exported: one list of methods
+from vfl_core.config import Method as Method
 from vfl_core.laser import Subset, sample_tasks
 
-Method = Literal["laser", "local", "ensemble", "svfl", "combinatorial", "plug"]
-METHODS: tuple[str, ...] = ("laser", "local", "ensemble", "svfl", "combinatorial", "plug")
+# Methods whose one head sits at the active party and sees all K blocks concatenated.
+SPLIT_HEAD: tuple[str, ...] = ("svfl", "plug", "zerofill", "stale")
 SHARED: Subset = ()  # the slot key of a party's one shared representation model / head
 PLUG_DROPOUT = 0.5  # probability that an observed non-active block is dropped in a PlugVFL step
 
@@ -66,7 +74,7 @@ def owner(subset: Subset, label_blocks: Sequence[int]) -> int | None:
 
 def concatenates(method: str) -> bool:
     """Whether heads see the concatenation of embeddings (else their mean)."""
-    return method in ("svfl", "plug", "combinatorial")
+    return method in SPLIT_HEAD or method == "combinatorial"
 
 
 def slots(method: str, block: int, blocks: Sequence[int]) -> list[Subset]:
@@ -78,7 +86,7 @@ def slots(method: str, block: int, blocks: Sequence[int]) -> list[Subset]:
 
 def head_input_blocks(method: str, head: Subset, num_blocks: int) -> int:
     """How many embeddings of size d a head's input holds."""
-    if method in ("svfl", "plug"):
+    if method in SPLIT_HEAD:
         return num_blocks
     if method == "combinatorial":
         return len(head)
@@ -91,7 +99,7 @@ def trainable(
     """Whether a batch with this observed set can train anything under `method`."""
     if method == "svfl":
         return len(pattern) == num_blocks
-    if method == "plug":
+    if method in SPLIT_HEAD:
         return active_party(label_blocks) in pattern
     return any(b in label_blocks for b in pattern) or method == "combinatorial"
 
@@ -99,7 +107,7 @@ def trainable(
 def fuse_parties(method: str, present: Sequence[int], label_blocks: Sequence[int]) -> list[int]:
     """Head parties that train on a batch whose embeddings came from `present`."""
     heads = [b for b in present if b in label_blocks]
-    if method in ("svfl", "plug"):
+    if method in SPLIT_HEAD:
         active = active_party(label_blocks)
         return [active] if active in present else []
     if method == "combinatorial":
@@ -135,6 +143,9 @@ def fuse_tasks(
             return []
         kept = [b for b in present if b == block or rng.random() >= PLUG_DROPOUT]
         return [HeadTask(SHARED, tuple(kept), 1.0)]
+    if method in ("zerofill", "stale"):
+        active = block == active_party(label_blocks)
+        return [HeadTask(SHARED, tuple(present), 1.0)] if active else []
     if method == "combinatorial":
         return [
             HeadTask(s, s, 1.0) for s in _all_subsets(present) if owner(s, label_blocks) == block
@@ -160,7 +171,7 @@ def predictors(
     heads = [b for b in sorted(present) if b in label_blocks]
     if method == "svfl":
         return [active_party(label_blocks)] if len(present) == num_blocks else None
-    if method == "plug":
+    if method in SPLIT_HEAD:
         active = active_party(label_blocks)
         return [active] if active in present else []
     if method == "combinatorial":

@@ -37,6 +37,7 @@ from vfl_core.protocol import (
 )
 from vfl_core.psi import PartyPsi, check_keys
 from vfl_core.seeding import Stream, rng
+from vfl_core.stale import StaleEmbeddings
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,10 @@ class Party:
         self.models.rep(methods.SHARED)
         if meta.has_labels and not methods.concatenates(self.method):
             self.models.head(methods.SHARED)
+        self._stale: StaleEmbeddings | None = None
+        if self.method == "stale" and meta.has_labels and "train" in data.splits:
+            rows = len(data.splits["train"])
+            self._stale = StaleEmbeddings(rows, config.model.embed_dim, self.device)
 
     # ----------------------------------------------------------------- the shared f_k and g_k
     @property
@@ -192,6 +197,10 @@ class Party:
         }
         own = state.embedding.detach().requires_grad_(True)
         embeddings = {self.block: own, **others}
+        if self._stale is not None:  # absent blocks answer with what they sent last time
+            self._stale.remember(state.rows, others)
+            absent = [b for b in range(self.data.meta.num_blocks) if b not in embeddings]
+            embeddings.update(self._stale.recall(state.rows, absent))
         tasks = methods.fuse_tasks(
             self.method,
             self.block,
