@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,7 @@ import typer
 from tqdm import tqdm
 
 from vfl_cli.certs_cmd import create_federation
+from vfl_cli.chaos import GuestLoss, running
 from vfl_cli.coordinator_client import CoordinatorClient, CoordinatorError
 from vfl_cli.errors import user_errors
 from vfl_cli.remote_cmd import operator_security, render_evaluation
@@ -48,12 +50,29 @@ def demo(
     deadline: Annotated[
         float, Opt(help="seconds per phase before a party counts as missing")
     ] = 5.0,
+    fault_rate: Annotated[
+        float, Opt(help="R_d: per tick, each running client is killed or frozen (0: no faults)")
+    ] = 0.0,
+    rejoin_rate: Annotated[
+        float, Opt(help="R_u: per tick, each failed client is restarted or thawed")
+    ] = 0.5,
+    fault_kind: Annotated[str, Opt(help="kill (SIGKILL, restart) or freeze (SIGSTOP, SIGCONT)")] = (
+        "kill"
+    ),
+    fault_every: Annotated[float, Opt(help="seconds per fault tick")] = 2.0,
 ) -> None:
     """Run coordinator + clients as real processes: train, predict, kill one, predict again."""
     if not 0 <= kill_block < clients:
         raise DemoError(f"--kill-block must be in 0..{clients - 1}")
+    if not (0 <= fault_rate <= 1 and 0 < rejoin_rate <= 1 and fault_every > 0):
+        raise DemoError("need 0 <= --fault-rate <= 1, 0 < --rejoin-rate <= 1, --fault-every > 0")
+    if fault_kind not in ("kill", "freeze"):
+        raise DemoError(f"--fault-kind must be kill or freeze, got {fault_kind!r}")
+    faulty = fault_rate > 0
+    # A demo is a new run: checkpoints of an earlier demo in this workdir would resume it.
+    shutil.rmtree(workdir / "ckpt", ignore_errors=True)
     typer.echo(f"== LASER-VFL demo: {clients} parties on localhost, digits, seed {seed} ==")
-    data_dir, logs = workdir / "data", workdir / "logs"
+    data_dir, logs, ckpt = workdir / "data", workdir / "logs", workdir / "ckpt"
     logs.mkdir(parents=True, exist_ok=True)
     typer.echo(f"[1/5] preparing {clients} party directories in {data_dir} (p_miss {p_miss})")
     parties = prepare_parties(
@@ -95,26 +114,73 @@ def demo(
                 str(workdir / "run"),
                 "--no-progress",
                 *tls,
+                # Restarted clients resume from these (and a restarted coordinator would too).
+                *(
+                    ["--checkpoint-dir", str(ckpt / "coordinator"), "--checkpoint-every", "20"]
+                    if faulty
+                    else []
+                ),
             ],
             logs / "coordinator.log",
         )
-        for k, path in enumerate(parties):
-            procs[f"client{k}"] = _spawn(
+
+        starts: dict[int, int] = {}  # block -> processes started for it so far
+
+        def joined(k: int) -> bool:
+            """Whether the block's newest process has registered (its log says so)."""
+            text = (logs / f"client{k}.log").read_text(errors="replace")
+            return text.count("synchronising") >= starts.get(k, 0)
+
+        def start_client(k: int) -> subprocess.Popen:
+            ckpt_args = ["--checkpoint-dir", str(ckpt / f"party{k}")] if faulty else []
+            proc = _spawn(
                 [
                     "vfl_client",
                     "--data",
-                    str(path),
+                    str(parties[k]),
                     "--coordinator",
                     address,
                     "--listen",
                     "127.0.0.1:0",
                     *tls,
+                    *ckpt_args,
                 ],
                 logs / f"client{k}.log",
+                append=f"client{k}" in procs,
+            )
+            procs[f"client{k}"] = proc
+            starts[k] = starts.get(k, 0) + 1
+            return proc
+
+        for k in range(clients):
+            start_client(k)
+        chaos = None
+        if faulty:
+            chaos = GuestLoss(
+                {k: procs[f"client{k}"] for k in range(clients)},
+                start_client,
+                fault_rate,
+                rejoin_rate,
+                kind=fault_kind,  # type: ignore[arg-type]
+                every=fault_every,
+                seed=seed,
+                ready=joined,
             )
         with CoordinatorClient(address, timeout=120.0, security=security) as coord:
             typer.echo(f"[3/5] training LASER-VFL for {epochs} epochs over gRPC")
-            _wait_trained(coord, procs, epochs, logs)
+            if chaos is not None:
+                typer.echo(
+                    f"      guest loss: every {fault_every:g} s each client is {fault_kind}ed "
+                    f"with probability {fault_rate:g} and comes back with {rejoin_rate:g}"
+                )
+            if chaos is not None:  # faults start with training, not while processes start
+                _wait_phase(coord, "training", procs, logs)
+            with running(chaos):
+                _wait_trained(coord, procs, epochs, logs, watch_clients=chaos is None)
+            if chaos is not None:
+                counts = ", ".join(f"{k} {v}" for k, v in sorted(chaos.counts().items()))
+                typer.echo(f"      injected: {counts or 'nothing'}; waiting for every party")
+                _wait_joined(joined, clients)
             before = coord.evaluate("test")
             typer.echo("[4/5] inference with every party")
             typer.echo(render_evaluation(before, "test set, all parties"))
@@ -138,11 +204,14 @@ def _summary(before: float, after: float, block: int, workdir: Path) -> None:
     )
 
 
-def _wait_trained(coord: CoordinatorClient, procs: dict, epochs: int, logs: Path) -> None:
+def _wait_trained(
+    coord: CoordinatorClient, procs: dict, epochs: int, logs: Path, watch_clients: bool = True
+) -> None:
     with tqdm(total=epochs, desc="epochs", unit="ep") as bar:
         while True:
-            for name, proc in procs.items():
-                if proc.poll() is not None:
+            for name, proc in list(procs.items()):
+                # Under injected faults a killed client is expected; only the coordinator counts.
+                if (watch_clients or name == "coordinator") and proc.poll() is not None:
                     raise DemoError(
                         f"{name} exited with code {proc.returncode}; see {logs / name}.log"
                     )
@@ -156,9 +225,29 @@ def _wait_trained(coord: CoordinatorClient, procs: dict, epochs: int, logs: Path
             time.sleep(0.5)
 
 
-def _spawn(args: list[str], log: Path) -> subprocess.Popen:
+def _wait_phase(coord: CoordinatorClient, phase: str, procs: dict, logs: Path) -> None:
+    while True:
+        if procs["coordinator"].poll() is not None:
+            raise DemoError(f"coordinator exited; see {logs / 'coordinator.log'}")
+        with contextlib.suppress(CoordinatorError):
+            if coord.status().phase in (phase, "serving", "done"):
+                return
+        time.sleep(0.3)
+
+
+def _wait_joined(joined: Callable[[int], bool], clients: int, timeout: float = 90.0) -> None:
+    """After the faults: until every restarted client has registered again."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(joined(k) for k in range(clients)):
+            return
+        time.sleep(0.3)
+    raise DemoError(f"not every client registered again within {timeout:g} s after the faults")
+
+
+def _spawn(args: list[str], log: Path, append: bool = False) -> subprocess.Popen:
     module, *rest = args
-    with log.open("w") as out:
+    with log.open("a" if append else "w") as out:
         return subprocess.Popen(
             [sys.executable, "-m", module, *rest],
             stdout=out,
