@@ -418,3 +418,10 @@ def test_given_the_same_seed_twice_when_simulated_then_results_are_identical(
     assert json.dumps(second["report"]) == json.dumps(first["report"])
     other = _simulate(method, 1, missing_dirs)
     assert any(not np.array_equal(other["params"][b], first["params"][b]) for b in first["params"])
+
+
+def test_given_no_label_party_in_a_batch_when_combinatorial_then_the_batch_is_not_trained() -> None:
+    # Every head of a subset sits at its lowest label block: without one, nothing can learn, so
+    # the round is not run (no Embed and Backward calls for nothing).
+    assert not methods.trainable("combinatorial", (2, 3), K, (0, 1))
+    assert methods.trainable("combinatorial", (1, 3), K, (0, 1))

@@ -101,7 +101,7 @@ def trainable(
         return len(pattern) == num_blocks
     if method in SPLIT_HEAD:
         return active_party(label_blocks) in pattern
-    return any(b in label_blocks for b in pattern) or method == "combinatorial"
+    return any(b in label_blocks for b in pattern)
 
 
 def fuse_parties(method: str, present: Sequence[int], label_blocks: Sequence[int]) -> list[int]:
