@@ -3,12 +3,11 @@ parties (DESIGN.md invariant 5), liveness, and evaluation by observed set."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from sklearn.metrics import f1_score
 
 from vfl_core.config import ModelConfig, TrainConfig
@@ -24,15 +23,6 @@ from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult
 K = 4
 SECRET = b"engine-test"
 EMBED_DIM = 8
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread; extra threads spin and crawl on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def config(seed: int, epochs: int = 1, **kwargs: object) -> TrainConfig:

@@ -42,17 +42,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
 
 
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """Clients run torch with one thread (`--threads 1`); so must the simulation."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _in_process(party_dirs: list[Path], train: TrainConfig):
     """The same federation in this process, keeping every round record."""
     data = [load_party_dir(d) for d in party_dirs]
@@ -96,7 +85,7 @@ def _assert_same_tensors(got: object, want: object, where: str) -> None:
 
 
 def test_given_same_seed_and_config_when_trained_over_grpc_and_in_process_then_equal(
-    cluster: Cluster, party_dirs: list[Path], tmp_path: Path, one_thread: None
+    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
 ) -> None:
     ckpt = tmp_path / "checkpoints"
     coord = _run_grpc(cluster, party_dirs, ckpt)
@@ -140,7 +129,7 @@ def test_given_same_seed_and_config_when_trained_over_grpc_and_in_process_then_e
 
 
 def test_given_same_party_dirs_when_run_simulation_then_it_matches_the_in_process_federation(
-    party_dirs: list[Path], one_thread: None
+    party_dirs: list[Path],
 ) -> None:
     """run_simulation (the `vfl simulate` path) is the same computation as the federation the
     gRPC run is compared with above, so it too is equivalent to the gRPC federation."""

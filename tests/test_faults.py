@@ -5,7 +5,6 @@ fault-injecting transport (also through `vfl simulate --fault-rate`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,14 +29,6 @@ from vfl_core.prepare import prepare_parties
 K = 4
 SECRET = b"faults-test"
 RUN = "run-a"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from itertools import combinations
 from math import comb
 
@@ -28,15 +27,6 @@ K = 4
 EMBED_DIM = 3
 NUM_CLASSES = 3
 BATCH = 5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread; extra threads spin and crawl on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def ce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

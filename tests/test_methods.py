@@ -5,7 +5,6 @@ method is deterministic in its seed."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from itertools import combinations
 from pathlib import Path
 
@@ -38,14 +37,6 @@ def config(method: str, seed: int = 0, epochs: int = 1, **kw: object) -> TrainCo
     return TrainConfig(
         method=method, seed=seed, epochs=epochs, batch_size=64, lr=1e-2, model=MODEL, **kw
     )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _prepare(root: Path, p_miss: float, label_blocks: list[int] | None = None) -> list[PartyData]:

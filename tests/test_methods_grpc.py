@@ -6,11 +6,9 @@ the same method and seed round for round."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from harness import SECRET, Cluster, prepare_digits
 
 from vfl_core.config import TrainConfig
@@ -33,17 +31,6 @@ def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0)
 
 
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """Clients run torch with one thread; so must the simulation, for the same sums."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _in_process(party_dirs: list[Path], train: TrainConfig) -> tuple[list[RoundRecord], dict]:
     data = [load_party_dir(d) for d in party_dirs]
     parties = {
@@ -57,7 +44,7 @@ def _in_process(party_dirs: list[Path], train: TrainConfig) -> tuple[list[RoundR
 
 
 def test_given_combinatorial_over_grpc_when_trained_then_it_reports_metrics_and_matches_simulation(
-    tmp_path: Path, party_dirs: list[Path], one_thread: None
+    tmp_path: Path, party_dirs: list[Path]
 ) -> None:
     with Cluster(tmp_path / "cluster") as cluster:
         extra = ["--method", METHOD, "--seed", "3", *MODEL_ARGS]

@@ -5,7 +5,6 @@ and prediction."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,15 +33,6 @@ CONFIG = TrainConfig(
     weight_decay=0.0,
     model=ModelConfig(representation="mlp", embed_dim=EMBED_DIM, hidden=(12,)),
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread; extra threads spin and crawl on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def prepared(root: Path, label_blocks: list[int] | None) -> list[PartyData]:
