@@ -26,9 +26,11 @@ from typing import Any
 
 import grpc
 import pytest
+import typer
+import typer.main
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from test_compose import _single, parse
+from test_compose import parse
 
 from vfl_cli.certs_cmd import create_federation
 from vfl_cli.health_cmd import health
@@ -407,10 +409,10 @@ def test_demo_data_is_prepared_as_compose_does_and_each_party_keeps_its_own(
         path, params = parse(argv(prepare))
         assert path == "vfl prepare"
         assert {**params, "out": None} == {**expected, "out": None}  # same data, same seed
-        assert mount(prepare, str(params["out"]))["name"] == mount(copy_step, "/scratch")["name"]
         program, flag, source, target = argv(copy_step)
         assert (program, flag) == ("cp", "-R")
         assert source == f"{params['out']}/{params['prefix']}{k}/."  # its own quadrant only
+        assert mount(prepare, str(params["out"]))["name"] == mount(copy_step, source)["name"]
         _, client = parse(argv(main_container(workload)))
         assert target.rstrip("/") == str(client["data"])
         assert mount(copy_step, target)["name"] == mount(main_container(workload), target)["name"]
@@ -475,7 +477,9 @@ def health_params(container: Doc, command: list[str], monkeypatch: pytest.Monkey
     assert command == PROBE, f"probe {command}: expected {PROBE}"
     for variable in container.get("env", []):
         monkeypatch.setenv(variable["name"], variable["value"])
-    return _single(health).make_context("health", []).params  # what health_cmd.main runs
+    app = typer.Typer()  # what health_cmd.main runs: typer.run(health)
+    app.command()(health)
+    return typer.main.get_command(app).make_context("health", []).params
 
 
 def test_probes_ask_the_grpc_health_service_of_the_container_itself(
