@@ -1,4 +1,9 @@
-"""`vfl health`: ask a vfl server's gRPC health service, over mutual TLS (container checks)."""
+"""`vfl health`: ask a vfl server's gRPC health service, over mutual TLS (container checks).
+
+`python -m vfl_cli.health_cmd` runs the same check without importing the other `vfl` commands
+(and so torch): about 0.5 s and 50 MB instead of 3 s and 250 MB, which matters for a probe that
+a container runtime starts every few seconds (deploy/k8s).
+"""
 
 from __future__ import annotations
 
@@ -53,3 +58,11 @@ def health(
             f"{address}: {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}"
         )
     typer.echo("SERVING")
+
+
+def main() -> None:
+    typer.run(health)
+
+
+if __name__ == "__main__":
+    main()
