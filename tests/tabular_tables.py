@@ -8,15 +8,17 @@ from pathlib import Path
 
 import numpy as np
 
-REGIONS = ("north", "south", "east", "west", "centre")
-CHANNELS = ("web", "store", "app")
-SEGMENTS = ("basic", "plus", "premium")
+# Distinctive strings, so that a search of the wire traffic for them cannot match by chance.
+REGIONS = ("Northshire", "Southmoor", "Eastwold", "Westmarch", "Centrebury")
+CHANNELS = ("web-shop", "in-store", "mobile-app")
+SEGMENTS = ("basic-plan", "plus-plan", "premium-plan")
 MERCHANTS = tuple(f"merchant-{i:02d}" for i in range(40))  # above the one-hot threshold
 COLUMNS = {
-    "bank": ("customer_id", "income", "age", "region", "default"),
-    "retail": ("customer_id", "spend", "merchant", "channel"),
-    "telecom": ("customer_id", "minutes", "segment"),
+    "bank": ("customer_id", "yearly_income", "age_years", "home_region", "defaulted"),
+    "retail": ("customer_id", "basket_spend", "merchant_name", "sales_channel"),
+    "telecom": ("customer_id", "call_minutes", "tariff_segment"),
 }
+LABEL_COLUMN = "defaulted"
 LABELS = ("no", "yes")
 
 
@@ -34,7 +36,13 @@ def write_tables(
     default = risk + rng.normal(0, 0.5, n) > 0.6
     rows = {
         "bank": [
-            (i, f"{income[k]:.2f}", str(int(rng.integers(18, 80))), _pick(rng, REGIONS), LABELS[int(d)])
+            (
+                i,
+                f"{income[k]:.2f}",
+                str(int(rng.integers(18, 80))),
+                _pick(rng, REGIONS),
+                LABELS[int(d)],
+            )
             for k, (i, d) in enumerate(zip(ids, default, strict=True))
         ],
         "retail": [
@@ -43,6 +51,7 @@ def write_tables(
         ],
         "telecom": [(i, f"{minutes[k]:.1f}", _pick(rng, SEGMENTS)) for k, i in enumerate(ids)],
     }
+    directory.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, table in rows.items():
         held = rng.random(n) < share
