@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import typer
 from tabular_tables import LABEL_COLUMN, MERCHANTS, write_tables
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
+from vfl_client.cli import client
 from vfl_core.checkpoint import load_checkpoint, save_party_checkpoint
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PREPROCESS_FILE, load_party_dir
@@ -306,6 +308,8 @@ def test_given_table_party_when_checkpointed_then_fit_goes_with_weights_and_is_c
     state = load_checkpoint(path, None)["state"]
     assert state["preprocessing"] == fitted.model_dump(mode="json")
     party.load_state_dict(state)
+    party.replace_split("test", None)  # evaluation variants keep the fit with the weights
+    assert party.state_dict()["preprocessing"] == state["preprocessing"]
     other_src = src.model_copy(update={"features": ("yearly_income", "age_years")})
     other = Party("party0", load_table_party(other_src)[0], config, secret=b"s")
     with pytest.raises(ConfigError, match="another fitted preprocessing"):
@@ -340,3 +344,26 @@ def test_given_three_tables_when_simulated_then_trains_and_predicts_partial_over
     observed = {r["observed"] for r in rows}
     assert {"0,1,2", "0,1", "0,2", "all"} <= observed
     assert all(r["samples"] > 0 for r in rows)
+
+
+def test_given_bad_client_table_options_then_one_error_line_and_exit_2(tmp_path: Path) -> None:
+    cli = typer.Typer()
+    cli.command()(client)
+    path = write_csv(tmp_path / "t.csv", "id,a\nu1,1\nu1,2\n")
+    party_dir = tmp_path / "party0"
+    party_dir.mkdir()
+    base = ["--insecure", "--data"]
+    cases = [
+        ([*base, str(path), "--id-column", "id", "--block", "0"], "needs --num-blocks"),
+        ([*base, str(path), "--block", "0", "--num-blocks", "2"], "needs --id-column"),
+        ([*base, str(party_dir), "--id-column", "id"], "--id-column applies to a CSV/Parquet"),
+        (
+            [*base, str(path), "--id-column", "id", "--block", "0", "--num-blocks", "2"],
+            "t.csv: duplicate ID 'u1' at line 3",
+        ),
+    ]
+    for args, message in cases:
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]

@@ -20,6 +20,7 @@ from tabular_tables import LABEL_COLUMN, LABELS, write_tables
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
+from vfl_core.checkpoint import load_checkpoint
 from vfl_core.data import PartyData
 from vfl_core.preprocess import TabularPreprocessor
 from vfl_core.tabular import TableSource, load_table_party, read_table
@@ -135,6 +136,8 @@ def test_given_csv_parties_with_partial_overlap_when_predicting_then_partial_ids
     kept = TabularPreprocessor.from_json((run["ckpt"] / "party0.preprocess.json").read_text(), "k")
     assert kept == _local_party(run["paths"]["bank"])[1]
     assert kept.classes == LABELS
+    state = load_checkpoint(run["ckpt"] / "party0.pt", None)["state"]
+    assert state["preprocessing"] == kept.model_dump(mode="json")
 
 
 # ------------------------------------------------------------------------------ the wire

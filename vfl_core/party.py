@@ -11,6 +11,7 @@ heads the party uses; with LASER-VFL it is one f_k and, if the party holds label
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -338,7 +339,7 @@ class Party:
         splits = {k: v for k, v in self.data.splits.items() if k != name}
         if split is not None:
             splits[name] = split
-        self.data = PartyData(self.data.meta, splits)
+        self.data = dataclasses.replace(self.data, splits=splits)
         self._hashes.pop(name, None)
         self._psi_keys.pop(name, None)
         self._features.pop(name, None)
