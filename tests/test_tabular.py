@@ -22,12 +22,8 @@ from vfl_core.errors import ConfigError, DataError
 from vfl_core.models import TabularRepresentation, build_representation
 from vfl_core.party import Party
 from vfl_core.preprocess import Table, TabularPreprocessor, parse_labels
-from vfl_core.tabular import (
-    TableSource,
-    load_table_party,
-    load_table_party_kept,
-    read_table,
-)
+from vfl_core.table_files import read_table
+from vfl_core.tabular import TableSource, load_table_party, load_table_party_kept
 
 
 def write_csv(path: Path, text: str) -> Path:

@@ -23,7 +23,8 @@ from vfl_cli.app import app
 from vfl_core.checkpoint import load_checkpoint
 from vfl_core.data import PartyData
 from vfl_core.preprocess import TabularPreprocessor
-from vfl_core.tabular import TableSource, load_table_party, read_table
+from vfl_core.table_files import read_table
+from vfl_core.tabular import TableSource, load_table_party
 from vfl_wire import convert
 from vfl_wire.audit import AuditRecord, read_audit
 from vfl_wire.v1 import vfl_pb2

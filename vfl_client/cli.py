@@ -10,7 +10,7 @@ import typer
 from vfl_cli import table_options as tables
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_client.runner import ClientConfig, run_client
-from vfl_core.tabular import is_table_file
+from vfl_core.table_files import is_table_file
 
 Opt = typer.Option
 
