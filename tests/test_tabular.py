@@ -332,11 +332,19 @@ def test_given_three_tables_when_simulated_then_trains_and_predicts_partial_over
     args = ["simulate", "--id-column", "customer_id", "--label-column", LABEL_COLUMN]
     for name in ("bank", "retail", "telecom"):
         args += ["--csv", str(paths[name])]
-    args += ["--epochs", "2", "--no-progress", "--out", str(tmp_path / "sim.json")]
-    args += ["--embed-dim", "8", "--hidden", "16"]
+    args += ["--epochs", "4", "--no-progress", "--out", str(tmp_path / "sim.json")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    rows = json.loads((tmp_path / "sim.json").read_text())["results"][0]["rows"]
+    saved = json.loads((tmp_path / "sim.json").read_text())
+    losses = [epoch["mean_loss"] for epoch in saved["epochs"]]
+    assert losses[-1] < 0.95 * losses[0], losses  # it learns from the tables
+    rows = saved["results"][0]["rows"]
+    for wrong, message in (
+        (["--label-blocks", "1"], "retail.csv: no label column 'defaulted'"),
+        (["--data", str(tmp_path)], "(--data) or tables (--csv), not both"),
+    ):
+        bad = CliRunner().invoke(app, [*args, *wrong])
+        assert bad.exit_code == 2 and message in bad.output, bad.output
     observed = {r["observed"] for r in rows}
     assert {"0,1,2", "0,1", "0,2", "all"} <= observed
     assert all(r["samples"] > 0 for r in rows)

@@ -68,7 +68,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     with Cluster(root / "cluster") as cluster:
         coord, clients = cluster.federation(
             [paths[name] for name in BLOCKS],
-            epochs=3,
+            epochs=2,
             serve=True,
             extra=["--audit-log", str(audit)],
             client_extra=_client_args(ckpt),

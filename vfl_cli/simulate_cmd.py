@@ -89,6 +89,8 @@ def simulate(
     )
     sources = ()
     if csv:
+        if data:
+            raise ConfigError("give party directories (--data) or tables (--csv), not both")
         if id_column is None:
             raise ConfigError("--csv needs --id-column")
         sources = federation_sources(
