@@ -11,10 +11,9 @@ heads the party uses; with LASER-VFL it is one f_k and, if the party holds label
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -339,7 +338,7 @@ class Party:
         splits = {k: v for k, v in self.data.splits.items() if k != name}
         if split is not None:
             splits[name] = split
-        self.data = dataclasses.replace(self.data, splits=splits)
+        self.data = replace(self.data, splits=splits)  # keeps meta and preprocessing
         self._hashes.pop(name, None)
         self._psi_keys.pop(name, None)
         self._features.pop(name, None)
