@@ -1,4 +1,5 @@
-"""`vfl prepare`: write one directory per party from a data set, with simulated missing blocks."""
+"""`vfl prepare`: write one directory per party from a data set, with simulated missing blocks,
+or (with --csv) one party's directory from its own table."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from typing import Annotated, TypeVar, cast, get_args
 
 import typer
 
+from vfl_cli import table_options as tables
+from vfl_core.data import PartyData, save_party_dir
 from vfl_core.datasets import Layout, load_dataset
-from vfl_core.errors import ConfigError
+from vfl_core.errors import ConfigError, DataError
 from vfl_core.prepare import PREPARE_FILE, party_p_miss, prepare_parties, seeded_rng
+from vfl_core.preprocess import TabularPreprocessor
+from vfl_core.tabular import TableSource, load_table_party
 
 T = TypeVar("T", int, float)
 
@@ -46,8 +51,44 @@ def prepare(
         str | None, typer.Option(help='Blocks holding labels, e.g. "0,1" (default: all).')
     ] = None,
     columns: Annotated[int, typer.Option(help="Credit: keep the first N feature columns.")] = 20,
+    csv: Annotated[
+        Path | None,
+        typer.Option(help="One party's own CSV/Parquet table: --out becomes its directory."),
+    ] = None,
+    test_csv: Annotated[
+        Path | None, typer.Option(help="Table: its test rows (default: split by ID hash).")
+    ] = None,
+    id_column: tables.IdColumn = None,
+    label_column: tables.LabelColumn = None,
+    features: tables.Features = None,
+    block: Annotated[int | None, typer.Option(help="Table: this party's block index.")] = None,
+    num_blocks: tables.NumBlocks = None,
+    num_classes: tables.NumClasses = None,
+    max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
+    preprocessing: Annotated[
+        Path | None,
+        typer.Option(help="Table: reuse this fitted preprocess.json instead of fitting one."),
+    ] = None,
 ) -> None:
-    """Cut a data set into K party directories (features, IDs, labels) with missing blocks."""
+    """Cut a data set into K party directories (features, IDs, labels) with missing blocks.
+
+    With --csv: turn one party's own table into its party directory, with the preprocessing
+    fitted on its training rows (or reused from --preprocessing) in preprocess.json."""
+    if csv is not None:
+        source = tables.table_source(
+            csv,
+            id_column=id_column,
+            label_column=label_column,
+            features=features,
+            test_path=test_csv,
+            test_fraction=test_fraction,
+            block=block,
+            num_blocks=num_blocks,
+            num_classes=num_classes,
+            max_onehot=max_onehot,
+        )
+        prepare_table(source, out, preprocessing)
+        return
     if layout not in get_args(Layout):
         raise ConfigError(f"unknown layout {layout!r} (use {', '.join(get_args(Layout))})")
     per_party = _parse_list(p_miss_per_party, float, "--p-miss-per-party")
@@ -71,6 +112,32 @@ def prepare(
         label_blocks=_parse_list(label_blocks, int, "--label-blocks"),
     )
     _echo_summary(out, paths)
+
+
+def prepare_table(source: TableSource, out: Path, preprocessing: Path | None) -> None:
+    fitted = None
+    if preprocessing is not None:
+        try:
+            text = preprocessing.read_text()
+        except OSError as exc:
+            raise DataError(f"{preprocessing}: unreadable ({exc.strerror})") from None
+        fitted = TabularPreprocessor.from_json(text, str(preprocessing))
+    data, fitted = load_table_party(source, fitted)
+    save_party_dir(out, data)
+    _echo_table_summary(out, data, fitted)
+
+
+def _echo_table_summary(out: Path, data: PartyData, fitted: TabularPreprocessor) -> None:
+    rows = ", ".join(f"{name} {len(split)}" for name, split in data.splits.items())
+    typer.echo(f"block {data.meta.block} of {data.meta.num_blocks}: {rows} rows")
+    for spec in fitted.columns:
+        detail = f" ({len(spec.categories)} categories)" if spec.categories else ""
+        missing = ", missing indicator" if spec.indicator else ""
+        typer.echo(f"  {spec.name}: {spec.kind}{detail}{missing}")
+    if fitted.classes:
+        mapping = ", ".join(f"{i}={label}" for i, label in enumerate(fitted.classes))
+        typer.echo(f"  labels from {fitted.label_column!r}: {mapping}")
+    typer.echo(f"{data.meta.feature_shape[0]} features per row; wrote {out}")
 
 
 def _parse_list(text: str | None, convert: type[T], option: str) -> list[T] | None:

@@ -11,8 +11,10 @@ import typer
 from vfl_cli.coordinator_client import CoordinatorClient, Evaluation
 from vfl_cli.errors import user_errors
 from vfl_core.alignment import DEMO_SECRET, hash_ids
+from vfl_core.data import PREPROCESS_FILE
 from vfl_core.errors import DataError
 from vfl_core.metrics import format_table
+from vfl_core.preprocess import TabularPreprocessor
 from vfl_wire.security import OPERATOR, Security, load_security
 
 Opt = typer.Option
@@ -59,6 +61,13 @@ def predict(
     ids_file: Annotated[Path | None, Opt(help="file with one sample ID per line")] = None,
     secret: Annotated[str, Opt(envvar="VFL_SECRET", help="federation secret")] = DEMO_SECRET,
     out: Annotated[Path | None, Opt(help="CSV file for the predictions")] = None,
+    label_names: Annotated[
+        Path | None,
+        Opt(
+            help="a label party's preprocess.json (or its party directory): adds each class's "
+            "label as written in its table"
+        ),
+    ] = None,
     timeout: Annotated[float, Opt()] = 120.0,
     tls_dir: TlsDir = Path("certs"),
     identity: Identity = OPERATOR,
@@ -70,6 +79,7 @@ def predict(
     coordinator knows no hashes, so ask for all rows (no --ids)."""
     security = operator_security(tls_dir, identity, insecure)
     names = _read_ids(ids, ids_file)
+    classes = _read_classes(label_names) if label_names is not None else None
     hashes = hash_ids(names, secret.encode()) if names is not None else None
     by_hash = dict(zip(hashes, names, strict=True)) if names is not None and hashes else {}
     with CoordinatorClient(coordinator, timeout, security) as client:
@@ -79,6 +89,7 @@ def predict(
             "id": by_hash.get(p.id_hash, p.id_hash.hex()),
             "observed_blocks": " ".join(map(str, p.observed)),
             "predicted_class": p.predicted_class,
+            **({"predicted_label": _label(classes, p.predicted_class)} if classes else {}),
             "confidence": f"{p.federation.max():.4f}" if p.federation is not None else "",
             **{f"party{b}": int(q.argmax()) for b, q in p.party_probs.items()},
         }
@@ -105,6 +116,23 @@ def _read_ids(ids: str | None, ids_file: Path | None) -> list[str] | None:
         except OSError as err:
             raise DataError(f"cannot read {ids_file}: {err.strerror}") from None
     return None
+
+
+def _read_classes(path: Path) -> tuple[str, ...]:
+    """The class mapping a label party saved with its fitted preprocessing."""
+    file = path / PREPROCESS_FILE if path.is_dir() else path
+    try:
+        text = file.read_text()
+    except OSError as err:
+        raise DataError(f"cannot read {file}: {err.strerror}") from None
+    fitted = TabularPreprocessor.from_json(text, str(file))
+    if not fitted.classes:
+        raise DataError(f"{file}: no label classes (not a label party's preprocessing)")
+    return fitted.classes
+
+
+def _label(classes: tuple[str, ...], index: int) -> str:
+    return classes[index] if 0 <= index < len(classes) else ""
 
 
 def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:

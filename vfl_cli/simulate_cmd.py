@@ -9,11 +9,14 @@ from typing import Annotated
 import torch
 import typer
 
+from vfl_cli import table_options as tables
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.options import parse_ints, read_config_file, train_config
+from vfl_core.errors import ConfigError
 from vfl_core.faults import FaultConfig
 from vfl_core.metrics import format_table
 from vfl_core.simulate import SimulationConfig, SimulationResult, run_simulation
+from vfl_core.tabular import federation_sources
 
 Opt = typer.Option
 
@@ -23,6 +26,17 @@ def simulate(
     dataset: Annotated[str, Opt(help="digits (embedded), mnist or credit")] = "digits",
     data_path: Annotated[Path | None, Opt(help="source files for mnist/credit")] = None,
     data: Annotated[list[Path] | None, Opt(help="prepared party directory (repeat)")] = None,
+    csv: Annotated[
+        list[Path] | None, Opt(help="a party's own CSV/Parquet table, block k the k-th (repeat)")
+    ] = None,
+    test_csv: Annotated[
+        list[Path] | None, Opt(help="test rows of each --csv, in the same order (repeat)")
+    ] = None,
+    id_column: tables.IdColumn = None,
+    label_column: Annotated[
+        str | None, Opt(help="tables: label column (its parties: --label-blocks or those with it)")
+    ] = None,
+    max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
     clients: Annotated[int, Opt(help="number of parties K")] = 4,
     p_miss_train: Annotated[float, Opt(help="probability a party misses a train sample")] = 0.0,
     p_miss_test: Annotated[list[float] | None, Opt(help="test p_miss (repeat)")] = None,
@@ -73,10 +87,26 @@ def simulate(
         hidden=parse_ints(hidden, "--hidden"),
         head=head,
     )
+    sources = ()
+    if csv:
+        if data:
+            raise ConfigError("give party directories (--data) or tables (--csv), not both")
+        if id_column is None:
+            raise ConfigError("--csv needs --id-column")
+        sources = federation_sources(
+            csv,
+            test_csv,
+            id_column=id_column,
+            label_column=label_column,
+            label_blocks=parse_ints(label_blocks, "--label-blocks"),
+            test_fraction=test_fraction,
+            max_onehot=max_onehot,
+        )
     sim = SimulationConfig(
         dataset=dataset,
         data_path=data_path,
         party_dirs=tuple(data or ()),
+        tables=sources,
         clients=clients,
         p_miss_train=p_miss_train,
         p_miss_test=tuple(p_miss_test) if p_miss_test else (p_miss_train,),
@@ -95,7 +125,7 @@ def simulate(
 def render(result: SimulationResult) -> str:
     cfg = result.config
     last = result.epochs[-1] if result.epochs else None
-    source = "party dirs" if cfg.party_dirs else cfg.dataset
+    source = "tables" if cfg.tables else "party dirs" if cfg.party_dirs else cfg.dataset
     lines = [
         f"trained {cfg.train.epochs} epochs on {source}"
         f" with K={len(result.parties)}, train p_miss {cfg.p_miss_train}, seed {cfg.train.seed}"

@@ -7,17 +7,34 @@ from typing import Annotated
 
 import typer
 
+from vfl_cli import table_options as tables
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_client.runner import ClientConfig, run_client
+from vfl_core.table_files import is_table_file
 
 Opt = typer.Option
 
 
 @user_errors
 def client(
-    data: Annotated[Path, Opt(help="this party's directory (written by `vfl prepare`)")],
+    data: Annotated[
+        Path,
+        Opt(help="this party's directory (written by `vfl prepare`) or its own CSV/Parquet file"),
+    ],
     coordinator: Annotated[str, Opt(help="coordinator host:port")] = "localhost:50051",
-    block: Annotated[int | None, Opt(help="expected block index (checked against --data)")] = None,
+    block: Annotated[
+        int | None, Opt(help="block index (checked against a directory; required for a table)")
+    ] = None,
+    id_column: tables.IdColumn = None,
+    label_column: tables.LabelColumn = None,
+    features: tables.Features = None,
+    test_data: Annotated[
+        Path | None, Opt(help="table: the test rows (default: split --data by ID)")
+    ] = None,
+    test_fraction: tables.TestFraction = tables.DEFAULTS["test_fraction"],
+    num_blocks: tables.NumBlocks = None,
+    num_classes: tables.NumClasses = None,
+    max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
     party_id: Annotated[str | None, Opt(help="party name (default party<block>)")] = None,
     listen: Annotated[str, Opt(help="host:port to serve on (port 0: any free port)")] = "0.0.0.0:0",
     advertise: Annotated[str | None, Opt(help="host:port the coordinator calls back")] = None,
@@ -51,8 +68,33 @@ def client(
 ) -> None:
     """Serve one party's block to the federation until the coordinator ends the run."""
     setup_logging(log_level)
+    table = None
+    if is_table_file(data):
+        table = tables.table_source(
+            data,
+            id_column=id_column,
+            label_column=label_column,
+            features=features,
+            test_path=test_data,
+            test_fraction=test_fraction,
+            block=block,
+            num_blocks=num_blocks,
+            num_classes=num_classes,
+            max_onehot=max_onehot,
+        )
+    else:
+        tables.refuse_table_options(
+            data,
+            id_column=id_column,
+            label_column=label_column,
+            features=features,
+            test_data=test_data,
+            num_blocks=num_blocks,
+            num_classes=num_classes,
+        )
     config = ClientConfig(
         data=data,
+        table=table,
         coordinator=coordinator,
         block=block,
         party_id=party_id,

@@ -20,9 +20,10 @@ from vfl_client.servicer import PartyServicer
 from vfl_core.alignment import DEMO_SECRET
 from vfl_core.checkpoint import party_checkpoint_path, save_party_checkpoint
 from vfl_core.config import TrainConfig
-from vfl_core.data import PartyData, load_party_dir
+from vfl_core.data import PREPROCESS_FILE, PartyData, load_party_dir
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.party import Party, party_info
+from vfl_core.tabular import TableSource, load_table_party_kept
 from vfl_wire import convert
 from vfl_wire.channels import bind, make_server
 from vfl_wire.security import COORDINATOR, GuardInterceptor, Security, load_security, party_policy
@@ -34,7 +35,8 @@ log = logging.getLogger(__name__)
 class ClientConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    data: Path
+    data: Path  # a party directory, or a CSV/Parquet file described by `table`
+    table: TableSource | None = None  # set when `data` is the party's own table
     coordinator: str = "localhost:50051"
     block: int | None = Field(None, ge=0)  # checked against the party directory
     party_id: str | None = None  # default: party<block>
@@ -70,9 +72,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     data = _load_data(config)
     device = resolve_device(config.device)
     torch.set_num_threads(config.threads)
-    party_id = config.party_id or f"party{data.meta.block}"
-    if config.checkpoint_dir is not None:
-        party_checkpoint_path(config.checkpoint_dir, party_id)  # refuse a bad name up front
+    party_id = _party_id(config, data.meta.block)
     security = load_security(
         config.tls_dir, config.insecure, party_id, token_file=config.token_file, need_token=True
     )
@@ -103,7 +103,21 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
             save_end_checkpoint(config.checkpoint_dir, servicer.party, run_id, reason)
 
 
+def _party_id(config: ClientConfig, block: int) -> str:
+    party_id = config.party_id or f"party{block}"
+    if config.checkpoint_dir is not None:
+        party_checkpoint_path(config.checkpoint_dir, party_id)  # refuse a bad name up front
+    return party_id
+
+
 def _load_data(config: ClientConfig) -> PartyData:
+    if config.table is not None:
+        # The fit is kept next to the checkpoints, so a restarted party reuses it.
+        party_id = _party_id(config, config.table.block)
+        keep = None
+        if config.checkpoint_dir is not None:
+            keep = config.checkpoint_dir / f"{party_id}.{PREPROCESS_FILE}"
+        return load_table_party_kept(config.table, keep)
     data = load_party_dir(config.data)
     if config.block is not None and config.block != data.meta.block:
         raise ConfigError(f"--block {config.block} but {config.data} holds block {data.meta.block}")

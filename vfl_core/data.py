@@ -7,6 +7,7 @@ Layout of a party directory (written by `vfl prepare`, read by `vfl-client --dat
     train/ids.npy          unicode strings, (n,), unique within the split
     train/labels.npy       int64, (n,)  (only when meta.has_labels)
     test/...               the same for the test split (optional)
+    preprocess.json        a tabular party's fitted preprocessing (vfl_core.preprocess), if any
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ class PartyMeta(BaseModel):
     feature_shape: tuple[int, ...]  # per sample: (C, H, W) for images, (F,) for tabular
     num_classes: int = Field(ge=2)
     has_labels: bool
+    # Tabular: cardinalities of the categorical code columns that end each feature vector (the
+    # representation model embeds them). Stays with the party: not part of its PartyInfo.
+    categorical: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,10 +56,14 @@ class PartySplit:
 class PartyData:
     meta: PartyMeta
     splits: dict[str, PartySplit]  # "train" and/or "test"
+    # A tabular party's fitted preprocessing as JSON-ready data (vfl_core.preprocess); it goes
+    # into the party's checkpoints with its weights.
+    preprocessing: dict | None = None
 
 
 SPLIT_NAMES = ("train", "test")
 _ARRAY_FILES = ("features.npy", "ids.npy", "labels.npy")
+PREPROCESS_FILE = "preprocess.json"
 _NPY_MAGIC = b"\x93NUMPY"
 _EXPECTED_FEATURE_RANK = {"image": 3, "tabular": 1}
 
@@ -77,6 +85,10 @@ def save_party_dir(path: Path, data: PartyData) -> None:
     _check_labels_match_meta(path, data)
     path.mkdir(parents=True, exist_ok=True)
     (path / "meta.json").write_text(data.meta.model_dump_json(indent=2) + "\n")
+    if data.preprocessing is not None:
+        (path / PREPROCESS_FILE).write_text(json.dumps(data.preprocessing, indent=2) + "\n")
+    else:
+        (path / PREPROCESS_FILE).unlink(missing_ok=True)
     for name in SPLIT_NAMES:
         if name in data.splits:
             _save_split(path / name, data.splits[name])
@@ -127,7 +139,20 @@ def load_party_dir(path: Path) -> PartyData:
     }
     if not splits:
         raise DataError(f"{path}: no split directory (expected train/ and/or test/)")
-    return PartyData(meta=meta, splits=splits)
+    return PartyData(meta=meta, splits=splits, preprocessing=_load_preprocessing(path))
+
+
+def _load_preprocessing(path: Path) -> dict | None:
+    file = path / PREPROCESS_FILE
+    if not file.is_file():
+        return None
+    try:
+        raw = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{file}: unreadable ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise DataError(f"{file}: expected a JSON object")
+    return raw
 
 
 def _load_meta(path: Path) -> PartyMeta:
@@ -175,6 +200,15 @@ def _check_meta(meta_file: Path, meta: PartyMeta) -> None:
             f"{meta_file}: feature_shape {list(meta.feature_shape)} is not valid for "
             f"{meta.kind} data (expected {rank} positive sizes)"
         )
+    if meta.categorical and (
+        meta.kind != "tabular"
+        or len(meta.categorical) > meta.feature_shape[0]
+        or min(meta.categorical) < 1
+    ):
+        raise DataError(
+            f"{meta_file}: categorical {list(meta.categorical)} does not fit "
+            f"{meta.kind} features of shape {list(meta.feature_shape)}"
+        )
 
 
 def _load_split(split_dir: Path, meta: PartyMeta) -> PartySplit:
@@ -216,7 +250,20 @@ def _check_features(split_dir: Path, features: np.ndarray, meta: PartyMeta) -> n
     if not np.isfinite(features).all():
         bad_row = int(np.argwhere(~np.isfinite(features))[0][0])
         raise DataError(f"{file}: NaN or Inf in features (first at row {bad_row})")
+    if meta.categorical:
+        _check_codes(file, features[:, -len(meta.categorical) :], meta.categorical)
     return features
+
+
+def _check_codes(file: Path, codes: np.ndarray, cardinalities: tuple[int, ...]) -> None:
+    """The categorical code columns hold integers below their cardinality (embedding rows)."""
+    bad = (codes != np.round(codes)) | (codes < 0) | (codes >= np.asarray(cardinalities))
+    if bad.any():
+        row, column = (int(i) for i in np.argwhere(bad)[0])
+        raise DataError(
+            f"{file}: row {row}: categorical code {codes[row, column]:g} is not an integer in "
+            f"[0, {cardinalities[column]})"
+        )
 
 
 def _check_ids(split_dir: Path, ids: np.ndarray, n: int) -> np.ndarray:

@@ -41,12 +41,15 @@ class ModelBank:
         feature_shape: tuple[int, ...],
         num_classes: int,
         device: torch.device,
+        *,
+        categorical: tuple[int, ...] = (),
     ) -> None:
         self.config = config
         self.block = block
         self.num_blocks = num_blocks
         self.feature_shape = feature_shape
         self.num_classes = num_classes
+        self.categorical = categorical  # code columns' cardinalities (tabular parties)
         self.device = device
         self.reps: dict[Subset, nn.Module] = {}
         self.heads: dict[Subset, nn.Module] = {}
@@ -58,7 +61,9 @@ class ModelBank:
             seed = derive_seed(
                 self.config.seed, Stream.INIT_REPRESENTATION, self.block, *subset_code(key)
             )
-            model = build_representation(self.config.model, self.feature_shape, seed)
+            model = build_representation(
+                self.config.model, self.feature_shape, seed, categorical=self.categorical
+            )
             self.reps[key] = model.to(self.device)
             self.rep_opts[key] = _optimizer(self.reps[key], self.config)
         return self.reps[key]

@@ -37,6 +37,7 @@ __all__ = [
     "CNNRepresentation",
     "MLPRepresentation",
     "ResNet18Representation",
+    "TabularRepresentation",
     "build_head",
     "build_representation",
     "resolve_representation",
@@ -54,6 +55,7 @@ _CNN_DOWNSAMPLE_MIN_SIDE: int = 8
 _RESNET_WIDTHS: tuple[int, int, int, int] = (64, 128, 256, 512)
 _RESNET_DEPTHS: tuple[int, int, int, int] = (2, 2, 2, 2)
 _MAX_SEED: int = 2**63 - 1
+_EMBEDDING_MAX_DIM: int = 16
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,6 +113,46 @@ class MLPRepresentation(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.flatten(1)  # (B, F) or (B, C*H*W)
         return self.net(x)  # (B, embed_dim)
+
+
+def embedding_dim(cardinality: int) -> int:
+    """Width of a categorical column's embedding: grows slowly with its cardinality (the
+    fast.ai rule of thumb 1.6 * n^0.56), capped at 16."""
+    return max(1, min(_EMBEDDING_MAX_DIM, round(1.6 * cardinality**0.56)))
+
+
+class TabularRepresentation(nn.Module):
+    """A table row whose last ``len(cardinalities)`` values are categorical codes: each code
+    column goes through its own learned embedding, the embeddings are concatenated with the
+    dense values, and an ``MLPRepresentation`` maps the result to ``embed_dim``."""
+
+    def __init__(
+        self,
+        in_features: int,
+        cardinalities: tuple[int, ...],
+        hidden: tuple[int, ...],
+        embed_dim: int,
+        *,
+        final_activation: bool,
+    ) -> None:
+        super().__init__()
+        self.dense_width = in_features - len(cardinalities)
+        self.cardinalities = tuple(cardinalities)
+        self.embeddings = nn.ModuleList(nn.Embedding(n, embedding_dim(n)) for n in cardinalities)
+        width = self.dense_width + sum(e.embedding_dim for e in self.embeddings)
+        self.mlp = MLPRepresentation(width, hidden, embed_dim, final_activation=final_activation)
+        self.final_activation = final_activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dense = x[:, : self.dense_width]  # (B, F_dense)
+        codes = x[:, self.dense_width :].round().long()  # (B, n_categorical)
+        parts = [dense]
+        for i, embedding in enumerate(self.embeddings):
+            # A code outside the table cannot come from the party's own preprocessing; clamp
+            # rather than crash on it (0 is the unknown category).
+            column = codes[:, i].clamp(0, self.cardinalities[i] - 1)
+            parts.append(embedding(column))  # (B, embedding_dim)
+        return self.mlp(torch.cat(parts, dim=1))  # (B, embed_dim)
 
 
 class CNNRepresentation(nn.Module):
@@ -269,17 +311,29 @@ def build_representation(
     generator_seed: int,
     *,
     final_activation: bool = DEFAULT_FINAL_ACTIVATION,
+    categorical: tuple[int, ...] = (),
 ) -> nn.Module:
     """Representation model f_k: (B, *feature_shape) float32 -> (B, config.embed_dim).
 
-    "auto" picks "mlp" for (F,) blocks and "cnn" for (C, H, W) blocks. Weights depend only on
-    ``generator_seed``; the caller's global RNG state is left untouched.
+    "auto" picks "mlp" for (F,) blocks and "cnn" for (C, H, W) blocks. ``categorical`` (tabular
+    blocks only) gives the cardinalities of the code columns that end each row: the MLP then
+    embeds them first (``TabularRepresentation``). Weights depend only on ``generator_seed``;
+    the caller's global RNG state is left untouched.
     """
     _check_model_config(config)
     shape = _check_feature_shape(feature_shape)
     kind = resolve_representation(config, shape)
+    _check_categorical(categorical, shape, kind)
 
     def factory() -> nn.Module:
+        if categorical:
+            return TabularRepresentation(
+                shape[0],
+                tuple(categorical),
+                config.hidden,
+                config.embed_dim,
+                final_activation=final_activation,
+            )
         if kind == "mlp":
             return MLPRepresentation(
                 math.prod(shape), config.hidden, config.embed_dim, final_activation=final_activation
@@ -305,6 +359,18 @@ def build_representation(
         sum(p.numel() for p in model.parameters()),
     )
     return model
+
+
+def _check_categorical(categorical: tuple[int, ...], shape: tuple[int, ...], kind: str) -> None:
+    if not categorical:
+        return
+    if kind != "mlp" or len(shape) != 1 or len(categorical) > shape[0]:
+        raise ConfigError(
+            f"categorical columns {list(categorical)} need a tabular block with at least as "
+            f"many features and an mlp representation, got {kind} for shape {shape}"
+        )
+    if min(categorical) < 1:
+        raise ConfigError(f"categorical cardinalities must be >= 1, got {list(categorical)}")
 
 
 def build_head(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -23,7 +23,7 @@ from vfl_core import methods
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit
-from vfl_core.errors import ProtocolError, StaleRoundError
+from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.laser import Subset
 from vfl_core.model_bank import ModelBank
 from vfl_core.protocol import (
@@ -88,6 +88,7 @@ class Party:
             tuple(meta.feature_shape),
             meta.num_classes,
             self.device,
+            categorical=tuple(meta.categorical),
         )
         self.models.rep(methods.SHARED)
         if meta.has_labels and not methods.concatenates(self.method):
@@ -346,7 +347,7 @@ class Party:
         splits = {k: v for k, v in self.data.splits.items() if k != name}
         if split is not None:
             splits[name] = split
-        self.data = PartyData(self.data.meta, splits)
+        self.data = replace(self.data, splits=splits)  # keeps meta and preprocessing
         self._hashes.pop(name, None)
         self._psi_keys.pop(name, None)
         self._features.pop(name, None)
@@ -354,6 +355,8 @@ class Party:
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, object]:
         state: dict[str, object] = {"last_round": self.last_round, **self.models.state_dict()}
+        if self.data.preprocessing is not None:  # the weights only make sense with it
+            state["preprocessing"] = self.data.preprocessing
         # The shared models also under their short names, for readers of one-model checkpoints.
         state["f"], state["f_opt"] = self.f.state_dict(), self.f_opt.state_dict()
         if self.g is not None and self.g_opt is not None:
@@ -361,6 +364,11 @@ class Party:
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        if state.get("preprocessing", self.data.preprocessing) != self.data.preprocessing:
+            raise ConfigError(
+                f"party {self.party_id}: the checkpoint was trained with another fitted "
+                f"preprocessing than this party's data"
+            )
         self.models.load_state_dict(state)
         self.last_round = int(state["last_round"])
         self._round = None

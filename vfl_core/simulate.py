@@ -22,6 +22,7 @@ from vfl_core.inprocess import InProcessTransport
 from vfl_core.metrics import EvalReport
 from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
+from vfl_core.tabular import TableSource, load_table_federation
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class SimulationConfig(BaseModel):
     dataset: str = "digits"
     data_path: Path | None = None  # source files (mnist, credit)
     party_dirs: tuple[Path, ...] = ()  # prepared party directories instead of a data set
+    tables: tuple[TableSource, ...] = ()  # or each party's own CSV/Parquet table
     clients: int = Field(4, ge=1)
     p_miss_train: float = Field(0.0, ge=0, lt=1)
     p_miss_test: tuple[float, ...] = (0.0,)
@@ -103,8 +105,11 @@ def run_simulation(config: SimulationConfig, progress: bool = False) -> Simulati
 
 def _party_data(config: SimulationConfig, tmp: Path) -> dict[float | None, list[PartyData]]:
     """Party data per test p_miss. The train split is the same in every variant (same seed)."""
-    if config.party_dirs:
-        data = [load_party_dir(p) for p in config.party_dirs]
+    if config.party_dirs or config.tables:
+        if config.tables:
+            data = load_table_federation(config.tables)
+        else:
+            data = [load_party_dir(p) for p in config.party_dirs]
         check_federation(data)
         return {None: data}
     dataset = load_dataset(config.dataset, config.data_path)

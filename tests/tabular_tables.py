@@ -1,0 +1,73 @@
+"""Synthetic party tables for the tabular tests: a bank, a retailer and a telecom that share only
+part of their customers, with numeric and categorical columns, gaps, and labels at the bank."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+# Distinctive strings, so that a search of the wire traffic for them cannot match by chance.
+REGIONS = ("Northshire", "Southmoor", "Eastwold", "Westmarch", "Centrebury")
+CHANNELS = ("web-shop", "in-store", "mobile-app")
+SEGMENTS = ("basic-plan", "plus-plan", "premium-plan")
+MERCHANTS = tuple(f"merchant-{i:02d}" for i in range(40))  # above the one-hot threshold
+COLUMNS = {
+    "bank": ("customer_id", "yearly_income", "age_years", "home_region", "defaulted"),
+    "retail": ("customer_id", "basket_spend", "merchant_name", "sales_channel"),
+    "telecom": ("customer_id", "call_minutes", "tariff_segment"),
+}
+LABEL_COLUMN = "defaulted"
+LABELS = ("no", "yes")
+
+
+def write_tables(
+    directory: Path, n: int = 600, share: float = 0.8, seed: int = 0
+) -> dict[str, Path]:
+    """Write bank.csv, retail.csv and telecom.csv; each party holds a random `share` of the
+    customers (so they overlap only in part) and about 10% of some cells are empty."""
+    rng = np.random.default_rng(seed)
+    ids = np.array([f"C{i:05d}" for i in range(n)])
+    income = rng.normal(50_000, 15_000, n)
+    merchant = rng.integers(0, len(MERCHANTS), n)
+    minutes = rng.gamma(2.0, 100.0, n)
+    risk = -(income - 50_000) / 15_000 + (merchant % 4 == 0) * 1.5 + (minutes - 200) / 140
+    default = risk + rng.normal(0, 0.5, n) > 0.6
+    rows = {
+        "bank": [
+            (
+                i,
+                f"{income[k]:.2f}",
+                str(int(rng.integers(18, 80))),
+                _pick(rng, REGIONS),
+                LABELS[int(d)],
+            )
+            for k, (i, d) in enumerate(zip(ids, default, strict=True))
+        ],
+        "retail": [
+            (i, f"{rng.gamma(3.0, 40.0):.2f}", MERCHANTS[merchant[k]], _pick(rng, CHANNELS))
+            for k, i in enumerate(ids)
+        ],
+        "telecom": [(i, f"{minutes[k]:.1f}", _pick(rng, SEGMENTS)) for k, i in enumerate(ids)],
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, table in rows.items():
+        held = rng.random(n) < share
+        cells = [list(row) for row, keep in zip(table, held, strict=True) if keep]
+        for row in cells:  # gaps in every feature column, never in the ID or the label
+            for j in range(1, len(row) - (name == "bank")):
+                if rng.random() < 0.1:
+                    row[j] = ""
+        order = rng.permutation(len(cells))  # row order differs between parties
+        paths[name] = directory / f"{name}.csv"
+        with paths[name].open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(COLUMNS[name])
+            writer.writerows(cells[i] for i in order)
+    return paths
+
+
+def _pick(rng: np.random.Generator, values: tuple[str, ...]) -> str:
+    return values[int(rng.integers(0, len(values)))]

@@ -1,0 +1,81 @@
+"""Options for a party's own table (CSV or Parquet), shared by `vfl-client`, `vfl prepare` and
+`vfl simulate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vfl_core.errors import ConfigError
+from vfl_core.preprocess import DEFAULT_MAX_ONEHOT
+from vfl_core.tabular import DEFAULT_TEST_FRACTION, TableSource
+
+Opt = typer.Option
+
+IdColumn = Annotated[str | None, Opt(help="table: the sample ID column")]
+LabelColumn = Annotated[
+    str | None, Opt(help="table: the label column (omit for a feature-only party)")
+]
+Features = Annotated[
+    str | None, Opt(help="table: feature columns, e.g. age,city (default: all but ID and label)")
+]
+TestFraction = Annotated[
+    float,
+    Opt(help="table without a test file: share of IDs in the test split (chosen by ID hash)"),
+]
+NumBlocks = Annotated[int | None, Opt(help="table: number of parties K in the federation")]
+NumClasses = Annotated[
+    int | None, Opt(help="table, feature-only party: the label parties' number of classes")
+]
+MaxOnehot = Annotated[
+    int, Opt(help="table: categorical columns with more values get a learned embedding")
+]
+DEFAULTS = {"test_fraction": DEFAULT_TEST_FRACTION, "max_onehot": DEFAULT_MAX_ONEHOT}
+
+
+def table_source(
+    path: Path,
+    *,
+    id_column: str | None,
+    label_column: str | None,
+    features: str | None,
+    test_path: Path | None,
+    test_fraction: float,
+    block: int | None,
+    num_blocks: int | None,
+    num_classes: int | None,
+    max_onehot: int,
+) -> TableSource:
+    """Check the options a table needs and build its TableSource."""
+    for value, option in ((id_column, "--id-column"), (block, "--block")):
+        if value is None:
+            raise ConfigError(f"{path}: a CSV/Parquet party needs {option}")
+    if num_blocks is None:
+        raise ConfigError(f"{path}: a CSV/Parquet party needs --num-blocks")
+    columns = None
+    if features is not None:
+        columns = tuple(c.strip() for c in features.split(",") if c.strip())
+        if not columns:
+            raise ConfigError("--features: no column names given")
+    return TableSource(
+        path=path,
+        id_column=id_column,
+        label_column=label_column,
+        features=columns,
+        test_path=test_path,
+        test_fraction=test_fraction,
+        block=block,
+        num_blocks=num_blocks,
+        num_classes=num_classes,
+        max_onehot=max_onehot,
+    )
+
+
+def refuse_table_options(path: Path, **given: object) -> None:
+    """Table options given with a party directory would be silently ignored: refuse them."""
+    for name, value in given.items():
+        if value is not None:
+            option = "--" + name.replace("_", "-")
+            raise ConfigError(f"{option} applies to a CSV/Parquet --data, not the directory {path}")
