@@ -104,8 +104,7 @@ def subsets_plot(subsets: list[dict[str, Any]], metric: str) -> Plot | None:
             grid[i, parties.index(int(b))] = values[i]
     height = 1.4 + 0.3 * len(subsets)
     fig, ax = plt.subplots(figsize=(2.6 + 0.75 * len(parties), height))
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("#eeeeee")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#eeeeee")  # grey: party left out
     lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
     image = ax.imshow(
         np.ma.masked_invalid(grid), cmap=cmap, vmin=lo, vmax=max(hi, lo + 1e-6), aspect="auto"
