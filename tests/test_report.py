@@ -142,6 +142,8 @@ def test_given_run_without_epoch_log_or_transitions_when_reporting_then_figures_
         ('{"run_id": "x", "test": ', "results.json: not valid JSON (line 1"),
         ("[1, 2]", "results.json: expected a JSON object, found list"),
         ('{"subsets": [{"blocks": 3}]}', "results.json: subsets[0] has no list of blocks"),
+        ('{"subsets": [{"blocks": [0], "samples": 3}]}', "subsets[0].accuracy is not a number"),
+        ('{"test": {"rows": [{"observed": "all"}]}}', "test.rows[0].samples is not a number"),
     ],
 )
 def test_given_corrupt_results_when_reporting_then_exit_2_and_one_line_naming_the_file(

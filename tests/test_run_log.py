@@ -162,6 +162,20 @@ def federation(datas: list, epochs: int, records: list[RoundRecord]) -> Federati
     return fed
 
 
+def test_given_federation_without_eval_every_when_training_then_lines_have_no_test_metrics(
+    tmp_path: Path, parties_data: list
+) -> None:
+    fed = federation(parties_data, 2, [])
+    with RunLog(tmp_path) as run_log:
+        run_log.attach(fed)
+        fed.align()
+        fed.train()
+    logged = read_epochs(tmp_path / EPOCHS_FILE)
+    assert [r["epoch"] for r in logged] == [0, 1]
+    assert not any("test" in r for r in logged)
+    assert fed.request_id == 0  # nothing was evaluated
+
+
 def test_given_federation_with_eval_every_when_training_then_lines_match_rounds_and_evaluation(
     tmp_path: Path, parties_data: list
 ) -> None:

@@ -94,6 +94,8 @@ def demo(
                 str(deadline),
                 "--out",
                 str(workdir / "run"),
+                "--eval-every",  # test accuracy by epoch in epochs.jsonl and the report
+                "5",
                 "--no-progress",
                 *tls,
             ],

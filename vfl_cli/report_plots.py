@@ -11,6 +11,8 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 DPI = 100
 METRICS = {"accuracy": "accuracy", "federation_accuracy": "federation accuracy", "f1": "F1"}
 STATE_COLOURS = {"up": "#4caf50", "down": "#e53935", "rejoining": "#fb8c00"}
@@ -93,19 +95,13 @@ def subsets_plot(subsets: list[dict[str, Any]], metric: str) -> Plot | None:
     colour of the set's test metric, the value is written at the right."""
     if not subsets:
         return None
-    import numpy as np
-
     plt = pyplot()
-    parties = sorted({int(b) for s in subsets for b in s["blocks"]})
-    values = np.array([100 * float(s.get(metric, np.nan)) for s in subsets])
-    grid = np.full((len(subsets), len(parties)), np.nan)
-    for i, s in enumerate(subsets):
-        for b in s["blocks"]:
-            grid[i, parties.index(int(b))] = values[i]
+    parties, values, grid = _subset_grid(subsets, metric)
     height = 1.4 + 0.3 * len(subsets)
     fig, ax = plt.subplots(figsize=(2.6 + 0.75 * len(parties), height))
     cmap = plt.get_cmap("viridis").with_extremes(bad="#eeeeee")  # grey: party left out
-    lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
+    scored = values[~np.isnan(values)]
+    lo, hi = (float(scored.min()), float(scored.max())) if len(scored) else (0.0, 100.0)
     image = ax.imshow(
         np.ma.masked_invalid(grid), cmap=cmap, vmin=lo, vmax=max(hi, lo + 1e-6), aspect="auto"
     )
@@ -121,16 +117,34 @@ def subsets_plot(subsets: list[dict[str, Any]], metric: str) -> Plot | None:
     ax.grid(which="minor", color="white", lw=1.5)
     ax.tick_params(which="minor", length=0)
     for i, s in enumerate(subsets):
-        note = f"{values[i]:.1f}%" + (f" ({s['unscored']} unscored)" if s.get("unscored") else "")
+        note = "nothing scored" if np.isnan(values[i]) else f"{values[i]:.1f}%"
+        note += f" ({s['unscored']} unscored)" if s.get("unscored") and s.get("samples") else ""
         ax.text(len(parties) - 0.4, i, note, va="center", fontsize=8)
     fig.colorbar(image, ax=ax, label=f"test {METRICS[metric]} (%)", pad=0.32, fraction=0.08)
     ax.set_ylabel("parties called")
+    fig.suptitle(f"test {METRICS[metric]} with only the coloured parties", fontsize=10)
     fig.tight_layout()
     caption = (
         f"Test {METRICS[metric]} when only the coloured parties are called (grey: left out). "
         "Samples that none of them holds are unscored."
     )
     return _save(fig, "subsets", f"Test {METRICS[metric]} by set of parties", caption)
+
+
+def _subset_grid(
+    subsets: list[dict[str, Any]], metric: str
+) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """The parties, each set's metric in % (NaN: no sample scored) and the (sets, parties) grid
+    holding the set's metric where the party is a member and NaN elsewhere."""
+    parties = sorted({int(b) for s in subsets for b in s["blocks"]})
+    values = np.array(
+        [100 * float(s.get(metric, np.nan)) if s.get("samples") else np.nan for s in subsets]
+    )  # (sets,)
+    grid = np.full((len(subsets), len(parties)), np.nan)  # (sets, parties)
+    for i, s in enumerate(subsets):
+        for b in s["blocks"]:
+            grid[i, parties.index(int(b))] = values[i]
+    return parties, values, grid
 
 
 def drop_one_plot(subsets: list[dict[str, Any]], metric: str) -> Plot | None:
@@ -142,7 +156,7 @@ def drop_one_plot(subsets: list[dict[str, Any]], metric: str) -> Plot | None:
     bars = []
     for drop in sorted(members):
         rest = next((s for s in subsets if set(s["blocks"]) == members - {drop}), None)
-        if rest is not None:
+        if rest is not None and rest["samples"]:
             bars.append((drop, 100 * (float(rest[metric]) - float(full[metric]))))
     if not bars:
         return None

@@ -17,6 +17,7 @@ from vfl_core.run_log import EPOCHS_FILE
 
 RESULTS_FILE = "results.json"
 CONFIG_FILE = "config.json"
+METRIC_KEYS = ("samples", "accuracy", "federation_accuracy", "f1")  # of test rows and subsets
 
 
 class RunFileError(VflError):
@@ -91,6 +92,18 @@ def _check_results(path: Path, results: dict[str, Any]) -> None:
     for i, subset in enumerate(results.get("subsets") or []):
         if not isinstance(subset, dict) or not isinstance(subset.get("blocks"), list):
             raise RunFileError(f"{path}: subsets[{i}] has no list of blocks")
+        _check_numbers(path, f"subsets[{i}]", subset)
+    for i, row in enumerate((results.get("test") or {}).get("rows") or []):
+        if not isinstance(row, dict) or not isinstance(row.get("observed"), str):
+            raise RunFileError(f"{path}: test.rows[{i}] has no observed blocks")
+        _check_numbers(path, f"test.rows[{i}]", row)
+
+
+def _check_numbers(path: Path, where: str, entry: dict[str, Any]) -> None:
+    for key in METRIC_KEYS:
+        value = entry.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise RunFileError(f"{path}: {where}.{key} is not a number")
 
 
 def _epochs(path: Path) -> list[dict[str, Any]]:

@@ -86,8 +86,9 @@ class RunLog:
         fed.on_epoch = on_epoch
 
     def _evaluate(self, fed: Federation, epoch: int) -> MetricRow | None:
-        due = (epoch + 1) % self.eval_every == 0 or epoch + 1 == fed.config.epochs
-        if self.eval_every <= 0 or not due or self.split not in fed.alignments:
+        if self.eval_every <= 0 or self.split not in fed.alignments:
+            return None
+        if (epoch + 1) % self.eval_every and epoch + 1 != fed.config.epochs:
             return None
         return fed.evaluate(self.split).overall()
 
