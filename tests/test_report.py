@@ -53,7 +53,14 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = CliRunner().invoke(app, args)
     torch.set_num_threads(threads)
     assert result.exit_code == 0, result.output
-    assert "vfl report" in result.stdout
+    assert f"see it with `vfl report {root / 'run'}`" in result.stdout
+    # the JSON result keeps its layout and gains the subsets; the table the drop-one lines
+    sim = json.loads((root / "sim.json").read_text())
+    run = json.loads((root / "run" / "results.json").read_text())
+    assert sim["results"][0]["rows"] == run["test"]["rows"]
+    assert sim["results"][0]["subsets"] == run["subsets"]
+    for k in range(4):
+        assert f"without party {k}: accuracy" in result.stdout
     return root / "run"
 
 
@@ -180,6 +187,13 @@ def test_given_no_matplotlib_when_reporting_then_exit_2_naming_the_extra(
 
 def test_given_unknown_metric_when_reporting_then_exit_2_naming_the_option(run_dir: Path) -> None:
     assert_user_error(invoke(str(run_dir), "--metric", "auc"), "--metric must be one of")
+
+
+def test_given_negative_eval_every_when_simulating_then_exit_2_naming_the_option(
+    tmp_path: Path,
+) -> None:
+    result = CliRunner().invoke(app, ["simulate", "--eval-every", "-1", "--run-dir", str(tmp_path)])
+    assert_user_error(result, "--eval-every must be 0 or more")
 
 
 # ---------------------------------------------------------------- a real federation

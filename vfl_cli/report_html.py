@@ -93,7 +93,10 @@ def _test_table(rows: list[dict[str, Any]]) -> str:
 def _liveness(run: RunFiles, plot: Plot | None) -> str:
     transitions = run.transitions
     if not transitions:
-        return "<p>No liveness transitions: every party answered every phase in time.</p>"
+        return (
+            "<p>No liveness transitions while training and evaluating: every party answered "
+            "every phase in time.</p>"
+        )
     rows = [
         [t.get("round_id"), t.get("block"), f"{t.get('old')} → {t.get('new')}", t.get("reason")]
         for t in transitions[:MAX_TRANSITION_ROWS]
