@@ -189,11 +189,13 @@ def test_given_unknown_metric_when_reporting_then_exit_2_naming_the_option(run_d
     assert_user_error(invoke(str(run_dir), "--metric", "auc"), "--metric must be one of")
 
 
-def test_given_negative_eval_every_when_simulating_then_exit_2_naming_the_option(
+def test_given_bad_eval_every_when_simulating_then_exit_2_naming_the_option(
     tmp_path: Path,
 ) -> None:
     result = CliRunner().invoke(app, ["simulate", "--eval-every", "-1", "--run-dir", str(tmp_path)])
     assert_user_error(result, "--eval-every must be 0 or more")
+    result = CliRunner().invoke(app, ["simulate", "--eval-every", "2"])
+    assert_user_error(result, "--eval-every writes to epochs.jsonl: give a --run-dir")
 
 
 # ---------------------------------------------------------------- a real federation

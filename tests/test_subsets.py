@@ -16,7 +16,7 @@ from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation
 from vfl_core.inprocess import InProcessTransport
-from vfl_core.liveness import UP
+from vfl_core.liveness import DOWN, UP
 from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import EmbedCall, PredictCall, ScoreCall
@@ -140,6 +140,19 @@ def test_given_party_left_out_when_evaluating_then_same_as_that_party_dead(
     assert without.overall() == dead.overall()  # ... and the metrics are the same
     assert without.unscored == dead.unscored > 0
     assert without.to_json() == dead.to_json()
+
+
+def test_given_party_marked_down_when_evaluating_subsets_then_sets_of_the_others_only(
+    tmp_path: Path,
+) -> None:
+    fed, transport = trained(prepared(tmp_path))
+    transport.dead = {2}
+    fed.evaluate("test")  # the engine notices and marks it down
+    assert fed.liveness.state[2] == DOWN
+    transport.called.clear()
+    results = evaluate_subsets(fed, "test")
+    assert [r.blocks for r in results] == observed_subsets([0, 1, 3])
+    assert 2 not in transport.called
 
 
 def test_given_feature_only_parties_when_evaluating_them_alone_then_nothing_is_scored(

@@ -96,6 +96,8 @@ def simulate(
     )
     if eval_every < 0:
         raise ConfigError(f"--eval-every must be 0 or more, not {eval_every}")
+    if eval_every and run_dir is None:
+        raise ConfigError("--eval-every writes to epochs.jsonl: give a --run-dir")
     result = run_simulation(
         sim, progress=progress, run_dir=run_dir, subsets=True, eval_every=eval_every
     )
