@@ -4,5 +4,6 @@
 # inference again. Extra arguments go to `vfl demo` (see `vfl demo --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/venv.sh
+# the `report` extra (matplotlib): the demo ends by writing runs/demo/run/report/report.html
+VFL_EXTRAS="${VFL_EXTRAS:-[report]}" source scripts/venv.sh
 exec .venv/bin/vfl demo "$@"

@@ -23,6 +23,7 @@ from harness import SECRET, Client, Cluster, Coordinator, prepare_digits
 
 from vfl_core.checkpoint_store import RoundCheckpoints
 from vfl_core.config import TrainConfig
+from vfl_core.run_log import EPOCHS_FILE, read_epochs
 from vfl_core.simulate import SimulationConfig, run_simulation
 
 pytestmark = pytest.mark.slow
@@ -114,6 +115,10 @@ def _assert_every_round_once(coord: Coordinator, epochs: int = EPOCHS) -> list[d
     assert [r["round"] for r in rounds] == list(range(results["rounds"]))
     assert sum(e["rounds"] for e in results["epochs"]) == results["rounds"]
     assert len(results["epochs"]) == epochs
+    # epochs.jsonl: a resume cut the epochs it repeats and appended them again, once each
+    logged = read_epochs(coord.out / EPOCHS_FILE)
+    assert [e["epoch"] for e in logged] == list(range(epochs))
+    assert [e["rounds"] for e in logged] == [e["rounds"] for e in results["epochs"]]
     return rounds
 
 

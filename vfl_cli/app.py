@@ -11,6 +11,7 @@ from vfl_cli.errors import user_errors
 from vfl_cli.health_cmd import health
 from vfl_cli.prepare_cmd import prepare
 from vfl_cli.remote_cmd import evaluate, predict
+from vfl_cli.report_cmd import report
 from vfl_cli.simulate_cmd import simulate
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -21,6 +22,7 @@ app.command("evaluate")(evaluate)
 app.command("predict")(predict)
 app.command("certs")(certs)
 app.command("health")(health)
+app.command("report")(report)
 app.add_typer(bench_app, name="bench")
 
 

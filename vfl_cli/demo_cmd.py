@@ -27,6 +27,7 @@ from vfl_cli.chaos import GuestLoss, running
 from vfl_cli.coordinator_client import CoordinatorClient, CoordinatorError
 from vfl_cli.errors import user_errors
 from vfl_cli.remote_cmd import operator_security, render_evaluation
+from vfl_cli.report_cmd import has_matplotlib, write_report
 from vfl_core.datasets import load_dataset
 from vfl_core.errors import VflError
 from vfl_core.prepare import prepare_parties
@@ -112,6 +113,8 @@ def demo(
                 str(deadline),
                 "--out",
                 str(workdir / "run"),
+                "--eval-every",  # test accuracy by epoch in epochs.jsonl and the report
+                "5",
                 "--no-progress",
                 *tls,
                 # Restarted clients resume from these (and a restarted coordinator would too).
@@ -194,6 +197,7 @@ def demo(
             typer.echo(render_evaluation(after, f"test set, client{kill_block} dead"))
         _summary(before.rows[-1].accuracy, after.rows[-1].accuracy, kill_block, workdir)
         _stop(procs)
+    _report(workdir / "run")
 
 
 def _summary(before: float, after: float, block: int, workdir: Path) -> None:
@@ -202,6 +206,16 @@ def _summary(before: float, after: float, block: int, workdir: Path) -> None:
         f"{100 * after:.2f}%: prediction carried on without it.\n"
         f"results: {workdir / 'run' / 'results.json'}; logs: {workdir / 'logs'}"
     )
+
+
+def _report(run_dir: Path) -> None:
+    """Write the run's report when matplotlib is there (a few seconds); else say how to."""
+    command = f"vfl report {run_dir}"
+    if not has_matplotlib():
+        typer.echo(f"report: pip install 'laser-vfl[report]', then `{command}`")
+        return
+    path = write_report(run_dir, run_dir / "report")
+    typer.echo(f"report (curves, accuracy by set of parties, config): {path}")
 
 
 def _wait_trained(

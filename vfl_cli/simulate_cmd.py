@@ -16,6 +16,7 @@ from vfl_core.errors import ConfigError
 from vfl_core.faults import FaultConfig
 from vfl_core.metrics import format_table
 from vfl_core.simulate import SimulationConfig, SimulationResult, run_simulation
+from vfl_core.subsets import SubsetResult
 from vfl_core.tabular import federation_sources
 
 Opt = typer.Option
@@ -66,6 +67,13 @@ def simulate(
         float, Opt(help="probability that one message of a training round is lost")
     ] = 0.0,
     out: Annotated[Path, Opt(help="JSON result file")] = Path("runs/simulate.json"),
+    run_dir: Annotated[
+        Path | None,
+        Opt(help="also write a run directory (epochs.jsonl, results.json) for `vfl report`"),
+    ] = None,
+    eval_every: Annotated[
+        int, Opt(help="with --run-dir: evaluate the test split every N epochs (0: never)")
+    ] = 0,
     threads: Annotated[int, Opt(help="torch CPU threads")] = 1,
     progress: Annotated[bool, Opt(help="show a progress bar")] = True,
     log_level: Annotated[str, Opt()] = "warning",
@@ -115,11 +123,19 @@ def simulate(
         train=train,
         faults=FaultConfig(fail_rate=fault_rate, rejoin_rate=rejoin_rate, link_loss=link_loss),
     )
-    result = run_simulation(sim, progress=progress)
+    if eval_every < 0:
+        raise ConfigError(f"--eval-every must be 0 or more, not {eval_every}")
+    if eval_every and run_dir is None:
+        raise ConfigError("--eval-every writes to epochs.jsonl: give a --run-dir")
+    result = run_simulation(
+        sim, progress=progress, run_dir=run_dir, subsets=True, eval_every=eval_every
+    )
     typer.echo(render(result))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result.to_json(), indent=2))
     typer.echo(f"results written to {out}")
+    if run_dir is not None:
+        typer.echo(f"run directory {run_dir}; see it with `vfl report {run_dir}`")
 
 
 def render(result: SimulationResult) -> str:
@@ -140,4 +156,24 @@ def render(result: SimulationResult) -> str:
         lines += ["", format_table(report.rows(), title=title)]
         if report.unscored:
             lines.append(f"({report.unscored} samples had no head party to predict them)")
+        lines += drop_one_lines(result.subsets.get(p_miss, []))
     return "\n".join(lines)
+
+
+def drop_one_lines(subsets: list[SubsetResult]) -> list[str]:
+    """The accuracy without each party, next to the accuracy with all of them."""
+    if len(subsets) < 2:
+        return []
+    full = subsets[0]  # observed_subsets lists the full set first
+    lines = []
+    for drop in full.blocks:
+        rest = next((r for r in subsets if set(r.blocks) == set(full.blocks) - {drop}), None)
+        if rest is not None:
+            delta = 100 * (rest.accuracy - full.accuracy)
+            n = rest.unscored
+            lost = f"; {n} sample{'s' * (n != 1)} only it held" if n else ""
+            lines.append(
+                f"without party {drop}: accuracy {100 * rest.accuracy:.2f}% "
+                f"({delta:+.2f} points{lost})"
+            )
+    return lines

@@ -63,6 +63,9 @@ def coordinator(
     checkpoint_every: Annotated[
         int, Opt(help="rounds between checkpoints of every party and the coordinator (0: end)")
     ] = 0,
+    eval_every: Annotated[
+        int, Opt(help="evaluate the test split every N epochs (logged in epochs.jsonl; 0: never)")
+    ] = 0,
     port_file: Annotated[
         Path | None, Opt(help="write the bound port here once listening (for --listen host:0)")
     ] = None,
@@ -121,6 +124,7 @@ def coordinator(
         "audit_log": audit_log,
         "checkpoint_dir": checkpoint_dir,
         "checkpoint_every": checkpoint_every,
+        "eval_every": eval_every,
         "tls_dir": tls_dir,
         "insecure": insecure,
         "alignment": alignment,

@@ -47,4 +47,5 @@ class CoordinatorConfig(BaseModel):
     # checkpoints (vfl_coordinator.checkpoints): the coordinator's own, and when parties save
     checkpoint_dir: Path | None = None  # resume from here if it holds a checkpoint of this run
     checkpoint_every: int = Field(0, ge=0)  # rounds between checkpoints; 0: only at the end
+    eval_every: int = Field(0, ge=0)  # epochs between test evaluations in epochs.jsonl; 0: none
     train: TrainConfig = TrainConfig()

@@ -20,6 +20,8 @@ from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.transport import GrpcTransport
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.metrics import format_table
+from vfl_core.run_log import RunLog
+from vfl_core.subsets import evaluate_subsets
 from vfl_wire.audit import AuditLog
 from vfl_wire.channels import bind, make_server
 from vfl_wire.security import (
@@ -111,7 +113,11 @@ def _train(
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(config.model_dump_json(indent=2))
-    with open_rounds(out / "rounds.jsonl", resume) as rounds_file:  # a line per round
+    first_epoch = int(resume.engine["epoch"]) if resume is not None else 0
+    with (
+        open_rounds(out / "rounds.jsonl", resume) as rounds_file,  # a line per round
+        RunLog(out, first_epoch, config.eval_every) as run_log,  # a line per epoch
+    ):
 
         def on_round(record: RoundRecord) -> None:
             state.epoch = record.epoch
@@ -129,6 +135,7 @@ def _train(
         checkpointer = Checkpointer(config, state, resume) if config.checkpoint_dir else None
         if checkpointer is not None:
             checkpointer.attach(fed)
+        run_log.attach(fed)
         state.federation = fed
         state.phase = "aligning"
         fed.align()
@@ -140,11 +147,13 @@ def _train(
     report = fed.evaluate("test") if "test" in fed.alignments else None
     if report is not None:
         log.info("test metrics\n%s", format_table(report.rows()))
+    subsets = evaluate_subsets(fed, "test") if report is not None else []
     results = {
         "run_id": state.run_id,
         "config": json.loads(config.model_dump_json()),
         "epochs": [e.__dict__ for e in epochs],
         "test": report.to_json() if report is not None else None,
+        "subsets": [r.to_json() for r in subsets],  # test metrics with only these parties
         "transitions": [t.__dict__ for t in fed.liveness.transitions],
         "transition_counts": fed.liveness.counts(),
         "resumed": checkpointer.history if checkpointer is not None else [],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,6 +68,7 @@ class EpochSummary:
     mean_loss: float
     seconds: float
     incomplete_rounds: int  # rounds where some block of the pattern was absent
+    head_losses: dict[int, float] = field(default_factory=dict)  # head block -> its mean loss
 
 
 @dataclass
@@ -78,6 +79,7 @@ class Cursor:
     epoch: int = 0
     position: int = 0  # batches of the epoch's plan already run
     losses: list[float] = field(default_factory=list)  # head losses of the epoch so far
+    head_losses: dict[int, list[float]] = field(default_factory=dict)  # the same, by head
     incomplete: int = 0
     seconds: float = 0.0  # time spent in the epoch so far
     summaries: list[EpochSummary] = field(default_factory=list)  # finished epochs
@@ -116,6 +118,7 @@ class Federation:
     config: TrainConfig
     progress: bool = True
     on_round: Callable[[RoundRecord], None] | None = None
+    on_epoch: Callable[[EpochSummary], None] | None = None  # after each finished epoch
     down_after: int = 3
     retry_every: int = 10
     alignment: str = "hmac"  # "hmac": parties' keyed ID hashes; "psi": vfl_core.psi (no hashes)
@@ -213,6 +216,8 @@ class Federation:
             self.round_id += 1
             c.position += 1
             c.losses.extend(record.losses.values())
+            for head, loss in record.losses.items():
+                c.head_losses.setdefault(head, []).append(loss)
             c.incomplete += record.present != record.pattern
             c.seconds = time.perf_counter() - start
             if self.on_round is not None:
@@ -221,6 +226,8 @@ class Federation:
                 self.checkpoint()
         summary = self._summary(epoch, len(plan), time.perf_counter() - start)
         self.cursor = Cursor(epoch=epoch + 1, summaries=[*c.summaries, summary])
+        if self.on_epoch is not None:
+            self.on_epoch(summary)
         return summary
 
     def _summary(self, epoch: int, rounds: int, seconds: float) -> EpochSummary:
@@ -231,6 +238,7 @@ class Federation:
             mean_loss=float(np.mean(c.losses)) if c.losses else float("nan"),
             seconds=seconds,
             incomplete_rounds=c.incomplete,
+            head_losses={k: float(np.mean(v)) for k, v in sorted(c.head_losses.items())},
         )
         log.info(
             "epoch %d: %d rounds, mean head loss %.4f, %d incomplete, %.1fs",
@@ -388,21 +396,35 @@ class Federation:
 
     # ------------------------------------------------------------------ inference
     def predict_batches(
-        self, split: str = "test", index: np.ndarray | None = None
+        self,
+        split: str = "test",
+        index: np.ndarray | None = None,
+        blocks: Collection[int] | None = None,
     ) -> Iterator[PredictionBatch]:
-        """Predict every sample of `split` (or the given key indices) from the live parties."""
+        """Predict every sample of `split` (or the given key indices) from the live parties, or
+        only from the live parties of `blocks` (the others are not called: as if they were gone).
+        A batch that no block of `blocks` holds gets no prediction (no call either)."""
         al = self.alignments[split]
         for batch in eval_plan(al, self.config.eval_batch_size, index):
-            yield self._predict_batch(split, batch)
+            if blocks is not None and not set(batch.pattern) & set(blocks):
+                yield PredictionBatch(batch.index, batch.pattern, (), {}, None)
+                continue
+            yield self._predict_batch(split, batch, blocks)
 
-    def _predict_batch(self, split: str, batch: Batch) -> PredictionBatch:
+    def _predict_batch(
+        self, split: str, batch: Batch, blocks: Collection[int] | None = None
+    ) -> PredictionBatch:
         self._poll_rejoins()
         al = self.alignments[split]
         request = self.request_id
         self.request_id += 1
         digest = al.digest(batch.index)
         size = len(batch.index)
-        callees = tuple(b for b in batch.pattern if self.liveness.should_call(b, self._tick))
+        callees = tuple(
+            b
+            for b in batch.pattern
+            if (blocks is None or b in blocks) and self.liveness.should_call(b, self._tick)
+        )
         calls = {
             b: EmbedCall(request, split, al.rows_of(b, batch.index), digest, False, callees)
             for b in callees
@@ -451,9 +473,11 @@ class Federation:
             combined.scored,
         )
 
-    def evaluate(self, split: str = "test") -> EvalReport:
+    def evaluate(self, split: str = "test", blocks: Collection[int] | None = None) -> EvalReport:
+        """Metrics of `split` by observed set, from every live party or only those of `blocks`
+        (samples that none of them holds are unscored)."""
         report = EvalReport()
-        for pred in self.predict_batches(split):
+        for pred in self.predict_batches(split, blocks=blocks):
             confusions = self._score(split, pred) if pred.predicted is not None else None
             if confusions is None:
                 report.unscored += len(pred.index)

@@ -25,6 +25,7 @@ def snapshot(fed: Federation) -> dict[str, object]:
         "epoch": c.epoch,
         "position": c.position,
         "losses": [float(x) for x in c.losses],
+        "head_losses": {int(k): [float(x) for x in v] for k, v in c.head_losses.items()},
         "incomplete": int(c.incomplete),
         "seconds": float(c.seconds),
         "summaries": [asdict(s) for s in c.summaries],
@@ -48,11 +49,18 @@ def restore(fed: Federation, saved: dict, present: Iterable[int] = ()) -> None:
         epoch=epoch,
         position=position,
         losses=[float(x) for x in saved["losses"]],
+        # older checkpoints lack the per-head split of the epoch's losses so far
+        head_losses={int(k): list(v) for k, v in saved.get("head_losses", {}).items()},
         incomplete=int(saved["incomplete"]),
         seconds=float(saved["seconds"]),
-        summaries=[EpochSummary(**s) for s in saved["summaries"]],
+        summaries=[_summary(s) for s in saved["summaries"]],
     )
     fed.liveness.load_state(saved["liveness"])
     for block in sorted(present):
         if fed.liveness.state.get(block) == DOWN:
             fed.liveness.rejoined(block, fed.round_id + fed.request_id)
+
+
+def _summary(saved: dict) -> EpochSummary:
+    heads = {int(k): float(v) for k, v in saved.get("head_losses", {}).items()}
+    return EpochSummary(**{**saved, "head_losses": heads})

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +23,8 @@ from vfl_core.inprocess import InProcessTransport
 from vfl_core.metrics import EvalReport
 from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
+from vfl_core.run_log import RunLog
+from vfl_core.subsets import SubsetResult, evaluate_subsets
 from vfl_core.tabular import TableSource, load_table_federation
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,8 @@ class SimulationResult:
     parties: dict[int, Party]
     seconds: float
     fault_counts: dict[str, int] | None = None
+    # test metrics with only these parties, per test p_miss (empty unless asked for)
+    subsets: dict[float | None, list[SubsetResult]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         out = {
@@ -62,45 +67,96 @@ class SimulationResult:
             "seconds": self.seconds,
             "epochs": [e.__dict__ for e in self.epochs],
             "results": [
-                {"p_miss_test": p, **report.to_json()} for p, report in self.reports.items()
+                {"p_miss_test": p, **report.to_json(), **self._subsets_json(p)}
+                for p, report in self.reports.items()
             ],
         }
         if self.fault_counts is not None:
             out["faults"] = self.fault_counts
         return out
 
+    def _subsets_json(self, p_miss: float | None) -> dict[str, object]:
+        if p_miss not in self.subsets:
+            return {}
+        return {"subsets": [r.to_json() for r in self.subsets[p_miss]]}
 
-def run_simulation(config: SimulationConfig, progress: bool = False) -> SimulationResult:
+
+def run_simulation(
+    config: SimulationConfig,
+    progress: bool = False,
+    run_dir: Path | None = None,
+    subsets: bool = False,
+    eval_every: int = 0,
+) -> SimulationResult:
+    """Train, then evaluate each test p_miss (and with `subsets`, every observed set of parties
+    too). With `run_dir`, write what the coordinator writes: config.json, epochs.jsonl (a test
+    evaluation every `eval_every` epochs) and results.json, which `vfl report` reads."""
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="vfl-sim-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="vfl-sim-"))
         variants = _party_data(config, Path(tmp))
-        first = next(iter(variants.values()))
-        parties = {
-            d.meta.block: Party(
-                f"party{d.meta.block}", d, config.train, secret=config.secret.encode()
-            )
-            for d in first
-        }
-        transport = InProcessTransport(parties)
-        faulty = None
-        if config.faults.active:
-            faulty = FaultyTransport(transport, config.faults, config.train.seed)
+        parties, transport, faulty = _federation_parts(config, variants)
         federation = Federation(
             faulty if faulty is not None else transport, config.train, progress=progress
         )
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
+            stack.enter_context(RunLog(run_dir, eval_every=eval_every)).attach(federation)
         federation.align()
         epochs = federation.train()
         if faulty is not None:
             faulty.heal()  # faults model training; evaluation sees every party
         reports: dict[float | None, EvalReport] = {}
+        by_subset: dict[float | None, list[SubsetResult]] = {}
         for p_miss, data in variants.items():
             for d in data:
                 parties[d.meta.block].replace_split("test", d.splits.get("test"))
             federation.align(("test",))
             reports[p_miss] = federation.evaluate("test")
+            if subsets:
+                by_subset[p_miss] = evaluate_subsets(federation, "test")
     counts = faulty.counts() if faulty is not None else None
     seconds = time.perf_counter() - start
-    return SimulationResult(config, epochs, reports, parties, seconds, counts)
+    result = SimulationResult(config, epochs, reports, parties, seconds, counts, by_subset)
+    if run_dir is not None:
+        write_run_results(run_dir, result, federation)
+    return result
+
+
+def _federation_parts(
+    config: SimulationConfig, variants: dict[float | None, list[PartyData]]
+) -> tuple[dict[int, Party], InProcessTransport, FaultyTransport | None]:
+    """The parties (with the first variant's test split), their transport and the fault
+    injector around it (None without faults)."""
+    first = next(iter(variants.values()))
+    parties = {
+        d.meta.block: Party(f"party{d.meta.block}", d, config.train, secret=config.secret.encode())
+        for d in first
+    }
+    transport = InProcessTransport(parties)
+    faulty = None
+    if config.faults.active:
+        faulty = FaultyTransport(transport, config.faults, config.train.seed)
+    return parties, transport, faulty
+
+
+def write_run_results(run_dir: Path, result: SimulationResult, fed: Federation) -> None:
+    """results.json in the coordinator's layout, for the first test p_miss; every p_miss under
+    "variants"."""
+    first = next(iter(result.reports), None)
+    results = {
+        "run_id": "simulate",
+        "config": json.loads(result.config.model_dump_json()),
+        "epochs": [e.__dict__ for e in result.epochs],
+        "test": result.reports[first].to_json() if result.reports else None,
+        "subsets": [r.to_json() for r in result.subsets.get(first, [])],
+        "transitions": [t.__dict__ for t in fed.liveness.transitions],
+        "transition_counts": fed.liveness.counts(),
+        "rounds": fed.round_id,
+        "variants": result.to_json()["results"],
+    }
+    (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
 
 def _party_data(config: SimulationConfig, tmp: Path) -> dict[float | None, list[PartyData]]:

@@ -1,0 +1,87 @@
+"""`vfl report RUN_DIR`: a self-contained HTML report of a run, with its figures as PNG files.
+
+RUN_DIR is a coordinator's `--out` (the demo's is runs/demo/run) or `vfl simulate --run-dir`.
+The report shows the training curves, the test metric for every evaluated set of parties as a
+heat map, the effect of dropping each party, the liveness transitions and the run's config.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vfl_cli.errors import setup_logging, user_errors
+from vfl_cli.report_html import render_html
+from vfl_cli.report_plots import (
+    METRICS,
+    Plot,
+    curves_plot,
+    drop_one_plot,
+    liveness_plot,
+    subsets_plot,
+)
+from vfl_cli.run_files import RunFiles, load_run
+from vfl_core.errors import ConfigError, VflError
+
+log = logging.getLogger(__name__)
+
+REPORT_FILE = "report.html"
+
+
+class MissingExtraError(VflError):
+    """An optional dependency of a command is not installed."""
+
+
+def has_matplotlib() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+@user_errors
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="a coordinator's --out or simulate --run-dir")],
+    out: Annotated[
+        Path | None, typer.Option(help="where report.html and the PNGs go (default RUN_DIR/report)")
+    ] = None,
+    metric: Annotated[str, typer.Option(help="accuracy | federation_accuracy | f1")] = "accuracy",
+    log_level: Annotated[str, typer.Option()] = "warning",
+) -> None:
+    """Write RUN_DIR/report/report.html: curves, metric by set of parties, config."""
+    setup_logging(log_level)
+    path = write_report(run_dir, out if out is not None else run_dir / "report", metric)
+    typer.echo(f"report written to {path}")
+
+
+def write_report(run_dir: Path, out: Path, metric: str = "accuracy") -> Path:
+    """Draw the figures, write them as PNG files and embedded in `out`/report.html."""
+    if metric not in METRICS:
+        raise ConfigError(f"--metric must be one of {', '.join(METRICS)}, not {metric!r}")
+    if not has_matplotlib():
+        raise MissingExtraError(
+            "vfl report needs matplotlib: pip install 'laser-vfl[report]' (or matplotlib)"
+        )
+    run = load_run(run_dir)
+    plots = draw_plots(run, metric)
+    out.mkdir(parents=True, exist_ok=True)
+    for plot in plots.values():
+        (out / f"{plot.name}.png").write_bytes(plot.png)
+    path = out / REPORT_FILE
+    path.write_text(render_html(run, plots, metric), encoding="utf-8")
+    log.info("report of %s: %d figures in %s", run_dir, len(plots), path)
+    return path
+
+
+def draw_plots(run: RunFiles, metric: str) -> dict[str, Plot]:
+    parties = sorted({int(b) for s in run.subsets for b in s["blocks"]})
+    parties = parties or sorted({int(t["block"]) for t in run.transitions})
+    end = int(run.results.get("rounds") or 0)
+    drawn = [
+        curves_plot(run.epochs),
+        subsets_plot(run.subsets, metric),
+        drop_one_plot(run.subsets, metric),
+        liveness_plot(run.transitions, parties, end),
+    ]
+    return {p.name: p for p in drawn if p is not None}

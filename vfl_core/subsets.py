@@ -1,0 +1,70 @@
+"""The test metric for every observed set of parties, and so the effect of dropping each party.
+
+After training, the split is evaluated once per subset S of the parties with only the parties of
+S called (`Federation.evaluate(split, blocks=S)`): each sample is predicted from the blocks of S
+that hold it, exactly as if the other parties were gone, and scored by a label party of S as
+usual (labels never leave it). Samples that no party of S holds are counted as unscored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+from vfl_core.engine import Federation
+from vfl_core.liveness import DOWN
+
+log = logging.getLogger(__name__)
+
+# Up to this many parties every non-empty subset is evaluated (2^6 - 1 = 63 evaluations of the
+# test split); beyond it the full set and each leave-one-out set only (K + 1 evaluations).
+MAX_ALL_SUBSETS = 6
+
+
+@dataclass(frozen=True)
+class SubsetResult:
+    blocks: tuple[int, ...]  # the parties called
+    samples: int  # samples scored
+    unscored: int  # samples no party of `blocks` could predict
+    accuracy: float
+    federation_accuracy: float
+    f1: float
+
+    def to_json(self) -> dict[str, object]:
+        return {**self.__dict__, "blocks": list(self.blocks)}
+
+
+def observed_subsets(blocks: Sequence[int]) -> list[tuple[int, ...]]:
+    """Full set first, then larger before smaller, each size in lexicographic order."""
+    blocks = sorted(blocks)
+    if len(blocks) <= MAX_ALL_SUBSETS:
+        sizes = range(len(blocks), 0, -1)
+        return [s for size in sizes for s in combinations(blocks, size)]
+    full = tuple(blocks)
+    return [full, *(tuple(b for b in blocks if b != drop) for drop in blocks)]
+
+
+def evaluate_subsets(fed: Federation, split: str = "test") -> list[SubsetResult]:
+    """One evaluation of `split` per observed subset of the parties that are not down. A party
+    marked down is left out of every set: calling it would cost a deadline per retry, 15 times
+    over, to learn what its absence already says."""
+    live = [b for b in sorted(fed.infos) if fed.liveness.state.get(b) != DOWN]
+    if len(live) < len(fed.infos):
+        log.info("sets of parties without %s (down)", sorted(set(fed.infos) - set(live)))
+    results = []
+    for subset in observed_subsets(live):
+        report = fed.evaluate(split, blocks=subset)
+        row = report.overall()
+        results.append(
+            SubsetResult(
+                blocks=subset,
+                samples=row.samples,
+                unscored=report.unscored,
+                accuracy=row.accuracy,
+                federation_accuracy=row.federation_accuracy,
+                f1=row.f1,
+            )
+        )
+    return results
