@@ -13,6 +13,7 @@ from vfl_cli.errors import user_errors
 from vfl_core.alignment import DEMO_SECRET, hash_ids
 from vfl_core.errors import DataError
 from vfl_core.metrics import format_table
+from vfl_core.protocol import SamplePrediction
 from vfl_wire.security import OPERATOR, Security, load_security
 
 Opt = typer.Option
@@ -78,9 +79,7 @@ def predict(
         {
             "id": by_hash.get(p.id_hash, p.id_hash.hex()),
             "observed_blocks": " ".join(map(str, p.observed)),
-            "predicted_class": p.predicted_class,
-            "confidence": f"{p.federation.max():.4f}" if p.federation is not None else "",
-            **{f"party{b}": int(q.argmax()) for b, q in p.party_probs.items()},
+            **_prediction_columns(p),
         }
         for p in predictions
     ]
@@ -94,6 +93,23 @@ def predict(
             typer.echo(f"... {len(rows) - 50} more (use --out FILE)")
     if names is not None and len(rows) < len(names):
         typer.echo(f"{len(names) - len(rows)} IDs are not known to the federation", err=True)
+
+
+def _prediction_columns(p: SamplePrediction) -> dict[str, object]:
+    """Classification: the class, its probability and each head's class. Regression (a
+    prediction with a value, or none at all from a regression federation): the values."""
+    regression = p.predicted_value is not None or (
+        p.federation is not None and p.federation.shape == (1,)
+    )
+    if regression:
+        value = "" if p.predicted_value is None else f"{p.predicted_value:.6g}"
+        heads = {f"party{b}": f"{float(q[0]):.6g}" for b, q in p.party_probs.items()}
+        return {"predicted_value": value, **heads}
+    return {
+        "predicted_class": p.predicted_class,
+        "confidence": f"{p.federation.max():.4f}" if p.federation is not None else "",
+        **{f"party{b}": int(q.argmax()) for b, q in p.party_probs.items()},
+    }
 
 
 def _read_ids(ids: str | None, ids_file: Path | None) -> list[str] | None:

@@ -20,7 +20,9 @@ Opt = typer.Option
 
 @user_errors
 def simulate(
-    dataset: Annotated[str, Opt(help="digits (embedded), mnist or credit")] = "digits",
+    dataset: Annotated[
+        str, Opt(help="digits, diabetes (embedded; diabetes is regression), mnist or credit")
+    ] = "digits",
     data_path: Annotated[Path | None, Opt(help="source files for mnist/credit")] = None,
     data: Annotated[list[Path] | None, Opt(help="prepared party directory (repeat)")] = None,
     clients: Annotated[int, Opt(help="number of parties K")] = 4,
