@@ -199,7 +199,7 @@ def _regression_row(name: str, samples: int, stats: list[RegressionStats]) -> Me
         observed=name,
         samples=samples,
         rmse=float(np.sqrt(mse)),
-        mae=sum(s.absolute_error for s in stats) / count,
+        mae=float(sum(s.absolute_error for s in stats) / count),
         r2=float(1.0 - mse / variance) if variance > 0 else None,
         federation_rmse=float(np.sqrt(fed_sums[0] / fed_sums[2])) if fed_sums is not None else None,
     )
