@@ -14,12 +14,14 @@ import torch
 from sklearn.metrics import roc_auc_score
 from torch import nn
 
+from vfl_coordinator.registry import Registry
 from vfl_core.alignment import Alignment
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PartyData, check_federation, load_party_dir
 from vfl_core.datasets import load_diabetes_dataset, load_digits_dataset
 from vfl_core.engine import Federation
 from vfl_core.errors import ConfigError, DataError, ProtocolError
+from vfl_core.inprocess import InProcessTransport
 from vfl_core.laser import full_loss, fuse_mean, sample_tasks, sampled_loss, task_outcomes
 from vfl_core.metrics import FEDERATION, EvalReport, auc_from_histogram, format_table
 from vfl_core.party import Party
@@ -34,7 +36,13 @@ from vfl_core.protocol import (
     ScoreCall,
     ScoreResult,
 )
-from vfl_core.scoring import AUC_BINS, auc_histogram, regression_sums, score_batch
+from vfl_core.scoring import (
+    AUC_BINS,
+    auc_histogram,
+    regression_sums,
+    result_fits,
+    score_batch,
+)
 from vfl_core.seeding import Stream, rng
 from vfl_core.tasks import head_loss
 from vfl_wire import convert
@@ -171,6 +179,17 @@ def test_given_regression_and_classification_parties_when_federated_then_refused
 
     with pytest.raises(ConfigError, match="parties disagree on task"):
         Federation(Infos(), CONFIG)  # type: ignore[arg-type]
+    registry = Registry(2)  # and the coordinator refuses the second registration
+    first, second = Infos().infos().values()
+    registry.register(first, "127.0.0.1:1")
+    with pytest.raises(ConfigError, match="has task='classification' but party p0 has 'regr"):
+        registry.register(second, "127.0.0.1:2")
+
+
+def test_given_regression_when_balancing_classes_then_refused(diabetes: list[PartyData]) -> None:
+    parties = make_parties(diabetes)
+    with pytest.raises(ConfigError, match="not for a regression task"):
+        Federation(InProcessTransport(parties), CONFIG.model_copy(update={"balance": "resample"}))
 
 
 # ---------------------------------------------------------------- training: MSE in the LASER sum
@@ -281,6 +300,35 @@ def test_given_binary_scores_when_scoring_then_histograms_and_bad_scores_refused
         score_batch(
             "classification", 3, truth, ScoreCall("t", truth, b"", {"a": predicted}, {"a": scores})
         )
+
+
+def test_given_aggregates_of_the_wrong_kind_or_shape_when_checked_then_they_do_not_fit() -> None:
+    eye, hist, sums = np.eye(2, dtype=np.int64), np.zeros((2, AUC_BINS), np.int64), np.zeros(5)
+    names = {"0", FEDERATION}
+    good = ScoreResult(confusion={"0": eye, FEDERATION: eye}, histograms={"0": hist})
+    assert result_fits(good, "classification", 2, names)
+    assert result_fits(ScoreResult(sums={"0": sums, FEDERATION: sums}), "regression", 1, names)
+    for bad, task, classes in [
+        (ScoreResult(confusion={"0": eye}), "classification", 2),  # a name missing
+        (
+            ScoreResult(confusion={"0": eye, FEDERATION: np.eye(3, dtype=np.int64)}),
+            "classification",
+            2,
+        ),
+        (
+            ScoreResult(confusion={"0": eye, FEDERATION: eye}, histograms={"0": hist[:, :10]}),
+            "classification",
+            2,
+        ),
+        (
+            ScoreResult(confusion={"0": eye, FEDERATION: eye}, histograms={"0": hist}),
+            "classification",
+            3,
+        ),
+        (ScoreResult(confusion={"0": eye, FEDERATION: eye}), "regression", 1),
+        (ScoreResult(confusion={"0": eye}, sums={FEDERATION: sums}), "regression", 1),
+    ]:
+        assert not result_fits(bad, task, classes, names), bad
 
 
 # ---------------------------------------------------------------- metrics from sums and histograms

@@ -48,7 +48,10 @@ def render_evaluation(ev: Evaluation, title: str) -> str:
     live = ",".join(map(str, ev.live_blocks)) or "none"
     lines = [format_table(ev.rows, title=f"{title} (live blocks: {live}; {ev.seconds:.2f}s)")]
     if ev.unscored:
-        lines.append(f"({ev.unscored} samples had no live head party to predict them)")
+        lines.append(
+            f"({ev.unscored} samples unscored: no live head party, or none the method can use,"
+            " predicted them)"
+        )
     return "\n".join(lines)
 
 

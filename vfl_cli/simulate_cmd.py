@@ -111,5 +111,8 @@ def render(result: SimulationResult) -> str:
         title = "test set" if p_miss is None else f"test p_miss {p_miss}"
         lines += ["", format_table(report.rows(), title=title)]
         if report.unscored:
-            lines.append(f"({report.unscored} samples had no head party to predict them)")
+            lines.append(
+                f"({report.unscored} samples unscored: no head party, or none the method can"
+                " use, predicted them)"
+            )
     return "\n".join(lines)

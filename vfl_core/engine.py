@@ -36,6 +36,7 @@ from vfl_core.protocol import (
     ScoreResult,
     Transport,
 )
+from vfl_core.scoring import result_fits
 from vfl_core.seeding import Stream, rng
 from vfl_core.tasks import REGRESSION
 
@@ -489,8 +490,11 @@ class Federation:
             rows = al.rows_of(scorer, pred.index)
             call = ScoreCall(split, rows, digest, predictions, scores)
             result = self.transport.score(scorer, call)
-            if result is not None and result.names() == named.keys():
+            if result is None:
+                continue
+            if result_fits(result, self.task, self.num_classes, set(named)):
                 return result
+            log.warning("%s: score answer of block %d refused (names/shapes)", split, scorer)
         return None
 
     # ------------------------------------------------------------------ federation facts

@@ -72,6 +72,23 @@ def score_batch(task: str, num_classes: int, truth: np.ndarray, call: ScoreCall)
     return ScoreResult(confusion=confusion, histograms=histograms)
 
 
+def result_fits(result: ScoreResult, task: str, num_classes: int, names: set[str]) -> bool:
+    """Whether a label party's answer has exactly the aggregates the coordinator asked for, in
+    their shapes (one that does not is treated as no answer, never added to the metrics)."""
+    if result.names() != names:
+        return False
+    if task == REGRESSION:
+        return not result.confusion and not result.histograms and set(result.sums) == names
+    binary = num_classes == 2
+    return (
+        not result.sums
+        and set(result.confusion) == names
+        and all(c.shape == (num_classes, num_classes) for c in result.confusion.values())
+        and (not result.histograms or binary)
+        and all(h.shape == (2, AUC_BINS) for h in result.histograms.values())
+    )
+
+
 def _checked_scores(
     name: str, scores: np.ndarray, truth: np.ndarray, bounds: tuple[float, float] | None
 ) -> np.ndarray:
