@@ -28,7 +28,7 @@ class Combined:
     scored: dict[str, np.ndarray]  # predictor name -> (B,) predicted classes (or values)
     federation: np.ndarray  # (B, C) the federation's probabilities (vote shares for ensemble)
     predicted: np.ndarray  # (B,) the federation's class (regression: its value)
-    # binary classification: predictor name (and FEDERATION) -> (B,) positive-class probability
+    # binary classification: scored predictor name -> (B,) positive-class probability
     scores: dict[str, np.ndarray] = field(default_factory=dict)
 
 
