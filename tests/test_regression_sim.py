@@ -4,13 +4,16 @@ ROC AUC matches scikit-learn's on the same predictions."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
 from sklearn.metrics import roc_auc_score
+from typer.testing import CliRunner
 
+from vfl_cli.app import app
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import load_party_dir
 from vfl_core.datasets import Dataset
@@ -139,3 +142,19 @@ def test_given_a_binary_task_when_evaluated_then_roc_auc_matches_sklearn(tmp_pat
     assert overall.accuracy is not None and overall.f1 is not None and overall.rmse is None
     by_set = {row.observed: row for row in report.rows()}
     assert by_set["0,1,2"].auc is not None and by_set["0,1,2"].auc > 0.9
+
+
+def test_given_diabetes_when_simulated_from_the_cli_then_table_and_json_show_errors(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "sim.json"
+    args = ["simulate", "--dataset", "diabetes", "--epochs", "1", "--no-progress"]
+    result = CliRunner().invoke(
+        app, [*args, "--method", "svfl", "--p-miss-train", "0.3", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if line.startswith("observed"))
+    assert header.split()[3:] == ["RMSE", "MAE", "R^2", "fed.", "RMSE"]
+    assert "samples unscored" in result.output  # standard VFL cannot use incomplete sets
+    rows = json.loads(out.read_text())["results"][0]["rows"]
+    assert all("rmse" in row and "accuracy" not in row for row in rows)

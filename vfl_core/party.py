@@ -88,7 +88,8 @@ class Party:
         # Regression targets in standard units, from this party's own training labels: the
         # statistics never leave it, predictions leave in original units.
         train = data.splits.get("train")
-        self.scaler = TargetScaler.fit(train.labels if train is not None else None)
+        labels = train.labels if train is not None and self.task == REGRESSION else None
+        self.scaler = TargetScaler.fit(labels)
         self.models = ModelBank(
             config,
             meta.block,
