@@ -15,6 +15,7 @@ from vfl_core.metrics import (
     f1_from_confusion,
     format_table,
 )
+from vfl_core.protocol import ScoreResult
 
 
 def confusion(truth: list[int], predicted: list[int], classes: int) -> np.ndarray:
@@ -77,11 +78,13 @@ def test_given_two_heads_when_adding_a_batch_then_accuracy_averages_heads_per_sa
     report.add(
         (0, 2),
         4,
-        {
-            "0": confusion(truth, head_a, 2),
-            "2": confusion(truth, head_b, 2),
-            FEDERATION: confusion(truth, federation, 2),
-        },
+        ScoreResult(
+            confusion={
+                "0": confusion(truth, head_a, 2),
+                "2": confusion(truth, head_b, 2),
+                FEDERATION: confusion(truth, federation, 2),
+            }
+        ),
     )
     row = report.overall()
     # Per sample: (1+0)/2, (1+0)/2, (1+1)/2, (0+0)/2 -> mean 0.5
@@ -97,11 +100,15 @@ def test_given_observed_sets_when_reporting_then_rows_per_set_and_pooled_per_par
     report = EvalReport()
     # Observed set (0, 1): both heads predict 3 samples.
     t1 = [1, 0, 1]
-    report.add((0, 1), 3, {"0": confusion(t1, [1, 0, 0], 2), "1": confusion(t1, [1, 1, 1], 2)})
+    report.add(
+        (0, 1),
+        3,
+        ScoreResult({"0": confusion(t1, [1, 0, 0], 2), "1": confusion(t1, [1, 1, 1], 2)}),
+    )
     # Observed set (1,): only head 1 predicts 2 samples; a later batch of the same set adds 1.
     t2 = [0, 1]
-    report.add((1,), 2, {"1": confusion(t2, [0, 1], 2)})
-    report.add((1,), 1, {"1": confusion([1], [0], 2)})
+    report.add((1,), 2, ScoreResult({"1": confusion(t2, [0, 1], 2)}))
+    report.add((1,), 1, ScoreResult({"1": confusion([1], [0], 2)}))
     rows = report.rows()
     assert [r.observed for r in rows] == ["0,1", "1", "all"]
     by_name = {r.observed: r for r in rows}
@@ -123,8 +130,9 @@ def test_given_observed_sets_when_reporting_then_rows_per_set_and_pooled_per_par
 
 def test_given_pattern_stats_when_adding_then_confusions_accumulate_per_head() -> None:
     stats = PatternStats()
-    stats.add(2, {"3": np.eye(2, dtype=np.int64), FEDERATION: np.eye(2, dtype=np.int64)})
-    stats.add(2, {"3": np.eye(2, dtype=np.int64), FEDERATION: np.eye(2, dtype=np.int64)})
+    eye = np.eye(2, dtype=np.int64)
+    stats.add(2, ScoreResult({"3": eye, FEDERATION: eye}))
+    stats.add(2, ScoreResult({"3": eye, FEDERATION: eye}))
     assert stats.samples == 4 and stats.correct == 4
     np.testing.assert_array_equal(stats.heads["3"], 2 * np.eye(2))
     np.testing.assert_array_equal(stats.federation, 2 * np.eye(2))

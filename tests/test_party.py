@@ -394,7 +394,8 @@ def test_given_predictions_when_scoring_then_confusion_counts_match_labels(
     truth = parties[0].data.splits["test"].labels[rows]
     predicted = (truth + np.arange(30) % 2) % 10  # every other one wrong
     out = parties[0].score(ScoreCall("test", rows, al.digest(index), {"0": predicted}))
-    confusion = out["0"]
+    confusion = out.confusion["0"]
+    assert not out.histograms and not out.sums  # ten classes: no AUC
     assert confusion.shape == (10, 10) and confusion.sum() == 30
     assert np.trace(confusion) == 15
     with pytest.raises(ProtocolError, match="wrong shape or classes"):

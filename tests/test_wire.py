@@ -27,6 +27,7 @@ from vfl_core.protocol import (
     PartyInfo,
     PredictCall,
     ScoreCall,
+    ScoreResult,
 )
 from vfl_wire import channels, codegen, convert
 from vfl_wire.tensors import ALLOWED_DTYPES, MAX_TENSOR_BYTES, decode_array, encode_array
@@ -275,9 +276,13 @@ def test_score_call_and_reply_round_trip(n):
 
     confusion = {"federation": np.array([[3, 1], [0, 4]], np.int64), "empty": np.zeros((0, 0))}
     confusion["empty"] = confusion["empty"].astype(np.int64)
-    out = convert.score_reply_from_proto(wire(convert.score_reply_to_proto(confusion)))
-    assert_maps_equal(out, confusion)
-    assert convert.score_reply_from_proto(wire(convert.score_reply_to_proto({}))) == {}
+    reply = ScoreResult(confusion=confusion)
+    out = convert.score_reply_from_proto(wire(convert.score_reply_to_proto(reply)))
+    assert_maps_equal(out.confusion, confusion)
+    assert not out.histograms and not out.sums
+    assert convert.score_reply_from_proto(wire(convert.score_reply_to_proto(ScoreResult()))) == (
+        ScoreResult()
+    )
 
 
 def test_score_call_with_no_predictions_round_trips():
@@ -409,7 +414,8 @@ def test_given_bad_confusion_then_protocol_error():
         (np.zeros((2, 2), np.float32), "dtype float32"),
     ]:
         with pytest.raises(ProtocolError, match=message):
-            convert.score_reply_from_proto(convert.score_reply_to_proto({"x": counts}))
+            reply = convert.score_reply_to_proto(ScoreResult(confusion={"x": counts}))
+            convert.score_reply_from_proto(reply)
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,9 @@ T = TypeVar("T", int, float)
 
 def prepare(
     out: Annotated[Path, typer.Option("--out", help="Directory for the party directories.")],
-    dataset: Annotated[str, typer.Option(help="digits, mnist or credit.")] = "digits",
+    dataset: Annotated[
+        str, typer.Option(help="digits, diabetes (regression), mnist or credit.")
+    ] = "digits",
     data_path: Annotated[
         Path | None,
         typer.Option(help="Source files: the MNIST IDX directory or the credit CSV (or its dir)."),

@@ -15,6 +15,7 @@ from vfl_core.data import PREPROCESS_FILE
 from vfl_core.errors import DataError
 from vfl_core.metrics import format_table
 from vfl_core.preprocess import TabularPreprocessor
+from vfl_core.protocol import SamplePrediction
 from vfl_wire.security import OPERATOR, Security, load_security
 
 Opt = typer.Option
@@ -49,7 +50,10 @@ def render_evaluation(ev: Evaluation, title: str) -> str:
     live = ",".join(map(str, ev.live_blocks)) or "none"
     lines = [format_table(ev.rows, title=f"{title} (live blocks: {live}; {ev.seconds:.2f}s)")]
     if ev.unscored:
-        lines.append(f"({ev.unscored} samples had no live head party to predict them)")
+        lines.append(
+            f"({ev.unscored} samples unscored: no live head party, or none the method can use,"
+            " predicted them)"
+        )
     return "\n".join(lines)
 
 
@@ -88,10 +92,8 @@ def predict(
         {
             "id": by_hash.get(p.id_hash, p.id_hash.hex()),
             "observed_blocks": " ".join(map(str, p.observed)),
-            "predicted_class": p.predicted_class,
+            **_prediction_columns(p),
             **({"predicted_label": _label(classes, p.predicted_class)} if classes else {}),
-            "confidence": f"{p.federation.max():.4f}" if p.federation is not None else "",
-            **{f"party{b}": int(q.argmax()) for b, q in p.party_probs.items()},
         }
         for p in predictions
     ]
@@ -105,6 +107,23 @@ def predict(
             typer.echo(f"... {len(rows) - 50} more (use --out FILE)")
     if names is not None and len(rows) < len(names):
         typer.echo(f"{len(names) - len(rows)} IDs are not known to the federation", err=True)
+
+
+def _prediction_columns(p: SamplePrediction) -> dict[str, object]:
+    """Classification: the class, its probability and each head's class. Regression (a
+    prediction with a value, or none at all from a regression federation): the values."""
+    regression = p.predicted_value is not None or (
+        p.federation is not None and p.federation.shape == (1,)
+    )
+    if regression:
+        value = "" if p.predicted_value is None else f"{p.predicted_value:.6g}"
+        heads = {f"party{b}": f"{float(q[0]):.6g}" for b, q in p.party_probs.items()}
+        return {"predicted_value": value, **heads}
+    return {
+        "predicted_class": p.predicted_class,
+        "confidence": f"{p.federation.max():.4f}" if p.federation is not None else "",
+        **{f"party{b}": int(q.argmax()) for b, q in p.party_probs.items()},
+    }
 
 
 def _read_ids(ids: str | None, ids_file: Path | None) -> list[str] | None:

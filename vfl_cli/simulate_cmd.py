@@ -24,7 +24,9 @@ Opt = typer.Option
 
 @user_errors
 def simulate(
-    dataset: Annotated[str, Opt(help="digits (embedded), mnist or credit")] = "digits",
+    dataset: Annotated[
+        str, Opt(help="digits, diabetes (embedded; diabetes is regression), mnist or credit")
+    ] = "digits",
     data_path: Annotated[Path | None, Opt(help="source files for mnist/credit")] = None,
     data: Annotated[list[Path] | None, Opt(help="prepared party directory (repeat)")] = None,
     csv: Annotated[
@@ -155,7 +157,10 @@ def render(result: SimulationResult) -> str:
         title = "test set" if p_miss is None else f"test p_miss {p_miss}"
         lines += ["", format_table(report.rows(), title=title)]
         if report.unscored:
-            lines.append(f"({report.unscored} samples had no head party to predict them)")
+            lines.append(
+                f"({report.unscored} samples unscored: no head party, or none the method can"
+                " use, predicted them)"
+            )
         lines += drop_one_lines(result.subsets.get(p_miss, []))
     return "\n".join(lines)
 

@@ -16,6 +16,7 @@ from vfl_core.protocol import (
     PredictCall,
     PsiCall,
     ScoreCall,
+    ScoreResult,
 )
 from vfl_wire import convert
 from vfl_wire.channels import make_channel
@@ -79,7 +80,7 @@ class PartyClient:
         )
         return convert.probabilities_from_proto(reply, request_id=call.request_id)
 
-    def score(self, call: ScoreCall, timeout: float) -> dict[str, np.ndarray]:
+    def score(self, call: ScoreCall, timeout: float) -> ScoreResult:
         reply = self._stub.Score(convert.score_call_to_proto(call, self._header), timeout=timeout)
         return convert.score_reply_from_proto(reply)
 

@@ -70,7 +70,7 @@ class Registry:
         for other in self._members.values():
             if other.info.block == info.block:
                 continue
-            for name in ("dataset", "num_classes", "num_blocks"):
+            for name in ("dataset", "task", "num_classes", "num_blocks"):
                 if getattr(other.info, name) != getattr(info, name):
                     raise ConfigError(
                         f"party {info.party_id} has {name}={getattr(info, name)!r} but party "

@@ -27,6 +27,7 @@ from vfl_core.protocol import (
     PredictCall,
     PsiCall,
     ScoreCall,
+    ScoreResult,
 )
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class GrpcTransport:
         t = self.deadlines.predict
         return self._fan_out(calls, lambda c, call: c.predict(call, t), t, "Predict")
 
-    def score(self, block: int, call: ScoreCall) -> dict[str, np.ndarray] | None:
+    def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
         t = self.deadlines.predict
         return self._fan_out({block: call}, lambda c, sc: c.score(sc, t), t, "Score").get(block)
 

@@ -5,9 +5,12 @@ Layout of a party directory (written by `vfl prepare`, read by `vfl-client --dat
     meta.json              PartyMeta as JSON
     train/features.npy     float32, (n, *feature_shape)
     train/ids.npy          unicode strings, (n,), unique within the split
-    train/labels.npy       int64, (n,)  (only when meta.has_labels)
+    train/labels.npy       (n,) int64 classes, or float32 targets when meta.task is regression
+                           (only when meta.has_labels)
     test/...               the same for the test split (optional)
     preprocess.json        a tabular party's fitted preprocessing (vfl_core.preprocess), if any
+
+meta.json written before tasks existed has no "task" and loads as classification.
 """
 
 from __future__ import annotations
@@ -35,18 +38,20 @@ class PartyMeta(BaseModel):
     num_blocks: int = Field(ge=1)
     kind: Literal["image", "tabular"]
     feature_shape: tuple[int, ...]  # per sample: (C, H, W) for images, (F,) for tabular
-    num_classes: int = Field(ge=2)
+    # Regression: num_classes is 1, the head's one output (the target in original units).
+    num_classes: int = Field(ge=1)
     has_labels: bool
     # Tabular: cardinalities of the categorical code columns that end each feature vector (the
     # representation model embeds them). Stays with the party: not part of its PartyInfo.
     categorical: tuple[int, ...] = ()
+    task: Literal["classification", "regression"] = "classification"
 
 
 @dataclass(frozen=True)
 class PartySplit:
     ids: np.ndarray  # (n,) str
     features: np.ndarray  # (n, *feature_shape) float32
-    labels: np.ndarray | None  # (n,) int64
+    labels: np.ndarray | None  # (n,) int64 classes, or float32 targets (regression)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -91,7 +96,7 @@ def save_party_dir(path: Path, data: PartyData) -> None:
         (path / PREPROCESS_FILE).unlink(missing_ok=True)
     for name in SPLIT_NAMES:
         if name in data.splits:
-            _save_split(path / name, data.splits[name])
+            _save_split(path / name, data.splits[name], data.meta.task)
         else:
             _clear_split(path / name)
 
@@ -104,14 +109,15 @@ def _check_labels_match_meta(path: Path, data: PartyData) -> None:
             raise DataError(f"{path}: meta says has_labels=false but split {name!r} has labels")
 
 
-def _save_split(split_dir: Path, split: PartySplit) -> None:
+def _save_split(split_dir: Path, split: PartySplit, task: str) -> None:
     split_dir.mkdir(parents=True, exist_ok=True)
     np.save(split_dir / "features.npy", np.ascontiguousarray(split.features, dtype=np.float32))
     # A fixed-width unicode array loads with allow_pickle=False (an object array would not).
     np.save(split_dir / "ids.npy", np.asarray(split.ids).astype(str))
     labels_file = split_dir / "labels.npy"
     if split.labels is not None:
-        np.save(labels_file, np.asarray(split.labels, dtype=np.int64))
+        dtype = np.float32 if task == "regression" else np.int64
+        np.save(labels_file, np.asarray(split.labels, dtype=dtype))
     else:
         labels_file.unlink(missing_ok=True)
 
@@ -209,6 +215,16 @@ def _check_meta(meta_file: Path, meta: PartyMeta) -> None:
             f"{meta_file}: categorical {list(meta.categorical)} does not fit "
             f"{meta.kind} features of shape {list(meta.feature_shape)}"
         )
+    if meta.task == "classification" and meta.num_classes < 2:
+        raise DataError(
+            f"{meta_file}: num_classes {meta.num_classes} is not valid for classification "
+            f"(at least 2)"
+        )
+    if meta.task == "regression" and meta.num_classes != 1:
+        raise DataError(
+            f"{meta_file}: num_classes must be 1 for a regression task (one real-valued "
+            f"output), got {meta.num_classes}"
+        )
 
 
 def _load_split(split_dir: Path, meta: PartyMeta) -> PartySplit:
@@ -282,10 +298,15 @@ def _check_ids(split_dir: Path, ids: np.ndarray, n: int) -> np.ndarray:
 
 def _check_labels(split_dir: Path, labels: np.ndarray, n: int, meta: PartyMeta) -> np.ndarray:
     file = split_dir / "labels.npy"
-    if labels.dtype.kind not in "iu":
-        raise DataError(f"{file}: dtype {labels.dtype} is not an integer type")
     if labels.ndim != 1 or len(labels) != n:
         raise DataError(f"{file}: shape {list(labels.shape)} does not match ({n},) from ids.npy")
+    if meta.task == "regression":
+        return _check_targets(file, labels)
+    if labels.dtype.kind not in "iu":
+        raise DataError(
+            f"{file}: dtype {labels.dtype} is not an integer type (classes; meta.json says "
+            f"task classification)"
+        )
     bad = (labels < 0) | (labels >= meta.num_classes)
     if bad.any():
         raise DataError(
@@ -293,6 +314,20 @@ def _check_labels(split_dir: Path, labels: np.ndarray, n: int, meta: PartyMeta) 
             f"(num_classes from meta.json)"
         )
     return labels.astype(np.int64, copy=False)
+
+
+def _check_targets(file: Path, labels: np.ndarray) -> np.ndarray:
+    """Regression targets: real numbers, finite, stored as float32."""
+    if labels.dtype.kind != "f":
+        raise DataError(
+            f"{file}: dtype {labels.dtype} is not a float type (meta.json says task regression: "
+            f"targets are float32)"
+        )
+    targets = labels.astype(np.float32)
+    if not np.isfinite(targets).all():
+        bad_row = int(np.argwhere(~np.isfinite(targets))[0][0])
+        raise DataError(f"{file}: NaN, Inf or float32 overflow in targets (first at row {bad_row})")
+    return targets
 
 
 # ---------------------------------------------------------------- federation
@@ -312,7 +347,7 @@ def check_federation(parties: list[PartyData]) -> None:
 def _check_same_setup(parties: list[PartyData]) -> None:
     first = parties[0].meta
     for party in parties[1:]:
-        for field in ("dataset", "num_blocks", "num_classes"):
+        for field in ("dataset", "num_blocks", "task", "num_classes"):
             mine, theirs = getattr(first, field), getattr(party.meta, field)
             if mine != theirs:
                 raise DataError(

@@ -1,7 +1,8 @@
 """Whole (unsplit) data sets, before `vfl prepare` cuts them into parties' feature blocks.
 
-Sources: scikit-learn's digits (embedded, the default), MNIST IDX files and the UCI credit-card
-CSV. Every sample gets a stable string ID so parties can align rows without sharing features.
+Sources: scikit-learn's digits (embedded, the default) and diabetes (embedded, regression), MNIST
+IDX files and the UCI credit-card CSV. Every sample gets a stable string ID so parties can align
+rows without sharing features.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from vfl_core.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
-DATASET_NAMES = ("digits", "mnist", "credit")
+DATASET_NAMES = ("digits", "mnist", "credit", "diabetes")
 DEFAULT_DATA_DIR = Path("../shared/data")  # relative to the project root (cwd)
 MNIST_FILES = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 CREDIT_FILE = "UCI_Credit_Card.csv"
@@ -35,9 +36,10 @@ class Dataset:
     name: str
     kind: Kind
     x: np.ndarray  # float32, (N, C, H, W) for images, (N, F) for tabular
-    y: np.ndarray  # int64, (N,)
+    y: np.ndarray  # (N,) int64 classes, or float32 targets for regression
     ids: np.ndarray  # str, (N,), unique
-    num_classes: int
+    num_classes: int  # 1 for regression (one real-valued output)
+    task: Literal["classification", "regression"] = "classification"
 
     def __post_init__(self) -> None:
         if not len(self.x) == len(self.y) == len(self.ids):
@@ -66,6 +68,27 @@ def load_digits_dataset() -> Dataset:
         y=digits.target.astype(np.int64),
         ids=_make_ids("digits", len(x)),
         num_classes=10,
+    )
+
+
+# ---------------------------------------------------------------- diabetes (regression)
+
+
+def load_diabetes_dataset() -> Dataset:
+    """scikit-learn's diabetes regression set: 442 patients, 10 baseline features, the target a
+    measure of disease progression one year later (25..346). Features are the raw (unscaled)
+    values; `vfl prepare` standardises tabular data with training statistics."""
+    from sklearn.datasets import load_diabetes
+
+    diabetes = load_diabetes(scaled=False)
+    return Dataset(
+        name="diabetes",
+        kind="tabular",
+        x=diabetes.data.astype(np.float32),  # (442, 10)
+        y=diabetes.target.astype(np.float32),  # (442,)
+        ids=_make_ids("diabetes", len(diabetes.target)),
+        num_classes=1,
+        task="regression",
     )
 
 
@@ -242,12 +265,16 @@ def load_dataset(name: str, path: Path | None = None, *, columns: int | None = 2
 
     mnist: a directory holding the two t10k IDX files; credit: the CSV or a directory
     holding it. Without ``path`` both look in ../shared/data (relative to the working
-    directory). ``columns`` only applies to credit.
+    directory); digits and diabetes ship with scikit-learn. ``columns`` only applies to credit.
     """
     if name == "digits":
         if path is not None:
             log.warning("digits is embedded in scikit-learn; ignoring data path %s", path)
         return load_digits_dataset()
+    if name == "diabetes":
+        if path is not None:
+            log.warning("diabetes is embedded in scikit-learn; ignoring data path %s", path)
+        return load_diabetes_dataset()
     if name == "mnist":
         images, labels = (_find_source(path, file_name, name) for file_name in MNIST_FILES)
         return load_mnist_idx(images, labels)

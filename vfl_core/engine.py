@@ -33,9 +33,12 @@ from vfl_core.protocol import (
     PsiCall,
     SamplePrediction,
     ScoreCall,
+    ScoreResult,
     Transport,
 )
+from vfl_core.scoring import result_fits
 from vfl_core.seeding import Stream, rng
+from vfl_core.tasks import REGRESSION
 
 log = logging.getLogger(__name__)
 
@@ -90,23 +93,27 @@ class PredictionBatch:
     index: np.ndarray  # key indices into the split's alignment, (B,)
     pattern: tuple[int, ...]  # blocks holding these samples
     present: tuple[int, ...]  # blocks whose embeddings were used (the observed set O')
-    party_probs: dict[int, np.ndarray]  # head block -> (B, C)
+    party_probs: dict[int, np.ndarray]  # head block -> (B, C); regression (B, 1) values
     federation: np.ndarray | None  # (B, C), mean of the heads' probabilities (None: no head)
-    predicted: np.ndarray | None = None  # (B,) the federation's class
+    predicted: np.ndarray | None = None  # (B,) the federation's class (regression: value)
     scored: dict[str, np.ndarray] = field(default_factory=dict)  # predictor -> (B,) classes
+    scores: dict[str, np.ndarray] = field(default_factory=dict)  # binary: positive-class prob.
+    regression: bool = False
 
     def samples(self, keys: Sequence[bytes]) -> list[SamplePrediction]:
         """One SamplePrediction per sample of the batch."""
         out = []
         for j, i in enumerate(self.index):
             fed = None if self.federation is None else self.federation[j]
+            value = None if self.predicted is None else self.predicted[j]
             out.append(
                 SamplePrediction(
                     id_hash=keys[int(i)],
                     observed=self.present,
                     party_probs={b: p[j] for b, p in self.party_probs.items()},
                     federation=fed,
-                    predicted_class=-1 if self.predicted is None else int(self.predicted[j]),
+                    predicted_class=-1 if value is None or self.regression else int(value),
+                    predicted_value=float(value) if value is not None and self.regression else None,
                 )
             )
         return out
@@ -139,6 +146,8 @@ class Federation:
         _check_infos(self.infos)
         if self.alignment not in ("hmac", "psi"):
             raise ConfigError(f"alignment must be hmac or psi, not {self.alignment!r}")
+        if self.config.balance == "resample" and self.task == REGRESSION:
+            raise ConfigError("balance 'resample' balances classes: not for a regression task")
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
 
     # ------------------------------------------------------------------ alignment
@@ -438,6 +447,9 @@ class Federation:
         gen = rng(self.config.seed, Stream.EVAL_RANDOM, request)
         method, labels = self.config.method, self.label_blocks
         predictors = methods.predictors(method, present, self.num_blocks, labels)
+        regression = self.task == REGRESSION
+        if predictors is None and regression:  # standard VFL with a block missing: unscored
+            return PredictionBatch(batch.index, batch.pattern, present, {}, None, regression=True)
         if predictors is None:  # standard VFL with a block missing: a random class
             active = str(methods.active_party(labels))
             guess = random_guess(active, size, self.num_classes, gen)
@@ -449,6 +461,7 @@ class Federation:
                 guess.federation,
                 guess.predicted,
                 guess.scored,
+                guess.scores,
             )
         shared = methods.shares_embeddings(method)
         probs = self.transport.predict(
@@ -460,9 +473,11 @@ class Federation:
             }
         )
         probs = {k: p for k, p in sorted(probs.items()) if _ok(p, (size, self.num_classes))}
-        combined = combine(method, present, probs, gen)
+        combined = combine(method, present, probs, gen, regression)
         if combined is None:
-            return PredictionBatch(batch.index, batch.pattern, present, probs, None)
+            return PredictionBatch(
+                batch.index, batch.pattern, present, probs, None, regression=regression
+            )
         return PredictionBatch(
             batch.index,
             batch.pattern,
@@ -471,6 +486,8 @@ class Federation:
             combined.federation,
             combined.predicted,
             combined.scored,
+            combined.scores,
+            regression,
         )
 
     def evaluate(self, split: str = "test", blocks: Collection[int] | None = None) -> EvalReport:
@@ -478,24 +495,34 @@ class Federation:
         (samples that none of them holds are unscored)."""
         report = EvalReport()
         for pred in self.predict_batches(split, blocks=blocks):
-            confusions = self._score(split, pred) if pred.predicted is not None else None
-            if confusions is None:
+            result = self._score(split, pred) if pred.predicted is not None else None
+            if result is None:
                 report.unscored += len(pred.index)
                 continue
-            report.add(pred.present, len(pred.index), confusions)
+            report.add(pred.present, len(pred.index), result)
         return report
 
-    def _score(self, split: str, pred: PredictionBatch) -> dict[str, np.ndarray] | None:
-        """Confusion counts from the first present label party that answers."""
+    def _score(self, split: str, pred: PredictionBatch) -> ScoreResult | None:
+        """Aggregates (confusion counts, AUC histograms or error sums) from the first present
+        label party that answers."""
         assert pred.predicted is not None
         al = self.alignments[split]
-        predictions = {**pred.scored, FEDERATION: pred.predicted}
+        named = {**pred.scored, FEDERATION: pred.predicted}
+        if pred.regression:
+            predictions = {}
+            scores = {name: v.astype(np.float32) for name, v in named.items()}
+        else:
+            predictions, scores = named, {n: s.astype(np.float32) for n, s in pred.scores.items()}
         digest = al.digest(pred.index)
         for scorer in (b for b in pred.present if b in self.label_blocks):
-            call = ScoreCall(split, al.rows_of(scorer, pred.index), digest, predictions)
-            confusions = self.transport.score(scorer, call)
-            if confusions is not None and confusions.keys() == predictions.keys():
-                return confusions
+            rows = al.rows_of(scorer, pred.index)
+            call = ScoreCall(split, rows, digest, predictions, scores)
+            result = self.transport.score(scorer, call)
+            if result is None:
+                continue
+            if result_fits(result, self.task, self.num_classes, set(named)):
+                return result
+            log.warning("%s: score answer of block %d refused (names/shapes)", split, scorer)
         return None
 
     # ------------------------------------------------------------------ federation facts
@@ -510,6 +537,10 @@ class Federation:
     @property
     def num_classes(self) -> int:
         return next(iter(self.infos.values())).num_classes
+
+    @property
+    def task(self) -> str:
+        return next(iter(self.infos.values())).task
 
 
 def _ok(array: np.ndarray | None, shape: tuple[int, int]) -> bool:
@@ -541,7 +572,7 @@ def _check_infos(infos: dict[int, PartyInfo]) -> None:
             raise ConfigError(
                 f"party {info.party_id}: block {info.block} outside 0..{first.num_blocks - 1}"
             )
-        for name in ("num_blocks", "dataset", "num_classes"):
+        for name in ("num_blocks", "dataset", "task", "num_classes"):
             if getattr(info, name) != getattr(first, name):
                 raise ConfigError(
                     f"parties disagree on {name}: {info.party_id} has {getattr(info, name)!r}, "

@@ -31,6 +31,7 @@ from vfl_core.protocol import (
     PartyInfo,
     PredictCall,
     ScoreCall,
+    ScoreResult,
     Transport,
 )
 from vfl_core.seeding import Stream, rng
@@ -133,7 +134,7 @@ class FaultyTransport:
             calls = {b: c for b, c in calls.items() if b not in self.down}
         return self.inner.predict(calls)
 
-    def score(self, block: int, call: ScoreCall) -> dict[str, np.ndarray] | None:
+    def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
         return self.inner.score(block, call)
 
     def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]:

@@ -24,6 +24,7 @@ from vfl_core.protocol import (
     PredictCall,
     PsiCall,
     ScoreCall,
+    ScoreResult,
 )
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class InProcessTransport:
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
         return self._fan_out(calls, Party.predict)
 
-    def score(self, block: int, call: ScoreCall) -> dict[str, np.ndarray] | None:
+    def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
         return self._fan_out({block: call}, Party.score).get(block)
 
     def checkpoint(self, round_id: int, blocks: list[int]) -> set[int]:

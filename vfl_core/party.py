@@ -34,10 +34,13 @@ from vfl_core.protocol import (
     PartyInfo,
     PredictCall,
     ScoreCall,
+    ScoreResult,
 )
 from vfl_core.psi import PartyPsi, check_keys
+from vfl_core.scoring import score_batch
 from vfl_core.seeding import Stream, rng
 from vfl_core.stale import StaleEmbeddings
+from vfl_core.tasks import REGRESSION, TargetScaler, head_loss, output_width
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +84,19 @@ class Party:
         self._round: _Round | None = None
         self.last_round = -1
         meta = data.meta
+        self.task = meta.task
+        self._loss = head_loss(meta.task)
+        # Regression targets in standard units, from this party's own training labels: the
+        # statistics never leave it, predictions leave in original units.
+        train = data.splits.get("train")
+        labels = train.labels if train is not None and self.task == REGRESSION else None
+        self.scaler = TargetScaler.fit(labels)
         self.models = ModelBank(
             config,
             meta.block,
             meta.num_blocks,
             tuple(meta.feature_shape),
-            meta.num_classes,
+            output_width(meta.task, meta.num_classes),
             self.device,
             categorical=tuple(meta.categorical),
         )
@@ -146,7 +156,7 @@ class Party:
         """Per-row inverse class frequency, for class-balanced resampling (reveals classes to
         the coordinator, which is why balancing is opt-in)."""
         labels = self._split(split).labels
-        if labels is None:
+        if labels is None or self.task == REGRESSION:
             return None
         counts = np.bincount(labels, minlength=self.data.meta.num_classes).astype(np.float64)
         return (1.0 / np.maximum(counts, 1.0))[labels]
@@ -229,7 +239,7 @@ class Party:
     ) -> float:
         if not tasks:
             return 0.0
-        target = self._labels("train", rows)
+        target = self._targets(rows)
         keys = sorted({t.head for t in tasks})
         for key in keys:
             self.models.head(key).train()
@@ -239,10 +249,10 @@ class Party:
             opt.zero_grad(set_to_none=True)
         loss = torch.zeros((), device=self.device)
         for task in tasks:
-            logits = self.models.head(task.head)(
+            output = self.models.head(task.head)(
                 self._fused(task.head, task.subset, embeddings, blocks)
-            )
-            loss = loss + task.weight * nn.functional.cross_entropy(logits, target)
+            )  # (B, C) logits, or (B, 1) standardised values
+            loss = loss + task.weight * self._loss(output, target)
         loss.backward()
         for opt in opts:
             opt.step()
@@ -289,8 +299,10 @@ class Party:
         head = self.models.head(head_key)
         head.eval()
         with torch.no_grad():
-            fused = self._fused(head_key, subset, embeddings, blocks)
-            return self._to_wire(torch.softmax(head(fused), dim=1))
+            output = head(self._fused(head_key, subset, embeddings, blocks))
+            if self.task == REGRESSION:
+                return self._to_wire(self.scaler.restore(output))  # (B, 1) original units
+            return self._to_wire(torch.softmax(output, dim=1))
 
     def _fused(
         self,
@@ -325,22 +337,15 @@ class Party:
     def _width(self, block: int, blocks: Sequence[int]) -> int:
         return len(methods.slots(self.method, block, blocks)) * self.config.model.embed_dim
 
-    def score(self, call: ScoreCall) -> dict[str, np.ndarray]:
-        """Confusion matrices (true x predicted) of each named prediction on this batch."""
+    def score(self, call: ScoreCall) -> ScoreResult:
+        """Aggregates of each named prediction on this batch against the party's labels:
+        confusion matrices (true x predicted) and, for binary tasks, AUC histograms; error and
+        target sums for regression (vfl_core.scoring)."""
         self._check_digest(call.split, call.rows, call.digest)
         labels = self._split(call.split).labels
         if labels is None:
             raise ProtocolError(f"party {self.party_id} holds no labels to score with")
-        classes = self.data.meta.num_classes
-        truth = labels[call.rows]
-        out: dict[str, np.ndarray] = {}
-        for name, predicted in call.predictions.items():
-            if predicted.shape != truth.shape or ((predicted < 0) | (predicted >= classes)).any():
-                raise ProtocolError(f"prediction '{name}' has the wrong shape or classes")
-            out[name] = np.bincount(
-                truth * classes + predicted, minlength=classes * classes
-            ).reshape(classes, classes)
-        return out
+        return score_batch(self.task, self.data.meta.num_classes, labels[call.rows], call)
 
     def replace_split(self, name: str, split: PartySplit | None) -> None:
         """Swap in another evaluation split (e.g. the same test samples with other missingness)."""
@@ -400,10 +405,14 @@ class Party:
             self._features[split] = torch.from_numpy(self._split(split).features).to(self.device)
         return self._features[split][torch.from_numpy(rows).to(self.device)]  # (B, *shape)
 
-    def _labels(self, split: str, rows: np.ndarray) -> torch.Tensor:
-        labels = self._split(split).labels
+    def _targets(self, rows: np.ndarray) -> torch.Tensor:
+        """The training batch's targets: (B,) classes, or (B, 1) standardised values."""
+        labels = self._split("train").labels
         assert labels is not None
-        return torch.from_numpy(labels[rows]).to(self.device)
+        target = torch.from_numpy(labels[rows]).to(self.device)
+        if self.task == REGRESSION:
+            return self.scaler.standardize(target.unsqueeze(1))  # (B,) -> (B, 1)
+        return target
 
     def _current(self, round_id: int, phase: str) -> _Round:
         state = self._round
@@ -442,6 +451,7 @@ def party_info(party_id: str, data: PartyData) -> PartyInfo:
         num_classes=meta.num_classes,
         has_labels=meta.has_labels,
         samples={name: len(split) for name, split in data.splits.items()},
+        task=meta.task,
     )
 
 

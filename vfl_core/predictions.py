@@ -4,12 +4,19 @@ LASER-VFL and most baselines average the heads' probabilities and score each hea
 prediction (the paper's accuracy averages over the observing heads). The ensemble scores only
 the majority vote of the local predictors (random tie-break); standard VFL with a missing block
 predicts a random class, as in the paper; a combinatorial predictor is named by its subset.
+
+Regression: the heads' outputs (B, 1) are predicted values; the federation averages them, and so
+does the ensemble (the average of the observing local predictors replaces the vote). Standard
+VFL with a missing block makes no prediction for regression: those samples are unscored.
+
+Binary classification also carries each scored prediction's positive-class probability (the
+vote share for the ensemble), from which the label party builds ROC AUC histograms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,9 +25,11 @@ from vfl_core.model_bank import key_name
 
 @dataclass(frozen=True)
 class Combined:
-    scored: dict[str, np.ndarray]  # predictor name -> (B,) predicted classes, for the metrics
+    scored: dict[str, np.ndarray]  # predictor name -> (B,) predicted classes (or values)
     federation: np.ndarray  # (B, C) the federation's probabilities (vote shares for ensemble)
-    predicted: np.ndarray  # (B,) the federation's class
+    predicted: np.ndarray  # (B,) the federation's class (regression: its value)
+    # binary classification: scored predictor name -> (B,) positive-class probability
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def combine(
@@ -28,25 +37,60 @@ def combine(
     present: Sequence[int],
     probs: dict[int, np.ndarray],
     gen: np.random.Generator,
+    regression: bool = False,
 ) -> Combined | None:
     """None when no head answered."""
     if not probs:
         return None
+    if regression:
+        return _average(method, present, probs)
     if method == "ensemble":
-        return _vote(probs, gen)
+        return _with_scores(_vote(probs, gen))
     federation = np.mean(np.stack([probs[k] for k in sorted(probs)]), axis=0)  # (B, C)
     if method == "combinatorial":
         scored = {f"S{key_name(tuple(sorted(present)))}": federation.argmax(axis=1)}
+        sources = dict.fromkeys(scored, federation)
     else:
         scored = {str(k): probs[k].argmax(axis=1) for k in sorted(probs)}
-    return Combined(scored, federation, federation.argmax(axis=1))
+        sources = {str(k): probs[k] for k in sorted(probs)}
+    combined = Combined(scored, federation, federation.argmax(axis=1))
+    if federation.shape[1] != 2:
+        return combined
+    scores = {name: p[:, 1] for name, p in sources.items()}
+    return Combined(scored, federation, combined.predicted, scores)
+
+
+def _average(method: str, present: Sequence[int], values: dict[int, np.ndarray]) -> Combined:
+    """Regression: each head's (B, 1) value, and their mean as the federation's."""
+    federation = np.mean(np.stack([values[k] for k in sorted(values)]), axis=0)  # (B, 1)
+    if method == "ensemble":
+        scored = {"ensemble": federation[:, 0]}
+    elif method == "combinatorial":
+        scored = {f"S{key_name(tuple(sorted(present)))}": federation[:, 0]}
+    else:
+        scored = {str(k): values[k][:, 0] for k in sorted(values)}
+    return Combined(scored, federation, federation[:, 0])
+
+
+def _with_scores(combined: Combined) -> Combined:
+    """Binary: the federation's positive-class probability (vote share, one-hot guess) as the
+    score of the one scored predictor."""
+    if combined.federation.shape[1] != 2:
+        return combined
+    positive = combined.federation[:, 1]
+    return Combined(
+        combined.scored,
+        combined.federation,
+        combined.predicted,
+        dict.fromkeys(combined.scored, positive),
+    )
 
 
 def random_guess(name: str, size: int, classes: int, gen: np.random.Generator) -> Combined:
     """What standard VFL counts for a sample it cannot predict: a uniformly random class."""
     guess = gen.integers(0, classes, size=size)
     federation = np.eye(classes, dtype=np.float32)[guess]  # (B, C) one-hot
-    return Combined({name: guess}, federation, guess)
+    return _with_scores(Combined({name: guess}, federation, guess))
 
 
 def _vote(probs: dict[int, np.ndarray], gen: np.random.Generator) -> Combined:

@@ -126,6 +126,7 @@ def prepare_parties(
     summary = {
         "dataset": dataset.name,
         "kind": dataset.kind,
+        "task": dataset.task,
         "num_samples": len(dataset),
         "num_blocks": num_blocks,
         "layout": layout,
@@ -242,6 +243,7 @@ def _write_parties(
             feature_shape=splits["train"].features.shape[1:],
             num_classes=dataset.num_classes,
             has_labels=k in label_set,
+            task=dataset.task,
         )
         path = Path(out_dir) / f"{prefix}{k}"
         save_party_dir(path, PartyData(meta=meta, splits=splits))

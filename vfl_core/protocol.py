@@ -26,10 +26,11 @@ class PartyInfo:
     num_blocks: int
     dataset: str
     feature_shape: tuple[int, ...]
-    num_classes: int
+    num_classes: int  # 1 for regression
     has_labels: bool
     samples: dict[str, int] = field(default_factory=dict)  # rows per split
     protocol_version: int = PROTOCOL_VERSION
+    task: str = "classification"  # or "regression" (vfl_core.tasks)
 
 
 @dataclass(frozen=True)
@@ -91,12 +92,31 @@ class PsiCall:
 
 @dataclass(frozen=True)
 class ScoreCall:
-    """Score predicted classes against the party's own labels; only confusion counts leave it."""
+    """Score named predictions against the party's own labels; only aggregates leave it."""
 
     split: str
     rows: np.ndarray
     digest: bytes
-    predictions: dict[str, np.ndarray]  # name -> (B,) int64 predicted classes
+    predictions: dict[str, np.ndarray]  # name -> (B,) int64 predicted classes (classification)
+    # name -> (B,) float32: the positive-class probability (binary classification, for ROC AUC)
+    # or the predicted value in original units (regression, where `predictions` is empty)
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """What a label party returns for a ScoreCall: per named prediction, aggregates only."""
+
+    confusion: dict[str, np.ndarray] = field(default_factory=dict)  # (C, C) int64 [true, pred]
+    # binary classification: (2, bins) int64 counts of the positive-class probability in equal
+    # bins over [0, 1]; row 0 the true negatives' scores, row 1 the true positives'
+    histograms: dict[str, np.ndarray] = field(default_factory=dict)
+    # regression: (5,) float64 sums over the batch: squared error, absolute error, count,
+    # target, squared target (vfl_core.scoring.SUMS)
+    sums: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def names(self) -> set[str]:
+        return {*self.confusion, *self.histograms, *self.sums}
 
 
 class Transport(Protocol):
@@ -118,7 +138,7 @@ class Transport(Protocol):
 
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]: ...
 
-    def score(self, block: int, call: ScoreCall) -> dict[str, np.ndarray] | None: ...
+    def score(self, block: int, call: ScoreCall) -> ScoreResult | None: ...
 
     # Fault tolerance (issue 5)
     def checkpoint(self, round_id: int, blocks: list[int]) -> set[int]:
@@ -143,9 +163,10 @@ class SamplePrediction:
 
     id_hash: bytes
     observed: tuple[int, ...]  # blocks whose embeddings were used (O')
-    party_probs: dict[int, np.ndarray]  # head block -> (C,)
-    federation: np.ndarray | None  # (C,), mean of the heads' probabilities
-    predicted_class: int  # -1 when no head party could predict
+    party_probs: dict[int, np.ndarray]  # head block -> (C,) (regression: (1,), the value)
+    federation: np.ndarray | None  # (C,), mean of the heads' probabilities (or values)
+    predicted_class: int  # -1 when no head party could predict, and for regression
+    predicted_value: float | None = None  # regression: the federation's prediction
 
 
 @dataclass(frozen=True)

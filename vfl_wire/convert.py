@@ -5,7 +5,9 @@ message as untrusted: they check dtypes, ranks, shapes, indices and finiteness a
 `ProtocolError` (one readable line naming the field) before anything reaches vfl_core.
 
 Wire dtypes: rows and predicted classes int64 (B,); embeddings, gradients and probabilities
-float32 (B, d) / (B, C); class weights float32 (N,); confusion counts int64 (C, C).
+float32 (B, d) / (B, C); class weights float32 (N,); scores (positive-class probabilities or
+predicted values) float32 (B,); confusion counts int64 (C, C); AUC histograms int64 (2, bins);
+regression sums float64 (5,).
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ from vfl_core.protocol import (
     Registration,
     SamplePrediction,
     ScoreCall,
+    ScoreResult,
 )
 from vfl_core.psi import POINT_BYTES, check_session, pack, unpack
+from vfl_core.scoring import SUMS
+from vfl_core.tasks import CLASSIFICATION, TASKS
 from vfl_wire.tensors import Shape, decode_array, encode_array
 from vfl_wire.v1 import vfl_pb2
 
@@ -293,6 +298,7 @@ def score_call_to_proto(call: ScoreCall, h: vfl_pb2.Header) -> vfl_pb2.ScoreRequ
         rows=encode_array(call.rows, what="score rows"),
         digest=call.digest,
         predictions=_encode_map(call.predictions, "predictions of"),
+        scores=_encode_map(call.scores, "scores of"),
     )
 
 
@@ -302,32 +308,64 @@ def score_call_from_proto(req: vfl_pb2.ScoreRequest) -> ScoreCall:
         name: _index_vector(req.predictions[name], f"predictions of {name}", len(rows))
         for name in sorted(req.predictions)
     }
+    scores = {
+        name: decode_array(
+            req.scores[name],
+            what=f"scores of {name}",
+            expect_dtype="float32",
+            expect_shape=(len(rows),),
+        )
+        for name in sorted(req.scores)
+    }
     return ScoreCall(
         split=check_split(req.split, what="score split"),
         rows=rows,
         digest=req.digest,
         predictions=predictions,
+        scores=scores,
     )
 
 
-def score_reply_to_proto(confusion: Mapping[str, np.ndarray]) -> vfl_pb2.ScoreReply:
-    return vfl_pb2.ScoreReply(confusion=_encode_map(confusion, "confusion of"))
+def score_reply_to_proto(result: ScoreResult) -> vfl_pb2.ScoreReply:
+    return vfl_pb2.ScoreReply(
+        confusion=_encode_map(result.confusion, "confusion of"),
+        histograms=_encode_map(result.histograms, "histogram of"),
+        sums=_encode_map(result.sums, "sums of"),
+    )
 
 
-def score_reply_from_proto(reply: vfl_pb2.ScoreReply) -> dict[str, np.ndarray]:
-    """predictor name -> (C, C) int64 confusion counts [true, predicted]."""
-    out: dict[str, np.ndarray] = {}
-    for name in sorted(reply.confusion):
-        what = f"confusion of {name}"
-        counts = decode_array(
-            reply.confusion[name], what=what, expect_dtype="int64", expect_shape=(None, None)
-        )
-        if counts.shape[0] != counts.shape[1]:
-            raise ProtocolError(f"{what}: shape {counts.shape} is not square")
-        if counts.size and counts.min() < 0:
-            raise ProtocolError(f"{what}: negative count")
-        out[name] = counts
-    return out
+def score_reply_from_proto(reply: vfl_pb2.ScoreReply) -> ScoreResult:
+    """Per predictor name: (C, C) int64 confusion counts [true, predicted], (2, bins) int64 AUC
+    histograms, (5,) float64 regression sums; counts and sums of squares never negative."""
+    confusion = {
+        name: _counts(reply.confusion[name], f"confusion of {name}", square=True)
+        for name in sorted(reply.confusion)
+    }
+    histograms = {
+        name: _counts(reply.histograms[name], f"histogram of {name}", square=False)
+        for name in sorted(reply.histograms)
+    }
+    sums = {name: _sums(reply.sums[name], f"sums of {name}") for name in sorted(reply.sums)}
+    return ScoreResult(confusion=confusion, histograms=histograms, sums=sums)
+
+
+def _counts(t: vfl_pb2.Tensor, what: str, *, square: bool) -> np.ndarray:
+    counts = decode_array(t, what=what, expect_dtype="int64", expect_shape=(None, None))
+    if square and counts.shape[0] != counts.shape[1]:
+        raise ProtocolError(f"{what}: shape {counts.shape} is not square")
+    if not square and (counts.shape[0] != 2 or counts.shape[1] < 1):
+        raise ProtocolError(f"{what}: shape {counts.shape} is not (2, bins)")
+    if counts.size and counts.min() < 0:
+        raise ProtocolError(f"{what}: negative count")
+    return counts
+
+
+def _sums(t: vfl_pb2.Tensor, what: str) -> np.ndarray:
+    sums = decode_array(t, what=what, expect_dtype="float64", expect_shape=(len(SUMS),))
+    # squared error, absolute error, count and squared target are sums of non-negative terms
+    if (sums[[0, 1, 2, 4]] < 0).any():
+        raise ProtocolError(f"{what}: negative sum of non-negative terms")
+    return sums
 
 
 # PSI alignment: points travel as one bytes field, 32 bytes each (vfl_core.psi).
@@ -402,6 +440,7 @@ def party_info_to_proto(info: PartyInfo) -> vfl_pb2.PartyInfoMsg:
         has_labels=info.has_labels,
         samples=info.samples,
         protocol_version=info.protocol_version,
+        task=info.task,
     )
 
 
@@ -419,6 +458,9 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
         )
     if msg.num_classes < 0:
         raise ProtocolError(f"party info {msg.party_id!r}: negative number of classes")
+    task = msg.task or CLASSIFICATION  # parties of before tasks existed send none
+    if task not in TASKS:
+        raise ProtocolError(f"party info {msg.party_id!r}: unknown task {msg.task!r}")
     if any(n < 0 for n in msg.samples.values()):
         raise ProtocolError(f"party info {msg.party_id!r}: negative sample count")
     return PartyInfo(
@@ -431,6 +473,7 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
         has_labels=msg.has_labels,
         samples=dict(sorted(msg.samples.items())),
         protocol_version=msg.protocol_version,
+        task=task,
     )
 
 
@@ -498,14 +541,27 @@ def eval_report_to_proto(
 ) -> vfl_pb2.EvaluateReply:
     reply = vfl_pb2.EvaluateReply(unscored=unscored, live_blocks=live_blocks, seconds=seconds)
     for row in rows:
+        # only the metrics of the task (the others are None and stay unset)
+        metrics = {name: getattr(row, name) for name in _ROW_METRICS}
         reply.rows.add(
             observed=row.observed,
             samples=row.samples,
-            accuracy=row.accuracy,
-            federation_accuracy=row.federation_accuracy,
-            f1=row.f1,
+            **{name: value for name, value in metrics.items() if value is not None},
         )
     return reply
+
+
+# The optional metric fields of EvaluateRow, named as in MetricRow.
+_ROW_METRICS = (
+    "accuracy",
+    "federation_accuracy",
+    "f1",
+    "auc",
+    "rmse",
+    "mae",
+    "r2",
+    "federation_rmse",
+)
 
 
 def eval_rows_from_proto(reply: vfl_pb2.EvaluateReply) -> list[MetricRow]:
@@ -513,9 +569,7 @@ def eval_rows_from_proto(reply: vfl_pb2.EvaluateReply) -> list[MetricRow]:
         MetricRow(
             observed=r.observed,
             samples=r.samples,
-            accuracy=r.accuracy,
-            federation_accuracy=r.federation_accuracy,
-            f1=r.f1,
+            **{name: getattr(r, name) for name in _ROW_METRICS if r.HasField(name)},
         )
         for r in reply.rows
     ]
@@ -529,6 +583,8 @@ def prediction_to_proto(p: SamplePrediction) -> vfl_pb2.PredictionRow:
         row.party_probabilities[block].CopyFrom(encode_array(probs, what="probabilities"))
     if p.federation is not None:
         row.federation_probabilities.CopyFrom(encode_array(p.federation, what="probabilities"))
+    if p.predicted_value is not None:
+        row.predicted_value = p.predicted_value
     return row
 
 
@@ -547,4 +603,5 @@ def prediction_from_proto(row: vfl_pb2.PredictionRow) -> SamplePrediction:
         },
         federation=federation,
         predicted_class=row.predicted_class,
+        predicted_value=row.predicted_value if row.HasField("predicted_value") else None,
     )

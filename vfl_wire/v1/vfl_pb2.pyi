@@ -184,8 +184,15 @@ class PredictReply(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., probabilities: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("header", "split", "rows", "digest", "predictions")
+    __slots__ = ("header", "split", "rows", "digest", "predictions", "scores")
     class PredictionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class ScoresEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -197,15 +204,17 @@ class ScoreRequest(_message.Message):
     ROWS_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
     header: Header
     split: str
     rows: Tensor
     digest: bytes
     predictions: _containers.MessageMap[str, Tensor]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., predictions: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...
+    scores: _containers.MessageMap[str, Tensor]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., predictions: _Optional[_Mapping[str, Tensor]] = ..., scores: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...
 
 class ScoreReply(_message.Message):
-    __slots__ = ("confusion",)
+    __slots__ = ("confusion", "histograms", "sums")
     class ConfusionEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -213,9 +222,27 @@ class ScoreReply(_message.Message):
         key: str
         value: Tensor
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class HistogramsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class SumsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
     CONFUSION_FIELD_NUMBER: _ClassVar[int]
+    HISTOGRAMS_FIELD_NUMBER: _ClassVar[int]
+    SUMS_FIELD_NUMBER: _ClassVar[int]
     confusion: _containers.MessageMap[str, Tensor]
-    def __init__(self, confusion: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...
+    histograms: _containers.MessageMap[str, Tensor]
+    sums: _containers.MessageMap[str, Tensor]
+    def __init__(self, confusion: _Optional[_Mapping[str, Tensor]] = ..., histograms: _Optional[_Mapping[str, Tensor]] = ..., sums: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...
 
 class PsiPoints(_message.Message):
     __slots__ = ("points",)
@@ -266,7 +293,7 @@ class ShutdownRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class PartyInfoMsg(_message.Message):
-    __slots__ = ("party_id", "block", "num_blocks", "dataset", "feature_shape", "num_classes", "has_labels", "samples", "protocol_version")
+    __slots__ = ("party_id", "block", "num_blocks", "dataset", "feature_shape", "num_classes", "has_labels", "samples", "protocol_version", "task")
     class SamplesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -283,6 +310,7 @@ class PartyInfoMsg(_message.Message):
     HAS_LABELS_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
     party_id: str
     block: int
     num_blocks: int
@@ -292,7 +320,8 @@ class PartyInfoMsg(_message.Message):
     has_labels: bool
     samples: _containers.ScalarMap[str, int]
     protocol_version: int
-    def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., num_blocks: _Optional[int] = ..., dataset: _Optional[str] = ..., feature_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., has_labels: _Optional[bool] = ..., samples: _Optional[_Mapping[str, int]] = ..., protocol_version: _Optional[int] = ...) -> None: ...
+    task: str
+    def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., num_blocks: _Optional[int] = ..., dataset: _Optional[str] = ..., feature_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., has_labels: _Optional[bool] = ..., samples: _Optional[_Mapping[str, int]] = ..., protocol_version: _Optional[int] = ..., task: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("header", "info", "address", "session")
@@ -335,7 +364,7 @@ class FederatedPredictRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., id_hashes: _Optional[_Iterable[bytes]] = ..., all_rows: _Optional[bool] = ..., deadline_s: _Optional[float] = ...) -> None: ...
 
 class PredictionRow(_message.Message):
-    __slots__ = ("id_hash", "observed_blocks", "party_probabilities", "federation_probabilities", "predicted_class")
+    __slots__ = ("id_hash", "observed_blocks", "party_probabilities", "federation_probabilities", "predicted_class", "predicted_value")
     class PartyProbabilitiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -348,12 +377,14 @@ class PredictionRow(_message.Message):
     PARTY_PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_VALUE_FIELD_NUMBER: _ClassVar[int]
     id_hash: bytes
     observed_blocks: _containers.RepeatedScalarFieldContainer[int]
     party_probabilities: _containers.MessageMap[int, Tensor]
     federation_probabilities: Tensor
     predicted_class: int
-    def __init__(self, id_hash: _Optional[bytes] = ..., observed_blocks: _Optional[_Iterable[int]] = ..., party_probabilities: _Optional[_Mapping[int, Tensor]] = ..., federation_probabilities: _Optional[_Union[Tensor, _Mapping]] = ..., predicted_class: _Optional[int] = ...) -> None: ...
+    predicted_value: float
+    def __init__(self, id_hash: _Optional[bytes] = ..., observed_blocks: _Optional[_Iterable[int]] = ..., party_probabilities: _Optional[_Mapping[int, Tensor]] = ..., federation_probabilities: _Optional[_Union[Tensor, _Mapping]] = ..., predicted_class: _Optional[int] = ..., predicted_value: _Optional[float] = ...) -> None: ...
 
 class FederatedPredictReply(_message.Message):
     __slots__ = ("rows",)
@@ -400,18 +431,28 @@ class EvaluateRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ...) -> None: ...
 
 class EvaluateRow(_message.Message):
-    __slots__ = ("observed", "samples", "accuracy", "federation_accuracy", "f1")
+    __slots__ = ("observed", "samples", "accuracy", "federation_accuracy", "f1", "auc", "rmse", "mae", "r2", "federation_rmse")
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     ACCURACY_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     F1_FIELD_NUMBER: _ClassVar[int]
+    AUC_FIELD_NUMBER: _ClassVar[int]
+    RMSE_FIELD_NUMBER: _ClassVar[int]
+    MAE_FIELD_NUMBER: _ClassVar[int]
+    R2_FIELD_NUMBER: _ClassVar[int]
+    FEDERATION_RMSE_FIELD_NUMBER: _ClassVar[int]
     observed: str
     samples: int
     accuracy: float
     federation_accuracy: float
     f1: float
-    def __init__(self, observed: _Optional[str] = ..., samples: _Optional[int] = ..., accuracy: _Optional[float] = ..., federation_accuracy: _Optional[float] = ..., f1: _Optional[float] = ...) -> None: ...
+    auc: float
+    rmse: float
+    mae: float
+    r2: float
+    federation_rmse: float
+    def __init__(self, observed: _Optional[str] = ..., samples: _Optional[int] = ..., accuracy: _Optional[float] = ..., federation_accuracy: _Optional[float] = ..., f1: _Optional[float] = ..., auc: _Optional[float] = ..., rmse: _Optional[float] = ..., mae: _Optional[float] = ..., r2: _Optional[float] = ..., federation_rmse: _Optional[float] = ...) -> None: ...
 
 class EvaluateReply(_message.Message):
     __slots__ = ("rows", "unscored", "live_blocks", "seconds")

@@ -157,7 +157,7 @@ class PartyServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Score(self, request, context):
-        """Confusion counts of predicted classes against the party's own labels.
+        """Aggregates of named predictions against the party's own labels (counts and sums only).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
