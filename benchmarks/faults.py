@@ -175,6 +175,7 @@ def collect(job: FaultJob) -> dict[Cell, dict[int, dict[str, Any]]]:
             "faults": record.get("faults") or {},
             "seconds": float(record["seconds"]),
             "machine": record.get("machine"),
+            "command": record.get("command", "(not recorded)"),
         }
     return dict(found)
 
@@ -319,7 +320,11 @@ def markdown(job: FaultJob, found: Found, png: str | None) -> str:
         "",
         INTRO.format(rd=job.fail_rate),
         "",
-        f"- Command: `{job.command}`",
+        "- Runs made by: "
+        + "; ".join(
+            f"`{c}`" for c in sorted({v["command"] for r in found.values() for v in r.values()})
+        ),
+        f"- This report written by: `{job.command}`",
         f"- Written: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; seeds {', '.join(map(str, job.seeds))}"
         f"; setup digest `{job.digest()}` (run files in `runs/faults-{job.dataset}/`)",
         f"- Machine: {where.get('cores')}-core CPU, torch {where.get('torch')}, one torch thread "
