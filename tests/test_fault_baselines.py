@@ -189,13 +189,14 @@ def test_given_digits_when_fault_benchmark_runs_then_report_has_every_cell_and_a
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     runs = sorted((tmp_path / "runs" / "faults-digits").glob("*.json"))
-    assert len(runs) == 8  # 4 methods x (no faults, all R_u=0.1) x 1 seed
+    assert len(runs) == 10  # 5 methods x (no faults, all R_u=0.1) x 1 seed
     text = (tmp_path / "faults_digits.md").read_text()
     for name in ("LASER-VFL", "skip the round", "zero-fill", "stale embedding"):
         assert name in text
     assert "—" not in text.split("## Check")[0]  # every cell measured
-    verdicts = [line for line in text.splitlines() if "R_u=0.1: LASER-VFL loses" in line]
-    assert len(verdicts) == 3
+    verdicts = [line for line in text.splitlines() if "R_u=0.1: LASER-VFL" in line]
+    assert len(verdicts) == 2 * 2 * 3  # 2 metrics x 2 LASER-VFL rows x 3 baselines
+    assert all(line.endswith((": ok", ": NOT MET")) for line in verdicts)
     stamps = [p.stat().st_mtime_ns for p in runs]
     again = CliRunner().invoke(app, args)  # cached runs are not run again
     assert again.exit_code == 0 and [p.stat().st_mtime_ns for p in runs] == stamps

@@ -68,6 +68,14 @@ def _methods(text: str) -> tuple[str, ...]:
     return methods
 
 
+def _variants(text: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    chosen = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in chosen if m not in known]
+    if unknown or not chosen:
+        raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(known)}")
+    return chosen
+
+
 def _command() -> str:
     return "vfl " + shlex.join(sys.argv[1:]) if sys.argv else "vfl bench"
 
@@ -172,9 +180,9 @@ def scaling(
 @user_errors
 def faults(
     seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
-    methods: Annotated[str, Opt(help="laser and split-learning baselines")] = (
-        "laser,svfl,zerofill,stale"
-    ),
+    methods: Annotated[
+        str, Opt(help="laser, laser@0 (labels at block 0 only) and split-learning baselines")
+    ] = "laser,laser@0,svfl,zerofill,stale",
     scenarios: Annotated[str, Opt(help="all (any party fails), host (block 0 stays up)")] = (
         "all,host"
     ),
@@ -206,7 +214,7 @@ def faults(
         seeds=_ints(seeds, "--seeds"),
         results=results,
         data_path=data_path.resolve() if dataset == "mnist" else None,
-        methods=_methods(methods),
+        methods=_variants(methods, mod.METHODS),
         scenarios=chosen,
         rejoin_rates=rates,
         fail_rate=fail_rate,
