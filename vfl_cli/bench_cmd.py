@@ -10,9 +10,10 @@ from __future__ import annotations
 import importlib
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -76,6 +77,23 @@ def _variants(text: str, known: tuple[str, ...]) -> tuple[str, ...]:
     return chosen
 
 
+def _run_and_report(
+    run: Callable[..., list[str]],
+    write_report: Callable[[Any], tuple[Path, str]],
+    job: Any,
+    report_only: bool,
+    progress: bool,
+) -> None:
+    """Run the job's missing runs (unless only reporting), then write and print its report."""
+    if not report_only:
+        failed = run(job, progress=progress)
+        if failed:
+            typer.echo(f"{len(failed)} runs failed (see the log): {', '.join(failed)}", err=True)
+    path, text = write_report(job)
+    typer.echo(text)
+    typer.echo(f"report written to {path}")
+
+
 def _command() -> str:
     return "vfl " + shlex.join(sys.argv[1:]) if sys.argv else "vfl bench"
 
@@ -117,13 +135,7 @@ def accuracy(
         jobs=jobs,
         command=_command(),
     )
-    if not report_only:
-        failed = acc.run_grid(job, progress=progress)
-        if failed:
-            typer.echo(f"{len(failed)} runs failed (see the log): {', '.join(failed)}", err=True)
-    path, text = acc.write_report(job)
-    typer.echo(text)
-    typer.echo(f"report written to {path}")
+    _run_and_report(acc.run_grid, acc.write_report, job, report_only, progress)
 
 
 @bench_app.command("scaling")
@@ -167,13 +179,7 @@ def scaling(
         jobs=jobs,
         command=_command(),
     )
-    if not report_only:
-        failed = mod.run(job, progress=progress)
-        if failed:
-            typer.echo(f"{len(failed)} runs failed (see the log): {', '.join(failed)}", err=True)
-    path, text = mod.write_report(job)
-    typer.echo(text)
-    typer.echo(f"report written to {path}")
+    _run_and_report(mod.run, mod.write_report, job, report_only, progress)
 
 
 @bench_app.command("faults")
@@ -223,13 +229,7 @@ def faults(
         jobs=jobs,
         command=_command(),
     )
-    if not report_only:
-        failed = mod.run(job, progress=progress)
-        if failed:
-            typer.echo(f"{len(failed)} runs failed (see the log): {', '.join(failed)}", err=True)
-    path, text = mod.write_report(job)
-    typer.echo(text)
-    typer.echo(f"report written to {path}")
+    _run_and_report(mod.run, mod.write_report, job, report_only, progress)
 
 
 @bench_app.command("throughput")
