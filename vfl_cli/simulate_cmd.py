@@ -166,7 +166,7 @@ def render(result: SimulationResult) -> str:
 
 
 def drop_one_lines(subsets: list[SubsetResult]) -> list[str]:
-    """The accuracy without each party, next to the accuracy with all of them."""
+    """The accuracy (regression: RMSE) without each party, next to that with all of them."""
     if len(subsets) < 2:
         return []
     full = subsets[0]  # observed_subsets lists the full set first
@@ -174,11 +174,20 @@ def drop_one_lines(subsets: list[SubsetResult]) -> list[str]:
     for drop in full.blocks:
         rest = next((r for r in subsets if set(r.blocks) == set(full.blocks) - {drop}), None)
         if rest is not None:
-            delta = 100 * (rest.accuracy - full.accuracy)
+            if full.rmse is not None and rest.rmse is None:  # regression, nobody left to score
+                lines.append(f"without party {drop}: RMSE not measured (no label party left)")
+                continue
             n = rest.unscored
             lost = f"; {n} sample{'s' * (n != 1)} only it held" if n else ""
-            lines.append(
-                f"without party {drop}: accuracy {100 * rest.accuracy:.2f}% "
-                f"({delta:+.2f} points{lost})"
-            )
+            value, change = _compared(full, rest)
+            lines.append(f"without party {drop}: {value} ({change}{lost})")
     return lines
+
+
+def _compared(full: SubsetResult, rest: SubsetResult) -> tuple[str, str]:
+    """The metric without a party and its change from the full set."""
+    if full.rmse is not None and rest.rmse is not None:  # regression
+        return f"RMSE {rest.rmse:.4g}", f"{rest.rmse - full.rmse:+.4g}"
+    assert full.accuracy is not None and rest.accuracy is not None  # classification rows
+    delta = 100 * (rest.accuracy - full.accuracy)
+    return f"accuracy {100 * rest.accuracy:.2f}%", f"{delta:+.2f} points"
