@@ -40,6 +40,7 @@ def simulate(
         str | None, Opt(help="tables: label column (its parties: --label-blocks or those with it)")
     ] = None,
     max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
+    task: tables.TaskOption = None,
     clients: Annotated[int, Opt(help="number of parties K")] = 4,
     p_miss_train: Annotated[float, Opt(help="probability a party misses a train sample")] = 0.0,
     p_miss_test: Annotated[list[float] | None, Opt(help="test p_miss (repeat)")] = None,
@@ -111,7 +112,10 @@ def simulate(
             label_blocks=parse_ints(label_blocks, "--label-blocks"),
             test_fraction=test_fraction,
             max_onehot=max_onehot,
+            task=tables.parse_task(task),
         )
+    elif task is not None:
+        raise ConfigError("--task applies to --csv (party directories and data sets name theirs)")
     sim = SimulationConfig(
         dataset=dataset,
         data_path=data_path,
