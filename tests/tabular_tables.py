@@ -1,5 +1,6 @@
 """Synthetic party tables for the tabular tests: a bank, a retailer and a telecom that share only
-part of their customers, with numeric and categorical columns, gaps, and labels at the bank."""
+part of their customers, with numeric and categorical columns, gaps, and labels at the bank; and
+a house-price regression split between an owner (with the prices) and an agent."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ COLUMNS = {
 }
 LABEL_COLUMN = "defaulted"
 LABELS = ("no", "yes")
+HOUSE_ID = "house_id"  # the regression tables
+PRICE = "price"
 
 
 def write_tables(
@@ -66,6 +69,46 @@ def write_tables(
             writer = csv.writer(f)
             writer.writerow(COLUMNS[name])
             writer.writerows(cells[i] for i in order)
+    return paths
+
+
+def write_linear_tables(
+    directory: Path, n: int = 400, share: float = 1.0, seed: int = 0
+) -> dict[str, Path]:
+    """Regression: owner.csv (two columns and the price) and agent.csv (two more columns and a
+    category), a noisy linear function of columns on both sides, so neither party predicts it
+    alone. Each party holds a random `share` of the houses."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, (n, 4))
+    district = rng.integers(0, 3, n)
+    price = 3.0 * x[:, 0] - 2.0 * x[:, 1] + 2.5 * x[:, 2] + 1.5 * x[:, 3] + 1.0 * district
+    price = 100.0 + 10.0 * (price + rng.normal(0, 0.3, n))  # original units far from 0 and 1
+    ids = [f"H{i:04d}" for i in range(n)]
+    tables = {
+        "owner": (
+            (HOUSE_ID, "area", "age", PRICE),
+            [
+                (i, f"{a:.4f}", f"{b:.4f}", f"{p:.3f}")
+                for i, a, b, p in zip(ids, *x[:, :2].T, price, strict=True)
+            ],
+        ),
+        "agent": (
+            (HOUSE_ID, "rooms", "noise_level", "district"),
+            [
+                (i, f"{c:.4f}", f"{d:.4f}", f"d{k}")
+                for i, c, d, k in zip(ids, *x[:, 2:].T, district, strict=True)
+            ],
+        ),
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, (header, rows) in tables.items():
+        paths[name] = directory / f"{name}.csv"
+        with paths[name].open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            held = np.flatnonzero(rng.random(n) < share)
+            writer.writerows(rows[k] for k in rng.permutation(held))  # rows in any order
     return paths
 
 

@@ -12,10 +12,11 @@ import typer
 from vfl_cli import table_options as tables
 from vfl_core.data import PartyData, save_party_dir
 from vfl_core.datasets import Layout, load_dataset
-from vfl_core.errors import ConfigError, DataError
+from vfl_core.errors import ConfigError
 from vfl_core.prepare import PREPARE_FILE, party_p_miss, prepare_parties, seeded_rng
 from vfl_core.preprocess import TabularPreprocessor
-from vfl_core.tabular import TableSource, load_table_party
+from vfl_core.tabular import TableSource, load_table_party, read_fitted
+from vfl_core.tasks import REGRESSION
 
 T = TypeVar("T", int, float)
 
@@ -67,6 +68,7 @@ def prepare(
     num_blocks: tables.NumBlocks = None,
     num_classes: tables.NumClasses = None,
     max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
+    task: tables.TaskOption = None,
     preprocessing: Annotated[
         Path | None,
         typer.Option(help="Table: reuse this fitted preprocess.json instead of fitting one."),
@@ -88,9 +90,12 @@ def prepare(
             num_blocks=num_blocks,
             num_classes=num_classes,
             max_onehot=max_onehot,
+            task=task,
         )
         prepare_table(source, out, preprocessing)
         return
+    if task is not None:
+        raise ConfigError("--task applies to --csv (a built-in data set has its own task)")
     if layout not in get_args(Layout):
         raise ConfigError(f"unknown layout {layout!r} (use {', '.join(get_args(Layout))})")
     per_party = _parse_list(p_miss_per_party, float, "--p-miss-per-party")
@@ -117,13 +122,7 @@ def prepare(
 
 
 def prepare_table(source: TableSource, out: Path, preprocessing: Path | None) -> None:
-    fitted = None
-    if preprocessing is not None:
-        try:
-            text = preprocessing.read_text()
-        except OSError as exc:
-            raise DataError(f"{preprocessing}: unreadable ({exc.strerror})") from None
-        fitted = TabularPreprocessor.from_json(text, str(preprocessing))
+    fitted = read_fitted(preprocessing, source.task) if preprocessing is not None else None
     data, fitted = load_table_party(source, fitted)
     save_party_dir(out, data)
     _echo_table_summary(out, data, fitted)
@@ -136,6 +135,8 @@ def _echo_table_summary(out: Path, data: PartyData, fitted: TabularPreprocessor)
         detail = f" ({len(spec.categories)} categories)" if spec.categories else ""
         missing = ", missing indicator" if spec.indicator else ""
         typer.echo(f"  {spec.name}: {spec.kind}{detail}{missing}")
+    if fitted.task == REGRESSION and fitted.label_column is not None:
+        typer.echo(f"  regression targets from {fitted.label_column!r}")
     if fitted.classes:
         mapping = ", ".join(f"{i}={label}" for i, label in enumerate(fitted.classes))
         typer.echo(f"  labels from {fitted.label_column!r}: {mapping}")

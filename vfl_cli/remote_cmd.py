@@ -12,10 +12,11 @@ from vfl_cli.coordinator_client import CoordinatorClient, Evaluation
 from vfl_cli.errors import user_errors
 from vfl_core.alignment import DEMO_SECRET, hash_ids
 from vfl_core.data import PREPROCESS_FILE
-from vfl_core.errors import DataError
+from vfl_core.errors import ConfigError, DataError
 from vfl_core.metrics import format_table
 from vfl_core.preprocess import TabularPreprocessor
 from vfl_core.protocol import SamplePrediction
+from vfl_core.tasks import REGRESSION
 from vfl_wire.security import OPERATOR, Security, load_security
 
 Opt = typer.Option
@@ -68,8 +69,8 @@ def predict(
     label_names: Annotated[
         Path | None,
         Opt(
-            help="a label party's preprocess.json (or its party directory): adds each class's "
-            "label as written in its table"
+            help="classification: a label party's preprocess.json (or its party directory): "
+            "adds each class's label as written in its table"
         ),
     ] = None,
     timeout: Annotated[float, Opt()] = 120.0,
@@ -88,6 +89,8 @@ def predict(
     by_hash = dict(zip(hashes, names, strict=True)) if names is not None and hashes else {}
     with CoordinatorClient(coordinator, timeout, security) as client:
         predictions = client.predict(split, hashes)
+    if classes and any(_is_regression(p) for p in predictions):
+        raise ConfigError("--label-names is for classification; this federation predicts values")
     rows = [
         {
             "id": by_hash.get(p.id_hash, p.id_hash.hex()),
@@ -112,10 +115,7 @@ def predict(
 def _prediction_columns(p: SamplePrediction) -> dict[str, object]:
     """Classification: the class, its probability and each head's class. Regression (a
     prediction with a value, or none at all from a regression federation): the values."""
-    regression = p.predicted_value is not None or (
-        p.federation is not None and p.federation.shape == (1,)
-    )
-    if regression:
+    if _is_regression(p):
         value = "" if p.predicted_value is None else f"{p.predicted_value:.6g}"
         heads = {f"party{b}": f"{float(q[0]):.6g}" for b, q in p.party_probs.items()}
         return {"predicted_value": value, **heads}
@@ -124,6 +124,13 @@ def _prediction_columns(p: SamplePrediction) -> dict[str, object]:
         "confidence": f"{p.federation.max():.4f}" if p.federation is not None else "",
         **{f"party{b}": int(q.argmax()) for b, q in p.party_probs.items()},
     }
+
+
+def _is_regression(p: SamplePrediction) -> bool:
+    """A prediction with a value, or none at all from a regression federation (one output)."""
+    return p.predicted_value is not None or (
+        p.federation is not None and p.federation.shape == (1,)
+    )
 
 
 def _read_ids(ids: str | None, ids_file: Path | None) -> list[str] | None:
@@ -145,6 +152,11 @@ def _read_classes(path: Path) -> tuple[str, ...]:
     except OSError as err:
         raise DataError(f"cannot read {file}: {err.strerror}") from None
     fitted = TabularPreprocessor.from_json(text, str(file))
+    if fitted.task == REGRESSION:
+        raise ConfigError(
+            f"--label-names is for classification; {file} is a regression party's "
+            f"preprocessing (its predictions are values, without label names)"
+        )
     if not fitted.classes:
         raise DataError(f"{file}: no label classes (not a label party's preprocessing)")
     return fitted.classes

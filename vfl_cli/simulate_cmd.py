@@ -40,6 +40,7 @@ def simulate(
         str | None, Opt(help="tables: label column (its parties: --label-blocks or those with it)")
     ] = None,
     max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
+    task: tables.TaskOption = None,
     clients: Annotated[int, Opt(help="number of parties K")] = 4,
     p_miss_train: Annotated[float, Opt(help="probability a party misses a train sample")] = 0.0,
     p_miss_test: Annotated[list[float] | None, Opt(help="test p_miss (repeat)")] = None,
@@ -111,7 +112,10 @@ def simulate(
             label_blocks=parse_ints(label_blocks, "--label-blocks"),
             test_fraction=test_fraction,
             max_onehot=max_onehot,
+            task=tables.parse_task(task),
         )
+    elif task is not None:
+        raise ConfigError("--task applies to --csv (party directories and data sets name theirs)")
     sim = SimulationConfig(
         dataset=dataset,
         data_path=data_path,
@@ -166,7 +170,7 @@ def render(result: SimulationResult) -> str:
 
 
 def drop_one_lines(subsets: list[SubsetResult]) -> list[str]:
-    """The accuracy without each party, next to the accuracy with all of them."""
+    """The accuracy (regression: RMSE) without each party, next to that with all of them."""
     if len(subsets) < 2:
         return []
     full = subsets[0]  # observed_subsets lists the full set first
@@ -174,11 +178,20 @@ def drop_one_lines(subsets: list[SubsetResult]) -> list[str]:
     for drop in full.blocks:
         rest = next((r for r in subsets if set(r.blocks) == set(full.blocks) - {drop}), None)
         if rest is not None:
-            delta = 100 * (rest.accuracy - full.accuracy)
+            if full.rmse is not None and rest.rmse is None:  # regression, nobody left to score
+                lines.append(f"without party {drop}: RMSE not measured (no label party left)")
+                continue
             n = rest.unscored
             lost = f"; {n} sample{'s' * (n != 1)} only it held" if n else ""
-            lines.append(
-                f"without party {drop}: accuracy {100 * rest.accuracy:.2f}% "
-                f"({delta:+.2f} points{lost})"
-            )
+            value, change = _compared(full, rest)
+            lines.append(f"without party {drop}: {value} ({change}{lost})")
     return lines
+
+
+def _compared(full: SubsetResult, rest: SubsetResult) -> tuple[str, str]:
+    """The metric without a party and its change from the full set."""
+    if full.rmse is not None and rest.rmse is not None:  # regression
+        return f"RMSE {rest.rmse:.4g}", f"{rest.rmse - full.rmse:+.4g}"
+    assert full.accuracy is not None and rest.accuracy is not None  # classification rows
+    delta = 100 * (rest.accuracy - full.accuracy)
+    return f"accuracy {100 * rest.accuracy:.2f}%", f"{delta:+.2f} points"

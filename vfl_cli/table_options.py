@@ -11,6 +11,7 @@ import typer
 from vfl_core.errors import ConfigError
 from vfl_core.preprocess import DEFAULT_MAX_ONEHOT
 from vfl_core.tabular import DEFAULT_TEST_FRACTION, TableSource
+from vfl_core.tasks import CLASSIFICATION, TASKS, Task
 
 Opt = typer.Option
 
@@ -27,12 +28,30 @@ TestFraction = Annotated[
 ]
 NumBlocks = Annotated[int | None, Opt(help="table: number of parties K in the federation")]
 NumClasses = Annotated[
-    int | None, Opt(help="table, feature-only party: the label parties' number of classes")
+    int | None,
+    Opt(help="table, feature-only party of a classification: the label parties' class count"),
+]
+TaskOption = Annotated[
+    str | None,
+    Opt(
+        "--task",
+        help="table: classification (default) | regression (labels are real numbers); every "
+        "party of the federation gives the same",
+    ),
 ]
 MaxOnehot = Annotated[
     int, Opt(help="table: categorical columns with more values get a learned embedding")
 ]
 DEFAULTS = {"test_fraction": DEFAULT_TEST_FRACTION, "max_onehot": DEFAULT_MAX_ONEHOT}
+
+
+def parse_task(task: str | None) -> Task:
+    """The --task of a table (default classification)."""
+    if task is None:
+        return CLASSIFICATION
+    if task not in TASKS:
+        raise ConfigError(f"--task: unknown task {task!r} (use {' or '.join(TASKS)})")
+    return task  # type: ignore[return-value]  # checked against TASKS just above
 
 
 def table_source(
@@ -47,6 +66,7 @@ def table_source(
     num_blocks: int | None,
     num_classes: int | None,
     max_onehot: int,
+    task: str | None = None,
 ) -> TableSource:
     """Check the options a table needs and build its TableSource."""
     for value, option in ((id_column, "--id-column"), (block, "--block")):
@@ -70,6 +90,7 @@ def table_source(
         num_blocks=num_blocks,
         num_classes=num_classes,
         max_onehot=max_onehot,
+        task=parse_task(task),
     )
 
 

@@ -35,6 +35,7 @@ def client(
     num_blocks: tables.NumBlocks = None,
     num_classes: tables.NumClasses = None,
     max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
+    task: tables.TaskOption = None,
     party_id: Annotated[str | None, Opt(help="party name (default party<block>)")] = None,
     listen: Annotated[str, Opt(help="host:port to serve on (port 0: any free port)")] = "0.0.0.0:0",
     advertise: Annotated[str | None, Opt(help="host:port the coordinator calls back")] = None,
@@ -81,6 +82,7 @@ def client(
             num_blocks=num_blocks,
             num_classes=num_classes,
             max_onehot=max_onehot,
+            task=task,
         )
     else:
         tables.refuse_table_options(
@@ -91,6 +93,7 @@ def client(
             test_data=test_data,
             num_blocks=num_blocks,
             num_classes=num_classes,
+            task=task,  # a directory's meta.json names its task
         )
     config = ClientConfig(
         data=data,

@@ -30,9 +30,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vfl_core.errors import DataError
+from vfl_core.tasks import CLASSIFICATION, REGRESSION, Task
 
 DEFAULT_MAX_ONEHOT = 16
 PREPROCESS_VERSION = 1
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 Cell = str | None  # None: a missing cell
 ColumnKind = Literal["numeric", "onehot", "embedding"]
@@ -95,6 +98,9 @@ class TabularPreprocessor(_Frozen):
     columns: tuple[ColumnSpec, ...] = Field(min_length=1)
     label_column: str | None = None  # a label party's label column
     classes: tuple[str, ...] = ()  # class index -> label as written in the training file
+    # The federation's task: a fit for one task is never reused for the other (files written
+    # before tasks existed have none and were classification).
+    task: Task = CLASSIFICATION
 
     @property
     def width(self) -> int:
@@ -223,22 +229,26 @@ def _category_index(spec: ColumnSpec, cells: Sequence[Cell]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Labels:
-    values: np.ndarray  # (n,) int64 class indices
-    classes: tuple[str, ...]  # class index -> the label as written in the file
+    values: np.ndarray  # (n,) int64 class indices, or float32 targets for regression
+    classes: tuple[str, ...]  # class index -> the label as written in the file (regression: ())
 
 
-def parse_labels(table: Table, column: str, classes: tuple[str, ...] | None = None) -> Labels:
-    """The one place labels are read: class indices for a label column.
+def parse_labels(
+    table: Table,
+    column: str,
+    classes: tuple[str, ...] | None = None,
+    task: Task = CLASSIFICATION,
+) -> Labels:
+    """The one place labels are read: class indices, or regression targets, for a label column.
 
-    Without `classes` (training rows) the classes are the distinct labels, sorted numerically
-    when all are numbers (so "0"/"1" keep their meaning) and as text otherwise ("no" < "yes").
-    With `classes` (inference rows) a label outside them is an error.
+    Classification without `classes` (training rows): the classes are the distinct labels, sorted
+    numerically when all are numbers (so "0"/"1" keep their meaning) and as text otherwise
+    ("no" < "yes"). With `classes` (inference rows) a label outside them is an error.
+    Regression: every label is a finite number (float32 targets, `classes` unused).
     """
-    present: list[str] = []
-    for row, cell in enumerate(table.columns[column]):
-        if cell is None:
-            raise DataError(f"{table.source}: {table.row_names[row]}, column {column!r}: no label")
-        present.append(cell)
+    present = _present_labels(table, column)
+    if task == REGRESSION:
+        return Labels(_regression_targets(table, column, present), ())
     if classes is None:
         classes = _sorted_classes(set(present))
         if len(classes) < 2:
@@ -256,6 +266,35 @@ def parse_labels(table: Table, column: str, classes: tuple[str, ...] | None = No
             )
         values[row] = lookup[cell]
     return Labels(values, classes)
+
+
+def _present_labels(table: Table, column: str) -> list[str]:
+    """The label cells, refusing an empty cell or a table without rows."""
+    if not len(table):
+        raise DataError(f"{table.source}: no rows, so no labels in column {column!r}")
+    present: list[str] = []
+    for row, cell in enumerate(table.columns[column]):
+        if cell is None:
+            raise DataError(f"{table.source}: {table.row_names[row]}, column {column!r}: no label")
+        present.append(cell)
+    return present
+
+
+def _regression_targets(table: Table, column: str, cells: list[str]) -> np.ndarray:
+    values = np.empty(len(cells), dtype=np.float32)
+    for row, cell in enumerate(cells):
+        try:
+            value = float(cell)
+        except ValueError:
+            value = math.nan
+        # float32 is what the model trains on: a target beyond its range would become inf
+        if not math.isfinite(value) or abs(value) > _FLOAT32_MAX:
+            raise DataError(
+                f"{table.source}: {table.row_names[row]}, column {column!r}: {cell!r} is not a "
+                f"finite number (a regression label must be one)"
+            )
+        values[row] = value
+    return values
 
 
 def _sorted_classes(labels: set[str]) -> tuple[str, ...]:

@@ -28,9 +28,11 @@ class SubsetResult:
     blocks: tuple[int, ...]  # the parties called
     samples: int  # samples scored
     unscored: int  # samples no party of `blocks` could predict
-    accuracy: float
-    federation_accuracy: float
-    f1: float
+    # Classification: accuracy, federation_accuracy and f1; regression: rmse (the others None).
+    accuracy: float | None
+    federation_accuracy: float | None
+    f1: float | None
+    rmse: float | None = None
 
     def to_json(self) -> dict[str, object]:
         return {**self.__dict__, "blocks": list(self.blocks)}
@@ -65,6 +67,7 @@ def evaluate_subsets(fed: Federation, split: str = "test") -> list[SubsetResult]
                 accuracy=row.accuracy,
                 federation_accuracy=row.federation_accuracy,
                 f1=row.f1,
+                rmse=row.rmse,
             )
         )
     return results

@@ -29,6 +29,7 @@ from vfl_core.preprocess import (
     parse_labels,
 )
 from vfl_core.table_files import read_table
+from vfl_core.tasks import CLASSIFICATION, REGRESSION, Task
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,10 @@ class TableSource(BaseModel):
     test_fraction: float = Field(DEFAULT_TEST_FRACTION, ge=0, lt=1)
     block: int = Field(ge=0)
     num_blocks: int = Field(ge=1)
-    # Must equal the label parties' class count; a label party takes it from its labels.
+    # Every party of a federation declares the same task; regression labels are real numbers.
+    task: Task = CLASSIFICATION
+    # Classification: must equal the label parties' class count; a label party takes it from its
+    # labels. Regression has one output and takes none.
     num_classes: int | None = Field(None, ge=2)
     dataset: str = DEFAULT_DATASET  # every party of a federation must use the same name
     max_onehot: int = Field(DEFAULT_MAX_ONEHOT, ge=1)
@@ -66,13 +70,17 @@ def load_table_party(
     training rows."""
     if source.block >= source.num_blocks:
         raise ConfigError(f"block {source.block} out of range (num_blocks is {source.num_blocks})")
+    if fitted is not None and fitted.task != source.task:
+        raise ConfigError(
+            f"the fitted preprocessing is for a {fitted.task} task, not {source.task} (--task)"
+        )
     label_column = fitted.label_column if fitted is not None else source.label_column
     splits = _read_splits(source, label_column)
     if fitted is None:
         columns = _feature_columns(source, splits["train"])
         fitted = TabularPreprocessor.fit(splits["train"].select(columns), source.max_onehot)
-        fitted = fitted.model_copy(update={"label_column": label_column})
-    labels = _labels(splits, label_column, fitted.classes or None)
+        fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
+    labels = _labels(splits, label_column, fitted.classes or None, source.task)
     if labels:
         fitted = fitted.model_copy(update={"classes": labels["train"].classes})
     party_splits = {
@@ -166,19 +174,26 @@ def _feature_columns(source: TableSource, table: Table) -> list[str]:
 
 
 def _labels(
-    splits: dict[str, Table], column: str | None, classes: tuple[str, ...] | None
+    splits: dict[str, Table], column: str | None, classes: tuple[str, ...] | None, task: Task
 ) -> dict[str, Labels]:
     if column is None:
         return {}
-    train = parse_labels(splits["train"], column, classes)
+    train = parse_labels(splits["train"], column, classes, task)
     out = {"train": train}
     for name, table in splits.items():
         if name != "train":
-            out[name] = parse_labels(table, column, train.classes)
+            out[name] = parse_labels(table, column, train.classes, task)
     return out
 
 
 def _meta(source: TableSource, fitted: TabularPreprocessor, has_labels: bool) -> PartyMeta:
+    if source.task == REGRESSION:
+        if source.num_classes is not None:
+            raise ConfigError(
+                f"--num-classes {source.num_classes} is for classification; a regression "
+                f"party ({source.path}) has one real-valued output"
+            )
+        return _party_meta(source, fitted, has_labels, num_classes=1)
     num_classes = source.num_classes
     if has_labels:
         found = len(fitted.classes)
@@ -187,15 +202,22 @@ def _meta(source: TableSource, fitted: TabularPreprocessor, has_labels: bool) ->
                 f"--num-classes {num_classes}, but {source.path} has {found} label classes"
             )
         num_classes = found
+    return _party_meta(source, fitted, has_labels, num_classes or 2)
+
+
+def _party_meta(
+    source: TableSource, fitted: TabularPreprocessor, has_labels: bool, num_classes: int
+) -> PartyMeta:
     return PartyMeta(
         dataset=source.dataset,
         block=source.block,
         num_blocks=source.num_blocks,
         kind="tabular",
         feature_shape=(fitted.width,),
-        num_classes=num_classes if num_classes is not None else 2,
+        num_classes=num_classes,
         has_labels=has_labels,
         categorical=fitted.cardinalities,
+        task=source.task,
     )
 
 
@@ -208,17 +230,29 @@ def load_table_party_kept(source: TableSource, keep: Path | None) -> PartyData:
     fitting it and saving it there."""
     fitted = None
     if keep is not None and keep.is_file():
-        try:
-            text = keep.read_text()
-        except OSError as exc:
-            raise DataError(f"{keep}: unreadable ({exc.strerror})") from None
-        fitted = TabularPreprocessor.from_json(text, str(keep))
+        fitted = read_fitted(keep, source.task)
         log.info("reusing the fitted preprocessing in %s", keep)
     data, fitted_now = load_table_party(source, fitted)
     if keep is not None and fitted is None:
         _write_atomically(keep, fitted_now.to_json())
         log.info("fitted preprocessing saved to %s", keep)
     return data
+
+
+def read_fitted(path: Path, task: Task) -> TabularPreprocessor:
+    """A saved preprocess.json, refused if it was fitted for another task (its label parse and
+    its party's weights belong to that task)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise DataError(f"{path}: unreadable ({exc.strerror})") from None
+    fitted = TabularPreprocessor.from_json(text, str(path))
+    if fitted.task != task:
+        raise ConfigError(
+            f"{path}: the preprocessing was fitted for a {fitted.task} task, not {task} "
+            f"(give the same --task as when it was fitted)"
+        )
+    return fitted
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -244,6 +278,7 @@ def federation_sources(
     label_blocks: tuple[int, ...] | None,
     test_fraction: float = DEFAULT_TEST_FRACTION,
     max_onehot: int = DEFAULT_MAX_ONEHOT,
+    task: Task = CLASSIFICATION,
 ) -> tuple[TableSource, ...]:
     """One TableSource per file, block k for the k-th. Label parties: `label_blocks`, or (None)
     the files that have `label_column`."""
@@ -269,6 +304,7 @@ def federation_sources(
             test_fraction=test_fraction,
             block=k,
             num_blocks=len(paths),
+            task=task,
             max_onehot=max_onehot,
         )
         for k, path in enumerate(paths)
@@ -276,16 +312,15 @@ def federation_sources(
 
 
 def load_table_federation(sources: tuple[TableSource, ...]) -> list[PartyData]:
-    """Every party of a simulated federation of tables, each fitted on its own rows only. The
-    feature-only parties take the label parties' class count (in a real federation they are
-    told it with --num-classes)."""
+    """Every party of a simulated federation of tables, each fitted on its own rows only. In
+    classification the feature-only parties take the label parties' class count (in a real
+    federation they are told it with --num-classes); regression has none to tell."""
     labelled = [load_table_party(s)[0] for s in sources if s.label_column is not None]
     if not labelled:
         raise ConfigError("no table has the label column: at least one party needs labels")
-    num_classes = labelled[0].meta.num_classes
+    meta = labelled[0].meta
+    told = {"num_classes": meta.num_classes} if meta.task == CLASSIFICATION else {}
     unlabelled = [
-        load_table_party(s.model_copy(update={"num_classes": num_classes}))[0]
-        for s in sources
-        if s.label_column is None
+        load_table_party(s.model_copy(update=told))[0] for s in sources if s.label_column is None
     ]
     return sorted(labelled + unlabelled, key=lambda d: d.meta.block)
