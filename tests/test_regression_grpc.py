@@ -69,6 +69,13 @@ def test_given_diabetes_parties_as_processes_when_trained_then_rmse_beats_the_me
     assert overall["rmse"] < 0.85 * baseline, (overall, baseline)
     assert overall["r2"] > 0.25
     assert overall["federation_rmse"] < 0.85 * baseline
+    # the coordinator's subsets carry the errors too (vfl report reads them; the report itself
+    # is tested on a simulated run in test_regression_report.py)
+    assert results["task"] == "regression"
+    full = results["subsets"][0]
+    assert full["blocks"] == [0, 1, 2, 3] and "accuracy" not in full
+    assert full["rmse"] == pytest.approx(overall["rmse"], rel=1e-9)
+    assert all("rmse" in s for s in results["subsets"] if s["samples"])
 
     # The same metrics through the coordinator's Evaluate service and `vfl evaluate`.
     stub = cluster.stub(coord)

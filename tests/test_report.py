@@ -186,7 +186,11 @@ def test_given_no_matplotlib_when_reporting_then_exit_2_naming_the_extra(
 
 
 def test_given_unknown_metric_when_reporting_then_exit_2_naming_the_option(run_dir: Path) -> None:
-    assert_user_error(invoke(str(run_dir), "--metric", "auc"), "--metric must be one of")
+    assert_user_error(invoke(str(run_dir), "--metric", "acc"), "--metric must be one of")
+    # known metrics that this 10-class run does not have
+    assert_user_error(invoke(str(run_dir), "--metric", "auc"), "--metric auc: this run has no ROC")
+    result = invoke(str(run_dir), "--metric", "rmse")
+    assert_user_error(result, "--metric rmse is for regression; this classification run has")
 
 
 def test_given_bad_eval_every_when_simulating_then_exit_2_naming_the_option(
@@ -213,7 +217,7 @@ def test_given_real_federation_run_when_reporting_then_epoch_log_subsets_and_rep
         )
         assert coord.wait(120) == 0, cluster.describe()
     results = coord.results()
-    assert results is not None
+    assert results is not None and results["task"] == "classification"
     epochs = [json.loads(line) for line in (coord.out / "epochs.jsonl").read_text().splitlines()]
     assert [e["epoch"] for e in epochs] == [0, 1]
     assert [e["rounds"] for e in epochs] == [e["rounds"] for e in results["epochs"]]

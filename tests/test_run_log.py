@@ -87,6 +87,17 @@ def test_given_three_epochs_when_logged_then_one_json_line_each_with_losses_and_
     assert not (tmp_path / "tensorboard").exists()
 
 
+def test_given_regression_metrics_when_logged_then_the_errors_not_accuracy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    test = MetricRow("all", 88, rmse=61.2, mae=52.3, r2=0.37, federation_rmse=60.5)
+    with RunLog(tmp_path) as run_log:
+        run_log.write(liveness_record(summary(0), liveness(), test))
+    logged = lines(tmp_path / EPOCHS_FILE)[0]["test"]
+    assert logged == {"samples": 88, "rmse": 61.2, "mae": 52.3, "r2": 0.37, "federation_rmse": 60.5}
+
+
 def test_given_log_of_a_crashed_run_when_resumed_then_later_epochs_cut_and_new_ones_appended(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -128,9 +139,11 @@ def test_given_tensorboard_when_logging_then_event_file_holds_the_epoch_scalars(
 ) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    regression = MetricRow("all", 88, rmse=61.2, mae=52.3, r2=0.37)  # no federation RMSE
     with RunLog(tmp_path) as run_log:
         for epoch in range(3):
-            run_log.write(liveness_record(summary(epoch), liveness()))
+            test = regression if epoch == 2 else None
+            run_log.write(liveness_record(summary(epoch), liveness(), test))
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     loss = events.Scalars("loss/mean")
@@ -138,6 +151,9 @@ def test_given_tensorboard_when_logging_then_event_file_holds_the_epoch_scalars(
     assert [e.value for e in loss] == pytest.approx([2.0, 1.9, 1.8])
     assert [e.value for e in events.Scalars("loss/head1")] == pytest.approx([2.1, 2.0, 1.9])
     assert [e.value for e in events.Scalars("parties/down")] == [1, 1, 1]
+    tests = {t for t in events.Tags()["scalars"] if t.startswith("test/")}
+    assert tests == {"test/rmse", "test/mae", "test/r2"}  # the task's metrics that it has
+    assert [(e.step, e.value) for e in events.Scalars("test/rmse")] == [(2, pytest.approx(61.2))]
 
 
 # ------------------------------------------------------------------ attached to a federation

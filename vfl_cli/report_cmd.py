@@ -16,16 +16,10 @@ import typer
 
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.report_html import render_html
-from vfl_cli.report_plots import (
-    METRICS,
-    Plot,
-    curves_plot,
-    drop_one_plot,
-    liveness_plot,
-    subsets_plot,
-)
+from vfl_cli.report_plots import Plot, curves_plot, drop_one_plot, liveness_plot, subsets_plot
 from vfl_cli.run_files import RunFiles, load_run
 from vfl_core.errors import ConfigError, VflError
+from vfl_core.headline import METRICS, Metric, choose_metric, task_metrics
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +40,13 @@ def report(
     out: Annotated[
         Path | None, typer.Option(help="where report.html and the PNGs go (default RUN_DIR/report)")
     ] = None,
-    metric: Annotated[str, typer.Option(help="accuracy | federation_accuracy | f1")] = "accuracy",
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            help="classification: accuracy (default) | federation_accuracy | f1 | auc (binary); "
+            "regression: rmse (default) | mae | r2 | federation_rmse"
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option()] = "warning",
 ) -> None:
     """Write RUN_DIR/report/report.html: curves, metric by set of parties, config."""
@@ -55,15 +55,17 @@ def report(
     typer.echo(f"report written to {path}")
 
 
-def write_report(run_dir: Path, out: Path, metric: str = "accuracy") -> Path:
-    """Draw the figures, write them as PNG files and embedded in `out`/report.html."""
-    if metric not in METRICS:
-        raise ConfigError(f"--metric must be one of {', '.join(METRICS)}, not {metric!r}")
+def write_report(run_dir: Path, out: Path, metric_name: str | None = None) -> Path:
+    """Draw the figures, write them as PNG files and embedded in `out`/report.html. The metric
+    is the run's headline (accuracy, or RMSE for regression) unless `metric_name` says."""
+    if metric_name is not None and metric_name not in METRICS:
+        raise ConfigError(f"--metric must be one of {', '.join(METRICS)}, not {metric_name!r}")
     if not has_matplotlib():
         raise MissingExtraError(
             "vfl report needs matplotlib: pip install 'laser-vfl[report]' (or matplotlib)"
         )
     run = load_run(run_dir)
+    metric = choose_metric(run.task, metric_name, run.has_auc)
     plots = draw_plots(run, metric)
     out.mkdir(parents=True, exist_ok=True)
     for plot in plots.values():
@@ -74,12 +76,12 @@ def write_report(run_dir: Path, out: Path, metric: str = "accuracy") -> Path:
     return path
 
 
-def draw_plots(run: RunFiles, metric: str) -> dict[str, Plot]:
+def draw_plots(run: RunFiles, metric: Metric) -> dict[str, Plot]:
     parties = sorted({int(b) for s in run.subsets for b in s["blocks"]})
     parties = parties or sorted({int(t["block"]) for t in run.transitions})
     end = int(run.results.get("rounds") or 0)
     drawn = [
-        curves_plot(run.epochs),
+        curves_plot(run.epochs, [metric, *(m for m in task_metrics(run.task) if m != metric)]),
         subsets_plot(run.subsets, metric),
         drop_one_plot(run.subsets, metric),
         liveness_plot(run.transitions, parties, end),

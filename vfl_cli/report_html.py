@@ -7,8 +7,9 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
-from vfl_cli.report_plots import METRICS, Plot
+from vfl_cli.report_plots import Plot
 from vfl_cli.run_files import RunFiles
+from vfl_core.headline import Metric, task_metrics
 
 HIDDEN_KEYS = ("secret", "token", "password")  # config values the report does not show
 MAX_TRANSITION_ROWS = 200
@@ -26,7 +27,7 @@ img { max-width: 100%; height: auto; }
 """
 
 
-def render_html(run: RunFiles, plots: dict[str, Plot], metric: str) -> str:
+def render_html(run: RunFiles, plots: dict[str, Plot], metric: Metric) -> str:
     r = run.results
     title = f"Run {r.get('run_id', run.directory.name)}"
     parts = [
@@ -35,11 +36,11 @@ def render_html(run: RunFiles, plots: dict[str, Plot], metric: str) -> str:
         _summary(run, metric),
         "<h2>Training</h2>",
         _figure(plots.get("curves")) or "<p>No epoch records in this run.</p>",
-        f"<h2>Test {_e(METRICS[metric])} by set of parties</h2>",
+        f"<h2>Test {_e(metric.label)} by set of parties</h2>",
         _figure(plots.get("subsets")) or "<p>No evaluation by set of parties in this run.</p>",
         _figure(plots.get("drop_one")),
         "<h3>With every party, by observed blocks of each sample</h3>",
-        _test_table(run.test_rows) or "<p>No test evaluation in this run.</p>",
+        _test_table(run.test_rows, _columns(run)) or "<p>No test evaluation in this run.</p>",
         "<h2>Liveness</h2>",
         _liveness(run, plots.get("liveness")),
         "<h2>Configuration</h2>",
@@ -52,7 +53,7 @@ def render_html(run: RunFiles, plots: dict[str, Plot], metric: str) -> str:
     )
 
 
-def _summary(run: RunFiles, metric: str) -> str:
+def _summary(run: RunFiles, metric: Metric) -> str:
     epochs, overall = run.epochs, next((r for r in run.test_rows if r["observed"] == "all"), None)
     facts = [f"{len(epochs)} epochs" if epochs else "no epochs recorded"]
     if "rounds" in run.results:
@@ -60,11 +61,9 @@ def _summary(run: RunFiles, metric: str) -> str:
     if epochs:
         facts.append(f"{sum(float(e.get('seconds', 0)) for e in epochs):.1f}s of training")
         facts.append(f"last mean training loss {float(epochs[-1].get('mean_loss', 0)):.4f}")
-    if overall is not None:
-        facts.append(
-            f"test {METRICS[metric]} {100 * float(overall[metric]):.2f}% "
-            f"on {overall['samples']} samples"
-        )
+    value = overall.get(metric.key) if overall is not None else None
+    if overall is not None and isinstance(value, int | float):
+        facts.append(f"test {metric.label} {metric.format(value)} on {overall['samples']} samples")
     return f"<p>{_e('; '.join(facts))}.</p>"
 
 
@@ -79,15 +78,31 @@ def _figure(plot: Plot | None) -> str:
     )
 
 
-def _test_table(rows: list[dict[str, Any]]) -> str:
+def _columns(run: RunFiles) -> list[Metric]:
+    """The task's metrics that some test row holds (ROC AUC only for binary tasks)."""
+    return [m for m in task_metrics(run.task) if any(m.key in row for row in run.test_rows)]
+
+
+def _test_table(rows: list[dict[str, Any]], metrics: list[Metric]) -> str:
     if not rows:
         return ""
-    head = ["observed blocks", "samples", *(METRICS[m] + " %" for m in METRICS)]
+    head = ["observed blocks", "samples"]
+    head += [f"{m.label} %" if m.percent else m.label for m in metrics]
     body = [
-        [row["observed"], row["samples"], *(f"{100 * float(row[m]):.2f}" for m in METRICS)]
+        [row["observed"], row["samples"], *(_cell(m, row.get(m.key), rows) for m in metrics)]
         for row in rows
     ]
     return _table(head, body)
+
+
+def _cell(metric: Metric, value: Any, rows: list[dict[str, Any]]) -> str:
+    """The value as the metric is written, without a unit sign (the header has it); errors with
+    the decimals of the overall value, so a column lines up."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "—"
+    overall = rows[-1].get(metric.key)
+    reference = float(overall) if isinstance(overall, int | float) else float(value)
+    return metric.format(float(value), reference).rstrip("%")
 
 
 def _liveness(run: RunFiles, plot: Plot | None) -> str:

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from vfl_core.headline import Metric
+
 DPI = 100
-METRICS = {"accuracy": "accuracy", "federation_accuracy": "federation accuracy", "f1": "F1"}
 STATE_COLOURS = {"up": "#4caf50", "down": "#e53935", "rejoining": "#fb8c00"}
 
 
@@ -46,8 +47,10 @@ def _save(fig: Any, name: str, title: str, caption: str) -> Plot:
     return Plot(name, title, caption, buf.getvalue(), width, height)
 
 
-def curves_plot(epochs: list[dict[str, Any]]) -> Plot | None:
-    """Training loss per head party by epoch; test metrics by epoch beside it if evaluated."""
+def curves_plot(epochs: list[dict[str, Any]], metrics: list[Metric]) -> Plot | None:
+    """Training loss per head party by epoch; beside it, if evaluated, the test `metrics` by
+    epoch that share the unit of the first (the headline: the %s, or the errors in the
+    target's units)."""
     if not epochs:
         return None
     tested = [e for e in epochs if isinstance(e.get("test"), dict)]
@@ -70,15 +73,11 @@ def curves_plot(epochs: list[dict[str, Any]]) -> Plot | None:
     if tested:
         ax = axes[1]
         tx = [e["epoch"] + 1 for e in tested]
-        for key, label in METRICS.items():
-            ax.plot(
-                tx,
-                [100 * e["test"].get(key, float("nan")) for e in tested],
-                "o-",
-                ms=3,
-                label=label,
-            )
-        ax.set(xlabel="epoch", ylabel="%")
+        for metric in [m for m in metrics if m.unit == metrics[0].unit]:
+            ys = [e["test"].get(metric.key) for e in tested]
+            if any(isinstance(y, int | float) for y in ys):
+                ax.plot(tx, [_shown(metric, y) for y in ys], "o-", ms=3, label=metric.label)
+        ax.set(xlabel="epoch", ylabel=metrics[0].unit)
         ax.set_title("test metrics (every party)", fontsize=10)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
@@ -90,16 +89,18 @@ def curves_plot(epochs: list[dict[str, Any]]) -> Plot | None:
     return _save(fig, "curves", "Training curves", caption)
 
 
-def subsets_plot(subsets: list[dict[str, Any]], metric: str) -> Plot | None:
+def subsets_plot(subsets: list[dict[str, Any]], metric: Metric) -> Plot | None:
     """Heat map: a row per evaluated set of parties, a column per party; member cells carry the
-    colour of the set's test metric, the value is written at the right."""
+    colour of the set's test metric, the value is written at the right. Better is yellow for
+    every metric: the colour scale is reversed for errors (lower is better)."""
     if not subsets:
         return None
     plt = pyplot()
     parties, values, grid = _subset_grid(subsets, metric)
     height = 1.4 + 0.3 * len(subsets)
     fig, ax = plt.subplots(figsize=(2.6 + 0.75 * len(parties), height))
-    cmap = plt.get_cmap("viridis").with_extremes(bad="#eeeeee")  # grey: party left out
+    colours = "viridis_r" if metric.lower_is_better else "viridis"
+    cmap = plt.get_cmap(colours).with_extremes(bad="#eeeeee")  # grey: party left out
     scored = values[~np.isnan(values)]
     lo, hi = (float(scored.min()), float(scored.max())) if len(scored) else (0.0, 100.0)
     image = ax.imshow(
@@ -116,30 +117,52 @@ def subsets_plot(subsets: list[dict[str, Any]], metric: str) -> Plot | None:
     ax.set_yticks(np.arange(-0.5, len(subsets)), minor=True)
     ax.grid(which="minor", color="white", lw=1.5)
     ax.tick_params(which="minor", length=0)
+    reference = float(np.median(scored)) if len(scored) else 0.0
     for i, s in enumerate(subsets):
-        note = "nothing scored" if np.isnan(values[i]) else f"{values[i]:.1f}%"
+        value = _metric(s, metric)
+        note = "nothing scored" if value is None else metric.format(value, reference)
         note += f" ({s['unscored']} unscored)" if s.get("unscored") and s.get("samples") else ""
         ax.text(len(parties) - 0.4, i, note, va="center", fontsize=8)
-    fig.colorbar(image, ax=ax, label=f"test {METRICS[metric]} (%)", pad=0.32, fraction=0.08)
+    bar = fig.colorbar(image, ax=ax, label=_scale_label(metric), pad=0.32, fraction=0.08)
+    if metric.lower_is_better:
+        bar.ax.invert_yaxis()  # better (lower) at the top, as for the other metrics
     ax.set_ylabel("parties called")
-    fig.suptitle(f"test {METRICS[metric]} with only the coloured parties", fontsize=10)
+    fig.suptitle(f"test {metric.label} with only the coloured parties", fontsize=10)
     fig.tight_layout()
     caption = (
-        f"Test {METRICS[metric]} when only the coloured parties are called (grey: left out). "
+        f"Test {metric.label} when only the coloured parties are called (grey: left out). "
         "Samples that none of them holds are unscored."
     )
-    return _save(fig, "subsets", f"Test {METRICS[metric]} by set of parties", caption)
+    if metric.lower_is_better:
+        caption += f" Lower is better: the lowest {metric.label} is yellow."
+    return _save(fig, "subsets", f"Test {metric.label} by set of parties", caption)
+
+
+def _scale_label(metric: Metric) -> str:
+    label = f"test {metric.label} ({metric.unit})"
+    return label + ", lower is better" if metric.lower_is_better else label
+
+
+def _metric(entry: dict[str, Any], metric: Metric) -> float | None:
+    """The metric of a test row or subset, None when it scored nothing or lacks it."""
+    value = entry.get(metric.key)
+    if not entry.get("samples") or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _shown(metric: Metric, value: Any) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return metric.shown(float(value)) if ok else float("nan")
 
 
 def _subset_grid(
-    subsets: list[dict[str, Any]], metric: str
+    subsets: list[dict[str, Any]], metric: Metric
 ) -> tuple[list[int], np.ndarray, np.ndarray]:
-    """The parties, each set's metric in % (NaN: no sample scored) and the (sets, parties) grid
-    holding the set's metric where the party is a member and NaN elsewhere."""
+    """The parties, each set's metric as shown (NaN: no sample scored) and the (sets, parties)
+    grid holding the set's metric where the party is a member and NaN elsewhere."""
     parties = sorted({int(b) for s in subsets for b in s["blocks"]})
-    values = np.array(
-        [100 * float(s.get(metric, np.nan)) if s.get("samples") else np.nan for s in subsets]
-    )  # (sets,)
+    values = np.array([_shown(metric, _metric(s, metric)) for s in subsets])  # (sets,)
     grid = np.full((len(subsets), len(parties)), np.nan)  # (sets, parties)
     for i, s in enumerate(subsets):
         for b in s["blocks"]:
@@ -147,33 +170,40 @@ def _subset_grid(
     return parties, values, grid
 
 
-def drop_one_plot(subsets: list[dict[str, Any]], metric: str) -> Plot | None:
-    """Bar per party: how the test metric changes when that party alone is left out."""
+def drop_one_plot(subsets: list[dict[str, Any]], metric: Metric) -> Plot | None:
+    """Bar per party: how the test metric changes when that party alone is left out (red:
+    worse, so up for errors and down for accuracy)."""
     full = max(subsets, key=lambda s: len(s["blocks"]), default=None)
-    if full is None or len(full["blocks"]) < 2:
+    with_all = _metric(full, metric) if full is not None else None
+    if full is None or len(full["blocks"]) < 2 or with_all is None:
         return None
     members = set(full["blocks"])
     bars = []
     for drop in sorted(members):
         rest = next((s for s in subsets if set(s["blocks"]) == members - {drop}), None)
-        if rest is not None and rest["samples"]:
-            bars.append((drop, 100 * (float(rest[metric]) - float(full[metric]))))
+        value = _metric(rest, metric) if rest is not None else None
+        if value is not None:
+            bars.append((drop, value - with_all))
     if not bars:
         return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(1.8 + 0.9 * len(bars), 3.4))
-    deltas = [d for _, d in bars]
-    colours = ["#e53935" if d < 0 else "#43a047" for d in deltas]
+    deltas = [metric.shown(d) for _, d in bars]
+    colours = ["#e53935" if metric.worse(d) else "#43a047" for _, d in bars]
     rects = ax.bar([f"party {b}" for b, _ in bars], deltas, color=colours)
-    ax.bar_label(rects, fmt="%+.2f", fontsize=8, padding=2)
+    places = metric.places(with_all)
+    ax.bar_label(rects, fmt=f"%+.{places}f", fontsize=8, padding=2)
     ax.axhline(0, color="black", lw=0.8)
-    span = max(1.0, *(abs(d) for d in deltas))
+    # at least a point of room for %; in other units, room for the largest bar
+    span = max(1.0 if metric.percent else 10.0**-places, *(abs(d) for d in deltas))
     ax.set_ylim(min(0.0, *deltas) - 0.25 * span, max(0.0, *deltas) + 0.25 * span)
-    ax.set_ylabel(f"change in test {METRICS[metric]} (points)")
-    ax.set_title(f"without one party (all: {100 * float(full[metric]):.2f}%)", fontsize=10)
+    unit = "points" if metric.percent else metric.unit
+    ax.set_ylabel(f"change in test {metric.label} ({unit})")
+    ax.set_title(f"without one party (all: {metric.format(with_all)})", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    caption = f"Test {METRICS[metric]} without each party minus with every party."
+    caption = f"Test {metric.label} without each party minus with every party"
+    caption += " (red: worse; lower is better)." if metric.lower_is_better else " (red: worse)."
     return _save(fig, "drop_one", "The effect of dropping each party", caption)
 
 

@@ -13,11 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from vfl_core.errors import VflError
+from vfl_core.headline import METRICS, task_of_rows
 from vfl_core.run_log import EPOCHS_FILE
+from vfl_core.tasks import REGRESSION, TASKS
 
 RESULTS_FILE = "results.json"
 CONFIG_FILE = "config.json"
-METRIC_KEYS = ("samples", "accuracy", "federation_accuracy", "f1")  # of test rows and subsets
+# What every test row and subset that scored samples holds, by task (the others are optional;
+# R^2 is absent for a single sample, federation RMSE for methods without a federation output).
+REQUIRED_METRICS = {
+    "classification": ("accuracy", "federation_accuracy", "f1"),
+    "regression": ("rmse", "mae"),
+}
 
 
 class RunFileError(VflError):
@@ -43,6 +50,23 @@ class RunFiles:
     @property
     def transitions(self) -> list[dict[str, Any]]:
         return list(self.results.get("transitions") or [])
+
+    @property
+    def task(self) -> str:
+        return run_task(self.results)
+
+    @property
+    def has_auc(self) -> bool:
+        return any("auc" in row for row in [*self.test_rows, *self.subsets])
+
+
+def run_task(results: dict[str, Any]) -> str:
+    """The task results.json names, or for runs written before it did, the one its rows show."""
+    task = results.get("task")
+    if isinstance(task, str):
+        return task
+    rows = [*((results.get("test") or {}).get("rows") or []), *(results.get("subsets") or [])]
+    return task_of_rows(r for r in rows if isinstance(r, dict))
 
 
 def load_run(directory: Path) -> RunFiles:
@@ -89,21 +113,39 @@ def _check_results(path: Path, results: dict[str, Any]) -> None:
     for key, kind in kinds.items():
         if key in results and not isinstance(results[key], kind):
             raise RunFileError(f"{path}: entry {key!r} has the wrong type")
+    if "task" in results and results["task"] not in TASKS:
+        raise RunFileError(f"{path}: task must be one of {', '.join(TASKS)}")
     for i, subset in enumerate(results.get("subsets") or []):
         if not isinstance(subset, dict) or not isinstance(subset.get("blocks"), list):
             raise RunFileError(f"{path}: subsets[{i}] has no list of blocks")
-        _check_numbers(path, f"subsets[{i}]", subset)
-    for i, row in enumerate((results.get("test") or {}).get("rows") or []):
+    rows = (results.get("test") or {}).get("rows") or []
+    for i, row in enumerate(rows):
         if not isinstance(row, dict) or not isinstance(row.get("observed"), str):
             raise RunFileError(f"{path}: test.rows[{i}] has no observed blocks")
-        _check_numbers(path, f"test.rows[{i}]", row)
+    task = run_task(results)
+    for i, subset in enumerate(results.get("subsets") or []):
+        _check_numbers(path, f"subsets[{i}]", subset, task)
+    for i, row in enumerate(rows):
+        _check_numbers(path, f"test.rows[{i}]", row, task)
 
 
-def _check_numbers(path: Path, where: str, entry: dict[str, Any]) -> None:
-    for key in METRIC_KEYS:
-        value = entry.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise RunFileError(f"{path}: {where}.{key} is not a number")
+def _check_numbers(path: Path, where: str, entry: dict[str, Any], task: str) -> None:
+    """samples, the task's metrics where samples were scored, any other metric a number."""
+    _check_number(path, where, entry, "samples")
+    if entry["samples"]:
+        for key in REQUIRED_METRICS[task]:
+            _check_number(path, where, entry, key)
+    for key in METRICS:
+        if key in entry:
+            _check_number(path, where, entry, key)
+    if task != REGRESSION and "rmse" in entry:
+        raise RunFileError(f"{path}: {where} holds regression errors in a {task} run")
+
+
+def _check_number(path: Path, where: str, entry: dict[str, Any], key: str) -> None:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RunFileError(f"{path}: {where}.{key} is not a number")
 
 
 def _epochs(path: Path) -> list[dict[str, Any]]:

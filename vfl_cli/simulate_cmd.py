@@ -14,6 +14,7 @@ from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.options import parse_ints, read_config_file, train_config
 from vfl_core.errors import ConfigError
 from vfl_core.faults import FaultConfig
+from vfl_core.headline import Metric, headline
 from vfl_core.metrics import format_table
 from vfl_core.simulate import SimulationConfig, SimulationResult, run_simulation
 from vfl_core.subsets import SubsetResult
@@ -165,33 +166,32 @@ def render(result: SimulationResult) -> str:
                 f"({report.unscored} samples unscored: no head party, or none the method can"
                 " use, predicted them)"
             )
-        lines += drop_one_lines(result.subsets.get(p_miss, []))
+        lines += drop_one_lines(result.subsets.get(p_miss, []), headline(result.task))
     return "\n".join(lines)
 
 
-def drop_one_lines(subsets: list[SubsetResult]) -> list[str]:
-    """The accuracy (regression: RMSE) without each party, next to that with all of them."""
+def drop_one_lines(subsets: list[SubsetResult], metric: Metric) -> list[str]:
+    """The run's headline metric without each party, next to its value with all of them:
+    "without party 2: accuracy 85.20% (-1.30 points)", "without party 2: RMSE 61.3 (+2.7)"."""
     if len(subsets) < 2:
         return []
     full = subsets[0]  # observed_subsets lists the full set first
+    with_all = full.value(metric.key)
     lines = []
     for drop in full.blocks:
         rest = next((r for r in subsets if set(r.blocks) == set(full.blocks) - {drop}), None)
-        if rest is not None:
-            if full.rmse is not None and rest.rmse is None:  # regression, nobody left to score
-                lines.append(f"without party {drop}: RMSE not measured (no label party left)")
-                continue
-            n = rest.unscored
-            lost = f"; {n} sample{'s' * (n != 1)} only it held" if n else ""
-            value, change = _compared(full, rest)
-            lines.append(f"without party {drop}: {value} ({change}{lost})")
+        if rest is None:
+            continue
+        n = rest.unscored
+        lost = f"{n} sample{'s' * (n != 1)} only it held" if n else ""
+        value = rest.value(metric.key)
+        if value is None:
+            lines.append(f"without party {drop}: nothing scored" + (f" ({lost})" if lost else ""))
+            continue
+        shown = f"without party {drop}: {metric.label} {metric.format(value)}"
+        if with_all is not None:
+            change = metric.format_change(value - with_all, with_all)
+            lines.append(f"{shown} ({change}" + (f"; {lost})" if lost else ")"))
+        else:
+            lines.append(shown + (f" ({lost})" if lost else ""))
     return lines
-
-
-def _compared(full: SubsetResult, rest: SubsetResult) -> tuple[str, str]:
-    """The metric without a party and its change from the full set."""
-    if full.rmse is not None and rest.rmse is not None:  # regression
-        return f"RMSE {rest.rmse:.4g}", f"{rest.rmse - full.rmse:+.4g}"
-    assert full.accuracy is not None and rest.accuracy is not None  # classification rows
-    delta = 100 * (rest.accuracy - full.accuracy)
-    return f"accuracy {100 * rest.accuracy:.2f}%", f"{delta:+.2f} points"

@@ -150,6 +150,7 @@ def _train(
     subsets = evaluate_subsets(fed, "test") if report is not None else []
     results = {
         "run_id": state.run_id,
+        "task": fed.task,  # which metrics the rows hold (vfl_core.headline)
         "config": json.loads(config.model_dump_json()),
         "epochs": [e.__dict__ for e in epochs],
         "test": report.to_json() if report is not None else None,

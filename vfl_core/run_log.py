@@ -47,13 +47,14 @@ class EpochRecord:
             "transitions": self.transitions,
         }
         if self.test is not None:
-            out["test"] = {
-                "samples": self.test.samples,
-                "accuracy": self.test.accuracy,
-                "federation_accuracy": self.test.federation_accuracy,
-                "f1": self.test.f1,
-            }
+            out["test"] = logged_metrics(self.test)
         return out
+
+
+def logged_metrics(row: MetricRow) -> dict[str, object]:
+    """The samples and the metrics of the task: accuracy, federation accuracy, F1 (and ROC AUC
+    for binary tasks), or RMSE, MAE, R^2 and federation RMSE for regression."""
+    return {k: v for k, v in row.to_json().items() if k != "observed"}
 
 
 def liveness_record(
@@ -169,7 +170,7 @@ def _scalars(board: Any, record: EpochRecord) -> None:
     for state, count in record.parties.items():
         board.add_scalar(f"parties/{state}", count, step)
     if record.test is not None:
-        board.add_scalar("test/accuracy", record.test.accuracy, step)
-        board.add_scalar("test/federation_accuracy", record.test.federation_accuracy, step)
-        board.add_scalar("test/f1", record.test.f1, step)
+        for key, value in logged_metrics(record.test).items():
+            if key != "samples":
+                board.add_scalar(f"test/{key}", value, step)
     board.flush()

@@ -61,6 +61,11 @@ class SimulationResult:
     # test metrics with only these parties, per test p_miss (empty unless asked for)
     subsets: dict[float | None, list[SubsetResult]] = field(default_factory=dict)
 
+    @property
+    def task(self) -> str:
+        """classification or regression (every party agrees: the engine checks it)."""
+        return next(iter(self.parties.values())).data.meta.task
+
     def to_json(self) -> dict[str, object]:
         out = {
             "config": json.loads(self.config.model_dump_json()),
@@ -147,6 +152,7 @@ def write_run_results(run_dir: Path, result: SimulationResult, fed: Federation) 
     first = next(iter(result.reports), None)
     results = {
         "run_id": "simulate",
+        "task": fed.task,  # which metrics the rows hold (vfl_core.headline)
         "config": json.loads(result.config.model_dump_json()),
         "epochs": [e.__dict__ for e in result.epochs],
         "test": result.reports[first].to_json() if result.reports else None,

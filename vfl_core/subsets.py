@@ -15,6 +15,7 @@ from itertools import combinations
 
 from vfl_core.engine import Federation
 from vfl_core.liveness import DOWN
+from vfl_core.metrics import MetricRow
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +29,30 @@ class SubsetResult:
     blocks: tuple[int, ...]  # the parties called
     samples: int  # samples scored
     unscored: int  # samples no party of `blocks` could predict
-    # Classification: accuracy, federation_accuracy and f1; regression: rmse (the others None).
-    accuracy: float | None
-    federation_accuracy: float | None
-    f1: float | None
+    # the overall test metrics of the set, as in MetricRow: those of the other task are None
+    accuracy: float | None = None
+    federation_accuracy: float | None = None
+    f1: float | None = None
+    auc: float | None = None
     rmse: float | None = None
+    mae: float | None = None
+    r2: float | None = None
+    federation_rmse: float | None = None
+
+    @classmethod
+    def of(cls, blocks: tuple[int, ...], unscored: int, row: MetricRow) -> SubsetResult:
+        metrics = {k: v for k, v in row.__dict__.items() if k not in ("observed", "samples")}
+        return cls(blocks, row.samples, unscored, **metrics)
+
+    def value(self, key: str) -> float | None:
+        """The metric named `key` (vfl_core.headline), None when nothing was scored."""
+        value = getattr(self, key)
+        return value if self.samples else None
 
     def to_json(self) -> dict[str, object]:
-        return {**self.__dict__, "blocks": list(self.blocks)}
+        """Metrics that do not apply to the task are left out, as in MetricRow.to_json."""
+        out = {k: v for k, v in self.__dict__.items() if v is not None}
+        return {**out, "blocks": list(self.blocks)}
 
 
 def observed_subsets(blocks: Sequence[int]) -> list[tuple[int, ...]]:
@@ -58,16 +75,5 @@ def evaluate_subsets(fed: Federation, split: str = "test") -> list[SubsetResult]
     results = []
     for subset in observed_subsets(live):
         report = fed.evaluate(split, blocks=subset)
-        row = report.overall()
-        results.append(
-            SubsetResult(
-                blocks=subset,
-                samples=row.samples,
-                unscored=report.unscored,
-                accuracy=row.accuracy,
-                federation_accuracy=row.federation_accuracy,
-                f1=row.f1,
-                rmse=row.rmse,
-            )
-        )
+        results.append(SubsetResult.of(subset, report.unscored, report.overall()))
     return results
