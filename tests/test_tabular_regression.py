@@ -170,7 +170,7 @@ def test_given_two_csv_halves_when_simulating_regression_then_rmse_beats_the_tra
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     # the agent alone holds no labels: nothing to score without the owner
-    assert "without party 0: RMSE not measured (no label party left)" in result.output
+    assert "without party 0: nothing scored" in result.output  # no label party left
     assert "without party 1: RMSE " in result.output
     saved = json.loads((tmp_path / "sim.json").read_text())
     overall = saved["results"][0]["rows"][-1]
