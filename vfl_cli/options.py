@@ -48,3 +48,8 @@ def train_config(base: dict[str, Any], **overrides: Any) -> TrainConfig:
     data.update({k: v for k, v in overrides.items() if v is not None})
     data["model"] = model
     return TrainConfig.model_validate(data)
+
+
+def samples(n: int) -> str:
+    """ "1 sample", "2 samples"."""
+    return f"{n} sample" + ("" if n == 1 else "s")

@@ -10,6 +10,7 @@ import typer
 
 from vfl_cli.coordinator_client import CoordinatorClient, Evaluation
 from vfl_cli.errors import user_errors
+from vfl_cli.options import samples
 from vfl_core.alignment import DEMO_SECRET, hash_ids
 from vfl_core.data import PREPROCESS_FILE
 from vfl_core.errors import ConfigError, DataError
@@ -52,7 +53,7 @@ def render_evaluation(ev: Evaluation, title: str) -> str:
     lines = [format_table(ev.rows, title=f"{title} (live blocks: {live}; {ev.seconds:.2f}s)")]
     if ev.unscored:
         lines.append(
-            f"({ev.unscored} samples unscored: no live head party, or none the method can use,"
+            f"({samples(ev.unscored)} unscored: no live head party, or none the method can use,"
             " predicted them)"
         )
     return "\n".join(lines)

@@ -11,7 +11,7 @@ import typer
 
 from vfl_cli import table_options as tables
 from vfl_cli.errors import setup_logging, user_errors
-from vfl_cli.options import parse_ints, read_config_file, train_config
+from vfl_cli.options import parse_ints, read_config_file, samples, train_config
 from vfl_core.errors import ConfigError
 from vfl_core.faults import FaultConfig
 from vfl_core.headline import Metric, headline
@@ -163,7 +163,7 @@ def render(result: SimulationResult) -> str:
         lines += ["", format_table(report.rows(), title=title)]
         if report.unscored:
             lines.append(
-                f"({report.unscored} samples unscored: no head party, or none the method can"
+                f"({samples(report.unscored)} unscored: no head party, or none the method can"
                 " use, predicted them)"
             )
         lines += drop_one_lines(result.subsets.get(p_miss, []), headline(result.task))
