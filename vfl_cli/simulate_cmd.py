@@ -12,6 +12,7 @@ import typer
 from vfl_cli import table_options as tables
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.options import parse_ints, read_config_file, samples, train_config
+from vfl_core.config import METHODS
 from vfl_core.errors import ConfigError
 from vfl_core.faults import FaultConfig
 from vfl_core.headline import Metric, headline
@@ -48,9 +49,7 @@ def simulate(
     test_fraction: Annotated[float, Opt()] = 0.2,
     label_blocks: Annotated[str | None, Opt(help="blocks holding labels, e.g. 0,1")] = None,
     config: Annotated[Path | None, Opt(help="YAML/JSON TrainConfig; options override")] = None,
-    method: Annotated[
-        str | None, Opt(help="laser | local | ensemble | svfl | combinatorial | plug")
-    ] = None,
+    method: Annotated[str | None, Opt(help=" | ".join(METHODS))] = None,
     seed: Annotated[int | None, Opt()] = None,
     epochs: Annotated[int | None, Opt()] = None,
     batch_size: Annotated[int | None, Opt()] = None,

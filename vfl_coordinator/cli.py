@@ -14,6 +14,7 @@ from vfl_cli.options import parse_ints, read_config_file, train_config
 from vfl_coordinator.admission import parse_parties
 from vfl_coordinator.config import CoordinatorConfig, Deadlines
 from vfl_coordinator.runner import run_coordinator
+from vfl_core.config import METHODS
 
 Opt = typer.Option
 
@@ -27,9 +28,7 @@ def coordinator(
     ] = None,
     quorum: Annotated[int | None, Opt(help="start with this many after --register-timeout")] = None,
     register_timeout: Annotated[float, Opt(help="seconds to wait for registrations")] = 300.0,
-    method: Annotated[
-        str | None, Opt(help="laser | local | ensemble | svfl | combinatorial | plug")
-    ] = None,
+    method: Annotated[str | None, Opt(help=" | ".join(METHODS))] = None,
     seed: Annotated[int | None, Opt()] = None,
     epochs: Annotated[int | None, Opt()] = None,
     batch_size: Annotated[int | None, Opt()] = None,
