@@ -73,8 +73,7 @@ def test_given_combinatorial_over_grpc_when_trained_then_it_reports_metrics_and_
         expected = want.to_json()
         got_losses, want_losses = got.pop("losses"), expected.pop("losses")
         assert got == expected, f"round {want.round_id} differs"
-        # last-bit float32 differences occur rarely (see tests/test_equivalence.py)
-        assert got_losses == pytest.approx(want_losses, rel=1e-4), f"round {want.round_id}"
+        assert got_losses == want_losses, f"round {want.round_id}"  # bit for bit
     want_rows = json.loads(json.dumps(report, default=str))["rows"]
     got_rows = results["test"]["rows"]
     assert [(r["observed"], r["samples"]) for r in got_rows] == [
