@@ -25,6 +25,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS = Path("benchmarks/results")
 DEFAULT_DATA = Path("../shared/data")
 
+# Options every benchmark command shares.
+Jobs = Annotated[int, Opt(help="parallel runs (processes); 0 runs in this process")]
+Results = Annotated[Path, Opt(help="results directory")]
+ReportOnly = Annotated[bool, Opt(help="only rewrite the report from cached runs")]
+Progress = Annotated[bool, Opt(help="show a progress bar")]
+LogLevel = Annotated[str, Opt()]
+MnistPath = Annotated[Path, Opt(help="directory with the MNIST IDX files")]
+
 bench_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
@@ -111,12 +119,12 @@ def accuracy(
         "0,0.1,0.5"
     ),
     epochs: Annotated[int | None, Opt(help="override the setup's epochs")] = None,
-    jobs: Annotated[int, Opt(help="parallel runs (processes); 0 runs in this process")] = 2,
+    jobs: Jobs = 2,
     data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
-    results: Annotated[Path, Opt(help="results directory")] = DEFAULT_RESULTS,
-    report_only: Annotated[bool, Opt(help="only rewrite the report from cached runs")] = False,
-    progress: Annotated[bool, Opt(help="show a progress bar")] = True,
-    log_level: Annotated[str, Opt()] = "warning",
+    results: Results = DEFAULT_RESULTS,
+    report_only: ReportOnly = False,
+    progress: Progress = True,
+    log_level: LogLevel = "warning",
 ) -> None:
     """Methods x train p_miss x test p_miss x seeds, cached per run; writes the report."""
     setup_logging(log_level)
@@ -153,12 +161,12 @@ def scaling(
         "mlp"
     ),
     seed: Annotated[int, Opt()] = 0,
-    jobs: Annotated[int, Opt(help="parallel runs (processes); 0 runs in this process")] = 1,
-    data_path: Annotated[Path, Opt(help="directory with the MNIST IDX files")] = DEFAULT_DATA,
-    results: Annotated[Path, Opt(help="results directory")] = DEFAULT_RESULTS,
-    report_only: Annotated[bool, Opt(help="only rewrite the report from cached runs")] = False,
-    progress: Annotated[bool, Opt(help="show a progress bar")] = True,
-    log_level: Annotated[str, Opt()] = "warning",
+    jobs: Jobs = 1,
+    data_path: MnistPath = DEFAULT_DATA,
+    results: Results = DEFAULT_RESULTS,
+    report_only: ReportOnly = False,
+    progress: Progress = True,
+    log_level: LogLevel = "warning",
 ) -> None:
     """Accuracy and time per epoch against K (MNIST strips); writes scaling.md and a plot."""
     setup_logging(log_level)
@@ -198,12 +206,12 @@ def faults(
     fail_rate: Annotated[float, Opt(help="R_d: an up party fails per round")] = 0.3,
     epochs: Annotated[int | None, Opt(help="override the setup's epochs")] = None,
     dataset: Annotated[str, Opt(help="mnist (the benchmark) or digits (quick check)")] = "mnist",
-    jobs: Annotated[int, Opt(help="parallel runs (processes); 0 runs in this process")] = 1,
-    data_path: Annotated[Path, Opt(help="directory with the MNIST IDX files")] = DEFAULT_DATA,
-    results: Annotated[Path, Opt(help="results directory")] = DEFAULT_RESULTS,
-    report_only: Annotated[bool, Opt(help="only rewrite the report from cached runs")] = False,
-    progress: Annotated[bool, Opt(help="show a progress bar")] = True,
-    log_level: Annotated[str, Opt()] = "warning",
+    jobs: Jobs = 1,
+    data_path: MnistPath = DEFAULT_DATA,
+    results: Results = DEFAULT_RESULTS,
+    report_only: ReportOnly = False,
+    progress: Progress = True,
+    log_level: LogLevel = "warning",
 ) -> None:
     """Guest-loss faults (DVFL): LASER-VFL vs split learning that skips, zero-fills or reuses."""
     setup_logging(log_level)
@@ -240,9 +248,9 @@ def throughput(
     train_samples: Annotated[int, Opt(help="train images (MNIST-10k subset)")] = 8192,
     warmup: Annotated[int, Opt(help="unmeasured epochs per run")] = 1,
     repeats: Annotated[int, Opt(help="measured epochs per run (median taken)")] = 5,
-    data_path: Annotated[Path, Opt(help="directory with the MNIST IDX files")] = DEFAULT_DATA,
-    results: Annotated[Path, Opt(help="results directory")] = DEFAULT_RESULTS,
-    log_level: Annotated[str, Opt()] = "warning",
+    data_path: MnistPath = DEFAULT_DATA,
+    results: Results = DEFAULT_RESULTS,
+    log_level: LogLevel = "warning",
 ) -> None:
     """Samples/s in-process vs gRPC on loopback (K=4) and bytes per round vs the minimum."""
     setup_logging(log_level)
