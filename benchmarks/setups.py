@@ -109,7 +109,7 @@ SETUPS: dict[str, Setup] = {
         dataset="mnist",
         metric="accuracy",
         train={
-            "epochs": 10,
+            "epochs": 30,
             "batch_size": 64,
             "lr": 1e-3,
             "weight_decay": 1e-4,
@@ -121,7 +121,7 @@ SETUPS: dict[str, Setup] = {
             "MNIST-10k (the t10k file as a data set of its own), 8 000 train / 2 000 test split "
             "from the seed, four 14x14 quadrants. Per party a small CPU CNN: conv3x3(1->32) ReLU "
             "maxpool2 conv3x3(32->64) ReLU avgpool(2x2) -> Linear 256->64 ReLU -> Linear 64->32; "
-            "linear head; Adam lr 1e-3, weight decay 1e-4; batch 64; 10 epochs."
+            "linear head; Adam lr 1e-3, weight decay 1e-4; batch 64; 30 epochs."
         ),
         differences=(
             "Reading (3 seeds, 2026-11-22): LASER-VFL is best or within one std of the best in "
