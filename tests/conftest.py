@@ -1,7 +1,48 @@
-"""Shared test settings."""
+"""Shared test settings and the fixtures several test modules use (none of them autouse: a
+module asks for what it needs)."""
 
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 import torch
+from harness import Cluster, prepare_digits
 
 # One intra-op thread: the machine has two cores shared with the federation processes the slow
 # tests start, and a fixed thread count keeps float reductions identical across runs.
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread for a module's tests, whatever an earlier module left behind."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def restore_process_state() -> Iterator[None]:
+    """The CLI commands configure the root logger (on the runner's stream) and set torch's thread
+    count process-wide; undo both after a test that runs them in this process."""
+    root = logging.getLogger()
+    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Digits in K=4 party directories (p_miss 0.1, seed 0); a module may define its own."""
+    return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A harness cluster for one test; closing it kills and checks every process it started."""
+    with Cluster(tmp_path / "cluster") as c:
+        yield c

@@ -31,6 +31,12 @@ from typing import TypeVar
 
 import grpc
 
+from vfl_core.config import TrainConfig
+from vfl_core.data import load_party_dir
+from vfl_core.engine import Federation, RoundRecord
+from vfl_core.inprocess import InProcessTransport
+from vfl_core.metrics import EvalReport
+from vfl_core.party import Party
 from vfl_wire.channels import make_channel
 from vfl_wire.security import COORDINATOR, OPERATOR, Security, load_identity
 from vfl_wire.v1 import vfl_pb2_grpc
@@ -60,6 +66,22 @@ def prepare_digits(
         subprocess.run(argv, check=True, capture_output=True, timeout=300)
         done.touch()
     return [out / f"party{k}" for k in range(clients)]
+
+
+def train_in_process(
+    party_dirs: Sequence[Path], train: TrainConfig
+) -> tuple[dict[int, Party], list[RoundRecord], EvalReport]:
+    """The federation a harness cluster runs, in this process (the reference the real processes
+    are compared with): its trained parties, every round record and the test evaluation."""
+    data = [load_party_dir(d) for d in party_dirs]
+    parties = {
+        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
+    }
+    records: list[RoundRecord] = []
+    fed = Federation(InProcessTransport(parties), train, progress=False, on_round=records.append)
+    fed.align()
+    fed.train()
+    return parties, records, fed.evaluate("test")
 
 
 # ------------------------------------------------------------------------------ waiting

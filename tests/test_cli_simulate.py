@@ -4,14 +4,12 @@ line starting with "error:", never a traceback."""
 from __future__ import annotations
 
 import json
-import logging
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
@@ -24,16 +22,8 @@ FAST = ["--epochs", "1", "--representation", "mlp", "--hidden", "8", "--embed-di
 FAST += ["--batch-size", "128", "--no-progress", "--threads", "1"]
 
 
-@pytest.fixture(autouse=True)
-def restore_process_state() -> Iterator[None]:
-    """The command configures the root logger on the runner's stream and sets torch's thread
-    count process-wide; undo both after a test."""
-    root = logging.getLogger()
-    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    torch.set_num_threads(threads)
+# The command configures the root logger and torch's thread count process-wide (conftest.py).
+pytestmark = pytest.mark.usefixtures("restore_process_state")
 
 
 @pytest.fixture(scope="module")

@@ -4,19 +4,15 @@ per-round losses, final parameters, optimiser state and test metrics, bit for bi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from harness import SECRET, Cluster, prepare_digits
+from harness import SECRET, Cluster, train_in_process
 
 from vfl_core.checkpoint import load_checkpoint
 from vfl_core.config import TrainConfig
-from vfl_core.data import load_party_dir
-from vfl_core.engine import Federation, RoundRecord
-from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
 from vfl_core.simulate import SimulationConfig, run_simulation
 
@@ -27,30 +23,6 @@ EPOCHS = 2
 # client runs its Party on one thread (vfl_client/servicer.py); before that, a run in eight
 # differed in the last bit of one loss, depending on which gRPC worker thread took a call.
 RUN_TIMEOUT_S = 180.0
-
-
-@pytest.fixture(scope="module")
-def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster(tmp_path / "cluster") as c:
-        yield c
-
-
-def _in_process(party_dirs: list[Path], train: TrainConfig):
-    """The same federation in this process, keeping every round record."""
-    data = [load_party_dir(d) for d in party_dirs]
-    parties = {
-        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
-    }
-    records: list[RoundRecord] = []
-    fed = Federation(InProcessTransport(parties), train, progress=False, on_round=records.append)
-    fed.align()
-    fed.train()
-    return parties, records, fed.evaluate("test")
 
 
 def _run_grpc(cluster: Cluster, party_dirs: list[Path], ckpt: Path):
@@ -87,7 +59,7 @@ def test_given_same_seed_and_config_when_trained_over_grpc_and_in_process_then_e
     coord = _run_grpc(cluster, party_dirs, ckpt)
     train = TrainConfig.model_validate(json.loads((coord.out / "config.json").read_text())["train"])
     assert train.epochs == EPOCHS
-    parties, records, report = _in_process(party_dirs, train)
+    parties, records, report = train_in_process(party_dirs, train)
 
     # per-round losses (and patterns, participants, updates) of every round
     grpc_rounds = coord.rounds()
@@ -128,7 +100,7 @@ def test_given_same_party_dirs_when_run_simulation_then_it_matches_the_in_proces
     """run_simulation (the `vfl simulate` path) is the same computation as the federation the
     gRPC run is compared with above, so it too is equivalent to the gRPC federation."""
     train = TrainConfig(seed=0, epochs=EPOCHS)
-    parties, _, report = _in_process(party_dirs, train)
+    parties, _, report = train_in_process(party_dirs, train)
 
     sim = run_simulation(SimulationConfig(party_dirs=tuple(party_dirs), secret=SECRET, train=train))
 

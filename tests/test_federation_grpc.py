@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from harness import SECRET, Client, Cluster, Coordinator, prepare_digits
+from harness import SECRET, Client, Cluster, Coordinator
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
@@ -30,17 +30,6 @@ DEADLINE_S = 2.0
 RUN_TIMEOUT_S = 180.0
 RPC_TIMEOUT_S = 30.0
 EMBED_DIM = 64  # the coordinator's default ModelConfig.embed_dim
-
-
-@pytest.fixture(scope="module")
-def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster(tmp_path / "cluster") as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

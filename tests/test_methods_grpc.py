@@ -9,13 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-from harness import SECRET, Cluster, prepare_digits
+from harness import Cluster, train_in_process
 
 from vfl_core.config import TrainConfig
-from vfl_core.data import load_party_dir
-from vfl_core.engine import Federation, RoundRecord
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.party import Party
 
 pytestmark = pytest.mark.slow
 
@@ -24,23 +20,6 @@ EPOCHS = 2
 RUN_TIMEOUT_S = 300.0
 # Small models keep the 2^K - 1 predictors cheap on a shared 2-core machine.
 MODEL_ARGS = ["--hidden", "32", "--embed-dim", "8", "--batch-size", "128"]
-
-
-@pytest.fixture(scope="module")
-def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0)
-
-
-def _in_process(party_dirs: list[Path], train: TrainConfig) -> tuple[list[RoundRecord], dict]:
-    data = [load_party_dir(d) for d in party_dirs]
-    parties = {
-        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
-    }
-    records: list[RoundRecord] = []
-    fed = Federation(InProcessTransport(parties), train, progress=False, on_round=records.append)
-    fed.align()
-    fed.train()
-    return records, fed.evaluate("test").to_json()
 
 
 def test_given_combinatorial_over_grpc_when_trained_then_it_reports_metrics_and_matches_simulation(
@@ -67,14 +46,14 @@ def test_given_combinatorial_over_grpc_when_trained_then_it_reports_metrics_and_
     assert any(len(r["present"]) == 4 and r["losses"] for r in grpc_rounds)
 
     # the same method and seed in one process: the same rounds, losses and metrics
-    records, report = _in_process(party_dirs, train)
+    _, records, report = train_in_process(party_dirs, train)
     assert len(grpc_rounds) == len(records)
     for got, want in zip(grpc_rounds, records, strict=True):
         expected = want.to_json()
         got_losses, want_losses = got.pop("losses"), expected.pop("losses")
         assert got == expected, f"round {want.round_id} differs"
         assert got_losses == want_losses, f"round {want.round_id}"  # bit for bit
-    want_rows = json.loads(json.dumps(report, default=str))["rows"]
+    want_rows = json.loads(json.dumps(report.to_json(), default=str))["rows"]
     got_rows = results["test"]["rows"]
     assert [(r["observed"], r["samples"]) for r in got_rows] == [
         (r["observed"], r["samples"]) for r in want_rows

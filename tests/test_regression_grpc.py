@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import math
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +32,6 @@ def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     argv += ["--clients", "4", "--p-miss", "0.1", "--seed", "0"]
     subprocess.run(argv, check=True, capture_output=True, timeout=120)
     return [out / f"party{k}" for k in range(4)]
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster(tmp_path / "cluster") as c:
-        yield c
 
 
 def labels(party_dirs: list[Path], split: str) -> dict[str, float]:

@@ -5,9 +5,7 @@ better, in the target's units, for regression) with the values of results.json."
 from __future__ import annotations
 
 import json
-import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,15 +27,8 @@ FAST = ["--representation", "mlp", "--hidden", "16", "--embed-dim", "8", "--batc
 FAST += ["--no-progress", "--threads", "1", "--seed", "0", "--log-level", "error"]
 
 
-@pytest.fixture(autouse=True)
-def restore_process_state() -> Iterator[None]:
-    """The commands configure the root logger and torch's thread count process-wide."""
-    root = logging.getLogger()
-    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    torch.set_num_threads(threads)
+# The commands configure the root logger and torch's thread count process-wide (conftest.py).
+pytestmark = pytest.mark.usefixtures("restore_process_state")
 
 
 def simulate(root: Path, *args: str) -> tuple[Path, str]:

@@ -9,9 +9,7 @@ import base64
 import importlib.util
 import io
 import json
-import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,15 +28,8 @@ FAST += ["--no-progress", "--threads", "1", "--seed", "0"]
 IMG = re.compile(r"<img src='data:image/png;base64,([A-Za-z0-9+/=]+)' width='(\d+)' height='(\d+)'")
 
 
-@pytest.fixture(autouse=True)
-def restore_process_state() -> Iterator[None]:
-    """The commands configure the root logger and torch's thread count process-wide."""
-    root = logging.getLogger()
-    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    torch.set_num_threads(threads)
+# The commands configure the root logger and torch's thread count process-wide (conftest.py).
+pytestmark = pytest.mark.usefixtures("restore_process_state")
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,11 @@ import random
 import signal
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from harness import SECRET, Client, Cluster, Coordinator, prepare_digits
+from harness import SECRET, Client, Cluster, Coordinator
 
 from vfl_core.checkpoint_store import RoundCheckpoints
 from vfl_core.config import TrainConfig
@@ -43,11 +42,6 @@ REJOIN_S = 10.0
 TRAIN_ARGS = ["--batch-size", str(BATCH), "--checkpoint-every", str(EVERY)]
 
 
-@pytest.fixture(scope="module")
-def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0)
-
-
 _REFERENCE: dict[int, float] = {}
 
 
@@ -64,12 +58,6 @@ def uninterrupted(party_dirs: list[Path], epochs: int) -> float:
             torch.set_num_threads(before)
         _REFERENCE[epochs] = report.to_json()["rows"][-1]["accuracy"]
     return _REFERENCE[epochs]
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster(tmp_path / "cluster") as c:
-        yield c
 
 
 # ------------------------------------------------------------------------------ helpers

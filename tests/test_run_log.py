@@ -7,13 +7,11 @@ import importlib.util
 import json
 import logging
 import sys
-from collections.abc import Iterator
 from copy import deepcopy
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import load_party_dir
@@ -31,12 +29,7 @@ K = 4
 SECRET = b"run-log-test"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def summary(epoch: int) -> EpochSummary:

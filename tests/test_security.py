@@ -22,7 +22,7 @@ import grpc
 import numpy as np
 import pytest
 from cryptography import x509
-from harness import BIN, SECRET, Client, Cluster, Coordinator, prepare_digits
+from harness import BIN, SECRET, Client, Cluster, Coordinator
 
 from vfl_cli.certs_cmd import create_federation, parse_names
 from vfl_coordinator.admission import parse_parties
@@ -148,11 +148,6 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     wrong.write_text("not-the-token\n")
     out["wrong_token"] = wrong
     return out
-
-
-@pytest.fixture(scope="module")
-def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,10 @@ the other parties dead, and samples none of them holds are unscored."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PartyData, load_party_dir
@@ -26,12 +24,7 @@ K = 4
 SECRET = b"subsets-test"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class Recording(InProcessTransport):

@@ -11,6 +11,7 @@ import importlib
 import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
@@ -18,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from vfl_cli.errors import setup_logging, user_errors
+from vfl_cli.option_groups import with_option_groups
 from vfl_core.errors import ConfigError
 
 Opt = typer.Option
@@ -32,6 +34,17 @@ ReportOnly = Annotated[bool, Opt(help="only rewrite the report from cached runs"
 Progress = Annotated[bool, Opt(help="show a progress bar")]
 LogLevel = Annotated[str, Opt()]
 MnistPath = Annotated[Path, Opt(help="directory with the MNIST IDX files")]
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """Where a cached benchmark keeps its runs, whether to run them, and how it reports."""
+
+    results: Results = DEFAULT_RESULTS
+    report_only: ReportOnly = False
+    progress: Progress = True
+    log_level: LogLevel = "warning"
+
 
 bench_app = typer.Typer(
     no_args_is_help=True,
@@ -89,12 +102,11 @@ def _run_and_report(
     run: Callable[..., list[str]],
     write_report: Callable[[Any], tuple[Path, str]],
     job: Any,
-    report_only: bool,
-    progress: bool,
+    bench: BenchRun,
 ) -> None:
     """Run the job's missing runs (unless only reporting), then write and print its report."""
-    if not report_only:
-        failed = run(job, progress=progress)
+    if not bench.report_only:
+        failed = run(job, progress=bench.progress)
         if failed:
             typer.echo(f"{len(failed)} runs failed (see the log): {', '.join(failed)}", err=True)
     path, text = write_report(job)
@@ -108,6 +120,7 @@ def _command() -> str:
 
 @bench_app.command("accuracy")
 @user_errors
+@with_option_groups
 def accuracy(
     dataset: Annotated[str, Opt(help="credit | mnist | digits")] = "credit",
     seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
@@ -121,13 +134,10 @@ def accuracy(
     epochs: Annotated[int | None, Opt(help="override the setup's epochs")] = None,
     jobs: Jobs = 2,
     data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
-    results: Results = DEFAULT_RESULTS,
-    report_only: ReportOnly = False,
-    progress: Progress = True,
-    log_level: LogLevel = "warning",
+    bench: BenchRun = BenchRun(),
 ) -> None:
     """Methods x train p_miss x test p_miss x seeds, cached per run; writes the report."""
-    setup_logging(log_level)
+    setup_logging(bench.log_level)
     acc, setups = _bench("accuracy"), _bench("setups")
     if dataset not in setups.SETUPS:
         raise ConfigError(f"unknown dataset {dataset!r}; choose from {', '.join(setups.SETUPS)}")
@@ -137,17 +147,18 @@ def accuracy(
         seeds=_ints(seeds, "--seeds"),
         p_train=_floats(p_train, "--p-train"),
         p_test=_floats(p_test, "--p-test"),
-        results=results,
+        results=bench.results,
         data_path=data_path if setups.SETUPS[dataset].needs_data_path else None,
         epochs=epochs,
         jobs=jobs,
         command=_command(),
     )
-    _run_and_report(acc.run_grid, acc.write_report, job, report_only, progress)
+    _run_and_report(acc.run_grid, acc.write_report, job, bench)
 
 
 @bench_app.command("scaling")
 @user_errors
+@with_option_groups
 def scaling(
     ks: Annotated[str, Opt("--ks", help="numbers of parties")] = "2,3,4,5,6,7,8",
     methods: Annotated[str, Opt(help="comma-separated methods")] = (
@@ -163,20 +174,17 @@ def scaling(
     seed: Annotated[int, Opt()] = 0,
     jobs: Jobs = 1,
     data_path: MnistPath = DEFAULT_DATA,
-    results: Results = DEFAULT_RESULTS,
-    report_only: ReportOnly = False,
-    progress: Progress = True,
-    log_level: LogLevel = "warning",
+    bench: BenchRun = BenchRun(),
 ) -> None:
     """Accuracy and time per epoch against K (MNIST strips); writes scaling.md and a plot."""
-    setup_logging(log_level)
+    setup_logging(bench.log_level)
     mod = _bench("scaling")
     if model not in mod.MODELS:
         raise ConfigError(f"--model must be one of {', '.join(mod.MODELS)}, got {model!r}")
     job = mod.ScalingJob(
         ks=_ints(ks, "--ks"),
         methods=_methods(methods),
-        results=results,
+        results=bench.results,
         data_path=data_path,
         seed=seed,
         epochs=epochs,
@@ -187,11 +195,12 @@ def scaling(
         jobs=jobs,
         command=_command(),
     )
-    _run_and_report(mod.run, mod.write_report, job, report_only, progress)
+    _run_and_report(mod.run, mod.write_report, job, bench)
 
 
 @bench_app.command("faults")
 @user_errors
+@with_option_groups
 def faults(
     seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
     methods: Annotated[
@@ -208,13 +217,10 @@ def faults(
     dataset: Annotated[str, Opt(help="mnist (the benchmark) or digits (quick check)")] = "mnist",
     jobs: Jobs = 1,
     data_path: MnistPath = DEFAULT_DATA,
-    results: Results = DEFAULT_RESULTS,
-    report_only: ReportOnly = False,
-    progress: Progress = True,
-    log_level: LogLevel = "warning",
+    bench: BenchRun = BenchRun(),
 ) -> None:
     """Guest-loss faults (DVFL): LASER-VFL vs split learning that skips, zero-fills or reuses."""
-    setup_logging(log_level)
+    setup_logging(bench.log_level)
     mod = _bench("faults")
     chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip())
     if not chosen or any(s not in mod.SCENARIOS for s in chosen):
@@ -226,7 +232,7 @@ def faults(
         raise ConfigError("--fail-rate and --rejoin values must be in (0, 1]")
     job = mod.FaultJob(
         seeds=_ints(seeds, "--seeds"),
-        results=results,
+        results=bench.results,
         data_path=data_path.resolve() if dataset == "mnist" else None,
         methods=_variants(methods, mod.METHODS),
         scenarios=chosen,
@@ -237,7 +243,7 @@ def faults(
         jobs=jobs,
         command=_command(),
     )
-    _run_and_report(mod.run, mod.write_report, job, report_only, progress)
+    _run_and_report(mod.run, mod.write_report, job, bench)
 
 
 @bench_app.command("throughput")

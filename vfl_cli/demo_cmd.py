@@ -28,6 +28,7 @@ from vfl_cli.coordinator_client import CoordinatorClient, CoordinatorError
 from vfl_cli.errors import user_errors
 from vfl_cli.remote_cmd import operator_security, render_evaluation
 from vfl_cli.report_cmd import has_matplotlib, write_report
+from vfl_cli.train_options import Deadline
 from vfl_core.datasets import load_dataset
 from vfl_core.errors import VflError
 from vfl_core.prepare import prepare_parties
@@ -48,9 +49,7 @@ def demo(
     p_miss: Annotated[float, Opt(help="train and test probability a party misses a sample")] = 0.1,
     kill_block: Annotated[int, Opt(help="the client to SIGKILL before the second inference")] = 2,
     seed: Annotated[int, Opt()] = 0,
-    deadline: Annotated[
-        float, Opt(help="seconds per phase before a party counts as missing")
-    ] = 5.0,
+    deadline: Deadline = 5.0,
     fault_rate: Annotated[
         float, Opt(help="R_d: per tick, each running client is killed or frozen (0: no faults)")
     ] = 0.0,

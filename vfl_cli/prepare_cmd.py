@@ -10,6 +10,7 @@ from typing import Annotated, TypeVar, cast, get_args
 import typer
 
 from vfl_cli import table_options as tables
+from vfl_cli.option_groups import with_option_groups
 from vfl_core.data import PartyData, save_party_dir
 from vfl_core.datasets import Layout, load_dataset
 from vfl_core.errors import ConfigError
@@ -21,6 +22,7 @@ from vfl_core.tasks import REGRESSION
 T = TypeVar("T", int, float)
 
 
+@with_option_groups
 def prepare(
     out: Annotated[Path, typer.Option("--out", help="Directory for the party directories.")],
     dataset: Annotated[
@@ -61,14 +63,9 @@ def prepare(
     test_csv: Annotated[
         Path | None, typer.Option(help="Table: its test rows (default: split by ID hash).")
     ] = None,
-    id_column: tables.IdColumn = None,
-    label_column: tables.LabelColumn = None,
-    features: tables.Features = None,
+    table_columns: tables.TableColumns = tables.TableColumns(),
     block: Annotated[int | None, typer.Option(help="Table: this party's block index.")] = None,
-    num_blocks: tables.NumBlocks = None,
-    num_classes: tables.NumClasses = None,
-    max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
-    task: tables.TaskOption = None,
+    table_encoding: tables.TableEncoding = tables.TableEncoding(),
     preprocessing: Annotated[
         Path | None,
         typer.Option(help="Table: reuse this fitted preprocess.json instead of fitting one."),
@@ -81,20 +78,15 @@ def prepare(
     if csv is not None:
         source = tables.table_source(
             csv,
-            id_column=id_column,
-            label_column=label_column,
-            features=features,
+            table_columns,
+            table_encoding,
             test_path=test_csv,
             test_fraction=test_fraction,
             block=block,
-            num_blocks=num_blocks,
-            num_classes=num_classes,
-            max_onehot=max_onehot,
-            task=task,
         )
         prepare_table(source, out, preprocessing)
         return
-    if task is not None:
+    if table_encoding.task is not None:
         raise ConfigError("--task applies to --csv (a built-in data set has its own task)")
     if layout not in get_args(Layout):
         raise ConfigError(f"unknown layout {layout!r} (use {', '.join(get_args(Layout))})")

@@ -11,8 +11,9 @@ import typer
 
 from vfl_cli import table_options as tables
 from vfl_cli.errors import setup_logging, user_errors
-from vfl_cli.options import parse_ints, read_config_file, samples, train_config
-from vfl_core.config import METHODS
+from vfl_cli.option_groups import with_option_groups
+from vfl_cli.options import parse_ints, read_config_file, samples
+from vfl_cli.train_options import TrainOptions
 from vfl_core.errors import ConfigError
 from vfl_core.faults import FaultConfig
 from vfl_core.headline import Metric, headline
@@ -25,6 +26,7 @@ Opt = typer.Option
 
 
 @user_errors
+@with_option_groups
 def simulate(
     dataset: Annotated[
         str, Opt(help="digits, diabetes (embedded; diabetes is regression), mnist or credit")
@@ -49,17 +51,7 @@ def simulate(
     test_fraction: Annotated[float, Opt()] = 0.2,
     label_blocks: Annotated[str | None, Opt(help="blocks holding labels, e.g. 0,1")] = None,
     config: Annotated[Path | None, Opt(help="YAML/JSON TrainConfig; options override")] = None,
-    method: Annotated[str | None, Opt(help=" | ".join(METHODS))] = None,
-    seed: Annotated[int | None, Opt()] = None,
-    epochs: Annotated[int | None, Opt()] = None,
-    batch_size: Annotated[int | None, Opt()] = None,
-    lr: Annotated[float | None, Opt()] = None,
-    weight_decay: Annotated[float | None, Opt()] = None,
-    balance: Annotated[str | None, Opt(help="none | resample")] = None,
-    representation: Annotated[str | None, Opt(help="auto | mlp | cnn | resnet18")] = None,
-    embed_dim: Annotated[int | None, Opt()] = None,
-    hidden: Annotated[str | None, Opt(help="hidden sizes, e.g. 128,64")] = None,
-    head: Annotated[str | None, Opt(help="linear | mlp")] = None,
+    train: TrainOptions = TrainOptions(),
     fault_rate: Annotated[
         float, Opt(help="R_d: probability that a party fails at each training round")
     ] = 0.0,
@@ -84,20 +76,7 @@ def simulate(
     """Train and evaluate LASER-VFL with every party in this process."""
     setup_logging(log_level)
     torch.set_num_threads(threads)
-    train = train_config(
-        read_config_file(config),
-        method=method,
-        seed=seed,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        weight_decay=weight_decay,
-        balance=balance,
-        representation=representation,
-        embed_dim=embed_dim,
-        hidden=parse_ints(hidden, "--hidden"),
-        head=head,
-    )
+    train_config = train.config(read_config_file(config))
     sources = ()
     if csv:
         if data:
@@ -126,7 +105,7 @@ def simulate(
         p_miss_test=tuple(p_miss_test) if p_miss_test else (p_miss_train,),
         test_fraction=test_fraction,
         label_blocks=parse_ints(label_blocks, "--label-blocks"),
-        train=train,
+        train=train_config,
         faults=FaultConfig(fail_rate=fault_rate, rejoin_rate=rejoin_rate, link_loss=link_loss),
     )
     if eval_every < 0:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -54,49 +56,74 @@ def parse_task(task: str | None) -> Task:
     return task  # type: ignore[return-value]  # checked against TASKS just above
 
 
+@dataclass(frozen=True)
+class TableColumns:
+    """Which columns of a party's table hold the IDs, the label and the features."""
+
+    id_column: IdColumn = None
+    label_column: LabelColumn = None
+    features: Features = None
+
+
+@dataclass(frozen=True)
+class TableEncoding:
+    """How a party's table becomes its block of the federation: K, the task, the class count
+    of a feature-only party, and the one-hot limit for categorical columns."""
+
+    num_blocks: NumBlocks = None
+    num_classes: NumClasses = None
+    max_onehot: MaxOnehot = DEFAULT_MAX_ONEHOT
+    task: TaskOption = None
+
+
 def table_source(
     path: Path,
+    columns: TableColumns,
+    encoding: TableEncoding,
     *,
-    id_column: str | None,
-    label_column: str | None,
-    features: str | None,
     test_path: Path | None,
     test_fraction: float,
     block: int | None,
-    num_blocks: int | None,
-    num_classes: int | None,
-    max_onehot: int,
-    task: str | None = None,
 ) -> TableSource:
     """Check the options a table needs and build its TableSource."""
-    for value, option in ((id_column, "--id-column"), (block, "--block")):
+    for value, option in ((columns.id_column, "--id-column"), (block, "--block")):
         if value is None:
             raise ConfigError(f"{path}: a CSV/Parquet party needs {option}")
-    if num_blocks is None:
+    if encoding.num_blocks is None:
         raise ConfigError(f"{path}: a CSV/Parquet party needs --num-blocks")
-    columns = None
-    if features is not None:
-        columns = tuple(c.strip() for c in features.split(",") if c.strip())
-        if not columns:
+    features = None
+    if columns.features is not None:
+        features = tuple(c.strip() for c in columns.features.split(",") if c.strip())
+        if not features:
             raise ConfigError("--features: no column names given")
     return TableSource(
         path=path,
-        id_column=id_column,
-        label_column=label_column,
-        features=columns,
+        id_column=columns.id_column,
+        label_column=columns.label_column,
+        features=features,
         test_path=test_path,
         test_fraction=test_fraction,
         block=block,
-        num_blocks=num_blocks,
-        num_classes=num_classes,
-        max_onehot=max_onehot,
-        task=parse_task(task),
+        num_blocks=encoding.num_blocks,
+        num_classes=encoding.num_classes,
+        max_onehot=encoding.max_onehot,
+        task=parse_task(encoding.task),
     )
 
 
-def refuse_table_options(path: Path, **given: object) -> None:
-    """Table options given with a party directory would be silently ignored: refuse them."""
-    for name, value in given.items():
+def refuse_table_options(
+    path: Path, columns: TableColumns, encoding: TableEncoding, **given: object
+) -> None:
+    """Table options given with a party directory would be silently ignored: refuse them.
+    (--max-onehot always has a value, so a given one cannot be told from its default.)"""
+    options = {
+        **dataclasses.asdict(columns),
+        **given,
+        "num_blocks": encoding.num_blocks,
+        "num_classes": encoding.num_classes,
+        "task": encoding.task,  # a directory's meta.json names its task
+    }
+    for name, value in options.items():
         if value is not None:
             option = "--" + name.replace("_", "-")
             raise ConfigError(f"{option} applies to a CSV/Parquet --data, not the directory {path}")

@@ -9,6 +9,7 @@ import typer
 
 from vfl_cli import table_options as tables
 from vfl_cli.errors import setup_logging, user_errors
+from vfl_cli.option_groups import with_option_groups
 from vfl_client.runner import ClientConfig, run_client
 from vfl_core.table_files import is_table_file
 
@@ -16,6 +17,7 @@ Opt = typer.Option
 
 
 @user_errors
+@with_option_groups
 def client(
     data: Annotated[
         Path,
@@ -25,17 +27,12 @@ def client(
     block: Annotated[
         int | None, Opt(help="block index (checked against a directory; required for a table)")
     ] = None,
-    id_column: tables.IdColumn = None,
-    label_column: tables.LabelColumn = None,
-    features: tables.Features = None,
+    table_columns: tables.TableColumns = tables.TableColumns(),
     test_data: Annotated[
         Path | None, Opt(help="table: the test rows (default: split --data by ID)")
     ] = None,
     test_fraction: tables.TestFraction = tables.DEFAULTS["test_fraction"],
-    num_blocks: tables.NumBlocks = None,
-    num_classes: tables.NumClasses = None,
-    max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
-    task: tables.TaskOption = None,
+    table_encoding: tables.TableEncoding = tables.TableEncoding(),
     party_id: Annotated[str | None, Opt(help="party name (default party<block>)")] = None,
     listen: Annotated[str, Opt(help="host:port to serve on (port 0: any free port)")] = "0.0.0.0:0",
     advertise: Annotated[str | None, Opt(help="host:port the coordinator calls back")] = None,
@@ -73,28 +70,14 @@ def client(
     if is_table_file(data):
         table = tables.table_source(
             data,
-            id_column=id_column,
-            label_column=label_column,
-            features=features,
+            table_columns,
+            table_encoding,
             test_path=test_data,
             test_fraction=test_fraction,
             block=block,
-            num_blocks=num_blocks,
-            num_classes=num_classes,
-            max_onehot=max_onehot,
-            task=task,
         )
     else:
-        tables.refuse_table_options(
-            data,
-            id_column=id_column,
-            label_column=label_column,
-            features=features,
-            test_data=test_data,
-            num_blocks=num_blocks,
-            num_classes=num_classes,
-            task=task,  # a directory's meta.json names its task
-        )
+        tables.refuse_table_options(data, table_columns, table_encoding, test_data=test_data)
     config = ClientConfig(
         data=data,
         table=table,

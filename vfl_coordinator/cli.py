@@ -10,16 +10,18 @@ from typing import Annotated
 import typer
 
 from vfl_cli.errors import setup_logging, user_errors
-from vfl_cli.options import parse_ints, read_config_file, train_config
+from vfl_cli.option_groups import with_option_groups
+from vfl_cli.options import read_config_file
+from vfl_cli.train_options import Deadline, TrainOptions
 from vfl_coordinator.admission import parse_parties
 from vfl_coordinator.config import CoordinatorConfig, Deadlines
 from vfl_coordinator.runner import run_coordinator
-from vfl_core.config import METHODS
 
 Opt = typer.Option
 
 
 @user_errors
+@with_option_groups
 def coordinator(
     clients: Annotated[int, Opt(help="number of parties K to wait for")] = 4,
     listen: Annotated[str, Opt(help="host:port to serve on")] = "0.0.0.0:50051",
@@ -28,20 +30,8 @@ def coordinator(
     ] = None,
     quorum: Annotated[int | None, Opt(help="start with this many after --register-timeout")] = None,
     register_timeout: Annotated[float, Opt(help="seconds to wait for registrations")] = 300.0,
-    method: Annotated[str | None, Opt(help=" | ".join(METHODS))] = None,
-    seed: Annotated[int | None, Opt()] = None,
-    epochs: Annotated[int | None, Opt()] = None,
-    batch_size: Annotated[int | None, Opt()] = None,
-    lr: Annotated[float | None, Opt()] = None,
-    weight_decay: Annotated[float | None, Opt()] = None,
-    balance: Annotated[str | None, Opt(help="none | resample")] = None,
-    representation: Annotated[str | None, Opt(help="auto | mlp | cnn | resnet18")] = None,
-    embed_dim: Annotated[int | None, Opt()] = None,
-    hidden: Annotated[str | None, Opt(help="hidden sizes, e.g. 128,64")] = None,
-    head: Annotated[str | None, Opt(help="linear | mlp")] = None,
-    deadline: Annotated[
-        float, Opt(help="seconds per phase before a party counts as missing")
-    ] = 10.0,
+    train: TrainOptions = TrainOptions(),
+    deadline: Deadline = 10.0,
     down_after: Annotated[int, Opt(help="missed phases before a party is marked down")] = 3,
     retry_every: Annotated[int, Opt(help="rounds between retries of a down party")] = 10,
     out: Annotated[Path, Opt(help="directory for results and round log")] = Path(
@@ -92,20 +82,7 @@ def coordinator(
     setup_logging(log_level)
     base = read_config_file(config)
     train_base = base.pop("train", {}) or {}
-    train = train_config(
-        train_base,
-        method=method,
-        seed=seed,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        weight_decay=weight_decay,
-        balance=balance,
-        representation=representation,
-        embed_dim=embed_dim,
-        hidden=parse_ints(hidden, "--hidden"),
-        head=head,
-    )
+    train_config = train.config(train_base)
     d = deadline
     settings = {
         "listen": listen,
@@ -131,7 +108,7 @@ def coordinator(
         **({"parties": parse_parties(parties)} if parties is not None else {}),
         **base,
     }
-    cfg = CoordinatorConfig.model_validate({**settings, "train": train.model_dump()})
+    cfg = CoordinatorConfig.model_validate({**settings, "train": train_config.model_dump()})
     on_port = None if port_file is None else functools.partial(write_port_file, port_file)
     results = run_coordinator(cfg, progress=progress, on_port=on_port)
     typer.echo(

@@ -1,0 +1,40 @@
+"""Training options of `vfl simulate` and `vfl-coordinator` (and the phase deadline `vfl demo`
+shares with the coordinator), declared once."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+
+from vfl_cli.options import parse_ints, train_config
+from vfl_core.config import METHODS, TrainConfig
+
+Opt = typer.Option
+
+Deadline = Annotated[float, Opt(help="seconds per phase before a party counts as missing")]
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """Command-line overrides of a TrainConfig; None keeps the config file's value or default."""
+
+    method: Annotated[str | None, Opt(help=" | ".join(METHODS))] = None
+    seed: Annotated[int | None, Opt()] = None
+    epochs: Annotated[int | None, Opt()] = None
+    batch_size: Annotated[int | None, Opt()] = None
+    lr: Annotated[float | None, Opt()] = None
+    weight_decay: Annotated[float | None, Opt()] = None
+    balance: Annotated[str | None, Opt(help="none | resample")] = None
+    representation: Annotated[str | None, Opt(help="auto | mlp | cnn | resnet18")] = None
+    embed_dim: Annotated[int | None, Opt()] = None
+    hidden: Annotated[str | None, Opt(help="hidden sizes, e.g. 128,64")] = None
+    head: Annotated[str | None, Opt(help="linear | mlp")] = None
+
+    def config(self, base: dict[str, Any]) -> TrainConfig:
+        """The TrainConfig of a config file's mapping with these options applied over it."""
+        overrides = dataclasses.asdict(self)
+        overrides["hidden"] = parse_ints(self.hidden, "--hidden")
+        return train_config(base, **overrides)
