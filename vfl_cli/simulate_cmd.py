@@ -11,11 +11,11 @@ import typer
 
 from vfl_cli import table_options as tables
 from vfl_cli.errors import setup_logging, user_errors
+from vfl_cli.fault_options import FaultOptions
 from vfl_cli.option_groups import with_option_groups
 from vfl_cli.options import parse_ints, read_config_file, samples
 from vfl_cli.train_options import TrainOptions
 from vfl_core.errors import ConfigError
-from vfl_core.faults import FaultConfig
 from vfl_core.headline import Metric, headline
 from vfl_core.metrics import format_table
 from vfl_core.simulate import SimulationConfig, SimulationResult, run_simulation
@@ -52,15 +52,7 @@ def simulate(
     label_blocks: Annotated[str | None, Opt(help="blocks holding labels, e.g. 0,1")] = None,
     config: Annotated[Path | None, Opt(help="YAML/JSON TrainConfig; options override")] = None,
     train: TrainOptions = TrainOptions(),
-    fault_rate: Annotated[
-        float, Opt(help="R_d: probability that a party fails at each training round")
-    ] = 0.0,
-    rejoin_rate: Annotated[
-        float, Opt(help="R_u: probability that a failed party comes back at each round")
-    ] = 1.0,
-    link_loss: Annotated[
-        float, Opt(help="probability that one message of a training round is lost")
-    ] = 0.0,
+    faults: FaultOptions = FaultOptions(),
     out: Annotated[Path, Opt(help="JSON result file")] = Path("runs/simulate.json"),
     run_dir: Annotated[
         Path | None,
@@ -106,7 +98,7 @@ def simulate(
         test_fraction=test_fraction,
         label_blocks=parse_ints(label_blocks, "--label-blocks"),
         train=train_config,
-        faults=FaultConfig(fail_rate=fault_rate, rejoin_rate=rejoin_rate, link_loss=link_loss),
+        faults=faults.config(),
     )
     if eval_every < 0:
         raise ConfigError(f"--eval-every must be 0 or more, not {eval_every}")

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from vfl_cli.errors import setup_logging, user_errors
+from vfl_cli.fault_options import FaultOptions
 from vfl_cli.option_groups import with_option_groups
 from vfl_cli.options import read_config_file
 from vfl_cli.train_options import Deadline, TrainOptions
@@ -34,6 +35,7 @@ def coordinator(
     deadline: Deadline = 10.0,
     down_after: Annotated[int, Opt(help="missed phases before a party is marked down")] = 3,
     retry_every: Annotated[int, Opt(help="rounds between retries of a down party")] = 10,
+    faults: FaultOptions = FaultOptions(),
     out: Annotated[Path, Opt(help="directory for results and round log")] = Path(
         "runs/coordinator"
     ),
@@ -108,6 +110,8 @@ def coordinator(
         **({"parties": parse_parties(parties)} if parties is not None else {}),
         **base,
     }
+    if faults.config().active:
+        settings["faults"] = faults.config().model_dump()
     cfg = CoordinatorConfig.model_validate({**settings, "train": train_config.model_dump()})
     on_port = None if port_file is None else functools.partial(write_port_file, port_file)
     results = run_coordinator(cfg, progress=progress, on_port=on_port)

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_core.config import TrainConfig
+from vfl_core.faults import FaultConfig
 
 
 class Deadlines(BaseModel):
@@ -48,4 +49,6 @@ class CoordinatorConfig(BaseModel):
     checkpoint_dir: Path | None = None  # resume from here if it holds a checkpoint of this run
     checkpoint_every: int = Field(0, ge=0)  # rounds between checkpoints; 0: only at the end
     eval_every: int = Field(0, ge=0)  # epochs between test evaluations in epochs.jsonl; 0: none
+    # injected guest loss and lost messages during training (vfl_core.faults): rehearsal only
+    faults: FaultConfig = FaultConfig()
     train: TrainConfig = TrainConfig()

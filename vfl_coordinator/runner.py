@@ -19,6 +19,7 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.transport import GrpcTransport
 from vfl_core.engine import Federation, RoundRecord
+from vfl_core.faults import FaultyTransport
 from vfl_core.metrics import format_table
 from vfl_core.run_log import RunLog
 from vfl_core.subsets import evaluate_subsets
@@ -106,10 +107,16 @@ def run_coordinator(
 def _train(
     config: CoordinatorConfig,
     state: CoordinatorState,
-    transport: GrpcTransport,
+    grpc_transport: GrpcTransport,
     progress: bool,
     resume: Resume | None = None,
 ) -> dict[str, object]:
+    # Injected faults wrap the real transport exactly as `vfl simulate` wraps the in-process one,
+    # so a seed gives the same failures in both. A restarted coordinator starts them afresh.
+    faulty = None
+    if config.faults.active:
+        faulty = FaultyTransport(grpc_transport, config.faults, config.train.seed)
+    transport = faulty if faulty is not None else grpc_transport
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(config.model_dump_json(indent=2))
@@ -143,6 +150,8 @@ def _train(
             checkpointer.resumed(fed, resume)
         state.phase = "training"
         epochs = fed.train()
+    if faulty is not None:
+        faulty.heal()  # faults model training; evaluation sees every party, as in simulations
     state.phase = "evaluating"
     report = fed.evaluate("test") if "test" in fed.alignments else None
     if report is not None:
@@ -158,6 +167,7 @@ def _train(
         "transitions": [t.__dict__ for t in fed.liveness.transitions],
         "transition_counts": fed.liveness.counts(),
         "resumed": checkpointer.history if checkpointer is not None else [],
+        "faults": faulty.counts() if faulty is not None else None,
         "rounds": fed.round_id,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
