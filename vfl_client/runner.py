@@ -77,7 +77,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
         config.tls_dir, config.insecure, party_id, token_file=config.token_file, need_token=True
     )
     warm_up()  # before listening: once registered, the party is built and rejoins at once
-    servicer = PartyServicer(party_id)
+    servicer = PartyServicer(party_id, threads=config.threads)
     server, port = _start_server(servicer, config.listen, security, _refused_calls(config))
     stop = stop or _stop_on_signals()
     run_id, reason = "", "stopped before joining a run"

@@ -2,10 +2,14 @@
 
 No learning logic lives here. Every call on the Party runs on one dedicated thread, in arrival
 order: a Party is not thread-safe (its round state and optimisers change with each call), and
-its arithmetic must not depend on which gRPC worker thread took the call. With calls spread over
-the server's worker threads, about one run in eight differed from the same run in process in
-the last bit of a float32 loss (3 of 23); on one thread, none of 30 did (tests/test_equivalence.py
-with exact comparison).
+its arithmetic must not depend on which gRPC worker thread took the call.
+
+That thread sets torch's thread count itself. `torch.set_num_threads` on the main thread does
+not reach a thread started later: MKL there computes with its default team (every core), which
+rounds some matrix products differently from one thread (an 11-row batch through a party's MLP,
+for one). The parties of a real federation then drifted an ulp from the same run in process
+(tests/test_faults_grpc.py, which now compares exactly) and `vfl-client --threads` was not
+honoured where the work is done.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import grpc
+import torch
 
 from vfl_core.errors import ProtocolError
 from vfl_core.party import Party
@@ -32,13 +37,18 @@ READY_WAIT_S = 30.0
 
 
 class PartyServicer(vfl_pb2_grpc.PartyServicer):
-    def __init__(self, party_id: str) -> None:
+    def __init__(self, party_id: str, threads: int = 1) -> None:
         self.party_id = party_id
         self.shutdown = threading.Event()
         self.shutdown_reason = ""
         self._ready = threading.Event()
         self._lock = threading.Lock()
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{party_id}-compute")
+        self._worker = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix=f"{party_id}-compute",
+            initializer=torch.set_num_threads,
+            initargs=(threads,),
+        )
         self._party: Party | None = None
         self._run_id: str | None = None
         # saves a periodic checkpoint (party, round) -> saved? (vfl_client.host); None: never

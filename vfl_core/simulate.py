@@ -7,6 +7,7 @@ import json
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from vfl_core.alignment import DEMO_SECRET
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, check_federation, load_party_dir
 from vfl_core.datasets import load_dataset
-from vfl_core.engine import EpochSummary, Federation
+from vfl_core.engine import EpochSummary, Federation, RoundRecord
 from vfl_core.errors import DataError
 from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
@@ -92,6 +93,7 @@ def run_simulation(
     run_dir: Path | None = None,
     subsets: bool = False,
     eval_every: int = 0,
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> SimulationResult:
     """Train, then evaluate each test p_miss (and with `subsets`, every observed set of parties
     too). With `run_dir`, write what the coordinator writes: config.json, epochs.jsonl (a test
@@ -102,7 +104,10 @@ def run_simulation(
         variants = _party_data(config, Path(tmp))
         parties, transport, faulty = _federation_parts(config, variants)
         federation = Federation(
-            faulty if faulty is not None else transport, config.train, progress=progress
+            faulty if faulty is not None else transport,
+            config.train,
+            progress=progress,
+            on_round=on_round,  # e.g. to compare with a coordinator's rounds.jsonl
         )
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
