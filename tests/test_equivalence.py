@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 
 EPOCHS = 2
 # Compared bit for bit: the same seed gives the same floats in every transport (DESIGN.md). Each
-# client runs its Party on one thread (vfl_client/servicer.py); before that, a run in eight
-# differed in the last bit of one loss, depending on which gRPC worker thread took a call.
+# client runs its Party on one thread, which sets torch's thread count itself
+# (vfl_client/servicer.py); before that, some runs differed in the last bit of one loss.
 RUN_TIMEOUT_S = 180.0
 
 
