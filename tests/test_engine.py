@@ -10,15 +10,17 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score
 
+from vfl_coordinator.registry import Registry
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation, RoundRecord
+from vfl_core.errors import ConfigError
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import DOWN, UP
 from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
-from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult
+from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, PartyInfo
 
 K = 4
 SECRET = b"engine-test"
@@ -365,3 +367,22 @@ def test_given_dead_party_at_inference_when_evaluating_then_observed_set_shrinks
     report = fed.evaluate()
     assert set(report.by_pattern) == {(0, 1, 2)}
     assert report.overall().samples == len(fed.alignments["test"])
+
+
+def test_given_feature_party_with_other_class_count_when_joining_then_error_names_the_option() -> (
+    None
+):
+    class Infos:  # a 10-class label party and a feature-only party left at the 2-class default
+        def infos(self) -> dict[int, PartyInfo]:
+            return {
+                0: PartyInfo("bank", 0, 2, "table", (5,), 10, True),
+                1: PartyInfo("retail", 1, 2, "table", (3,), 2, False),
+            }
+
+    with pytest.raises(ConfigError, match=r"start retail with vfl-client --num-classes N"):
+        Federation(Infos(), TrainConfig())  # type: ignore[arg-type]
+    registry = Registry(2)  # and the coordinator refuses the registration, saying the same
+    bank, retail = Infos().infos().values()
+    registry.register(bank, "127.0.0.1:1")
+    with pytest.raises(ConfigError, match=r"num_classes=2 .* start retail with vfl-client --num"):
+        registry.register(retail, "127.0.0.1:2")

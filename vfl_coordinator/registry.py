@@ -8,16 +8,10 @@ import time
 from dataclasses import dataclass
 
 from vfl_core.errors import ConfigError
-from vfl_core.protocol import PROTOCOL_VERSION, PartyInfo
+from vfl_core.protocol import PROTOCOL_VERSION, PartyInfo, mismatch_hint
 from vfl_wire.status import AlreadyExistsError
 
 log = logging.getLogger(__name__)
-
-# Feature-only parties have no labels to tell them the task: they must declare it.
-_TASK_HINT = (
-    " (every party declares the federation's task, feature-only ones too: a CSV/Parquet "
-    "party with --task, a party directory in its meta.json)"
-)
 
 
 @dataclass(frozen=True)
@@ -81,7 +75,7 @@ class Registry:
                     raise ConfigError(
                         f"party {info.party_id} has {name}={getattr(info, name)!r} but party "
                         f"{other.info.party_id} has {getattr(other.info, name)!r}"
-                        + (_TASK_HINT if name == "task" else "")
+                        + mismatch_hint(name, info, other.info)
                     )
             if other.info.party_id == info.party_id:
                 raise AlreadyExistsError(

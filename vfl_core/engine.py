@@ -22,7 +22,7 @@ from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
 from vfl_core.liveness import DOWN, Liveness
 from vfl_core.metrics import FEDERATION, EvalReport
-from vfl_core.predictions import combine, random_guess
+from vfl_core.predictions import Combined, combine, random_guess
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -35,6 +35,7 @@ from vfl_core.protocol import (
     ScoreCall,
     ScoreResult,
     Transport,
+    mismatch_hint,
 )
 from vfl_core.scoring import result_fits
 from vfl_core.seeding import Stream, rng
@@ -424,11 +425,40 @@ class Federation:
         self, split: str, batch: Batch, blocks: Collection[int] | None = None
     ) -> PredictionBatch:
         self._poll_rejoins()
-        al = self.alignments[split]
         request = self.request_id
         self.request_id += 1
+        embeddings, callees = self._inference_embeddings(split, batch, request, blocks)
+        present = tuple(sorted(embeddings))
+        gen = rng(self.config.seed, Stream.EVAL_RANDOM, request)
+        method, labels = self.config.method, self.label_blocks
+        regression = self.task == REGRESSION
+        predictors = methods.predictors(method, present, self.num_blocks, labels)
+        if predictors is None:  # standard VFL with a block missing
+            if regression:  # no prediction, unscored
+                return _prediction(batch, present, {}, None, regression)
+            guess = random_guess(
+                str(methods.active_party(labels)), len(batch.index), self.num_classes, gen
+            )
+            return _prediction(batch, present, {}, guess, regression)
+        shared = methods.shares_embeddings(method)
+        calls = {
+            k: PredictCall(
+                request, {b: e for b, e in embeddings.items() if shared or b == k}, callees
+            )
+            for k in predictors
+        }
+        size = (len(batch.index), self.num_classes)
+        probs = {k: p for k, p in sorted(self.transport.predict(calls).items()) if _ok(p, size)}
+        return _prediction(
+            batch, present, probs, combine(method, present, probs, gen, regression), regression
+        )
+
+    def _inference_embeddings(
+        self, split: str, batch: Batch, request: int, blocks: Collection[int] | None
+    ) -> tuple[dict[int, np.ndarray], tuple[int, ...]]:
+        """The embeddings of the batch from the live parties (of `blocks`), and who was called."""
+        al = self.alignments[split]
         digest = al.digest(batch.index)
-        size = len(batch.index)
         callees = tuple(
             b
             for b in batch.pattern
@@ -438,57 +468,12 @@ class Federation:
             b: EmbedCall(request, split, al.rows_of(b, batch.index), digest, False, callees)
             for b in callees
         }
-        where = f"{split} request {request}"
         # At inference a caller is waiting: a party that misses one deadline is marked down at
         # once (and retried every retry_every requests) instead of costing a deadline per batch.
         answers = self.transport.embed(calls)
-        embeddings = self._accept(answers, callees, size, "embed", where, immediate=True)
-        present = tuple(sorted(embeddings))
-        gen = rng(self.config.seed, Stream.EVAL_RANDOM, request)
-        method, labels = self.config.method, self.label_blocks
-        predictors = methods.predictors(method, present, self.num_blocks, labels)
-        regression = self.task == REGRESSION
-        if predictors is None and regression:  # standard VFL with a block missing: unscored
-            return PredictionBatch(batch.index, batch.pattern, present, {}, None, regression=True)
-        if predictors is None:  # standard VFL with a block missing: a random class
-            active = str(methods.active_party(labels))
-            guess = random_guess(active, size, self.num_classes, gen)
-            return PredictionBatch(
-                batch.index,
-                batch.pattern,
-                present,
-                {},
-                guess.federation,
-                guess.predicted,
-                guess.scored,
-                guess.scores,
-            )
-        shared = methods.shares_embeddings(method)
-        probs = self.transport.predict(
-            {
-                k: PredictCall(
-                    request, {b: e for b, e in embeddings.items() if shared or b == k}, callees
-                )
-                for k in predictors
-            }
-        )
-        probs = {k: p for k, p in sorted(probs.items()) if _ok(p, (size, self.num_classes))}
-        combined = combine(method, present, probs, gen, regression)
-        if combined is None:
-            return PredictionBatch(
-                batch.index, batch.pattern, present, probs, None, regression=regression
-            )
-        return PredictionBatch(
-            batch.index,
-            batch.pattern,
-            present,
-            probs,
-            combined.federation,
-            combined.predicted,
-            combined.scored,
-            combined.scores,
-            regression,
-        )
+        where = f"{split} request {request}"
+        size = len(batch.index)
+        return self._accept(answers, callees, size, "embed", where, immediate=True), callees
 
     def evaluate(self, split: str = "test", blocks: Collection[int] | None = None) -> EvalReport:
         """Metrics of `split` by observed set, from every live party or only those of `blocks`
@@ -552,6 +537,31 @@ def _ok(array: np.ndarray | None, shape: tuple[int, int]) -> bool:
     )
 
 
+def _prediction(
+    batch: Batch,
+    present: tuple[int, ...],
+    probs: dict[int, np.ndarray],
+    combined: Combined | None,
+    regression: bool,
+) -> PredictionBatch:
+    """The batch's prediction; without a combined one (no head answered), none."""
+    if combined is None:
+        return PredictionBatch(
+            batch.index, batch.pattern, present, probs, None, regression=regression
+        )
+    return PredictionBatch(
+        batch.index,
+        batch.pattern,
+        present,
+        probs,
+        combined.federation,
+        combined.predicted,
+        combined.scored,
+        combined.scores,
+        regression,
+    )
+
+
 def _sum_grads(fused: dict, block: int) -> np.ndarray | None:
     """Sum of the other heads' gradients for `block`, in head order (same in every transport)."""
     total: np.ndarray | None = None
@@ -577,6 +587,7 @@ def _check_infos(infos: dict[int, PartyInfo]) -> None:
                 raise ConfigError(
                     f"parties disagree on {name}: {info.party_id} has {getattr(info, name)!r}, "
                     f"{first.party_id} has {getattr(first, name)!r}"
+                    + mismatch_hint(name, info, first)
                 )
     if not any(i.has_labels for i in infos.values()):
         raise ConfigError("no party holds labels: nothing to train")

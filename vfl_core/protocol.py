@@ -33,6 +33,22 @@ class PartyInfo:
     task: str = "classification"  # or "regression" (vfl_core.tasks)
 
 
+def mismatch_hint(name: str, a: PartyInfo, b: PartyInfo) -> str:
+    """What to do when parties `a` and `b` disagree on field `name`, where we know; else ""."""
+    if name == "task":
+        return (
+            " (every party declares the federation's task, feature-only ones too: a CSV/Parquet "
+            "party with --task, a party directory in its meta.json)"
+        )
+    if name == "num_classes" and not (a.has_labels and b.has_labels):
+        without = a if not a.has_labels else b
+        return (
+            f" (a party without labels does not see the classes: start {without.party_id} "
+            "with vfl-client --num-classes N, N being the label party's count)"
+        )
+    return ""
+
+
 @dataclass(frozen=True)
 class EmbedCall:
     """Compute E_k = f_k(x_k) on the given rows of a split. `train` keeps the graph for backward."""
