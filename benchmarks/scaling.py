@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -166,28 +166,27 @@ def write_report(job: ScalingJob) -> tuple[Path, str]:
     return md, text
 
 
-def _markdown(records: dict[tuple[str, int], dict], job: ScalingJob, plot: str | None) -> str:
+# Why the two fits differ (2026-11-23, after the quiet re-run of the MLP table): the figures
+# themselves are computed from the records above this paragraph.
+READING = (
+    "Time per epoch is rounds per epoch times time per round. The rounds grow with K alike for "
+    "every method: batches are single-pattern (DESIGN.md, invariant 3), and with p_miss 0.1 more "
+    "parties means more observed sets, each ending in a partial batch. So the time per round is "
+    "the measure of a method's own cost. There Combinatorial roughly doubles with each extra "
+    "party (2^K - 1 predictors, each with its own representation models), while LASER-VFL grows "
+    "more slowly than K itself: every party embeds once, and its head trains on one sampled "
+    "subset per size, at most K tasks. The in-process federation runs the K parties one after "
+    "another; in a real federation each party does its own share, in parallel with the others."
+)
+
+Records = dict[tuple[str, int], dict]
+Cell = Callable[[dict, dict | None], str]  # (record at K, record at K-1 or None) -> text
+
+
+def _markdown(records: Records, job: ScalingJob, plot: str | None) -> str:
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     first = next(iter(records.values()), None)
     m = first["machine"] if first else machine()
-    header = ["K", *(f"{METHOD_NAMES[x]} s/epoch" for x in job.methods)]
-    time_rows, acc_rows, growth_rows = [], [], []
-    for k in job.ks:
-        time_rows.append([str(k), *(_secs(records.get((x, k))) for x in job.methods)])
-        acc_rows.append([str(k), *(_acc(records.get((x, k))) for x in job.methods)])
-        growth_rows.append(
-            [str(k), *(_growth(records.get((x, k)), records.get((x, k - 1))) for x in job.methods)]
-        )
-    predictors = [
-        [
-            str(k),
-            *(
-                str(records[(x, k)]["predictors"]) if (x, k) in records else "—"
-                for x in job.methods
-            ),
-        ]
-        for k in job.ks
-    ]
     lines = [
         "# Scaling in the number of parties K (the paper's Figure 2)",
         "",
@@ -205,62 +204,124 @@ def _markdown(records: dict[tuple[str, int], dict], job: ScalingJob, plot: str |
         f"- This report written by: `{job.command}`",
         f"- Written: {now}",
         f"- Machine: {m.get('cores')}-core CPU, {'a GPU' if m.get('gpu') else 'no GPU'}, torch "
-        f"{m.get('torch')}, one torch thread per run; runs niced beside other jobs on the same "
-        "2 cores, so absolute times are noisy (ratios between neighbours in K are what matter).",
+        f"{m.get('torch')}, one torch thread per run; {_load_text(records)}",
         "",
         "## Time per training epoch (seconds, median over the run's epochs)",
         "",
-        *md_table(header, time_rows),
+        *_per_k_table(records, job, lambda r, _: f"{r['seconds_per_epoch']:.1f}", " s/epoch"),
         "",
         "## Growth of the time per epoch from K-1 to K",
         "",
-        *md_table(["K", *(METHOD_NAMES[x] for x in job.methods)], growth_rows),
+        *_per_k_table(records, job, _growth),
+        "",
+        "## Time per training round (milliseconds: time per epoch / rounds per epoch)",
+        "",
+        "Batches are single-pattern, so an epoch has more rounds as K grows: more observed sets, "
+        "each ending in a partial batch. The time per round is the algorithm's own cost; "
+        "the in-process federation runs the K parties one after another within a round.",
+        "",
+        *_round_table(records, job),
         "",
         "## Test accuracy % (all test samples, after the run's epochs)",
         "",
-        *md_table(["K", *(METHOD_NAMES[x] for x in job.methods)], acc_rows),
+        *_per_k_table(records, job, lambda r, _: f"{100 * r['accuracy']:.1f}"),
         "",
         "## Predictors (heads) across parties after training",
         "",
-        *md_table(["K", *(METHOD_NAMES[x] for x in job.methods)], predictors),
+        *_per_k_table(records, job, lambda r, _: str(r["predictors"])),
         "",
     ]
     if plot:
         lines += [f"![scaling]({plot})", ""]
-    lines += _verdict(records, job)
+    lines += [*_verdict(records, job), "", READING]
     return "\n".join(lines) + "\n"
 
 
-def _verdict(records: dict[tuple[str, int], dict], job: ScalingJob) -> list[str]:
-    """Fit log(time) against K (combinatorial) and time against K (LASER-VFL)."""
+def _per_k_table(records: Records, job: ScalingJob, cell: Cell, suffix: str = "") -> list[str]:
+    """A row per K, a column per method; `—` where the run (or its predecessor) is missing."""
+    rows = []
+    for k in job.ks:
+        row = [str(k)]
+        for method in job.methods:
+            record = records.get((method, k))
+            row.append("—" if record is None else cell(record, records.get((method, k - 1))))
+        rows.append(row)
+    return md_table(["K", *(f"{METHOD_NAMES[x]}{suffix}" for x in job.methods)], rows)
+
+
+def _round_table(records: Records, job: ScalingJob) -> list[str]:
+    """Rounds per epoch (per method where they differ) and milliseconds per round."""
+    rows = []
+    for k in job.ks:
+        at_k = [records[(x, k)] for x in job.methods if (x, k) in records]
+        counts = sorted({r["rounds_per_epoch"] for r in at_k if "rounds_per_epoch" in r})
+        ms = [_ms_per_round(records.get((x, k))) for x in job.methods]
+        rows.append([str(k), "/".join(map(str, counts)) or "—", *ms])
+    header = ["K", "rounds/epoch", *(f"{METHOD_NAMES[x]} ms/round" for x in job.methods)]
+    return md_table(header, rows)
+
+
+def _per_round(record: dict) -> float:
+    return record["seconds_per_epoch"] / max(record["rounds_per_epoch"], 1)
+
+
+def _ms_per_round(record: dict | None) -> str:
+    if record is None or "rounds_per_epoch" not in record:
+        return "—"
+    return f"{1000 * _per_round(record):.1f}"
+
+
+def _verdict(records: Records, job: ScalingJob) -> list[str]:
+    """Fit the time per epoch and per round against K, and compare LASER-VFL's growth with K's."""
     out = ["## Reading", ""]
     for method in ("combinatorial", "laser"):
-        done = [k for k in job.ks if (method, k) in records]
-        pts = [(k, records[(method, k)]["seconds_per_epoch"]) for k in done]
+        pts = [(k, records[(method, k)]) for k in job.ks if (method, k) in records]
         if len(pts) < 3:
             out.append(f"- {METHOD_NAMES[method]}: fewer than 3 K values recorded.")
             continue
-        ks, ts = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
-        slope = np.polyfit(ks, np.log2(ts), 1)[0]
-        per_k = np.polyfit(ks, ts, 1)[0]
-        out.append(
-            f"- {METHOD_NAMES[method]}: time per epoch x{2**slope:.2f} per extra party "
-            f"(log-linear fit), +{per_k:.2f} s per extra party (linear fit), "
-            f"from {ts[0]:.1f} s at K={int(ks[0])} to {ts[-1]:.1f} s at K={int(ks[-1])}."
-        )
+        ks = np.array([k for k, _ in pts], float)
+        epoch = np.array([r["seconds_per_epoch"] for _, r in pts], float)
+        out.append(f"- {METHOD_NAMES[method]}, per epoch: {_fits(ks, epoch, 's')}.")
+        if all("rounds_per_epoch" in r for _, r in pts):
+            per_round = np.array([1000 * _per_round(r) for _, r in pts], float)
+            out.append(
+                f"- {METHOD_NAMES[method]}, per round: {_fits(ks, per_round, 'ms')}; "
+                f"x{per_round[-1] / per_round[0]:.2f} from K={int(ks[0])} to K={int(ks[-1])} "
+                f"while K grows x{ks[-1] / ks[0]:.2f}."
+            )
     return out
 
 
-def _secs(record: dict | None) -> str:
-    return "—" if record is None else f"{record['seconds_per_epoch']:.1f}"
+def _fits(ks: np.ndarray, times: np.ndarray, unit: str) -> str:
+    slope = np.polyfit(ks, np.log2(times), 1)[0]
+    per_k = np.polyfit(ks, times, 1)[0]
+    return (
+        f"x{2**slope:.2f} per extra party (log-linear fit), +{per_k:.2f} {unit} per extra party "
+        f"(linear fit), from {times[0]:.1f} {unit} at K={int(ks[0])} to {times[-1]:.1f} {unit} "
+        f"at K={int(ks[-1])}"
+    )
 
 
-def _acc(record: dict | None) -> str:
-    return "—" if record is None else f"{100 * record['accuracy']:.1f}"
+def _load_text(records: dict[tuple[str, int], dict]) -> str:
+    """The machine's load while the runs ran, from what each run recorded at its end."""
+    loads = [r["load_average"][0] for r in records.values() if "load_average" in r]
+    codes = sorted({r["code"] for r in records.values() if "code" in r})
+    if not loads:
+        return (
+            "the runs did not record the machine's load, so other work may have shared the cores "
+            "(ratios between neighbours in K are what matter)."
+        )
+    unrecorded = len(records) - len(loads)
+    return (
+        f"1-minute load average at the end of each run {min(loads):.2f} to {max(loads):.2f} "
+        f"(one run keeps one core busy"
+        + (f"; {unrecorded} runs did not record it" if unrecorded else "")
+        + f"); code {', '.join(codes) or 'not recorded'}."
+    )
 
 
-def _growth(record: dict | None, before: dict | None) -> str:
-    if record is None or before is None:
+def _growth(record: dict, before: dict | None) -> str:
+    if before is None:
         return "—"
     return f"x{record['seconds_per_epoch'] / before['seconds_per_epoch']:.2f}"
 

@@ -195,6 +195,7 @@ def test_given_scaling_records_when_reported_then_tables_growth_and_fit(tmp_path
                 "method": method,
                 "K": k,
                 "seconds_per_epoch": seconds,
+                "rounds_per_epoch": 100 * (k - 1),  # more observed sets, more partial batches
                 "accuracy": 0.5,
                 "predictors": 2**k - 1 if method == "combinatorial" else k,
                 "machine": {"cores": 2, "gpu": False},
@@ -206,7 +207,33 @@ def test_given_scaling_records_when_reported_then_tables_growth_and_fit(tmp_path
     assert "| 4 | 4.0 | 8.0 |" in text  # time per epoch
     assert "| 4 | x1.33 | x2.00 |" in text  # growth from K=3
     assert "| 4 | 4 | 15 |" in text  # predictors
-    assert "Combinatorial: time per epoch x2.00 per extra party" in text
+    assert "Combinatorial, per epoch: x2.00 per extra party" in text
+    assert "| 4 | 300 | 13.3 | 26.7 |" in text  # rounds per epoch, ms per round
+    # LASER-VFL: 2 s over 100 rounds at K=2 (20 ms), 4 s over 300 rounds at K=4 (13.3 ms)
+    assert "LASER-VFL, per round:" in text and "x0.67 from K=2 to K=4 while K grows x2.00" in text
+    assert "did not record the machine's load" in text  # these records carry no load average
+
+
+def test_given_scaling_records_with_loads_when_reported_then_the_load_range_is_stated(
+    tmp_path: Path,
+) -> None:
+    job = scaling.ScalingJob(ks=(2, 3), methods=("laser",), results=tmp_path, data_path=tmp_path)
+    for task, load in zip(job.tasks(), (1.25, 0.5), strict=True):
+        record = {
+            "method": "laser",
+            "K": task.payload["clients"],
+            "seconds_per_epoch": 1.0,
+            "accuracy": 0.5,
+            "predictors": 2,
+            "machine": {"cores": 2, "gpu": False},
+            "load_average": [load, 1.0, 1.0],
+            "code": "abc1234",
+        }
+        pool.write_json(task.out, record)
+    _, text = scaling.write_report(job)
+    assert "1-minute load average at the end of each run 0.50 to 1.25" in text
+    assert "code abc1234." in text
+    assert "niced" not in text
 
 
 def test_given_messages_when_audited_then_training_bytes_are_counted(tmp_path: Path) -> None:
