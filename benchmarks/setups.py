@@ -10,18 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from vfl_core.methods import METHOD_NAMES as METHOD_NAMES  # re-exported for the reports
+
 Metric = Literal["f1", "accuracy"]
 
-# Paper order and display names of the methods (rows of Table 1).
+# Paper order of the methods (rows of Table 1); their display names are vfl_core's.
 METHOD_ORDER: tuple[str, ...] = ("local", "svfl", "ensemble", "combinatorial", "plug", "laser")
-METHOD_NAMES: dict[str, str] = {
-    "local": "Local",
-    "svfl": "Standard VFL",
-    "ensemble": "Ensemble",
-    "combinatorial": "Combinatorial",
-    "plug": "PlugVFL",
-    "laser": "LASER-VFL",
-}
 P_MISS: tuple[float, ...] = (0.0, 0.1, 0.5)
 
 

@@ -41,6 +41,17 @@ from vfl_core.laser import Subset, sample_tasks
 SPLIT_HEAD: tuple[str, ...] = ("svfl", "plug", "zerofill", "stale")
 SHARED: Subset = ()  # the slot key of a party's one shared representation model / head
 PLUG_DROPOUT = 0.5  # probability that an observed non-active block is dropped in a PlugVFL step
+# How reports and the demo name each method (the paper's names where it has one).
+METHOD_NAMES: dict[str, str] = {
+    "local": "Local",
+    "svfl": "Standard VFL",
+    "ensemble": "Ensemble",
+    "combinatorial": "Combinatorial",
+    "plug": "PlugVFL",
+    "laser": "LASER-VFL",
+    "zerofill": "Zero-fill split learning",
+    "stale": "Stale-embedding split learning",
+}
 
 
 @dataclass(frozen=True)

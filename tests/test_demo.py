@@ -1,0 +1,74 @@
+"""`vfl demo --method`: the main job with a baseline in place of LASER-VFL, and the summary it
+prints about the killed party (which must not claim prediction carried on when it did not)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vfl_cli.demo_cmd import _outcome
+from vfl_core.methods import METHODS
+
+BIN = Path(sys.executable).parent
+CARRIED_ON = "prediction carried on without it"
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "svfl"])
+def test_given_a_method_that_uses_any_observed_set_when_a_party_dies_then_it_carries_on(
+    method: str,
+) -> None:
+    assert _outcome(method, clients=4, dead=2) == CARRIED_ON
+
+
+def test_given_standard_vfl_when_a_party_dies_then_the_summary_says_it_guesses() -> None:
+    text = _outcome("svfl", clients=4, dead=2)
+    assert text.startswith("Standard VFL cannot predict without every block")
+    assert "random guesses" in text
+
+
+def test_given_an_unknown_method_when_the_demo_starts_then_one_line_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [str(BIN / "vfl"), "demo", "--method", "nope", "--workdir", str(tmp_path / "w")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: --method must be one of " + ", ".join(METHODS) + ", got 'nope'"
+    ]
+    assert not (tmp_path / "w").exists()  # refused before anything was prepared or started
+
+
+@pytest.mark.slow
+def test_given_svfl_when_the_demo_kills_a_client_then_its_samples_are_guessed_not_predicted(
+    tmp_path: Path,
+) -> None:
+    """Real processes: the coordinator trains standard VFL; after the SIGKILL every test sample
+    lacks block 2, so standard VFL has no predictor and its accuracy falls to chance level."""
+    work = tmp_path / "demo"
+    args = [str(BIN / "vfl"), "demo", "--workdir", str(work), "--epochs", "10", "--method", "svfl"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "training Standard VFL for 10 epochs over gRPC" in done.stdout
+    summary = next(line for line in done.stdout.splitlines() if line.startswith("accuracy with"))
+    assert "Standard VFL cannot predict without every block" in summary
+    assert CARRIED_ON not in done.stdout
+    results = json.loads((work / "run" / "results.json").read_text())
+    assert results["config"]["train"]["method"] == "svfl"
+    found = re.search(r"all parties ([\d.]+)%; after killing client2 ([\d.]+)%", summary)
+    assert found, summary
+    before, after = float(found[1]), float(found[2])
+    assert before > 50  # all blocks present: standard VFL predicts the fully observed samples
+    assert after < 30  # ten digit classes: random guesses score about 10%
+    leftovers = subprocess.run(["pgrep", "-f", str(work)], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == "", leftovers.stdout
