@@ -152,11 +152,26 @@ def test_given_credit_cells_when_reported_then_paper_numbers_gaps_and_checks_sho
     assert "| Standard VFL | 45.0 ± 1.0 (3) | — |" in text
     assert "| LASER-VFL | 46.5 | 45.0 | 43.7 |" in text  # the paper's row
     assert "| LASER-VFL | -0.5 | — | -0.7 |" in text  # ours minus the paper's
-    assert "0/0: LASER-VFL 46.0 vs best other Standard VFL 45.0" in text
+    assert "0/0: LASER-VFL 46.00 vs best other Standard VFL 45.00" in text
     assert "Standard VFL at 0/0.5: 31.0" in text
     assert "Standard VFL train 0.1: 0/3 seeds" in text  # missing runs listed
     assert "![credit grid](accuracy_credit.png)" in text
     assert len(COLUMNS) == 9 and all(len(v) == 9 for v in setup.paper.values())
+
+
+def test_given_laser_just_below_the_best_when_checked_then_the_best_methods_std_decides() -> None:
+    """Within one std of the best: 88.6 passes against 88.8 +- 0.22 though its own std is 0.16,
+    and fails against 88.8 +- 0.1 however wide its own spread."""
+    ctx = report.AccuracyContext("vfl bench", {}, ("plug", "laser"), (0, 1, 2), (0.1,), (0.5,))
+
+    def check(laser: grid.Stat, plug: grid.Stat) -> str:
+        stats = {("laser", 0.1, 0.5): laser, ("plug", 0.1, 0.5): plug}
+        return report.checks(stats, SETUPS["mnist"], ctx)[0]
+
+    line = check(grid.Stat(88.6, 0.16, 3), grid.Stat(88.8, 0.22, 3))
+    assert line.endswith(": ok") and "gap -0.20" in line and "margin +0.02" in line, line
+    line = check(grid.Stat(88.6, 0.9, 3), grid.Stat(88.8, 0.1, 3))
+    assert "margin -0.10" in line and "more than its std" in line, line
 
 
 # ------------------------------------------------------------------------ CLI
