@@ -10,11 +10,10 @@ import typer
 
 from vfl_cli.coordinator_client import CoordinatorClient, Evaluation
 from vfl_cli.errors import user_errors
-from vfl_cli.options import samples
 from vfl_core.alignment import DEMO_SECRET, hash_ids
 from vfl_core.data import PREPROCESS_FILE
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.metrics import format_table
+from vfl_core.metrics import format_table, unscored_note
 from vfl_core.preprocess import TabularPreprocessor
 from vfl_core.protocol import SamplePrediction
 from vfl_core.tasks import REGRESSION
@@ -52,10 +51,7 @@ def render_evaluation(ev: Evaluation, title: str) -> str:
     live = ",".join(map(str, ev.live_blocks)) or "none"
     lines = [format_table(ev.rows, title=f"{title} (live blocks: {live}; {ev.seconds:.2f}s)")]
     if ev.unscored:
-        lines.append(
-            f"({samples(ev.unscored)} unscored: no live head party, or none the method can use,"
-            " predicted them)"
-        )
+        lines.append(unscored_note(ev.unscored, live=True))
     return "\n".join(lines)
 
 

@@ -228,7 +228,12 @@ class Federation:
             c.losses.extend(record.losses.values())
             for head, loss in record.losses.items():
                 c.head_losses.setdefault(head, []).append(loss)
-            c.incomplete += record.present != record.pattern
+            # A batch whose observed set cannot train under the method (no label party holds its
+            # samples) calls nobody: not an incomplete round, nobody failed.
+            trainable = methods.trainable(
+                self.config.method, record.pattern, self.num_blocks, self.label_blocks
+            )
+            c.incomplete += trainable and record.present != record.pattern
             c.seconds = time.perf_counter() - start
             if self.on_round is not None:
                 self.on_round(record)

@@ -137,6 +137,10 @@ class EvalReport:
     def add(self, pattern: Pattern, samples: int, result: ScoreResult) -> None:
         self.by_pattern.setdefault(pattern, PatternStats()).add(samples, result)
 
+    @property
+    def scored(self) -> int:
+        return sum(s.samples for s in self.by_pattern.values())
+
     def rows(self) -> list[MetricRow]:
         patterns = sorted(self.by_pattern, key=lambda p: (-len(p), p))
         rows = [_row(",".join(map(str, p)), [self.by_pattern[p]]) for p in patterns]
@@ -203,6 +207,15 @@ def _regression_row(name: str, samples: int, stats: list[RegressionStats]) -> Me
         r2=float(1.0 - mse / variance) if variance > 0 else None,
         federation_rmse=float(np.sqrt(fed_sums[0] / fed_sums[2])) if fed_sums is not None else None,
     )
+
+
+def unscored_note(unscored: int, live: bool = False) -> str:
+    """The line under a result table that counts the samples it leaves out ("" for none)."""
+    if not unscored:
+        return ""
+    who = "no live head party" if live else "no head party"
+    noun = "sample" if unscored == 1 else "samples"
+    return f"({unscored} {noun} unscored: {who}, or none the method can use, predicted them)"
 
 
 def format_table(rows: list[MetricRow], title: str = "") -> str:
