@@ -20,7 +20,7 @@ from vfl_core import methods, psi
 from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
-from vfl_core.liveness import DOWN, Liveness
+from vfl_core.liveness import DOWN, FederationDown, Liveness
 from vfl_core.metrics import FEDERATION, EvalReport
 from vfl_core.predictions import Combined, combine, random_guess
 from vfl_core.protocol import (
@@ -42,6 +42,22 @@ from vfl_core.seeding import Stream, rng
 from vfl_core.tasks import REGRESSION
 
 log = logging.getLogger(__name__)
+
+# While training is paused (no party that can train is up), how often the engine looks for
+# parties that registered again, and how often it calls the down ones anyway: a frozen process
+# that was thawed answers again without registering again.
+PAUSE_POLL_S = 0.2
+PAUSE_PROBE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Training stood still at `round_id` for `seconds` because no party that can train was up."""
+
+    round_id: int
+    epoch: int
+    seconds: float
+    resumed: bool  # False: nobody came back within the rejoin timeout and the run stopped
 
 
 @dataclass(frozen=True)
@@ -133,6 +149,13 @@ class Federation:
     # Checkpoints: None = never; 0 = at the end of training; N = also after every N rounds.
     checkpoint_every: int | None = None
     on_checkpoint: Callable[[int, set[int]], None] | None = None  # (round, blocks that saved)
+    # Seconds training may stay paused while no party that can train (a label party; the active
+    # one for split-learning methods) is up: no round is run or counted meanwhile, and
+    # FederationDown ends a longer pause. None never pauses: the guest-loss model of injected
+    # faults (vfl_core.faults), whose rounds pass whoever is up.
+    rejoin_timeout_s: float | None = None
+    pauses: list[Pause] = field(init=False, default_factory=list)
+    _paused_since: float | None = field(init=False, default=None)
     cursor: Cursor = field(init=False, default_factory=Cursor)
     last_checkpoint: int = field(init=False, default=-1)
     infos: dict[int, PartyInfo] = field(init=False)
@@ -222,7 +245,7 @@ class Federation:
             leave=False,
         )
         for batch in bar:
-            record = self.run_round(self.round_id, epoch, batch)
+            record = self._round_when_up(epoch, batch)
             self.round_id += 1
             c.position += 1
             c.losses.extend(record.losses.values())
@@ -277,6 +300,72 @@ class Federation:
         if self.on_checkpoint is not None:
             self.on_checkpoint(done, saved)
         return saved
+
+    # ------------------------------------------------------------------ pausing
+    def _round_when_up(self, epoch: int, batch: Batch) -> RoundRecord:
+        """Run the batch's round once a party that can train is up. A retry of the down parties
+        during a pause that none of them answers is not counted: the batch waits."""
+        while True:
+            probing = self._await_heads(epoch)
+            record = self.run_round(self.round_id, epoch, batch)
+            if not probing or self._heads_up():
+                self._end_pause(epoch, resumed=True)
+                return record
+            log.info("round %d: no down party answered the retry; still paused", self.round_id)
+
+    def _heads_up(self) -> bool:
+        """Whether a party that can train under the method is not marked down."""
+        labels = self.label_blocks
+        if self.config.method in methods.SPLIT_HEAD:
+            labels = (methods.active_party(labels),)  # type: ignore[assignment]
+        return bool(self.liveness.live(labels))
+
+    def _await_heads(self, epoch: int) -> bool:
+        """False at once while a party that can train is up. Otherwise pause: False when one
+        registers again, True when it is time to call the down parties anyway; FederationDown
+        once the pause has lasted `rejoin_timeout_s`."""
+        if self.rejoin_timeout_s is None:
+            return False
+        self._poll_rejoins()
+        if self._heads_up():
+            return False
+        if self._paused_since is None:
+            self._paused_since = time.monotonic()
+            log.warning(
+                "round %d (epoch %d): no label party is up; training pauses until one comes back "
+                "(at most %gs)",
+                self.round_id,
+                epoch + 1,
+                self.rejoin_timeout_s,
+            )
+        probe_at = time.monotonic() + PAUSE_PROBE_S
+        while True:
+            waited = time.monotonic() - self._paused_since
+            if waited >= self.rejoin_timeout_s:
+                self._end_pause(epoch, resumed=False)
+                raise FederationDown(
+                    f"no label party came back within {self.rejoin_timeout_s:g}s (training "
+                    f"waited {waited:.1f}s at round {self.round_id}, epoch {epoch + 1} of "
+                    f"{self.config.epochs}): the run stops"
+                )
+            time.sleep(min(PAUSE_POLL_S, self.rejoin_timeout_s - waited))
+            self._poll_rejoins()
+            if self._heads_up():
+                return False
+            if time.monotonic() >= probe_at:
+                self.liveness.retry_now(self._tick)
+                return True
+
+    def _end_pause(self, epoch: int, resumed: bool) -> None:
+        if self._paused_since is None:
+            return
+        seconds = time.monotonic() - self._paused_since
+        self._paused_since = None
+        self.pauses.append(Pause(self.round_id, epoch, seconds, resumed))
+        if resumed:
+            log.warning(
+                "training resumes at round %d after a pause of %.1fs", self.round_id, seconds
+            )
 
     def _poll_rejoins(self) -> None:
         """Parties that registered again since the last round are called again at once."""
