@@ -73,6 +73,7 @@ class PartyHost:
         self.store = None
         if checkpoint_dir is not None:
             self.store = RoundCheckpoints(checkpoint_dir, info.party_id)
+            self.store.clean_temporaries()
             servicer.on_checkpoint = self.save
         self._connect = connect
         self._backoff = 0.2  # seconds before the next try while the coordinator is unreachable
