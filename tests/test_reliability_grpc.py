@@ -3,6 +3,8 @@ fooled into a false success.
 
 - item 3: every party killed at once pauses training (no round counted); the run fails loudly
   (exit code, results.json "failed") when nobody comes back, and resumes when a party does.
+- item 7: a megabyte string in a request comes back (and is logged) cut to a few dozen
+  characters, by the coordinator and by a party.
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import grpc
 import pytest
 from harness import Cluster, prepare_digits
+
+from vfl_wire import convert
+from vfl_wire.v1 import vfl_pb2
 
 pytestmark = pytest.mark.slow
 
@@ -83,3 +89,71 @@ def test_given_every_party_killed_when_one_restarts_then_training_resumes_uncoun
     # of block 0 went by while block 0 was gone, except those that found it gone
     assert len([r for r in rounds if not r["present"] and 0 in r["pattern"]]) < 6
     assert results["test"]["rows"][-1]["samples"] > 0
+
+
+# ------------------------------------------------------------------------------ item 7
+
+HUGE = "x" * 1_000_000
+
+
+def _refusal(call, request) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as err:
+        call(request, timeout=30)
+    return err.value
+
+
+def test_given_megabyte_strings_when_sent_to_either_server_then_replies_and_logs_stay_short(
+    cluster: Cluster, two_parties: list[Path]
+) -> None:
+    coord = cluster.coordinator(clients=2)  # waits for a second party: the first is served
+    client = cluster.client(coord, two_parties[0])
+    cluster.wait_for(lambda: "joined run" in client.log(), 90, "the party to join")
+    stub, party = cluster.stub(coord), cluster.party_stub(client)
+    before = {p.name: len(p.log()) for p in (coord, client)}
+    info = vfl_pb2.PartyInfoMsg(
+        party_id=HUGE, block=1, num_blocks=2, dataset="digits", feature_shape=[1], num_classes=10
+    )
+    refusals = [
+        _refusal(
+            stub.Register,
+            vfl_pb2.RegisterRequest(
+                header=convert.header("", "p"), info=info, address="127.0.0.1:1"
+            ),
+        ),
+        _refusal(
+            stub.Register,
+            vfl_pb2.RegisterRequest(
+                header=convert.header("", "p"),
+                info=vfl_pb2.PartyInfoMsg(
+                    party_id="p",
+                    block=1,
+                    num_blocks=2,
+                    dataset="digits",
+                    feature_shape=[1],
+                    num_classes=10,
+                ),
+                address=HUGE,
+            ),
+        ),
+        _refusal(
+            stub.Evaluate,
+            vfl_pb2.EvaluateRequest(header=convert.header("", "operator"), split=HUGE),
+        ),
+        _refusal(
+            party.IdHashes,
+            vfl_pb2.IdHashesRequest(header=convert.header(HUGE, "party0"), split="test"),
+        ),
+        _refusal(
+            party.Embed,
+            vfl_pb2.EmbedRequest(header=convert.header(coord.run_id, HUGE), split="test"),
+        ),
+    ]
+
+    codes = [e.code() for e in refusals]
+    invalid, denied = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED
+    assert codes == [invalid, invalid, invalid, denied, denied]
+    for err in refusals:
+        assert "(1000000 characters)" in err.details() and len(err.details()) < 300
+    for proc in (coord, client):
+        assert len(proc.log()) - before[proc.name] < 5_000, proc.tail(3)
+    assert proc.alive() and coord.alive()

@@ -50,6 +50,27 @@ K = TypeVar("K", int, str)  # map keys: block index or predictor name
 # Header and small fields
 # ---------------------------------------------------------------------------------------------
 
+# Names a peer chooses (party id, data set, run id, address) are at most this long: they end up in
+# registries, logs and error replies, which an attacker must not be able to fill.
+MAX_NAME_CHARS = 128
+_QUOTED_CHARS = 64  # how much of a refused string an error message quotes
+
+
+def clip(text: str, limit: int = _QUOTED_CHARS) -> str:
+    """`text` quoted for an error message or a log line, cut to `limit` characters."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def check_name(text: str, what: str) -> str:
+    """A peer-chosen name: not empty, at most MAX_NAME_CHARS, no control characters."""
+    if not text:
+        raise ProtocolError(f"{what}: empty")
+    if len(text) > MAX_NAME_CHARS or not text.isprintable():
+        raise ProtocolError(f"{what} {clip(text)}: at most {MAX_NAME_CHARS} printable characters")
+    return text
+
 
 def header(run_id: str, party_id: str) -> vfl_pb2.Header:
     """The header of a request for (coordinator -> party) or from (party -> coordinator) a party."""
@@ -65,14 +86,20 @@ def check_header(h: vfl_pb2.Header, *, run_id: str | None, party_id: str | None)
             f"{PROTOCOL_VERSION}"
         )
     if run_id is not None and h.run_id != run_id:
-        raise ProtocolError(f"header: run id {h.run_id!r} does not match expected {run_id!r}")
+        raise ProtocolError(
+            f"header: run id {clip(h.run_id)} does not match expected {clip(run_id)}"
+        )
     if party_id is not None and h.party_id != party_id:
-        raise ProtocolError(f"header: party id {h.party_id!r} does not match expected {party_id!r}")
+        raise ProtocolError(
+            f"header: party id {clip(h.party_id)} does not match expected {clip(party_id)}"
+        )
 
 
 def check_split(split: str, *, what: str = "split") -> str:
     if split not in SPLITS:
-        raise ProtocolError(f"{what}: unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+        raise ProtocolError(
+            f"{what}: unknown split {clip(split)}; expected one of {', '.join(SPLITS)}"
+        )
     return split
 
 
@@ -448,6 +475,8 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
     """Check the self-description for internal consistency; the coordinator checks the rest."""
     if not msg.party_id:
         raise ProtocolError("party info: empty party id")
+    check_name(msg.party_id, "party info: party id")
+    check_name(msg.dataset or "-", f"party info {msg.party_id!r}: data set")
     if msg.num_blocks < 1 or not 0 <= msg.block < msg.num_blocks:
         raise ProtocolError(
             f"party info {msg.party_id!r}: block {msg.block} outside 0..{msg.num_blocks - 1}"
@@ -460,7 +489,7 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
         raise ProtocolError(f"party info {msg.party_id!r}: negative number of classes")
     task = msg.task or CLASSIFICATION  # parties of before tasks existed send none
     if task not in TASKS:
-        raise ProtocolError(f"party info {msg.party_id!r}: unknown task {msg.task!r}")
+        raise ProtocolError(f"party info {msg.party_id!r}: unknown task {clip(msg.task)}")
     if any(n < 0 for n in msg.samples.values()):
         raise ProtocolError(f"party info {msg.party_id!r}: negative sample count")
     return PartyInfo(
@@ -488,8 +517,9 @@ def register_request_to_proto(
 def register_request_from_proto(req: vfl_pb2.RegisterRequest) -> tuple[PartyInfo, str]:
     """(the party's info, the address where it serves `Party`)."""
     _require(req, "info", "register info")
-    if not req.address:
-        raise ProtocolError("register address: empty")
+    check_name(req.address, "register address")
+    if len(req.session) > MAX_NAME_CHARS:
+        raise ProtocolError(f"register session: {len(req.session)} characters, at most 128")
     return party_info_from_proto(req.info), req.address
 
 
@@ -510,6 +540,7 @@ def registration_to_proto(a: Registration) -> vfl_pb2.RegisterReply:
 def registration_from_proto(reply: vfl_pb2.RegisterReply) -> Registration:
     if not reply.run_id or not reply.config_json:
         raise ProtocolError("register reply: missing run id or config")
+    check_name(reply.run_id, "register reply: run id")
     resume = reply.resume_round if reply.HasField("resume_round") else -1
     if resume < -1:
         raise ProtocolError(f"register reply: negative resume round {resume}")
