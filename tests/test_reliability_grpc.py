@@ -5,16 +5,20 @@ fooled into a false success.
   (exit code, results.json "failed") when nobody comes back, and resumes when a party does.
 - item 7: a megabyte string in a request comes back (and is logged) cut to a few dozen
   characters, by the coordinator and by a party.
+- item 8: a party refuses its class weights (which give away its labels) unless the run
+  balances classes, and then for the train split only.
 """
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
-from harness import Cluster, prepare_digits
+from harness import Client, Cluster, Coordinator, prepare_digits
 
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2
@@ -91,9 +95,25 @@ def test_given_every_party_killed_when_one_restarts_then_training_resumes_uncoun
     assert results["test"]["rows"][-1]["samples"] > 0
 
 
-# ------------------------------------------------------------------------------ item 7
+# ------------------------------------------------------------------------------ a party in a run
 
-HUGE = "x" * 1_000_000
+
+@dataclass
+class Waiting:
+    """A coordinator waiting for its second party, and the first, joined: both serve."""
+
+    cluster: Cluster
+    coord: Coordinator
+    client: Client
+
+
+@pytest.fixture(scope="module")
+def waiting(tmp_path_factory: pytest.TempPathFactory, two_parties: list[Path]) -> Iterator[Waiting]:
+    with Cluster(tmp_path_factory.mktemp("waiting")) as cluster:
+        coord = cluster.coordinator(clients=2)
+        client = cluster.client(coord, two_parties[0])
+        cluster.wait_for(lambda: "joined run" in client.log(), 90, "the party to join")
+        yield Waiting(cluster, coord, client)
 
 
 def _refusal(call, request) -> grpc.RpcError:
@@ -102,38 +122,31 @@ def _refusal(call, request) -> grpc.RpcError:
     return err.value
 
 
+# ------------------------------------------------------------------------------ item 7
+
+HUGE = "x" * 1_000_000
+
+
 def test_given_megabyte_strings_when_sent_to_either_server_then_replies_and_logs_stay_short(
-    cluster: Cluster, two_parties: list[Path]
+    waiting: Waiting,
 ) -> None:
-    coord = cluster.coordinator(clients=2)  # waits for a second party: the first is served
-    client = cluster.client(coord, two_parties[0])
-    cluster.wait_for(lambda: "joined run" in client.log(), 90, "the party to join")
-    stub, party = cluster.stub(coord), cluster.party_stub(client)
+    coord, client = waiting.coord, waiting.client
+    stub, party = waiting.cluster.stub(coord), waiting.cluster.party_stub(client)
     before = {p.name: len(p.log()) for p in (coord, client)}
     info = vfl_pb2.PartyInfoMsg(
         party_id=HUGE, block=1, num_blocks=2, dataset="digits", feature_shape=[1], num_classes=10
     )
+    good_info = vfl_pb2.PartyInfoMsg(
+        party_id="p", block=1, num_blocks=2, dataset="digits", feature_shape=[1], num_classes=10
+    )
+    header = convert.header("", "p")
     refusals = [
         _refusal(
             stub.Register,
-            vfl_pb2.RegisterRequest(
-                header=convert.header("", "p"), info=info, address="127.0.0.1:1"
-            ),
+            vfl_pb2.RegisterRequest(header=header, info=info, address="127.0.0.1:1"),
         ),
         _refusal(
-            stub.Register,
-            vfl_pb2.RegisterRequest(
-                header=convert.header("", "p"),
-                info=vfl_pb2.PartyInfoMsg(
-                    party_id="p",
-                    block=1,
-                    num_blocks=2,
-                    dataset="digits",
-                    feature_shape=[1],
-                    num_classes=10,
-                ),
-                address=HUGE,
-            ),
+            stub.Register, vfl_pb2.RegisterRequest(header=header, info=good_info, address=HUGE)
         ),
         _refusal(
             stub.Evaluate,
@@ -156,4 +169,19 @@ def test_given_megabyte_strings_when_sent_to_either_server_then_replies_and_logs
         assert "(1000000 characters)" in err.details() and len(err.details()) < 300
     for proc in (coord, client):
         assert len(proc.log()) - before[proc.name] < 5_000, proc.tail(3)
-    assert proc.alive() and coord.alive()
+        assert proc.alive()
+
+
+# ------------------------------------------------------------------------------ item 8
+
+
+def test_given_run_without_balancing_when_coordinator_asks_class_weights_then_refused(
+    waiting: Waiting,
+) -> None:
+    party = waiting.cluster.party_stub(waiting.client)
+    header = convert.header(waiting.coord.run_id, "party0")
+    for split in ("train", "test"):
+        err = _refusal(party.ClassWeights, vfl_pb2.ClassWeightsRequest(header=header, split=split))
+        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "does not balance classes" in err.details()
+    assert waiting.client.alive()
