@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
+import grpc
+import pytest
+
 from vfl_client.servicer import class_weights_refusal
+from vfl_coordinator.registry import Registry
+from vfl_core.protocol import PartyInfo
+from vfl_wire.status import FencedError, status_for
 
 
 def test_given_balancing_run_when_class_weights_asked_then_train_split_only() -> None:
     assert class_weights_refusal("resample", "train") is None
     assert "only for the train split" in (class_weights_refusal("resample", "test") or "")
     assert "does not balance" in (class_weights_refusal("none", "train") or "")
+
+
+def test_given_two_processes_of_one_party_when_registering_then_only_the_newest_lease_holds() -> (
+    None
+):
+    registry = Registry(2)
+    info = PartyInfo("party0", 0, 2, "digits", (16,), 10, True)
+    _, first = registry.register(info, "10.0.0.1:1")
+    assert registry.register(info, "10.0.0.1:1", lease=first) == ("alive", first)
+    _, second = registry.register(info, "10.0.0.2:1")  # a new process: takes block 0 over
+    assert second != first and registry.member(0).address == "10.0.0.2:1"
+    with pytest.raises(FencedError, match="party0 registered again from another process"):
+        registry.register(info, "10.0.0.1:1", lease=first)
+    assert registry.member(0).address == "10.0.0.2:1"
+    assert status_for(FencedError("x")) == grpc.StatusCode.ABORTED
+    # a restarted coordinator knows no lease: the first process to come back keeps its own
+    fresh = Registry(2)
+    assert fresh.register(info, "10.0.0.2:1", lease=second)[1] == second
+    with pytest.raises(FencedError):
+        fresh.register(info, "10.0.0.1:1", lease=first)

@@ -185,3 +185,31 @@ def test_given_run_without_balancing_when_coordinator_asks_class_weights_then_re
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "does not balance classes" in err.details()
     assert waiting.client.alive()
+
+
+# ------------------------------------------------------------------------------ item 9
+
+
+def test_given_second_process_of_a_party_when_it_registers_then_older_is_fenced_off(
+    cluster: Cluster, two_parties: list[Path]
+) -> None:
+    coord = cluster.coordinator(clients=2, epochs=1)
+    older = cluster.client(coord, two_parties[0])
+    cluster.wait_for(lambda: "joined run" in older.log(), 90, "the first process to join")
+    newer = cluster.client(coord, two_parties[0])  # the same party, a second process
+    cluster.wait_for(lambda: "joined run" in newer.log(), 90, "the second process to join")
+
+    assert older.wait(30) == 2
+    assert "error: fenced off by the coordinator: party party0 registered again from another" in (
+        older.log()
+    )
+    log = coord.log()
+    assert "party party0: a new process at" in log and "is fenced off" in log
+    assert "refused party party0 at" in log
+    # the newer process holds block 0 and trains with block 1
+    cluster.client(coord, two_parties[1])
+    assert coord.wait(120) == 0, cluster.describe()
+    assert newer.wait(30) == 0
+    assert coord.log().count("party party0 rejoined") <= 2  # no alternation between the two
+    results = coord.results()
+    assert results is not None and results["status"] == "ok"

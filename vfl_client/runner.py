@@ -82,7 +82,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     stop = stop or _stop_on_signals()
     run_id, reason = "", "stopped before joining a run"
     try:
-        party, run_id = _join(config, data, party_id, device, port, stop, security)
+        party, run_id, lease = _join(config, data, party_id, device, port, stop, security)
         servicer.attach(party, run_id)
         host = PartyHost(  # heartbeats, resynchronisation, periodic checkpoints
             servicer,
@@ -93,6 +93,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
             secret=config.secret,
             checkpoint_dir=config.checkpoint_dir,
             unreachable_timeout_s=config.register_timeout_s,
+            lease=lease,
         )
         reason = "interrupted"  # kept if serving ends with an exception
         reason = host.serve(stop)
@@ -132,15 +133,16 @@ def _join(
     port: int,
     stop: threading.Event,
     security: Security,
-) -> tuple[Party, str]:
-    """Register with the coordinator and build the Party with the run's TrainConfig."""
+) -> tuple[Party, str, str]:
+    """Register with the coordinator and build the Party with the run's TrainConfig; returns it,
+    the run id and this process's lease."""
     info = party_info(party_id, data)
     address = config.advertise or f":{port}"
     reply = register(config.coordinator, info, address, config.register_timeout_s, stop, security)
     train = TrainConfig.model_validate_json(reply.config_json)
     log.info("party %s (block %d) joined run %s on %s", party_id, info.block, reply.run_id, device)
     party = Party(party_id, data, train, secret=config.secret.encode(), device=device)
-    return party, reply.run_id
+    return party, reply.run_id, reply.lease
 
 
 def _refused_calls(config: ClientConfig) -> dict[str, str]:

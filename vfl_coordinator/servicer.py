@@ -66,8 +66,9 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 address = _peer_address(context.peer(), address)
             s = self.state
             synced = convert.register_session_from_proto(request) == s.session
-            message = s.registry.register(info, address, synced)
-            reply = Registration(s.run_id, s.config_json, message, s.session, s.resume_round)
+            lease = convert.register_lease_from_proto(request)
+            message, lease = s.registry.register(info, address, synced, lease)
+            reply = Registration(s.run_id, s.config_json, message, s.session, s.resume_round, lease)
             return convert.registration_to_proto(reply)
 
     def Status(self, request, context):

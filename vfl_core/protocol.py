@@ -199,3 +199,4 @@ class Registration:
     message: str
     session: str
     resume_round: int
+    lease: str = ""  # quoted in the party's next registrations (vfl_coordinator.registry)

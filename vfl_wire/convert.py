@@ -507,10 +507,10 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
 
 
 def register_request_to_proto(
-    info: PartyInfo, address: str, h: vfl_pb2.Header, session: str = ""
+    info: PartyInfo, address: str, h: vfl_pb2.Header, session: str = "", lease: str = ""
 ) -> vfl_pb2.RegisterRequest:
     return vfl_pb2.RegisterRequest(
-        header=h, info=party_info_to_proto(info), address=address, session=session
+        header=h, info=party_info_to_proto(info), address=address, session=session, lease=lease
     )
 
 
@@ -528,9 +528,20 @@ def register_session_from_proto(req: vfl_pb2.RegisterRequest) -> str:
     return req.session
 
 
+def register_lease_from_proto(req: vfl_pb2.RegisterRequest) -> str:
+    """The lease the registering process holds ("" for a new process)."""
+    if len(req.lease) > MAX_NAME_CHARS:
+        raise ProtocolError(f"register lease: {len(req.lease)} characters, at most 128")
+    return req.lease
+
+
 def registration_to_proto(a: Registration) -> vfl_pb2.RegisterReply:
     reply = vfl_pb2.RegisterReply(
-        run_id=a.run_id, config_json=a.config_json, message=a.message, session=a.session
+        run_id=a.run_id,
+        config_json=a.config_json,
+        message=a.message,
+        session=a.session,
+        lease=a.lease,
     )
     if a.resume_round >= 0:
         reply.resume_round = a.resume_round
@@ -544,7 +555,11 @@ def registration_from_proto(reply: vfl_pb2.RegisterReply) -> Registration:
     resume = reply.resume_round if reply.HasField("resume_round") else -1
     if resume < -1:
         raise ProtocolError(f"register reply: negative resume round {resume}")
-    return Registration(reply.run_id, reply.config_json, reply.message, reply.session, resume)
+    if len(reply.lease) > MAX_NAME_CHARS:
+        raise ProtocolError(f"register reply: lease of {len(reply.lease)} characters")
+    return Registration(
+        reply.run_id, reply.config_json, reply.message, reply.session, resume, reply.lease
+    )
 
 
 def checkpoint_call_to_proto(round_id: int, h: vfl_pb2.Header) -> vfl_pb2.CheckpointRequest:

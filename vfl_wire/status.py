@@ -21,7 +21,14 @@ class AlreadyExistsError(ConfigError):
     """A registration for a block that another party already holds."""
 
 
+class FencedError(ConfigError):
+    """A registration quoting a lease that is no longer the block's: another process of the same
+    party registered since (vfl_coordinator.registry). ABORTED: the older process must stop."""
+
+
 def status_for(err: BaseException) -> grpc.StatusCode:
+    if isinstance(err, FencedError):
+        return grpc.StatusCode.ABORTED
     if isinstance(err, PermissionError_):
         return grpc.StatusCode.PERMISSION_DENIED
     if isinstance(err, AlreadyExistsError):

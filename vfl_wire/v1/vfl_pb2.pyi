@@ -324,30 +324,34 @@ class PartyInfoMsg(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., num_blocks: _Optional[int] = ..., dataset: _Optional[str] = ..., feature_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., has_labels: _Optional[bool] = ..., samples: _Optional[_Mapping[str, int]] = ..., protocol_version: _Optional[int] = ..., task: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("header", "info", "address", "session")
+    __slots__ = ("header", "info", "address", "session", "lease")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
     header: Header
     info: PartyInfoMsg
     address: str
     session: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., info: _Optional[_Union[PartyInfoMsg, _Mapping]] = ..., address: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
+    lease: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., info: _Optional[_Union[PartyInfoMsg, _Mapping]] = ..., address: _Optional[str] = ..., session: _Optional[str] = ..., lease: _Optional[str] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("run_id", "config_json", "message", "session", "resume_round")
+    __slots__ = ("run_id", "config_json", "message", "session", "resume_round", "lease")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     RESUME_ROUND_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     config_json: str
     message: str
     session: str
     resume_round: int
-    def __init__(self, run_id: _Optional[str] = ..., config_json: _Optional[str] = ..., message: _Optional[str] = ..., session: _Optional[str] = ..., resume_round: _Optional[int] = ...) -> None: ...
+    lease: str
+    def __init__(self, run_id: _Optional[str] = ..., config_json: _Optional[str] = ..., message: _Optional[str] = ..., session: _Optional[str] = ..., resume_round: _Optional[int] = ..., lease: _Optional[str] = ...) -> None: ...
 
 class FederatedPredictRequest(_message.Message):
     __slots__ = ("header", "split", "id_hashes", "all_rows", "deadline_s")
