@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+
 import grpc
 import pytest
 
+from vfl_client.runner import register
 from vfl_client.servicer import class_weights_refusal
 from vfl_coordinator.registry import Registry
+from vfl_core.errors import ConfigError
 from vfl_core.protocol import PartyInfo
 from vfl_wire.status import FencedError, status_for
 
@@ -35,3 +41,19 @@ def test_given_two_processes_of_one_party_when_registering_then_only_the_newest_
     assert fresh.register(info, "10.0.0.2:1", lease=second)[1] == second
     with pytest.raises(FencedError):
         fresh.register(info, "10.0.0.1:1", lease=first)
+
+
+def test_given_unreachable_coordinator_when_stopped_early_then_error_says_time_spent() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    info = PartyInfo("party0", 0, 2, "digits", (16,), 10, True)
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as err:
+        register(address, info, ":1", timeout=300.0, stop=stop)
+    assert time.monotonic() - start < 10
+    message = str(err.value)
+    assert message.startswith(f"coordinator at {address} unreachable for ")
+    assert "300s" not in message and "UNAVAILABLE" in message

@@ -7,18 +7,21 @@ fooled into a false success.
   characters, by the coordinator and by a party.
 - item 8: a party refuses its class weights (which give away its labels) unless the run
   balances classes, and then for the train split only.
+- item 9: a second process with one party's certificate fences the first off.
+- item 11: a plaintext client of a TLS coordinator is told so at once.
 """
 
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
-from harness import Client, Cluster, Coordinator, prepare_digits
+from harness import BIN, Client, Cluster, Coordinator, prepare_digits
 
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2
@@ -213,3 +216,24 @@ def test_given_second_process_of_a_party_when_it_registers_then_older_is_fenced_
     assert coord.log().count("party party0 rejoined") <= 2  # no alternation between the two
     results = coord.results()
     assert results is not None and results["status"] == "ok"
+
+
+# ------------------------------------------------------------------------------ item 11
+
+
+def test_given_tls_coordinator_when_insecure_client_or_operator_calls_then_told_at_once(
+    tmp_path: Path, two_parties: list[Path]
+) -> None:
+    certs = tmp_path / "certs"
+    argv = [str(BIN / "vfl"), "certs", "--out", str(certs), "--parties", "party0,party1"]
+    subprocess.run(argv, check=True, capture_output=True, timeout=120)
+    with Cluster(tmp_path / "cluster", tls_dir=certs) as cluster:
+        coord = cluster.coordinator(clients=2)
+        client = cluster.client(coord, two_parties[0], extra=["--insecure"])
+
+        assert client.wait(60) == 2  # on main: retried for --register-timeout (120 s here)
+        expected = f"the server at {coord.address} speaks TLS but this process runs --insecure"
+        assert f"error: {expected}" in client.log()
+        evaluate = [str(BIN / "vfl"), "evaluate", "--coordinator", coord.address, "--insecure"]
+        done = subprocess.run(evaluate, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and f"error: {expected}" in done.stderr

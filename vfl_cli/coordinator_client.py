@@ -10,6 +10,7 @@ from vfl_core.errors import VflError
 from vfl_core.metrics import MetricRow
 from vfl_core.protocol import SamplePrediction
 from vfl_wire import convert
+from vfl_wire.channels import plaintext_to_tls_hint
 from vfl_wire.security import COORDINATOR, Security
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -42,6 +43,7 @@ class CoordinatorClient:
         None = plaintext, for a coordinator started with --insecure."""
         self.address = address
         self.timeout = timeout
+        self._secure = security is not None and security.secure
         self._channel = (security or Security(None)).channel(address, COORDINATOR)
         self._stub = vfl_pb2_grpc.CoordinatorStub(self._channel)
         self._header = convert.header("", "")
@@ -74,6 +76,7 @@ class CoordinatorClient:
         try:
             return method(request, timeout=self.timeout)
         except grpc.RpcError as err:
+            hint = None if self._secure else plaintext_to_tls_hint(self.address, err)
             raise CoordinatorError(
-                f"coordinator at {self.address}: {err.code().name}: {err.details()}"
+                hint or f"coordinator at {self.address}: {err.code().name}: {err.details()}"
             ) from None

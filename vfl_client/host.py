@@ -101,7 +101,8 @@ class PartyHost:
             while delay is not None and not self._wait(stop, delay):
                 delay = self._beat(stub)
             if delay is None:
-                return f"coordinator unreachable for {self.unreachable_timeout_s:.0f}s"
+                lost = time.monotonic() - (self._lost_since or time.monotonic())
+                return f"coordinator unreachable for {lost:.0f}s"
         if self.servicer.shutdown.is_set():
             return self.servicer.shutdown_reason or "shut down by the coordinator"
         return "stopped by a signal"

@@ -25,7 +25,7 @@ from vfl_core.errors import ConfigError, DataError
 from vfl_core.party import Party, party_info
 from vfl_core.tabular import TableSource, load_table_party_kept
 from vfl_wire import convert
-from vfl_wire.channels import bind, make_server
+from vfl_wire.channels import bind, make_server, plaintext_to_tls_hint
 from vfl_wire.security import COORDINATOR, GuardInterceptor, Security, load_security, party_policy
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -192,9 +192,10 @@ def register(
     stop: threading.Event,
     security: Security | None = None,
 ) -> vfl_pb2.RegisterReply:
-    """Register, retrying with exponential backoff and jitter until the coordinator is up."""
+    """Register, retrying with exponential backoff and jitter until the coordinator is up; a
+    failure that retrying cannot heal (TLS on one side only, a refusal) stops at once."""
     request = convert.register_request_to_proto(info, address, convert.header("", info.party_id))
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
     delay = 0.2
     security = security or Security(None)
     with security.channel(coordinator, COORDINATOR) as channel:
@@ -203,18 +204,12 @@ def register(
             try:
                 return stub.Register(request, timeout=10.0)
             except grpc.RpcError as err:
-                _refuse_tls_failure(err, coordinator)
-                if err.code() not in (
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                ):
+                _refuse_for_good(err, coordinator, security)
+                spent = time.monotonic() - start
+                if spent + delay > timeout or stop.is_set():
                     raise ConfigError(
-                        f"coordinator refused registration: {err.code().name}: {err.details()}"
-                    ) from None
-                if time.monotonic() + delay > deadline or stop.is_set():
-                    raise ConfigError(
-                        f"coordinator at {coordinator} unreachable for {timeout:.0f}s"
+                        f"coordinator at {coordinator} unreachable for {spent:.0f}s "
+                        f"({err.code().name}: {(err.details() or '').splitlines()[0][-200:]})"
                     ) from None
                 log.info(
                     "coordinator at %s not reachable yet; retrying in %.1fs", coordinator, delay
@@ -223,14 +218,34 @@ def register(
                 delay = min(delay * 2, 5.0)
 
 
-def _refuse_tls_failure(err: grpc.RpcError, coordinator: str) -> None:
-    """A failed TLS handshake does not heal by retrying: stop with the reason."""
-    details = err.details() or ""
-    if err.code() == grpc.StatusCode.UNAVAILABLE and ("handshake" in details.lower()):
+def _refuse_for_good(err: grpc.RpcError, coordinator: str, security: Security) -> None:
+    """Raise ConfigError for a failure that does not heal by retrying: a refusal, or TLS on one
+    side only (a failed handshake; a plaintext client of a TLS server sees "Socket closed")."""
+    if err.code() not in _RETRY:
         raise ConfigError(
-            f"TLS handshake with the coordinator at {coordinator} failed (certificate of another "
-            f"CA, or the wrong name?): {details.splitlines()[0][-200:]}"
+            f"coordinator refused registration: {err.code().name}: {err.details()}"
         ) from None
+    details = (err.details() or "").splitlines()[0] if err.details() else ""
+    if security.secure and "handshake" in details.lower():
+        cause = (
+            "it does not speak TLS (started with --insecure?)"
+            if "WRONG_VERSION_NUMBER" in details
+            else "a certificate of another CA, or the wrong name?"
+        )
+        raise ConfigError(
+            f"TLS handshake with the coordinator at {coordinator} failed ({cause}): "
+            f"{details[-200:]}"
+        ) from None
+    hint = None if security.secure else plaintext_to_tls_hint(coordinator, err)
+    if hint is not None:
+        raise ConfigError(hint) from None
+
+
+_RETRY = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+)
 
 
 def _stop_on_signals() -> threading.Event:

@@ -14,6 +14,8 @@ Reconnect backoff is capped at 1 s so a restarted peer is reachable again almost
 from __future__ import annotations
 
 import logging
+import socket
+import ssl
 from collections.abc import Sequence
 from concurrent import futures
 
@@ -124,3 +126,37 @@ def make_channel(
     if target_name is not None:
         options.append(("grpc.ssl_target_name_override", target_name))
     return grpc.secure_channel(address, credentials, options=options)
+
+
+def speaks_tls(address: str, timeout: float = 2.0) -> bool:
+    """Whether the server at `address` ("host:port") answers a TLS handshake. A plaintext client
+    of a TLS server only ever sees "Socket closed": this tells that apart from a server that is
+    down. The probe sends no certificate, so a mutual-TLS server refuses it, with a TLS alert."""
+    host, _, port = address.rpartition(":")
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw,
+            context.wrap_socket(raw, do_handshake_on_connect=False) as tls,
+        ):
+            tls.do_handshake()
+            tls.recv(1)  # TLS 1.3: the server judges the (missing) certificate after this
+    except ssl.SSLEOFError:
+        return False
+    except ssl.SSLError as err:
+        return "ALERT" in (err.reason or "").upper()  # the server spoke TLS, then refused us
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def plaintext_to_tls_hint(address: str, err: grpc.RpcError) -> str | None:
+    """For a failed plaintext (--insecure) call: why, if the server speaks TLS, else None."""
+    if err.code() != grpc.StatusCode.UNAVAILABLE or not speaks_tls(address):
+        return None
+    return (
+        f"the server at {address} speaks TLS but this process runs --insecure (plaintext): give "
+        "it its `vfl certs` directory with --tls-dir instead of --insecure"
+    )
