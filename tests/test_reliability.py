@@ -9,10 +9,13 @@ import time
 import grpc
 import pytest
 
+from vfl_cli.coordinator_client import Evaluation
+from vfl_cli.remote_cmd import render_evaluation
 from vfl_client.runner import register
 from vfl_client.servicer import class_weights_refusal
 from vfl_coordinator.registry import Registry
 from vfl_core.errors import ConfigError
+from vfl_core.metrics import EvalReport, MetricRow
 from vfl_core.protocol import PartyInfo
 from vfl_wire.status import FencedError, status_for
 
@@ -57,3 +60,19 @@ def test_given_unreachable_coordinator_when_stopped_early_then_error_says_time_s
     message = str(err.value)
     assert message.startswith(f"coordinator at {address} unreachable for ")
     assert "300s" not in message and "UNAVAILABLE" in message
+
+
+def test_given_batches_answered_by_some_when_reporting_then_live_is_only_throughout() -> None:
+    report = EvalReport()
+    report.count_answers([0], [0])
+    report.count_answers([1], [])  # block 1 missed the batch of its own samples
+    report.count_answers([0, 1], [0, 1])  # and came back for this one
+    report.count_answers([2], [])  # block 2 was down all along
+
+    assert report.live_blocks() == [0]
+    assert report.partly_live() == {1: (2, 1)}
+    evaluation = Evaluation([MetricRow("0", 5), MetricRow("all", 5)], 3, [0], 0.5, report.answers)
+    text = render_evaluation(evaluation, "test set")
+    assert "(live blocks: 0; 0.50s)" in text
+    assert "block 1 answered 1 of the 2 batches holding its samples" in text
+    assert "block 2" not in text

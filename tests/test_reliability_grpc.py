@@ -3,6 +3,8 @@ fooled into a false success.
 
 - item 3: every party killed at once pauses training (no round counted); the run fails loudly
   (exit code, results.json "failed") when nobody comes back, and resumes when a party does.
+- item 5: an evaluation during which a party comes back names, per batch, who answered; its
+  header lists as live only the blocks that answered throughout.
 - item 7: a megabyte string in a request comes back (and is logged) cut to a few dozen
   characters, by the coordinator and by a party.
 - item 8: a party refuses its class weights (which give away its labels) unless the run
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,3 +240,47 @@ def test_given_tls_coordinator_when_insecure_client_or_operator_calls_then_told_
         evaluate = [str(BIN / "vfl"), "evaluate", "--coordinator", coord.address, "--insecure"]
         done = subprocess.run(evaluate, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and f"error: {expected}" in done.stderr
+
+
+# ------------------------------------------------------------------------------ item 5
+
+
+def test_given_party_back_mid_evaluation_when_evaluated_then_live_set_is_per_batch(
+    cluster: Cluster, two_parties: list[Path]
+) -> None:
+    # The freeze must stay under the channels' 3 s ping timeout (vfl_wire.channels): a keepalive
+    # ping it outlasts would drop the connection, and the thawed party with it.
+    deadline = 1.5
+    coord, clients = cluster.federation(
+        two_parties,
+        epochs=1,
+        deadline=deadline,
+        serve=True,
+        extra=["--retry-every", "1"],  # a down party is called again at the next batch
+    )
+    stub = cluster.stub(coord)
+    header = convert.header("", "operator")
+    cluster.wait_for(
+        lambda: stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10).state == "serving",
+        150,
+        "training to end",
+    )
+    frozen = clients[1]
+    assert frozen.block == 1
+    frozen.signal(signal.SIGSTOP)
+    # Batches in order (0,), (1,), (0,1): block 1 misses its deadline on (1,) and is marked
+    # down; thawed before the deadline of (0,1), to which it is called again, it answers that.
+    threading.Timer(deadline * 1.6, frozen.signal, (signal.SIGCONT,)).start()
+    reply = stub.Evaluate(vfl_pb2.EvaluateRequest(header=header, split="test"), timeout=60)
+
+    answers = convert.eval_answers_from_proto(reply)
+    assert answers[0] == (2, 2) and answers[1] == (2, 1), answers
+    assert list(reply.live_blocks) == [0]  # on main: [0, 1], up again by the end
+    observed = {row.observed for row in reply.rows}
+    assert {"0", "0,1"} <= observed and "1" not in observed
+    assert reply.unscored > 0  # the samples only block 1 holds, in the batch it missed
+    # the operator's table says so
+    evaluate = [str(BIN / "vfl"), "evaluate", "--coordinator", coord.address, "--insecure"]
+    done = subprocess.run(evaluate, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "(live blocks: 0,1;" in done.stdout  # answered every batch this time

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -21,6 +21,13 @@ class Evaluation:
     unscored: int
     live_blocks: list[int]
     seconds: float
+    answers: dict[int, tuple[int, int]] = field(
+        default_factory=dict
+    )  # block -> (batches, answered)
+
+    def partly_live(self) -> dict[int, tuple[int, int]]:
+        """Blocks that answered some of their batches only (came back or went away meanwhile)."""
+        return {b: (n, got) for b, (n, got) in sorted(self.answers.items()) if 0 < got < n}
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,8 @@ class CoordinatorClient:
         req = vfl_pb2.EvaluateRequest(header=self._header, split=split)
         reply = self._call(self._stub.Evaluate, req)
         rows = convert.eval_rows_from_proto(reply)
-        return Evaluation(rows, reply.unscored, list(reply.live_blocks), reply.seconds)
+        answers = convert.eval_answers_from_proto(reply)
+        return Evaluation(rows, reply.unscored, list(reply.live_blocks), reply.seconds, answers)
 
     def predict(self, split: str, id_hashes: list[bytes] | None) -> list[SamplePrediction]:
         req = vfl_pb2.FederatedPredictRequest(

@@ -44,12 +44,21 @@ def evaluate(
     """Evaluate the trained federation with the parties that are live now."""
     security = operator_security(tls_dir, identity, insecure)
     with CoordinatorClient(coordinator, timeout, security) as client:
-        typer.echo(render_evaluation(client.evaluate(split), f"{split} set"))
+        evaluation = client.evaluate(split)
+    typer.echo(render_evaluation(evaluation, f"{split} set"))
+    if not sum(row.samples for row in evaluation.rows if row.observed != "all"):
+        # an empty table is no result: say so, and exit non-zero
+        raise ConfigError(f"nothing scored: no live label party answered for the {split} set")
 
 
 def render_evaluation(ev: Evaluation, title: str) -> str:
     live = ",".join(map(str, ev.live_blocks)) or "none"
     lines = [format_table(ev.rows, title=f"{title} (live blocks: {live}; {ev.seconds:.2f}s)")]
+    for block, (batches, answered) in ev.partly_live().items():
+        lines.append(
+            f"(block {block} answered {answered} of the {batches} batches holding its samples: it "
+            "came back or went away during this evaluation; each row names the blocks it used)"
+        )
     if ev.unscored:
         lines.append(unscored_note(ev.unscored, live=True))
     return "\n".join(lines)

@@ -97,9 +97,11 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 fed = self.state.ready_federation()
                 _check_split_known(fed, split)
                 report = fed.evaluate(split)
-                live = [b for b, s in fed.liveness.state.items() if s == "up"]
             seconds = time.perf_counter() - start
-            return convert.eval_report_to_proto(report.rows(), report.unscored, live, seconds)
+            # live: answered every batch that held its samples, not merely up at the end
+            return convert.eval_report_to_proto(
+                report.rows(), report.unscored, report.live_blocks(), seconds, report.answers
+            )
 
     def Predict(self, request, context):
         with rpc_errors(context, "Predict"):

@@ -574,6 +574,8 @@ class Federation:
         (samples that none of them holds are unscored)."""
         report = EvalReport()
         for pred in self.predict_batches(split, blocks=blocks):
+            asked = [b for b in pred.pattern if blocks is None or b in blocks]
+            report.count_answers(asked, pred.present)  # who was live for this batch
             result = self._score(split, pred) if pred.predicted is not None else None
             if result is None:
                 report.unscored += len(pred.index)

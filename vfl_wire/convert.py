@@ -583,9 +583,15 @@ def checkpoint_reply_from_proto(reply: vfl_pb2.CheckpointReply, *, round_id: int
 
 
 def eval_report_to_proto(
-    rows: Sequence[MetricRow], unscored: int, live_blocks: Sequence[int], seconds: float
+    rows: Sequence[MetricRow],
+    unscored: int,
+    live_blocks: Sequence[int],
+    seconds: float,
+    answers: Mapping[int, Sequence[int]] | None = None,  # block -> (batches, answered)
 ) -> vfl_pb2.EvaluateReply:
     reply = vfl_pb2.EvaluateReply(unscored=unscored, live_blocks=live_blocks, seconds=seconds)
+    for block, (batches, answered) in sorted((answers or {}).items()):
+        reply.answers.add(block=block, batches=batches, answered=answered)
     for row in rows:
         # only the metrics of the task (the others are None and stay unset)
         metrics = {name: getattr(row, name) for name in _ROW_METRICS}
@@ -608,6 +614,11 @@ _ROW_METRICS = (
     "r2",
     "federation_rmse",
 )
+
+
+def eval_answers_from_proto(reply: vfl_pb2.EvaluateReply) -> dict[int, tuple[int, int]]:
+    """block -> (batches that held its samples, batches it answered)."""
+    return {a.block: (a.batches, a.answered) for a in reply.answers}
 
 
 def eval_rows_from_proto(reply: vfl_pb2.EvaluateReply) -> list[MetricRow]:

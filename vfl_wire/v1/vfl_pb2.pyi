@@ -458,14 +458,26 @@ class EvaluateRow(_message.Message):
     federation_rmse: float
     def __init__(self, observed: _Optional[str] = ..., samples: _Optional[int] = ..., accuracy: _Optional[float] = ..., federation_accuracy: _Optional[float] = ..., f1: _Optional[float] = ..., auc: _Optional[float] = ..., rmse: _Optional[float] = ..., mae: _Optional[float] = ..., r2: _Optional[float] = ..., federation_rmse: _Optional[float] = ...) -> None: ...
 
+class BlockAnswers(_message.Message):
+    __slots__ = ("block", "batches", "answered")
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_FIELD_NUMBER: _ClassVar[int]
+    block: int
+    batches: int
+    answered: int
+    def __init__(self, block: _Optional[int] = ..., batches: _Optional[int] = ..., answered: _Optional[int] = ...) -> None: ...
+
 class EvaluateReply(_message.Message):
-    __slots__ = ("rows", "unscored", "live_blocks", "seconds")
+    __slots__ = ("rows", "unscored", "live_blocks", "seconds", "answers")
     ROWS_FIELD_NUMBER: _ClassVar[int]
     UNSCORED_FIELD_NUMBER: _ClassVar[int]
     LIVE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
     rows: _containers.RepeatedCompositeFieldContainer[EvaluateRow]
     unscored: int
     live_blocks: _containers.RepeatedScalarFieldContainer[int]
     seconds: float
-    def __init__(self, rows: _Optional[_Iterable[_Union[EvaluateRow, _Mapping]]] = ..., unscored: _Optional[int] = ..., live_blocks: _Optional[_Iterable[int]] = ..., seconds: _Optional[float] = ...) -> None: ...
+    answers: _containers.RepeatedCompositeFieldContainer[BlockAnswers]
+    def __init__(self, rows: _Optional[_Iterable[_Union[EvaluateRow, _Mapping]]] = ..., unscored: _Optional[int] = ..., live_blocks: _Optional[_Iterable[int]] = ..., seconds: _Optional[float] = ..., answers: _Optional[_Iterable[_Union[BlockAnswers, _Mapping]]] = ...) -> None: ...
