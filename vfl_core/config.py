@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+
+from vfl_core.methods import METHODS as METHODS  # re-exported: the registry's method names
+from vfl_core.methods import REGISTRY, unknown_method
+
+
+def _known_method(name: str) -> str:
+    if name not in REGISTRY:
+        raise PydanticCustomError("unknown_method", "{message}", {"message": unknown_method(name)})
+    return name
+
 
 Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 HeadKind = Literal["linear", "mlp"]
-Method = Literal["laser", "local", "ensemble", "svfl", "combinatorial", "plug", "zerofill", "stale"]
-METHODS: tuple[str, ...] = get_args(Method)
+# A method is a name in the registry of method specs (vfl_core.methods); others are refused.
+Method = Annotated[str, AfterValidator(_known_method)]
 
 
 class _Frozen(BaseModel):

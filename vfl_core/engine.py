@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from vfl_core import methods, psi
+from vfl_core import psi
 from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
 from vfl_core.liveness import DOWN, Liveness
+from vfl_core.method_spec import MethodSpec, active_party
+from vfl_core.methods import method_spec
 from vfl_core.metrics import FEDERATION, EvalReport
 from vfl_core.predictions import Combined, combine, random_guess
 from vfl_core.protocol import (
@@ -138,6 +140,7 @@ class Federation:
     infos: dict[int, PartyInfo] = field(init=False)
     alignments: dict[str, Alignment] = field(init=False, default_factory=dict)
     liveness: Liveness = field(init=False)
+    spec: MethodSpec = field(init=False)  # the method: the engine asks it, never its name
     round_id: int = field(init=False, default=0)
     request_id: int = field(init=False, default=0)
     _weights: np.ndarray | None = field(init=False, default=None)
@@ -145,6 +148,7 @@ class Federation:
     def __post_init__(self) -> None:
         self.infos = self.transport.infos()
         _check_infos(self.infos)
+        self.spec = method_spec(self.config.method)
         if self.alignment not in ("hmac", "psi"):
             raise ConfigError(f"alignment must be hmac or psi, not {self.alignment!r}")
         if self.config.balance == "resample" and self.task == REGRESSION:
@@ -295,8 +299,10 @@ class Federation:
 
     def run_round(self, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
         self._poll_rejoins()
-        method, labels = self.config.method, self.label_blocks
-        if not methods.trainable(method, batch.pattern, self.num_blocks, labels):
+        if self.spec.program is not None:  # a method with phases of its own
+            return self.spec.program.train_round(self, round_id, epoch, batch)
+        spec, labels = self.spec, self.label_blocks
+        if not spec.trainable(batch.pattern, self.num_blocks, labels):
             return RoundRecord(round_id, epoch, batch.pattern, (), {}, ())
         al = self.alignments["train"]
         digest = al.digest(batch.index)
@@ -310,7 +316,7 @@ class Federation:
             self.transport.embed(calls), callees, len(batch.index), "embed", where
         )
         present = tuple(sorted(embeddings))
-        if not methods.trainable(method, present, self.num_blocks, labels):
+        if not spec.trainable(present, self.num_blocks, labels):
             # Too few parties answered for this method (svfl without a party, a split-learning
             # head party down): the round is skipped, so no optimiser steps on zero gradients.
             return RoundRecord(round_id, epoch, batch.pattern, present, {}, ())
@@ -337,10 +343,10 @@ class Federation:
         where: str,
     ) -> dict[int, FuseResult]:
         """Fuse at each head party of the method; keep the answers whose gradients fit."""
-        method, labels = self.config.method, self.label_blocks
+        labels = self.label_blocks
         present = sorted(embeddings)
-        heads = methods.fuse_parties(method, present, labels)
-        shared = methods.shares_embeddings(method)
+        heads = self.spec.fuse_parties(present, labels)
+        shared = self.spec.shares_embeddings
         calls = {
             k: FuseCall(
                 round_id,
@@ -363,7 +369,7 @@ class Federation:
         return fused
 
     def _width(self, block: int, callees: tuple[int, ...]) -> int:
-        return len(methods.slots(self.config.method, block, callees)) * self.config.model.embed_dim
+        return len(self.spec.slot_keys(block, callees)) * self.config.model.embed_dim
 
     def _accept(
         self,
@@ -427,20 +433,20 @@ class Federation:
         self._poll_rejoins()
         request = self.request_id
         self.request_id += 1
+        if self.spec.program is not None:  # a method with phases of its own
+            return self.spec.program.predict_batch(self, split, batch, request, blocks)
         embeddings, callees = self._inference_embeddings(split, batch, request, blocks)
         present = tuple(sorted(embeddings))
         gen = rng(self.config.seed, Stream.EVAL_RANDOM, request)
-        method, labels = self.config.method, self.label_blocks
+        spec, labels = self.spec, self.label_blocks
         regression = self.task == REGRESSION
-        predictors = methods.predictors(method, present, self.num_blocks, labels)
+        predictors = spec.predictors(present, self.num_blocks, labels)
         if predictors is None:  # standard VFL with a block missing
             if regression:  # no prediction, unscored
                 return _prediction(batch, present, {}, None, regression)
-            guess = random_guess(
-                str(methods.active_party(labels)), len(batch.index), self.num_classes, gen
-            )
+            guess = random_guess(str(active_party(labels)), len(batch.index), self.num_classes, gen)
             return _prediction(batch, present, {}, guess, regression)
-        shared = methods.shares_embeddings(method)
+        shared = spec.shares_embeddings
         calls = {
             k: PredictCall(
                 request, {b: e for b, e in embeddings.items() if shared or b == k}, callees
@@ -449,9 +455,8 @@ class Federation:
         }
         size = (len(batch.index), self.num_classes)
         probs = {k: p for k, p in sorted(self.transport.predict(calls).items()) if _ok(p, size)}
-        return _prediction(
-            batch, present, probs, combine(method, present, probs, gen, regression), regression
-        )
+        combined = combine(spec.combination, present, probs, gen, regression)
+        return _prediction(batch, present, probs, combined, regression)
 
     def _inference_embeddings(
         self, split: str, batch: Batch, request: int, blocks: Collection[int] | None

@@ -18,7 +18,9 @@ import torch
 from torch import nn
 
 Subset = tuple[int, ...]
-Task = tuple[Subset, float]  # (sorted subset of blocks, weight a_i)
+# One sampled LASER task: (sorted subset of blocks, weight a_i). Not vfl_core.tasks.Task, which
+# is the learning task (classification or regression).
+WeightedSubset = tuple[Subset, float]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -35,24 +37,26 @@ def subsets_containing(k: int, observed: Sequence[int], size: int) -> list[Subse
     return [tuple(sorted((k, *rest))) for rest in combinations(others, size - 1)]
 
 
-def sample_tasks(k: int, observed: Sequence[int], rng: np.random.Generator) -> list[Task]:
+def sample_tasks(k: int, observed: Sequence[int], rng: np.random.Generator) -> list[WeightedSubset]:
     """One uniformly drawn subset per size, with its weight. Choosing i-1 of the other m-1 blocks
     without replacement is uniform over the size-i subsets that contain k."""
     others = np.array(sorted(b for b in observed if b != k), dtype=np.int64)
     m = len(others) + 1
-    tasks: list[Task] = []
+    tasks: list[WeightedSubset] = []
     for size in range(1, m + 1):
         rest = rng.choice(others, size=size - 1, replace=False) if size > 1 else others[:0]
         tasks.append((tuple(sorted((k, *rest.tolist()))), task_weight(m, size)))
     return tasks
 
 
-def task_outcomes(k: int, observed: Sequence[int]) -> Iterator[tuple[list[Task], float]]:
+def task_outcomes(k: int, observed: Sequence[int]) -> Iterator[tuple[list[WeightedSubset], float]]:
     """Every possible result of `sample_tasks` with its probability (for exact expectations)."""
     m = len(observed)
     per_size = [subsets_containing(k, observed, size) for size in range(1, m + 1)]
 
-    def rec(size: int, chosen: list[Task], prob: float) -> Iterator[tuple[list[Task], float]]:
+    def rec(
+        size: int, chosen: list[WeightedSubset], prob: float
+    ) -> Iterator[tuple[list[WeightedSubset], float]]:
         if size > m:
             yield chosen, prob
             return
@@ -71,7 +75,7 @@ def fuse_mean(embeddings: Mapping[int, torch.Tensor], subset: Subset) -> torch.T
 def sampled_loss(
     head: nn.Module,
     embeddings: Mapping[int, torch.Tensor],
-    tasks: Sequence[Task],
+    tasks: Sequence[WeightedSubset],
     target: torch.Tensor,
     loss_fn: LossFn,
 ) -> torch.Tensor:

@@ -19,12 +19,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from vfl_core import methods
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.laser import Subset
+from vfl_core.method_spec import SHARED, HeadTask
+from vfl_core.methods import method_spec
 from vfl_core.model_bank import ModelBank
 from vfl_core.protocol import (
     BackwardCall,
@@ -73,7 +74,7 @@ class Party:
         self.party_id = party_id
         self.data = data
         self.config = config
-        self.method = config.method
+        self.spec = method_spec(config.method)
         self.device = torch.device(device)
         self.block = data.meta.block
         self._secret = secret
@@ -100,30 +101,30 @@ class Party:
             self.device,
             categorical=tuple(meta.categorical),
         )
-        self.models.rep(methods.SHARED)
-        if meta.has_labels and not methods.concatenates(self.method):
-            self.models.head(methods.SHARED)
+        self.models.rep(SHARED)
+        if meta.has_labels and self.spec.label_parties_hold_head:
+            self.models.head(SHARED)
         self._stale: StaleEmbeddings | None = None
-        if self.method == "stale" and meta.has_labels and "train" in data.splits:
+        if self.spec.replacement == "stale" and meta.has_labels and "train" in data.splits:
             rows = len(data.splits["train"])
             self._stale = StaleEmbeddings(rows, config.model.embed_dim, self.device)
 
     # ----------------------------------------------------------------- the shared f_k and g_k
     @property
     def f(self) -> nn.Module:
-        return self.models.reps[methods.SHARED]
+        return self.models.reps[SHARED]
 
     @property
     def f_opt(self) -> torch.optim.Optimizer:
-        return self.models.rep_opts[methods.SHARED]
+        return self.models.rep_opts[SHARED]
 
     @property
     def g(self) -> nn.Module | None:
-        return self.models.heads.get(methods.SHARED)
+        return self.models.heads.get(SHARED)
 
     @property
     def g_opt(self) -> torch.optim.Optimizer | None:
-        return self.models.head_opts.get(methods.SHARED)
+        return self.models.head_opts.get(SHARED)
 
     # ----------------------------------------------------------------- identity and alignment
     @property
@@ -163,7 +164,7 @@ class Party:
 
     # ----------------------------------------------------------------- training round
     def embed(self, call: EmbedCall) -> np.ndarray:
-        slots = methods.slots(self.method, self.block, call.blocks or (self.block,))
+        slots = self.spec.slot_keys(self.block, call.blocks or (self.block,))
         if not call.train:
             x = self._batch(call.split, call.rows, call.digest)
             with torch.no_grad():
@@ -212,8 +213,7 @@ class Party:
             self._stale.remember(state.rows, others)
             absent = [b for b in range(self.data.meta.num_blocks) if b not in embeddings]
             embeddings.update(self._stale.recall(state.rows, absent))
-        tasks = methods.fuse_tasks(
-            self.method,
+        tasks = self.spec.fuse_tasks(
             self.block,
             sorted(embeddings),
             self.data.meta.num_blocks,
@@ -231,7 +231,7 @@ class Party:
 
     def _train_heads(
         self,
-        tasks: list[methods.HeadTask],
+        tasks: list[HeadTask],
         embeddings: Mapping[int, torch.Tensor],
         blocks: Sequence[int],
         rows: np.ndarray,
@@ -295,7 +295,7 @@ class Party:
             b: self._from_wire(e, f"embedding of block {b}", batch, self._width(b, blocks))
             for b, e in sorted(call.embeddings.items())
         }
-        head_key, subset = methods.predict_subset(self.method, self.block, sorted(embeddings))
+        head_key, subset = self.spec.predict_subset(self.block, sorted(embeddings))
         head = self.models.head(head_key)
         head.eval()
         with torch.no_grad():
@@ -314,10 +314,10 @@ class Party:
         """A head's input: the mean of the subset's embeddings, or (baselines) a concatenation:
         of all K blocks with zeros for the absent ones (svfl, plug), or of the subset's own slot
         of each member (combinatorial)."""
-        if not methods.concatenates(self.method):
+        if not self.spec.concatenates:
             return torch.stack([embeddings[b] for b in sorted(subset)]).mean(dim=0)  # (B, d)
         d = self.config.model.embed_dim
-        if self.method == "combinatorial":
+        if self.spec.fusion == "concat_slots":
             parts = [self._slot(embeddings[b], b, head, blocks) for b in sorted(subset)]
         else:
             size = next(iter(embeddings.values())).shape[0]
@@ -331,11 +331,11 @@ class Party:
         self, embedding: torch.Tensor, block: int, key: Subset, blocks: Sequence[int]
     ) -> torch.Tensor:
         d = self.config.model.embed_dim
-        i = methods.slots(self.method, block, blocks).index(key)
+        i = self.spec.slot_keys(block, blocks).index(key)
         return embedding[:, i * d : (i + 1) * d]  # (B, d)
 
     def _width(self, block: int, blocks: Sequence[int]) -> int:
-        return len(methods.slots(self.method, block, blocks)) * self.config.model.embed_dim
+        return len(self.spec.slot_keys(block, blocks)) * self.config.model.embed_dim
 
     def score(self, call: ScoreCall) -> ScoreResult:
         """Aggregates of each named prediction on this batch against the party's labels:
