@@ -22,6 +22,9 @@ Subset = tuple[int, ...]
 # is the learning task (classification or regression).
 WeightedSubset = tuple[Subset, float]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# A head's input from the embeddings of a subset: their mean (LASER-VFL) or, for the
+# concatenating baselines, a concatenation (vfl_core.party.Party._fused).
+FuseFn = Callable[[Mapping[int, torch.Tensor], Subset], torch.Tensor]
 
 
 def task_weight(m: int, size: int) -> float:
@@ -78,11 +81,14 @@ def sampled_loss(
     tasks: Sequence[WeightedSubset],
     target: torch.Tensor,
     loss_fn: LossFn,
+    fuse: FuseFn = fuse_mean,
 ) -> torch.Tensor:
-    """L_k for one batch: sum over the sampled tasks of a_i * mean-batch loss."""
+    """L_k for one batch: sum over the sampled tasks of a_i * mean-batch loss. This is the loss
+    every head party trains (Party.fuse), for every method: the baselines pass their own `fuse`
+    and tasks."""
     total = torch.zeros((), device=target.device)
     for subset, weight in tasks:
-        total = total + weight * loss_fn(head(fuse_mean(embeddings, subset)), target)
+        total = total + weight * loss_fn(head(fuse(embeddings, subset)), target)
     return total
 
 

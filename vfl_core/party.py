@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
+from itertools import groupby
 
 import numpy as np
 import torch
@@ -23,7 +25,7 @@ from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
-from vfl_core.laser import Subset
+from vfl_core.laser import Subset, fuse_mean, sampled_loss
 from vfl_core.method_spec import SHARED, HeadTask
 from vfl_core.methods import method_spec
 from vfl_core.model_bank import ModelBank
@@ -247,16 +249,35 @@ class Party:
         self.models.set_lr(opts, epoch)
         for opt in opts:
             opt.zero_grad(set_to_none=True)
-        loss = torch.zeros((), device=self.device)
-        for task in tasks:
-            output = self.models.head(task.head)(
-                self._fused(task.head, task.subset, embeddings, blocks)
-            )  # (B, C) logits, or (B, 1) standardised values
-            loss = loss + task.weight * self._loss(output, target)
+        loss = self._tasks_loss(tasks, embeddings, blocks, target)
         loss.backward()
         for opt in opts:
             opt.step()
         return float(loss.detach())
+
+    def _tasks_loss(
+        self,
+        tasks: list[HeadTask],
+        embeddings: Mapping[int, torch.Tensor],
+        blocks: Sequence[int],
+        target: torch.Tensor,
+    ) -> torch.Tensor:
+        """sum_tasks weight * loss(head(fused subset), target), through laser.sampled_loss (the
+        function the unbiasedness test enumerates), once per run of tasks on the same head: one
+        run for LASER-VFL, one per subset for the combinatorial baseline. Heads output (B, C)
+        logits, or (B, 1) standardised values."""
+        losses = [
+            sampled_loss(
+                self.models.head(key),
+                embeddings,
+                [(t.subset, t.weight) for t in run],
+                target,
+                self._loss,
+                fuse=partial(self._fused, key, blocks=blocks),
+            )
+            for key, run in groupby(tasks, key=lambda t: t.head)
+        ]
+        return sum(losses[1:], losses[0])
 
     def backward(self, call: BackwardCall) -> None:
         state = self._current(call.round_id, "backward")
@@ -299,7 +320,7 @@ class Party:
         head = self.models.head(head_key)
         head.eval()
         with torch.no_grad():
-            output = head(self._fused(head_key, subset, embeddings, blocks))
+            output = head(self._fused(head_key, embeddings, subset, blocks))
             if self.task == REGRESSION:
                 return self._to_wire(self.scaler.restore(output))  # (B, 1) original units
             return self._to_wire(torch.softmax(output, dim=1))
@@ -307,15 +328,15 @@ class Party:
     def _fused(
         self,
         head: Subset,
-        subset: Sequence[int],
         embeddings: Mapping[int, torch.Tensor],
+        subset: Subset,
         blocks: Sequence[int],
     ) -> torch.Tensor:
-        """A head's input: the mean of the subset's embeddings, or (baselines) a concatenation:
-        of all K blocks with zeros for the absent ones (svfl, plug), or of the subset's own slot
-        of each member (combinatorial)."""
+        """A head's input: the mean of the subset's embeddings (laser.fuse_mean), or
+        (baselines) a concatenation: of all K blocks with zeros for the absent ones (svfl, plug),
+        or of the subset's own slot of each member (combinatorial)."""
         if not self.spec.concatenates:
-            return torch.stack([embeddings[b] for b in sorted(subset)]).mean(dim=0)  # (B, d)
+            return fuse_mean(embeddings, subset)  # (B, d)
         d = self.config.model.embed_dim
         if self.spec.fusion == "concat_slots":
             parts = [self._slot(embeddings[b], b, head, blocks) for b in sorted(subset)]
