@@ -7,6 +7,8 @@ Party, engine and predictions never compare method names: they ask the spec
 - which representation slots a party computes (one shared f_k, or one per subset),
 - which heads exist and where (every label party, the active party, each subset's owner),
 - which batches can train, which parties fuse and the loss terms each trains (`tasks`),
+- whether label parties' heads also serve sets of feature-only blocks (train on them, also from
+  label-only rows, and predict for samples that no label party observes),
 - who predicts, with which head and embeddings, and how their answers are combined,
 - what stands in for a party that failed in training (nothing, zeros, a stale embedding, or the
   round is skipped), and the method's display name.
@@ -67,6 +69,7 @@ class TaskContext:
     num_blocks: int
     label_blocks: tuple[int, ...]
     rng: np.random.Generator
+    unlabelled: tuple[int, ...] = ()  # blocks known to hold no labels (feature-only parties)
 
 
 TaskRule = Callable[[TaskContext], list[HeadTask]]
@@ -104,6 +107,10 @@ class MethodSpec:
     replacement: Replacement
     own_block_only: bool = False  # a head sees its own block only (local predictors)
     needs_all_blocks: bool = False  # trains on and predicts for fully observed sets only
+    # Heads also serve sets of feature-only blocks (vfl_core.laser): a label party trains on
+    # them, also for samples it holds only the label of, and predicts for a sample that no
+    # label party observes, from the others' embeddings alone.
+    serves_feature_only: bool = False
     program: RoundProgram | None = None
 
     # ------------------------------------------------------------ models
@@ -138,24 +145,41 @@ class MethodSpec:
 
     # ------------------------------------------------------------ training
     def trainable(
-        self, pattern: Sequence[int], num_blocks: int, label_blocks: Sequence[int]
+        self,
+        pattern: Sequence[int],
+        num_blocks: int,
+        label_blocks: Sequence[int],
+        label_only: Sequence[int] = (),
     ) -> bool:
-        """Whether a batch with this observed set can train anything."""
+        """Whether a batch with this observed set can train anything; `label_only`: the label
+        parties that hold the batch's labels but not its features."""
         if self.needs_all_blocks:
             return len(pattern) == num_blocks
         if self.heads == "active_party":
             return active_party(label_blocks) in pattern
-        return any(b in label_blocks for b in pattern)
+        if any(b in label_blocks for b in pattern):
+            return True
+        return self.serves_feature_only and bool(label_only) and bool(pattern)
 
-    def fuse_parties(self, present: Sequence[int], label_blocks: Sequence[int]) -> list[int]:
-        """Head parties that train on a batch whose embeddings came from `present`."""
+    def fuse_parties(
+        self,
+        present: Sequence[int],
+        label_blocks: Sequence[int],
+        label_only: Sequence[int] = (),
+    ) -> list[int]:
+        """Head parties that train on a batch whose embeddings came from `present`; with
+        `serves_feature_only`, also the label-only holders if a feature-only block is present
+        (they train on its subsets only)."""
         if self.heads == "active_party":
             active = active_party(label_blocks)
             return [active] if active in present else []
         if self.heads == "subset_owner":
             owners = {owner(s, label_blocks) for s in all_subsets(present)}
             return sorted(b for b in owners if b is not None)
-        return [b for b in present if b in label_blocks]
+        heads = [b for b in present if b in label_blocks]
+        if self.serves_feature_only and any(b not in label_blocks for b in present):
+            heads += [b for b in label_only if b not in present]
+        return heads
 
     def fuse_tasks(
         self,
@@ -164,9 +188,18 @@ class MethodSpec:
         num_blocks: int,
         label_blocks: Sequence[int],
         rng: np.random.Generator,
+        unlabelled: Sequence[int] = (),
     ) -> list[HeadTask]:
-        """The loss terms party `block` trains on a batch with embeddings from `present`."""
-        context = TaskContext(block, tuple(sorted(present)), num_blocks, tuple(label_blocks), rng)
+        """The loss terms party `block` trains on a batch with embeddings from `present`;
+        `unlabelled`: the blocks known to hold no labels."""
+        context = TaskContext(
+            block,
+            tuple(sorted(present)),
+            num_blocks,
+            tuple(label_blocks),
+            rng,
+            tuple(sorted(unlabelled)),
+        )
         return self.tasks(context)
 
     # ------------------------------------------------------------ inference
@@ -174,9 +207,13 @@ class MethodSpec:
         self, present: Sequence[int], num_blocks: int, label_blocks: Sequence[int]
     ) -> list[int] | None:
         """Parties asked to predict for a batch with embeddings from `present`; None means the
-        method cannot use this observed set and counts a random prediction (svfl)."""
+        method cannot use this observed set and counts a random prediction (svfl). With
+        `serves_feature_only`, every label party predicts for a set without one (the engine
+        calls those it can reach)."""
         if self.needs_all_blocks and len(present) != num_blocks:
             return None
+        if self.serves_feature_only and present and not set(present) & set(label_blocks):
+            return sorted(label_blocks)
         if self.heads == "active_party":
             active = active_party(label_blocks)
             return [active] if active in present else []

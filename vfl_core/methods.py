@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from vfl_core.errors import ConfigError
-from vfl_core.laser import sample_tasks
+from vfl_core.laser import head_tasks
 from vfl_core.method_spec import (
     SHARED,
     HeadTask,
@@ -48,8 +48,10 @@ PLUG_DROPOUT = 0.5  # probability that an observed non-active block is dropped i
 
 
 def laser_tasks(c: TaskContext) -> list[HeadTask]:
-    """One sampled subset per size containing the party, weighted a_i (vfl_core.laser)."""
-    return [HeadTask(SHARED, s, w) for s, w in sample_tasks(c.block, c.present, c.rng)]
+    """One sampled subset per size containing the party, weighted a_i, then one per size of the
+    present feature-only blocks, weighted b_i (vfl_core.laser)."""
+    tasks = head_tasks(c.block, c.present, c.unlabelled, c.rng)
+    return [HeadTask(SHARED, s, w) for s, w in tasks]
 
 
 def own_block_task(c: TaskContext) -> list[HeadTask]:
@@ -95,6 +97,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         tasks=laser_tasks,
         combination="heads",
         replacement="nothing",
+        serves_feature_only=True,
     ),
     MethodSpec(
         name="local",

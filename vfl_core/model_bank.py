@@ -15,7 +15,6 @@ from torch import nn
 from vfl_core.config import TrainConfig
 from vfl_core.laser import Subset
 from vfl_core.method_spec import SHARED
-from vfl_core.methods import method_spec
 from vfl_core.models import build_head, build_representation
 from vfl_core.seeding import Stream, derive_seed
 
@@ -46,7 +45,7 @@ class ModelBank:
         categorical: tuple[int, ...] = (),
     ) -> None:
         self.config = config
-        self.spec = method_spec(config.method)
+        self.spec = config.spec
         self.block = block
         self.num_blocks = num_blocks
         self.feature_shape = feature_shape

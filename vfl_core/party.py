@@ -27,7 +27,6 @@ from vfl_core.data import PartyData, PartySplit
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.laser import Subset, fuse_mean, sampled_loss
 from vfl_core.method_spec import SHARED, HeadTask
-from vfl_core.methods import method_spec
 from vfl_core.model_bank import ModelBank
 from vfl_core.protocol import (
     BackwardCall,
@@ -56,8 +55,10 @@ class _Round:
     rows: np.ndarray
     digest: bytes
     slots: list[Subset]  # representation slots concatenated in `embedding`, in order
-    embedding: torch.Tensor  # (B, len(slots) * d), attached to the slots' graphs
-    wire: np.ndarray  # what was sent
+    # (B, len(slots) * d), attached to the slots' graphs; None when the party holds only the
+    # batch's labels (label-only rows: it fuses, embeds nothing and has nothing to update)
+    embedding: torch.Tensor | None
+    wire: np.ndarray | None  # what was sent
     fuse_result: FuseResult | None = None
     own_grad: torch.Tensor | None = None  # dL_k/dE_k from the party's own heads
     stepped: bool = False
@@ -76,7 +77,7 @@ class Party:
         self.party_id = party_id
         self.data = data
         self.config = config
-        self.spec = method_spec(config.method)
+        self.spec = config.spec
         self.device = torch.device(device)
         self.block = data.meta.block
         self._secret = secret
@@ -175,6 +176,8 @@ class Party:
         if current is not None and call.round_id == current.round_id:
             if not np.array_equal(current.rows, call.rows) or current.digest != call.digest:
                 raise ProtocolError(f"round {call.round_id}: embed repeated with other rows")
+            if current.wire is None:
+                raise ProtocolError(f"round {call.round_id}: embed after a labels-only fuse")
             return current.wire
         if call.round_id <= self.last_round:
             raise StaleRoundError(
@@ -196,9 +199,12 @@ class Party:
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
 
     def fuse(self, call: FuseCall) -> FuseResult:
-        state = self._current(call.round_id, "fuse")
         if not self.data.meta.has_labels:
             raise ProtocolError(f"party {self.party_id} holds no labels and has no fusion head")
+        # A label-only holder's round starts here (it embedded nothing); the others' at Embed.
+        state = (
+            self._current(call.round_id, "fuse") if call.rows is None else self._labels_only(call)
+        )
         if state.fuse_result is not None:
             return state.fuse_result
         blocks = call.blocks or tuple(sorted({*call.embeddings, self.block}))
@@ -209,8 +215,8 @@ class Party:
             for b, e in sorted(call.embeddings.items())
             if b != self.block
         }
-        own = state.embedding.detach().requires_grad_(True)
-        embeddings = {self.block: own, **others}
+        own = None if state.embedding is None else state.embedding.detach().requires_grad_(True)
+        embeddings = others if own is None else {self.block: own, **others}
         if self._stale is not None:  # absent blocks answer with what they sent last time
             self._stale.remember(state.rows, others)
             absent = [b for b in range(self.data.meta.num_blocks) if b not in embeddings]
@@ -221,15 +227,40 @@ class Party:
             self.data.meta.num_blocks,
             call.label_blocks or (self.block,),
             rng(self.config.seed, Stream.TASKS, call.round_id, self.block),
+            _unlabelled(call.label_blocks, self.data.meta.num_blocks),
         )
         loss = self._train_heads(tasks, embeddings, blocks, state.rows, call.epoch)
-        state.own_grad = _grad_or_zeros(own)
+        state.own_grad = None if own is None else _grad_or_zeros(own)
         state.fuse_result = FuseResult(
             loss=loss,
             # A block in no task gets a zero gradient (it did not influence L_k).
             grads={b: self._to_wire(_grad_or_zeros(t)) for b, t in others.items()},
         )
         return state.fuse_result
+
+    def _labels_only(self, call: FuseCall) -> _Round:
+        """The round of a batch whose labels the party holds but not its features (rows of
+        its label-only part of the train split): it starts at Fuse, as Embed starts others."""
+        assert call.rows is not None
+        current = self._round
+        if current is not None and call.round_id == current.round_id:
+            same = np.array_equal(current.rows, call.rows) and current.digest == call.digest
+            if current.embedding is not None or not same:
+                raise ProtocolError(f"round {call.round_id}: fuse repeated with other rows")
+            return current
+        if call.round_id <= self.last_round:
+            raise StaleRoundError(
+                f"round {call.round_id} is stale: party is at round {self.last_round}"
+            )
+        self._check_digest("train", call.rows, call.digest)
+        if call.rows.min() < len(self._split("train").features):
+            raise ProtocolError(
+                f"round {call.round_id}: party {self.party_id} holds features of some rows of "
+                f"this batch; it embeds them instead of fusing on labels only"
+            )
+        self._round = _Round(call.round_id, call.rows, call.digest, [], None, None)
+        self.last_round = call.round_id
+        return self._round
 
     def _train_heads(
         self,
@@ -283,6 +314,8 @@ class Party:
         state = self._current(call.round_id, "backward")
         if state.stepped:
             return
+        if state.embedding is None:
+            raise ProtocolError(f"round {call.round_id}: party embedded nothing to update")
         grad = state.own_grad
         if call.grad is not None:
             width = state.embedding.shape[1]
@@ -303,7 +336,7 @@ class Party:
     def predict(self, call: PredictCall) -> np.ndarray:
         if not self.data.meta.has_labels:
             raise ProtocolError(f"party {self.party_id} holds no labels and has no fusion head")
-        if self.block not in call.embeddings:
+        if self.block not in call.embeddings and not self._serves(call):
             raise ProtocolError(
                 f"predict for party {self.party_id} lacks its own block {self.block}"
             )
@@ -324,6 +357,12 @@ class Party:
             if self.task == REGRESSION:
                 return self._to_wire(self.scaler.restore(output))  # (B, 1) original units
             return self._to_wire(torch.softmax(output, dim=1))
+
+    def _serves(self, call: PredictCall) -> bool:
+        """Whether the head predicts without its own block: a set of feature-only blocks (the
+        call says which blocks hold labels), under a method whose heads serve them."""
+        labelled = set(call.embeddings) & set(call.label_blocks)
+        return self.spec.serves_feature_only and bool(call.label_blocks) and not labelled
 
     def _fused(
         self,
@@ -422,6 +461,11 @@ class Party:
 
     def _batch(self, split: str, rows: np.ndarray, digest: bytes) -> torch.Tensor:
         self._check_digest(split, rows, digest)
+        if rows.max() >= len(self._split(split).features):
+            raise ProtocolError(
+                f"rows of split '{split}' include label-only rows: party {self.party_id} holds "
+                f"no features for them"
+            )
         if split not in self._features:
             self._features[split] = torch.from_numpy(self._split(split).features).to(self.device)
         return self._features[split][torch.from_numpy(rows).to(self.device)]  # (B, *shape)
@@ -473,7 +517,15 @@ def party_info(party_id: str, data: PartyData) -> PartyInfo:
         has_labels=meta.has_labels,
         samples={name: len(split) for name, split in data.splits.items()},
         task=meta.task,
+        label_only={name: s.label_only for name, s in data.splits.items() if s.label_only},
     )
+
+
+def _unlabelled(label_blocks: Sequence[int], num_blocks: int) -> tuple[int, ...]:
+    """The feature-only blocks, when the call names the label blocks (else none is known)."""
+    if not label_blocks:
+        return ()
+    return tuple(b for b in range(num_blocks) if b not in label_blocks)
 
 
 def _grad_or_zeros(leaf: torch.Tensor) -> torch.Tensor:

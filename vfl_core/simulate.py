@@ -46,6 +46,8 @@ class SimulationConfig(BaseModel):
     test_fraction: float = Field(0.2, gt=0, lt=1)
     layout: str = "auto"
     label_blocks: tuple[int, ...] | None = None
+    # label parties keep the labels of samples whose block they miss (label-only rows)
+    keep_labels: bool = False
     secret: str = DEMO_SECRET
     train: TrainConfig = TrainConfig()
     faults: FaultConfig = FaultConfig()  # injected party failures and link loss (training only)
@@ -193,6 +195,7 @@ def _party_data(config: SimulationConfig, tmp: Path) -> dict[float | None, list[
             seed=config.train.seed,
             layout=config.layout,
             label_blocks=list(config.label_blocks) if config.label_blocks is not None else None,
+            keep_labels=config.keep_labels,
         )
         variants[p_test] = [load_party_dir(p) for p in paths]
     if not variants:
