@@ -342,6 +342,19 @@ def test_given_serve_feature_only_off_when_simulated_then_the_papers_objective_a
 ) -> None:
     train = config(epochs=2).model_copy(update={"serve_feature_only": False})
     assert train.spec.serves_feature_only is False and config().spec.serves_feature_only
+    for round_id in range(20):  # the paper's tasks, draw for draw, though 1 and 2 hold no labels
+        paper = laser.sample_tasks(0, (0, 1, 2), rng(2, Stream.TASKS, round_id, 0))
+        tasks = train.spec.fuse_tasks(
+            0, (0, 1, 2), K, (0,), rng(2, Stream.TASKS, round_id, 0), OTHERS
+        )
+        assert [(t.subset, t.weight) for t in tasks] == paper
+        served = config().spec.fuse_tasks(
+            0, (0, 1, 2), K, (0,), rng(2, Stream.TASKS, round_id, 0), OTHERS
+        )
+        assert [(t.subset, t.weight) for t in served][: len(paper)] == paper
+        assert [t.subset for t in served][len(paper) :] and all(
+            0 not in t.subset for t in served[len(paper) :]
+        )
     records: list[RoundRecord] = []
     sim = run_simulation(
         SimulationConfig(party_dirs=dirs, secret=SECRET.decode(), train=train),

@@ -191,14 +191,15 @@ class MethodSpec:
         unlabelled: Sequence[int] = (),
     ) -> list[HeadTask]:
         """The loss terms party `block` trains on a batch with embeddings from `present`;
-        `unlabelled`: the blocks known to hold no labels."""
+        `unlabelled`: the blocks known to hold no labels (whose sets the heads serve only with
+        `serves_feature_only`)."""
         context = TaskContext(
             block,
             tuple(sorted(present)),
             num_blocks,
             tuple(label_blocks),
             rng,
-            tuple(sorted(unlabelled)),
+            tuple(sorted(unlabelled)) if self.serves_feature_only else (),
         )
         return self.tasks(context)
 
