@@ -103,7 +103,7 @@ def run_simulation(
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="vfl-sim-"))
-        variants = _party_data(config, Path(tmp))
+        variants = party_data(config, Path(tmp))
         parties, transport, faulty = _federation_parts(config, variants)
         federation = Federation(
             faulty if faulty is not None else transport,
@@ -172,8 +172,9 @@ def write_run_results(run_dir: Path, result: SimulationResult, fed: Federation) 
     (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
 
-def _party_data(config: SimulationConfig, tmp: Path) -> dict[float | None, list[PartyData]]:
-    """Party data per test p_miss. The train split is the same in every variant (same seed)."""
+def party_data(config: SimulationConfig, tmp: Path) -> dict[float | None, list[PartyData]]:
+    """Party data per test p_miss. The train split is the same in every variant (same seed).
+    Data sets are prepared into `tmp` (benchmarks use it to see exactly what a run trains on)."""
     if config.party_dirs or config.tables:
         if config.tables:
             data = load_table_federation(config.tables)
