@@ -17,14 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import SECRET, Cluster, Coordinator
+from harness import SECRET, Cluster, Coordinator, train_in_process
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
 from vfl_core.config import TrainConfig
-from vfl_core.engine import Federation, RoundRecord
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.party import Party
+from vfl_core.data import save_party_dir
 from vfl_core.tabular import federation_sources, load_table_federation
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2
@@ -136,7 +134,7 @@ def test_given_customers_only_others_hold_when_predicting_over_grpc_then_each_ge
 
 
 def test_given_a_grpc_run_when_evaluated_then_sets_without_the_label_party_are_scored_and_match(
-    run: dict,
+    run: dict, tmp_path: Path
 ) -> None:
     rows = {r["observed"]: r for r in run["results"]["test"]["rows"]}
     wanted = run["wanted"]
@@ -146,20 +144,16 @@ def test_given_a_grpc_run_when_evaluated_then_sets_without_the_label_party_are_s
         assert rows[observed]["samples"] == expected > 0, observed
         assert 0.0 <= rows[observed]["accuracy"] <= 1.0
     # the same tables, config and secret in one process: the same rounds, bit for bit
-    train = run["train"]
-    data = load_table_federation(_sources(run["paths"]))
-    parties = {
-        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
-    }
-    records: list[RoundRecord] = []
-    fed = Federation(InProcessTransport(parties), train, progress=False, on_round=records.append)
-    fed.align()
-    fed.train()
+    dirs = []
+    for party in load_table_federation(_sources(run["paths"])):
+        dirs.append(tmp_path / f"party{party.meta.block}")
+        save_party_dir(dirs[-1], party)
+    _, records, evaluation = train_in_process(dirs, run["train"])
     assert len(run["rounds"]) == len(records) > 0
     assert any(r.pattern == (1, 2) and set(r.losses) == {0} for r in records)  # label-only
     for got, want in zip(run["rounds"], records, strict=True):
         assert got == json.loads(json.dumps(want.to_json())), f"round {want.round_id}"
-    report = json.loads(json.dumps(fed.evaluate("test").to_json(), default=str))
+    report = json.loads(json.dumps(evaluation.to_json(), default=str))
     want_rows = {r["observed"]: r for r in report["rows"]}
     assert set(want_rows) == set(rows)
     for observed, row in rows.items():
