@@ -364,3 +364,22 @@ def test_given_serve_feature_only_off_when_simulated_then_the_papers_objective_a
     assert not {(1,), (2,), (1, 2)} & set(report.by_pattern)
     assert report.unscored > 0  # the samples only parties 1 and 2 hold: no head for them
     assert all(r.losses == {} for r in records if r.pattern == OTHERS)  # nothing trains there
+
+
+def test_given_a_regression_task_when_labels_at_one_party_then_sets_without_it_get_errors(
+    tmp_path: Path,
+) -> None:
+    from vfl_core.datasets import load_diabetes_dataset
+
+    paths = prepare_parties(
+        load_diabetes_dataset(), tmp_path, K, [0.3] * K, [0.3] * K, 0.2, seed=0, label_blocks=[0],
+        keep_labels=True,
+    )  # fmt: skip
+    labels = load_party_dir(paths[0]).splits["test"].labels
+    assert labels is not None and labels.dtype == np.float32  # label-only targets stay real
+    sim = run_simulation(SimulationConfig(party_dirs=tuple(paths), train=config(epochs=3)))
+    rows = {r.observed: r for r in sim.reports[None].rows()}
+    for observed in ("1", "2", "1,2"):
+        assert rows[observed].samples > 0 and rows[observed].rmse is not None
+        assert rows[observed].accuracy is None
+    assert sim.reports[None].unscored == 0
