@@ -278,6 +278,36 @@ def test_given_labels_at_one_party_when_predicting_then_samples_only_others_hold
             assert set(sample.observed) <= set(OTHERS)
 
 
+class SilentPredictor(InProcessTransport):
+    """Party 0 embeds and predicts its own sets but never answers a Predict for the others'
+    sets (a deadline missed every time)."""
+
+    def __init__(self, parties: dict[int, Party]) -> None:
+        super().__init__(parties)
+        self.asked = 0
+
+    def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
+        serving = 0 in calls and 0 not in calls[0].embeddings
+        self.asked += serving
+        return super().predict({k: c for k, c in calls.items() if not (k == 0 and serving)})
+
+
+def test_given_a_label_party_that_misses_predict_when_serving_others_then_it_is_marked_down(
+    data: list[PartyData],
+) -> None:
+    train = config(epochs=0).model_copy(update={"eval_batch_size": 4096})
+    parties = {d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET) for d in data}
+    transport = SilentPredictor(parties)
+    fed = Federation(transport, train, progress=False)
+    fed.align()
+    preds = list(fed.predict_batches("test"))
+    assert len([p for p in preds if 0 not in p.pattern]) == 3  # the sets {1}, {2}, {1, 2}
+    assert transport.asked == 1  # one missed deadline, then party 0 is down: not asked again
+    assert any(0 in p.present for p in preds)  # it answered its own sets before that
+    assert fed.liveness.state[0] == "down"
+    assert all(p.predicted is None for p in preds if 0 not in p.present)
+
+
 # ---------------------------------------------------------------- tables and the wire
 
 

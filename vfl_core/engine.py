@@ -479,6 +479,10 @@ class Federation:
         }
         size = (len(batch.index), self.num_classes)
         probs = {k: p for k, p in sorted(self.transport.predict(calls).items()) if _ok(p, size)}
+        # A label party serving the others' set was not asked to embed: its Predict answer is
+        # the only sign of life, so a miss marks it down at once (as a missed Embed does).
+        outside = [k for k in calls if k not in present]
+        self._record(outside, probs, "predict", f"{split} request {request}", immediate=True)
         combined = combine(spec.combination, present, probs, gen, regression)
         return _prediction(batch, present, probs, combined, regression)
 
