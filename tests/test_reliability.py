@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
+from typer.testing import CliRunner
 
+from vfl_cli.app import app
 from vfl_cli.coordinator_client import Evaluation
 from vfl_cli.remote_cmd import render_evaluation
-from vfl_client.runner import register
+from vfl_client.runner import _log_classes, register
 from vfl_client.servicer import class_weights_refusal
 from vfl_coordinator.registry import Registry
+from vfl_core.data import load_party_dir
 from vfl_core.errors import ConfigError
 from vfl_core.metrics import EvalReport, MetricRow
 from vfl_core.protocol import PartyInfo
@@ -76,3 +81,48 @@ def test_given_batches_answered_by_some_when_reporting_then_live_is_only_through
     assert "(live blocks: 0; 0.50s)" in text
     assert "block 1 answered 1 of the 2 batches holding its samples" in text
     assert "block 2" not in text
+
+
+def test_given_label_parties_that_count_classes_differently_when_registering_then_all_named() -> (
+    None
+):
+    registry = Registry(3)
+    registry.register(PartyInfo("bank", 0, 3, "tabular", (3,), 2, True), "127.0.0.1:1")
+    registry.register(PartyInfo("shop", 1, 3, "tabular", (3,), 2, True), "127.0.0.1:2")
+    with pytest.raises(ConfigError) as err:  # a stray label value: three classes
+        registry.register(PartyInfo("ins", 2, 3, "tabular", (3,), 3, True), "127.0.0.1:3")
+    message = str(err.value)
+    assert message.startswith("party ins has num_classes=3 but parties bank and shop have 2")
+    assert "a stray label value makes a class of its own" in message and "\n" not in message
+
+
+def test_given_a_stray_label_value_when_preparing_then_classes_listed_and_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = [f"c{i},{i % 7},{'yes' if i % 3 else 'no'}" for i in range(40)] + ["c40,1,yse"]
+    table = tmp_path / "bank.csv"
+    table.write_text("id,x,default\n" + "\n".join(rows) + "\n")
+    argv = ["prepare", "--csv", str(table), "--id-column", "id", "--label-column", "default"]
+    argv += [
+        "--block",
+        "0",
+        "--num-blocks",
+        "2",
+        "--test-fraction",
+        "0",
+        "--out",
+        str(tmp_path / "p"),
+    ]
+    result = CliRunner().invoke(app, argv)
+
+    assert result.exit_code == 0, result.output
+    assert (
+        "3 classes in the train split (rows per class): 0 ('no'): 14, 1 ('yes'): 26, 2 ('yse'): 1"
+        in (result.stdout)
+    )
+    assert "warning: class 2 ('yse') has only 1 training row: a stray label value?" in result.stderr
+    # and vfl-client says the same when it starts from the table or the directory
+    data = load_party_dir(tmp_path / "p")
+    with caplog.at_level(logging.INFO, logger="vfl_client.runner"):
+        _log_classes(data)
+    assert "has only 1 training row" in caplog.text and "0 ('no'): 14" in caplog.text

@@ -22,6 +22,7 @@ from vfl_core.checkpoint import party_checkpoint_path, save_party_checkpoint
 from vfl_core.config import TrainConfig
 from vfl_core.data import PREPROCESS_FILE, PartyData, load_party_dir
 from vfl_core.errors import ConfigError, DataError
+from vfl_core.label_summary import class_counts, describe_classes, rare_class_warnings
 from vfl_core.party import Party, party_info
 from vfl_core.tabular import TableSource, load_table_party_kept
 from vfl_wire import convert
@@ -70,6 +71,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     (and resumed from on a restart, see vfl_client.host) and when the run ends.
     """
     data = _load_data(config)
+    _log_classes(data)
     device = resolve_device(config.device)
     torch.set_num_threads(config.threads)
     party_id = _party_id(config, data.meta.block)
@@ -102,6 +104,15 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
         server.stop(grace=1.0).wait()  # every handler has returned: nothing changes the party now
         if config.checkpoint_dir is not None and servicer.party is not None:
             save_end_checkpoint(config.checkpoint_dir, servicer.party, run_id, reason)
+
+
+def _log_classes(data: PartyData) -> None:
+    """A label party says which classes it found, and warns of a class with very few rows."""
+    counts = class_counts(data)
+    if counts:
+        log.info("block %d: %s", data.meta.block, describe_classes(counts))
+    for warning in rare_class_warnings(counts):
+        log.warning("block %d: %s", data.meta.block, warning)
 
 
 def _party_id(config: ClientConfig, block: int) -> str:

@@ -108,19 +108,20 @@ class Registry:
                 f"party {info.party_id} was prepared for {info.num_blocks} blocks, "
                 f"the coordinator expects {self.expected}"
             )
-        for other in self._members.values():
-            if other.info.block == info.block:
-                continue
-            for name in ("dataset", "task", "num_classes", "num_blocks"):
-                if getattr(other.info, name) != getattr(info, name):
-                    raise ConfigError(
-                        f"party {info.party_id} has {name}={getattr(info, name)!r} but party "
-                        f"{other.info.party_id} has {getattr(other.info, name)!r}"
-                        + mismatch_hint(name, info, other.info)
-                    )
-            if other.info.party_id == info.party_id:
+        others = [m.info for m in self._members.values() if m.info.block != info.block]
+        for name in ("dataset", "task", "num_classes", "num_blocks"):
+            differ = [o for o in others if getattr(o, name) != getattr(info, name)]
+            if differ:
+                raise ConfigError(
+                    f"party {info.party_id} has {name}={getattr(info, name)!r} but "
+                    + _holders(others, name)
+                    + mismatch_hint(name, info, differ[0])
+                    + _class_hint(name, [info, *others])
+                )
+        for other in others:
+            if other.party_id == info.party_id:
                 raise AlreadyExistsError(
-                    f"party id {info.party_id!r} already holds block {other.info.block}"
+                    f"party id {info.party_id!r} already holds block {other.block}"
                 )
 
     def members(self) -> dict[int, Member]:
@@ -150,3 +151,27 @@ class Registry:
 
     def _synced(self) -> int:
         return sum(m.synced for m in self._members.values())
+
+
+def _holders(infos: list[PartyInfo], name: str) -> str:
+    """ "party0 and party2 have 2, party3 has 3": every registered party's value of `name`."""
+    groups: dict[str, list[str]] = {}
+    for info in sorted(infos, key=lambda i: i.block):
+        groups.setdefault(repr(getattr(info, name)), []).append(info.party_id)
+    return ", ".join(
+        f"parties {' and '.join(ids)} have {value}"
+        if len(ids) > 1
+        else f"party {ids[0]} has {value}"
+        for value, ids in groups.items()
+    )
+
+
+def _class_hint(name: str, infos: list[PartyInfo]) -> str:
+    """Label parties that count classes differently: a stray label value is the usual cause."""
+    labelled = [i for i in infos if i.has_labels]
+    if name != "num_classes" or len({i.num_classes for i in labelled}) < 2:
+        return ""
+    return (
+        "; label parties disagree on their classes: each lists the classes it found, with the "
+        "rows of each, when it starts (a stray label value makes a class of its own)"
+    )
