@@ -19,10 +19,12 @@ from vfl_client.runner import _log_classes, register
 from vfl_client.servicer import class_weights_refusal
 from vfl_coordinator.registry import Registry
 from vfl_core.data import load_party_dir
-from vfl_core.errors import ConfigError
+from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.metrics import EvalReport, MetricRow
-from vfl_core.protocol import PartyInfo
+from vfl_core.protocol import PartyInfo, SamplePrediction
+from vfl_wire import convert
 from vfl_wire.status import FencedError, status_for
+from vfl_wire.v1 import vfl_pb2
 
 
 def test_given_balancing_run_when_class_weights_asked_then_train_split_only() -> None:
@@ -126,3 +128,12 @@ def test_given_a_stray_label_value_when_preparing_then_classes_listed_and_warned
     with caplog.at_level(logging.INFO, logger="vfl_client.runner"):
         _log_classes(data)
     assert "has only 1 training row" in caplog.text and "0 ('no'): 14" in caplog.text
+
+
+def test_given_prediction_with_party_rows_when_sent_then_round_trip_and_bad_rows_refused() -> None:
+    p = SamplePrediction(b"k", (0, 1), {}, None, -1, rows={0: 17, 1: 3})
+    wire = vfl_pb2.PredictionRow.FromString(convert.prediction_to_proto(p).SerializeToString())
+    assert convert.prediction_from_proto(wire).rows == {0: 17, 1: 3}
+    wire.party_rows[1] = -2
+    with pytest.raises(ProtocolError, match="negative block or row index"):
+        convert.prediction_from_proto(wire)

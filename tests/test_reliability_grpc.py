@@ -10,11 +10,13 @@ fooled into a false success.
 - item 8: a party refuses its class weights (which give away its labels) unless the run
   balances classes, and then for the train split only.
 - item 9: a second process with one party's certificate fences the first off.
+- item 12: after a PSI alignment a party names its own samples in `vfl predict`'s output.
 - item 11: a plaintext client of a TLS coordinator is told so at once.
 """
 
 from __future__ import annotations
 
+import csv
 import signal
 import subprocess
 import threading
@@ -26,6 +28,7 @@ import grpc
 import pytest
 from harness import BIN, Client, Cluster, Coordinator, prepare_digits
 
+from vfl_core.data import load_party_dir
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2
 
@@ -284,3 +287,37 @@ def test_given_party_back_mid_evaluation_when_evaluated_then_live_set_is_per_bat
     done = subprocess.run(evaluate, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "(live blocks: 0,1;" in done.stdout  # answered every batch this time
+
+
+# ------------------------------------------------------------------------------ item 12
+
+
+def test_given_psi_federation_when_party_predicts_with_its_dir_then_rows_carry_its_ids(
+    cluster: Cluster, two_parties: list[Path], tmp_path: Path
+) -> None:
+    coord, _ = cluster.federation(two_parties, epochs=1, serve=True, alignment="psi")
+    stub = cluster.stub(coord)
+    header = convert.header("", "operator")
+    cluster.wait_for(
+        lambda: stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10).state == "serving",
+        150,
+        "training to end",
+    )
+    out = tmp_path / "preds.csv"
+    argv = [str(BIN / "vfl"), "predict", "--coordinator", coord.address, "--insecure"]
+    argv += ["--party-dir", str(two_parties[0]), "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    own = [str(i) for i in load_party_dir(two_parties[0]).splits["test"].ids]
+    others = [str(i) for i in load_party_dir(two_parties[1]).splits["test"].ids]
+    held = [r for r in rows if "0:" in r["party_rows"]]
+    assert sorted(r["id"] for r in held) == sorted(own)  # every own sample, by its own ID
+    for r in held:  # the row it names is the row of that ID in party 0's files
+        assert own[int(r["party_rows"].split()[0].split(":")[1])] == r["id"]
+    # samples party 0 does not hold: no ID for it, only party 1's row (which party 1 can map)
+    not_held = [r for r in rows if "0:" not in r["party_rows"]]
+    assert not_held and all(r["id"] == "" for r in not_held)
+    assert len(rows) == len(set(own) | set(others))

@@ -653,7 +653,10 @@ def eval_rows_from_proto(reply: vfl_pb2.EvaluateReply) -> list[MetricRow]:
 
 def prediction_to_proto(p: SamplePrediction) -> vfl_pb2.PredictionRow:
     row = vfl_pb2.PredictionRow(
-        id_hash=p.id_hash, observed_blocks=p.observed, predicted_class=p.predicted_class
+        id_hash=p.id_hash,
+        observed_blocks=p.observed,
+        predicted_class=p.predicted_class,
+        party_rows=p.rows,
     )
     for block, probs in p.party_probs.items():
         row.party_probabilities[block].CopyFrom(encode_array(probs, what="probabilities"))
@@ -680,4 +683,11 @@ def prediction_from_proto(row: vfl_pb2.PredictionRow) -> SamplePrediction:
         federation=federation,
         predicted_class=row.predicted_class,
         predicted_value=row.predicted_value if row.HasField("predicted_value") else None,
+        rows=_party_rows(row.party_rows),
     )
+
+
+def _party_rows(rows: Mapping[int, int]) -> dict[int, int]:
+    if any(b < 0 or r < 0 for b, r in rows.items()):
+        raise ProtocolError("prediction row: negative block or row index")
+    return dict(sorted(rows.items()))

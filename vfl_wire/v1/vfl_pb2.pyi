@@ -383,7 +383,7 @@ class FederatedPredictRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., id_hashes: _Optional[_Iterable[bytes]] = ..., all_rows: _Optional[bool] = ..., deadline_s: _Optional[float] = ...) -> None: ...
 
 class PredictionRow(_message.Message):
-    __slots__ = ("id_hash", "observed_blocks", "party_probabilities", "federation_probabilities", "predicted_class", "predicted_value")
+    __slots__ = ("id_hash", "observed_blocks", "party_probabilities", "federation_probabilities", "predicted_class", "predicted_value", "party_rows")
     class PartyProbabilitiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -391,19 +391,28 @@ class PredictionRow(_message.Message):
         key: int
         value: Tensor
         def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class PartyRowsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     ID_HASH_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     PARTY_PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_CLASS_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_VALUE_FIELD_NUMBER: _ClassVar[int]
+    PARTY_ROWS_FIELD_NUMBER: _ClassVar[int]
     id_hash: bytes
     observed_blocks: _containers.RepeatedScalarFieldContainer[int]
     party_probabilities: _containers.MessageMap[int, Tensor]
     federation_probabilities: Tensor
     predicted_class: int
     predicted_value: float
-    def __init__(self, id_hash: _Optional[bytes] = ..., observed_blocks: _Optional[_Iterable[int]] = ..., party_probabilities: _Optional[_Mapping[int, Tensor]] = ..., federation_probabilities: _Optional[_Union[Tensor, _Mapping]] = ..., predicted_class: _Optional[int] = ..., predicted_value: _Optional[float] = ...) -> None: ...
+    party_rows: _containers.ScalarMap[int, int]
+    def __init__(self, id_hash: _Optional[bytes] = ..., observed_blocks: _Optional[_Iterable[int]] = ..., party_probabilities: _Optional[_Mapping[int, Tensor]] = ..., federation_probabilities: _Optional[_Union[Tensor, _Mapping]] = ..., predicted_class: _Optional[int] = ..., predicted_value: _Optional[float] = ..., party_rows: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class FederatedPredictReply(_message.Message):
     __slots__ = ("rows",)
