@@ -5,6 +5,9 @@ fooled into a false success.
   (exit code, results.json "failed") when nobody comes back, and resumes when a party does.
 - item 5: an evaluation during which a party comes back names, per batch, who answered; its
   header lists as live only the blocks that answered throughout.
+- item 6: raw-socket streams that never finish their request body (slowloris) leave the
+  servers answering: refused before their body without a token or right, at most 8 held
+  otherwise.
 - item 7: a megabyte string in a request comes back (and is logged) cut to a few dozen
   characters, by the coordinator and by a party.
 - item 8: a party refuses its class weights (which give away its labels) unless the run
@@ -20,6 +23,7 @@ import csv
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +31,7 @@ from pathlib import Path
 import grpc
 import pytest
 from harness import BIN, Client, Cluster, Coordinator, prepare_digits
+from slowloris import Attack, tls_context
 
 from vfl_core.data import load_party_dir
 from vfl_wire import convert
@@ -321,3 +326,69 @@ def test_given_psi_federation_when_party_predicts_with_its_dir_then_rows_carry_i
     not_held = [r for r in rows if "0:" not in r["party_rows"]]
     assert not_held and all(r["id"] == "" for r in not_held)
     assert len(rows) == len(set(own) | set(others))
+
+
+# ------------------------------------------------------------------------------ item 6
+
+STALLED = 40  # per connection; the servers' worker pools had 16 (coordinator) and 8 (party)
+
+
+def test_given_stalled_request_bodies_when_tls_federation_serves_then_evaluation_works(
+    tmp_path: Path, two_parties: list[Path]
+) -> None:
+    certs = tmp_path / "certs"
+    argv = [str(BIN / "vfl"), "certs", "--out", str(certs), "--parties", "party0,party1"]
+    subprocess.run(argv, check=True, capture_output=True, timeout=120)
+    with Cluster(tmp_path / "cluster", tls_dir=certs) as cluster:
+        coord, clients = cluster.federation(two_parties, epochs=1, serve=True)
+        stub = cluster.stub(coord)  # the operator
+        header = convert.header("", "operator")
+        cluster.wait_for(
+            lambda: (
+                stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10).state == "serving"
+            ),
+            150,
+            "training to end",
+        )
+        party0 = tls_context(certs / "party0")  # an attacker with party0's certificate
+        token = (certs / "party0" / "token").read_text().strip()
+        with (
+            Attack()
+            .open(coord.port(), 4, STALLED, "/vfl.v1.Coordinator/Evaluate", tls=party0)
+            .open(coord.port(), 2, STALLED, "/vfl.v1.Coordinator/Status", tls=party0, token=token)
+            .open(clients[1].port(), 4, STALLED, "/vfl.v1.Party/Embed", tls=party0) as attack
+        ):
+            time.sleep(1.0)  # every stream is in (refused, or waiting for its body)
+            start = time.monotonic()
+            reply = stub.Evaluate(vfl_pb2.EvaluateRequest(header=header, split="test"), timeout=30)
+            seconds = time.monotonic() - start
+            assert list(reply.live_blocks) == [0, 1] and reply.rows[-1].samples > 0
+            assert seconds < 10, seconds
+            # without a token, or calling a party, every stream was refused before its body;
+            # with party0's token, all but its 8 in-flight calls were
+            resets = [c.resets for c in attack.connections]
+            assert resets[:4] == [STALLED] * 4 and resets[6:] == [STALLED] * 4
+            assert sum(resets[4:6]) == 2 * STALLED - 8
+        assert coord.alive() and all(c.alive() for c in clients)
+
+
+def test_given_stalled_request_bodies_when_plaintext_servers_wait_then_they_still_answer(
+    waiting: Waiting,
+) -> None:
+    coord, client = waiting.coord, waiting.client
+    stub, party = waiting.cluster.stub(coord), waiting.cluster.party_stub(client)
+    with (
+        Attack()
+        .open(coord.port(), 3, STALLED, "/vfl.v1.Coordinator/Status")
+        .open(client.port(), 3, STALLED, "/vfl.v1.Party/Embed") as attack
+    ):
+        time.sleep(1.0)
+        status = stub.Status(vfl_pb2.StatusRequest(header=convert.header("", "x")), timeout=5)
+        assert status.state == "registering"
+        err = _refusal(  # answered (refused for its split), not stuck behind the stalled ones
+            party.IdHashes,
+            vfl_pb2.IdHashesRequest(header=convert.header(coord.run_id, "party0"), split="x"),
+        )
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # one plaintext connection holds at most 8 calls; HTTP/2 and the guard refuse the rest
+        assert all(c.resets == STALLED - 8 for c in attack.connections)

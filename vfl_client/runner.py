@@ -166,6 +166,9 @@ def _refused_calls(config: ClientConfig) -> dict[str, str]:
     return {}
 
 
+MAX_CONCURRENT_RPCS = 32  # calls a party accepts at once (each gets a thread at once)
+
+
 def _start_server(
     servicer: PartyServicer,
     listen: str,
@@ -173,8 +176,10 @@ def _start_server(
     refuse: dict[str, str] | None = None,
 ) -> tuple[grpc.Server, int]:
     # only the coordinator's certificate may call (vfl_wire.security), a few calls at a time
-    guard = GuardInterceptor(secure=security.secure, policy=party_policy, refuse=refuse)
-    server = make_server(max_workers=8, interceptors=[guard], max_concurrent_rpcs=32)
+    guard = GuardInterceptor(
+        secure=security.secure, policy=party_policy, refuse=refuse, readers=MAX_CONCURRENT_RPCS
+    )
+    server = make_server(8, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
     vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

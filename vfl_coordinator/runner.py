@@ -62,7 +62,8 @@ def run_coordinator(
     interceptors = [audit.server_interceptor()] if audit is not None else []
     server = make_server(
         16,
-        [*interceptors, _guard(config, security, state.admission.names)],
+        # the guard first: nothing (the audit included) reads a body it has not admitted
+        [_guard(config, security, state.admission.names), *interceptors],
         max_concurrent_rpcs=MAX_CONCURRENT_RPCS,
         max_receive_bytes=MAX_REQUEST_BYTES,
     )
@@ -250,6 +251,7 @@ def _guard(config: CoordinatorConfig, security: Security, parties: set[str]) -> 
         policy=coordinator_policy(dict.fromkeys(parties)) if security.secure else None,
         tokens=tokens,
         max_inflight=config.max_inflight,
+        readers=MAX_CONCURRENT_RPCS,
     )
 
 

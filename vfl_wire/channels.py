@@ -73,15 +73,18 @@ def make_server(
 ) -> grpc.Server:
     """A sync server with our options; add servicers, then `bind`, then `start`.
 
-    `max_concurrent_rpcs` bounds the calls accepted at once (running or queued for a worker);
-    beyond it grpc answers RESOURCE_EXHAUSTED. `max_receive_bytes` caps one request.
+    `max_concurrent_rpcs` bounds the calls accepted at once; beyond it grpc answers
+    RESOURCE_EXHAUSTED. Every accepted call gets a worker at once (the pool grows to
+    `max_concurrent_rpcs` threads as needed): a call that waits, for a slow body or a long
+    evaluation, never keeps another waiting for a thread. `max_receive_bytes` caps one request.
     """
     options = [
         (k, max_receive_bytes if k == "grpc.max_receive_message_length" else v)
         for k, v in server_options()
     ]
+    workers = max(max_workers, max_concurrent_rpcs or 0)  # threads start lazily, as needed
     return grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="vfl-grpc"),
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vfl-grpc"),
         interceptors=list(interceptors),
         options=options,
         maximum_concurrent_rpcs=max_concurrent_rpcs,
