@@ -3,6 +3,8 @@ fooled into a false success.
 
 - item 3: every party killed at once pauses training (no round counted); the run fails loudly
   (exit code, results.json "failed") when nobody comes back, and resumes when a party does.
+- item 4: a party silent while a restarted coordinator aligns again is left out for the
+  interrupted epoch only, and joins again at an epoch's start once it is heard from.
 - item 5: an evaluation during which a party comes back names, per batch, who answered; its
   header lists as live only the blocks that answered throughout.
 - item 6: raw-socket streams that never finish their request body (slowloris) leave the
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -392,3 +395,55 @@ def test_given_stalled_request_bodies_when_plaintext_servers_wait_then_they_stil
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
         # one plaintext connection holds at most 8 calls; HTTP/2 and the guard refuse the rest
         assert all(c.resets == STALLED - 8 for c in attack.connections)
+
+
+# ------------------------------------------------------------------------------ item 4
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_given_party_silent_while_restarted_coordinator_aligns_when_back_then_it_rejoins(
+    cluster: Cluster, two_parties: list[Path], tmp_path: Path
+) -> None:
+    ckpt, every = tmp_path / "ckpt", 20
+    coord, clients = cluster.federation(
+        two_parties,
+        epochs=4,
+        deadline=DEADLINE_S,
+        alignment="psi",
+        extra=[
+            *BATCH,
+            *("--listen", f"127.0.0.1:{_free_port()}"),  # a restart listens where it did
+            *("--checkpoint-dir", str(ckpt / "coordinator"), "--checkpoint-every", str(every)),
+        ],
+        client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],
+    )
+    silent = clients[1]
+    cluster.wait_rounds(coord, 2 * every + 5, 150)  # mid-epoch, past a checkpoint
+    silent.signal(signal.SIGSTOP)
+    coord.signal(signal.SIGKILL)
+    assert coord.wait(10) == -signal.SIGKILL
+
+    # the restarted coordinator aligns with the party that answers (quorum 1 after 5 s)
+    restarted = cluster.restart(coord, ["--quorum", "1", "--register-timeout", "5"])
+    cluster.wait_for(lambda: "resuming without blocks [1]" in restarted.log(), 60, "the resume")
+    silent.signal(signal.SIGCONT)  # heard from again: it joins at the next epoch's start
+
+    assert restarted.wait(150) == 0, cluster.describe()
+    log = restarted.log()
+    assert "data changed" not in log
+    assert "aligned again; blocks [1] joined" in log
+    rounds = restarted.rounds()
+    resumed_at = next(
+        r["round"] for r in rounds if r["round"] > 2 * every and 1 not in r["present"]
+    )
+    back = [r for r in rounds if r["round"] > resumed_at and 1 in r["present"]]
+    assert back and all(1 in r["updated"] for r in back[-10:])  # trains with block 1 again
+    results = restarted.results()
+    assert results is not None and results["status"] == "ok"
+    assert [r["round"] for r in rounds] == list(range(results["rounds"]))
+    assert len(results["epochs"]) == 4

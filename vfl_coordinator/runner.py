@@ -146,6 +146,7 @@ def _train(
             alignment=config.alignment,
             # injected faults model rounds lost to failures, as in `vfl simulate`: no pause
             rejoin_timeout_s=None if faulty is not None else config.rejoin_timeout_s,
+            align_retry_s=config.align_retry_s,
         )
         checkpointer = Checkpointer(config, state, resume) if config.checkpoint_dir else None
         if checkpointer is not None:

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 # that was thawed answers again without registering again.
 PAUSE_POLL_S = 0.2
 PAUSE_PROBE_S = 5.0
+ALIGN_RETRY_PAUSE_S = 2.0  # between attempts to align a party that did not answer
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,12 @@ class Federation:
     # FederationDown ends a longer pause. None never pauses: the guest-loss model of injected
     # faults (vfl_core.faults), whose rounds pass whoever is up.
     rejoin_timeout_s: float | None = None
+    # Seconds align() keeps asking the parties that hold samples but did not answer (a restarted
+    # coordinator's parties may be busy or frozen); one still silent joins at an epoch's start
+    # once it is heard from again (`unaligned`).
+    align_retry_s: float = 0.0
+    unaligned: set[int] = field(init=False, default_factory=set)
+    _realign_due: bool = field(init=False, default=False)
     pauses: list[Pause] = field(init=False, default_factory=list)
     _paused_since: float | None = field(init=False, default=None)
     cursor: Cursor = field(init=False, default_factory=Cursor)
@@ -179,29 +186,75 @@ class Federation:
 
     # ------------------------------------------------------------------ alignment
     def align(self, splits: tuple[str, ...] = ("train", "test")) -> None:
-        self.infos = self.transport.infos()
+        """Align every split with the parties that answer, asking those that do not again for
+        `align_retry_s`; the ones still missing are `unaligned` (they join later)."""
+        give_up = time.monotonic() + self.align_retry_s
         for split in splits:
-            blocks = [b for b, i in self.infos.items() if i.samples.get(split, 0) > 0]
-            if not blocks:
-                continue
-            if self.alignment == "psi":
-                keys = psi.psi_align(self.transport, split, blocks)
-                self.alignments[split] = Alignment.build(keys, order="rows")
-            else:
-                hashes = self.transport.id_hashes(split, blocks)
-                self.alignments[split] = Alignment.build(hashes)
-            self.alignments[split] = self.alignments[split].with_label_only(
-                self._feature_rows(split)
-            )
-            groups = self.alignments[split].patterns()
-            log.info(
-                "aligned %s: %d samples in %d observed patterns",
-                split,
-                len(self.alignments[split]),
-                len(groups),
-            )
+            missing = self._align_split(split)
+            while missing and time.monotonic() < give_up:
+                log.warning(
+                    "aligned %s without blocks %s (no answer): asking again in %.0fs",
+                    split,
+                    missing,
+                    ALIGN_RETRY_PAUSE_S,
+                )
+                time.sleep(ALIGN_RETRY_PAUSE_S)
+                missing = self._align_split(split)
+            if missing:
+                log.warning(
+                    "aligned %s without blocks %s: each joins at the start of an epoch once it "
+                    "is heard from again",
+                    split,
+                    missing,
+                )
+        self.unaligned = set(self._missing("train"))
+        self._realign_due = False
         if self.config.balance == "resample":
             self._weights = self._class_weights()
+
+    def _align_split(self, split: str) -> list[int]:
+        """Align `split` with the registered parties that hold it; returns those that did not
+        take part."""
+        self.infos = self.transport.infos()
+        blocks = [b for b, i in self.infos.items() if i.samples.get(split, 0) > 0]
+        if not blocks:
+            return []
+        if self.alignment == "psi":
+            keys = psi.psi_align(self.transport, split, blocks)
+            self.alignments[split] = Alignment.build(keys, order="rows")
+        else:
+            hashes = self.transport.id_hashes(split, blocks)
+            self.alignments[split] = Alignment.build(hashes)
+        self.alignments[split] = self.alignments[split].with_label_only(self._feature_rows(split))
+        groups = self.alignments[split].patterns()
+        log.info(
+            "aligned %s: %d samples in %d observed patterns",
+            split,
+            len(self.alignments[split]),
+            len(groups),
+        )
+        return self._missing(split)
+
+    def _missing(self, split: str) -> list[int]:
+        """Registered blocks that hold samples of `split` but are not in its alignment."""
+        al = self.alignments.get(split)
+        held = [b for b, i in sorted(self.infos.items()) if i.samples.get(split, 0) > 0]
+        return [b for b in held if al is None or b not in al.rows]
+
+    def _align_again_if_due(self) -> None:
+        """At an epoch's start: a party missing from the alignment was heard from again (it
+        registered again, or registered late), so align again with it. The plan of this and
+        later epochs includes it; the epochs before keep theirs."""
+        if not self._realign_due or self.cursor.position:
+            return
+        before = set(self.alignments["train"].rows) if "train" in self.alignments else set()
+        self.align()
+        log.warning(
+            "epoch %d: aligned again; blocks %s joined, %s still missing",
+            self.cursor.epoch + 1,
+            sorted(set(self.alignments["train"].rows) - before),
+            sorted(self.unaligned),
+        )
 
     def _feature_rows(self, split: str) -> dict[int, int]:
         """block -> rows of `split` with features, for the parties that also hold label-only
@@ -240,6 +293,7 @@ class Federation:
         if start_epoch > self.cursor.epoch:
             self.cursor = Cursor(epoch=start_epoch)
         while self.cursor.epoch < self.config.epochs:
+            self._align_again_if_due()
             self.train_epoch(self.cursor.epoch)
         if self.checkpoint_every is not None and self.round_id - 1 > self.last_checkpoint:
             self.checkpoint()
@@ -385,6 +439,8 @@ class Federation:
     def _poll_rejoins(self) -> None:
         """Parties that registered again since the last round are called again at once."""
         for block in sorted(self.transport.rejoined()):
+            if block in self.unaligned or block not in self.infos:
+                self._realign_due = True  # it holds samples the plan lacks
             if self.alignment == "psi":
                 self._resend_psi_keys(block)
             self.liveness.rejoined(block, self._tick)
