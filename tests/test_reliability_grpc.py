@@ -133,6 +133,23 @@ def waiting(tmp_path_factory: pytest.TempPathFactory, two_parties: list[Path]) -
         yield Waiting(cluster, coord, client)
 
 
+def _certs(tmp_path: Path) -> Path:
+    """`vfl certs` for party0 and party1 (and the coordinator and operator)."""
+    certs = tmp_path / "certs"
+    argv = [str(BIN / "vfl"), "certs", "--out", str(certs), "--parties", "party0,party1"]
+    subprocess.run(argv, check=True, capture_output=True, timeout=120)
+    return certs
+
+
+def _wait_serving(cluster: Cluster, coord: Coordinator) -> None:
+    stub, header = cluster.stub(coord), convert.header("", "operator")
+    cluster.wait_for(
+        lambda: stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10).state == "serving",
+        150,
+        "training to end",
+    )
+
+
 def _refusal(call, request) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as err:
         call(request, timeout=30)
@@ -238,9 +255,7 @@ def test_given_second_process_of_a_party_when_it_registers_then_older_is_fenced_
 def test_given_tls_coordinator_when_insecure_client_or_operator_calls_then_told_at_once(
     tmp_path: Path, two_parties: list[Path]
 ) -> None:
-    certs = tmp_path / "certs"
-    argv = [str(BIN / "vfl"), "certs", "--out", str(certs), "--parties", "party0,party1"]
-    subprocess.run(argv, check=True, capture_output=True, timeout=120)
+    certs = _certs(tmp_path)
     with Cluster(tmp_path / "cluster", tls_dir=certs) as cluster:
         coord = cluster.coordinator(clients=2)
         client = cluster.client(coord, two_parties[0], extra=["--insecure"])
@@ -271,11 +286,7 @@ def test_given_party_back_mid_evaluation_when_evaluated_then_live_set_is_per_bat
     )
     stub = cluster.stub(coord)
     header = convert.header("", "operator")
-    cluster.wait_for(
-        lambda: stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10).state == "serving",
-        150,
-        "training to end",
-    )
+    _wait_serving(cluster, coord)
     frozen = clients[1]
     assert frozen.block == 1
     frozen.signal(signal.SIGSTOP)
@@ -304,13 +315,7 @@ def test_given_psi_federation_when_party_predicts_with_its_dir_then_rows_carry_i
     cluster: Cluster, two_parties: list[Path], tmp_path: Path
 ) -> None:
     coord, _ = cluster.federation(two_parties, epochs=1, serve=True, alignment="psi")
-    stub = cluster.stub(coord)
-    header = convert.header("", "operator")
-    cluster.wait_for(
-        lambda: stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10).state == "serving",
-        150,
-        "training to end",
-    )
+    _wait_serving(cluster, coord)
     out = tmp_path / "preds.csv"
     argv = [str(BIN / "vfl"), "predict", "--coordinator", coord.address, "--insecure"]
     argv += ["--party-dir", str(two_parties[0]), "--out", str(out)]
@@ -339,9 +344,7 @@ STALLED = 40  # per connection; the servers' worker pools had 16 (coordinator) a
 def test_given_stalled_request_bodies_when_tls_federation_serves_then_evaluation_works(
     tmp_path: Path, two_parties: list[Path]
 ) -> None:
-    certs = tmp_path / "certs"
-    argv = [str(BIN / "vfl"), "certs", "--out", str(certs), "--parties", "party0,party1"]
-    subprocess.run(argv, check=True, capture_output=True, timeout=120)
+    certs = _certs(tmp_path)
     with Cluster(tmp_path / "cluster", tls_dir=certs) as cluster:
         coord, clients = cluster.federation(two_parties, epochs=1, serve=True)
         stub = cluster.stub(coord)  # the operator
