@@ -22,7 +22,7 @@ from torch import nn
 from vfl_core import methods
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
-from vfl_core.data import PartyData, PartySplit
+from vfl_core.data import PartyData, PartySplit, labelled_rows_only
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.laser import Subset
 from vfl_core.model_bank import ModelBank
@@ -71,7 +71,9 @@ class Party:
         device: torch.device | str = "cpu",
     ) -> None:
         self.party_id = party_id
-        self.data = data
+        # The methods here learn only from labels: unlabelled training rows (vfl prepare
+        # --labels) take no part, as if the label party did not hold them.
+        self.data = labelled_rows_only(data)
         self.config = config
         self.method = config.method
         self.device = torch.device(device)

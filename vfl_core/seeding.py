@@ -26,6 +26,7 @@ class Stream(IntEnum):
     NONUNIFORM = 9
     EVAL_RANDOM = 10
     FAULTS = 11  # injected party failures and lost messages (vfl_core.faults)
+    LABELS = 21  # which training samples keep their label (vfl prepare --labels)
 
 
 def derive_seed(seed: int, stream: Stream, *parts: int) -> int:
