@@ -21,13 +21,13 @@ Values cross as float32 numpy arrays, as they would on the wire.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from vfl_core import dlvm_math as dm
-from vfl_core.data import PartyData
+from vfl_core.data import PartyData, PartySplit
 from vfl_core.dlvm_models import ActiveModels, BlockModels, DlvmConfig
 from vfl_core.errors import ProtocolError
 from vfl_core.missingness import UNLABELLED
@@ -90,6 +90,15 @@ class DlvmParty:
         self.opt = torch.optim.Adam(self.models.parameters(), lr=config.lr)
         self.active = ActiveSide(data, config, seed) if active else None
         self._pending: _Pending | None = None
+
+    def replace_split(self, name: str, split: PartySplit | None) -> None:
+        """Swap in another evaluation split (the same samples under other missingness)."""
+        splits = {k: v for k, v in self.data.splits.items() if k != name}
+        if split is not None:
+            splits[name] = split
+        self.data = replace(self.data, splits=splits)
+        if self.active is not None:
+            self.active.data = self.data
 
     def features(self, split: str, rows: np.ndarray) -> torch.Tensor:
         x = self.data.splits[split].features
