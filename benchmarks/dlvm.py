@@ -188,6 +188,23 @@ def _run_dlvm(payload: dict[str, Any]) -> dict[str, float]:
 # ---------------------------------------------------------------- the report
 
 
+def provenance(job: DlvmJob) -> tuple[list[str], list[float], float]:
+    """The commands that produced the cached runs, their 1-minute load averages at the end, and
+    the total seconds of the runs."""
+    commands: list[str] = []
+    loads: list[float] = []
+    seconds = 0.0
+    for task in job.tasks():
+        record = read_json(task.out)
+        if record is None:
+            continue
+        if record.get("command") not in commands:
+            commands.append(record.get("command"))
+        loads.append(float(record.get("load_average", [float("nan")])[0]))
+        seconds += float(record.get("seconds", 0.0))
+    return commands, loads, seconds
+
+
 def collect(job: DlvmJob) -> dict[tuple[str, str, str, str], list[float]]:
     """(dataset, train, test, method) -> accuracies over the seeds that finished."""
     cells: dict[tuple[str, str, str, str], list[float]] = {}
@@ -203,10 +220,17 @@ def collect(job: DlvmJob) -> dict[tuple[str, str, str, str], list[float]]:
 
 def write_report(job: DlvmJob) -> tuple[Path, str]:
     cells = collect(job)
+    commands, loads, seconds = provenance(job)
     lines = [
         "# Latent-variable VFL (DLVM-VFL) vs LASER-VFL and baselines, few labels",
         "",
-        f"Command: `{job.command}`",
+        f"Report: `{job.command}`. The runs came from:",
+        "",
+        *[f"- `{c}`" for c in commands],
+        "",
+        f"{len(loads)} runs, {seconds / 60:.0f} CPU-thread minutes in all (one torch thread "
+        f"each). The machine was shared (2 cores): 1-minute load average at the end of the runs "
+        f"{min(loads, default=float('nan')):.1f} to {max(loads, default=float('nan')):.1f}.",
         "",
         f"K = {K} parties (MNIST-10k: 28x3/28x4 strips; Credit: the first 20 columns in 8 blocks "
         f"of 2-3), labels kept for {LABELS['mnist']} (MNIST) / {LABELS['credit']} (Credit) "
