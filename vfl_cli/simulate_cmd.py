@@ -60,6 +60,9 @@ def simulate(
     ] = None,
     test_fraction: Annotated[float, Opt()] = 0.2,
     label_blocks: Annotated[str | None, Opt(help="blocks holding labels, e.g. 0,1")] = None,
+    keep_labels: Annotated[
+        bool, Opt(help="label parties keep the labels of samples whose block they miss")
+    ] = False,
     config: Annotated[Path | None, Opt(help="YAML/JSON TrainConfig; options override")] = None,
     train: TrainOptions = TrainOptions(),
     faults: FaultOptions = FaultOptions(),
@@ -110,6 +113,7 @@ def simulate(
         labels=labels,
         test_fraction=test_fraction,
         label_blocks=parse_ints(label_blocks, "--label-blocks"),
+        keep_labels=keep_labels,
         train=train_config,
         faults=faults.config(),
     )

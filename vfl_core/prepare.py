@@ -119,15 +119,18 @@ def prepare_parties(
     standardize: bool | None = None,
     mechanisms: Mapping[str, Mechanism] | None = None,
     labels: int | None = None,
+    keep_labels: bool = False,
 ) -> list[Path]:
     """Write ``out_dir/<prefix><k>/`` for k < num_blocks and ``out_dir/prepare.json``.
 
     Party k holds block k of the rows it observes; label_blocks None means every party holds
-    labels. Tabular data is standardised (by default) with train-split statistics only, so no
-    test information leaks into training. ``mechanisms`` ("train"/"test" -> Mechanism, see
-    vfl_core.missingness) replaces the MCAR probabilities of that split. ``labels`` N keeps
-    the labels of N training samples (drawn among those a label party holds); the others are
-    written as UNLABELLED (-1). Returns the party directories.
+    labels. With `keep_labels`, a label party keeps the label of a sample whose block it misses
+    (a label-only row), for every sample some party observes. Tabular data is standardised (by
+    default) with train-split statistics only, so no test information leaks into training.
+    ``mechanisms`` ("train"/"test" -> Mechanism, see vfl_core.missingness) replaces the MCAR
+    probabilities of that split. ``labels`` N keeps the labels of N training samples (drawn
+    among those a label party holds); the others are written as UNLABELLED (-1). Returns the
+    party directories.
     """
     label_set = _check_prepare_args(
         num_blocks, p_miss_train, p_miss_test, test_fraction, label_blocks
@@ -139,7 +142,7 @@ def prepare_parties(
     rows = _train_test_indices(dataset, test_fraction, seed)
     x = _standardized(dataset.x, rows["train"]) if standardize else dataset.x
     chosen = {"train": mcar(p_miss_train), "test": mcar(p_miss_test)} | dict(mechanisms or {})
-    cut = _Cut(dataset, x, rows, chosen, num_blocks, seed, layout, label_set, labels)
+    cut = _Cut(dataset, x, rows, chosen, num_blocks, seed, layout, label_set, labels, keep_labels)
     parties, counts = _cut_parties(cut)
     paths = _write_parties(dataset, Path(out_dir), prefix, parties, label_set, labels is not None)
     summary = {
@@ -158,6 +161,7 @@ def prepare_parties(
         "seed": seed,
         "standardize": standardize,
         "label_blocks": sorted(label_set),
+        "keep_labels": keep_labels,
         "parties": [p.name for p in paths],
         "counts": counts,
     }
@@ -219,10 +223,12 @@ class _Cut:
     layout: Layout
     label_set: set[int]
     labels: int | None  # keep this many training labels (None: all)
+    keep_labels: bool = False  # label parties keep label-only rows
 
 
 def _cut_parties(cut: _Cut) -> tuple[list[dict[str, PartySplit]], dict[str, dict[str, Any]]]:
-    """Each party's splits (block k of the rows it observes) and the counts for prepare.json."""
+    """Each party's splits (block k of the rows it observes, then with `keep_labels` a label
+    party's label-only rows) and the counts for prepare.json."""
     num_blocks = cut.num_blocks
     parties: list[dict[str, PartySplit]] = [{} for _ in range(num_blocks)]
     counts: dict[str, dict[str, Any]] = {}
@@ -239,14 +245,23 @@ def _cut_parties(cut: _Cut) -> tuple[list[dict[str, PartySplit]], dict[str, dict
         y = cut.dataset.y[split_rows]
         if name == "train" and cut.labels is not None:
             y = _few_labels(y, observed, cut)
+        label_only = (observed.any(axis=1)[:, None] & ~observed) if cut.keep_labels else None
         for k in range(num_blocks):
             keep = observed[:, k]  # rows nobody observes end up in no party
             labels = y[keep] if k in cut.label_set else None
             ids = cut.dataset.ids[split_rows[keep]]
+            if labels is not None and label_only is not None:  # then its label-only rows
+                only = label_only[:, k]
+                ids = np.concatenate([ids, cut.dataset.ids[split_rows[only]]])
+                labels = np.concatenate([labels, y[only]])
             parties[k][name] = PartySplit(ids, blocks[k][keep], labels)
         counts[name] = _split_counts(observed)
         if name == "train" and cut.labels is not None:
             counts[name]["labelled"] = int((y != UNLABELLED).sum())
+        if label_only is not None:
+            counts[name]["label_only_per_party"] = [
+                int(label_only[:, k].sum()) if k in cut.label_set else 0 for k in range(num_blocks)
+            ]
     return parties, counts
 
 
