@@ -251,15 +251,15 @@ def faults(
 @with_option_groups
 def dlvm(
     datasets: Annotated[str, Opt(help="mnist, credit (comma-separated)")] = "mnist,credit",
-    train: Annotated[str, Opt(help="training mechanisms")] = "mcar:0.2,mnar:0.7,mar1",
+    train: Annotated[str, Opt(help="training mechanisms")] = "mcar:0.2,mnar:0.7",
     test: Annotated[str, Opt(help="test mechanisms")] = (
         "mcar:0,mcar:0.2,mcar:0.5,mnar:0.7,mnar:0.9,mar1,mar2"
     ),
     methods: Annotated[str, Opt(help="dlvm and label-only methods")] = "dlvm,laser,local,plug,svfl",
     seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
-    stage1_epochs: Annotated[int, Opt(help="DLVM stage 1 epochs (all samples)")] = 4,
+    stage1_epochs: Annotated[int, Opt(help="DLVM stage 1 epochs (all samples)")] = 3,
     stage2_epochs: Annotated[int, Opt(help="DLVM stage 2 epochs (labelled rows)")] = 30,
-    epochs: Annotated[int, Opt(help="epochs of the label-only methods")] = 30,
+    epochs: Annotated[int, Opt(help="epochs of the label-only methods")] = 20,
     jobs: Jobs = 2,
     data_path: MnistPath = DEFAULT_DATA,
     bench: BenchRun = BenchRun(),
