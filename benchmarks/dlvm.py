@@ -266,7 +266,8 @@ def write_report(job: DlvmJob) -> tuple[Path, str]:
     lines += ["## Differences from the paper's protocol", "", *[f"- {d}" for d in DIFFERENCES], ""]
     plot = _plot(cells, job)
     if plot is not None:
-        lines += ["", f"![DLVM lead by test missingness]({plot.name})", ""]
+        alt = "test accuracy by test mechanism, pooled over training mechanisms and seeds"
+        lines += ["", f"![{alt}]({plot.name})", ""]
     path = job.results / "dlvm.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "\n".join(lines) + "\n"
