@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -17,10 +18,21 @@ from vfl_cli.coordinator_client import Evaluation
 from vfl_cli.remote_cmd import render_evaluation
 from vfl_client.runner import _log_classes, register
 from vfl_client.servicer import class_weights_refusal
+from vfl_coordinator import runner
+from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
+from vfl_coordinator.servicer import CoordinatorState
+from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import load_party_dir
+from vfl_core.datasets import load_digits_dataset
+from vfl_core.engine import Federation
 from vfl_core.errors import ConfigError, ProtocolError
+from vfl_core.faults import FaultConfig, FaultyTransport
+from vfl_core.inprocess import InProcessTransport
+from vfl_core.liveness import FederationDown
 from vfl_core.metrics import EvalReport, MetricRow
+from vfl_core.party import Party
+from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import PartyInfo, SamplePrediction
 from vfl_wire import convert
 from vfl_wire.status import FencedError, status_for
@@ -137,3 +149,37 @@ def test_given_prediction_with_party_rows_when_sent_then_round_trip_and_bad_rows
     wire.party_rows[1] = -2
     with pytest.raises(ProtocolError, match="negative block or row index"):
         convert.prediction_from_proto(wire)
+
+
+def test_given_every_party_gone_as_training_ends_when_evaluating_then_waits_for_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator's final evaluation scores nothing while no label party answers: it tries
+    again until one does (here: they come back after 0.5 s), and fails only if none does."""
+    monkeypatch.setattr(runner, "EVALUATE_AGAIN_S", 0.1)
+    paths = prepare_parties(load_digits_dataset(), tmp_path, 2, [0.1] * 2, [0.1] * 2, 0.2, seed=0)
+    cfg = TrainConfig(seed=0, epochs=1, model=ModelConfig(representation="mlp", embed_dim=8))
+    parties = {}
+    for path in paths:
+        data = load_party_dir(path)
+        parties[data.meta.block] = Party(f"party{data.meta.block}", data, cfg, secret=b"s")
+    faulty = FaultyTransport(
+        InProcessTransport(parties), FaultConfig(at_inference=True, rejoin_rate=0.0), 0
+    )
+    fed = Federation(faulty, cfg, progress=False)
+    fed.align()
+    faulty.down.update(parties)  # every party gone when training ends
+    config = CoordinatorConfig(out=tmp_path / "out", rejoin_timeout_s=20.0, train=cfg)
+    config.out.mkdir()
+    run = runner._Outcome(config, CoordinatorState(Registry(2), "run", "{}"), fed, None, None)
+    threading.Timer(0.5, faulty.heal).start()
+    start = time.monotonic()
+    runner._evaluate(run)
+
+    assert run.report is not None and run.report.scored > 0
+    assert 0.4 < time.monotonic() - start < 15
+    faulty.down.update(parties)  # and for good: the run fails after the timeout
+    run.config = CoordinatorConfig(out=tmp_path / "out", rejoin_timeout_s=0.5, train=cfg)
+    with pytest.raises(FederationDown, match="scored no sample"):
+        runner._evaluate(run)
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["status"] == "failed"

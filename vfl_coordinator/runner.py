@@ -6,6 +6,7 @@ import json
 import logging
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -172,23 +173,45 @@ def _train(
     return results
 
 
+# How often an evaluation that scored nothing (no label party answered) is tried again.
+EVALUATE_AGAIN_S = 2.0
+
+
 def _evaluate(run: _Outcome) -> None:
-    """The test metrics with the parties live now, and with only each set of them. An
-    evaluation that scored no sample is no result: the run failed."""
+    """The test metrics with the parties live now, and with only each set of them. While the
+    evaluation scores no sample (every label party down, e.g. killed as training ended), it is
+    tried again every few seconds for up to rejoin_timeout_s; if it never does, that is no
+    result: the run failed."""
     fed = run.fed
     if "test" not in fed.alignments:
         return
-    run.report = report = fed.evaluate("test")
+    give_up = time.monotonic() + run.config.rejoin_timeout_s
+    report = fed.evaluate("test")
+    while not report.scored and not _heads_answered(fed, report) and time.monotonic() < give_up:
+        log.warning(
+            "the test evaluation scored no sample (no label party answered): trying again in "
+            "%.0fs, for at most %.0fs more",
+            EVALUATE_AGAIN_S,
+            give_up - time.monotonic(),
+        )
+        time.sleep(EVALUATE_AGAIN_S)
+        report = fed.evaluate("test")
+    run.report = report
     table = [format_table(report.rows()), unscored_note(report.unscored)]
     log.info("test metrics\n%s", "\n".join(filter(None, table)))
     if not report.scored:
         run.fail(
             FederationDown(
                 f"the test evaluation scored no sample ({report.unscored} unscored): no label "
-                "party answered"
+                f"party answered within {run.config.rejoin_timeout_s:g}s"
             )
         )
     run.subsets = evaluate_subsets(fed, "test")
+
+
+def _heads_answered(fed: Federation, report: EvalReport) -> bool:
+    """Whether a label party answered a batch of the evaluation (then waiting changes nothing)."""
+    return any(report.answers.get(b, [0, 0])[1] for b in fed.label_blocks)
 
 
 @dataclass
