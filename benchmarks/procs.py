@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,17 @@ class FederationError(RuntimeError):
 
 @contextlib.contextmanager
 def federation(
-    party_dirs: Sequence[Path], workdir: Path, coordinator_args: Sequence[str]
+    party_dirs: Sequence[Path],
+    workdir: Path,
+    coordinator_args: Sequence[str],
+    network: Callable[[int, int], list[str]] | None = None,
 ) -> Iterator[Path]:
-    """Start the processes; yields the coordinator's --out directory. Kills all on exit."""
+    """Start the processes; yields the coordinator's --out directory. Kills all on exit.
+
+    `network(k, coordinator_port)` gives client k's --coordinator, --listen (and --advertise)
+    options, e.g. through a shaping proxy (benchmarks/netshape.py); default: direct on loopback.
+    """
+    network = network or _loopback
     workdir.mkdir(parents=True, exist_ok=True)
     out, port_file = workdir / "coordinator-out", workdir / "coordinator.port"
     procs: list[subprocess.Popen] = []
@@ -45,7 +53,7 @@ def federation(
         port = _wait_port(port_file, procs[0], workdir)
         for k, data in enumerate(party_dirs):
             argv = [str(BIN / "vfl-client"), "--data", str(data)]
-            argv += ["--coordinator", f"127.0.0.1:{port}", "--listen", "127.0.0.1:0"]
+            argv += network(k, port)
             argv += ["--secret", SECRET, "--threads", "1", "--log-level", "warning", "--insecure"]
             argv += ["--alignment", "hmac"]
             procs.append(_spawn(argv, workdir / f"client{k}.log"))
@@ -56,6 +64,10 @@ def federation(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _loopback(_k: int, port: int) -> list[str]:
+    return ["--coordinator", f"127.0.0.1:{port}", "--listen", "127.0.0.1:0"]
 
 
 def _spawn(argv: list[str], log: Path) -> subprocess.Popen:
@@ -101,6 +113,20 @@ def _tail(log: Path, lines: int = 15) -> str:
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return f"(no log at {log})"
+
+
+def train_args(train: dict[str, Any]) -> list[str]:
+    """vfl-coordinator options for a TrainConfig mapping (model fields under "model")."""
+    model = train["model"]
+    args = ["--method", train.get("method", "laser"), "--seed", str(train["seed"])]
+    args += ["--epochs", str(train["epochs"]), "--batch-size", str(train["batch_size"])]
+    args += ["--lr", str(train["lr"]), "--representation", model["representation"]]
+    args += ["--hidden", ",".join(map(str, model["hidden"]))]
+    args += ["--embed-dim", str(model["embed_dim"])]
+    for key in ("weight_decay", "balance"):
+        if key in train:
+            args += ["--" + key.replace("_", "-"), str(train[key])]
+    return args
 
 
 def results(out: Path) -> dict[str, Any]:

@@ -110,12 +110,8 @@ def grpc_run(
     dirs: Sequence[Path], train: dict[str, Any], workdir: Path, audit: Path | None = None
 ) -> dict[str, Any]:
     """results.json of a real federation run."""
-    model = train["model"]
-    args = ["--method", train["method"], "--seed", str(train["seed"])]
-    args += ["--epochs", str(train["epochs"]), "--batch-size", str(train["batch_size"])]
-    args += ["--lr", str(train["lr"]), "--representation", model["representation"]]
-    args += ["--hidden", ",".join(map(str, model["hidden"])), "--embed-dim", str(EMBED_DIM)]
-    args += ["--deadline", "300"]  # nothing may be dropped for being slow on a loaded machine
+    # nothing may be dropped for being slow on a loaded machine
+    args = [*procs.train_args(train), "--deadline", "300"]
     if audit is not None:
         args += ["--audit-log", str(audit)]
     with procs.federation(dirs, workdir, args) as out:
