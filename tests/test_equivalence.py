@@ -25,9 +25,12 @@ EPOCHS = 2
 RUN_TIMEOUT_S = 180.0
 
 
-def _run_grpc(cluster: Cluster, party_dirs: list[Path], ckpt: Path):
+def _run_grpc(cluster: Cluster, party_dirs: list[Path], ckpt: Path, extra: list[str]):
     coord, clients = cluster.federation(
-        party_dirs, epochs=EPOCHS, client_extra=lambda d: ["--checkpoint-dir", str(ckpt)]
+        party_dirs,
+        epochs=EPOCHS,
+        extra=extra,
+        client_extra=lambda d: ["--checkpoint-dir", str(ckpt)],
     )
     assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
     for client in clients:
@@ -52,13 +55,16 @@ def _assert_same_tensors(got: object, want: object, where: str) -> None:
         assert got == want, f"{where}: {got!r} != {want!r}"
 
 
+@pytest.mark.parametrize("wire_dtype", ["float32", "int8"])
 def test_given_same_seed_and_config_when_trained_over_grpc_and_in_process_then_equal(
-    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+    cluster: Cluster, party_dirs: list[Path], tmp_path: Path, wire_dtype: str
 ) -> None:
+    """Also with int8 embeddings and gradients on the wire: the in-process transport rounds
+    where the gRPC one encodes (vfl_core.quantize)."""
     ckpt = tmp_path / "checkpoints"
-    coord = _run_grpc(cluster, party_dirs, ckpt)
+    coord = _run_grpc(cluster, party_dirs, ckpt, ["--wire-dtype", wire_dtype])
     train = TrainConfig.model_validate(json.loads((coord.out / "config.json").read_text())["train"])
-    assert train.epochs == EPOCHS
+    assert train.epochs == EPOCHS and train.wire_dtype == wire_dtype
     parties, records, report = train_in_process(party_dirs, train)
 
     # per-round losses (and patterns, participants, updates) of every round

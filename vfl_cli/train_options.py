@@ -32,6 +32,10 @@ class TrainOptions:
     embed_dim: Annotated[int | None, Opt()] = None
     hidden: Annotated[str | None, Opt(help="hidden sizes, e.g. 128,64")] = None
     head: Annotated[str | None, Opt(help="linear | mlp")] = None
+    wire_dtype: Annotated[
+        str | None,
+        Opt(help="embeddings and gradients on the wire: float32 | float16 | bfloat16 | int8"),
+    ] = None
 
     def config(self, base: dict[str, Any]) -> TrainConfig:
         """The TrainConfig of a config file's mapping with these options applied over it."""

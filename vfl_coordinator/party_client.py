@@ -33,6 +33,7 @@ class PartyClient:
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         target_name: str | None = None,  # with TLS: the name the party's certificate must carry
+        wire_dtype: str = "float32",  # embeddings and gradients on the wire (vfl_core.quantize)
     ) -> None:
         self.address = address
         self._channel = make_channel(address, credentials, target_name)
@@ -42,6 +43,7 @@ class PartyClient:
         self._stub = vfl_pb2_grpc.PartyStub(channel)
         self._header = convert.header(run_id, party_id)
         self._dim = embed_dim
+        self._wire = wire_dtype
 
     def close(self) -> None:
         self._channel.close()
@@ -58,16 +60,20 @@ class PartyClient:
         reply = self._stub.Embed(convert.embed_call_to_proto(call, self._header), timeout=timeout)
         # The width depends on the method (baselines send several slots); the engine checks it.
         shape = (len(call.rows), None)
-        return convert.embedding_from_proto(reply, round_id=call.round_id, expect_shape=shape)
+        return convert.embedding_from_proto(
+            reply, round_id=call.round_id, expect_shape=shape, wire=self._wire
+        )
 
     def fuse(self, call: FuseCall, timeout: float) -> FuseResult:
-        reply = self._stub.Fuse(convert.fuse_call_to_proto(call, self._header), timeout=timeout)
+        request = convert.fuse_call_to_proto(call, self._header, self._wire)
+        reply = self._stub.Fuse(request, timeout=timeout)
         return convert.fuse_result_from_proto(
-            reply, round_id=call.round_id, expect_shape=(None, None)
+            reply, round_id=call.round_id, expect_shape=(None, None), wire=self._wire
         )
 
     def backward(self, call: BackwardCall, timeout: float) -> None:
-        self._stub.Backward(convert.backward_call_to_proto(call, self._header), timeout=timeout)
+        request = convert.backward_call_to_proto(call, self._header, self._wire)
+        self._stub.Backward(request, timeout=timeout)
 
     def checkpoint(self, round_id: int, timeout: float) -> bool:
         req = convert.checkpoint_call_to_proto(round_id, self._header)
@@ -76,7 +82,7 @@ class PartyClient:
 
     def predict(self, call: PredictCall, timeout: float) -> np.ndarray:
         reply = self._stub.Predict(
-            convert.predict_call_to_proto(call, self._header), timeout=timeout
+            convert.predict_call_to_proto(call, self._header, self._wire), timeout=timeout
         )
         return convert.probabilities_from_proto(reply, request_id=call.request_id)
 

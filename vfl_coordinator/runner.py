@@ -87,6 +87,7 @@ def run_coordinator(
             config.deadlines,
             credentials=security.channel_credentials(),
             interceptors=[audit.client_interceptor()] if audit is not None else (),
+            wire_dtype=config.train.wire_dtype,
         )
         results = _train(config, state, transport, progress, resume)
         if config.serve:

@@ -50,8 +50,10 @@ class GrpcTransport:
         deadlines: Deadlines,
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+        wire_dtype: str = "float32",  # TrainConfig.wire_dtype: embeddings and gradients
     ) -> None:
         self.registry = registry
+        self.wire_dtype = wire_dtype
         self._interceptors = tuple(interceptors)
         self.run_id = run_id
         self.embed_dim = embed_dim
@@ -87,6 +89,7 @@ class GrpcTransport:
             self._credentials,
             self._interceptors,
             target_name=member.info.party_id if self._credentials is not None else None,
+            wire_dtype=self.wire_dtype,
         )
         self._clients[block] = (member.generation, client)
         for call in self._psi_keys.get(block, {}).values() if cached is not None else ():

@@ -6,6 +6,8 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vfl_core.quantize import WireDtype
+
 Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 HeadKind = Literal["linear", "mlp"]
 Method = Literal["laser", "local", "ensemble", "svfl", "combinatorial", "plug", "zerofill", "stale"]
@@ -43,3 +45,6 @@ class TrainConfig(_Frozen):
     # The label party then tells the coordinator each training sample's class weight.
     balance: Literal["none", "resample"] = "none"
     model: ModelConfig = ModelConfig()
+    # How embeddings and gradients travel (vfl_core.quantize): float32 is lossless; float16,
+    # bfloat16 and int8 (one scale per row) round what crosses the wire, in both transports.
+    wire_dtype: WireDtype = "float32"

@@ -2,18 +2,22 @@
 
 It behaves like the gRPC transport as far as the engine can tell: a party that refuses a call
 (ProtocolError) is simply absent from the answer, and every answer is a copy, so no party holds
-a reference to another party's arrays.
+a reference to another party's arrays. Embeddings and gradients are rounded to the run's wire
+dtype (vfl_core.quantize) exactly where the gRPC transport encodes them: a party's embedding and
+its head's gradients as they leave it, the embeddings and the summed gradient as the coordinator
+sends them on.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 import numpy as np
 
-from vfl_core.errors import VflError
+from vfl_core.errors import ConfigError, VflError
 from vfl_core.party import Party
 from vfl_core.protocol import (
     BackwardCall,
@@ -26,6 +30,7 @@ from vfl_core.protocol import (
     ScoreCall,
     ScoreResult,
 )
+from vfl_core.quantize import round_trip
 
 log = logging.getLogger(__name__)
 C = TypeVar("C")
@@ -37,11 +42,19 @@ class InProcessTransport:
         self,
         parties: Mapping[int, Party],
         saver: Callable[[Party, int], None] | None = None,
+        wire_dtype: str | None = None,
     ) -> None:
         """`saver(party, round_id)` writes a party's checkpoint; without one, checkpoints are
-        no-ops (a simulation keeps its parties in memory)."""
+        no-ops (a simulation keeps its parties in memory). `wire_dtype`: how embeddings and
+        gradients travel (default: the parties' TrainConfig.wire_dtype)."""
         self.parties = dict(sorted(parties.items()))
         self.saver = saver
+        if wire_dtype is None:
+            configs = {p.config.wire_dtype for p in self.parties.values()} or {"float32"}
+            if len(configs) > 1:
+                raise ConfigError(f"parties disagree on the wire dtype: {sorted(configs)}")
+            wire_dtype = configs.pop()
+        self.wire_dtype = wire_dtype
 
     def infos(self) -> dict[int, PartyInfo]:
         return {b: p.info for b, p in self.parties.items()}
@@ -53,16 +66,35 @@ class InProcessTransport:
         return self.parties[block].class_weights(split)
 
     def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
-        return self._fan_out(calls, lambda p, c: p.embed(c).copy())
+        return self._fan_out(calls, lambda p, c: self._wire(p.embed(c)).copy())
 
     def fuse(self, calls: dict[int, FuseCall]) -> dict[int, FuseResult]:
-        return self._fan_out(calls, Party.fuse)
+        def fuse(party: Party, call: FuseCall) -> FuseResult:
+            sent = replace(call, embeddings=self._wire_map(call.embeddings))
+            result = party.fuse(sent)
+            return FuseResult(result.loss, self._wire_map(result.grads))
+
+        return self._fan_out(calls, fuse)
 
     def backward(self, calls: dict[int, BackwardCall]) -> set[int]:
-        return set(self._fan_out(calls, Party.backward))
+        def backward(party: Party, call: BackwardCall) -> None:
+            grad = None if call.grad is None else self._wire(call.grad)
+            party.backward(replace(call, grad=grad))
+
+        return set(self._fan_out(calls, backward))
 
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
-        return self._fan_out(calls, Party.predict)
+        def predict(party: Party, call: PredictCall) -> np.ndarray:
+            return party.predict(replace(call, embeddings=self._wire_map(call.embeddings)))
+
+        return self._fan_out(calls, predict)
+
+    def _wire(self, array: np.ndarray) -> np.ndarray:
+        """What the receiver of `array` gets (itself when the wire is lossless)."""
+        return round_trip(array, self.wire_dtype)
+
+    def _wire_map(self, arrays: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+        return {b: self._wire(a) for b, a in arrays.items()}
 
     def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
         return self._fan_out({block: call}, Party.score).get(block)
