@@ -2,7 +2,8 @@
 `Party` behind the real `PartyServicer` and guard on a mutual-TLS gRPC server on 127.0.0.1, and
 the coordinator's real `GrpcTransport` running `psi_align` in this process.
 
-    python -m benchmarks.psi_cost --ids 100000 --parties 4 [--overlap 0.9] [--out FILE.md]
+    python -m benchmarks.psi_cost --ids 10000,100000,1000000 --parties 4 [--overlap 0.9]
+        [--out FILE.md]
 
 Each party holds `ids` sample IDs drawn from a common universe (each universe ID is held by a
 party with probability `overlap`, so the lists differ). The party processes have no features to
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import sys
 import tempfile
 import time
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.pool import code_version
 from vfl_cli.certs_cmd import create_federation
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.registry import Registry
@@ -153,13 +156,12 @@ def _align(n: int, parties: int, overlap: float, certs: Path, port_of: dict) -> 
     }
 
 
-def to_markdown(result: dict[str, object], command: str) -> str:
+def to_markdown(result: dict[str, object], command: str, header: bool = True) -> str:
     seconds = result["seconds"]
     mb = result["MB on the wire"]
     assert isinstance(seconds, dict) and isinstance(mb, dict)
-    lines = [
-        f"`{command}`",
-        "",
+    lines = [f"`{command}`", ""] if header else []
+    lines += [
         f"- {result['parties']} parties x {result['ids per party']:,} IDs; "
         f"{result['aligned samples']:,} aligned samples in {result['observed patterns']} observed "
         f"patterns; same patterns as the plain IDs: {result['same patterns as plain IDs']}",
@@ -170,22 +172,45 @@ def to_markdown(result: dict[str, object], command: str) -> str:
     for phase in ("blind", "apply (K-1 steps)", "keys"):
         lines.append(f"| {phase} | {seconds.get(phase, 0):.1f} | {mb.get(phase, 0):.1f} |")
     rest = seconds["total"] - sum(v for k, v in seconds.items() if k != "total")
-    lines.append(f"| coordinator: its own secret, shuffles (one process) | {rest:.1f} | 0 |")
+    lines.append(f"| coordinator: its own secret, shuffles | {rest:.1f} | 0 |")
     lines.append(f"| **total** | **{seconds['total']:.1f}** | **{sum(mb.values()):.1f}** |")
+    return "\n".join(lines) + "\n"
+
+
+def curve(results: list[dict[str, object]], load: list[float]) -> str:
+    """Total time against IDs per party, one row per size."""
+    lines = [
+        "| IDs per party | aligned samples | total wall seconds | seconds per 1 000 IDs |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        total = r["seconds"]["total"]  # type: ignore[index]
+        n = int(r["ids per party"])  # type: ignore[call-overload]
+        lines.append(f"| {n:,} | {r['aligned samples']:,} | {total:.1f} | {1000 * total / n:.2f} |")
+    lines.append("")
+    lines.append(f"1-minute load average {' / '.join(f'{x:.1f}' for x in load)} (start / end).")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.psi_cost", description=__doc__)
-    parser.add_argument("--ids", type=int, default=100_000)
+    parser.add_argument("--ids", default="100000", help="IDs per party; several: 10000,100000")
     parser.add_argument("--parties", type=int, default=4)
     parser.add_argument("--overlap", type=float, default=0.9)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    result = run(args.ids, args.parties, args.overlap)
     command = "python -m benchmarks.psi_cost " + " ".join(sys.argv[1:] if argv is None else argv)
-    text = to_markdown(result, command)
-    print(text)
+    load = [os.getloadavg()[0]]
+    results = []
+    texts = [f"`{command}` (code {code_version()})", ""]
+    for n in (int(x) for x in args.ids.split(",")):
+        results.append(run(n, args.parties, args.overlap))
+        texts.append(to_markdown(results[-1], command, header=False))
+        print(texts[-1], flush=True)
+    load.append(os.getloadavg()[0])
+    texts.append(curve(results, load))
+    text = "\n".join(texts)
+    print(texts[-1])
     if args.out is not None:
         with args.out.open("a") as f:
             f.write(text + "\n")
