@@ -144,13 +144,13 @@ def audited_bytes(audit: Path) -> dict[str, float]:
 
 
 def _tensor_bytes(message: Any) -> int:
-    """Float payload (embeddings and gradients) inside a message."""
+    """Float payload (embeddings and gradients, with int8's scales) inside a message."""
     size = 0
     for field, value in message.ListFields():
         if field.name in ("embedding", "grad"):
-            size += len(value.data)
+            size += len(value.data) + len(value.scales)
         elif field.name in ("embeddings", "grads"):
-            size += sum(len(t.data) for t in value.values())
+            size += sum(len(t.data) + len(t.scales) for t in value.values())
     return size
 
 

@@ -331,3 +331,29 @@ def wan(
     path, text = mod.write_report(bench.results)
     typer.echo(text)
     typer.echo(f"report written to {path}")
+
+
+@bench_app.command("wire-dtype")
+@user_errors
+@with_option_groups
+def wire_dtype(
+    datasets: Annotated[str, Opt(help="mnist, credit")] = "mnist,credit",
+    dtypes: Annotated[str, Opt(help="wire dtypes")] = "float32,float16,bfloat16,int8",
+    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
+    jobs: Jobs = 2,
+    data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
+    bench: BenchRun = BenchRun(),
+) -> None:
+    """Accuracy (seeds) and bytes per round of each wire dtype; writes wire_dtype.md."""
+    setup_logging(bench.log_level)
+    mod = _bench("wire_dtype")
+    job = mod.WireDtypeJob(
+        results=bench.results,
+        data_path=data_path.resolve(),
+        datasets=_variants(datasets, ("mnist", "credit"), "data set(s)"),
+        dtypes=_variants(dtypes, mod.DTYPES, "wire dtype(s)"),
+        seeds=_ints(seeds, "--seeds"),
+        jobs=jobs,
+        command=_command(),
+    )
+    _run_and_report(mod.run, mod.write_report, job, bench)
