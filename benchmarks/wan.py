@@ -25,7 +25,6 @@ import logging
 import os
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -138,7 +137,8 @@ def run_one(
                 "--advertise", f"{HOST}:{via}",
             ]  # fmt: skip
 
-        watcher = _TrainingWatch(net, job.epochs)
+        # the links' bytes at the end of each epoch; no delay for the (untimed) evaluation
+        watcher = procs.EpochWatch(net.bytes, job.epochs, lambda: net.set_shape(Shape()))
         with procs.federation(dirs, workdir, args, network) as out:
             watcher.start(out)
         watcher.stop()
@@ -158,49 +158,9 @@ def run_one(
         "rounds_per_epoch": rounds[0],
         "accuracy": overall.get("accuracy"),
         "f1": overall.get("f1"),
-        "bytes_per_round": watcher.bytes_per_round(rounds),
+        "bytes_per_round": watcher.per_round(rounds),
         "load_average": [load, os.getloadavg()[0]],
     }
-
-
-class _TrainingWatch:
-    """Follows epochs.jsonl: the links' byte counts at the end of each epoch, and no delay from
-    the end of training on (the evaluation is not what is measured)."""
-
-    POLL_S = 0.02
-
-    def __init__(self, net: NetShaper, epochs: int) -> None:
-        self.net = net
-        self.epochs = epochs
-        self.marks: list[int] = []  # bytes carried when each epoch was logged
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, out: Path) -> None:
-        self._thread = threading.Thread(target=self._follow, args=(out,), daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _follow(self, out: Path) -> None:
-        path = out / "epochs.jsonl"
-        while not self._stop.wait(self.POLL_S) and len(self.marks) < self.epochs:
-            try:
-                lines = path.read_text().count("\n")
-            except FileNotFoundError:
-                continue
-            while len(self.marks) < lines:
-                self.marks.append(self.net.bytes())
-        if len(self.marks) >= self.epochs:
-            self.net.set_shape(Shape())
-
-    def bytes_per_round(self, rounds: list[int]) -> float | None:
-        if len(self.marks) < 2:
-            return None
-        return (self.marks[-1] - self.marks[0]) / sum(rounds[1 : len(self.marks)])
 
 
 def run(job: WanJob, progress: bool = True) -> dict[str, Any]:

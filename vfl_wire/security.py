@@ -313,19 +313,26 @@ class GuardInterceptor(grpc.ServerInterceptor):
         self.refuse = dict(refuse or {})  # rpc -> why this server never answers it
         self.tokens = dict(tokens) if tokens is not None else None
         self.limiter = InflightLimiter(max_inflight)
+        self._handlers: dict[str | bytes, grpc.RpcMethodHandler] = {}  # method -> guarded one
+        self._lock = threading.Lock()
 
     def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        guarded = self._handlers.get(method)  # built once per method: this runs on every call
+        if guarded is not None:
+            return guarded
         handler = continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler  # unknown method (UNIMPLEMENTED) or streaming (health Watch)
-        method = handler_call_details.method
-        method = method.decode() if isinstance(method, bytes) else method
-        service, _, rpc = method.strip("/").partition("/")
-        return grpc.unary_unary_rpc_method_handler(
+        name = method.decode() if isinstance(method, bytes) else method
+        service, _, rpc = name.strip("/").partition("/")
+        guarded = grpc.unary_unary_rpc_method_handler(
             self._guarded(service, rpc, handler),
             request_deserializer=None,  # parsed in _guarded, so a bad message gets a clear code
             response_serializer=handler.response_serializer,
         )
+        with self._lock:
+            return self._handlers.setdefault(method, guarded)
 
     def _guarded(self, service: str, rpc: str, handler: grpc.RpcMethodHandler) -> Callable:
         def guarded(raw: bytes, context: grpc.ServicerContext):
