@@ -128,6 +128,14 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
 
         return self._serve(context, "Backward", request.header, run)
 
+    def Train(self, request, context):
+        def run(p: Party) -> vfl_pb2.TrainReply:
+            wire = p.config.wire_dtype
+            call = convert.train_call_from_proto(request, wire=wire)
+            return convert.train_result_to_proto(p.train(call), wire)
+
+        return self._serve(context, "Train", request.header, run)
+
     def Checkpoint(self, request, context):
         def run(p: Party) -> vfl_pb2.CheckpointReply:
             round_id = convert.checkpoint_call_from_proto(request)

@@ -139,6 +139,7 @@ def _train(
             down_after=config.down_after,
             retry_every=config.retry_every,
             alignment=config.alignment,
+            pipeline=config.pipeline,
         )
         checkpointer = Checkpointer(config, state, resume) if config.checkpoint_dir else None
         if checkpointer is not None:

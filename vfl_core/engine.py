@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from vfl_core import methods, psi
+from vfl_core import methods, pipeline, psi
 from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
@@ -133,6 +133,9 @@ class Federation:
     # Checkpoints: None = never; 0 = at the end of training; N = also after every N rounds.
     checkpoint_every: int | None = None
     on_checkpoint: Callable[[int, set[int]], None] | None = None  # (round, blocks that saved)
+    # Rounds through vfl_core.pipeline (a round's Backward travels with the next Embed; with
+    # TrainConfig.staleness, several rounds per call); False: Embed, Fuse, Backward one by one.
+    pipeline: bool = True
     cursor: Cursor = field(init=False, default_factory=Cursor)
     last_checkpoint: int = field(init=False, default=-1)
     infos: dict[int, PartyInfo] = field(init=False)
@@ -149,6 +152,8 @@ class Federation:
             raise ConfigError(f"alignment must be hmac or psi, not {self.alignment!r}")
         if self.config.balance == "resample" and self.task == REGRESSION:
             raise ConfigError("balance 'resample' balances classes: not for a regression task")
+        if self.config.staleness and not self.pipeline:
+            raise ConfigError("staleness needs the pipelined engine (pipeline=True)")
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
 
     # ------------------------------------------------------------------ alignment
@@ -214,15 +219,14 @@ class Federation:
         start = time.perf_counter() - c.seconds
         plan = self.plan(epoch)  # a pure function of (seed, epoch): a resumed run skips its head
         bar = tqdm(
-            plan[c.position :],
+            self._rounds(epoch, plan[c.position :]),
             desc=f"epoch {epoch + 1}/{self.config.epochs}",
             initial=c.position,
             total=len(plan),
             disable=not self.progress,
             leave=False,
         )
-        for batch in bar:
-            record = self.run_round(self.round_id, epoch, batch)
+        for record in bar:
             self.round_id += 1
             c.position += 1
             c.losses.extend(record.losses.values())
@@ -239,6 +243,21 @@ class Federation:
         if self.on_epoch is not None:
             self.on_epoch(summary)
         return summary
+
+    def _rounds(self, epoch: int, batches: Sequence[Batch]) -> Iterator[RoundRecord]:
+        """The records of `batches`' rounds, in order, as each finishes (self.round_id is the
+        next round's id whenever this resumes). The pipeline drains at every checkpoint round,
+        so a checkpoint holds whole rounds."""
+        if not self.pipeline:
+            for batch in batches:
+                yield self.run_round(self.round_id, epoch, batch)
+            return
+        every = self.checkpoint_every or len(batches) + self.round_id + 1
+        start = 0
+        while start < len(batches):
+            end = start + (every - self.round_id % every)  # up to the next checkpoint round
+            yield from pipeline.run(self, epoch, batches[start:end], self.round_id)
+            start = end
 
     def _summary(self, epoch: int, rounds: int, seconds: float) -> EpochSummary:
         c = self.cursor
@@ -273,12 +292,12 @@ class Federation:
             self.on_checkpoint(done, saved)
         return saved
 
-    def _poll_rejoins(self) -> None:
+    def _poll_rejoins(self, tick: int | None = None) -> None:
         """Parties that registered again since the last round are called again at once."""
         for block in sorted(self.transport.rejoined()):
             if self.alignment == "psi":
                 self._resend_psi_keys(block)
-            self.liveness.rejoined(block, self._tick)
+            self.liveness.rejoined(block, self._tick if tick is None else tick)
 
     def _resend_psi_keys(self, block: int) -> None:
         """A restarted party has lost the PSI values of its rows (its batch digests use them):
@@ -337,11 +356,22 @@ class Federation:
         where: str,
     ) -> dict[int, FuseResult]:
         """Fuse at each head party of the method; keep the answers whose gradients fit."""
+        calls = self._fuse_calls(round_id, epoch, embeddings, callees)
+        fused = self.transport.fuse(calls) if calls else {}
+        return self._fused(calls, fused, callees, size, where)
+
+    def _fuse_calls(
+        self,
+        round_id: int,
+        epoch: int,
+        embeddings: dict[int, np.ndarray],
+        callees: tuple[int, ...],
+    ) -> dict[int, FuseCall]:
+        """One FuseCall per head party of the method, with the embeddings it may see."""
         method, labels = self.config.method, self.label_blocks
         present = sorted(embeddings)
-        heads = methods.fuse_parties(method, present, labels)
         shared = methods.shares_embeddings(method)
-        calls = {
+        return {
             k: FuseCall(
                 round_id,
                 epoch,
@@ -349,17 +379,28 @@ class Federation:
                 callees,
                 labels,
             )
-            for k in heads
+            for k in methods.fuse_parties(method, present, labels)
         }
-        fused = self.transport.fuse(calls) if calls else {}
+
+    def _fused(
+        self,
+        calls: dict[int, FuseCall],
+        fused: dict[int, FuseResult],
+        callees: tuple[int, ...],
+        size: int,
+        where: str,
+        tick: int | None = None,
+    ) -> dict[int, FuseResult]:
+        """The answers whose gradients fit; every head party's liveness recorded."""
         fused = {
             k: r
             for k, r in fused.items()
-            if all(
+            if k in calls
+            and all(
                 _ok(r.grads.get(b), (size, self._width(b, callees))) for b in calls[k].embeddings
             )
         }
-        self._record(heads, fused, "fuse", where)
+        self._record(calls, fused, "fuse", where, tick=tick)
         return fused
 
     def _width(self, block: int, callees: tuple[int, ...]) -> int:
@@ -373,6 +414,7 @@ class Federation:
         phase: str,
         where: str,
         immediate: bool = False,
+        tick: int | None = None,
     ) -> dict[int, np.ndarray]:
         good = {
             b: a
@@ -381,7 +423,7 @@ class Federation:
         }
         for b in answers.keys() - good.keys():
             log.warning("%s: %s answer of block %d refused (shape/dtype/NaN)", where, phase, b)
-        self._record(callees, good, phase, where, immediate)
+        self._record(callees, good, phase, where, immediate, tick)
         return good
 
     def _record(
@@ -391,13 +433,15 @@ class Federation:
         phase: str,
         where: str,
         immediate: bool = False,
+        tick: int | None = None,
     ) -> None:
+        tick = self._tick if tick is None else tick
         for b in expected:
             if b in got:
-                self.liveness.answered(b, self._tick)
+                self.liveness.answered(b, tick)
             else:
                 log.info("%s: block %d missed %s", where, b, phase)
-                self.liveness.failed(b, self._tick, phase, immediate)
+                self.liveness.failed(b, tick, phase, immediate)
 
     @property
     def _tick(self) -> int:

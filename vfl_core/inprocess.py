@@ -29,6 +29,8 @@ from vfl_core.protocol import (
     PsiCall,
     ScoreCall,
     ScoreResult,
+    TrainCall,
+    TrainResult,
 )
 from vfl_core.quantize import round_trip
 
@@ -69,19 +71,28 @@ class InProcessTransport:
         return self._fan_out(calls, lambda p, c: self._wire(p.embed(c)).copy())
 
     def fuse(self, calls: dict[int, FuseCall]) -> dict[int, FuseResult]:
-        def fuse(party: Party, call: FuseCall) -> FuseResult:
-            sent = replace(call, embeddings=self._wire_map(call.embeddings))
-            result = party.fuse(sent)
-            return FuseResult(result.loss, self._wire_map(result.grads))
-
-        return self._fan_out(calls, fuse)
+        return self._fan_out(calls, lambda p, c: self._received(p.fuse(self._sent_fuse(c))))
 
     def backward(self, calls: dict[int, BackwardCall]) -> set[int]:
-        def backward(party: Party, call: BackwardCall) -> None:
-            grad = None if call.grad is None else self._wire(call.grad)
-            party.backward(replace(call, grad=grad))
+        return set(self._fan_out(calls, lambda p, c: p.backward(self._sent_backward(c))))
 
-        return set(self._fan_out(calls, backward))
+    def train(self, calls: dict[int, TrainCall]) -> Callable[[], dict[int, TrainResult]]:
+        """Runs the calls at once, in block order (what the engine relies on in any transport:
+        each party sees its calls in the order they were started)."""
+
+        def train(party: Party, call: TrainCall) -> TrainResult:
+            sent = TrainCall(
+                tuple(self._sent_backward(c) for c in call.backward),
+                tuple(self._sent_fuse(c) for c in call.fuse),
+                call.embed,
+            )
+            r = party.train(sent)
+            fused = {k: self._received(f) for k, f in r.fused.items()}
+            embeddings = {k: self._wire(e).copy() for k, e in r.embeddings.items()}
+            return TrainResult(r.stepped, fused, embeddings, r.stopped)
+
+        answers = self._fan_out(calls, train)
+        return lambda: answers
 
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
         def predict(party: Party, call: PredictCall) -> np.ndarray:
@@ -95,6 +106,15 @@ class InProcessTransport:
 
     def _wire_map(self, arrays: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         return {b: self._wire(a) for b, a in arrays.items()}
+
+    def _sent_fuse(self, call: FuseCall) -> FuseCall:
+        return replace(call, embeddings=self._wire_map(call.embeddings))
+
+    def _sent_backward(self, call: BackwardCall) -> BackwardCall:
+        return replace(call, grad=None if call.grad is None else self._wire(call.grad))
+
+    def _received(self, result: FuseResult) -> FuseResult:
+        return FuseResult(result.loss, self._wire_map(result.grads))
 
     def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
         return self._fan_out({block: call}, Party.score).get(block)

@@ -36,6 +36,8 @@ from vfl_core.protocol import (
     SamplePrediction,
     ScoreCall,
     ScoreResult,
+    TrainCall,
+    TrainResult,
 )
 from vfl_core.psi import POINT_BYTES, check_session, pack, unpack
 from vfl_core.quantize import LOSSLESS
@@ -173,7 +175,7 @@ def class_weights_from_proto(reply: vfl_pb2.ClassWeightsReply) -> np.ndarray | N
     )
 
 
-def embed_call_to_proto(call: EmbedCall, h: vfl_pb2.Header) -> vfl_pb2.EmbedRequest:
+def embed_call_to_proto(call: EmbedCall, h: vfl_pb2.Header | None) -> vfl_pb2.EmbedRequest:
     return vfl_pb2.EmbedRequest(
         header=h,
         round_id=call.round_id,
@@ -213,7 +215,7 @@ def embedding_from_proto(
 
 
 def fuse_call_to_proto(
-    call: FuseCall, h: vfl_pb2.Header, wire: str = LOSSLESS
+    call: FuseCall, h: vfl_pb2.Header | None, wire: str = LOSSLESS
 ) -> vfl_pb2.FuseRequest:
     return vfl_pb2.FuseRequest(
         header=h,
@@ -258,7 +260,7 @@ def fuse_result_from_proto(
 
 
 def backward_call_to_proto(
-    call: BackwardCall, h: vfl_pb2.Header, wire: str = LOSSLESS
+    call: BackwardCall, h: vfl_pb2.Header | None, wire: str = LOSSLESS
 ) -> vfl_pb2.BackwardRequest:
     req = vfl_pb2.BackwardRequest(header=h, round_id=call.round_id, epoch=call.epoch)
     if call.grad is not None:
@@ -277,6 +279,71 @@ def backward_call_from_proto(
     elif req.HasField("grad"):
         raise ProtocolError("backward gradient: present but has_grad is false")
     return BackwardCall(round_id=req.round_id, epoch=req.epoch, grad=grad)
+
+
+def train_call_to_proto(
+    call: TrainCall, h: vfl_pb2.Header, wire: str = LOSSLESS
+) -> vfl_pb2.TrainRequest:
+    """A pipelined call; the nested requests carry no header (the outer one names the party)."""
+    return vfl_pb2.TrainRequest(
+        header=h,
+        backward=[backward_call_to_proto(c, None, wire) for c in call.backward],
+        fuse=[fuse_call_to_proto(c, None, wire) for c in call.fuse],
+        embed=[embed_call_to_proto(c, None) for c in call.embed],
+    )
+
+
+MAX_TRAIN_STEPS = 256  # steps of one pipelined call (TrainConfig allows 32 rounds per call)
+
+
+def train_call_from_proto(req: vfl_pb2.TrainRequest, *, wire: str = LOSSLESS) -> TrainCall:
+    steps = (*req.backward, *req.fuse, *req.embed)
+    if not steps:
+        raise ProtocolError("train request: no backward, fuse or embed")
+    if len(steps) > MAX_TRAIN_STEPS:
+        raise ProtocolError(f"train request: {len(steps)} steps, at most {MAX_TRAIN_STEPS}")
+    if any(step.HasField("header") for step in steps):
+        raise ProtocolError("train request: only the outer request carries a header")
+    call = TrainCall(
+        backward=tuple(backward_call_from_proto(r, wire=wire) for r in req.backward),
+        fuse=tuple(fuse_call_from_proto(r, wire=wire) for r in req.fuse),
+        embed=tuple(embed_call_from_proto(r) for r in req.embed),
+    )
+    for name, group in (("backward", call.backward), ("fuse", call.fuse), ("embed", call.embed)):
+        rounds = [c.round_id for c in group]
+        if rounds != sorted(set(rounds)):
+            raise ProtocolError(f"train {name}: rounds {rounds} are not increasing")
+    return call
+
+
+def train_result_to_proto(result: TrainResult, wire: str = LOSSLESS) -> vfl_pb2.TrainReply:
+    return vfl_pb2.TrainReply(
+        stepped=result.stepped,
+        fused=[fuse_result_to_proto(f, r, wire) for r, f in sorted(result.fused.items())],
+        embeddings=[embedding_to_proto(r, e, wire) for r, e in sorted(result.embeddings.items())],
+        stopped=result.stopped,
+    )
+
+
+def train_result_from_proto(
+    reply: vfl_pb2.TrainReply, call: TrainCall, *, wire: str = LOSSLESS
+) -> TrainResult:
+    """The answer to `call`: only rounds it asked for, each at most once, in its order."""
+    asked = {c.round_id for c in call.backward}
+    if not set(reply.stepped) <= asked or len(set(reply.stepped)) != len(reply.stepped):
+        raise ProtocolError(f"train reply: stepped rounds {list(reply.stepped)} not asked for")
+    fused = {}
+    for c, f in zip(call.fuse, reply.fused, strict=False):
+        fused[c.round_id] = fuse_result_from_proto(f, round_id=c.round_id, wire=wire)
+    embeddings = {}
+    for c, e in zip(call.embed, reply.embeddings, strict=False):
+        shape = (len(c.rows), None)
+        embeddings[c.round_id] = embedding_from_proto(
+            e, round_id=c.round_id, expect_shape=shape, wire=wire
+        )
+    if len(reply.fused) > len(call.fuse) or len(reply.embeddings) > len(call.embed):
+        raise ProtocolError("train reply: more answers than requests")
+    return TrainResult(tuple(reply.stepped), fused, embeddings, reply.stopped[:500])
 
 
 def predict_call_to_proto(

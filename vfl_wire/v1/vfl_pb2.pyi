@@ -142,6 +142,30 @@ class BackwardRequest(_message.Message):
     grad: Tensor
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., has_grad: _Optional[bool] = ..., grad: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
+class TrainRequest(_message.Message):
+    __slots__ = ("header", "backward", "fuse", "embed")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    BACKWARD_FIELD_NUMBER: _ClassVar[int]
+    FUSE_FIELD_NUMBER: _ClassVar[int]
+    EMBED_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    backward: _containers.RepeatedCompositeFieldContainer[BackwardRequest]
+    fuse: _containers.RepeatedCompositeFieldContainer[FuseRequest]
+    embed: _containers.RepeatedCompositeFieldContainer[EmbedRequest]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., backward: _Optional[_Iterable[_Union[BackwardRequest, _Mapping]]] = ..., fuse: _Optional[_Iterable[_Union[FuseRequest, _Mapping]]] = ..., embed: _Optional[_Iterable[_Union[EmbedRequest, _Mapping]]] = ...) -> None: ...
+
+class TrainReply(_message.Message):
+    __slots__ = ("stepped", "fused", "embeddings", "stopped")
+    STEPPED_FIELD_NUMBER: _ClassVar[int]
+    FUSED_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_FIELD_NUMBER: _ClassVar[int]
+    stepped: _containers.RepeatedScalarFieldContainer[int]
+    fused: _containers.RepeatedCompositeFieldContainer[FuseReply]
+    embeddings: _containers.RepeatedCompositeFieldContainer[EmbedReply]
+    stopped: str
+    def __init__(self, stepped: _Optional[_Iterable[int]] = ..., fused: _Optional[_Iterable[_Union[FuseReply, _Mapping]]] = ..., embeddings: _Optional[_Iterable[_Union[EmbedReply, _Mapping]]] = ..., stopped: _Optional[str] = ...) -> None: ...
+
 class CheckpointRequest(_message.Message):
     __slots__ = ("header", "round_id")
     HEADER_FIELD_NUMBER: _ClassVar[int]
