@@ -32,7 +32,7 @@ from vfl_cli.report_cmd import has_matplotlib, write_report
 from vfl_cli.train_options import Deadline
 from vfl_core.datasets import load_dataset
 from vfl_core.errors import VflError
-from vfl_core.methods import METHOD_NAMES, METHODS, predictors
+from vfl_core.methods import METHODS, method_spec
 from vfl_core.prepare import prepare_parties
 from vfl_wire.security import OPERATOR
 
@@ -176,7 +176,9 @@ def demo(
                 ready=joined,
             )
         with CoordinatorClient(address, timeout=120.0, security=security) as coord:
-            typer.echo(f"[3/5] training {METHOD_NAMES[method]} for {epochs} epochs over gRPC")
+            typer.echo(
+                f"[3/5] training {method_spec(method).display_name} for {epochs} epochs over gRPC"
+            )
             if chaos is not None:
                 typer.echo(
                     f"      guest loss: every {fault_every:g} s each client is {fault_kind}ed "
@@ -211,9 +213,10 @@ def _outcome(method: str, clients: int, dead: int) -> str:
     """What the kill did to prediction. Every demo party holds labels, so the question is only
     whether the method can use the survivors' blocks."""
     survivors = [k for k in range(clients) if k != dead]
-    if predictors(method, survivors, clients, range(clients)) is None:
+    spec = method_spec(method)
+    if spec.predictors(survivors, clients, range(clients)) is None:
         return (
-            f"{METHOD_NAMES[method]} cannot predict without every block, so the samples it "
+            f"{spec.display_name} cannot predict without every block, so the samples it "
             "could not use got random guesses"
         )
     return "prediction carried on without it"

@@ -32,6 +32,10 @@ class TrainOptions:
     embed_dim: Annotated[int | None, Opt()] = None
     hidden: Annotated[str | None, Opt(help="hidden sizes, e.g. 128,64")] = None
     head: Annotated[str | None, Opt(help="linear | mlp")] = None
+    serve_feature_only: Annotated[
+        bool | None,
+        Opt(help="LASER-VFL heads also serve sets of feature-only parties (default: yes)"),
+    ] = None
     wire_dtype: Annotated[
         str | None,
         Opt(help="embeddings and gradients on the wire: float32 | float16 | bfloat16 | int8"),

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from dataclasses import replace
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
+from vfl_core.method_spec import MethodSpec
+from vfl_core.methods import METHODS as METHODS  # re-exported: the registry's method names
+from vfl_core.methods import REGISTRY, method_spec, unknown_method
 from vfl_core.quantize import WireDtype
+
+
+def _known_method(name: str) -> str:
+    if name not in REGISTRY:
+        raise PydanticCustomError("unknown_method", "{message}", {"message": unknown_method(name)})
+    return name
+
 
 Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 HeadKind = Literal["linear", "mlp"]
-Method = Literal["laser", "local", "ensemble", "svfl", "combinatorial", "plug", "zerofill", "stale"]
-METHODS: tuple[str, ...] = get_args(Method)
+# A method is a name in the registry of method specs (vfl_core.methods); others are refused.
+Method = Annotated[str, AfterValidator(_known_method)]
 
 
 class _Frozen(BaseModel):
@@ -44,6 +56,10 @@ class TrainConfig(_Frozen):
     # "resample": class-balanced resampling of each epoch's plan (the paper's Credit setup).
     # The label party then tells the coordinator each training sample's class weight.
     balance: Literal["none", "resample"] = "none"
+    # LASER-VFL heads also serve the sets of feature-only parties (vfl_core.laser): they train on
+    # their subsets and predict for samples no label party observes. False: the paper's
+    # objective exactly. No effect when every party holds labels, or for the baselines.
+    serve_feature_only: bool = True
     model: ModelConfig = ModelConfig()
     # How embeddings and gradients travel (vfl_core.quantize): float32 is lossless; float16,
     # bfloat16 and int8 (one scale per row) round what crosses the wire, in both transports.
@@ -64,3 +80,11 @@ class TrainConfig(_Frozen):
         """Embedded rounds a party keeps for their Fuse and Backward: the one in progress when
         exact; with staleness, the blocks of the two calls in flight and the newest."""
         return 1 if self.staleness == 0 else 3 * self.rounds_per_call
+
+    @property
+    def spec(self) -> MethodSpec:
+        """The method's spec as this config runs it (what Party and the engine ask)."""
+        spec = method_spec(self.method)
+        if spec.serves_feature_only and not self.serve_feature_only:
+            return replace(spec, serves_feature_only=False)
+        return spec

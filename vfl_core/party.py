@@ -14,17 +14,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
+from itertools import groupby
 
 import numpy as np
 import torch
 from torch import nn
 
-from vfl_core import methods, stash
+from vfl_core import stash
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError, VflError
-from vfl_core.laser import Subset
+from vfl_core.laser import Subset, fuse_mean, sampled_loss
+from vfl_core.method_spec import SHARED, HeadTask
 from vfl_core.model_bank import ModelBank
 from vfl_core.protocol import (
     BackwardCall,
@@ -55,8 +58,10 @@ class _Round:
     rows: np.ndarray
     digest: bytes
     slots: list[Subset]  # representation slots concatenated in `embedding`, in order
-    embedding: torch.Tensor  # (B, len(slots) * d), attached to the slots' graphs
-    wire: np.ndarray  # what was sent
+    # (B, len(slots) * d), attached to the slots' graphs; None when the party holds only the
+    # batch's labels (label-only rows: it fuses, embeds nothing and has nothing to update)
+    embedding: torch.Tensor | None
+    wire: np.ndarray | None  # what was sent
     stashes: list[stash.Stash] | None = None  # with staleness: the slots' weights it used
     fuse_result: FuseResult | None = None
     own_grad: torch.Tensor | None = None  # dL_k/dE_k from the party's own heads
@@ -76,7 +81,7 @@ class Party:
         self.party_id = party_id
         self.data = data
         self.config = config
-        self.method = config.method
+        self.spec = config.spec
         self.device = torch.device(device)
         self.block = data.meta.block
         self._secret = secret
@@ -106,30 +111,30 @@ class Party:
             self.device,
             categorical=tuple(meta.categorical),
         )
-        self.models.rep(methods.SHARED)
-        if meta.has_labels and not methods.concatenates(self.method):
-            self.models.head(methods.SHARED)
+        self.models.rep(SHARED)
+        if meta.has_labels and self.spec.label_parties_hold_head:
+            self.models.head(SHARED)
         self._stale: StaleEmbeddings | None = None
-        if self.method == "stale" and meta.has_labels and "train" in data.splits:
+        if self.spec.replacement == "stale" and meta.has_labels and "train" in data.splits:
             rows = len(data.splits["train"])
             self._stale = StaleEmbeddings(rows, config.model.embed_dim, self.device)
 
     # ----------------------------------------------------------------- the shared f_k and g_k
     @property
     def f(self) -> nn.Module:
-        return self.models.reps[methods.SHARED]
+        return self.models.reps[SHARED]
 
     @property
     def f_opt(self) -> torch.optim.Optimizer:
-        return self.models.rep_opts[methods.SHARED]
+        return self.models.rep_opts[SHARED]
 
     @property
     def g(self) -> nn.Module | None:
-        return self.models.heads.get(methods.SHARED)
+        return self.models.heads.get(SHARED)
 
     @property
     def g_opt(self) -> torch.optim.Optimizer | None:
-        return self.models.head_opts.get(methods.SHARED)
+        return self.models.head_opts.get(SHARED)
 
     # ----------------------------------------------------------------- identity and alignment
     @property
@@ -169,7 +174,7 @@ class Party:
 
     # ----------------------------------------------------------------- training round
     def embed(self, call: EmbedCall) -> np.ndarray:
-        slots = methods.slots(self.method, self.block, call.blocks or (self.block,))
+        slots = self.spec.slot_keys(self.block, call.blocks or (self.block,))
         if not call.train:
             x = self._batch(call.split, call.rows, call.digest)
             with torch.no_grad():
@@ -178,6 +183,8 @@ class Party:
         if current is not None:
             if not np.array_equal(current.rows, call.rows) or current.digest != call.digest:
                 raise ProtocolError(f"round {call.round_id}: embed repeated with other rows")
+            if current.wire is None:
+                raise ProtocolError(f"round {call.round_id}: embed after a labels-only fuse")
             return current.wire
         if call.round_id <= self.last_round:
             raise StaleRoundError(
@@ -187,12 +194,16 @@ class Party:
         stashes = self._stashes(slots) if self.config.staleness else None
         embedding = self._embed(x, slots, train=True, stashes=stashes)  # (B, len(slots) * d)
         wire = self._to_wire(embedding)
-        state = _Round(call.round_id, call.rows, call.digest, slots, embedding, wire, stashes)
-        keep = call.round_id - self.config.rounds_kept
-        self._rounds = {r: s for r, s in self._rounds.items() if r > keep}
-        self._rounds[call.round_id] = state
-        self.last_round = call.round_id
+        self._start(_Round(call.round_id, call.rows, call.digest, slots, embedding, wire, stashes))
         return wire
+
+    def _start(self, state: _Round) -> _Round:
+        """Keep a new round (and the few before it the configuration keeps in flight)."""
+        self.last_round = max(self.last_round, state.round_id)
+        keep = self.last_round - self.config.rounds_kept
+        self._rounds = {r: s for r, s in self._rounds.items() if r > keep}
+        self._rounds[state.round_id] = state
+        return state
 
     def _embed(
         self,
@@ -219,9 +230,12 @@ class Party:
         return self._stash[1]
 
     def fuse(self, call: FuseCall) -> FuseResult:
-        state = self._current(call.round_id, "fuse")
         if not self.data.meta.has_labels:
             raise ProtocolError(f"party {self.party_id} holds no labels and has no fusion head")
+        # A label-only holder's round starts here (it embedded nothing); the others' at Embed.
+        state = (
+            self._current(call.round_id, "fuse") if call.rows is None else self._labels_only(call)
+        )
         if state.fuse_result is not None:
             return state.fuse_result
         blocks = call.blocks or tuple(sorted({*call.embeddings, self.block}))
@@ -232,22 +246,22 @@ class Party:
             for b, e in sorted(call.embeddings.items())
             if b != self.block
         }
-        own = state.embedding.detach().requires_grad_(True)
-        embeddings = {self.block: own, **others}
+        own = None if state.embedding is None else state.embedding.detach().requires_grad_(True)
+        embeddings = others if own is None else {self.block: own, **others}
         if self._stale is not None:  # absent blocks answer with what they sent last time
             self._stale.remember(state.rows, others)
             absent = [b for b in range(self.data.meta.num_blocks) if b not in embeddings]
             embeddings.update(self._stale.recall(state.rows, absent))
-        tasks = methods.fuse_tasks(
-            self.method,
+        tasks = self.spec.fuse_tasks(
             self.block,
             sorted(embeddings),
             self.data.meta.num_blocks,
             call.label_blocks or (self.block,),
             rng(self.config.seed, Stream.TASKS, call.round_id, self.block),
+            _unlabelled(call.label_blocks, self.data.meta.num_blocks),
         )
         loss = self._train_heads(tasks, embeddings, blocks, state.rows, call.epoch)
-        state.own_grad = _grad_or_zeros(own)
+        state.own_grad = None if own is None else _grad_or_zeros(own)
         state.fuse_result = FuseResult(
             loss=loss,
             # A block in no task gets a zero gradient (it did not influence L_k).
@@ -255,9 +269,34 @@ class Party:
         )
         return state.fuse_result
 
+    def _labels_only(self, call: FuseCall) -> _Round:
+        """The round of a batch whose labels the party holds but not its features (rows of
+        its label-only part of the train split): it starts at Fuse, as Embed starts others."""
+        assert call.rows is not None
+        current = self._rounds.get(call.round_id)
+        if current is not None:
+            same = np.array_equal(current.rows, call.rows) and current.digest == call.digest
+            if current.embedding is not None or not same:
+                raise ProtocolError(f"round {call.round_id}: fuse repeated with other rows")
+            return current
+        # With staleness the Fuse lane may reach a party after its Embed lane has started
+        # later rounds: a labels-only round within the rounds kept is not stale.
+        oldest = self.last_round - (self.config.rounds_kept if self.config.staleness else 0)
+        if call.round_id <= oldest:
+            raise StaleRoundError(
+                f"round {call.round_id} is stale: party is at round {self.last_round}"
+            )
+        self._check_digest("train", call.rows, call.digest)
+        if call.rows.min() < len(self._split("train").features):
+            raise ProtocolError(
+                f"round {call.round_id}: party {self.party_id} holds features of some rows of "
+                f"this batch; it embeds them instead of fusing on labels only"
+            )
+        return self._start(_Round(call.round_id, call.rows, call.digest, [], None, None))
+
     def _train_heads(
         self,
-        tasks: list[methods.HeadTask],
+        tasks: list[HeadTask],
         embeddings: Mapping[int, torch.Tensor],
         blocks: Sequence[int],
         rows: np.ndarray,
@@ -273,21 +312,42 @@ class Party:
         self.models.set_lr(opts, epoch)
         for opt in opts:
             opt.zero_grad(set_to_none=True)
-        loss = torch.zeros((), device=self.device)
-        for task in tasks:
-            output = self.models.head(task.head)(
-                self._fused(task.head, task.subset, embeddings, blocks)
-            )  # (B, C) logits, or (B, 1) standardised values
-            loss = loss + task.weight * self._loss(output, target)
+        loss = self._tasks_loss(tasks, embeddings, blocks, target)
         loss.backward()
         for opt in opts:
             opt.step()
         return float(loss.detach())
 
+    def _tasks_loss(
+        self,
+        tasks: list[HeadTask],
+        embeddings: Mapping[int, torch.Tensor],
+        blocks: Sequence[int],
+        target: torch.Tensor,
+    ) -> torch.Tensor:
+        """sum_tasks weight * loss(head(fused subset), target), through laser.sampled_loss (the
+        function the unbiasedness test enumerates), once per run of tasks on the same head: one
+        run for LASER-VFL, one per subset for the combinatorial baseline. Heads output (B, C)
+        logits, or (B, 1) standardised values."""
+        losses = [
+            sampled_loss(
+                self.models.head(key),
+                embeddings,
+                [(t.subset, t.weight) for t in run],
+                target,
+                self._loss,
+                fuse=partial(self._fused, key, blocks=blocks),
+            )
+            for key, run in groupby(tasks, key=lambda t: t.head)
+        ]
+        return sum(losses[1:], losses[0])
+
     def backward(self, call: BackwardCall) -> None:
         state = self._current(call.round_id, "backward")
         if state.stepped:
             return
+        if state.embedding is None:
+            raise ProtocolError(f"round {call.round_id}: party embedded nothing to update")
         grad = state.own_grad
         if call.grad is not None:
             width = state.embedding.shape[1]
@@ -342,7 +402,7 @@ class Party:
     def predict(self, call: PredictCall) -> np.ndarray:
         if not self.data.meta.has_labels:
             raise ProtocolError(f"party {self.party_id} holds no labels and has no fusion head")
-        if self.block not in call.embeddings:
+        if self.block not in call.embeddings and not self._serves(call):
             raise ProtocolError(
                 f"predict for party {self.party_id} lacks its own block {self.block}"
             )
@@ -355,29 +415,35 @@ class Party:
             b: self._from_wire(e, f"embedding of block {b}", batch, self._width(b, blocks))
             for b, e in sorted(call.embeddings.items())
         }
-        head_key, subset = methods.predict_subset(self.method, self.block, sorted(embeddings))
+        head_key, subset = self.spec.predict_subset(self.block, sorted(embeddings))
         head = self.models.head(head_key)
         head.eval()
         with torch.no_grad():
-            output = head(self._fused(head_key, subset, embeddings, blocks))
+            output = head(self._fused(head_key, embeddings, subset, blocks))
             if self.task == REGRESSION:
                 return self._to_wire(self.scaler.restore(output))  # (B, 1) original units
             return self._to_wire(torch.softmax(output, dim=1))
 
+    def _serves(self, call: PredictCall) -> bool:
+        """Whether the head predicts without its own block: a set of feature-only blocks (the
+        call says which blocks hold labels), under a method whose heads serve them."""
+        labelled = set(call.embeddings) & set(call.label_blocks)
+        return self.spec.serves_feature_only and bool(call.label_blocks) and not labelled
+
     def _fused(
         self,
         head: Subset,
-        subset: Sequence[int],
         embeddings: Mapping[int, torch.Tensor],
+        subset: Subset,
         blocks: Sequence[int],
     ) -> torch.Tensor:
-        """A head's input: the mean of the subset's embeddings, or (baselines) a concatenation:
-        of all K blocks with zeros for the absent ones (svfl, plug), or of the subset's own slot
-        of each member (combinatorial)."""
-        if not methods.concatenates(self.method):
-            return torch.stack([embeddings[b] for b in sorted(subset)]).mean(dim=0)  # (B, d)
+        """A head's input: the mean of the subset's embeddings (laser.fuse_mean), or
+        (baselines) a concatenation: of all K blocks with zeros for the absent ones (svfl, plug),
+        or of the subset's own slot of each member (combinatorial)."""
+        if not self.spec.concatenates:
+            return fuse_mean(embeddings, subset)  # (B, d)
         d = self.config.model.embed_dim
-        if self.method == "combinatorial":
+        if self.spec.fusion == "concat_slots":
             parts = [self._slot(embeddings[b], b, head, blocks) for b in sorted(subset)]
         else:
             size = next(iter(embeddings.values())).shape[0]
@@ -391,11 +457,11 @@ class Party:
         self, embedding: torch.Tensor, block: int, key: Subset, blocks: Sequence[int]
     ) -> torch.Tensor:
         d = self.config.model.embed_dim
-        i = methods.slots(self.method, block, blocks).index(key)
+        i = self.spec.slot_keys(block, blocks).index(key)
         return embedding[:, i * d : (i + 1) * d]  # (B, d)
 
     def _width(self, block: int, blocks: Sequence[int]) -> int:
-        return len(methods.slots(self.method, block, blocks)) * self.config.model.embed_dim
+        return len(self.spec.slot_keys(block, blocks)) * self.config.model.embed_dim
 
     def score(self, call: ScoreCall) -> ScoreResult:
         """Aggregates of each named prediction on this batch against the party's labels:
@@ -462,6 +528,11 @@ class Party:
 
     def _batch(self, split: str, rows: np.ndarray, digest: bytes) -> torch.Tensor:
         self._check_digest(split, rows, digest)
+        if rows.max() >= len(self._split(split).features):
+            raise ProtocolError(
+                f"rows of split '{split}' include label-only rows: party {self.party_id} holds "
+                f"no features for them"
+            )
         if split not in self._features:
             self._features[split] = torch.from_numpy(self._split(split).features).to(self.device)
         return self._features[split][torch.from_numpy(rows).to(self.device)]  # (B, *shape)
@@ -513,7 +584,15 @@ def party_info(party_id: str, data: PartyData) -> PartyInfo:
         has_labels=meta.has_labels,
         samples={name: len(split) for name, split in data.splits.items()},
         task=meta.task,
+        label_only={name: s.label_only for name, s in data.splits.items() if s.label_only},
     )
+
+
+def _unlabelled(label_blocks: Sequence[int], num_blocks: int) -> tuple[int, ...]:
+    """The feature-only blocks, when the call names the label blocks (else none is known)."""
+    if not label_blocks:
+        return ()
+    return tuple(b for b in range(num_blocks) if b not in label_blocks)
 
 
 def _grad_or_zeros(leaf: torch.Tensor) -> torch.Tensor:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vfl_core import engine, methods
+from vfl_core import engine
 from vfl_core.alignment import Batch
 from vfl_core.protocol import (
     BackwardCall,
@@ -78,6 +78,7 @@ class _Round:
     batch: Batch
     tick: int  # the liveness clock of this round (round id + inference requests so far)
     callees: tuple[int, ...] = ()
+    holders: tuple[int, ...] = ()  # live label-only holders (they fuse, embed nothing)
     embeddings: dict[int, np.ndarray] = field(default_factory=dict)
     fuse_calls: dict[int, FuseCall] = field(default_factory=dict)
     fused: dict[int, FuseResult] = field(default_factory=dict)
@@ -159,11 +160,11 @@ def _start_f(
 ) -> _Lane:
     """The f-lane call to every party with a Backward due or an Embed in `block`."""
     al = fed.alignments["train"]
-    method, labels = fed.config.method, fed.label_blocks
+    spec, labels = fed.spec, fed.label_blocks
     embeds: dict[int, list[EmbedCall]] = defaultdict(list)
     for r in block:
         fed._poll_rejoins(r.tick)
-        if not methods.trainable(method, r.batch.pattern, fed.num_blocks, labels):
+        if not spec.trainable(r.batch.pattern, fed.num_blocks, labels, r.batch.label_only):
             r.done = True
             continue
         digest = al.digest(r.batch.index)
@@ -191,7 +192,7 @@ def _collect_f(fed: Federation, lane: _Lane) -> None:
         fed._record(r.present, updated, "backward", r.where, tick=r.tick)
         r.updated = tuple(sorted(updated & set(r.present)))
         r.done = True
-    method, labels = fed.config.method, fed.label_blocks
+    spec, labels = fed.spec, fed.label_blocks
     for r in lane.rounds:
         if r.done:
             continue
@@ -200,7 +201,9 @@ def _collect_f(fed: Federation, lane: _Lane) -> None:
         }
         size = len(r.batch.index)
         r.embeddings = fed._accept(got, r.callees, size, "embed", r.where, tick=r.tick)
-        if not methods.trainable(method, r.present, fed.num_blocks, labels):
+        live = fed.liveness.should_call
+        r.holders = tuple(b for b in r.batch.label_only if live(b, r.tick))
+        if not spec.trainable(r.present, fed.num_blocks, labels, r.holders):
             r.done = True  # too few answered for this method: no Fuse, no Backward
 
 
@@ -209,7 +212,9 @@ def _start_g(fed: Federation, block: list[_Round]) -> _Lane:
     fuses: dict[int, list[FuseCall]] = defaultdict(list)
     live = [r for r in block if not r.done]
     for r in live:
-        r.fuse_calls = fed._fuse_calls(r.round_id, r.epoch, r.embeddings, r.callees)
+        r.fuse_calls = fed._fuse_calls(
+            r.round_id, r.epoch, r.embeddings, r.callees, r.batch, r.holders
+        )
         for k, call in r.fuse_calls.items():
             fuses[k].append(call)
     calls = {k: TrainCall(fuse=tuple(c)) for k, c in sorted(fuses.items())}
