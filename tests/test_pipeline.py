@@ -55,13 +55,18 @@ def config(**kwargs: object) -> TrainConfig:
 
 @pytest.fixture(scope="module")
 def datas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[PartyData]]:
-    """digits with 10% missing blocks, every party with labels / only blocks 0 and 2."""
+    """digits with missing blocks: every party with labels, only blocks 0 and 2, or only block 0
+    with label-only rows (it fuses batches it holds no features of)."""
     root = tmp_path_factory.mktemp("pipeline")
     out = {}
-    for name, labels in (("all", None), ("some", [0, 2])):
+    for name, labels, p_miss, keep in (
+        ("all", None, 0.1, False),
+        ("some", [0, 2], 0.1, False),
+        ("label-only", [0], 0.3, True),  # the label party also holds labels of rows it misses
+    ):
         paths = prepare_parties(
-            load_digits_dataset(), root / name, K, [0.1] * K, [0.1] * K, 0.2, seed=0,
-            label_blocks=labels,
+            load_digits_dataset(), root / name, K, [p_miss] * K, [p_miss] * K, 0.2, seed=0,
+            label_blocks=labels, keep_labels=keep,
         )  # fmt: skip
         out[name] = [load_party_dir(p) for p in paths]
     return out
@@ -121,8 +126,8 @@ def assert_same(a: tuple, b: tuple) -> None:
 
 @pytest.mark.parametrize(
     ("method", "labels"),
-    [("laser", "all"), ("laser", "some"), ("svfl", "all"), ("combinatorial", "all"),
-     ("plug", "some"), ("stale", "all")],
+    [("laser", "all"), ("laser", "some"), ("laser", "label-only"), ("svfl", "all"),
+     ("combinatorial", "all"), ("plug", "some"), ("stale", "all")],
 )  # fmt: skip
 def test_given_exact_pipelining_when_trained_then_bit_identical_to_the_sequential_engine(
     datas: dict[str, list[PartyData]], method: str, labels: str
@@ -259,21 +264,21 @@ def serve(parties: dict[int, Party]) -> Iterator[Registry]:
             server.stop(0).wait()
 
 
-@pytest.mark.parametrize("staleness", [0, 3])
+@pytest.mark.parametrize(("staleness", "data"), [(0, "all"), (3, "all"), (3, "label-only")])
 def test_given_real_grpc_servers_when_pipelined_then_equal_to_in_process(
-    datas: dict[str, list[PartyData]], staleness: int
+    datas: dict[str, list[PartyData]], staleness: int, data: str
 ) -> None:
     """Two lanes in flight per party over gRPC give the in-process numbers (and, exact, the
-    sequential engine's)."""
+    sequential engine's), also when a label-only holder's Fuse lane trails its Embed lane."""
     cfg = config(staleness=staleness)
-    remote = parties_of(datas["all"], cfg)
+    remote = parties_of(datas[data], cfg)
     for registry in serve(remote):
         transport = GrpcTransport(registry, RUN, 8, Deadlines())
         try:
-            got = train(datas["all"], cfg, transport=transport, parties=remote)
+            got = train(datas[data], cfg, transport=transport, parties=remote)
         finally:
             transport.close()
-    assert_same(got, train(datas["all"], cfg, pipeline=staleness > 0))
+    assert_same(got, train(datas[data], cfg, pipeline=staleness > 0))
 
 
 def test_given_hostile_train_requests_when_sent_then_refused_and_nothing_changes(
