@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "int8")
 BYTES_FILE = "wire_dtype.json"
+# TrainConfig options this benchmark varies: the lossless value first (the reference)
+OPTIONS: dict[str, tuple[str, ...]] = {"wire_dtype": DTYPES, "staleness": ("0", "3", "7", "15")}
 
 
 @dataclass(frozen=True)
@@ -52,21 +54,28 @@ class WireDtypeJob:
     results: Path
     data_path: Path
     datasets: Sequence[str] = ("mnist", "credit")
-    dtypes: Sequence[str] = DTYPES
+    values: Sequence[str] = DTYPES  # of `option`; the first is the reference
     seeds: Sequence[int] = (0, 1, 2)
     jobs: int = 2
     command: str = ""
+    option: str = "wire_dtype"  # or "staleness" (its accuracy cost, for wan.md)
 
     @property
     def runs_dir(self) -> Path:
-        """Its own cache, apart from the accuracy grid's (whose digests ignore wire_dtype)."""
-        return self.results / "runs" / "wire_dtype"
+        """Its own cache, apart from the accuracy grid's (whose digests ignore these options)."""
+        return self.results / "runs" / self.option
+
+    @property
+    def dtypes(self) -> Sequence[str]:
+        return self.values
 
 
-def setup_for(dataset: str, dtype: str) -> Setup:
-    """The grid's setup of `dataset` with this wire dtype (part of the digest, so cached apart)."""
+def setup_for(dataset: str, dtype: str, option: str = "wire_dtype") -> Setup:
+    """The grid's setup of `dataset` with this value of `option` (part of the digest, so
+    cached apart)."""
     base = SETUPS[dataset]
-    return dataclasses.replace(base, train={**base.train, "wire_dtype": dtype})
+    value: str | int = int(dtype) if option == "staleness" else dtype
+    return dataclasses.replace(base, train={**base.train, option: value})
 
 
 def run(job: WireDtypeJob, progress: bool = True) -> list[str]:
@@ -76,7 +85,7 @@ def run(job: WireDtypeJob, progress: bool = True) -> list[str]:
         for dataset in job.datasets
         for dtype in job.dtypes
         for task in grid_tasks(
-            setup_for(dataset, dtype),
+            setup_for(dataset, dtype, job.option),
             grid_runs(["laser"], [0.0], job.seeds),
             job.runs_dir,
             data_path=job.data_path,
@@ -84,9 +93,10 @@ def run(job: WireDtypeJob, progress: bool = True) -> list[str]:
     ]
     meta = {"command": job.command}
     failed = run_tasks(
-        simulate_worker, tasks, job.jobs, desc="wire dtype", progress=progress, meta=meta
+        simulate_worker, tasks, job.jobs, desc=job.option, progress=progress, meta=meta
     )
-    write_json(job.results / BYTES_FILE, measure_bytes(job))
+    if job.option == "wire_dtype":
+        write_json(job.results / BYTES_FILE, measure_bytes(job))
     return failed
 
 
@@ -149,7 +159,7 @@ def _party_dirs(dataset: str, data_path: Path, out: Path) -> list[Path]:
 
 
 def _stats(job: WireDtypeJob, dataset: str, dtype: str) -> tuple[dict, list[dict[str, Any]]]:
-    setup = setup_for(dataset, dtype)
+    setup = setup_for(dataset, dtype, job.option)
     probe = simulation_config(setup, grid_runs(["laser"], [0.0], job.seeds[:1])[0])
     digest = setup_digest(setup, json.loads(probe.model_dump_json()))
     records = [r for r in load_runs(job.runs_dir, setup, digest) if r["run"]["seed"] in job.seeds]
@@ -186,9 +196,19 @@ def write_report(job: WireDtypeJob) -> tuple[Path, str]:
     return path, text
 
 
+def accuracy_sections(job: WireDtypeJob) -> list[str]:
+    """Accuracy by value of the job's option, per data set with cached runs ([] if none)."""
+    out = []
+    for dataset in job.datasets:
+        if any(_stats(job, dataset, v)[1] for v in job.values):
+            out += _accuracy_section(job, dataset)
+    return out
+
+
 def _accuracy_section(job: WireDtypeJob, dataset: str) -> list[str]:
     setup = SETUPS[dataset]
-    base, base_records = _stats(job, dataset, "float32")
+    reference = job.values[0]
+    base, base_records = _stats(job, dataset, reference)
     body, seconds, codes = [], [], set()
     for dtype in job.dtypes:
         stats, records = _stats(job, dataset, dtype)
@@ -201,22 +221,24 @@ def _accuracy_section(job: WireDtypeJob, dataset: str) -> list[str]:
                 row.append("-")
                 continue
             cell = f"{s.mean:.2f} +- {s.std:.2f} (n={s.n})"
-            if b is not None and dtype != "float32":
+            if b is not None and dtype != reference:
                 diff = s.mean - b.mean
                 cell += f", {diff:+.2f} " + ("within noise" if abs(diff) <= b.std else "**beyond**")
             row.append(cell)
         body.append(row)
     loads = [r.get("load_average", [0])[0] for r in base_records]
     return [
-        f"## {dataset}: {metric_label(setup)}",
+        f"## {dataset}: {metric_label(setup)}, by {job.option.replace('_', ' ')}",
         "",
         setup.notes,
         "",
-        *md_table(["wire dtype", *(f"test p_miss {p:g}" for p in P_MISS)], body),
+        *md_table([job.option.replace("_", " "), *(f"test p_miss {p:g}" for p in P_MISS)], body),
         "",
         f"Runs: {len(seconds)}, {min(seconds, default=0) / 60:.0f}-"
         f"{max(seconds, default=0) / 60:.0f} min each, code {', '.join(sorted(codes))}; "
-        f"load average at the end of the float32 runs {', '.join(f'{x:.1f}' for x in loads)}.",
+        f"load average at the end of the {reference} runs "
+        + ", ".join(f"{x:.1f}" for x in loads)
+        + ".",
         "",
     ]
 

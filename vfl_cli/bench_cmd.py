@@ -365,6 +365,36 @@ def wan(
     typer.echo(f"report written to {path}")
 
 
+@bench_app.command("staleness")
+@user_errors
+@with_option_groups
+def staleness(
+    datasets: Annotated[str, Opt(help="mnist, credit")] = "mnist,credit",
+    values: Annotated[str, Opt(help="staleness values; the first is the reference")] = "0,3,7,15",
+    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
+    jobs: Jobs = 2,
+    data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
+    bench: BenchRun = BenchRun(),
+) -> None:
+    """Accuracy cost of --staleness over seeds (the grid's setups); a section of wan.md."""
+    setup_logging(bench.log_level)
+    mod, wan_mod = _bench("wire_dtype"), _bench("wan")
+    chosen = _ints(values, "--values")
+    if not chosen or min(chosen) < 0:
+        raise ConfigError("--values must be non-negative integers")
+    job = mod.WireDtypeJob(
+        results=bench.results,
+        data_path=data_path.resolve(),
+        datasets=_variants(datasets, ("mnist", "credit"), "data set(s)"),
+        values=tuple(str(v) for v in chosen),
+        seeds=_ints(seeds, "--seeds"),
+        jobs=jobs,
+        command=_command(),
+        option="staleness",
+    )
+    _run_and_report(mod.run, lambda _job: wan_mod.write_report(bench.results), job, bench)
+
+
 @bench_app.command("wire-dtype")
 @user_errors
 @with_option_groups
@@ -383,7 +413,7 @@ def wire_dtype(
         results=bench.results,
         data_path=data_path.resolve(),
         datasets=_variants(datasets, ("mnist", "credit"), "data set(s)"),
-        dtypes=_variants(dtypes, mod.DTYPES, "wire dtype(s)"),
+        values=_variants(dtypes, mod.DTYPES, "wire dtype(s)"),
         seeds=_ints(seeds, "--seeds"),
         jobs=jobs,
         command=_command(),
