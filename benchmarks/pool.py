@@ -64,7 +64,11 @@ def machine() -> dict[str, Any]:
 
 
 def code_version() -> str:
-    """The checkout's commit, with "+dirty" when the work tree has changes (or "unknown")."""
+    """The checkout's commit, with "+dirty" when the work tree has changes (or "unknown");
+    VFL_CODE_VERSION names it for a tree without git (a `git archive` export that a benchmark
+    runs from, so that editing the checkout cannot change the code under measurement)."""
+    if os.environ.get("VFL_CODE_VERSION"):
+        return os.environ["VFL_CODE_VERSION"]
     root = Path(__file__).resolve().parents[1]
     try:
         head = subprocess.run(
