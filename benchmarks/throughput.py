@@ -45,7 +45,7 @@ MODELS: dict[str, dict[str, Any]] = {
     "mlp": {"representation": "mlp", "hidden": (128,), "embed_dim": EMBED_DIM},
     "cnn": {"representation": "cnn", "hidden": (64,), "embed_dim": EMBED_DIM},
 }
-TRAINING_RPCS = ("Embed", "Fuse", "Backward")
+TRAINING_RPCS = ("Embed", "Fuse", "Backward", "Train")
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,8 @@ def grpc_run(
 
 
 def audited_bytes(audit: Path) -> dict[str, float]:
-    """Bytes of the training phase's messages (Embed with train=True, Fuse, Backward)."""
+    """Bytes of the training phase's messages (Embed with train=True, Fuse, Backward; or the
+    pipelined Train calls)."""
     from vfl_wire.audit import read_audit
 
     total, tensors, calls = 0, 0, 0
@@ -148,7 +149,9 @@ def audited_bytes(audit: Path) -> dict[str, float]:
         if record.direction == "error":
             continue
         message = record.message()
-        if record.rpc == "Embed" and record.direction == "request":
+        if record.rpc == "Train" and record.direction == "request":
+            training = True  # the pipelined engine's calls (vfl_core/pipeline.py)
+        elif record.rpc == "Embed" and record.direction == "request":
             if not message.train and training:
                 break  # evaluation starts: the training phase is over
             training = message.train
@@ -167,7 +170,7 @@ def _tensor_bytes(message: Any) -> int:
     for field, value in message.ListFields():
         if field.name in ("embedding", "grad"):
             size += _payload(value)
-        elif field.name in ("embeddings", "grads"):
+        elif field.name in ("embeddings", "grads") and hasattr(value, "items"):  # block maps
             size += sum(_payload(t) for t in value.values())
         elif field.message_type is not None:
             nested = [value] if isinstance(value, Message) else value  # one or repeated
@@ -379,10 +382,23 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
         ),
         "",
     ]
-    text = "\n".join(lines) + "\n"
     path = results / "throughput.md"
+    text = "\n".join(lines) + "\n" + _notes(path)
     path.write_text(text)
     return path, text
+
+
+NOTES = "## Where the time goes"  # a hand-written section a rewrite of the report keeps
+
+
+def _notes(path: Path) -> str:
+    """The section from NOTES to the end of the existing report, if it has one."""
+    try:
+        old = path.read_text()
+    except FileNotFoundError:
+        return ""
+    start = old.find("\n" + NOTES)
+    return "" if start < 0 else old[start + 1 :]
 
 
 def _cpu_cells(cpu: dict[str, float | None]) -> list[str]:
