@@ -236,6 +236,7 @@ def record_section(record: dict[str, Any]) -> list[str]:
         + ", ".join(
             f"`{v}` ({' '.join(a) or 'no extra options'})" for v, a in job["variants"].items()
         ),
+        *([f"- Note: {record['note']}"] if record.get("note") else []),
         f"- Machine: {m.get('cores')}-core CPU, torch {m.get('torch')}; "
         f"{record['seconds'] / 60:.0f} min in all; 1-minute load average {load} at start and "
         "end (other people's jobs share the cores, so compare only within this section).",
