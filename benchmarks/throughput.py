@@ -35,7 +35,7 @@ from google.protobuf.message import Message
 
 from benchmarks import procs
 from benchmarks.pool import code_version, machine, write_json
-from benchmarks.report import md_table
+from benchmarks.report import kept_notes, md_table
 
 log = logging.getLogger(__name__)
 
@@ -383,22 +383,12 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
         "",
     ]
     path = results / "throughput.md"
-    text = "\n".join(lines) + "\n" + _notes(path)
+    text = "\n".join(lines) + "\n" + kept_notes(path, NOTES)
     path.write_text(text)
     return path, text
 
 
 NOTES = "## Where the time goes"  # a hand-written section a rewrite of the report keeps
-
-
-def _notes(path: Path) -> str:
-    """The section from NOTES to the end of the existing report, if it has one."""
-    try:
-        old = path.read_text()
-    except FileNotFoundError:
-        return ""
-    start = old.find("\n" + NOTES)
-    return "" if start < 0 else old[start + 1 :]
 
 
 def _cpu_cells(cpu: dict[str, float | None]) -> list[str]:

@@ -35,13 +35,14 @@ from typing import Any
 from benchmarks import procs
 from benchmarks.netshape import HOST, NetShaper, Shape, free_port
 from benchmarks.pool import code_version, machine, read_json, write_json
-from benchmarks.report import md_table
+from benchmarks.report import kept_notes, md_table
 from benchmarks.setups import SETUPS
 
 log = logging.getLogger(__name__)
 
 K = 4
 BATCH = 128
+NOTES = "## Reading"  # a hand-written section a rewrite of the report keeps
 
 
 @dataclass(frozen=True)
@@ -340,7 +341,7 @@ def write_report(results: Path) -> tuple[Path, str]:
     for record in found:
         lines += record_section(record)
     lines += staleness_accuracy(results)
-    text = "\n".join(lines) + "\n"
     path = results / "wan.md"
+    text = "\n".join(lines) + "\n" + kept_notes(path, NOTES)
     path.write_text(text)
     return path, text
