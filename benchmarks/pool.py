@@ -89,6 +89,22 @@ def code_version() -> str:
     return head + ("+dirty" if dirty else "")
 
 
+def invocation(started: float, load_before: float, command: str) -> dict[str, Any]:
+    """What a benchmark invocation records about itself: when it ended and how long it took
+    (`started`: time.perf_counter() at its start), the machine, the code, the 1-minute load
+    average at its start and end, and the command."""
+    import time
+
+    return {
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "seconds": time.perf_counter() - started,
+        "machine": machine(),
+        "code": code_version(),
+        "load_average": [load_before, os.getloadavg()[0]],
+        "command": command,
+    }
+
+
 def pending(tasks: Sequence[Task]) -> list[Task]:
     return [t for t in tasks if not t.out.exists()]
 

@@ -26,7 +26,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ import numpy as np
 from google.protobuf.message import Message
 
 from benchmarks import procs
-from benchmarks.pool import code_version, machine, write_json
+from benchmarks.pool import invocation, write_json
 from benchmarks.report import kept_notes, md_table
 
 log = logging.getLogger(__name__)
@@ -257,12 +256,7 @@ def run(job: ThroughputJob) -> dict[str, Any]:
         for model, batch in tqdm(settings, desc="throughput", unit="setting"):
             rows.append(measure(job, model, batch, data, tmp))
     record = {
-        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        "seconds": time.perf_counter() - started,
-        "machine": machine(),
-        "code": code_version(),
-        "load_average": [load_before, os.getloadavg()[0]],
-        "command": job.command,
+        **invocation(started, load_before, job.command),
         "job": {
             "train_samples": job.train_samples,
             "warmup": job.warmup,

@@ -28,13 +28,12 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchmarks import procs
 from benchmarks.netshape import HOST, NetShaper, Shape, free_port
-from benchmarks.pool import code_version, machine, read_json, write_json
+from benchmarks.pool import invocation, read_json, write_json
 from benchmarks.report import kept_notes, md_table
 from benchmarks.setups import SETUPS
 
@@ -197,12 +196,7 @@ def run(job: WanJob, progress: bool = True) -> dict[str, Any]:
             rows.append(run_one(job, w, v, rtt, mbit, data[w], tmp))
     record = {
         "label": job.label,
-        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        "seconds": time.perf_counter() - started,
-        "machine": machine(),
-        "code": code_version(),
-        "load_average": [load_before, os.getloadavg()[0]],
-        "command": job.command,
+        **invocation(started, load_before, job.command),
         "job": {
             "epochs": job.epochs,
             "warmup": job.warmup,

@@ -11,15 +11,14 @@ gRPC), and every round is accounted for.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import grpc
 import numpy as np
 import pytest
+from harness import party_servers
 
-from vfl_client.servicer import PartyServicer
 from vfl_coordinator.config import Deadlines
-from vfl_coordinator.registry import Registry
 from vfl_coordinator.transport import GrpcTransport
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PartyData, load_party_dir
@@ -32,8 +31,6 @@ from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import TrainCall, TrainResult
 from vfl_wire import convert
-from vfl_wire.channels import bind, make_server
-from vfl_wire.security import GuardInterceptor, party_policy
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
 K = 4
@@ -155,7 +152,7 @@ def test_given_injected_party_failures_when_pipelined_then_same_in_process_and_o
     local = train(datas["all"], cfg, wrap=wrap)
     assert any(r.present != r.pattern for r in local[1])  # the faults did bite
     remote = parties_of(datas["all"], cfg)
-    for registry in serve(remote):
+    with party_servers(remote, RUN) as registry:
         transport = GrpcTransport(registry, RUN, 8, Deadlines())
         try:
             got = train(datas["all"], cfg, wrap=wrap, transport=transport, parties=remote)
@@ -245,25 +242,6 @@ def test_given_staleness_when_trained_then_embeddings_miss_at_most_s_updates(
 # ------------------------------------------------------------------------ over real gRPC
 
 
-def serve(parties: dict[int, Party]) -> Iterator[Registry]:
-    """Each party behind a real PartyServicer and guard on 127.0.0.1:0, registered."""
-    servers, registry = [], Registry(next(iter(parties.values())).data.meta.num_blocks)
-    for party in parties.values():
-        servicer = PartyServicer(party.party_id)
-        servicer.attach(party, RUN)
-        server = make_server(8, [GuardInterceptor(secure=False, policy=party_policy)])
-        vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
-        port = bind(server, "127.0.0.1:0")
-        server.start()
-        servers.append(server)
-        registry.register(party.info, f"127.0.0.1:{port}")
-    try:
-        yield registry
-    finally:
-        for server in servers:
-            server.stop(0).wait()
-
-
 @pytest.mark.parametrize(("staleness", "data"), [(0, "all"), (3, "all"), (3, "label-only")])
 def test_given_real_grpc_servers_when_pipelined_then_equal_to_in_process(
     datas: dict[str, list[PartyData]], staleness: int, data: str
@@ -272,7 +250,7 @@ def test_given_real_grpc_servers_when_pipelined_then_equal_to_in_process(
     sequential engine's), also when a label-only holder's Fuse lane trails its Embed lane."""
     cfg = config(staleness=staleness)
     remote = parties_of(datas[data], cfg)
-    for registry in serve(remote):
+    with party_servers(remote, RUN) as registry:
         transport = GrpcTransport(registry, RUN, 8, Deadlines())
         try:
             got = train(datas[data], cfg, transport=transport, parties=remote)
@@ -287,7 +265,7 @@ def test_given_hostile_train_requests_when_sent_then_refused_and_nothing_changes
     cfg = config()
     parties = parties_of(datas["all"][:1], cfg)
     party = parties[0]
-    for registry in serve(parties):
+    with party_servers(parties, RUN) as registry:
         address = registry.member(0).address  # type: ignore[union-attr]
         with grpc.insecure_channel(address) as channel:
             stub = vfl_pb2_grpc.PartyStub(channel)

@@ -12,12 +12,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from harness import party_servers
 
-from vfl_client.servicer import PartyServicer
 from vfl_coordinator.config import Deadlines
-from vfl_coordinator.registry import Registry
 from vfl_coordinator.transport import GrpcTransport
 from vfl_core import quantize
+from vfl_core.alignment import batch_digest
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import load_party_dir
 from vfl_core.datasets import load_dataset
@@ -28,8 +28,6 @@ from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
 from vfl_core.quantize import WIRE_DTYPES, decode, encode, round_trip
 from vfl_wire import convert
-from vfl_wire.channels import bind, make_server
-from vfl_wire.security import GuardInterceptor, party_policy
 from vfl_wire.tensors import decode_float, encode_float
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -138,53 +136,53 @@ def _int8(rows: int = 2, width: int = 3) -> vfl_pb2.Tensor:
     return encode_float(np.ones((rows, width), np.float32), "int8")
 
 
-def _hostile() -> dict[str, tuple[str, vfl_pb2.Tensor]]:
+def _hostile(rows: int = 2, width: int = 3) -> dict[str, tuple[str, vfl_pb2.Tensor]]:
     """name -> (wire dtype the receiver expects, a tensor with one thing wrong)."""
     cases: dict[str, tuple[str, vfl_pb2.Tensor]] = {}
-    t = _int8()
+    t = _int8(rows, width)
     t.dtype = "float32"
     cases["float32 where int8 is expected"] = ("int8", t)
-    cases["int8 where float32 is expected"] = ("float32", _int8())
-    t = encode_float(np.ones((2, 3), np.float32), "float32")
+    cases["int8 where float32 is expected"] = ("float32", _int8(rows, width))
+    t = encode_float(np.ones((rows, width), np.float32), "float32")
     t.scales = b"\0\0\0\0"
     cases["scales with float32"] = ("float32", t)
-    t = encode_float(np.ones((2, 3), np.float32), "float16")
+    t = encode_float(np.ones((rows, width), np.float32), "float16")
     t.scales = b"\0\0\0\0"
     cases["scales with float16"] = ("float16", t)
-    t = _int8()
+    t = _int8(rows, width)
     t.scales = t.scales[:2]
     cases["one scale for two rows"] = ("int8", t)
-    t = _int8()
+    t = _int8(rows, width)
     t.data = t.data[:-1]
     cases["truncated codes"] = ("int8", t)
-    t = _int8()
+    t = _int8(rows, width)
     t.data = bytes([0x80]) + t.data[1:]
     cases["code -128"] = ("int8", t)
-    t = _int8()
+    t = _int8(rows, width)
     t.scales = b"\x80\xff" + t.scales[2:]  # bits of a NaN scale
     cases["NaN scale"] = ("int8", t)
-    t = _int8()
+    t = _int8(rows, width)
     t.scales = b"\x00\xff" + t.scales[2:]  # bits of an infinite scale
     cases["infinite scale"] = ("int8", t)
-    t = _int8()
+    t = _int8(rows, width)
     t.scales = b"\xfe\xfe" + t.scales[2:]  # a finite scale whose codes overflow to Inf
     cases["scale that overflows"] = ("int8", t)
-    t = encode_float(np.ones((2, 3), np.float32), "float16")
+    t = encode_float(np.ones((rows, width), np.float32), "float16")
     t.data = b"\x00\x7c" + t.data[2:]  # float16 +Inf
     cases["float16 Inf"] = ("float16", t)
-    t = encode_float(np.ones((2, 3), np.float32), "bfloat16")
+    t = encode_float(np.ones((rows, width), np.float32), "bfloat16")
     t.data = b"\xc0\x7f" + t.data[2:]  # bfloat16 NaN
     cases["bfloat16 NaN"] = ("bfloat16", t)
-    t = _int8()
+    t = _int8(rows, width)
     del t.shape[:]
     t.shape.extend([2**40, 2**20])
     cases["huge shape"] = ("int8", t)
-    t = _int8()
+    t = _int8(rows, width)
     del t.shape[:]
     cases["int8 scalar"] = ("int8", t)
-    t = _int8()
+    t = _int8(rows, width)
     del t.shape[:]
-    t.shape.extend([3, 2])
+    t.shape.extend([rows + 1, width])
     cases["other shape"] = ("int8", t)
     return cases
 
@@ -234,26 +232,15 @@ def test_given_a_wire_dtype_when_trained_over_grpc_and_in_process_then_bit_ident
     local_fed.train()
 
     remote = _parties(party_dirs, train)
-    servers, registry = [], Registry(len(remote))
-    for party in remote.values():
-        servicer = PartyServicer(party.party_id)
-        servicer.attach(party, "wire-run")
-        server = make_server(4, [GuardInterceptor(secure=False, policy=party_policy)])
-        vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
-        port = bind(server, "127.0.0.1:0")
-        server.start()
-        servers.append(server)
-        registry.register(party.info, f"127.0.0.1:{port}")
-    transport = GrpcTransport(registry, "wire-run", 8, Deadlines(), wire_dtype=dtype)
-    try:
-        fed = Federation(transport, train, progress=False)
-        fed.align()
-        fed.train()
-        remote_report = fed.evaluate("test")
-    finally:
-        transport.close()
-        for server in servers:
-            server.stop(0).wait()
+    with party_servers(remote, "wire-run") as registry:
+        transport = GrpcTransport(registry, "wire-run", 8, Deadlines(), wire_dtype=dtype)
+        try:
+            fed = Federation(transport, train, progress=False)
+            fed.align()
+            fed.train()
+            remote_report = fed.evaluate("test")
+        finally:
+            transport.close()
 
     for block, party in local.items():
         np.testing.assert_array_equal(
@@ -283,20 +270,13 @@ def test_given_an_int8_party_server_when_a_hostile_gradient_arrives_then_refused
 ) -> None:
     train = _train("int8")
     party = _parties(party_dirs[:1], train)[0]
-    servicer = PartyServicer(party.party_id)
-    servicer.attach(party, "wire-run")
-    server = make_server(4, [GuardInterceptor(secure=False, policy=party_policy)])
-    vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
-    port = bind(server, "127.0.0.1:0")
-    server.start()
     header = convert.header("wire-run", party.party_id)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+    with party_servers({0: party}, "wire-run") as registry:
+        address = registry.member(0).address  # type: ignore[union-attr]
+        with grpc.insecure_channel(address) as channel:
             stub = vfl_pb2_grpc.PartyStub(channel)
             keys = party.alignment_keys("train")
             rows = np.arange(8, dtype=np.int64)
-            from vfl_core.alignment import batch_digest
-
             digest = batch_digest(keys[int(r)] for r in rows)
             embed = convert.embed_call_to_proto(
                 convert.EmbedCall(0, "train", rows, digest, True, (0,)), header
@@ -304,26 +284,26 @@ def test_given_an_int8_party_server_when_a_hostile_gradient_arrives_then_refused
             reply = stub.Embed(embed, timeout=20)
             assert reply.embedding.dtype == "int8" and len(reply.embedding.scales) == 2 * 8
             before = party.parameters_vector()
-            for name, (wire, bad) in _hostile().items():
-                if wire != "int8" or tuple(bad.shape) != (2, 3):
+            refused = []
+            for name, (wire, bad) in _hostile(8, 8).items():
+                if wire != "int8":
                     continue
-                good = np.zeros((8, 8), np.float32)
                 request = convert.backward_call_to_proto(
-                    convert.BackwardCall(0, 0, good), header, "int8"
+                    convert.BackwardCall(0, 0, np.zeros((8, 8), np.float32)), header, "int8"
                 )
                 request.grad.CopyFrom(bad)
                 with pytest.raises(grpc.RpcError) as err:
                     stub.Backward(request, timeout=20)
                 assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, name
                 np.testing.assert_array_equal(party.parameters_vector(), before)
+                refused.append(name)
+            assert len(refused) >= 9
             grad = np.full((8, 8), 0.01, np.float32)
             stub.Backward(
                 convert.backward_call_to_proto(convert.BackwardCall(0, 0, grad), header, "int8"),
                 timeout=20,
             )
             assert not np.array_equal(party.parameters_vector(), before)  # the valid one steps
-    finally:
-        server.stop(0).wait()
 
 
 def test_given_an_unknown_wire_dtype_when_configured_then_refused() -> None:

@@ -365,15 +365,38 @@ def wan(
     typer.echo(f"report written to {path}")
 
 
+@dataclass(frozen=True)
+class OptionRuns:
+    """The accuracy runs of a benchmark that varies one training option (grid setups, LASER-VFL,
+    train p_miss 0): on which data sets, seeds and how many processes."""
+
+    datasets: Annotated[str, Opt(help="mnist, credit")] = "mnist,credit"
+    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2"
+    jobs: Jobs = 2
+    data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA
+
+
+def _option_job(
+    mod: ModuleType, runs: OptionRuns, results: Path, option: str, values: tuple[str, ...]
+) -> Any:
+    return mod.WireDtypeJob(
+        results=results,
+        data_path=runs.data_path.resolve(),
+        datasets=_variants(runs.datasets, ("mnist", "credit"), "data set(s)"),
+        values=values,
+        seeds=_ints(runs.seeds, "--seeds"),
+        jobs=runs.jobs,
+        command=_command(),
+        option=option,
+    )
+
+
 @bench_app.command("staleness")
 @user_errors
 @with_option_groups
 def staleness(
-    datasets: Annotated[str, Opt(help="mnist, credit")] = "mnist,credit",
     values: Annotated[str, Opt(help="staleness values; the first is the reference")] = "0,3,7,15",
-    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
-    jobs: Jobs = 2,
-    data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
+    runs: OptionRuns = OptionRuns(),
     bench: BenchRun = BenchRun(),
 ) -> None:
     """Accuracy cost of --staleness over seeds (the grid's setups); a section of wan.md."""
@@ -382,16 +405,7 @@ def staleness(
     chosen = _ints(values, "--values")
     if not chosen or min(chosen) < 0:
         raise ConfigError("--values must be non-negative integers")
-    job = mod.WireDtypeJob(
-        results=bench.results,
-        data_path=data_path.resolve(),
-        datasets=_variants(datasets, ("mnist", "credit"), "data set(s)"),
-        values=tuple(str(v) for v in chosen),
-        seeds=_ints(seeds, "--seeds"),
-        jobs=jobs,
-        command=_command(),
-        option="staleness",
-    )
+    job = _option_job(mod, runs, bench.results, "staleness", tuple(str(v) for v in chosen))
     _run_and_report(mod.run, lambda _job: wan_mod.write_report(bench.results), job, bench)
 
 
@@ -399,23 +413,13 @@ def staleness(
 @user_errors
 @with_option_groups
 def wire_dtype(
-    datasets: Annotated[str, Opt(help="mnist, credit")] = "mnist,credit",
     dtypes: Annotated[str, Opt(help="wire dtypes")] = "float32,float16,bfloat16,int8",
-    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
-    jobs: Jobs = 2,
-    data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
+    runs: OptionRuns = OptionRuns(),
     bench: BenchRun = BenchRun(),
 ) -> None:
     """Accuracy (seeds) and bytes per round of each wire dtype; writes wire_dtype.md."""
     setup_logging(bench.log_level)
     mod = _bench("wire_dtype")
-    job = mod.WireDtypeJob(
-        results=bench.results,
-        data_path=data_path.resolve(),
-        datasets=_variants(datasets, ("mnist", "credit"), "data set(s)"),
-        values=_variants(dtypes, mod.DTYPES, "wire dtype(s)"),
-        seeds=_ints(seeds, "--seeds"),
-        jobs=jobs,
-        command=_command(),
-    )
+    dtype_values = _variants(dtypes, mod.DTYPES, "wire dtype(s)")
+    job = _option_job(mod, runs, bench.results, "wire_dtype", dtype_values)
     _run_and_report(mod.run, mod.write_report, job, bench)
