@@ -125,7 +125,7 @@ def _align(n: int, parties: int, overlap: float, certs: Path, port_of: dict) -> 
             dataset="synthetic", block=k, num_blocks=parties, kind="tabular",
             feature_shape=(1,), num_classes=2, has_labels=k == 0,
         )  # fmt: skip
-        split = PartySplit(ids, np.zeros((0, 1), np.float32), None)
+        split = PartySplit(ids, np.zeros((len(ids), 1), np.float32), None)
         info = party_info(f"party{k}", PartyData(meta, {"train": split}))
         registry.register(info, f"127.0.0.1:{port_of[k]}")
     security = Security(load_identity(certs, COORDINATOR))
