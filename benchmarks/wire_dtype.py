@@ -62,20 +62,32 @@ class WireDtypeJob:
 
     @property
     def runs_dir(self) -> Path:
-        """Its own cache, apart from the accuracy grid's (whose digests ignore these options)."""
-        return self.results / "runs" / self.option
+        """One cache for every option (the reference runs, float32 and staleness 0, are the
+        same runs), apart from the accuracy grid's, whose digests ignore these options."""
+        return self.results / "runs" / "options"
 
     @property
     def dtypes(self) -> Sequence[str]:
         return self.values
 
 
+REFERENCE: dict[str, str] = {option: values[0] for option, values in OPTIONS.items()}
+
+
 def setup_for(dataset: str, dtype: str, option: str = "wire_dtype") -> Setup:
     """The grid's setup of `dataset` with this value of `option` (part of the digest, so
-    cached apart)."""
+    cached apart); the reference value (TrainConfig's default) is the grid's setup itself."""
     base = SETUPS[dataset]
+    if dtype == REFERENCE[option]:
+        return base
     value: str | int = int(dtype) if option == "staleness" else dtype
     return dataclasses.replace(base, train={**base.train, option: value})
+
+
+def _options_of(record: dict[str, Any]) -> dict[str, str]:
+    """The values of OPTIONS a cached run trained with (defaults where it does not say)."""
+    train = record["config"]["train"]
+    return {option: str(train.get(option, REFERENCE[option])) for option in OPTIONS}
 
 
 def run(job: WireDtypeJob, progress: bool = True) -> list[str]:
@@ -164,6 +176,9 @@ def _stats(job: WireDtypeJob, dataset: str, dtype: str) -> tuple[dict, list[dict
     digest = setup_digest(setup, json.loads(probe.model_dump_json()))
     records = [r for r in load_runs(job.runs_dir, setup, digest) if r["run"]["seed"] in job.seeds]
     records = [r for r in records if r["run"]["method"] == "laser" and r["run"]["p_train"] == 0]
+    # the digest of the reference setup ignores these options: keep the runs that match them
+    wanted = {**REFERENCE, job.option: dtype}
+    records = [r for r in records if _options_of(r) == wanted]
     return summarize(collect(records, setup.metric)), records
 
 
