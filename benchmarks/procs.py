@@ -121,8 +121,9 @@ def _tail(log: Path, lines: int = 15) -> str:
         return f"(no log at {log})"
 
 
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """User + system CPU seconds the processes have used so far (Linux /proc; 0 once gone)."""
+def cpu_seconds(pids: Sequence[int], children: bool = False) -> float:
+    """User + system CPU seconds the processes have used so far (Linux /proc; 0 once gone),
+    with `children` also that of their children they have waited for (e.g. worker pools)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
     for pid in pids:
@@ -131,6 +132,8 @@ def cpu_seconds(pids: Sequence[int]) -> float:
         except OSError:
             continue
         total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+        if children:
+            total += int(fields[13]) + int(fields[14])  # cutime, cstime (16 and 17)
     return total / tick
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.pool import code_version
+from benchmarks.procs import cpu_seconds
 from vfl_cli.certs_cmd import create_federation
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.registry import Registry
@@ -110,11 +112,29 @@ def run(n: int, parties: int, overlap: float) -> dict[str, object]:
             p.start()
         try:
             port_of = dict(ports.get(timeout=300) for _ in procs)
-            return _align(n, parties, overlap, certs, port_of)
+            pids = [p.pid for p in procs if p.pid is not None]
+            before = (_own_cpu(), cpu_seconds(pids, children=True))
+            result = _align(n, parties, overlap, certs, port_of)
+            after = (_own_cpu(), cpu_seconds(pids, children=True))
+            result["CPU seconds"] = {
+                "coordinator": after[0] - before[0],
+                "parties": after[1] - before[1],
+            }
+            return result
         finally:
             for p in procs:
                 p.kill()
                 p.join()
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process (the coordinator's side) and its reaped children (its
+    pool of PSI workers)."""
+    own, reaped = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
 
 
 def _align(n: int, parties: int, overlap: float, certs: Path, port_of: dict) -> dict[str, object]:
@@ -174,19 +194,31 @@ def to_markdown(result: dict[str, object], command: str, header: bool = True) ->
     rest = seconds["total"] - sum(v for k, v in seconds.items() if k != "total")
     lines.append(f"| coordinator: its own secret, shuffles | {rest:.1f} | 0 |")
     lines.append(f"| **total** | **{seconds['total']:.1f}** | **{sum(mb.values()):.1f}** |")
+    cpu = result.get("CPU seconds")
+    if isinstance(cpu, dict):
+        lines += [
+            "",
+            f"CPU seconds of the alignment: parties (with their workers) {cpu['parties']:.1f}, "
+            f"coordinator (with its workers) {cpu['coordinator']:.1f}, together "
+            f"{cpu['parties'] + cpu['coordinator']:.1f}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def curve(results: list[dict[str, object]], load: list[float]) -> str:
     """Total time against IDs per party, one row per size."""
     lines = [
-        "| IDs per party | aligned samples | total wall seconds | seconds per 1 000 IDs |",
-        "| ---: | ---: | ---: | ---: |",
+        "| IDs per party | aligned samples | wall seconds | s per 1 000 IDs | CPU seconds |",
+        "| ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         total = r["seconds"]["total"]  # type: ignore[index]
         n = int(r["ids per party"])  # type: ignore[call-overload]
-        lines.append(f"| {n:,} | {r['aligned samples']:,} | {total:.1f} | {1000 * total / n:.2f} |")
+        cpu = sum(r.get("CPU seconds", {}).values())  # type: ignore[attr-defined]
+        lines.append(
+            f"| {n:,} | {r['aligned samples']:,} | {total:.1f} | {1000 * total / n:.2f} "
+            f"| {cpu:.0f} |"
+        )
     lines.append("")
     lines.append(f"1-minute load average {' / '.join(f'{x:.1f}' for x in load)} (start / end).")
     return "\n".join(lines) + "\n"
