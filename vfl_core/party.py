@@ -24,7 +24,7 @@ from torch import nn
 from vfl_core import stash
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
-from vfl_core.data import PartyData, PartySplit
+from vfl_core.data import PartyData, PartySplit, labelled_rows_only
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError, VflError
 from vfl_core.laser import Subset, fuse_mean, sampled_loss
 from vfl_core.method_spec import SHARED, HeadTask
@@ -79,7 +79,9 @@ class Party:
         device: torch.device | str = "cpu",
     ) -> None:
         self.party_id = party_id
-        self.data = data
+        # The methods here learn only from labels: unlabelled training rows (vfl prepare
+        # --labels) take no part, as if the label party did not hold them.
+        self.data = labelled_rows_only(data)
         self.config = config
         self.spec = config.spec
         self.device = torch.device(device)
