@@ -172,13 +172,36 @@ def run_one(
     }
 
 
+def _key(row: dict[str, Any]) -> tuple[str, str, float, float]:
+    return row["workload"], row["variant"], row["mbit"], row["rtt_ms"]
+
+
+def _resumed(path: Path, job_info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a stopped invocation of the same label and job (saved after every run)."""
+    found = read_json(path)
+    if found is None or not found.get("partial") or found.get("job") != job_info:
+        return []
+    log.info("resuming %s: %d runs done", path, len(found["rows"]))
+    return list(found["rows"])
+
+
 def run(job: WanJob, progress: bool = True) -> dict[str, Any]:
-    """Every workload x variant x bandwidth x RTT; writes wan-<label>.json."""
+    """Every workload x variant x bandwidth x RTT; writes wan-<label>.json after every run
+    (marked partial until the last), and resumes a stopped invocation of the same label."""
     from tqdm import tqdm
 
-    rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
+    path = job.results / f"wan-{job.label}.json"
+    job_info = {
+        "epochs": job.epochs,
+        "warmup": job.warmup,
+        "seed": job.seed,
+        "jitter_ms": job.jitter_ms,
+        "variants": {v: list(VARIANTS[v]) for v in job.variants},
+    }
+    rows = _resumed(path, job_info)
+    done = {_key(r) for r in rows}
     settings = [
         (w, v, mbit, rtt)
         for w in job.workloads
@@ -186,27 +209,23 @@ def run(job: WanJob, progress: bool = True) -> dict[str, Any]:
         for mbit in job.mbits
         for rtt in job.rtts_ms
     ]
+    record: dict[str, Any] = {"label": job.label, "job": job_info, "resumed": len(rows)}
     with tempfile.TemporaryDirectory(prefix="vfl-wan-") as tmp_dir:
         tmp = Path(tmp_dir)
         data: dict[str, list[Path]] = {}
         for w, v, mbit, rtt in tqdm(settings, desc="wan", unit="run", disable=not progress):
+            if (w, v, mbit, rtt) in done:
+                continue
             if w not in data:
                 data[w] = prepare(WORKLOADS[w], job.data_path, job.seed, tmp / "data" / w)
             log.info("wan %s %s: %g Mbit/s, RTT %g ms", w, v, mbit, rtt)
             rows.append(run_one(job, w, v, rtt, mbit, data[w], tmp))
-    record = {
-        "label": job.label,
-        **invocation(started, load_before, job.command),
-        "job": {
-            "epochs": job.epochs,
-            "warmup": job.warmup,
-            "seed": job.seed,
-            "jitter_ms": job.jitter_ms,
-            "variants": {v: list(VARIANTS[v]) for v in job.variants},
-        },
-        "rows": rows,
-    }
-    write_json(job.results / f"wan-{job.label}.json", record)
+            record.update(invocation(started, load_before, job.command), rows=rows, partial=True)
+            write_json(path, record)
+    order = {s: i for i, s in enumerate(settings)}
+    rows.sort(key=lambda r: order.get(_key(r), len(order)))
+    record.update(invocation(started, load_before, job.command), rows=rows, partial=False)
+    write_json(path, record)
     return record
 
 
@@ -232,6 +251,12 @@ def record_section(record: dict[str, Any]) -> list[str]:
             f"`{v}` ({' '.join(a) or 'no extra options'})" for v, a in job["variants"].items()
         ),
         *([f"- Note: {record['note']}"] if record.get("note") else []),
+        *(
+            [f"- Resumed after a stop: {record['resumed']} runs come from the stopped invocation."]
+            if record.get("resumed")
+            else []
+        ),
+        *(["- **Partial**: the invocation has not finished."] if record.get("partial") else []),
         f"- Machine: {m.get('cores')}-core CPU, torch {m.get('torch')}; "
         f"{record['seconds'] / 60:.0f} min in all; 1-minute load average {load} at start and "
         "end (other people's jobs share the cores, so compare only within this section).",
