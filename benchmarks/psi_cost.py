@@ -239,14 +239,19 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run(n, args.parties, args.overlap))
         texts.append(to_markdown(results[-1], command, header=False))
         print(texts[-1], flush=True)
+        _append(args.out, texts)  # each size as it ends: a stopped curve keeps its sizes
+        texts = []
     load.append(os.getloadavg()[0])
     texts.append(curve(results, load))
-    text = "\n".join(texts)
     print(texts[-1])
-    if args.out is not None:
-        with args.out.open("a") as f:
-            f.write(text + "\n")
+    _append(args.out, texts)
     return 0
+
+
+def _append(out: Path | None, texts: list[str]) -> None:
+    if out is not None:
+        with out.open("a") as f:
+            f.write("\n".join(texts) + "\n")
 
 
 if __name__ == "__main__":
