@@ -9,7 +9,7 @@ federation's numbers (tests/test_wire_dtype.py pins the bit-identity). Runs are 
 grid's, in results/runs/wire_dtype/<dataset>/ (the wire dtype is part of the setup digest).
 
 Bytes: one audited epoch of the real federation per (data set, wire dtype) (vfl-coordinator
---audit-log, as `vfl bench throughput` does): the serialized Embed (train), Fuse and Backward
+--audit-log, as `vfl bench throughput` does): the serialized training calls (Train, Fuse)
 messages to and from the coordinator, per round.
 """
 
@@ -278,8 +278,9 @@ def _bytes_section(volume: dict[str, Any], job: WireDtypeJob) -> list[str]:
     return [
         "## Bytes per training round (real federation, audited)",
         "",
-        "Serialized Embed (train), Fuse and Backward requests and replies to and from the "
-        "coordinator, per round, over one epoch of the setup's training (K = 4, every party "
+        "Serialized training requests and replies to and from the coordinator (the pipelined "
+        "engine's Train calls, each a round's Backward with the next round's Embed, and Fuse), "
+        "per round, over one epoch of the setup's training (K = 4, every party "
         "holds labels, nothing missing). `float payload`: the embedding and gradient bytes "
         "inside them (int8: codes and scales).",
         "",
