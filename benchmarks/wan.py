@@ -274,11 +274,12 @@ def record_section(record: dict[str, Any]) -> list[str]:
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
     metric = WORKLOADS[rows[0]["workload"]].metric
-    base = {r["mbit"]: r["median_epoch_s"] for r in rows if r["rtt_ms"] == 0}
+    base = {r["mbit"]: r for r in rows if r["rtt_ms"] == 0}
     body = []
     for r in rows:
-        ratio = r["median_epoch_s"] / base[r["mbit"]] if r["mbit"] in base else float("nan")
-        per_round = 1000 * r["median_epoch_s"] / r["rounds_per_epoch"]
+        zero = base.get(r["mbit"])
+        ratio = r["median_epoch_s"] / zero["median_epoch_s"] if zero else float("nan")
+        per_round = _ms_per_round(r)
         value = r.get(metric)
         body.append(
             [
@@ -287,6 +288,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
                 f"{r['median_epoch_s']:.1f}",
                 f"{ratio:.2f}",
                 f"{per_round:.1f}",
+                f"{per_round - _ms_per_round(zero):+.1f}" if zero else "-",
                 "-" if value is None else f"{100 * value:.2f}",
                 "-" if r["bytes_per_round"] is None else f"{r['bytes_per_round'] / 1024:.0f}",
                 " / ".join(f"{s:.1f}" for s in r["epoch_seconds"]),
@@ -299,12 +301,17 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
             "epoch s (median)",
             "x RTT 0",
             "ms / round",
+            "vs RTT 0",
             metric if metric == "accuracy" else "F1 x 100",
             "KiB / round",
             "every epoch s",
         ],
         body,
     )
+
+
+def _ms_per_round(row: dict[str, Any]) -> float:
+    return 1000 * row["median_epoch_s"] / row["rounds_per_epoch"]
 
 
 def staleness_accuracy(results: Path) -> list[str]:
@@ -348,8 +355,11 @@ def write_report(results: Path) -> tuple[Path, str]:
         "",
         "`epoch s` is the median of the engine's epoch timer over the timed epochs; `x RTT 0` "
         "divides it by the same workload, variant and bandwidth at RTT 0 in the same "
-        "invocation. The metric is the test evaluation after the last epoch (with the links "
-        "reshaped to no delay: evaluation is not timed); it is an early-training figure, "
+        "invocation; `vs RTT 0` is the difference in ms per round, the time the links add to a "
+        "round, which depends less on the machine's load than the ratio (a loaded machine "
+        "stretches the compute, and so the RTT 0 time the ratio divides by). The metric is the "
+        "test evaluation after the last epoch (with the links reshaped to no delay: evaluation "
+        "is not timed); it is an early-training figure, "
         "reported to show what each option costs, not the converged accuracy. `KiB / round`: "
         "bytes both ways over all four links per training round.",
         "",
