@@ -108,6 +108,25 @@ def test_given_digits_when_the_grid_runs_then_each_run_is_cached_with_its_config
     assert "not in our files" in text  # no paper numbers for this data set
 
 
+def test_given_a_run_from_before_a_field_existed_when_loaded_then_it_matches_only_its_setup(
+    tmp_path: Path,
+) -> None:
+    """Runs cached before TrainConfig had `staleness` lack it: they stay the reference setup's
+    and match no setup that sets it (the staleness report once died on a KeyError there)."""
+    import dataclasses
+
+    run = grid.grid_runs(["laser"], [0.0], [0])[0]
+    config = json.loads(grid.simulation_config(DIGITS, run).model_dump_json())
+    del config["train"]["staleness"]
+    (tmp_path / "digits").mkdir()
+    record = {"config": config, "run": {"method": "laser", "p_train": 0.0, "seed": 0}}
+    (tmp_path / "digits" / "old.json").write_text(json.dumps(record))
+    assert len(grid.load_runs(tmp_path, DIGITS, grid.setup_digest(DIGITS, config))) == 1
+    stale = dataclasses.replace(DIGITS, train={**DIGITS.train, "staleness": 3})
+    probe = {**config, "train": {**config["train"], "staleness": 3}}
+    assert grid.load_runs(tmp_path, stale, grid.setup_digest(stale, probe)) == []
+
+
 # ------------------------------------------------------------------------ aggregation
 
 
