@@ -21,6 +21,7 @@ its own command, code version and load; only ratios within one invocation are co
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import statistics
@@ -152,6 +153,11 @@ def run_one(
             watcher.start(out)
         watcher.stop()
     results = procs.results(out)
+    short = _short_rounds(out)
+    if short:
+        log.warning(
+            "wan %s %s RTT %g: %d rounds without every party", workload, variant, rtt, short
+        )
     epochs = results["epochs"]
     seconds = [e["seconds"] for e in epochs]
     rounds = [e["rounds"] for e in epochs]
@@ -168,6 +174,7 @@ def run_one(
         "accuracy": overall.get("accuracy"),
         "f1": overall.get("f1"),
         "bytes_per_round": watcher.per_round(rounds),
+        "short_rounds": short,
         "load_average": [load, os.getloadavg()[0]],
     }
 
@@ -183,6 +190,16 @@ def _resumed(path: Path, job_info: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     log.info("resuming %s: %d runs done", path, len(found["rows"]))
     return list(found["rows"])
+
+
+def _short_rounds(out: Path) -> int:
+    """Training rounds in which some party did not take part or was not updated (a party that
+    missed a deadline or failed): such a run did not measure the protocol's normal round."""
+    short = 0
+    for line in (out / "rounds.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        short += len(r["present"]) < K or len(r["updated"]) < K
+    return short
 
 
 def run(job: WanJob, progress: bool = True) -> dict[str, Any]:
@@ -291,7 +308,12 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
                 f"{per_round - _ms_per_round(zero):+.1f}" if zero else "-",
                 "-" if value is None else f"{100 * value:.2f}",
                 "-" if r["bytes_per_round"] is None else f"{r['bytes_per_round'] / 1024:.0f}",
-                " / ".join(f"{s:.1f}" for s in r["epoch_seconds"]),
+                " / ".join(f"{s:.1f}" for s in r["epoch_seconds"])
+                + (
+                    f" ({r['short_rounds']} rounds short of a party)"
+                    if r.get("short_rounds")
+                    else ""
+                ),
             ]
         )
     return md_table(
