@@ -183,13 +183,14 @@ def _key(row: dict[str, Any]) -> tuple[str, str, float, float]:
     return row["workload"], row["variant"], row["mbit"], row["rtt_ms"]
 
 
-def _resumed(path: Path, job_info: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of a stopped invocation of the same label and job (saved after every run)."""
+def _resumed(path: Path, job_info: dict[str, Any]) -> dict[str, Any]:
+    """The record of a stopped invocation of the same label and job (saved after every run),
+    or an empty one."""
     found = read_json(path)
     if found is None or not found.get("partial") or found.get("job") != job_info:
-        return []
+        return {"rows": []}
     log.info("resuming %s: %d runs done", path, len(found["rows"]))
-    return list(found["rows"])
+    return found
 
 
 def _short_rounds(out: Path) -> int:
@@ -217,7 +218,11 @@ def run(job: WanJob, progress: bool = True) -> dict[str, Any]:
         "jitter_ms": job.jitter_ms,
         "variants": {v: list(VARIANTS[v]) for v in job.variants},
     }
-    rows = _resumed(path, job_info)
+    before = _resumed(path, job_info)
+    rows = list(before["rows"])
+    if rows:  # the whole invocation's time and its first load; a note stays
+        started -= before["seconds"]
+        load_before = before["load_average"][0]
     done = {_key(r) for r in rows}
     settings = [
         (w, v, mbit, rtt)
@@ -227,6 +232,8 @@ def run(job: WanJob, progress: bool = True) -> dict[str, Any]:
         for rtt in job.rtts_ms
     ]
     record: dict[str, Any] = {"label": job.label, "job": job_info, "resumed": len(rows)}
+    if before.get("note"):
+        record["note"] = before["note"]
     with tempfile.TemporaryDirectory(prefix="vfl-wan-") as tmp_dir:
         tmp = Path(tmp_dir)
         data: dict[str, list[Path]] = {}
