@@ -318,10 +318,11 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
         "processes share the 2 cores, so its 4 parties compute in parallel where the in-process "
         "federation runs them one after the other on one thread: that is why gRPC can be faster "
         "for the compute-bound CNN. Each client's compute thread runs on one torch thread "
-        "since 6ae6ce6 (before it, MKL there used every core). No other job of ours ran during "
-        "the measurement; the machine's other load was not controlled (1-minute load average "
+        "since 6ae6ce6 (before it, MKL there used every core). The machine's other load was "
+        "not controlled (1-minute load average "
         + " before, ".join(f"{x:.1f}" for x in record.get("load_average", []))
         + " after), so single epochs vary; the table lists every measured epoch.",
+        *([f"- Note: {record['note']}"] if record.get("note") else []),
         "",
         "## Samples per second",
         "",
@@ -350,8 +351,10 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
         "",
         "## Bytes per training round (gRPC, audited)",
         "",
-        "Sent and received by the coordinator in Embed (train), Fuse and Backward, as "
-        "serialized protobuf messages (requests and replies, from `--audit-log`), averaged over "
+        "Sent and received by the coordinator in the training calls (the pipelined engine's "
+        "Train, a round's Backward with the next round's Embed, and Fuse; Embed, Fuse and "
+        "Backward with `--no-pipeline`), as serialized protobuf messages (requests and "
+        "replies, from `--audit-log`), averaged over "
         "one epoch's rounds. In-process the same arrays are passed by reference: no bytes.",
         "",
         "`float payload`: the embedding and gradient tensors inside those messages. "
