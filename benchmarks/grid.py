@@ -86,7 +86,8 @@ def setup_digest(setup: Setup, config: dict[str, Any]) -> str:
         "p_miss_test": [float(p) for p in config["p_miss_test"]],
         "test_fraction": config["test_fraction"],
         "layout": config["layout"],
-        "train": {k: train[k] for k in sorted({*setup.train, "epochs"} - {"model"})},
+        # a run from before a field existed lacks it: None, so it matches no setup that sets it
+        "train": {k: train.get(k) for k in sorted({*setup.train, "epochs"} - {"model"})},
         "model": {k: train["model"][k] for k in sorted(setup.train.get("model", {}))},
     }
     blob = json.dumps(picked, sort_keys=True).encode()

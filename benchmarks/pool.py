@@ -64,7 +64,11 @@ def machine() -> dict[str, Any]:
 
 
 def code_version() -> str:
-    """The checkout's commit, with "+dirty" when the work tree has changes (or "unknown")."""
+    """The checkout's commit, with "+dirty" when the work tree has changes (or "unknown");
+    VFL_CODE_VERSION names it for a tree without git (a `git archive` export that a benchmark
+    runs from, so that editing the checkout cannot change the code under measurement)."""
+    if os.environ.get("VFL_CODE_VERSION"):
+        return os.environ["VFL_CODE_VERSION"]
     root = Path(__file__).resolve().parents[1]
     try:
         head = subprocess.run(
@@ -83,6 +87,22 @@ def code_version() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")
+
+
+def invocation(started: float, load_before: float, command: str) -> dict[str, Any]:
+    """What a benchmark invocation records about itself: when it ended and how long it took
+    (`started`: time.perf_counter() at its start), the machine, the code, the 1-minute load
+    average at its start and end, and the command."""
+    import time
+
+    return {
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "seconds": time.perf_counter() - started,
+        "machine": machine(),
+        "code": code_version(),
+        "load_average": [load_before, os.getloadavg()[0]],
+        "command": command,
+    }
 
 
 def pending(tasks: Sequence[Task]) -> list[Task]:

@@ -12,8 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,19 @@ class FederationError(RuntimeError):
 
 @contextlib.contextmanager
 def federation(
-    party_dirs: Sequence[Path], workdir: Path, coordinator_args: Sequence[str]
+    party_dirs: Sequence[Path],
+    workdir: Path,
+    coordinator_args: Sequence[str],
+    network: Callable[[int, int], list[str]] | None = None,
+    pids: list[int] | None = None,
 ) -> Iterator[Path]:
-    """Start the processes; yields the coordinator's --out directory. Kills all on exit."""
+    """Start the processes; yields the coordinator's --out directory. Kills all on exit.
+
+    `network(k, coordinator_port)` gives client k's --coordinator, --listen (and --advertise)
+    options, e.g. through a shaping proxy (benchmarks/netshape.py); default: direct on loopback.
+    `pids`, if given, receives the processes' ids (coordinator first) as they start.
+    """
+    network = network or _loopback
     workdir.mkdir(parents=True, exist_ok=True)
     out, port_file = workdir / "coordinator-out", workdir / "coordinator.port"
     procs: list[subprocess.Popen] = []
@@ -41,14 +52,14 @@ def federation(
         argv += ["--listen", "127.0.0.1:0", "--port-file", str(port_file), "--out", str(out)]
         argv += ["--no-progress", "--log-level", "warning", "--insecure", "--alignment", "hmac"]
         argv += list(coordinator_args)
-        procs.append(_spawn(argv, workdir / "coordinator.log"))
+        procs.append(_spawn(argv, workdir / "coordinator.log", pids))
         port = _wait_port(port_file, procs[0], workdir)
         for k, data in enumerate(party_dirs):
             argv = [str(BIN / "vfl-client"), "--data", str(data)]
-            argv += ["--coordinator", f"127.0.0.1:{port}", "--listen", "127.0.0.1:0"]
+            argv += network(k, port)
             argv += ["--secret", SECRET, "--threads", "1", "--log-level", "warning", "--insecure"]
             argv += ["--alignment", "hmac"]
-            procs.append(_spawn(argv, workdir / f"client{k}.log"))
+            procs.append(_spawn(argv, workdir / f"client{k}.log", pids))
         yield out
         _wait_exit(procs, workdir)
     finally:
@@ -58,9 +69,13 @@ def federation(
             proc.wait()
 
 
-def _spawn(argv: list[str], log: Path) -> subprocess.Popen:
+def _loopback(_k: int, port: int) -> list[str]:
+    return ["--coordinator", f"127.0.0.1:{port}", "--listen", "127.0.0.1:0"]
+
+
+def _spawn(argv: list[str], log: Path, pids: list[int] | None = None) -> subprocess.Popen:
     with log.open("wb") as out:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -68,6 +83,9 @@ def _spawn(argv: list[str], log: Path) -> subprocess.Popen:
             start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+    if pids is not None:
+        pids.append(proc.pid)
+    return proc
 
 
 def _wait_port(port_file: Path, coordinator: subprocess.Popen, workdir: Path) -> int:
@@ -101,6 +119,79 @@ def _tail(log: Path, lines: int = 15) -> str:
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return f"(no log at {log})"
+
+
+def cpu_seconds(pids: Sequence[int], children: bool = False) -> float:
+    """User + system CPU seconds the processes have used so far (Linux /proc; 0 once gone),
+    with `children` also that of their children they have waited for (e.g. worker pools)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+        if children:
+            total += int(fields[13]) + int(fields[14])  # cutime, cstime (16 and 17)
+    return total / tick
+
+
+class EpochWatch:
+    """Follows <out>/epochs.jsonl from a thread: `mark()` as each epoch is logged (values kept in
+    `marks`), and `on_last()` once `epochs` are."""
+
+    POLL_S = 0.02
+
+    def __init__(
+        self, mark: Callable[[], float], epochs: int, on_last: Callable[[], None] | None = None
+    ) -> None:
+        self.mark, self.epochs, self.on_last = mark, epochs, on_last
+        self.marks: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, out: Path) -> None:
+        self._thread = threading.Thread(target=self._follow, args=(out,), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _follow(self, out: Path) -> None:
+        path = out / "epochs.jsonl"
+        while not self._stop.wait(self.POLL_S) and len(self.marks) < self.epochs:
+            try:
+                lines = path.read_text().count("\n")
+            except FileNotFoundError:
+                continue
+            while len(self.marks) < lines:
+                self.marks.append(self.mark())
+        if len(self.marks) >= self.epochs and self.on_last is not None:
+            self.on_last()
+
+    def per_round(self, rounds: Sequence[int], first: int = 0) -> float | None:
+        """(mark at the last epoch - mark at epoch `first`) / the rounds in between."""
+        if len(self.marks) <= first + 1:
+            return None
+        last = len(self.marks) - 1
+        return (self.marks[last] - self.marks[first]) / sum(rounds[first + 1 : last + 1])
+
+
+def train_args(train: dict[str, Any]) -> list[str]:
+    """vfl-coordinator options for a TrainConfig mapping (model fields under "model")."""
+    model = train["model"]
+    args = ["--method", train.get("method", "laser"), "--seed", str(train["seed"])]
+    args += ["--epochs", str(train["epochs"]), "--batch-size", str(train["batch_size"])]
+    args += ["--lr", str(train["lr"]), "--representation", model["representation"]]
+    args += ["--hidden", ",".join(map(str, model["hidden"]))]
+    args += ["--embed-dim", str(model["embed_dim"])]
+    for key in ("weight_decay", "balance", "wire_dtype"):
+        if key in train:
+            args += ["--" + key.replace("_", "-"), str(train[key])]
+    return args
 
 
 def results(out: Path) -> dict[str, Any]:

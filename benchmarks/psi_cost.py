@@ -2,7 +2,8 @@
 `Party` behind the real `PartyServicer` and guard on a mutual-TLS gRPC server on 127.0.0.1, and
 the coordinator's real `GrpcTransport` running `psi_align` in this process.
 
-    python -m benchmarks.psi_cost --ids 100000 --parties 4 [--overlap 0.9] [--out FILE.md]
+    python -m benchmarks.psi_cost --ids 10000,100000,1000000 --parties 4 [--overlap 0.9]
+        [--out FILE.md]
 
 Each party holds `ids` sample IDs drawn from a common universe (each universe ID is held by a
 party with probability `overlap`, so the lists differ). The party processes have no features to
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
+import resource
 import sys
 import tempfile
 import time
@@ -22,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.pool import code_version
+from benchmarks.procs import cpu_seconds
 from vfl_cli.certs_cmd import create_federation
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.registry import Registry
@@ -107,11 +112,29 @@ def run(n: int, parties: int, overlap: float) -> dict[str, object]:
             p.start()
         try:
             port_of = dict(ports.get(timeout=300) for _ in procs)
-            return _align(n, parties, overlap, certs, port_of)
+            pids = [p.pid for p in procs if p.pid is not None]
+            before = (_own_cpu(), cpu_seconds(pids, children=True))
+            result = _align(n, parties, overlap, certs, port_of)
+            after = (_own_cpu(), cpu_seconds(pids, children=True))
+            result["CPU seconds"] = {
+                "coordinator": after[0] - before[0],
+                "parties": after[1] - before[1],
+            }
+            return result
         finally:
             for p in procs:
                 p.kill()
                 p.join()
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process (the coordinator's side) and its reaped children (its
+    pool of PSI workers)."""
+    own, reaped = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
 
 
 def _align(n: int, parties: int, overlap: float, certs: Path, port_of: dict) -> dict[str, object]:
@@ -122,7 +145,7 @@ def _align(n: int, parties: int, overlap: float, certs: Path, port_of: dict) -> 
             dataset="synthetic", block=k, num_blocks=parties, kind="tabular",
             feature_shape=(1,), num_classes=2, has_labels=k == 0,
         )  # fmt: skip
-        split = PartySplit(ids, np.zeros((0, 1), np.float32), None)
+        split = PartySplit(ids, np.zeros((len(ids), 1), np.float32), None)
         info = party_info(f"party{k}", PartyData(meta, {"train": split}))
         registry.register(info, f"127.0.0.1:{port_of[k]}")
     security = Security(load_identity(certs, COORDINATOR))
@@ -153,13 +176,12 @@ def _align(n: int, parties: int, overlap: float, certs: Path, port_of: dict) -> 
     }
 
 
-def to_markdown(result: dict[str, object], command: str) -> str:
+def to_markdown(result: dict[str, object], command: str, header: bool = True) -> str:
     seconds = result["seconds"]
     mb = result["MB on the wire"]
     assert isinstance(seconds, dict) and isinstance(mb, dict)
-    lines = [
-        f"`{command}`",
-        "",
+    lines = [f"`{command}`", ""] if header else []
+    lines += [
         f"- {result['parties']} parties x {result['ids per party']:,} IDs; "
         f"{result['aligned samples']:,} aligned samples in {result['observed patterns']} observed "
         f"patterns; same patterns as the plain IDs: {result['same patterns as plain IDs']}",
@@ -170,26 +192,66 @@ def to_markdown(result: dict[str, object], command: str) -> str:
     for phase in ("blind", "apply (K-1 steps)", "keys"):
         lines.append(f"| {phase} | {seconds.get(phase, 0):.1f} | {mb.get(phase, 0):.1f} |")
     rest = seconds["total"] - sum(v for k, v in seconds.items() if k != "total")
-    lines.append(f"| coordinator: its own secret, shuffles (one process) | {rest:.1f} | 0 |")
+    lines.append(f"| coordinator: its own secret, shuffles | {rest:.1f} | 0 |")
     lines.append(f"| **total** | **{seconds['total']:.1f}** | **{sum(mb.values()):.1f}** |")
+    cpu = result.get("CPU seconds")
+    if isinstance(cpu, dict):
+        lines += [
+            "",
+            f"CPU seconds of the alignment: parties (with their workers) {cpu['parties']:.1f}, "
+            f"coordinator (with its workers) {cpu['coordinator']:.1f}, together "
+            f"{cpu['parties'] + cpu['coordinator']:.1f}.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def curve(results: list[dict[str, object]], load: list[float]) -> str:
+    """Total time against IDs per party, one row per size."""
+    lines = [
+        "| IDs per party | aligned samples | wall seconds | s per 1 000 IDs | CPU seconds |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        total = r["seconds"]["total"]  # type: ignore[index]
+        n = int(r["ids per party"])  # type: ignore[call-overload]
+        cpu = sum(r.get("CPU seconds", {}).values())  # type: ignore[attr-defined]
+        lines.append(
+            f"| {n:,} | {r['aligned samples']:,} | {total:.1f} | {1000 * total / n:.2f} "
+            f"| {cpu:.0f} |"
+        )
+    lines.append("")
+    lines.append(f"1-minute load average {' / '.join(f'{x:.1f}' for x in load)} (start / end).")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.psi_cost", description=__doc__)
-    parser.add_argument("--ids", type=int, default=100_000)
+    parser.add_argument("--ids", default="100000", help="IDs per party; several: 10000,100000")
     parser.add_argument("--parties", type=int, default=4)
     parser.add_argument("--overlap", type=float, default=0.9)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    result = run(args.ids, args.parties, args.overlap)
     command = "python -m benchmarks.psi_cost " + " ".join(sys.argv[1:] if argv is None else argv)
-    text = to_markdown(result, command)
-    print(text)
-    if args.out is not None:
-        with args.out.open("a") as f:
-            f.write(text + "\n")
+    load = [os.getloadavg()[0]]
+    results = []
+    texts = [f"`{command}` (code {code_version()})", ""]
+    for n in (int(x) for x in args.ids.split(",")):
+        results.append(run(n, args.parties, args.overlap))
+        texts.append(to_markdown(results[-1], command, header=False))
+        print(texts[-1], flush=True)
+        _append(args.out, texts)  # each size as it ends: a stopped curve keeps its sizes
+        texts = []
+    load.append(os.getloadavg()[0])
+    texts.append(curve(results, load))
+    print(texts[-1])
+    _append(args.out, texts)
     return 0
+
+
+def _append(out: Path | None, texts: list[str]) -> None:
+    if out is not None:
+        with out.open("a") as f:
+            f.write("\n".join(texts) + "\n")
 
 
 if __name__ == "__main__":

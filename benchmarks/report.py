@@ -46,6 +46,17 @@ def _cell(stat: Stat | None) -> str:
     return f"{stat.mean:.1f} ± {stat.std:.1f} ({stat.n})"
 
 
+def kept_notes(path: Path, heading: str) -> str:
+    """The hand-written part of a generated report: from the line `heading` to the end of the
+    file as it is now ("" if there is none), for the report's rewrite to keep."""
+    try:
+        old = path.read_text()
+    except FileNotFoundError:
+        return ""
+    start = old.find("\n" + heading + "\n")
+    return "" if start < 0 else old[start + 1 :]
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     return lines + ["| " + " | ".join(r) + " |" for r in rows]

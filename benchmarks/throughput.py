@@ -26,15 +26,15 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import Message
 
 from benchmarks import procs
-from benchmarks.pool import code_version, machine, write_json
-from benchmarks.report import md_table
+from benchmarks.pool import invocation, write_json
+from benchmarks.report import kept_notes, md_table
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ MODELS: dict[str, dict[str, Any]] = {
     "mlp": {"representation": "mlp", "hidden": (128,), "embed_dim": EMBED_DIM},
     "cnn": {"representation": "cnn", "hidden": (64,), "embed_dim": EMBED_DIM},
 }
-TRAINING_RPCS = ("Embed", "Fuse", "Backward")
+TRAINING_RPCS = ("Embed", "Fuse", "Backward", "Train")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class ThroughputJob:
     warmup: int = 1
     repeats: int = 5
     seed: int = 0
+    coordinator_args: tuple[str, ...] = ()  # e.g. ("--no-pipeline",): the engine compared
     command: str = ""
 
     def train_config(self, model: str, batch: int, epochs: int) -> dict[str, Any]:
@@ -92,8 +93,9 @@ def prepare(job: ThroughputJob, out: Path) -> list[Path]:
     )
 
 
-def in_process(dirs: Sequence[Path], train: dict[str, Any]) -> list[dict[str, Any]]:
-    """Epoch summaries of the in-process federation (secret as the gRPC clients use)."""
+def in_process(dirs: Sequence[Path], train: dict[str, Any]) -> tuple[list[dict[str, Any]], list]:
+    """Epoch summaries of the in-process federation (secret as the gRPC clients use), and this
+    process's CPU seconds at the end of each epoch."""
     import torch
 
     from vfl_core.config import TrainConfig
@@ -103,28 +105,39 @@ def in_process(dirs: Sequence[Path], train: dict[str, Any]) -> list[dict[str, An
     config = SimulationConfig(
         party_dirs=tuple(dirs), secret=procs.SECRET, train=TrainConfig.model_validate(train)
     )
-    return [e.__dict__ for e in run_simulation(config).epochs]
+    cpu: dict[int, float] = {}  # epoch -> CPU seconds after its last round so far
+
+    def on_round(record: Any) -> None:
+        cpu[record.epoch] = time.process_time()
+
+    epochs = run_simulation(config, on_round=on_round).epochs
+    return [e.__dict__ for e in epochs], [cpu[e] for e in sorted(cpu)]
 
 
 def grpc_run(
-    dirs: Sequence[Path], train: dict[str, Any], workdir: Path, audit: Path | None = None
+    dirs: Sequence[Path],
+    train: dict[str, Any],
+    workdir: Path,
+    audit: Path | None = None,
+    extra: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """results.json of a real federation run."""
-    model = train["model"]
-    args = ["--method", train["method"], "--seed", str(train["seed"])]
-    args += ["--epochs", str(train["epochs"]), "--batch-size", str(train["batch_size"])]
-    args += ["--lr", str(train["lr"]), "--representation", model["representation"]]
-    args += ["--hidden", ",".join(map(str, model["hidden"])), "--embed-dim", str(EMBED_DIM)]
-    args += ["--deadline", "300"]  # nothing may be dropped for being slow on a loaded machine
+    """results.json of a real federation run, with "cpu": the CPU seconds all its processes
+    had used at the end of each epoch."""
+    # nothing may be dropped for being slow on a loaded machine
+    args = [*procs.train_args(train), "--deadline", "300", *extra]
     if audit is not None:
         args += ["--audit-log", str(audit)]
-    with procs.federation(dirs, workdir, args) as out:
-        pass
-    return procs.results(out)
+    pids: list[int] = []
+    watch = procs.EpochWatch(lambda: procs.cpu_seconds(pids), train["epochs"])
+    with procs.federation(dirs, workdir, args, pids=pids) as out:
+        watch.start(out)
+    watch.stop()
+    return {**procs.results(out), "cpu": watch.marks}
 
 
 def audited_bytes(audit: Path) -> dict[str, float]:
-    """Bytes of the training phase's messages (Embed with train=True, Fuse, Backward)."""
+    """Bytes of the training phase's messages (Embed with train=True, Fuse, Backward; or the
+    pipelined Train calls)."""
     from vfl_wire.audit import read_audit
 
     total, tensors, calls = 0, 0, 0
@@ -135,7 +148,9 @@ def audited_bytes(audit: Path) -> dict[str, float]:
         if record.direction == "error":
             continue
         message = record.message()
-        if record.rpc == "Embed" and record.direction == "request":
+        if record.rpc == "Train" and record.direction == "request":
+            training = True  # the pipelined engine's calls (vfl_core/pipeline.py)
+        elif record.rpc == "Embed" and record.direction == "request":
             if not message.train and training:
                 break  # evaluation starts: the training phase is over
             training = message.train
@@ -148,14 +163,23 @@ def audited_bytes(audit: Path) -> dict[str, float]:
 
 
 def _tensor_bytes(message: Any) -> int:
-    """Float payload (embeddings and gradients) inside a message."""
+    """Float payload (embeddings and gradients, with int8's scales) inside a message, nested
+    messages included (a pipelined Train call carries Embed, Fuse and Backward requests)."""
     size = 0
     for field, value in message.ListFields():
         if field.name in ("embedding", "grad"):
-            size += len(value.data)
-        elif field.name in ("embeddings", "grads"):
-            size += sum(len(t.data) for t in value.values())
+            size += _payload(value)
+        elif field.name in ("embeddings", "grads") and hasattr(value, "items"):  # block maps
+            size += sum(_payload(t) for t in value.values())
+        elif field.message_type is not None:
+            nested = [value] if isinstance(value, Message) else value  # one or repeated
+            size += sum(_tensor_bytes(m) for m in nested if isinstance(m, Message))
     return size
+
+
+def _payload(tensor: Any) -> int:
+    # stubs from before the wire dtypes have no `scales` (benchmarks run against old commits)
+    return len(tensor.data) + len(getattr(tensor, "scales", b""))
 
 
 def minimum_bytes(samples: int, heads: int = K, blocks: int = K) -> dict[str, int]:
@@ -171,12 +195,16 @@ def measure(job: ThroughputJob, model: str, batch: int, data: list[Path], tmp: P
     epochs = job.warmup + job.repeats
     train = job.train_config(model, batch, epochs)
     log.info("throughput %s batch %d: in-process", model, batch)
-    local = in_process(data, train)
+    local, local_cpu = in_process(data, train)
     log.info("throughput %s batch %d: gRPC", model, batch)
-    remote = grpc_run(data, train, tmp / f"{model}-{batch}")
+    remote = grpc_run(data, train, tmp / f"{model}-{batch}", extra=job.coordinator_args)
     audit = tmp / f"{model}-{batch}.audit"
     audited = grpc_run(
-        data, job.train_config(model, batch, 1), tmp / f"{model}-{batch}-audit", audit
+        data,
+        job.train_config(model, batch, 1),
+        tmp / f"{model}-{batch}-audit",
+        audit,
+        job.coordinator_args,
     )
     volume = audited_bytes(audit)
     rounds = audited["rounds"]
@@ -187,6 +215,10 @@ def measure(job: ThroughputJob, model: str, batch: int, data: list[Path], tmp: P
         "train_samples": n,
         "in_process": _rates(local, n, job.warmup),
         "grpc": _rates(remote["epochs"], n, job.warmup),
+        "cpu_ms_per_round": {
+            "in_process": _cpu_per_round(local_cpu, local, job.warmup),
+            "grpc": _cpu_per_round(remote["cpu"], remote["epochs"], job.warmup),
+        },
         "rounds_per_epoch": rounds,
         "bytes_per_round": volume["bytes"] / rounds,
         "tensor_bytes_per_round": volume["tensor_bytes"] / rounds,
@@ -194,6 +226,14 @@ def measure(job: ThroughputJob, model: str, batch: int, data: list[Path], tmp: P
         "min_direct_per_round": minimum_bytes(n)["direct"] / rounds,
         "min_relay_per_round": minimum_bytes(n)["relay"] / rounds,
     }
+
+
+def _cpu_per_round(cpu: list[float], epochs: list[dict[str, Any]], warmup: int) -> float | None:
+    """CPU milliseconds per round over the measured epochs (after the warm-up)."""
+    if len(cpu) <= warmup or warmup < 1:
+        return None
+    rounds = sum(e["rounds"] for e in epochs[warmup : len(cpu)])
+    return 1000 * (cpu[-1] - cpu[warmup - 1]) / rounds
 
 
 def _rates(epochs: list[dict[str, Any]], samples: int, warmup: int) -> dict[str, Any]:
@@ -216,17 +256,13 @@ def run(job: ThroughputJob) -> dict[str, Any]:
         for model, batch in tqdm(settings, desc="throughput", unit="setting"):
             rows.append(measure(job, model, batch, data, tmp))
     record = {
-        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        "seconds": time.perf_counter() - started,
-        "machine": machine(),
-        "code": code_version(),
-        "load_average": [load_before, os.getloadavg()[0]],
-        "command": job.command,
+        **invocation(started, load_before, job.command),
         "job": {
             "train_samples": job.train_samples,
             "warmup": job.warmup,
             "repeats": job.repeats,
             "seed": job.seed,
+            "coordinator_args": list(job.coordinator_args),
         },
         "rows": rows,
     }
@@ -246,6 +282,10 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
             " / ".join(f"{x:.0f}" for x in r["in_process"]["rates"]),
             " / ".join(f"{x:.0f}" for x in r["grpc"]["rates"]),
         ]
+        for r in record["rows"]
+    ]
+    cpu = [
+        [r["model"].upper(), str(r["batch"]), *_cpu_cells(r.get("cpu_ms_per_round", {}))]
         for r in record["rows"]
     ]
     volume = [
@@ -278,10 +318,11 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
         "processes share the 2 cores, so its 4 parties compute in parallel where the in-process "
         "federation runs them one after the other on one thread: that is why gRPC can be faster "
         "for the compute-bound CNN. Each client's compute thread runs on one torch thread "
-        "since 6ae6ce6 (before it, MKL there used every core). No other job of ours ran during "
-        "the measurement; the machine's other load was not controlled (1-minute load average "
+        "since 6ae6ce6 (before it, MKL there used every core). The machine's other load was "
+        "not controlled (1-minute load average "
         + " before, ".join(f"{x:.1f}" for x in record.get("load_average", []))
         + " after), so single epochs vary; the table lists every measured epoch.",
+        *([f"- Note: {record['note']}"] if record.get("note") else []),
         "",
         "## Samples per second",
         "",
@@ -298,10 +339,22 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
             speed,
         ),
         "",
+        "## CPU per round",
+        "",
+        "CPU time (user + system) per training round over the measured epochs: of this "
+        "process for the in-process federation, of all five processes (coordinator and four "
+        "clients, from /proc) for gRPC. Unlike samples/s it hardly depends on what else runs on "
+        "the machine: it is the work a round costs, where samples/s also reflects how much of "
+        "the shared cores each side got.",
+        "",
+        *md_table(["parties", "batch", "in-process", "gRPC", "gRPC / in-process"], cpu),
+        "",
         "## Bytes per training round (gRPC, audited)",
         "",
-        "Sent and received by the coordinator in Embed (train), Fuse and Backward, as "
-        "serialized protobuf messages (requests and replies, from `--audit-log`), averaged over "
+        "Sent and received by the coordinator in the training calls (the pipelined engine's "
+        "Train, a round's Backward with the next round's Embed, and Fuse; Embed, Fuse and "
+        "Backward with `--no-pipeline`), as serialized protobuf messages (requests and "
+        "replies, from `--audit-log`), averaged over "
         "one epoch's rounds. In-process the same arrays are passed by reference: no bytes.",
         "",
         "`float payload`: the embedding and gradient tensors inside those messages. "
@@ -326,10 +379,20 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
         ),
         "",
     ]
-    text = "\n".join(lines) + "\n"
     path = results / "throughput.md"
+    text = "\n".join(lines) + "\n" + kept_notes(path, NOTES)
     path.write_text(text)
     return path, text
+
+
+NOTES = "## Where the time goes"  # a hand-written section a rewrite of the report keeps
+
+
+def _cpu_cells(cpu: dict[str, float | None]) -> list[str]:
+    local, remote = cpu.get("in_process"), cpu.get("grpc")
+    if local is None or remote is None:
+        return ["-", "-", "-"]
+    return [f"{local:.1f} ms", f"{remote:.1f} ms", f"{remote / local:.2f}"]
 
 
 def _kib(value: float) -> str:

@@ -24,21 +24,30 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TypeVar
 
 import grpc
 
+from vfl_client.servicer import PartyServicer
+from vfl_coordinator.registry import Registry
 from vfl_core.config import TrainConfig
 from vfl_core.data import load_party_dir
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.metrics import EvalReport
 from vfl_core.party import Party
-from vfl_wire.channels import make_channel
-from vfl_wire.security import COORDINATOR, OPERATOR, Security, load_identity
+from vfl_wire.channels import bind, make_channel, make_server
+from vfl_wire.security import (
+    COORDINATOR,
+    OPERATOR,
+    GuardInterceptor,
+    Security,
+    load_identity,
+    party_policy,
+)
 from vfl_wire.v1 import vfl_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -82,6 +91,27 @@ def train_in_process(
     fed.align()
     fed.train()
     return parties, records, fed.evaluate("test")
+
+
+@contextlib.contextmanager
+def party_servers(parties: dict[int, Party], run_id: str) -> Iterator[Registry]:
+    """Each party behind the real PartyServicer and guard on 127.0.0.1:0 in this process,
+    registered with a coordinator's Registry (for a GrpcTransport); stopped on exit."""
+    servers, registry = [], Registry(next(iter(parties.values())).data.meta.num_blocks)
+    try:
+        for party in parties.values():
+            servicer = PartyServicer(party.party_id)
+            servicer.attach(party, run_id)
+            server = make_server(8, [GuardInterceptor(secure=False, policy=party_policy)])
+            vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
+            port = bind(server, "127.0.0.1:0")
+            server.start()
+            servers.append(server)
+            registry.register(party.info, f"127.0.0.1:{port}")
+        yield registry
+    finally:
+        for server in servers:
+            server.stop(0).wait()
 
 
 # ------------------------------------------------------------------------------ waiting

@@ -108,6 +108,25 @@ def test_given_digits_when_the_grid_runs_then_each_run_is_cached_with_its_config
     assert "not in our files" in text  # no paper numbers for this data set
 
 
+def test_given_a_run_from_before_a_field_existed_when_loaded_then_it_matches_only_its_setup(
+    tmp_path: Path,
+) -> None:
+    """Runs cached before TrainConfig had `staleness` lack it: they stay the reference setup's
+    and match no setup that sets it (the staleness report once died on a KeyError there)."""
+    import dataclasses
+
+    run = grid.grid_runs(["laser"], [0.0], [0])[0]
+    config = json.loads(grid.simulation_config(DIGITS, run).model_dump_json())
+    del config["train"]["staleness"]
+    (tmp_path / "digits").mkdir()
+    record = {"config": config, "run": {"method": "laser", "p_train": 0.0, "seed": 0}}
+    (tmp_path / "digits" / "old.json").write_text(json.dumps(record))
+    assert len(grid.load_runs(tmp_path, DIGITS, grid.setup_digest(DIGITS, config))) == 1
+    stale = dataclasses.replace(DIGITS, train={**DIGITS.train, "staleness": 3})
+    probe = {**config, "train": {**config["train"], "staleness": 3}}
+    assert grid.load_runs(tmp_path, stale, grid.setup_digest(stale, probe)) == []
+
+
 # ------------------------------------------------------------------------ aggregation
 
 
@@ -277,3 +296,50 @@ def test_given_messages_when_audited_then_training_bytes_are_counted(tmp_path: P
     minimum = throughput.minimum_bytes(samples=10)
     unit = 10 * throughput.EMBED_DIM * 4
     assert minimum == {"direct": 24 * unit, "relay": 32 * unit}
+
+
+def test_given_pipelined_train_calls_when_audited_then_nested_tensors_and_scales_count(
+    tmp_path: Path,
+) -> None:
+    from vfl_wire.audit import AuditLog
+    from vfl_wire.tensors import encode_array, encode_float
+    from vfl_wire.v1 import vfl_pb2
+
+    emb = encode_array(np.zeros((4, throughput.EMBED_DIM), np.float32))
+    small = encode_float(np.ones((4, throughput.EMBED_DIM), np.float32), "int8")
+    messages = [
+        ("Train", "request", vfl_pb2.TrainRequest(embed=[vfl_pb2.EmbedRequest(train=True)])),
+        ("Train", "response", vfl_pb2.TrainReply(embeddings=[vfl_pb2.EmbedReply(embedding=emb)])),
+        (
+            "Train",
+            "request",
+            vfl_pb2.TrainRequest(fuse=[vfl_pb2.FuseRequest(embeddings={1: small})]),
+        ),
+        ("Train", "response", vfl_pb2.TrainReply(fused=[vfl_pb2.FuseReply(grads={1: small})])),
+        ("Embed", "request", vfl_pb2.EmbedRequest(train=False)),  # evaluation: not counted
+        ("Embed", "response", vfl_pb2.EmbedReply(embedding=emb)),
+    ]
+    path = tmp_path / "a.audit"
+    with AuditLog(path) as audit:
+        for rpc, direction, msg in messages:
+            audit.write(f"/vfl.v1.Party/{rpc}", direction, "client", msg.SerializeToString())
+    counted = throughput.audited_bytes(path)
+    assert counted["calls"] == 2
+    assert counted["tensor_bytes"] == len(emb.data) + 2 * (len(small.data) + len(small.scales))
+    assert counted["bytes"] == sum(m.ByteSize() for _, _, m in messages[:4])
+
+
+def test_given_a_report_with_notes_when_rewritten_then_the_notes_stay(tmp_path: Path) -> None:
+    record = {
+        "machine": {"cores": 2, "torch": "x"},
+        "job": {"train_samples": 10, "warmup": 1, "repeats": 1, "seed": 0},
+        "command": "vfl bench throughput",
+        "finished": "now",
+        "seconds": 60,
+        "load_average": [1.0, 2.0],
+        "rows": [],
+    }
+    path, _ = throughput.write_report(record, tmp_path)
+    path.write_text(path.read_text() + "\n" + throughput.NOTES + "\n\nprofiled by hand\n")
+    _, text = throughput.write_report(record, tmp_path)
+    assert text.count(throughput.NOTES) == 1 and text.endswith("profiled by hand\n")

@@ -11,6 +11,7 @@ import pytest
 from sklearn.metrics import f1_score
 
 from vfl_coordinator.registry import Registry
+from vfl_core import pipeline
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
@@ -20,7 +21,7 @@ from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import DOWN, UP
 from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
-from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, PartyInfo
+from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, PartyInfo, TrainCall
 
 K = 4
 SECRET = b"engine-test"
@@ -94,6 +95,10 @@ class Wrapper:
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
+
+    def train(self, calls: dict[int, TrainCall]):
+        """Pipelined calls through this wrapper's own phases (what a subclass changes)."""
+        return pipeline.by_phase(self, calls)
 
 
 class DeadParty(Wrapper):

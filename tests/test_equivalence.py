@@ -25,9 +25,12 @@ EPOCHS = 2
 RUN_TIMEOUT_S = 180.0
 
 
-def _run_grpc(cluster: Cluster, party_dirs: list[Path], ckpt: Path):
+def _run_grpc(cluster: Cluster, party_dirs: list[Path], ckpt: Path, extra: list[str]):
     coord, clients = cluster.federation(
-        party_dirs, epochs=EPOCHS, client_extra=lambda d: ["--checkpoint-dir", str(ckpt)]
+        party_dirs,
+        epochs=EPOCHS,
+        extra=extra,
+        client_extra=lambda d: ["--checkpoint-dir", str(ckpt)],
     )
     assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
     for client in clients:
@@ -52,13 +55,30 @@ def _assert_same_tensors(got: object, want: object, where: str) -> None:
         assert got == want, f"{where}: {got!r} != {want!r}"
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--no-pipeline"],
+        [],
+        ["--wire-dtype", "int8"],
+        ["--staleness", "3"],
+    ],
+    ids=["sequential", "pipelined", "int8", "staleness3"],
+)
 def test_given_same_seed_and_config_when_trained_over_grpc_and_in_process_then_equal(
-    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+    cluster: Cluster, party_dirs: list[Path], tmp_path: Path, options: list[str]
 ) -> None:
+    """The real federation with the sequential engine (three calls per round) and with the
+    pipelined one (exact, the default, and with bounded staleness, where two calls per party
+    are in flight), and with int8 on the wire, against the in-process federation (pipelined,
+    which tests/test_pipeline.py pins to the sequential engine where it is exact)."""
     ckpt = tmp_path / "checkpoints"
-    coord = _run_grpc(cluster, party_dirs, ckpt)
+    coord = _run_grpc(cluster, party_dirs, ckpt, options)
     train = TrainConfig.model_validate(json.loads((coord.out / "config.json").read_text())["train"])
     assert train.epochs == EPOCHS
+    assert json.loads((coord.out / "config.json").read_text())["pipeline"] == (
+        "--no-pipeline" not in options
+    )
     parties, records, report = train_in_process(party_dirs, train)
 
     # per-round losses (and patterns, participants, updates) of every round

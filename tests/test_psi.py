@@ -97,6 +97,46 @@ def test_given_small_order_point_when_applied_then_refused() -> None:
         _key(b"x").apply([bytes(33)])
 
 
+def _with(key: psi.PsiKey, processes: int) -> psi.PsiKey:
+    return psi.PsiKey(key._key, processes=processes)
+
+
+def test_given_a_large_list_when_multiplied_by_worker_processes_then_as_in_one_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks in a pool of spawned workers give the same points, in order, as one process;
+    a bad point in a worker's chunk is named by its index in the whole list."""
+    monkeypatch.setattr(psi, "PARALLEL_MIN_POINTS", 10)
+    key = _key(b"parallel")
+    ids: list[object] = [*range(40), *(f"customer-{i}" for i in range(37))]
+    points = [psi.id_point(i) for i in ids]
+    assert _with(key, 2).apply(points) == _with(key, 1).apply(points)
+    assert _with(key, 2).blind(ids) == _with(key, 1).blind(ids) == _with(key, 1).apply(points)
+    assert _with(key, 2).blind([]) == []
+    bad = [*points[:57], bytes(32), *points[57:]]
+    with pytest.raises(ProtocolError, match="point 57 is of small order"):
+        _with(key, 2).apply(bad)
+
+
+def test_given_lists_after_every_party_when_finalised_then_one_product_per_distinct_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    applied: list[int] = []
+    apply = psi.PsiKey.apply
+
+    def counting(self: psi.PsiKey, points: list[bytes], what: str = "") -> list[bytes]:
+        applied.append(len(points))
+        return apply(self, points, what)
+
+    monkeypatch.setattr(psi.PsiKey, "apply", counting)
+    shared = [psi.id_point(f"both-{i}") for i in range(30)]
+    lists = {0: [*shared, psi.id_point("a")], 1: [psi.id_point("b"), *shared[::-1]]}
+    final = psi._final_values(lists, [0, 1])
+    assert applied == [32]  # not 62: the 30 shared values once each
+    assert final[0][:30] == final[1][1:][::-1]
+    assert len(set(final[0]) | set(final[1])) == 32
+
+
 def test_given_packed_points_when_unpacked_then_same_or_refused() -> None:
     points = [psi.id_point(i) for i in range(5)]
     assert psi.unpack(psi.pack(points), count=5) == points

@@ -90,11 +90,11 @@ def _methods(text: str) -> tuple[str, ...]:
     return methods
 
 
-def _variants(text: str, known: tuple[str, ...]) -> tuple[str, ...]:
+def _variants(text: str, known: tuple[str, ...], what: str = "method(s)") -> tuple[str, ...]:
     chosen = tuple(m.strip() for m in text.split(",") if m.strip())
     unknown = [m for m in chosen if m not in known]
     if unknown or not chosen:
-        raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(known)}")
+        raise ConfigError(f"unknown {what} {unknown}; choose from {', '.join(known)}")
     return chosen
 
 
@@ -359,3 +359,116 @@ def throughput(
     path, text = mod.write_report(record, results)
     typer.echo(text)
     typer.echo(f"report written to {path}")
+
+
+@bench_app.command("wan")
+@user_errors
+@with_option_groups
+def wan(
+    label: Annotated[str, Opt(help="names this invocation's results: wan-LABEL.json")] = "default",
+    workloads: Annotated[str, Opt(help="mnist-mlp, mnist-cnn, credit-mlp")] = (
+        "mnist-mlp,mnist-cnn,credit-mlp"
+    ),
+    variants: Annotated[str, Opt(help="named sets of coordinator options (benchmarks/wan.py)")] = (
+        "default"
+    ),
+    rtts: Annotated[str, Opt("--rtts", help="round-trip times in ms")] = "0,10,50,100",
+    bandwidths: Annotated[str, Opt(help="link bandwidths in Mbit/s")] = "1000,100",
+    jitter: Annotated[float, Opt(help="jitter in ms (uniform +- per chunk, each way)")] = 0.0,
+    epochs: Annotated[int, Opt(help="epochs per run")] = 3,
+    warmup: Annotated[int, Opt(help="untimed epochs per run")] = 1,
+    seed: Annotated[int, Opt()] = 0,
+    data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
+    bench: BenchRun = BenchRun(),
+) -> None:
+    """Epoch time and accuracy over shaped links (RTT, bandwidth, jitter), K = 4; wan.md."""
+    setup_logging(bench.log_level)
+    mod = _bench("wan")
+    chosen = _variants(workloads, tuple(mod.WORKLOADS), "workload(s)")
+    variant_names = _variants(variants, tuple(mod.VARIANTS), "variant(s)")
+    if not 0 <= warmup < epochs:
+        raise ConfigError(f"--warmup must be below --epochs ({epochs}), got {warmup}")
+    if not label.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(f"--label must be letters, digits, - and _, got {label!r}")
+    mbits = _floats(bandwidths, "--bandwidths")
+    if not mbits or any(b <= 0 for b in mbits) or any(r < 0 for r in _floats(rtts, "--rtts")):
+        raise ConfigError("--bandwidths must be positive and --rtts non-negative")
+    job = mod.WanJob(
+        results=bench.results,
+        data_path=data_path.resolve(),
+        label=label,
+        workloads=chosen,
+        variants=variant_names,
+        rtts_ms=_floats(rtts, "--rtts"),
+        mbits=mbits,
+        jitter_ms=jitter,
+        epochs=epochs,
+        warmup=warmup,
+        seed=seed,
+        command=_command(),
+    )
+    if not bench.report_only:
+        mod.run(job, progress=bench.progress)
+    path, text = mod.write_report(bench.results)
+    typer.echo(text)
+    typer.echo(f"report written to {path}")
+
+
+@dataclass(frozen=True)
+class OptionRuns:
+    """The accuracy runs of a benchmark that varies one training option (grid setups, LASER-VFL,
+    train p_miss 0): on which data sets, seeds and how many processes."""
+
+    datasets: Annotated[str, Opt(help="mnist, credit")] = "mnist,credit"
+    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2"
+    jobs: Jobs = 2
+    data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA
+
+
+def _option_job(
+    mod: ModuleType, runs: OptionRuns, results: Path, option: str, values: tuple[str, ...]
+) -> Any:
+    return mod.WireDtypeJob(
+        results=results,
+        data_path=runs.data_path.resolve(),
+        datasets=_variants(runs.datasets, ("mnist", "credit"), "data set(s)"),
+        values=values,
+        seeds=_ints(runs.seeds, "--seeds"),
+        jobs=runs.jobs,
+        command=_command(),
+        option=option,
+    )
+
+
+@bench_app.command("staleness")
+@user_errors
+@with_option_groups
+def staleness(
+    values: Annotated[str, Opt(help="staleness values; the first is the reference")] = "0,3,7,15",
+    runs: OptionRuns = OptionRuns(),
+    bench: BenchRun = BenchRun(),
+) -> None:
+    """Accuracy cost of --staleness over seeds (the grid's setups); a section of wan.md."""
+    setup_logging(bench.log_level)
+    mod, wan_mod = _bench("wire_dtype"), _bench("wan")
+    chosen = _ints(values, "--values")
+    if not chosen or min(chosen) < 0:
+        raise ConfigError("--values must be non-negative integers")
+    job = _option_job(mod, runs, bench.results, "staleness", tuple(str(v) for v in chosen))
+    _run_and_report(mod.run, lambda _job: wan_mod.write_report(bench.results), job, bench)
+
+
+@bench_app.command("wire-dtype")
+@user_errors
+@with_option_groups
+def wire_dtype(
+    dtypes: Annotated[str, Opt(help="wire dtypes")] = "float32,float16,bfloat16,int8",
+    runs: OptionRuns = OptionRuns(),
+    bench: BenchRun = BenchRun(),
+) -> None:
+    """Accuracy (seeds) and bytes per round of each wire dtype; writes wire_dtype.md."""
+    setup_logging(bench.log_level)
+    mod = _bench("wire_dtype")
+    dtype_values = _variants(dtypes, mod.DTYPES, "wire dtype(s)")
+    job = _option_job(mod, runs, bench.results, "wire_dtype", dtype_values)
+    _run_and_report(mod.run, mod.write_report, job, bench)

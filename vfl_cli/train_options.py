@@ -36,6 +36,14 @@ class TrainOptions:
         bool | None,
         Opt(help="LASER-VFL heads also serve sets of feature-only parties (default: yes)"),
     ] = None
+    wire_dtype: Annotated[
+        str | None,
+        Opt(help="embeddings and gradients on the wire: float32 | float16 | bfloat16 | int8"),
+    ] = None
+    staleness: Annotated[
+        int | None,
+        Opt(help="0: exact rounds; S >= 1: pipelined rounds that may miss up to S updates"),
+    ] = None
 
     def config(self, base: dict[str, Any]) -> TrainConfig:
         """The TrainConfig of a config file's mapping with these options applied over it."""

@@ -124,23 +124,32 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
     def Embed(self, request, context):
         def run(p: Party) -> vfl_pb2.EmbedReply:
             call = convert.embed_call_from_proto(request)
-            return convert.embedding_to_proto(call.round_id, p.embed(call))
+            return convert.embedding_to_proto(call.round_id, p.embed(call), p.config.wire_dtype)
 
         return self._serve(context, "Embed", request.header, run)
 
     def Fuse(self, request, context):
         def run(p: Party) -> vfl_pb2.FuseReply:
-            call = convert.fuse_call_from_proto(request)
-            return convert.fuse_result_to_proto(p.fuse(call), call.round_id)
+            wire = p.config.wire_dtype
+            call = convert.fuse_call_from_proto(request, wire=wire)
+            return convert.fuse_result_to_proto(p.fuse(call), call.round_id, wire)
 
         return self._serve(context, "Fuse", request.header, run)
 
     def Backward(self, request, context):
         def run(p: Party) -> vfl_pb2.Ack:
-            p.backward(convert.backward_call_from_proto(request))
+            p.backward(convert.backward_call_from_proto(request, wire=p.config.wire_dtype))
             return vfl_pb2.Ack()
 
         return self._serve(context, "Backward", request.header, run)
+
+    def Train(self, request, context):
+        def run(p: Party) -> vfl_pb2.TrainReply:
+            wire = p.config.wire_dtype
+            call = convert.train_call_from_proto(request, wire=wire)
+            return convert.train_result_to_proto(p.train(call), wire)
+
+        return self._serve(context, "Train", request.header, run)
 
     def Checkpoint(self, request, context):
         def run(p: Party) -> vfl_pb2.CheckpointReply:
@@ -152,7 +161,7 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
 
     def Predict(self, request, context):
         def run(p: Party) -> vfl_pb2.PredictReply:
-            call = convert.predict_call_from_proto(request)
+            call = convert.predict_call_from_proto(request, wire=p.config.wire_dtype)
             return convert.probabilities_to_proto(call.request_id, p.predict(call))
 
         return self._serve(context, "Predict", request.header, run)

@@ -85,6 +85,9 @@ def coordinator(
         str, Opt(help="psi (private set intersection) | hmac (parties' keyed ID hashes)")
     ] = "psi",
     max_inflight: Annotated[int, Opt(help="calls in flight per peer")] = 8,
+    pipeline: Annotated[
+        bool, Opt(help="pipelined rounds (same results); --no-pipeline: Embed, Fuse, Backward")
+    ] = True,
     log_level: Annotated[str, Opt()] = "info",
 ) -> None:
     """Coordinate a LASER-VFL federation of `--clients` vfl-client processes."""
@@ -116,6 +119,7 @@ def coordinator(
         "insecure": insecure,
         "alignment": alignment,
         "max_inflight": max_inflight,
+        "pipeline": pipeline,
         **({"parties": parse_parties(parties)} if parties is not None else {}),
         **base,
     }

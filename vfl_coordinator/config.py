@@ -52,7 +52,10 @@ class CoordinatorConfig(BaseModel):
     # checkpoints (vfl_coordinator.checkpoints): the coordinator's own, and when parties save
     checkpoint_dir: Path | None = None  # resume from here if it holds a checkpoint of this run
     checkpoint_every: int = Field(0, ge=0)  # rounds between checkpoints; 0: only at the end
-    eval_every: int = Field(0, ge=0)  # epochs between test evaluations in epochs.jsonl; 0: none
+    eval_every: int = Field(0, ge=0)
+    # vfl_core.pipeline (a round's Backward travels with the next Embed); False: the sequential
+    # engine's three calls per round (same results, one more round trip per round)
+    pipeline: bool = True  # epochs between test evaluations in epochs.jsonl; 0: none
     # injected guest loss and lost messages during training (vfl_core.faults): rehearsal only
     faults: FaultConfig = FaultConfig()
     train: TrainConfig = TrainConfig()

@@ -3,7 +3,8 @@ vfl_core types in and out (no protobuf leaks to the caller)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 import grpc
 import numpy as np
@@ -17,10 +18,33 @@ from vfl_core.protocol import (
     PsiCall,
     ScoreCall,
     ScoreResult,
+    TrainCall,
+    TrainResult,
 )
 from vfl_wire import convert
 from vfl_wire.channels import make_channel
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
+
+T = TypeVar("T")
+
+
+class Pending(Generic[T]):
+    """A call in flight: `result(timeout)` waits for the reply and converts it (raising the
+    call's grpc.RpcError, or the conversion's VflError for a bad reply)."""
+
+    def __init__(self, future: grpc.Future, convert_reply: Callable[[Any], T]) -> None:
+        self.future = future
+        self._convert = convert_reply
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def result(self, timeout: float | None = None) -> T:
+        return self._convert(self.future.result(timeout=timeout))
+
+
+def _nothing(_reply: object) -> None:
+    return None
 
 
 class PartyClient:
@@ -33,6 +57,7 @@ class PartyClient:
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         target_name: str | None = None,  # with TLS: the name the party's certificate must carry
+        wire_dtype: str = "float32",  # embeddings and gradients on the wire (vfl_core.quantize)
     ) -> None:
         self.address = address
         self._channel = make_channel(address, credentials, target_name)
@@ -42,60 +67,93 @@ class PartyClient:
         self._stub = vfl_pb2_grpc.PartyStub(channel)
         self._header = convert.header(run_id, party_id)
         self._dim = embed_dim
+        self._wire = wire_dtype
 
     def close(self) -> None:
         self._channel.close()
 
-    def id_hashes(self, split: str, timeout: float) -> list[bytes]:
+    # Every call starts at once and returns a `Pending`: `.result()` waits for the reply and
+    # converts it. The transport starts one call per party from its own thread and then waits for
+    # all, so no thread is handed a call (grpc's own completion queue does the waiting).
+    def id_hashes(self, split: str, timeout: float) -> Pending[list[bytes]]:
         req = vfl_pb2.IdHashesRequest(header=self._header, split=split)
-        return convert.id_hashes_from_proto(self._stub.IdHashes(req, timeout=timeout))
+        return Pending(
+            self._stub.IdHashes.future(req, timeout=timeout), convert.id_hashes_from_proto
+        )
 
-    def class_weights(self, split: str, timeout: float) -> np.ndarray | None:
+    def class_weights(self, split: str, timeout: float) -> Pending[np.ndarray | None]:
         req = vfl_pb2.ClassWeightsRequest(header=self._header, split=split)
-        return convert.class_weights_from_proto(self._stub.ClassWeights(req, timeout=timeout))
+        future = self._stub.ClassWeights.future(req, timeout=timeout)
+        return Pending(future, convert.class_weights_from_proto)
 
-    def embed(self, call: EmbedCall, timeout: float) -> np.ndarray:
-        reply = self._stub.Embed(convert.embed_call_to_proto(call, self._header), timeout=timeout)
+    def embed(self, call: EmbedCall, timeout: float) -> Pending[np.ndarray]:
+        request = convert.embed_call_to_proto(call, self._header)
         # The width depends on the method (baselines send several slots); the engine checks it.
         shape = (len(call.rows), None)
-        return convert.embedding_from_proto(reply, round_id=call.round_id, expect_shape=shape)
-
-    def fuse(self, call: FuseCall, timeout: float) -> FuseResult:
-        reply = self._stub.Fuse(convert.fuse_call_to_proto(call, self._header), timeout=timeout)
-        return convert.fuse_result_from_proto(
-            reply, round_id=call.round_id, expect_shape=(None, None)
+        return Pending(
+            self._stub.Embed.future(request, timeout=timeout),
+            lambda reply: convert.embedding_from_proto(
+                reply, round_id=call.round_id, expect_shape=shape, wire=self._wire
+            ),
         )
 
-    def backward(self, call: BackwardCall, timeout: float) -> None:
-        self._stub.Backward(convert.backward_call_to_proto(call, self._header), timeout=timeout)
+    def fuse(self, call: FuseCall, timeout: float) -> Pending[FuseResult]:
+        request = convert.fuse_call_to_proto(call, self._header, self._wire)
+        return Pending(
+            self._stub.Fuse.future(request, timeout=timeout),
+            lambda reply: convert.fuse_result_from_proto(
+                reply, round_id=call.round_id, expect_shape=(None, None), wire=self._wire
+            ),
+        )
 
-    def checkpoint(self, round_id: int, timeout: float) -> bool:
+    def backward(self, call: BackwardCall, timeout: float) -> Pending[None]:
+        request = convert.backward_call_to_proto(call, self._header, self._wire)
+        return Pending(self._stub.Backward.future(request, timeout=timeout), _nothing)
+
+    def train(self, call: TrainCall, timeout: float) -> Pending[TrainResult]:
+        request = convert.train_call_to_proto(call, self._header, self._wire)
+        return Pending(
+            self._stub.Train.future(request, timeout=timeout),
+            lambda reply: convert.train_result_from_proto(reply, call, wire=self._wire),
+        )
+
+    def checkpoint(self, round_id: int, timeout: float) -> Pending[bool]:
         req = convert.checkpoint_call_to_proto(round_id, self._header)
-        reply = self._stub.Checkpoint(req, timeout=timeout)
-        return convert.checkpoint_reply_from_proto(reply, round_id=round_id)
-
-    def predict(self, call: PredictCall, timeout: float) -> np.ndarray:
-        reply = self._stub.Predict(
-            convert.predict_call_to_proto(call, self._header), timeout=timeout
+        return Pending(
+            self._stub.Checkpoint.future(req, timeout=timeout),
+            lambda reply: convert.checkpoint_reply_from_proto(reply, round_id=round_id),
         )
-        return convert.probabilities_from_proto(reply, request_id=call.request_id)
 
-    def score(self, call: ScoreCall, timeout: float) -> ScoreResult:
-        reply = self._stub.Score(convert.score_call_to_proto(call, self._header), timeout=timeout)
-        return convert.score_reply_from_proto(reply)
+    def predict(self, call: PredictCall, timeout: float) -> Pending[np.ndarray]:
+        request = convert.predict_call_to_proto(call, self._header, self._wire)
+        return Pending(
+            self._stub.Predict.future(request, timeout=timeout),
+            lambda reply: convert.probabilities_from_proto(reply, request_id=call.request_id),
+        )
 
-    def shutdown(self, reason: str, timeout: float) -> None:
+    def score(self, call: ScoreCall, timeout: float) -> Pending[ScoreResult]:
+        request = convert.score_call_to_proto(call, self._header)
+        future = self._stub.Score.future(request, timeout=timeout)
+        return Pending(future, convert.score_reply_from_proto)
+
+    def shutdown(self, reason: str, timeout: float) -> Pending[None]:
         req = vfl_pb2.ShutdownRequest(header=self._header, reason=reason)
-        self._stub.Shutdown(req, timeout=timeout)
+        return Pending(self._stub.Shutdown.future(req, timeout=timeout), _nothing)
 
     # PSI alignment (vfl_core.psi)
-    def psi_blind(self, split: str, session: str, timeout: float) -> list[bytes]:
+    def psi_blind(self, split: str, session: str, timeout: float) -> Pending[list[bytes]]:
         req = convert.psi_blind_request(split, session, self._header)
-        return convert.psi_points_from_proto(self._stub.PsiBlind(req, timeout=timeout))
+        return Pending(
+            self._stub.PsiBlind.future(req, timeout=timeout), convert.psi_points_from_proto
+        )
 
-    def psi_apply(self, call: PsiCall, timeout: float) -> list[bytes]:
-        reply = self._stub.PsiApply(convert.psi_apply_to_proto(call, self._header), timeout=timeout)
-        return convert.psi_points_from_proto(reply, count=len(call.points))
+    def psi_apply(self, call: PsiCall, timeout: float) -> Pending[list[bytes]]:
+        request = convert.psi_apply_to_proto(call, self._header)
+        return Pending(
+            self._stub.PsiApply.future(request, timeout=timeout),
+            lambda reply: convert.psi_points_from_proto(reply, count=len(call.points)),
+        )
 
-    def psi_keys(self, call: PsiCall, timeout: float) -> None:
-        self._stub.PsiKeys(convert.psi_keys_to_proto(call, self._header), timeout=timeout)
+    def psi_keys(self, call: PsiCall, timeout: float) -> Pending[None]:
+        request = convert.psi_keys_to_proto(call, self._header)
+        return Pending(self._stub.PsiKeys.future(request, timeout=timeout), _nothing)

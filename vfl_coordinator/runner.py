@@ -93,6 +93,7 @@ def run_coordinator(
             config.deadlines,
             credentials=security.channel_credentials(),
             interceptors=[audit.client_interceptor()] if audit is not None else (),
+            wire_dtype=config.train.wire_dtype,
         )
         results = _train(config, state, transport, progress, resume)
         ending = "run finished"
@@ -148,6 +149,7 @@ def _train(
             # injected faults model rounds lost to failures, as in `vfl simulate`: no pause
             rejoin_timeout_s=None if faulty is not None else config.rejoin_timeout_s,
             align_retry_s=config.align_retry_s,
+            pipeline=config.pipeline,
         )
         checkpointer = Checkpointer(config, state, resume) if config.checkpoint_dir else None
         if checkpointer is not None:

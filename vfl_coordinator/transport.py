@@ -7,15 +7,15 @@ runs the phase without it. Clients are rebuilt when a party re-registers at a ne
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
 import grpc
 import numpy as np
 
 from vfl_coordinator.config import Deadlines
-from vfl_coordinator.party_client import PartyClient
+from vfl_coordinator.party_client import PartyClient, Pending
 from vfl_coordinator.registry import Registry
 from vfl_core.errors import VflError
 from vfl_core.protocol import (
@@ -28,6 +28,8 @@ from vfl_core.protocol import (
     PsiCall,
     ScoreCall,
     ScoreResult,
+    TrainCall,
+    TrainResult,
 )
 
 log = logging.getLogger(__name__)
@@ -50,8 +52,10 @@ class GrpcTransport:
         deadlines: Deadlines,
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+        wire_dtype: str = "float32",  # TrainConfig.wire_dtype: embeddings and gradients
     ) -> None:
         self.registry = registry
+        self.wire_dtype = wire_dtype
         self._interceptors = tuple(interceptors)
         self.run_id = run_id
         self.embed_dim = embed_dim
@@ -61,12 +65,8 @@ class GrpcTransport:
         self._psi_keys: dict[int, dict[str, PsiCall]] = {}  # re-sent to a party that rejoins
         # registry generation of each block when last reported by rejoined()
         self._seen = {b: m.generation for b, m in registry.members().items()}
-        self._pool = ThreadPoolExecutor(
-            max_workers=max(4, 2 * registry.expected), thread_name_prefix="fanout"
-        )
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
         for _, client in self._clients.values():
             client.close()
 
@@ -87,6 +87,7 @@ class GrpcTransport:
             self._credentials,
             self._interceptors,
             target_name=member.info.party_id if self._credentials is not None else None,
+            wire_dtype=self.wire_dtype,
         )
         self._clients[block] = (member.generation, client)
         for call in self._psi_keys.get(block, {}).values() if cached is not None else ():
@@ -96,7 +97,8 @@ class GrpcTransport:
     def _resend_psi_keys(self, block: int, client: PartyClient, call: PsiCall) -> None:
         """A party that registered again (a new process) needs its PSI values for the digests."""
         try:
-            client.psi_keys(call, self._psi_timeout(len(call.points)))
+            timeout = self._psi_timeout(len(call.points))
+            client.psi_keys(call, timeout).result(timeout + _SLACK_S)
         except (grpc.RpcError, VflError) as err:
             log.warning("PsiKeys (%s) to rejoined block %d failed: %s", call.split, block, err)
 
@@ -127,6 +129,17 @@ class GrpcTransport:
     def backward(self, calls: dict[int, BackwardCall]) -> set[int]:
         t = self.deadlines.backward
         return set(self._fan_out(calls, lambda c, call: c.backward(call, t), t, "Backward"))
+
+    def train(self, calls: dict[int, TrainCall]) -> Callable[[], dict[int, TrainResult]]:
+        """Start the pipelined calls now; the function returned waits for them. Each call's
+        deadline is its phases' deadlines added up."""
+        pending = self._start(calls, lambda c, call: c.train(call, self._timeout(call)), "Train")
+        longest = max((self._timeout(c) for c in calls.values()), default=0.0)
+        return lambda: self._collect(pending, longest, "Train")
+
+    def _timeout(self, call: TrainCall) -> float:
+        d = self.deadlines
+        return len(call.backward) * d.backward + len(call.fuse) * d.fuse + len(call.embed) * d.embed
 
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
         t = self.deadlines.predict
@@ -183,23 +196,37 @@ class GrpcTransport:
     def _fan_out(
         self,
         calls: Mapping[int, C],
-        method: Callable[[PartyClient, C], R],
+        method: Callable[[PartyClient, C], Pending[R]],
         timeout: float,
         rpc: str,
     ) -> dict[int, R]:
-        futures = {}
+        """Start every call (grpc futures, from this thread), then wait for all."""
+        return self._collect(self._start(calls, method, rpc), timeout, rpc)
+
+    def _start(
+        self, calls: Mapping[int, C], method: Callable[[PartyClient, C], Pending[R]], rpc: str
+    ) -> dict[int, Pending[R]]:
+        pending = {}
         for block, call in sorted(calls.items()):
             client = self.client(block)
-            if client is not None:
-                futures[block] = self._pool.submit(method, client, call)
-        wait(list(futures.values()), timeout=timeout + _SLACK_S)
-        answers: dict[int, R] = {}
-        for block, future in futures.items():
-            if not future.done():
-                log.warning("%s to block %d: no answer within %.1fs", rpc, block, timeout)
+            if client is None:
                 continue
             try:
-                answers[block] = future.result()
+                pending[block] = method(client, call)
+            except VflError as err:  # a request that cannot be encoded (a local bug)
+                log.warning("%s to block %d not sent: %s", rpc, block, err)
+        return pending
+
+    def _collect(self, pending: Mapping[int, Pending[R]], timeout: float, rpc: str) -> dict[int, R]:
+        """The answers that arrive within the deadline (grpc ends each call at its own)."""
+        deadline = time.monotonic() + timeout + _SLACK_S
+        answers: dict[int, R] = {}
+        for block, call in pending.items():
+            try:
+                answers[block] = call.result(max(0.0, deadline - time.monotonic()))
+            except grpc.FutureTimeoutError:
+                log.warning("%s to block %d: no answer within %.1fs", rpc, block, timeout)
+                call.future.cancel()
             except grpc.RpcError as err:
                 log.warning(
                     "%s to block %d failed: %s %s", rpc, block, err.code().name, err.details()

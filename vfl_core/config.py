@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 from vfl_core.method_spec import MethodSpec
 from vfl_core.methods import METHODS as METHODS  # re-exported: the registry's method names
 from vfl_core.methods import REGISTRY, method_spec, unknown_method
+from vfl_core.quantize import WireDtype
 
 
 def _known_method(name: str) -> str:
@@ -60,6 +61,25 @@ class TrainConfig(_Frozen):
     # objective exactly. No effect when every party holds labels, or for the baselines.
     serve_feature_only: bool = True
     model: ModelConfig = ModelConfig()
+    # How embeddings and gradients travel (vfl_core.quantize): float32 is lossless; float16,
+    # bfloat16 and int8 (one scale per row) round what crosses the wire, in both transports.
+    wire_dtype: WireDtype = "float32"
+    # Pipelined rounds (vfl_core.pipeline). 0: exact, bit-identical to the sequential engine (one
+    # round at a time; a round's Backward travels with the next round's Embed). S >= 1 changes
+    # the math: (S + 1) // 2 rounds per call and two calls in flight per party, so an embedding
+    # may miss up to S earlier rounds of its party's updates (bounded staleness).
+    staleness: int = Field(0, ge=0, le=63)
+
+    @property
+    def rounds_per_call(self) -> int:
+        """Rounds whose phases one pipelined call carries: 1 when exact."""
+        return max(1, (self.staleness + 1) // 2)
+
+    @property
+    def rounds_kept(self) -> int:
+        """Embedded rounds a party keeps for their Fuse and Backward: the one in progress when
+        exact; with staleness, the blocks of the two calls in flight and the newest."""
+        return 1 if self.staleness == 0 else 3 * self.rounds_per_call
 
     @property
     def spec(self) -> MethodSpec:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from tqdm import tqdm
 
-from vfl_core import psi
+from vfl_core import pipeline, psi
 from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
@@ -164,6 +164,9 @@ class Federation:
     _realign_due: bool = field(init=False, default=False)
     pauses: list[Pause] = field(init=False, default_factory=list)
     _paused_since: float | None = field(init=False, default=None)
+    # Rounds through vfl_core.pipeline (a round's Backward travels with the next Embed; with
+    # TrainConfig.staleness, several rounds per call); False: Embed, Fuse, Backward one by one.
+    pipeline: bool = True
     cursor: Cursor = field(init=False, default_factory=Cursor)
     last_checkpoint: int = field(init=False, default=-1)
     infos: dict[int, PartyInfo] = field(init=False)
@@ -182,6 +185,8 @@ class Federation:
             raise ConfigError(f"alignment must be hmac or psi, not {self.alignment!r}")
         if self.config.balance == "resample" and self.task == REGRESSION:
             raise ConfigError("balance 'resample' balances classes: not for a regression task")
+        if self.config.staleness and not self.pipeline:
+            raise ConfigError("staleness needs the pipelined engine (pipeline=True)")
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
 
     # ------------------------------------------------------------------ alignment
@@ -306,15 +311,15 @@ class Federation:
         start = time.perf_counter() - c.seconds
         plan = self.plan(epoch)  # a pure function of (seed, epoch): a resumed run skips its head
         bar = tqdm(
-            plan[c.position :],
+            self._rounds(epoch, plan[c.position :]),
             desc=f"epoch {epoch + 1}/{self.config.epochs}",
             initial=c.position,
             total=len(plan),
             disable=not self.progress,
             leave=False,
         )
-        for batch in bar:
-            record = self._round_when_up(epoch, batch)
+        for record in bar:
+            batch = plan[c.position]  # records come in plan order
             self.round_id += 1
             c.position += 1
             c.losses.extend(record.losses.values())
@@ -336,6 +341,34 @@ class Federation:
         if self.on_epoch is not None:
             self.on_epoch(summary)
         return summary
+
+    def _rounds(self, epoch: int, batches: Sequence[Batch]) -> Iterator[RoundRecord]:
+        """The records of `batches`' rounds, in order, as each finishes (self.round_id is the
+        next round's id whenever this resumes). The pipeline drains at every checkpoint round,
+        so a checkpoint holds whole rounds, and when no party that can train is up: the rounds
+        of a pause run one by one (`_round_when_up`), and the pipeline starts again after it."""
+        if not self.pipeline or self.spec.program is not None:  # (a method's own phases)
+            for batch in batches:
+                yield self._round_when_up(epoch, batch)
+            return
+        every = self.checkpoint_every or len(batches) + self.round_id + 1
+        start = 0
+        while start < len(batches):
+            if self._pause_due():
+                yield self._round_when_up(epoch, batches[start])
+                start += 1
+                continue
+            end = start + (every - self.round_id % every)  # up to the next checkpoint round
+            rounds = pipeline.run(
+                self, epoch, batches[start:end], self.round_id, stop=self._pause_due
+            )
+            for record in rounds:
+                start += 1
+                yield record
+
+    def _pause_due(self) -> bool:
+        """Whether training must pause: pausing is on and no party that can train is up."""
+        return self.rejoin_timeout_s is not None and not self._heads_up()
 
     def _summary(self, epoch: int, rounds: int, seconds: float) -> EpochSummary:
         c = self.cursor
@@ -436,14 +469,14 @@ class Federation:
                 "training resumes at round %d after a pause of %.1fs", self.round_id, seconds
             )
 
-    def _poll_rejoins(self) -> None:
+    def _poll_rejoins(self, tick: int | None = None) -> None:
         """Parties that registered again since the last round are called again at once."""
         for block in sorted(self.transport.rejoined()):
             if block in self.unaligned or block not in self.infos:
                 self._realign_due = True  # it holds samples the plan lacks
             if self.alignment == "psi":
                 self._resend_psi_keys(block)
-            self.liveness.rejoined(block, self._tick)
+            self.liveness.rejoined(block, self._tick if tick is None else tick)
 
     def _resend_psi_keys(self, block: int) -> None:
         """A restarted party has lost the PSI values of its rows (its batch digests use them):
@@ -507,18 +540,42 @@ class Federation:
     ) -> dict[int, FuseResult]:
         """Fuse at each head party of the method (and at the live label-only holders where the
         method's heads serve feature-only blocks); keep the answers whose gradients fit."""
-        labels, size = self.label_blocks, len(batch.index)
-        heads = self.spec.fuse_parties(sorted(embeddings), labels, holders)
-        calls = {k: self._fuse_call(k, round_id, epoch, embeddings, callees, batch) for k in heads}
+        calls = self._fuse_calls(round_id, epoch, embeddings, callees, batch, holders)
         fused = self.transport.fuse(calls) if calls else {}
+        return self._fused(calls, fused, callees, len(batch.index), where)
+
+    def _fuse_calls(
+        self,
+        round_id: int,
+        epoch: int,
+        embeddings: dict[int, np.ndarray],
+        callees: tuple[int, ...],
+        batch: Batch,
+        holders: tuple[int, ...],
+    ) -> dict[int, FuseCall]:
+        """One FuseCall per head party of the method (label-only holders included)."""
+        heads = self.spec.fuse_parties(sorted(embeddings), self.label_blocks, holders)
+        return {k: self._fuse_call(k, round_id, epoch, embeddings, callees, batch) for k in heads}
+
+    def _fused(
+        self,
+        calls: dict[int, FuseCall],
+        fused: dict[int, FuseResult],
+        callees: tuple[int, ...],
+        size: int,
+        where: str,
+        tick: int | None = None,
+    ) -> dict[int, FuseResult]:
+        """The answers whose gradients fit; every head party's liveness recorded."""
         fused = {
             k: r
             for k, r in fused.items()
-            if all(
+            if k in calls
+            and all(
                 _ok(r.grads.get(b), (size, self._width(b, callees))) for b in calls[k].embeddings
             )
         }
-        self._record(heads, fused, "fuse", where)
+        self._record(calls, fused, "fuse", where, tick=tick)
         return fused
 
     def _fuse_call(
@@ -551,6 +608,7 @@ class Federation:
         phase: str,
         where: str,
         immediate: bool = False,
+        tick: int | None = None,
     ) -> dict[int, np.ndarray]:
         good = {
             b: a
@@ -559,7 +617,7 @@ class Federation:
         }
         for b in answers.keys() - good.keys():
             log.warning("%s: %s answer of block %d refused (shape/dtype/NaN)", where, phase, b)
-        self._record(callees, good, phase, where, immediate)
+        self._record(callees, good, phase, where, immediate, tick)
         return good
 
     def _record(
@@ -569,13 +627,15 @@ class Federation:
         phase: str,
         where: str,
         immediate: bool = False,
+        tick: int | None = None,
     ) -> None:
+        tick = self._tick if tick is None else tick
         for b in expected:
             if b in got:
-                self.liveness.answered(b, self._tick)
+                self.liveness.answered(b, tick)
             else:
                 log.info("%s: block %d missed %s", where, b, phase)
-                self.liveness.failed(b, self._tick, phase, immediate)
+                self.liveness.failed(b, tick, phase, immediate)
 
     @property
     def _tick(self) -> int:

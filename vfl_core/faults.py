@@ -17,7 +17,7 @@ transport, on timing or on how often the engine asks. Inference calls pass untou
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -32,6 +32,8 @@ from vfl_core.protocol import (
     PredictCall,
     ScoreCall,
     ScoreResult,
+    TrainCall,
+    TrainResult,
     Transport,
 )
 from vfl_core.seeding import Stream, rng
@@ -128,6 +130,26 @@ class FaultyTransport:
             return set()
         round_id = next(iter(calls.values())).round_id
         return self.inner.backward(self._deliver(calls, round_id, "backward"))
+
+    def train(self, calls: dict[int, TrainCall]) -> Callable[[], dict[int, TrainResult]]:
+        """Pipelined calls, faulted step by step as the sequential engine's calls are: each
+        round's Backward with the failures as they stood, then each new round's failures drawn
+        (advance) before its Embed is delivered; Fuse with its round's draws."""
+        kept: dict[int, dict[str, list]] = {
+            b: {"backward": [], "fuse": [], "embed": []} for b in calls
+        }
+        for phase in ("backward", "fuse", "embed"):
+            steps = [(b, s) for b, c in calls.items() for s in getattr(c, phase)]
+            for round_id in sorted({s.round_id for _, s in steps}):
+                if phase == "embed":
+                    self.advance(round_id)
+                these = {b: s for b, s in steps if s.round_id == round_id}
+                for b, s in self._deliver(these, round_id, phase).items():
+                    kept[b][phase].append(s)
+        reduced = {
+            b: TrainCall(**{k: tuple(v) for k, v in parts.items()}) for b, parts in kept.items()
+        }
+        return self.inner.train({b: c for b, c in reduced.items() if c})
 
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
         if self.faults.at_inference:

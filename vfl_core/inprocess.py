@@ -2,18 +2,22 @@
 
 It behaves like the gRPC transport as far as the engine can tell: a party that refuses a call
 (ProtocolError) is simply absent from the answer, and every answer is a copy, so no party holds
-a reference to another party's arrays.
+a reference to another party's arrays. Embeddings and gradients are rounded to the run's wire
+dtype (vfl_core.quantize) exactly where the gRPC transport encodes them: a party's embedding and
+its head's gradients as they leave it, the embeddings and the summed gradient as the coordinator
+sends them on.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 import numpy as np
 
-from vfl_core.errors import VflError
+from vfl_core.errors import ConfigError, VflError
 from vfl_core.party import Party
 from vfl_core.protocol import (
     BackwardCall,
@@ -25,7 +29,10 @@ from vfl_core.protocol import (
     PsiCall,
     ScoreCall,
     ScoreResult,
+    TrainCall,
+    TrainResult,
 )
+from vfl_core.quantize import round_trip
 
 log = logging.getLogger(__name__)
 C = TypeVar("C")
@@ -37,11 +44,19 @@ class InProcessTransport:
         self,
         parties: Mapping[int, Party],
         saver: Callable[[Party, int], None] | None = None,
+        wire_dtype: str | None = None,
     ) -> None:
         """`saver(party, round_id)` writes a party's checkpoint; without one, checkpoints are
-        no-ops (a simulation keeps its parties in memory)."""
+        no-ops (a simulation keeps its parties in memory). `wire_dtype`: how embeddings and
+        gradients travel (default: the parties' TrainConfig.wire_dtype)."""
         self.parties = dict(sorted(parties.items()))
         self.saver = saver
+        if wire_dtype is None:
+            configs = {p.config.wire_dtype for p in self.parties.values()} or {"float32"}
+            if len(configs) > 1:
+                raise ConfigError(f"parties disagree on the wire dtype: {sorted(configs)}")
+            wire_dtype = configs.pop()
+        self.wire_dtype = wire_dtype
 
     def infos(self) -> dict[int, PartyInfo]:
         return {b: p.info for b, p in self.parties.items()}
@@ -53,16 +68,53 @@ class InProcessTransport:
         return self.parties[block].class_weights(split)
 
     def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
-        return self._fan_out(calls, lambda p, c: p.embed(c).copy())
+        return self._fan_out(calls, lambda p, c: self._wire(p.embed(c)).copy())
 
     def fuse(self, calls: dict[int, FuseCall]) -> dict[int, FuseResult]:
-        return self._fan_out(calls, Party.fuse)
+        return self._fan_out(calls, lambda p, c: self._received(p.fuse(self._sent_fuse(c))))
 
     def backward(self, calls: dict[int, BackwardCall]) -> set[int]:
-        return set(self._fan_out(calls, Party.backward))
+        return set(self._fan_out(calls, lambda p, c: p.backward(self._sent_backward(c))))
+
+    def train(self, calls: dict[int, TrainCall]) -> Callable[[], dict[int, TrainResult]]:
+        """Runs the calls at once, in block order (what the engine relies on in any transport:
+        each party sees its calls in the order they were started)."""
+
+        def train(party: Party, call: TrainCall) -> TrainResult:
+            sent = TrainCall(
+                tuple(self._sent_backward(c) for c in call.backward),
+                tuple(self._sent_fuse(c) for c in call.fuse),
+                call.embed,
+            )
+            r = party.train(sent)
+            fused = {k: self._received(f) for k, f in r.fused.items()}
+            embeddings = {k: self._wire(e).copy() for k, e in r.embeddings.items()}
+            return TrainResult(r.stepped, fused, embeddings, r.stopped)
+
+        answers = self._fan_out(calls, train)
+        return lambda: answers
 
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
-        return self._fan_out(calls, Party.predict)
+        def predict(party: Party, call: PredictCall) -> np.ndarray:
+            return party.predict(replace(call, embeddings=self._wire_map(call.embeddings)))
+
+        return self._fan_out(calls, predict)
+
+    def _wire(self, array: np.ndarray) -> np.ndarray:
+        """What the receiver of `array` gets (itself when the wire is lossless)."""
+        return round_trip(array, self.wire_dtype)
+
+    def _wire_map(self, arrays: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+        return {b: self._wire(a) for b, a in arrays.items()}
+
+    def _sent_fuse(self, call: FuseCall) -> FuseCall:
+        return replace(call, embeddings=self._wire_map(call.embeddings))
+
+    def _sent_backward(self, call: BackwardCall) -> BackwardCall:
+        return replace(call, grad=None if call.grad is None else self._wire(call.grad))
+
+    def _received(self, result: FuseResult) -> FuseResult:
+        return FuseResult(result.loss, self._wire_map(result.grads))
 
     def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
         return self._fan_out({block: call}, Party.score).get(block)

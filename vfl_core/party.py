@@ -21,10 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from vfl_core import stash
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit, labelled_rows_only
-from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
+from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError, VflError
 from vfl_core.laser import Subset, fuse_mean, sampled_loss
 from vfl_core.method_spec import SHARED, HeadTask
 from vfl_core.model_bank import ModelBank
@@ -37,6 +38,8 @@ from vfl_core.protocol import (
     PredictCall,
     ScoreCall,
     ScoreResult,
+    TrainCall,
+    TrainResult,
 )
 from vfl_core.psi import PartyPsi, check_keys
 from vfl_core.scoring import score_batch
@@ -59,6 +62,7 @@ class _Round:
     # batch's labels (label-only rows: it fuses, embeds nothing and has nothing to update)
     embedding: torch.Tensor | None
     wire: np.ndarray | None  # what was sent
+    stashes: list[stash.Stash] | None = None  # with staleness: the slots' weights it used
     fuse_result: FuseResult | None = None
     own_grad: torch.Tensor | None = None  # dL_k/dE_k from the party's own heads
     stepped: bool = False
@@ -87,7 +91,10 @@ class Party:
         self._psi_keys: dict[str, list[bytes]] = {}  # split -> final PSI values of its rows
         self.psi = PartyPsi(max_lists=max(1, data.meta.num_blocks - 1))
         self._features: dict[str, torch.Tensor] = {}
-        self._round: _Round | None = None
+        self._rounds: dict[int, _Round] = {}  # embedded rounds awaiting Fuse or Backward
+        # ((f_k steps so far, slots), their weights): the copy rounds embedded since share
+        self._stash: tuple[tuple[int, tuple[Subset, ...]], list[stash.Stash]] | None = None
+        self._f_steps = 0
         self.last_round = -1
         meta = data.meta
         self.task = meta.task
@@ -174,8 +181,8 @@ class Party:
             x = self._batch(call.split, call.rows, call.digest)
             with torch.no_grad():
                 return self._to_wire(self._embed(x, slots, train=False))
-        current = self._round
-        if current is not None and call.round_id == current.round_id:
+        current = self._rounds.get(call.round_id)
+        if current is not None:
             if not np.array_equal(current.rows, call.rows) or current.digest != call.digest:
                 raise ProtocolError(f"round {call.round_id}: embed repeated with other rows")
             if current.wire is None:
@@ -186,19 +193,43 @@ class Party:
                 f"round {call.round_id} is stale: party is at round {self.last_round}"
             )
         x = self._batch(call.split, call.rows, call.digest)
-        embedding = self._embed(x, slots, train=True)  # (B, len(slots) * d)
+        stashes = self._stashes(slots) if self.config.staleness else None
+        embedding = self._embed(x, slots, train=True, stashes=stashes)  # (B, len(slots) * d)
         wire = self._to_wire(embedding)
-        self._round = _Round(call.round_id, call.rows, call.digest, slots, embedding, wire)
-        self.last_round = call.round_id
+        self._start(_Round(call.round_id, call.rows, call.digest, slots, embedding, wire, stashes))
         return wire
 
-    def _embed(self, x: torch.Tensor, slots: list[Subset], train: bool) -> torch.Tensor:
+    def _start(self, state: _Round) -> _Round:
+        """Keep a new round (and the few before it the configuration keeps in flight)."""
+        self.last_round = max(self.last_round, state.round_id)
+        keep = self.last_round - self.config.rounds_kept
+        self._rounds = {r: s for r, s in self._rounds.items() if r > keep}
+        self._rounds[state.round_id] = state
+        return state
+
+    def _embed(
+        self,
+        x: torch.Tensor,
+        slots: list[Subset],
+        train: bool,
+        stashes: list[stash.Stash] | None = None,
+    ) -> torch.Tensor:
         outputs = []
-        for key in slots:
+        for i, key in enumerate(slots):
             model = self.models.rep(key)
             model.train(train)
-            outputs.append(model(x))  # (B, d)
+            if stashes is None:
+                outputs.append(model(x))  # (B, d)
+            else:
+                outputs.append(stash.forward(model, stashes[i], x))  # (B, d)
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
+
+    def _stashes(self, slots: list[Subset]) -> list[stash.Stash]:
+        """Copies of the slots' weights, shared by the rounds embedded before f_k steps again."""
+        key = (self._f_steps, tuple(slots))
+        if self._stash is None or self._stash[0] != key:
+            self._stash = (key, [stash.snapshot(self.models.rep(k)) for k in slots])
+        return self._stash[1]
 
     def fuse(self, call: FuseCall) -> FuseResult:
         if not self.data.meta.has_labels:
@@ -244,13 +275,16 @@ class Party:
         """The round of a batch whose labels the party holds but not its features (rows of
         its label-only part of the train split): it starts at Fuse, as Embed starts others."""
         assert call.rows is not None
-        current = self._round
-        if current is not None and call.round_id == current.round_id:
+        current = self._rounds.get(call.round_id)
+        if current is not None:
             same = np.array_equal(current.rows, call.rows) and current.digest == call.digest
             if current.embedding is not None or not same:
                 raise ProtocolError(f"round {call.round_id}: fuse repeated with other rows")
             return current
-        if call.round_id <= self.last_round:
+        # With staleness the Fuse lane may reach a party after its Embed lane has started
+        # later rounds: a labels-only round within the rounds kept is not stale.
+        oldest = self.last_round - (self.config.rounds_kept if self.config.staleness else 0)
+        if call.round_id <= oldest:
             raise StaleRoundError(
                 f"round {call.round_id} is stale: party is at round {self.last_round}"
             )
@@ -260,9 +294,7 @@ class Party:
                 f"round {call.round_id}: party {self.party_id} holds features of some rows of "
                 f"this batch; it embeds them instead of fusing on labels only"
             )
-        self._round = _Round(call.round_id, call.rows, call.digest, [], None, None)
-        self.last_round = call.round_id
-        return self._round
+        return self._start(_Round(call.round_id, call.rows, call.digest, [], None, None))
 
     def _train_heads(
         self,
@@ -330,9 +362,43 @@ class Party:
         self.models.set_lr(opts, call.epoch)
         for opt in opts:
             opt.zero_grad(set_to_none=True)
-        state.embedding.backward(grad)
+        if state.stashes is None:
+            state.embedding.backward(grad)
+        else:  # through the weights that computed it (vfl_core.stash)
+            models = [self.models.rep(k) for k in state.slots]
+            stash.backward_into(state.embedding, grad, models, state.stashes)
         for opt in opts:
             opt.step()
+        self._f_steps += 1
+
+    def train(self, call: TrainCall) -> TrainResult:
+        """A pipelined call (vfl_core.pipeline): its backwards, fuses and embeds in that order.
+        Stops at the first step refused; if that is the first step, the call is refused."""
+        steps: list[tuple[str, BackwardCall | FuseCall | EmbedCall]] = [
+            *(("backward", c) for c in call.backward),
+            *(("fuse", c) for c in call.fuse),
+            *(("embed", c) for c in call.embed),
+        ]
+        stepped: list[int] = []
+        fused: dict[int, FuseResult] = {}
+        embeddings: dict[int, np.ndarray] = {}
+        for i, (phase, c) in enumerate(steps):
+            try:
+                if isinstance(c, BackwardCall):
+                    self.backward(c)
+                    stepped.append(c.round_id)
+                elif isinstance(c, FuseCall):
+                    fused[c.round_id] = self.fuse(c)
+                elif not c.train:
+                    raise ProtocolError("a pipelined call embeds training rounds only")
+                else:
+                    embeddings[c.round_id] = self.embed(c)
+            except VflError as err:
+                if i == 0:
+                    raise
+                why = f"{phase} of round {c.round_id}: {err}"
+                return TrainResult(tuple(stepped), fused, embeddings, why)
+        return TrainResult(tuple(stepped), fused, embeddings)
 
     # ----------------------------------------------------------------- inference and scoring
     def predict(self, call: PredictCall) -> np.ndarray:
@@ -438,7 +504,8 @@ class Party:
             )
         self.models.load_state_dict(state)
         self.last_round = int(state["last_round"])
-        self._round = None
+        self._rounds = {}
+        self._stash = None
 
     def parameters_vector(self) -> np.ndarray:
         """All weights flattened (for equivalence tests and fingerprints)."""
@@ -482,9 +549,9 @@ class Party:
         return target
 
     def _current(self, round_id: int, phase: str) -> _Round:
-        state = self._round
-        if state is None or state.round_id != round_id:
-            have = "none" if state is None else state.round_id
+        state = self._rounds.get(round_id)
+        if state is None:
+            have = ", ".join(map(str, sorted(self._rounds))) or "none"
             raise StaleRoundError(
                 f"{phase} for round {round_id}, but the party embedded round {have}"
             )

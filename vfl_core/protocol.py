@@ -8,6 +8,7 @@ Arrays are CPU numpy arrays: float32 for embeddings, gradients and probabilities
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -95,6 +96,30 @@ class BackwardCall:
 
 
 @dataclass(frozen=True)
+class TrainCall:
+    """Phases of one or more training rounds for one party, in one message (vfl_core.pipeline):
+    the party applies every `backward`, then every `fuse`, then every `embed`, each in round
+    order, and stops at the first it refuses."""
+
+    backward: tuple[BackwardCall, ...] = ()
+    fuse: tuple[FuseCall, ...] = ()
+    embed: tuple[EmbedCall, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.backward or self.fuse or self.embed)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What ran of a TrainCall: rounds stepped, fused and embedded, and why it stopped early."""
+
+    stepped: tuple[int, ...] = ()
+    fused: dict[int, FuseResult] = field(default_factory=dict)  # round -> the head's answer
+    embeddings: dict[int, np.ndarray] = field(default_factory=dict)  # round -> (B, slots * d)
+    stopped: str = ""
+
+
+@dataclass(frozen=True)
 class PredictCall:
     """Predict h_{k,O} from the embeddings of the observed set O (which includes the party, or
     for LASER-VFL holds no label party at all: then the party's head serves the others)."""
@@ -162,6 +187,14 @@ class Transport(Protocol):
     def backward(self, calls: dict[int, BackwardCall]) -> set[int]: ...
 
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]: ...
+
+    def train(self, calls: dict[int, TrainCall]) -> Callable[[], dict[int, TrainResult]]:
+        """Start one TrainCall per party; the returned function waits for the answers (a party
+        that failed or missed the deadline is absent). A transport may run the calls at once
+        (in process) or in the background (gRPC): the engine keeps at most one call with
+        backward/embed and one with fuse in flight per party, and results never depend on how
+        those two interleave (they touch f_k and g_k respectively)."""
+        ...
 
     def score(self, block: int, call: ScoreCall) -> ScoreResult | None: ...
 

@@ -4,10 +4,11 @@
 message as untrusted: they check dtypes, ranks, shapes, indices and finiteness and raise
 `ProtocolError` (one readable line naming the field) before anything reaches vfl_core.
 
-Wire dtypes: rows and predicted classes int64 (B,); embeddings, gradients and probabilities
-float32 (B, d) / (B, C); class weights float32 (N,); scores (positive-class probabilities or
-predicted values) float32 (B,); confusion counts int64 (C, C); AUC histograms int64 (2, bins);
-regression sums float64 (5,).
+Wire dtypes: rows and predicted classes int64 (B,); embeddings and gradients (B, d) in the run's
+wire dtype (float32 unless TrainConfig.wire_dtype says float16, bfloat16 or int8; decoded to
+float32 here, vfl_core.quantize); probabilities float32 (B, C); class weights float32 (N,);
+scores (positive-class probabilities or predicted values) float32 (B,); confusion counts int64
+(C, C); AUC histograms int64 (2, bins); regression sums float64 (5,).
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ from vfl_core.protocol import (
     SamplePrediction,
     ScoreCall,
     ScoreResult,
+    TrainCall,
+    TrainResult,
 )
 from vfl_core.psi import POINT_BYTES, check_session, pack, unpack
+from vfl_core.quantize import LOSSLESS
 from vfl_core.scoring import SUMS
 from vfl_core.tasks import CLASSIFICATION, TASKS
-from vfl_wire.tensors import Shape, decode_array, encode_array
+from vfl_wire.tensors import Shape, decode_array, decode_float, encode_array, encode_float
 from vfl_wire.v1 import vfl_pb2
 
 Matrix = tuple[int | None, int | None]  # expected (rows, columns); None = any
@@ -123,12 +127,13 @@ def _index_vector(t: vfl_pb2.Tensor, what: str, length: int | None = None) -> np
     return a
 
 
-def _matrix(t: vfl_pb2.Tensor, what: str, expect: Shape = ANY2) -> np.ndarray:
-    return decode_array(t, what=what, expect_dtype="float32", expect_shape=expect)
+def _matrix(t: vfl_pb2.Tensor, what: str, expect: Shape = ANY2, wire: str = LOSSLESS) -> np.ndarray:
+    """(B, d) float32, sent as float32 or (embeddings, gradients) in the run's wire dtype."""
+    return decode_float(t, wire, what=what, expect_shape=expect)
 
 
 def _block_map(
-    m: Mapping[int, vfl_pb2.Tensor], what: str, expect: Matrix = ANY2
+    m: Mapping[int, vfl_pb2.Tensor], what: str, expect: Matrix = ANY2, wire: str = LOSSLESS
 ) -> dict[int, np.ndarray]:
     """block -> (B, d) float32; every entry must have the same shape (one batch, one d)."""
     out: dict[int, np.ndarray] = {}
@@ -137,7 +142,7 @@ def _block_map(
         name = f"{what} for block {block}"
         if block < 0:
             raise ProtocolError(f"{name}: negative block index")
-        out[block] = _matrix(m[block], name, shape)
+        out[block] = _matrix(m[block], name, shape, wire)
         shape = out[block].shape
     return out
 
@@ -152,6 +157,13 @@ def _blocks(values: Sequence[int], what: str) -> tuple[int, ...]:
 
 def _encode_map(arrays: Mapping[K, np.ndarray], what: str) -> dict[K, vfl_pb2.Tensor]:
     return {k: encode_array(v, what=f"{what} {k}") for k, v in arrays.items()}
+
+
+def _encode_floats(
+    arrays: Mapping[int, np.ndarray], what: str, wire: str
+) -> dict[int, vfl_pb2.Tensor]:
+    """block -> embedding or gradient in the wire dtype."""
+    return {k: encode_float(v, wire, what=f"{what} {k}") for k, v in arrays.items()}
 
 
 def _require(msg: Message, field: str, what: str) -> None:
@@ -190,7 +202,7 @@ def class_weights_from_proto(reply: vfl_pb2.ClassWeightsReply) -> np.ndarray | N
     )
 
 
-def embed_call_to_proto(call: EmbedCall, h: vfl_pb2.Header) -> vfl_pb2.EmbedRequest:
+def embed_call_to_proto(call: EmbedCall, h: vfl_pb2.Header | None) -> vfl_pb2.EmbedRequest:
     return vfl_pb2.EmbedRequest(
         header=h,
         round_id=call.round_id,
@@ -213,26 +225,30 @@ def embed_call_from_proto(req: vfl_pb2.EmbedRequest) -> EmbedCall:
     )
 
 
-def embedding_to_proto(round_id: int, embedding: np.ndarray) -> vfl_pb2.EmbedReply:
+def embedding_to_proto(
+    round_id: int, embedding: np.ndarray, wire: str = LOSSLESS
+) -> vfl_pb2.EmbedReply:
     return vfl_pb2.EmbedReply(
-        round_id=round_id, embedding=encode_array(embedding, what="embedding")
+        round_id=round_id, embedding=encode_float(embedding, wire, what="embedding")
     )
 
 
 def embedding_from_proto(
-    reply: vfl_pb2.EmbedReply, *, round_id: int, expect_shape: Matrix = ANY2
+    reply: vfl_pb2.EmbedReply, *, round_id: int, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
 ) -> np.ndarray:
     """(B, d) float32 embedding of the round `round_id` (StaleRoundError for another round)."""
     check_round(reply.round_id, round_id, what="embed reply")
-    return _matrix(reply.embedding, "embedding", expect_shape)
+    return _matrix(reply.embedding, "embedding", expect_shape, wire)
 
 
-def fuse_call_to_proto(call: FuseCall, h: vfl_pb2.Header) -> vfl_pb2.FuseRequest:
+def fuse_call_to_proto(
+    call: FuseCall, h: vfl_pb2.Header | None, wire: str = LOSSLESS
+) -> vfl_pb2.FuseRequest:
     req = vfl_pb2.FuseRequest(
         header=h,
         round_id=call.round_id,
         epoch=call.epoch,
-        embeddings=_encode_map(call.embeddings, "embedding for block"),
+        embeddings=_encode_floats(call.embeddings, "embedding for block", wire),
         blocks=call.blocks,
         label_blocks=call.label_blocks,
     )
@@ -242,14 +258,16 @@ def fuse_call_to_proto(call: FuseCall, h: vfl_pb2.Header) -> vfl_pb2.FuseRequest
     return req
 
 
-def fuse_call_from_proto(req: vfl_pb2.FuseRequest, *, expect_shape: Matrix = ANY2) -> FuseCall:
+def fuse_call_from_proto(
+    req: vfl_pb2.FuseRequest, *, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
+) -> FuseCall:
     rows = _index_vector(req.rows, "fuse rows") if req.HasField("rows") else None
     if rows is None and req.digest:
         raise ProtocolError("fuse digest: present without rows")
     return FuseCall(
         round_id=req.round_id,
         epoch=req.epoch,
-        embeddings=_block_map(req.embeddings, "embedding", expect_shape),
+        embeddings=_block_map(req.embeddings, "embedding", expect_shape, wire),
         blocks=_blocks(req.blocks, "fuse blocks"),
         label_blocks=_blocks(req.label_blocks, "fuse label blocks"),
         rows=rows,
@@ -257,59 +275,131 @@ def fuse_call_from_proto(req: vfl_pb2.FuseRequest, *, expect_shape: Matrix = ANY
     )
 
 
-def fuse_result_to_proto(result: FuseResult, round_id: int) -> vfl_pb2.FuseReply:
+def fuse_result_to_proto(
+    result: FuseResult, round_id: int, wire: str = LOSSLESS
+) -> vfl_pb2.FuseReply:
     return vfl_pb2.FuseReply(
         round_id=round_id,
         loss=result.loss,
-        grads=_encode_map(result.grads, "gradient for block"),
+        grads=_encode_floats(result.grads, "gradient for block", wire),
     )
 
 
 def fuse_result_from_proto(
-    reply: vfl_pb2.FuseReply, *, round_id: int, expect_shape: Matrix = ANY2
+    reply: vfl_pb2.FuseReply, *, round_id: int, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
 ) -> FuseResult:
     check_round(reply.round_id, round_id, what="fuse reply")
     if not math.isfinite(reply.loss):
         raise ProtocolError(f"fuse loss: non-finite value {reply.loss}")
-    return FuseResult(loss=reply.loss, grads=_block_map(reply.grads, "gradient", expect_shape))
+    grads = _block_map(reply.grads, "gradient", expect_shape, wire)
+    return FuseResult(loss=reply.loss, grads=grads)
 
 
-def backward_call_to_proto(call: BackwardCall, h: vfl_pb2.Header) -> vfl_pb2.BackwardRequest:
+def backward_call_to_proto(
+    call: BackwardCall, h: vfl_pb2.Header | None, wire: str = LOSSLESS
+) -> vfl_pb2.BackwardRequest:
     req = vfl_pb2.BackwardRequest(header=h, round_id=call.round_id, epoch=call.epoch)
     if call.grad is not None:
         req.has_grad = True
-        req.grad.CopyFrom(encode_array(call.grad, what="backward gradient"))
+        req.grad.CopyFrom(encode_float(call.grad, wire, what="backward gradient"))
     return req
 
 
 def backward_call_from_proto(
-    req: vfl_pb2.BackwardRequest, *, expect_shape: Matrix = ANY2
+    req: vfl_pb2.BackwardRequest, *, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
 ) -> BackwardCall:
     grad = None
     if req.has_grad:
         _require(req, "grad", "backward gradient")
-        grad = _matrix(req.grad, "backward gradient", expect_shape)
+        grad = _matrix(req.grad, "backward gradient", expect_shape, wire)
     elif req.HasField("grad"):
         raise ProtocolError("backward gradient: present but has_grad is false")
     return BackwardCall(round_id=req.round_id, epoch=req.epoch, grad=grad)
 
 
-def predict_call_to_proto(call: PredictCall, h: vfl_pb2.Header) -> vfl_pb2.PredictRequest:
+def train_call_to_proto(
+    call: TrainCall, h: vfl_pb2.Header, wire: str = LOSSLESS
+) -> vfl_pb2.TrainRequest:
+    """A pipelined call; the nested requests carry no header (the outer one names the party)."""
+    return vfl_pb2.TrainRequest(
+        header=h,
+        backward=[backward_call_to_proto(c, None, wire) for c in call.backward],
+        fuse=[fuse_call_to_proto(c, None, wire) for c in call.fuse],
+        embed=[embed_call_to_proto(c, None) for c in call.embed],
+    )
+
+
+MAX_TRAIN_STEPS = 256  # steps of one pipelined call (TrainConfig allows 32 rounds per call)
+
+
+def train_call_from_proto(req: vfl_pb2.TrainRequest, *, wire: str = LOSSLESS) -> TrainCall:
+    steps = (*req.backward, *req.fuse, *req.embed)
+    if not steps:
+        raise ProtocolError("train request: no backward, fuse or embed")
+    if len(steps) > MAX_TRAIN_STEPS:
+        raise ProtocolError(f"train request: {len(steps)} steps, at most {MAX_TRAIN_STEPS}")
+    if any(step.HasField("header") for step in steps):
+        raise ProtocolError("train request: only the outer request carries a header")
+    call = TrainCall(
+        backward=tuple(backward_call_from_proto(r, wire=wire) for r in req.backward),
+        fuse=tuple(fuse_call_from_proto(r, wire=wire) for r in req.fuse),
+        embed=tuple(embed_call_from_proto(r) for r in req.embed),
+    )
+    for name, group in (("backward", call.backward), ("fuse", call.fuse), ("embed", call.embed)):
+        rounds = [c.round_id for c in group]
+        if rounds != sorted(set(rounds)):
+            raise ProtocolError(f"train {name}: rounds {rounds} are not increasing")
+    return call
+
+
+def train_result_to_proto(result: TrainResult, wire: str = LOSSLESS) -> vfl_pb2.TrainReply:
+    return vfl_pb2.TrainReply(
+        stepped=result.stepped,
+        fused=[fuse_result_to_proto(f, r, wire) for r, f in sorted(result.fused.items())],
+        embeddings=[embedding_to_proto(r, e, wire) for r, e in sorted(result.embeddings.items())],
+        stopped=result.stopped,
+    )
+
+
+def train_result_from_proto(
+    reply: vfl_pb2.TrainReply, call: TrainCall, *, wire: str = LOSSLESS
+) -> TrainResult:
+    """The answer to `call`: only rounds it asked for, each at most once, in its order."""
+    asked = {c.round_id for c in call.backward}
+    if not set(reply.stepped) <= asked or len(set(reply.stepped)) != len(reply.stepped):
+        raise ProtocolError(f"train reply: stepped rounds {list(reply.stepped)} not asked for")
+    fused = {}
+    for c, f in zip(call.fuse, reply.fused, strict=False):
+        fused[c.round_id] = fuse_result_from_proto(f, round_id=c.round_id, wire=wire)
+    embeddings = {}
+    for c, e in zip(call.embed, reply.embeddings, strict=False):
+        shape = (len(c.rows), None)
+        embeddings[c.round_id] = embedding_from_proto(
+            e, round_id=c.round_id, expect_shape=shape, wire=wire
+        )
+    if len(reply.fused) > len(call.fuse) or len(reply.embeddings) > len(call.embed):
+        raise ProtocolError("train reply: more answers than requests")
+    return TrainResult(tuple(reply.stepped), fused, embeddings, reply.stopped[:500])
+
+
+def predict_call_to_proto(
+    call: PredictCall, h: vfl_pb2.Header, wire: str = LOSSLESS
+) -> vfl_pb2.PredictRequest:
     return vfl_pb2.PredictRequest(
         header=h,
         request_id=call.request_id,
-        embeddings=_encode_map(call.embeddings, "embedding for block"),
+        embeddings=_encode_floats(call.embeddings, "embedding for block", wire),
         blocks=call.blocks,
         label_blocks=call.label_blocks,
     )
 
 
 def predict_call_from_proto(
-    req: vfl_pb2.PredictRequest, *, expect_shape: Matrix = ANY2
+    req: vfl_pb2.PredictRequest, *, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
 ) -> PredictCall:
     return PredictCall(
         request_id=req.request_id,
-        embeddings=_block_map(req.embeddings, "embedding", expect_shape),
+        embeddings=_block_map(req.embeddings, "embedding", expect_shape, wire),
         blocks=_blocks(req.blocks, "predict blocks"),
         label_blocks=_blocks(req.label_blocks, "predict label blocks"),
     )

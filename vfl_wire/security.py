@@ -329,19 +329,26 @@ class GuardInterceptor(grpc.ServerInterceptor):
         self.limiter = InflightLimiter(max_inflight)
         self.body_timeout_s = body_timeout_s
         self._readers = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="vfl-body")
+        self._handlers: dict[str | bytes, grpc.RpcMethodHandler] = {}  # method -> guarded one
+        self._lock = threading.Lock()
 
     def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        guarded = self._handlers.get(method)  # built once per method: this runs on every call
+        if guarded is not None:
+            return guarded
         handler = continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler  # unknown method (UNIMPLEMENTED) or streaming (health Watch)
-        method = handler_call_details.method
-        method = method.decode() if isinstance(method, bytes) else method
-        service, _, rpc = method.strip("/").partition("/")
-        return grpc.stream_unary_rpc_method_handler(  # the worker starts before the body is in
+        name = method.decode() if isinstance(method, bytes) else method
+        service, _, rpc = name.strip("/").partition("/")
+        guarded = grpc.stream_unary_rpc_method_handler(  # the worker starts before the body is in
             self._guarded(service, rpc, handler),
             request_deserializer=None,  # parsed in _guarded, so a bad message gets a clear code
             response_serializer=handler.response_serializer,
         )
+        with self._lock:
+            return self._handlers.setdefault(method, guarded)
 
     def _guarded(self, service: str, rpc: str, handler: grpc.RpcMethodHandler) -> Callable:
         def guarded(requests: Iterator[bytes], context: grpc.ServicerContext):

@@ -10,10 +10,13 @@ import math
 
 import numpy as np
 
+from vfl_core import quantize
 from vfl_core.errors import ProtocolError
 from vfl_wire.v1 import vfl_pb2
 
-# The dtypes that may travel. bfloat16 is left out: numpy has no native bfloat16.
+# The dtypes that may travel as plain arrays. bfloat16 and int8 travel only as wire dtypes of
+# embeddings and gradients (encode_float / decode_float): numpy has no bfloat16, and int8 needs
+# its scales.
 ALLOWED_DTYPES: frozenset[str] = frozenset({"float16", "float32", "float64", "int32", "int64"})
 # Per-tensor cap, below the per-message cap (vfl_wire.channels.MAX_MESSAGE_BYTES, 128 MiB): the
 # largest tensor we plan for is a 4096 x 1024 float32 embedding (16 MiB); 64 MiB leaves 4x room.
@@ -67,6 +70,92 @@ def decode_array(
     if not allow_nonfinite and out.dtype.kind == "f":
         _check_finite(out, what)
     return out
+
+
+# Wire dtypes of embeddings and gradients (vfl_core.quantize) beyond ALLOWED_DTYPES: the numpy
+# array that carries their codes.
+_CODES = {"float16": np.dtype("float16"), "bfloat16": np.dtype("uint16"), "int8": np.dtype("int8")}
+_SCALE = np.dtype("<u2")  # int8: one 16-bit scale per row
+
+
+def encode_float(a: np.ndarray, wire: str, *, what: str = "tensor") -> vfl_pb2.Tensor:
+    """A float32 array (embedding, gradient) in the wire dtype `wire` (vfl_core.quantize)."""
+    if wire == quantize.LOSSLESS:
+        return encode_array(a, what=what)
+    e = quantize.encode(a, wire)
+    codes = np.asarray(e.codes, dtype=e.codes.dtype.newbyteorder("<"), order="C")
+    t = vfl_pb2.Tensor(dtype=wire, shape=codes.shape, data=codes.tobytes())
+    if e.scales is not None:
+        t.scales = np.asarray(e.scales, dtype=_SCALE).tobytes()
+    return t
+
+
+def decode_float(
+    t: vfl_pb2.Tensor,
+    wire: str,
+    *,
+    what: str = "tensor",
+    expect_shape: Shape | None = None,
+    max_bytes: int = MAX_TENSOR_BYTES,
+) -> np.ndarray:
+    """Validate `t`, sent in the wire dtype `wire`, and decode it to a finite float32 array.
+
+    As strict as `decode_array`: the dtype must be `wire`, the shape as expected, the sizes of
+    codes and scales exact, and the float32 result (bounded by `max_bytes` before anything is
+    allocated) finite; int8 codes lie in [-127, 127] and scales are finite.
+    """
+    if wire == quantize.LOSSLESS:
+        if t.scales:
+            raise ProtocolError(f"{what}: scales are only sent with int8")
+        return decode_array(
+            t, what=what, expect_dtype="float32", expect_shape=expect_shape, max_bytes=max_bytes
+        )
+    if t.dtype != wire or wire not in _CODES:
+        raise ProtocolError(f"{what}: dtype {t.dtype[:40]!r} does not match expected {wire}")
+    shape = _check_shape(tuple(t.shape), what, expect_shape)
+    if wire == "int8" and not shape:
+        raise ProtocolError(f"{what}: an int8 tensor needs at least one dimension")
+    count = math.prod(shape)
+    if count * 4 > max_bytes:
+        raise ProtocolError(
+            f"{what}: {_fmt(shape)} is {count * 4} bytes as float32, cap {max_bytes}"
+        )
+    codes_dtype = _CODES[wire]
+    if len(t.data) != count * codes_dtype.itemsize:
+        raise ProtocolError(
+            f"{what}: {len(t.data)} data bytes, expected {count * codes_dtype.itemsize} for "
+            f"{_fmt(shape)} {wire}"
+        )
+    codes = _frombuffer(t.data, codes_dtype, shape, what)
+    scales = None
+    if wire == "int8":
+        scales = _int8_scales(t.scales, shape, codes, what)
+    elif t.scales:
+        raise ProtocolError(f"{what}: scales are only sent with int8")
+    out = quantize.decode(quantize.Encoded(wire, codes, scales))
+    _check_finite(out, what)
+    return out
+
+
+def _frombuffer(data: bytes, dtype: np.dtype, shape: tuple[int, ...], what: str) -> np.ndarray:
+    try:
+        return np.frombuffer(data, dtype=dtype.newbyteorder("<")).reshape(shape)
+    except ValueError as exc:  # e.g. (0, 2**62): zero bytes, but too big for numpy to index
+        raise ProtocolError(f"{what}: shape {_fmt(shape)} cannot be represented: {exc}") from None
+
+
+def _int8_scales(blob: bytes, shape: tuple[int, ...], codes: np.ndarray, what: str) -> np.ndarray:
+    rows = quantize.row_count(shape)
+    if len(blob) != rows * _SCALE.itemsize:
+        raise ProtocolError(
+            f"{what}: {len(blob)} scale bytes, expected {rows * _SCALE.itemsize} ({rows} rows)"
+        )
+    if codes.size and codes.min() < -quantize.INT8_MAX:
+        raise ProtocolError(f"{what}: int8 code {int(codes.min())} outside [-127, 127]")
+    scales = np.frombuffer(blob, dtype=_SCALE)
+    if not np.isfinite(quantize.scales_from_bits(scales)).all():
+        raise ProtocolError(f"{what}: non-finite int8 scale")
+    return scales
 
 
 def _allowed() -> str:

@@ -7,14 +7,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Tensor(_message.Message):
-    __slots__ = ("dtype", "shape", "data")
+    __slots__ = ("dtype", "shape", "data", "scales")
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    SCALES_FIELD_NUMBER: _ClassVar[int]
     dtype: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     data: bytes
-    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+    scales: bytes
+    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., scales: _Optional[bytes] = ...) -> None: ...
 
 class Header(_message.Message):
     __slots__ = ("protocol_version", "run_id", "party_id")
@@ -143,6 +145,30 @@ class BackwardRequest(_message.Message):
     has_grad: bool
     grad: Tensor
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., has_grad: _Optional[bool] = ..., grad: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
+class TrainRequest(_message.Message):
+    __slots__ = ("header", "backward", "fuse", "embed")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    BACKWARD_FIELD_NUMBER: _ClassVar[int]
+    FUSE_FIELD_NUMBER: _ClassVar[int]
+    EMBED_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    backward: _containers.RepeatedCompositeFieldContainer[BackwardRequest]
+    fuse: _containers.RepeatedCompositeFieldContainer[FuseRequest]
+    embed: _containers.RepeatedCompositeFieldContainer[EmbedRequest]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., backward: _Optional[_Iterable[_Union[BackwardRequest, _Mapping]]] = ..., fuse: _Optional[_Iterable[_Union[FuseRequest, _Mapping]]] = ..., embed: _Optional[_Iterable[_Union[EmbedRequest, _Mapping]]] = ...) -> None: ...
+
+class TrainReply(_message.Message):
+    __slots__ = ("stepped", "fused", "embeddings", "stopped")
+    STEPPED_FIELD_NUMBER: _ClassVar[int]
+    FUSED_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_FIELD_NUMBER: _ClassVar[int]
+    stepped: _containers.RepeatedScalarFieldContainer[int]
+    fused: _containers.RepeatedCompositeFieldContainer[FuseReply]
+    embeddings: _containers.RepeatedCompositeFieldContainer[EmbedReply]
+    stopped: str
+    def __init__(self, stepped: _Optional[_Iterable[int]] = ..., fused: _Optional[_Iterable[_Union[FuseReply, _Mapping]]] = ..., embeddings: _Optional[_Iterable[_Union[EmbedReply, _Mapping]]] = ..., stopped: _Optional[str] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
     __slots__ = ("header", "round_id")

@@ -63,6 +63,11 @@ class PartyStub:
                 request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.BackwardRequest.SerializeToString,
                 response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
                 _registered_method=True)
+        self.Train = channel.unary_unary(
+                '/vfl.v1.Party/Train',
+                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.TrainRequest.SerializeToString,
+                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.TrainReply.FromString,
+                _registered_method=True)
         self.Checkpoint = channel.unary_unary(
                 '/vfl.v1.Party/Checkpoint',
                 request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.CheckpointRequest.SerializeToString,
@@ -137,6 +142,15 @@ class PartyServicer:
 
     def Backward(self, request, context):
         """Round phase 3: the summed gradient for this party's embedding; the party steps f_k.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Train(self, request, context):
+        """Several phases of one or more rounds in one call (the pipelined engine, vfl_core/pipeline.py):
+        the party applies `backward`, then `fuse`, then `embed`, each in order, and stops at the first
+        it refuses (the reply says which ran; if the first is refused, so is the call).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -218,6 +232,11 @@ def add_PartyServicer_to_server(servicer, server):
                     servicer.Backward,
                     request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.BackwardRequest.FromString,
                     response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.SerializeToString,
+            ),
+            'Train': grpc.unary_unary_rpc_method_handler(
+                    servicer.Train,
+                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.TrainRequest.FromString,
+                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.TrainReply.SerializeToString,
             ),
             'Checkpoint': grpc.unary_unary_rpc_method_handler(
                     servicer.Checkpoint,
@@ -394,6 +413,33 @@ class Party:
             '/vfl.v1.Party/Backward',
             vfl__wire_dot_v1_dot_vfl__pb2.BackwardRequest.SerializeToString,
             vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Train(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Party/Train',
+            vfl__wire_dot_v1_dot_vfl__pb2.TrainRequest.SerializeToString,
+            vfl__wire_dot_v1_dot_vfl__pb2.TrainReply.FromString,
             options,
             channel_credentials,
             insecure,

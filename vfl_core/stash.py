@@ -1,0 +1,45 @@
+"""Weight stashing for pipelined training with bounded staleness (TrainConfig.staleness > 0).
+
+With several rounds in flight, a party embeds round t+1 before the gradient of round t arrives,
+and f_k steps in between. The embedding of a round must then be differentiated with respect to
+the weights that computed it (PipeDream's weight stashing): the forward pass runs on a detached
+copy of the parameters, the backward pass takes the gradient with respect to that copy and hands
+it to the live parameters, which the optimiser then steps. Without the copy, autograd refuses to
+backpropagate through weights an optimiser has changed in place. Rounds embedded with no step in
+between share one copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import nn
+
+Stash = dict[str, torch.Tensor]  # parameter name -> detached copy that requires grad
+
+
+def snapshot(model: nn.Module) -> Stash:
+    return {n: p.detach().clone().requires_grad_(True) for n, p in model.named_parameters()}
+
+
+def forward(model: nn.Module, stash: Stash, x: torch.Tensor) -> torch.Tensor:
+    """`model(x)` computed with the stashed parameters (buffers are the model's own)."""
+    return torch.func.functional_call(model, stash, (x,))
+
+
+def backward_into(
+    output: torch.Tensor,
+    grad: torch.Tensor,
+    models: Sequence[nn.Module],
+    stashes: Sequence[Mapping[str, torch.Tensor]],
+) -> None:
+    """d(output)/d(stashed parameters) * grad, written to the live parameters' .grad (None where
+    a parameter did not take part, as after an ordinary backward)."""
+    pairs = [
+        (p, stash[n]) for model, stash in zip(models, stashes, strict=True)
+        for n, p in model.named_parameters()
+    ]  # fmt: skip
+    grads = torch.autograd.grad(output, [s for _, s in pairs], grad, allow_unused=True)
+    for (live, _), g in zip(pairs, grads, strict=True):
+        live.grad = g
