@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -141,6 +142,9 @@ class Federation:
     round_id: int = field(init=False, default=0)
     request_id: int = field(init=False, default=0)
     _weights: np.ndarray | None = field(init=False, default=None)
+    # A method with a round program of its own (dvfl: vfl_core.dvfl_program) instead of
+    # Embed/Fuse/Backward; None for the methods of the LASER-VFL paper.
+    program: Any = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.infos = self.transport.infos()
@@ -150,6 +154,10 @@ class Federation:
         if self.config.balance == "resample" and self.task == REGRESSION:
             raise ConfigError("balance 'resample' balances classes: not for a regression task")
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
+        if self.config.method == "dvfl":
+            from vfl_core.dvfl_program import DvflProgram  # imports this module
+
+            self.program = DvflProgram(self)
 
     # ------------------------------------------------------------------ alignment
     def align(self, splits: tuple[str, ...] = ("train", "test")) -> None:
@@ -191,7 +199,16 @@ class Federation:
         return weights
 
     # ------------------------------------------------------------------ training
+    @property
+    def total_epochs(self) -> int:
+        """Epochs of the whole run (a round program may add stages after the configured ones)."""
+        return self.config.epochs if self.program is None else self.program.total_epochs
+
     def plan(self, epoch: int) -> list[Batch]:
+        return self.base_plan(epoch) if self.program is None else self.program.plan(epoch)
+
+    def base_plan(self, epoch: int) -> list[Batch]:
+        """Every training sample once, in single-pattern batches (weighted if resampling)."""
         return epoch_plan(
             self.alignments["train"], self.config.seed, epoch, self.config.batch_size, self._weights
         )
@@ -201,7 +218,7 @@ class Federation:
         the summaries of every epoch the cursor has seen."""
         if start_epoch > self.cursor.epoch:
             self.cursor = Cursor(epoch=start_epoch)
-        while self.cursor.epoch < self.config.epochs:
+        while self.cursor.epoch < self.total_epochs:
             self.train_epoch(self.cursor.epoch)
         if self.checkpoint_every is not None and self.round_id - 1 > self.last_checkpoint:
             self.checkpoint()
@@ -215,7 +232,7 @@ class Federation:
         plan = self.plan(epoch)  # a pure function of (seed, epoch): a resumed run skips its head
         bar = tqdm(
             plan[c.position :],
-            desc=f"epoch {epoch + 1}/{self.config.epochs}",
+            desc=f"epoch {epoch + 1}/{self.total_epochs}",
             initial=c.position,
             total=len(plan),
             disable=not self.progress,
@@ -294,6 +311,8 @@ class Federation:
             self.transport.psi_keys({block: PsiCall(split, psi.new_session(), keys)})
 
     def run_round(self, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
+        if self.program is not None:
+            return self.program.run_round(round_id, epoch, batch)
         self._poll_rejoins()
         method, labels = self.config.method, self.label_blocks
         if not methods.trainable(method, batch.pattern, self.num_blocks, labels):
@@ -363,6 +382,8 @@ class Federation:
         return fused
 
     def _width(self, block: int, callees: tuple[int, ...]) -> int:
+        if self.program is not None:
+            return self.program.width()
         return len(methods.slots(self.config.method, block, callees)) * self.config.model.embed_dim
 
     def _accept(
@@ -424,6 +445,8 @@ class Federation:
     def _predict_batch(
         self, split: str, batch: Batch, blocks: Collection[int] | None = None
     ) -> PredictionBatch:
+        if self.program is not None:
+            return self.program.predict_batch(split, batch, blocks)
         self._poll_rejoins()
         request = self.request_id
         self.request_id += 1
@@ -509,6 +532,10 @@ class Federation:
                 return result
             log.warning("%s: score answer of block %d refused (names/shapes)", split, scorer)
         return None
+
+    def method_stats(self) -> dict[str, object] | None:
+        """What a round program reports of its run (results.json), if the method has one."""
+        return None if self.program is None else self.program.stats()
 
     # ------------------------------------------------------------------ federation facts
     @property

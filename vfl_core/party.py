@@ -23,6 +23,16 @@ from vfl_core import methods
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit
+from vfl_core.dvfl_protocol import (
+    GuestCall,
+    GuestResult,
+    HostCall,
+    HostOutputCall,
+    HostResult,
+    OwnerFeedCall,
+    OwnerTrainCall,
+)
+from vfl_core.dvfl_roles import DvflRoles
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.laser import Subset
 from vfl_core.model_bank import ModelBank
@@ -100,8 +110,11 @@ class Party:
             self.device,
             categorical=tuple(meta.categorical),
         )
-        self.models.rep(methods.SHARED)
-        if meta.has_labels and not methods.concatenates(self.method):
+        # Decoupled VFL has its own three tiers (vfl_core.dvfl_roles) instead of f_k and g_k.
+        self.dvfl = DvflRoles(self) if self.method == "dvfl" else None
+        if self.dvfl is None:
+            self.models.rep(methods.SHARED)
+        if self.dvfl is None and meta.has_labels and not methods.concatenates(self.method):
             self.models.head(methods.SHARED)
         self._stale: StaleEmbeddings | None = None
         if self.method == "stale" and meta.has_labels and "train" in data.splits:
@@ -163,6 +176,10 @@ class Party:
 
     # ----------------------------------------------------------------- training round
     def embed(self, call: EmbedCall) -> np.ndarray:
+        if self.dvfl is not None:  # a guest's activations, for inference only
+            if call.train:
+                raise ProtocolError("dvfl guests train with GuestStep, not Embed")
+            return self._to_wire(self.dvfl.encode(self._batch(call.split, call.rows, call.digest)))
         slots = methods.slots(self.method, self.block, call.blocks or (self.block,))
         if not call.train:
             x = self._batch(call.split, call.rows, call.digest)
@@ -278,10 +295,41 @@ class Party:
         for opt in opts:
             opt.step()
 
+    # ----------------------------------------------------------------- Decoupled VFL tiers
+    def guest_step(self, call: GuestCall) -> GuestResult:
+        result = self._dvfl().guest_step(call)
+        self.last_round = max(self.last_round, call.round_id)
+        return result
+
+    def host_step(self, call: HostCall) -> HostResult:
+        result = self._dvfl().host_step(call)
+        self.last_round = max(self.last_round, call.round_id)
+        return result
+
+    def host_output(self, call: HostOutputCall) -> np.ndarray:
+        self._split(call.split)
+        return self._dvfl().host_output(call)
+
+    def owner_feed(self, call: OwnerFeedCall) -> None:
+        self._dvfl().owner_feed(call)
+        self.last_round = max(self.last_round, call.round_id)
+
+    def owner_train(self, call: OwnerTrainCall) -> float:
+        loss = self._dvfl().owner_train(call)
+        self.last_round = max(self.last_round, call.round_id)
+        return loss
+
+    def _dvfl(self) -> DvflRoles:
+        if self.dvfl is None:
+            raise ProtocolError(f"party {self.party_id} trains {self.method}, not dvfl")
+        return self.dvfl
+
     # ----------------------------------------------------------------- inference and scoring
     def predict(self, call: PredictCall) -> np.ndarray:
         if not self.data.meta.has_labels:
             raise ProtocolError(f"party {self.party_id} holds no labels and has no fusion head")
+        if self.dvfl is not None:  # the owner, on the hosts' outputs (its own need not be there)
+            return self.dvfl.owner_predict(call.embeddings)
         if self.block not in call.embeddings:
             raise ProtocolError(
                 f"predict for party {self.party_id} lacks its own block {self.block}"
@@ -362,6 +410,8 @@ class Party:
         state: dict[str, object] = {"last_round": self.last_round, **self.models.state_dict()}
         if self.data.preprocessing is not None:  # the weights only make sense with it
             state["preprocessing"] = self.data.preprocessing
+        if self.dvfl is not None:
+            return {**state, "dvfl": self.dvfl.state_dict()}
         # The shared models also under their short names, for readers of one-model checkpoints.
         state["f"], state["f_opt"] = self.f.state_dict(), self.f_opt.state_dict()
         if self.g is not None and self.g_opt is not None:
@@ -377,9 +427,16 @@ class Party:
         self.models.load_state_dict(state)
         self.last_round = int(state["last_round"])
         self._round = None
+        if self.dvfl is not None:
+            self.dvfl.load_state_dict(state["dvfl"], self.last_round)
 
     def parameters_vector(self) -> np.ndarray:
         """All weights flattened (for equivalence tests and fingerprints)."""
+        if self.dvfl is not None:
+            params = [
+                p.detach().cpu().reshape(-1) for m in self.dvfl.modules() for p in m.parameters()
+            ]
+            return torch.cat(params).numpy()
         return self.models.parameters_vector().numpy()
 
     # ----------------------------------------------------------------- helpers

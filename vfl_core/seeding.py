@@ -26,6 +26,11 @@ class Stream(IntEnum):
     NONUNIFORM = 9
     EVAL_RANDOM = 10
     FAULTS = 11  # injected party failures and lost messages (vfl_core.faults)
+    # Decoupled VFL (vfl_core.dvfl), numbered apart so other methods' streams can grow below.
+    DVFL_INIT_HOST = 40  # a host's autoencoder
+    DVFL_INIT_OWNER = 41  # the label owner's classifier
+    DVFL_REPLAY = 42  # the samples a host replays from its registers
+    DVFL_OWNER_PLAN = 43  # the owner's batches over its labelled rows, per owner epoch
 
 
 def derive_seed(seed: int, stream: Stream, *parts: int) -> int:
