@@ -30,6 +30,7 @@ from vfl_cli.errors import user_errors
 from vfl_cli.remote_cmd import operator_security, render_evaluation
 from vfl_cli.report_cmd import has_matplotlib, write_report
 from vfl_cli.train_options import Deadline
+from vfl_core.config import TrainConfig
 from vfl_core.datasets import load_dataset
 from vfl_core.errors import VflError
 from vfl_core.methods import METHOD_NAMES, METHODS, predictors
@@ -185,7 +186,9 @@ def demo(
             if chaos is not None:  # faults start with training, not while processes start
                 _wait_phase(coord, "training", procs, logs)
             with running(chaos):
-                _wait_trained(coord, procs, epochs, logs, watch_clients=chaos is None)
+                # DVFL's label owner trains for its own epochs after the guests' and hosts'
+                total = epochs + (TrainConfig().dvfl.owner_epochs if method == "dvfl" else 0)
+                _wait_trained(coord, procs, total, logs, watch_clients=chaos is None)
             if chaos is not None:
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(chaos.counts().items()))
                 typer.echo(f"      injected: {counts or 'nothing'}; waiting for every party")
@@ -211,6 +214,8 @@ def _outcome(method: str, clients: int, dead: int) -> str:
     """What the kill did to prediction. Every demo party holds labels, so the question is only
     whether the method can use the survivors' blocks."""
     survivors = [k for k in range(clients) if k != dead]
+    if method == "dvfl" and dead == 0:  # DVFL's one predictor is the label owner, block 0
+        return "DVFL cannot predict without its label owner, so no sample was predicted"
     if predictors(method, survivors, clients, range(clients)) is None:
         return (
             f"{METHOD_NAMES[method]} cannot predict without every block, so the samples it "

@@ -8,6 +8,15 @@ from collections.abc import Sequence
 import grpc
 import numpy as np
 
+from vfl_core.dvfl_protocol import (
+    GuestCall,
+    GuestResult,
+    HostCall,
+    HostOutputCall,
+    HostResult,
+    OwnerFeedCall,
+    OwnerTrainCall,
+)
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -99,3 +108,28 @@ class PartyClient:
 
     def psi_keys(self, call: PsiCall, timeout: float) -> None:
         self._stub.PsiKeys(convert.psi_keys_to_proto(call, self._header), timeout=timeout)
+
+    # Decoupled VFL (vfl_core.dvfl_program checks the widths against the run's config)
+    def guest_step(self, call: GuestCall, timeout: float) -> GuestResult:
+        reply = self._stub.GuestStep(
+            convert.guest_call_to_proto(call, self._header), timeout=timeout
+        )
+        return convert.guest_result_from_proto(reply, call=call)
+
+    def host_step(self, call: HostCall, timeout: float) -> HostResult:
+        reply = self._stub.HostStep(convert.host_call_to_proto(call, self._header), timeout=timeout)
+        return convert.host_result_from_proto(reply, call=call)
+
+    def host_output(self, call: HostOutputCall, timeout: float) -> np.ndarray:
+        req = convert.host_output_call_to_proto(call, self._header)
+        return convert.host_outputs_from_proto(
+            self._stub.HostOutput(req, timeout=timeout), call=call
+        )
+
+    def owner_feed(self, call: OwnerFeedCall, timeout: float) -> bool:
+        self._stub.OwnerFeed(convert.owner_feed_to_proto(call, self._header), timeout=timeout)
+        return True
+
+    def owner_train(self, call: OwnerTrainCall, timeout: float) -> float:
+        req = convert.owner_train_to_proto(call, self._header)
+        return convert.owner_loss_from_proto(self._stub.OwnerTrain(req, timeout=timeout), call=call)

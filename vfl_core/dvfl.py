@@ -86,12 +86,7 @@ class Registers:
         self.written = torch.zeros(samples, guests, dtype=torch.bool, device=device)  # (N, G)
 
     def check_index(self, index: np.ndarray, what: str) -> None:
-        if index.dtype.kind not in "iu" or index.ndim != 1:
-            raise ProtocolError(f"{what}: expected a (B,) integer index, got {index.dtype}")
-        if index.size and (index.min() < 0 or index.max() >= self.samples):
-            raise ProtocolError(f"{what}: sample index outside 0..{self.samples - 1}")
-        if len(np.unique(index)) != len(index):
-            raise ProtocolError(f"{what}: repeated sample index")
+        check_index(index, self.samples, what)
 
     def write(self, index: np.ndarray, guest: int, values: torch.Tensor) -> None:
         rows = torch.as_tensor(index, device=self.values.device)
@@ -120,6 +115,16 @@ class Registers:
             )
         self.values.copy_(values)
         self.written.copy_(written)
+
+
+def check_index(index: np.ndarray, samples: int, what: str) -> None:
+    """A (B,) index of distinct samples among `samples` registers."""
+    if index.dtype.kind not in "iu" or index.ndim != 1:
+        raise ProtocolError(f"{what}: expected a (B,) integer index, got {index.dtype}")
+    if index.size and (index.min() < 0 or index.max() >= samples):
+        raise ProtocolError(f"{what}: sample index outside 0..{samples - 1}")
+    if len(np.unique(index)) != len(index):
+        raise ProtocolError(f"{what}: repeated sample index")
 
 
 def concat_slots(

@@ -28,6 +28,7 @@ from vfl_core.dvfl import (
     Registers,
     build_autoencoder,
     build_classifier,
+    check_index,
     concat_slots,
     reconstruction_loss,
 )
@@ -148,10 +149,16 @@ class DvflRoles:
         cached = self.host_once.cached(call.round_id, key)
         if cached is not None:
             return cached
-        registers = self._registers(call.samples)
+        # Everything is checked before the registers are made or touched.
+        if self.registers is not None and self.registers.samples != call.samples:
+            raise ProtocolError(
+                f"host registers hold {self.registers.samples} samples, the call says "
+                f"{call.samples}"
+            )
         writes = self._guest_parts(call.writes, len(call.index), "write")
         if writes:
-            registers.check_index(call.index, "host write")
+            check_index(call.index, call.samples, "host write")
+        registers = self._registers(call.samples)
         for guest, values in writes.items():
             registers.write(call.index, guest, values)
         losses = [self._replay(registers, call.round_id, s) for s in range(call.steps)]

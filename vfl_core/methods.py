@@ -22,6 +22,9 @@ stale          split learning that reuses the last embedding the active party re
 The last two, with `svfl` (which skips a round unless every party answered), are the split-learning
 baselines of the fault benchmark (DVFL's setting): they differ only in what replaces a party that
 failed during training.
+dvfl           Decoupled VFL (vfl_core.dvfl): its own round program (vfl_core.dvfl_program); the
+               label owner (the active party) is its one predictor
+
 The active party is the lowest block that holds labels.
 """
 
@@ -51,6 +54,7 @@ METHOD_NAMES: dict[str, str] = {
     "laser": "LASER-VFL",
     "zerofill": "Zero-fill split learning",
     "stale": "Stale-embedding split learning",
+    "dvfl": "DVFL",
 }
 
 
