@@ -219,9 +219,12 @@ def test_given_dvfl_when_trained_then_stages_in_order_and_accurate(digits: list[
     assert len(summaries) == train.epochs + cfg.owner_epochs == fed.total_epochs
     local = [r for r in records if r.epoch < train.epochs]
     assert all(r.present == r.pattern == (0, 1, 2, 3) and r.updated == r.pattern for r in local)
-    transfer = [r for r in records if r.epoch >= train.epochs and not r.losses]
+    feeds = [r for r in records if r.epoch >= train.epochs and not r.losses]
+    transfer = [r for r in feeds if r.updated]
     assert transfer and all(r.updated == (0,) and r.present == (0, 1, 2, 3) for r in transfer)
-    assert all(r.epoch == train.epochs for r in transfer)  # the first owner epoch feeds it
+    # every host delivered in the first owner epoch: the later transfers call no one
+    assert {r.epoch for r in transfer} == {train.epochs}
+    assert all(r.present == () for r in feeds if r.epoch > train.epochs)
     owner = [r for r in records if r.epoch >= train.epochs and r.losses]
     assert [list(r.losses) for r in owner] == [[0]] * cfg.owner_epochs
     # the owner learns: its loss falls, and the federation predicts far above chance (10%)
@@ -357,6 +360,23 @@ def test_given_host_failures_when_trained_then_guests_go_on_and_down_hosts_do_no
     assert not np.array_equal(weights(parties[0].dvfl.host), initial[0])
     assert fed.transport.counts()["failures"] == 3
     assert fed.evaluate("test").overall().samples > 0  # the owner learns on host 0 alone
+
+
+def test_given_hosts_failing_during_the_transfer_when_owner_epochs_go_on_then_all_deliver(
+    digits: list[PartyData],
+) -> None:
+    """The owner keeps each host's last codes; a host that was down when a batch was
+    transferred delivers it in a later owner epoch, so no host stays zeros for good."""
+    train = config(epochs=1, owner_epochs=6)
+    faults = FaultConfig(fail_rate=0.5, rejoin_rate=0.5, entity="host")
+    fed, parties, records = federation(digits, train, faults)
+    fed.train()
+    feeds = [r for r in records if r.epoch >= train.epochs and not r.losses and r.present]
+    first = [r for r in feeds if r.epoch == train.epochs]
+    assert any(len(r.present) < K for r in first)  # some hosts were down at the first transfer
+    assert any(r.epoch > train.epochs for r in feeds)  # and delivered later
+    owner = parties[0].dvfl
+    assert owner.owner_fed is not None and bool(owner.owner_fed.all())
 
 
 def test_given_link_failures_when_trained_then_lost_writes_never_reach_the_registers(

@@ -10,11 +10,12 @@ for every method:
    its rows of it; every `period`-th round is a communication round, where the guests also
    return their activations and the coordinator writes them into every host's registers. Every
    host then replays `host_steps` batches from its registers. Nothing is sent back to a guest.
-2. `owner_epochs` owner epochs. The first starts with the transfer: the hosts are frozen; for
-   batches of the training samples the owner holds, each host returns its code of its
-   registers and the owner keeps them (zeros for a host that does not answer); no guest takes
-   part. Then, in one round per epoch, the owner trains its classifier on what it was fed, for
-   the rows it has labels of.
+2. `owner_epochs` owner epochs. Each starts with the transfer: the hosts are frozen; for
+   batches of the training samples the owner holds, each host that has not yet delivered the
+   batch returns its code of its registers, and the owner keeps the last code of each host
+   (zeros until a host delivers; without faults every host delivers in the first epoch and the
+   later transfers call no one). No guest takes part. Then, in one round, the owner trains its
+   classifier on what it holds, for the rows it has labels of.
 
 Inference: the guests holding a test batch send their activations (Embed), every host encodes
 them (an absent guest is zeros), the owner classifies the hosts' codes (Predict). The owner does
@@ -69,6 +70,9 @@ class DvflProgram:
         }
     )
     hosts: Liveness = field(init=False)  # the host replicas' own up/down state
+    # transfer batch (its first sample) -> hosts whose codes of it the owner holds. Not
+    # checkpointed: after a coordinator restart the hosts deliver again, the same codes.
+    delivered: dict[int, set[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         fed = self.fed
@@ -95,8 +99,6 @@ class DvflProgram:
         if owner is None:
             return []
         train = [Batch((owner,), _NO_ROWS)]  # a round without samples: the owner's epoch
-        if epoch > fed.config.epochs:
-            return train
         al = fed.alignments["train"]
         held = np.flatnonzero(al.rows[owner] >= 0)
         return [*eval_plan(al, fed.config.eval_batch_size, held), *train]
@@ -172,7 +174,11 @@ class DvflProgram:
         fed, where, owner = self.fed, f"round {round_id}", self.owner
         assert owner is not None
         al = fed.alignments["train"]
-        outputs = self._host_outputs(round_id, "train", batch.index, None, where, False)
+        done = self.delivered.setdefault(int(batch.index[0]), set())
+        missing = frozenset(fed.infos) - done
+        if not missing:
+            return RoundRecord(round_id, epoch, batch.pattern, (), {}, ())
+        outputs = self._host_outputs(round_id, "train", batch.index, None, where, False, missing)
         self._count("hosts_to_owner", outputs.values())
         fed_ok: set[int] = set()
         if outputs and fed.liveness.should_call(owner, fed._tick):
@@ -181,6 +187,8 @@ class DvflProgram:
             )
             fed_ok = fed.transport.owner_feed({owner: call})
             fed._record([owner], fed_ok, "owner feed", where)
+            if owner in fed_ok:
+                done.update(outputs)
         return RoundRecord(
             round_id, epoch, batch.pattern, tuple(sorted(outputs)), {}, tuple(sorted(fed_ok))
         )

@@ -116,8 +116,9 @@ class DvflRoles:
         self.registers: Registers | None = None
         self.owner: torch.nn.Module | None = None
         self.owner_opt: torch.optim.Optimizer | None = None
-        self.owner_inputs: torch.Tensor | None = None  # (train rows, K * host_dim)
-        self.owner_fed: torch.Tensor | None = None  # (train rows,) bool
+        # The owner's buffer: per train row and host, the code received last (zeros: none yet).
+        self.owner_inputs: torch.Tensor | None = None  # (train rows, K, host_dim)
+        self.owner_fed: torch.Tensor | None = None  # (train rows, K) bool
 
     # ------------------------------------------------------------------ guest
     def guest_step(self, call: GuestCall) -> GuestResult:
@@ -227,12 +228,13 @@ class DvflRoles:
         if self.owner_once.cached(call.round_id, key) is not None:
             return
         self.party._check_digest("train", call.rows, call.digest)
-        inputs = self._host_parts(call.outputs, len(call.rows))
+        parts = self._host_tensors(call.outputs, len(call.rows))
         self._owner()
         assert self.owner_inputs is not None and self.owner_fed is not None
         rows = torch.as_tensor(call.rows, device=self.party.device)
-        self.owner_inputs[rows] = inputs
-        self.owner_fed[rows] = True
+        for host, codes in parts.items():  # a host that did not answer keeps its last codes
+            self.owner_inputs[rows, host] = codes
+            self.owner_fed[rows, host] = True
         self.owner_once.done(call.round_id, key, True)
 
     def owner_train(self, call: OwnerTrainCall) -> float:
@@ -242,13 +244,13 @@ class DvflRoles:
             return float(cached)
         net, opt = self._owner()
         assert self.owner_inputs is not None and self.owner_fed is not None
-        rows = np.flatnonzero(self.owner_fed.cpu().numpy() & self._labelled())
+        rows = np.flatnonzero(self.owner_fed.any(dim=1).cpu().numpy() & self._labelled())
         order = rng(self.config.seed, Stream.DVFL_OWNER_PLAN, call.epoch).permutation(rows)
         net.train()
         losses = []
         for start in range(0, len(order), self.config.batch_size):
             batch = np.sort(order[start : start + self.config.batch_size])
-            x = self.owner_inputs[torch.as_tensor(batch, device=self.party.device)]
+            x = self.owner_inputs[torch.as_tensor(batch, device=self.party.device)].flatten(1)
             opt.zero_grad(set_to_none=True)
             loss = self.party._loss(net(x), self.party._targets(batch))  # (B, C) vs targets
             loss.backward()
@@ -262,7 +264,10 @@ class DvflRoles:
         if len(sizes) != 1:
             raise ProtocolError(f"owner predict: host outputs disagree in batch size {sizes}")
         net, _ = self._owner()
-        x = self._host_parts(outputs, sizes.pop())
+        size, dim = sizes.pop(), self.config.dvfl.host_dim
+        x = concat_slots(
+            self._host_tensors(outputs, size), self.slots, size, dim, self.party.device
+        )
         net.eval()
         with torch.no_grad():
             out = net(x)
@@ -270,16 +275,16 @@ class DvflRoles:
                 return self.party._to_wire(self.party.scaler.restore(out))
             return self.party._to_wire(torch.softmax(out, dim=1))
 
-    def _host_parts(self, arrays: Mapping[int, np.ndarray], size: int) -> torch.Tensor:
+    def _host_tensors(self, arrays: Mapping[int, np.ndarray], size: int) -> dict[int, torch.Tensor]:
+        """host -> (B, host_dim), each checked."""
         dim = self.config.dvfl.host_dim
         for host in arrays:
             if not 0 <= host < self.slots:
                 raise ProtocolError(f"output of host {host}: no such host (K={self.slots})")
-        parts = {
+        return {
             h: self.party._from_wire(a, f"output of host {h}", size, dim)
             for h, a in sorted(arrays.items())
         }
-        return concat_slots(parts, self.slots, size, dim, self.party.device)  # (B, K * dim)
 
     def _owner(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         p = self.party
@@ -295,8 +300,8 @@ class DvflRoles:
                 self.owner.parameters(), lr=cfg.owner_lr, momentum=cfg.owner_momentum
             )
             rows = len(p._split("train"))
-            self.owner_inputs = torch.zeros(rows, width, device=p.device)
-            self.owner_fed = torch.zeros(rows, dtype=torch.bool, device=p.device)
+            self.owner_inputs = torch.zeros(rows, self.slots, cfg.host_dim, device=p.device)
+            self.owner_fed = torch.zeros(rows, self.slots, dtype=torch.bool, device=p.device)
         assert self.owner_opt is not None
         return self.owner, self.owner_opt
 
