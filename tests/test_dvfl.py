@@ -4,6 +4,8 @@ determinism, on small digits federations in one process."""
 
 from __future__ import annotations
 
+import io
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from vfl_core import resume
 from vfl_core.alignment import batch_digest
 from vfl_core.config import DvflConfig, TrainConfig
 from vfl_core.data import PartyData, PartySplit, load_party_dir
@@ -445,3 +448,65 @@ def test_given_trained_party_when_state_reloaded_then_same_weights_registers_and
     # the next owner epoch is the same in both
     call = OwnerTrainCall(fed.round_id, 1)
     assert source.owner_train(call) == copy.owner_train(call)
+
+
+class Crash(Exception):
+    """The coordinator dies right after writing a checkpoint."""
+
+
+@pytest.mark.parametrize("crash_at", [29, 49])  # in the guests' stage; in the owner's
+def test_given_crash_after_checkpoint_when_resumed_then_bit_identical_to_no_crash(
+    digits: list[PartyData], crash_at: int
+) -> None:
+    train = config(epochs=2, owner_epochs=3)
+    saved: dict[int, dict[int, bytes]] = {}  # round -> block -> the party's state
+    snapshots: dict[int, dict] = {}
+
+    def run(crash: int | None) -> tuple[Federation, dict[int, Party]]:
+        parties = {
+            d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET) for d in digits
+        }
+
+        def save(p: Party, round_id: int) -> None:
+            buffer = io.BytesIO()
+            torch.save(p.state_dict(), buffer)
+            saved.setdefault(round_id, {})[p.block] = buffer.getvalue()
+
+        fed = Federation(
+            InProcessTransport(parties, save), train, progress=False, checkpoint_every=10
+        )
+
+        def on_checkpoint(round_id: int, _: set[int]) -> None:
+            snapshots[round_id] = json.loads(json.dumps(resume.snapshot(fed)))
+            if round_id == crash:
+                raise Crash
+
+        fed.on_checkpoint = on_checkpoint
+        fed.align()
+        if crash is None:
+            fed.train()
+        else:
+            with pytest.raises(Crash):
+                fed.train()
+        return fed, parties
+
+    reference, ref_parties = run(None)
+    run(crash_at)
+    assert (snapshots[crash_at]["epoch"] >= train.epochs) == (crash_at == 49)
+    restored = {
+        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET) for d in digits
+    }
+    for block, party in restored.items():
+        party.load_state_dict(torch.load(io.BytesIO(saved[crash_at][block]), weights_only=True))
+    fed = Federation(InProcessTransport(restored), train, progress=False)
+    fed.align()
+    resume.restore(fed, snapshots[crash_at])
+    summaries = fed.train()
+
+    assert [s.mean_loss for s in summaries] == [s.mean_loss for s in reference.cursor.summaries]
+    for block, party in ref_parties.items():
+        np.testing.assert_array_equal(
+            restored[block].parameters_vector(), party.parameters_vector()
+        )
+    assert fed.method_stats() == reference.method_stats()
+    assert fed.evaluate().to_json() == reference.evaluate().to_json()

@@ -70,8 +70,7 @@ class DvflProgram:
         }
     )
     hosts: Liveness = field(init=False)  # the host replicas' own up/down state
-    # transfer batch (its first sample) -> hosts whose codes of it the owner holds. Not
-    # checkpointed: after a coordinator restart the hosts deliver again, the same codes.
+    # transfer batch (its first sample) -> hosts whose codes of it the owner holds
     delivered: dict[int, set[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -288,6 +287,19 @@ class DvflProgram:
 
     def _count(self, leg: str, arrays: Iterable[np.ndarray]) -> None:
         self.bytes_sent[leg] += sum(a.nbytes for a in arrays)
+
+    def state(self) -> dict[str, object]:
+        """Plain data for the coordinator's checkpoint (vfl_core.resume)."""
+        return {
+            "bytes": dict(self.bytes_sent),
+            "hosts": self.hosts.to_state(),
+            "delivered": {str(k): sorted(v) for k, v in self.delivered.items()},
+        }
+
+    def load_state(self, saved: dict) -> None:
+        self.bytes_sent.update({k: int(v) for k, v in saved["bytes"].items()})
+        self.hosts.load_state(saved["hosts"])
+        self.delivered = {int(k): set(v) for k, v in saved["delivered"].items()}
 
     def stats(self) -> dict[str, object]:
         """What results.json reports of the method."""
