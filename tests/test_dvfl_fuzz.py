@@ -203,7 +203,7 @@ def _index(values: list[int]) -> vfl_pb2.Tensor:
         ("registers_from_test", "training samples only"),
         ("registers_with_data", "activations sent with from_registers"),
         ("owner_digest", "digest mismatch"),
-        ("owner_host_unknown", "no such host"),
+        ("owner_host_unknown", "no such block"),
         ("guest_digest", "digest mismatch"),
         ("guest_rows_range", "rows out of range"),
     ],

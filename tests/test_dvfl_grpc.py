@@ -13,13 +13,10 @@ import json
 import signal
 from pathlib import Path
 
-import numpy as np
 import pytest
-from harness import SECRET, Cluster, train_in_process
+from harness import Cluster, assert_checkpoints_match, train_in_process
 
-from vfl_core.checkpoint import load_checkpoint
 from vfl_core.config import TrainConfig
-from vfl_core.party import Party
 
 pytestmark = pytest.mark.slow
 
@@ -51,11 +48,7 @@ def test_given_dvfl_over_grpc_when_trained_then_bit_identical_to_in_process(
     # every round: who stepped, who answered, every loss, bit for bit
     assert coord.rounds() == [r.to_json() for r in records]
     assert len(results["epochs"]) == train.epochs + train.dvfl.owner_epochs
-    for block, party in parties.items():
-        saved = load_checkpoint(ckpt / f"party{block}.pt", train.model_dump_json())
-        copy = Party(party.party_id, party.data, train, secret=SECRET.encode())
-        copy.load_state_dict(saved["state"])
-        np.testing.assert_array_equal(copy.parameters_vector(), party.parameters_vector())
+    assert_checkpoints_match(ckpt, parties, train)
     got_rows, want_rows = results["test"]["rows"], report.to_json()["rows"]
     assert [(r["observed"], r["samples"], r["accuracy"]) for r in got_rows] == [
         (r["observed"], r["samples"], r["accuracy"]) for r in want_rows

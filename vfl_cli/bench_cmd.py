@@ -98,6 +98,13 @@ def _variants(text: str, known: tuple[str, ...]) -> tuple[str, ...]:
     return chosen
 
 
+def _rates(fail_rate: float, rejoin: tuple[float, ...]) -> tuple[float, ...]:
+    """The rejoin rates, once they and R_d are checked to be probabilities of a fault model."""
+    if not 0 < fail_rate <= 1 or any(not 0 < r <= 1 for r in rejoin):
+        raise ConfigError("--fail-rate and the rejoin values must be in (0, 1]")
+    return rejoin
+
+
 def _run_and_report(
     run: Callable[..., list[str]],
     write_report: Callable[[Any], tuple[Path, str]],
@@ -227,9 +234,7 @@ def faults(
         raise ConfigError(f"--scenarios must be among {', '.join(mod.SCENARIOS)}")
     if dataset not in ("mnist", "digits"):
         raise ConfigError(f"--dataset must be mnist or digits, got {dataset!r}")
-    rates = _floats(rejoin, "--rejoin")
-    if not 0 < fail_rate <= 1 or any(not 0 < r <= 1 for r in rates):
-        raise ConfigError("--fail-rate and --rejoin values must be in (0, 1]")
+    rates = _rates(fail_rate, _floats(rejoin, "--rejoin"))
     job = mod.FaultJob(
         seeds=_ints(seeds, "--seeds"),
         results=bench.results,
@@ -275,9 +280,8 @@ def dvfl(
     chosen = _variants(experiments, ("faults", "labels", "period"))
     if dataset not in ("mnist", "digits"):
         raise ConfigError(f"--dataset must be mnist or digits, got {dataset!r}")
-    guest, host = _floats(rejoin, "--rejoin"), _floats(host_rejoin, "--host-rejoin")
-    if not 0 < fail_rate <= 1 or any(not 0 < r <= 1 for r in (*guest, *host)):
-        raise ConfigError("--fail-rate and the rejoin values must be in (0, 1]")
+    guest = _rates(fail_rate, _floats(rejoin, "--rejoin"))
+    host = _rates(fail_rate, _floats(host_rejoin, "--host-rejoin"))
     job = mod.DvflJob(
         seeds=_ints(seeds, "--seeds"),
         results=bench.results,

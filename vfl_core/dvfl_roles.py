@@ -156,7 +156,7 @@ class DvflRoles:
                 f"host registers hold {self.registers.samples} samples, the call says "
                 f"{call.samples}"
             )
-        writes = self._guest_parts(call.writes, len(call.index), "write")
+        writes = self._parts(call.writes, len(call.index), self.config.dvfl.guest_dim, "write")
         if writes:
             check_index(call.index, call.samples, "host write")
         registers = self._registers(call.samples)
@@ -194,7 +194,7 @@ class DvflRoles:
             self.registers.check_index(call.index, "host output")
             x, _ = self.registers.inputs(call.index)
         else:
-            parts = self._guest_parts(call.activations, size, "activation")
+            parts = self._parts(call.activations, size, self.config.dvfl.guest_dim, "activation")
             x = concat_slots(parts, self.slots, size, self.config.dvfl.guest_dim, self.party.device)
         self.host.eval()
         with torch.no_grad():
@@ -210,16 +210,17 @@ class DvflRoles:
             )
         return self.registers
 
-    def _guest_parts(
-        self, arrays: Mapping[int, np.ndarray], size: int, what: str
+    def _parts(
+        self, arrays: Mapping[int, np.ndarray], size: int, dim: int, what: str
     ) -> dict[int, torch.Tensor]:
-        dim = self.config.dvfl.guest_dim
-        for guest in arrays:
-            if not 0 <= guest < self.slots:
-                raise ProtocolError(f"{what} of guest {guest}: no such block (K={self.slots})")
+        """block -> (size, dim) tensor of one guest's activations or one host's codes, each
+        checked (a block of the federation, dtype, shape, finite)."""
+        for block in arrays:
+            if not 0 <= block < self.slots:
+                raise ProtocolError(f"{what} of block {block}: no such block (K={self.slots})")
         return {
-            g: self.party._from_wire(a, f"{what} of guest {g}", size, dim)
-            for g, a in sorted(arrays.items())
+            b: self.party._from_wire(a, f"{what} of block {b}", size, dim)
+            for b, a in sorted(arrays.items())
         }
 
     # ------------------------------------------------------------------ owner
@@ -228,7 +229,7 @@ class DvflRoles:
         if self.owner_once.cached(call.round_id, key) is not None:
             return
         self.party._check_digest("train", call.rows, call.digest)
-        parts = self._host_tensors(call.outputs, len(call.rows))
+        parts = self._parts(call.outputs, len(call.rows), self.config.dvfl.host_dim, "host output")
         self._owner()
         assert self.owner_inputs is not None and self.owner_fed is not None
         rows = torch.as_tensor(call.rows, device=self.party.device)
@@ -266,7 +267,7 @@ class DvflRoles:
         net, _ = self._owner()
         size, dim = sizes.pop(), self.config.dvfl.host_dim
         x = concat_slots(
-            self._host_tensors(outputs, size), self.slots, size, dim, self.party.device
+            self._parts(outputs, size, dim, "host output"), self.slots, size, dim, self.party.device
         )
         net.eval()
         with torch.no_grad():
@@ -274,17 +275,6 @@ class DvflRoles:
             if self.party.task == REGRESSION:
                 return self.party._to_wire(self.party.scaler.restore(out))
             return self.party._to_wire(torch.softmax(out, dim=1))
-
-    def _host_tensors(self, arrays: Mapping[int, np.ndarray], size: int) -> dict[int, torch.Tensor]:
-        """host -> (B, host_dim), each checked."""
-        dim = self.config.dvfl.host_dim
-        for host in arrays:
-            if not 0 <= host < self.slots:
-                raise ProtocolError(f"output of host {host}: no such host (K={self.slots})")
-        return {
-            h: self.party._from_wire(a, f"output of host {h}", size, dim)
-            for h, a in sorted(arrays.items())
-        }
 
     def _owner(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         p = self.party
