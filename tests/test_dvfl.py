@@ -356,7 +356,7 @@ def test_given_host_failures_when_trained_then_guests_go_on_and_down_hosts_do_no
     local = [r for r in records if r.epoch == 0]
     assert all(r.present == (0, 1, 2, 3) and r.updated == (0,) for r in local)
     assert fed.liveness.counts() == {}  # the guests never missed a step
-    assert fed.program.hosts.state == {0: "up", 1: "down", 2: "down", 3: "down"}
+    assert fed.program_state.hosts.state == {0: "up", 1: "down", 2: "down", 3: "down"}
     for block in (1, 2, 3):
         np.testing.assert_array_equal(weights(parties[block].dvfl.host), initial[block])
         assert parties[block].dvfl.registers is None

@@ -11,13 +11,14 @@ import torch
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core import methods
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
+from vfl_core.method_spec import SHARED, HeadTask
+from vfl_core.methods import method_spec
 from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import EmbedCall, FuseCall, PredictCall
@@ -52,16 +53,16 @@ def parties_of(data: list[PartyData], train: TrainConfig) -> dict[int, Party]:
 def test_given_split_baseline_when_blocks_fail_then_only_the_active_head_trains(
     method: str,
 ) -> None:
-    assert methods.concatenates(method)
-    assert methods.head_input_blocks(method, methods.SHARED, K) == K
-    assert methods.trainable(method, (0, 2), K, ALL)  # the active party answered
-    assert not methods.trainable(method, (1, 2, 3), K, ALL)  # the head party is gone
-    assert methods.fuse_parties(method, (0, 3), ALL) == [0]
-    tasks = methods.fuse_tasks(method, 0, (0, 3), K, ALL, np.random.default_rng(0))
-    assert tasks == [methods.HeadTask(methods.SHARED, (0, 3), 1.0)]  # nothing dropped
-    assert methods.fuse_tasks(method, 1, (0, 1), K, ALL, np.random.default_rng(0)) == []
-    assert methods.predictors(method, (0, 1), K, ALL) == [0]
-    assert methods.predictors(method, (1, 2), K, ALL) == []
+    assert method_spec(method).concatenates
+    assert method_spec(method).head_input_blocks(SHARED, K) == K
+    assert method_spec(method).trainable((0, 2), K, ALL)  # the active party answered
+    assert not method_spec(method).trainable((1, 2, 3), K, ALL)  # the head party is gone
+    assert method_spec(method).fuse_parties((0, 3), ALL) == [0]
+    tasks = method_spec(method).fuse_tasks(0, (0, 3), K, ALL, np.random.default_rng(0))
+    assert tasks == [HeadTask(SHARED, (0, 3), 1.0)]  # nothing dropped
+    assert method_spec(method).fuse_tasks(1, (0, 1), K, ALL, np.random.default_rng(0)) == []
+    assert method_spec(method).predictors((0, 1), K, ALL) == [0]
+    assert method_spec(method).predictors((1, 2), K, ALL) == []
 
 
 def test_given_stale_cache_when_recalling_then_last_value_per_row_and_zeros_if_never_seen() -> None:
@@ -104,11 +105,11 @@ def test_given_stale_when_a_party_fails_then_its_last_embedding_of_those_samples
     np.testing.assert_allclose(recalled, sent[2], rtol=1e-6)
 
     zero = parties_of(full, config("zerofill"))[0]  # same seed: same initial weights
-    head = zero.models.head(methods.SHARED)
+    head = zero.models.head(SHARED)
     assert torch.equal(
         torch.nn.utils.parameters_to_vector(head.parameters()),
         torch.nn.utils.parameters_to_vector(
-            parties_of(full, config("stale"))[0].models.head(methods.SHARED).parameters()
+            parties_of(full, config("stale"))[0].models.head(SHARED).parameters()
         ),
     )
 

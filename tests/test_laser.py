@@ -1,5 +1,7 @@
 """The LASER-VFL objective: task weights, task sampling and the unbiasedness of the sampled loss
-(Lemma 1 of the paper, DESIGN.md invariant 2), enumerated exactly on a tiny model."""
+(Lemma 1 of the paper, DESIGN.md invariant 2), enumerated exactly on a tiny model, also for the
+subsets of feature-only blocks that heads serve. Party.fuse trains through the same
+`sampled_loss` (tests/test_party.py checks it bit for bit)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from scipy.stats import chi2
 from torch import nn
 
 from vfl_core.laser import (
+    free_task_weight,
     full_loss,
+    head_tasks,
     sample_tasks,
     sampled_loss,
     subsets_containing,
@@ -240,3 +244,96 @@ def test_given_sampled_tasks_when_averaged_over_many_draws_then_close_to_full_lo
     draws = [per_outcome[tuple(s for s, _ in sample_tasks(k, observed, gen))] for _ in range(5000)]
     stderr = np.std(draws) / np.sqrt(len(draws))
     assert abs(np.mean(draws) - full) < 5 * stderr + 1e-9
+
+
+# ---------------------------------------------------------------- feature-only blocks
+
+# (head k, observed set O, feature-only blocks U): three parties with labels at 0; a label-only
+# row (k not in O); four parties with labels at 0 and 1; a batch with one feature-only block.
+WITH_UNLABELLED = [
+    (0, (0, 1, 2), (1, 2)),
+    (0, (1, 2), (1, 2)),
+    (0, (2,), (1, 2)),
+    (1, (0, 1, 2, 3), (2, 3)),
+    (0, (0, 3), (2, 3)),
+    (3, (0, 1, 3), (1,)),
+]
+
+
+@pytest.mark.parametrize(("u", "expected"), [(1, [1.0]), (2, [2.0, 0.5]), (3, [3.0, 1.5, 1 / 3])])
+def test_given_u_feature_only_blocks_when_weighting_then_b_i_is_binomial_over_i(
+    u: int, expected: list[float]
+) -> None:
+    assert [free_task_weight(u, i) for i in range(1, u + 1)] == pytest.approx(expected, abs=0)
+    with pytest.raises(ValueError, match="outside"):
+        free_task_weight(u, u + 1)
+
+
+def brute_force_with_unlabelled(
+    head: nn.Module,
+    embeddings: dict[int, torch.Tensor],
+    k: int,
+    unlabelled: tuple[int, ...],
+    target: torch.Tensor,
+) -> torch.Tensor:
+    """F_k(O) written independently of vfl_core.laser: every I of O with k in I, and every
+    non-empty J of O's feature-only blocks, loss(g_k(mean_J E)) / |J|."""
+    blocks = sorted(embeddings)
+    total = torch.zeros((), dtype=torch.float64)
+    for size in range(1, len(blocks) + 1):
+        for subset in combinations(blocks, size):
+            if k in subset or set(subset) <= set(unlabelled):
+                fused = sum(embeddings[b] for b in subset) / size
+                total = total + ce(head(fused), target) / size
+    return total
+
+
+@pytest.mark.parametrize(("k", "observed", "unlabelled"), WITH_UNLABELLED)
+def test_given_feature_only_blocks_when_enumerating_task_outcomes_then_equals_full_loss(
+    k: int, observed: tuple[int, ...], unlabelled: tuple[int, ...]
+) -> None:
+    head, embeddings, target = tiny_problem(observed, seed=k + len(observed))
+    leaves = [*head.parameters(), *(embeddings[b] for b in observed)]
+    outcomes = list(task_outcomes(k, observed, unlabelled))
+    assert sum(p for _, p in outcomes) == pytest.approx(1.0, abs=1e-12)
+    expected = sum(p * sampled_loss(head, embeddings, tasks, target, ce) for tasks, p in outcomes)
+    full = full_loss(head, embeddings, k, target, ce, unlabelled)
+    assert expected.item() == pytest.approx(full.item(), abs=1e-6, rel=0)
+    brute = brute_force_with_unlabelled(head, embeddings, k, unlabelled, target)
+    assert full.item() == pytest.approx(brute.item(), abs=1e-9, rel=0)
+    assert full.item() > full_loss(head, embeddings, k, target, ce).item()  # the extra part counts
+    grads_expected = torch.autograd.grad(expected, leaves, allow_unused=True)
+    grads_full = torch.autograd.grad(full, leaves, allow_unused=True)
+    for ge, gf in zip(grads_expected, grads_full, strict=True):
+        assert ge is not None and gf is not None
+        torch.testing.assert_close(ge, gf, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(("k", "observed", "unlabelled"), WITH_UNLABELLED)
+def test_given_feature_only_blocks_when_sampling_then_frequencies_match_task_outcomes(
+    k: int, observed: tuple[int, ...], unlabelled: tuple[int, ...]
+) -> None:
+    outcomes = {tuple(t): p for t, p in task_outcomes(k, observed, unlabelled)}
+    gen = np.random.default_rng(11)
+    draws = [tuple(head_tasks(k, observed, unlabelled, gen)) for _ in range(3000)]
+    assert set(draws) <= set(outcomes)
+    if len(outcomes) > 1:
+        assert chi_square_ok(Counter(draws), outcomes)
+    pool = set(observed) & set(unlabelled) - {k}
+    for tasks in draws[:50]:
+        own = [s for s, _ in tasks if k in s]
+        free = [s for s, _ in tasks if k not in s]
+        assert len(own) == (len(observed) if k in observed else 0)
+        assert [len(s) for s in free] == list(range(1, len(pool) + 1))
+        assert all(set(s) <= pool for s in free)
+
+
+def test_given_every_block_labelled_when_sampling_head_tasks_then_the_papers_draws_exactly() -> (
+    None
+):
+    # With no feature-only block nothing changes: the same tasks from the same RNG state.
+    for round_id in range(30):
+        paper = sample_tasks(1, (0, 1, 2, 3), rng(0, Stream.TASKS, round_id, 1))
+        ours = head_tasks(1, (0, 1, 2, 3), (), rng(0, Stream.TASKS, round_id, 1))
+        assert ours == paper
+    assert list(task_outcomes(1, (0, 1, 2))) == list(task_outcomes(1, (0, 1, 2), ()))

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from vfl_core import methods
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.inprocess import InProcessTransport
+from vfl_core.method_spec import SHARED
+from vfl_core.methods import METHODS, method_spec
 from vfl_core.party import Party
 from vfl_core.predictions import _vote, combine
 from vfl_core.prepare import prepare_parties
@@ -96,9 +97,9 @@ def predict(party: Party, emb: dict[int, np.ndarray], blocks=ALL) -> np.ndarray:
 
 
 def test_given_svfl_when_a_block_is_missing_then_it_cannot_predict_and_only_full_sets_can() -> None:
-    assert methods.predictors("svfl", (0, 1, 2), K, ALL) is None
-    assert methods.predictors("svfl", (1, 2, 3), K, ALL) is None
-    assert methods.predictors("svfl", ALL, K, ALL) == [0]
+    assert method_spec("svfl").predictors((0, 1, 2), K, ALL) is None
+    assert method_spec("svfl").predictors((1, 2, 3), K, ALL) is None
+    assert method_spec("svfl").predictors(ALL, K, ALL) == [0]
 
 
 def test_given_svfl_when_trained_then_only_fully_observed_batches_train(
@@ -203,12 +204,14 @@ def test_given_a_tie_when_voting_then_it_is_broken_at_random_among_the_tied_clas
 
 def test_given_ensemble_when_combined_then_only_the_vote_is_scored() -> None:
     probs = {0: _one_hot_probs([4], 10), 1: _one_hot_probs([4], 10), 3: _one_hot_probs([5], 10)}
-    out = combine("ensemble", (0, 1, 3), probs, np.random.default_rng(0))
+    out = combine(method_spec("ensemble").combination, (0, 1, 3), probs, np.random.default_rng(0))
     assert out is not None and list(out.scored) == ["ensemble"]
     assert (out.predicted == 4).all()
-    laser = combine("laser", (0, 1, 3), probs, np.random.default_rng(0))
+    laser = combine(method_spec("laser").combination, (0, 1, 3), probs, np.random.default_rng(0))
     assert laser is not None and sorted(laser.scored) == ["0", "1", "3"]  # each head scored
-    assert combine("ensemble", (0, 1), {}, np.random.default_rng(0)) is None
+    assert (
+        combine(method_spec("ensemble").combination, (0, 1), {}, np.random.default_rng(0)) is None
+    )
 
 
 def test_given_ensemble_when_evaluated_then_observing_parties_vote(
@@ -232,7 +235,7 @@ def test_given_plug_when_blocks_are_missing_then_the_head_sees_zeros_for_them(
     got = predict(active, emb, blocks=(0, 2))
     zeros = np.zeros_like(emb[0])
     head_input = np.concatenate([emb[0], zeros, emb[2], zeros], axis=1)  # (B, K * d)
-    head = active.models.head(methods.SHARED)
+    head = active.models.head(SHARED)
     head.eval()
     with torch.no_grad():
         want = torch.softmax(head(torch.from_numpy(head_input)), dim=1).numpy()
@@ -246,16 +249,16 @@ def test_given_plug_when_training_then_observed_non_active_blocks_are_dropped_at
     kept = {b: 0 for b in ALL}
     draws = 2000
     for r in range(draws):
-        tasks = methods.fuse_tasks("plug", 0, ALL, K, ALL, rng(0, Stream.TASKS, r, 0))
-        assert len(tasks) == 1 and tasks[0].head == methods.SHARED
+        tasks = method_spec("plug").fuse_tasks(0, ALL, K, ALL, rng(0, Stream.TASKS, r, 0))
+        assert len(tasks) == 1 and tasks[0].head == SHARED
         for b in tasks[0].subset:
             kept[b] += 1
     assert kept[0] == draws  # the active party's own block is never dropped
     for b in (1, 2, 3):
         assert 0.45 < kept[b] / draws < 0.55, kept  # PLUG_DROPOUT = 0.5
     # only the active party trains a head
-    assert methods.fuse_tasks("plug", 1, ALL, K, ALL, rng(0, Stream.TASKS, 0, 1)) == []
-    assert methods.fuse_parties("plug", ALL, ALL) == [0]
+    assert method_spec("plug").fuse_tasks(1, ALL, K, ALL, rng(0, Stream.TASKS, 0, 1)) == []
+    assert method_spec("plug").fuse_parties(ALL, ALL) == [0]
 
 
 def test_given_plug_when_a_block_is_dropped_in_training_then_its_gradient_is_zero(
@@ -268,7 +271,7 @@ def test_given_plug_when_a_block_is_dropped_in_training_then_its_gradient_is_zer
     al = fed.alignments["train"]
     index = np.arange(16)
     for round_id in range(20):  # find rounds that drop some blocks and keep others
-        subset = methods.fuse_tasks("plug", 0, ALL, K, ALL, rng(0, Stream.TASKS, round_id, 0))
+        subset = method_spec("plug").fuse_tasks(0, ALL, K, ALL, rng(0, Stream.TASKS, round_id, 0))
         kept = set(subset[0].subset)
         if 1 < len(kept) < K:
             break
@@ -295,8 +298,8 @@ def test_given_plug_when_predicting_then_nothing_is_dropped_and_it_is_determinis
     for b in (1, 2, 3):  # every observed block counts at inference
         changed = {**emb, b: emb[b] + 1.0}
         assert not np.allclose(predict(active, changed), first)
-    assert methods.predict_subset("plug", 0, ALL) == (methods.SHARED, ALL)
-    assert methods.predictors("plug", (1, 2, 3), K, ALL) == []  # no active party, no predictor
+    assert method_spec("plug").predict_subset(0, ALL) == (SHARED, ALL)
+    assert method_spec("plug").predictors((1, 2, 3), K, ALL) == []  # no active party, no predictor
 
 
 # ------------------------------------------------------------------------ combinatorial
@@ -317,7 +320,7 @@ def test_given_combinatorial_when_trained_on_all_patterns_then_one_head_per_subs
     for b, key in heads:
         assert b == min(key), f"subset {key} held by {b}, not its lowest label block"
     for b, p in parties.items():  # a representation model per subset containing the party
-        assert set(p.models.reps) - {methods.SHARED} == {s for s in _nonempty_subsets() if b in s}
+        assert set(p.models.reps) - {SHARED} == {s for s in _nonempty_subsets() if b in s}
 
 
 def test_given_two_label_parties_when_combinatorial_then_subsets_without_labels_have_no_head(
@@ -342,10 +345,10 @@ def test_given_combinatorial_when_predicting_then_the_exact_observed_subset_is_u
     fed, parties = federation(missing, config("combinatorial"))
     fed.train()
     present = (1, 3)
-    assert methods.predictors("combinatorial", present, K, ALL) == [1]
-    assert methods.predict_subset("combinatorial", 1, present) == (present, present)
+    assert method_spec("combinatorial").predictors(present, K, ALL) == [1]
+    assert method_spec("combinatorial").predict_subset(1, present) == (present, present)
     owner = parties[1]
-    width = len(methods.slots("combinatorial", 1, present)) * D  # slots of {1}, {1,3}
+    width = len(method_spec("combinatorial").slot_keys(1, present)) * D  # slots of {1}, {1,3}
     emb = embeddings(blocks=present, width=width)
     first = predict(owner, emb, present)
     for key in owner.models.heads:  # any other head may change: the prediction does not
@@ -375,7 +378,7 @@ def test_given_local_predictors_when_other_embeddings_change_then_predictions_do
         np.testing.assert_array_equal(predict(party, noisy), first)
     np.testing.assert_array_equal(predict(party, {2: emb[2]}, blocks=(2,)), first)
     assert not np.allclose(predict(party, {**emb, 2: emb[2] + 1.0}), first)
-    assert not methods.shares_embeddings(method)  # the engine does not even send them
+    assert not method_spec(method).shares_embeddings  # the engine does not even send them
 
 
 # ------------------------------------------------------------------------ determinism
@@ -397,7 +400,7 @@ def missing_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ...]:
     return tuple(root / f"party{k}" for k in range(K))
 
 
-@pytest.mark.parametrize("method", methods.METHODS)
+@pytest.mark.parametrize("method", METHODS)
 def test_given_the_same_seed_twice_when_simulated_then_results_are_identical(
     method: str, missing_dirs: tuple[Path, ...]
 ) -> None:
@@ -414,5 +417,5 @@ def test_given_the_same_seed_twice_when_simulated_then_results_are_identical(
 def test_given_no_label_party_in_a_batch_when_combinatorial_then_the_batch_is_not_trained() -> None:
     # Every head of a subset sits at its lowest label block: without one, nothing can learn, so
     # the round is not run (no Embed and Backward calls for nothing).
-    assert not methods.trainable("combinatorial", (2, 3), K, (0, 1))
-    assert methods.trainable("combinatorial", (1, 3), K, (0, 1))
+    assert not method_spec("combinatorial").trainable((2, 3), K, (0, 1))
+    assert method_spec("combinatorial").trainable((1, 3), K, (0, 1))

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from vfl_core import laser
+from vfl_core import party as party_module
 from vfl_core.alignment import Alignment
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PartyData, load_party_dir
@@ -21,6 +23,7 @@ from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, PredictCall, ScoreCall
 from vfl_core.seeding import Stream, rng
+from vfl_core.tasks import head_loss
 
 K = 4
 SECRET = b"party-test"
@@ -339,6 +342,35 @@ def test_given_round_when_fusing_then_sent_gradients_equal_manual_dl_de(
     head.backward(BackwardCall(round_id, 0, received))
     for p_copy, p in zip(f_copy.parameters(), head.f.parameters(), strict=True):
         torch.testing.assert_close(p.grad, p_copy.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_given_a_round_when_fusing_then_the_trained_loss_is_laser_sampled_loss_of_its_tasks(
+    all_labels: list[PartyData], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The loss a head party trains goes through vfl_core.laser.sampled_loss, the very function
+    # whose exact expectation over task samples test_laser.py enumerates (invariant 2).
+    parties = make_parties(all_labels)
+    al = align(parties)
+    round_id, k = 2, 1
+    emb = {b: parties[b].embed(c) for b, c in embed_calls(al, parties, round_id, INDEX).items()}
+    head = copy.deepcopy(parties[k].g)  # g_k before the step that fuse takes
+    tasks = sample_tasks(k, sorted(emb), rng(CONFIG.seed, Stream.TASKS, round_id, k))
+    target = torch.from_numpy(parties[k].data.splits["train"].labels[al.rows_of(k, INDEX)])
+    tensors = {b: torch.from_numpy(e) for b, e in emb.items()}
+    with torch.no_grad():
+        expected = laser.sampled_loss(head, tensors, tasks, target, head_loss("classification"))
+
+    seen: list[list] = []
+    real = laser.sampled_loss
+
+    def spy(*args: object, **kwargs: object) -> torch.Tensor:
+        seen.append(list(args[2]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(party_module, "sampled_loss", spy)
+    result = parties[k].fuse(FuseCall(round_id, 0, {b: e for b, e in emb.items() if b != k}))
+    assert seen == [tasks]  # one call, on exactly the sampled tasks
+    assert result.loss == float(expected)  # bit for bit
 
 
 def test_given_same_seed_round_and_party_when_fusing_then_same_tasks_and_result(

@@ -23,6 +23,7 @@ from vfl_core.engine import Federation
 from vfl_core.errors import ConfigError, DataError, ProtocolError
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.laser import full_loss, fuse_mean, sample_tasks, sampled_loss, task_outcomes
+from vfl_core.methods import method_spec
 from vfl_core.metrics import FEDERATION, EvalReport, auc_from_histogram, format_table
 from vfl_core.party import Party
 from vfl_core.predictions import combine
@@ -455,12 +456,12 @@ def test_given_regression_heads_when_combining_then_the_ensemble_and_laser_avera
         3: np.array([[5.0], [1.0]], np.float32),
     }
     gen = np.random.default_rng(0)
-    ensemble = combine("ensemble", (0, 1, 3), values, gen, regression=True)
+    ensemble = combine(method_spec("ensemble").combination, (0, 1, 3), values, gen, regression=True)
     assert ensemble is not None
     np.testing.assert_allclose(ensemble.predicted, [3.0, 3.0])
     assert list(ensemble.scored) == ["ensemble"] and not ensemble.scores
     np.testing.assert_allclose(ensemble.scored["ensemble"], [3.0, 3.0])
-    laser = combine("laser", (0, 1, 3), values, gen, regression=True)
+    laser = combine(method_spec("laser").combination, (0, 1, 3), values, gen, regression=True)
     assert laser is not None and sorted(laser.scored) == ["0", "1", "3"]
     np.testing.assert_allclose(laser.scored["1"], [3.0, 6.0])
     np.testing.assert_allclose(laser.federation, [[3.0], [3.0]])
@@ -472,11 +473,11 @@ def test_given_binary_heads_when_combining_then_positive_class_scores_travel() -
         2: np.array([[0.4, 0.6], [0.1, 0.9]], np.float32),
     }
     gen = np.random.default_rng(0)
-    laser = combine("laser", (0, 2), probs, gen)
+    laser = combine(method_spec("laser").combination, (0, 2), probs, gen)
     assert laser is not None
     np.testing.assert_allclose(laser.scores["0"], [0.2, 0.7])
     np.testing.assert_allclose(laser.scores["2"], [0.6, 0.9])
-    vote = combine("ensemble", (0, 2), probs, gen)
+    vote = combine(method_spec("ensemble").combination, (0, 2), probs, gen)
     assert vote is not None and set(vote.scores) == {"ensemble"}
     np.testing.assert_allclose(vote.scores["ensemble"], [0.5, 1.0])  # the positive vote share
 

@@ -302,6 +302,38 @@ def dvfl(
     _run_and_report(mod.run, mod.write_report, job, bench)
 
 
+@bench_app.command("label-only")
+@user_errors
+@with_option_groups
+def label_only(
+    dataset: Annotated[str, Opt(help="credit (the benchmark) or digits")] = "credit",
+    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
+    p_miss: Annotated[float, Opt(help="train and test p_miss of every party")] = 0.1,
+    epochs: Annotated[int | None, Opt(help="override the setup's epochs")] = None,
+    jobs: Jobs = 1,
+    data_path: Annotated[Path, Opt(help="directory with UCI_Credit_Card.csv")] = DEFAULT_DATA,
+    bench: BenchRun = BenchRun(),
+) -> None:
+    """Samples only feature-only parties hold: LASER-VFL vs a centralised model (K=3)."""
+    setup_logging(bench.log_level)
+    if dataset not in ("credit", "digits"):
+        raise ConfigError(f"--dataset must be credit or digits, got {dataset!r}")
+    if not 0 < p_miss < 1:
+        raise ConfigError(f"--p-miss must be in (0, 1), got {p_miss}")
+    mod, report = _bench("label_only"), _bench("label_only_report")
+    job = mod.LabelOnlyJob(
+        seeds=_ints(seeds, "--seeds"),
+        results=bench.results,
+        data_path=data_path.resolve() if dataset == "credit" else None,
+        dataset=dataset,
+        p_miss=p_miss,
+        epochs=epochs,
+        jobs=jobs,
+        command=_command(),
+    )
+    _run_and_report(mod.run, report.write_report, job, bench)
+
+
 @bench_app.command("throughput")
 @user_errors
 def throughput(

@@ -33,7 +33,7 @@ from vfl_cli.train_options import Deadline
 from vfl_core.config import TrainConfig
 from vfl_core.datasets import load_dataset
 from vfl_core.errors import VflError
-from vfl_core.methods import METHOD_NAMES, METHODS, predictors
+from vfl_core.methods import METHODS, method_spec
 from vfl_core.prepare import prepare_parties
 from vfl_wire.security import OPERATOR
 
@@ -177,7 +177,9 @@ def demo(
                 ready=joined,
             )
         with CoordinatorClient(address, timeout=120.0, security=security) as coord:
-            typer.echo(f"[3/5] training {METHOD_NAMES[method]} for {epochs} epochs over gRPC")
+            typer.echo(
+                f"[3/5] training {method_spec(method).display_name} for {epochs} epochs over gRPC"
+            )
             if chaos is not None:
                 typer.echo(
                     f"      guest loss: every {fault_every:g} s each client is {fault_kind}ed "
@@ -187,7 +189,7 @@ def demo(
                 _wait_phase(coord, "training", procs, logs)
             with running(chaos):
                 # DVFL's label owner trains for its own epochs after the guests' and hosts'
-                total = epochs + (TrainConfig().dvfl.owner_epochs if method == "dvfl" else 0)
+                total = TrainConfig(method=method, epochs=epochs).total_epochs
                 _wait_trained(coord, procs, total, logs, watch_clients=chaos is None)
             if chaos is not None:
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(chaos.counts().items()))
@@ -214,11 +216,16 @@ def _outcome(method: str, clients: int, dead: int) -> str:
     """What the kill did to prediction. Every demo party holds labels, so the question is only
     whether the method can use the survivors' blocks."""
     survivors = [k for k in range(clients) if k != dead]
-    if method == "dvfl" and dead == 0:  # DVFL's one predictor is the label owner, block 0
-        return "DVFL cannot predict without its label owner, so no sample was predicted"
-    if predictors(method, survivors, clients, range(clients)) is None:
+    spec = method_spec(method)
+    found = spec.predictors(survivors, clients, range(clients))
+    if found is not None and not found:  # e.g. DVFL's label owner, a split-learning head party
         return (
-            f"{METHOD_NAMES[method]} cannot predict without every block, so the samples it "
+            f"{spec.display_name} has no predictor without client{dead} (its head party), so "
+            "no sample was predicted"
+        )
+    if found is None:
+        return (
+            f"{spec.display_name} cannot predict without every block, so the samples it "
             "could not use got random guesses"
         )
     return "prediction carried on without it"

@@ -55,6 +55,10 @@ def prepare(
     label_blocks: Annotated[
         str | None, typer.Option(help='Blocks holding labels, e.g. "0,1" (default: all).')
     ] = None,
+    keep_labels: Annotated[
+        bool,
+        typer.Option(help="Label parties keep the labels of samples whose block they miss."),
+    ] = False,
     columns: Annotated[int, typer.Option(help="Credit: keep the first N feature columns.")] = 20,
     csv: Annotated[
         Path | None,
@@ -109,6 +113,7 @@ def prepare(
         layout=cast(Layout, layout),
         prefix=prefix,
         label_blocks=_parse_list(label_blocks, int, "--label-blocks"),
+        keep_labels=keep_labels,
     )
     _echo_summary(out, paths)
 
@@ -155,6 +160,9 @@ def _echo_summary(out: Path, paths: list[Path]) -> None:
     for k, path in enumerate(paths):
         rows = " ".join(f"{counts[s]['per_party'][k]:>7}" for s in splits)
         typer.echo(f"{path.name:<16} {k:>5} {'yes' if k in labelled else 'no':>6} {rows}")
+    if summary.get("keep_labels"):
+        only = " ".join(f"{sum(counts[s]['label_only_per_party']):>7}" for s in splits)
+        typer.echo(f"{'(label-only rows)':<16} {'':>5} {'':>6} {only}")
     dropped = " ".join(f"{counts[s]['dropped_no_party']:>7}" for s in splits)
     typer.echo(f"{'(held by nobody)':<16} {'':>5} {'':>6} {dropped}")
     p_train = ", ".join(f"{p:.3f}" for p in summary["p_miss_train"])

@@ -50,6 +50,9 @@ def simulate(
     p_miss_test: Annotated[list[float] | None, Opt(help="test p_miss (repeat)")] = None,
     test_fraction: Annotated[float, Opt()] = 0.2,
     label_blocks: Annotated[str | None, Opt(help="blocks holding labels, e.g. 0,1")] = None,
+    keep_labels: Annotated[
+        bool, Opt(help="label parties keep the labels of samples whose block they miss")
+    ] = False,
     config: Annotated[Path | None, Opt(help="YAML/JSON TrainConfig; options override")] = None,
     train: TrainOptions = TrainOptions(),
     faults: FaultOptions = FaultOptions(),
@@ -97,6 +100,7 @@ def simulate(
         p_miss_test=tuple(p_miss_test) if p_miss_test else (p_miss_train,),
         test_fraction=test_fraction,
         label_blocks=parse_ints(label_blocks, "--label-blocks"),
+        keep_labels=keep_labels,
         train=train_config,
         faults=faults.config(),
     )

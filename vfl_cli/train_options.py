@@ -41,6 +41,10 @@ class TrainOptions:
     dvfl_owner_epochs: Annotated[
         int | None, Opt(help="dvfl: epochs of the label owner on the hosts' codes (default 60)")
     ] = None
+    serve_feature_only: Annotated[
+        bool | None,
+        Opt(help="LASER-VFL heads also serve sets of feature-only parties (default: yes)"),
+    ] = None
 
     def config(self, base: dict[str, Any]) -> TrainConfig:
         """The TrainConfig of a config file's mapping with these options applied over it."""

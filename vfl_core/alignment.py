@@ -10,14 +10,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from vfl_core.errors import ProtocolError
 from vfl_core.seeding import Stream, rng
 
-Pattern = tuple[int, ...]  # sorted blocks that hold a sample
+Pattern = tuple[int, ...]  # sorted blocks that hold a sample's features
+# A batch group: its observed pattern and the label parties that hold the samples' labels but
+# not their features (label-only rows); every batch comes from one group.
+Group = tuple[Pattern, tuple[int, ...]]
 
 # The secret that the demo, the simulation and a client without --secret share. Real federations
 # set their own (VFL_SECRET); the coordinator never learns it. The batch plan depends on the hashes,
@@ -44,6 +47,8 @@ class Alignment:
 
     keys: tuple[bytes, ...]
     rows: Mapping[int, np.ndarray]  # block -> (N,) int64
+    # block -> (N,) bool: True where the block's row is label-only (its label, no features)
+    label_only: Mapping[int, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def build(cls, hashes: Mapping[int, Sequence[bytes]], order: str = "keys") -> Alignment:
@@ -67,16 +72,54 @@ class Alignment:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def with_label_only(self, feature_rows: Mapping[int, int]) -> Alignment:
+        """This alignment, knowing that block b's rows from feature_rows[b] on are label-only
+        (vfl_core.data.PartySplit keeps them last)."""
+        masks = {
+            b: self.rows[b] >= n
+            for b, n in sorted(feature_rows.items())
+            if b in self.rows and (self.rows[b] >= n).any()
+        }
+        return replace(self, label_only=masks)
+
     def patterns(self) -> dict[Pattern, np.ndarray]:
-        """Key indices grouped by observed pattern, in key order within each group."""
-        blocks = sorted(self.rows)
-        held = np.stack([self.rows[b] >= 0 for b in blocks], axis=1)  # (N, K)
-        codes = held.astype(np.int64) @ (1 << np.arange(len(blocks), dtype=np.int64))  # (N,)
+        """Key indices grouped by observed pattern (the blocks holding features), in key order
+        within each group. A sample whose only holders hold just its label is in none."""
         groups: dict[Pattern, np.ndarray] = {}
-        for code in np.unique(codes):
-            pattern = tuple(b for j, b in enumerate(blocks) if code >> j & 1)
-            groups[pattern] = np.flatnonzero(codes == code)
+        codes = self._codes(self._features())
+        for code in np.unique(codes[codes > 0]):
+            groups[self._blocks_of(code)] = np.flatnonzero(codes == code)
         return groups
+
+    def groups(self) -> dict[Group, np.ndarray]:
+        """Key indices grouped by (observed pattern, label-only holders), in key order."""
+        if not self.label_only:
+            return {(p, ()): index for p, index in self.patterns().items()}
+        codes = self._codes(self._features())
+        holders = self._codes({b: m for b, m in self.label_only.items()})
+        combined = codes * (1 << len(self.rows)) + holders  # (N,) one code per group
+        groups: dict[Group, np.ndarray] = {}
+        for code in np.unique(combined[codes > 0]):
+            key = (self._blocks_of(code >> len(self.rows)), self._blocks_of(code))
+            groups[key] = np.flatnonzero(combined == code)
+        return groups
+
+    def _features(self) -> dict[int, np.ndarray]:
+        """block -> (N,) bool: the block holds the sample's features."""
+        none = np.zeros(len(self.keys), dtype=bool)
+        return {b: (r >= 0) & ~self.label_only.get(b, none) for b, r in self.rows.items()}
+
+    def _codes(self, masks: Mapping[int, np.ndarray]) -> np.ndarray:
+        """(N,) int64: bit j set where the j-th block (in sorted order) has its mask set."""
+        codes = np.zeros(len(self.keys), dtype=np.int64)
+        for j, b in enumerate(sorted(self.rows)):
+            if b in masks:
+                codes |= masks[b].astype(np.int64) << j
+        return codes
+
+    def _blocks_of(self, code: int) -> tuple[int, ...]:
+        """The blocks whose bits are set in the low len(rows) bits of `code`."""
+        return tuple(b for j, b in enumerate(sorted(self.rows)) if int(code) >> j & 1)
 
     def digest(self, index: np.ndarray) -> bytes:
         return batch_digest(self.keys[i] for i in index)
@@ -92,6 +135,13 @@ class Alignment:
 class Batch:
     pattern: Pattern
     index: np.ndarray  # key indices into the alignment, (B,)
+    label_only: tuple[int, ...] = ()  # label parties holding these samples' labels only
+
+
+def _group_order(group: Group) -> tuple[int, Pattern, tuple[int, ...]]:
+    """Plans visit groups by pattern size, then pattern, then label-only holders."""
+    pattern, holders = group
+    return len(pattern), pattern, holders
 
 
 def epoch_plan(
@@ -107,30 +157,31 @@ def epoch_plan(
     resampling) the epoch draws len(alignment) samples with replacement in proportion to them.
     """
     gen = rng(seed, Stream.PLAN, epoch)
-    groups = alignment.patterns()
+    groups = alignment.groups()
     if weights is not None:
         groups = _resample(groups, weights, gen)
     batches: list[Batch] = []
-    for pattern in sorted(groups, key=lambda p: (len(p), p)):
-        members = gen.permutation(groups[pattern])
+    for group in sorted(groups, key=_group_order):
+        members = gen.permutation(groups[group])
         for start in range(0, len(members), batch_size):
-            batches.append(Batch(pattern, members[start : start + batch_size]))
+            batches.append(Batch(group[0], members[start : start + batch_size], group[1]))
     order = gen.permutation(len(batches))
     return [batches[i] for i in order]
 
 
 def _resample(
-    groups: dict[Pattern, np.ndarray], weights: np.ndarray, gen: np.random.Generator
-) -> dict[Pattern, np.ndarray]:
-    pattern_of = np.empty(len(weights), dtype=np.int64)
-    patterns = sorted(groups, key=lambda p: (len(p), p))
-    for j, pattern in enumerate(patterns):
-        pattern_of[groups[pattern]] = j
-    drawn = np.sort(gen.choice(len(weights), size=len(weights), p=weights / weights.sum()))
+    groups: dict[Group, np.ndarray], weights: np.ndarray, gen: np.random.Generator
+) -> dict[Group, np.ndarray]:
+    group_of = np.full(len(weights), -1, dtype=np.int64)  # -1: in no group (nothing to embed)
+    ordered = sorted(groups, key=_group_order)
+    for j, group in enumerate(ordered):
+        group_of[groups[group]] = j
+    p = np.where(group_of >= 0, weights, 0.0)
+    drawn = np.sort(gen.choice(len(weights), size=len(weights), p=p / p.sum()))
     return {
-        p: drawn[pattern_of[drawn] == j]
-        for j, p in enumerate(patterns)
-        if (pattern_of[drawn] == j).any()
+        g: drawn[group_of[drawn] == j]
+        for j, g in enumerate(ordered)
+        if (group_of[drawn] == j).any()
     }
 
 
@@ -138,12 +189,12 @@ def eval_plan(
     alignment: Alignment, batch_size: int, index: np.ndarray | None = None
 ) -> list[Batch]:
     """Deterministic, unshuffled single-pattern batches for evaluation (of `index` if given)."""
-    groups = alignment.patterns()
+    groups = alignment.groups()
     if index is not None:
         groups = {p: np.intersect1d(g, index) for p, g in groups.items()}
         groups = {p: g for p, g in groups.items() if len(g)}
     return [
-        Batch(p, groups[p][s : s + batch_size])
-        for p in sorted(groups, key=lambda p: (len(p), p))
-        for s in range(0, len(groups[p]), batch_size)
+        Batch(g[0], groups[g][s : s + batch_size], g[1])
+        for g in sorted(groups, key=_group_order)
+        for s in range(0, len(groups[g]), batch_size)
     ]

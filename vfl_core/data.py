@@ -7,6 +7,10 @@ Layout of a party directory (written by `vfl prepare`, read by `vfl-client --dat
     train/ids.npy          unicode strings, (n,), unique within the split
     train/labels.npy       (n,) int64 classes, or float32 targets when meta.task is regression
                            (only when meta.has_labels)
+    train/label_only_ids.npy, train/label_only_labels.npy
+                           optional, label parties only: samples whose label the party holds
+                           but not their features (label-only rows: they are scored and trained
+                           on by the party's head from the other parties' embeddings)
     test/...               the same for the test split (optional)
     preprocess.json        a tabular party's fitted preprocessing (vfl_core.preprocess), if any
 
@@ -49,12 +53,27 @@ class PartyMeta(BaseModel):
 
 @dataclass(frozen=True)
 class PartySplit:
+    """A split's rows: those with features first, then the label-only rows (a label party
+    holds their labels but not their features), which have IDs and labels but no features."""
+
     ids: np.ndarray  # (n,) str
-    features: np.ndarray  # (n, *feature_shape) float32
+    features: np.ndarray  # (n - label_only, *feature_shape) float32
     labels: np.ndarray | None  # (n,) int64 classes, or float32 targets (regression)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.label_only <= len(self.ids) or (self.label_only and self.labels is None):
+            raise DataError(
+                f"split of {len(self.ids)} IDs with {len(self.features)} feature rows: only a "
+                f"label party may hold label-only rows, after its rows with features"
+            )
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def label_only(self) -> int:
+        """How many rows, at the end, hold a label but no features."""
+        return len(self.ids) - len(self.features)
 
 
 @dataclass(frozen=True)
@@ -67,7 +86,8 @@ class PartyData:
 
 
 SPLIT_NAMES = ("train", "test")
-_ARRAY_FILES = ("features.npy", "ids.npy", "labels.npy")
+_LABEL_ONLY_FILES = ("label_only_ids.npy", "label_only_labels.npy")
+_ARRAY_FILES = ("features.npy", "ids.npy", "labels.npy", *_LABEL_ONLY_FILES)
 PREPROCESS_FILE = "preprocess.json"
 _NPY_MAGIC = b"\x93NUMPY"
 _EXPECTED_FEATURE_RANK = {"image": 3, "tabular": 1}
@@ -111,15 +131,24 @@ def _check_labels_match_meta(path: Path, data: PartyData) -> None:
 
 def _save_split(split_dir: Path, split: PartySplit, task: str) -> None:
     split_dir.mkdir(parents=True, exist_ok=True)
+    n = len(split.features)
     np.save(split_dir / "features.npy", np.ascontiguousarray(split.features, dtype=np.float32))
     # A fixed-width unicode array loads with allow_pickle=False (an object array would not).
-    np.save(split_dir / "ids.npy", np.asarray(split.ids).astype(str))
+    ids = np.asarray(split.ids).astype(str)
+    np.save(split_dir / "ids.npy", ids[:n])
     labels_file = split_dir / "labels.npy"
     if split.labels is not None:
         dtype = np.float32 if task == "regression" else np.int64
-        np.save(labels_file, np.asarray(split.labels, dtype=dtype))
+        labels = np.asarray(split.labels, dtype=dtype)
+        np.save(labels_file, labels[:n])
     else:
         labels_file.unlink(missing_ok=True)
+    if split.label_only and split.labels is not None:
+        np.save(split_dir / _LABEL_ONLY_FILES[0], ids[n:])
+        np.save(split_dir / _LABEL_ONLY_FILES[1], labels[n:])
+    else:
+        for name in _LABEL_ONLY_FILES:
+            (split_dir / name).unlink(missing_ok=True)
 
 
 def _clear_split(split_dir: Path) -> None:
@@ -229,13 +258,27 @@ def _check_meta(meta_file: Path, meta: PartyMeta) -> None:
 
 def _load_split(split_dir: Path, meta: PartyMeta) -> PartySplit:
     features = _check_features(split_dir, _load_npy(split_dir / "features.npy"), meta)
-    ids = _check_ids(split_dir, _load_npy(split_dir / "ids.npy"), len(features))
+    ids = _check_ids(split_dir / "ids.npy", _load_npy(split_dir / "ids.npy"), len(features))
     labels = None
     if meta.has_labels:
-        labels = _check_labels(split_dir, _load_npy(split_dir / "labels.npy"), len(ids), meta)
-    elif (split_dir / "labels.npy").exists():
-        log.warning("%s: ignoring labels.npy (meta.json says has_labels=false)", split_dir)
+        labels = _check_labels(split_dir / "labels.npy", len(ids), meta)
+        ids, labels = _with_label_only_rows(split_dir, ids, labels, meta)
+    elif any((split_dir / name).exists() for name in ("labels.npy", *_LABEL_ONLY_FILES)):
+        log.warning("%s: ignoring labels (meta.json says has_labels=false)", split_dir)
     return PartySplit(ids=ids, features=features, labels=labels)
+
+
+def _with_label_only_rows(
+    split_dir: Path, ids: np.ndarray, labels: np.ndarray, meta: PartyMeta
+) -> tuple[np.ndarray, np.ndarray]:
+    """The split's IDs and labels followed by its label-only rows, if it has any."""
+    id_file, label_file = (split_dir / name for name in _LABEL_ONLY_FILES)
+    if not id_file.exists() and not label_file.exists():
+        return ids, labels
+    more_ids = _check_ids(id_file, _load_npy(id_file), None)
+    more_labels = _check_labels(label_file, len(more_ids), meta)
+    all_ids = _check_ids(id_file, np.concatenate([ids, more_ids]), None)
+    return all_ids, np.concatenate([labels, more_labels])
 
 
 def _load_npy(file: Path) -> np.ndarray:
@@ -282,13 +325,13 @@ def _check_codes(file: Path, codes: np.ndarray, cardinalities: tuple[int, ...]) 
         )
 
 
-def _check_ids(split_dir: Path, ids: np.ndarray, n: int) -> np.ndarray:
-    file = split_dir / "ids.npy"
+def _check_ids(file: Path, ids: np.ndarray, n: int | None) -> np.ndarray:
+    """Unique strings, one per feature row (n) or any number (label-only rows: n None)."""
     if ids.dtype.kind != "U":
         raise DataError(f"{file}: dtype {ids.dtype} is not a unicode string array")
     if ids.ndim != 1:
         raise DataError(f"{file}: expected a 1-D array, got shape {list(ids.shape)}")
-    if len(ids) != n:
+    if n is not None and len(ids) != n:
         raise DataError(f"{file}: {len(ids)} IDs but features.npy has {n} rows")
     unique, counts = np.unique(ids, return_counts=True)
     if len(unique) != len(ids):
@@ -296,10 +339,11 @@ def _check_ids(split_dir: Path, ids: np.ndarray, n: int) -> np.ndarray:
     return ids
 
 
-def _check_labels(split_dir: Path, labels: np.ndarray, n: int, meta: PartyMeta) -> np.ndarray:
-    file = split_dir / "labels.npy"
+def _check_labels(file: Path, n: int, meta: PartyMeta) -> np.ndarray:
+    labels = _load_npy(file)
+    ids_file = file.name.replace("labels", "ids")
     if labels.ndim != 1 or len(labels) != n:
-        raise DataError(f"{file}: shape {list(labels.shape)} does not match ({n},) from ids.npy")
+        raise DataError(f"{file}: shape {list(labels.shape)} does not match ({n},) from {ids_file}")
     if meta.task == "regression":
         return _check_targets(file, labels)
     if labels.dtype.kind not in "iu":

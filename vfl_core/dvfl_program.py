@@ -46,7 +46,7 @@ from vfl_core.dvfl_protocol import (
 )
 from vfl_core.engine import Federation, PredictionBatch, RoundRecord, _ok, _prediction
 from vfl_core.liveness import UP, Liveness
-from vfl_core.methods import active_party
+from vfl_core.method_spec import active_party
 from vfl_core.predictions import combine
 from vfl_core.protocol import PredictCall
 from vfl_core.seeding import Stream, rng
@@ -76,13 +76,9 @@ class DvflProgram:
     def __post_init__(self) -> None:
         fed = self.fed
         self.cfg = fed.config.dvfl
-        self.hosts = Liveness(sorted(fed.infos), fed.down_after, fed.retry_every)
+        self.hosts = Liveness(sorted(fed.infos), fed.down_after, fed.retry_every, who="host")
 
     # ------------------------------------------------------------------ schedule
-    @property
-    def total_epochs(self) -> int:
-        return self.fed.config.epochs + self.cfg.owner_epochs
-
     def stage(self, epoch: int) -> str:
         return LOCAL if epoch < self.fed.config.epochs else OWNER
 
@@ -90,10 +86,12 @@ class DvflProgram:
     def owner(self) -> int | None:
         return active_party(self.fed.label_blocks)
 
-    def plan(self, epoch: int) -> list[Batch]:
+    def plan(self, epoch: int) -> list[Batch] | None:
+        """None in the guests' stage (the engine's plan); the owner's epochs: the transfer
+        batches, then one round without samples in which the owner trains."""
         fed, stage = self.fed, self.stage(epoch)
         if stage == LOCAL:
-            return fed.base_plan(epoch)
+            return None
         owner = self.owner
         if owner is None:
             return []
@@ -102,13 +100,9 @@ class DvflProgram:
         held = np.flatnonzero(al.rows[owner] >= 0)
         return [*eval_plan(al, fed.config.eval_batch_size, held), *train]
 
-    def width(self) -> int:
-        """What a guest's Embed answer holds per sample."""
-        return self.cfg.guest_dim
-
     # ------------------------------------------------------------------ training rounds
     def run_round(self, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
-        self.poll_rejoins()
+        """One round (the engine has polled the parties that registered again)."""
         if self.stage(epoch) == LOCAL:
             return self._local_round(round_id, epoch, batch)
         if len(batch.index):
@@ -233,12 +227,9 @@ class DvflProgram:
 
     # ------------------------------------------------------------------ inference
     def predict_batch(
-        self, split: str, batch: Batch, blocks: Collection[int] | None
+        self, split: str, batch: Batch, request: int, blocks: Collection[int] | None
     ) -> PredictionBatch:
         fed = self.fed
-        self.poll_rejoins()
-        request = fed.request_id
-        fed.request_id += 1
         embeddings, _ = fed._inference_embeddings(split, batch, request, blocks)
         present = tuple(sorted(embeddings))
         regression = fed.task == REGRESSION
@@ -255,20 +246,16 @@ class DvflProgram:
             probs = {b: p for b, p in answers.items() if b == owner and _ok(p, size)}
             fed._record([owner], probs, "predict", where, immediate=True)
         gen = rng(fed.config.seed, Stream.EVAL_RANDOM, request)
-        combined = combine(fed.config.method, present, probs, gen, regression)
+        combined = combine(fed.spec.combination, present, probs, gen, regression)
         return _prediction(batch, present, probs, combined, regression)
 
     # ------------------------------------------------------------------ liveness
-    def poll_rejoins(self) -> None:
+    def rejoined(self, block: int) -> None:
         """A party that registered again (or came back from an injected failure) is called
         again at once, as a guest, a host or both, whichever was down."""
-        fed = self.fed
-        for block in sorted(fed.transport.rejoined()):
-            if fed.alignment == "psi":
-                fed._resend_psi_keys(block)
-            for liveness in (fed.liveness, self.hosts):
-                if liveness.state.get(block, UP) != UP:
-                    liveness.rejoined(block, fed._tick)
+        for liveness in (self.fed.liveness, self.hosts):
+            if liveness.state.get(block, UP) != UP:
+                liveness.rejoined(block, self.fed._tick)
 
     def _record_hosts(
         self,

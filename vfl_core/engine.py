@@ -11,17 +11,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from vfl_core import methods, psi
+from vfl_core import psi
 from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
 from vfl_core.liveness import DOWN, Liveness
+from vfl_core.method_spec import MethodSpec, ProgramHooks, active_party
 from vfl_core.metrics import FEDERATION, EvalReport
 from vfl_core.predictions import Combined, combine, random_guess
 from vfl_core.protocol import (
@@ -139,25 +140,22 @@ class Federation:
     infos: dict[int, PartyInfo] = field(init=False)
     alignments: dict[str, Alignment] = field(init=False, default_factory=dict)
     liveness: Liveness = field(init=False)
+    spec: MethodSpec = field(init=False)  # the method: the engine asks it, never its name
     round_id: int = field(init=False, default=0)
     request_id: int = field(init=False, default=0)
     _weights: np.ndarray | None = field(init=False, default=None)
-    # A method with a round program of its own (dvfl: vfl_core.dvfl_program) instead of
-    # Embed/Fuse/Backward; None for the methods of the LASER-VFL paper.
-    program: Any = field(init=False, default=None)
+    # What a method's round program keeps for this run (vfl_core.method_spec.ProgramHooks).
+    program_state: Any = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.infos = self.transport.infos()
         _check_infos(self.infos)
+        self.spec = self.config.spec
         if self.alignment not in ("hmac", "psi"):
             raise ConfigError(f"alignment must be hmac or psi, not {self.alignment!r}")
         if self.config.balance == "resample" and self.task == REGRESSION:
             raise ConfigError("balance 'resample' balances classes: not for a regression task")
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
-        if self.config.method == "dvfl":
-            from vfl_core.dvfl_program import DvflProgram  # imports this module
-
-            self.program = DvflProgram(self)
 
     # ------------------------------------------------------------------ alignment
     def align(self, splits: tuple[str, ...] = ("train", "test")) -> None:
@@ -172,6 +170,9 @@ class Federation:
             else:
                 hashes = self.transport.id_hashes(split, blocks)
                 self.alignments[split] = Alignment.build(hashes)
+            self.alignments[split] = self.alignments[split].with_label_only(
+                self._feature_rows(split)
+            )
             groups = self.alignments[split].patterns()
             log.info(
                 "aligned %s: %d samples in %d observed patterns",
@@ -181,6 +182,15 @@ class Federation:
             )
         if self.config.balance == "resample":
             self._weights = self._class_weights()
+
+    def _feature_rows(self, split: str) -> dict[int, int]:
+        """block -> rows of `split` with features, for the parties that also hold label-only
+        rows (after those)."""
+        return {
+            b: i.samples.get(split, 0) - i.label_only[split]
+            for b, i in self.infos.items()
+            if i.label_only.get(split, 0) > 0
+        }
 
     def _class_weights(self) -> np.ndarray:
         """Per-key weights from the label parties (lowest block first that holds each sample)."""
@@ -200,12 +210,19 @@ class Federation:
 
     # ------------------------------------------------------------------ training
     @property
+    def hooks(self) -> ProgramHooks | None:
+        """The method's round program, if it has one with hooks (stages, plans, state)."""
+        program = self.spec.program
+        return program if isinstance(program, ProgramHooks) else None
+
+    @property
     def total_epochs(self) -> int:
         """Epochs of the whole run (a round program may add stages after the configured ones)."""
-        return self.config.epochs if self.program is None else self.program.total_epochs
+        return self.config.total_epochs
 
     def plan(self, epoch: int) -> list[Batch]:
-        return self.base_plan(epoch) if self.program is None else self.program.plan(epoch)
+        planned = None if self.hooks is None else self.hooks.plan(self, epoch)
+        return self.base_plan(epoch) if planned is None else planned
 
     def base_plan(self, epoch: int) -> list[Batch]:
         """Every training sample once, in single-pattern batches (weighted if resampling)."""
@@ -295,7 +312,8 @@ class Federation:
         for block in sorted(self.transport.rejoined()):
             if self.alignment == "psi":
                 self._resend_psi_keys(block)
-            self.liveness.rejoined(block, self._tick)
+            if self.hooks is None or not self.hooks.rejoined(self, block):
+                self.liveness.rejoined(block, self._tick)
 
     def _resend_psi_keys(self, block: int) -> None:
         """A restarted party has lost the PSI values of its rows (its batch digests use them):
@@ -311,11 +329,11 @@ class Federation:
             self.transport.psi_keys({block: PsiCall(split, psi.new_session(), keys)})
 
     def run_round(self, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
-        if self.program is not None:
-            return self.program.run_round(round_id, epoch, batch)
         self._poll_rejoins()
-        method, labels = self.config.method, self.label_blocks
-        if not methods.trainable(method, batch.pattern, self.num_blocks, labels):
+        if self.spec.program is not None:  # a method with phases of its own
+            return self.spec.program.train_round(self, round_id, epoch, batch)
+        spec, labels = self.spec, self.label_blocks
+        if not spec.trainable(batch.pattern, self.num_blocks, labels, batch.label_only):
             return RoundRecord(round_id, epoch, batch.pattern, (), {}, ())
         al = self.alignments["train"]
         digest = al.digest(batch.index)
@@ -329,11 +347,12 @@ class Federation:
             self.transport.embed(calls), callees, len(batch.index), "embed", where
         )
         present = tuple(sorted(embeddings))
-        if not methods.trainable(method, present, self.num_blocks, labels):
+        holders = tuple(b for b in batch.label_only if self.liveness.should_call(b, self._tick))
+        if not spec.trainable(present, self.num_blocks, labels, holders):
             # Too few parties answered for this method (svfl without a party, a split-learning
             # head party down): the round is skipped, so no optimiser steps on zero gradients.
             return RoundRecord(round_id, epoch, batch.pattern, present, {}, ())
-        fused = self._fuse(round_id, epoch, embeddings, callees, len(batch.index), where)
+        fused = self._fuse(round_id, epoch, embeddings, callees, batch, holders, where)
         backward_calls = {b: BackwardCall(round_id, epoch, _sum_grads(fused, b)) for b in present}
         updated = self.transport.backward(backward_calls) if backward_calls else set()
         self._record(present, updated, "backward", where)
@@ -352,24 +371,15 @@ class Federation:
         epoch: int,
         embeddings: dict[int, np.ndarray],
         callees: tuple[int, ...],
-        size: int,
+        batch: Batch,
+        holders: tuple[int, ...],
         where: str,
     ) -> dict[int, FuseResult]:
-        """Fuse at each head party of the method; keep the answers whose gradients fit."""
-        method, labels = self.config.method, self.label_blocks
-        present = sorted(embeddings)
-        heads = methods.fuse_parties(method, present, labels)
-        shared = methods.shares_embeddings(method)
-        calls = {
-            k: FuseCall(
-                round_id,
-                epoch,
-                {b: embeddings[b] for b in present if b != k and shared},
-                callees,
-                labels,
-            )
-            for k in heads
-        }
+        """Fuse at each head party of the method (and at the live label-only holders where the
+        method's heads serve feature-only blocks); keep the answers whose gradients fit."""
+        labels, size = self.label_blocks, len(batch.index)
+        heads = self.spec.fuse_parties(sorted(embeddings), labels, holders)
+        calls = {k: self._fuse_call(k, round_id, epoch, embeddings, callees, batch) for k in heads}
         fused = self.transport.fuse(calls) if calls else {}
         fused = {
             k: r
@@ -381,10 +391,30 @@ class Federation:
         self._record(heads, fused, "fuse", where)
         return fused
 
+    def _fuse_call(
+        self,
+        k: int,
+        round_id: int,
+        epoch: int,
+        embeddings: dict[int, np.ndarray],
+        callees: tuple[int, ...],
+        batch: Batch,
+    ) -> FuseCall:
+        """Party k's Fuse call: the others' embeddings (none for local predictors); a label-only
+        holder, which embedded nothing, is also told its rows of the batch."""
+        shared = self.spec.shares_embeddings
+        others = {b: e for b, e in sorted(embeddings.items()) if b != k and shared}
+        call = FuseCall(round_id, epoch, others, callees, self.label_blocks)
+        if k in embeddings:
+            return call
+        al = self.alignments["train"]
+        return replace(call, rows=al.rows_of(k, batch.index), digest=al.digest(batch.index))
+
     def _width(self, block: int, callees: tuple[int, ...]) -> int:
-        if self.program is not None:
-            return self.program.width()
-        return len(methods.slots(self.config.method, block, callees)) * self.config.model.embed_dim
+        width = None if self.hooks is None else self.hooks.embed_width(self)
+        if width is not None:
+            return width
+        return len(self.spec.slot_keys(block, callees)) * self.config.model.embed_dim
 
     def _accept(
         self,
@@ -445,36 +475,44 @@ class Federation:
     def _predict_batch(
         self, split: str, batch: Batch, blocks: Collection[int] | None = None
     ) -> PredictionBatch:
-        if self.program is not None:
-            return self.program.predict_batch(split, batch, blocks)
         self._poll_rejoins()
         request = self.request_id
         self.request_id += 1
+        if self.spec.program is not None:  # a method with phases of its own
+            return self.spec.program.predict_batch(self, split, batch, request, blocks)
         embeddings, callees = self._inference_embeddings(split, batch, request, blocks)
         present = tuple(sorted(embeddings))
         gen = rng(self.config.seed, Stream.EVAL_RANDOM, request)
-        method, labels = self.config.method, self.label_blocks
+        spec, labels = self.spec, self.label_blocks
         regression = self.task == REGRESSION
-        predictors = methods.predictors(method, present, self.num_blocks, labels)
+        predictors = spec.predictors(present, self.num_blocks, labels)
+        if predictors is not None:  # parties outside the observed set: those we can reach
+            predictors = [k for k in predictors if k in present or self._reachable(k, blocks)]
         if predictors is None:  # standard VFL with a block missing
             if regression:  # no prediction, unscored
                 return _prediction(batch, present, {}, None, regression)
-            guess = random_guess(
-                str(methods.active_party(labels)), len(batch.index), self.num_classes, gen
-            )
+            guess = random_guess(str(active_party(labels)), len(batch.index), self.num_classes, gen)
             return _prediction(batch, present, {}, guess, regression)
-        shared = methods.shares_embeddings(method)
+        shared = spec.shares_embeddings
         calls = {
             k: PredictCall(
-                request, {b: e for b, e in embeddings.items() if shared or b == k}, callees
+                request, {b: e for b, e in embeddings.items() if shared or b == k}, callees, labels
             )
             for k in predictors
         }
         size = (len(batch.index), self.num_classes)
         probs = {k: p for k, p in sorted(self.transport.predict(calls).items()) if _ok(p, size)}
-        return _prediction(
-            batch, present, probs, combine(method, present, probs, gen, regression), regression
-        )
+        # A label party serving the others' set was not asked to embed: its Predict answer is
+        # the only sign of life, so a miss marks it down at once (as a missed Embed does).
+        outside = [k for k in calls if k not in present]
+        self._record(outside, probs, "predict", f"{split} request {request}", immediate=True)
+        combined = combine(spec.combination, present, probs, gen, regression)
+        return _prediction(batch, present, probs, combined, regression)
+
+    def _reachable(self, block: int, blocks: Collection[int] | None) -> bool:
+        """Whether a party outside a batch's observed set may be called (live, and among
+        `blocks` when only those are called)."""
+        return (blocks is None or block in blocks) and self.liveness.should_call(block, self._tick)
 
     def _inference_embeddings(
         self, split: str, batch: Batch, request: int, blocks: Collection[int] | None
@@ -503,16 +541,18 @@ class Federation:
         (samples that none of them holds are unscored)."""
         report = EvalReport()
         for pred in self.predict_batches(split, blocks=blocks):
-            result = self._score(split, pred) if pred.predicted is not None else None
+            result = self._score(split, pred, blocks) if pred.predicted is not None else None
             if result is None:
                 report.unscored += len(pred.index)
                 continue
             report.add(pred.present, len(pred.index), result)
         return report
 
-    def _score(self, split: str, pred: PredictionBatch) -> ScoreResult | None:
+    def _score(
+        self, split: str, pred: PredictionBatch, blocks: Collection[int] | None = None
+    ) -> ScoreResult | None:
         """Aggregates (confusion counts, AUC histograms or error sums) from the first present
-        label party that answers."""
+        label party that answers, else from a reachable party holding the labels only."""
         assert pred.predicted is not None
         al = self.alignments[split]
         named = {**pred.scored, FEDERATION: pred.predicted}
@@ -522,7 +562,12 @@ class Federation:
         else:
             predictions, scores = named, {n: s.astype(np.float32) for n, s in pred.scores.items()}
         digest = al.digest(pred.index)
-        for scorer in (b for b in pred.present if b in self.label_blocks):
+        label_only = [
+            b
+            for b, mask in sorted(al.label_only.items())
+            if mask[pred.index].all() and self._reachable(b, blocks)
+        ]
+        for scorer in [*(b for b in pred.present if b in self.label_blocks), *label_only]:
             rows = al.rows_of(scorer, pred.index)
             call = ScoreCall(split, rows, digest, predictions, scores)
             result = self.transport.score(scorer, call)
@@ -535,7 +580,7 @@ class Federation:
 
     def method_stats(self) -> dict[str, object] | None:
         """What a round program reports of its run (results.json), if the method has one."""
-        return None if self.program is None else self.program.stats()
+        return None if self.hooks is None else self.hooks.stats(self)
 
     # ------------------------------------------------------------------ federation facts
     @property

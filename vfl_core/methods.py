@@ -1,9 +1,5 @@
-"""The training methods of the paper's Table 1, as small pure rules on blocks and subsets.
-
-Every method runs on the same Party and round engine; a method only decides
-- which representation slots a party computes for a batch (one shared f_k, or one per subset),
-- which heads exist, what they are fed (mean or concatenation of embeddings) and what they learn,
-- which batches can train at all, and who predicts at inference.
+"""The training methods of the paper's Table 1 and the fault benchmark: one frozen `MethodSpec`
+each (`vfl_core.method_spec`), in a registry keyed by the name `--method` takes.
 
 laser          one head per label party on the mean of any subset containing it, LASER task sampling
 local          each party on its own block alone
@@ -22,179 +18,180 @@ stale          split learning that reuses the last embedding the active party re
 The last two, with `svfl` (which skips a round unless every party answered), are the split-learning
 baselines of the fault benchmark (DVFL's setting): they differ only in what replaces a party that
 failed during training.
-dvfl           Decoupled VFL (vfl_core.dvfl): its own round program (vfl_core.dvfl_program); the
-               label owner (the active party) is its one predictor
-
+dvfl           Decoupled VFL (vfl_core.dvfl): guests, hosts and a label owner each on an objective
+               of its own, no gradient across parties; its own round program
+               (vfl_core.dvfl_spec, vfl_core.dvfl_program); the label owner is its one predictor
 The active party is the lowest block that holds labels.
+
+A new method is one more spec in `_SPECS`; one whose phases are not Embed/Fuse/Backward gives its
+spec a `program` (method_spec.RoundProgram).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import combinations
+from collections.abc import Mapping
+from types import MappingProxyType
 
-import numpy as np
+from vfl_core.dvfl_spec import DVFL_SPEC
+from vfl_core.errors import ConfigError
+from vfl_core.laser import head_tasks
+from vfl_core.method_spec import (
+    SHARED,
+    HeadTask,
+    MethodSpec,
+    TaskContext,
+    active_party,
+    all_subsets,
+    owner,
+)
 
-from vfl_core.config import METHODS as METHODS  # re-exported: one list of methods
-from vfl_core.config import Method as Method
-from vfl_core.laser import Subset, sample_tasks
-
-# Methods whose one head sits at the active party and sees all K blocks concatenated.
-SPLIT_HEAD: tuple[str, ...] = ("svfl", "plug", "zerofill", "stale")
-SHARED: Subset = ()  # the slot key of a party's one shared representation model / head
 PLUG_DROPOUT = 0.5  # probability that an observed non-active block is dropped in a PlugVFL step
-# How reports and the demo name each method (the paper's names where it has one).
-METHOD_NAMES: dict[str, str] = {
-    "local": "Local",
-    "svfl": "Standard VFL",
-    "ensemble": "Ensemble",
-    "combinatorial": "Combinatorial",
-    "plug": "PlugVFL",
-    "laser": "LASER-VFL",
-    "zerofill": "Zero-fill split learning",
-    "stale": "Stale-embedding split learning",
-    "dvfl": "DVFL",
-}
 
 
-@dataclass(frozen=True)
-class HeadTask:
-    """One loss term at a head party: head `head` fed the embeddings of `subset`, times `weight`."""
-
-    head: Subset
-    subset: Subset
-    weight: float
+# ---------------------------------------------------------------- task rules (loss terms per batch)
 
 
-def subsets_with(block: int, blocks: Sequence[int]) -> list[Subset]:
-    """Every subset of `blocks` that contains `block`, smallest first, each sorted."""
-    others = sorted(b for b in blocks if b != block)
+def laser_tasks(c: TaskContext) -> list[HeadTask]:
+    """One sampled subset per size containing the party, weighted a_i, then one per size of the
+    present feature-only blocks, weighted b_i (vfl_core.laser)."""
+    tasks = head_tasks(c.block, c.present, c.unlabelled, c.rng)
+    return [HeadTask(SHARED, s, w) for s, w in tasks]
+
+
+def own_block_task(c: TaskContext) -> list[HeadTask]:
+    return [HeadTask(SHARED, (c.block,), 1.0)]
+
+
+def full_set_task(c: TaskContext) -> list[HeadTask]:
+    """The active party on a fully observed batch (standard VFL)."""
+    full = len(c.present) == c.num_blocks and c.block == active_party(c.label_blocks)
+    return [HeadTask(SHARED, c.present, 1.0)] if full else []
+
+
+def present_task(c: TaskContext) -> list[HeadTask]:
+    """The active party on whatever blocks it has (absent ones filled in by the fusion)."""
+    active = c.block == active_party(c.label_blocks)
+    return [HeadTask(SHARED, c.present, 1.0)] if active else []
+
+
+def plug_task(c: TaskContext) -> list[HeadTask]:
+    """The active party on the present blocks, each other block dropped with PLUG_DROPOUT."""
+    if c.block != active_party(c.label_blocks):
+        return []
+    kept = [b for b in c.present if b == c.block or c.rng.random() >= PLUG_DROPOUT]
+    return [HeadTask(SHARED, tuple(kept), 1.0)]
+
+
+def subset_tasks(c: TaskContext) -> list[HeadTask]:
+    """One term per subset of the present blocks that this party owns, on its own head."""
     return [
-        tuple(sorted((block, *rest)))
-        for size in range(len(others) + 1)
-        for rest in combinations(others, size)
+        HeadTask(s, s, 1.0) for s in all_subsets(c.present) if owner(s, c.label_blocks) == c.block
     ]
 
 
-def active_party(label_blocks: Sequence[int]) -> int | None:
-    return min(label_blocks) if label_blocks else None
+# ---------------------------------------------------------------- the registry
+
+_SPECS: tuple[MethodSpec, ...] = (
+    MethodSpec(
+        name="laser",
+        display_name="LASER-VFL",
+        fusion="mean",
+        slots="shared",
+        heads="label_parties",
+        tasks=laser_tasks,
+        combination="heads",
+        replacement="nothing",
+        serves_feature_only=True,
+    ),
+    MethodSpec(
+        name="local",
+        display_name="Local",
+        fusion="mean",
+        slots="shared",
+        heads="label_parties",
+        tasks=own_block_task,
+        combination="heads",
+        replacement="nothing",
+        own_block_only=True,
+    ),
+    MethodSpec(
+        name="ensemble",
+        display_name="Ensemble",
+        fusion="mean",
+        slots="shared",
+        heads="label_parties",
+        tasks=own_block_task,
+        combination="vote",
+        replacement="nothing",
+        own_block_only=True,
+    ),
+    MethodSpec(
+        name="svfl",
+        display_name="Standard VFL",
+        fusion="concat",
+        slots="shared",
+        heads="active_party",
+        tasks=full_set_task,
+        combination="heads",
+        replacement="skip",
+        needs_all_blocks=True,
+    ),
+    MethodSpec(
+        name="combinatorial",
+        display_name="Combinatorial",
+        fusion="concat_slots",
+        slots="per_subset",
+        heads="subset_owner",
+        tasks=subset_tasks,
+        combination="subset",
+        replacement="nothing",
+    ),
+    MethodSpec(
+        name="plug",
+        display_name="PlugVFL",
+        fusion="concat",
+        slots="shared",
+        heads="active_party",
+        tasks=plug_task,
+        combination="heads",
+        replacement="zeros",
+    ),
+    MethodSpec(
+        name="zerofill",
+        display_name="Zero-fill split learning",
+        fusion="concat",
+        slots="shared",
+        heads="active_party",
+        tasks=present_task,
+        combination="heads",
+        replacement="zeros",
+    ),
+    MethodSpec(
+        name="stale",
+        display_name="Stale-embedding split learning",
+        fusion="concat",
+        slots="shared",
+        heads="active_party",
+        tasks=present_task,
+        combination="heads",
+        replacement="stale",
+    ),
+    DVFL_SPEC,
+)
+
+REGISTRY: Mapping[str, MethodSpec] = MappingProxyType({s.name: s for s in _SPECS})
+METHODS: tuple[str, ...] = tuple(REGISTRY)  # the names, laser (the default) first
+# How reports and the demo name each method (the paper's names where it has one).
+METHOD_NAMES: Mapping[str, str] = MappingProxyType({s.name: s.display_name for s in _SPECS})
 
 
-def owner(subset: Subset, label_blocks: Sequence[int]) -> int | None:
-    """The party that holds the combinatorial head of `subset`: its lowest label block."""
-    holders = [b for b in subset if b in label_blocks]
-    return min(holders) if holders else None
+def method_spec(name: str) -> MethodSpec:
+    """The spec of method `name`; an unknown name is a ConfigError listing the known ones."""
+    if name not in REGISTRY:
+        raise ConfigError(unknown_method(name))
+    return REGISTRY[name]
 
 
-def concatenates(method: str) -> bool:
-    """Whether heads see the concatenation of embeddings (else their mean)."""
-    return method in SPLIT_HEAD or method == "combinatorial"
-
-
-def slots(method: str, block: int, blocks: Sequence[int]) -> list[Subset]:
-    """Representation slots party `block` computes when `blocks` take part in a batch."""
-    if method == "combinatorial":
-        return subsets_with(block, blocks)
-    return [SHARED]
-
-
-def head_input_blocks(method: str, head: Subset, num_blocks: int) -> int:
-    """How many embeddings of size d a head's input holds."""
-    if method in SPLIT_HEAD:
-        return num_blocks
-    if method == "combinatorial":
-        return len(head)
-    return 1
-
-
-def trainable(
-    method: str, pattern: Sequence[int], num_blocks: int, label_blocks: Sequence[int]
-) -> bool:
-    """Whether a batch with this observed set can train anything under `method`."""
-    if method == "svfl":
-        return len(pattern) == num_blocks
-    if method in SPLIT_HEAD:
-        return active_party(label_blocks) in pattern
-    return any(b in label_blocks for b in pattern)
-
-
-def fuse_parties(method: str, present: Sequence[int], label_blocks: Sequence[int]) -> list[int]:
-    """Head parties that train on a batch whose embeddings came from `present`."""
-    heads = [b for b in present if b in label_blocks]
-    if method in SPLIT_HEAD:
-        active = active_party(label_blocks)
-        return [active] if active in present else []
-    if method == "combinatorial":
-        owners = {owner(s, label_blocks) for s in _all_subsets(present)}
-        return sorted(b for b in owners if b is not None)
-    return heads
-
-
-def shares_embeddings(method: str) -> bool:
-    """Whether head parties need the other parties' embeddings (local predictors do not)."""
-    return method not in ("local", "ensemble")
-
-
-def fuse_tasks(
-    method: str,
-    block: int,
-    present: Sequence[int],
-    num_blocks: int,
-    label_blocks: Sequence[int],
-    rng: np.random.Generator,
-) -> list[HeadTask]:
-    """The loss terms party `block` trains on a batch with embeddings from `present`."""
-    present = sorted(present)
-    if method == "laser":
-        return [HeadTask(SHARED, s, w) for s, w in sample_tasks(block, present, rng)]
-    if method in ("local", "ensemble"):
-        return [HeadTask(SHARED, (block,), 1.0)]
-    if method == "svfl":
-        full = len(present) == num_blocks and block == active_party(label_blocks)
-        return [HeadTask(SHARED, tuple(present), 1.0)] if full else []
-    if method == "plug":
-        if block != active_party(label_blocks):
-            return []
-        kept = [b for b in present if b == block or rng.random() >= PLUG_DROPOUT]
-        return [HeadTask(SHARED, tuple(kept), 1.0)]
-    if method in ("zerofill", "stale"):
-        active = block == active_party(label_blocks)
-        return [HeadTask(SHARED, tuple(present), 1.0)] if active else []
-    if method == "combinatorial":
-        return [
-            HeadTask(s, s, 1.0) for s in _all_subsets(present) if owner(s, label_blocks) == block
-        ]
-    raise ValueError(f"unknown method {method!r}")
-
-
-def predict_subset(method: str, block: int, present: Sequence[int]) -> tuple[Subset, Subset]:
-    """(head, subset of embeddings) party `block` predicts with when `present` answered."""
-    present = tuple(sorted(present))
-    if method in ("local", "ensemble"):
-        return SHARED, (block,)
-    if method == "combinatorial":
-        return present, present
-    return SHARED, present
-
-
-def predictors(
-    method: str, present: Sequence[int], num_blocks: int, label_blocks: Sequence[int]
-) -> list[int] | None:
-    """Parties asked to predict for a batch with embeddings from `present`; None means the
-    method cannot use this observed set and counts a random prediction (svfl)."""
-    heads = [b for b in sorted(present) if b in label_blocks]
-    if method == "svfl":
-        return [active_party(label_blocks)] if len(present) == num_blocks else None
-    if method in SPLIT_HEAD:
-        active = active_party(label_blocks)
-        return [active] if active in present else []
-    if method == "combinatorial":
-        o = owner(tuple(sorted(present)), label_blocks)
-        return [o] if o is not None else []
-    return heads
-
-
-def _all_subsets(blocks: Sequence[int]) -> list[Subset]:
-    blocks = sorted(blocks)
-    return [s for size in range(1, len(blocks) + 1) for s in combinations(blocks, size)]
+def unknown_method(name: str) -> str:
+    """The one line that refuses an unknown method name."""
+    return f"unknown method {name!r}; choose from {', '.join(METHODS)}"

@@ -14,7 +14,7 @@ from torch import nn
 
 from vfl_core.config import TrainConfig
 from vfl_core.laser import Subset
-from vfl_core.methods import SHARED, head_input_blocks
+from vfl_core.method_spec import SHARED
 from vfl_core.models import build_head, build_representation
 from vfl_core.seeding import Stream, derive_seed
 
@@ -45,6 +45,7 @@ class ModelBank:
         categorical: tuple[int, ...] = (),
     ) -> None:
         self.config = config
+        self.spec = config.spec
         self.block = block
         self.num_blocks = num_blocks
         self.feature_shape = feature_shape
@@ -71,7 +72,7 @@ class ModelBank:
     def head(self, key: Subset) -> nn.Module:
         if key not in self.heads:
             seed = derive_seed(self.config.seed, Stream.INIT_HEAD, self.block, *subset_code(key))
-            width = head_input_blocks(self.config.method, key, self.num_blocks)
+            width = self.spec.head_input_blocks(key, self.num_blocks)
             model = build_head(self.config.model, self.num_classes, seed, in_blocks=width)
             self.heads[key] = model.to(self.device)
             self.head_opts[key] = _optimizer(self.heads[key], self.config)

@@ -14,12 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
+from itertools import groupby
 
 import numpy as np
 import torch
 from torch import nn
 
-from vfl_core import methods
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit
@@ -34,7 +35,8 @@ from vfl_core.dvfl_protocol import (
 )
 from vfl_core.dvfl_roles import DvflRoles
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
-from vfl_core.laser import Subset
+from vfl_core.laser import Subset, fuse_mean, sampled_loss
+from vfl_core.method_spec import SHARED, HeadTask, ProgramHooks
 from vfl_core.model_bank import ModelBank
 from vfl_core.protocol import (
     BackwardCall,
@@ -63,8 +65,10 @@ class _Round:
     rows: np.ndarray
     digest: bytes
     slots: list[Subset]  # representation slots concatenated in `embedding`, in order
-    embedding: torch.Tensor  # (B, len(slots) * d), attached to the slots' graphs
-    wire: np.ndarray  # what was sent
+    # (B, len(slots) * d), attached to the slots' graphs; None when the party holds only the
+    # batch's labels (label-only rows: it fuses, embeds nothing and has nothing to update)
+    embedding: torch.Tensor | None
+    wire: np.ndarray | None  # what was sent
     fuse_result: FuseResult | None = None
     own_grad: torch.Tensor | None = None  # dL_k/dE_k from the party's own heads
     stepped: bool = False
@@ -83,7 +87,7 @@ class Party:
         self.party_id = party_id
         self.data = data
         self.config = config
-        self.method = config.method
+        self.spec = config.spec
         self.device = torch.device(device)
         self.block = data.meta.block
         self._secret = secret
@@ -110,33 +114,35 @@ class Party:
             self.device,
             categorical=tuple(meta.categorical),
         )
-        # Decoupled VFL has its own three tiers (vfl_core.dvfl_roles) instead of f_k and g_k.
-        self.dvfl = DvflRoles(self) if self.method == "dvfl" else None
-        if self.dvfl is None:
-            self.models.rep(methods.SHARED)
-        if self.dvfl is None and meta.has_labels and not methods.concatenates(self.method):
-            self.models.head(methods.SHARED)
+        # A method with a round program may keep models of its own here (dvfl: its guest, host
+        # replica and owner, vfl_core.dvfl_roles) instead of f_k and g_k.
+        hooks = self.spec.program if isinstance(self.spec.program, ProgramHooks) else None
+        self.roles = None if hooks is None else hooks.party_state(self)
+        if self.roles is None:
+            self.models.rep(SHARED)
+        if self.roles is None and meta.has_labels and self.spec.label_parties_hold_head:
+            self.models.head(SHARED)
         self._stale: StaleEmbeddings | None = None
-        if self.method == "stale" and meta.has_labels and "train" in data.splits:
+        if self.spec.replacement == "stale" and meta.has_labels and "train" in data.splits:
             rows = len(data.splits["train"])
             self._stale = StaleEmbeddings(rows, config.model.embed_dim, self.device)
 
     # ----------------------------------------------------------------- the shared f_k and g_k
     @property
     def f(self) -> nn.Module:
-        return self.models.reps[methods.SHARED]
+        return self.models.reps[SHARED]
 
     @property
     def f_opt(self) -> torch.optim.Optimizer:
-        return self.models.rep_opts[methods.SHARED]
+        return self.models.rep_opts[SHARED]
 
     @property
     def g(self) -> nn.Module | None:
-        return self.models.heads.get(methods.SHARED)
+        return self.models.heads.get(SHARED)
 
     @property
     def g_opt(self) -> torch.optim.Optimizer | None:
-        return self.models.head_opts.get(methods.SHARED)
+        return self.models.head_opts.get(SHARED)
 
     # ----------------------------------------------------------------- identity and alignment
     @property
@@ -176,11 +182,11 @@ class Party:
 
     # ----------------------------------------------------------------- training round
     def embed(self, call: EmbedCall) -> np.ndarray:
-        if self.dvfl is not None:  # a guest's activations, for inference only
+        if isinstance(self.roles, DvflRoles):  # a guest's activations, for inference only
             if call.train:
                 raise ProtocolError("dvfl guests train with GuestStep, not Embed")
-            return self._to_wire(self.dvfl.encode(self._batch(call.split, call.rows, call.digest)))
-        slots = methods.slots(self.method, self.block, call.blocks or (self.block,))
+            return self._to_wire(self.roles.encode(self._batch(call.split, call.rows, call.digest)))
+        slots = self.spec.slot_keys(self.block, call.blocks or (self.block,))
         if not call.train:
             x = self._batch(call.split, call.rows, call.digest)
             with torch.no_grad():
@@ -189,6 +195,8 @@ class Party:
         if current is not None and call.round_id == current.round_id:
             if not np.array_equal(current.rows, call.rows) or current.digest != call.digest:
                 raise ProtocolError(f"round {call.round_id}: embed repeated with other rows")
+            if current.wire is None:
+                raise ProtocolError(f"round {call.round_id}: embed after a labels-only fuse")
             return current.wire
         if call.round_id <= self.last_round:
             raise StaleRoundError(
@@ -210,9 +218,12 @@ class Party:
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
 
     def fuse(self, call: FuseCall) -> FuseResult:
-        state = self._current(call.round_id, "fuse")
         if not self.data.meta.has_labels:
             raise ProtocolError(f"party {self.party_id} holds no labels and has no fusion head")
+        # A label-only holder's round starts here (it embedded nothing); the others' at Embed.
+        state = (
+            self._current(call.round_id, "fuse") if call.rows is None else self._labels_only(call)
+        )
         if state.fuse_result is not None:
             return state.fuse_result
         blocks = call.blocks or tuple(sorted({*call.embeddings, self.block}))
@@ -223,22 +234,22 @@ class Party:
             for b, e in sorted(call.embeddings.items())
             if b != self.block
         }
-        own = state.embedding.detach().requires_grad_(True)
-        embeddings = {self.block: own, **others}
+        own = None if state.embedding is None else state.embedding.detach().requires_grad_(True)
+        embeddings = others if own is None else {self.block: own, **others}
         if self._stale is not None:  # absent blocks answer with what they sent last time
             self._stale.remember(state.rows, others)
             absent = [b for b in range(self.data.meta.num_blocks) if b not in embeddings]
             embeddings.update(self._stale.recall(state.rows, absent))
-        tasks = methods.fuse_tasks(
-            self.method,
+        tasks = self.spec.fuse_tasks(
             self.block,
             sorted(embeddings),
             self.data.meta.num_blocks,
             call.label_blocks or (self.block,),
             rng(self.config.seed, Stream.TASKS, call.round_id, self.block),
+            _unlabelled(call.label_blocks, self.data.meta.num_blocks),
         )
         loss = self._train_heads(tasks, embeddings, blocks, state.rows, call.epoch)
-        state.own_grad = _grad_or_zeros(own)
+        state.own_grad = None if own is None else _grad_or_zeros(own)
         state.fuse_result = FuseResult(
             loss=loss,
             # A block in no task gets a zero gradient (it did not influence L_k).
@@ -246,9 +257,33 @@ class Party:
         )
         return state.fuse_result
 
+    def _labels_only(self, call: FuseCall) -> _Round:
+        """The round of a batch whose labels the party holds but not its features (rows of
+        its label-only part of the train split): it starts at Fuse, as Embed starts others."""
+        assert call.rows is not None
+        current = self._round
+        if current is not None and call.round_id == current.round_id:
+            same = np.array_equal(current.rows, call.rows) and current.digest == call.digest
+            if current.embedding is not None or not same:
+                raise ProtocolError(f"round {call.round_id}: fuse repeated with other rows")
+            return current
+        if call.round_id <= self.last_round:
+            raise StaleRoundError(
+                f"round {call.round_id} is stale: party is at round {self.last_round}"
+            )
+        self._check_digest("train", call.rows, call.digest)
+        if call.rows.min() < len(self._split("train").features):
+            raise ProtocolError(
+                f"round {call.round_id}: party {self.party_id} holds features of some rows of "
+                f"this batch; it embeds them instead of fusing on labels only"
+            )
+        self._round = _Round(call.round_id, call.rows, call.digest, [], None, None)
+        self.last_round = call.round_id
+        return self._round
+
     def _train_heads(
         self,
-        tasks: list[methods.HeadTask],
+        tasks: list[HeadTask],
         embeddings: Mapping[int, torch.Tensor],
         blocks: Sequence[int],
         rows: np.ndarray,
@@ -264,21 +299,42 @@ class Party:
         self.models.set_lr(opts, epoch)
         for opt in opts:
             opt.zero_grad(set_to_none=True)
-        loss = torch.zeros((), device=self.device)
-        for task in tasks:
-            output = self.models.head(task.head)(
-                self._fused(task.head, task.subset, embeddings, blocks)
-            )  # (B, C) logits, or (B, 1) standardised values
-            loss = loss + task.weight * self._loss(output, target)
+        loss = self._tasks_loss(tasks, embeddings, blocks, target)
         loss.backward()
         for opt in opts:
             opt.step()
         return float(loss.detach())
 
+    def _tasks_loss(
+        self,
+        tasks: list[HeadTask],
+        embeddings: Mapping[int, torch.Tensor],
+        blocks: Sequence[int],
+        target: torch.Tensor,
+    ) -> torch.Tensor:
+        """sum_tasks weight * loss(head(fused subset), target), through laser.sampled_loss (the
+        function the unbiasedness test enumerates), once per run of tasks on the same head: one
+        run for LASER-VFL, one per subset for the combinatorial baseline. Heads output (B, C)
+        logits, or (B, 1) standardised values."""
+        losses = [
+            sampled_loss(
+                self.models.head(key),
+                embeddings,
+                [(t.subset, t.weight) for t in run],
+                target,
+                self._loss,
+                fuse=partial(self._fused, key, blocks=blocks),
+            )
+            for key, run in groupby(tasks, key=lambda t: t.head)
+        ]
+        return sum(losses[1:], losses[0])
+
     def backward(self, call: BackwardCall) -> None:
         state = self._current(call.round_id, "backward")
         if state.stepped:
             return
+        if state.embedding is None:
+            raise ProtocolError(f"round {call.round_id}: party embedded nothing to update")
         grad = state.own_grad
         if call.grad is not None:
             width = state.embedding.shape[1]
@@ -319,9 +375,14 @@ class Party:
         self.last_round = max(self.last_round, call.round_id)
         return loss
 
+    @property
+    def dvfl(self) -> DvflRoles | None:
+        """The party's DVFL tiers, when it trains dvfl."""
+        return self.roles if isinstance(self.roles, DvflRoles) else None
+
     def _dvfl(self) -> DvflRoles:
         if self.dvfl is None:
-            raise ProtocolError(f"party {self.party_id} trains {self.method}, not dvfl")
+            raise ProtocolError(f"party {self.party_id} trains {self.config.method}, not dvfl")
         return self.dvfl
 
     # ----------------------------------------------------------------- inference and scoring
@@ -330,7 +391,7 @@ class Party:
             raise ProtocolError(f"party {self.party_id} holds no labels and has no fusion head")
         if self.dvfl is not None:  # the owner, on the hosts' outputs (its own need not be there)
             return self.dvfl.owner_predict(call.embeddings)
-        if self.block not in call.embeddings:
+        if self.block not in call.embeddings and not self._serves(call):
             raise ProtocolError(
                 f"predict for party {self.party_id} lacks its own block {self.block}"
             )
@@ -343,29 +404,35 @@ class Party:
             b: self._from_wire(e, f"embedding of block {b}", batch, self._width(b, blocks))
             for b, e in sorted(call.embeddings.items())
         }
-        head_key, subset = methods.predict_subset(self.method, self.block, sorted(embeddings))
+        head_key, subset = self.spec.predict_subset(self.block, sorted(embeddings))
         head = self.models.head(head_key)
         head.eval()
         with torch.no_grad():
-            output = head(self._fused(head_key, subset, embeddings, blocks))
+            output = head(self._fused(head_key, embeddings, subset, blocks))
             if self.task == REGRESSION:
                 return self._to_wire(self.scaler.restore(output))  # (B, 1) original units
             return self._to_wire(torch.softmax(output, dim=1))
 
+    def _serves(self, call: PredictCall) -> bool:
+        """Whether the head predicts without its own block: a set of feature-only blocks (the
+        call says which blocks hold labels), under a method whose heads serve them."""
+        labelled = set(call.embeddings) & set(call.label_blocks)
+        return self.spec.serves_feature_only and bool(call.label_blocks) and not labelled
+
     def _fused(
         self,
         head: Subset,
-        subset: Sequence[int],
         embeddings: Mapping[int, torch.Tensor],
+        subset: Subset,
         blocks: Sequence[int],
     ) -> torch.Tensor:
-        """A head's input: the mean of the subset's embeddings, or (baselines) a concatenation:
-        of all K blocks with zeros for the absent ones (svfl, plug), or of the subset's own slot
-        of each member (combinatorial)."""
-        if not methods.concatenates(self.method):
-            return torch.stack([embeddings[b] for b in sorted(subset)]).mean(dim=0)  # (B, d)
+        """A head's input: the mean of the subset's embeddings (laser.fuse_mean), or
+        (baselines) a concatenation: of all K blocks with zeros for the absent ones (svfl, plug),
+        or of the subset's own slot of each member (combinatorial)."""
+        if not self.spec.concatenates:
+            return fuse_mean(embeddings, subset)  # (B, d)
         d = self.config.model.embed_dim
-        if self.method == "combinatorial":
+        if self.spec.fusion == "concat_slots":
             parts = [self._slot(embeddings[b], b, head, blocks) for b in sorted(subset)]
         else:
             size = next(iter(embeddings.values())).shape[0]
@@ -379,11 +446,11 @@ class Party:
         self, embedding: torch.Tensor, block: int, key: Subset, blocks: Sequence[int]
     ) -> torch.Tensor:
         d = self.config.model.embed_dim
-        i = methods.slots(self.method, block, blocks).index(key)
+        i = self.spec.slot_keys(block, blocks).index(key)
         return embedding[:, i * d : (i + 1) * d]  # (B, d)
 
     def _width(self, block: int, blocks: Sequence[int]) -> int:
-        return len(methods.slots(self.method, block, blocks)) * self.config.model.embed_dim
+        return len(self.spec.slot_keys(block, blocks)) * self.config.model.embed_dim
 
     def score(self, call: ScoreCall) -> ScoreResult:
         """Aggregates of each named prediction on this batch against the party's labels:
@@ -433,10 +500,10 @@ class Party:
     def parameters_vector(self) -> np.ndarray:
         """All weights flattened (for equivalence tests and fingerprints)."""
         if self.dvfl is not None:
-            params = [
-                p.detach().cpu().reshape(-1) for m in self.dvfl.modules() for p in m.parameters()
-            ]
-            return torch.cat(params).numpy()
+            modules = self.dvfl.modules()
+            return torch.cat(
+                [p.detach().cpu().reshape(-1) for m in modules for p in m.parameters()]
+            ).numpy()
         return self.models.parameters_vector().numpy()
 
     # ----------------------------------------------------------------- helpers
@@ -458,6 +525,11 @@ class Party:
 
     def _batch(self, split: str, rows: np.ndarray, digest: bytes) -> torch.Tensor:
         self._check_digest(split, rows, digest)
+        if rows.max() >= len(self._split(split).features):
+            raise ProtocolError(
+                f"rows of split '{split}' include label-only rows: party {self.party_id} holds "
+                f"no features for them"
+            )
         if split not in self._features:
             self._features[split] = torch.from_numpy(self._split(split).features).to(self.device)
         return self._features[split][torch.from_numpy(rows).to(self.device)]  # (B, *shape)
@@ -509,7 +581,15 @@ def party_info(party_id: str, data: PartyData) -> PartyInfo:
         has_labels=meta.has_labels,
         samples={name: len(split) for name, split in data.splits.items()},
         task=meta.task,
+        label_only={name: s.label_only for name, s in data.splits.items() if s.label_only},
     )
+
+
+def _unlabelled(label_blocks: Sequence[int], num_blocks: int) -> tuple[int, ...]:
+    """The feature-only blocks, when the call names the label blocks (else none is known)."""
+    if not label_blocks:
+        return ()
+    return tuple(b for b in range(num_blocks) if b not in label_blocks)
 
 
 def _grad_or_zeros(leaf: torch.Tensor) -> torch.Tensor:

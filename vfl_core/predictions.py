@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vfl_core.method_spec import Combination
 from vfl_core.model_bank import key_name
 
 
@@ -33,21 +34,22 @@ class Combined:
 
 
 def combine(
-    method: str,
+    rule: Combination,
     present: Sequence[int],
     probs: dict[int, np.ndarray],
     gen: np.random.Generator,
     regression: bool = False,
 ) -> Combined | None:
-    """None when no head answered."""
+    """The federation's answer by the method's combination rule (MethodSpec.combination);
+    None when no head answered."""
     if not probs:
         return None
     if regression:
-        return _average(method, present, probs)
-    if method == "ensemble":
+        return _average(rule, present, probs)
+    if rule == "vote":
         return _with_scores(_vote(probs, gen))
     federation = np.mean(np.stack([probs[k] for k in sorted(probs)]), axis=0)  # (B, C)
-    if method == "combinatorial":
+    if rule == "subset":
         scored = {f"S{key_name(tuple(sorted(present)))}": federation.argmax(axis=1)}
         sources = dict.fromkeys(scored, federation)
     else:
@@ -60,12 +62,12 @@ def combine(
     return Combined(scored, federation, combined.predicted, scores)
 
 
-def _average(method: str, present: Sequence[int], values: dict[int, np.ndarray]) -> Combined:
+def _average(rule: Combination, present: Sequence[int], values: dict[int, np.ndarray]) -> Combined:
     """Regression: each head's (B, 1) value, and their mean as the federation's."""
     federation = np.mean(np.stack([values[k] for k in sorted(values)]), axis=0)  # (B, 1)
-    if method == "ensemble":
+    if rule == "vote":
         scored = {"ensemble": federation[:, 0]}
-    elif method == "combinatorial":
+    elif rule == "subset":
         scored = {f"S{key_name(tuple(sorted(present)))}": federation[:, 0]}
     else:
         scored = {str(k): values[k][:, 0] for k in sorted(values)}

@@ -106,12 +106,15 @@ def prepare_parties(
     prefix: str = "party",
     label_blocks: list[int] | None = None,
     standardize: bool | None = None,
+    keep_labels: bool = False,
 ) -> list[Path]:
     """Write ``out_dir/<prefix><k>/`` for k < num_blocks and ``out_dir/prepare.json``.
 
     Party k holds block k of the rows it observes; label_blocks None means every party holds
-    labels. Tabular data is standardised (by default) with train-split statistics only, so no
-    test information leaks into training. Returns the party directories.
+    labels. With `keep_labels`, a label party keeps the label of a sample whose block it misses
+    (a label-only row), for every sample some party observes. Tabular data is standardised (by
+    default) with train-split statistics only, so no test information leaks into training.
+    Returns the party directories.
     """
     label_set = _check_prepare_args(
         num_blocks, p_miss_train, p_miss_test, test_fraction, label_blocks
@@ -121,7 +124,7 @@ def prepare_parties(
     rows = _train_test_indices(dataset, test_fraction, seed)
     x = _standardized(dataset.x, rows["train"]) if standardize else dataset.x
     p_miss = {"train": p_miss_train, "test": p_miss_test}
-    parties, counts = _cut_parties(dataset, x, rows, p_miss, seed, layout, label_set)
+    parties, counts = _cut_parties(dataset, x, rows, p_miss, seed, layout, label_set, keep_labels)
     paths = _write_parties(dataset, Path(out_dir), prefix, parties, label_set)
     summary = {
         "dataset": dataset.name,
@@ -137,6 +140,7 @@ def prepare_parties(
         "seed": seed,
         "standardize": standardize,
         "label_blocks": sorted(label_set),
+        "keep_labels": keep_labels,
         "parties": [p.name for p in paths],
         "counts": counts,
     }
@@ -193,19 +197,31 @@ def _cut_parties(
     seed: int,
     layout: Layout,
     label_set: set[int],
+    keep_labels: bool = False,
 ) -> tuple[list[dict[str, PartySplit]], dict[str, dict[str, Any]]]:
-    """Each party's splits (block k of the rows it observes) and the counts for prepare.json."""
+    """Each party's splits (block k of the rows it observes, then with `keep_labels` a label
+    party's label-only rows) and the counts for prepare.json."""
     num_blocks = len(p_miss["train"])
     parties: list[dict[str, PartySplit]] = [{} for _ in range(num_blocks)]
     counts: dict[str, dict[str, Any]] = {}
     for name, split_rows in rows.items():
         observed = draw_missingness(len(split_rows), p_miss[name], seeded_rng(seed, f"miss_{name}"))
         blocks = split_blocks(x[split_rows], dataset.kind, num_blocks, layout)
+        label_only = (observed.any(axis=1)[:, None] & ~observed) if keep_labels else None
         for k in range(num_blocks):
             keep = split_rows[observed[:, k]]  # rows nobody observes end up in no party
             labels = dataset.y[keep] if k in label_set else None
-            parties[k][name] = PartySplit(dataset.ids[keep], blocks[k][observed[:, k]], labels)
+            ids = dataset.ids[keep]
+            if labels is not None and label_only is not None:  # then its label-only rows
+                only = split_rows[label_only[:, k]]
+                ids = np.concatenate([ids, dataset.ids[only]])
+                labels = np.concatenate([labels, dataset.y[only]])
+            parties[k][name] = PartySplit(ids, blocks[k][observed[:, k]], labels)
         counts[name] = _split_counts(observed)
+        if label_only is not None:
+            counts[name]["label_only_per_party"] = [
+                int(label_only[:, k].sum()) if k in label_set else 0 for k in range(num_blocks)
+            ]
     return parties, counts
 
 

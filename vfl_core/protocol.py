@@ -41,6 +41,9 @@ class PartyInfo:
     samples: dict[str, int] = field(default_factory=dict)  # rows per split
     protocol_version: int = PROTOCOL_VERSION
     task: str = "classification"  # or "regression" (vfl_core.tasks)
+    # split -> how many of its rows, the last ones, are label-only: the party holds their labels
+    # but not their features (vfl_core.data.PartySplit); absent means none
+    label_only: dict[str, int] = field(default_factory=dict)
 
 
 def mismatch_hint(name: str, a: PartyInfo, b: PartyInfo) -> str:
@@ -80,6 +83,10 @@ class FuseCall:
     embeddings: dict[int, np.ndarray]  # block -> (B, slots * d)
     blocks: tuple[int, ...] = ()  # the blocks asked to embed this batch
     label_blocks: tuple[int, ...] = ()  # the federation's label parties (baselines' head owners)
+    # Set only for a party that holds the batch's labels but not its features (its label-only
+    # rows, of the train split): it embedded nothing, so it learns the batch here.
+    rows: np.ndarray | None = None  # (B,) int64
+    digest: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -99,11 +106,13 @@ class BackwardCall:
 
 @dataclass(frozen=True)
 class PredictCall:
-    """Predict h_{k,O} from the embeddings of the observed set O (which includes the party)."""
+    """Predict h_{k,O} from the embeddings of the observed set O (which includes the party, or
+    for LASER-VFL holds no label party at all: then the party's head serves the others)."""
 
     request_id: int
     embeddings: dict[int, np.ndarray]  # block -> (B, slots * d)
     blocks: tuple[int, ...] = ()  # the blocks asked to embed this batch
+    label_blocks: tuple[int, ...] = ()  # the federation's label parties
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def snapshot(fed: Federation) -> dict[str, object]:
         "summaries": [asdict(s) for s in c.summaries],
         "liveness": fed.liveness.to_state(),
         # a method's round program (dvfl: its hosts' liveness, transfer and byte counts)
-        **({"program": fed.program.state()} if fed.program is not None else {}),
+        **({"program": fed.hooks.state(fed)} if fed.hooks is not None else {}),
     }
 
 
@@ -58,8 +58,8 @@ def restore(fed: Federation, saved: dict, present: Iterable[int] = ()) -> None:
         summaries=[_summary(s) for s in saved["summaries"]],
     )
     fed.liveness.load_state(saved["liveness"])
-    if fed.program is not None and "program" in saved:
-        fed.program.load_state(saved["program"])
+    if fed.hooks is not None and "program" in saved:
+        fed.hooks.load_state(fed, saved["program"])
     for block in sorted(present):
         if fed.liveness.state.get(block) == DOWN:
             fed.liveness.rejoined(block, fed.round_id + fed.request_id)

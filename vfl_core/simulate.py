@@ -46,6 +46,8 @@ class SimulationConfig(BaseModel):
     test_fraction: float = Field(0.2, gt=0, lt=1)
     layout: str = "auto"
     label_blocks: tuple[int, ...] | None = None
+    # label parties keep the labels of samples whose block they miss (label-only rows)
+    keep_labels: bool = False
     secret: str = DEMO_SECRET
     train: TrainConfig = TrainConfig()
     faults: FaultConfig = FaultConfig()  # injected party failures and link loss (training only)
@@ -109,7 +111,7 @@ def run_simulation(
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="vfl-sim-"))
-        variants = _party_data(config, Path(tmp))
+        variants = party_data(config, Path(tmp))
         parties, transport, faulty = _federation_parts(config, variants)
         federation = Federation(
             faulty if faulty is not None else transport,
@@ -180,8 +182,9 @@ def write_run_results(run_dir: Path, result: SimulationResult, fed: Federation) 
     (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
 
-def _party_data(config: SimulationConfig, tmp: Path) -> dict[float | None, list[PartyData]]:
-    """Party data per test p_miss. The train split is the same in every variant (same seed)."""
+def party_data(config: SimulationConfig, tmp: Path) -> dict[float | None, list[PartyData]]:
+    """Party data per test p_miss. The train split is the same in every variant (same seed).
+    Data sets are prepared into `tmp` (benchmarks use it to see exactly what a run trains on)."""
     if config.party_dirs or config.tables:
         if config.tables:
             data = load_table_federation(config.tables)
@@ -203,6 +206,7 @@ def _party_data(config: SimulationConfig, tmp: Path) -> dict[float | None, list[
             seed=config.train.seed,
             layout=config.layout,
             label_blocks=list(config.label_blocks) if config.label_blocks is not None else None,
+            keep_labels=config.keep_labels,
         )
         variants[p_test] = [load_party_dir(p) for p in paths]
     if not variants:

@@ -76,9 +76,18 @@ def load_table_party(
         )
     label_column = fitted.label_column if fitted is not None else source.label_column
     splits = _read_splits(source, label_column)
+    columns = (
+        [c.name for c in fitted.columns]
+        if fitted is not None
+        else _feature_columns(source, splits["train"])
+    )
+    label_only: dict[str, int] = {}
+    if label_column is not None:  # a label party's rows without any feature: label-only, last
+        splits, label_only = _label_only_last(splits, columns)
     if fitted is None:
-        columns = _feature_columns(source, splits["train"])
-        fitted = TabularPreprocessor.fit(splits["train"].select(columns), source.max_onehot)
+        train = splits["train"]
+        with_features = train.rows(range(len(train) - label_only.get("train", 0))).select(columns)
+        fitted = TabularPreprocessor.fit(with_features, source.max_onehot)
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
     labels = _labels(splits, label_column, fitted.classes or None, source.task)
     if labels:
@@ -86,7 +95,7 @@ def load_table_party(
     party_splits = {
         name: PartySplit(
             ids=np.array(table.columns[source.id_column], dtype=str),
-            features=fitted.transform(table),
+            features=fitted.transform(table.rows(range(len(table) - label_only.get(name, 0)))),
             labels=labels[name].values if labels else None,
         )
         for name, table in splits.items()
@@ -109,6 +118,26 @@ def _read_splits(source: TableSource, label_column: str | None) -> dict[str, Tab
     if not len(splits["train"]):
         raise DataError(f"{source.path}: no training rows left after the test split")
     return splits
+
+
+def _label_only_last(
+    splits: dict[str, Table], columns: list[str]
+) -> tuple[dict[str, Table], dict[str, int]]:
+    """Each split with its label-only rows (every feature cell empty: the party holds the
+    sample's label, not its features) moved after the others, and how many there are."""
+    out: dict[str, Table] = {}
+    counts: dict[str, int] = {}
+    for name, table in splits.items():
+        empty = [all(table.columns[c][i] is None for c in columns) for i in range(len(table))]
+        order = [i for i, e in enumerate(empty) if not e] + [i for i, e in enumerate(empty) if e]
+        out[name], counts[name] = table.rows(order), sum(empty)
+        if counts[name]:
+            log.info(
+                "%s: %d label-only rows (no feature cell) in %s", table.source, sum(empty), name
+            )
+    if counts["train"] == len(out["train"]):
+        raise DataError(f"{out['train'].source}: no training row has any feature")
+    return out, counts
 
 
 def _checked_table(path: Path, id_column: str, label_column: str | None) -> Table:

@@ -210,7 +210,7 @@ def embedding_from_proto(
 
 
 def fuse_call_to_proto(call: FuseCall, h: vfl_pb2.Header) -> vfl_pb2.FuseRequest:
-    return vfl_pb2.FuseRequest(
+    req = vfl_pb2.FuseRequest(
         header=h,
         round_id=call.round_id,
         epoch=call.epoch,
@@ -218,15 +218,24 @@ def fuse_call_to_proto(call: FuseCall, h: vfl_pb2.Header) -> vfl_pb2.FuseRequest
         blocks=call.blocks,
         label_blocks=call.label_blocks,
     )
+    if call.rows is not None:
+        req.rows.CopyFrom(encode_array(call.rows, what="fuse rows"))
+        req.digest = call.digest
+    return req
 
 
 def fuse_call_from_proto(req: vfl_pb2.FuseRequest, *, expect_shape: Matrix = ANY2) -> FuseCall:
+    rows = _index_vector(req.rows, "fuse rows") if req.HasField("rows") else None
+    if rows is None and req.digest:
+        raise ProtocolError("fuse digest: present without rows")
     return FuseCall(
         round_id=req.round_id,
         epoch=req.epoch,
         embeddings=_block_map(req.embeddings, "embedding", expect_shape),
         blocks=_blocks(req.blocks, "fuse blocks"),
         label_blocks=_blocks(req.label_blocks, "fuse label blocks"),
+        rows=rows,
+        digest=req.digest,
     )
 
 
@@ -273,6 +282,7 @@ def predict_call_to_proto(call: PredictCall, h: vfl_pb2.Header) -> vfl_pb2.Predi
         request_id=call.request_id,
         embeddings=_encode_map(call.embeddings, "embedding for block"),
         blocks=call.blocks,
+        label_blocks=call.label_blocks,
     )
 
 
@@ -283,6 +293,7 @@ def predict_call_from_proto(
         request_id=req.request_id,
         embeddings=_block_map(req.embeddings, "embedding", expect_shape),
         blocks=_blocks(req.blocks, "predict blocks"),
+        label_blocks=_blocks(req.label_blocks, "predict label blocks"),
     )
 
 
@@ -640,6 +651,7 @@ def party_info_to_proto(info: PartyInfo) -> vfl_pb2.PartyInfoMsg:
         samples=info.samples,
         protocol_version=info.protocol_version,
         task=info.task,
+        label_only=info.label_only,
     )
 
 
@@ -662,6 +674,12 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
         raise ProtocolError(f"party info {msg.party_id!r}: unknown task {msg.task!r}")
     if any(n < 0 for n in msg.samples.values()):
         raise ProtocolError(f"party info {msg.party_id!r}: negative sample count")
+    for split, n in msg.label_only.items():
+        if not 0 <= n <= msg.samples.get(split, 0) or (n and not msg.has_labels):
+            raise ProtocolError(
+                f"party info {msg.party_id!r}: {n} label-only rows of split {split!r} do not "
+                f"fit its {msg.samples.get(split, 0)} rows (or the party holds no labels)"
+            )
     return PartyInfo(
         party_id=msg.party_id,
         block=msg.block,
@@ -673,6 +691,7 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
         samples=dict(sorted(msg.samples.items())),
         protocol_version=msg.protocol_version,
         task=task,
+        label_only={s: n for s, n in sorted(msg.label_only.items()) if n},
     )
 
 

@@ -87,7 +87,7 @@ class EmbedReply(_message.Message):
     def __init__(self, round_id: _Optional[int] = ..., embedding: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class FuseRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "embeddings", "blocks", "label_blocks")
+    __slots__ = ("header", "round_id", "epoch", "embeddings", "blocks", "label_blocks", "rows", "digest")
     class EmbeddingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -101,13 +101,17 @@ class FuseRequest(_message.Message):
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     LABEL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
     epoch: int
     embeddings: _containers.MessageMap[int, Tensor]
     blocks: _containers.RepeatedScalarFieldContainer[int]
     label_blocks: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ..., label_blocks: _Optional[_Iterable[int]] = ...) -> None: ...
+    rows: Tensor
+    digest: bytes
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ..., label_blocks: _Optional[_Iterable[int]] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ...) -> None: ...
 
 class FuseReply(_message.Message):
     __slots__ = ("round_id", "loss", "grads")
@@ -157,7 +161,7 @@ class CheckpointReply(_message.Message):
     def __init__(self, round_id: _Optional[int] = ..., saved: _Optional[bool] = ...) -> None: ...
 
 class PredictRequest(_message.Message):
-    __slots__ = ("header", "request_id", "embeddings", "blocks")
+    __slots__ = ("header", "request_id", "embeddings", "blocks", "label_blocks")
     class EmbeddingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -169,11 +173,13 @@ class PredictRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    LABEL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     header: Header
     request_id: int
     embeddings: _containers.MessageMap[int, Tensor]
     blocks: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., request_id: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ...) -> None: ...
+    label_blocks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., request_id: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ..., label_blocks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PredictReply(_message.Message):
     __slots__ = ("request_id", "probabilities")
@@ -424,8 +430,15 @@ class OwnerTrainReply(_message.Message):
     def __init__(self, round_id: _Optional[int] = ..., loss: _Optional[float] = ...) -> None: ...
 
 class PartyInfoMsg(_message.Message):
-    __slots__ = ("party_id", "block", "num_blocks", "dataset", "feature_shape", "num_classes", "has_labels", "samples", "protocol_version", "task")
+    __slots__ = ("party_id", "block", "num_blocks", "dataset", "feature_shape", "num_classes", "has_labels", "samples", "protocol_version", "task", "label_only")
     class SamplesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class LabelOnlyEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -442,6 +455,7 @@ class PartyInfoMsg(_message.Message):
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
+    LABEL_ONLY_FIELD_NUMBER: _ClassVar[int]
     party_id: str
     block: int
     num_blocks: int
@@ -452,7 +466,8 @@ class PartyInfoMsg(_message.Message):
     samples: _containers.ScalarMap[str, int]
     protocol_version: int
     task: str
-    def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., num_blocks: _Optional[int] = ..., dataset: _Optional[str] = ..., feature_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., has_labels: _Optional[bool] = ..., samples: _Optional[_Mapping[str, int]] = ..., protocol_version: _Optional[int] = ..., task: _Optional[str] = ...) -> None: ...
+    label_only: _containers.ScalarMap[str, int]
+    def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., num_blocks: _Optional[int] = ..., dataset: _Optional[str] = ..., feature_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., has_labels: _Optional[bool] = ..., samples: _Optional[_Mapping[str, int]] = ..., protocol_version: _Optional[int] = ..., task: _Optional[str] = ..., label_only: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("header", "info", "address", "session")
