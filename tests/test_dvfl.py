@@ -26,7 +26,7 @@ from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
-from vfl_core.simulate import SimulationConfig
+from vfl_core.simulate import SimulationConfig, run_simulation
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -510,3 +510,19 @@ def test_given_crash_after_checkpoint_when_resumed_then_bit_identical_to_no_cras
         )
     assert fed.method_stats() == reference.method_stats()
     assert fed.evaluate().to_json() == reference.evaluate().to_json()
+
+
+def test_given_label_only_rows_when_dvfl_trains_then_the_owner_learns_from_them_too() -> None:
+    """The owner needs no features of a sample: it holds the label, the hosts hold codes of the
+    other guests' activations, so the owner trains on samples it holds only the labels of."""
+    train = config(epochs=1, owner_epochs=1)
+    base = {"dataset": "digits", "p_miss_train": 0.3, "label_blocks": (0,), "train": train}
+    result = run_simulation(SimulationConfig(**base, keep_labels=True))
+    owner = result.parties[0]
+    split = owner.data.splits["train"]
+    features = len(split.features)
+    assert len(split) > features  # label-only rows come after the rows with features
+    assert owner.dvfl is not None and owner.dvfl.owner_fed is not None
+    assert bool(owner.dvfl.owner_fed[features:].any(dim=1).all())  # every one was fed
+    without = run_simulation(SimulationConfig(**base))
+    assert not np.array_equal(weights(owner.dvfl.owner), weights(without.parties[0].dvfl.owner))
