@@ -3,6 +3,7 @@
 
 - The run matches the in-process simulation of the same seed bit for bit: every round record,
   every final weight of every party (guest, host, owner) and the test metrics.
+- Injected host and link failures (`--fault-entity`) hit the same rounds as in `vfl simulate`.
 - A client SIGKILLed mid-run (one guest and one host gone): training continues on the other
   hosts, the owner learns on what remains, and the run ends with a scored evaluation.
 """
@@ -14,9 +15,12 @@ import signal
 from pathlib import Path
 
 import pytest
-from harness import Cluster, assert_checkpoints_match, train_in_process
+from harness import SECRET, Cluster, assert_checkpoints_match, train_in_process
 
 from vfl_core.config import TrainConfig
+from vfl_core.engine import RoundRecord
+from vfl_core.faults import FaultConfig
+from vfl_core.simulate import SimulationConfig, run_simulation
 
 pytestmark = pytest.mark.slow
 
@@ -93,3 +97,38 @@ def test_given_a_client_killed_mid_run_when_dvfl_trains_then_the_others_finish_a
     assert overall["observed"] == "all" and overall["samples"] > 0
     assert overall["accuracy"] > 0.3  # ten classes
     assert all("2" not in r["observed"].split(",") for r in results["test"]["rows"])
+
+
+@pytest.mark.parametrize("entity", ["host", "link"])
+def test_given_injected_host_or_link_faults_when_real_federation_trains_then_same_as_simulation(
+    cluster: Cluster, party_dirs: list[Path], entity: str
+) -> None:
+    """`vfl-coordinator --fault-entity host|link` fails DVFL's hosts (or guest-host links) in a
+    real federation exactly as `vfl simulate` does in one process."""
+    faults = ["--fault-rate", "0.3", "--rejoin-rate", "0.5", "--fault-entity", entity]
+    coord, clients = cluster.federation(
+        party_dirs, epochs=1, deadline=60.0, extra=[*ARGS, "--dvfl-owner-epochs", "2", *faults]
+    )
+    assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
+    for client in clients:
+        assert client.wait(60) == 0, cluster.describe()
+    results = coord.results()
+    assert results is not None
+    config = json.loads((coord.out / "config.json").read_text())
+    assert config["faults"]["entity"] == entity
+    train = TrainConfig.model_validate(config["train"])
+
+    records: list[RoundRecord] = []
+    sim = run_simulation(
+        SimulationConfig(
+            party_dirs=tuple(party_dirs),
+            secret=SECRET,
+            train=train,
+            faults=FaultConfig.model_validate(config["faults"]),
+        ),
+        on_round=records.append,
+    )
+
+    assert results["faults"] == sim.fault_counts and sim.fault_counts["failures"] > 0
+    assert coord.rounds() == [r.to_json() for r in records]
+    assert results["method"] == sim.method_stats
