@@ -526,3 +526,27 @@ def test_given_label_only_rows_when_dvfl_trains_then_the_owner_learns_from_them_
     assert bool(owner.dvfl.owner_fed[features:].any(dim=1).all())  # every one was fed
     without = run_simulation(SimulationConfig(**base))
     assert not np.array_equal(weights(owner.dvfl.owner), weights(without.parties[0].dvfl.owner))
+
+
+def test_given_few_labels_when_dvfl_trains_then_every_row_trains_the_guests_and_100_the_owner() -> (
+    None
+):
+    """`--labels 100`: the label party keeps its unlabelled rows under dvfl (a label-only
+    method drops them); the guests' and hosts' autoencoders never see a label, so they end
+    exactly as with every label, and only the owner's classifier changes."""
+    train = config(epochs=1, owner_epochs=1)
+    base = {"dataset": "digits", "label_blocks": (0,), "train": train}
+    few = run_simulation(SimulationConfig(**base, labels=100))
+    full = run_simulation(SimulationConfig(**base))
+    owner = few.parties[0]
+    assert owner.dvfl is not None
+    assert len(owner.data.splits["train"]) == len(full.parties[0].data.splits["train"])
+    assert int(owner.dvfl._labelled().sum()) == 100
+    for block in range(K):
+        a, b = few.parties[block].dvfl, full.parties[block].dvfl
+        assert a is not None and b is not None
+        np.testing.assert_array_equal(weights(a.guest), weights(b.guest))
+        np.testing.assert_array_equal(weights(a.host), weights(b.host))
+    assert not np.array_equal(weights(owner.dvfl.owner), weights(full.parties[0].dvfl.owner))
+    svfl = Party("p0", owner.data, TrainConfig(method="svfl"), secret=SECRET)
+    assert len(svfl.data.splits["train"]) == 100  # a method that learns only from labels

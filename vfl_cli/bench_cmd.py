@@ -302,6 +302,55 @@ def dvfl(
     _run_and_report(mod.run, mod.write_report, job, bench)
 
 
+@bench_app.command("dlvm")
+@user_errors
+@with_option_groups
+def dlvm(
+    datasets: Annotated[str, Opt(help="mnist, credit (comma-separated)")] = "mnist,credit",
+    train: Annotated[str, Opt(help="training mechanisms")] = "mcar:0.2,mnar:0.7",
+    test: Annotated[str, Opt(help="test mechanisms")] = (
+        "mcar:0,mcar:0.2,mcar:0.5,mnar:0.7,mnar:0.9,mar1,mar2"
+    ),
+    methods: Annotated[str, Opt(help="dlvm and label-only methods")] = "dlvm,laser,local,plug,svfl",
+    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
+    stage1_epochs: Annotated[int, Opt(help="DLVM stage 1 epochs (all samples)")] = 3,
+    stage2_epochs: Annotated[int, Opt(help="DLVM stage 2 epochs (labelled rows)")] = 30,
+    epochs: Annotated[int, Opt(help="epochs of the label-only methods")] = 20,
+    jobs: Jobs = 2,
+    data_path: MnistPath = DEFAULT_DATA,
+    bench: BenchRun = BenchRun(),
+) -> None:
+    """DLVM-VFL's few-label protocol: DLVM vs LASER-VFL and baselines per missingness."""
+    setup_logging(bench.log_level)
+    mod = _bench("dlvm")
+    from vfl_core.missingness import parse_mechanism
+
+    mechanisms = {
+        name: tuple(m.strip() for m in text.split(",") if m.strip())
+        for name, text in (("--train", train), ("--test", test))
+    }
+    for spec in (*mechanisms["--train"], *mechanisms["--test"]):
+        parse_mechanism(spec)  # a clear error before any run
+    chosen = tuple(d.strip() for d in datasets.split(",") if d.strip())
+    if not chosen or any(d not in mod.LABELS for d in chosen):
+        raise ConfigError(f"--datasets must be among {', '.join(mod.LABELS)}")
+    job = mod.DlvmJob(
+        datasets=chosen,
+        train_mechanisms=mechanisms["--train"],
+        test_mechanisms=mechanisms["--test"],
+        methods=_variants(methods, mod.METHODS),
+        seeds=_ints(seeds, "--seeds"),
+        results=bench.results,
+        data_path=data_path.resolve(),
+        stage1_epochs=stage1_epochs,
+        stage2_epochs=stage2_epochs,
+        epochs=epochs,
+        jobs=jobs,
+        command=_command(),
+    )
+    _run_and_report(mod.run, mod.write_report, job, bench)
+
+
 @bench_app.command("label-only")
 @user_errors
 @with_option_groups

@@ -14,6 +14,7 @@ from vfl_cli.option_groups import with_option_groups
 from vfl_core.data import PartyData, save_party_dir
 from vfl_core.datasets import Layout, load_dataset
 from vfl_core.errors import ConfigError
+from vfl_core.missingness import Mechanism, parse_mechanism
 from vfl_core.prepare import PREPARE_FILE, party_p_miss, prepare_parties, seeded_rng
 from vfl_core.preprocess import TabularPreprocessor
 from vfl_core.tabular import TableSource, load_table_party, read_fitted
@@ -46,6 +47,21 @@ def prepare(
     nonuniform: Annotated[
         bool, typer.Option(help="Draw each party's probability from Beta(2,2) (paper).")
     ] = False,
+    missing: Annotated[
+        str | None,
+        typer.Option(
+            help="Training missingness mechanism instead of --p-miss: mcar:P, mnar:P (drop "
+            "with P if the block's mean feature is negative, else 1-P), mar1[:P], mar2[:P]."
+        ),
+    ] = None,
+    missing_test: Annotated[
+        str | None,
+        typer.Option(help="Same for the test split (default: the training missingness)."),
+    ] = None,
+    labels: Annotated[
+        int | None,
+        typer.Option(help="Keep the labels of only N training samples (the rest unlabelled)."),
+    ] = None,
     test_fraction: Annotated[float, typer.Option(help="Share of samples in the test split.")] = 0.2,
     seed: Annotated[int, typer.Option(help="One seed fixes split, missingness, p_miss.")] = 0,
     layout: Annotated[
@@ -101,6 +117,7 @@ def prepare(
     test_p = (
         train_p if p_miss_test is None else party_p_miss(clients, p_miss_test, None, False, rng)
     )
+    mechanisms = _mechanisms(missing, missing_test, p_miss_per_party is not None or nonuniform)
     data = load_dataset(dataset, data_path, columns=columns)
     paths = prepare_parties(
         data,
@@ -113,9 +130,26 @@ def prepare(
         layout=cast(Layout, layout),
         prefix=prefix,
         label_blocks=_parse_list(label_blocks, int, "--label-blocks"),
+        mechanisms=mechanisms,
+        labels=labels,
         keep_labels=keep_labels,
     )
     _echo_summary(out, paths)
+
+
+def _mechanisms(
+    missing: str | None, missing_test: str | None, per_party: bool
+) -> dict[str, Mechanism]:
+    """The --missing/--missing-test mechanisms by split; the test split follows training
+    unless told otherwise (as the MCAR probabilities do)."""
+    if missing is not None and per_party:
+        raise ConfigError("give --missing or --p-miss-per-party/--nonuniform, not both")
+    chosen: dict[str, Mechanism] = {}
+    if missing is not None:
+        chosen["train"] = chosen["test"] = parse_mechanism(missing)
+    if missing_test is not None:
+        chosen["test"] = parse_mechanism(missing_test)
+    return chosen
 
 
 def prepare_table(source: TableSource, out: Path, preprocessing: Path | None) -> None:
@@ -165,5 +199,11 @@ def _echo_summary(out: Path, paths: list[Path]) -> None:
         typer.echo(f"{'(label-only rows)':<16} {'':>5} {'':>6} {only}")
     dropped = " ".join(f"{counts[s]['dropped_no_party']:>7}" for s in splits)
     typer.echo(f"{'(held by nobody)':<16} {'':>5} {'':>6} {dropped}")
+    if "labelled" in counts.get("train", {}):
+        typer.echo(f"{'(labelled)':<16} {'':>5} {'':>6} {counts['train']['labelled']:>7}")
     p_train = ", ".join(f"{p:.3f}" for p in summary["p_miss_train"])
-    typer.echo(f"p_miss train [{p_train}]; wrote {out}/{PREPARE_FILE}")
+    missing = summary["missing"]
+    typer.echo(
+        f"p_miss train [{p_train}]; missing train {missing['train']}, test {missing['test']};"
+        f" wrote {out}/{PREPARE_FILE}"
+    )

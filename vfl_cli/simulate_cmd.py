@@ -48,6 +48,16 @@ def simulate(
     clients: Annotated[int, Opt(help="number of parties K")] = 4,
     p_miss_train: Annotated[float, Opt(help="probability a party misses a train sample")] = 0.0,
     p_miss_test: Annotated[list[float] | None, Opt(help="test p_miss (repeat)")] = None,
+    missing_train: Annotated[
+        str | None,
+        Opt(help="training missingness instead of --p-miss-train: mcar:P, mnar:P, mar1, mar2"),
+    ] = None,
+    missing_test: Annotated[
+        list[str] | None, Opt(help="test missingness mechanism instead of --p-miss-test (repeat)")
+    ] = None,
+    labels: Annotated[
+        int | None, Opt(help="keep the labels of only N training samples (the rest unlabelled)")
+    ] = None,
     test_fraction: Annotated[float, Opt()] = 0.2,
     label_blocks: Annotated[str | None, Opt(help="blocks holding labels, e.g. 0,1")] = None,
     keep_labels: Annotated[
@@ -98,6 +108,9 @@ def simulate(
         clients=clients,
         p_miss_train=p_miss_train,
         p_miss_test=tuple(p_miss_test) if p_miss_test else (p_miss_train,),
+        missing_train=missing_train,
+        missing_test=tuple(missing_test or ()),
+        labels=labels,
         test_fraction=test_fraction,
         label_blocks=parse_ints(label_blocks, "--label-blocks"),
         keep_labels=keep_labels,
@@ -125,7 +138,7 @@ def render(result: SimulationResult) -> str:
     source = "tables" if cfg.tables else "party dirs" if cfg.party_dirs else cfg.dataset
     lines = [
         f"trained {cfg.train.epochs} epochs on {source}"
-        f" with K={len(result.parties)}, train p_miss {cfg.p_miss_train}, seed {cfg.train.seed}"
+        f" with K={len(result.parties)}, train {_train_missing(cfg)}, seed {cfg.train.seed}"
         + (f"; last epoch mean head loss {last.mean_loss:.4f}" if last else "")
         + f"; {result.seconds:.1f}s",
     ]
@@ -134,6 +147,8 @@ def render(result: SimulationResult) -> str:
         lines.append(f"injected faults: {counts}")
     for p_miss, report in result.reports.items():
         title = "test set" if p_miss is None else f"test p_miss {p_miss}"
+        if isinstance(p_miss, str):
+            title = f"test missing {p_miss}"
         lines += ["", format_table(report.rows(), title=title)]
         if report.unscored:
             lines.append(
@@ -142,6 +157,11 @@ def render(result: SimulationResult) -> str:
             )
         lines += drop_one_lines(result.subsets.get(p_miss, []), headline(result.task))
     return "\n".join(lines)
+
+
+def _train_missing(cfg: SimulationConfig) -> str:
+    text = f"missing {cfg.missing_train}" if cfg.missing_train else f"p_miss {cfg.p_miss_train}"
+    return text if cfg.labels is None else f"{text}, {cfg.labels} labels"
 
 
 def drop_one_lines(subsets: list[SubsetResult], metric: Metric) -> list[str]:

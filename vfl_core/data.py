@@ -6,7 +6,8 @@ Layout of a party directory (written by `vfl prepare`, read by `vfl-client --dat
     train/features.npy     float32, (n, *feature_shape)
     train/ids.npy          unicode strings, (n,), unique within the split
     train/labels.npy       (n,) int64 classes, or float32 targets when meta.task is regression
-                           (only when meta.has_labels)
+                           (only when meta.has_labels); -1 marks an unlabelled sample
+                           if meta.unlabelled_rows
     train/label_only_ids.npy, train/label_only_labels.npy
                            optional, label parties only: samples whose label the party holds
                            but not their features (label-only rows: they are scored and trained
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -29,6 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vfl_core.errors import DataError
+from vfl_core.missingness import UNLABELLED
 
 FORMAT_VERSION = 1
 
@@ -49,6 +51,8 @@ class PartyMeta(BaseModel):
     # representation model embeds them). Stays with the party: not part of its PartyInfo.
     categorical: tuple[int, ...] = ()
     task: Literal["classification", "regression"] = "classification"
+    # The training labels may mark unknown labels as UNLABELLED (-1): vfl prepare --labels N.
+    unlabelled_rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -351,11 +355,15 @@ def _check_labels(file: Path, n: int, meta: PartyMeta) -> np.ndarray:
             f"{file}: dtype {labels.dtype} is not an integer type (classes; meta.json says "
             f"task classification)"
         )
-    bad = (labels < 0) | (labels >= meta.num_classes)
+    # UNLABELLED (-1) marks a training sample whose label is not known (vfl prepare --labels);
+    # evaluation needs every label.
+    unlabelled_ok = meta.unlabelled_rows and file.parent.name == "train"
+    bad = ((labels < 0) & ~((labels == UNLABELLED) & unlabelled_ok)) | (labels >= meta.num_classes)
     if bad.any():
+        hint = f"; {UNLABELLED} marks an unlabelled training sample" if unlabelled_ok else ""
         raise DataError(
             f"{file}: label {int(labels[bad][0])} outside [0, {meta.num_classes}) "
-            f"(num_classes from meta.json)"
+            f"(num_classes from meta.json{hint})"
         )
     return labels.astype(np.int64, copy=False)
 
@@ -427,3 +435,15 @@ def _check_labels_agree(parties: list[PartyData]) -> None:
                         f"labels disagree in split {split_name!r} for ID {sample_id!r}: "
                         f"block {known[1]} says {known[0]}, block {block} says {label}"
                     )
+
+
+def labelled_rows_only(data: PartyData, split: str = "train") -> PartyData:
+    """The party's data without the rows of ``split`` whose label is UNLABELLED: what a method
+    that learns only from labels trains on. A party without labels is returned unchanged (it
+    cannot know which samples are unlabelled; their rows pair with no label party's rows)."""
+    part = data.splits.get(split)
+    if part is None or part.labels is None or not (part.labels == UNLABELLED).any():
+        return data
+    keep = part.labels != UNLABELLED  # (n,): rows with features first, then label-only rows
+    kept = PartySplit(part.ids[keep], part.features[keep[: len(part.features)]], part.labels[keep])
+    return replace(data, splits={**data.splits, split: kept})

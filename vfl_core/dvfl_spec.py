@@ -87,5 +87,6 @@ DVFL_SPEC = MethodSpec(
     tasks=no_head_tasks,
     combination="heads",
     replacement="nothing",
+    unlabelled_rows=True,  # the guests' and hosts' autoencoders need no labels
     program=DvflRounds(),
 )

@@ -152,6 +152,9 @@ class MethodSpec:
     # them, also for samples it holds only the label of, and predicts for a sample that no
     # label party observes, from the others' embeddings alone.
     serves_feature_only: bool = False
+    # The method also learns from training rows whose label is unknown (vfl prepare --labels):
+    # a label party keeps them (else it drops them, as if it did not hold those samples).
+    unlabelled_rows: bool = False
     program: RoundProgram | None = None
 
     # ------------------------------------------------------------ models

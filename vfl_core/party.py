@@ -23,7 +23,7 @@ from torch import nn
 
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
-from vfl_core.data import PartyData, PartySplit
+from vfl_core.data import PartyData, PartySplit, labelled_rows_only
 from vfl_core.dvfl_protocol import (
     GuestCall,
     GuestResult,
@@ -85,9 +85,11 @@ class Party:
         device: torch.device | str = "cpu",
     ) -> None:
         self.party_id = party_id
-        self.data = data
         self.config = config
         self.spec = config.spec
+        # Most methods learn only from labels: unlabelled training rows (vfl prepare --labels)
+        # take no part, as if the label party did not hold them; dvfl's guests learn from them.
+        self.data = data if self.spec.unlabelled_rows else labelled_rows_only(data)
         self.device = torch.device(device)
         self.block = data.meta.block
         self._secret = secret

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,15 @@ from vfl_core import seeding
 from vfl_core.data import PartyData, PartyMeta, PartySplit, save_party_dir
 from vfl_core.datasets import Dataset, Layout, split_blocks
 from vfl_core.errors import ConfigError, DataError
+from vfl_core.missingness import (
+    UNLABELLED,
+    Mechanism,
+    block_means,
+    choose_labelled,
+    draw_mcar,
+    draw_observed,
+    mcar,
+)
 from vfl_core.seeding import Stream
 
 log = logging.getLogger(__name__)
@@ -30,13 +40,15 @@ _PURPOSES: dict[str, Stream] = {
     "miss_train": Stream.MISSING_TRAIN,
     "miss_test": Stream.MISSING_TEST,
     "p_miss": Stream.NONUNIFORM,
+    "labels": Stream.LABELS,
 }
 
 
 def seeded_rng(seed: int, purpose: str) -> np.random.Generator:
     """The random stream for one purpose of `vfl prepare`, derived from the single user seed.
 
-    Purposes: "split" (train/test), "miss_train", "miss_test", "p_miss" (Beta(2,2) draws).
+    Purposes: "split" (train/test), "miss_train", "miss_test", "p_miss" (Beta(2,2) draws),
+    "labels" (which training samples keep their label with --labels).
     """
     return seeding.rng(seed, _PURPOSES[purpose])
 
@@ -50,8 +62,7 @@ def draw_missingness(n: int, p_miss: Sequence[float], rng: np.random.Generator) 
     Rows observed by nobody stay in the mask (all False); the caller drops them, as the
     paper does, and reports how many.
     """
-    _check_probabilities(p_miss)
-    observed = rng.random((n, len(p_miss))) >= np.asarray(p_miss)  # (n, K)
+    observed = draw_mcar(n, p_miss, rng)  # (n, K)
     log.debug("missingness: %d of %d rows observed by no party", (~observed.any(1)).sum(), n)
     return observed
 
@@ -106,6 +117,8 @@ def prepare_parties(
     prefix: str = "party",
     label_blocks: list[int] | None = None,
     standardize: bool | None = None,
+    mechanisms: Mapping[str, Mechanism] | None = None,
+    labels: int | None = None,
     keep_labels: bool = False,
 ) -> list[Path]:
     """Write ``out_dir/<prefix><k>/`` for k < num_blocks and ``out_dir/prepare.json``.
@@ -114,18 +127,24 @@ def prepare_parties(
     labels. With `keep_labels`, a label party keeps the label of a sample whose block it misses
     (a label-only row), for every sample some party observes. Tabular data is standardised (by
     default) with train-split statistics only, so no test information leaks into training.
-    Returns the party directories.
+    ``mechanisms`` ("train"/"test" -> Mechanism, see vfl_core.missingness) replaces the MCAR
+    probabilities of that split. ``labels`` N keeps the labels of N training samples (drawn
+    among those a label party holds); the others are written as UNLABELLED (-1). Returns the
+    party directories.
     """
     label_set = _check_prepare_args(
         num_blocks, p_miss_train, p_miss_test, test_fraction, label_blocks
     )
     if standardize is None:
         standardize = dataset.kind == "tabular"
+    if labels is not None and dataset.task != "classification":
+        raise ConfigError("--labels keeps N class labels: it applies to classification data")
     rows = _train_test_indices(dataset, test_fraction, seed)
     x = _standardized(dataset.x, rows["train"]) if standardize else dataset.x
-    p_miss = {"train": p_miss_train, "test": p_miss_test}
-    parties, counts = _cut_parties(dataset, x, rows, p_miss, seed, layout, label_set, keep_labels)
-    paths = _write_parties(dataset, Path(out_dir), prefix, parties, label_set)
+    chosen = {"train": mcar(p_miss_train), "test": mcar(p_miss_test)} | dict(mechanisms or {})
+    cut = _Cut(dataset, x, rows, chosen, num_blocks, seed, layout, label_set, labels, keep_labels)
+    parties, counts = _cut_parties(cut)
+    paths = _write_parties(dataset, Path(out_dir), prefix, parties, label_set, labels is not None)
     summary = {
         "dataset": dataset.name,
         "kind": dataset.kind,
@@ -136,6 +155,8 @@ def prepare_parties(
         "prefix": prefix,
         "p_miss_train": [float(p) for p in p_miss_train],
         "p_miss_test": [float(p) for p in p_miss_test],
+        "missing": {name: m.spec for name, m in chosen.items()},
+        "labels": labels,
         "test_fraction": test_fraction,
         "seed": seed,
         "standardize": standardize,
@@ -189,40 +210,68 @@ def _train_test_indices(dataset: Dataset, test_fraction: float, seed: int) -> di
     return splits
 
 
-def _cut_parties(
-    dataset: Dataset,
-    x: np.ndarray,
-    rows: dict[str, np.ndarray],
-    p_miss: dict[str, list[float]],
-    seed: int,
-    layout: Layout,
-    label_set: set[int],
-    keep_labels: bool = False,
-) -> tuple[list[dict[str, PartySplit]], dict[str, dict[str, Any]]]:
+@dataclass(frozen=True)
+class _Cut:
+    """What cutting a data set into parties needs."""
+
+    dataset: Dataset
+    x: np.ndarray  # the features parties will hold (standardised if asked)
+    rows: dict[str, np.ndarray]  # split -> row indices
+    mechanisms: dict[str, Mechanism]  # split -> its missingness
+    num_blocks: int
+    seed: int
+    layout: Layout
+    label_set: set[int]
+    labels: int | None  # keep this many training labels (None: all)
+    keep_labels: bool = False  # label parties keep label-only rows
+
+
+def _cut_parties(cut: _Cut) -> tuple[list[dict[str, PartySplit]], dict[str, dict[str, Any]]]:
     """Each party's splits (block k of the rows it observes, then with `keep_labels` a label
     party's label-only rows) and the counts for prepare.json."""
-    num_blocks = len(p_miss["train"])
+    num_blocks = cut.num_blocks
     parties: list[dict[str, PartySplit]] = [{} for _ in range(num_blocks)]
     counts: dict[str, dict[str, Any]] = {}
-    for name, split_rows in rows.items():
-        observed = draw_missingness(len(split_rows), p_miss[name], seeded_rng(seed, f"miss_{name}"))
-        blocks = split_blocks(x[split_rows], dataset.kind, num_blocks, layout)
-        label_only = (observed.any(axis=1)[:, None] & ~observed) if keep_labels else None
+    split_blocks_of = {
+        name: split_blocks(cut.x[r], cut.dataset.kind, num_blocks, cut.layout)
+        for name, r in cut.rows.items()
+    }
+    # MNAR/MAR read a block's mean feature relative to its training average (no test leakage).
+    centres = block_means(split_blocks_of["train"]).mean(axis=0)  # (K,)
+    for name, split_rows in cut.rows.items():
+        blocks = split_blocks_of[name]
+        rng = seeded_rng(cut.seed, f"miss_{name}")
+        observed = draw_observed(cut.mechanisms[name], blocks, centres, rng)  # (n, K)
+        y = cut.dataset.y[split_rows]
+        if name == "train" and cut.labels is not None:
+            y = _few_labels(y, observed, cut)
+        label_only = (observed.any(axis=1)[:, None] & ~observed) if cut.keep_labels else None
         for k in range(num_blocks):
-            keep = split_rows[observed[:, k]]  # rows nobody observes end up in no party
-            labels = dataset.y[keep] if k in label_set else None
-            ids = dataset.ids[keep]
+            keep = observed[:, k]  # rows nobody observes end up in no party
+            labels = y[keep] if k in cut.label_set else None
+            ids = cut.dataset.ids[split_rows[keep]]
             if labels is not None and label_only is not None:  # then its label-only rows
-                only = split_rows[label_only[:, k]]
-                ids = np.concatenate([ids, dataset.ids[only]])
-                labels = np.concatenate([labels, dataset.y[only]])
-            parties[k][name] = PartySplit(ids, blocks[k][observed[:, k]], labels)
+                only = label_only[:, k]
+                ids = np.concatenate([ids, cut.dataset.ids[split_rows[only]]])
+                labels = np.concatenate([labels, y[only]])
+            parties[k][name] = PartySplit(ids, blocks[k][keep], labels)
         counts[name] = _split_counts(observed)
+        if name == "train" and cut.labels is not None:
+            counts[name]["labelled"] = int((y != UNLABELLED).sum())
         if label_only is not None:
             counts[name]["label_only_per_party"] = [
-                int(label_only[:, k].sum()) if k in label_set else 0 for k in range(num_blocks)
+                int(label_only[:, k].sum()) if k in cut.label_set else 0 for k in range(num_blocks)
             ]
     return parties, counts
+
+
+def _few_labels(y: np.ndarray, observed: np.ndarray, cut: _Cut) -> np.ndarray:
+    """The training labels with all but ``cut.labels`` of the samples a label party holds
+    set to UNLABELLED."""
+    held = observed[:, sorted(cut.label_set)].any(axis=1)
+    assert cut.labels is not None
+    keep = choose_labelled(held, cut.labels, seeded_rng(cut.seed, "labels"))
+    return np.where(keep, y, UNLABELLED)
 
 
 def _standardized(x: np.ndarray, train_rows: np.ndarray) -> np.ndarray:
@@ -248,6 +297,7 @@ def _write_parties(
     prefix: str,
     parties: list[dict[str, PartySplit]],
     label_set: set[int],
+    few_labels: bool,
 ) -> list[Path]:
     paths = []
     for k, splits in enumerate(parties):
@@ -260,6 +310,7 @@ def _write_parties(
             num_classes=dataset.num_classes,
             has_labels=k in label_set,
             task=dataset.task,
+            unlabelled_rows=few_labels and k in label_set,
         )
         path = Path(out_dir) / f"{prefix}{k}"
         save_party_dir(path, PartyData(meta=meta, splits=splits))

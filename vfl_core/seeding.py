@@ -26,6 +26,9 @@ class Stream(IntEnum):
     NONUNIFORM = 9
     EVAL_RANDOM = 10
     FAULTS = 11  # injected party failures and lost messages (vfl_core.faults)
+    LABELS = 21  # which training samples keep their label (vfl prepare --labels)
+    DLVM_INIT = 22  # initial weights of the latent-variable VFL's networks (vfl_core.dlvm_models)
+    DLVM_NOISE = 23  # its importance samples of h and z (vfl_core.dlvm)
     # Decoupled VFL (vfl_core.dvfl), numbered apart so other methods' streams can grow below.
     DVFL_INIT_HOST = 40  # a host's autoencoder
     DVFL_INIT_OWNER = 41  # the label owner's classifier

@@ -22,6 +22,7 @@ from vfl_core.errors import DataError
 from vfl_core.faults import FaultConfig, FaultyTransport, check_faults
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.metrics import EvalReport
+from vfl_core.missingness import Mechanism, mcar, parse_mechanism
 from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
 from vfl_core.run_log import RunLog
@@ -29,6 +30,9 @@ from vfl_core.subsets import SubsetResult, evaluate_subsets
 from vfl_core.tabular import TableSource, load_table_federation
 
 log = logging.getLogger(__name__)
+
+# A test variant: its MCAR p_miss, its mechanism spec ("mnar:0.7"), or None (prepared dirs).
+Variant = float | str | None
 
 
 class SimulationConfig(BaseModel):
@@ -43,6 +47,11 @@ class SimulationConfig(BaseModel):
     clients: int = Field(4, ge=1)
     p_miss_train: float = Field(0.0, ge=0, lt=1)
     p_miss_test: tuple[float, ...] = (0.0,)
+    # Missingness mechanisms (vfl_core.missingness specs, e.g. "mnar:0.7") instead of the MCAR
+    # probabilities: one for training, one test variant per entry.
+    missing_train: str | None = None
+    missing_test: tuple[str, ...] = ()
+    labels: int | None = Field(None, ge=0)  # keep the labels of only N training samples
     test_fraction: float = Field(0.2, gt=0, lt=1)
     layout: str = "auto"
     label_blocks: tuple[int, ...] | None = None
@@ -62,12 +71,13 @@ class SimulationConfig(BaseModel):
 class SimulationResult:
     config: SimulationConfig
     epochs: list[EpochSummary]
-    reports: dict[float | None, EvalReport]  # test p_miss (None: the prepared dirs' own test set)
+    # by test p_miss, or mechanism spec (None: the prepared dirs' own test set)
+    reports: dict[Variant, EvalReport]
     parties: dict[int, Party]
     seconds: float
     fault_counts: dict[str, int] | None = None
     # test metrics with only these parties, per test p_miss (empty unless asked for)
-    subsets: dict[float | None, list[SubsetResult]] = field(default_factory=dict)
+    subsets: dict[Variant, list[SubsetResult]] = field(default_factory=dict)
     method_stats: dict[str, object] | None = None  # a round program's figures (dvfl: bytes)
 
     @property
@@ -81,7 +91,7 @@ class SimulationResult:
             "seconds": self.seconds,
             "epochs": [e.__dict__ for e in self.epochs],
             "results": [
-                {"p_miss_test": p, **report.to_json(), **self._subsets_json(p)}
+                {**variant_json(p), **report.to_json(), **self._subsets_json(p)}
                 for p, report in self.reports.items()
             ],
         }
@@ -91,7 +101,7 @@ class SimulationResult:
             out["method"] = self.method_stats
         return out
 
-    def _subsets_json(self, p_miss: float | None) -> dict[str, object]:
+    def _subsets_json(self, p_miss: Variant) -> dict[str, object]:
         if p_miss not in self.subsets:
             return {}
         return {"subsets": [r.to_json() for r in self.subsets[p_miss]]}
@@ -127,8 +137,8 @@ def run_simulation(
         epochs = federation.train()
         if faulty is not None:
             faulty.heal()  # faults model training; evaluation sees every party
-        reports: dict[float | None, EvalReport] = {}
-        by_subset: dict[float | None, list[SubsetResult]] = {}
+        reports: dict[Variant, EvalReport] = {}
+        by_subset: dict[Variant, list[SubsetResult]] = {}
         for p_miss, data in variants.items():
             for d in data:
                 parties[d.meta.block].replace_split("test", d.splits.get("test"))
@@ -146,7 +156,7 @@ def run_simulation(
 
 
 def _federation_parts(
-    config: SimulationConfig, variants: dict[float | None, list[PartyData]]
+    config: SimulationConfig, variants: dict[Variant, list[PartyData]]
 ) -> tuple[dict[int, Party], InProcessTransport, FaultyTransport | None]:
     """The parties (with the first variant's test split), their transport and the fault
     injector around it (None without faults)."""
@@ -182,9 +192,10 @@ def write_run_results(run_dir: Path, result: SimulationResult, fed: Federation) 
     (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
 
-def party_data(config: SimulationConfig, tmp: Path) -> dict[float | None, list[PartyData]]:
-    """Party data per test p_miss. The train split is the same in every variant (same seed).
-    Data sets are prepared into `tmp` (benchmarks use it to see exactly what a run trains on)."""
+def party_data(config: SimulationConfig, tmp: Path) -> dict[Variant, list[PartyData]]:
+    """Party data per test variant (p_miss or mechanism). The train split is the same in every
+    variant (same seed). Data sets are prepared into `tmp` (benchmarks use it to see exactly
+    what a run trains on)."""
     if config.party_dirs or config.tables:
         if config.tables:
             data = load_table_federation(config.tables)
@@ -193,22 +204,37 @@ def party_data(config: SimulationConfig, tmp: Path) -> dict[float | None, list[P
         check_federation(data)
         return {None: data}
     dataset = load_dataset(config.dataset, config.data_path)
-    variants: dict[float | None, list[PartyData]] = {}
-    for i, p_test in enumerate(config.p_miss_test):
+    tests: list[tuple[Variant, Mechanism]] = [
+        (spec, parse_mechanism(spec)) for spec in config.missing_test
+    ] or [(p, mcar([p] * config.clients)) for p in config.p_miss_test]
+    train = mcar([config.p_miss_train] * config.clients)
+    if config.missing_train is not None:
+        train = parse_mechanism(config.missing_train)
+    variants: dict[Variant, list[PartyData]] = {}
+    for i, (key, test) in enumerate(tests):
         out = tmp / f"variant{i}"
         paths = prepare_parties(
             dataset,
             out,
             num_blocks=config.clients,
             p_miss_train=[config.p_miss_train] * config.clients,
-            p_miss_test=[p_test] * config.clients,
+            p_miss_test=[0.0] * config.clients,  # replaced by the test mechanism
             test_fraction=config.test_fraction,
             seed=config.train.seed,
             layout=config.layout,
             label_blocks=list(config.label_blocks) if config.label_blocks is not None else None,
+            mechanisms={"train": train, "test": test},
+            labels=config.labels,
             keep_labels=config.keep_labels,
         )
-        variants[p_test] = [load_party_dir(p) for p in paths]
+        variants[key] = [load_party_dir(p) for p in paths]
     if not variants:
         raise DataError("no test p_miss given")
     return variants
+
+
+def variant_json(variant: Variant) -> dict[str, object]:
+    """How results.json names a test variant: its p_miss, or its mechanism."""
+    if isinstance(variant, str):
+        return {"p_miss_test": None, "missing_test": variant}
+    return {"p_miss_test": variant}

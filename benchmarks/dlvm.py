@@ -1,0 +1,373 @@
+"""`vfl bench dlvm`: the latent-variable VFL against LASER-VFL and the baselines, the DLVM-VFL
+paper's few-label protocol (arXiv 2505.11035): 8 parties, 1000 labels for MNIST-10k, 500 for
+Credit, a missingness mechanism for training and each of seven for testing.
+
+One task = (data set, training mechanism, seed, method): it trains once and evaluates every test
+mechanism (the training split is the same in every variant: same seed). The label-only methods
+train on the labelled rows (vfl_core.data.labelled_rows_only); DLVM also uses the unlabelled ones.
+Results: benchmarks/results/runs/dlvm/*.json, the report benchmarks/results/dlvm.md + dlvm.png.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.pool import Task, read_json, run_tasks
+
+log = logging.getLogger(__name__)
+
+K = 8
+LABELS = {"mnist": 1000, "credit": 500}
+TRAIN_MECHANISMS = ("mcar:0.2", "mcar:0.5", "mnar:0.7", "mnar:0.9", "mar1", "mar2")
+TEST_MECHANISMS = ("mcar:0", "mcar:0.2", "mcar:0.5", "mnar:0.7", "mnar:0.9", "mar1", "mar2")
+METHODS = ("dlvm", "laser", "local", "plug", "svfl", "ensemble")
+NAMES = {
+    "dlvm": "DLVM-VFL",
+    "laser": "LASER-VFL",
+    "local": "Local",
+    "plug": "PlugVFL",
+    "svfl": "Standard VFL",
+    "ensemble": "Ensemble",
+}
+# The paper's average over its data sets of DLVM's lead over the next best method, by test
+# missingness, as the issue quotes it (1.8 points with nothing missing at test, 13.1 at the most).
+PAPER_LEAD = "1.8 -> 13.1 points (issue's summary of the paper; per-cell tables not reproduced)"
+# What differs from the paper's protocol, whatever the numbers (stated in every report).
+DIFFERENCES = (
+    "Only the paper's abstract could be read here: its per-cell tables, network sizes and "
+    "epochs are not reproduced, and the MAR 1 / MAR 2 rules are this project's definitions "
+    "(vfl_core/missingness.py; MCAR and MNAR follow the issue's wording).",
+    "DLVM is trained for few epochs (stage 1 is the costly part: every training sample, kappa "
+    "= 10 decoder passes per sample) with small MLPs, on a shared 2-core machine.",
+    "Labels live with a party's rows: DLVM's classifier sees the labelled samples the active "
+    "party (block 0) holds, the label-only methods those any party holds (every party holds "
+    "labels here), so under training missingness of block 0 DLVM sees fewer labels.",
+    "The label-only methods' figure is the federation's accuracy (mean of the heads' "
+    "probabilities, one prediction per sample), DLVM's its one SNIS prediction; samples no "
+    "party holds are dropped from the test split for every method.",
+    "Credit is 78% one class: accuracy there moves little for any method.",
+)
+
+
+@dataclass(frozen=True)
+class DlvmJob:
+    datasets: tuple[str, ...]
+    train_mechanisms: tuple[str, ...]
+    test_mechanisms: tuple[str, ...]
+    methods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    results: Path
+    data_path: Path
+    stage1_epochs: int
+    stage2_epochs: int
+    epochs: int  # the label-only methods
+    jobs: int
+    command: str
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.results / "runs" / "dlvm"
+
+    def tasks(self) -> list[Task]:
+        out = []
+        for dataset in self.datasets:
+            for mechanism in self.train_mechanisms:
+                for seed in self.seeds:
+                    for method in self.methods:
+                        name = f"{dataset}_{mechanism.replace(':', '')}_{method}_s{seed}"
+                        payload = {
+                            "dataset": dataset,
+                            "train": mechanism,
+                            "tests": list(self.test_mechanisms),
+                            "method": method,
+                            "seed": seed,
+                            "data_path": str(self.data_path),
+                            "stage1_epochs": self.stage1_epochs,
+                            "stage2_epochs": self.stage2_epochs,
+                            "epochs": self.epochs,
+                        }
+                        out.append(Task(name, payload, self.runs_dir / f"{name}.json"))
+        return out
+
+
+def run(job: DlvmJob, progress: bool = True) -> list[str]:
+    meta = {"command": job.command}
+    return run_tasks(worker, job.tasks(), job.jobs, desc="dlvm", progress=progress, meta=meta)
+
+
+# ---------------------------------------------------------------- one task
+
+
+def worker(payload: dict[str, Any]) -> dict[str, Any]:
+    started = time.perf_counter()
+    run_one = _run_dlvm if payload["method"] == "dlvm" else _run_method
+    accuracy = run_one(payload)
+    return {"accuracy": accuracy, "seconds": time.perf_counter() - started}
+
+
+def _setup(dataset: str) -> dict[str, Any]:
+    """Model and optimiser settings per data set (MLPs; Credit's are the LASER paper's)."""
+    if dataset == "credit":
+        return {"hidden": (10, 10), "embed_dim": 10, "lr": 1e-3, "batch": 128}
+    return {"hidden": (128,), "embed_dim": 64, "lr": 1e-3, "batch": 128}
+
+
+def _run_method(payload: dict[str, Any]) -> dict[str, float]:
+    """A label-only method through vfl simulate's engine: accuracy per test mechanism (the
+    federation's accuracy: the mean of the heads' probabilities, one prediction per sample, as
+    DLVM makes)."""
+    from vfl_core.config import ModelConfig, TrainConfig
+    from vfl_core.simulate import SimulationConfig, run_simulation
+
+    setup = _setup(payload["dataset"])
+    train = TrainConfig(
+        method=payload["method"],
+        seed=payload["seed"],
+        epochs=payload["epochs"],
+        batch_size=setup["batch"],
+        lr=setup["lr"],
+        model=ModelConfig(
+            representation="mlp", hidden=setup["hidden"], embed_dim=setup["embed_dim"]
+        ),
+    )
+    config = SimulationConfig(
+        dataset=payload["dataset"],
+        data_path=Path(payload["data_path"]),
+        clients=K,
+        missing_train=payload["train"],
+        missing_test=tuple(payload["tests"]),
+        labels=LABELS[payload["dataset"]],
+        layout="strips" if payload["dataset"] == "mnist" else "auto",
+        train=train,
+    )
+    result = run_simulation(config)
+    out = {}
+    for spec, report in result.reports.items():
+        overall = report.overall()
+        fed = overall.federation_accuracy
+        out[str(spec)] = float(fed if fed is not None else overall.accuracy or 0.0) * 100
+    return out
+
+
+def _run_dlvm(payload: dict[str, Any]) -> dict[str, float]:
+    """DLVM: train once (every training sample), evaluate each test mechanism."""
+    from vfl_core.data import load_party_dir
+    from vfl_core.datasets import load_dataset
+    from vfl_core.dlvm_models import DlvmConfig
+    from vfl_core.dlvm_run import build_federation
+    from vfl_core.missingness import parse_mechanism
+    from vfl_core.prepare import prepare_parties
+
+    dataset = load_dataset(payload["dataset"], Path(payload["data_path"]))
+    train = parse_mechanism(payload["train"])
+    variants = {}
+    with tempfile.TemporaryDirectory(prefix="vfl-dlvm-") as tmp:
+        for i, spec in enumerate(payload["tests"]):
+            paths = prepare_parties(
+                dataset,
+                Path(tmp) / f"v{i}",
+                K,
+                [0.0] * K,
+                [0.0] * K,
+                0.2,
+                payload["seed"],
+                layout="strips" if payload["dataset"] == "mnist" else "auto",
+                mechanisms={"train": train, "test": parse_mechanism(spec)},
+                labels=LABELS[payload["dataset"]],
+            )
+            variants[spec] = [load_party_dir(p) for p in paths]
+    setup = _setup(payload["dataset"])
+    config = DlvmConfig(
+        stage1_epochs=payload["stage1_epochs"],
+        stage2_epochs=payload["stage2_epochs"],
+        lr=setup["lr"],
+    )
+    first = next(iter(variants.values()))
+    federation = build_federation(first, config, payload["seed"], batch_size=setup["batch"])
+    federation.train()
+    out = {}
+    for spec, data in variants.items():
+        for d in data:
+            federation.parties[d.meta.block].replace_split("test", d.splits.get("test"))
+        out[spec] = federation.evaluate("test").accuracy * 100
+    return out
+
+
+# ---------------------------------------------------------------- the report
+
+
+def provenance(job: DlvmJob) -> tuple[list[str], list[float], float]:
+    """The commands that produced the cached runs, their 1-minute load averages at the end, and
+    the total seconds of the runs."""
+    commands: list[str] = []
+    loads: list[float] = []
+    seconds = 0.0
+    for task in job.tasks():
+        record = read_json(task.out)
+        if record is None:
+            continue
+        if record.get("command") not in commands:
+            commands.append(record.get("command"))
+        loads.append(float(record.get("load_average", [float("nan")])[0]))
+        seconds += float(record.get("seconds", 0.0))
+    return commands, loads, seconds
+
+
+def collect(job: DlvmJob) -> dict[tuple[str, str, str, str], list[float]]:
+    """(dataset, train, test, method) -> accuracies over the seeds that finished."""
+    cells: dict[tuple[str, str, str, str], list[float]] = {}
+    for task in job.tasks():
+        record = read_json(task.out)
+        if record is None:
+            continue
+        p = task.payload
+        for test, value in record["accuracy"].items():
+            cells.setdefault((p["dataset"], p["train"], test, p["method"]), []).append(value)
+    return cells
+
+
+def write_report(job: DlvmJob) -> tuple[Path, str]:
+    cells = collect(job)
+    commands, loads, seconds = provenance(job)
+    lines = [
+        "# Latent-variable VFL (DLVM-VFL) vs LASER-VFL and baselines, few labels",
+        "",
+        f"Report: `{job.command}`. The runs came from:",
+        "",
+        *[f"- `{c}`" for c in commands],
+        "",
+        f"{len(loads)} runs, {seconds / 60:.0f} CPU-thread minutes in all (one torch thread "
+        f"each). The machine was shared (2 cores): 1-minute load average at the end of the runs "
+        f"{min(loads, default=float('nan')):.1f} to {max(loads, default=float('nan')):.1f}.",
+        "",
+        f"K = {K} parties (MNIST-10k: 28x3/28x4 strips; Credit: the first 20 columns in 8 blocks "
+        f"of 2-3), labels kept for {LABELS['mnist']} (MNIST) / {LABELS['credit']} (Credit) "
+        f"training samples, seeds {', '.join(map(str, job.seeds))}. Test accuracy in %, mean "
+        "+- std over seeds (n = seeds that finished). Label-only methods: "
+        f"{job.epochs} epochs on the labelled rows, the federation's prediction (mean of the "
+        f"heads' probabilities). DLVM: {job.stage1_epochs} stage-1 epochs over every training "
+        f"sample, {job.stage2_epochs} stage-2 epochs on the active party's labelled rows, "
+        "kappa = 10, SNIS with L = 50.",
+        "",
+        f"Paper: {PAPER_LEAD}.",
+        "",
+    ]
+    for dataset in job.datasets:
+        for train in job.train_mechanisms:
+            lines += _table(cells, job, dataset, train)
+    lines += _lead_lines(cells, job)
+    lines += ["## Differences from the paper's protocol", "", *[f"- {d}" for d in DIFFERENCES], ""]
+    plot = _plot(cells, job)
+    if plot is not None:
+        alt = "test accuracy by test mechanism, pooled over training mechanisms and seeds"
+        lines += ["", f"![{alt}]({plot.name})", ""]
+    path = job.results / "dlvm.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    return path, text
+
+
+def _table(cells, job: DlvmJob, dataset: str, train: str) -> list[str]:
+    present = [
+        m
+        for m in job.methods
+        if any(k[0] == dataset and k[1] == train and k[3] == m for k in cells)
+    ]
+    if not present:
+        return []
+    head = "| method | " + " | ".join(job.test_mechanisms) + " |"
+    rule = "| --- |" + " --- |" * len(job.test_mechanisms)
+    rows = []
+    for method in present:
+        values = [cells.get((dataset, train, t, method), []) for t in job.test_mechanisms]
+        rows.append(f"| {NAMES[method]} | " + " | ".join(_fmt(v) for v in values) + " |")
+    return [f"## {dataset}, train {train}", "", head, rule, *rows, ""]
+
+
+def _fmt(values: list[float]) -> str:
+    if not values:
+        return "-"
+    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return f"{np.mean(values):.1f} +- {std:.1f} (n={len(values)})"
+
+
+def leads(cells, job: DlvmJob) -> dict[str, dict[str, float]]:
+    """dataset -> test mechanism -> mean over training mechanisms of DLVM's accuracy minus the
+    best other method's (both means over seeds)."""
+    out: dict[str, dict[str, float]] = {}
+    for dataset in job.datasets:
+        for test in job.test_mechanisms:
+            gaps = []
+            for train in job.train_mechanisms:
+                ours = cells.get((dataset, train, test, "dlvm"))
+                others = [
+                    np.mean(v)
+                    for m in job.methods
+                    if m != "dlvm" and (v := cells.get((dataset, train, test, m)))
+                ]
+                if ours and others:
+                    gaps.append(float(np.mean(ours)) - max(others))
+            if gaps:
+                out.setdefault(dataset, {})[test] = float(np.mean(gaps))
+    return out
+
+
+def _lead_lines(cells, job: DlvmJob) -> list[str]:
+    table = leads(cells, job)
+    if not table:
+        return []
+    lines = [
+        "## DLVM's lead over the best other method, by test missingness",
+        "",
+        "Points of accuracy, averaged over the training mechanisms run (negative: DLVM trails).",
+        "",
+        "| data set | " + " | ".join(job.test_mechanisms) + " |",
+        "| --- |" + " --- |" * len(job.test_mechanisms),
+    ]
+    for dataset, by_test in table.items():
+        values = [f"{by_test[t]:+.1f}" if t in by_test else "-" for t in job.test_mechanisms]
+        lines.append(f"| {dataset} | " + " | ".join(values) + " |")
+    return [*lines, ""]
+
+
+def _plot(cells, job: DlvmJob) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib missing: no plot (pip install 'laser-vfl[report]')")
+        return None
+    table = leads(cells, job)
+    if not table:
+        return None
+    fig, axes = plt.subplots(1, len(job.datasets), figsize=(5 * len(job.datasets), 3.5))
+    axes = np.atleast_1d(axes)
+    for ax, dataset in zip(axes, job.datasets, strict=True):
+        for method in job.methods:
+            means = [_pooled(cells, job, dataset, t, method) for t in job.test_mechanisms]
+            ax.plot(range(len(job.test_mechanisms)), means, marker="o", label=NAMES[method])
+        ax.set_xticks(range(len(job.test_mechanisms)), job.test_mechanisms, rotation=30)
+        ax.set_title(f"{dataset}: accuracy by test mechanism")
+        ax.set_ylabel("test accuracy (%)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    path = job.results / "dlvm.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _pooled(cells, job: DlvmJob, dataset: str, test: str, method: str) -> float:
+    """Mean accuracy over every training mechanism and seed (nan: none ran)."""
+    values = [v for tr in job.train_mechanisms for v in cells.get((dataset, tr, test, method), [])]
+    return float(np.mean(values)) if values else float("nan")
