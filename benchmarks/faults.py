@@ -29,7 +29,7 @@ import numpy as np
 
 from benchmarks.grid import Stat, simulate_worker
 from benchmarks.pool import Task, machine, read_json, run_tasks
-from benchmarks.report import md_table, pyplot
+from benchmarks.report import md_table, pyplot, save_figure, write_job_report
 from benchmarks.setups import SETUPS
 
 log = logging.getLogger(__name__)
@@ -380,17 +380,13 @@ def plot(job: FaultJob, found: Found, out: Path) -> Path | None:
     ax.set_ylabel("accuracy lost to faults (points,\nthe federation's prediction)")
     ax.set_title(f"Guest loss, R_d = {job.fail_rate:g}: lower is better")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(plt, fig, out)
 
 
 def write_report(job: FaultJob) -> tuple[Path, str]:
-    found = collect(job)
-    png = plot(job, found, job.report_path.with_suffix(".png"))
-    text = markdown(job, found, png.name if png else None)
-    job.report_path.parent.mkdir(parents=True, exist_ok=True)
-    job.report_path.write_text(text)
-    return job.report_path, text
+    return write_job_report(
+        job.report_path,
+        collect(job),
+        lambda found, out: plot(job, found, out),
+        lambda found, png: markdown(job, found, png),
+    )

@@ -280,3 +280,26 @@ def pyplot() -> Any:
         log.warning("matplotlib is not installed (pip install 'laser-vfl[bench]'): no plot")
         return None
     return plt
+
+
+def save_figure(plt: Any, fig: Any, out: Path) -> Path:
+    """Write a finished figure as PNG and close it."""
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def write_job_report(
+    path: Path,
+    found: Any,
+    plot: Any,  # (found, png path) -> the png written, or None without matplotlib
+    markdown: Any,  # (found, png file name or None) -> the report's text
+) -> tuple[Path, str]:
+    """A benchmark's report and its plot beside it, from the runs it found."""
+    png = plot(found, path.with_suffix(".png"))
+    text = markdown(found, png.name if png else None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path, text

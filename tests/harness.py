@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import TypeVar
 
 import grpc
+import numpy as np
 
 from vfl_client.servicer import PartyServicer
 from vfl_coordinator.registry import Registry
+from vfl_core.checkpoint import load_checkpoint
 from vfl_core.config import TrainConfig
 from vfl_core.data import load_party_dir
 from vfl_core.engine import Federation, RoundRecord
@@ -112,6 +114,16 @@ def party_servers(parties: dict[int, Party], run_id: str) -> Iterator[Registry]:
     finally:
         for server in servers:
             server.stop(0).wait()
+
+
+def assert_checkpoints_match(ckpt: Path, parties: dict[int, Party], train: TrainConfig) -> None:
+    """Every client's final checkpoint (`vfl-client --checkpoint-dir ckpt`) holds exactly the
+    weights of the same party trained in this process."""
+    for block, party in parties.items():
+        saved = load_checkpoint(ckpt / f"party{block}.pt", train.model_dump_json())
+        copy = type(party)(party.party_id, party.data, train, secret=SECRET.encode())
+        copy.load_state_dict(saved["state"])
+        np.testing.assert_array_equal(copy.parameters_vector(), party.parameters_vector())
 
 
 # ------------------------------------------------------------------------------ waiting

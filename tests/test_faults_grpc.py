@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import typer
-from harness import SECRET, Cluster
+from harness import SECRET, Cluster, assert_checkpoints_match
 from typer.testing import CliRunner
 
 from vfl_coordinator.cli import coordinator
-from vfl_core.checkpoint import load_checkpoint
 from vfl_core.config import TrainConfig
 from vfl_core.engine import RoundRecord
 from vfl_core.faults import FaultConfig
@@ -63,11 +61,7 @@ def test_given_fault_options_when_real_federation_trains_then_same_faults_and_we
         assert got["incomplete_rounds"] == want.incomplete_rounds > 0
         assert got["mean_loss"] == want.mean_loss
         assert {int(k): v for k, v in got["head_losses"].items()} == want.head_losses
-    for block, party in sim.parties.items():
-        saved = load_checkpoint(ckpt / f"party{block}.pt", train.model_dump_json())
-        party_copy = type(party)(party.party_id, party.data, train, secret=SECRET.encode())
-        party_copy.load_state_dict(saved["state"])
-        np.testing.assert_array_equal(party_copy.parameters_vector(), party.parameters_vector())
+    assert_checkpoints_match(ckpt, sim.parties, train)
     # evaluation sees every party again (faults model training only)
     want_rows = sim.reports[None].to_json()["rows"]
     got_rows = results["test"]["rows"]

@@ -49,7 +49,7 @@ class BenchRun:
 bench_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
-    help="Benchmarks: accuracy grid, scaling in K, throughput of both transports, faults.",
+    help="Benchmarks: accuracy grid, scaling in K, throughput of both transports, faults, DVFL.",
 )
 
 
@@ -96,6 +96,13 @@ def _variants(text: str, known: tuple[str, ...], what: str = "method(s)") -> tup
     if unknown or not chosen:
         raise ConfigError(f"unknown {what} {unknown}; choose from {', '.join(known)}")
     return chosen
+
+
+def _rates(fail_rate: float, rejoin: tuple[float, ...]) -> tuple[float, ...]:
+    """The rejoin rates, once they and R_d are checked to be probabilities of a fault model."""
+    if not 0 < fail_rate <= 1 or any(not 0 < r <= 1 for r in rejoin):
+        raise ConfigError("--fail-rate and the rejoin values must be in (0, 1]")
+    return rejoin
 
 
 def _run_and_report(
@@ -227,9 +234,7 @@ def faults(
         raise ConfigError(f"--scenarios must be among {', '.join(mod.SCENARIOS)}")
     if dataset not in ("mnist", "digits"):
         raise ConfigError(f"--dataset must be mnist or digits, got {dataset!r}")
-    rates = _floats(rejoin, "--rejoin")
-    if not 0 < fail_rate <= 1 or any(not 0 < r <= 1 for r in rates):
-        raise ConfigError("--fail-rate and --rejoin values must be in (0, 1]")
+    rates = _rates(fail_rate, _floats(rejoin, "--rejoin"))
     job = mod.FaultJob(
         seeds=_ints(seeds, "--seeds"),
         results=bench.results,
@@ -239,6 +244,57 @@ def faults(
         rejoin_rates=rates,
         fail_rate=fail_rate,
         epochs=epochs,
+        dataset=dataset,
+        jobs=jobs,
+        command=_command(),
+    )
+    _run_and_report(mod.run, mod.write_report, job, bench)
+
+
+@bench_app.command("dvfl")
+@user_errors
+@with_option_groups
+def dvfl(
+    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
+    experiments: Annotated[str, Opt(help="faults, labels (few labels), period")] = (
+        "faults,labels,period"
+    ),
+    methods: Annotated[str, Opt(help="methods of the fault table")] = (
+        "dvfl,laser,zerofill,stale,svfl"
+    ),
+    rejoin: Annotated[str, Opt(help="P values of guest loss")] = "1,0.5,0.1",
+    host_rejoin: Annotated[str, Opt(help="P values of host and link loss")] = "0.1",
+    periods: Annotated[str, Opt(help="DVFL communication periods (rounds)")] = "1,2,4,8,16",
+    labels: Annotated[str, Opt(help="labelled training rows of the few-label runs")] = "128,1024",
+    fail_rate: Annotated[float, Opt(help="R_d: an up entity fails per round")] = 0.3,
+    epochs: Annotated[int | None, Opt(help="override the guests' (and others') 20 epochs")] = None,
+    owner_epochs: Annotated[int | None, Opt(help="override DVFL's 60 owner epochs")] = None,
+    dataset: Annotated[str, Opt(help="mnist (the benchmark) or digits (quick check)")] = "mnist",
+    jobs: Jobs = 1,
+    data_path: MnistPath = DEFAULT_DATA,
+    bench: BenchRun = BenchRun(),
+) -> None:
+    """Decoupled VFL beside LASER-VFL and split learning: faults, few labels, period."""
+    setup_logging(bench.log_level)
+    mod = _bench("dvfl")
+    chosen = _variants(experiments, ("faults", "labels", "period"))
+    if dataset not in ("mnist", "digits"):
+        raise ConfigError(f"--dataset must be mnist or digits, got {dataset!r}")
+    guest = _rates(fail_rate, _floats(rejoin, "--rejoin"))
+    host = _rates(fail_rate, _floats(host_rejoin, "--host-rejoin"))
+    job = mod.DvflJob(
+        seeds=_ints(seeds, "--seeds"),
+        results=bench.results,
+        data_path=data_path.resolve() if dataset == "mnist" else None,
+        experiments=chosen,
+        methods=_variants(methods, mod.FAULT_METHODS),
+        guest_rejoin=guest,
+        host_rejoin=host,
+        periods=_ints(periods, "--periods"),
+        labels=_ints(labels, "--labels"),
+        fail_rate=fail_rate,
+        epochs=epochs,
+        owner_epochs=owner_epochs,
         dataset=dataset,
         jobs=jobs,
         command=_command(),

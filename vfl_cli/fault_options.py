@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from vfl_core.faults import FaultConfig
+from vfl_core.errors import ConfigError
+from vfl_core.faults import ENTITIES, FaultConfig
 
 Opt = typer.Option
 
@@ -26,8 +27,18 @@ class FaultOptions:
     link_loss: Annotated[
         float, Opt(help="probability that one message of a training round is lost")
     ] = 0.0
+    fault_entity: Annotated[
+        str, Opt(help="what fails: guest (a party) | host, link (dvfl's hosts, guest-host links)")
+    ] = "guest"
 
     def config(self) -> FaultConfig:
+        if self.fault_entity not in ENTITIES:
+            raise ConfigError(
+                f"--fault-entity must be one of {', '.join(ENTITIES)}, got {self.fault_entity!r}"
+            )
         return FaultConfig(
-            fail_rate=self.fault_rate, rejoin_rate=self.rejoin_rate, link_loss=self.link_loss
+            fail_rate=self.fault_rate,
+            rejoin_rate=self.rejoin_rate,
+            link_loss=self.link_loss,
+            entity=self.fault_entity,
         )

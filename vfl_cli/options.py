@@ -45,8 +45,15 @@ def train_config(base: dict[str, Any], **overrides: Any) -> TrainConfig:
         value = overrides.pop(key, None)
         if value is not None:
             model[key] = value
+    dvfl = dict(data.pop("dvfl", {}) or {})
+    for key in ("period", "host_steps", "owner_epochs"):
+        value = overrides.pop(f"dvfl_{key}", None)
+        if value is not None:
+            dvfl[key] = value
     data.update({k: v for k, v in overrides.items() if v is not None})
     data["model"] = model
+    if dvfl:
+        data["dvfl"] = dvfl
     return TrainConfig.model_validate(data)
 
 

@@ -32,6 +32,15 @@ class TrainOptions:
     embed_dim: Annotated[int | None, Opt()] = None
     hidden: Annotated[str | None, Opt(help="hidden sizes, e.g. 128,64")] = None
     head: Annotated[str | None, Opt(help="linear | mlp")] = None
+    dvfl_period: Annotated[
+        int | None, Opt(help="dvfl: guests write to the hosts every N local steps (default 1)")
+    ] = None
+    dvfl_host_steps: Annotated[
+        int | None, Opt(help="dvfl: replay steps of each host per round (default 2)")
+    ] = None
+    dvfl_owner_epochs: Annotated[
+        int | None, Opt(help="dvfl: epochs of the label owner on the hosts' codes (default 60)")
+    ] = None
     serve_feature_only: Annotated[
         bool | None,
         Opt(help="LASER-VFL heads also serve sets of feature-only parties (default: yes)"),

@@ -203,3 +203,39 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
             return vfl_pb2.Ack()
 
         return self._serve(context, "PsiKeys", request.header, run)
+
+    # ------------------------------------------------------------------ Decoupled VFL
+    def GuestStep(self, request, context):
+        def run(p: Party) -> vfl_pb2.GuestStepReply:
+            call = convert.guest_call_from_proto(request)
+            return convert.guest_result_to_proto(p.guest_step(call), call.round_id)
+
+        return self._serve(context, "GuestStep", request.header, run)
+
+    def HostStep(self, request, context):
+        def run(p: Party) -> vfl_pb2.HostStepReply:
+            call = convert.host_call_from_proto(request, width=p.config.dvfl.guest_dim)
+            return convert.host_result_to_proto(p.host_step(call), call.round_id)
+
+        return self._serve(context, "HostStep", request.header, run)
+
+    def HostOutput(self, request, context):
+        def run(p: Party) -> vfl_pb2.HostOutputReply:
+            call = convert.host_output_call_from_proto(request, width=p.config.dvfl.guest_dim)
+            return convert.host_outputs_to_proto(call.request_id, p.host_output(call))
+
+        return self._serve(context, "HostOutput", request.header, run)
+
+    def OwnerFeed(self, request, context):
+        def run(p: Party) -> vfl_pb2.Ack:
+            p.owner_feed(convert.owner_feed_from_proto(request, width=p.config.dvfl.host_dim))
+            return vfl_pb2.Ack()
+
+        return self._serve(context, "OwnerFeed", request.header, run)
+
+    def OwnerTrain(self, request, context):
+        def run(p: Party) -> vfl_pb2.OwnerTrainReply:
+            call = convert.owner_train_from_proto(request)
+            return convert.owner_loss_to_proto(call.round_id, p.owner_train(call))
+
+        return self._serve(context, "OwnerTrain", request.header, run)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vfl_core.config import TrainConfig
-from vfl_core.faults import FaultConfig
+from vfl_core.faults import FaultConfig, check_faults
 
 
 class Deadlines(BaseModel):
@@ -59,3 +59,8 @@ class CoordinatorConfig(BaseModel):
     # injected guest loss and lost messages during training (vfl_core.faults): rehearsal only
     faults: FaultConfig = FaultConfig()
     train: TrainConfig = TrainConfig()
+
+    @model_validator(mode="after")
+    def _faults_fit_method(self) -> CoordinatorConfig:
+        check_faults(self.faults, self.train.method)
+        return self

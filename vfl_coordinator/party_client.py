@@ -9,6 +9,15 @@ from typing import Any, Generic, TypeVar
 import grpc
 import numpy as np
 
+from vfl_core.dvfl_protocol import (
+    GuestCall,
+    GuestResult,
+    HostCall,
+    HostOutputCall,
+    HostResult,
+    OwnerFeedCall,
+    OwnerTrainCall,
+)
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -157,3 +166,36 @@ class PartyClient:
     def psi_keys(self, call: PsiCall, timeout: float) -> Pending[None]:
         request = convert.psi_keys_to_proto(call, self._header)
         return Pending(self._stub.PsiKeys.future(request, timeout=timeout), _nothing)
+
+    # Decoupled VFL (vfl_core.dvfl_program checks the widths against the run's config)
+    def guest_step(self, call: GuestCall, timeout: float) -> Pending[GuestResult]:
+        request = convert.guest_call_to_proto(call, self._header)
+        return Pending(
+            self._stub.GuestStep.future(request, timeout=timeout),
+            lambda reply: convert.guest_result_from_proto(reply, call=call),
+        )
+
+    def host_step(self, call: HostCall, timeout: float) -> Pending[HostResult]:
+        request = convert.host_call_to_proto(call, self._header)
+        return Pending(
+            self._stub.HostStep.future(request, timeout=timeout),
+            lambda reply: convert.host_result_from_proto(reply, call=call),
+        )
+
+    def host_output(self, call: HostOutputCall, timeout: float) -> Pending[np.ndarray]:
+        request = convert.host_output_call_to_proto(call, self._header)
+        return Pending(
+            self._stub.HostOutput.future(request, timeout=timeout),
+            lambda reply: convert.host_outputs_from_proto(reply, call=call),
+        )
+
+    def owner_feed(self, call: OwnerFeedCall, timeout: float) -> Pending[bool]:
+        request = convert.owner_feed_to_proto(call, self._header)
+        return Pending(self._stub.OwnerFeed.future(request, timeout=timeout), lambda _: True)
+
+    def owner_train(self, call: OwnerTrainCall, timeout: float) -> Pending[float]:
+        request = convert.owner_train_to_proto(call, self._header)
+        return Pending(
+            self._stub.OwnerTrain.future(request, timeout=timeout),
+            lambda reply: convert.owner_loss_from_proto(reply, call=call),
+        )

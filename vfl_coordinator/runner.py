@@ -255,6 +255,7 @@ class _Outcome:
             "resumed": self.checkpointer.history if self.checkpointer is not None else [],
             "faults": self.faulty.counts() if self.faulty is not None else None,
             "rounds": fed.round_id,
+            "method": fed.method_stats(),  # a round program's figures (dvfl: bytes relayed)
         }
         out = Path(self.config.out)
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str))

@@ -17,6 +17,15 @@ import numpy as np
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.party_client import PartyClient, Pending
 from vfl_coordinator.registry import Registry
+from vfl_core.dvfl_protocol import (
+    GuestCall,
+    GuestResult,
+    HostCall,
+    HostOutputCall,
+    HostResult,
+    OwnerFeedCall,
+    OwnerTrainCall,
+)
 from vfl_core.errors import VflError
 from vfl_core.protocol import (
     BackwardCall,
@@ -183,6 +192,29 @@ class GrpcTransport:
             self._psi_keys.setdefault(block, {})[call.split] = call
         t = self._psi_timeout(0)
         return set(self._fan_out(calls, lambda c, call: c.psi_keys(call, t), t, "PsiKeys"))
+
+    # Decoupled VFL: a guest step has the Embed deadline, a host step Backward's (it trains),
+    # host outputs Predict's (inference) or Embed's (the owner's transfer), the owner Fuse's.
+    def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]:
+        t = self.deadlines.embed
+        return self._fan_out(calls, lambda c, call: c.guest_step(call, t), t, "GuestStep")
+
+    def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]:
+        t = self.deadlines.backward
+        return self._fan_out(calls, lambda c, call: c.host_step(call, t), t, "HostStep")
+
+    def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]:
+        training = any(c.from_registers for c in calls.values())
+        t = self.deadlines.embed if training else self.deadlines.predict
+        return self._fan_out(calls, lambda c, call: c.host_output(call, t), t, "HostOutput")
+
+    def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]:
+        t = self.deadlines.fuse
+        return set(self._fan_out(calls, lambda c, call: c.owner_feed(call, t), t, "OwnerFeed"))
+
+    def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
+        t = self.deadlines.fuse
+        return self._fan_out(calls, lambda c, call: c.owner_train(call, t), t, "OwnerTrain")
 
     def _psi_timeout(self, points: int) -> float:
         return self.deadlines.align + _PSI_S_PER_POINT * points

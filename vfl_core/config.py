@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from vfl_core.method_spec import MethodSpec
+from vfl_core.method_spec import MethodSpec, ProgramHooks
 from vfl_core.methods import METHODS as METHODS  # re-exported: the registry's method names
 from vfl_core.methods import REGISTRY, method_spec, unknown_method
 from vfl_core.quantize import WireDtype
@@ -38,6 +38,33 @@ class ModelConfig(_Frozen):
     hidden: tuple[int, ...] = (256,)
     head: HeadKind = "linear"
     head_hidden: int = Field(64, ge=1)
+
+
+class DvflConfig(_Frozen):
+    """Decoupled VFL (vfl_core.dvfl): the three tiers' sizes and the schedule. The defaults are
+    the DVFL paper's MNIST setup (guest 196-100-80, host 4x80-200-160, owner 4x160-160-40-10).
+    Guests and hosts use the run's optimiser, lr and weight decay; the owner plain SGD."""
+
+    guest_hidden: tuple[int, ...] = (100,)
+    guest_dim: int = Field(80, ge=1, le=65536)  # a guest's activation (its autoencoder's code)
+    host_hidden: tuple[int, ...] = (200,)
+    host_dim: int = Field(160, ge=1, le=65536)  # a host's output (its autoencoder's code)
+    owner_hidden: tuple[int, ...] = (160, 40)
+    # Communication period in local steps: guests write their activations to the hosts every
+    # `period` rounds (1: every round).
+    period: int = Field(1, ge=1, le=1_000_000)
+    # Replay steps of every host per round (2: the paper's 40 host epochs over 20 guest epochs).
+    host_steps: int = Field(2, ge=0, le=1000)
+    owner_epochs: int = Field(60, ge=1)  # the label owner's epochs on the frozen hosts' outputs
+    owner_lr: float = Field(8e-2, gt=0)
+    owner_momentum: float = Field(0.0, ge=0, lt=1)
+
+    @field_validator("guest_hidden", "host_hidden", "owner_hidden")
+    @classmethod
+    def _positive(cls, sizes: tuple[int, ...]) -> tuple[int, ...]:
+        if any(s < 1 or s > 65536 for s in sizes):
+            raise ValueError(f"layer sizes must be in 1..65536, got {list(sizes)}")
+        return sizes
 
 
 class TrainConfig(_Frozen):
@@ -80,6 +107,21 @@ class TrainConfig(_Frozen):
         """Embedded rounds a party keeps for their Fuse and Backward: the one in progress when
         exact; with staleness, the blocks of the two calls in flight and the newest."""
         return 1 if self.staleness == 0 else 3 * self.rounds_per_call
+
+    dvfl: DvflConfig = DvflConfig()  # used by method "dvfl" only
+
+    @model_validator(mode="after")
+    def _constant_lr_for_programs(self) -> TrainConfig:
+        # Round programs (dvfl) step their own optimisers at the configured rate.
+        if self.spec.program is not None and self.scheduler != "none":
+            raise ValueError(f"method {self.method} trains with constant learning rates")
+        return self
+
+    @property
+    def total_epochs(self) -> int:
+        """Epochs of the whole run: a method's round program may add stages (dvfl's owner)."""
+        program = self.spec.program
+        return program.epochs(self) if isinstance(program, ProgramHooks) else self.epochs
 
     @property
     def spec(self) -> MethodSpec:

@@ -9,6 +9,17 @@ the round and answers none, exactly like a dead process. When it comes back it k
 itself by registering again. Independently, each call of a training round is lost with
 probability `link_loss` (a lossy link between that party and the coordinator).
 
+Decoupled VFL (vfl_core.dvfl) has three kinds of entity that can fail, `entity`:
+- "guest" (the default, and the only kind for the other methods): the party itself for the
+  other methods; for dvfl only its guest, whose steps are dropped (it writes nothing), while the
+  host replica and the owner in the same process go on;
+- "host": a dvfl host replica, whose steps and outputs are dropped (its guest goes on);
+- "link": the link from guest k to host h, over which that guest's writes are lost.
+The up/down process is the same for each kind, over the blocks (guest, host) or the K x K links,
+drawn in that order from the round's FAULTS stream: a guest and a host failure run of one seed
+fail the same blocks at the same rounds. `spare` blocks never fail (for links: the links from
+a spare guest).
+
 Every draw comes from (seed, Stream.FAULTS, round, ...), so a run's faults do not depend on the
 transport, on timing or on how often the engine asks. Inference calls pass untouched unless
 `at_inference` is set.
@@ -18,11 +29,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from dataclasses import replace
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from vfl_core.dvfl_protocol import (
+    GuestCall,
+    GuestResult,
+    HostCall,
+    HostOutputCall,
+    HostResult,
+    OwnerFeedCall,
+    OwnerTrainCall,
+)
+from vfl_core.errors import ConfigError
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -41,7 +63,20 @@ from vfl_core.seeding import Stream, rng
 log = logging.getLogger(__name__)
 C = TypeVar("C")
 
-_PHASES = {"embed": 1, "fuse": 2, "backward": 3, "checkpoint": 4}
+_PHASES = {
+    "embed": 1,
+    "fuse": 2,
+    "backward": 3,
+    "checkpoint": 4,
+    "guest": 5,
+    "host": 6,
+    "host output": 7,
+    "owner feed": 8,
+    "owner train": 9,
+}
+Entity = Literal["guest", "host", "link"]
+ENTITIES: tuple[str, ...] = ("guest", "host", "link")
+Unit = int | tuple[int, int]  # a block (guest or host) or a link (guest, host)
 
 
 class FaultConfig(BaseModel):
@@ -53,10 +88,20 @@ class FaultConfig(BaseModel):
     at_inference: bool = False  # also fail parties during evaluation and prediction
     # Blocks that never fail (DVFL's guest loss: the host holding the labels stays up).
     spare: tuple[int, ...] = ()
+    entity: Entity = "guest"  # what fails: a guest (a party), a dvfl host, a dvfl link
 
     @property
     def active(self) -> bool:
         return self.fail_rate > 0 or self.link_loss > 0
+
+
+def check_faults(faults: FaultConfig, method: str) -> None:
+    """Host and link failures exist only where there are hosts and links: method dvfl."""
+    if faults.entity != "guest" and method != "dvfl":
+        raise ConfigError(
+            f"fault entity {faults.entity!r} needs --method dvfl (the other methods have no "
+            "hosts or guest-host links; their parties fail with entity 'guest')"
+        )
 
 
 class FaultyTransport:
@@ -64,8 +109,8 @@ class FaultyTransport:
         self.inner = inner
         self.faults = faults
         self.seed = seed
-        self.down: set[int] = set()
-        self.events: list[tuple[int, int, str]] = []  # (round, block, "failed" | "back")
+        self.down: set[Unit] = set()  # blocks (guest, host) or links (guest, host) that are down
+        self.events: list[tuple[int, Unit, str]] = []  # (round, unit, "failed" | "back")
         self.lost: int = 0  # calls dropped by link loss
         self._round = -1
         self._back: set[int] = set()
@@ -80,23 +125,39 @@ class FaultyTransport:
             return
         self._round = round_id
         gen = rng(self.seed, Stream.FAULTS, round_id)
-        for block in sorted(self.inner.infos()):
+        for unit in self._units():
             u = gen.random()
-            if block in self.down and u < self.faults.rejoin_rate:
-                self.down.discard(block)
-                self._back.add(block)
-                self.events.append((round_id, block, "back"))
-            elif block not in self.down and u < self.faults.fail_rate:
-                if block in self.faults.spare:  # drawn all the same: others' draws stay put
+            if unit in self.down and u < self.faults.rejoin_rate:
+                self.down.discard(unit)
+                if isinstance(unit, int):
+                    self._back.add(unit)
+                self.events.append((round_id, unit, "back"))
+            elif unit not in self.down and u < self.faults.fail_rate:
+                guest = unit if isinstance(unit, int) else unit[0]
+                if guest in self.faults.spare:  # drawn all the same: others' draws stay put
                     continue
-                self.down.add(block)
-                self._back.discard(block)
-                self.events.append((round_id, block, "failed"))
-                log.info("fault: block %d fails at round %d", block, round_id)
+                self.down.add(unit)
+                if isinstance(unit, int):
+                    self._back.discard(unit)
+                self.events.append((round_id, unit, "failed"))
+                log.info("fault: %s %s fails at round %d", self.faults.entity, unit, round_id)
+
+    def _units(self) -> list[Unit]:
+        blocks = sorted(self.inner.infos())
+        if self.faults.entity == "link":
+            return [(k, h) for k in blocks for h in blocks]
+        return list(blocks)
+
+    def _down(self, entity: str) -> set[Unit]:
+        """The blocks of this kind of entity that are down now (none if another kind fails)."""
+        return self.down if self.faults.entity == entity else set()
 
     def _deliver(self, calls: Mapping[int, C], round_id: int, phase: str) -> dict[int, C]:
         """The calls that reach a live party over a link that does not lose them."""
-        out = {b: c for b, c in calls.items() if b not in self.down}
+        down = self._down("guest") if phase in ("embed", "fuse", "backward", "guest") else set()
+        if phase in ("host", "host output"):
+            down = self._down("host")
+        out = {b: c for b, c in calls.items() if b not in down}
         if self.faults.link_loss > 0 and out:
             gen = rng(self.seed, Stream.FAULTS, round_id, _PHASES[phase])
             draws = dict(zip(sorted(calls), gen.random(len(calls)), strict=True))
@@ -117,7 +178,7 @@ class FaultyTransport:
         if train:
             self.advance(round_id)
             return self.inner.embed(self._deliver(calls, round_id, "embed"))
-        return self.inner.embed({b: c for b, c in calls.items() if b not in self.down})
+        return self.inner.embed({b: c for b, c in calls.items() if b not in self._down("guest")})
 
     def fuse(self, calls: dict[int, FuseCall]) -> dict[int, FuseResult]:
         if not calls:
@@ -151,9 +212,54 @@ class FaultyTransport:
         }
         return self.inner.train({b: c for b, c in reduced.items() if c})
 
+    # ------------------------------------------------------------------ Decoupled VFL
+    def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]:
+        if not calls:
+            return {}
+        round_id = next(iter(calls.values())).round_id
+        self.advance(round_id)
+        return self.inner.guest_step(self._deliver(calls, round_id, "guest"))
+
+    def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]:
+        if not calls:
+            return {}
+        round_id = next(iter(calls.values())).round_id
+        self.advance(round_id)
+        links = self._down("link")
+        calls = {
+            h: replace(c, writes={k: a for k, a in c.writes.items() if (k, h) not in links})
+            for h, c in calls.items()
+        }
+        return self.inner.host_step(self._deliver(calls, round_id, "host"))
+
+    def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]:
+        if not calls:
+            return {}
+        call = next(iter(calls.values()))
+        if call.from_registers:  # the owner's transfer: part of training
+            self.advance(call.request_id)
+            return self.inner.host_output(self._deliver(calls, call.request_id, "host output"))
+        if self.faults.at_inference:
+            calls = {h: c for h, c in calls.items() if h not in self._down("host")}
+        return self.inner.host_output(calls)
+
+    def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]:
+        if not calls:
+            return set()
+        round_id = next(iter(calls.values())).round_id
+        self.advance(round_id)
+        return self.inner.owner_feed(self._deliver(calls, round_id, "owner feed"))
+
+    def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
+        if not calls:
+            return {}
+        round_id = next(iter(calls.values())).round_id
+        self.advance(round_id)
+        return self.inner.owner_train(self._deliver(calls, round_id, "owner train"))
+
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
         if self.faults.at_inference:
-            calls = {b: c for b, c in calls.items() if b not in self.down}
+            calls = {b: c for b, c in calls.items() if b not in self._down("guest")}
         return self.inner.predict(calls)
 
     def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
@@ -166,7 +272,8 @@ class FaultyTransport:
         return self.inner.class_weights(block, split)
 
     def checkpoint(self, round_id: int, blocks: list[int]) -> set[int]:
-        return self.inner.checkpoint(round_id, [b for b in blocks if b not in self.down])
+        down = self._down("guest")
+        return self.inner.checkpoint(round_id, [b for b in blocks if b not in down])
 
     def rejoined(self) -> set[int]:
         back, self._back = self._back, set()
@@ -174,7 +281,7 @@ class FaultyTransport:
 
     def heal(self) -> None:
         """Bring every failed party back now (e.g. when training ends)."""
-        self._back |= self.down
+        self._back |= {u for u in self.down if isinstance(u, int)}
         self.down.clear()
 
     def counts(self) -> dict[str, int]:

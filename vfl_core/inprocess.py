@@ -17,6 +17,15 @@ from typing import TypeVar
 
 import numpy as np
 
+from vfl_core.dvfl_protocol import (
+    GuestCall,
+    GuestResult,
+    HostCall,
+    HostOutputCall,
+    HostResult,
+    OwnerFeedCall,
+    OwnerTrainCall,
+)
 from vfl_core.errors import ConfigError, VflError
 from vfl_core.party import Party
 from vfl_core.protocol import (
@@ -138,6 +147,22 @@ class InProcessTransport:
         return set(
             self._fan_out(calls, lambda p, c: p.set_alignment_keys(c.split, c.points) or True)
         )
+
+    # Decoupled VFL: each answer is a copy, as an answer off the wire would be
+    def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]:
+        return self._fan_out(calls, Party.guest_step)
+
+    def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]:
+        return self._fan_out(calls, Party.host_step)
+
+    def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]:
+        return self._fan_out(calls, lambda p, c: p.host_output(c).copy())
+
+    def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]:
+        return set(self._fan_out(calls, lambda p, c: p.owner_feed(c) or True))
+
+    def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
+        return self._fan_out(calls, Party.owner_train)
 
     def _fan_out(self, calls: Mapping[int, C], method: Callable[[Party, C], R]) -> dict[int, R]:
         answers: dict[int, R] = {}

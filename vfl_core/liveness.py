@@ -45,6 +45,7 @@ class Liveness:
     missed: dict[int, int] = field(default_factory=dict)
     down_since: dict[int, int] = field(default_factory=dict)
     transitions: list[Transition] = field(default_factory=list)
+    who: str = "party of block"  # how the log names a tracked block ("host" for dvfl's hosts)
 
     def __post_init__(self) -> None:
         for b in self.blocks:
@@ -91,7 +92,7 @@ class Liveness:
         old = self.state.get(block, UP)
         self.state[block] = new
         self.transitions.append(Transition(round_id, block, old, new, reason))
-        log.warning("party of block %d is %s at round %d: %s", block, new, round_id, reason)
+        log.warning("%s %d is %s at round %d: %s", self.who, block, new, round_id, reason)
 
     def counts(self) -> dict[str, int]:
         """Number of transitions of each kind, e.g. {"up->down": 2, "down->rejoining": 1}."""

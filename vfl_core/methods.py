@@ -18,6 +18,9 @@ stale          split learning that reuses the last embedding the active party re
 The last two, with `svfl` (which skips a round unless every party answered), are the split-learning
 baselines of the fault benchmark (DVFL's setting): they differ only in what replaces a party that
 failed during training.
+dvfl           Decoupled VFL (vfl_core.dvfl): guests, hosts and a label owner each on an objective
+               of its own, no gradient across parties; its own round program
+               (vfl_core.dvfl_spec, vfl_core.dvfl_program); the label owner is its one predictor
 The active party is the lowest block that holds labels.
 
 A new method is one more spec in `_SPECS`; one whose phases are not Embed/Fuse/Backward gives its
@@ -29,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from vfl_core.dvfl_spec import DVFL_SPEC
 from vfl_core.errors import ConfigError
 from vfl_core.laser import head_tasks
 from vfl_core.method_spec import (
@@ -172,6 +176,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         combination="heads",
         replacement="stale",
     ),
+    DVFL_SPEC,
 )
 
 REGISTRY: Mapping[str, MethodSpec] = MappingProxyType({s.name: s for s in _SPECS})

@@ -25,9 +25,19 @@ from vfl_core import stash
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit, labelled_rows_only
+from vfl_core.dvfl_protocol import (
+    GuestCall,
+    GuestResult,
+    HostCall,
+    HostOutputCall,
+    HostResult,
+    OwnerFeedCall,
+    OwnerTrainCall,
+)
+from vfl_core.dvfl_roles import DvflRoles
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError, VflError
 from vfl_core.laser import Subset, fuse_mean, sampled_loss
-from vfl_core.method_spec import SHARED, HeadTask
+from vfl_core.method_spec import SHARED, HeadTask, ProgramHooks
 from vfl_core.model_bank import ModelBank
 from vfl_core.protocol import (
     BackwardCall,
@@ -79,11 +89,11 @@ class Party:
         device: torch.device | str = "cpu",
     ) -> None:
         self.party_id = party_id
-        # The methods here learn only from labels: unlabelled training rows (vfl prepare
-        # --labels) take no part, as if the label party did not hold them.
-        self.data = labelled_rows_only(data)
         self.config = config
         self.spec = config.spec
+        # Most methods learn only from labels: unlabelled training rows (vfl prepare --labels)
+        # take no part, as if the label party did not hold them; dvfl's guests learn from them.
+        self.data = data if self.spec.unlabelled_rows else labelled_rows_only(data)
         self.device = torch.device(device)
         self.block = data.meta.block
         self._secret = secret
@@ -113,8 +123,13 @@ class Party:
             self.device,
             categorical=tuple(meta.categorical),
         )
-        self.models.rep(SHARED)
-        if meta.has_labels and self.spec.label_parties_hold_head:
+        # A method with a round program may keep models of its own here (dvfl: its guest, host
+        # replica and owner, vfl_core.dvfl_roles) instead of f_k and g_k.
+        hooks = self.spec.program if isinstance(self.spec.program, ProgramHooks) else None
+        self.roles = None if hooks is None else hooks.party_state(self)
+        if self.roles is None:
+            self.models.rep(SHARED)
+        if self.roles is None and meta.has_labels and self.spec.label_parties_hold_head:
             self.models.head(SHARED)
         self._stale: StaleEmbeddings | None = None
         if self.spec.replacement == "stale" and meta.has_labels and "train" in data.splits:
@@ -176,6 +191,10 @@ class Party:
 
     # ----------------------------------------------------------------- training round
     def embed(self, call: EmbedCall) -> np.ndarray:
+        if isinstance(self.roles, DvflRoles):  # a guest's activations, for inference only
+            if call.train:
+                raise ProtocolError("dvfl guests train with GuestStep, not Embed")
+            return self._to_wire(self.roles.encode(self._batch(call.split, call.rows, call.digest)))
         slots = self.spec.slot_keys(self.block, call.blocks or (self.block,))
         if not call.train:
             x = self._batch(call.split, call.rows, call.digest)
@@ -400,10 +419,46 @@ class Party:
                 return TrainResult(tuple(stepped), fused, embeddings, why)
         return TrainResult(tuple(stepped), fused, embeddings)
 
+    # ----------------------------------------------------------------- Decoupled VFL tiers
+    def guest_step(self, call: GuestCall) -> GuestResult:
+        result = self._dvfl().guest_step(call)
+        self.last_round = max(self.last_round, call.round_id)
+        return result
+
+    def host_step(self, call: HostCall) -> HostResult:
+        result = self._dvfl().host_step(call)
+        self.last_round = max(self.last_round, call.round_id)
+        return result
+
+    def host_output(self, call: HostOutputCall) -> np.ndarray:
+        self._split(call.split)
+        return self._dvfl().host_output(call)
+
+    def owner_feed(self, call: OwnerFeedCall) -> None:
+        self._dvfl().owner_feed(call)
+        self.last_round = max(self.last_round, call.round_id)
+
+    def owner_train(self, call: OwnerTrainCall) -> float:
+        loss = self._dvfl().owner_train(call)
+        self.last_round = max(self.last_round, call.round_id)
+        return loss
+
+    @property
+    def dvfl(self) -> DvflRoles | None:
+        """The party's DVFL tiers, when it trains dvfl."""
+        return self.roles if isinstance(self.roles, DvflRoles) else None
+
+    def _dvfl(self) -> DvflRoles:
+        if self.dvfl is None:
+            raise ProtocolError(f"party {self.party_id} trains {self.config.method}, not dvfl")
+        return self.dvfl
+
     # ----------------------------------------------------------------- inference and scoring
     def predict(self, call: PredictCall) -> np.ndarray:
         if not self.data.meta.has_labels:
             raise ProtocolError(f"party {self.party_id} holds no labels and has no fusion head")
+        if self.dvfl is not None:  # the owner, on the hosts' outputs (its own need not be there)
+            return self.dvfl.owner_predict(call.embeddings)
         if self.block not in call.embeddings and not self._serves(call):
             raise ProtocolError(
                 f"predict for party {self.party_id} lacks its own block {self.block}"
@@ -490,6 +545,8 @@ class Party:
         state: dict[str, object] = {"last_round": self.last_round, **self.models.state_dict()}
         if self.data.preprocessing is not None:  # the weights only make sense with it
             state["preprocessing"] = self.data.preprocessing
+        if self.dvfl is not None:
+            return {**state, "dvfl": self.dvfl.state_dict()}
         # The shared models also under their short names, for readers of one-model checkpoints.
         state["f"], state["f_opt"] = self.f.state_dict(), self.f_opt.state_dict()
         if self.g is not None and self.g_opt is not None:
@@ -506,9 +563,16 @@ class Party:
         self.last_round = int(state["last_round"])
         self._rounds = {}
         self._stash = None
+        if self.dvfl is not None:
+            self.dvfl.load_state_dict(state["dvfl"], self.last_round)
 
     def parameters_vector(self) -> np.ndarray:
         """All weights flattened (for equivalence tests and fingerprints)."""
+        if self.dvfl is not None:
+            modules = self.dvfl.modules()
+            return torch.cat(
+                [p.detach().cpu().reshape(-1) for m in modules for p in m.parameters()]
+            ).numpy()
         return self.models.parameters_vector().numpy()
 
     # ----------------------------------------------------------------- helpers

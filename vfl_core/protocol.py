@@ -14,6 +14,16 @@ from typing import Protocol
 
 import numpy as np
 
+from vfl_core.dvfl_protocol import (
+    GuestCall,
+    GuestResult,
+    HostCall,
+    HostOutputCall,
+    HostResult,
+    OwnerFeedCall,
+    OwnerTrainCall,
+)
+
 PROTOCOL_VERSION = 1
 SPLITS = ("train", "test")
 
@@ -213,6 +223,17 @@ class Transport(Protocol):
     def psi_apply(self, calls: dict[int, PsiCall]) -> dict[int, list[bytes]]: ...
 
     def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]: ...
+
+    # Decoupled VFL (vfl_core.dvfl_program); needed only by method dvfl
+    def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]: ...
+
+    def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]: ...
+
+    def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]: ...
+
+    def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]: ...
+
+    def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]: ...
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ def snapshot(fed: Federation) -> dict[str, object]:
         "liveness": fed.liveness.to_state(),
         # the blocks in each split's alignment: the epoch's plan was made with these
         "aligned": {split: sorted(al.rows) for split, al in fed.alignments.items()},
+        # a method's round program (dvfl: its hosts' liveness, transfer and byte counts)
+        **({"program": fed.hooks.state(fed)} if fed.hooks is not None else {}),
     }
 
 
@@ -43,7 +45,7 @@ def restore(fed: Federation, saved: dict, present: Iterable[int] = ()) -> None:
     had marked down registered again since: they are rejoining."""
     epoch, position = int(saved["epoch"]), int(saved["position"])
     absent = _absent(fed, saved)
-    cut = bool(absent) and epoch < fed.config.epochs and position > 0
+    cut = bool(absent) and epoch < fed.total_epochs and position > 0
     if cut:
         # The epoch's plan was made with these parties' samples, and this alignment lacks them
         # (silent while the coordinator aligned again): its rest cannot be told apart from
@@ -56,7 +58,7 @@ def restore(fed: Federation, saved: dict, present: Iterable[int] = ()) -> None:
             epoch + 1,
             position,
         )
-    elif epoch < fed.config.epochs and position > len(fed.plan(epoch)):
+    elif epoch < fed.total_epochs and position > len(fed.plan(epoch)):
         raise ConfigError(
             f"checkpoint is {position} batches into epoch {epoch + 1}, whose plan has only "
             f"{len(fed.plan(epoch))}: the parties' data changed since"
@@ -77,6 +79,8 @@ def restore(fed: Federation, saved: dict, present: Iterable[int] = ()) -> None:
     if cut:
         _end_epoch(fed, epoch, position)
     fed.liveness.load_state(saved["liveness"])
+    if fed.hooks is not None and "program" in saved:
+        fed.hooks.load_state(fed, saved["program"])
     for block in sorted(present):
         if fed.liveness.state.get(block) == DOWN:
             fed.liveness.rejoined(block, fed.round_id + fed.request_id)

@@ -29,6 +29,11 @@ class Stream(IntEnum):
     LABELS = 21  # which training samples keep their label (vfl prepare --labels)
     DLVM_INIT = 22  # initial weights of the latent-variable VFL's networks (vfl_core.dlvm_models)
     DLVM_NOISE = 23  # its importance samples of h and z (vfl_core.dlvm)
+    # Decoupled VFL (vfl_core.dvfl), numbered apart so other methods' streams can grow below.
+    DVFL_INIT_HOST = 40  # a host's autoencoder
+    DVFL_INIT_OWNER = 41  # the label owner's classifier
+    DVFL_REPLAY = 42  # the samples a host replays from its registers
+    DVFL_OWNER_PLAN = 43  # the owner's batches over its labelled rows, per owner epoch
 
 
 def derive_seed(seed: int, stream: Stream, *parts: int) -> int:

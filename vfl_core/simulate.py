@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vfl_core.alignment import DEMO_SECRET
 from vfl_core.config import TrainConfig
@@ -19,7 +19,7 @@ from vfl_core.data import PartyData, check_federation, load_party_dir
 from vfl_core.datasets import load_dataset
 from vfl_core.engine import EpochSummary, Federation, RoundRecord
 from vfl_core.errors import DataError
-from vfl_core.faults import FaultConfig, FaultyTransport
+from vfl_core.faults import FaultConfig, FaultyTransport, check_faults
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.metrics import EvalReport
 from vfl_core.missingness import Mechanism, mcar, parse_mechanism
@@ -61,6 +61,11 @@ class SimulationConfig(BaseModel):
     train: TrainConfig = TrainConfig()
     faults: FaultConfig = FaultConfig()  # injected party failures and link loss (training only)
 
+    @model_validator(mode="after")
+    def _faults_fit_method(self) -> SimulationConfig:
+        check_faults(self.faults, self.train.method)
+        return self
+
 
 @dataclass(frozen=True)
 class SimulationResult:
@@ -73,6 +78,7 @@ class SimulationResult:
     fault_counts: dict[str, int] | None = None
     # test metrics with only these parties, per test p_miss (empty unless asked for)
     subsets: dict[Variant, list[SubsetResult]] = field(default_factory=dict)
+    method_stats: dict[str, object] | None = None  # a round program's figures (dvfl: bytes)
 
     @property
     def task(self) -> str:
@@ -91,6 +97,8 @@ class SimulationResult:
         }
         if self.fault_counts is not None:
             out["faults"] = self.fault_counts
+        if self.method_stats is not None:
+            out["method"] = self.method_stats
         return out
 
     def _subsets_json(self, p_miss: Variant) -> dict[str, object]:
@@ -140,7 +148,8 @@ def run_simulation(
                 by_subset[p_miss] = evaluate_subsets(federation, "test")
     counts = faulty.counts() if faulty is not None else None
     seconds = time.perf_counter() - start
-    result = SimulationResult(config, epochs, reports, parties, seconds, counts, by_subset)
+    stats = federation.method_stats()
+    result = SimulationResult(config, epochs, reports, parties, seconds, counts, by_subset, stats)
     if run_dir is not None:
         write_run_results(run_dir, result, federation)
     return result
@@ -177,6 +186,7 @@ def write_run_results(run_dir: Path, result: SimulationResult, fed: Federation) 
         "transitions": [t.__dict__ for t in fed.liveness.transitions],
         "transition_counts": fed.liveness.counts(),
         "rounds": fed.round_id,
+        "method": fed.method_stats(),
         "variants": result.to_json()["results"],
     }
     (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))

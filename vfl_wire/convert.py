@@ -20,6 +20,15 @@ from typing import TypeVar
 import numpy as np
 from google.protobuf.message import Message
 
+from vfl_core.dvfl_protocol import (
+    GuestCall,
+    GuestResult,
+    HostCall,
+    HostOutputCall,
+    HostResult,
+    OwnerFeedCall,
+    OwnerTrainCall,
+)
 from vfl_core.errors import ProtocolError, StaleRoundError
 from vfl_core.metrics import MetricRow
 from vfl_core.protocol import (
@@ -550,6 +559,196 @@ def psi_points_to_proto(points: list[bytes]) -> vfl_pb2.PsiPoints:
 def psi_points_from_proto(reply: vfl_pb2.PsiPoints, count: int | None = None) -> list[bytes]:
     """A party's answer: `count` points if the request named how many."""
     return _points(reply.points, "psi points", count)
+
+
+# ---------------------------------------------------------------------------------------------
+# Party service: Decoupled VFL (vfl_core.dvfl_protocol)
+# ---------------------------------------------------------------------------------------------
+
+MAX_REPLAY_STEPS = 1000  # DvflConfig.host_steps' bound
+
+
+def _finite_loss(value: float, what: str) -> float:
+    if not math.isfinite(value):
+        raise ProtocolError(f"{what}: non-finite value {value}")
+    return value
+
+
+def _non_negative(value: int, what: str) -> int:
+    if value < 0:
+        raise ProtocolError(f"{what}: negative value {value}")
+    return value
+
+
+def guest_call_to_proto(call: GuestCall, h: vfl_pb2.Header) -> vfl_pb2.GuestStepRequest:
+    return vfl_pb2.GuestStepRequest(
+        header=h,
+        round_id=call.round_id,
+        epoch=call.epoch,
+        rows=encode_array(call.rows, what="guest rows"),
+        digest=call.digest,
+        write=call.write,
+    )
+
+
+def guest_call_from_proto(req: vfl_pb2.GuestStepRequest) -> GuestCall:
+    _require(req, "rows", "guest rows")
+    return GuestCall(
+        round_id=_non_negative(req.round_id, "guest round"),
+        epoch=_non_negative(req.epoch, "guest epoch"),
+        rows=_index_vector(req.rows, "guest rows"),
+        digest=req.digest,
+        write=req.write,
+    )
+
+
+def guest_result_to_proto(result: GuestResult, round_id: int) -> vfl_pb2.GuestStepReply:
+    reply = vfl_pb2.GuestStepReply(round_id=round_id, loss=result.loss)
+    if result.activations is not None:
+        reply.activations.CopyFrom(encode_array(result.activations, what="guest activations"))
+    return reply
+
+
+def guest_result_from_proto(
+    reply: vfl_pb2.GuestStepReply, *, call: GuestCall, width: int | None = None
+) -> GuestResult:
+    """The step's loss and, if `call.write`, (B, width) float32 activations of its rows."""
+    check_round(reply.round_id, call.round_id, what="guest step reply")
+    loss = _finite_loss(reply.loss, "guest loss")
+    if reply.HasField("activations") != call.write:
+        raise ProtocolError(f"guest activations: {'missing' if call.write else 'not asked for'}")
+    if not call.write:
+        return GuestResult(loss)
+    shape = (len(call.rows), width)
+    return GuestResult(loss, _matrix(reply.activations, "guest activations", shape))
+
+
+def host_call_to_proto(call: HostCall, h: vfl_pb2.Header) -> vfl_pb2.HostStepRequest:
+    return vfl_pb2.HostStepRequest(
+        header=h,
+        round_id=call.round_id,
+        epoch=call.epoch,
+        samples=call.samples,
+        index=encode_array(call.index, what="host index"),
+        writes=_encode_map(call.writes, "write of guest"),
+        steps=call.steps,
+    )
+
+
+def host_call_from_proto(req: vfl_pb2.HostStepRequest, *, width: int | None = None) -> HostCall:
+    """Sizes are checked before anything is allocated: `samples` against the register cap by
+    the host, the index and every write against each other here."""
+    _require(req, "index", "host index")
+    if req.samples < 1:
+        raise ProtocolError(f"host samples: {req.samples} is not a positive count")
+    if not 0 <= req.steps <= MAX_REPLAY_STEPS:
+        raise ProtocolError(f"host steps: {req.steps} outside 0..{MAX_REPLAY_STEPS}")
+    index = _index_vector(req.index, "host index")
+    if len(req.writes) and not len(index):
+        raise ProtocolError("host writes: activations without sample indices")
+    return HostCall(
+        round_id=_non_negative(req.round_id, "host round"),
+        epoch=_non_negative(req.epoch, "host epoch"),
+        samples=req.samples,
+        index=index,
+        writes=_block_map(req.writes, "write", (len(index), width)),
+        steps=req.steps,
+    )
+
+
+def host_result_to_proto(result: HostResult, round_id: int) -> vfl_pb2.HostStepReply:
+    return vfl_pb2.HostStepReply(round_id=round_id, loss=result.loss, replayed=result.replayed)
+
+
+def host_result_from_proto(reply: vfl_pb2.HostStepReply, *, call: HostCall) -> HostResult:
+    check_round(reply.round_id, call.round_id, what="host step reply")
+    if not 0 <= reply.replayed <= call.steps:
+        raise ProtocolError(f"host replayed: {reply.replayed} outside 0..{call.steps}")
+    return HostResult(_finite_loss(reply.loss, "host loss"), reply.replayed)
+
+
+def host_output_call_to_proto(call: HostOutputCall, h: vfl_pb2.Header) -> vfl_pb2.HostOutputRequest:
+    return vfl_pb2.HostOutputRequest(
+        header=h,
+        request_id=call.request_id,
+        split=call.split,
+        index=encode_array(call.index, what="host output index"),
+        from_registers=call.from_registers,
+        activations=_encode_map(call.activations, "activation of guest"),
+    )
+
+
+def host_output_call_from_proto(
+    req: vfl_pb2.HostOutputRequest, *, width: int | None = None
+) -> HostOutputCall:
+    _require(req, "index", "host output index")
+    index = _index_vector(req.index, "host output index")
+    if req.from_registers and len(req.activations):
+        raise ProtocolError("host output: activations sent with from_registers")
+    return HostOutputCall(
+        request_id=_non_negative(req.request_id, "host output request"),
+        split=check_split(req.split, what="host output split"),
+        index=index,
+        from_registers=req.from_registers,
+        activations=_block_map(req.activations, "activation", (len(index), width)),
+    )
+
+
+def host_outputs_to_proto(request_id: int, outputs: np.ndarray) -> vfl_pb2.HostOutputReply:
+    return vfl_pb2.HostOutputReply(
+        request_id=request_id, outputs=encode_array(outputs, what="host outputs")
+    )
+
+
+def host_outputs_from_proto(
+    reply: vfl_pb2.HostOutputReply, *, call: HostOutputCall, width: int | None = None
+) -> np.ndarray:
+    """(B, width) float32 codes of the request's samples."""
+    check_round(reply.request_id, call.request_id, what="host output reply")
+    return _matrix(reply.outputs, "host outputs", (len(call.index), width))
+
+
+def owner_feed_to_proto(call: OwnerFeedCall, h: vfl_pb2.Header) -> vfl_pb2.OwnerFeedRequest:
+    return vfl_pb2.OwnerFeedRequest(
+        header=h,
+        round_id=call.round_id,
+        rows=encode_array(call.rows, what="owner rows"),
+        digest=call.digest,
+        outputs=_encode_map(call.outputs, "output of host"),
+    )
+
+
+def owner_feed_from_proto(
+    req: vfl_pb2.OwnerFeedRequest, *, width: int | None = None
+) -> OwnerFeedCall:
+    _require(req, "rows", "owner rows")
+    rows = _index_vector(req.rows, "owner rows")
+    return OwnerFeedCall(
+        round_id=_non_negative(req.round_id, "owner round"),
+        rows=rows,
+        digest=req.digest,
+        outputs=_block_map(req.outputs, "host output", (len(rows), width)),
+    )
+
+
+def owner_train_to_proto(call: OwnerTrainCall, h: vfl_pb2.Header) -> vfl_pb2.OwnerTrainRequest:
+    return vfl_pb2.OwnerTrainRequest(header=h, round_id=call.round_id, epoch=call.epoch)
+
+
+def owner_train_from_proto(req: vfl_pb2.OwnerTrainRequest) -> OwnerTrainCall:
+    return OwnerTrainCall(
+        round_id=_non_negative(req.round_id, "owner round"),
+        epoch=_non_negative(req.epoch, "owner epoch"),
+    )
+
+
+def owner_loss_to_proto(round_id: int, loss: float) -> vfl_pb2.OwnerTrainReply:
+    return vfl_pb2.OwnerTrainReply(round_id=round_id, loss=loss)
+
+
+def owner_loss_from_proto(reply: vfl_pb2.OwnerTrainReply, *, call: OwnerTrainCall) -> float:
+    check_round(reply.round_id, call.round_id, what="owner train reply")
+    return _finite_loss(reply.loss, "owner loss")
 
 
 # ---------------------------------------------------------------------------------------------
