@@ -169,6 +169,7 @@ def _train(
         "resumed": checkpointer.history if checkpointer is not None else [],
         "faults": faulty.counts() if faulty is not None else None,
         "rounds": fed.round_id,
+        "method": fed.method_stats(),  # a round program's figures (dvfl: bytes relayed)
     }
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     state.phase = "serving" if config.serve else "done"

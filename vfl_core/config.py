@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from vfl_core.method_spec import MethodSpec
+from vfl_core.method_spec import MethodSpec, ProgramHooks
 from vfl_core.methods import METHODS as METHODS  # re-exported: the registry's method names
 from vfl_core.methods import REGISTRY, method_spec, unknown_method
 
@@ -60,6 +60,19 @@ class TrainConfig(_Frozen):
     # objective exactly. No effect when every party holds labels, or for the baselines.
     serve_feature_only: bool = True
     model: ModelConfig = ModelConfig()
+
+    @model_validator(mode="after")
+    def _constant_lr_for_programs(self) -> TrainConfig:
+        # Round programs (dvfl) step their own optimisers at the configured rate.
+        if self.spec.program is not None and self.scheduler != "none":
+            raise ValueError(f"method {self.method} trains with constant learning rates")
+        return self
+
+    @property
+    def total_epochs(self) -> int:
+        """Epochs of the whole run: a method's round program may add stages (dvfl's owner)."""
+        program = self.spec.program
+        return program.epochs(self) if isinstance(program, ProgramHooks) else self.epochs
 
     @property
     def spec(self) -> MethodSpec:

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -21,7 +22,7 @@ from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
 from vfl_core.liveness import DOWN, Liveness
-from vfl_core.method_spec import MethodSpec, active_party
+from vfl_core.method_spec import MethodSpec, ProgramHooks, active_party
 from vfl_core.metrics import FEDERATION, EvalReport
 from vfl_core.predictions import Combined, combine, random_guess
 from vfl_core.protocol import (
@@ -143,6 +144,8 @@ class Federation:
     round_id: int = field(init=False, default=0)
     request_id: int = field(init=False, default=0)
     _weights: np.ndarray | None = field(init=False, default=None)
+    # What a method's round program keeps for this run (vfl_core.method_spec.ProgramHooks).
+    program_state: Any = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.infos = self.transport.infos()
@@ -206,7 +209,23 @@ class Federation:
         return weights
 
     # ------------------------------------------------------------------ training
+    @property
+    def hooks(self) -> ProgramHooks | None:
+        """The method's round program, if it has one with hooks (stages, plans, state)."""
+        program = self.spec.program
+        return program if isinstance(program, ProgramHooks) else None
+
+    @property
+    def total_epochs(self) -> int:
+        """Epochs of the whole run (a round program may add stages after the configured ones)."""
+        return self.config.total_epochs
+
     def plan(self, epoch: int) -> list[Batch]:
+        planned = None if self.hooks is None else self.hooks.plan(self, epoch)
+        return self.base_plan(epoch) if planned is None else planned
+
+    def base_plan(self, epoch: int) -> list[Batch]:
+        """Every training sample once, in single-pattern batches (weighted if resampling)."""
         return epoch_plan(
             self.alignments["train"], self.config.seed, epoch, self.config.batch_size, self._weights
         )
@@ -216,7 +235,7 @@ class Federation:
         the summaries of every epoch the cursor has seen."""
         if start_epoch > self.cursor.epoch:
             self.cursor = Cursor(epoch=start_epoch)
-        while self.cursor.epoch < self.config.epochs:
+        while self.cursor.epoch < self.total_epochs:
             self.train_epoch(self.cursor.epoch)
         if self.checkpoint_every is not None and self.round_id - 1 > self.last_checkpoint:
             self.checkpoint()
@@ -230,7 +249,7 @@ class Federation:
         plan = self.plan(epoch)  # a pure function of (seed, epoch): a resumed run skips its head
         bar = tqdm(
             plan[c.position :],
-            desc=f"epoch {epoch + 1}/{self.config.epochs}",
+            desc=f"epoch {epoch + 1}/{self.total_epochs}",
             initial=c.position,
             total=len(plan),
             disable=not self.progress,
@@ -293,7 +312,8 @@ class Federation:
         for block in sorted(self.transport.rejoined()):
             if self.alignment == "psi":
                 self._resend_psi_keys(block)
-            self.liveness.rejoined(block, self._tick)
+            if self.hooks is None or not self.hooks.rejoined(self, block):
+                self.liveness.rejoined(block, self._tick)
 
     def _resend_psi_keys(self, block: int) -> None:
         """A restarted party has lost the PSI values of its rows (its batch digests use them):
@@ -391,6 +411,9 @@ class Federation:
         return replace(call, rows=al.rows_of(k, batch.index), digest=al.digest(batch.index))
 
     def _width(self, block: int, callees: tuple[int, ...]) -> int:
+        width = None if self.hooks is None else self.hooks.embed_width(self)
+        if width is not None:
+            return width
         return len(self.spec.slot_keys(block, callees)) * self.config.model.embed_dim
 
     def _accept(
@@ -554,6 +577,10 @@ class Federation:
                 return result
             log.warning("%s: score answer of block %d refused (names/shapes)", split, scorer)
         return None
+
+    def method_stats(self) -> dict[str, object] | None:
+        """What a round program reports of its run (results.json), if the method has one."""
+        return None if self.hooks is None else self.hooks.stats(self)
 
     # ------------------------------------------------------------------ federation facts
     @property

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from vfl_core.laser import Subset
 
 if TYPE_CHECKING:  # the engine imports the specs, not the other way round
     from vfl_core.alignment import Batch
+    from vfl_core.config import TrainConfig
     from vfl_core.engine import Federation, PredictionBatch, RoundRecord
 
 SHARED: Subset = ()  # the slot key of a party's one shared representation model / head
@@ -95,6 +96,46 @@ class RoundProgram(Protocol):
     ) -> PredictionBatch: ...
 
 
+class ProgramHooks:
+    """What a round program may also decide, beyond its rounds; a program that inherits this
+    class gets the engine's behaviour wherever it keeps these defaults. Per-run state belongs
+    in `fed.program_state` (the spec and its program are shared by every run)."""
+
+    def epochs(self, config: TrainConfig) -> int:
+        """Epochs of a run of `config`: a program may add stages after the configured ones."""
+        return config.epochs
+
+    def plan(self, fed: Federation, epoch: int) -> list[Batch] | None:
+        """The batches of `epoch` (a pure function of the run and the epoch, so a resumed run
+        repeats it); None: the engine's plan (every sample once, single-pattern batches)."""
+        return None
+
+    def party_state(self, party: Any) -> Any:
+        """What a Party of this method keeps instead of f_k and g_k (vfl_core.party); None:
+        the models of the spec's slots and heads."""
+        return None
+
+    def embed_width(self, fed: Federation) -> int | None:
+        """Floats per sample in a party's Embed answer; None: the engine's (slots x embed_dim)."""
+        return None
+
+    def rejoined(self, fed: Federation, block: int) -> bool:
+        """A party registered again (or came back from an injected failure); True if the
+        program updated the liveness itself."""
+        return False
+
+    def stats(self, fed: Federation) -> dict[str, object] | None:
+        """What results.json reports of the run's program (None: nothing)."""
+        return None
+
+    def state(self, fed: Federation) -> dict[str, object]:
+        """Plain data for the coordinator's checkpoint (vfl_core.resume)."""
+        return {}
+
+    def load_state(self, fed: Federation, saved: dict) -> None:
+        """Continue from `state` after a coordinator restart."""
+
+
 @dataclass(frozen=True)
 class MethodSpec:
     name: str  # the key of the registry, as --method takes it
@@ -111,6 +152,9 @@ class MethodSpec:
     # them, also for samples it holds only the label of, and predicts for a sample that no
     # label party observes, from the others' embeddings alone.
     serves_feature_only: bool = False
+    # The method also learns from training rows whose label is unknown (vfl prepare --labels):
+    # a label party keeps them (else it drops them, as if it did not hold those samples).
+    unlabelled_rows: bool = False
     program: RoundProgram | None = None
 
     # ------------------------------------------------------------ models

@@ -26,7 +26,7 @@ from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit, labelled_rows_only
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.laser import Subset, fuse_mean, sampled_loss
-from vfl_core.method_spec import SHARED, HeadTask
+from vfl_core.method_spec import SHARED, HeadTask, ProgramHooks
 from vfl_core.model_bank import ModelBank
 from vfl_core.protocol import (
     BackwardCall,
@@ -75,11 +75,11 @@ class Party:
         device: torch.device | str = "cpu",
     ) -> None:
         self.party_id = party_id
-        # The methods here learn only from labels: unlabelled training rows (vfl prepare
-        # --labels) take no part, as if the label party did not hold them.
-        self.data = labelled_rows_only(data)
         self.config = config
         self.spec = config.spec
+        # Most methods learn only from labels: unlabelled training rows (vfl prepare --labels)
+        # take no part, as if the label party did not hold them; dvfl's guests learn from them.
+        self.data = data if self.spec.unlabelled_rows else labelled_rows_only(data)
         self.device = torch.device(device)
         self.block = data.meta.block
         self._secret = secret
@@ -106,8 +106,13 @@ class Party:
             self.device,
             categorical=tuple(meta.categorical),
         )
-        self.models.rep(SHARED)
-        if meta.has_labels and self.spec.label_parties_hold_head:
+        # A method with a round program may keep models of its own here (dvfl: its guest, host
+        # replica and owner, vfl_core.dvfl_roles) instead of f_k and g_k.
+        hooks = self.spec.program if isinstance(self.spec.program, ProgramHooks) else None
+        self.roles = None if hooks is None else hooks.party_state(self)
+        if self.roles is None:
+            self.models.rep(SHARED)
+        if self.roles is None and meta.has_labels and self.spec.label_parties_hold_head:
             self.models.head(SHARED)
         self._stale: StaleEmbeddings | None = None
         if self.spec.replacement == "stale" and meta.has_labels and "train" in data.splits:

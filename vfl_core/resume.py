@@ -30,6 +30,8 @@ def snapshot(fed: Federation) -> dict[str, object]:
         "seconds": float(c.seconds),
         "summaries": [asdict(s) for s in c.summaries],
         "liveness": fed.liveness.to_state(),
+        # a method's round program (dvfl: its hosts' liveness, transfer and byte counts)
+        **({"program": fed.hooks.state(fed)} if fed.hooks is not None else {}),
     }
 
 
@@ -37,7 +39,7 @@ def restore(fed: Federation, saved: dict, present: Iterable[int] = ()) -> None:
     """Continue `fed` (already aligned) from a snapshot. Parties in `present` that the snapshot
     had marked down registered again since: they are rejoining."""
     epoch, position = int(saved["epoch"]), int(saved["position"])
-    if epoch < fed.config.epochs and position > len(fed.plan(epoch)):
+    if epoch < fed.total_epochs and position > len(fed.plan(epoch)):
         raise ConfigError(
             f"checkpoint is {position} batches into epoch {epoch + 1}, whose plan has only "
             f"{len(fed.plan(epoch))}: the parties' data changed since"
@@ -56,6 +58,8 @@ def restore(fed: Federation, saved: dict, present: Iterable[int] = ()) -> None:
         summaries=[_summary(s) for s in saved["summaries"]],
     )
     fed.liveness.load_state(saved["liveness"])
+    if fed.hooks is not None and "program" in saved:
+        fed.hooks.load_state(fed, saved["program"])
     for block in sorted(present):
         if fed.liveness.state.get(block) == DOWN:
             fed.liveness.rejoined(block, fed.round_id + fed.request_id)

@@ -73,6 +73,7 @@ class SimulationResult:
     fault_counts: dict[str, int] | None = None
     # test metrics with only these parties, per test p_miss (empty unless asked for)
     subsets: dict[Variant, list[SubsetResult]] = field(default_factory=dict)
+    method_stats: dict[str, object] | None = None  # a round program's figures (dvfl: bytes)
 
     @property
     def task(self) -> str:
@@ -91,6 +92,8 @@ class SimulationResult:
         }
         if self.fault_counts is not None:
             out["faults"] = self.fault_counts
+        if self.method_stats is not None:
+            out["method"] = self.method_stats
         return out
 
     def _subsets_json(self, p_miss: Variant) -> dict[str, object]:
@@ -140,7 +143,8 @@ def run_simulation(
                 by_subset[p_miss] = evaluate_subsets(federation, "test")
     counts = faulty.counts() if faulty is not None else None
     seconds = time.perf_counter() - start
-    result = SimulationResult(config, epochs, reports, parties, seconds, counts, by_subset)
+    stats = federation.method_stats()
+    result = SimulationResult(config, epochs, reports, parties, seconds, counts, by_subset, stats)
     if run_dir is not None:
         write_run_results(run_dir, result, federation)
     return result
@@ -177,6 +181,7 @@ def write_run_results(run_dir: Path, result: SimulationResult, fed: Federation) 
         "transitions": [t.__dict__ for t in fed.liveness.transitions],
         "transition_counts": fed.liveness.counts(),
         "rounds": fed.round_id,
+        "method": fed.method_stats(),
         "variants": result.to_json()["results"],
     }
     (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
