@@ -41,6 +41,7 @@ def test_given_the_registry_when_listed_then_one_frozen_spec_per_method_keyed_by
         "plug",
         "zerofill",
         "stale",
+        "dlvm",
     )
     assert tuple(REGISTRY) == METHODS
     for name, spec in REGISTRY.items():
@@ -78,7 +79,7 @@ def test_given_an_unknown_method_on_the_command_line_when_simulating_then_one_li
     lines = result.output.strip().splitlines()
     assert lines == [
         "error: invalid method: unknown method 'bogus'; choose from laser, local, ensemble, "
-        "svfl, combinatorial, plug, zerofill, stale"
+        "svfl, combinatorial, plug, zerofill, stale, dlvm"
     ]
 
 

@@ -257,7 +257,7 @@ def dlvm(
     ),
     methods: Annotated[str, Opt(help="dlvm and label-only methods")] = "dlvm,laser,local,plug,svfl",
     seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
-    stage1_epochs: Annotated[int, Opt(help="DLVM stage 1 epochs (all samples)")] = 3,
+    stage1_epochs: Annotated[int, Opt(help="DLVM stage 1 epochs (all samples)")] = 30,
     stage2_epochs: Annotated[int, Opt(help="DLVM stage 2 epochs (labelled rows)")] = 30,
     epochs: Annotated[int, Opt(help="epochs of the label-only methods")] = 20,
     jobs: Jobs = 2,

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import grpc
 import numpy as np
 
+from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -99,3 +100,31 @@ class PartyClient:
 
     def psi_keys(self, call: PsiCall, timeout: float) -> None:
         self._stub.PsiKeys(convert.psi_keys_to_proto(call, self._header), timeout=timeout)
+
+    # Latent-variable VFL (vfl_core.dlvm_protocol)
+    def dlvm_decode(self, call: DecodeCall, timeout: float) -> Decoded:
+        req = convert.dlvm_decode_call_to_proto(call, self._header)
+        return convert.dlvm_decoded_from_proto(
+            self._stub.DlvmDecode(req, timeout=timeout), call=call
+        )
+
+    def dlvm_step(self, call: StepCall, timeout: float) -> StepResult:
+        req = convert.dlvm_step_call_to_proto(call, self._header)
+        return convert.dlvm_step_result_from_proto(
+            self._stub.DlvmStep(req, timeout=timeout), call=call
+        )
+
+    def dlvm_predict(self, call: StepCall, timeout: float) -> np.ndarray:
+        reply = self._stub.DlvmPredict(
+            convert.dlvm_step_call_to_proto(call, self._header), timeout=timeout
+        )
+        return convert.probabilities_from_proto(reply, request_id=call.round_id)
+
+    def dlvm_backward(self, call: DlvmBackwardCall, timeout: float) -> None:
+        req = convert.dlvm_backward_call_to_proto(call, self._header)
+        self._stub.DlvmBackward(req, timeout=timeout)
+
+    def labelled_rows(self, samples: int, timeout: float) -> np.ndarray:
+        req = vfl_pb2.LabelledRowsRequest(header=self._header, split="train")
+        reply = self._stub.LabelledRows(req, timeout=timeout)
+        return convert.labelled_rows_from_proto(reply, samples=samples)

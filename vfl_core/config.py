@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from vfl_core.dlvm_config import DlvmConfig
 from vfl_core.method_spec import MethodSpec, ProgramHooks
 from vfl_core.methods import METHODS as METHODS  # re-exported: the registry's method names
 from vfl_core.methods import REGISTRY, method_spec, unknown_method
@@ -60,6 +61,7 @@ class TrainConfig(_Frozen):
     # objective exactly. No effect when every party holds labels, or for the baselines.
     serve_feature_only: bool = True
     model: ModelConfig = ModelConfig()
+    dlvm: DlvmConfig = DlvmConfig()  # used by method "dlvm" only
 
     @model_validator(mode="after")
     def _constant_lr_for_programs(self) -> TrainConfig:

@@ -18,6 +18,10 @@ stale          split learning that reuses the last embedding the active party re
 The last two, with `svfl` (which skips a round unless every party answered), are the split-learning
 baselines of the fault benchmark (DVFL's setting): they differ only in what replaces a party that
 failed during training.
+dlvm           the latent-variable VFL (DLVM-VFL, vfl_core.dlvm): each party's Gaussian expert of a
+               shared latent h and its decoder, trained on every sample by an importance-weighted
+               bound, then the active party's classifier p(y | h) on its labelled rows; its own
+               round program (vfl_core.dlvm_spec, vfl_core.dlvm_program)
 The active party is the lowest block that holds labels.
 
 A new method is one more spec in `_SPECS`; one whose phases are not Embed/Fuse/Backward gives its
@@ -29,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from vfl_core.dlvm_spec import DLVM_SPEC
 from vfl_core.errors import ConfigError
 from vfl_core.laser import head_tasks
 from vfl_core.method_spec import (
@@ -172,6 +177,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         combination="heads",
         replacement="stale",
     ),
+    DLVM_SPEC,
 )
 
 REGISTRY: Mapping[str, MethodSpec] = MappingProxyType({s.name: s for s in _SPECS})

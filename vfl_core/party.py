@@ -24,6 +24,8 @@ from torch import nn
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit, labelled_rows_only
+from vfl_core.dlvm import DlvmRoles
+from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.laser import Subset, fuse_mean, sampled_loss
 from vfl_core.method_spec import SHARED, HeadTask, ProgramHooks
@@ -174,6 +176,8 @@ class Party:
 
     # ----------------------------------------------------------------- training round
     def embed(self, call: EmbedCall) -> np.ndarray:
+        if self.dlvm is not None:  # the party's Gaussian expert of h, (B, 2d)
+            return self.dlvm.encode(call)
         slots = self.spec.slot_keys(self.block, call.blocks or (self.block,))
         if not call.train:
             x = self._batch(call.split, call.rows, call.digest)
@@ -339,6 +343,37 @@ class Party:
         for opt in opts:
             opt.step()
 
+    # ----------------------------------------------------------------- latent-variable VFL
+    def dlvm_decode(self, call: DecodeCall) -> Decoded:
+        self._split(call.split)
+        return self._dlvm().decode(call)
+
+    def dlvm_step(self, call: StepCall) -> StepResult:
+        result = self._dlvm().step(call)
+        self.last_round = max(self.last_round, call.round_id)
+        return result
+
+    def dlvm_predict(self, call: StepCall) -> np.ndarray:
+        return self._dlvm().predict(call)
+
+    def dlvm_backward(self, call: DlvmBackwardCall) -> None:
+        self._dlvm().backward(call)
+
+    def labelled_rows(self, split: str) -> np.ndarray:
+        if split != "train":
+            raise ProtocolError(f"labelled rows: only of the train split, not {split!r}")
+        return self._dlvm().labelled_rows()
+
+    @property
+    def dlvm(self) -> DlvmRoles | None:
+        """The party's latent-variable VFL networks, when it trains dlvm."""
+        return self.roles if isinstance(self.roles, DlvmRoles) else None
+
+    def _dlvm(self) -> DlvmRoles:
+        if self.dlvm is None:
+            raise ProtocolError(f"party {self.party_id} trains {self.config.method}, not dlvm")
+        return self.dlvm
+
     # ----------------------------------------------------------------- inference and scoring
     def predict(self, call: PredictCall) -> np.ndarray:
         if not self.data.meta.has_labels:
@@ -429,6 +464,8 @@ class Party:
         state: dict[str, object] = {"last_round": self.last_round, **self.models.state_dict()}
         if self.data.preprocessing is not None:  # the weights only make sense with it
             state["preprocessing"] = self.data.preprocessing
+        if self.dlvm is not None:
+            return {**state, "dlvm": self.dlvm.state_dict()}
         # The shared models also under their short names, for readers of one-model checkpoints.
         state["f"], state["f_opt"] = self.f.state_dict(), self.f_opt.state_dict()
         if self.g is not None and self.g_opt is not None:
@@ -444,9 +481,16 @@ class Party:
         self.models.load_state_dict(state)
         self.last_round = int(state["last_round"])
         self._round = None
+        if self.dlvm is not None:
+            self.dlvm.load_state_dict(state["dlvm"])
 
     def parameters_vector(self) -> np.ndarray:
         """All weights flattened (for equivalence tests and fingerprints)."""
+        if self.roles is not None:
+            modules = self.roles.modules()
+            return torch.cat(
+                [p.detach().cpu().reshape(-1) for m in modules for p in m.parameters()]
+            ).numpy()
         return self.models.parameters_vector().numpy()
 
     # ----------------------------------------------------------------- helpers

@@ -13,6 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
+from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
+
 PROTOCOL_VERSION = 1
 SPLITS = ("train", "test")
 
@@ -180,6 +182,19 @@ class Transport(Protocol):
     def psi_apply(self, calls: dict[int, PsiCall]) -> dict[int, list[bytes]]: ...
 
     def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]: ...
+
+    # Latent-variable VFL (vfl_core.dlvm_program); needed only by method dlvm
+    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]: ...
+
+    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]: ...
+
+    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]: ...
+
+    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]: ...
+
+    def labelled_rows(self, block: int) -> np.ndarray | None:
+        """The training rows `block` holds a label for (None: it did not answer)."""
+        ...
 
 
 @dataclass(frozen=True)
