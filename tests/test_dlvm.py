@@ -22,7 +22,14 @@ from vfl_core.data import PartyData, PartySplit, labelled_rows_only, load_party_
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.dlvm import kept_experts, noise, posterior
 from vfl_core.dlvm_config import DlvmConfig
-from vfl_core.dlvm_protocol import DecodeCall, DlvmBackwardCall, PartyGrads, Stage, StepCall
+from vfl_core.dlvm_protocol import (
+    DecodeCall,
+    Decoded,
+    DlvmBackwardCall,
+    PartyGrads,
+    Stage,
+    StepCall,
+)
 from vfl_core.engine import Federation
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.inprocess import InProcessTransport
@@ -405,6 +412,34 @@ def test_given_an_active_step_when_repeated_then_cached_and_other_content_refuse
         active.dlvm_step(replace(call, samples=SMALL.kappa - 1))
     with pytest.raises(ProtocolError, match="predict"):
         active.dlvm_step(replace(call, round_id=1, stage=Stage.PREDICT))
+
+
+def test_given_equal_weight_prediction_then_the_mean_of_the_samples_class_probabilities(
+    few_labels: list[PartyData],
+) -> None:
+    """--dlvm-predict average: p(y | h_l) averaged over the L posterior samples; SNIS weighs
+    them by the decoders' likelihoods (here a sharp one), so the two differ."""
+    fed, parties = federation(few_labels, with_dlvm(predict="average"))
+    _, snis_parties = federation(few_labels)  # the same initial weights
+    al = fed.alignments["test"]
+    batch = next(b for b in fed.predict_batches("test") if 0 in b.pattern)
+    rows, digest = al.rows_of(0, batch.index), al.digest(batch.index)
+    expert = parties[0].embed(EmbedCall(3, "test", rows, digest, False))
+    samples = 6
+    log_lik = np.linspace(0, -50, len(rows) * samples, dtype=np.float32).reshape(-1, samples)
+    call = StepCall(3, 0, Stage.PREDICT, samples, {0: expert}, {0: Decoded(log_lik)})
+
+    average = parties[0].dlvm_predict(call)
+    snis = snis_parties[0].dlvm_predict(call)
+
+    d = (SMALL.latent_dim, SMALL.z_dim)
+    noise_h, _ = noise(TRAIN.seed, Stage.PREDICT, 3, (len(rows), samples), d)
+    h = posterior({0: torch.from_numpy(expert)}, noise_h, [0])[2]
+    active = parties[0].dlvm.active
+    with torch.no_grad():
+        want = torch.exp(active.class_log_probs(h)).mean(dim=1).numpy()
+    np.testing.assert_allclose(average, want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(snis, average, atol=1e-3)
 
 
 def test_given_a_regression_or_coded_categorical_party_when_dlvm_starts_then_one_line_error(

@@ -5,6 +5,9 @@ gRPC on 127.0.0.1 (digits in four quadrants, MAR 1 missingness, 200 labels).
   (both stages), every party's final weights and optimiser state, and the test metrics.
 - A client SIGKILLed mid-run is a missing block from then on: the others finish both stages and
   the evaluation is scored without it.
+- Invariant 4 for the new messages: in every recorded message of a run, no raw feature vector,
+  no raw ID and no batch's label vector; the only integers a party sends are its confusion
+  counts (Score) and the indices of its labelled rows (LabelledRows).
 """
 
 from __future__ import annotations
@@ -13,15 +16,19 @@ import json
 import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 from harness import Cluster, train_in_process
+from test_audit import _batch_labels, _sent_by_party, _tensors, find_needles
 from test_equivalence import _assert_same_tensors
 
 from vfl_core.checkpoint import load_checkpoint
 from vfl_core.config import TrainConfig
+from vfl_core.data import load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.missingness import parse_mechanism
 from vfl_core.prepare import prepare_parties
+from vfl_wire.audit import read_audit
 
 pytestmark = pytest.mark.slow
 
@@ -113,3 +120,43 @@ def test_given_a_client_killed_mid_run_when_dlvm_trains_then_the_others_finish_a
     overall = results["test"]["rows"][-1]
     assert overall["observed"] == "all" and overall["samples"] > 0
     assert all("2" not in r["observed"].split(",") for r in results["test"]["rows"])
+
+
+def test_given_an_audited_dlvm_run_when_searching_messages_then_no_feature_id_or_label_leaves(
+    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+) -> None:
+    audit = tmp_path / "messages.audit"
+    extra = [*ARGS, "--dlvm-stage2-epochs", "1", "--audit-log", str(audit)]
+    coord, clients = cluster.federation(party_dirs, epochs=1, deadline=60.0, extra=extra)
+    assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
+    for client in clients:
+        assert client.wait(60) == 0, cluster.describe()
+    records = read_audit(audit)
+    parties = {d.name: load_party_dir(d) for d in party_dirs}
+    kinds = {r.rpc for r in records if r.direction == "request"}
+    assert kinds >= {"Embed", "DlvmDecode", "DlvmStep", "DlvmBackward", "LabelledRows"}
+    assert "DlvmPredict" in kinds and "Score" in kinds
+    payloads = [r.data for r in records]
+
+    vectors = [
+        x.tobytes()
+        for data in parties.values()
+        for split in data.splits.values()
+        for x in split.features.reshape(len(split), -1).astype("<f4")
+        if np.ptp(x) > 0
+    ]
+    assert len(vectors) > 3000 and not find_needles(payloads, vectors), "a feature vector left"
+    assert b"digits-" not in b"".join(payloads), "a raw ID left a party"
+
+    from_parties = [r for r in records if _sent_by_party(r) and r.direction != "error"]
+    for record in from_parties:
+        for path, tensor in _tensors(record.message()):
+            if tensor.dtype in ("int64", "int32"):
+                assert (record.rpc, path.split("[")[0]) in {
+                    ("Score", "confusion"),
+                    ("LabelledRows", "rows"),
+                }, path
+    labels = _batch_labels(records, parties)
+    assert len(labels) > 20
+    needles = [v.astype(d).tobytes() for v in labels for d in ("<i8", "<i4")]
+    assert not find_needles([r.data for r in from_parties], needles), "a label vector left"

@@ -262,6 +262,9 @@ def dlvm(
     epochs: Annotated[int, Opt(help="epochs of the label-only methods")] = 20,
     jobs: Jobs = 2,
     data_path: MnistPath = DEFAULT_DATA,
+    reference: Annotated[
+        bool, Opt(help="run the centralised reference (MNIST, nothing missing) instead")
+    ] = False,
     bench: BenchRun = BenchRun(),
 ) -> None:
     """DLVM-VFL's few-label protocol: DLVM vs LASER-VFL and baselines per missingness."""
@@ -291,6 +294,7 @@ def dlvm(
         epochs=epochs,
         jobs=jobs,
         command=_command(),
+        reference=reference,
     )
     _run_and_report(mod.run, mod.write_report, job, bench)
 

@@ -30,6 +30,7 @@ from vfl_cli.errors import user_errors
 from vfl_cli.remote_cmd import operator_security, render_evaluation
 from vfl_cli.report_cmd import has_matplotlib, write_report
 from vfl_cli.train_options import Deadline
+from vfl_core.config import TrainConfig
 from vfl_core.datasets import load_dataset
 from vfl_core.errors import VflError
 from vfl_core.methods import METHODS, method_spec
@@ -187,7 +188,9 @@ def demo(
             if chaos is not None:  # faults start with training, not while processes start
                 _wait_phase(coord, "training", procs, logs)
             with running(chaos):
-                _wait_trained(coord, procs, epochs, logs, watch_clients=chaos is None)
+                # DVFL's label owner trains for its own epochs after the guests' and hosts'
+                total = TrainConfig(method=method, epochs=epochs).total_epochs
+                _wait_trained(coord, procs, total, logs, watch_clients=chaos is None)
             if chaos is not None:
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(chaos.counts().items()))
                 typer.echo(f"      injected: {counts or 'nothing'}; waiting for every party")
@@ -214,7 +217,13 @@ def _outcome(method: str, clients: int, dead: int) -> str:
     whether the method can use the survivors' blocks."""
     survivors = [k for k in range(clients) if k != dead]
     spec = method_spec(method)
-    if spec.predictors(survivors, clients, range(clients)) is None:
+    found = spec.predictors(survivors, clients, range(clients))
+    if found is not None and not found:  # e.g. DVFL's label owner, a split-learning head party
+        return (
+            f"{spec.display_name} has no predictor without client{dead} (its head party), so "
+            "no sample was predicted"
+        )
+    if found is None:
         return (
             f"{spec.display_name} cannot predict without every block, so the samples it "
             "could not use got random guesses"

@@ -54,6 +54,9 @@ class TrainOptions:
     dlvm_mnar: Annotated[
         bool | None, Opt(help="dlvm: every party models whether it holds a sample (MNAR)")
     ] = None
+    dlvm_predict: Annotated[
+        str | None, Opt(help="dlvm: snis (the paper's weights) | average (equal weights)")
+    ] = None
     dlvm_expert_dropout: Annotated[
         float | None,
         Opt(help="dlvm: leave each expert out of a training posterior with P (not the paper's)"),

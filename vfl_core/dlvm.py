@@ -232,16 +232,18 @@ class DlvmRoles:
             )
         if call.rows is not None and len(call.rows) != call.h.shape[0]:
             raise ProtocolError(f"latent samples for {call.h.shape[0]} rows, not {len(call.rows)}")
+        leaf = from_wire(call.h, call.h.shape, "latent samples").to(self.party.device)
         if not call.train:
             with torch.no_grad():
-                return Decoded(to_wire(self._terms(call, train=False)[0]))
-        state = self._decode_round(call)
+                return Decoded(to_wire(self._terms(call, leaf, train=False)))
+        state = self._decode_round(call)  # every check above: a refused call changes nothing
         key = _content_key(call.h)
         if state.decoded is not None:
             if key != state.decode_key:
                 raise ProtocolError(f"round {call.round_id}: decode repeated with other samples")
             return state.decoded
-        terms, leaf = self._terms(call, train=True)
+        leaf.requires_grad_(True)
+        terms = self._terms(call, leaf, train=True)
         (grad,) = torch.autograd.grad(terms.sum(), leaf, retain_graph=True)  # (B, S, d)
         state.log_lik, state.decode_key = terms, key
         state.decoded = Decoded(to_wire(terms), to_wire(grad))
@@ -264,9 +266,8 @@ class DlvmRoles:
             raise ProtocolError(f"round {call.round_id}: decode for other rows than embedded")
         return current
 
-    def _terms(self, call: DecodeCall, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        leaf = from_wire(call.h, call.h.shape, "latent samples").to(self.party.device)
-        leaf.requires_grad_(train)
+    def _terms(self, call: DecodeCall, leaf: torch.Tensor, train: bool) -> torch.Tensor:
+        """The party's log-likelihood terms at the samples `leaf`, (B, S, d) -> (B, S)."""
         self.models.train(train)
         with torch.set_grad_enabled(train):
             terms = torch.zeros(leaf.shape[:2], device=leaf.device)  # (B, S)
@@ -275,7 +276,7 @@ class DlvmRoles:
                 terms = self.models.decoder.log_prob(x, leaf)
             if self.config.dlvm.mnar:
                 terms = terms + self.models.missing_log_prob(call.rows is not None, leaf)
-        return terms, leaf
+        return terms
 
     # ------------------------------------------------------------------ Backward
     def backward(self, call: DlvmBackwardCall) -> None:
@@ -348,13 +349,16 @@ class DlvmRoles:
         return result
 
     def predict(self, call: StepCall) -> np.ndarray:
-        """SNIS class probabilities sum_l w~_l p(y | h_l), (B, C)."""
+        """SNIS class probabilities sum_l w~_l p(y | h_l), (B, C) (or, with predict "average",
+        equal weights)."""
         active = self._active()
         if call.stage != Stage.PREDICT:
             raise ProtocolError(f"predict with stage {int(call.stage)}")
         with torch.no_grad():
             draw = self._draw(call, train=False)
-            log_w = self._log_weights(draw, call.answers, train=False)[0]
+            log_w = self._log_weights(draw, call.answers, train=False)[0]  # (B, L)
+            if self.config.dlvm.predict == "average":
+                log_w = torch.zeros_like(log_w)
             active.eval()
             probs = torch.exp(active.class_log_probs(draw.h))  # (B, L, C)
             return to_wire(dm.snis(log_w, probs))

@@ -7,6 +7,8 @@ Both use the run's optimiser, learning rate and batch size.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -18,6 +20,10 @@ class DlvmConfig(BaseModel):
     hidden: tuple[int, ...] = (128,)  # every network's hidden layers
     kappa: int = Field(10, ge=1, le=1000)  # importance samples in training (the paper's 10)
     predict_samples: int = Field(50, ge=1, le=10000)  # L for SNIS prediction (the paper's 50)
+    # snis: the paper's self-normalised importance weights; average: p(y | h) averaged with equal
+    # weights over the L samples of the posterior (not the paper's; its weights are nearly
+    # one-hot on images, so SNIS predicts from about one sample: benchmarks/results/dlvm.md)
+    predict: Literal["snis", "average"] = "snis"
     stage2_epochs: int = Field(30, ge=0)
     mnar: bool = False  # each party also models whether it holds a sample, p(m_k | h)
     # Not in the paper: each training step leaves each observed expert out of the posterior with
