@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -456,6 +457,45 @@ def test_given_a_regression_or_coded_categorical_party_when_dlvm_starts_then_one
         TRAIN.model_copy(update={"scheduler": "cosine"}).model_validate(
             TRAIN.model_dump() | {"scheduler": "cosine"}
         )
+
+
+class LosesDecodes(InProcessTransport):
+    """An in-process transport on which one party's Decode answers never arrive (a deadline)."""
+
+    def __init__(self, parties: dict[int, Party], lost: int) -> None:
+        super().__init__(parties)
+        self.lost = lost
+
+    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
+        answers = super().dlvm_decode(calls)
+        return {b: a for b, a in answers.items() if b != self.lost}
+
+
+def test_given_a_party_that_misses_decode_then_the_round_steps_without_its_term(
+    few_labels: list[PartyData], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its expert shaped the posterior, so its encoder still learns; its decoder sent no term,
+    so it does not; the others train as usual, and the miss is recorded."""
+    parties = {
+        d.meta.block: Party(f"party{d.meta.block}", d, TRAIN, secret=SECRET) for d in few_labels
+    }
+    fed = Federation(LosesDecodes(parties, lost=2), TRAIN, progress=False)
+    fed.align()
+    batch = next(b for b in fed.plan(0) if len(b.pattern) == 4)
+    decoder = [p.detach().clone() for p in parties[2].dlvm.models.decoder.parameters()]
+    encoder = [p.detach().clone() for p in parties[2].dlvm.models.encoder.parameters()]
+
+    with caplog.at_level(logging.INFO, logger="vfl_core.engine"):
+        record = fed.run_round(0, 0, batch)
+
+    assert record.present == (0, 1, 2, 3) and record.updated == (0, 1, 2, 3)
+    assert np.isfinite(record.losses[0])
+    after = list(parties[2].dlvm.models.decoder.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(after, decoder, strict=True))
+    moved = list(parties[2].dlvm.models.encoder.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(moved, encoder, strict=True))
+    assert "round 0: block 2 missed decode" in caplog.text
+    assert "block 1 missed" not in caplog.text
 
 
 # ---------------------------------------------------------------- checkpoints
