@@ -42,6 +42,7 @@ def test_given_the_registry_when_listed_then_one_frozen_spec_per_method_keyed_by
         "zerofill",
         "stale",
         "dvfl",
+        "dlvm",
     )
     assert tuple(REGISTRY) == METHODS
     for name, spec in REGISTRY.items():
@@ -79,7 +80,7 @@ def test_given_an_unknown_method_on_the_command_line_when_simulating_then_one_li
     lines = result.output.strip().splitlines()
     assert lines == [
         "error: invalid method: unknown method 'bogus'; choose from laser, local, ensemble, "
-        "svfl, combinatorial, plug, zerofill, stale, dvfl"
+        "svfl, combinatorial, plug, zerofill, stale, dvfl, dlvm"
     ]
 
 

@@ -15,6 +15,7 @@ import torch
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
+from vfl_core.dlvm_config import DlvmConfig
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.method_spec import SHARED
@@ -34,9 +35,20 @@ ALL = tuple(range(K))
 MODEL = ModelConfig(representation="mlp", hidden=(12,), embed_dim=D)
 
 
+# dlvm's networks and stage 2, kept as small as the others' models
+DLVM = DlvmConfig(latent_dim=4, z_dim=2, hidden=(8,), stage2_epochs=1, predict_samples=4)
+
+
 def config(method: str, seed: int = 0, epochs: int = 1, **kw: object) -> TrainConfig:
     return TrainConfig(
-        method=method, seed=seed, epochs=epochs, batch_size=64, lr=1e-2, model=MODEL, **kw
+        method=method,
+        seed=seed,
+        epochs=epochs,
+        batch_size=64,
+        lr=1e-2,
+        model=MODEL,
+        dlvm=DLVM,
+        **kw,
     )
 
 

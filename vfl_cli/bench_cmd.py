@@ -313,11 +313,14 @@ def dlvm(
     ),
     methods: Annotated[str, Opt(help="dlvm and label-only methods")] = "dlvm,laser,local,plug,svfl",
     seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
-    stage1_epochs: Annotated[int, Opt(help="DLVM stage 1 epochs (all samples)")] = 3,
+    stage1_epochs: Annotated[int, Opt(help="DLVM stage 1 epochs (all samples)")] = 30,
     stage2_epochs: Annotated[int, Opt(help="DLVM stage 2 epochs (labelled rows)")] = 30,
     epochs: Annotated[int, Opt(help="epochs of the label-only methods")] = 20,
     jobs: Jobs = 2,
     data_path: MnistPath = DEFAULT_DATA,
+    reference: Annotated[
+        bool, Opt(help="run the centralised reference (MNIST, nothing missing) instead")
+    ] = False,
     bench: BenchRun = BenchRun(),
 ) -> None:
     """DLVM-VFL's few-label protocol: DLVM vs LASER-VFL and baselines per missingness."""
@@ -347,6 +350,7 @@ def dlvm(
         epochs=epochs,
         jobs=jobs,
         command=_command(),
+        reference=reference,
     )
     _run_and_report(mod.run, mod.write_report, job, bench)
 

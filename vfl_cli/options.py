@@ -50,10 +50,17 @@ def train_config(base: dict[str, Any], **overrides: Any) -> TrainConfig:
         value = overrides.pop(f"dvfl_{key}", None)
         if value is not None:
             dvfl[key] = value
+    dlvm = dict(data.pop("dlvm", {}) or {})
+    for key in [k for k in overrides if k.startswith("dlvm_")]:  # --dlvm-* options
+        value = overrides.pop(key)
+        if value is not None:
+            dlvm[key.removeprefix("dlvm_")] = value
     data.update({k: v for k, v in overrides.items() if v is not None})
     data["model"] = model
     if dvfl:
         data["dvfl"] = dvfl
+    if dlvm:
+        data["dlvm"] = dlvm
     return TrainConfig.model_validate(data)
 
 

@@ -53,9 +53,35 @@ class TrainOptions:
         int | None,
         Opt(help="0: exact rounds; S >= 1: pipelined rounds that may miss up to S updates"),
     ] = None
+    dlvm_stage2_epochs: Annotated[
+        int | None, Opt(help="dlvm: classifier epochs after --epochs of the bound (default 30)")
+    ] = None
+    dlvm_latent_dim: Annotated[int | None, Opt(help="dlvm: size of the latent h (default 16)")] = (
+        None
+    )
+    dlvm_hidden: Annotated[
+        str | None, Opt(help="dlvm: hidden sizes of every network (default 128)")
+    ] = None
+    dlvm_kappa: Annotated[
+        int | None, Opt(help="dlvm: importance samples in training (default 10)")
+    ] = None
+    dlvm_predict_samples: Annotated[
+        int | None, Opt(help="dlvm: importance samples L at inference (default 50)")
+    ] = None
+    dlvm_mnar: Annotated[
+        bool | None, Opt(help="dlvm: every party models whether it holds a sample (MNAR)")
+    ] = None
+    dlvm_predict: Annotated[
+        str | None, Opt(help="dlvm: snis (the paper's weights) | average (equal weights)")
+    ] = None
+    dlvm_expert_dropout: Annotated[
+        float | None,
+        Opt(help="dlvm: leave each expert out of a training posterior with P (not the paper's)"),
+    ] = None
 
     def config(self, base: dict[str, Any]) -> TrainConfig:
         """The TrainConfig of a config file's mapping with these options applied over it."""
         overrides = dataclasses.asdict(self)
         overrides["hidden"] = parse_ints(self.hidden, "--hidden")
+        overrides["dlvm_hidden"] = parse_ints(self.dlvm_hidden, "--dlvm-hidden")
         return train_config(base, **overrides)

@@ -239,3 +239,45 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
             return convert.owner_loss_to_proto(call.round_id, p.owner_train(call))
 
         return self._serve(context, "OwnerTrain", request.header, run)
+
+    # ------------------------------------------------------------------ latent-variable VFL
+    def DlvmDecode(self, request, context):
+        def run(p: Party) -> vfl_pb2.DlvmDecodeReply:
+            call = convert.dlvm_decode_call_from_proto(request, latent_dim=_latent(p))
+            return convert.dlvm_decoded_to_proto(p.dlvm_decode(call), call.round_id)
+
+        return self._serve(context, "DlvmDecode", request.header, run)
+
+    def DlvmStep(self, request, context):
+        def run(p: Party) -> vfl_pb2.DlvmStepReply:
+            call = convert.dlvm_step_call_from_proto(request, latent_dim=_latent(p))
+            return convert.dlvm_step_result_to_proto(p.dlvm_step(call), call.round_id)
+
+        return self._serve(context, "DlvmStep", request.header, run)
+
+    def DlvmPredict(self, request, context):
+        def run(p: Party) -> vfl_pb2.PredictReply:
+            call = convert.dlvm_step_call_from_proto(request, latent_dim=_latent(p), predict=True)
+            return convert.probabilities_to_proto(call.round_id, p.dlvm_predict(call))
+
+        return self._serve(context, "DlvmPredict", request.header, run)
+
+    def DlvmBackward(self, request, context):
+        def run(p: Party) -> vfl_pb2.Ack:
+            p.dlvm_backward(convert.dlvm_backward_call_from_proto(request, latent_dim=_latent(p)))
+            return vfl_pb2.Ack()
+
+        return self._serve(context, "DlvmBackward", request.header, run)
+
+    def LabelledRows(self, request, context):
+        def run(p: Party) -> vfl_pb2.LabelledRowsReply:
+            return convert.labelled_rows_to_proto(
+                p.labelled_rows(convert.check_split(request.split))
+            )
+
+        return self._serve(context, "LabelledRows", request.header, run)
+
+
+def _latent(party: Party) -> int:
+    """The latent size the party's dlvm messages must have (from the run's config)."""
+    return party.config.dlvm.latent_dim

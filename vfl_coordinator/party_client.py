@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 import grpc
 import numpy as np
 
+from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
 from vfl_core.dvfl_protocol import (
     GuestCall,
     GuestResult,
@@ -198,4 +199,37 @@ class PartyClient:
         return Pending(
             self._stub.OwnerTrain.future(request, timeout=timeout),
             lambda reply: convert.owner_loss_from_proto(reply, call=call),
+        )
+
+    # Latent-variable VFL (vfl_core.dlvm_protocol)
+    def dlvm_decode(self, call: DecodeCall, timeout: float) -> Pending[Decoded]:
+        request = convert.dlvm_decode_call_to_proto(call, self._header)
+        return Pending(
+            self._stub.DlvmDecode.future(request, timeout=timeout),
+            lambda reply: convert.dlvm_decoded_from_proto(reply, call=call),
+        )
+
+    def dlvm_step(self, call: StepCall, timeout: float) -> Pending[StepResult]:
+        request = convert.dlvm_step_call_to_proto(call, self._header)
+        return Pending(
+            self._stub.DlvmStep.future(request, timeout=timeout),
+            lambda reply: convert.dlvm_step_result_from_proto(reply, call=call),
+        )
+
+    def dlvm_predict(self, call: StepCall, timeout: float) -> Pending[np.ndarray]:
+        request = convert.dlvm_step_call_to_proto(call, self._header)
+        return Pending(
+            self._stub.DlvmPredict.future(request, timeout=timeout),
+            lambda reply: convert.probabilities_from_proto(reply, request_id=call.round_id),
+        )
+
+    def dlvm_backward(self, call: DlvmBackwardCall, timeout: float) -> Pending[None]:
+        request = convert.dlvm_backward_call_to_proto(call, self._header)
+        return Pending(self._stub.DlvmBackward.future(request, timeout=timeout), _nothing)
+
+    def labelled_rows(self, samples: int, timeout: float) -> Pending[np.ndarray]:
+        request = vfl_pb2.LabelledRowsRequest(header=self._header, split="train")
+        return Pending(
+            self._stub.LabelledRows.future(request, timeout=timeout),
+            lambda reply: convert.labelled_rows_from_proto(reply, samples=samples),
         )

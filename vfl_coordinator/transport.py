@@ -17,6 +17,7 @@ import numpy as np
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.party_client import PartyClient, Pending
 from vfl_coordinator.registry import Registry
+from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
 from vfl_core.dvfl_protocol import (
     GuestCall,
     GuestResult,
@@ -215,6 +216,33 @@ class GrpcTransport:
     def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
         t = self.deadlines.fuse
         return self._fan_out(calls, lambda c, call: c.owner_train(call, t), t, "OwnerTrain")
+
+    # Latent-variable VFL: Decode and Step take the Fuse deadline in training, Predict's at
+    # inference; its Backward the Backward deadline.
+    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
+        training = any(c.split == "train" for c in calls.values())
+        t = self.deadlines.fuse if training else self.deadlines.predict
+        return self._fan_out(calls, lambda c, call: c.dlvm_decode(call, t), t, "DlvmDecode")
+
+    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
+        t = self.deadlines.fuse
+        return self._fan_out(calls, lambda c, call: c.dlvm_step(call, t), t, "DlvmStep")
+
+    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
+        t = self.deadlines.predict
+        return self._fan_out(calls, lambda c, call: c.dlvm_predict(call, t), t, "DlvmPredict")
+
+    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
+        t = self.deadlines.backward
+        fan = self._fan_out(calls, lambda c, call: c.dlvm_backward(call, t), t, "DlvmBackward")
+        return set(fan)
+
+    def labelled_rows(self, block: int) -> np.ndarray | None:
+        t = self.deadlines.align
+        samples = self.infos()[block].samples.get("train", 0)
+        return self._fan_out(
+            {block: samples}, lambda c, n: c.labelled_rows(n, t), t, "LabelledRows"
+        ).get(block)
 
     def _psi_timeout(self, points: int) -> float:
         return self.deadlines.align + _PSI_S_PER_POINT * points

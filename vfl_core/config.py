@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from vfl_core.dlvm_config import DlvmConfig
 from vfl_core.method_spec import MethodSpec, ProgramHooks
 from vfl_core.methods import METHODS as METHODS  # re-exported: the registry's method names
 from vfl_core.methods import REGISTRY, method_spec, unknown_method
@@ -109,6 +110,7 @@ class TrainConfig(_Frozen):
         return 1 if self.staleness == 0 else 3 * self.rounds_per_call
 
     dvfl: DvflConfig = DvflConfig()  # used by method "dvfl" only
+    dlvm: DlvmConfig = DlvmConfig()  # used by method "dlvm" only
 
     @model_validator(mode="after")
     def _constant_lr_for_programs(self) -> TrainConfig:

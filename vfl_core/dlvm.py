@@ -1,56 +1,108 @@
-"""The latent-variable VFL's parties: what each computes in a round, transport-free.
+"""The latent-variable VFL inside one party process (vfl_core.dlvm_math has the model's math).
 
-A round of stage 1 (the importance-weighted bound over every sample, labelled or not):
+Every party k holds an encoder, its Gaussian expert q_k(h | x_k), and a decoder p(x_k | h)
+(with MNAR also p(m_k | h), whether it holds a sample). A label party also holds q(z | h),
+p(h | z) and the classifier p(y | h); the lowest label block is the active party, the one the
+coordinator asks to step. What a party computes in a round (vfl_core.dlvm_protocol):
 
-1. **Encode**: each party k holding the batch returns its Gaussian expert of h,
-   [mean_k | logvar_k], (B, 2d).
-2. **Sample**: the active party multiplies the experts (vfl_core.dlvm_math) and draws kappa
-   samples of h, (B, kappa, d), which it sends to the parties.
-3. **Decode**: each party returns log p(x_k | h_s), (B, kappa), and its gradient in h_s,
-   (B, kappa, d); with MNAR every party, holding the sample or not, adds log p(m_k | h_s).
-4. **Update**: the active party computes the bound, steps q(z | h) and p(h | z), and returns to
-   each party dL/d(log-likelihood) (B, kappa) and dL/d(expert) (B, 2d); each party
-   backpropagates them through its decoder and encoder and steps.
+- Embed: [mean | logvar] of its expert for its rows, (B, 2d), keeping the graph in training;
+- Decode: log p(x_k | h) at the coordinator's latent samples h, (B, S), and its gradient in h;
+- Step (the active party): the bound or the classifier's loss from the experts and the decoders'
+  answers; it steps its own networks and returns every party's gradients;
+- Backward: backpropagate those gradients through its decoder and encoder, and step.
 
-Stage 2 trains the active party's classifier p(y | h) on its labelled rows with the same
-weights (no update for the parties); prediction is SNIS with L samples. Only experts, latent
-samples, log-likelihoods and their gradients cross a party boundary: no feature, no label.
-Values cross as float32 numpy arrays, as they would on the wire.
+Every call of the current round answers a retry with the same answer; other content for the
+same round is refused, and an earlier round is stale (as for a Party's Embed/Fuse/Backward).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from vfl_core import dlvm_math as dm
-from vfl_core.data import PartyData, PartySplit
-from vfl_core.dlvm_models import ActiveModels, BlockModels, DlvmConfig
-from vfl_core.errors import ProtocolError
+from vfl_core.dlvm_models import ActiveModels, BlockModels
+from vfl_core.dlvm_protocol import (
+    DecodeCall,
+    Decoded,
+    DlvmBackwardCall,
+    PartyGrads,
+    Stage,
+    StepCall,
+    StepResult,
+)
+from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.missingness import UNLABELLED
-from vfl_core.seeding import Stream, derive_seed
+from vfl_core.model_bank import _optimizer
+from vfl_core.protocol import EmbedCall
+from vfl_core.seeding import Stream, derive_seed, rng
+
+if TYPE_CHECKING:
+    from vfl_core.config import TrainConfig
+    from vfl_core.party import Party
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Decoded:
-    """A party's answer to Decode: log-likelihood terms (B, S) and their gradient in h
-    (B, S, d); the gradient is None outside training."""
-
-    log_lik: np.ndarray
-    grad: np.ndarray | None
+# ---------------------------------------------------------------- the posterior's samples
 
 
-@dataclass(frozen=True)
-class PartyGrads:
-    """What the active party returns to party k in Update."""
+def noise(seed: int, stage: int, round_id: int, shape: tuple[int, int], dims: tuple[int, int]):
+    """The standard normal draws of h and z for one step: (B, S, d) and (B, S, dz). The same
+    (seed, stage, round) gives the same draws in the coordinator and the active party."""
+    gen = torch.Generator().manual_seed(derive_seed(seed, Stream.DLVM_NOISE, stage, round_id))
+    noise_h = torch.randn((*shape, dims[0]), generator=gen)
+    noise_z = torch.randn((*shape, dims[1]), generator=gen)
+    return noise_h, noise_z
 
-    log_lik: np.ndarray | None  # dL/d(log-likelihood terms), (B, S); None in stage 2
-    expert: np.ndarray | None  # dL/d[mean | logvar], (B, 2d); None if k did not hold the batch
+
+def kept_experts(
+    blocks: list[int], seed: int, stage: int, round_id: int, dropout: float
+) -> list[int]:
+    """The experts a step's posterior multiplies (DlvmConfig.expert_dropout): every one at
+    inference or without dropout; else each stays with 1 - dropout, and at least the one whose
+    draw was highest (the same draw in the coordinator and the active party)."""
+    if dropout == 0.0 or stage == Stage.PREDICT or len(blocks) < 2:
+        return blocks
+    draws = rng(seed, Stream.DLVM_DROPOUT, stage, round_id).random(len(blocks))  # block order
+    kept = [b for b, u in zip(blocks, draws, strict=True) if u >= dropout]
+    return kept or [blocks[int(np.argmax(draws))]]
+
+
+def posterior(experts: Mapping[int, torch.Tensor], noise_h: torch.Tensor, kept: list[int]):
+    """The product of the `kept` experts (B, 2d) each, in block order, and samples from it:
+    (mean, logvar) (B, d) each, h (B, S, d)."""
+    d = noise_h.shape[-1]
+    parts = [experts[b] for b in kept]
+    mean, logvar = dm.product_of_experts([e[:, :d] for e in parts], [e[:, d:] for e in parts])
+    return mean, logvar, dm.reparameterise(mean, logvar, noise_h)
+
+
+def latent_samples(
+    experts: Mapping[int, np.ndarray],
+    config: TrainConfig,
+    stage: int,
+    round_id: int,
+    samples: int,
+) -> np.ndarray:
+    """What the coordinator sends the decoders: S samples of h from the product of the
+    received experts, (B, S, d) float32 (the active party redraws exactly these)."""
+    tensors = {b: from_wire(e, e.shape, f"expert of block {b}") for b, e in experts.items()}
+    cfg, seed = config.dlvm, config.seed
+    batch = next(iter(tensors.values())).shape[0]
+    noise_h, _ = noise(seed, stage, round_id, (batch, samples), (cfg.latent_dim, cfg.z_dim))
+    kept = kept_experts(sorted(tensors), seed, stage, round_id, cfg.expert_dropout)
+    with torch.no_grad():
+        return to_wire(posterior(tensors, noise_h, kept)[2])
+
+
+# ---------------------------------------------------------------- wire helpers
 
 
 def to_wire(t: torch.Tensor) -> np.ndarray:
@@ -58,267 +110,395 @@ def to_wire(t: torch.Tensor) -> np.ndarray:
 
 
 def from_wire(array: np.ndarray, shape: tuple[int, ...], what: str) -> torch.Tensor:
-    """A received array as a fresh tensor, checked for dtype, shape and finiteness."""
-    if array.dtype != np.float32 or array.shape != shape:
+    """A received array as a fresh tensor, checked for dtype, shape and finiteness. The copy
+    lives in torch's own aligned memory: the same bits in any transport."""
+    if array.dtype != np.float32 or array.shape != tuple(shape):
         raise ProtocolError(f"{what}: got {array.dtype} {array.shape}, expected float32 {shape}")
     if not np.isfinite(array).all():
         raise ProtocolError(f"{what}: contains NaN or Inf")
-    return torch.from_numpy(array.copy())  # own, aligned memory: the same bits in any transport
+    return torch.from_numpy(array.copy())
 
 
-# ---------------------------------------------------------------- a data party
-
-
-@dataclass
-class _Pending:
-    """A party's graph between Encode/Decode and Update of one training round."""
-
-    round_id: int
-    expert: torch.Tensor | None  # (B, 2d), attached to the encoder
-    log_lik: torch.Tensor | None = None  # (B, S), attached to the decoder
-
-
-class DlvmParty:
-    """Party k: its rows, encoder and decoder (and missingness model); the active party also
-    holds an `ActiveSide`."""
-
-    def __init__(self, data: PartyData, config: DlvmConfig, seed: int, active: bool) -> None:
-        meta = data.meta
-        self.data, self.config, self.block = data, config, meta.block
-        likelihood = "bernoulli" if meta.kind == "image" else "gaussian"
-        self.models = BlockModels(config, meta.block, meta.feature_shape, likelihood, seed)
-        self.opt = torch.optim.Adam(self.models.parameters(), lr=config.lr)
-        self.active = ActiveSide(data, config, seed) if active else None
-        self._pending: _Pending | None = None
-
-    def replace_split(self, name: str, split: PartySplit | None) -> None:
-        """Swap in another evaluation split (the same samples under other missingness)."""
-        splits = {k: v for k, v in self.data.splits.items() if k != name}
-        if split is not None:
-            splits[name] = split
-        self.data = replace(self.data, splits=splits)
-        if self.active is not None:
-            self.active.data = self.data
-
-    def features(self, split: str, rows: np.ndarray) -> torch.Tensor:
-        x = self.data.splits[split].features
-        if rows.ndim != 1 or len(rows) == 0 or rows.min() < 0 or rows.max() >= len(x):
-            raise ProtocolError(f"block {self.block}: rows out of range for split {split!r}")
-        return torch.from_numpy(x[rows]).flatten(1)  # (B, F)
-
-    def encode(self, round_id: int, split: str, rows: np.ndarray, train: bool) -> np.ndarray:
-        """[mean | logvar] of this block's expert for the rows: (B, 2d)."""
-        self.models.train(train)
-        with torch.set_grad_enabled(train):
-            mean, logvar = self.models.encoder(self.features(split, rows))  # (B, d) each
-            expert = torch.cat([mean, logvar], dim=1)  # (B, 2d)
-        if train:
-            self._pending = _Pending(round_id, expert)
-        return to_wire(expert)
-
-    def decode(
-        self, round_id: int, split: str, rows: np.ndarray | None, h: np.ndarray, train: bool
-    ) -> Decoded:
-        """Log-likelihood terms of this party at the latent samples h (B, S, d): its decoder's
-        log p(x_k | h) if it holds the batch (``rows``), plus log p(m_k | h) with MNAR."""
-        if rows is None and not self.config.mnar:
-            raise ProtocolError(f"block {self.block}: decode for a batch it does not hold")
-        if h.ndim != 3 or (rows is not None and len(rows) != len(h)):
-            raise ProtocolError(f"block {self.block}: latent samples of shape {h.shape}")
-        leaf = from_wire(h, (h.shape[0], h.shape[1], self.config.latent_dim), "h")
-        leaf.requires_grad_(train)
-        with torch.set_grad_enabled(train):
-            terms = torch.zeros(leaf.shape[:2])
-            if rows is not None:
-                terms = self.models.decoder.log_prob(self.features(split, rows), leaf)  # (B, S)
-            if self.config.mnar:
-                terms = terms + self.models.missing_log_prob(rows is not None, leaf)
-        if not train:
-            return Decoded(to_wire(terms), None)
-        (grad,) = torch.autograd.grad(terms.sum(), leaf, retain_graph=True)  # (B, S, d)
-        pending = self._pending if rows is not None else _Pending(round_id, None)
-        if pending is None or pending.round_id != round_id:
-            raise ProtocolError(f"block {self.block}: decode for round {round_id} before encode")
-        pending.log_lik = terms
-        self._pending = pending
-        return Decoded(to_wire(terms), to_wire(grad))
-
-    def update(self, round_id: int, grads: PartyGrads) -> None:
-        """Backpropagate the active party's gradients through this party's networks; step."""
-        pending = self._pending
-        if pending is None or pending.round_id != round_id:
-            raise ProtocolError(f"block {self.block}: update for round {round_id} without encode")
-        outputs: list[torch.Tensor] = []
-        seeds: list[torch.Tensor] = []
-        if grads.log_lik is not None:  # stage 1: the decoder's terms (stage 2 fine-tunes only
-            if pending.log_lik is None:  # the encoder)
-                raise ProtocolError(
-                    f"block {self.block}: update for round {round_id} without decode"
-                )
-            outputs.append(pending.log_lik)
-            seeds.append(from_wire(grads.log_lik, tuple(pending.log_lik.shape), "grad of log-lik"))
-        if pending.expert is not None:
-            if grads.expert is None:
-                raise ProtocolError(f"block {self.block}: update lacks its expert's gradient")
-            outputs.append(pending.expert)
-            seeds.append(from_wire(grads.expert, tuple(pending.expert.shape), "grad of expert"))
-        self.opt.zero_grad(set_to_none=True)
-        torch.autograd.backward(outputs, seeds)
-        self.opt.step()
-        self._pending = None
-
-    def parameters_vector(self) -> np.ndarray:
-        params = [p.detach().flatten() for p in self.models.parameters()]
-        if self.active is not None:
-            params += [p.detach().flatten() for p in self.active.models.parameters()]
-        return torch.cat(params).numpy()
-
-
-# ---------------------------------------------------------------- the active party
-
-
-@dataclass
-class _Draw:
-    """The active party's state between Sample and Update."""
-
-    draw: tuple[int, ...]
-    experts: dict[int, torch.Tensor]  # block -> (B, 2d) leaves
-    h: torch.Tensor  # (B, S, d)
-    own: torch.Tensor  # (B, S): log p(z) + log p(h | z) - log q(z | h) - log q(h | x_O)
-
-
-class ActiveSide:
-    """The active party's q(z | h), p(h | z), classifier and the labels of its rows."""
-
-    def __init__(self, data: PartyData, config: DlvmConfig, seed: int) -> None:
-        meta = data.meta
-        if not meta.has_labels:
-            raise ProtocolError(f"block {meta.block} holds no labels: it cannot be active")
-        self.data, self.config, self.seed = data, config, seed
-        self.models = ActiveModels(config, meta.block, meta.num_classes, seed)
-        generative = [*self.models.q_z.parameters(), *self.models.p_h.parameters()]
-        self.opt = torch.optim.Adam(generative, lr=config.lr)
-        self.classifier_opt = torch.optim.Adam(self.models.classifier.parameters(), lr=config.lr)
-        self._draw: _Draw | None = None
-
-    def labelled_rows(self) -> np.ndarray:
-        """Which training rows have a label (the coordinator plans stage 2 over them)."""
-        labels = self.data.splits["train"].labels
-        assert labels is not None
-        return np.flatnonzero(labels != UNLABELLED)
-
-    def sample(
-        self, draw: tuple[int, ...], experts: dict[int, np.ndarray], samples: int, train: bool
-    ) -> np.ndarray:
-        """The posterior's latent samples h (B, S, d) from the observed blocks' experts.
-
-        ``draw`` names the noise stream (e.g. (stage, round)); training keeps the graph to
-        the experts for Update."""
-        if not experts:
-            raise ProtocolError("sample needs at least one observed block's expert")
-        d = self.config.latent_dim
-        batch = len(next(iter(experts.values())))
-        leaves = {
-            b: from_wire(e, (batch, 2 * d), f"expert of block {b}").requires_grad_(train)
-            for b, e in sorted(experts.items())
-        }
-        noise_h, noise_z = self._noise(draw, batch, samples)
-        self.models.train(train)
-        with torch.set_grad_enabled(train):
-            mean, logvar = dm.product_of_experts(
-                [e[:, :d] for e in leaves.values()], [e[:, d:] for e in leaves.values()]
-            )  # (B, d) each
-            h = dm.reparameterise(mean, logvar, noise_h)  # (B, S, d)
-            log_q = dm.gaussian_log_prob(h, mean.unsqueeze(1), logvar.unsqueeze(1))  # (B, S)
-            own = self.models.prior_terms(h, noise_z) - log_q
-        self._draw = _Draw(draw, leaves, h, own)
-        return to_wire(h)
-
-    def _noise(self, draw: tuple[int, ...], batch: int, samples: int):
-        gen = torch.Generator().manual_seed(derive_seed(self.seed, Stream.DLVM_NOISE, *draw))
-        shape = (batch, samples)
-        noise_h = torch.randn((*shape, self.config.latent_dim), generator=gen)
-        noise_z = torch.randn((*shape, self.config.z_dim), generator=gen)
-        return noise_h, noise_z
-
-    def _log_weights(
-        self, answers: dict[int, Decoded], train: bool
-    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """log w (B, S) of the current draw, and the parties' log-likelihood leaves."""
-        state = self._current()
-        shape = tuple(state.h.shape[:2])
-        d = self.config.latent_dim
-        log_w = state.own
-        leaves: dict[int, torch.Tensor] = {}
-        for b, answer in sorted(answers.items()):
-            value = from_wire(answer.log_lik, shape, f"log-likelihood of block {b}")
-            if train:
-                if answer.grad is None:
-                    raise ProtocolError(f"block {b}: a training answer needs its gradient")
-                grad = from_wire(answer.grad, (*shape, d), f"gradient of block {b}")
-                leaves[b] = value.requires_grad_(True)
-                log_w = log_w + dm.linearised(leaves[b], grad, state.h)
-            else:
-                log_w = log_w + value
-        return log_w, leaves
-
-    def bound_step(self, answers: dict[int, Decoded]) -> tuple[float, dict[int, PartyGrads]]:
-        """Stage 1: maximise the IWAE bound; step q(z | h), p(h | z); the parties' gradients."""
-        state = self._current()
-        log_w, leaves = self._log_weights(answers, train=True)
-        loss = -dm.iwae_bound(log_w).mean()
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
-        grads = {}
-        for b, leaf in leaves.items():
-            expert = state.experts.get(b)
-            grads[b] = PartyGrads(
-                to_wire(_grad(leaf)), None if expert is None else to_wire(_grad(expert))
-            )
-        self._draw = None
-        return float(loss.detach()), grads
-
-    def classifier_step(
-        self, answers: dict[int, Decoded], rows: np.ndarray
-    ) -> tuple[float, dict[int, PartyGrads]]:
-        """Stage 2: maximise log sum_s w~_s p(y | h_s) over the labelled rows of the batch
-        (weights held fixed); step the classifier and return the experts' gradients, with
-        which the parties fine-tune their encoders."""
-        labels = self.data.splits["train"].labels
-        assert labels is not None
-        y = torch.from_numpy(labels[rows])
-        if (y == UNLABELLED).any():
-            raise ProtocolError("stage 2 batch holds an unlabelled row")
-        state = self._current()
-        with torch.no_grad():
-            log_w, _ = self._log_weights(answers, train=False)
-        self.models.classifier.train()
-        log_py = self.models.class_log_probs(state.h)  # (B, S, C)
-        picked = log_py.gather(2, y.view(-1, 1, 1).expand(-1, state.h.shape[1], 1)).squeeze(2)
-        loss = -torch.logsumexp(torch.log_softmax(log_w, dim=1) + picked, dim=1).mean()
-        self.classifier_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.classifier_opt.step()
-        grads = {b: PartyGrads(None, to_wire(_grad(e))) for b, e in state.experts.items()}
-        self._draw = None
-        return float(loss.detach()), grads
-
-    def predict(self, answers: dict[int, Decoded]) -> np.ndarray:
-        """SNIS: sum_l w~_l p(y | h_l), (B, C)."""
-        with torch.no_grad():
-            log_w, _ = self._log_weights(answers, train=False)
-            self.models.eval()
-            probs = torch.exp(self.models.class_log_probs(self._current().h))  # (B, L, C)
-            out = dm.snis(log_w, probs)
-        self._draw = None
-        return to_wire(out)
-
-    def _current(self) -> _Draw:
-        if self._draw is None:
-            raise ProtocolError("the active party has no latent samples drawn")
-        return self._draw
+def _content_key(*parts: object) -> bytes:
+    """A digest of a call's content, to tell an identical retry from another call."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            h.update(repr((part.dtype.str, part.shape)).encode())
+            h.update(np.ascontiguousarray(part).tobytes())
+        elif isinstance(part, Mapping):
+            for k in sorted(part):
+                h.update(repr(k).encode())
+                h.update(_content_key(part[k]))
+        elif isinstance(part, Decoded):
+            h.update(_content_key(part.log_lik, part.grad))
+        else:
+            h.update(repr(part).encode())
+    return h.digest()
 
 
 def _grad(leaf: torch.Tensor) -> torch.Tensor:
     return leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+
+
+# ---------------------------------------------------------------- a party's round
+
+
+@dataclass
+class _Round:
+    """What a party keeps of the training round in progress, between Embed and Backward."""
+
+    round_id: int
+    rows: np.ndarray | None  # None: it does not hold the batch (decodes its MNAR term only)
+    digest: bytes
+    expert: torch.Tensor | None = None  # (B, 2d), attached to the encoder
+    expert_wire: np.ndarray | None = None
+    log_lik: torch.Tensor | None = None  # (B, S), attached to the decoder
+    decoded: Decoded | None = None
+    decode_key: bytes = b""
+    stepped: bool = False
+
+
+class DlvmRoles:
+    """A party's latent-variable VFL networks and round state (what Party keeps instead of
+    f_k and g_k for method dlvm)."""
+
+    def __init__(self, party: Party) -> None:
+        meta = party.data.meta
+        if meta.task != "classification":
+            raise ConfigError("the latent-variable VFL (dlvm) is for classification tasks")
+        if meta.categorical:
+            raise ConfigError(
+                f"party {party.party_id}: dlvm models every feature as a number; integer-coded "
+                "categorical columns are not supported (one-hot them: vfl prepare --max-onehot)"
+            )
+        self.party = party
+        self.config: TrainConfig = party.config
+        cfg = self.config.dlvm
+        likelihood = "bernoulli" if meta.kind == "image" else "gaussian"
+        seed = self.config.seed
+        self.models = BlockModels(cfg, meta.block, meta.feature_shape, likelihood, seed)
+        self.models.to(party.device)
+        self.opt = _optimizer(self.models, self.config)
+        self.active = (
+            ActiveModels(cfg, meta.block, meta.num_classes, seed) if meta.has_labels else None
+        )
+        self.active_opt = (
+            None if self.active is None else _optimizer(self.active.generative, self.config)
+        )
+        self.classifier_opt = (
+            None if self.active is None else _optimizer(self.active.classifier, self.config)
+        )
+        self._round: _Round | None = None
+        self._step: tuple[int, bytes, StepResult] | None = None  # the last training step
+
+    @property
+    def d(self) -> int:
+        return self.config.dlvm.latent_dim
+
+    # ------------------------------------------------------------------ Embed
+    def encode(self, call: EmbedCall) -> np.ndarray:
+        """[mean | logvar] of this party's expert for its rows of the batch, (B, 2d)."""
+        if not call.train:
+            x = self.party._batch(call.split, call.rows, call.digest)
+            self.models.eval()
+            with torch.no_grad():
+                return to_wire(torch.cat(self.models.encoder(x.flatten(1)), dim=1))
+        current = self._round
+        if current is not None and current.round_id == call.round_id:
+            same = current.rows is not None and np.array_equal(current.rows, call.rows)
+            if not same or current.digest != call.digest or current.expert_wire is None:
+                raise ProtocolError(f"round {call.round_id}: embed repeated with other rows")
+            return current.expert_wire
+        self._check_new(call.round_id, "embed")
+        x = self.party._batch(call.split, call.rows, call.digest)
+        self.models.train()
+        expert = torch.cat(self.models.encoder(x.flatten(1)), dim=1)  # (B, 2d)
+        wire = to_wire(expert)
+        self._round = _Round(call.round_id, call.rows, call.digest, expert, wire)
+        self.party.last_round = call.round_id
+        return wire
+
+    # ------------------------------------------------------------------ Decode
+    def decode(self, call: DecodeCall) -> Decoded:
+        """log p(x_k | h) (+ log p(m_k | h) with MNAR) at the latent samples, (B, S), and in
+        training its gradient in h, (B, S, d)."""
+        mnar = self.config.dlvm.mnar
+        if call.rows is None and not mnar:
+            raise ProtocolError(f"block {self.party.block}: decode for a batch it does not hold")
+        if call.h.ndim != 3 or call.h.shape[2] != self.d or call.h.shape[1] < 1:
+            raise ProtocolError(
+                f"latent samples of shape {call.h.shape}, expected (B, S, {self.d})"
+            )
+        if call.rows is not None and len(call.rows) != call.h.shape[0]:
+            raise ProtocolError(f"latent samples for {call.h.shape[0]} rows, not {len(call.rows)}")
+        leaf = from_wire(call.h, call.h.shape, "latent samples").to(self.party.device)
+        if not call.train:
+            with torch.no_grad():
+                return Decoded(to_wire(self._terms(call, leaf, train=False)))
+        state = self._decode_round(call)  # every check above: a refused call changes nothing
+        key = _content_key(call.h)
+        if state.decoded is not None:
+            if key != state.decode_key:
+                raise ProtocolError(f"round {call.round_id}: decode repeated with other samples")
+            return state.decoded
+        leaf.requires_grad_(True)
+        terms = self._terms(call, leaf, train=True)
+        (grad,) = torch.autograd.grad(terms.sum(), leaf, retain_graph=True)  # (B, S, d)
+        state.log_lik, state.decode_key = terms, key
+        state.decoded = Decoded(to_wire(terms), to_wire(grad))
+        return state.decoded
+
+    def _decode_round(self, call: DecodeCall) -> _Round:
+        current = self._round
+        if call.rows is None:  # MNAR: the party learns its missingness model on this batch
+            if current is not None and current.round_id == call.round_id:
+                if current.rows is not None:
+                    raise ProtocolError(f"round {call.round_id}: decode without rows after embed")
+                return current
+            self._check_new(call.round_id, "decode")
+            self._round = _Round(call.round_id, None, b"")
+            self.party.last_round = call.round_id
+            return self._round
+        if current is None or current.round_id != call.round_id:
+            raise StaleRoundError(f"decode for round {call.round_id} before its embed")
+        if not np.array_equal(current.rows, call.rows) or current.digest != call.digest:
+            raise ProtocolError(f"round {call.round_id}: decode for other rows than embedded")
+        return current
+
+    def _terms(self, call: DecodeCall, leaf: torch.Tensor, train: bool) -> torch.Tensor:
+        """The party's log-likelihood terms at the samples `leaf`, (B, S, d) -> (B, S)."""
+        self.models.train(train)
+        with torch.set_grad_enabled(train):
+            terms = torch.zeros(leaf.shape[:2], device=leaf.device)  # (B, S)
+            if call.rows is not None:
+                x = self.party._batch(call.split, call.rows, call.digest).flatten(1)
+                terms = self.models.decoder.log_prob(x, leaf)
+            if self.config.dlvm.mnar:
+                terms = terms + self.models.missing_log_prob(call.rows is not None, leaf)
+        return terms
+
+    # ------------------------------------------------------------------ Backward
+    def backward(self, call: DlvmBackwardCall) -> None:
+        """Backpropagate the active party's gradients through the decoder's terms (stage 1) and
+        the expert (both stages); step."""
+        state = self._round
+        if state is None or state.round_id != call.round_id:
+            raise StaleRoundError(f"backward for round {call.round_id}, not the party's round")
+        if state.stepped:
+            return
+        outputs, seeds = [], []
+        if call.grads.log_lik is not None:
+            if state.log_lik is None:
+                raise ProtocolError(
+                    f"round {call.round_id}: log-likelihood gradient without decode"
+                )
+            outputs.append(state.log_lik)
+            seeds.append(self._wire_grad(call.grads.log_lik, state.log_lik, "log-likelihood"))
+        if call.grads.expert is not None:
+            if state.expert is None:
+                raise ProtocolError(f"round {call.round_id}: expert gradient without embed")
+            outputs.append(state.expert)
+            seeds.append(self._wire_grad(call.grads.expert, state.expert, "expert"))
+        state.stepped = True
+        if not outputs:
+            return
+        self.opt.zero_grad(set_to_none=True)
+        torch.autograd.backward(outputs, seeds)
+        self.opt.step()
+
+    def _wire_grad(self, array: np.ndarray, like: torch.Tensor, what: str) -> torch.Tensor:
+        return from_wire(array, tuple(like.shape), f"gradient of the {what}").to(like.device)
+
+    def _check_new(self, round_id: int, phase: str) -> None:
+        if round_id <= self.party.last_round:
+            raise StaleRoundError(
+                f"{phase} for round {round_id}: party is at round {self.party.last_round}"
+            )
+
+    # ------------------------------------------------------------------ the active party
+    def labelled_rows(self) -> np.ndarray:
+        """The training rows this party holds a label for (stage 2 plans over them)."""
+        labels = self.party._split("train").labels
+        if self.active is None or labels is None:
+            raise ProtocolError(f"party {self.party.party_id} holds no labels")
+        return np.flatnonzero(labels != UNLABELLED).astype(np.int64)
+
+    def step(self, call: StepCall) -> StepResult:
+        """Stage 1: maximise the importance-weighted bound; stage 2: the classifier's SNIS
+        log-likelihood of the labels. Steps this party's q(z | h), p(h | z) (stage 1) or
+        classifier (stage 2); returns every party's gradients."""
+        active = self._active()
+        if call.stage == Stage.PREDICT:
+            raise ProtocolError("step: the predict stage is asked with DlvmPredict")
+        key = _content_key(call.stage, call.samples, call.experts, call.answers, call.rows)
+        if self._step is not None:
+            last, last_key, result = self._step
+            if call.round_id < last:
+                raise StaleRoundError(f"step for round {call.round_id}: party is at round {last}")
+            if call.round_id == last:
+                if key != last_key:
+                    raise ProtocolError(f"round {call.round_id}: step repeated with other content")
+                return result
+        draw = self._draw(call, train=True)
+        if call.stage == Stage.BOUND:
+            result = self._bound_step(active, call, draw)
+        else:
+            result = self._classifier_step(active, call, draw)
+        self._step = (call.round_id, key, result)
+        return result
+
+    def predict(self, call: StepCall) -> np.ndarray:
+        """SNIS class probabilities sum_l w~_l p(y | h_l), (B, C) (or, with predict "average",
+        equal weights)."""
+        active = self._active()
+        if call.stage != Stage.PREDICT:
+            raise ProtocolError(f"predict with stage {int(call.stage)}")
+        with torch.no_grad():
+            draw = self._draw(call, train=False)
+            log_w = self._log_weights(draw, call.answers, train=False)[0]  # (B, L)
+            if self.config.dlvm.predict == "average":
+                log_w = torch.zeros_like(log_w)
+            active.eval()
+            probs = torch.exp(active.class_log_probs(draw.h))  # (B, L, C)
+            return to_wire(dm.snis(log_w, probs))
+
+    def _active(self) -> ActiveModels:
+        if self.active is None:
+            raise ProtocolError(f"party {self.party.party_id} holds no labels: it is not active")
+        return self.active
+
+    def _draw(self, call: StepCall, train: bool) -> _Draw:
+        """Redraw the coordinator's latent samples from the experts, with the graph to them."""
+        if not call.experts:
+            raise ProtocolError("step: no expert")
+        batch = next(iter(call.experts.values())).shape[0]
+        cfg = self.config.dlvm
+        experts = {
+            b: from_wire(e, (batch, 2 * self.d), f"expert of block {b}").requires_grad_(train)
+            for b, e in sorted(call.experts.items())
+        }
+        if call.samples < 1:
+            raise ProtocolError(f"step: {call.samples} samples")
+        noise_h, noise_z = noise(
+            self.config.seed,
+            int(call.stage),
+            call.round_id,
+            (batch, call.samples),
+            (self.d, cfg.z_dim),
+        )
+        kept = kept_experts(
+            sorted(experts), self.config.seed, call.stage, call.round_id, cfg.expert_dropout
+        )
+        active = self._active()
+        active.train(train)
+        with torch.set_grad_enabled(train):
+            mean, logvar, h = posterior(experts, noise_h, kept)  # (B, d), (B, d), (B, S, d)
+            log_q = dm.gaussian_log_prob(h, mean.unsqueeze(1), logvar.unsqueeze(1))  # (B, S)
+            own = active.prior_terms(h, noise_z) - log_q
+        return _Draw(experts, h, own)
+
+    def _log_weights(
+        self, draw: _Draw, answers: Mapping[int, Decoded], train: bool
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """log w (B, S) and the decoders' log-likelihood leaves (training)."""
+        shape = tuple(draw.h.shape[:2])
+        log_w = draw.own
+        leaves: dict[int, torch.Tensor] = {}
+        for b, answer in sorted(answers.items()):
+            value = from_wire(answer.log_lik, shape, f"log-likelihood of block {b}")
+            if not train:
+                log_w = log_w + value
+                continue
+            if answer.grad is None:
+                raise ProtocolError(f"block {b}: a training answer needs its gradient")
+            grad = from_wire(answer.grad, (*shape, self.d), f"gradient of block {b}")
+            leaves[b] = value.requires_grad_(True)
+            log_w = log_w + dm.linearised(leaves[b], grad, draw.h)
+        return log_w, leaves
+
+    def _bound_step(self, active: ActiveModels, call: StepCall, draw: _Draw) -> StepResult:
+        self._known_blocks(call)
+        log_w, leaves = self._log_weights(draw, call.answers, train=True)
+        loss = -dm.iwae_bound(log_w).mean()
+        assert self.active_opt is not None
+        self.active_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.active_opt.step()
+        blocks = sorted({*draw.experts, *leaves})
+        grads = {
+            b: PartyGrads(
+                None if b not in leaves else to_wire(_grad(leaves[b])),
+                None if b not in draw.experts else to_wire(_grad(draw.experts[b])),
+            )
+            for b in blocks
+        }
+        return StepResult(float(loss.detach()), grads)
+
+    def _classifier_step(self, active: ActiveModels, call: StepCall, draw: _Draw) -> StepResult:
+        """maximise log sum_s w~_s p(y | h_s) over the batch (weights held fixed)."""
+        if call.rows is None:
+            raise ProtocolError("classifier step without the active party's rows")
+        self._known_blocks(call)
+        x_rows = call.rows
+        self.party._check_digest("train", x_rows, call.digest)
+        if len(x_rows) != draw.h.shape[0]:
+            raise ProtocolError(
+                f"classifier step: {len(x_rows)} rows for {draw.h.shape[0]} samples"
+            )
+        labels = self.party._split("train").labels
+        assert labels is not None
+        y = torch.from_numpy(labels[x_rows])
+        if (y == UNLABELLED).any():
+            raise ProtocolError("classifier step: the batch holds an unlabelled row")
+        with torch.no_grad():
+            log_w = self._log_weights(draw, call.answers, train=False)[0]
+        log_py = active.class_log_probs(draw.h)  # (B, S, C)
+        picked = log_py.gather(2, y.view(-1, 1, 1).expand(-1, draw.h.shape[1], 1)).squeeze(2)
+        loss = -torch.logsumexp(torch.log_softmax(log_w, dim=1) + picked, dim=1).mean()
+        assert self.classifier_opt is not None
+        self.classifier_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.classifier_opt.step()
+        grads = {b: PartyGrads(None, to_wire(_grad(e))) for b, e in draw.experts.items()}
+        return StepResult(float(loss.detach()), grads)
+
+    def _known_blocks(self, call: StepCall) -> None:
+        num_blocks = self.party.data.meta.num_blocks
+        blocks = {*call.experts, *call.answers}
+        if any(not 0 <= b < num_blocks for b in blocks):
+            raise ProtocolError(f"step: blocks {sorted(blocks)} outside 0..{num_blocks - 1}")
+
+    # ------------------------------------------------------------------ state
+    def modules(self) -> list[torch.nn.Module]:
+        return [self.models] if self.active is None else [self.models, self.active]
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"models": self.models.state_dict(), "opt": self.opt.state_dict()}
+        if self.active is not None:
+            assert self.active_opt is not None and self.classifier_opt is not None
+            state |= {
+                "active": self.active.state_dict(),
+                "active_opt": self.active_opt.state_dict(),
+                "classifier_opt": self.classifier_opt.state_dict(),
+            }
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.models.load_state_dict(state["models"])
+        self.opt.load_state_dict(state["opt"])
+        if self.active is not None:
+            assert self.active_opt is not None and self.classifier_opt is not None
+            self.active.load_state_dict(state["active"])
+            self.active_opt.load_state_dict(state["active_opt"])
+            self.classifier_opt.load_state_dict(state["classifier_opt"])
+        self._round, self._step = None, None
+
+
+@dataclass
+class _Draw:
+    """The active party's latent samples of a step, with the graph to the experts."""
+
+    experts: dict[int, torch.Tensor]  # block -> (B, 2d) leaves
+    h: torch.Tensor  # (B, S, d)
+    own: torch.Tensor  # (B, S): log p(z) + log p(h | z) - log q(z | h) - log q(h | x_O)

@@ -12,30 +12,14 @@ from enum import IntEnum
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from vfl_core import dlvm_math as dm
+from vfl_core.dlvm_config import DlvmConfig
 from vfl_core.models import MLPRepresentation, _build_seeded
 from vfl_core.seeding import Stream, derive_seed
 
 Likelihood = Literal["bernoulli", "gaussian"]
-
-
-class DlvmConfig(BaseModel):
-    """The latent-variable VFL's own settings (the paper's kappa = 10 and L = 50)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    latent_dim: int = Field(16, ge=1, le=4096)  # h, shared by every party's expert
-    z_dim: int = Field(8, ge=1, le=4096)
-    hidden: tuple[int, ...] = (128,)
-    kappa: int = Field(10, ge=1, le=1000)  # importance samples in training (both stages)
-    predict_samples: int = Field(50, ge=1, le=10000)  # L, for SNIS prediction
-    stage1_epochs: int = Field(20, ge=0)
-    stage2_epochs: int = Field(20, ge=0)
-    lr: float = Field(1e-3, gt=0)
-    mnar: bool = False  # each party also models whether it holds a sample, p(m_k | h)
 
 
 class Role(IntEnum):
@@ -132,6 +116,11 @@ class ActiveModels(nn.Module):
         self.q_z = GaussianNet(_mlp(d, hidden, 2 * dz, seed, block, Role.Q_Z), dz)
         self.p_h = GaussianNet(_mlp(dz, hidden, 2 * d, seed, block, Role.P_H), d)
         self.classifier = _mlp(d, hidden, num_classes, seed, block, Role.CLASSIFIER)
+
+    @property
+    def generative(self) -> nn.ModuleList:
+        """q(z | h) and p(h | z): what stage 1 trains at the active party."""
+        return nn.ModuleList([self.q_z, self.p_h])
 
     def prior_terms(self, h: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """log p(z) + log p(h | z) - log q(z | h) for z ~ q(z | h) (reparameterised with

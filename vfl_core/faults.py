@@ -35,6 +35,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
 from vfl_core.dvfl_protocol import (
     GuestCall,
     GuestResult,
@@ -77,6 +78,7 @@ _PHASES = {
 Entity = Literal["guest", "host", "link"]
 ENTITIES: tuple[str, ...] = ("guest", "host", "link")
 Unit = int | tuple[int, int]  # a block (guest or host) or a link (guest, host)
+_PHASES |= {"dlvm_decode": 20, "dlvm_step": 21, "dlvm_backward": 22}  # vfl_core.dlvm_program
 
 
 class FaultConfig(BaseModel):
@@ -264,6 +266,31 @@ class FaultyTransport:
 
     def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
         return self.inner.score(block, call)
+
+    # Latent-variable VFL: its training phases fail like Fuse/Backward, inference like Predict
+    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
+        rounds = {c.round_id for c in calls.values() if c.split == "train"}
+        return self.inner.dlvm_decode(self._dlvm_calls(calls, rounds, "dlvm_decode"))
+
+    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
+        rounds = {c.round_id for c in calls.values()}
+        return self.inner.dlvm_step(self._dlvm_calls(calls, rounds, "dlvm_step"))
+
+    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
+        return self.inner.dlvm_predict(self._dlvm_calls(calls, set(), "dlvm_step"))
+
+    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
+        rounds = {c.round_id for c in calls.values()}
+        return self.inner.dlvm_backward(self._dlvm_calls(calls, rounds, "dlvm_backward"))
+
+    def _dlvm_calls(self, calls: Mapping[int, C], rounds: set[int], phase: str) -> dict[int, C]:
+        """Training calls (of one round) reach live parties over the lossy link; inference
+        calls reach the live parties when faults apply at inference."""
+        if rounds:
+            return self._deliver(calls, min(rounds), phase)
+        if self.faults.at_inference:
+            return {b: c for b, c in calls.items() if b not in self.down}
+        return dict(calls)
 
     def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]:
         return self.inner.id_hashes(split, blocks)

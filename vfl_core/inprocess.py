@@ -17,6 +17,14 @@ from typing import TypeVar
 
 import numpy as np
 
+from vfl_core.dlvm_protocol import (
+    DecodeCall,
+    Decoded,
+    DlvmBackwardCall,
+    PartyGrads,
+    StepCall,
+    StepResult,
+)
 from vfl_core.dvfl_protocol import (
     GuestCall,
     GuestResult,
@@ -164,6 +172,23 @@ class InProcessTransport:
     def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
         return self._fan_out(calls, Party.owner_train)
 
+    # Latent-variable VFL: each answer is a copy, as an answer off the wire would be
+    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
+        return self._fan_out(calls, lambda p, c: _copy_decoded(p.dlvm_decode(c)))
+
+    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
+        return self._fan_out(calls, lambda p, c: _copy_step(p.dlvm_step(c)))
+
+    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
+        return self._fan_out(calls, lambda p, c: p.dlvm_predict(c).copy())
+
+    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
+        return set(self._fan_out(calls, lambda p, c: p.dlvm_backward(c) or True))
+
+    def labelled_rows(self, block: int) -> np.ndarray | None:
+        answer = self._fan_out({block: "train"}, Party.labelled_rows).get(block)
+        return None if answer is None else answer.copy()
+
     def _fan_out(self, calls: Mapping[int, C], method: Callable[[Party, C], R]) -> dict[int, R]:
         answers: dict[int, R] = {}
         for block, call in sorted(calls.items()):
@@ -175,3 +200,19 @@ class InProcessTransport:
             except VflError as err:
                 log.warning("block %d refused %s: %s", block, type(call).__name__, err)
         return answers
+
+
+def _copy_decoded(answer: Decoded) -> Decoded:
+    """A copy of a decoder's arrays (no party holds another party's memory)."""
+    return Decoded(answer.log_lik.copy(), None if answer.grad is None else answer.grad.copy())
+
+
+def _copy_step(answer: StepResult) -> StepResult:
+    grads = {
+        b: PartyGrads(
+            None if g.log_lik is None else g.log_lik.copy(),
+            None if g.expert is None else g.expert.copy(),
+        )
+        for b, g in answer.grads.items()
+    }
+    return StepResult(answer.loss, grads)

@@ -21,6 +21,10 @@ failed during training.
 dvfl           Decoupled VFL (vfl_core.dvfl): guests, hosts and a label owner each on an objective
                of its own, no gradient across parties; its own round program
                (vfl_core.dvfl_spec, vfl_core.dvfl_program); the label owner is its one predictor
+dlvm           the latent-variable VFL (DLVM-VFL, vfl_core.dlvm): each party's Gaussian expert of a
+               shared latent h and its decoder, trained on every sample by an importance-weighted
+               bound, then the active party's classifier p(y | h) on its labelled rows; its own
+               round program (vfl_core.dlvm_spec, vfl_core.dlvm_program)
 The active party is the lowest block that holds labels.
 
 A new method is one more spec in `_SPECS`; one whose phases are not Embed/Fuse/Backward gives its
@@ -32,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from vfl_core.dlvm_spec import DLVM_SPEC
 from vfl_core.dvfl_spec import DVFL_SPEC
 from vfl_core.errors import ConfigError
 from vfl_core.laser import head_tasks
@@ -177,6 +182,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         replacement="stale",
     ),
     DVFL_SPEC,
+    DLVM_SPEC,
 )
 
 REGISTRY: Mapping[str, MethodSpec] = MappingProxyType({s.name: s for s in _SPECS})

@@ -25,6 +25,8 @@ from vfl_core import stash
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
 from vfl_core.data import PartyData, PartySplit, labelled_rows_only
+from vfl_core.dlvm import DlvmRoles
+from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
 from vfl_core.dvfl_protocol import (
     GuestCall,
     GuestResult,
@@ -195,6 +197,8 @@ class Party:
             if call.train:
                 raise ProtocolError("dvfl guests train with GuestStep, not Embed")
             return self._to_wire(self.roles.encode(self._batch(call.split, call.rows, call.digest)))
+        if self.dlvm is not None:  # the party's Gaussian expert of h, (B, 2d)
+            return self.dlvm.encode(call)
         slots = self.spec.slot_keys(self.block, call.blocks or (self.block,))
         if not call.train:
             x = self._batch(call.split, call.rows, call.digest)
@@ -453,6 +457,37 @@ class Party:
             raise ProtocolError(f"party {self.party_id} trains {self.config.method}, not dvfl")
         return self.dvfl
 
+    # ----------------------------------------------------------------- latent-variable VFL
+    def dlvm_decode(self, call: DecodeCall) -> Decoded:
+        self._split(call.split)
+        return self._dlvm().decode(call)
+
+    def dlvm_step(self, call: StepCall) -> StepResult:
+        result = self._dlvm().step(call)
+        self.last_round = max(self.last_round, call.round_id)
+        return result
+
+    def dlvm_predict(self, call: StepCall) -> np.ndarray:
+        return self._dlvm().predict(call)
+
+    def dlvm_backward(self, call: DlvmBackwardCall) -> None:
+        self._dlvm().backward(call)
+
+    def labelled_rows(self, split: str) -> np.ndarray:
+        if split != "train":
+            raise ProtocolError(f"labelled rows: only of the train split, not {split!r}")
+        return self._dlvm().labelled_rows()
+
+    @property
+    def dlvm(self) -> DlvmRoles | None:
+        """The party's latent-variable VFL networks, when it trains dlvm."""
+        return self.roles if isinstance(self.roles, DlvmRoles) else None
+
+    def _dlvm(self) -> DlvmRoles:
+        if self.dlvm is None:
+            raise ProtocolError(f"party {self.party_id} trains {self.config.method}, not dlvm")
+        return self.dlvm
+
     # ----------------------------------------------------------------- inference and scoring
     def predict(self, call: PredictCall) -> np.ndarray:
         if not self.data.meta.has_labels:
@@ -547,6 +582,8 @@ class Party:
             state["preprocessing"] = self.data.preprocessing
         if self.dvfl is not None:
             return {**state, "dvfl": self.dvfl.state_dict()}
+        if self.dlvm is not None:
+            return {**state, "dlvm": self.dlvm.state_dict()}
         # The shared models also under their short names, for readers of one-model checkpoints.
         state["f"], state["f_opt"] = self.f.state_dict(), self.f_opt.state_dict()
         if self.g is not None and self.g_opt is not None:
@@ -565,11 +602,13 @@ class Party:
         self._stash = None
         if self.dvfl is not None:
             self.dvfl.load_state_dict(state["dvfl"], self.last_round)
+        if self.dlvm is not None:
+            self.dlvm.load_state_dict(state["dlvm"])
 
     def parameters_vector(self) -> np.ndarray:
         """All weights flattened (for equivalence tests and fingerprints)."""
-        if self.dvfl is not None:
-            modules = self.dvfl.modules()
+        if self.roles is not None:
+            modules = self.roles.modules()
             return torch.cat(
                 [p.detach().cpu().reshape(-1) for m in modules for p in m.parameters()]
             ).numpy()

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
 from vfl_core.dvfl_protocol import (
     GuestCall,
     GuestResult,
@@ -234,6 +235,19 @@ class Transport(Protocol):
     def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]: ...
 
     def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]: ...
+
+    # Latent-variable VFL (vfl_core.dlvm_program); needed only by method dlvm
+    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]: ...
+
+    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]: ...
+
+    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]: ...
+
+    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]: ...
+
+    def labelled_rows(self, block: int) -> np.ndarray | None:
+        """The training rows `block` holds a label for (None: it did not answer)."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ class Stream(IntEnum):
     DVFL_INIT_OWNER = 41  # the label owner's classifier
     DVFL_REPLAY = 42  # the samples a host replays from its registers
     DVFL_OWNER_PLAN = 43  # the owner's batches over its labelled rows, per owner epoch
+    DLVM_DROPOUT = 24  # the experts a training step leaves out of its posterior (vfl_core.dlvm)
 
 
 def derive_seed(seed: int, stream: Stream, *parts: int) -> int:

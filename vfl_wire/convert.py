@@ -20,6 +20,15 @@ from typing import TypeVar
 import numpy as np
 from google.protobuf.message import Message
 
+from vfl_core.dlvm_protocol import (
+    DecodeCall,
+    Decoded,
+    DlvmBackwardCall,
+    PartyGrads,
+    Stage,
+    StepCall,
+    StepResult,
+)
 from vfl_core.dvfl_protocol import (
     GuestCall,
     GuestResult,
@@ -749,6 +758,213 @@ def owner_loss_to_proto(round_id: int, loss: float) -> vfl_pb2.OwnerTrainReply:
 def owner_loss_from_proto(reply: vfl_pb2.OwnerTrainReply, *, call: OwnerTrainCall) -> float:
     check_round(reply.round_id, call.round_id, what="owner train reply")
     return _finite_loss(reply.loss, "owner loss")
+
+
+# ---------------------------------------------------------------------------------------------
+# Party service: latent-variable VFL (vfl_core.dlvm_protocol)
+# ---------------------------------------------------------------------------------------------
+
+MAX_DLVM_SAMPLES = 10_000  # DlvmConfig.predict_samples' bound
+
+
+def _count(value: int, what: str, low: int = 0, high: int | None = None) -> int:
+    if value < low or (high is not None and value > high):
+        raise ProtocolError(f"{what}: {value} outside {low}..{'' if high is None else high}")
+    return value
+
+
+def _float32(t: vfl_pb2.Tensor, what: str, shape: Shape) -> np.ndarray:
+    return decode_array(t, what=what, expect_dtype="float32", expect_shape=shape)
+
+
+def _rows_and_digest(
+    req: vfl_pb2.DlvmDecodeRequest | vfl_pb2.DlvmStepRequest, what: str, length: int
+) -> np.ndarray | None:
+    """The optional (B,) rows of a request (unset: None); a digest needs rows."""
+    if not req.HasField("rows"):
+        if req.digest:
+            raise ProtocolError(f"{what} digest: present without rows")
+        return None
+    return _index_vector(req.rows, f"{what} rows", length)
+
+
+def dlvm_decode_call_to_proto(call: DecodeCall, h: vfl_pb2.Header) -> vfl_pb2.DlvmDecodeRequest:
+    req = vfl_pb2.DlvmDecodeRequest(
+        header=h,
+        round_id=call.round_id,
+        split=call.split,
+        digest=call.digest,
+        h=encode_array(call.h, what="latent samples"),
+        train=call.train,
+    )
+    if call.rows is not None:
+        req.rows.CopyFrom(encode_array(call.rows, what="decode rows"))
+    return req
+
+
+def dlvm_decode_call_from_proto(req: vfl_pb2.DlvmDecodeRequest, *, latent_dim: int) -> DecodeCall:
+    """h must be (B, S, latent_dim) float32 with B, S >= 1; rows, if set, B of them."""
+    _require(req, "h", "latent samples")
+    h = _float32(req.h, "latent samples", (None, None, latent_dim))
+    if h.shape[0] < 1 or not 1 <= h.shape[1] <= MAX_DLVM_SAMPLES:
+        raise ProtocolError(f"latent samples: shape {h.shape} has no sample or too many")
+    return DecodeCall(
+        round_id=_count(req.round_id, "decode round"),
+        split=check_split(req.split, what="decode split"),
+        rows=_rows_and_digest(req, "decode", h.shape[0]),
+        digest=req.digest,
+        h=h,
+        train=req.train,
+    )
+
+
+def dlvm_decoded_to_proto(answer: Decoded, round_id: int) -> vfl_pb2.DlvmDecodeReply:
+    reply = vfl_pb2.DlvmDecodeReply(
+        round_id=round_id, log_lik=encode_array(answer.log_lik, what="log-likelihood")
+    )
+    if answer.grad is not None:
+        reply.grad.CopyFrom(encode_array(answer.grad, what="log-likelihood gradient"))
+    return reply
+
+
+def dlvm_decoded_from_proto(reply: vfl_pb2.DlvmDecodeReply, *, call: DecodeCall) -> Decoded:
+    """(B, S) log-likelihood terms and, for a training call, their (B, S, d) gradient in h."""
+    check_round(reply.round_id, call.round_id, what="decode reply")
+    _require(reply, "log_lik", "log-likelihood")
+    log_lik = _float32(reply.log_lik, "log-likelihood", call.h.shape[:2])
+    if reply.HasField("grad") != call.train:
+        raise ProtocolError(f"log-likelihood gradient: {'missing' if call.train else 'unasked'}")
+    grad = _float32(reply.grad, "log-likelihood gradient", call.h.shape) if call.train else None
+    return Decoded(log_lik, grad)
+
+
+def dlvm_step_call_to_proto(call: StepCall, h: vfl_pb2.Header) -> vfl_pb2.DlvmStepRequest:
+    req = vfl_pb2.DlvmStepRequest(
+        header=h,
+        round_id=call.round_id,
+        epoch=call.epoch,
+        stage=int(call.stage),
+        samples=call.samples,
+        experts=_encode_map(call.experts, "expert of block"),
+        log_liks=_encode_map({b: a.log_lik for b, a in call.answers.items()}, "log-lik of block"),
+        grads=_encode_map(
+            {b: a.grad for b, a in call.answers.items() if a.grad is not None}, "grad of block"
+        ),
+        digest=call.digest,
+    )
+    if call.rows is not None:
+        req.rows.CopyFrom(encode_array(call.rows, what="step rows"))
+    return req
+
+
+def dlvm_step_call_from_proto(
+    req: vfl_pb2.DlvmStepRequest, *, latent_dim: int, predict: bool = False
+) -> StepCall:
+    """Experts (B, 2 * latent_dim), the decoders' (B, S) terms and, in stage 1, their
+    (B, S, latent_dim) gradients for exactly the same blocks; stage 2 names the B rows of the
+    active party. DlvmPredict takes stage 3 only, DlvmStep stages 1 and 2."""
+    stages = (Stage.PREDICT,) if predict else (Stage.BOUND, Stage.CLASSIFIER)
+    if req.stage not in stages:
+        raise ProtocolError(f"step stage: {req.stage} is not one of {[int(s) for s in stages]}")
+    stage = Stage(req.stage)
+    samples = _count(req.samples, "step samples", 1, MAX_DLVM_SAMPLES)
+    experts = _block_map(req.experts, "expert", (None, 2 * latent_dim))
+    if not experts:
+        raise ProtocolError("step experts: none")
+    batch = len(next(iter(experts.values())))
+    log_liks = _block_map(req.log_liks, "log-likelihood", (batch, samples))
+    grads = {
+        b: _float32(req.grads[b], f"gradient for block {b}", (batch, samples, latent_dim))
+        for b in sorted(req.grads)
+    }
+    if (stage == Stage.BOUND and grads.keys() != log_liks.keys()) or (
+        stage != Stage.BOUND and grads
+    ):
+        raise ProtocolError("step gradients: one per log-likelihood in stage 1, none otherwise")
+    rows = _rows_and_digest(req, "step", batch)
+    if (rows is not None) != (stage == Stage.CLASSIFIER):
+        raise ProtocolError("step rows: the classifier stage and only it names its rows")
+    answers = {b: Decoded(v, grads.get(b)) for b, v in log_liks.items()}
+    return StepCall(
+        round_id=_count(req.round_id, "step round"),
+        epoch=_count(req.epoch, "step epoch"),
+        stage=stage,
+        samples=samples,
+        experts=experts,
+        answers=answers,
+        rows=rows,
+        digest=req.digest,
+    )
+
+
+def dlvm_step_result_to_proto(result: StepResult, round_id: int) -> vfl_pb2.DlvmStepReply:
+    grads = result.grads
+    return vfl_pb2.DlvmStepReply(
+        round_id=round_id,
+        loss=result.loss,
+        log_lik_grads=_encode_map(
+            {b: g.log_lik for b, g in grads.items() if g.log_lik is not None}, "grad of block"
+        ),
+        expert_grads=_encode_map(
+            {b: g.expert for b, g in grads.items() if g.expert is not None}, "grad of block"
+        ),
+    )
+
+
+def dlvm_step_result_from_proto(reply: vfl_pb2.DlvmStepReply, *, call: StepCall) -> StepResult:
+    """A finite loss; gradients only for the call's blocks, of their shapes."""
+    check_round(reply.round_id, call.round_id, what="step reply")
+    if not math.isfinite(reply.loss):
+        raise ProtocolError(f"step loss: non-finite value {reply.loss}")
+    batch, width = next(iter(call.experts.values())).shape
+    log_lik = _block_map(reply.log_lik_grads, "log-likelihood gradient", (batch, call.samples))
+    expert = _block_map(reply.expert_grads, "expert gradient", (batch, width))
+    if not log_lik.keys() <= call.answers.keys() or not expert.keys() <= call.experts.keys():
+        raise ProtocolError("step gradients: for a block that took no part in the round")
+    blocks = sorted({*log_lik, *expert})
+    grads = {b: PartyGrads(log_lik.get(b), expert.get(b)) for b in blocks}
+    return StepResult(reply.loss, grads)
+
+
+def dlvm_backward_call_to_proto(
+    call: DlvmBackwardCall, h: vfl_pb2.Header
+) -> vfl_pb2.DlvmBackwardRequest:
+    req = vfl_pb2.DlvmBackwardRequest(header=h, round_id=call.round_id, epoch=call.epoch)
+    if call.grads.log_lik is not None:
+        req.log_lik_grad.CopyFrom(encode_array(call.grads.log_lik, what="log-lik gradient"))
+    if call.grads.expert is not None:
+        req.expert_grad.CopyFrom(encode_array(call.grads.expert, what="expert gradient"))
+    return req
+
+
+def dlvm_backward_call_from_proto(
+    req: vfl_pb2.DlvmBackwardRequest, *, latent_dim: int
+) -> DlvmBackwardCall:
+    """(B, S) and (B, 2 * latent_dim) gradients, each optional; the party checks them against
+    its round."""
+    log_lik = expert = None
+    if req.HasField("log_lik_grad"):
+        log_lik = _matrix(req.log_lik_grad, "log-likelihood gradient")
+    if req.HasField("expert_grad"):
+        expert = _matrix(req.expert_grad, "expert gradient", (None, 2 * latent_dim))
+    return DlvmBackwardCall(
+        round_id=_count(req.round_id, "backward round"),
+        epoch=_count(req.epoch, "backward epoch"),
+        grads=PartyGrads(log_lik, expert),
+    )
+
+
+def labelled_rows_to_proto(rows: np.ndarray) -> vfl_pb2.LabelledRowsReply:
+    return vfl_pb2.LabelledRowsReply(rows=encode_array(rows, what="labelled rows"))
+
+
+def labelled_rows_from_proto(reply: vfl_pb2.LabelledRowsReply, *, samples: int) -> np.ndarray:
+    """(n,) int64 distinct rows, ascending, below the party's `samples` training rows."""
+    _require(reply, "rows", "labelled rows")
+    rows = _index_vector(reply.rows, "labelled rows")
+    if rows.size and (rows.max() >= samples or (np.diff(rows) <= 0).any()):
+        raise ProtocolError(f"labelled rows: not ascending distinct rows below {samples}")
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------

@@ -455,6 +455,133 @@ class OwnerTrainReply(_message.Message):
     loss: float
     def __init__(self, round_id: _Optional[int] = ..., loss: _Optional[float] = ...) -> None: ...
 
+class DlvmDecodeRequest(_message.Message):
+    __slots__ = ("header", "round_id", "split", "rows", "digest", "h", "train")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    H_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    round_id: int
+    split: str
+    rows: Tensor
+    digest: bytes
+    h: Tensor
+    train: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., h: _Optional[_Union[Tensor, _Mapping]] = ..., train: _Optional[bool] = ...) -> None: ...
+
+class DlvmDecodeReply(_message.Message):
+    __slots__ = ("round_id", "log_lik", "grad")
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    LOG_LIK_FIELD_NUMBER: _ClassVar[int]
+    GRAD_FIELD_NUMBER: _ClassVar[int]
+    round_id: int
+    log_lik: Tensor
+    grad: Tensor
+    def __init__(self, round_id: _Optional[int] = ..., log_lik: _Optional[_Union[Tensor, _Mapping]] = ..., grad: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
+class DlvmStepRequest(_message.Message):
+    __slots__ = ("header", "round_id", "epoch", "stage", "samples", "experts", "log_liks", "grads", "rows", "digest")
+    class ExpertsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Tensor
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class LogLiksEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Tensor
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class GradsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Tensor
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    EXPERTS_FIELD_NUMBER: _ClassVar[int]
+    LOG_LIKS_FIELD_NUMBER: _ClassVar[int]
+    GRADS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    round_id: int
+    epoch: int
+    stage: int
+    samples: int
+    experts: _containers.MessageMap[int, Tensor]
+    log_liks: _containers.MessageMap[int, Tensor]
+    grads: _containers.MessageMap[int, Tensor]
+    rows: Tensor
+    digest: bytes
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., stage: _Optional[int] = ..., samples: _Optional[int] = ..., experts: _Optional[_Mapping[int, Tensor]] = ..., log_liks: _Optional[_Mapping[int, Tensor]] = ..., grads: _Optional[_Mapping[int, Tensor]] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ...) -> None: ...
+
+class DlvmStepReply(_message.Message):
+    __slots__ = ("round_id", "loss", "log_lik_grads", "expert_grads")
+    class LogLikGradsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Tensor
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class ExpertGradsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Tensor
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    LOG_LIK_GRADS_FIELD_NUMBER: _ClassVar[int]
+    EXPERT_GRADS_FIELD_NUMBER: _ClassVar[int]
+    round_id: int
+    loss: float
+    log_lik_grads: _containers.MessageMap[int, Tensor]
+    expert_grads: _containers.MessageMap[int, Tensor]
+    def __init__(self, round_id: _Optional[int] = ..., loss: _Optional[float] = ..., log_lik_grads: _Optional[_Mapping[int, Tensor]] = ..., expert_grads: _Optional[_Mapping[int, Tensor]] = ...) -> None: ...
+
+class DlvmBackwardRequest(_message.Message):
+    __slots__ = ("header", "round_id", "epoch", "log_lik_grad", "expert_grad")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_LIK_GRAD_FIELD_NUMBER: _ClassVar[int]
+    EXPERT_GRAD_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    round_id: int
+    epoch: int
+    log_lik_grad: Tensor
+    expert_grad: Tensor
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., log_lik_grad: _Optional[_Union[Tensor, _Mapping]] = ..., expert_grad: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
+class LabelledRowsRequest(_message.Message):
+    __slots__ = ("header", "split")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    split: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ...) -> None: ...
+
+class LabelledRowsReply(_message.Message):
+    __slots__ = ("rows",)
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: Tensor
+    def __init__(self, rows: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
 class PartyInfoMsg(_message.Message):
     __slots__ = ("party_id", "block", "num_blocks", "dataset", "feature_shape", "num_classes", "has_labels", "samples", "protocol_version", "task", "label_only")
     class SamplesEntry(_message.Message):
