@@ -281,11 +281,13 @@ class Cluster:
         log.info("started %s (pid %d): %s", name, popen.pid, " ".join(argv))
         return proc
 
-    def restart(self, proc: Proc) -> Proc:
-        """Run `proc`'s command again (same argv, out and data directories; a new log file)."""
+    def restart(self, proc: Proc, more_args: Sequence[str] = ()) -> Proc:
+        """Run `proc`'s command again (same argv, out and data directories; a new log file),
+        with `more_args` appended (a later option overrides an earlier one)."""
         base = {f.name for f in fields(Proc)}
         extra = {f.name: getattr(proc, f.name) for f in fields(proc) if f.name not in base}
-        return self._spawn(type(proc), f"{proc.name}-r{len(self.procs)}", proc.argv, **extra)
+        argv = [*proc.argv, *more_args]
+        return self._spawn(type(proc), f"{proc.name}-r{len(self.procs)}", argv, **extra)
 
     def coordinator(
         self,

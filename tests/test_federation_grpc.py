@@ -236,6 +236,11 @@ def test_given_client_frozen_mid_training_when_deadline_passes_then_rounds_go_on
     cluster.wait_for(
         lambda: _party_state(cluster, coord, frozen) == "down", 60, "the frozen party marked down"
     )
+    # The party can be marked down while the round of its third miss is still running, before
+    # that round's record is written: wait for it (rounds go on quickly without the party).
+    cluster.wait_for(
+        lambda: len(coord.rounds()) >= stopped_at + 3, 60, "two rounds logged after the freeze"
+    )
     frozen_rounds = coord.rounds()[stopped_at + 1 :]
     victim.signal(signal.SIGCONT)
     resumed_at = len(coord.rounds())

@@ -478,7 +478,9 @@ def test_given_hostile_registration_when_sent_then_refused_and_members_unchanged
     if token_of is not None:
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert c.members() == before
-    reply = c.stub("party0").Register(_registration("party0", 0), timeout=TIMEOUT)  # heartbeat
+    heartbeat = _registration("party0", 0)
+    heartbeat.lease = c.registry.member(0).lease  # the registered process's (a new one takes over)
+    reply = c.stub("party0").Register(heartbeat, timeout=TIMEOUT)
     assert reply.run_id == RUN and c.members() == before
 
 

@@ -147,8 +147,8 @@ def test_given_subset_results_when_listing_drop_one_then_headline_and_change_per
     ]
     assert drop_one_lines(reg, headline("regression")) == [
         "without party 0: RMSE 57.0 (-1.6)",
-        "without party 1: RMSE 61.3 (+2.7; 5 samples only it held)",
-        "without party 2: nothing scored (80 samples only it held)",
+        "without party 1: RMSE 61.3 (+2.7; 5 samples unscored without it)",
+        "without party 2: nothing scored (80 samples unscored without it)",
     ]
     assert reg[0].to_json() == {
         "blocks": [0, 1, 2],
@@ -162,10 +162,10 @@ def test_given_subset_results_when_listing_drop_one_then_headline_and_change_per
         subset((1,), 1, MetricRow("all", 49, 0.839, 0.84, 0.79, auc=0.88)),
     ]
     assert drop_one_lines(cls, headline("classification")) == [
-        "without party 0: accuracy 83.90% (-1.30 points; 1 sample only it held)"
+        "without party 0: accuracy 83.90% (-1.30 points; 1 sample unscored without it)"
     ]
     assert drop_one_lines(cls, METRICS["auc"])[0] == (
-        "without party 0: ROC AUC 0.880 (-0.020; 1 sample only it held)"
+        "without party 0: ROC AUC 0.880 (-0.020; 1 sample unscored without it)"
     )
 
 

@@ -422,6 +422,9 @@ def test_given_bad_confusion_then_protocol_error():
     ("fields", "message"),
     [
         ({"party_id": ""}, "empty party id"),
+        ({"party_id": "p" * 1_000_000}, r"party id 'p{64}'\.\.\. \(1000000 characters\): at most"),
+        ({"party_id": "p\n0"}, "at most 128 printable characters"),
+        ({"dataset": "d" * 129}, r"data set 'd{64}'\.\.\. \(129 characters\)"),
         ({"block": 4}, "block 4 outside 0..3"),
         ({"feature_shape": ()}, "invalid feature shape"),
         ({"feature_shape": (3, 0)}, "invalid feature shape"),

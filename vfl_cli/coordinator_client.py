@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -10,6 +10,7 @@ from vfl_core.errors import VflError
 from vfl_core.metrics import MetricRow
 from vfl_core.protocol import SamplePrediction
 from vfl_wire import convert
+from vfl_wire.channels import plaintext_to_tls_hint
 from vfl_wire.security import COORDINATOR, Security
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -20,6 +21,13 @@ class Evaluation:
     unscored: int
     live_blocks: list[int]
     seconds: float
+    answers: dict[int, tuple[int, int]] = field(
+        default_factory=dict
+    )  # block -> (batches, answered)
+
+    def partly_live(self) -> dict[int, tuple[int, int]]:
+        """Blocks that answered some of their batches only (came back or went away meanwhile)."""
+        return {b: (n, got) for b, (n, got) in sorted(self.answers.items()) if 0 < got < n}
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,7 @@ class CoordinatorClient:
         None = plaintext, for a coordinator started with --insecure."""
         self.address = address
         self.timeout = timeout
+        self._secure = security is not None and security.secure
         self._channel = (security or Security(None)).channel(address, COORDINATOR)
         self._stub = vfl_pb2_grpc.CoordinatorStub(self._channel)
         self._header = convert.header("", "")
@@ -61,7 +70,8 @@ class CoordinatorClient:
         req = vfl_pb2.EvaluateRequest(header=self._header, split=split)
         reply = self._call(self._stub.Evaluate, req)
         rows = convert.eval_rows_from_proto(reply)
-        return Evaluation(rows, reply.unscored, list(reply.live_blocks), reply.seconds)
+        answers = convert.eval_answers_from_proto(reply)
+        return Evaluation(rows, reply.unscored, list(reply.live_blocks), reply.seconds, answers)
 
     def predict(self, split: str, id_hashes: list[bytes] | None) -> list[SamplePrediction]:
         req = vfl_pb2.FederatedPredictRequest(
@@ -74,6 +84,7 @@ class CoordinatorClient:
         try:
             return method(request, timeout=self.timeout)
         except grpc.RpcError as err:
+            hint = None if self._secure else plaintext_to_tls_hint(self.address, err)
             raise CoordinatorError(
-                f"coordinator at {self.address}: {err.code().name}: {err.details()}"
+                hint or f"coordinator at {self.address}: {err.code().name}: {err.details()}"
             ) from None

@@ -14,6 +14,7 @@ from vfl_cli.option_groups import with_option_groups
 from vfl_core.data import PartyData, save_party_dir
 from vfl_core.datasets import Layout, load_dataset
 from vfl_core.errors import ConfigError
+from vfl_core.label_summary import class_counts, describe_classes, rare_class_warnings
 from vfl_core.missingness import Mechanism, parse_mechanism
 from vfl_core.prepare import PREPARE_FILE, party_p_miss, prepare_parties, seeded_rng
 from vfl_core.preprocess import TabularPreprocessor
@@ -171,6 +172,10 @@ def _echo_table_summary(out: Path, data: PartyData, fitted: TabularPreprocessor)
     if fitted.classes:
         mapping = ", ".join(f"{i}={label}" for i, label in enumerate(fitted.classes))
         typer.echo(f"  labels from {fitted.label_column!r}: {mapping}")
+        counts = class_counts(data)
+        typer.echo(f"  {describe_classes(counts)}")
+        for warning in rare_class_warnings(counts):
+            typer.echo(f"warning: {warning}", err=True)
     typer.echo(f"{data.meta.feature_shape[0]} features per row; wrote {out}")
 
 

@@ -10,11 +10,10 @@ import typer
 
 from vfl_cli.coordinator_client import CoordinatorClient, Evaluation
 from vfl_cli.errors import user_errors
-from vfl_cli.options import samples
 from vfl_core.alignment import DEMO_SECRET, hash_ids
-from vfl_core.data import PREPROCESS_FILE
+from vfl_core.data import PREPROCESS_FILE, load_party_dir
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.metrics import format_table
+from vfl_core.metrics import format_table, unscored_note
 from vfl_core.preprocess import TabularPreprocessor
 from vfl_core.protocol import SamplePrediction
 from vfl_core.tasks import REGRESSION
@@ -45,17 +44,23 @@ def evaluate(
     """Evaluate the trained federation with the parties that are live now."""
     security = operator_security(tls_dir, identity, insecure)
     with CoordinatorClient(coordinator, timeout, security) as client:
-        typer.echo(render_evaluation(client.evaluate(split), f"{split} set"))
+        evaluation = client.evaluate(split)
+    typer.echo(render_evaluation(evaluation, f"{split} set"))
+    if not sum(row.samples for row in evaluation.rows if row.observed != "all"):
+        # an empty table is no result: say so, and exit non-zero
+        raise ConfigError(f"nothing scored: no live label party answered for the {split} set")
 
 
 def render_evaluation(ev: Evaluation, title: str) -> str:
     live = ",".join(map(str, ev.live_blocks)) or "none"
     lines = [format_table(ev.rows, title=f"{title} (live blocks: {live}; {ev.seconds:.2f}s)")]
-    if ev.unscored:
+    for block, (batches, answered) in ev.partly_live().items():
         lines.append(
-            f"({samples(ev.unscored)} unscored: no live head party, or none the method can use,"
-            " predicted them)"
+            f"(block {block} answered {answered} of the {batches} batches holding its samples: it "
+            "came back or went away during this evaluation; each row names the blocks it used)"
         )
+    if ev.unscored:
+        lines.append(unscored_note(ev.unscored, live=True))
     return "\n".join(lines)
 
 
@@ -74,6 +79,13 @@ def predict(
             "adds each class's label as written in its table"
         ),
     ] = None,
+    party_dir: Annotated[
+        Path | None,
+        Opt(
+            help="this party's directory (vfl prepare): names each sample it holds by its own "
+            "ID, from the row the coordinator sends (works after a PSI alignment)"
+        ),
+    ] = None,
     timeout: Annotated[float, Opt()] = 120.0,
     tls_dir: TlsDir = Path("certs"),
     identity: Identity = OPERATOR,
@@ -82,10 +94,12 @@ def predict(
     """Predict samples by ID (hashed with the federation secret before they leave this host).
 
     By ID only with a coordinator that aligned with --alignment hmac; after a PSI alignment the
-    coordinator knows no hashes, so ask for all rows (no --ids)."""
+    coordinator knows no hashes, so ask for all rows (no --ids) and give --party-dir to see
+    your own IDs."""
     security = operator_security(tls_dir, identity, insecure)
     names = _read_ids(ids, ids_file)
     classes = _read_classes(label_names) if label_names is not None else None
+    own = _own_ids(party_dir, split) if party_dir is not None else None
     hashes = hash_ids(names, secret.encode()) if names is not None else None
     by_hash = dict(zip(hashes, names, strict=True)) if names is not None and hashes else {}
     with CoordinatorClient(coordinator, timeout, security) as client:
@@ -94,8 +108,9 @@ def predict(
         raise ConfigError("--label-names is for classification; this federation predicts values")
     rows = [
         {
-            "id": by_hash.get(p.id_hash, p.id_hash.hex()),
+            "id": _sample_id(p, by_hash, own),
             "observed_blocks": " ".join(map(str, p.observed)),
+            "party_rows": " ".join(f"{b}:{r}" for b, r in p.rows.items()),
             **_prediction_columns(p),
             **({"predicted_label": _label(classes, p.predicted_class)} if classes else {}),
         }
@@ -111,6 +126,35 @@ def predict(
             typer.echo(f"... {len(rows) - 50} more (use --out FILE)")
     if names is not None and len(rows) < len(names):
         typer.echo(f"{len(names) - len(rows)} IDs are not known to the federation", err=True)
+
+
+def _own_ids(party_dir: Path, split: str) -> tuple[int, list[str]]:
+    """(block, ID of each row of `split`) of a party directory: the party's own row order."""
+    data = load_party_dir(party_dir)
+    if split not in data.splits:
+        raise DataError(f"{party_dir}: no {split!r} split")
+    return data.meta.block, [str(i) for i in data.splits[split].ids]
+
+
+def _sample_id(
+    p: SamplePrediction, by_hash: dict[bytes, str], own: tuple[int, list[str]] | None
+) -> str:
+    """The ID asked for, else this party's own ID of the sample (--party-dir), else the key's
+    hex (an HMAC hash; after PSI a random value that names nothing outside this run)."""
+    if p.id_hash in by_hash:
+        return by_hash[p.id_hash]
+    if own is not None:
+        block, ids = own
+        row = p.rows.get(block)
+        if row is None:
+            return ""  # a sample this party does not hold: its party_rows name the holders
+        if row >= len(ids):
+            raise DataError(
+                f"the coordinator names row {row} of block {block}, which has {len(ids)} rows: "
+                "--party-dir is not the directory this party serves"
+            )
+        return ids[row]
+    return p.id_hash.hex()
 
 
 def _prediction_columns(p: SamplePrediction) -> dict[str, object]:

@@ -17,7 +17,7 @@ from vfl_cli.options import parse_ints, read_config_file, samples
 from vfl_cli.train_options import TrainOptions
 from vfl_core.errors import ConfigError
 from vfl_core.headline import Metric, headline
-from vfl_core.metrics import format_table
+from vfl_core.metrics import format_table, unscored_note
 from vfl_core.simulate import SimulationConfig, SimulationResult, run_simulation
 from vfl_core.subsets import SubsetResult
 from vfl_core.tabular import federation_sources
@@ -151,10 +151,7 @@ def render(result: SimulationResult) -> str:
             title = f"test missing {p_miss}"
         lines += ["", format_table(report.rows(), title=title)]
         if report.unscored:
-            lines.append(
-                f"({samples(report.unscored)} unscored: no head party, or none the method can"
-                " use, predicted them)"
-            )
+            lines.append(unscored_note(report.unscored))
         lines += drop_one_lines(result.subsets.get(p_miss, []), headline(result.task))
     return "\n".join(lines)
 
@@ -176,8 +173,9 @@ def drop_one_lines(subsets: list[SubsetResult], metric: Metric) -> list[str]:
         rest = next((r for r in subsets if set(r.blocks) == set(full.blocks) - {drop}), None)
         if rest is None:
             continue
-        n = rest.unscored
-        lost = f"{n} sample{'s' * (n != 1)} only it held" if n else ""
+        # the rest's unscored count: samples no head party of the rest (or none the method can
+        # use) predicted, including any that were unscored with every party too
+        lost = f"{samples(rest.unscored)} unscored without it" if rest.unscored else ""
         value = rest.value(metric.key)
         if value is None:
             lines.append(f"without party {drop}: nothing scored" + (f" ({lost})" if lost else ""))

@@ -11,6 +11,9 @@ Behaviour (issue 5):
   checkpoints of later rounds (an abandoned future), and registers again quoting the session.
   Only then does the coordinator call it, so every party resumes from the same round.
   Without --checkpoint-dir the weights are kept and only rounds after R are accepted.
+- **Fencing.** Every registration quotes the lease of this process's first one; when another
+  process of the same party registers since, the coordinator refuses this one (ABORTED) and it
+  stops with one line, without serving or saving anything more.
 - **Refusals.** A checkpoint of another run or configuration stops the client with a one-line
   error (it is never loaded and never deleted); so does a coordinator that now runs another run
   or configuration.
@@ -62,6 +65,7 @@ class PartyHost:
         secret: str,
         checkpoint_dir: Path | None,
         unreachable_timeout_s: float,
+        lease: str = "",
     ) -> None:
         self.servicer = servicer
         self.info = info
@@ -70,9 +74,11 @@ class PartyHost:
         self.secret = secret
         self.unreachable_timeout_s = unreachable_timeout_s
         self.session = ""  # the coordinator session the party's state is synchronised with
+        self.lease = lease  # this process's registration (vfl_coordinator.registry: fencing)
         self.store = None
         if checkpoint_dir is not None:
             self.store = RoundCheckpoints(checkpoint_dir, info.party_id)
+            self.store.clean_temporaries()
             servicer.on_checkpoint = self.save
         self._connect = connect
         self._backoff = 0.2  # seconds before the next try while the coordinator is unreachable
@@ -95,7 +101,8 @@ class PartyHost:
             while delay is not None and not self._wait(stop, delay):
                 delay = self._beat(stub)
             if delay is None:
-                return f"coordinator unreachable for {self.unreachable_timeout_s:.0f}s"
+                lost = time.monotonic() - (self._lost_since or time.monotonic())
+                return f"coordinator unreachable for {lost:.0f}s"
         if self.servicer.shutdown.is_set():
             return self.servicer.shutdown_reason or "shut down by the coordinator"
         return "stopped by a signal"
@@ -105,6 +112,11 @@ class PartyHost:
         try:
             reply = self._register(stub)
         except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.ABORTED:
+                # Another process of this party registered since: it holds the block now. This
+                # one must not act or save (its state is older than the other's).
+                self.servicer.detach()
+                raise ConfigError(f"fenced off by the coordinator: {err.details()}") from None
             if err.code() not in _TRANSIENT:
                 raise ConfigError(f"coordinator refused registration: {err.details()}") from None
             now = time.monotonic()
@@ -129,8 +141,12 @@ class PartyHost:
 
     def _register(self, stub: vfl_pb2_grpc.CoordinatorStub) -> Registration:
         header = convert.header(self.run_id, self.info.party_id)
-        request = convert.register_request_to_proto(self.info, self.address, header, self.session)
-        return convert.registration_from_proto(stub.Register(request, timeout=REGISTER_TIMEOUT_S))
+        request = convert.register_request_to_proto(
+            self.info, self.address, header, self.session, self.lease
+        )
+        reply = convert.registration_from_proto(stub.Register(request, timeout=REGISTER_TIMEOUT_S))
+        self.lease = reply.lease or self.lease
+        return reply
 
     def _follow(self, reply: Registration) -> bool:
         """Act on a registration reply; True if the party must register again at once."""

@@ -22,10 +22,11 @@ from vfl_core.checkpoint import party_checkpoint_path, save_party_checkpoint
 from vfl_core.config import TrainConfig
 from vfl_core.data import PREPROCESS_FILE, PartyData, load_party_dir
 from vfl_core.errors import ConfigError, DataError
+from vfl_core.label_summary import class_counts, describe_classes, rare_class_warnings
 from vfl_core.party import Party, party_info
 from vfl_core.tabular import TableSource, load_table_party_kept
 from vfl_wire import convert
-from vfl_wire.channels import bind, make_server
+from vfl_wire.channels import bind, make_server, plaintext_to_tls_hint
 from vfl_wire.security import COORDINATOR, GuardInterceptor, Security, load_security, party_policy
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -70,6 +71,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     (and resumed from on a restart, see vfl_client.host) and when the run ends.
     """
     data = _load_data(config)
+    _log_classes(data)
     device = resolve_device(config.device)
     torch.set_num_threads(config.threads)
     party_id = _party_id(config, data.meta.block)
@@ -82,7 +84,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     stop = stop or _stop_on_signals()
     run_id, reason = "", "stopped before joining a run"
     try:
-        party, run_id = _join(config, data, party_id, device, port, stop, security)
+        party, run_id, lease = _join(config, data, party_id, device, port, stop, security)
         servicer.attach(party, run_id)
         host = PartyHost(  # heartbeats, resynchronisation, periodic checkpoints
             servicer,
@@ -93,6 +95,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
             secret=config.secret,
             checkpoint_dir=config.checkpoint_dir,
             unreachable_timeout_s=config.register_timeout_s,
+            lease=lease,
         )
         reason = "interrupted"  # kept if serving ends with an exception
         reason = host.serve(stop)
@@ -101,6 +104,15 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
         server.stop(grace=1.0).wait()  # every handler has returned: nothing changes the party now
         if config.checkpoint_dir is not None and servicer.party is not None:
             save_end_checkpoint(config.checkpoint_dir, servicer.party, run_id, reason)
+
+
+def _log_classes(data: PartyData) -> None:
+    """A label party says which classes it found, and warns of a class with very few rows."""
+    counts = class_counts(data)
+    if counts:
+        log.info("block %d: %s", data.meta.block, describe_classes(counts))
+    for warning in rare_class_warnings(counts):
+        log.warning("block %d: %s", data.meta.block, warning)
 
 
 def _party_id(config: ClientConfig, block: int) -> str:
@@ -132,15 +144,16 @@ def _join(
     port: int,
     stop: threading.Event,
     security: Security,
-) -> tuple[Party, str]:
-    """Register with the coordinator and build the Party with the run's TrainConfig."""
+) -> tuple[Party, str, str]:
+    """Register with the coordinator and build the Party with the run's TrainConfig; returns it,
+    the run id and this process's lease."""
     info = party_info(party_id, data)
     address = config.advertise or f":{port}"
     reply = register(config.coordinator, info, address, config.register_timeout_s, stop, security)
     train = TrainConfig.model_validate_json(reply.config_json)
     log.info("party %s (block %d) joined run %s on %s", party_id, info.block, reply.run_id, device)
     party = Party(party_id, data, train, secret=config.secret.encode(), device=device)
-    return party, reply.run_id
+    return party, reply.run_id, reply.lease
 
 
 def _refused_calls(config: ClientConfig) -> dict[str, str]:
@@ -153,6 +166,9 @@ def _refused_calls(config: ClientConfig) -> dict[str, str]:
     return {}
 
 
+MAX_CONCURRENT_RPCS = 32  # calls a party accepts at once (each gets a thread at once)
+
+
 def _start_server(
     servicer: PartyServicer,
     listen: str,
@@ -160,8 +176,10 @@ def _start_server(
     refuse: dict[str, str] | None = None,
 ) -> tuple[grpc.Server, int]:
     # only the coordinator's certificate may call (vfl_wire.security), a few calls at a time
-    guard = GuardInterceptor(secure=security.secure, policy=party_policy, refuse=refuse)
-    server = make_server(max_workers=8, interceptors=[guard], max_concurrent_rpcs=32)
+    guard = GuardInterceptor(
+        secure=security.secure, policy=party_policy, refuse=refuse, readers=MAX_CONCURRENT_RPCS
+    )
+    server = make_server(8, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
     vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -190,9 +208,10 @@ def register(
     stop: threading.Event,
     security: Security | None = None,
 ) -> vfl_pb2.RegisterReply:
-    """Register, retrying with exponential backoff and jitter until the coordinator is up."""
+    """Register, retrying with exponential backoff and jitter until the coordinator is up; a
+    failure that retrying cannot heal (TLS on one side only, a refusal) stops at once."""
     request = convert.register_request_to_proto(info, address, convert.header("", info.party_id))
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
     delay = 0.2
     security = security or Security(None)
     with security.channel(coordinator, COORDINATOR) as channel:
@@ -201,18 +220,12 @@ def register(
             try:
                 return stub.Register(request, timeout=10.0)
             except grpc.RpcError as err:
-                _refuse_tls_failure(err, coordinator)
-                if err.code() not in (
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                ):
+                _refuse_for_good(err, coordinator, security)
+                spent = time.monotonic() - start
+                if spent + delay > timeout or stop.is_set():
                     raise ConfigError(
-                        f"coordinator refused registration: {err.code().name}: {err.details()}"
-                    ) from None
-                if time.monotonic() + delay > deadline or stop.is_set():
-                    raise ConfigError(
-                        f"coordinator at {coordinator} unreachable for {timeout:.0f}s"
+                        f"coordinator at {coordinator} unreachable for {spent:.0f}s "
+                        f"({err.code().name}: {(err.details() or '').splitlines()[0][-200:]})"
                     ) from None
                 log.info(
                     "coordinator at %s not reachable yet; retrying in %.1fs", coordinator, delay
@@ -221,14 +234,34 @@ def register(
                 delay = min(delay * 2, 5.0)
 
 
-def _refuse_tls_failure(err: grpc.RpcError, coordinator: str) -> None:
-    """A failed TLS handshake does not heal by retrying: stop with the reason."""
-    details = err.details() or ""
-    if err.code() == grpc.StatusCode.UNAVAILABLE and ("handshake" in details.lower()):
+def _refuse_for_good(err: grpc.RpcError, coordinator: str, security: Security) -> None:
+    """Raise ConfigError for a failure that does not heal by retrying: a refusal, or TLS on one
+    side only (a failed handshake; a plaintext client of a TLS server sees "Socket closed")."""
+    if err.code() not in _RETRY:
         raise ConfigError(
-            f"TLS handshake with the coordinator at {coordinator} failed (certificate of another "
-            f"CA, or the wrong name?): {details.splitlines()[0][-200:]}"
+            f"coordinator refused registration: {err.code().name}: {err.details()}"
         ) from None
+    details = (err.details() or "").splitlines()[0] if err.details() else ""
+    if security.secure and "handshake" in details.lower():
+        cause = (
+            "it does not speak TLS (started with --insecure?)"
+            if "WRONG_VERSION_NUMBER" in details
+            else "a certificate of another CA, or the wrong name?"
+        )
+        raise ConfigError(
+            f"TLS handshake with the coordinator at {coordinator} failed ({cause}): "
+            f"{details[-200:]}"
+        ) from None
+    hint = None if security.secure else plaintext_to_tls_hint(coordinator, err)
+    if hint is not None:
+        raise ConfigError(hint) from None
+
+
+_RETRY = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+)
 
 
 def _stop_on_signals() -> threading.Event:

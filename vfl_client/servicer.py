@@ -23,7 +23,7 @@ from typing import TypeVar
 import grpc
 import torch
 
-from vfl_core.errors import ProtocolError
+from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.party import Party
 from vfl_wire import convert
 from vfl_wire.status import PermissionError_, rpc_errors
@@ -34,6 +34,17 @@ R = TypeVar("R")
 
 # How long an RPC that arrives between registration and the party's construction waits for it.
 READY_WAIT_S = 30.0
+
+
+def class_weights_refusal(balance: str, split: str) -> str | None:
+    """Why a party does not send its class weights, or None. The weights are the inverse class
+    frequency of every row: they tell the coordinator each row's class (most of them, whenever
+    class sizes differ). Only a run that resamples by class needs them, and only for training."""
+    if balance != "resample":
+        return "class weights: this run does not balance classes (--balance resample)"
+    if split != "train":
+        return f"class weights: only for the train split, not {split!r}"
+    return None
 
 
 class PartyServicer(vfl_pb2_grpc.PartyServicer):
@@ -99,7 +110,11 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
 
     def ClassWeights(self, request, context):
         def run(p: Party) -> vfl_pb2.ClassWeightsReply:
-            weights = p.class_weights(convert.check_split(request.split))
+            split = convert.check_split(request.split)
+            refusal = class_weights_refusal(p.config.balance, split)
+            if refusal is not None:
+                raise ConfigError(refusal)
+            weights = p.class_weights(split)
             return convert.class_weights_to_proto(
                 None if weights is None else weights.astype("float32")
             )

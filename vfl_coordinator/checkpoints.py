@@ -51,6 +51,7 @@ def load_resume(config: CoordinatorConfig) -> Resume | None:
     if config.checkpoint_dir is None:
         return None
     store = RoundCheckpoints(config.checkpoint_dir, NAME)
+    store.clean_temporaries()  # of a coordinator killed while writing
     rounds = store.rounds()
     if not rounds:
         return None

@@ -31,6 +31,13 @@ def coordinator(
     ] = None,
     quorum: Annotated[int | None, Opt(help="start with this many after --register-timeout")] = None,
     register_timeout: Annotated[float, Opt(help="seconds to wait for registrations")] = 300.0,
+    rejoin_timeout: Annotated[
+        float,
+        Opt(help="seconds training waits for a label party to come back when none is up"),
+    ] = 300.0,
+    align_retry: Annotated[
+        float, Opt(help="seconds alignment keeps asking a party that holds samples but is silent")
+    ] = 60.0,
     train: TrainOptions = TrainOptions(),
     deadline: Deadline = 10.0,
     down_after: Annotated[int, Opt(help="missed phases before a party is marked down")] = 3,
@@ -94,6 +101,8 @@ def coordinator(
         "clients": clients,
         "quorum": quorum,
         "register_timeout_s": register_timeout,
+        "rejoin_timeout_s": rejoin_timeout,
+        "align_retry_s": align_retry,
         "down_after": down_after,
         "retry_every": retry_every,
         "deadlines": Deadlines(

@@ -32,6 +32,10 @@ class CoordinatorConfig(BaseModel):
     clients: int = Field(4, ge=1)
     quorum: int | None = Field(None, ge=1)  # start with this many after register_timeout_s
     register_timeout_s: float = Field(300.0, gt=0)
+    # training pauses while no label party is up, for at most this long (vfl_core.engine)
+    rejoin_timeout_s: float = Field(300.0, gt=0)
+    # alignment asks a party that holds samples but does not answer again for this long
+    align_retry_s: float = Field(60.0, ge=0)
     down_after: int = Field(3, ge=1)
     retry_every: int = Field(10, ge=1)
     deadlines: Deadlines = Deadlines()

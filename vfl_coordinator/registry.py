@@ -1,15 +1,23 @@
-"""Who is in the federation: registrations, their checks, and the wait for a quorum."""
+"""Who is in the federation: registrations, their checks, and the wait for a quorum.
+
+Fencing. Each registration of a new process (one that quotes no lease) is given a lease, a
+random token it quotes in every heartbeat. A party registering again without a lease (a restarted
+process, or a second process with the same certificate) takes the block over with a new lease;
+the process holding the old one is refused from then on (FencedError) and
+stops (ABORTED), so two processes of one party never alternate.
+"""
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from dataclasses import dataclass
 
 from vfl_core.errors import ConfigError
 from vfl_core.protocol import PROTOCOL_VERSION, PartyInfo, mismatch_hint
-from vfl_wire.status import AlreadyExistsError
+from vfl_wire.status import AlreadyExistsError, FencedError
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +28,7 @@ class Member:
     address: str
     generation: int  # bumps on every (re-)registration, so clients reconnect to a new address
     synced: bool = True  # quoted the coordinator's session: its state matches the resume round
+    lease: str = ""  # the token its process quotes in every heartbeat
 
 
 class Registry:
@@ -29,9 +38,12 @@ class Registry:
         self._cond = threading.Condition()
         self._generation = 0
 
-    def register(self, info: PartyInfo, address: str, synced: bool = True) -> str:
-        """Admit a party or refuse it with a ConfigError naming the conflict. A registration
-        that changes nothing is a heartbeat: the generation (and the channel) stays."""
+    def register(
+        self, info: PartyInfo, address: str, synced: bool = True, lease: str = ""
+    ) -> tuple[str, str]:
+        """Admit a party, or refuse it with a ConfigError naming the conflict; returns a message
+        and the lease the party quotes from now on. A registration that changes nothing is a
+        heartbeat: the generation (and the channel) stays."""
         with self._cond:
             self._check(info)
             previous = self._members.get(info.block)
@@ -39,14 +51,17 @@ class Registry:
                 raise AlreadyExistsError(
                     f"block {info.block} is already held by party {previous.info.party_id!r}"
                 )
-            if previous is not None and (previous.info, previous.address, previous.synced) == (
-                info,
-                address,
-                synced,
-            ):
-                return "alive"
+            self._fence(info, address, lease, previous)
+            lease = lease or secrets.token_hex(8)  # a new process: a new lease
+            if previous is not None and (
+                previous.info,
+                previous.address,
+                previous.synced,
+                previous.lease,
+            ) == (info, address, synced, lease):
+                return "alive", lease
             self._generation += 1
-            self._members[info.block] = Member(info, address, self._generation, synced)
+            self._members[info.block] = Member(info, address, self._generation, synced, lease)
             self._cond.notify_all()
             verb = "rejoined" if previous is not None else "registered"
             if previous is not None and synced and not previous.synced:
@@ -54,7 +69,33 @@ class Registry:
             verb = verb if synced else f"{verb} (resynchronising)"
             log.info("party %s %s for block %d at %s", info.party_id, verb, info.block, address)
             missing = self.expected - len(self._members)
-            return f"{verb}; waiting for {missing} more parties" if missing > 0 else f"{verb}"
+            message = f"{verb}; waiting for {missing} more parties" if missing > 0 else f"{verb}"
+            return message, lease
+
+    def _fence(self, info: PartyInfo, address: str, lease: str, held: Member | None) -> None:
+        """Refuse a lease that is not the block's; log a takeover by a new process."""
+        if held is None:
+            return  # a first registration, or the first after a coordinator restart
+        if lease and lease != held.lease:
+            log.warning(
+                "refused party %s at %s: its lease was superseded by the process at %s",
+                info.party_id,
+                address,
+                held.address,
+            )
+            raise FencedError(
+                f"party {info.party_id} registered again from another process (at "
+                f"{held.address}) since this one (at {address}) did: this one is fenced off"
+            )
+        if not lease and held.lease:
+            log.warning(
+                "party %s: a new process at %s takes block %d over from the one at %s, which "
+                "is fenced off",
+                info.party_id,
+                address,
+                info.block,
+                held.address,
+            )
 
     def _check(self, info: PartyInfo) -> None:
         if info.protocol_version != PROTOCOL_VERSION:
@@ -67,19 +108,20 @@ class Registry:
                 f"party {info.party_id} was prepared for {info.num_blocks} blocks, "
                 f"the coordinator expects {self.expected}"
             )
-        for other in self._members.values():
-            if other.info.block == info.block:
-                continue
-            for name in ("dataset", "task", "num_classes", "num_blocks"):
-                if getattr(other.info, name) != getattr(info, name):
-                    raise ConfigError(
-                        f"party {info.party_id} has {name}={getattr(info, name)!r} but party "
-                        f"{other.info.party_id} has {getattr(other.info, name)!r}"
-                        + mismatch_hint(name, info, other.info)
-                    )
-            if other.info.party_id == info.party_id:
+        others = [m.info for m in self._members.values() if m.info.block != info.block]
+        for name in ("dataset", "task", "num_classes", "num_blocks"):
+            differ = [o for o in others if getattr(o, name) != getattr(info, name)]
+            if differ:
+                raise ConfigError(
+                    f"party {info.party_id} has {name}={getattr(info, name)!r} but "
+                    + _holders(others, name)
+                    + mismatch_hint(name, info, differ[0])
+                    + _class_hint(name, [info, *others])
+                )
+        for other in others:
+            if other.party_id == info.party_id:
                 raise AlreadyExistsError(
-                    f"party id {info.party_id!r} already holds block {other.info.block}"
+                    f"party id {info.party_id!r} already holds block {other.block}"
                 )
 
     def members(self) -> dict[int, Member]:
@@ -109,3 +151,27 @@ class Registry:
 
     def _synced(self) -> int:
         return sum(m.synced for m in self._members.values())
+
+
+def _holders(infos: list[PartyInfo], name: str) -> str:
+    """ "party0 and party2 have 2, party3 has 3": every registered party's value of `name`."""
+    groups: dict[str, list[str]] = {}
+    for info in sorted(infos, key=lambda i: i.block):
+        groups.setdefault(repr(getattr(info, name)), []).append(info.party_id)
+    return ", ".join(
+        f"parties {' and '.join(ids)} have {value}"
+        if len(ids) > 1
+        else f"party {ids[0]} has {value}"
+        for value, ids in groups.items()
+    )
+
+
+def _class_hint(name: str, infos: list[PartyInfo]) -> str:
+    """Label parties that count classes differently: a stray label value is the usual cause."""
+    labelled = [i for i in infos if i.has_labels]
+    if name != "num_classes" or len({i.num_classes for i in labelled}) < 2:
+        return ""
+    return (
+        "; label parties disagree on their classes: each lists the classes it found, with the "
+        "rows of each, when it starts (a stray label value makes a class of its own)"
+    )

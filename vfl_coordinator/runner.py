@@ -6,9 +6,12 @@ import json
 import logging
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -18,11 +21,12 @@ from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.transport import GrpcTransport
-from vfl_core.engine import Federation, RoundRecord
+from vfl_core.engine import EpochSummary, Federation, RoundRecord
 from vfl_core.faults import FaultyTransport
-from vfl_core.metrics import format_table
+from vfl_core.liveness import FederationDown
+from vfl_core.metrics import EvalReport, format_table, unscored_note
 from vfl_core.run_log import RunLog
-from vfl_core.subsets import evaluate_subsets
+from vfl_core.subsets import SubsetResult, evaluate_subsets
 from vfl_wire.audit import AuditLog
 from vfl_wire.channels import bind, make_server
 from vfl_wire.security import (
@@ -59,7 +63,8 @@ def run_coordinator(
     interceptors = [audit.server_interceptor()] if audit is not None else []
     server = make_server(
         16,
-        [*interceptors, _guard(config, security, state.admission.names)],
+        # the guard first: nothing (the audit included) reads a body it has not admitted
+        [_guard(config, security, state.admission.names), *interceptors],
         max_concurrent_rpcs=MAX_CONCURRENT_RPCS,
         max_receive_bytes=MAX_REQUEST_BYTES,
     )
@@ -78,6 +83,7 @@ def run_coordinator(
     if on_port is not None:
         on_port(port)
     transport = None
+    ending = "run failed"  # what the parties are told when the run ends
     try:
         registry.wait(config.clients, config.quorum, config.register_timeout_s)
         transport = GrpcTransport(
@@ -90,6 +96,7 @@ def run_coordinator(
             wire_dtype=config.train.wire_dtype,
         )
         results = _train(config, state, transport, progress, resume)
+        ending = "run finished"
         if config.serve:
             state.phase = "serving"
             log.info("training done; serving predictions until stopped")
@@ -98,7 +105,7 @@ def run_coordinator(
         return results
     finally:
         if transport is not None:
-            transport.shutdown_all("run finished")
+            transport.shutdown_all(ending)
             transport.close()
         server.stop(grace=1.0).wait()
         if audit is not None:
@@ -139,6 +146,9 @@ def _train(
             down_after=config.down_after,
             retry_every=config.retry_every,
             alignment=config.alignment,
+            # injected faults model rounds lost to failures, as in `vfl simulate`: no pause
+            rejoin_timeout_s=None if faulty is not None else config.rejoin_timeout_s,
+            align_retry_s=config.align_retry_s,
             pipeline=config.pipeline,
         )
         checkpointer = Checkpointer(config, state, resume) if config.checkpoint_dir else None
@@ -151,30 +161,104 @@ def _train(
         if checkpointer is not None and resume is not None:
             checkpointer.resumed(fed, resume)
         state.phase = "training"
-        epochs = fed.train()
+        run = _Outcome(config, state, fed, checkpointer, faulty)
+        try:
+            run.epochs = fed.train()
+        except FederationDown as err:
+            run.fail(err)
     if faulty is not None:
         faulty.heal()  # faults model training; evaluation sees every party, as in simulations
     state.phase = "evaluating"
-    report = fed.evaluate("test") if "test" in fed.alignments else None
-    if report is not None:
-        log.info("test metrics\n%s", format_table(report.rows()))
-    subsets = evaluate_subsets(fed, "test") if report is not None else []
-    results = {
-        "run_id": state.run_id,
-        "task": fed.task,  # which metrics the rows hold (vfl_core.headline)
-        "config": json.loads(config.model_dump_json()),
-        "epochs": [e.__dict__ for e in epochs],
-        "test": report.to_json() if report is not None else None,
-        "subsets": [r.to_json() for r in subsets],  # test metrics with only these parties
-        "transitions": [t.__dict__ for t in fed.liveness.transitions],
-        "transition_counts": fed.liveness.counts(),
-        "resumed": checkpointer.history if checkpointer is not None else [],
-        "faults": faulty.counts() if faulty is not None else None,
-        "rounds": fed.round_id,
-    }
-    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    _evaluate(run)
+    results = run.write()
     state.phase = "serving" if config.serve else "done"
     return results
+
+
+# How often an evaluation that scored nothing (no label party answered) is tried again.
+EVALUATE_AGAIN_S = 2.0
+
+
+def _evaluate(run: _Outcome) -> None:
+    """The test metrics with the parties live now, and with only each set of them. While the
+    evaluation scores no sample (every label party down, e.g. killed as training ended), it is
+    tried again every few seconds for up to rejoin_timeout_s; if it never does, that is no
+    result: the run failed."""
+    fed = run.fed
+    if "test" not in fed.alignments:
+        return
+    give_up = time.monotonic() + run.config.rejoin_timeout_s
+    report = fed.evaluate("test")
+    while not report.scored and not _heads_answered(fed, report) and time.monotonic() < give_up:
+        log.warning(
+            "the test evaluation scored no sample (no label party answered): trying again in "
+            "%.0fs, for at most %.0fs more",
+            EVALUATE_AGAIN_S,
+            give_up - time.monotonic(),
+        )
+        time.sleep(EVALUATE_AGAIN_S)
+        report = fed.evaluate("test")
+    run.report = report
+    table = [format_table(report.rows()), unscored_note(report.unscored)]
+    log.info("test metrics\n%s", "\n".join(filter(None, table)))
+    if not report.scored:
+        run.fail(
+            FederationDown(
+                f"the test evaluation scored no sample ({report.unscored} unscored): no label "
+                f"party answered within {run.config.rejoin_timeout_s:g}s"
+            )
+        )
+    run.subsets = evaluate_subsets(fed, "test")
+
+
+def _heads_answered(fed: Federation, report: EvalReport) -> bool:
+    """Whether a label party answered a batch of the evaluation (then waiting changes nothing)."""
+    return any(report.answers.get(b, [0, 0])[1] for b in fed.label_blocks)
+
+
+@dataclass
+class _Outcome:
+    """What results.json says about a run: its figures, and "failed" with the error that ended
+    it (then the coordinator exits non-zero)."""
+
+    config: CoordinatorConfig
+    state: CoordinatorState
+    fed: Federation
+    checkpointer: Checkpointer | None
+    faulty: FaultyTransport | None
+    epochs: list[EpochSummary] = field(default_factory=list)
+    report: EvalReport | None = None
+    subsets: list[SubsetResult] = field(default_factory=list)
+
+    def fail(self, err: FederationDown) -> NoReturn:
+        """Write the run as failed (what it did so far is kept), then raise `err`."""
+        if not self.epochs:
+            self.epochs = list(self.fed.cursor.summaries)
+        self.write(error=str(err))
+        log.error("run %s failed: %s", self.state.run_id, err)
+        raise err
+
+    def write(self, error: str | None = None) -> dict[str, object]:
+        fed = self.fed
+        results = {
+            "run_id": self.state.run_id,
+            "status": "failed" if error else "ok",
+            **({"error": error} if error else {}),
+            "task": fed.task,  # which metrics the rows hold (vfl_core.headline)
+            "config": json.loads(self.config.model_dump_json()),
+            "epochs": [e.__dict__ for e in self.epochs],
+            "test": self.report.to_json() if self.report is not None else None,
+            "subsets": [r.to_json() for r in self.subsets],  # test metrics with only these parties
+            "transitions": [t.__dict__ for t in fed.liveness.transitions],
+            "transition_counts": fed.liveness.counts(),
+            "pauses": [p.__dict__ for p in fed.pauses],  # training waited for a label party
+            "resumed": self.checkpointer.history if self.checkpointer is not None else [],
+            "faults": self.faulty.counts() if self.faulty is not None else None,
+            "rounds": fed.round_id,
+        }
+        out = Path(self.config.out)
+        (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+        return results
 
 
 # What one peer can make the coordinator hold: requests are small (registrations, prediction
@@ -193,6 +277,7 @@ def _guard(config: CoordinatorConfig, security: Security, parties: set[str]) -> 
         policy=coordinator_policy(dict.fromkeys(parties)) if security.secure else None,
         tokens=tokens,
         max_inflight=config.max_inflight,
+        readers=MAX_CONCURRENT_RPCS,
     )
 
 

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from vfl_coordinator.admission import Admission
 from vfl_coordinator.registry import Registry
 from vfl_core.engine import Federation
 from vfl_core.errors import ConfigError, ProtocolError
-from vfl_core.protocol import Registration
+from vfl_core.protocol import Registration, SamplePrediction
 from vfl_wire import convert
 from vfl_wire.security import current_peer
 from vfl_wire.status import rpc_errors
@@ -66,8 +66,9 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 address = _peer_address(context.peer(), address)
             s = self.state
             synced = convert.register_session_from_proto(request) == s.session
-            message = s.registry.register(info, address, synced)
-            reply = Registration(s.run_id, s.config_json, message, s.session, s.resume_round)
+            lease = convert.register_lease_from_proto(request)
+            message, lease = s.registry.register(info, address, synced, lease)
+            reply = Registration(s.run_id, s.config_json, message, s.session, s.resume_round, lease)
             return convert.registration_to_proto(reply)
 
     def Status(self, request, context):
@@ -96,9 +97,11 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 fed = self.state.ready_federation()
                 _check_split_known(fed, split)
                 report = fed.evaluate(split)
-                live = [b for b, s in fed.liveness.state.items() if s == "up"]
             seconds = time.perf_counter() - start
-            return convert.eval_report_to_proto(report.rows(), report.unscored, live, seconds)
+            # live: answered every batch that held its samples, not merely up at the end
+            return convert.eval_report_to_proto(
+                report.rows(), report.unscored, report.live_blocks(), seconds, report.answers
+            )
 
     def Predict(self, request, context):
         with rpc_errors(context, "Predict"):
@@ -115,11 +118,22 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 index = (
                     None if request.all_rows else _key_index(fed, split, list(request.id_hashes))
                 )
-                keys = fed.alignments[split].keys
-                samples = [p for b in fed.predict_batches(split, index) for p in b.samples(keys)]
+                samples = _with_rows(fed, split, index)
             return vfl_pb2.FederatedPredictReply(
                 rows=[convert.prediction_to_proto(p) for p in samples]
             )
+
+
+def _with_rows(fed: Federation, split: str, index: np.ndarray | None) -> list[SamplePrediction]:
+    """The predictions of `split` (or of its samples `index`), each with its row in every party
+    that holds it: the only handle on a sample that a party can map to its ID after PSI."""
+    al = fed.alignments[split]
+    out = []
+    for batch in fed.predict_batches(split, index):
+        for i, p in zip(batch.index, batch.samples(al.keys), strict=True):
+            rows = {b: int(r[i]) for b, r in sorted(al.rows.items()) if r[i] >= 0}
+            out.append(replace(p, rows=rows))
+    return out
 
 
 def _check_split_known(fed: Federation, split: str) -> None:

@@ -157,10 +157,11 @@ class GrpcTransport:
         return {b for b, ok in saved.items() if ok}
 
     def rejoined(self) -> set[int]:
-        """Blocks whose party registered again (new process or address) and is synchronised."""
+        """Blocks whose party registered again (new process or address) and is synchronised,
+        or registered for the first time after training started (a quorum start)."""
         out = set()
         for block, member in self.registry.members().items():
-            seen = self._seen.setdefault(block, member.generation)
+            seen = self._seen.get(block, 0)
             if member.synced and member.generation > seen:
                 self._seen[block] = member.generation
                 out.add(block)

@@ -7,6 +7,9 @@ The checkpoint of round r holds the state after round r. Each file is written at
 (default two) are kept, so the round of the coordinator's last checkpoint, which it writes after
 the parties', is always on disk. A checkpoint of another run or configuration is refused with a
 ConfigError, never loaded and never deleted.
+
+A process killed while writing leaves its temporary file (`.<file>.<random>.tmp`, see
+`save_checkpoint`) behind; `clean_temporaries` deletes this name's at start.
 """
 
 from __future__ import annotations
@@ -32,6 +35,18 @@ class RoundCheckpoints:
         self.name = name
         self.keep = keep
         self._pattern = re.compile(rf"{re.escape(name)}-round-(\d+)\.pt")
+
+    def clean_temporaries(self) -> list[Path]:
+        """Delete the temporary files of this name's interrupted writes (round checkpoints and
+        the end-of-run `<name>.pt`); returns them. Call before this process writes any."""
+        if not self.directory.is_dir():
+            return []
+        mine = re.compile(rf"\.{re.escape(self.name)}(-round-\d+)?\.pt\..+\.tmp")
+        removed = [p for p in self.directory.iterdir() if mine.fullmatch(p.name)]
+        for path in removed:
+            path.unlink(missing_ok=True)
+            log.info("removed %s, left by an interrupted checkpoint write", path)
+        return removed
 
     def path(self, round_id: int) -> Path:
         return self.directory / f"{self.name}-round-{round_id:09d}.pt"

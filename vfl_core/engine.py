@@ -20,7 +20,7 @@ from vfl_core import pipeline, psi
 from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
-from vfl_core.liveness import DOWN, Liveness
+from vfl_core.liveness import DOWN, FederationDown, Liveness
 from vfl_core.method_spec import MethodSpec, active_party
 from vfl_core.metrics import FEDERATION, EvalReport
 from vfl_core.predictions import Combined, combine, random_guess
@@ -43,6 +43,23 @@ from vfl_core.seeding import Stream, rng
 from vfl_core.tasks import REGRESSION
 
 log = logging.getLogger(__name__)
+
+# While training is paused (no party that can train is up), how often the engine looks for
+# parties that registered again, and how often it calls the down ones anyway: a frozen process
+# that was thawed answers again without registering again.
+PAUSE_POLL_S = 0.2
+PAUSE_PROBE_S = 5.0
+ALIGN_RETRY_PAUSE_S = 2.0  # between attempts to align a party that did not answer
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Training stood still at `round_id` for `seconds` because no party that can train was up."""
+
+    round_id: int
+    epoch: int
+    seconds: float
+    resumed: bool  # False: nobody came back within the rejoin timeout and the run stopped
 
 
 @dataclass(frozen=True)
@@ -134,6 +151,19 @@ class Federation:
     # Checkpoints: None = never; 0 = at the end of training; N = also after every N rounds.
     checkpoint_every: int | None = None
     on_checkpoint: Callable[[int, set[int]], None] | None = None  # (round, blocks that saved)
+    # Seconds training may stay paused while no party that can train (a label party; the active
+    # one for split-learning methods) is up: no round is run or counted meanwhile, and
+    # FederationDown ends a longer pause. None never pauses: the guest-loss model of injected
+    # faults (vfl_core.faults), whose rounds pass whoever is up.
+    rejoin_timeout_s: float | None = None
+    # Seconds align() keeps asking the parties that hold samples but did not answer (a restarted
+    # coordinator's parties may be busy or frozen); one still silent joins at an epoch's start
+    # once it is heard from again (`unaligned`).
+    align_retry_s: float = 0.0
+    unaligned: set[int] = field(init=False, default_factory=set)
+    _realign_due: bool = field(init=False, default=False)
+    pauses: list[Pause] = field(init=False, default_factory=list)
+    _paused_since: float | None = field(init=False, default=None)
     # Rounds through vfl_core.pipeline (a round's Backward travels with the next Embed; with
     # TrainConfig.staleness, several rounds per call); False: Embed, Fuse, Backward one by one.
     pipeline: bool = True
@@ -161,29 +191,75 @@ class Federation:
 
     # ------------------------------------------------------------------ alignment
     def align(self, splits: tuple[str, ...] = ("train", "test")) -> None:
-        self.infos = self.transport.infos()
+        """Align every split with the parties that answer, asking those that do not again for
+        `align_retry_s`; the ones still missing are `unaligned` (they join later)."""
+        give_up = time.monotonic() + self.align_retry_s
         for split in splits:
-            blocks = [b for b, i in self.infos.items() if i.samples.get(split, 0) > 0]
-            if not blocks:
-                continue
-            if self.alignment == "psi":
-                keys = psi.psi_align(self.transport, split, blocks)
-                self.alignments[split] = Alignment.build(keys, order="rows")
-            else:
-                hashes = self.transport.id_hashes(split, blocks)
-                self.alignments[split] = Alignment.build(hashes)
-            self.alignments[split] = self.alignments[split].with_label_only(
-                self._feature_rows(split)
-            )
-            groups = self.alignments[split].patterns()
-            log.info(
-                "aligned %s: %d samples in %d observed patterns",
-                split,
-                len(self.alignments[split]),
-                len(groups),
-            )
+            missing = self._align_split(split)
+            while missing and time.monotonic() < give_up:
+                log.warning(
+                    "aligned %s without blocks %s (no answer): asking again in %.0fs",
+                    split,
+                    missing,
+                    ALIGN_RETRY_PAUSE_S,
+                )
+                time.sleep(ALIGN_RETRY_PAUSE_S)
+                missing = self._align_split(split)
+            if missing:
+                log.warning(
+                    "aligned %s without blocks %s: each joins at the start of an epoch once it "
+                    "is heard from again",
+                    split,
+                    missing,
+                )
+        self.unaligned = set(self._missing("train"))
+        self._realign_due = False
         if self.config.balance == "resample":
             self._weights = self._class_weights()
+
+    def _align_split(self, split: str) -> list[int]:
+        """Align `split` with the registered parties that hold it; returns those that did not
+        take part."""
+        self.infos = self.transport.infos()
+        blocks = [b for b, i in self.infos.items() if i.samples.get(split, 0) > 0]
+        if not blocks:
+            return []
+        if self.alignment == "psi":
+            keys = psi.psi_align(self.transport, split, blocks)
+            self.alignments[split] = Alignment.build(keys, order="rows")
+        else:
+            hashes = self.transport.id_hashes(split, blocks)
+            self.alignments[split] = Alignment.build(hashes)
+        self.alignments[split] = self.alignments[split].with_label_only(self._feature_rows(split))
+        groups = self.alignments[split].patterns()
+        log.info(
+            "aligned %s: %d samples in %d observed patterns",
+            split,
+            len(self.alignments[split]),
+            len(groups),
+        )
+        return self._missing(split)
+
+    def _missing(self, split: str) -> list[int]:
+        """Registered blocks that hold samples of `split` but are not in its alignment."""
+        al = self.alignments.get(split)
+        held = [b for b, i in sorted(self.infos.items()) if i.samples.get(split, 0) > 0]
+        return [b for b in held if al is None or b not in al.rows]
+
+    def _align_again_if_due(self) -> None:
+        """At an epoch's start: a party missing from the alignment was heard from again (it
+        registered again, or registered late), so align again with it. The plan of this and
+        later epochs includes it; the epochs before keep theirs."""
+        if not self._realign_due or self.cursor.position:
+            return
+        before = set(self.alignments["train"].rows) if "train" in self.alignments else set()
+        self.align()
+        log.warning(
+            "epoch %d: aligned again; blocks %s joined, %s still missing",
+            self.cursor.epoch + 1,
+            sorted(set(self.alignments["train"].rows) - before),
+            sorted(self.unaligned),
+        )
 
     def _feature_rows(self, split: str) -> dict[int, int]:
         """block -> rows of `split` with features, for the parties that also hold label-only
@@ -222,6 +298,7 @@ class Federation:
         if start_epoch > self.cursor.epoch:
             self.cursor = Cursor(epoch=start_epoch)
         while self.cursor.epoch < self.config.epochs:
+            self._align_again_if_due()
             self.train_epoch(self.cursor.epoch)
         if self.checkpoint_every is not None and self.round_id - 1 > self.last_checkpoint:
             self.checkpoint()
@@ -242,12 +319,18 @@ class Federation:
             leave=False,
         )
         for record in bar:
+            batch = plan[c.position]  # records come in plan order
             self.round_id += 1
             c.position += 1
             c.losses.extend(record.losses.values())
             for head, loss in record.losses.items():
                 c.head_losses.setdefault(head, []).append(loss)
-            c.incomplete += record.present != record.pattern
+            # A batch whose observed set cannot train under the method (no label party holds its
+            # samples) calls nobody: not an incomplete round, nobody failed.
+            trainable = self.spec.trainable(
+                batch.pattern, self.num_blocks, self.label_blocks, batch.label_only
+            )
+            c.incomplete += trainable and record.present != record.pattern
             c.seconds = time.perf_counter() - start
             if self.on_round is not None:
                 self.on_round(record)
@@ -262,17 +345,30 @@ class Federation:
     def _rounds(self, epoch: int, batches: Sequence[Batch]) -> Iterator[RoundRecord]:
         """The records of `batches`' rounds, in order, as each finishes (self.round_id is the
         next round's id whenever this resumes). The pipeline drains at every checkpoint round,
-        so a checkpoint holds whole rounds."""
+        so a checkpoint holds whole rounds, and when no party that can train is up: the rounds
+        of a pause run one by one (`_round_when_up`), and the pipeline starts again after it."""
         if not self.pipeline or self.spec.program is not None:  # (a method's own phases)
             for batch in batches:
-                yield self.run_round(self.round_id, epoch, batch)
+                yield self._round_when_up(epoch, batch)
             return
         every = self.checkpoint_every or len(batches) + self.round_id + 1
         start = 0
         while start < len(batches):
+            if self._pause_due():
+                yield self._round_when_up(epoch, batches[start])
+                start += 1
+                continue
             end = start + (every - self.round_id % every)  # up to the next checkpoint round
-            yield from pipeline.run(self, epoch, batches[start:end], self.round_id)
-            start = end
+            rounds = pipeline.run(
+                self, epoch, batches[start:end], self.round_id, stop=self._pause_due
+            )
+            for record in rounds:
+                start += 1
+                yield record
+
+    def _pause_due(self) -> bool:
+        """Whether training must pause: pausing is on and no party that can train is up."""
+        return self.rejoin_timeout_s is not None and not self._heads_up()
 
     def _summary(self, epoch: int, rounds: int, seconds: float) -> EpochSummary:
         c = self.cursor
@@ -307,9 +403,77 @@ class Federation:
             self.on_checkpoint(done, saved)
         return saved
 
+    # ------------------------------------------------------------------ pausing
+    def _round_when_up(self, epoch: int, batch: Batch) -> RoundRecord:
+        """Run the batch's round once a party that can train is up. A retry of the down parties
+        during a pause that none of them answers is not counted: the batch waits."""
+        while True:
+            probing = self._await_heads(epoch)
+            record = self.run_round(self.round_id, epoch, batch)
+            if not probing or self._heads_up():
+                self._end_pause(epoch, resumed=True)
+                return record
+            log.info("round %d: no down party answered the retry; still paused", self.round_id)
+
+    def _heads_up(self) -> bool:
+        """Whether a party that can train under the method is not marked down."""
+        labels = self.label_blocks
+        if self.spec.heads == "active_party":
+            labels = (active_party(labels),)  # type: ignore[assignment]
+        return bool(self.liveness.live(labels))
+
+    def _await_heads(self, epoch: int) -> bool:
+        """False at once while a party that can train is up. Otherwise pause: False when one
+        registers again, True when it is time to call the down parties anyway; FederationDown
+        once the pause has lasted `rejoin_timeout_s`."""
+        if self.rejoin_timeout_s is None:
+            return False
+        self._poll_rejoins()
+        if self._heads_up():
+            return False
+        if self._paused_since is None:
+            self._paused_since = time.monotonic()
+            log.warning(
+                "round %d (epoch %d): no label party is up; training pauses until one comes back "
+                "(at most %gs)",
+                self.round_id,
+                epoch + 1,
+                self.rejoin_timeout_s,
+            )
+        probe_at = time.monotonic() + PAUSE_PROBE_S
+        while True:
+            waited = time.monotonic() - self._paused_since
+            if waited >= self.rejoin_timeout_s:
+                self._end_pause(epoch, resumed=False)
+                raise FederationDown(
+                    f"no label party came back within {self.rejoin_timeout_s:g}s (training "
+                    f"waited {waited:.1f}s at round {self.round_id}, epoch {epoch + 1} of "
+                    f"{self.config.epochs}): the run stops"
+                )
+            time.sleep(min(PAUSE_POLL_S, self.rejoin_timeout_s - waited))
+            self._poll_rejoins()
+            if self._heads_up():
+                return False
+            if time.monotonic() >= probe_at:
+                self.liveness.retry_now(self._tick)
+                return True
+
+    def _end_pause(self, epoch: int, resumed: bool) -> None:
+        if self._paused_since is None:
+            return
+        seconds = time.monotonic() - self._paused_since
+        self._paused_since = None
+        self.pauses.append(Pause(self.round_id, epoch, seconds, resumed))
+        if resumed:
+            log.warning(
+                "training resumes at round %d after a pause of %.1fs", self.round_id, seconds
+            )
+
     def _poll_rejoins(self, tick: int | None = None) -> None:
         """Parties that registered again since the last round are called again at once."""
         for block in sorted(self.transport.rejoined()):
+            if block in self.unaligned or block not in self.infos:
+                self._realign_due = True  # it holds samples the plan lacks
             if self.alignment == "psi":
                 self._resend_psi_keys(block)
             self.liveness.rejoined(block, self._tick if tick is None else tick)
@@ -564,6 +728,8 @@ class Federation:
         (samples that none of them holds are unscored)."""
         report = EvalReport()
         for pred in self.predict_batches(split, blocks=blocks):
+            asked = [b for b in pred.pattern if blocks is None or b in blocks]
+            report.count_answers(asked, pred.present)  # who was live for this batch
             result = self._score(split, pred, blocks) if pred.predicted is not None else None
             if result is None:
                 report.unscored += len(pred.index)

@@ -5,6 +5,10 @@ for a retry every `retry_every` rounds; the first answer brings it back up. A pa
 again (a restarted or reconnected process) is `rejoining`: it is called at once, its first answer
 makes it up, a miss makes it down again. Every transition is logged and kept, so results can count
 them.
+
+When no party that can train is up (every label party down), the round engine pauses instead of
+running rounds on nothing (vfl_core.engine); `retry_now` lets it call the down parties at once
+while it waits, and `FederationDown` ends a pause that lasted too long.
 """
 
 from __future__ import annotations
@@ -12,9 +16,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from vfl_core.errors import VflError
+
 log = logging.getLogger(__name__)
 
 UP, DOWN, REJOINING = "up", "down", "rejoining"
+
+
+class FederationDown(VflError):
+    """No party that can train came back within the rejoin timeout: the run cannot go on."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,17 @@ class Liveness:
         if self.state.get(block, UP) in (UP, REJOINING):
             return True
         return (round_id - self.down_since[block]) % self.retry_every == 0
+
+    def live(self, blocks: list[int] | tuple[int, ...]) -> list[int]:
+        """The blocks of `blocks` that are not marked down."""
+        return [b for b in blocks if self.state.get(b, UP) != DOWN]
+
+    def retry_now(self, round_id: int) -> None:
+        """Call every down party at `round_id` (a paused federation probing for survivors);
+        later retries count `retry_every` from here."""
+        for block, state in self.state.items():
+            if state == DOWN:
+                self.down_since[block] = round_id
 
     def answered(self, block: int, round_id: int) -> None:
         self.missed[block] = 0

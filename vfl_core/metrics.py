@@ -133,9 +133,32 @@ class MetricRow:
 class EvalReport:
     by_pattern: dict[Pattern, PatternStats] = field(default_factory=dict)
     unscored: int = 0  # samples for which no head party answered
+    # block -> [batches it was asked for (held samples of), batches it answered]
+    answers: dict[int, list[int]] = field(default_factory=dict)
 
     def add(self, pattern: Pattern, samples: int, result: ScoreResult) -> None:
         self.by_pattern.setdefault(pattern, PatternStats()).add(samples, result)
+
+    def count_answers(self, asked: Iterable[int], present: Iterable[int]) -> None:
+        """One batch: the blocks that held its samples (and were asked), and those that answered."""
+        answered = set(present)
+        for block in asked:
+            counts = self.answers.setdefault(block, [0, 0])
+            counts[0] += 1
+            counts[1] += block in answered
+
+    def live_blocks(self) -> list[int]:
+        """Blocks that answered every batch they were asked for: live throughout."""
+        return sorted(b for b, (asked, got) in self.answers.items() if got == asked)
+
+    def partly_live(self) -> dict[int, tuple[int, int]]:
+        """Blocks that answered some of their batches, not all (they came back or went away
+        during the evaluation): block -> (batches asked, batches answered)."""
+        return {b: (n, got) for b, (n, got) in sorted(self.answers.items()) if 0 < got < n}
+
+    @property
+    def scored(self) -> int:
+        return sum(s.samples for s in self.by_pattern.values())
 
     def rows(self) -> list[MetricRow]:
         patterns = sorted(self.by_pattern, key=lambda p: (-len(p), p))
@@ -203,6 +226,15 @@ def _regression_row(name: str, samples: int, stats: list[RegressionStats]) -> Me
         r2=float(1.0 - mse / variance) if variance > 0 else None,
         federation_rmse=float(np.sqrt(fed_sums[0] / fed_sums[2])) if fed_sums is not None else None,
     )
+
+
+def unscored_note(unscored: int, live: bool = False) -> str:
+    """The line under a result table that counts the samples it leaves out ("" for none)."""
+    if not unscored:
+        return ""
+    who = "no live head party" if live else "no head party"
+    noun = "sample" if unscored == 1 else "samples"
+    return f"({unscored} {noun} unscored: {who}, or none the method can use, predicted them)"
 
 
 def format_table(rows: list[MetricRow], title: str = "") -> str:

@@ -114,10 +114,16 @@ class _Lane:
 
 
 def run(
-    fed: Federation, epoch: int, batches: Sequence[Batch], first_round: int
+    fed: Federation,
+    epoch: int,
+    batches: Sequence[Batch],
+    first_round: int,
+    stop: Callable[[], bool] | None = None,
 ) -> Iterator[RoundRecord]:
     """Train on `batches` (rounds first_round, first_round + 1, ...); yields each round's record
-    in order once its Backward is answered, and returns with nothing in flight."""
+    in order once its Backward is answered, and returns with nothing in flight. `stop` is asked
+    before each new block of rounds is embedded: when it says so, the pipeline drains and
+    returns early, leaving the rest of `batches` unstarted (the engine pauses training)."""
     p = fed.config.rounds_per_call
     overlap = fed.config.staleness > 0
     rounds = [
@@ -140,7 +146,13 @@ def run(
         if not overlap:
             _collect_g(fed, g, backward)
             g = None
-        f = _start_f(fed, blocks[k + 1] if k + 1 < len(blocks) else [], backward)
+        following = blocks[k + 1] if k + 1 < len(blocks) else []
+        if following and stop is not None and stop():
+            unstarted = {r.round_id for later in blocks[k + 1 :] for r in later}
+            queue = deque(r for r in queue if r.round_id not in unstarted)
+            f = _start_f(fed, [], backward)  # the Backward still due, no new Embed
+            break
+        f = _start_f(fed, following, backward)
     _collect_f(fed, f)
     yield from _finished(queue)
     if g is not None:

@@ -225,6 +225,9 @@ class SamplePrediction:
     federation: np.ndarray | None  # (C,), mean of the heads' probabilities (or values)
     predicted_class: int  # -1 when no head party could predict, and for regression
     predicted_value: float | None = None  # regression: the federation's prediction
+    # block -> the sample's row in that party's split: each party can name its own samples
+    # (after a PSI alignment nobody else can; vfl predict --party-dir)
+    rows: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -241,3 +244,4 @@ class Registration:
     message: str
     session: str
     resume_round: int
+    lease: str = ""  # quoted in the party's next registrations (vfl_coordinator.registry)

@@ -9,12 +9,15 @@ back to its own checkpoint of round r.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import asdict
 
 from vfl_core.engine import Cursor, EpochSummary, Federation
 from vfl_core.errors import ConfigError
 from vfl_core.liveness import DOWN
+
+log = logging.getLogger(__name__)
 
 
 def snapshot(fed: Federation) -> dict[str, object]:
@@ -30,6 +33,8 @@ def snapshot(fed: Federation) -> dict[str, object]:
         "seconds": float(c.seconds),
         "summaries": [asdict(s) for s in c.summaries],
         "liveness": fed.liveness.to_state(),
+        # the blocks in each split's alignment: the epoch's plan was made with these
+        "aligned": {split: sorted(al.rows) for split, al in fed.alignments.items()},
     }
 
 
@@ -37,7 +42,21 @@ def restore(fed: Federation, saved: dict, present: Iterable[int] = ()) -> None:
     """Continue `fed` (already aligned) from a snapshot. Parties in `present` that the snapshot
     had marked down registered again since: they are rejoining."""
     epoch, position = int(saved["epoch"]), int(saved["position"])
-    if epoch < fed.config.epochs and position > len(fed.plan(epoch)):
+    absent = _absent(fed, saved)
+    cut = bool(absent) and epoch < fed.config.epochs and position > 0
+    if cut:
+        # The epoch's plan was made with these parties' samples, and this alignment lacks them
+        # (silent while the coordinator aligned again): its rest cannot be told apart from
+        # another plan, so the epoch ends here and the next starts without them, until they
+        # are heard from again (Federation.unaligned).
+        log.warning(
+            "resuming without blocks %s, which did not answer the alignment: epoch %d ends at "
+            "its %d batches so far",
+            absent,
+            epoch + 1,
+            position,
+        )
+    elif epoch < fed.config.epochs and position > len(fed.plan(epoch)):
         raise ConfigError(
             f"checkpoint is {position} batches into epoch {epoch + 1}, whose plan has only "
             f"{len(fed.plan(epoch))}: the parties' data changed since"
@@ -55,10 +74,28 @@ def restore(fed: Federation, saved: dict, present: Iterable[int] = ()) -> None:
         seconds=float(saved["seconds"]),
         summaries=[_summary(s) for s in saved["summaries"]],
     )
+    if cut:
+        _end_epoch(fed, epoch, position)
     fed.liveness.load_state(saved["liveness"])
     for block in sorted(present):
         if fed.liveness.state.get(block) == DOWN:
             fed.liveness.rejoined(block, fed.round_id + fed.request_id)
+
+
+def _end_epoch(fed: Federation, epoch: int, position: int) -> None:
+    """Close the epoch the cursor is in after its `position` batches, as if its plan ended."""
+    summary = fed._summary(epoch, position, fed.cursor.seconds)
+    fed.cursor = Cursor(epoch=epoch + 1, summaries=[*fed.cursor.summaries, summary])
+    if fed.on_epoch is not None:
+        fed.on_epoch(summary)
+
+
+def _absent(fed: Federation, saved: dict) -> list[int]:
+    """Blocks of the checkpoint's train alignment that this one lacks (older checkpoints do not
+    say: none)."""
+    before = saved.get("aligned", {}).get("train", [])
+    now = fed.alignments["train"].rows if "train" in fed.alignments else {}
+    return sorted(int(b) for b in before if int(b) not in now)
 
 
 def _summary(saved: dict) -> EpochSummary:

@@ -14,6 +14,8 @@ Reconnect backoff is capped at 1 s so a restarted peer is reachable again almost
 from __future__ import annotations
 
 import logging
+import socket
+import ssl
 from collections.abc import Sequence
 from concurrent import futures
 
@@ -71,15 +73,18 @@ def make_server(
 ) -> grpc.Server:
     """A sync server with our options; add servicers, then `bind`, then `start`.
 
-    `max_concurrent_rpcs` bounds the calls accepted at once (running or queued for a worker);
-    beyond it grpc answers RESOURCE_EXHAUSTED. `max_receive_bytes` caps one request.
+    `max_concurrent_rpcs` bounds the calls accepted at once; beyond it grpc answers
+    RESOURCE_EXHAUSTED. Every accepted call gets a worker at once (the pool grows to
+    `max_concurrent_rpcs` threads as needed): a call that waits, for a slow body or a long
+    evaluation, never keeps another waiting for a thread. `max_receive_bytes` caps one request.
     """
     options = [
         (k, max_receive_bytes if k == "grpc.max_receive_message_length" else v)
         for k, v in server_options()
     ]
+    workers = max(max_workers, max_concurrent_rpcs or 0)  # threads start lazily, as needed
     return grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="vfl-grpc"),
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vfl-grpc"),
         interceptors=list(interceptors),
         options=options,
         maximum_concurrent_rpcs=max_concurrent_rpcs,
@@ -124,3 +129,37 @@ def make_channel(
     if target_name is not None:
         options.append(("grpc.ssl_target_name_override", target_name))
     return grpc.secure_channel(address, credentials, options=options)
+
+
+def speaks_tls(address: str, timeout: float = 2.0) -> bool:
+    """Whether the server at `address` ("host:port") answers a TLS handshake. A plaintext client
+    of a TLS server only ever sees "Socket closed": this tells that apart from a server that is
+    down. The probe sends no certificate, so a mutual-TLS server refuses it, with a TLS alert."""
+    host, _, port = address.rpartition(":")
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw,
+            context.wrap_socket(raw, do_handshake_on_connect=False) as tls,
+        ):
+            tls.do_handshake()
+            tls.recv(1)  # TLS 1.3: the server judges the (missing) certificate after this
+    except ssl.SSLEOFError:
+        return False
+    except ssl.SSLError as err:
+        return "ALERT" in (err.reason or "").upper()  # the server spoke TLS, then refused us
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def plaintext_to_tls_hint(address: str, err: grpc.RpcError) -> str | None:
+    """For a failed plaintext (--insecure) call: why, if the server speaks TLS, else None."""
+    if err.code() != grpc.StatusCode.UNAVAILABLE or not speaks_tls(address):
+        return None
+    return (
+        f"the server at {address} speaks TLS but this process runs --insecure (plaintext): give "
+        "it its `vfl certs` directory with --tls-dir instead of --insecure"
+    )

@@ -54,6 +54,27 @@ K = TypeVar("K", int, str)  # map keys: block index or predictor name
 # Header and small fields
 # ---------------------------------------------------------------------------------------------
 
+# Names a peer chooses (party id, data set, run id, address) are at most this long: they end up in
+# registries, logs and error replies, which an attacker must not be able to fill.
+MAX_NAME_CHARS = 128
+_QUOTED_CHARS = 64  # how much of a refused string an error message quotes
+
+
+def clip(text: str, limit: int = _QUOTED_CHARS) -> str:
+    """`text` quoted for an error message or a log line, cut to `limit` characters."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def check_name(text: str, what: str) -> str:
+    """A peer-chosen name: not empty, at most MAX_NAME_CHARS, no control characters."""
+    if not text:
+        raise ProtocolError(f"{what}: empty")
+    if len(text) > MAX_NAME_CHARS or not text.isprintable():
+        raise ProtocolError(f"{what} {clip(text)}: at most {MAX_NAME_CHARS} printable characters")
+    return text
+
 
 def header(run_id: str, party_id: str) -> vfl_pb2.Header:
     """The header of a request for (coordinator -> party) or from (party -> coordinator) a party."""
@@ -69,14 +90,20 @@ def check_header(h: vfl_pb2.Header, *, run_id: str | None, party_id: str | None)
             f"{PROTOCOL_VERSION}"
         )
     if run_id is not None and h.run_id != run_id:
-        raise ProtocolError(f"header: run id {h.run_id!r} does not match expected {run_id!r}")
+        raise ProtocolError(
+            f"header: run id {clip(h.run_id)} does not match expected {clip(run_id)}"
+        )
     if party_id is not None and h.party_id != party_id:
-        raise ProtocolError(f"header: party id {h.party_id!r} does not match expected {party_id!r}")
+        raise ProtocolError(
+            f"header: party id {clip(h.party_id)} does not match expected {clip(party_id)}"
+        )
 
 
 def check_split(split: str, *, what: str = "split") -> str:
     if split not in SPLITS:
-        raise ProtocolError(f"{what}: unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+        raise ProtocolError(
+            f"{what}: unknown split {clip(split)}; expected one of {', '.join(SPLITS)}"
+        )
     return split
 
 
@@ -550,6 +577,8 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
     """Check the self-description for internal consistency; the coordinator checks the rest."""
     if not msg.party_id:
         raise ProtocolError("party info: empty party id")
+    check_name(msg.party_id, "party info: party id")
+    check_name(msg.dataset or "-", f"party info {msg.party_id!r}: data set")
     if msg.num_blocks < 1 or not 0 <= msg.block < msg.num_blocks:
         raise ProtocolError(
             f"party info {msg.party_id!r}: block {msg.block} outside 0..{msg.num_blocks - 1}"
@@ -562,7 +591,7 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
         raise ProtocolError(f"party info {msg.party_id!r}: negative number of classes")
     task = msg.task or CLASSIFICATION  # parties of before tasks existed send none
     if task not in TASKS:
-        raise ProtocolError(f"party info {msg.party_id!r}: unknown task {msg.task!r}")
+        raise ProtocolError(f"party info {msg.party_id!r}: unknown task {clip(msg.task)}")
     if any(n < 0 for n in msg.samples.values()):
         raise ProtocolError(f"party info {msg.party_id!r}: negative sample count")
     for split, n in msg.label_only.items():
@@ -587,18 +616,19 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
 
 
 def register_request_to_proto(
-    info: PartyInfo, address: str, h: vfl_pb2.Header, session: str = ""
+    info: PartyInfo, address: str, h: vfl_pb2.Header, session: str = "", lease: str = ""
 ) -> vfl_pb2.RegisterRequest:
     return vfl_pb2.RegisterRequest(
-        header=h, info=party_info_to_proto(info), address=address, session=session
+        header=h, info=party_info_to_proto(info), address=address, session=session, lease=lease
     )
 
 
 def register_request_from_proto(req: vfl_pb2.RegisterRequest) -> tuple[PartyInfo, str]:
     """(the party's info, the address where it serves `Party`)."""
     _require(req, "info", "register info")
-    if not req.address:
-        raise ProtocolError("register address: empty")
+    check_name(req.address, "register address")
+    if len(req.session) > MAX_NAME_CHARS:
+        raise ProtocolError(f"register session: {len(req.session)} characters, at most 128")
     return party_info_from_proto(req.info), req.address
 
 
@@ -607,9 +637,20 @@ def register_session_from_proto(req: vfl_pb2.RegisterRequest) -> str:
     return req.session
 
 
+def register_lease_from_proto(req: vfl_pb2.RegisterRequest) -> str:
+    """The lease the registering process holds ("" for a new process)."""
+    if len(req.lease) > MAX_NAME_CHARS:
+        raise ProtocolError(f"register lease: {len(req.lease)} characters, at most 128")
+    return req.lease
+
+
 def registration_to_proto(a: Registration) -> vfl_pb2.RegisterReply:
     reply = vfl_pb2.RegisterReply(
-        run_id=a.run_id, config_json=a.config_json, message=a.message, session=a.session
+        run_id=a.run_id,
+        config_json=a.config_json,
+        message=a.message,
+        session=a.session,
+        lease=a.lease,
     )
     if a.resume_round >= 0:
         reply.resume_round = a.resume_round
@@ -619,10 +660,15 @@ def registration_to_proto(a: Registration) -> vfl_pb2.RegisterReply:
 def registration_from_proto(reply: vfl_pb2.RegisterReply) -> Registration:
     if not reply.run_id or not reply.config_json:
         raise ProtocolError("register reply: missing run id or config")
+    check_name(reply.run_id, "register reply: run id")
     resume = reply.resume_round if reply.HasField("resume_round") else -1
     if resume < -1:
         raise ProtocolError(f"register reply: negative resume round {resume}")
-    return Registration(reply.run_id, reply.config_json, reply.message, reply.session, resume)
+    if len(reply.lease) > MAX_NAME_CHARS:
+        raise ProtocolError(f"register reply: lease of {len(reply.lease)} characters")
+    return Registration(
+        reply.run_id, reply.config_json, reply.message, reply.session, resume, reply.lease
+    )
 
 
 def checkpoint_call_to_proto(round_id: int, h: vfl_pb2.Header) -> vfl_pb2.CheckpointRequest:
@@ -646,9 +692,15 @@ def checkpoint_reply_from_proto(reply: vfl_pb2.CheckpointReply, *, round_id: int
 
 
 def eval_report_to_proto(
-    rows: Sequence[MetricRow], unscored: int, live_blocks: Sequence[int], seconds: float
+    rows: Sequence[MetricRow],
+    unscored: int,
+    live_blocks: Sequence[int],
+    seconds: float,
+    answers: Mapping[int, Sequence[int]] | None = None,  # block -> (batches, answered)
 ) -> vfl_pb2.EvaluateReply:
     reply = vfl_pb2.EvaluateReply(unscored=unscored, live_blocks=live_blocks, seconds=seconds)
+    for block, (batches, answered) in sorted((answers or {}).items()):
+        reply.answers.add(block=block, batches=batches, answered=answered)
     for row in rows:
         # only the metrics of the task (the others are None and stay unset)
         metrics = {name: getattr(row, name) for name in _ROW_METRICS}
@@ -673,6 +725,11 @@ _ROW_METRICS = (
 )
 
 
+def eval_answers_from_proto(reply: vfl_pb2.EvaluateReply) -> dict[int, tuple[int, int]]:
+    """block -> (batches that held its samples, batches it answered)."""
+    return {a.block: (a.batches, a.answered) for a in reply.answers}
+
+
 def eval_rows_from_proto(reply: vfl_pb2.EvaluateReply) -> list[MetricRow]:
     return [
         MetricRow(
@@ -686,7 +743,10 @@ def eval_rows_from_proto(reply: vfl_pb2.EvaluateReply) -> list[MetricRow]:
 
 def prediction_to_proto(p: SamplePrediction) -> vfl_pb2.PredictionRow:
     row = vfl_pb2.PredictionRow(
-        id_hash=p.id_hash, observed_blocks=p.observed, predicted_class=p.predicted_class
+        id_hash=p.id_hash,
+        observed_blocks=p.observed,
+        predicted_class=p.predicted_class,
+        party_rows=p.rows,
     )
     for block, probs in p.party_probs.items():
         row.party_probabilities[block].CopyFrom(encode_array(probs, what="probabilities"))
@@ -713,4 +773,11 @@ def prediction_from_proto(row: vfl_pb2.PredictionRow) -> SamplePrediction:
         federation=federation,
         predicted_class=row.predicted_class,
         predicted_value=row.predicted_value if row.HasField("predicted_value") else None,
+        rows=_party_rows(row.party_rows),
     )
+
+
+def _party_rows(rows: Mapping[int, int]) -> dict[int, int]:
+    if any(b < 0 or r < 0 for b, r in rows.items()):
+        raise ProtocolError("prediction row: negative block or row index")
+    return dict(sorted(rows.items()))

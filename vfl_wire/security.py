@@ -29,6 +29,8 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +51,7 @@ HEALTH_SERVICE = "grpc.health.v1.Health"
 PARTY_SERVICE = "vfl.v1.Party"
 COORDINATOR_SERVICE = "vfl.v1.Coordinator"
 DEFAULT_MAX_INFLIGHT = 8  # calls in flight per peer identity (per connection when insecure)
+BODY_TIMEOUT_S = 30.0  # a request body must arrive in full this soon after its headers
 
 _PEER: contextvars.ContextVar[str | None] = contextvars.ContextVar("vfl_peer", default=None)
 
@@ -297,6 +300,15 @@ class GuardInterceptor(grpc.ServerInterceptor):
     tokens: identity -> SHA-256 hex of its token; None = no second factor checked here.
     refuse: calls this server never answers, with the reason (FAILED_PRECONDITION, either mode).
     A request that does not parse is refused with INVALID_ARGUMENT (grpc would say INTERNAL).
+
+    Slow bodies (slowloris). grpc's sync server gives a unary call a worker thread that first
+    waits for the whole request body, so a peer that sends headers and part of a body ties up a
+    worker for good (16 such streams stopped the coordinator). This guard serves every unary
+    method as request-streaming instead: its worker starts at once, authenticates, authorises
+    and takes the peer's in-flight slot from the headers alone, and only then reads the body,
+    for at most `body_timeout_s` (on a reader thread, so the wait is bounded). A peer without a
+    certificate, token or right is refused before any of its body is read; one with them holds
+    at most `max_inflight` calls, each for at most `body_timeout_s`.
     """
 
     def __init__(
@@ -307,12 +319,16 @@ class GuardInterceptor(grpc.ServerInterceptor):
         tokens: Mapping[str, str] | None = None,
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         refuse: Mapping[str, str] | None = None,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+        readers: int = 64,  # bodies read at once: the server's maximum_concurrent_rpcs
     ) -> None:
         self.secure = secure
         self.policy = policy
         self.refuse = dict(refuse or {})  # rpc -> why this server never answers it
         self.tokens = dict(tokens) if tokens is not None else None
         self.limiter = InflightLimiter(max_inflight)
+        self.body_timeout_s = body_timeout_s
+        self._readers = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="vfl-body")
         self._handlers: dict[str | bytes, grpc.RpcMethodHandler] = {}  # method -> guarded one
         self._lock = threading.Lock()
 
@@ -326,7 +342,7 @@ class GuardInterceptor(grpc.ServerInterceptor):
             return handler  # unknown method (UNIMPLEMENTED) or streaming (health Watch)
         name = method.decode() if isinstance(method, bytes) else method
         service, _, rpc = name.strip("/").partition("/")
-        guarded = grpc.unary_unary_rpc_method_handler(
+        guarded = grpc.stream_unary_rpc_method_handler(  # the worker starts before the body is in
             self._guarded(service, rpc, handler),
             request_deserializer=None,  # parsed in _guarded, so a bad message gets a clear code
             response_serializer=handler.response_serializer,
@@ -335,7 +351,7 @@ class GuardInterceptor(grpc.ServerInterceptor):
             return self._handlers.setdefault(method, guarded)
 
     def _guarded(self, service: str, rpc: str, handler: grpc.RpcMethodHandler) -> Callable:
-        def guarded(raw: bytes, context: grpc.ServicerContext):
+        def guarded(requests: Iterator[bytes], context: grpc.ServicerContext):
             peer = self._authenticate(context, service, rpc)
             if rpc in self.refuse:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{rpc}: {self.refuse[rpc]}")
@@ -345,6 +361,7 @@ class GuardInterceptor(grpc.ServerInterceptor):
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
                         f"{rpc}: {self.limiter.limit} calls of {peer} already in flight",
                     )
+                raw = self._read_body(requests, rpc, peer, context)
                 request = _parse(handler, raw, rpc, context)
                 reset = _PEER.set(peer if self.secure else None)
                 try:
@@ -353,6 +370,28 @@ class GuardInterceptor(grpc.ServerInterceptor):
                     _PEER.reset(reset)
 
         return guarded
+
+    def _read_body(
+        self, requests: Iterator[bytes], rpc: str, peer: str, context: grpc.ServicerContext
+    ) -> bytes:
+        """The one request message, once it has arrived in full; refused if it takes longer
+        than body_timeout_s (the reader thread is freed when the call ends)."""
+        pending = self._readers.submit(next, requests, None)
+        try:
+            raw = pending.result(timeout=self.body_timeout_s)
+        except FutureTimeout:
+            log.warning(
+                "%s from %s: request body not received in %.0fs", rpc, peer, self.body_timeout_s
+            )
+            context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"{rpc}: request body not received within {self.body_timeout_s:g}s",
+            )
+        except grpc.RpcError:  # the caller went away
+            context.abort(grpc.StatusCode.CANCELLED, f"{rpc}: cancelled before its request")
+        if raw is None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{rpc}: no request message")
+        return raw
 
     def _authenticate(self, context: grpc.ServicerContext, service: str, rpc: str) -> str:
         if not self.secure:

@@ -21,7 +21,14 @@ class AlreadyExistsError(ConfigError):
     """A registration for a block that another party already holds."""
 
 
+class FencedError(ConfigError):
+    """A registration quoting a lease that is no longer the block's: another process of the same
+    party registered since (vfl_coordinator.registry). ABORTED: the older process must stop."""
+
+
 def status_for(err: BaseException) -> grpc.StatusCode:
+    if isinstance(err, FencedError):
+        return grpc.StatusCode.ABORTED
     if isinstance(err, PermissionError_):
         return grpc.StatusCode.PERMISSION_DENIED
     if isinstance(err, AlreadyExistsError):
@@ -35,14 +42,27 @@ def status_for(err: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+# An error reply (and its log line) quotes at most this much: whatever a hostile message made the
+# error say, it cannot fill the server's log or the caller's metadata limit.
+MAX_DETAIL_CHARS = 1000
+
+
+def detail(err: BaseException) -> str:
+    text = str(err)
+    if len(text) <= MAX_DETAIL_CHARS:
+        return text
+    return f"{text[:MAX_DETAIL_CHARS]}... ({len(text)} characters)"
+
+
 @contextlib.contextmanager
 def rpc_errors(context: grpc.ServicerContext, rpc: str) -> Iterator[None]:
     """Refuse a bad request with a status code and a message naming the problem; never crash."""
     try:
         yield
     except VflError as err:
-        log.warning("%s refused: %s", rpc, err)
-        context.abort(status_for(err), str(err))
+        message = detail(err)
+        log.warning("%s refused: %s", rpc, message)
+        context.abort(status_for(err), message)
     except Exception:
         log.exception("%s failed", rpc)
         context.abort(grpc.StatusCode.INTERNAL, f"{rpc}: internal error (see the server's log)")

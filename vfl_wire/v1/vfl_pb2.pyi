@@ -365,30 +365,34 @@ class PartyInfoMsg(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., num_blocks: _Optional[int] = ..., dataset: _Optional[str] = ..., feature_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., has_labels: _Optional[bool] = ..., samples: _Optional[_Mapping[str, int]] = ..., protocol_version: _Optional[int] = ..., task: _Optional[str] = ..., label_only: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("header", "info", "address", "session")
+    __slots__ = ("header", "info", "address", "session", "lease")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
     header: Header
     info: PartyInfoMsg
     address: str
     session: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., info: _Optional[_Union[PartyInfoMsg, _Mapping]] = ..., address: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
+    lease: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., info: _Optional[_Union[PartyInfoMsg, _Mapping]] = ..., address: _Optional[str] = ..., session: _Optional[str] = ..., lease: _Optional[str] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("run_id", "config_json", "message", "session", "resume_round")
+    __slots__ = ("run_id", "config_json", "message", "session", "resume_round", "lease")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     RESUME_ROUND_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     config_json: str
     message: str
     session: str
     resume_round: int
-    def __init__(self, run_id: _Optional[str] = ..., config_json: _Optional[str] = ..., message: _Optional[str] = ..., session: _Optional[str] = ..., resume_round: _Optional[int] = ...) -> None: ...
+    lease: str
+    def __init__(self, run_id: _Optional[str] = ..., config_json: _Optional[str] = ..., message: _Optional[str] = ..., session: _Optional[str] = ..., resume_round: _Optional[int] = ..., lease: _Optional[str] = ...) -> None: ...
 
 class FederatedPredictRequest(_message.Message):
     __slots__ = ("header", "split", "id_hashes", "all_rows", "deadline_s")
@@ -405,7 +409,7 @@ class FederatedPredictRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., id_hashes: _Optional[_Iterable[bytes]] = ..., all_rows: _Optional[bool] = ..., deadline_s: _Optional[float] = ...) -> None: ...
 
 class PredictionRow(_message.Message):
-    __slots__ = ("id_hash", "observed_blocks", "party_probabilities", "federation_probabilities", "predicted_class", "predicted_value")
+    __slots__ = ("id_hash", "observed_blocks", "party_probabilities", "federation_probabilities", "predicted_class", "predicted_value", "party_rows")
     class PartyProbabilitiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -413,19 +417,28 @@ class PredictionRow(_message.Message):
         key: int
         value: Tensor
         def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class PartyRowsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     ID_HASH_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     PARTY_PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_CLASS_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_VALUE_FIELD_NUMBER: _ClassVar[int]
+    PARTY_ROWS_FIELD_NUMBER: _ClassVar[int]
     id_hash: bytes
     observed_blocks: _containers.RepeatedScalarFieldContainer[int]
     party_probabilities: _containers.MessageMap[int, Tensor]
     federation_probabilities: Tensor
     predicted_class: int
     predicted_value: float
-    def __init__(self, id_hash: _Optional[bytes] = ..., observed_blocks: _Optional[_Iterable[int]] = ..., party_probabilities: _Optional[_Mapping[int, Tensor]] = ..., federation_probabilities: _Optional[_Union[Tensor, _Mapping]] = ..., predicted_class: _Optional[int] = ..., predicted_value: _Optional[float] = ...) -> None: ...
+    party_rows: _containers.ScalarMap[int, int]
+    def __init__(self, id_hash: _Optional[bytes] = ..., observed_blocks: _Optional[_Iterable[int]] = ..., party_probabilities: _Optional[_Mapping[int, Tensor]] = ..., federation_probabilities: _Optional[_Union[Tensor, _Mapping]] = ..., predicted_class: _Optional[int] = ..., predicted_value: _Optional[float] = ..., party_rows: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class FederatedPredictReply(_message.Message):
     __slots__ = ("rows",)
@@ -495,14 +508,26 @@ class EvaluateRow(_message.Message):
     federation_rmse: float
     def __init__(self, observed: _Optional[str] = ..., samples: _Optional[int] = ..., accuracy: _Optional[float] = ..., federation_accuracy: _Optional[float] = ..., f1: _Optional[float] = ..., auc: _Optional[float] = ..., rmse: _Optional[float] = ..., mae: _Optional[float] = ..., r2: _Optional[float] = ..., federation_rmse: _Optional[float] = ...) -> None: ...
 
+class BlockAnswers(_message.Message):
+    __slots__ = ("block", "batches", "answered")
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_FIELD_NUMBER: _ClassVar[int]
+    block: int
+    batches: int
+    answered: int
+    def __init__(self, block: _Optional[int] = ..., batches: _Optional[int] = ..., answered: _Optional[int] = ...) -> None: ...
+
 class EvaluateReply(_message.Message):
-    __slots__ = ("rows", "unscored", "live_blocks", "seconds")
+    __slots__ = ("rows", "unscored", "live_blocks", "seconds", "answers")
     ROWS_FIELD_NUMBER: _ClassVar[int]
     UNSCORED_FIELD_NUMBER: _ClassVar[int]
     LIVE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
     rows: _containers.RepeatedCompositeFieldContainer[EvaluateRow]
     unscored: int
     live_blocks: _containers.RepeatedScalarFieldContainer[int]
     seconds: float
-    def __init__(self, rows: _Optional[_Iterable[_Union[EvaluateRow, _Mapping]]] = ..., unscored: _Optional[int] = ..., live_blocks: _Optional[_Iterable[int]] = ..., seconds: _Optional[float] = ...) -> None: ...
+    answers: _containers.RepeatedCompositeFieldContainer[BlockAnswers]
+    def __init__(self, rows: _Optional[_Iterable[_Union[EvaluateRow, _Mapping]]] = ..., unscored: _Optional[int] = ..., live_blocks: _Optional[_Iterable[int]] = ..., seconds: _Optional[float] = ..., answers: _Optional[_Iterable[_Union[BlockAnswers, _Mapping]]] = ...) -> None: ...

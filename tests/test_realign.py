@@ -1,0 +1,86 @@
+"""Issue 14, item 4 in one process: align() asks a party that holds samples but does not answer
+again (for `align_retry_s`), and a party still missing joins the alignment at the start of an
+epoch once it is heard from again. The real-process test is in test_reliability_grpc.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from vfl_core import engine
+from vfl_core.config import ModelConfig, TrainConfig
+from vfl_core.data import PartyData, load_party_dir
+from vfl_core.datasets import load_digits_dataset
+from vfl_core.engine import Federation, RoundRecord
+from vfl_core.inprocess import InProcessTransport
+from vfl_core.party import Party
+from vfl_core.prepare import prepare_parties
+
+K = 3
+
+
+class Silent(InProcessTransport):
+    """Block 1 does not answer its first `silent_for` alignment calls; `back` reports it."""
+
+    def __init__(self, parties: dict[int, Party], silent_for: int) -> None:
+        super().__init__(parties)
+        self.silent_for = silent_for
+        self.back: set[int] = set()
+
+    def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]:
+        answers = super().id_hashes(split, blocks)
+        if self.silent_for > 0:
+            self.silent_for -= 1
+            answers.pop(1, None)
+        return answers
+
+    def rejoined(self) -> set[int]:
+        back, self.back = self.back, set()
+        return back
+
+
+@pytest.fixture(scope="module")
+def datas(tmp_path_factory: pytest.TempPathFactory) -> list[PartyData]:
+    root = tmp_path_factory.mktemp("realign")
+    paths = prepare_parties(load_digits_dataset(), root, K, [0.1] * K, [0.1] * K, 0.2, seed=0)
+    return [load_party_dir(p) for p in paths]
+
+
+def _federation(datas: list[PartyData], silent_for: int, retry_s: float):
+    model = ModelConfig(representation="mlp", embed_dim=8, hidden=(16,))
+    cfg = TrainConfig(seed=0, epochs=3, batch_size=128, model=model)
+    parties = {d.meta.block: Party(f"party{d.meta.block}", d, cfg, secret=b"s") for d in datas}
+    transport = Silent(parties, silent_for)
+    records: list[RoundRecord] = []
+    fed = Federation(transport, cfg, progress=False, on_round=records.append, align_retry_s=retry_s)
+    return transport, fed, records
+
+
+def test_given_party_silent_for_two_attempts_when_aligning_then_asked_again_and_aligned(
+    datas: list[PartyData], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine, "ALIGN_RETRY_PAUSE_S", 0.05)
+    transport, fed, _ = _federation(datas, silent_for=2, retry_s=10.0)
+    fed.align(("train",))
+    assert sorted(fed.alignments["train"].rows) == [0, 1, 2] and not fed.unaligned
+    assert transport.silent_for == 0
+
+
+def test_given_party_silent_through_alignment_when_heard_again_then_joins_next_epoch(
+    datas: list[PartyData],
+) -> None:
+    transport, fed, records = _federation(datas, silent_for=2, retry_s=0.0)
+    fed.align()
+    assert fed.unaligned == {1} and 1 not in fed.alignments["train"].rows
+
+    def on_round(record: RoundRecord) -> None:
+        records.append(record)
+        if len(records) == 3:  # during epoch 1 the party is heard from again
+            transport.back.add(1)
+
+    fed.on_round = on_round
+    summaries = fed.train()
+
+    first = summaries[0].rounds
+    assert all(1 not in r.pattern for r in records[:first])  # epoch 1 keeps its plan
+    assert any(1 in r.present for r in records[first:])  # later epochs include the party
+    assert not fed.unaligned and sorted(fed.alignments["train"].rows) == [0, 1, 2]
