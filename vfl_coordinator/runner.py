@@ -255,6 +255,7 @@ class _Outcome:
             "resumed": self.checkpointer.history if self.checkpointer is not None else [],
             "faults": self.faulty.counts() if self.faulty is not None else None,
             "rounds": fed.round_id,
+            "early_stop": None if fed.early_stop is None else fed.early_stop.to_json(),
         }
         out = Path(self.config.out)
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str))

@@ -69,6 +69,13 @@ class TrainConfig(_Frozen):
     # the math: (S + 1) // 2 rounds per call and two calls in flight per party, so an embedding
     # may miss up to S earlier rounds of its party's updates (bounded staleness).
     staleness: int = Field(0, ge=0, le=63)
+    # Early stopping (vfl_core.early_stop). 0: off (every epoch runs; nothing is held out).
+    # N >= 1: `validation_fraction` of the aligned training samples, drawn from the seed, are left
+    # out of the plan and scored by the label parties after every epoch; training stops after N
+    # epochs without a better validation accuracy, and every party goes back to its weights of
+    # the best epoch.
+    early_stop_patience: int = Field(0, ge=0)
+    validation_fraction: float = Field(0.1, gt=0, lt=1)
 
     @property
     def rounds_per_call(self) -> int:

@@ -29,6 +29,7 @@ class Stream(IntEnum):
     LABELS = 21  # which training samples keep their label (vfl prepare --labels)
     DLVM_INIT = 22  # initial weights of the latent-variable VFL's networks (vfl_core.dlvm_models)
     DLVM_NOISE = 23  # its importance samples of h and z (vfl_core.dlvm)
+    VALIDATION = 24  # training samples held out for early stopping (vfl_core.early_stop)
 
 
 def derive_seed(seed: int, stream: Stream, *parts: int) -> int:

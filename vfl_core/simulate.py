@@ -177,6 +177,7 @@ def write_run_results(run_dir: Path, result: SimulationResult, fed: Federation) 
         "transitions": [t.__dict__ for t in fed.liveness.transitions],
         "transition_counts": fed.liveness.counts(),
         "rounds": fed.round_id,
+        "early_stop": None if fed.early_stop is None else fed.early_stop.to_json(),
         "variants": result.to_json()["results"],
     }
     (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
