@@ -134,3 +134,24 @@ def test_given_too_large_a_fraction_when_aligned_then_a_clear_error(party_dirs: 
     fed, _ = federation(party_dirs, epochs=1, early_stop_patience=1, validation_fraction=0.9999)
     with pytest.raises(ConfigError, match="no validation or no training sample"):
         fed.align()
+
+
+def test_given_a_coordinator_checkpoint_when_resumed_then_the_best_epoch_so_far_is_kept(
+    party_dirs: list[Path],
+) -> None:
+    """A restarted coordinator continues the record: the best epoch and the epochs waited."""
+    from vfl_core import resume
+    from vfl_core.checkpoint import check_plain
+
+    fed, _ = federation(party_dirs, epochs=3, early_stop_patience=2)
+    fed.align()
+    assert fed.early_stop is not None
+    fed.early_stop.observe(0, 0.75, 22)
+    fed.early_stop.observe(1, 0.5, 45)
+    saved = resume.snapshot(fed)
+    check_plain(saved)  # it goes into a torch.load(weights_only=True) checkpoint
+    again, _ = federation(party_dirs, epochs=3, early_stop_patience=2)
+    again.align()
+    resume.restore(again, saved)
+    assert again.early_stop == fed.early_stop
+    assert again.early_stop is not None and again.early_stop.waited == 1
