@@ -73,6 +73,7 @@ class SimulationResult:
     fault_counts: dict[str, int] | None = None
     # test metrics with only these parties, per test p_miss (empty unless asked for)
     subsets: dict[Variant, list[SubsetResult]] = field(default_factory=dict)
+    early_stop: dict[str, object] | None = None  # vfl_core.early_stop's record, when on
 
     @property
     def task(self) -> str:
@@ -91,6 +92,8 @@ class SimulationResult:
         }
         if self.fault_counts is not None:
             out["faults"] = self.fault_counts
+        if self.early_stop is not None:
+            out["early_stop"] = self.early_stop
         return out
 
     def _subsets_json(self, p_miss: Variant) -> dict[str, object]:
@@ -140,7 +143,8 @@ def run_simulation(
                 by_subset[p_miss] = evaluate_subsets(federation, "test")
     counts = faulty.counts() if faulty is not None else None
     seconds = time.perf_counter() - start
-    result = SimulationResult(config, epochs, reports, parties, seconds, counts, by_subset)
+    stop = None if federation.early_stop is None else federation.early_stop.to_json()
+    result = SimulationResult(config, epochs, reports, parties, seconds, counts, by_subset, stop)
     if run_dir is not None:
         write_run_results(run_dir, result, federation)
     return result
@@ -177,7 +181,7 @@ def write_run_results(run_dir: Path, result: SimulationResult, fed: Federation) 
         "transitions": [t.__dict__ for t in fed.liveness.transitions],
         "transition_counts": fed.liveness.counts(),
         "rounds": fed.round_id,
-        "early_stop": None if fed.early_stop is None else fed.early_stop.to_json(),
+        "early_stop": result.early_stop,
         "variants": result.to_json()["results"],
     }
     (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
