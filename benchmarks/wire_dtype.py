@@ -38,7 +38,7 @@ from benchmarks.grid import (
     summarize,
 )
 from benchmarks.pool import code_version, machine, read_json, run_tasks, write_json
-from benchmarks.report import md_table
+from benchmarks.report import kept_notes, md_table
 from benchmarks.setups import P_MISS, SETUPS, Setup, metric_label
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,7 @@ class WireDtypeJob:
         return self.values
 
 
+NOTES = "## Reading it"  # a hand-written section a rewrite of the report keeps
 REFERENCE: dict[str, str] = {option: values[0] for option, values in OPTIONS.items()}
 
 
@@ -205,8 +206,8 @@ def write_report(job: WireDtypeJob) -> tuple[Path, str]:
     for dataset in job.datasets:
         lines += _accuracy_section(job, dataset)
     lines += _bytes_section(volume, job)
-    text = "\n".join(lines) + "\n"
     path = job.results / "wire_dtype.md"
+    text = "\n".join(lines) + "\n" + kept_notes(path, NOTES)
     path.write_text(text)
     return path, text
 

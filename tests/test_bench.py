@@ -343,3 +343,15 @@ def test_given_a_report_with_notes_when_rewritten_then_the_notes_stay(tmp_path: 
     path.write_text(path.read_text() + "\n" + throughput.NOTES + "\n\nprofiled by hand\n")
     _, text = throughput.write_report(record, tmp_path)
     assert text.count(throughput.NOTES) == 1 and text.endswith("profiled by hand\n")
+
+
+def test_given_a_wire_dtype_report_with_notes_when_rewritten_then_the_notes_stay(
+    tmp_path: Path,
+) -> None:
+    from benchmarks import wire_dtype
+
+    job = wire_dtype.WireDtypeJob(tmp_path, tmp_path, ("credit",), ("float32", "int8"))
+    path, _ = wire_dtype.write_report(job)
+    path.write_text(path.read_text() + "\n" + wire_dtype.NOTES + "\n\nread by hand\n")
+    _, text = wire_dtype.write_report(job)
+    assert text.count(wire_dtype.NOTES) == 1 and text.endswith("read by hand\n")

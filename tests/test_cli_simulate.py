@@ -225,3 +225,25 @@ def test_given_bad_option_when_simulating_then_exit_2_and_one_error_line(
 ) -> None:
     result = invoke(*FAST, *args, "--out", str(tmp_path / "o.json"))
     assert_user_error(result, needle)
+
+
+def test_given_early_stopping_when_simulating_then_both_jsons_record_it(tmp_path: Path) -> None:
+    """`vfl simulate --early-stop-patience` (the same TrainConfig field as vfl-coordinator's):
+    the record is in the --out JSON and in the run directory's results.json."""
+    out, run_dir = tmp_path / "sim.json", tmp_path / "run"
+    fast = [a if a != "1" else "3" for a in FAST]  # 3 epochs
+    result = invoke(
+        *fast, "--early-stop-patience", "1", "--out", str(out), "--run-dir", str(run_dir)
+    )
+    assert result.exit_code == 0, result.output
+    stop = json.loads(out.read_text())["early_stop"]
+    assert stop == json.loads((run_dir / "results.json").read_text())["early_stop"]
+    assert stop["patience"] == 1 and stop["validation_samples"] > 0
+    assert len(stop["history"]) == len(json.loads(out.read_text())["epochs"]) >= 1
+    assert stop["restored"] == [0, 1, 2, 3]
+    assert json.loads(out.read_text())["config"]["train"]["early_stop_patience"] == 1
+
+
+def test_given_a_regression_task_when_early_stopping_then_a_clear_error(tmp_path: Path) -> None:
+    result = invoke(*FAST, "--dataset", "diabetes", "--early-stop-patience", "2")
+    assert_user_error(result, "not for a regression task")

@@ -13,6 +13,9 @@ from harness import SECRET, Cluster, train_in_process
 
 from vfl_core.checkpoint import load_checkpoint
 from vfl_core.config import TrainConfig
+from vfl_core.data import load_party_dir
+from vfl_core.engine import Federation
+from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
 from vfl_core.simulate import SimulationConfig, run_simulation
 
@@ -25,10 +28,12 @@ EPOCHS = 2
 RUN_TIMEOUT_S = 180.0
 
 
-def _run_grpc(cluster: Cluster, party_dirs: list[Path], ckpt: Path, extra: list[str]):
+def _run_grpc(
+    cluster: Cluster, party_dirs: list[Path], ckpt: Path, extra: list[str], epochs: int = EPOCHS
+):
     coord, clients = cluster.federation(
         party_dirs,
-        epochs=EPOCHS,
+        epochs=epochs,
         extra=extra,
         client_extra=lambda d: ["--checkpoint-dir", str(ckpt)],
     )
@@ -130,3 +135,39 @@ def test_given_same_party_dirs_when_run_simulation_then_it_matches_the_in_proces
             sim.parties[block].parameters_vector(), party.parameters_vector()
         )
     assert sim.reports[None].to_json() == report.to_json()
+
+
+def test_given_early_stopping_when_trained_over_grpc_and_in_process_then_equal(
+    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+) -> None:
+    """Early stopping over real processes: the validation scores, the best epoch and the weights
+    every client goes back to (its end checkpoint) are the in-process federation's, bit for bit.
+    A small model at a high learning rate: its best validation epoch is not its last, so the
+    parties do go back (to epoch 5 of 6 at seed 0)."""
+    ckpt, epochs = tmp_path / "checkpoints", 6
+    fast = ["--lr", "0.05", "--representation", "mlp", "--embed-dim", "8", "--hidden", "16"]
+    coord = _run_grpc(cluster, party_dirs, ckpt, [*fast, "--early-stop-patience", "1"], epochs)
+    train = TrainConfig.model_validate(json.loads((coord.out / "config.json").read_text())["train"])
+    assert train.early_stop_patience == 1
+    data = [load_party_dir(d) for d in party_dirs]
+    parties = {
+        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
+    }
+    fed = Federation(InProcessTransport(parties), train, progress=False)
+    fed.align()
+    ran = len(fed.train())
+
+    stop = fed.early_stop
+    assert stop is not None and stop.best_epoch < ran - 1, "nothing to go back to"
+    assert stop.restored == sorted(parties)
+    results = coord.results()
+    assert results is not None
+    assert results["early_stop"] == json.loads(json.dumps(stop.to_json()))
+    assert results["rounds"] == fed.round_id and len(results["epochs"]) == ran
+    assert (
+        f"best validation accuracy {stop.best_accuracy:.4f} at epoch {stop.best_epoch + 1}, "
+        "restored" in coord.log()
+    )
+    for block, party in parties.items():
+        saved = load_checkpoint(ckpt / f"party{block}.pt", train.model_dump_json())
+        _assert_same_tensors(saved["state"], party.state_dict(), f"party{block}")

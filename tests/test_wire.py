@@ -575,3 +575,19 @@ def test_given_other_grpcio_tools_pin_then_codegen_refuses(tmp_path, monkeypatch
     monkeypatch.setattr(codegen, "REPO_ROOT", tmp_path)
     assert codegen.main(["--check"]) == 2
     assert "pyproject.toml pins 0.0.1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["save", "keep", "restore"])
+def test_given_a_checkpoint_call_when_round_tripped_then_its_kind_is_kept(kind: str) -> None:
+    """Early stopping's keep/restore travel in the Checkpoint RPC (vfl_core.early_stop)."""
+    request = convert.checkpoint_call_to_proto(12, vfl_pb2.Header(), kind)
+    back = vfl_pb2.CheckpointRequest.FromString(request.SerializeToString())
+    assert convert.checkpoint_call_from_proto(back) == 12
+    assert convert.checkpoint_kind_from_proto(back) == kind
+
+
+def test_given_an_unknown_snapshot_value_when_decoded_then_refused() -> None:
+    request = vfl_pb2.CheckpointRequest(round_id=3)
+    request.snapshot = 7  # proto3 enums are open: a hostile peer can send any number
+    with pytest.raises(ProtocolError, match="unknown value 7"):
+        convert.checkpoint_kind_from_proto(request)

@@ -78,6 +78,17 @@ class TrainOptions:
         float | None,
         Opt(help="dlvm: leave each expert out of a training posterior with P (not the paper's)"),
     ] = None
+    early_stop_patience: Annotated[
+        int | None,
+        Opt(
+            help="0: off; N: stop after N epochs without a better validation accuracy and "
+            "restore the best epoch's weights"
+        ),
+    ] = None
+    validation_fraction: Annotated[
+        float | None,
+        Opt(help="with --early-stop-patience: share of the training samples held out"),
+    ] = None
 
     def config(self, base: dict[str, Any]) -> TrainConfig:
         """The TrainConfig of a config file's mapping with these options applied over it."""

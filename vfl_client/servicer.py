@@ -154,8 +154,14 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
     def Checkpoint(self, request, context):
         def run(p: Party) -> vfl_pb2.CheckpointReply:
             round_id = convert.checkpoint_call_from_proto(request)
-            saved = self.on_checkpoint is not None and self.on_checkpoint(p, round_id)
-            return convert.checkpoint_reply_to_proto(round_id, saved)
+            kind = convert.checkpoint_kind_from_proto(request)
+            if kind == "keep":
+                done = p.keep_snapshot(round_id)
+            elif kind == "restore":
+                done = p.restore_snapshot(round_id)
+            else:
+                done = self.on_checkpoint is not None and self.on_checkpoint(p, round_id)
+            return convert.checkpoint_reply_to_proto(round_id, done)
 
         return self._serve(context, "Checkpoint", request.header, run)
 

@@ -127,8 +127,9 @@ class PartyClient:
             lambda reply: convert.train_result_from_proto(reply, call, wire=self._wire),
         )
 
-    def checkpoint(self, round_id: int, timeout: float) -> Pending[bool]:
-        req = convert.checkpoint_call_to_proto(round_id, self._header)
+    def checkpoint(self, round_id: int, timeout: float, kind: str = "save") -> Pending[bool]:
+        """Write a checkpoint of `round_id` (kind save), or keep / restore an in-memory copy."""
+        req = convert.checkpoint_call_to_proto(round_id, self._header, kind)
         return Pending(
             self._stub.Checkpoint.future(req, timeout=timeout),
             lambda reply: convert.checkpoint_reply_from_proto(reply, round_id=round_id),

@@ -256,6 +256,7 @@ class _Outcome:
             "faults": self.faulty.counts() if self.faulty is not None else None,
             "rounds": fed.round_id,
             "method": fed.method_stats(),  # a round program's figures (dvfl: bytes relayed)
+            "early_stop": None if fed.early_stop is None else fed.early_stop.to_json(),
         }
         out = Path(self.config.out)
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str))

@@ -166,6 +166,13 @@ class GrpcTransport:
         )
         return {b for b, ok in saved.items() if ok}
 
+    def snapshot(self, round_id: int, blocks: list[int], restore: bool) -> set[int]:
+        t, kind = self.deadlines.checkpoint, "restore" if restore else "keep"
+        done = self._fan_out(
+            {b: round_id for b in blocks}, lambda c, r: c.checkpoint(r, t, kind), t, "Checkpoint"
+        )
+        return {b for b, ok in done.items() if ok}
+
     def rejoined(self) -> set[int]:
         """Blocks whose party registered again (new process or address) and is synchronised,
         or registered for the first time after training started (a quorum start)."""

@@ -82,6 +82,15 @@ class Alignment:
         }
         return replace(self, label_only=masks)
 
+    def subset(self, index: np.ndarray) -> Alignment:
+        """The samples at key indices `index` (ascending) as an alignment of their own; each
+        keeps its parties' rows."""
+        return Alignment(
+            keys=tuple(self.keys[int(i)] for i in index),
+            rows={b: r[index] for b, r in self.rows.items()},
+            label_only={b: m[index] for b, m in self.label_only.items()},
+        )
+
     def patterns(self) -> dict[Pattern, np.ndarray]:
         """Key indices grouped by observed pattern (the blocks holding features), in key order
         within each group. A sample whose only holders hold just its label is in none."""

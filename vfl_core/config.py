@@ -97,6 +97,13 @@ class TrainConfig(_Frozen):
     # the math: (S + 1) // 2 rounds per call and two calls in flight per party, so an embedding
     # may miss up to S earlier rounds of its party's updates (bounded staleness).
     staleness: int = Field(0, ge=0, le=63)
+    # Early stopping (vfl_core.early_stop). 0: off (every epoch runs; nothing is held out).
+    # N >= 1: `validation_fraction` of the aligned training samples, drawn from the seed, are left
+    # out of the plan and scored by the label parties after every epoch; training stops after N
+    # epochs without a better validation accuracy, and every party goes back to its weights of
+    # the best epoch.
+    early_stop_patience: int = Field(0, ge=0)
+    validation_fraction: float = Field(0.1, gt=0, lt=1)
 
     @property
     def rounds_per_call(self) -> int:
@@ -117,6 +124,10 @@ class TrainConfig(_Frozen):
         # Round programs (dvfl) step their own optimisers at the configured rate.
         if self.spec.program is not None and self.scheduler != "none":
             raise ValueError(f"method {self.method} trains with constant learning rates")
+        # Their stages (dvfl's owner epochs, dlvm's classifier stage) end where they end: the
+        # validation watch restores per-epoch weights of the Embed/Fuse/Backward engine only.
+        if self.spec.program is not None and self.early_stop_patience:
+            raise ValueError(f"method {self.method} has no early stopping (its stages are fixed)")
         return self
 
     @property

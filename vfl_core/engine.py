@@ -20,6 +20,7 @@ from tqdm import tqdm
 from vfl_core import pipeline, psi
 from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
 from vfl_core.config import TrainConfig
+from vfl_core.early_stop import EarlyStop, hold_out
 from vfl_core.errors import ConfigError
 from vfl_core.liveness import DOWN, FederationDown, Liveness
 from vfl_core.method_spec import MethodSpec, ProgramHooks, active_party
@@ -179,6 +180,11 @@ class Federation:
     _weights: np.ndarray | None = field(init=False, default=None)
     # What a method's round program keeps for this run (vfl_core.method_spec.ProgramHooks).
     program_state: Any = field(init=False, default=None)
+    # With TrainConfig.early_stop_patience: the validation record, and the train alignment's
+    # key indices that train and that are held out for validation (vfl_core.early_stop).
+    early_stop: EarlyStop | None = field(init=False, default=None)
+    _training: np.ndarray | None = field(init=False, default=None)
+    _validation: np.ndarray | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.infos = self.transport.infos()
@@ -191,6 +197,12 @@ class Federation:
         if self.config.staleness and not self.pipeline:
             raise ConfigError("staleness needs the pipelined engine (pipeline=True)")
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
+        if self.config.early_stop_patience:
+            if self.task == REGRESSION:
+                raise ConfigError(
+                    "early stopping watches the validation accuracy: not for a regression task"
+                )
+            self.early_stop = EarlyStop(self.config.early_stop_patience)
 
     # ------------------------------------------------------------------ alignment
     def align(self, splits: tuple[str, ...] = ("train", "test")) -> None:
@@ -217,6 +229,8 @@ class Federation:
                 )
         self.unaligned = set(self._missing("train"))
         self._realign_due = False
+        if self.early_stop is not None and "train" in splits and "train" in self.alignments:
+            self._hold_out()
         if self.config.balance == "resample":
             self._weights = self._class_weights()
 
@@ -273,6 +287,26 @@ class Federation:
             if i.label_only.get(split, 0) > 0
         }
 
+    def _hold_out(self) -> None:
+        """Hold out the validation samples (of those a label party holds) from the plan."""
+        assert self.early_stop is not None
+        al = self.alignments["train"]
+        scorable = np.zeros(len(al), dtype=bool)
+        for index in al.groups().values():  # samples some party holds features of
+            scorable[index] = True
+        labelled = [al.rows[b] >= 0 for b in self.label_blocks if b in al.rows]
+        scorable &= np.any(labelled, axis=0) if labelled else False
+        self._training, self._validation = hold_out(
+            scorable, self.config.seed, self.config.validation_fraction
+        )
+        self.early_stop.validation_samples = len(self._validation)
+        log.info(
+            "early stopping: %d of %d training samples held out for validation (patience %d)",
+            len(self._validation),
+            len(al),
+            self.early_stop.patience,
+        )
+
     def _class_weights(self) -> np.ndarray:
         """Per-key weights from the label parties (lowest block first that holds each sample)."""
         al = self.alignments["train"]
@@ -306,10 +340,15 @@ class Federation:
         return self.base_plan(epoch) if planned is None else planned
 
     def base_plan(self, epoch: int) -> list[Batch]:
-        """Every training sample once, in single-pattern batches (weighted if resampling)."""
-        return epoch_plan(
-            self.alignments["train"], self.config.seed, epoch, self.config.batch_size, self._weights
-        )
+        """Every training sample once, in single-pattern batches (weighted if resampling);
+        without the samples held out for validation (vfl_core.early_stop)."""
+        al, weights, keep = self.alignments["train"], self._weights, self._training
+        if keep is None:
+            return epoch_plan(al, self.config.seed, epoch, self.config.batch_size, weights)
+        # Without the validation samples; batch indices back into the whole train alignment.
+        part = None if weights is None else weights[keep]
+        plan = epoch_plan(al.subset(keep), self.config.seed, epoch, self.config.batch_size, part)
+        return [replace(b, index=keep[b.index]) for b in plan]
 
     def train(self, start_epoch: int = 0) -> list[EpochSummary]:
         """Train to the last epoch from the cursor (a resumed run continues mid-epoch); returns
@@ -319,6 +358,9 @@ class Federation:
         while self.cursor.epoch < self.total_epochs:
             self._align_again_if_due()
             self.train_epoch(self.cursor.epoch)
+            if self._stop_early():
+                break
+        self._restore_best()
         if self.checkpoint_every is not None and self.round_id - 1 > self.last_checkpoint:
             self.checkpoint()
         return list(self.cursor.summaries)
@@ -421,6 +463,58 @@ class Federation:
         if self.on_checkpoint is not None:
             self.on_checkpoint(done, saved)
         return saved
+
+    # ------------------------------------------------------------------ early stopping
+    def _stop_early(self) -> bool:
+        """After an epoch: score the validation samples; the parties keep their state when it
+        is the best epoch so far. True when `patience` epochs passed without a better one."""
+        stop = self.early_stop
+        if stop is None or self._validation is None:
+            return False
+        epoch, last_round = self.cursor.epoch - 1, self.round_id - 1
+        report = self.evaluate("train", index=self._validation)
+        accuracy = report.overall().accuracy if report.scored else None
+        if stop.observe(epoch, accuracy, last_round):
+            blocks = [b for b in sorted(self.infos) if self.liveness.state.get(b) != DOWN]
+            stop.kept = sorted(self.transport.snapshot(last_round, blocks, restore=False))
+        log.info(
+            "epoch %d: validation accuracy %s (best %.4f at epoch %d)",
+            epoch + 1,
+            "none scored" if accuracy is None else f"{accuracy:.4f}",
+            stop.best_accuracy,
+            stop.best_epoch + 1,
+        )
+        if stop.due and self.cursor.epoch < self.config.epochs:
+            stop.stopped_epoch = epoch
+            return True
+        return False
+
+    def _restore_best(self) -> None:
+        """Every party that kept its state of the best validation epoch goes back to it."""
+        stop = self.early_stop
+        if stop is None or stop.best_epoch < 0:
+            return
+        blocks = [b for b in sorted(self.infos) if self.liveness.state.get(b) != DOWN]
+        stop.restored = sorted(self.transport.snapshot(stop.best_round, blocks, restore=True))
+        ended = (
+            f"early stop at epoch {stop.stopped_epoch + 1}"
+            if stop.stopped_epoch is not None
+            else f"all {self.cursor.epoch} epochs trained"
+        )
+        log.info(
+            "%s: best validation accuracy %.4f at epoch %d, restored",
+            ended,
+            stop.best_accuracy,
+            stop.best_epoch + 1,
+        )
+        kept_last = sorted(set(blocks) - set(stop.restored))
+        if kept_last:
+            log.warning(
+                "blocks %s keep their last weights: they have no state of epoch %d to go back "
+                "to (down then, or restarted since)",
+                kept_last,
+                stop.best_epoch + 1,
+            )
 
     # ------------------------------------------------------------------ pausing
     def _round_when_up(self, epoch: int, batch: Batch) -> RoundRecord:
@@ -746,11 +840,16 @@ class Federation:
         size = len(batch.index)
         return self._accept(answers, callees, size, "embed", where, immediate=True), callees
 
-    def evaluate(self, split: str = "test", blocks: Collection[int] | None = None) -> EvalReport:
-        """Metrics of `split` by observed set, from every live party or only those of `blocks`
-        (samples that none of them holds are unscored)."""
+    def evaluate(
+        self,
+        split: str = "test",
+        blocks: Collection[int] | None = None,
+        index: np.ndarray | None = None,
+    ) -> EvalReport:
+        """Metrics of `split` (or of its key indices `index`) by observed set, from every live
+        party or only those of `blocks` (samples that none of them holds are unscored)."""
         report = EvalReport()
-        for pred in self.predict_batches(split, blocks=blocks):
+        for pred in self.predict_batches(split, index, blocks):
             asked = [b for b in pred.pattern if blocks is None or b in blocks]
             report.count_answers(asked, pred.present)  # who was live for this batch
             result = self._score(split, pred, blocks) if pred.predicted is not None else None

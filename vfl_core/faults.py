@@ -302,6 +302,9 @@ class FaultyTransport:
         down = self._down("guest")
         return self.inner.checkpoint(round_id, [b for b in blocks if b not in down])
 
+    def snapshot(self, round_id: int, blocks: list[int], restore: bool) -> set[int]:
+        return self.inner.snapshot(round_id, [b for b in blocks if b not in self.down], restore)
+
     def rejoined(self) -> set[int]:
         back, self._back = self._back, set()
         return back | self.inner.rejoined()

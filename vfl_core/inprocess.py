@@ -142,6 +142,13 @@ class InProcessTransport:
             return set()
         return set(self._fan_out({b: round_id for b in blocks}, lambda p, r: saver(p, r)))
 
+    def snapshot(self, round_id: int, blocks: list[int], restore: bool) -> set[int]:
+        def snapshot(party: Party, r: int) -> bool:
+            return party.restore_snapshot(r) if restore else party.keep_snapshot(r)
+
+        done = self._fan_out({b: round_id for b in blocks}, snapshot)
+        return {b for b, ok in done.items() if ok}
+
     def rejoined(self) -> set[int]:
         return set()  # parties in this process never leave
 

@@ -11,6 +11,7 @@ heads the party uses; with LASER-VFL it is one f_k and, if the party holds label
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -109,6 +110,7 @@ class Party:
         self._stash: tuple[tuple[int, tuple[Subset, ...]], list[stash.Stash]] | None = None
         self._f_steps = 0
         self.last_round = -1
+        self._kept: tuple[int, dict] | None = None  # (round, state) for early stopping
         meta = data.meta
         self.task = meta.task
         self._loss = head_loss(meta.task)
@@ -607,6 +609,21 @@ class Party:
             self.dvfl.load_state_dict(state["dvfl"], self.last_round)
         if self.dlvm is not None:
             self.dlvm.load_state_dict(state["dlvm"])
+
+    def keep_snapshot(self, round_id: int) -> bool:
+        """Keep a copy of the state after `round_id` in memory (early stopping's best epoch so
+        far; vfl_core.early_stop), replacing the one kept before."""
+        self._kept = (round_id, copy.deepcopy(self.state_dict()))
+        return True
+
+    def restore_snapshot(self, round_id: int) -> bool:
+        """Go back to the state kept after `round_id` (weights and optimisers; the round counter
+        stays, so later rounds are still told from stale ones). False: none kept of that round
+        (this process started after it)."""
+        if self._kept is None or self._kept[0] != round_id:
+            return False
+        self.load_state_dict({**self._kept[1], "last_round": self.last_round})
+        return True
 
     def parameters_vector(self) -> np.ndarray:
         """All weights flattened (for equivalence tests and fingerprints)."""

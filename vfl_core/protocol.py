@@ -214,6 +214,12 @@ class Transport(Protocol):
         """Ask `blocks` to save their state after round `round_id`; returns those that saved."""
         ...
 
+    def snapshot(self, round_id: int, blocks: list[int], restore: bool) -> set[int]:
+        """Ask `blocks` to keep a copy of their state after round `round_id` in memory, or with
+        `restore` to go back to the copy they kept of it (early stopping); returns those that
+        did."""
+        ...
+
     def rejoined(self) -> set[int]:
         """Blocks whose party registered again (restarted or reconnected) since the last call."""
         ...

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import asdict
 
+from vfl_core.early_stop import EarlyStop
 from vfl_core.engine import Cursor, EpochSummary, Federation
 from vfl_core.errors import ConfigError
 from vfl_core.liveness import DOWN
@@ -37,6 +38,7 @@ def snapshot(fed: Federation) -> dict[str, object]:
         "aligned": {split: sorted(al.rows) for split, al in fed.alignments.items()},
         # a method's round program (dvfl: its hosts' liveness, transfer and byte counts)
         **({"program": fed.hooks.state(fed)} if fed.hooks is not None else {}),
+        "early_stop": None if fed.early_stop is None else fed.early_stop.to_json(),
     }
 
 
@@ -76,6 +78,8 @@ def restore(fed: Federation, saved: dict, present: Iterable[int] = ()) -> None:
         seconds=float(saved["seconds"]),
         summaries=[_summary(s) for s in saved["summaries"]],
     )
+    if fed.early_stop is not None and saved.get("early_stop"):
+        fed.early_stop = EarlyStop.from_json(saved["early_stop"])  # the best epoch so far
     if cut:
         _end_epoch(fed, epoch, position)
     fed.liveness.load_state(saved["liveness"])

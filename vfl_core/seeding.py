@@ -35,6 +35,7 @@ class Stream(IntEnum):
     DVFL_REPLAY = 42  # the samples a host replays from its registers
     DVFL_OWNER_PLAN = 43  # the owner's batches over its labelled rows, per owner epoch
     DLVM_DROPOUT = 24  # the experts a training step leaves out of its posterior (vfl_core.dlvm)
+    VALIDATION = 25  # training samples held out for early stopping (vfl_core.early_stop)
 
 
 def derive_seed(seed: int, stream: Stream, *parts: int) -> int:

@@ -79,6 +79,7 @@ class SimulationResult:
     # test metrics with only these parties, per test p_miss (empty unless asked for)
     subsets: dict[Variant, list[SubsetResult]] = field(default_factory=dict)
     method_stats: dict[str, object] | None = None  # a round program's figures (dvfl: bytes)
+    early_stop: dict[str, object] | None = None  # vfl_core.early_stop's record, when on
 
     @property
     def task(self) -> str:
@@ -99,6 +100,8 @@ class SimulationResult:
             out["faults"] = self.fault_counts
         if self.method_stats is not None:
             out["method"] = self.method_stats
+        if self.early_stop is not None:
+            out["early_stop"] = self.early_stop
         return out
 
     def _subsets_json(self, p_miss: Variant) -> dict[str, object]:
@@ -149,7 +152,10 @@ def run_simulation(
     counts = faulty.counts() if faulty is not None else None
     seconds = time.perf_counter() - start
     stats = federation.method_stats()
-    result = SimulationResult(config, epochs, reports, parties, seconds, counts, by_subset, stats)
+    stop = None if federation.early_stop is None else federation.early_stop.to_json()
+    result = SimulationResult(
+        config, epochs, reports, parties, seconds, counts, by_subset, stats, stop
+    )
     if run_dir is not None:
         write_run_results(run_dir, result, federation)
     return result
@@ -187,6 +193,7 @@ def write_run_results(run_dir: Path, result: SimulationResult, fed: Federation) 
         "transition_counts": fed.liveness.counts(),
         "rounds": fed.round_id,
         "method": fed.method_stats(),
+        "early_stop": result.early_stop,
         "variants": result.to_json()["results"],
     }
     (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))

@@ -1086,14 +1086,33 @@ def registration_from_proto(reply: vfl_pb2.RegisterReply) -> Registration:
     )
 
 
-def checkpoint_call_to_proto(round_id: int, h: vfl_pb2.Header) -> vfl_pb2.CheckpointRequest:
-    return vfl_pb2.CheckpointRequest(header=h, round_id=round_id)
+# What a Checkpoint call asks: write a checkpoint, or keep / restore an in-memory copy of the
+# state (early stopping, vfl_core.early_stop).
+_SNAPSHOTS = {
+    "save": vfl_pb2.CheckpointRequest.SNAPSHOT_NONE,
+    "keep": vfl_pb2.CheckpointRequest.SNAPSHOT_KEEP,
+    "restore": vfl_pb2.CheckpointRequest.SNAPSHOT_RESTORE,
+}
+
+
+def checkpoint_call_to_proto(
+    round_id: int, h: vfl_pb2.Header, kind: str = "save"
+) -> vfl_pb2.CheckpointRequest:
+    return vfl_pb2.CheckpointRequest(header=h, round_id=round_id, snapshot=_SNAPSHOTS[kind])
 
 
 def checkpoint_call_from_proto(req: vfl_pb2.CheckpointRequest) -> int:
     if req.round_id < 0:
         raise ProtocolError(f"checkpoint round: negative value {req.round_id}")
     return req.round_id
+
+
+def checkpoint_kind_from_proto(req: vfl_pb2.CheckpointRequest) -> str:
+    """save, keep or restore; an unknown value (proto3 enums are open) is refused."""
+    for kind, value in _SNAPSHOTS.items():
+        if req.snapshot == value:
+            return kind
+    raise ProtocolError(f"checkpoint snapshot: unknown value {req.snapshot}")
 
 
 def checkpoint_reply_to_proto(round_id: int, saved: bool) -> vfl_pb2.CheckpointReply:

@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -171,12 +172,22 @@ class TrainReply(_message.Message):
     def __init__(self, stepped: _Optional[_Iterable[int]] = ..., fused: _Optional[_Iterable[_Union[FuseReply, _Mapping]]] = ..., embeddings: _Optional[_Iterable[_Union[EmbedReply, _Mapping]]] = ..., stopped: _Optional[str] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
-    __slots__ = ("header", "round_id")
+    __slots__ = ("header", "round_id", "snapshot")
+    class Snapshot(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SNAPSHOT_NONE: _ClassVar[CheckpointRequest.Snapshot]
+        SNAPSHOT_KEEP: _ClassVar[CheckpointRequest.Snapshot]
+        SNAPSHOT_RESTORE: _ClassVar[CheckpointRequest.Snapshot]
+    SNAPSHOT_NONE: CheckpointRequest.Snapshot
+    SNAPSHOT_KEEP: CheckpointRequest.Snapshot
+    SNAPSHOT_RESTORE: CheckpointRequest.Snapshot
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ...) -> None: ...
+    snapshot: CheckpointRequest.Snapshot
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., snapshot: _Optional[_Union[CheckpointRequest.Snapshot, str]] = ...) -> None: ...
 
 class CheckpointReply(_message.Message):
     __slots__ = ("round_id", "saved")

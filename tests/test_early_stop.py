@@ -1,0 +1,157 @@
+"""Early stopping (TrainConfig.early_stop_patience, vfl_core/early_stop.py), in process.
+
+A validation share of the training samples, drawn from the seed among those a label party holds,
+leaves the batch plan and is scored after every epoch; training stops after `patience` epochs
+without a better validation accuracy, and every party goes back to its state of the best epoch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from harness import SECRET
+
+from vfl_core.alignment import epoch_plan
+from vfl_core.config import ModelConfig, TrainConfig
+from vfl_core.data import load_party_dir
+from vfl_core.early_stop import EarlyStop
+from vfl_core.engine import EpochSummary, Federation
+from vfl_core.inprocess import InProcessTransport
+from vfl_core.party import Party
+
+# A small model at a high learning rate: the validation accuracy peaks within a few epochs.
+FAST = {"lr": 1e-2, "model": ModelConfig(representation="mlp", embed_dim=8, hidden=(16,))}
+
+
+def federation(party_dirs: list[Path], **train: object) -> tuple[Federation, dict[int, Party]]:
+    config = TrainConfig.model_validate({"seed": 0, **FAST, **train})
+    data = [load_party_dir(d) for d in party_dirs]
+    parties = {
+        d.meta.block: Party(f"party{d.meta.block}", d, config, secret=SECRET.encode()) for d in data
+    }
+    return Federation(InProcessTransport(parties), config, progress=False), parties
+
+
+def test_given_patience_when_validation_stops_improving_then_training_stops_and_best_is_restored(
+    party_dirs: list[Path],
+) -> None:
+    epochs, patience = 12, 1
+    fed, parties = federation(party_dirs, epochs=epochs, early_stop_patience=patience)
+    after_epoch: list[dict[int, np.ndarray]] = []  # every party's weights after each epoch
+    last_round: dict[int, int] = {}
+
+    def record(_summary: EpochSummary) -> None:
+        after_epoch.append({b: p.parameters_vector() for b, p in parties.items()})
+        last_round.update({b: p.last_round for b, p in parties.items()})
+
+    fed.on_epoch = record
+    fed.align()
+    summaries = fed.train()
+
+    stop = fed.early_stop
+    assert stop is not None and stop.stopped_epoch is not None, "ran every epoch"
+    assert len(summaries) == len(after_epoch) == stop.stopped_epoch + 1 < epochs
+    assert stop.best_epoch == stop.stopped_epoch - patience  # the epochs after it were no better
+    accuracies = [a for _, a in stop.history]
+    assert [e for e, _ in stop.history] == list(range(stop.stopped_epoch + 1))
+    assert accuracies[stop.best_epoch] == stop.best_accuracy == max(a for a in accuracies if a)
+    assert stop.kept == stop.restored == sorted(parties)
+    for block, party in parties.items():
+        # the final weights are the best epoch's, not the last epoch's
+        np.testing.assert_array_equal(
+            party.parameters_vector(), after_epoch[stop.best_epoch][block]
+        )
+        assert not np.array_equal(party.parameters_vector(), after_epoch[-1][block])
+        assert party.last_round == last_round[block]  # later rounds still tell stale ones
+
+
+def test_given_patience_when_planned_then_the_validation_samples_never_train(
+    party_dirs: list[Path],
+) -> None:
+    fed, _ = federation(party_dirs, epochs=1, early_stop_patience=2)
+    fed.align()
+    al = fed.alignments["train"]
+    training, validation = fed._training, fed._validation
+    assert training is not None and validation is not None
+    assert np.intersect1d(training, validation).size == 0
+    assert np.union1d(training, validation).size == len(al)
+    scorable = sum(len(g) for g in al.groups().values())  # every party here holds labels
+    assert len(validation) == round(0.1 * scorable)
+    planned = np.concatenate([b.index for e in range(3) for b in fed.plan(e)])
+    assert np.isin(planned, validation).sum() == 0
+    assert np.sort(np.concatenate([b.index for b in fed.plan(0)])).tolist() == training.tolist()
+
+    again, _ = federation(party_dirs, epochs=1, early_stop_patience=2)
+    again.align()
+    other, _ = federation(party_dirs, epochs=1, early_stop_patience=2, seed=1)
+    other.align()
+    assert np.array_equal(again._validation, validation)  # the seed fixes the held-out samples
+    assert not np.array_equal(other._validation, validation)
+
+
+def test_given_no_patience_when_planned_then_nothing_is_held_out(party_dirs: list[Path]) -> None:
+    """The default (0) keeps every run as it was: the plan of the whole train alignment."""
+    fed, _ = federation(party_dirs, epochs=1)
+    fed.align()
+    assert fed.early_stop is None and fed._training is None
+    want = epoch_plan(fed.alignments["train"], 0, 0, fed.config.batch_size)
+    got = fed.plan(0)
+    assert [b.index.tolist() for b in got] == [b.index.tolist() for b in want]
+
+
+def test_given_a_party_without_a_kept_state_when_restored_then_it_says_so(
+    party_dirs: list[Path],
+) -> None:
+    _, parties = federation(party_dirs, epochs=1)
+    party = parties[0]
+    assert not party.restore_snapshot(5)  # nothing kept
+    assert party.keep_snapshot(5)
+    before = {k: v.clone() for k, v in party.f.state_dict().items()}
+    with torch.no_grad():
+        for p in party.f.parameters():
+            p.add_(1.0)
+    assert not party.restore_snapshot(6)  # kept of another round
+    assert party.restore_snapshot(5)
+    for key, value in party.f.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
+def test_given_a_saved_record_when_read_back_then_it_is_the_same() -> None:
+    """The coordinator's checkpoint carries the record (vfl_core.resume)."""
+    stop = EarlyStop(2, validation_samples=30)
+    stop.observe(0, 0.5, 9)
+    stop.observe(1, None, 19)  # nothing scored: no better
+    assert EarlyStop.from_json(stop.to_json()) == stop
+    assert stop.to_json()["history"] == [[1, 0.5], [2, None]]
+
+
+def test_given_too_large_a_fraction_when_aligned_then_a_clear_error(party_dirs: list[Path]) -> None:
+    from vfl_core.errors import ConfigError
+
+    fed, _ = federation(party_dirs, epochs=1, early_stop_patience=1, validation_fraction=0.9999)
+    with pytest.raises(ConfigError, match="no validation or no training sample"):
+        fed.align()
+
+
+def test_given_a_coordinator_checkpoint_when_resumed_then_the_best_epoch_so_far_is_kept(
+    party_dirs: list[Path],
+) -> None:
+    """A restarted coordinator continues the record: the best epoch and the epochs waited."""
+    from vfl_core import resume
+    from vfl_core.checkpoint import check_plain
+
+    fed, _ = federation(party_dirs, epochs=3, early_stop_patience=2)
+    fed.align()
+    assert fed.early_stop is not None
+    fed.early_stop.observe(0, 0.75, 22)
+    fed.early_stop.observe(1, 0.5, 45)
+    saved = resume.snapshot(fed)
+    check_plain(saved)  # it goes into a torch.load(weights_only=True) checkpoint
+    again, _ = federation(party_dirs, epochs=3, early_stop_patience=2)
+    again.align()
+    resume.restore(again, saved)
+    assert again.early_stop == fed.early_stop
+    assert again.early_stop is not None and again.early_stop.waited == 1
