@@ -14,7 +14,7 @@ from tabular_tables import LABEL_COLUMN, MERCHANTS, write_tables
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_client.cli import client
+from vfl_cli.client_cmd import client
 from vfl_core.checkpoint import load_checkpoint, save_party_checkpoint
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PREPROCESS_FILE, load_party_dir
