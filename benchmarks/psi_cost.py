@@ -34,8 +34,8 @@ from vfl_coordinator.transport import GrpcTransport
 from vfl_core import psi
 from vfl_core.alignment import Alignment
 from vfl_core.config import TrainConfig
-from vfl_core.data import PartyData, PartyMeta, PartySplit
 from vfl_core.party import Party, party_info
+from vfl_core.party_dir import PartyData, PartyMeta, PartySplit
 from vfl_wire.security import COORDINATOR, Security, load_identity
 
 

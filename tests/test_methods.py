@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.dlvm_config import DlvmConfig
 from vfl_core.engine import Federation, RoundRecord
@@ -21,6 +20,7 @@ from vfl_core.inprocess import InProcessTransport
 from vfl_core.method_spec import SHARED
 from vfl_core.methods import METHODS, method_spec
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, load_party_dir
 from vfl_core.predictions import _vote, combine
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import EmbedCall, FuseCall, PredictCall

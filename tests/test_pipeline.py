@@ -21,13 +21,13 @@ from harness import party_servers
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.transport import GrpcTransport
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.errors import ConfigError
 from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import TrainCall, TrainResult
 from vfl_wire import convert

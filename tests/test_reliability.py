@@ -23,7 +23,6 @@ from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorState
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation
 from vfl_core.errors import ConfigError, ProtocolError
@@ -32,6 +31,7 @@ from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import FederationDown
 from vfl_core.metrics import EvalReport, MetricRow
 from vfl_core.party import Party
+from vfl_core.party_dir import load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import PartyInfo, SamplePrediction
 from vfl_wire import convert

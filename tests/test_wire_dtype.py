@@ -19,12 +19,12 @@ from vfl_coordinator.transport import GrpcTransport
 from vfl_core import quantize
 from vfl_core.alignment import batch_digest
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import load_party_dir
 from vfl_core.datasets import load_dataset
 from vfl_core.engine import Federation
 from vfl_core.errors import ProtocolError
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
+from vfl_core.party_dir import load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.quantize import WIRE_DTYPES, decode, encode, round_trip
 from vfl_wire import convert

@@ -42,9 +42,9 @@ from vfl_core.dvfl_protocol import (
     OwnerTrainCall,
 )
 from vfl_core.errors import ProtocolError, StaleRoundError
+from vfl_core.learning_task import REGRESSION, output_width
 from vfl_core.model_bank import _optimizer
 from vfl_core.seeding import Stream, derive_seed, rng
-from vfl_core.tasks import REGRESSION, output_width
 
 if TYPE_CHECKING:
     from vfl_core.party import Party

@@ -39,6 +39,7 @@ from vfl_core.dvfl_protocol import (
     OwnerTrainCall,
 )
 from vfl_core.errors import ProtocolError, StaleRoundError
+from vfl_core.learning_task import CLASSIFICATION, TASKS
 from vfl_core.metrics import MetricRow
 from vfl_core.protocol import (
     PROTOCOL_VERSION,
@@ -60,7 +61,6 @@ from vfl_core.protocol import (
 from vfl_core.psi import POINT_BYTES, check_session, pack, unpack
 from vfl_core.quantize import LOSSLESS
 from vfl_core.scoring import SUMS
-from vfl_core.tasks import CLASSIFICATION, TASKS
 from vfl_wire.tensors import Shape, decode_array, decode_float, encode_array, encode_float
 from vfl_wire.v1 import vfl_pb2
 
