@@ -150,7 +150,7 @@ def _align(n: int, parties: int, overlap: float, certs: Path, port_of: dict) -> 
         registry.register(info, f"127.0.0.1:{port_of[k]}")
     security = Security(load_identity(certs, COORDINATOR))
     transport = GrpcTransport(
-        registry, "psi-bench", 64, Deadlines(align=600.0), security.channel_credentials()
+        registry, "psi-bench", Deadlines(align=600.0), security.channel_credentials()
     )
     timed = _Timed(transport)
     try:

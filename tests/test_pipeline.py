@@ -153,7 +153,7 @@ def test_given_injected_party_failures_when_pipelined_then_same_in_process_and_o
     assert any(r.present != r.pattern for r in local[1])  # the faults did bite
     remote = parties_of(datas["all"], cfg)
     with party_servers(remote, RUN) as registry:
-        transport = GrpcTransport(registry, RUN, 8, Deadlines())
+        transport = GrpcTransport(registry, RUN, Deadlines())
         try:
             got = train(datas["all"], cfg, wrap=wrap, transport=transport, parties=remote)
         finally:
@@ -251,7 +251,7 @@ def test_given_real_grpc_servers_when_pipelined_then_equal_to_in_process(
     cfg = config(staleness=staleness)
     remote = parties_of(datas[data], cfg)
     with party_servers(remote, RUN) as registry:
-        transport = GrpcTransport(registry, RUN, 8, Deadlines())
+        transport = GrpcTransport(registry, RUN, Deadlines())
         try:
             got = train(datas[data], cfg, transport=transport, parties=remote)
         finally:

@@ -233,7 +233,7 @@ def test_given_a_wire_dtype_when_trained_over_grpc_and_in_process_then_bit_ident
 
     remote = _parties(party_dirs, train)
     with party_servers(remote, "wire-run") as registry:
-        transport = GrpcTransport(registry, "wire-run", 8, Deadlines(), wire_dtype=dtype)
+        transport = GrpcTransport(registry, "wire-run", Deadlines(), wire_dtype=dtype)
         try:
             fed = Federation(transport, train, progress=False)
             fed.align()
