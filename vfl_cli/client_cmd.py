@@ -135,3 +135,7 @@ def client(
 
 def main() -> None:
     typer.run(client)
+
+
+if __name__ == "__main__":  # `python -m vfl_cli.<this module>`, as `vfl demo` starts it
+    main()

@@ -165,3 +165,7 @@ def write_port_file(path: Path, port: int) -> None:
 
 def main() -> None:
     typer.run(coordinator)
+
+
+if __name__ == "__main__":  # `python -m vfl_cli.<this module>`, as `vfl demo` starts it
+    main()

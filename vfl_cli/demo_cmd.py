@@ -104,7 +104,7 @@ def demo(
         typer.echo(f"[2/5] starting coordinator at {address} and {clients} clients (logs: {logs})")
         procs["coordinator"] = _spawn(
             [
-                "vfl_coordinator",
+                "vfl_cli.coordinator_cmd",
                 "--clients",
                 str(clients),
                 "--listen",
@@ -145,7 +145,7 @@ def demo(
             ckpt_args = ["--checkpoint-dir", str(ckpt / f"party{k}")] if faulty else []
             proc = _spawn(
                 [
-                    "vfl_client",
+                    "vfl_cli.client_cmd",
                     "--data",
                     str(parties[k]),
                     "--coordinator",
