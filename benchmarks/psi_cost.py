@@ -50,7 +50,7 @@ def _ids(k: int, n: int, parties: int, overlap: float, seed: int = 0) -> np.ndar
 def _serve(k: int, n: int, parties: int, overlap: float, certs: str, ports: mp.Queue) -> None:
     import logging
 
-    from vfl_client.runner import _start_server
+    from vfl_client.runner import start_server
     from vfl_client.servicer import PartyServicer
 
     logging.basicConfig(level=logging.WARNING)
@@ -65,7 +65,7 @@ def _serve(k: int, n: int, parties: int, overlap: float, certs: str, ports: mp.Q
     security = Security(load_identity(Path(certs), f"party{k}", need_token=True))
     servicer = PartyServicer(f"party{k}")
     servicer.attach(Party(f"party{k}", data, TrainConfig(), secret=b"-"), "psi-bench")
-    server, port = _start_server(servicer, "127.0.0.1:0", security)
+    server, port = start_server(servicer, "127.0.0.1:0", security)
     ports.put((k, port))
     server.wait_for_termination()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from vfl_cli.coordinator_client import CoordinatorClient
-from vfl_cli.demo_cmd import Joins, _outcome
+from vfl_cli.demo_cmd import Joins, kill_outcome
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_core.config import TrainConfig
@@ -31,11 +31,11 @@ CARRIED_ON = "prediction carried on without it"
 def test_given_a_method_that_uses_any_observed_set_when_a_party_dies_then_it_carries_on(
     method: str,
 ) -> None:
-    assert _outcome(method, clients=4, dead=2) == CARRIED_ON
+    assert kill_outcome(method, clients=4, dead=2) == CARRIED_ON
 
 
 def test_given_standard_vfl_when_a_party_dies_then_the_summary_says_it_guesses() -> None:
-    text = _outcome("svfl", clients=4, dead=2)
+    text = kill_outcome("svfl", clients=4, dead=2)
     assert text.startswith("Standard VFL cannot predict without every block")
     assert "random guesses" in text
 

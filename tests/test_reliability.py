@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from vfl_cli.app import app
 from vfl_cli.coordinator_client import Evaluation
 from vfl_cli.remote_cmd import render_evaluation
-from vfl_client.runner import _log_classes, register
+from vfl_client.runner import log_classes, register
 from vfl_client.servicer import class_weights_refusal
 from vfl_coordinator import runner
 from vfl_coordinator.config import CoordinatorConfig
@@ -138,7 +138,7 @@ def test_given_a_stray_label_value_when_preparing_then_classes_listed_and_warned
     # and vfl-client says the same when it starts from the table or the directory
     data = load_party_dir(tmp_path / "p")
     with caplog.at_level(logging.INFO, logger="vfl_client.runner"):
-        _log_classes(data)
+        log_classes(data)
     assert "has only 1 training row" in caplog.text and "0 ('no'): 14" in caplog.text
 
 

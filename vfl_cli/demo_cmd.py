@@ -201,13 +201,13 @@ def demo(
             )
             after = coord.evaluate("test")
             typer.echo(render_evaluation(after, f"test set, client{kill_block} dead"))
-        outcome = _outcome(method, clients, kill_block)
+        outcome = kill_outcome(method, clients, kill_block)
         _summary(before.rows[-1].accuracy, after.rows[-1].accuracy, kill_block, workdir, outcome)
         _stop(procs)
     _report(workdir / "run")
 
 
-def _outcome(method: str, clients: int, dead: int) -> str:
+def kill_outcome(method: str, clients: int, dead: int) -> str:
     """What the kill did to prediction. Every demo party holds labels, so the question is only
     whether the method can use the survivors' blocks."""
     survivors = [k for k in range(clients) if k != dead]
