@@ -25,7 +25,7 @@ LAYERS = {
     # one implementation of the algorithm, transport-free
     "core without gRPC": (
         ["vfl_core"],
-        ["grpc", "vfl_wire", "vfl_client", "vfl_coordinator", "vfl_cli", "typer"],
+        ["grpc", "vfl_wire", "vfl_client", "vfl_coordinator", "vfl_cli", "typer", "click"],
     ),
 }
 
