@@ -111,8 +111,9 @@ def client(
             "insecure": insecure,
             "alignment": alignment,
         },
+        FIELDS,
     )
-    settings.update({FIELDS.get(name, name): value for name, value in flags.items()})
+    settings.update(flags)
     if settings.get("data") is None:
         raise ConfigError("no party data: give --data (or `data:` in --config)")
     if "table" in settings:

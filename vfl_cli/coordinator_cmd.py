@@ -138,8 +138,9 @@ def coordinator(
             "max_inflight": max_inflight,
             "pipeline": pipeline,
         },
+        FIELDS,
     )
-    settings.update({FIELDS.get(name, name): value for name, value in flags.items()})
+    settings.update(flags)
     if given(ctx, {"deadline": deadline}):
         d = deadline  # every phase a party works in; align and shutdown keep theirs
         phases = {"embed": d, "fuse": d, "backward": d, "predict": d, "checkpoint": max(d, 5.0)}

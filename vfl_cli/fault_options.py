@@ -38,8 +38,8 @@ class FaultOptions:
     def over(self, ctx: typer.Context | None, base: dict[str, Any]) -> dict[str, Any]:
         """A config file's `faults:` mapping with the options given on the command line over it."""
         self.config()  # refuses a bad --fault-entity
-        flags = given(ctx, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
-        return {**base, **{_FIELDS.get(name, name): value for name, value in flags.items()}}
+        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**base, **given(ctx, options, _FIELDS)}
 
     def config(self) -> FaultConfig:
         if self.fault_entity not in ENTITIES:

@@ -40,14 +40,18 @@ def default(model: type[BaseModel], field: str) -> Any:
 _GIVEN = {"COMMANDLINE", "ENVIRONMENT", "PROMPT"}  # click's ParameterSource names
 
 
-def given(ctx: typer.Context | None, options: dict[str, Any]) -> dict[str, Any]:
+def given(
+    ctx: typer.Context | None, options: dict[str, Any], renamed: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The options of the running command that were given on the command line (or by their
-    environment variable), not left at their defaults. Precedence is flag > environment >
+    environment variable), not left at their defaults, keyed by the config field they set
+    (`renamed` maps the options named apart from theirs). Precedence is flag > environment >
     config file > the model's default, so only these override a config file's keys.
     Without a context (a plain function call) every option counts as given."""
-    if ctx is None:
-        return dict(options)
-    return {k: v for k, v in options.items() if _source(ctx, k) in _GIVEN}
+    names = renamed or {}
+    return {
+        names.get(k, k): v for k, v in options.items() if ctx is None or _source(ctx, k) in _GIVEN
+    }
 
 
 def _source(ctx: typer.Context, name: str) -> str | None:
