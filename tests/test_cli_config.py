@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import typer
 import yaml
+from harness import BIN
 from typer.testing import CliRunner
 
-from tests.harness import BIN
 from vfl_cli import client_cmd, coordinator_cmd
 from vfl_client.runner import ClientConfig
 from vfl_coordinator.config import CoordinatorConfig, Deadlines
