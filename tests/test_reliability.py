@@ -28,6 +28,7 @@ from vfl_core.engine import Federation
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
+from vfl_core.label_summary import class_counts
 from vfl_core.liveness import FederationDown
 from vfl_core.metrics import EvalReport, MetricRow
 from vfl_core.party import Party
@@ -183,3 +184,23 @@ def test_given_every_party_gone_as_training_ends_when_evaluating_then_waits_for_
     with pytest.raises(FederationDown, match="scored no sample"):
         runner._evaluate(run)
     assert json.loads((tmp_path / "out" / "results.json").read_text())["status"] == "failed"
+
+
+def test_given_few_labels_when_counting_classes_then_unlabelled_rows_are_not_a_class(
+    tmp_path: Path,
+) -> None:
+    # vfl prepare --labels N writes the other training labels as UNLABELLED (-1): a label party
+    # starting on such data listed its classes with np.bincount and died on the negative value.
+    dirs = prepare_parties(
+        load_digits_dataset(), tmp_path, 2, [0.0, 0.0], [0.0, 0.0], 0.2, seed=0, labels=30
+    )
+    data = load_party_dir(dirs[0])
+    counts = class_counts(data)
+
+    assert sum(c.rows for c in counts) == 30 and len(counts) == data.meta.num_classes
+    # a method that learns from unlabelled rows keeps them (dvfl), so balancing must skip them
+    train = TrainConfig(method="dvfl", balance="resample")
+    weights = Party("p0", data, train, secret=b"s").class_weights("train")
+    labels = data.splits["train"].labels
+    assert weights is not None and (weights[labels == -1] == 0).all()
+    assert (weights[labels >= 0] > 0).all()

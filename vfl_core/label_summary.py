@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vfl_core.learning_task import REGRESSION
+from vfl_core.missingness import UNLABELLED
 from vfl_core.party_dir import PartyData
 
 RARE_CLASS_ROWS = 5  # fewer training rows than this: probably not a class anyone meant
@@ -31,7 +32,8 @@ def class_counts(data: PartyData) -> list[ClassCount]:
     train = data.splits.get("train")
     if train is None or train.labels is None or data.meta.task == REGRESSION:
         return []
-    counts = np.bincount(train.labels, minlength=data.meta.num_classes)
+    labelled = train.labels[train.labels != UNLABELLED]  # vfl prepare --labels N leaves the rest
+    counts = np.bincount(labelled, minlength=data.meta.num_classes)
     names = list((data.preprocessing or {}).get("classes") or [])
     return [
         ClassCount(i, str(names[i]) if i < len(names) else "", int(n)) for i, n in enumerate(counts)

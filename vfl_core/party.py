@@ -40,6 +40,7 @@ from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError, VflErro
 from vfl_core.laser import Subset, fuse_mean, sampled_loss
 from vfl_core.learning_task import REGRESSION, TargetScaler, head_loss, output_width
 from vfl_core.method_spec import SHARED, HeadTask, ProgramHooks
+from vfl_core.missingness import UNLABELLED
 from vfl_core.model_bank import ModelBank
 from vfl_core.party_dir import PartyData, PartySplit, labelled_rows_only
 from vfl_core.protocol import (
@@ -188,8 +189,10 @@ class Party:
         labels = self._split(split).labels
         if labels is None or self.task == REGRESSION:
             return None
-        counts = np.bincount(labels, minlength=self.data.meta.num_classes).astype(np.float64)
-        return (1.0 / np.maximum(counts, 1.0))[labels]
+        known = labels != UNLABELLED  # an unlabelled row (vfl prepare --labels N) weighs 0
+        counts = np.bincount(labels[known], minlength=self.data.meta.num_classes)
+        weights = 1.0 / np.maximum(counts.astype(np.float64), 1.0)
+        return np.where(known, weights[np.maximum(labels, 0)], 0.0)
 
     # ----------------------------------------------------------------- training round
     def embed(self, call: EmbedCall) -> np.ndarray:
