@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from vfl_core.config import TrainConfig
-from vfl_core.data import PartyData
 from vfl_core.metrics import accuracy_from_confusion, f1_from_confusion
 from vfl_core.models import build_head, build_representation
+from vfl_core.party_dir import PartyData
 from vfl_core.seeding import Stream, derive_seed, rng
 
 Joined = tuple[np.ndarray, np.ndarray]  # (n, sum of block widths) float32, (n,) int64 labels

@@ -4,7 +4,8 @@ Credit, a missingness mechanism for training and each of seven for testing.
 
 One task = (data set, training mechanism, seed, method): it trains once and evaluates every test
 mechanism (the training split is the same in every variant: same seed). The label-only methods
-train on the labelled rows (vfl_core.data.labelled_rows_only); DLVM also uses the unlabelled ones.
+train on the labelled rows (vfl_core.party_dir.labelled_rows_only); DLVM also uses the
+unlabelled ones.
 Results: benchmarks/results/runs/dlvm/*.json, the report benchmarks/results/dlvm.md + dlvm.png.
 """
 

@@ -34,8 +34,8 @@ from vfl_coordinator.transport import GrpcTransport
 from vfl_core import psi
 from vfl_core.alignment import Alignment
 from vfl_core.config import TrainConfig
-from vfl_core.data import PartyData, PartyMeta, PartySplit
 from vfl_core.party import Party, party_info
+from vfl_core.party_dir import PartyData, PartyMeta, PartySplit
 from vfl_wire.security import COORDINATOR, Security, load_identity
 
 
@@ -50,7 +50,7 @@ def _ids(k: int, n: int, parties: int, overlap: float, seed: int = 0) -> np.ndar
 def _serve(k: int, n: int, parties: int, overlap: float, certs: str, ports: mp.Queue) -> None:
     import logging
 
-    from vfl_client.runner import _start_server
+    from vfl_client.runner import start_server
     from vfl_client.servicer import PartyServicer
 
     logging.basicConfig(level=logging.WARNING)
@@ -65,7 +65,7 @@ def _serve(k: int, n: int, parties: int, overlap: float, certs: str, ports: mp.Q
     security = Security(load_identity(Path(certs), f"party{k}", need_token=True))
     servicer = PartyServicer(f"party{k}")
     servicer.attach(Party(f"party{k}", data, TrainConfig(), secret=b"-"), "psi-bench")
-    server, port = _start_server(servicer, "127.0.0.1:0", security)
+    server, port = start_server(servicer, "127.0.0.1:0", security)
     ports.put((k, port))
     server.wait_for_termination()
 
@@ -150,7 +150,7 @@ def _align(n: int, parties: int, overlap: float, certs: Path, port_of: dict) -> 
         registry.register(info, f"127.0.0.1:{port_of[k]}")
     security = Security(load_identity(certs, COORDINATOR))
     transport = GrpcTransport(
-        registry, "psi-bench", 64, Deadlines(align=600.0), security.channel_credentials()
+        registry, "psi-bench", Deadlines(align=600.0), security.channel_credentials()
     )
     timed = _Timed(transport)
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +12,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # benchmarks/ is part of the checkout, not of the wheel
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import grid, pool, report, scaling, throughput  # noqa: E402
-from benchmarks.accuracy import AccuracyJob, run_grid, write_report  # noqa: E402
-from benchmarks.setups import COLUMNS, SETUPS  # noqa: E402
-from vfl_cli.app import app  # noqa: E402
+from benchmarks import grid, pool, report, scaling, throughput
+from benchmarks.accuracy import AccuracyJob, run_grid, write_report
+from benchmarks.setups import COLUMNS, SETUPS
+from vfl_cli.app import app
 
 DIGITS = SETUPS["digits"]
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None  # the optional `bench` extra

@@ -19,9 +19,9 @@ from vfl_core.checkpoint import (
     save_party_checkpoint,
 )
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, PartyMeta, PartySplit
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, PartyMeta, PartySplit
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall
 
 CONFIG = TrainConfig(seed=3, epochs=2, model=ModelConfig(embed_dim=8, hidden=(16,)))

@@ -22,8 +22,8 @@ import typer.main
 import yaml
 
 from vfl_cli.app import app as vfl_app
-from vfl_client.cli import client as client_fn
-from vfl_coordinator.cli import coordinator as coordinator_fn
+from vfl_cli.client_cmd import client as client_fn
+from vfl_cli.coordinator_cmd import coordinator as coordinator_fn
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"

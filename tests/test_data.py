@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vfl_core.data import (
+from vfl_core.errors import DataError
+from vfl_core.party_dir import (
     PartyData,
     PartyMeta,
     PartySplit,
@@ -17,7 +18,6 @@ from vfl_core.data import (
     load_party_dir,
     save_party_dir,
 )
-from vfl_core.errors import DataError
 
 
 def make_party(

@@ -19,7 +19,6 @@ from vfl_core import dlvm_math as dm
 from vfl_core import resume
 from vfl_core.alignment import Batch
 from vfl_core.config import TrainConfig
-from vfl_core.data import PartyData, PartySplit, labelled_rows_only, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.dlvm import kept_experts, noise, posterior
 from vfl_core.dlvm_config import DlvmConfig
@@ -36,6 +35,7 @@ from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.missingness import UNLABELLED, parse_mechanism
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, PartySplit, labelled_rows_only, load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import EmbedCall
 

@@ -24,9 +24,9 @@ from test_equivalence import _assert_same_tensors
 
 from vfl_core.checkpoint import load_checkpoint
 from vfl_core.config import TrainConfig
-from vfl_core.data import load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.missingness import parse_mechanism
+from vfl_core.party_dir import load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_wire.audit import read_audit
 

@@ -16,7 +16,6 @@ import torch
 from vfl_core import resume
 from vfl_core.alignment import batch_digest
 from vfl_core.config import DvflConfig, TrainConfig
-from vfl_core.data import PartyData, PartySplit, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.dvfl import Registers, reconstruction_loss
 from vfl_core.dvfl_protocol import GuestCall, HostCall, HostOutputCall, OwnerTrainCall
@@ -25,6 +24,7 @@ from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, PartySplit, load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.simulate import SimulationConfig, run_simulation
 

@@ -16,11 +16,11 @@ from harness import SECRET
 
 from vfl_core.alignment import epoch_plan
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import load_party_dir
 from vfl_core.early_stop import EarlyStop
 from vfl_core.engine import EpochSummary, Federation
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
+from vfl_core.party_dir import load_party_dir
 
 # A small model at a high learning rate: the validation accuracy peaks within a few epochs.
 FAST = {"lr": 1e-2, "model": ModelConfig(representation="mlp", embed_dim=8, hidden=(16,))}

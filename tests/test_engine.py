@@ -13,13 +13,13 @@ from sklearn.metrics import f1_score
 from vfl_coordinator.registry import Registry
 from vfl_core import pipeline
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.errors import ConfigError
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import DOWN, UP
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, PartyInfo, TrainCall
 

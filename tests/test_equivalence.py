@@ -13,10 +13,10 @@ from harness import SECRET, Cluster, train_in_process
 
 from vfl_core.checkpoint import load_checkpoint
 from vfl_core.config import TrainConfig
-from vfl_core.data import load_party_dir
 from vfl_core.engine import Federation
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
+from vfl_core.party_dir import load_party_dir
 from vfl_core.simulate import SimulationConfig, run_simulation
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from vfl_cli.app import app
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.faults import FaultConfig, FaultyTransport
@@ -20,6 +19,7 @@ from vfl_core.inprocess import InProcessTransport
 from vfl_core.method_spec import SHARED, HeadTask
 from vfl_core.methods import method_spec
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import EmbedCall, FuseCall, PredictCall
 from vfl_core.stale import StaleEmbeddings

@@ -16,7 +16,6 @@ from vfl_cli.app import app
 from vfl_core import checkpoint, resume
 from vfl_core.checkpoint_store import RoundCheckpoints
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.errors import ConfigError, DataError
@@ -24,6 +23,7 @@ from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import DOWN, REJOINING, UP, Liveness
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, load_party_dir
 from vfl_core.prepare import prepare_parties
 
 K = 4

@@ -12,7 +12,7 @@ import typer
 from harness import SECRET, Cluster, assert_checkpoints_match
 from typer.testing import CliRunner
 
-from vfl_coordinator.cli import coordinator
+from vfl_cli.coordinator_cmd import coordinator
 from vfl_core.config import TrainConfig
 from vfl_core.engine import RoundRecord
 from vfl_core.faults import FaultConfig

@@ -19,18 +19,18 @@ from vfl_core import laser
 from vfl_core import party as party_module
 from vfl_core.alignment import Alignment, batch_digest, epoch_plan, eval_plan
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, PartySplit, load_party_dir, save_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.errors import DataError, ProtocolError
 from vfl_core.inprocess import InProcessTransport
+from vfl_core.learning_task import head_loss
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, PartySplit, load_party_dir, save_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, PartyInfo, PredictCall
 from vfl_core.seeding import Stream, rng
 from vfl_core.simulate import SimulationConfig, run_simulation
 from vfl_core.tabular import TableSource, load_table_party
-from vfl_core.tasks import head_loss
 from vfl_wire import convert
 
 K = 3

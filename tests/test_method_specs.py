@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 from vfl_cli.app import app
 from vfl_core.alignment import Batch
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation, PredictionBatch, RoundRecord
 from vfl_core.errors import ConfigError
@@ -24,6 +23,7 @@ from vfl_core.inprocess import InProcessTransport
 from vfl_core.method_spec import MethodSpec
 from vfl_core.methods import METHOD_NAMES, METHODS, REGISTRY, method_spec
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, load_party_dir
 from vfl_core.prepare import prepare_parties
 
 K = 3

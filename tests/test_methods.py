@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.dlvm_config import DlvmConfig
 from vfl_core.engine import Federation, RoundRecord
@@ -21,7 +20,8 @@ from vfl_core.inprocess import InProcessTransport
 from vfl_core.method_spec import SHARED
 from vfl_core.methods import METHODS, method_spec
 from vfl_core.party import Party
-from vfl_core.predictions import _vote, combine
+from vfl_core.party_dir import PartyData, load_party_dir
+from vfl_core.predictions import combine, majority_vote
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import EmbedCall, FuseCall, PredictCall
 from vfl_core.seeding import Stream, rng
@@ -189,7 +189,7 @@ def test_given_a_majority_when_voting_then_it_wins_whatever_the_confidences() ->
         2: _one_hot_probs([2], rows, confidence=0.3),
     }
     for seed in range(5):
-        out = _vote(probs, np.random.default_rng(seed))
+        out = majority_vote(probs, np.random.default_rng(seed))
         assert (out.predicted == 2).all()
         np.testing.assert_allclose(out.federation[:, 2], 2 / 3)
         np.testing.assert_allclose(out.federation[:, 7], 1 / 3)
@@ -204,13 +204,13 @@ def test_given_a_tie_when_voting_then_it_is_broken_at_random_among_the_tied_clas
         2: _one_hot_probs([1], rows),
         3: _one_hot_probs([3], rows),
     }
-    out = _vote(probs, np.random.default_rng(0))
+    out = majority_vote(probs, np.random.default_rng(0))
     assert set(np.unique(out.predicted)) == {1, 3}
     share = float((out.predicted == 1).mean())
     assert 0.45 < share < 0.55, share  # fair coin over 4000 ties
-    same = _vote(probs, np.random.default_rng(0))
+    same = majority_vote(probs, np.random.default_rng(0))
     np.testing.assert_array_equal(same.predicted, out.predicted)  # deterministic per generator
-    other = _vote(probs, np.random.default_rng(1))
+    other = majority_vote(probs, np.random.default_rng(1))
     assert not np.array_equal(other.predicted, out.predicted)
 
 

@@ -10,7 +10,6 @@ import pytest
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.data import labelled_rows_only, load_party_dir
 from vfl_core.datasets import Dataset
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.missingness import (
@@ -20,6 +19,7 @@ from vfl_core.missingness import (
     draw_observed,
     parse_mechanism,
 )
+from vfl_core.party_dir import labelled_rows_only, load_party_dir
 from vfl_core.prepare import draw_missingness, prepare_parties
 
 N, K = 40_000, 4

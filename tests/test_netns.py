@@ -84,7 +84,7 @@ def start_federation(lab: NetnsLab, dirs: list[Path], out: Path) -> subprocess.P
     coordinator = lab.popen(
         "coordinator",
         [
-            *program("vfl-coordinator", "vfl_coordinator.cli"),
+            *program("vfl-coordinator", "vfl_cli.coordinator_cmd"),
             *("--clients", str(K), "--listen", f"0.0.0.0:{PORT_C}", "--out", str(out)),
             *("--epochs", str(EPOCHS), "--seed", "0", "--deadline", "2"),
             *("--retry-every", "20", "--register-timeout", "60", "--no-progress"),
@@ -97,7 +97,7 @@ def start_federation(lab: NetnsLab, dirs: list[Path], out: Path) -> subprocess.P
         lab.popen(
             role,
             [
-                *program("vfl-client", "vfl_client.cli"),
+                *program("vfl-client", "vfl_cli.client_cmd"),
                 *("--data", str(data), "--block", str(k), "--coordinator", target),
                 *("--listen", f"0.0.0.0:{PORT_P}", "--device", "cpu"),
                 *("--register-timeout", "60", "--insecure", "--alignment", "hmac"),

@@ -8,19 +8,13 @@ import contextlib
 import socket
 import socketserver
 import struct
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # benchmarks/ is part of the checkout, not of the wheel
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.netshape import NetShaper, Pipe, Shape  # noqa: E402
+from benchmarks.netshape import NetShaper, Pipe, Shape
 
 SLACK_S = 0.5  # scheduling noise allowed above a bound on a shared 2-core machine
 

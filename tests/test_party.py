@@ -15,15 +15,15 @@ from vfl_core import laser
 from vfl_core import party as party_module
 from vfl_core.alignment import Alignment
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.errors import ProtocolError, StaleRoundError
 from vfl_core.laser import sample_tasks
+from vfl_core.learning_task import head_loss
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, PredictCall, ScoreCall
 from vfl_core.seeding import Stream, rng
-from vfl_core.tasks import head_loss
 
 K = 4
 SECRET = b"party-test"

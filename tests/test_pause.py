@@ -14,13 +14,13 @@ import pytest
 
 from vfl_core import engine
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import DOWN, FederationDown
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, load_party_dir
 from vfl_core.prepare import prepare_parties
 
 K = 3

@@ -21,13 +21,13 @@ from harness import party_servers
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.transport import GrpcTransport
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation, RoundRecord
 from vfl_core.errors import ConfigError
 from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import TrainCall, TrainResult
 from vfl_wire import convert
@@ -153,7 +153,7 @@ def test_given_injected_party_failures_when_pipelined_then_same_in_process_and_o
     assert any(r.present != r.pattern for r in local[1])  # the faults did bite
     remote = parties_of(datas["all"], cfg)
     with party_servers(remote, RUN) as registry:
-        transport = GrpcTransport(registry, RUN, 8, Deadlines())
+        transport = GrpcTransport(registry, RUN, Deadlines())
         try:
             got = train(datas["all"], cfg, wrap=wrap, transport=transport, parties=remote)
         finally:
@@ -251,7 +251,7 @@ def test_given_real_grpc_servers_when_pipelined_then_equal_to_in_process(
     cfg = config(staleness=staleness)
     remote = parties_of(datas[data], cfg)
     with party_servers(remote, RUN) as registry:
-        transport = GrpcTransport(registry, RUN, 8, Deadlines())
+        transport = GrpcTransport(registry, RUN, Deadlines())
         try:
             got = train(datas[data], cfg, transport=transport, parties=remote)
         finally:

@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from vfl_core import psi
 from vfl_core.alignment import Alignment
 from vfl_core.config import TrainConfig
-from vfl_core.data import load_party_dir
 from vfl_core.datasets import load_dataset
 from vfl_core.engine import Federation
 from vfl_core.errors import DataError, ProtocolError
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
+from vfl_core.party_dir import load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import PsiCall
 

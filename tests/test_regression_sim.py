@@ -15,12 +15,12 @@ from typer.testing import CliRunner
 
 from vfl_cli.app import app
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import load_party_dir
 from vfl_core.datasets import Dataset
 from vfl_core.engine import Federation
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.methods import METHODS
 from vfl_core.party import Party
+from vfl_core.party_dir import load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.simulate import SimulationConfig, SimulationResult, run_simulation
 

@@ -16,14 +16,13 @@ from typer.testing import CliRunner
 from vfl_cli.app import app
 from vfl_cli.coordinator_client import Evaluation
 from vfl_cli.remote_cmd import render_evaluation
-from vfl_client.runner import _log_classes, register
+from vfl_client.runner import log_classes, register
 from vfl_client.servicer import class_weights_refusal
 from vfl_coordinator import runner
 from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorState
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation
 from vfl_core.errors import ConfigError, ProtocolError
@@ -33,6 +32,7 @@ from vfl_core.label_summary import class_counts
 from vfl_core.liveness import FederationDown
 from vfl_core.metrics import EvalReport, MetricRow
 from vfl_core.party import Party
+from vfl_core.party_dir import load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import PartyInfo, SamplePrediction
 from vfl_wire import convert
@@ -139,7 +139,7 @@ def test_given_a_stray_label_value_when_preparing_then_classes_listed_and_warned
     # and vfl-client says the same when it starts from the table or the directory
     data = load_party_dir(tmp_path / "p")
     with caplog.at_level(logging.INFO, logger="vfl_client.runner"):
-        _log_classes(data)
+        log_classes(data)
     assert "has only 1 training row" in caplog.text and "0 ('no'): 14" in caplog.text
 
 

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Cursor, EpochSummary, Federation, RoundRecord
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import Liveness
 from vfl_core.metrics import MetricRow
 from vfl_core.party import Party
+from vfl_core.party_dir import load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.resume import restore, snapshot
 from vfl_core.run_log import EPOCHS_FILE, RunLog, liveness_record, read_epochs

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import DOWN, UP
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import EmbedCall, PredictCall, ScoreCall
 from vfl_core.subsets import evaluate_subsets, observed_subsets

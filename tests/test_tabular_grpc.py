@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from vfl_cli.app import app
 from vfl_core.checkpoint import load_checkpoint
-from vfl_core.data import PartyData
+from vfl_core.party_dir import PartyData
 from vfl_core.preprocess import TabularPreprocessor
 from vfl_core.table_files import read_table
 from vfl_core.tabular import TableSource, load_table_party

@@ -14,10 +14,10 @@ from tabular_tables import write_linear_tables
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_client.cli import client
+from vfl_cli.client_cmd import client
 from vfl_coordinator.registry import Registry
-from vfl_core.data import PREPROCESS_FILE, load_party_dir
 from vfl_core.errors import ConfigError, DataError
+from vfl_core.party_dir import PREPROCESS_FILE, load_party_dir
 from vfl_core.preprocess import Table, TabularPreprocessor, parse_labels
 from vfl_core.protocol import PartyInfo
 from vfl_core.table_files import read_table

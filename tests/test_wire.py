@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from vfl_core.errors import ProtocolError, StaleRoundError
+from vfl_core.metrics import ROW_METRICS, MetricRow
 from vfl_core.protocol import (
     PROTOCOL_VERSION,
     BackwardCall,
@@ -591,3 +592,14 @@ def test_given_an_unknown_snapshot_value_when_decoded_then_refused() -> None:
     request.snapshot = 7  # proto3 enums are open: a hostile peer can send any number
     with pytest.raises(ProtocolError, match="unknown value 7"):
         convert.checkpoint_kind_from_proto(request)
+
+
+def test_given_a_row_with_every_metric_when_round_tripped_then_each_travels_under_its_name():
+    """Every metric of MetricRow has its EvaluateRow field: a metric added to the row without the
+    wire fails here instead of vanishing between the coordinator and `vfl evaluate`."""
+    assert ROW_METRICS and "observed" not in ROW_METRICS
+    row = MetricRow("0,1", 7, **{name: i + 0.5 for i, name in enumerate(ROW_METRICS)})
+    reply = vfl_pb2.EvaluateReply.FromString(
+        convert.eval_report_to_proto([row], 0, [0, 1], 0.1).SerializeToString()
+    )
+    assert convert.eval_rows_from_proto(reply) == [row]

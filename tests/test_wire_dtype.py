@@ -19,12 +19,12 @@ from vfl_coordinator.transport import GrpcTransport
 from vfl_core import quantize
 from vfl_core.alignment import batch_digest
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data import load_party_dir
 from vfl_core.datasets import load_dataset
 from vfl_core.engine import Federation
 from vfl_core.errors import ProtocolError
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
+from vfl_core.party_dir import load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.quantize import WIRE_DTYPES, decode, encode, round_trip
 from vfl_wire import convert
@@ -233,7 +233,7 @@ def test_given_a_wire_dtype_when_trained_over_grpc_and_in_process_then_bit_ident
 
     remote = _parties(party_dirs, train)
     with party_servers(remote, "wire-run") as registry:
-        transport = GrpcTransport(registry, "wire-run", 8, Deadlines(), wire_dtype=dtype)
+        transport = GrpcTransport(registry, "wire-run", Deadlines(), wire_dtype=dtype)
         try:
             fed = Federation(transport, train, progress=False)
             fed.align()

@@ -1,8 +1,7 @@
 """`vfl bench`: the paper's comparisons on our engine (accuracy grid, scaling, throughput).
 
-The commands are thin: the work is in the repository's `benchmarks/` package, which is not
-installed with the wheel, so these commands run from a source checkout (the repository root is
-put on sys.path when `benchmarks` is not importable otherwise).
+The commands are thin: the work is in the `benchmarks` package (installed with the project;
+imported only when a benchmark runs, since it pulls in its own dependencies).
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from vfl_cli.option_groups import with_option_groups
 from vfl_core.errors import ConfigError
 
 Opt = typer.Option
-REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS = Path("benchmarks/results")
 DEFAULT_DATA = Path("../shared/data")
 
@@ -54,15 +52,7 @@ bench_app = typer.Typer(
 
 
 def _bench(module: str) -> ModuleType:
-    """Import benchmarks.<module> from the source checkout."""
-    try:
-        return importlib.import_module(f"benchmarks.{module}")
-    except ModuleNotFoundError as err:
-        if err.name not in ("benchmarks", f"benchmarks.{module}"):
-            raise
-    if not (REPO_ROOT / "benchmarks" / "__init__.py").exists():
-        raise ConfigError("`vfl bench` needs a source checkout with the benchmarks/ directory")
-    sys.path.insert(0, str(REPO_ROOT))
+    """Import benchmarks.<module> when its command runs."""
     return importlib.import_module(f"benchmarks.{module}")
 
 

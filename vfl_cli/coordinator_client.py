@@ -36,6 +36,8 @@ class Status:
     round_id: int
     epoch: int
     parties: dict[int, str]  # block -> state
+    # block -> registration generation: grows when a new process registers for the block
+    generations: dict[int, int] = field(default_factory=dict)
 
 
 class CoordinatorError(VflError):
@@ -64,7 +66,8 @@ class CoordinatorClient:
     def status(self) -> Status:
         reply = self._call(self._stub.Status, vfl_pb2.StatusRequest(header=self._header))
         parties = {p.block: p.state for p in reply.parties}
-        return Status(reply.state, reply.round_id, reply.epoch, parties)
+        generations = {p.block: p.generation for p in reply.parties}
+        return Status(reply.state, reply.round_id, reply.epoch, parties, generations)
 
     def evaluate(self, split: str = "test") -> Evaluation:
         req = vfl_pb2.EvaluateRequest(header=self._header, split=split)

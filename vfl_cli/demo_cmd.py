@@ -100,11 +100,11 @@ def demo(
     tls = ["--tls-dir", str(certs)]
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    with _processes() as procs:
+    with _processes() as procs, CoordinatorClient(address, 10.0, security) as watch:
         typer.echo(f"[2/5] starting coordinator at {address} and {clients} clients (logs: {logs})")
         procs["coordinator"] = _spawn(
             [
-                "vfl_coordinator",
+                "vfl_cli.coordinator_cmd",
                 "--clients",
                 str(clients),
                 "--listen",
@@ -134,18 +134,14 @@ def demo(
             logs / "coordinator.log",
         )
 
-        starts: dict[int, int] = {}  # block -> processes started for it so far
-
-        def joined(k: int) -> bool:
-            """Whether the block's newest process has registered (its log says so)."""
-            text = (logs / f"client{k}.log").read_text(errors="replace")
-            return text.count("synchronising") >= starts.get(k, 0)
+        joins = Joins(watch)
 
         def start_client(k: int) -> subprocess.Popen:
+            joins.starting(k)
             ckpt_args = ["--checkpoint-dir", str(ckpt / f"party{k}")] if faulty else []
             proc = _spawn(
                 [
-                    "vfl_client",
+                    "vfl_cli.client_cmd",
                     "--data",
                     str(parties[k]),
                     "--coordinator",
@@ -159,7 +155,6 @@ def demo(
                 append=f"client{k}" in procs,
             )
             procs[f"client{k}"] = proc
-            starts[k] = starts.get(k, 0) + 1
             return proc
 
         for k in range(clients):
@@ -174,7 +169,7 @@ def demo(
                 kind=fault_kind,  # type: ignore[arg-type]
                 every=fault_every,
                 seed=seed,
-                ready=joined,
+                ready=joins.joined,
             )
         with CoordinatorClient(address, timeout=120.0, security=security) as coord:
             typer.echo(
@@ -194,7 +189,7 @@ def demo(
             if chaos is not None:
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(chaos.counts().items()))
                 typer.echo(f"      injected: {counts or 'nothing'}; waiting for every party")
-                _wait_joined(joined, clients)
+                _wait_joined(joins.joined, clients)
             before = coord.evaluate("test")
             typer.echo("[4/5] inference with every party")
             typer.echo(render_evaluation(before, "test set, all parties"))
@@ -206,13 +201,13 @@ def demo(
             )
             after = coord.evaluate("test")
             typer.echo(render_evaluation(after, f"test set, client{kill_block} dead"))
-        outcome = _outcome(method, clients, kill_block)
+        outcome = kill_outcome(method, clients, kill_block)
         _summary(before.rows[-1].accuracy, after.rows[-1].accuracy, kill_block, workdir, outcome)
         _stop(procs)
     _report(workdir / "run")
 
 
-def _outcome(method: str, clients: int, dead: int) -> str:
+def kill_outcome(method: str, clients: int, dead: int) -> str:
     """What the kill did to prediction. Every demo party holds labels, so the question is only
     whether the method can use the survivors' blocks."""
     survivors = [k for k in range(clients) if k != dead]
@@ -288,6 +283,29 @@ def _wait_joined(joined: Callable[[int], bool], clients: int, timeout: float = 9
             return
         time.sleep(0.3)
     raise DemoError(f"not every client registered again within {timeout:g} s after the faults")
+
+
+class Joins:
+    """Whether each block's newest process has registered, from the coordinator's Status RPC
+    (not from the clients' logs): a block's registration generation grows when a new process
+    registers for it."""
+
+    def __init__(self, coord: CoordinatorClient) -> None:
+        self._coord = coord
+        self._before: dict[int, int] = {}  # block -> its generation before its newest process
+
+    def starting(self, block: int) -> None:
+        """Call before starting a process for `block` (its predecessor, if any, is gone)."""
+        self._before[block] = self._generations().get(block, 0)
+
+    def joined(self, block: int) -> bool:
+        return self._generations().get(block, 0) > self._before.get(block, 0)
+
+    def _generations(self) -> dict[int, int]:
+        try:
+            return self._coord.status().generations
+        except CoordinatorError:  # not listening yet: nobody has registered
+            return {}
 
 
 def _spawn(args: list[str], log: Path, append: bool = False) -> subprocess.Popen:

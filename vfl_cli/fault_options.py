@@ -3,15 +3,19 @@ declared once: the same seeded fault process in one process or in a real federat
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from vfl_cli.options import default, given
 from vfl_core.errors import ConfigError
 from vfl_core.faults import ENTITIES, FaultConfig
 
 Opt = typer.Option
+# Options named apart from the FaultConfig field they set.
+_FIELDS = {"fault_rate": "fail_rate", "fault_entity": "entity"}
 
 
 @dataclass(frozen=True)
@@ -20,16 +24,22 @@ class FaultOptions:
 
     fault_rate: Annotated[
         float, Opt(help="R_d: probability that a party fails at each training round")
-    ] = 0.0
+    ] = default(FaultConfig, "fail_rate")
     rejoin_rate: Annotated[
         float, Opt(help="R_u: probability that a failed party comes back at each round")
-    ] = 1.0
+    ] = default(FaultConfig, "rejoin_rate")
     link_loss: Annotated[
         float, Opt(help="probability that one message of a training round is lost")
-    ] = 0.0
+    ] = default(FaultConfig, "link_loss")
     fault_entity: Annotated[
         str, Opt(help="what fails: guest (a party) | host, link (dvfl's hosts, guest-host links)")
-    ] = "guest"
+    ] = default(FaultConfig, "entity")
+
+    def over(self, ctx: typer.Context | None, base: dict[str, Any]) -> dict[str, Any]:
+        """A config file's `faults:` mapping with the options given on the command line over it."""
+        self.config()  # refuses a bad --fault-entity
+        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**base, **given(ctx, options, _FIELDS)}
 
     def config(self) -> FaultConfig:
         if self.fault_entity not in ENTITIES:

@@ -1,4 +1,5 @@
-"""Training options shared by `vfl simulate` and `vfl-coordinator`, merged onto a config file."""
+"""Config files and the options merged onto them (`vfl simulate`, `vfl-coordinator`, `vfl-client`):
+a flag given on the command line beats the file's key, which beats the model's default."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import typer
 import yaml
+from pydantic import BaseModel
 
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
@@ -26,6 +29,34 @@ def read_config_file(path: Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must hold a mapping, not {type(data).__name__}")
     return data
+
+
+def default(model: type[BaseModel], field: str) -> Any:
+    """A config model's default for `field`: a command's option shows it and never restates it."""
+    return model.model_fields[field].get_default(call_default_factory=True)
+
+
+# Where an option's value came from when it beats a config file's key: the user said so.
+_GIVEN = {"COMMANDLINE", "ENVIRONMENT", "PROMPT"}  # click's ParameterSource names
+
+
+def given(
+    ctx: typer.Context | None, options: dict[str, Any], renamed: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The options of the running command that were given on the command line (or by their
+    environment variable), not left at their defaults, keyed by the config field they set
+    (`renamed` maps the options named apart from theirs). Precedence is flag > environment >
+    config file > the model's default, so only these override a config file's keys.
+    Without a context (a plain function call) every option counts as given."""
+    names = renamed or {}
+    return {
+        names.get(k, k): v for k, v in options.items() if ctx is None or _source(ctx, k) in _GIVEN
+    }
+
+
+def _source(ctx: typer.Context, name: str) -> str | None:
+    source = ctx.get_parameter_source(name)
+    return None if source is None else source.name
 
 
 def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:

@@ -14,8 +14,8 @@ from typing import Any
 
 from vfl_core.errors import VflError
 from vfl_core.headline import METRICS, task_of_rows
+from vfl_core.learning_task import REGRESSION, TASKS
 from vfl_core.run_log import EPOCHS_FILE
-from vfl_core.tasks import REGRESSION, TASKS
 
 RESULTS_FILE = "results.json"
 CONFIG_FILE = "config.json"

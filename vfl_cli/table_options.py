@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 
 from vfl_core.errors import ConfigError
+from vfl_core.learning_task import CLASSIFICATION, TASKS, Task
 from vfl_core.preprocess import DEFAULT_MAX_ONEHOT
 from vfl_core.tabular import DEFAULT_TEST_FRACTION, TableSource
-from vfl_core.tasks import CLASSIFICATION, TASKS, Task
 
 Opt = typer.Option
 

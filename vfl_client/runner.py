@@ -20,10 +20,10 @@ from vfl_client.servicer import PartyServicer
 from vfl_core.alignment import DEMO_SECRET
 from vfl_core.checkpoint import party_checkpoint_path, save_party_checkpoint
 from vfl_core.config import TrainConfig
-from vfl_core.data import PREPROCESS_FILE, PartyData, load_party_dir
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.label_summary import class_counts, describe_classes, rare_class_warnings
 from vfl_core.party import Party, party_info
+from vfl_core.party_dir import PREPROCESS_FILE, PartyData, load_party_dir
 from vfl_core.tabular import TableSource, load_table_party_kept
 from vfl_wire import convert
 from vfl_wire.channels import bind, make_server, plaintext_to_tls_hint
@@ -71,7 +71,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     (and resumed from on a restart, see vfl_client.host) and when the run ends.
     """
     data = _load_data(config)
-    _log_classes(data)
+    log_classes(data)
     device = resolve_device(config.device)
     torch.set_num_threads(config.threads)
     party_id = _party_id(config, data.meta.block)
@@ -80,7 +80,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     )
     warm_up()  # before listening: once registered, the party is built and rejoins at once
     servicer = PartyServicer(party_id, threads=config.threads)
-    server, port = _start_server(servicer, config.listen, security, _refused_calls(config))
+    server, port = start_server(servicer, config.listen, security, _refused_calls(config))
     stop = stop or _stop_on_signals()
     run_id, reason = "", "stopped before joining a run"
     try:
@@ -106,7 +106,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
             save_end_checkpoint(config.checkpoint_dir, servicer.party, run_id, reason)
 
 
-def _log_classes(data: PartyData) -> None:
+def log_classes(data: PartyData) -> None:
     """A label party says which classes it found, and warns of a class with very few rows."""
     counts = class_counts(data)
     if counts:
@@ -169,7 +169,7 @@ def _refused_calls(config: ClientConfig) -> dict[str, str]:
 MAX_CONCURRENT_RPCS = 32  # calls a party accepts at once (each gets a thread at once)
 
 
-def _start_server(
+def start_server(
     servicer: PartyServicer,
     listen: str,
     security: Security,

@@ -44,7 +44,7 @@ class CoordinatorConfig(BaseModel):
     run_id: str | None = None
     audit_log: Path | None = None  # append every message to and from the coordinator here
     # security (vfl_wire.security, vfl_coordinator.admission; README "Security")
-    tls_dir: Path | None = None  # `vfl certs` output or its coordinator/ part; None: --insecure
+    tls_dir: Path | None = Path("certs")  # `vfl certs` output or its coordinator/ part
     insecure: bool = False  # plaintext gRPC: no certificates, no tokens
     parties: dict[str, list[int] | None] | None = None  # admitted party -> blocks (None: any)
     alignment: Literal["psi", "hmac"] = "psi"  # vfl_core.psi, or the parties' keyed ID hashes

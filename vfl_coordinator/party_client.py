@@ -63,7 +63,6 @@ class PartyClient:
         address: str,
         run_id: str,
         party_id: str,
-        embed_dim: int,
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         target_name: str | None = None,  # with TLS: the name the party's certificate must carry
@@ -76,7 +75,6 @@ class PartyClient:
             channel = grpc.intercept_channel(channel, *interceptors)
         self._stub = vfl_pb2_grpc.PartyStub(channel)
         self._header = convert.header(run_id, party_id)
-        self._dim = embed_dim
         self._wire = wire_dtype
 
     def close(self) -> None:

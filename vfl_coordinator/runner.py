@@ -89,7 +89,6 @@ def run_coordinator(
         transport = GrpcTransport(
             registry,
             run_id,
-            config.train.model.embed_dim,
             config.deadlines,
             credentials=security.channel_credentials(),
             interceptors=[audit.client_interceptor()] if audit is not None else (),

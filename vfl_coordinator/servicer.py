@@ -85,6 +85,7 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                     block=block,
                     state=live.state.get(block, "up") if live else "registered",
                     missed_rounds=live.missed.get(block, 0) if live else 0,
+                    generation=member.generation,
                 )
             return reply
 

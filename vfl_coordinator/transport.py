@@ -58,7 +58,6 @@ class GrpcTransport:
         self,
         registry: Registry,
         run_id: str,
-        embed_dim: int,
         deadlines: Deadlines,
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
@@ -68,7 +67,6 @@ class GrpcTransport:
         self.wire_dtype = wire_dtype
         self._interceptors = tuple(interceptors)
         self.run_id = run_id
-        self.embed_dim = embed_dim
         self.deadlines = deadlines
         self._credentials = credentials
         self._clients: dict[int, tuple[int, PartyClient]] = {}
@@ -93,7 +91,6 @@ class GrpcTransport:
             member.address,
             self.run_id,
             member.info.party_id,
-            self.embed_dim,
             self._credentials,
             self._interceptors,
             target_name=member.info.party_id if self._credentials is not None else None,

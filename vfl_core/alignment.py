@@ -74,7 +74,7 @@ class Alignment:
 
     def with_label_only(self, feature_rows: Mapping[int, int]) -> Alignment:
         """This alignment, knowing that block b's rows from feature_rows[b] on are label-only
-        (vfl_core.data.PartySplit keeps them last)."""
+        (vfl_core.party_dir.PartySplit keeps them last)."""
         masks = {
             b: self.rows[b] >= n
             for b, n in sorted(feature_rows.items())

@@ -39,7 +39,7 @@ from vfl_core.dlvm_protocol import (
 )
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.missingness import UNLABELLED
-from vfl_core.model_bank import _optimizer
+from vfl_core.model_bank import make_optimizer
 from vfl_core.protocol import EmbedCall
 from vfl_core.seeding import Stream, derive_seed, rng
 
@@ -179,15 +179,15 @@ class DlvmRoles:
         seed = self.config.seed
         self.models = BlockModels(cfg, meta.block, meta.feature_shape, likelihood, seed)
         self.models.to(party.device)
-        self.opt = _optimizer(self.models, self.config)
+        self.opt = make_optimizer(self.models, self.config)
         self.active = (
             ActiveModels(cfg, meta.block, meta.num_classes, seed) if meta.has_labels else None
         )
         self.active_opt = (
-            None if self.active is None else _optimizer(self.active.generative, self.config)
+            None if self.active is None else make_optimizer(self.active.generative, self.config)
         )
         self.classifier_opt = (
-            None if self.active is None else _optimizer(self.active.classifier, self.config)
+            None if self.active is None else make_optimizer(self.active.classifier, self.config)
         )
         self._round: _Round | None = None
         self._step: tuple[int, bytes, StepResult] | None = None  # the last training step

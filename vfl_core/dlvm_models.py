@@ -16,7 +16,7 @@ from torch import nn
 
 from vfl_core import dlvm_math as dm
 from vfl_core.dlvm_config import DlvmConfig
-from vfl_core.models import MLPRepresentation, _build_seeded
+from vfl_core.models import MLPRepresentation, build_seeded
 from vfl_core.seeding import Stream, derive_seed
 
 Likelihood = Literal["bernoulli", "gaussian"]
@@ -37,7 +37,7 @@ def _mlp(in_features: int, hidden: tuple[int, ...], out: int, seed: int, block: 
     def factory() -> nn.Module:
         return MLPRepresentation(in_features, hidden, out, final_activation=False)
 
-    return _build_seeded(derive_seed(seed, Stream.DLVM_INIT, block, int(role)), factory)
+    return build_seeded(derive_seed(seed, Stream.DLVM_INIT, block, int(role)), factory)
 
 
 def _flat(h: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from vfl_core.errors import ProtocolError
-from vfl_core.models import MLPRepresentation, _build_seeded
+from vfl_core.models import MLPRepresentation, build_seeded
 
 # A hostile or mistaken coordinator could name any register count: refuse to allocate registers
 # beyond this (60 000 samples x 4 guests x 80 floats are 77 MB).
@@ -48,14 +48,14 @@ class AutoEncoder(nn.Module):
 
 def build_autoencoder(in_width: int, hidden: Sequence[int], dim: int, seed: int) -> AutoEncoder:
     """Weights from `seed` alone (the caller's RNG is untouched)."""
-    model = _build_seeded(seed, lambda: AutoEncoder(in_width, hidden, dim))
+    model = build_seeded(seed, lambda: AutoEncoder(in_width, hidden, dim))
     assert isinstance(model, AutoEncoder)
     return model
 
 
 def build_classifier(in_width: int, hidden: Sequence[int], classes: int, seed: int) -> nn.Module:
     """The owner's MLP: concatenated host codes (B, in_width) -> logits (B, classes)."""
-    return _build_seeded(
+    return build_seeded(
         seed, lambda: MLPRepresentation(in_width, tuple(hidden), classes, final_activation=False)
     )
 

@@ -45,12 +45,12 @@ from vfl_core.dvfl_protocol import (
     OwnerTrainCall,
 )
 from vfl_core.engine import Federation, PredictionBatch, RoundRecord, _ok, _prediction
+from vfl_core.learning_task import REGRESSION
 from vfl_core.liveness import UP, Liveness
 from vfl_core.method_spec import active_party
 from vfl_core.predictions import combine
 from vfl_core.protocol import PredictCall
 from vfl_core.seeding import Stream, rng
-from vfl_core.tasks import REGRESSION
 
 log = logging.getLogger(__name__)
 

@@ -42,9 +42,9 @@ from vfl_core.dvfl_protocol import (
     OwnerTrainCall,
 )
 from vfl_core.errors import ProtocolError, StaleRoundError
-from vfl_core.model_bank import _optimizer
+from vfl_core.learning_task import REGRESSION, output_width
+from vfl_core.model_bank import make_optimizer
 from vfl_core.seeding import Stream, derive_seed, rng
-from vfl_core.tasks import REGRESSION, output_width
 
 if TYPE_CHECKING:
     from vfl_core.party import Party
@@ -108,11 +108,11 @@ class DvflRoles:
         in_width = math.prod(p.data.meta.feature_shape)
         init = derive_seed(seed, Stream.INIT_REPRESENTATION, p.block)
         self.guest = build_autoencoder(in_width, cfg.guest_hidden, cfg.guest_dim, init).to(device)
-        self.guest_opt = _optimizer(self.guest, p.config)
+        self.guest_opt = make_optimizer(self.guest, p.config)
         host_seed = derive_seed(seed, Stream.DVFL_INIT_HOST, p.block)
         width = self.slots * cfg.guest_dim
         self.host = build_autoencoder(width, cfg.host_hidden, cfg.host_dim, host_seed).to(device)
-        self.host_opt = _optimizer(self.host, p.config)
+        self.host_opt = make_optimizer(self.host, p.config)
         self.registers: Registers | None = None
         self.owner: torch.nn.Module | None = None
         self.owner_opt: torch.optim.Optimizer | None = None

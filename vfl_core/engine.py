@@ -22,6 +22,7 @@ from vfl_core.alignment import Alignment, Batch, epoch_plan, eval_plan
 from vfl_core.config import TrainConfig
 from vfl_core.early_stop import EarlyStop, hold_out
 from vfl_core.errors import ConfigError
+from vfl_core.learning_task import REGRESSION
 from vfl_core.liveness import DOWN, FederationDown, Liveness
 from vfl_core.method_spec import MethodSpec, ProgramHooks, active_party
 from vfl_core.metrics import FEDERATION, EvalReport
@@ -42,7 +43,6 @@ from vfl_core.protocol import (
 )
 from vfl_core.scoring import result_fits
 from vfl_core.seeding import Stream, rng
-from vfl_core.tasks import REGRESSION
 
 log = logging.getLogger(__name__)
 

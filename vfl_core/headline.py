@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from vfl_core.errors import ConfigError
-from vfl_core.tasks import CLASSIFICATION, REGRESSION
+from vfl_core.learning_task import CLASSIFICATION, REGRESSION
 
 
 @dataclass(frozen=True)

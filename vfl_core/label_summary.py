@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vfl_core.data import PartyData
+from vfl_core.learning_task import REGRESSION
 from vfl_core.missingness import UNLABELLED
-from vfl_core.tasks import REGRESSION
+from vfl_core.party_dir import PartyData
 
 RARE_CLASS_ROWS = 5  # fewer training rows than this: probably not a class anyone meant
 

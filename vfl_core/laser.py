@@ -34,8 +34,8 @@ import torch
 from torch import nn
 
 Subset = tuple[int, ...]
-# One sampled LASER task: (sorted subset of blocks, weight a_i). Not vfl_core.tasks.Task, which
-# is the learning task (classification or regression).
+# One sampled LASER task: (sorted subset of blocks, weight a_i). Not vfl_core.learning_task.Task,
+# which is the learning task (classification or regression).
 WeightedSubset = tuple[Subset, float]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 # A head's input from the embeddings of a subset: their mean (LASER-VFL) or, for the

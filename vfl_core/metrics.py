@@ -18,7 +18,7 @@ Every metric per observed set and overall.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -127,6 +127,13 @@ class MetricRow:
 
     def to_json(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+# A row's metrics: every field but what it describes. Each is optional (set for its task only)
+# and travels as the EvaluateRow field of the same name (vfl_wire.convert).
+ROW_METRICS: tuple[str, ...] = tuple(
+    f.name for f in fields(MetricRow) if f.name not in ("observed", "samples")
+)
 
 
 @dataclass

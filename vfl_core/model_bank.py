@@ -66,7 +66,7 @@ class ModelBank:
                 self.config.model, self.feature_shape, seed, categorical=self.categorical
             )
             self.reps[key] = model.to(self.device)
-            self.rep_opts[key] = _optimizer(self.reps[key], self.config)
+            self.rep_opts[key] = make_optimizer(self.reps[key], self.config)
         return self.reps[key]
 
     def head(self, key: Subset) -> nn.Module:
@@ -75,7 +75,7 @@ class ModelBank:
             width = self.spec.head_input_blocks(key, self.num_blocks)
             model = build_head(self.config.model, self.num_classes, seed, in_blocks=width)
             self.heads[key] = model.to(self.device)
-            self.head_opts[key] = _optimizer(self.heads[key], self.config)
+            self.head_opts[key] = make_optimizer(self.heads[key], self.config)
         return self.heads[key]
 
     def set_lr(self, opts: list[torch.optim.Optimizer], epoch: int) -> None:
@@ -110,7 +110,7 @@ class ModelBank:
             self.head_opts[name_key(name)].load_state_dict(state["head_opts"][name])
 
 
-def _optimizer(module: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(module: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     if config.optimizer == "sgd":
         return torch.optim.SGD(
             module.parameters(),

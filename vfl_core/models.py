@@ -73,7 +73,7 @@ def _seeded(seed: int) -> Iterator[None]:
         yield
 
 
-def _build_seeded(seed: int, factory: Callable[[], nn.Module]) -> nn.Module:
+def build_seeded(seed: int, factory: Callable[[], nn.Module]) -> nn.Module:
     with _seeded(seed):
         return factory()
 
@@ -350,7 +350,7 @@ def build_representation(
             )
         return ResNet18Representation(channels, config.embed_dim, final_activation=final_activation)
 
-    model = _build_seeded(generator_seed, factory)
+    model = build_seeded(generator_seed, factory)
     logger.debug(
         "built %s representation for shape %s (embed_dim=%d, %d params)",
         kind,
@@ -401,4 +401,4 @@ def build_head(
             nn.Linear(config.head_hidden, num_classes),
         )
 
-    return _build_seeded(generator_seed, factory)
+    return build_seeded(generator_seed, factory)

@@ -25,7 +25,6 @@ from torch import nn
 from vfl_core import stash
 from vfl_core.alignment import batch_digest, hash_ids
 from vfl_core.config import TrainConfig
-from vfl_core.data import PartyData, PartySplit, labelled_rows_only
 from vfl_core.dlvm import DlvmRoles
 from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
 from vfl_core.dvfl_protocol import (
@@ -40,9 +39,11 @@ from vfl_core.dvfl_protocol import (
 from vfl_core.dvfl_roles import DvflRoles
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError, VflError
 from vfl_core.laser import Subset, fuse_mean, sampled_loss
+from vfl_core.learning_task import REGRESSION, TargetScaler, head_loss, output_width
 from vfl_core.method_spec import SHARED, HeadTask, ProgramHooks
 from vfl_core.missingness import UNLABELLED
 from vfl_core.model_bank import ModelBank
+from vfl_core.party_dir import PartyData, PartySplit, labelled_rows_only
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -59,7 +60,6 @@ from vfl_core.psi import PartyPsi, check_keys
 from vfl_core.scoring import score_batch
 from vfl_core.seeding import Stream, rng
 from vfl_core.stale import StaleEmbeddings
-from vfl_core.tasks import REGRESSION, TargetScaler, head_loss, output_width
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ def combine(
     if regression:
         return _average(rule, present, probs)
     if rule == "vote":
-        return _with_scores(_vote(probs, gen))
+        return _with_scores(majority_vote(probs, gen))
     federation = np.mean(np.stack([probs[k] for k in sorted(probs)]), axis=0)  # (B, C)
     if rule == "subset":
         scored = {f"S{key_name(tuple(sorted(present)))}": federation.argmax(axis=1)}
@@ -95,7 +95,7 @@ def random_guess(name: str, size: int, classes: int, gen: np.random.Generator) -
     return _with_scores(Combined({name: guess}, federation, guess))
 
 
-def _vote(probs: dict[int, np.ndarray], gen: np.random.Generator) -> Combined:
+def majority_vote(probs: dict[int, np.ndarray], gen: np.random.Generator) -> Combined:
     votes = sum(np.eye(p.shape[1], dtype=np.float32)[p.argmax(axis=1)] for p in probs.values())
     shares = votes / len(probs)  # (B, C)
     # Random tie-break: add noise smaller than one vote, so only ties are decided by it.

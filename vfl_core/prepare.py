@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from vfl_core import seeding
-from vfl_core.data import PartyData, PartyMeta, PartySplit, save_party_dir
 from vfl_core.datasets import Dataset, Layout, split_blocks
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.missingness import (
@@ -29,6 +28,7 @@ from vfl_core.missingness import (
     draw_observed,
     mcar,
 )
+from vfl_core.party_dir import PartyData, PartyMeta, PartySplit, save_party_dir
 from vfl_core.seeding import Stream
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vfl_core.errors import DataError
-from vfl_core.tasks import CLASSIFICATION, REGRESSION, Task
+from vfl_core.learning_task import CLASSIFICATION, REGRESSION, Task
 
 DEFAULT_MAX_ONEHOT = 16
 PREPROCESS_VERSION = 1

@@ -42,9 +42,9 @@ class PartyInfo:
     has_labels: bool
     samples: dict[str, int] = field(default_factory=dict)  # rows per split
     protocol_version: int = PROTOCOL_VERSION
-    task: str = "classification"  # or "regression" (vfl_core.tasks)
+    task: str = "classification"  # or "regression" (vfl_core.learning_task)
     # split -> how many of its rows, the last ones, are label-only: the party holds their labels
-    # but not their features (vfl_core.data.PartySplit); absent means none
+    # but not their features (vfl_core.party_dir.PartySplit); absent means none
     label_only: dict[str, int] = field(default_factory=dict)
 
 

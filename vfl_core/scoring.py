@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from vfl_core.errors import ProtocolError
+from vfl_core.learning_task import REGRESSION
 from vfl_core.protocol import ScoreCall, ScoreResult
-from vfl_core.tasks import REGRESSION
 
 AUC_BINS = 1000
 # The entries of a regression sums vector, in order.

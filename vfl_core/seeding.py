@@ -34,8 +34,8 @@ class Stream(IntEnum):
     DVFL_INIT_OWNER = 41  # the label owner's classifier
     DVFL_REPLAY = 42  # the samples a host replays from its registers
     DVFL_OWNER_PLAN = 43  # the owner's batches over its labelled rows, per owner epoch
-    DLVM_DROPOUT = 24  # the experts a training step leaves out of its posterior (vfl_core.dlvm)
-    VALIDATION = 25  # training samples held out for early stopping (vfl_core.early_stop)
+    DLVM_DROPOUT = 25  # the experts a training step leaves out of its posterior (vfl_core.dlvm)
+    VALIDATION = 24  # training samples held out for early stopping (vfl_core.early_stop)
 
 
 def derive_seed(seed: int, stream: Stream, *parts: int) -> int:

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vfl_core.alignment import DEMO_SECRET
 from vfl_core.config import TrainConfig
-from vfl_core.data import PartyData, check_federation, load_party_dir
 from vfl_core.datasets import load_dataset
 from vfl_core.engine import EpochSummary, Federation, RoundRecord
 from vfl_core.errors import DataError
@@ -24,6 +23,7 @@ from vfl_core.inprocess import InProcessTransport
 from vfl_core.metrics import EvalReport
 from vfl_core.missingness import Mechanism, mcar, parse_mechanism
 from vfl_core.party import Party
+from vfl_core.party_dir import PartyData, check_federation, load_party_dir
 from vfl_core.prepare import prepare_parties
 from vfl_core.run_log import RunLog
 from vfl_core.subsets import SubsetResult, evaluate_subsets

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from vfl_core.data import PartyData, PartyMeta, PartySplit
 from vfl_core.errors import ConfigError, DataError
+from vfl_core.learning_task import CLASSIFICATION, REGRESSION, Task
+from vfl_core.party_dir import PartyData, PartyMeta, PartySplit
 from vfl_core.preprocess import (
     DEFAULT_MAX_ONEHOT,
     Cell,
@@ -29,7 +30,6 @@ from vfl_core.preprocess import (
     parse_labels,
 )
 from vfl_core.table_files import read_table
-from vfl_core.tasks import CLASSIFICATION, REGRESSION, Task
 
 log = logging.getLogger(__name__)
 

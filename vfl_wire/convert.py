@@ -39,7 +39,8 @@ from vfl_core.dvfl_protocol import (
     OwnerTrainCall,
 )
 from vfl_core.errors import ProtocolError, StaleRoundError
-from vfl_core.metrics import MetricRow
+from vfl_core.learning_task import CLASSIFICATION, TASKS
+from vfl_core.metrics import ROW_METRICS, MetricRow
 from vfl_core.protocol import (
     PROTOCOL_VERSION,
     SPLITS,
@@ -60,7 +61,6 @@ from vfl_core.protocol import (
 from vfl_core.psi import POINT_BYTES, check_session, pack, unpack
 from vfl_core.quantize import LOSSLESS
 from vfl_core.scoring import SUMS
-from vfl_core.tasks import CLASSIFICATION, TASKS
 from vfl_wire.tensors import Shape, decode_array, decode_float, encode_array, encode_float
 from vfl_wire.v1 import vfl_pb2
 
@@ -1137,26 +1137,13 @@ def eval_report_to_proto(
         reply.answers.add(block=block, batches=batches, answered=answered)
     for row in rows:
         # only the metrics of the task (the others are None and stay unset)
-        metrics = {name: getattr(row, name) for name in _ROW_METRICS}
+        metrics = {name: getattr(row, name) for name in ROW_METRICS}
         reply.rows.add(
             observed=row.observed,
             samples=row.samples,
             **{name: value for name, value in metrics.items() if value is not None},
         )
     return reply
-
-
-# The optional metric fields of EvaluateRow, named as in MetricRow.
-_ROW_METRICS = (
-    "accuracy",
-    "federation_accuracy",
-    "f1",
-    "auc",
-    "rmse",
-    "mae",
-    "r2",
-    "federation_rmse",
-)
 
 
 def eval_answers_from_proto(reply: vfl_pb2.EvaluateReply) -> dict[int, tuple[int, int]]:
@@ -1169,7 +1156,7 @@ def eval_rows_from_proto(reply: vfl_pb2.EvaluateReply) -> list[MetricRow]:
         MetricRow(
             observed=r.observed,
             samples=r.samples,
-            **{name: getattr(r, name) for name in _ROW_METRICS if r.HasField(name)},
+            **{name: getattr(r, name) for name in ROW_METRICS if r.HasField(name)},
         )
         for r in reply.rows
     ]

@@ -722,16 +722,18 @@ class StatusRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
 
 class PartyStatus(_message.Message):
-    __slots__ = ("party_id", "block", "state", "missed_rounds")
+    __slots__ = ("party_id", "block", "state", "missed_rounds", "generation")
     PARTY_ID_FIELD_NUMBER: _ClassVar[int]
     BLOCK_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     MISSED_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     party_id: str
     block: int
     state: str
     missed_rounds: int
-    def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., state: _Optional[str] = ..., missed_rounds: _Optional[int] = ...) -> None: ...
+    generation: int
+    def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., state: _Optional[str] = ..., missed_rounds: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class StatusReply(_message.Message):
     __slots__ = ("state", "round_id", "epoch", "parties")

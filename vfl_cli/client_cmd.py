@@ -1,0 +1,142 @@
+"""`vfl-client`: one party of the federation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from vfl_cli import table_options as tables
+from vfl_cli.errors import setup_logging, user_errors
+from vfl_cli.option_groups import with_option_groups
+from vfl_cli.options import default, given, read_config_file
+from vfl_client.runner import ClientConfig, run_client
+from vfl_core.errors import ConfigError
+from vfl_core.table_files import is_table_file
+
+Opt = typer.Option
+
+# Options named apart from the ClientConfig field they set.
+FIELDS = {"register_timeout": "register_timeout_s"}
+
+
+def D(field: str) -> Any:
+    """ClientConfig's default for `field`, shown by its option."""
+    return default(ClientConfig, field)
+
+
+@user_errors
+@with_option_groups
+def client(
+    ctx: typer.Context,
+    data: Annotated[
+        Path | None,
+        Opt(
+            help="this party's directory (written by `vfl prepare`) or its own CSV/Parquet file "
+            "(required here or as `data:` in --config)"
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        Opt(
+            help="YAML/JSON: this command's keys (register_timeout_s for --register-timeout); "
+            "a flag given beats its key"
+        ),
+    ] = None,
+    coordinator: Annotated[str, Opt(help="coordinator host:port")] = D("coordinator"),
+    block: Annotated[
+        int | None, Opt(help="block index (checked against a directory; required for a table)")
+    ] = D("block"),
+    table_columns: tables.TableColumns = tables.TableColumns(),
+    test_data: Annotated[
+        Path | None, Opt(help="table: the test rows (default: split --data by ID)")
+    ] = None,
+    test_fraction: tables.TestFraction = tables.DEFAULTS["test_fraction"],
+    table_encoding: tables.TableEncoding = tables.TableEncoding(),
+    party_id: Annotated[str | None, Opt(help="party name (default party<block>)")] = D("party_id"),
+    listen: Annotated[str, Opt(help="host:port to serve on (port 0: any free port)")] = D("listen"),
+    advertise: Annotated[str | None, Opt(help="host:port the coordinator calls back")] = D(
+        "advertise"
+    ),
+    device: Annotated[str, Opt(help="auto | cpu | cuda[:N]")] = D("device"),
+    secret: Annotated[str, Opt(envvar="VFL_SECRET", help="federation secret for ID hashing")] = D(
+        "secret"
+    ),
+    threads: Annotated[int, Opt(help="torch CPU threads")] = D("threads"),
+    register_timeout: Annotated[float, Opt(help="seconds to keep trying to register")] = D(
+        "register_timeout_s"
+    ),
+    checkpoint_dir: Annotated[
+        Path | None,
+        Opt(
+            help="keep the party's state here: <party id>-round-<r>.pt when the coordinator asks "
+            "(a restarted client resumes from them) and <party id>.pt when the run ends"
+        ),
+    ] = D("checkpoint_dir"),
+    tls_dir: Annotated[
+        Path | None,
+        Opt(envvar="VFL_TLS_DIR", help="`vfl certs` directory (or this party's part of it)"),
+    ] = D("tls_dir"),
+    token_file: Annotated[
+        Path | None, Opt(help="this party's token (default: its directory's `token`)")
+    ] = D("token_file"),
+    insecure: Annotated[
+        bool, Opt(help="plaintext gRPC, no certificates (trusted networks and demos only)")
+    ] = D("insecure"),
+    alignment: Annotated[
+        str, Opt(help="psi (never send ID hashes) | hmac (as the coordinator's --alignment)")
+    ] = D("alignment"),
+    log_level: Annotated[str, Opt()] = "info",
+) -> None:
+    """Serve one party's block to the federation until the coordinator ends the run."""
+    setup_logging(log_level)
+    settings = read_config_file(config)
+    flags = given(
+        ctx,
+        {
+            "data": data,
+            "coordinator": coordinator,
+            "block": block,
+            "party_id": party_id,
+            "listen": listen,
+            "advertise": advertise,
+            "device": device,
+            "secret": secret,
+            "threads": threads,
+            "register_timeout": register_timeout,
+            "checkpoint_dir": checkpoint_dir,
+            "tls_dir": tls_dir,
+            "token_file": token_file,
+            "insecure": insecure,
+            "alignment": alignment,
+        },
+        FIELDS,
+    )
+    settings.update(flags)
+    if settings.get("data") is None:
+        raise ConfigError("no party data: give --data (or `data:` in --config)")
+    if "table" in settings:
+        raise ConfigError("--config: a table party takes the table options, not a `table:` key")
+    path = Path(settings["data"])
+    if is_table_file(path):
+        settings["table"] = tables.table_source(
+            path,
+            table_columns,
+            table_encoding,
+            test_path=test_data,
+            test_fraction=test_fraction,
+            block=settings.get("block"),
+        )
+    else:
+        tables.refuse_table_options(path, table_columns, table_encoding, test_data=test_data)
+    reason = run_client(ClientConfig.model_validate(settings))
+    typer.echo(f"client stopped: {reason}", err=True)
+
+
+def main() -> None:
+    typer.run(client)
+
+
+if __name__ == "__main__":  # `python -m vfl_cli.<this module>`, as `vfl demo` starts it
+    main()

@@ -1,3 +1,0 @@
-from vfl_client.cli import main
-
-main()

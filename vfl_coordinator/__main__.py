@@ -1,3 +1,0 @@
-from vfl_coordinator.cli import main
-
-main()
