@@ -48,9 +48,6 @@ R = TypeVar("R")
 
 # Extra time the fan-out waits beyond a call's own deadline before giving up on the thread.
 _SLACK_S = 1.0
-# PSI steps take time in proportion to the points (~0.1 ms each on a loaded 2-core machine): the
-# align deadline plus this much per point.
-_PSI_S_PER_POINT = 1e-3
 
 
 class GrpcTransport:
@@ -107,7 +104,7 @@ class GrpcTransport:
     def _resend_psi_keys(self, block: int, client: PartyClient, call: PsiCall) -> None:
         """A party that registered again (a new process) needs its PSI values for the digests."""
         try:
-            timeout = self._psi_timeout(len(call.points))
+            timeout = self.deadlines.seconds("PsiKeys", points=len(call.points))
             client.psi_keys(call, timeout).result(timeout + _SLACK_S)
         except (grpc.RpcError, VflError) as err:
             log.warning("PsiKeys (%s) to rejoined block %d failed: %s", call.split, block, err)
@@ -117,27 +114,27 @@ class GrpcTransport:
         return {b: m.info for b, m in self.registry.members().items()}
 
     def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]:
-        t = self.deadlines.align
+        t = self.deadlines.seconds("IdHashes")
         return self._fan_out(
             {b: split for b in blocks}, lambda c, s: c.id_hashes(s, t), t, "IdHashes"
         )
 
     def class_weights(self, block: int, split: str) -> np.ndarray | None:
-        t = self.deadlines.align
+        t = self.deadlines.seconds("ClassWeights")
         return self._fan_out(
             {block: split}, lambda c, s: c.class_weights(s, t), t, "ClassWeights"
         ).get(block)
 
     def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
-        t = self.deadlines.embed
+        t = self.deadlines.seconds("Embed")
         return self._fan_out(calls, lambda c, call: c.embed(call, t), t, "Embed")
 
     def fuse(self, calls: dict[int, FuseCall]) -> dict[int, FuseResult]:
-        t = self.deadlines.fuse
+        t = self.deadlines.seconds("Fuse")
         return self._fan_out(calls, lambda c, call: c.fuse(call, t), t, "Fuse")
 
     def backward(self, calls: dict[int, BackwardCall]) -> set[int]:
-        t = self.deadlines.backward
+        t = self.deadlines.seconds("Backward")
         return set(self._fan_out(calls, lambda c, call: c.backward(call, t), t, "Backward"))
 
     def train(self, calls: dict[int, TrainCall]) -> Callable[[], dict[int, TrainResult]]:
@@ -148,19 +145,18 @@ class GrpcTransport:
         return lambda: self._collect(pending, longest, "Train")
 
     def _timeout(self, call: TrainCall) -> float:
-        d = self.deadlines
-        return len(call.backward) * d.backward + len(call.fuse) * d.fuse + len(call.embed) * d.embed
+        return self.deadlines.pipelined(len(call.embed), len(call.fuse), len(call.backward))
 
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
-        t = self.deadlines.predict
+        t = self.deadlines.seconds("Predict")
         return self._fan_out(calls, lambda c, call: c.predict(call, t), t, "Predict")
 
     def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
-        t = self.deadlines.predict
+        t = self.deadlines.seconds("Score")
         return self._fan_out({block: call}, lambda c, sc: c.score(sc, t), t, "Score").get(block)
 
     def checkpoint(self, round_id: int, blocks: list[int]) -> set[int]:
-        t = self.deadlines.checkpoint
+        t = self.deadlines.seconds("Checkpoint")
         saved = self._fan_out(
             {b: round_id for b in blocks}, lambda c, r: c.checkpoint(r, t), t, "Checkpoint"
         )
@@ -179,76 +175,71 @@ class GrpcTransport:
 
     def psi_blind(self, split: str, session: str, blocks: list[int]) -> dict[int, list[bytes]]:
         infos = self.infos()
-        t = self._psi_timeout(max(infos[b].samples.get(split, 0) for b in blocks))
+        t = self.deadlines.seconds(
+            "PsiBlind", points=max(infos[b].samples.get(split, 0) for b in blocks)
+        )
         return self._fan_out(
             {b: split for b in blocks}, lambda c, s: c.psi_blind(s, session, t), t, "PsiBlind"
         )
 
     def psi_apply(self, calls: dict[int, PsiCall]) -> dict[int, list[bytes]]:
-        t = self._psi_timeout(max(len(c.points) for c in calls.values()))
+        t = self.deadlines.seconds("PsiApply", points=max(len(c.points) for c in calls.values()))
         return self._fan_out(calls, lambda c, call: c.psi_apply(call, t), t, "PsiApply")
 
     def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]:
         for block, call in calls.items():
             self._psi_keys.setdefault(block, {})[call.split] = call
-        t = self._psi_timeout(0)
+        t = self.deadlines.seconds("PsiKeys")
         return set(self._fan_out(calls, lambda c, call: c.psi_keys(call, t), t, "PsiKeys"))
 
-    # Decoupled VFL: a guest step has the Embed deadline, a host step Backward's (it trains),
-    # host outputs Predict's (inference) or Embed's (the owner's transfer), the owner Fuse's.
     def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]:
-        t = self.deadlines.embed
+        t = self.deadlines.seconds("GuestStep")
         return self._fan_out(calls, lambda c, call: c.guest_step(call, t), t, "GuestStep")
 
     def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]:
-        t = self.deadlines.backward
+        t = self.deadlines.seconds("HostStep")
         return self._fan_out(calls, lambda c, call: c.host_step(call, t), t, "HostStep")
 
     def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]:
         training = any(c.from_registers for c in calls.values())
-        t = self.deadlines.embed if training else self.deadlines.predict
+        t = self.deadlines.seconds("HostOutput", training=training)
         return self._fan_out(calls, lambda c, call: c.host_output(call, t), t, "HostOutput")
 
     def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]:
-        t = self.deadlines.fuse
+        t = self.deadlines.seconds("OwnerFeed")
         return set(self._fan_out(calls, lambda c, call: c.owner_feed(call, t), t, "OwnerFeed"))
 
     def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
-        t = self.deadlines.fuse
+        t = self.deadlines.seconds("OwnerTrain")
         return self._fan_out(calls, lambda c, call: c.owner_train(call, t), t, "OwnerTrain")
 
-    # Latent-variable VFL: Decode and Step take the Fuse deadline in training, Predict's at
-    # inference; its Backward the Backward deadline.
     def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
         training = any(c.split == "train" for c in calls.values())
-        t = self.deadlines.fuse if training else self.deadlines.predict
+        t = self.deadlines.seconds("DlvmDecode", training=training)
         return self._fan_out(calls, lambda c, call: c.dlvm_decode(call, t), t, "DlvmDecode")
 
     def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
-        t = self.deadlines.fuse
+        t = self.deadlines.seconds("DlvmStep")
         return self._fan_out(calls, lambda c, call: c.dlvm_step(call, t), t, "DlvmStep")
 
     def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
-        t = self.deadlines.predict
+        t = self.deadlines.seconds("DlvmPredict")
         return self._fan_out(calls, lambda c, call: c.dlvm_predict(call, t), t, "DlvmPredict")
 
     def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
-        t = self.deadlines.backward
+        t = self.deadlines.seconds("DlvmBackward")
         fan = self._fan_out(calls, lambda c, call: c.dlvm_backward(call, t), t, "DlvmBackward")
         return set(fan)
 
     def labelled_rows(self, block: int) -> np.ndarray | None:
-        t = self.deadlines.align
+        t = self.deadlines.seconds("LabelledRows")
         samples = self.infos()[block].samples.get("train", 0)
         return self._fan_out(
             {block: samples}, lambda c, n: c.labelled_rows(n, t), t, "LabelledRows"
         ).get(block)
 
-    def _psi_timeout(self, points: int) -> float:
-        return self.deadlines.align + _PSI_S_PER_POINT * points
-
     def shutdown_all(self, reason: str) -> None:
-        t = self.deadlines.shutdown
+        t = self.deadlines.seconds("Shutdown")
         blocks = list(self.registry.members())
         self._fan_out({b: reason for b in blocks}, lambda c, r: c.shutdown(r, t), t, "Shutdown")
 
