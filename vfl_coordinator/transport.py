@@ -69,7 +69,6 @@ class GrpcTransport:
         self.deadlines = deadlines
         self._credentials = credentials
         self._clients: dict[int, tuple[int, PartyClient]] = {}
-        self._psi_keys: dict[int, dict[str, PsiCall]] = {}  # re-sent to a party that rejoins
         # registry generation of each block when last reported by rejoined()
         self._seen = {b: m.generation for b, m in registry.members().items()}
 
@@ -97,17 +96,7 @@ class GrpcTransport:
             wire_dtype=self.wire_dtype,
         )
         self._clients[block] = (member.generation, client)
-        for call in self._psi_keys.get(block, {}).values() if cached is not None else ():
-            self._resend_psi_keys(block, client, call)
         return client
-
-    def _resend_psi_keys(self, block: int, client: PartyClient, call: PsiCall) -> None:
-        """A party that registered again (a new process) needs its PSI values for the digests."""
-        try:
-            timeout = self.deadlines.seconds("PsiKeys", points=len(call.points))
-            client.psi_keys(call, timeout).result(timeout + _SLACK_S)
-        except (grpc.RpcError, VflError) as err:
-            log.warning("PsiKeys (%s) to rejoined block %d failed: %s", call.split, block, err)
 
     # ------------------------------------------------------------------ Transport interface
     def infos(self) -> dict[int, PartyInfo]:
@@ -187,8 +176,7 @@ class GrpcTransport:
         return self._fan_out(calls, lambda c, call: c.psi_apply(call, t), t, "PsiApply")
 
     def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]:
-        for block, call in calls.items():
-            self._psi_keys.setdefault(block, {})[call.split] = call
+        # A party that registered again lacks them: the engine sends them again (its rejoins).
         t = self.deadlines.seconds("PsiKeys")
         return set(self._fan_out(calls, lambda c, call: c.psi_keys(call, t), t, "PsiKeys"))
 
