@@ -25,6 +25,7 @@ from vfl_core.engine import EpochSummary, Federation, RoundRecord
 from vfl_core.faults import FaultyTransport
 from vfl_core.liveness import FederationDown
 from vfl_core.metrics import EvalReport, format_table, unscored_note
+from vfl_core.retry import Backoff, retry_until
 from vfl_core.run_log import RunLog
 from vfl_core.subsets import SubsetResult, evaluate_subsets
 from vfl_wire.audit import AuditLog
@@ -188,16 +189,18 @@ def _evaluate(run: _Outcome) -> None:
     if "test" not in fed.alignments:
         return
     give_up = time.monotonic() + run.config.rejoin_timeout_s
-    report = fed.evaluate("test")
-    while not report.scored and not _heads_answered(fed, report) and time.monotonic() < give_up:
-        log.warning(
+    report = retry_until(
+        lambda: fed.evaluate("test"),
+        lambda r: not r.scored and not _heads_answered(fed, r),
+        give_up,
+        Backoff(EVALUATE_AGAIN_S),
+        lambda _, pause: log.warning(
             "the test evaluation scored no sample (no label party answered): trying again in "
             "%.0fs, for at most %.0fs more",
-            EVALUATE_AGAIN_S,
+            pause,
             give_up - time.monotonic(),
-        )
-        time.sleep(EVALUATE_AGAIN_S)
-        report = fed.evaluate("test")
+        ),
+    )
     run.report = report
     table = [format_table(report.rows()), unscored_note(report.unscored)]
     log.info("test metrics\n%s", "\n".join(filter(None, table)))

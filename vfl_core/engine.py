@@ -39,6 +39,7 @@ from vfl_core.protocol import (
     Transport,
     mismatch_hint,
 )
+from vfl_core.retry import Backoff, retry_until
 from vfl_core.scoring import result_fits
 from vfl_core.seeding import Stream, rng
 from vfl_core.tasks import REGRESSION
@@ -198,16 +199,7 @@ class Federation:
         `align_retry_s`; the ones still missing are `unaligned` (they join later)."""
         give_up = time.monotonic() + self.align_retry_s
         for split in splits:
-            missing = self._align_split(split)
-            while missing and time.monotonic() < give_up:
-                log.warning(
-                    "aligned %s without blocks %s (no answer): asking again in %.0fs",
-                    split,
-                    missing,
-                    ALIGN_RETRY_PAUSE_S,
-                )
-                time.sleep(ALIGN_RETRY_PAUSE_S)
-                missing = self._align_split(split)
+            missing = self._align_asking_again(split, give_up)
             if missing:
                 log.warning(
                     "aligned %s without blocks %s: each joins at the start of an epoch once it "
@@ -219,6 +211,22 @@ class Federation:
         self._realign_due = False
         if self.config.balance == "resample":
             self._weights = self._class_weights()
+
+    def _align_asking_again(self, split: str, give_up: float) -> list[int]:
+        """Align `split`, asking again every ALIGN_RETRY_PAUSE_S while some block that holds
+        samples does not answer, until monotonic time `give_up`; returns those still missing."""
+        return retry_until(
+            lambda: self._align_split(split),
+            bool,  # some block did not answer
+            give_up,
+            Backoff(ALIGN_RETRY_PAUSE_S),
+            lambda missing, pause: log.warning(
+                "aligned %s without blocks %s (no answer): asking again in %.0fs",
+                split,
+                missing,
+                pause,
+            ),
+        )
 
     def _align_split(self, split: str) -> list[int]:
         """Align `split` with the registered parties that hold it; returns those that did not
