@@ -21,7 +21,15 @@ from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import DOWN, UP
 from vfl_core.party import Party
 from vfl_core.prepare import prepare_parties
-from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, PartyInfo, TrainCall
+from vfl_core.protocol import (
+    BackwardCall,
+    EmbedCall,
+    FuseCall,
+    FuseResult,
+    PartyInfo,
+    TrainCall,
+    disagreement,
+)
 
 K = 4
 SECRET = b"engine-test"
@@ -391,3 +399,11 @@ def test_given_feature_party_with_other_class_count_when_joining_then_error_name
     registry.register(bank, "127.0.0.1:1")
     with pytest.raises(ConfigError, match=r"num_classes=2 .* start retail with vfl-client --num"):
         registry.register(retail, "127.0.0.1:2")
+
+
+def test_given_parties_differing_in_two_facts_then_disagreement_names_first_field() -> None:
+    bank = PartyInfo("bank", 0, 3, "table", (5,), 10, True)
+    shop = PartyInfo("shop", 1, 3, "table", (3,), 10, False)
+    ins = PartyInfo("ins", 2, 3, "table", (3,), 2, False, task="regression")
+    assert disagreement([bank, shop]) is None
+    assert disagreement([bank, shop, ins]) == ("task", bank, ins)  # task comes before classes

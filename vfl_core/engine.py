@@ -37,6 +37,7 @@ from vfl_core.protocol import (
     ScoreCall,
     ScoreResult,
     Transport,
+    disagreement,
     mismatch_hint,
 )
 from vfl_core.retry import Backoff, retry_until
@@ -868,18 +869,18 @@ def _sum_grads(fused: dict, block: int) -> np.ndarray | None:
 def _check_infos(infos: dict[int, PartyInfo]) -> None:
     if not infos:
         raise ConfigError("no parties")
+    found = disagreement(list(infos.values()))
+    if found is not None:
+        name, first, info = found
+        raise ConfigError(
+            f"parties disagree on {name}: {info.party_id} has {getattr(info, name)!r}, "
+            f"{first.party_id} has {getattr(first, name)!r}" + mismatch_hint(name, info, first)
+        )
     first = next(iter(infos.values()))
     for block, info in infos.items():
         if info.block != block or not 0 <= block < first.num_blocks:
             raise ConfigError(
                 f"party {info.party_id}: block {info.block} outside 0..{first.num_blocks - 1}"
             )
-        for name in ("num_blocks", "dataset", "task", "num_classes"):
-            if getattr(info, name) != getattr(first, name):
-                raise ConfigError(
-                    f"parties disagree on {name}: {info.party_id} has {getattr(info, name)!r}, "
-                    f"{first.party_id} has {getattr(first, name)!r}"
-                    + mismatch_hint(name, info, first)
-                )
     if not any(i.has_labels for i in infos.values()):
         raise ConfigError("no party holds labels: nothing to train")
