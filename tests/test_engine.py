@@ -15,7 +15,7 @@ from vfl_core import pipeline
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data import PartyData, load_party_dir
 from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation, RoundRecord
+from vfl_core.engine import Callbacks, Federation, RoundRecord
 from vfl_core.errors import ConfigError
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import DOWN, UP
@@ -231,10 +231,14 @@ def test_given_dead_party_when_training_then_rounds_run_without_it_and_liveness_
 
     fed, parties, records = build(datas, config(0, epochs=2), wrap, down_after=3, retry_every=10)
     snapshots: dict[int, np.ndarray] = {}
-    fed.on_round = lambda r: (
-        records.append(r),
-        snapshots.__setitem__(r.round_id, parties[2].parameters_vector()),
-    )
+    fed.observers[:] = [
+        Callbacks(
+            round=lambda r: (
+                records.append(r),
+                snapshots.__setitem__(r.round_id, parties[2].parameters_vector()),
+            )
+        )
+    ]
     fed.train()
     assert len(records) >= 40
     # Three misses (rounds 5, 6, 7) mark it down; retries at rounds 17, 27 fail, 37 succeeds.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -141,19 +141,54 @@ class PredictionBatch:
         return out
 
 
+class Observer:
+    """Follows a run (the run log, the coordinator's checkpointer and round log): the engine
+    calls every observer of its list, in order, after each round, epoch and checkpoint. Nothing
+    outside the engine writes its fields."""
+
+    def round_done(self, fed: Federation, record: RoundRecord) -> None:
+        """After each training round, in round order."""
+
+    def epoch_done(self, fed: Federation, summary: EpochSummary) -> None:
+        """After each finished epoch (a resumed run's cut epoch included)."""
+
+    def checkpoint_done(self, fed: Federation, round_id: int, saved: set[int]) -> None:
+        """After the parties saved their state after `round_id` (`saved`: those that did)."""
+
+
+@dataclass
+class Callbacks(Observer):
+    """An observer made of plain functions (tests and scripts that record rounds)."""
+
+    round: Callable[[RoundRecord], None] | None = None
+    epoch: Callable[[EpochSummary], None] | None = None
+    checkpoint: Callable[[int, set[int]], None] | None = None
+
+    def round_done(self, fed: Federation, record: RoundRecord) -> None:
+        if self.round is not None:
+            self.round(record)
+
+    def epoch_done(self, fed: Federation, summary: EpochSummary) -> None:
+        if self.epoch is not None:
+            self.epoch(summary)
+
+    def checkpoint_done(self, fed: Federation, round_id: int, saved: set[int]) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint(round_id, saved)
+
+
 @dataclass
 class Federation:
     transport: Transport
     config: TrainConfig
     progress: bool = True
-    on_round: Callable[[RoundRecord], None] | None = None
-    on_epoch: Callable[[EpochSummary], None] | None = None  # after each finished epoch
+    # a shorthand for observers=[Callbacks(round=on_round)]
+    on_round: InitVar[Callable[[RoundRecord], None] | None] = None
     down_after: int = 3
     retry_every: int = 10
     alignment: str = "hmac"  # "hmac": parties' keyed ID hashes; "psi": vfl_core.psi (no hashes)
     # Checkpoints: None = never; 0 = at the end of training; N = also after every N rounds.
     checkpoint_every: int | None = None
-    on_checkpoint: Callable[[int, set[int]], None] | None = None  # (round, blocks that saved)
     # Seconds training may stay paused while no party that can train (a label party; the active
     # one for split-learning methods) is up: no round is run or counted meanwhile, and
     # FederationDown ends a longer pause. None never pauses: the guest-loss model of injected
@@ -181,8 +216,12 @@ class Federation:
     _weights: np.ndarray | None = field(init=False, default=None)
     # What a method's round program keeps for this run (vfl_core.method_spec.ProgramHooks).
     program_state: Any = field(init=False, default=None)
+    # who follows the run (vfl_core.run_log.RunLog, the coordinator's checkpointer and round log)
+    observers: list[Observer] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, on_round: Callable[[RoundRecord], None] | None) -> None:
+        if on_round is not None:
+            self.observers.append(Callbacks(round=on_round))
         self.infos = self.transport.infos()
         _check_infos(self.infos)
         self.spec = self.config.spec
@@ -360,14 +399,19 @@ class Federation:
             )
             c.incomplete += trainable and record.present != record.pattern
             c.seconds = time.perf_counter() - start
-            if self.on_round is not None:
-                self.on_round(record)
+            for observer in self.observers:
+                observer.round_done(self, record)
             if self.checkpoint_every and self.round_id % self.checkpoint_every == 0:
                 self.checkpoint()
-        summary = self._summary(epoch, len(plan), time.perf_counter() - start)
-        self.cursor = Cursor(epoch=epoch + 1, summaries=[*c.summaries, summary])
-        if self.on_epoch is not None:
-            self.on_epoch(summary)
+        return self._end_epoch(epoch, len(plan), time.perf_counter() - start)
+
+    def _end_epoch(self, epoch: int, rounds: int, seconds: float) -> EpochSummary:
+        """Close the cursor's epoch after `rounds` batches (its plan's, or fewer where a resumed
+        run cuts it) and tell the observers."""
+        summary = self._summary(epoch, rounds, seconds)
+        self.cursor = Cursor(epoch=epoch + 1, summaries=[*self.cursor.summaries, summary])
+        for observer in self.observers:
+            observer.epoch_done(self, summary)
         return summary
 
     def _rounds(self, epoch: int, batches: Sequence[Batch]) -> Iterator[RoundRecord]:
@@ -419,17 +463,95 @@ class Federation:
         return summary
 
     def checkpoint(self) -> set[int]:
-        """Every party not marked down saves its state after the last round; then
-        `on_checkpoint` saves the coordinator's (so its round is one every party has)."""
+        """Every party not marked down saves its state after the last round; then the observers
+        hear of it (the coordinator's checkpointer saves its own: a round every party has)."""
         done = self.round_id - 1
         blocks = [b for b in sorted(self.infos) if self.liveness.state.get(b) != DOWN]
         saved = self.transport.checkpoint(done, blocks)
         if set(blocks) - saved:
             log.warning("checkpoint %d: blocks %s did not save", done, sorted(set(blocks) - saved))
         self.last_checkpoint = done
-        if self.on_checkpoint is not None:
-            self.on_checkpoint(done, saved)
+        for observer in self.observers:
+            observer.checkpoint_done(self, done, saved)
         return saved
+
+    # ------------------------------------------------------------------ snapshot and resume
+    # A snapshot taken after round r holds the next round (r + 1), the inference request counter,
+    # the cursor (epoch, batches of the epoch's plan already run, the epoch's losses so far,
+    # finished epoch summaries) and the liveness state machine. Nothing else is needed to resume:
+    # the plan is a pure function of (seed, epoch, alignment), task samples of (seed, round,
+    # party), and every party rolls back to its own checkpoint of round r.
+    def snapshot(self) -> dict[str, object]:
+        """Where the run stands, as plain data (the coordinator's checkpoint holds it)."""
+        c = self.cursor
+        return {
+            "next_round": self.round_id,
+            "request_id": self.request_id,
+            "epoch": c.epoch,
+            "position": c.position,
+            "losses": [float(x) for x in c.losses],
+            "head_losses": {int(k): [float(x) for x in v] for k, v in c.head_losses.items()},
+            "incomplete": int(c.incomplete),
+            "seconds": float(c.seconds),
+            "summaries": [asdict(s) for s in c.summaries],
+            "liveness": self.liveness.to_state(),
+            # the blocks in each split's alignment: the epoch's plan was made with these
+            "aligned": {split: sorted(al.rows) for split, al in self.alignments.items()},
+            # a method's round program (dvfl: its hosts' liveness, transfer and byte counts)
+            **({"program": self.hooks.state(self)} if self.hooks is not None else {}),
+        }
+
+    def restore(self, saved: dict, present: Iterable[int] = ()) -> None:
+        """Continue (already aligned) from a `snapshot()`. Parties in `present` that the
+        snapshot had marked down registered again since: they are rejoining."""
+        epoch, position = int(saved["epoch"]), int(saved["position"])
+        absent = self._absent_since(saved)
+        cut = bool(absent) and epoch < self.total_epochs and position > 0
+        if cut:
+            # The epoch's plan was made with these parties' samples, and this alignment lacks
+            # them (silent while the coordinator aligned again): its rest cannot be told apart
+            # from another plan, so the epoch ends here and the next starts without them, until
+            # they are heard from again (`unaligned`).
+            log.warning(
+                "resuming without blocks %s, which did not answer the alignment: epoch %d ends "
+                "at its %d batches so far",
+                absent,
+                epoch + 1,
+                position,
+            )
+        elif epoch < self.total_epochs and position > len(self.plan(epoch)):
+            raise ConfigError(
+                f"checkpoint is {position} batches into epoch {epoch + 1}, whose plan has only "
+                f"{len(self.plan(epoch))}: the parties' data changed since"
+            )
+        self.round_id = int(saved["next_round"])
+        self.request_id = int(saved["request_id"])
+        self.last_checkpoint = self.round_id - 1
+        self.cursor = Cursor(
+            epoch=epoch,
+            position=position,
+            losses=[float(x) for x in saved["losses"]],
+            # older checkpoints lack the per-head split of the epoch's losses so far
+            head_losses={int(k): list(v) for k, v in saved.get("head_losses", {}).items()},
+            incomplete=int(saved["incomplete"]),
+            seconds=float(saved["seconds"]),
+            summaries=[_saved_summary(s) for s in saved["summaries"]],
+        )
+        if cut:
+            self._end_epoch(epoch, position, self.cursor.seconds)
+        self.liveness.load_state(saved["liveness"])
+        if self.hooks is not None and "program" in saved:
+            self.hooks.load_state(self, saved["program"])
+        for block in sorted(present):
+            if self.liveness.state.get(block) == DOWN:
+                self.liveness.rejoined(block, self._tick)
+
+    def _absent_since(self, saved: dict) -> list[int]:
+        """Blocks of the snapshot's train alignment that this one lacks (older checkpoints do
+        not say: none)."""
+        before = saved.get("aligned", {}).get("train", [])
+        now = self.alignments["train"].rows if "train" in self.alignments else {}
+        return sorted(int(b) for b in before if int(b) not in now)
 
     # ------------------------------------------------------------------ pausing
     def _round_when_up(self, epoch: int, batch: Batch) -> RoundRecord:
@@ -819,6 +941,11 @@ class Federation:
     @property
     def task(self) -> str:
         return next(iter(self.infos.values())).task
+
+
+def _saved_summary(saved: dict) -> EpochSummary:
+    heads = {int(k): float(v) for k, v in saved.get("head_losses", {}).items()}
+    return EpochSummary(**{**saved, "head_losses": heads})
 
 
 def _ok(array: np.ndarray | None, shape: tuple[int, int]) -> bool:
