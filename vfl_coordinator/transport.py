@@ -103,28 +103,19 @@ class GrpcTransport:
         return {b: m.info for b, m in self.registry.members().items()}
 
     def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]:
-        t = self.deadlines.seconds("IdHashes")
-        return self._fan_out(
-            {b: split for b in blocks}, lambda c, s: c.id_hashes(s, t), t, "IdHashes"
-        )
+        return self._call("IdHashes", dict.fromkeys(blocks, split), PartyClient.id_hashes)
 
     def class_weights(self, block: int, split: str) -> np.ndarray | None:
-        t = self.deadlines.seconds("ClassWeights")
-        return self._fan_out(
-            {block: split}, lambda c, s: c.class_weights(s, t), t, "ClassWeights"
-        ).get(block)
+        return self._call("ClassWeights", {block: split}, PartyClient.class_weights).get(block)
 
     def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
-        t = self.deadlines.seconds("Embed")
-        return self._fan_out(calls, lambda c, call: c.embed(call, t), t, "Embed")
+        return self._call("Embed", calls, PartyClient.embed)
 
     def fuse(self, calls: dict[int, FuseCall]) -> dict[int, FuseResult]:
-        t = self.deadlines.seconds("Fuse")
-        return self._fan_out(calls, lambda c, call: c.fuse(call, t), t, "Fuse")
+        return self._call("Fuse", calls, PartyClient.fuse)
 
     def backward(self, calls: dict[int, BackwardCall]) -> set[int]:
-        t = self.deadlines.seconds("Backward")
-        return set(self._fan_out(calls, lambda c, call: c.backward(call, t), t, "Backward"))
+        return set(self._call("Backward", calls, PartyClient.backward))
 
     def train(self, calls: dict[int, TrainCall]) -> Callable[[], dict[int, TrainResult]]:
         """Start the pipelined calls now; the function returned waits for them. Each call's
@@ -137,18 +128,13 @@ class GrpcTransport:
         return self.deadlines.pipelined(len(call.embed), len(call.fuse), len(call.backward))
 
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
-        t = self.deadlines.seconds("Predict")
-        return self._fan_out(calls, lambda c, call: c.predict(call, t), t, "Predict")
+        return self._call("Predict", calls, PartyClient.predict)
 
     def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
-        t = self.deadlines.seconds("Score")
-        return self._fan_out({block: call}, lambda c, sc: c.score(sc, t), t, "Score").get(block)
+        return self._call("Score", {block: call}, PartyClient.score).get(block)
 
     def checkpoint(self, round_id: int, blocks: list[int]) -> set[int]:
-        t = self.deadlines.seconds("Checkpoint")
-        saved = self._fan_out(
-            {b: round_id for b in blocks}, lambda c, r: c.checkpoint(r, t), t, "Checkpoint"
-        )
+        saved = self._call("Checkpoint", dict.fromkeys(blocks, round_id), PartyClient.checkpoint)
         return {b for b, ok in saved.items() if ok}
 
     def rejoined(self) -> set[int]:
@@ -172,66 +158,62 @@ class GrpcTransport:
         )
 
     def psi_apply(self, calls: dict[int, PsiCall]) -> dict[int, list[bytes]]:
-        t = self.deadlines.seconds("PsiApply", points=max(len(c.points) for c in calls.values()))
-        return self._fan_out(calls, lambda c, call: c.psi_apply(call, t), t, "PsiApply")
+        points = max(len(c.points) for c in calls.values())
+        return self._call("PsiApply", calls, PartyClient.psi_apply, points=points)
 
     def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]:
         # A party that registered again lacks them: the engine sends them again (its rejoins).
-        t = self.deadlines.seconds("PsiKeys")
-        return set(self._fan_out(calls, lambda c, call: c.psi_keys(call, t), t, "PsiKeys"))
+        return set(self._call("PsiKeys", calls, PartyClient.psi_keys))
 
     def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]:
-        t = self.deadlines.seconds("GuestStep")
-        return self._fan_out(calls, lambda c, call: c.guest_step(call, t), t, "GuestStep")
+        return self._call("GuestStep", calls, PartyClient.guest_step)
 
     def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]:
-        t = self.deadlines.seconds("HostStep")
-        return self._fan_out(calls, lambda c, call: c.host_step(call, t), t, "HostStep")
+        return self._call("HostStep", calls, PartyClient.host_step)
 
     def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]:
         training = any(c.from_registers for c in calls.values())
-        t = self.deadlines.seconds("HostOutput", training=training)
-        return self._fan_out(calls, lambda c, call: c.host_output(call, t), t, "HostOutput")
+        return self._call("HostOutput", calls, PartyClient.host_output, training=training)
 
     def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]:
-        t = self.deadlines.seconds("OwnerFeed")
-        return set(self._fan_out(calls, lambda c, call: c.owner_feed(call, t), t, "OwnerFeed"))
+        return set(self._call("OwnerFeed", calls, PartyClient.owner_feed))
 
     def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
-        t = self.deadlines.seconds("OwnerTrain")
-        return self._fan_out(calls, lambda c, call: c.owner_train(call, t), t, "OwnerTrain")
+        return self._call("OwnerTrain", calls, PartyClient.owner_train)
 
     def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
         training = any(c.split == "train" for c in calls.values())
-        t = self.deadlines.seconds("DlvmDecode", training=training)
-        return self._fan_out(calls, lambda c, call: c.dlvm_decode(call, t), t, "DlvmDecode")
+        return self._call("DlvmDecode", calls, PartyClient.dlvm_decode, training=training)
 
     def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
-        t = self.deadlines.seconds("DlvmStep")
-        return self._fan_out(calls, lambda c, call: c.dlvm_step(call, t), t, "DlvmStep")
+        return self._call("DlvmStep", calls, PartyClient.dlvm_step)
 
     def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
-        t = self.deadlines.seconds("DlvmPredict")
-        return self._fan_out(calls, lambda c, call: c.dlvm_predict(call, t), t, "DlvmPredict")
+        return self._call("DlvmPredict", calls, PartyClient.dlvm_predict)
 
     def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
-        t = self.deadlines.seconds("DlvmBackward")
-        fan = self._fan_out(calls, lambda c, call: c.dlvm_backward(call, t), t, "DlvmBackward")
-        return set(fan)
+        return set(self._call("DlvmBackward", calls, PartyClient.dlvm_backward))
 
     def labelled_rows(self, block: int) -> np.ndarray | None:
-        t = self.deadlines.seconds("LabelledRows")
         samples = self.infos()[block].samples.get("train", 0)
-        return self._fan_out(
-            {block: samples}, lambda c, n: c.labelled_rows(n, t), t, "LabelledRows"
-        ).get(block)
+        return self._call("LabelledRows", {block: samples}, PartyClient.labelled_rows).get(block)
 
     def shutdown_all(self, reason: str) -> None:
-        t = self.deadlines.seconds("Shutdown")
-        blocks = list(self.registry.members())
-        self._fan_out({b: reason for b in blocks}, lambda c, r: c.shutdown(r, t), t, "Shutdown")
+        self._call("Shutdown", dict.fromkeys(self.registry.members(), reason), PartyClient.shutdown)
 
     # ------------------------------------------------------------------ fan-out
+    def _call(
+        self,
+        rpc: str,
+        calls: Mapping[int, C],
+        method: Callable[[PartyClient, C, float], Pending[R]],
+        training: bool = True,
+        points: int = 0,
+    ) -> dict[int, R]:
+        """`method` of every party's client, with the deadline of `rpc` (Deadlines.seconds)."""
+        t = self.deadlines.seconds(rpc, training=training, points=points)
+        return self._fan_out(calls, lambda c, call: method(c, call, t), t, rpc)
+
     def _fan_out(
         self,
         calls: Mapping[int, C],
