@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from vfl_core import dlvm_math as dm
-from vfl_core import resume
 from vfl_core.alignment import Batch
 from vfl_core.config import TrainConfig
 from vfl_core.datasets import load_digits_dataset
@@ -30,7 +29,7 @@ from vfl_core.dlvm_protocol import (
     Stage,
     StepCall,
 )
-from vfl_core.engine import Federation
+from vfl_core.engine import Callbacks, Federation
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.missingness import UNLABELLED, parse_mechanism
@@ -334,7 +333,7 @@ def test_given_mnar_when_trained_then_parties_without_the_batch_model_their_abse
     data = prepared(tmp_path, p_miss=0.3)
     fed, parties = federation(data, with_dlvm(mnar=True, stage2_epochs=1))
     rounds: list = []
-    fed.on_round = rounds.append
+    fed.observers[:] = [Callbacks(round=rounds.append)]
     fed.train()
     partial = [r for r in rounds if len(r.pattern) < 4 and r.epoch < TRAIN.epochs]
     assert partial and all(r.updated == (0, 1, 2, 3) for r in partial)  # all four decoded
@@ -527,11 +526,11 @@ def test_given_crash_after_checkpoint_when_resumed_then_bit_identical_to_no_cras
         )
 
         def on_checkpoint(round_id: int, _: set[int]) -> None:
-            snapshots[round_id] = json.loads(json.dumps(resume.snapshot(fed)))
+            snapshots[round_id] = json.loads(json.dumps(fed.snapshot()))
             if round_id == crash:
                 raise Crash
 
-        fed.on_checkpoint = on_checkpoint
+        fed.observers.append(Callbacks(checkpoint=on_checkpoint))
         fed.align()
         if crash is None:
             fed.train()
@@ -550,7 +549,7 @@ def test_given_crash_after_checkpoint_when_resumed_then_bit_identical_to_no_cras
         party.load_state_dict(torch.load(io.BytesIO(saved[crash_at][block]), weights_only=True))
     fed = Federation(InProcessTransport(restored), TRAIN, progress=False)
     fed.align()
-    resume.restore(fed, snapshots[crash_at])
+    fed.restore(snapshots[crash_at])
     summaries = fed.train()
 
     assert [s.mean_loss for s in summaries] == [s.mean_loss for s in reference.cursor.summaries]

@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from vfl_core import resume
 from vfl_core.alignment import batch_digest
 from vfl_core.config import DvflConfig, TrainConfig
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.dvfl import Registers, reconstruction_loss
 from vfl_core.dvfl_protocol import GuestCall, HostCall, HostOutputCall, OwnerTrainCall
-from vfl_core.engine import Federation, RoundRecord
+from vfl_core.engine import Callbacks, Federation, RoundRecord
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
@@ -477,11 +476,11 @@ def test_given_crash_after_checkpoint_when_resumed_then_bit_identical_to_no_cras
         )
 
         def on_checkpoint(round_id: int, _: set[int]) -> None:
-            snapshots[round_id] = json.loads(json.dumps(resume.snapshot(fed)))
+            snapshots[round_id] = json.loads(json.dumps(fed.snapshot()))
             if round_id == crash:
                 raise Crash
 
-        fed.on_checkpoint = on_checkpoint
+        fed.observers.append(Callbacks(checkpoint=on_checkpoint))
         fed.align()
         if crash is None:
             fed.train()
@@ -500,7 +499,7 @@ def test_given_crash_after_checkpoint_when_resumed_then_bit_identical_to_no_cras
         party.load_state_dict(torch.load(io.BytesIO(saved[crash_at][block]), weights_only=True))
     fed = Federation(InProcessTransport(restored), train, progress=False)
     fed.align()
-    resume.restore(fed, snapshots[crash_at])
+    fed.restore(snapshots[crash_at])
     summaries = fed.train()
 
     assert [s.mean_loss for s in summaries] == [s.mean_loss for s in reference.cursor.summaries]

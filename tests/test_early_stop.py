@@ -17,7 +17,7 @@ from harness import SECRET
 from vfl_core.alignment import epoch_plan
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.early_stop import EarlyStop
-from vfl_core.engine import EpochSummary, Federation
+from vfl_core.engine import Callbacks, EpochSummary, Federation
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
 from vfl_core.party_dir import load_party_dir
@@ -47,7 +47,7 @@ def test_given_patience_when_validation_stops_improving_then_training_stops_and_
         after_epoch.append({b: p.parameters_vector() for b, p in parties.items()})
         last_round.update({b: p.last_round for b, p in parties.items()})
 
-    fed.on_epoch = record
+    fed.observers.append(Callbacks(epoch=record))
     fed.align()
     summaries = fed.train()
 
@@ -120,7 +120,7 @@ def test_given_a_party_without_a_kept_state_when_restored_then_it_says_so(
 
 
 def test_given_a_saved_record_when_read_back_then_it_is_the_same() -> None:
-    """The coordinator's checkpoint carries the record (vfl_core.resume)."""
+    """The coordinator's checkpoint carries the record (Federation.snapshot)."""
     stop = EarlyStop(2, validation_samples=30)
     stop.observe(0, 0.5, 9)
     stop.observe(1, None, 19)  # nothing scored: no better
@@ -140,7 +140,6 @@ def test_given_a_coordinator_checkpoint_when_resumed_then_the_best_epoch_so_far_
     party_dirs: list[Path],
 ) -> None:
     """A restarted coordinator continues the record: the best epoch and the epochs waited."""
-    from vfl_core import resume
     from vfl_core.checkpoint import check_plain
 
     fed, _ = federation(party_dirs, epochs=3, early_stop_patience=2)
@@ -148,10 +147,10 @@ def test_given_a_coordinator_checkpoint_when_resumed_then_the_best_epoch_so_far_
     assert fed.early_stop is not None
     fed.early_stop.observe(0, 0.75, 22)
     fed.early_stop.observe(1, 0.5, 45)
-    saved = resume.snapshot(fed)
+    saved = fed.snapshot()
     check_plain(saved)  # it goes into a torch.load(weights_only=True) checkpoint
     again, _ = federation(party_dirs, epochs=3, early_stop_patience=2)
     again.align()
-    resume.restore(again, saved)
+    again.restore(saved)
     assert again.early_stop == fed.early_stop
     assert again.early_stop is not None and again.early_stop.waited == 1

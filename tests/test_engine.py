@@ -14,14 +14,22 @@ from vfl_coordinator.registry import Registry
 from vfl_core import pipeline
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation, RoundRecord
+from vfl_core.engine import Callbacks, Federation, RoundRecord
 from vfl_core.errors import ConfigError
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import DOWN, UP
 from vfl_core.party import Party
 from vfl_core.party_dir import PartyData, load_party_dir
 from vfl_core.prepare import prepare_parties
-from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, PartyInfo, TrainCall
+from vfl_core.protocol import (
+    BackwardCall,
+    EmbedCall,
+    FuseCall,
+    FuseResult,
+    PartyInfo,
+    TrainCall,
+    disagreement,
+)
 
 K = 4
 SECRET = b"engine-test"
@@ -223,10 +231,14 @@ def test_given_dead_party_when_training_then_rounds_run_without_it_and_liveness_
 
     fed, parties, records = build(datas, config(0, epochs=2), wrap, down_after=3, retry_every=10)
     snapshots: dict[int, np.ndarray] = {}
-    fed.on_round = lambda r: (
-        records.append(r),
-        snapshots.__setitem__(r.round_id, parties[2].parameters_vector()),
-    )
+    fed.observers[:] = [
+        Callbacks(
+            round=lambda r: (
+                records.append(r),
+                snapshots.__setitem__(r.round_id, parties[2].parameters_vector()),
+            )
+        )
+    ]
     fed.train()
     assert len(records) >= 40
     # Three misses (rounds 5, 6, 7) mark it down; retries at rounds 17, 27 fail, 37 succeeds.
@@ -391,3 +403,11 @@ def test_given_feature_party_with_other_class_count_when_joining_then_error_name
     registry.register(bank, "127.0.0.1:1")
     with pytest.raises(ConfigError, match=r"num_classes=2 .* start retail with vfl-client --num"):
         registry.register(retail, "127.0.0.1:2")
+
+
+def test_given_parties_differing_in_two_facts_then_disagreement_names_first_field() -> None:
+    bank = PartyInfo("bank", 0, 3, "table", (5,), 10, True)
+    shop = PartyInfo("shop", 1, 3, "table", (3,), 10, False)
+    ins = PartyInfo("ins", 2, 3, "table", (3,), 2, False, task="regression")
+    assert disagreement([bank, shop]) is None
+    assert disagreement([bank, shop, ins]) == ("task", bank, ins)  # task comes before classes

@@ -13,11 +13,11 @@ import torch
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core import checkpoint, resume
+from vfl_core import checkpoint
 from vfl_core.checkpoint_store import RoundCheckpoints
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation, RoundRecord
+from vfl_core.engine import Callbacks, Federation, RoundRecord
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
@@ -112,11 +112,11 @@ def _train_with_checkpoints(
 
     def on_checkpoint(round_id: int, saved: set[int]) -> None:
         assert saved == set(range(K))
-        snapshots[round_id] = resume.snapshot(fed)
+        snapshots[round_id] = fed.snapshot()
         if round_id == crash_at:
             raise Crash
 
-    fed.on_checkpoint = on_checkpoint
+    fed.observers.append(Callbacks(checkpoint=on_checkpoint))
     fed.align()
     with pytest.raises(Crash) if crash_at is not None else _nothing():
         fed.train()
@@ -146,7 +146,7 @@ def test_given_crash_after_checkpoint_when_resumed_from_files_then_bit_identical
     records: list[RoundRecord] = []
     fed = Federation(InProcessTransport(restored), cfg, progress=False, on_round=records.append)
     fed.align()
-    resume.restore(fed, snapshots[49])
+    fed.restore(snapshots[49])
     summaries = fed.train()
 
     assert records[0].round_id == 50 and fed.round_id == ref_fed.round_id

@@ -15,7 +15,7 @@ import pytest
 from vfl_core import engine
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation, RoundRecord
+from vfl_core.engine import Callbacks, Federation, RoundRecord
 from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import DOWN, FederationDown
@@ -107,7 +107,7 @@ def test_given_every_party_gone_mid_epoch_when_one_comes_back_then_training_resu
             gone_at.append(time.monotonic())
             threading.Thread(target=come_back, daemon=True).start()
 
-    fed.on_round = on_round
+    fed.observers[:] = [Callbacks(round=on_round)]
     fed.train()
 
     # every batch of the plan ran exactly once; only the rounds that found the parties gone

@@ -22,7 +22,7 @@ from vfl_coordinator.config import Deadlines
 from vfl_coordinator.transport import GrpcTransport
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation, RoundRecord
+from vfl_core.engine import Callbacks, Federation, RoundRecord
 from vfl_core.errors import ConfigError
 from vfl_core.faults import FaultConfig, FaultyTransport
 from vfl_core.inprocess import InProcessTransport
@@ -170,7 +170,9 @@ def test_given_checkpoints_when_pipelined_then_the_pipeline_drains_there_and_mat
     records: list[RoundRecord] = []
     transport = InProcessTransport(parties, saver=lambda p, r: None)
     fed = Federation(transport, cfg, progress=False, on_round=records.append, checkpoint_every=7)
-    fed.on_checkpoint = lambda r, saved: seen.append((r, records[-1].round_id))
+    fed.observers.append(
+        Callbacks(checkpoint=lambda r, saved: seen.append((r, records[-1].round_id)))
+    )
     fed.align()
     fed.train()
     assert seen and all(r == last for r, last in seen[:-1])

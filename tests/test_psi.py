@@ -27,7 +27,7 @@ from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
 from vfl_core.party_dir import load_party_dir
 from vfl_core.prepare import prepare_parties
-from vfl_core.protocol import PsiCall
+from vfl_core.protocol import EmbedCall, PsiCall
 
 SECRET = b"psi-test-secret"
 CREDIT_CSV = Path("/work/shared/data/UCI_Credit_Card.csv")
@@ -252,3 +252,36 @@ def test_given_wrong_final_keys_when_set_then_refused_and_digest_mismatch_withou
         party.set_alignment_keys("train", [psi.id_point(0)] * n)
     transport = InProcessTransport({0: party})
     assert transport.psi_keys({0: PsiCall("train", "s", [b"x"] * n)}) == set()
+
+
+class _Restarts(InProcessTransport):
+    """Reports the blocks in `back` once as rejoined (a party that registered again)."""
+
+    back: frozenset[int] = frozenset()
+
+    def rejoined(self) -> set[int]:
+        back, self.back = set(self.back), frozenset()
+        return back
+
+
+def test_given_psi_party_restarted_when_it_rejoins_then_engine_sends_its_values_again(
+    tmp_path: Path,
+) -> None:
+    paths = prepare_parties(
+        load_dataset("digits"), tmp_path, 2, [0.0] * 2, [0.0] * 2, test_fraction=0.2, seed=0
+    )
+    train = TrainConfig(epochs=1)
+    parties = _parties(paths, train)
+    transport = _Restarts(parties)
+    fed = Federation(transport, train, progress=False, alignment="psi")
+    fed.align()
+    # A new process of party 1: same data, none of the PSI values of its rows.
+    transport.parties[1] = _parties(paths[1:], train)[1]
+    batch = fed.plan(0)[0]
+    al = fed.alignments["train"]
+    call = EmbedCall(0, "train", al.rows_of(1, batch.index), al.digest(batch.index), False, (1,))
+    with pytest.raises(ProtocolError, match="digest mismatch"):  # what it would say unhelped
+        transport.parties[1].embed(call)
+    transport.back = frozenset({1})
+    record = fed.run_round(0, 0, batch)
+    assert record.present == record.pattern == (0, 1) and record.updated == (0, 1)

@@ -9,7 +9,7 @@ import pytest
 from vfl_core import engine
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation, RoundRecord
+from vfl_core.engine import Callbacks, Federation, RoundRecord
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.party import Party
 from vfl_core.party_dir import PartyData, load_party_dir
@@ -77,7 +77,7 @@ def test_given_party_silent_through_alignment_when_heard_again_then_joins_next_e
         if len(records) == 3:  # during epoch 1 the party is heard from again
             transport.back.add(1)
 
-    fed.on_round = on_round
+    fed.observers[:] = [Callbacks(round=on_round)]
     summaries = fed.train()
 
     first = summaries[0].rounds

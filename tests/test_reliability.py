@@ -21,7 +21,7 @@ from vfl_client.servicer import class_weights_refusal
 from vfl_coordinator import runner
 from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
-from vfl_coordinator.servicer import CoordinatorState
+from vfl_core import lifecycle
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.datasets import load_digits_dataset
 from vfl_core.engine import Federation
@@ -157,7 +157,7 @@ def test_given_every_party_gone_as_training_ends_when_evaluating_then_waits_for_
 ) -> None:
     """The coordinator's final evaluation scores nothing while no label party answers: it tries
     again until one does (here: they come back after 0.5 s), and fails only if none does."""
-    monkeypatch.setattr(runner, "EVALUATE_AGAIN_S", 0.1)
+    monkeypatch.setattr(lifecycle, "EVALUATE_AGAIN_S", 0.1)
     paths = prepare_parties(load_digits_dataset(), tmp_path, 2, [0.1] * 2, [0.1] * 2, 0.2, seed=0)
     cfg = TrainConfig(seed=0, epochs=1, model=ModelConfig(representation="mlp", embed_dim=8))
     parties = {}
@@ -172,17 +172,17 @@ def test_given_every_party_gone_as_training_ends_when_evaluating_then_waits_for_
     faulty.down.update(parties)  # every party gone when training ends
     config = CoordinatorConfig(out=tmp_path / "out", rejoin_timeout_s=20.0, train=cfg)
     config.out.mkdir()
-    run = runner._Outcome(config, CoordinatorState(Registry(2), "run", "{}"), fed, None, None)
+    run = lifecycle._Run(fed, "coordinator", "run", config, None)
     threading.Timer(0.5, faulty.heal).start()
     start = time.monotonic()
-    runner._evaluate(run)
+    run.evaluate(None, True, config.rejoin_timeout_s)
 
-    assert run.report is not None and run.report.scored > 0
+    assert run.reports.get(None) is not None and run.reports[None].scored > 0
     assert 0.4 < time.monotonic() - start < 15
     faulty.down.update(parties)  # and for good: the run fails after the timeout
     run.config = CoordinatorConfig(out=tmp_path / "out", rejoin_timeout_s=0.5, train=cfg)
     with pytest.raises(FederationDown, match="scored no sample"):
-        runner._evaluate(run)
+        runner._conclude(run.evaluate(None, True, run.config.rejoin_timeout_s), config.out)
     assert json.loads((tmp_path / "out" / "results.json").read_text())["status"] == "failed"
 
 

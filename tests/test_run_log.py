@@ -15,14 +15,13 @@ import pytest
 
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Cursor, EpochSummary, Federation, RoundRecord
+from vfl_core.engine import Callbacks, Cursor, EpochSummary, Federation, RoundRecord
 from vfl_core.inprocess import InProcessTransport
 from vfl_core.liveness import Liveness
 from vfl_core.metrics import MetricRow
 from vfl_core.party import Party
 from vfl_core.party_dir import load_party_dir
 from vfl_core.prepare import prepare_parties
-from vfl_core.resume import restore, snapshot
 from vfl_core.run_log import EPOCHS_FILE, RunLog, liveness_record, read_epochs
 
 K = 4
@@ -176,7 +175,7 @@ def test_given_federation_without_eval_every_when_training_then_lines_have_no_te
 ) -> None:
     fed = federation(parties_data, 2, [])
     with RunLog(tmp_path) as run_log:
-        run_log.attach(fed)
+        fed.observers.append(run_log)
         fed.align()
         fed.train()
     logged = read_epochs(tmp_path / EPOCHS_FILE)
@@ -191,7 +190,7 @@ def test_given_federation_with_eval_every_when_training_then_lines_match_rounds_
     records: list[RoundRecord] = []
     fed = federation(parties_data, 3, records)
     with RunLog(tmp_path, eval_every=2) as run_log:
-        run_log.attach(fed)
+        fed.observers.append(run_log)
         fed.align()
         fed.train()
     logged = read_epochs(tmp_path / EPOCHS_FILE)
@@ -219,14 +218,16 @@ def test_given_checkpoint_mid_epoch_when_restored_then_per_head_losses_continue(
     fed = federation(parties_data, 2, records)
     snaps: list[tuple[dict, Cursor]] = []
     fed.checkpoint_every = 5  # the in-process transport without a saver: only our snapshot
-    fed.on_checkpoint = lambda _round, _saved: snaps.append((snapshot(fed), deepcopy(fed.cursor)))
+    fed.observers.append(
+        Callbacks(checkpoint=lambda _r, _s: snaps.append((fed.snapshot(), deepcopy(fed.cursor))))
+    )
     fed.align()
     fed.train()
     saved, cursor = next((s, c) for s, c in snaps if c.epoch == 1 and c.position > 0)
     assert cursor.head_losses.keys() == set(range(K))
     other = federation(parties_data, 2, [])
     other.align()
-    restore(other, saved)
+    other.restore(saved)
     assert other.cursor.head_losses == cursor.head_losses
     assert other.cursor.summaries == cursor.summaries
     assert other.cursor.summaries[0].head_losses.keys() == set(range(K))
@@ -235,6 +236,6 @@ def test_given_checkpoint_mid_epoch_when_restored_then_per_head_losses_continue(
     old["summaries"] = [
         {k: v for k, v in s.items() if k != "head_losses"} for s in saved["summaries"]
     ]
-    restore(other, old)
+    other.restore(old)
     assert other.cursor.head_losses == {} and other.cursor.summaries[0].head_losses == {}
     assert other.cursor.position == cursor.position

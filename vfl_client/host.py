@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from vfl_core.checkpoint_store import RoundCheckpoints
 from vfl_core.errors import ConfigError
 from vfl_core.party import Party
 from vfl_core.protocol import PartyInfo, Registration
+from vfl_core.retry import reconnect_backoff
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2_grpc
 
@@ -81,7 +81,7 @@ class PartyHost:
             self.store.clean_temporaries()
             servicer.on_checkpoint = self.save
         self._connect = connect
-        self._backoff = 0.2  # seconds before the next try while the coordinator is unreachable
+        self._backoff = reconnect_backoff(HEARTBEAT_S)  # while the coordinator is unreachable
         self._lost_since: float | None = None
 
     @property
@@ -96,7 +96,8 @@ class PartyHost:
         unreachable; returns why serving ended."""
         with self._connect() as channel:
             stub = vfl_pb2_grpc.CoordinatorStub(channel)
-            self._backoff, self._lost_since = 0.2, None
+            self._backoff.reset()
+            self._lost_since = None
             delay: float | None = 0.0
             while delay is not None and not self._wait(stop, delay):
                 delay = self._beat(stub)
@@ -123,10 +124,9 @@ class PartyHost:
             self._lost_since = self._lost_since or now
             if now - self._lost_since > self.unreachable_timeout_s:
                 return None
-            delay = self._backoff * random.uniform(0.8, 1.2)
-            self._backoff = min(self._backoff * 2, HEARTBEAT_S)
-            return delay
-        self._backoff, self._lost_since = 0.2, None
+            return self._backoff.next()
+        self._backoff.reset()
+        self._lost_since = None
         return 0.0 if self._follow(reply) else HEARTBEAT_S
 
     def _wait(self, stop: threading.Event, seconds: float) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import signal
 import threading
 import time
@@ -24,6 +23,7 @@ from vfl_core.errors import ConfigError, DataError
 from vfl_core.label_summary import class_counts, describe_classes, rare_class_warnings
 from vfl_core.party import Party, party_info
 from vfl_core.party_dir import PREPROCESS_FILE, PartyData, load_party_dir
+from vfl_core.retry import reconnect_backoff
 from vfl_core.tabular import TableSource, load_table_party_kept
 from vfl_wire import convert
 from vfl_wire.channels import bind, make_server, plaintext_to_tls_hint
@@ -212,7 +212,7 @@ def register(
     failure that retrying cannot heal (TLS on one side only, a refusal) stops at once."""
     request = convert.register_request_to_proto(info, address, convert.header("", info.party_id))
     start = time.monotonic()
-    delay = 0.2
+    backoff = reconnect_backoff(cap=5.0)
     security = security or Security(None)
     with security.channel(coordinator, COORDINATOR) as channel:
         stub = vfl_pb2_grpc.CoordinatorStub(channel)
@@ -222,16 +222,16 @@ def register(
             except grpc.RpcError as err:
                 _refuse_for_good(err, coordinator, security)
                 spent = time.monotonic() - start
-                if spent + delay > timeout or stop.is_set():
+                if spent + backoff.planned > timeout or stop.is_set():
                     raise ConfigError(
                         f"coordinator at {coordinator} unreachable for {spent:.0f}s "
                         f"({err.code().name}: {(err.details() or '').splitlines()[0][-200:]})"
                     ) from None
+                pause = backoff.next()
                 log.info(
-                    "coordinator at %s not reachable yet; retrying in %.1fs", coordinator, delay
+                    "coordinator at %s not reachable yet; retrying in %.1fs", coordinator, pause
                 )
-                stop.wait(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, 5.0)
+                stop.wait(pause)
 
 
 def _refuse_for_good(err: grpc.RpcError, coordinator: str, security: Security) -> None:

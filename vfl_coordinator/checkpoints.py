@@ -29,9 +29,8 @@ from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.servicer import CoordinatorState
 from vfl_core.checkpoint import load_checkpoint
 from vfl_core.checkpoint_store import RoundCheckpoints
-from vfl_core.engine import Federation
+from vfl_core.engine import Federation, Observer
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.resume import restore, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ NAME = "coordinator"  # files <dir>/coordinator-round-<r>.pt
 class Resume:
     run_id: str
     round: int  # the last round the checkpoint contains
-    engine: dict  # vfl_core.resume.snapshot
+    engine: dict  # Federation.snapshot()
     history: list[dict]  # earlier resumes of this run
 
 
@@ -79,8 +78,9 @@ def _newest_run_id(store: RoundCheckpoints, rounds: list[int]) -> str:
     raise DataError(f"no readable coordinator checkpoint in {store.directory}")
 
 
-class Checkpointer:
-    """Writes the coordinator's checkpoint once the parties have saved theirs."""
+class Checkpointer(Observer):
+    """Writes the coordinator's checkpoint once the parties have saved theirs (the engine, given
+    checkpoint_every, tells its observers)."""
 
     def __init__(
         self, config: CoordinatorConfig, state: CoordinatorState, resume: Resume | None
@@ -90,16 +90,10 @@ class Checkpointer:
         self.state = state
         self.store = RoundCheckpoints(config.checkpoint_dir, NAME)
         self.history = list(resume.history) if resume is not None else []
-        self.federation: Federation | None = None
-
-    def attach(self, fed: Federation) -> None:
-        self.federation = fed
-        fed.checkpoint_every = self.config.checkpoint_every
-        fed.on_checkpoint = self
 
     def resumed(self, fed: Federation, resume: Resume) -> None:
         """Continue `fed` (aligned) from `resume`; every registered party is present."""
-        restore(fed, resume.engine, present=self.state.registry.members())
+        fed.restore(resume.engine, present=self.state.registry.members())
         self.state.epoch = fed.cursor.epoch
         self.history.append(
             {
@@ -116,11 +110,10 @@ class Checkpointer:
             fed.cursor.position,
         )
 
-    def __call__(self, round_id: int, saved: set[int]) -> None:
-        assert self.federation is not None
+    def checkpoint_done(self, fed: Federation, round_id: int, saved: set[int]) -> None:
         members = self.state.registry.members()
         state = {
-            "engine": snapshot(self.federation),
+            "engine": fed.snapshot(),
             "members": {str(b): m.info.party_id for b, m in members.items()},
             "saved": sorted(saved),
             "resumed": self.history,

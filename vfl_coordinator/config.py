@@ -24,6 +24,55 @@ class Deadlines(BaseModel):
     shutdown: float = Field(2.0, gt=0)
     checkpoint: float = Field(30.0, gt=0)
 
+    def seconds(self, rpc: str, *, training: bool = True, points: int = 0) -> float:
+        """How long a call of `rpc` to one party may take: its phase's deadline (inference calls
+        of a training phase take Predict's), plus `points` times PSI_S_PER_POINT for the PSI
+        steps, which take time in proportion to the points they carry. The one place that maps
+        a call to a deadline."""
+        phase = _PHASE[rpc] if training else _INFERENCE_PHASE.get(rpc, _PHASE[rpc])
+        extra = PSI_S_PER_POINT * points if rpc in _PSI_RPCS else 0.0
+        return float(getattr(self, phase)) + extra
+
+    def pipelined(self, embeds: int, fuses: int, backwards: int) -> float:
+        """A pipelined Train call carrying these phases: their deadlines added up."""
+        return embeds * self.embed + fuses * self.fuse + backwards * self.backward
+
+
+# PSI steps take time in proportion to the points (~0.1 ms each on a loaded 2-core machine): the
+# align deadline plus this much per point.
+PSI_S_PER_POINT = 1e-3
+_PSI_RPCS = frozenset({"PsiBlind", "PsiApply", "PsiKeys"})
+
+# The phase whose deadline each party RPC has. Decoupled VFL: a guest step has the Embed
+# deadline, a host step Backward's (it trains), host outputs Embed's (the owner's transfer), the
+# owner Fuse's. Latent-variable VFL: Decode and Step take the Fuse deadline, Backward Backward's.
+_PHASE = {
+    "IdHashes": "align",
+    "ClassWeights": "align",
+    "LabelledRows": "align",
+    "PsiBlind": "align",
+    "PsiApply": "align",
+    "PsiKeys": "align",
+    "Embed": "embed",
+    "Fuse": "fuse",
+    "Backward": "backward",
+    "Predict": "predict",
+    "Score": "predict",
+    "Checkpoint": "checkpoint",
+    "Shutdown": "shutdown",
+    "GuestStep": "embed",
+    "HostStep": "backward",
+    "HostOutput": "embed",
+    "OwnerFeed": "fuse",
+    "OwnerTrain": "fuse",
+    "DlvmDecode": "fuse",
+    "DlvmStep": "fuse",
+    "DlvmPredict": "predict",
+    "DlvmBackward": "backward",
+}
+# Calls of a training phase made at inference (a caller is waiting): Predict's deadline.
+_INFERENCE_PHASE = {"HostOutput": "predict", "DlvmDecode": "predict"}
+
 
 class CoordinatorConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

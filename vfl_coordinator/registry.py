@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from vfl_core.errors import ConfigError
-from vfl_core.protocol import PROTOCOL_VERSION, PartyInfo, mismatch_hint
+from vfl_core.protocol import PROTOCOL_VERSION, PartyInfo, disagreement, mismatch_hint
 from vfl_wire.status import AlreadyExistsError, FencedError
 
 log = logging.getLogger(__name__)
@@ -109,15 +109,15 @@ class Registry:
                 f"the coordinator expects {self.expected}"
             )
         others = [m.info for m in self._members.values() if m.info.block != info.block]
-        for name in ("dataset", "task", "num_classes", "num_blocks"):
-            differ = [o for o in others if getattr(o, name) != getattr(info, name)]
-            if differ:
-                raise ConfigError(
-                    f"party {info.party_id} has {name}={getattr(info, name)!r} but "
-                    + _holders(others, name)
-                    + mismatch_hint(name, info, differ[0])
-                    + _class_hint(name, [info, *others])
-                )
+        found = disagreement([info, *others])
+        if found is not None:
+            name, _, other = found
+            raise ConfigError(
+                f"party {info.party_id} has {name}={getattr(info, name)!r} but "
+                + _holders(others, name)
+                + mismatch_hint(name, info, other)
+                + _class_hint(name, [info, *others])
+            )
         for other in others:
             if other.party_id == info.party_id:
                 raise AlreadyExistsError(

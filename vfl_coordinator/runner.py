@@ -6,12 +6,11 @@ import json
 import logging
 import signal
 import threading
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NoReturn
+from typing import IO
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -21,12 +20,8 @@ from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.transport import GrpcTransport
-from vfl_core.engine import EpochSummary, Federation, RoundRecord
-from vfl_core.faults import FaultyTransport
-from vfl_core.liveness import FederationDown
-from vfl_core.metrics import EvalReport, format_table, unscored_note
-from vfl_core.run_log import RunLog
-from vfl_core.subsets import SubsetResult, evaluate_subsets
+from vfl_core.engine import Federation, Observer, RoundRecord
+from vfl_core.lifecycle import PhaseObserver, RunResults, run_federation
 from vfl_wire.audit import AuditLog
 from vfl_wire.channels import bind, make_server
 from vfl_wire.security import (
@@ -114,152 +109,81 @@ def run_coordinator(
 def _train(
     config: CoordinatorConfig,
     state: CoordinatorState,
-    grpc_transport: GrpcTransport,
+    transport: GrpcTransport,
     progress: bool,
     resume: Resume | None = None,
 ) -> dict[str, object]:
-    # Injected faults wrap the real transport exactly as `vfl simulate` wraps the in-process one,
-    # so a seed gives the same failures in both. A restarted coordinator starts them afresh.
-    faulty = None
-    if config.faults.active:
-        faulty = FaultyTransport(grpc_transport, config.faults, config.train.seed)
-    transport = faulty if faulty is not None else grpc_transport
+    """The run (vfl_core.lifecycle) over the gRPC transport, with the round log, the
+    checkpointer and the phases the servicer reports; results.json, and FederationDown when the
+    run failed (after writing it)."""
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(config.model_dump_json(indent=2))
-    first_epoch = int(resume.engine["epoch"]) if resume is not None else 0
-    with (
-        open_rounds(out / "rounds.jsonl", resume) as rounds_file,  # a line per round
-        RunLog(out, first_epoch, config.eval_every) as run_log,  # a line per epoch
-    ):
-
-        def on_round(record: RoundRecord) -> None:
-            state.epoch = record.epoch
-            rounds_file.write(json.dumps(record.to_json()) + "\n")
-
-        fed = Federation(
+    checkpointer = Checkpointer(config, state, resume) if config.checkpoint_dir else None
+    with open_rounds(out / "rounds.jsonl", resume) as rounds_file:  # a line per round
+        observers: list[Observer] = [_Progress(state, rounds_file)]
+        if checkpointer is not None:
+            observers.append(checkpointer)
+        run = run_federation(
             transport,
             config.train,
+            config=config,
+            kind="coordinator",
+            run_id=state.run_id,
+            out=out,
+            first_epoch=int(resume.engine["epoch"]) if resume is not None else 0,
+            eval_every=config.eval_every,
+            observers=observers,
             progress=progress,
-            on_round=on_round,
+            faults=config.faults,
+            resume=_resumer(checkpointer, resume),
+            evaluate_for_s=config.rejoin_timeout_s,
             down_after=config.down_after,
             retry_every=config.retry_every,
             alignment=config.alignment,
-            # injected faults model rounds lost to failures, as in `vfl simulate`: no pause
-            rejoin_timeout_s=None if faulty is not None else config.rejoin_timeout_s,
+            rejoin_timeout_s=config.rejoin_timeout_s,
             align_retry_s=config.align_retry_s,
             pipeline=config.pipeline,
+            checkpoint_every=config.checkpoint_every if checkpointer is not None else None,
         )
-        checkpointer = Checkpointer(config, state, resume) if config.checkpoint_dir else None
-        if checkpointer is not None:
-            checkpointer.attach(fed)
-        run_log.attach(fed)
-        state.federation = fed
-        state.phase = "aligning"
-        fed.align()
-        if checkpointer is not None and resume is not None:
-            checkpointer.resumed(fed, resume)
-        state.phase = "training"
-        run = _Outcome(config, state, fed, checkpointer, faulty)
-        try:
-            run.epochs = fed.train()
-        except FederationDown as err:
-            run.fail(err)
-    if faulty is not None:
-        faulty.heal()  # faults model training; evaluation sees every party, as in simulations
-    state.phase = "evaluating"
-    _evaluate(run)
-    results = run.write()
+    if checkpointer is not None:
+        run = replace(run, resumed=checkpointer.history)
+    results = _conclude(run, out)
     state.phase = "serving" if config.serve else "done"
     return results
 
 
-# How often an evaluation that scored nothing (no label party answered) is tried again.
-EVALUATE_AGAIN_S = 2.0
+def _conclude(run: RunResults, out: Path) -> dict[str, object]:
+    """Write results.json, a failed run's too; then raise what ended a failed run (the
+    coordinator exits non-zero)."""
+    results = run.write(out)
+    if run.failure is not None:
+        raise run.failure
+    return results
 
 
-def _evaluate(run: _Outcome) -> None:
-    """The test metrics with the parties live now, and with only each set of them. While the
-    evaluation scores no sample (every label party down, e.g. killed as training ended), it is
-    tried again every few seconds for up to rejoin_timeout_s; if it never does, that is no
-    result: the run failed."""
-    fed = run.fed
-    if "test" not in fed.alignments:
-        return
-    give_up = time.monotonic() + run.config.rejoin_timeout_s
-    report = fed.evaluate("test")
-    while not report.scored and not _heads_answered(fed, report) and time.monotonic() < give_up:
-        log.warning(
-            "the test evaluation scored no sample (no label party answered): trying again in "
-            "%.0fs, for at most %.0fs more",
-            EVALUATE_AGAIN_S,
-            give_up - time.monotonic(),
-        )
-        time.sleep(EVALUATE_AGAIN_S)
-        report = fed.evaluate("test")
-    run.report = report
-    table = [format_table(report.rows()), unscored_note(report.unscored)]
-    log.info("test metrics\n%s", "\n".join(filter(None, table)))
-    if not report.scored:
-        run.fail(
-            FederationDown(
-                f"the test evaluation scored no sample ({report.unscored} unscored): no label "
-                f"party answered within {run.config.rejoin_timeout_s:g}s"
-            )
-        )
-    run.subsets = evaluate_subsets(fed, "test")
-
-
-def _heads_answered(fed: Federation, report: EvalReport) -> bool:
-    """Whether a label party answered a batch of the evaluation (then waiting changes nothing)."""
-    return any(report.answers.get(b, [0, 0])[1] for b in fed.label_blocks)
+def _resumer(
+    checkpointer: Checkpointer | None, resume: Resume | None
+) -> Callable[[Federation], None] | None:
+    """Continue the aligned engine from the checkpoint, if there is one to resume."""
+    if checkpointer is None or resume is None:
+        return None
+    return lambda fed: checkpointer.resumed(fed, resume)
 
 
 @dataclass
-class _Outcome:
-    """What results.json says about a run: its figures, and "failed" with the error that ended
-    it (then the coordinator exits non-zero)."""
+class _Progress(PhaseObserver):
+    """What the servicer reports of the run (its engine, phase and epoch), and rounds.jsonl."""
 
-    config: CoordinatorConfig
     state: CoordinatorState
-    fed: Federation
-    checkpointer: Checkpointer | None
-    faulty: FaultyTransport | None
-    epochs: list[EpochSummary] = field(default_factory=list)
-    report: EvalReport | None = None
-    subsets: list[SubsetResult] = field(default_factory=list)
+    rounds: IO[str]
 
-    def fail(self, err: FederationDown) -> NoReturn:
-        """Write the run as failed (what it did so far is kept), then raise `err`."""
-        if not self.epochs:
-            self.epochs = list(self.fed.cursor.summaries)
-        self.write(error=str(err))
-        log.error("run %s failed: %s", self.state.run_id, err)
-        raise err
+    def phase_started(self, fed: Federation, phase: str) -> None:
+        self.state.federation = fed
+        self.state.phase = phase
 
-    def write(self, error: str | None = None) -> dict[str, object]:
-        fed = self.fed
-        results = {
-            "run_id": self.state.run_id,
-            "status": "failed" if error else "ok",
-            **({"error": error} if error else {}),
-            "task": fed.task,  # which metrics the rows hold (vfl_core.headline)
-            "config": json.loads(self.config.model_dump_json()),
-            "epochs": [e.__dict__ for e in self.epochs],
-            "test": self.report.to_json() if self.report is not None else None,
-            "subsets": [r.to_json() for r in self.subsets],  # test metrics with only these parties
-            "transitions": [t.__dict__ for t in fed.liveness.transitions],
-            "transition_counts": fed.liveness.counts(),
-            "pauses": [p.__dict__ for p in fed.pauses],  # training waited for a label party
-            "resumed": self.checkpointer.history if self.checkpointer is not None else [],
-            "faults": self.faulty.counts() if self.faulty is not None else None,
-            "rounds": fed.round_id,
-            "method": fed.method_stats(),  # a round program's figures (dvfl: bytes relayed)
-            "early_stop": None if fed.early_stop is None else fed.early_stop.to_json(),
-        }
-        out = Path(self.config.out)
-        (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
-        return results
+    def round_done(self, fed: Federation, record: RoundRecord) -> None:
+        self.state.epoch = record.epoch
+        self.rounds.write(json.dumps(record.to_json()) + "\n")
 
 
 # What one peer can make the coordinator hold: requests are small (registrations, prediction

@@ -48,9 +48,6 @@ R = TypeVar("R")
 
 # Extra time the fan-out waits beyond a call's own deadline before giving up on the thread.
 _SLACK_S = 1.0
-# PSI steps take time in proportion to the points (~0.1 ms each on a loaded 2-core machine): the
-# align deadline plus this much per point.
-_PSI_S_PER_POINT = 1e-3
 
 
 class GrpcTransport:
@@ -70,7 +67,6 @@ class GrpcTransport:
         self.deadlines = deadlines
         self._credentials = credentials
         self._clients: dict[int, tuple[int, PartyClient]] = {}
-        self._psi_keys: dict[int, dict[str, PsiCall]] = {}  # re-sent to a party that rejoins
         # registry generation of each block when last reported by rejoined()
         self._seen = {b: m.generation for b, m in registry.members().items()}
 
@@ -97,45 +93,26 @@ class GrpcTransport:
             wire_dtype=self.wire_dtype,
         )
         self._clients[block] = (member.generation, client)
-        for call in self._psi_keys.get(block, {}).values() if cached is not None else ():
-            self._resend_psi_keys(block, client, call)
         return client
-
-    def _resend_psi_keys(self, block: int, client: PartyClient, call: PsiCall) -> None:
-        """A party that registered again (a new process) needs its PSI values for the digests."""
-        try:
-            timeout = self._psi_timeout(len(call.points))
-            client.psi_keys(call, timeout).result(timeout + _SLACK_S)
-        except (grpc.RpcError, VflError) as err:
-            log.warning("PsiKeys (%s) to rejoined block %d failed: %s", call.split, block, err)
 
     # ------------------------------------------------------------------ Transport interface
     def infos(self) -> dict[int, PartyInfo]:
         return {b: m.info for b, m in self.registry.members().items()}
 
     def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]:
-        t = self.deadlines.align
-        return self._fan_out(
-            {b: split for b in blocks}, lambda c, s: c.id_hashes(s, t), t, "IdHashes"
-        )
+        return self._call("IdHashes", dict.fromkeys(blocks, split), PartyClient.id_hashes)
 
     def class_weights(self, block: int, split: str) -> np.ndarray | None:
-        t = self.deadlines.align
-        return self._fan_out(
-            {block: split}, lambda c, s: c.class_weights(s, t), t, "ClassWeights"
-        ).get(block)
+        return self._call("ClassWeights", {block: split}, PartyClient.class_weights).get(block)
 
     def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
-        t = self.deadlines.embed
-        return self._fan_out(calls, lambda c, call: c.embed(call, t), t, "Embed")
+        return self._call("Embed", calls, PartyClient.embed)
 
     def fuse(self, calls: dict[int, FuseCall]) -> dict[int, FuseResult]:
-        t = self.deadlines.fuse
-        return self._fan_out(calls, lambda c, call: c.fuse(call, t), t, "Fuse")
+        return self._call("Fuse", calls, PartyClient.fuse)
 
     def backward(self, calls: dict[int, BackwardCall]) -> set[int]:
-        t = self.deadlines.backward
-        return set(self._fan_out(calls, lambda c, call: c.backward(call, t), t, "Backward"))
+        return set(self._call("Backward", calls, PartyClient.backward))
 
     def train(self, calls: dict[int, TrainCall]) -> Callable[[], dict[int, TrainResult]]:
         """Start the pipelined calls now; the function returned waits for them. Each call's
@@ -145,22 +122,16 @@ class GrpcTransport:
         return lambda: self._collect(pending, longest, "Train")
 
     def _timeout(self, call: TrainCall) -> float:
-        d = self.deadlines
-        return len(call.backward) * d.backward + len(call.fuse) * d.fuse + len(call.embed) * d.embed
+        return self.deadlines.pipelined(len(call.embed), len(call.fuse), len(call.backward))
 
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
-        t = self.deadlines.predict
-        return self._fan_out(calls, lambda c, call: c.predict(call, t), t, "Predict")
+        return self._call("Predict", calls, PartyClient.predict)
 
     def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
-        t = self.deadlines.predict
-        return self._fan_out({block: call}, lambda c, sc: c.score(sc, t), t, "Score").get(block)
+        return self._call("Score", {block: call}, PartyClient.score).get(block)
 
     def checkpoint(self, round_id: int, blocks: list[int]) -> set[int]:
-        t = self.deadlines.checkpoint
-        saved = self._fan_out(
-            {b: round_id for b in blocks}, lambda c, r: c.checkpoint(r, t), t, "Checkpoint"
-        )
+        saved = self._call("Checkpoint", dict.fromkeys(blocks, round_id), PartyClient.checkpoint)
         return {b for b, ok in saved.items() if ok}
 
     def snapshot(self, round_id: int, blocks: list[int], restore: bool) -> set[int]:
@@ -183,80 +154,70 @@ class GrpcTransport:
 
     def psi_blind(self, split: str, session: str, blocks: list[int]) -> dict[int, list[bytes]]:
         infos = self.infos()
-        t = self._psi_timeout(max(infos[b].samples.get(split, 0) for b in blocks))
+        t = self.deadlines.seconds(
+            "PsiBlind", points=max(infos[b].samples.get(split, 0) for b in blocks)
+        )
         return self._fan_out(
             {b: split for b in blocks}, lambda c, s: c.psi_blind(s, session, t), t, "PsiBlind"
         )
 
     def psi_apply(self, calls: dict[int, PsiCall]) -> dict[int, list[bytes]]:
-        t = self._psi_timeout(max(len(c.points) for c in calls.values()))
-        return self._fan_out(calls, lambda c, call: c.psi_apply(call, t), t, "PsiApply")
+        points = max(len(c.points) for c in calls.values())
+        return self._call("PsiApply", calls, PartyClient.psi_apply, points=points)
 
     def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]:
-        for block, call in calls.items():
-            self._psi_keys.setdefault(block, {})[call.split] = call
-        t = self._psi_timeout(0)
-        return set(self._fan_out(calls, lambda c, call: c.psi_keys(call, t), t, "PsiKeys"))
+        # A party that registered again lacks them: the engine sends them again (its rejoins).
+        return set(self._call("PsiKeys", calls, PartyClient.psi_keys))
 
-    # Decoupled VFL: a guest step has the Embed deadline, a host step Backward's (it trains),
-    # host outputs Predict's (inference) or Embed's (the owner's transfer), the owner Fuse's.
     def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]:
-        t = self.deadlines.embed
-        return self._fan_out(calls, lambda c, call: c.guest_step(call, t), t, "GuestStep")
+        return self._call("GuestStep", calls, PartyClient.guest_step)
 
     def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]:
-        t = self.deadlines.backward
-        return self._fan_out(calls, lambda c, call: c.host_step(call, t), t, "HostStep")
+        return self._call("HostStep", calls, PartyClient.host_step)
 
     def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]:
         training = any(c.from_registers for c in calls.values())
-        t = self.deadlines.embed if training else self.deadlines.predict
-        return self._fan_out(calls, lambda c, call: c.host_output(call, t), t, "HostOutput")
+        return self._call("HostOutput", calls, PartyClient.host_output, training=training)
 
     def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]:
-        t = self.deadlines.fuse
-        return set(self._fan_out(calls, lambda c, call: c.owner_feed(call, t), t, "OwnerFeed"))
+        return set(self._call("OwnerFeed", calls, PartyClient.owner_feed))
 
     def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
-        t = self.deadlines.fuse
-        return self._fan_out(calls, lambda c, call: c.owner_train(call, t), t, "OwnerTrain")
+        return self._call("OwnerTrain", calls, PartyClient.owner_train)
 
-    # Latent-variable VFL: Decode and Step take the Fuse deadline in training, Predict's at
-    # inference; its Backward the Backward deadline.
     def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
         training = any(c.split == "train" for c in calls.values())
-        t = self.deadlines.fuse if training else self.deadlines.predict
-        return self._fan_out(calls, lambda c, call: c.dlvm_decode(call, t), t, "DlvmDecode")
+        return self._call("DlvmDecode", calls, PartyClient.dlvm_decode, training=training)
 
     def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
-        t = self.deadlines.fuse
-        return self._fan_out(calls, lambda c, call: c.dlvm_step(call, t), t, "DlvmStep")
+        return self._call("DlvmStep", calls, PartyClient.dlvm_step)
 
     def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
-        t = self.deadlines.predict
-        return self._fan_out(calls, lambda c, call: c.dlvm_predict(call, t), t, "DlvmPredict")
+        return self._call("DlvmPredict", calls, PartyClient.dlvm_predict)
 
     def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
-        t = self.deadlines.backward
-        fan = self._fan_out(calls, lambda c, call: c.dlvm_backward(call, t), t, "DlvmBackward")
-        return set(fan)
+        return set(self._call("DlvmBackward", calls, PartyClient.dlvm_backward))
 
     def labelled_rows(self, block: int) -> np.ndarray | None:
-        t = self.deadlines.align
         samples = self.infos()[block].samples.get("train", 0)
-        return self._fan_out(
-            {block: samples}, lambda c, n: c.labelled_rows(n, t), t, "LabelledRows"
-        ).get(block)
-
-    def _psi_timeout(self, points: int) -> float:
-        return self.deadlines.align + _PSI_S_PER_POINT * points
+        return self._call("LabelledRows", {block: samples}, PartyClient.labelled_rows).get(block)
 
     def shutdown_all(self, reason: str) -> None:
-        t = self.deadlines.shutdown
-        blocks = list(self.registry.members())
-        self._fan_out({b: reason for b in blocks}, lambda c, r: c.shutdown(r, t), t, "Shutdown")
+        self._call("Shutdown", dict.fromkeys(self.registry.members(), reason), PartyClient.shutdown)
 
     # ------------------------------------------------------------------ fan-out
+    def _call(
+        self,
+        rpc: str,
+        calls: Mapping[int, C],
+        method: Callable[[PartyClient, C, float], Pending[R]],
+        training: bool = True,
+        points: int = 0,
+    ) -> dict[int, R]:
+        """`method` of every party's client, with the deadline of `rpc` (Deadlines.seconds)."""
+        t = self.deadlines.seconds(rpc, training=training, points=points)
+        return self._fan_out(calls, lambda c, call: method(c, call, t), t, rpc)
+
     def _fan_out(
         self,
         calls: Mapping[int, C],

@@ -196,7 +196,7 @@ class DlvmProgram:
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, object]:
-        """Plain data for the coordinator's checkpoint (vfl_core.resume)."""
+        """Plain data for the coordinator's checkpoint (Federation.snapshot)."""
         return {"labelled": None if self.labelled is None else self.labelled.tolist()}
 
     def load_state(self, saved: Mapping[str, object]) -> None:

@@ -276,7 +276,7 @@ class DvflProgram:
         self.bytes_sent[leg] += sum(a.nbytes for a in arrays)
 
     def state(self) -> dict[str, object]:
-        """Plain data for the coordinator's checkpoint (vfl_core.resume)."""
+        """Plain data for the coordinator's checkpoint (Federation.snapshot)."""
         return {
             "bytes": dict(self.bytes_sent),
             "hosts": self.hosts.to_state(),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,8 +39,10 @@ from vfl_core.protocol import (
     ScoreCall,
     ScoreResult,
     Transport,
+    disagreement,
     mismatch_hint,
 )
+from vfl_core.retry import Backoff, retry_until
 from vfl_core.scoring import result_fits
 from vfl_core.seeding import Stream, rng
 
@@ -140,19 +142,54 @@ class PredictionBatch:
         return out
 
 
+class Observer:
+    """Follows a run (the run log, the coordinator's checkpointer and round log): the engine
+    calls every observer of its list, in order, after each round, epoch and checkpoint. Nothing
+    outside the engine writes its fields."""
+
+    def round_done(self, fed: Federation, record: RoundRecord) -> None:
+        """After each training round, in round order."""
+
+    def epoch_done(self, fed: Federation, summary: EpochSummary) -> None:
+        """After each finished epoch (a resumed run's cut epoch included)."""
+
+    def checkpoint_done(self, fed: Federation, round_id: int, saved: set[int]) -> None:
+        """After the parties saved their state after `round_id` (`saved`: those that did)."""
+
+
+@dataclass
+class Callbacks(Observer):
+    """An observer made of plain functions (tests and scripts that record rounds)."""
+
+    round: Callable[[RoundRecord], None] | None = None
+    epoch: Callable[[EpochSummary], None] | None = None
+    checkpoint: Callable[[int, set[int]], None] | None = None
+
+    def round_done(self, fed: Federation, record: RoundRecord) -> None:
+        if self.round is not None:
+            self.round(record)
+
+    def epoch_done(self, fed: Federation, summary: EpochSummary) -> None:
+        if self.epoch is not None:
+            self.epoch(summary)
+
+    def checkpoint_done(self, fed: Federation, round_id: int, saved: set[int]) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint(round_id, saved)
+
+
 @dataclass
 class Federation:
     transport: Transport
     config: TrainConfig
     progress: bool = True
-    on_round: Callable[[RoundRecord], None] | None = None
-    on_epoch: Callable[[EpochSummary], None] | None = None  # after each finished epoch
+    # a shorthand for observers=[Callbacks(round=on_round)]
+    on_round: InitVar[Callable[[RoundRecord], None] | None] = None
     down_after: int = 3
     retry_every: int = 10
     alignment: str = "hmac"  # "hmac": parties' keyed ID hashes; "psi": vfl_core.psi (no hashes)
     # Checkpoints: None = never; 0 = at the end of training; N = also after every N rounds.
     checkpoint_every: int | None = None
-    on_checkpoint: Callable[[int, set[int]], None] | None = None  # (round, blocks that saved)
     # Seconds training may stay paused while no party that can train (a label party; the active
     # one for split-learning methods) is up: no round is run or counted meanwhile, and
     # FederationDown ends a longer pause. None never pauses: the guest-loss model of injected
@@ -185,8 +222,12 @@ class Federation:
     early_stop: EarlyStop | None = field(init=False, default=None)
     _training: np.ndarray | None = field(init=False, default=None)
     _validation: np.ndarray | None = field(init=False, default=None)
+    # who follows the run (vfl_core.run_log.RunLog, the coordinator's checkpointer and round log)
+    observers: list[Observer] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, on_round: Callable[[RoundRecord], None] | None) -> None:
+        if on_round is not None:
+            self.observers.append(Callbacks(round=on_round))
         self.infos = self.transport.infos()
         _check_infos(self.infos)
         self.spec = self.config.spec
@@ -210,16 +251,7 @@ class Federation:
         `align_retry_s`; the ones still missing are `unaligned` (they join later)."""
         give_up = time.monotonic() + self.align_retry_s
         for split in splits:
-            missing = self._align_split(split)
-            while missing and time.monotonic() < give_up:
-                log.warning(
-                    "aligned %s without blocks %s (no answer): asking again in %.0fs",
-                    split,
-                    missing,
-                    ALIGN_RETRY_PAUSE_S,
-                )
-                time.sleep(ALIGN_RETRY_PAUSE_S)
-                missing = self._align_split(split)
+            missing = self._align_asking_again(split, give_up)
             if missing:
                 log.warning(
                     "aligned %s without blocks %s: each joins at the start of an epoch once it "
@@ -233,6 +265,22 @@ class Federation:
             self._hold_out()
         if self.config.balance == "resample":
             self._weights = self._class_weights()
+
+    def _align_asking_again(self, split: str, give_up: float) -> list[int]:
+        """Align `split`, asking again every ALIGN_RETRY_PAUSE_S while some block that holds
+        samples does not answer, until monotonic time `give_up`; returns those still missing."""
+        return retry_until(
+            lambda: self._align_split(split),
+            bool,  # some block did not answer
+            give_up,
+            Backoff(ALIGN_RETRY_PAUSE_S),
+            lambda missing, pause: log.warning(
+                "aligned %s without blocks %s (no answer): asking again in %.0fs",
+                split,
+                missing,
+                pause,
+            ),
+        )
 
     def _align_split(self, split: str) -> list[int]:
         """Align `split` with the registered parties that hold it; returns those that did not
@@ -393,14 +441,19 @@ class Federation:
             )
             c.incomplete += trainable and record.present != record.pattern
             c.seconds = time.perf_counter() - start
-            if self.on_round is not None:
-                self.on_round(record)
+            for observer in self.observers:
+                observer.round_done(self, record)
             if self.checkpoint_every and self.round_id % self.checkpoint_every == 0:
                 self.checkpoint()
-        summary = self._summary(epoch, len(plan), time.perf_counter() - start)
-        self.cursor = Cursor(epoch=epoch + 1, summaries=[*c.summaries, summary])
-        if self.on_epoch is not None:
-            self.on_epoch(summary)
+        return self._end_epoch(epoch, len(plan), time.perf_counter() - start)
+
+    def _end_epoch(self, epoch: int, rounds: int, seconds: float) -> EpochSummary:
+        """Close the cursor's epoch after `rounds` batches (its plan's, or fewer where a resumed
+        run cuts it) and tell the observers."""
+        summary = self._summary(epoch, rounds, seconds)
+        self.cursor = Cursor(epoch=epoch + 1, summaries=[*self.cursor.summaries, summary])
+        for observer in self.observers:
+            observer.epoch_done(self, summary)
         return summary
 
     def _rounds(self, epoch: int, batches: Sequence[Batch]) -> Iterator[RoundRecord]:
@@ -452,16 +505,16 @@ class Federation:
         return summary
 
     def checkpoint(self) -> set[int]:
-        """Every party not marked down saves its state after the last round; then
-        `on_checkpoint` saves the coordinator's (so its round is one every party has)."""
+        """Every party not marked down saves its state after the last round; then the observers
+        hear of it (the coordinator's checkpointer saves its own: a round every party has)."""
         done = self.round_id - 1
         blocks = [b for b in sorted(self.infos) if self.liveness.state.get(b) != DOWN]
         saved = self.transport.checkpoint(done, blocks)
         if set(blocks) - saved:
             log.warning("checkpoint %d: blocks %s did not save", done, sorted(set(blocks) - saved))
         self.last_checkpoint = done
-        if self.on_checkpoint is not None:
-            self.on_checkpoint(done, saved)
+        for observer in self.observers:
+            observer.checkpoint_done(self, done, saved)
         return saved
 
     # ------------------------------------------------------------------ early stopping
@@ -515,6 +568,87 @@ class Federation:
                 kept_last,
                 stop.best_epoch + 1,
             )
+
+    # ------------------------------------------------------------------ snapshot and resume
+    # A snapshot taken after round r holds the next round (r + 1), the inference request counter,
+    # the cursor (epoch, batches of the epoch's plan already run, the epoch's losses so far,
+    # finished epoch summaries) and the liveness state machine. Nothing else is needed to resume:
+    # the plan is a pure function of (seed, epoch, alignment), task samples of (seed, round,
+    # party), and every party rolls back to its own checkpoint of round r.
+    def snapshot(self) -> dict[str, object]:
+        """Where the run stands, as plain data (the coordinator's checkpoint holds it)."""
+        c = self.cursor
+        return {
+            "next_round": self.round_id,
+            "request_id": self.request_id,
+            "epoch": c.epoch,
+            "position": c.position,
+            "losses": [float(x) for x in c.losses],
+            "head_losses": {int(k): [float(x) for x in v] for k, v in c.head_losses.items()},
+            "incomplete": int(c.incomplete),
+            "seconds": float(c.seconds),
+            "summaries": [asdict(s) for s in c.summaries],
+            "liveness": self.liveness.to_state(),
+            # the blocks in each split's alignment: the epoch's plan was made with these
+            "aligned": {split: sorted(al.rows) for split, al in self.alignments.items()},
+            # a method's round program (dvfl: its hosts' liveness, transfer and byte counts)
+            **({"program": self.hooks.state(self)} if self.hooks is not None else {}),
+            "early_stop": None if self.early_stop is None else self.early_stop.to_json(),
+        }
+
+    def restore(self, saved: dict, present: Iterable[int] = ()) -> None:
+        """Continue (already aligned) from a `snapshot()`. Parties in `present` that the
+        snapshot had marked down registered again since: they are rejoining."""
+        epoch, position = int(saved["epoch"]), int(saved["position"])
+        absent = self._absent_since(saved)
+        cut = bool(absent) and epoch < self.total_epochs and position > 0
+        if cut:
+            # The epoch's plan was made with these parties' samples, and this alignment lacks
+            # them (silent while the coordinator aligned again): its rest cannot be told apart
+            # from another plan, so the epoch ends here and the next starts without them, until
+            # they are heard from again (`unaligned`).
+            log.warning(
+                "resuming without blocks %s, which did not answer the alignment: epoch %d ends "
+                "at its %d batches so far",
+                absent,
+                epoch + 1,
+                position,
+            )
+        elif epoch < self.total_epochs and position > len(self.plan(epoch)):
+            raise ConfigError(
+                f"checkpoint is {position} batches into epoch {epoch + 1}, whose plan has only "
+                f"{len(self.plan(epoch))}: the parties' data changed since"
+            )
+        self.round_id = int(saved["next_round"])
+        self.request_id = int(saved["request_id"])
+        self.last_checkpoint = self.round_id - 1
+        self.cursor = Cursor(
+            epoch=epoch,
+            position=position,
+            losses=[float(x) for x in saved["losses"]],
+            # older checkpoints lack the per-head split of the epoch's losses so far
+            head_losses={int(k): list(v) for k, v in saved.get("head_losses", {}).items()},
+            incomplete=int(saved["incomplete"]),
+            seconds=float(saved["seconds"]),
+            summaries=[_saved_summary(s) for s in saved["summaries"]],
+        )
+        if self.early_stop is not None and saved.get("early_stop"):
+            self.early_stop = EarlyStop.from_json(saved["early_stop"])  # the best epoch so far
+        if cut:
+            self._end_epoch(epoch, position, self.cursor.seconds)
+        self.liveness.load_state(saved["liveness"])
+        if self.hooks is not None and "program" in saved:
+            self.hooks.load_state(self, saved["program"])
+        for block in sorted(present):
+            if self.liveness.state.get(block) == DOWN:
+                self.liveness.rejoined(block, self._tick)
+
+    def _absent_since(self, saved: dict) -> list[int]:
+        """Blocks of the snapshot's train alignment that this one lacks (older checkpoints do
+        not say: none)."""
+        before = saved.get("aligned", {}).get("train", [])
+        now = self.alignments["train"].rows if "train" in self.alignments else {}
+        return sorted(int(b) for b in before if int(b) not in now)
 
     # ------------------------------------------------------------------ pausing
     def _round_when_up(self, epoch: int, batch: Batch) -> RoundRecord:
@@ -911,6 +1045,11 @@ class Federation:
         return next(iter(self.infos.values())).task
 
 
+def _saved_summary(saved: dict) -> EpochSummary:
+    heads = {int(k): float(v) for k, v in saved.get("head_losses", {}).items()}
+    return EpochSummary(**{**saved, "head_losses": heads})
+
+
 def _ok(array: np.ndarray | None, shape: tuple[int, int]) -> bool:
     return (
         array is not None
@@ -959,18 +1098,18 @@ def _sum_grads(fused: dict, block: int) -> np.ndarray | None:
 def _check_infos(infos: dict[int, PartyInfo]) -> None:
     if not infos:
         raise ConfigError("no parties")
+    found = disagreement(list(infos.values()))
+    if found is not None:
+        name, first, info = found
+        raise ConfigError(
+            f"parties disagree on {name}: {info.party_id} has {getattr(info, name)!r}, "
+            f"{first.party_id} has {getattr(first, name)!r}" + mismatch_hint(name, info, first)
+        )
     first = next(iter(infos.values()))
     for block, info in infos.items():
         if info.block != block or not 0 <= block < first.num_blocks:
             raise ConfigError(
                 f"party {info.party_id}: block {info.block} outside 0..{first.num_blocks - 1}"
             )
-        for name in ("num_blocks", "dataset", "task", "num_classes"):
-            if getattr(info, name) != getattr(first, name):
-                raise ConfigError(
-                    f"parties disagree on {name}: {info.party_id} has {getattr(info, name)!r}, "
-                    f"{first.party_id} has {getattr(first, name)!r}"
-                    + mismatch_hint(name, info, first)
-                )
     if not any(i.has_labels for i in infos.values()):
         raise ConfigError("no party holds labels: nothing to train")

@@ -129,7 +129,7 @@ class ProgramHooks:
         return None
 
     def state(self, fed: Federation) -> dict[str, object]:
-        """Plain data for the coordinator's checkpoint (vfl_core.resume)."""
+        """Plain data for the coordinator's checkpoint (Federation.snapshot)."""
         return {}
 
     def load_state(self, fed: Federation, saved: dict) -> None:

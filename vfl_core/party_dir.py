@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vfl_core.errors import DataError
 from vfl_core.missingness import UNLABELLED
+from vfl_core.protocol import disagreement
 
 FORMAT_VERSION = 1
 
@@ -397,15 +398,13 @@ def check_federation(parties: list[PartyData]) -> None:
 
 
 def _check_same_setup(parties: list[PartyData]) -> None:
-    first = parties[0].meta
-    for party in parties[1:]:
-        for field in ("dataset", "num_blocks", "task", "num_classes"):
-            mine, theirs = getattr(first, field), getattr(party.meta, field)
-            if mine != theirs:
-                raise DataError(
-                    f"parties disagree on {field}: block {first.block} has {mine!r}, "
-                    f"block {party.meta.block} has {theirs!r}"
-                )
+    found = disagreement([p.meta for p in parties])
+    if found is not None:
+        field, first, other = found
+        raise DataError(
+            f"parties disagree on {field}: block {first.block} has {getattr(first, field)!r}, "
+            f"block {other.block} has {getattr(other, field)!r}"
+        )
 
 
 def _check_blocks(parties: list[PartyData]) -> None:

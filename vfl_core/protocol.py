@@ -8,9 +8,9 @@ Arrays are CPU numpy arrays: float32 for embeddings, gradients and probabilities
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -46,6 +46,24 @@ class PartyInfo:
     # split -> how many of its rows, the last ones, are label-only: the party holds their labels
     # but not their features (vfl_core.party_dir.PartySplit); absent means none
     label_only: dict[str, int] = field(default_factory=dict)
+
+
+# What every party of one federation has in common, in the order a disagreement is reported
+# (fields of both PartyInfo and vfl_core.data.PartyMeta).
+FEDERATION_FIELDS = ("dataset", "num_blocks", "task", "num_classes")
+P = TypeVar("P")
+
+
+def disagreement(parties: Sequence[P]) -> tuple[str, P, P] | None:
+    """Whether the parties agree on the federation: None, else the first field of
+    FEDERATION_FIELDS on which one differs from the first party, the first party and that one.
+    The one check behind the registry's, the engine's and the simulation's refusals."""
+    first = parties[0]
+    for name in FEDERATION_FIELDS:
+        for other in parties[1:]:
+            if getattr(other, name) != getattr(first, name):
+                return name, first, other
+    return None
 
 
 def mismatch_hint(name: str, a: PartyInfo, b: PartyInfo) -> str:

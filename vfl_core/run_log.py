@@ -1,9 +1,10 @@
 """A run's per-epoch metrics: one JSON line per finished epoch in <run dir>/epochs.jsonl, and the
 same figures as TensorBoard scalars in <run dir>/tensorboard when tensorboard is installed.
 
-The coordinator and `vfl simulate` both attach a `RunLog` to their `Federation`, so both write
-the same file. A resumed run (checkpoint restart) passes the epoch it resumes in: lines of that
-epoch and later are cut (that epoch runs again) and the new ones appended, as rounds.jsonl does.
+The coordinator and `vfl simulate` both give their `Federation` a `RunLog` observer
+(vfl_core.lifecycle.run_federation), so both write the same file. A resumed run (checkpoint
+restart) passes the epoch it resumes in: lines of that epoch and later are cut (that epoch runs
+again) and the new ones appended, as rounds.jsonl does.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from vfl_core.engine import EpochSummary, Federation
+from vfl_core.engine import EpochSummary, Federation, Observer
 from vfl_core.liveness import DOWN, REJOINING, UP, Liveness
 from vfl_core.metrics import MetricRow
 
@@ -66,9 +67,9 @@ def liveness_record(
     return EpochRecord(summary, parties, liveness.counts(), test)
 
 
-class RunLog:
-    """Writes an `EpochRecord` per finished epoch of the attached federation. With `eval_every`
-    N > 0 it also evaluates `split` after every N-th epoch and after the last one."""
+class RunLog(Observer):
+    """Writes an `EpochRecord` per finished epoch of the federation it observes. With
+    `eval_every` N > 0 it also evaluates `split` after every N-th epoch and after the last one."""
 
     def __init__(
         self, directory: Path, first_epoch: int = 0, eval_every: int = 0, split: str = "test"
@@ -80,11 +81,8 @@ class RunLog:
         self._file = open_epochs(self.path, first_epoch)
         self._board = _tensorboard(directory / TENSORBOARD_DIR, first_epoch)
 
-    def attach(self, fed: Federation) -> None:
-        def on_epoch(summary: EpochSummary) -> None:
-            self.write(liveness_record(summary, fed.liveness, self._evaluate(fed, summary.epoch)))
-
-        fed.on_epoch = on_epoch
+    def epoch_done(self, fed: Federation, summary: EpochSummary) -> None:
+        self.write(liveness_record(summary, fed.liveness, self._evaluate(fed, summary.epoch)))
 
     def _evaluate(self, fed: Federation, epoch: int) -> MetricRow | None:
         if self.eval_every <= 0 or self.split not in fed.alignments:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -16,23 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from vfl_core.alignment import DEMO_SECRET
 from vfl_core.config import TrainConfig
 from vfl_core.datasets import load_dataset
-from vfl_core.engine import EpochSummary, Federation, RoundRecord
+from vfl_core.engine import Callbacks, EpochSummary, RoundRecord
 from vfl_core.errors import DataError
-from vfl_core.faults import FaultConfig, FaultyTransport, check_faults
+from vfl_core.faults import FaultConfig, check_faults
 from vfl_core.inprocess import InProcessTransport
+from vfl_core.lifecycle import Variant, run_federation, variants_json
 from vfl_core.metrics import EvalReport
 from vfl_core.missingness import Mechanism, mcar, parse_mechanism
 from vfl_core.party import Party
 from vfl_core.party_dir import PartyData, check_federation, load_party_dir
 from vfl_core.prepare import prepare_parties
-from vfl_core.run_log import RunLog
-from vfl_core.subsets import SubsetResult, evaluate_subsets
+from vfl_core.subsets import SubsetResult
 from vfl_core.tabular import TableSource, load_table_federation
 
 log = logging.getLogger(__name__)
-
-# A test variant: its MCAR p_miss, its mechanism spec ("mnar:0.7"), or None (prepared dirs).
-Variant = float | str | None
 
 
 class SimulationConfig(BaseModel):
@@ -91,10 +88,7 @@ class SimulationResult:
             "config": json.loads(self.config.model_dump_json()),
             "seconds": self.seconds,
             "epochs": [e.__dict__ for e in self.epochs],
-            "results": [
-                {**variant_json(p), **report.to_json(), **self._subsets_json(p)}
-                for p, report in self.reports.items()
-            ],
+            "results": variants_json(self.reports, self.subsets),
         }
         if self.fault_counts is not None:
             out["faults"] = self.fault_counts
@@ -103,11 +97,6 @@ class SimulationResult:
         if self.early_stop is not None:
             out["early_stop"] = self.early_stop
         return out
-
-    def _subsets_json(self, p_miss: Variant) -> dict[str, object]:
-        if p_miss not in self.subsets:
-            return {}
-        return {"subsets": [r.to_json() for r in self.subsets[p_miss]]}
 
 
 def run_simulation(
@@ -120,83 +109,54 @@ def run_simulation(
 ) -> SimulationResult:
     """Train, then evaluate each test p_miss (and with `subsets`, every observed set of parties
     too). With `run_dir`, write what the coordinator writes: config.json, epochs.jsonl (a test
-    evaluation every `eval_every` epochs) and results.json, which `vfl report` reads."""
+    evaluation every `eval_every` epochs) and results.json, which `vfl report` reads. `on_round`
+    sees every round (e.g. to compare with a coordinator's rounds.jsonl)."""
     start = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="vfl-sim-"))
+    with tempfile.TemporaryDirectory(prefix="vfl-sim-") as tmp:
         variants = party_data(config, Path(tmp))
-        parties, transport, faulty = _federation_parts(config, variants)
-        federation = Federation(
-            faulty if faulty is not None else transport,
+        parties = _parties(config, next(iter(variants.values())))
+        results = run_federation(
+            InProcessTransport(parties),
             config.train,
+            config=config,
+            kind="simulate",
+            run_id="simulate",
+            out=run_dir,
+            eval_every=eval_every,
+            observers=[Callbacks(round=on_round)] if on_round is not None else [],
             progress=progress,
-            on_round=on_round,  # e.g. to compare with a coordinator's rounds.jsonl
+            faults=config.faults,
+            tests={key: partial(_install_test, parties, data) for key, data in variants.items()},
+            subsets=subsets,
         )
-        if run_dir is not None:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
-            stack.enter_context(RunLog(run_dir, eval_every=eval_every)).attach(federation)
-        federation.align()
-        epochs = federation.train()
-        if faulty is not None:
-            faulty.heal()  # faults model training; evaluation sees every party
-        reports: dict[Variant, EvalReport] = {}
-        by_subset: dict[Variant, list[SubsetResult]] = {}
-        for p_miss, data in variants.items():
-            for d in data:
-                parties[d.meta.block].replace_split("test", d.splits.get("test"))
-            federation.align(("test",))
-            reports[p_miss] = federation.evaluate("test")
-            if subsets:
-                by_subset[p_miss] = evaluate_subsets(federation, "test")
-    counts = faulty.counts() if faulty is not None else None
     seconds = time.perf_counter() - start
-    stats = federation.method_stats()
-    stop = None if federation.early_stop is None else federation.early_stop.to_json()
-    result = SimulationResult(
-        config, epochs, reports, parties, seconds, counts, by_subset, stats, stop
-    )
     if run_dir is not None:
-        write_run_results(run_dir, result, federation)
-    return result
+        results.write(run_dir)
+    return SimulationResult(
+        config,
+        results.epochs,
+        results.reports,
+        parties,
+        seconds,
+        results.faults,
+        results.subsets,
+        results.method,
+        results.early_stop,
+    )
 
 
-def _federation_parts(
-    config: SimulationConfig, variants: dict[Variant, list[PartyData]]
-) -> tuple[dict[int, Party], InProcessTransport, FaultyTransport | None]:
-    """The parties (with the first variant's test split), their transport and the fault
-    injector around it (None without faults)."""
-    first = next(iter(variants.values()))
-    parties = {
+def _parties(config: SimulationConfig, data: list[PartyData]) -> dict[int, Party]:
+    """The parties, with the first test variant's split."""
+    return {
         d.meta.block: Party(f"party{d.meta.block}", d, config.train, secret=config.secret.encode())
-        for d in first
+        for d in data
     }
-    transport = InProcessTransport(parties)
-    faulty = None
-    if config.faults.active:
-        faulty = FaultyTransport(transport, config.faults, config.train.seed)
-    return parties, transport, faulty
 
 
-def write_run_results(run_dir: Path, result: SimulationResult, fed: Federation) -> None:
-    """results.json in the coordinator's layout, for the first test p_miss; every p_miss under
-    "variants"."""
-    first = next(iter(result.reports), None)
-    results = {
-        "run_id": "simulate",
-        "task": fed.task,  # which metrics the rows hold (vfl_core.headline)
-        "config": json.loads(result.config.model_dump_json()),
-        "epochs": [e.__dict__ for e in result.epochs],
-        "test": result.reports[first].to_json() if result.reports else None,
-        "subsets": [r.to_json() for r in result.subsets.get(first, [])],
-        "transitions": [t.__dict__ for t in fed.liveness.transitions],
-        "transition_counts": fed.liveness.counts(),
-        "rounds": fed.round_id,
-        "method": fed.method_stats(),
-        "early_stop": result.early_stop,
-        "variants": result.to_json()["results"],
-    }
-    (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
+def _install_test(parties: dict[int, Party], data: list[PartyData]) -> None:
+    """Give every party its test split of one variant."""
+    for d in data:
+        parties[d.meta.block].replace_split("test", d.splits.get("test"))
 
 
 def party_data(config: SimulationConfig, tmp: Path) -> dict[Variant, list[PartyData]]:
@@ -238,10 +198,3 @@ def party_data(config: SimulationConfig, tmp: Path) -> dict[Variant, list[PartyD
     if not variants:
         raise DataError("no test p_miss given")
     return variants
-
-
-def variant_json(variant: Variant) -> dict[str, object]:
-    """How results.json names a test variant: its p_miss, or its mechanism."""
-    if isinstance(variant, str):
-        return {"p_miss_test": None, "missing_test": variant}
-    return {"p_miss_test": variant}

@@ -1,0 +1,317 @@
+"""One run of a federation, whatever the transport: build the round engine, align, resume, train,
+evaluate, and the results that results.json is written from.
+
+`vfl simulate` (vfl_core.simulate, the in-process transport) and the coordinator
+(vfl_coordinator.runner, the gRPC transport) both call `run_federation`; they differ only in the
+transport and the observers they pass (the coordinator's round log, checkpointer and phase
+reporting), and in the results.json keys only one of them has (`RunResults.to_json`).
+
+Alignment: the engine's default, keyed ID hashes ("hmac"), is the only default here. The
+coordinator passes its configured `alignment` (its config and CLI default to PSI, so parties of
+different organisations exchange no ID hashes); a simulation keeps the engine's default, which
+every test pinning in-process runs to gRPC runs and every recorded simulation result relies on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TypedDict, Unpack
+
+from pydantic import BaseModel
+
+from vfl_core.config import TrainConfig
+from vfl_core.engine import EpochSummary, Federation, Observer, Pause
+from vfl_core.faults import FaultConfig, FaultyTransport
+from vfl_core.liveness import FederationDown, Transition
+from vfl_core.metrics import EvalReport, format_table, unscored_note
+from vfl_core.protocol import Transport
+from vfl_core.retry import Backoff, retry_until
+from vfl_core.run_log import RunLog
+from vfl_core.subsets import SubsetResult, evaluate_subsets
+
+log = logging.getLogger(__name__)
+
+# A test variant of a simulation: its MCAR p_miss, its mechanism spec ("mnar:0.7"), or None
+# (the parties' own test split: every coordinator run, and simulations of prepared dirs).
+Variant = float | str | None
+
+# How often an evaluation that scored nothing (no label party answered) is tried again.
+EVALUATE_AGAIN_S = 2.0
+
+
+class EngineOptions(TypedDict, total=False):
+    """How the round engine treats its parties (vfl_core.engine.Federation keeps the defaults)."""
+
+    down_after: int
+    retry_every: int
+    alignment: str
+    rejoin_timeout_s: float | None
+    align_retry_s: float
+    pipeline: bool
+    checkpoint_every: int | None
+
+
+class PhaseObserver(Observer):
+    """An observer also told when the run enters a phase (aligning, training, evaluating)."""
+
+    def phase_started(self, fed: Federation, phase: str) -> None:
+        """Before `phase` starts."""
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """What a run reports; results.json is `to_json()` of it."""
+
+    kind: Literal["coordinator", "simulate"]  # which results.json layout (see to_json)
+    run_id: str
+    task: str  # which metrics the rows hold (vfl_core.headline)
+    config: BaseModel  # the run's own configuration (CoordinatorConfig, SimulationConfig)
+    epochs: list[EpochSummary]
+    reports: dict[Variant, EvalReport]  # test metrics per test variant (coordinator: None)
+    subsets: dict[Variant, list[SubsetResult]]  # test metrics with only these parties
+    transitions: list[Transition]
+    transition_counts: dict[str, int]
+    pauses: list[Pause]  # training waited for a label party
+    faults: dict[str, int] | None  # injected faults (None: none injected)
+    rounds: int
+    method: dict[str, object] | None  # a round program's figures (dvfl: bytes relayed)
+    early_stop: dict[str, object] | None = None  # vfl_core.early_stop's record, when on
+    failure: FederationDown | None = None  # what ended the run early
+    resumed: list[dict] = field(default_factory=list)  # the coordinator's restarts
+
+    @property
+    def first(self) -> Variant:
+        return next(iter(self.reports), None)
+
+    def to_json(self) -> dict[str, object]:
+        """results.json: the same keys for both, the coordinator's with the run's status,
+        pauses, restarts and injected faults, a simulation's with every test variant."""
+        first = self.first
+        test = self.reports[first].to_json() if first in self.reports else None
+        common = {
+            "task": self.task,
+            "config": json.loads(self.config.model_dump_json()),
+            "epochs": [e.__dict__ for e in self.epochs],
+            "test": test,
+            "subsets": [r.to_json() for r in self.subsets.get(first, [])],
+            "transitions": [t.__dict__ for t in self.transitions],
+            "transition_counts": self.transition_counts,
+        }
+        if self.kind == "simulate":
+            return {
+                "run_id": self.run_id,
+                **common,
+                "rounds": self.rounds,
+                "method": self.method,
+                "early_stop": self.early_stop,
+                "variants": variants_json(self.reports, self.subsets),
+            }
+        error = str(self.failure) if self.failure is not None else None
+        return {
+            "run_id": self.run_id,
+            "status": "failed" if error else "ok",
+            **({"error": error} if error else {}),
+            **common,
+            "pauses": [p.__dict__ for p in self.pauses],
+            "resumed": self.resumed,
+            "faults": self.faults,
+            "rounds": self.rounds,
+            "method": self.method,
+            "early_stop": self.early_stop,
+        }
+
+    def write(self, directory: Path) -> dict[str, object]:
+        """Write <directory>/results.json; returns what it holds."""
+        results = self.to_json()
+        (directory / "results.json").write_text(json.dumps(results, indent=2, default=str))
+        return results
+
+
+def run_federation(
+    transport: Transport,
+    train: TrainConfig,
+    *,
+    config: BaseModel,
+    kind: Literal["coordinator", "simulate"],
+    run_id: str,
+    out: Path | None = None,
+    first_epoch: int = 0,
+    eval_every: int = 0,
+    observers: Sequence[Observer] = (),
+    progress: bool = False,
+    faults: FaultConfig | None = None,
+    resume: Callable[[Federation], None] | None = None,
+    tests: Mapping[Variant, Callable[[], None]] | None = None,
+    subsets: bool = True,
+    evaluate_for_s: float | None = None,
+    **options: Unpack[EngineOptions],
+) -> RunResults:
+    """Align, train and evaluate the parties behind `transport`; never raises FederationDown:
+    a run it ends is returned with `failure` set (what it did so far is kept).
+
+    With `out`, config.json and epochs.jsonl (a test evaluation every `eval_every` epochs; a
+    resumed run continues from `first_epoch`) are written there. `faults` wraps the transport
+    in injected failures, as in every run (a seed gives the same failures in both transports);
+    they model rounds lost to failures, so training does not pause for them, and evaluation sees
+    every party. `resume(fed)` continues an aligned engine from a checkpoint. `tests`: the test
+    variants of a simulation, each installing its test split (else the parties' own, if aligned).
+    `evaluate_for_s`: an evaluation that scores no sample is tried again for this long, then the
+    run fails (None: once, and unscored is no failure)."""
+    faulty = None
+    if faults is not None and faults.active:
+        faulty = FaultyTransport(transport, faults, train.seed)
+        options["rejoin_timeout_s"] = None
+    with contextlib.ExitStack() as stack:
+        watchers = list(observers)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "config.json").write_text(config.model_dump_json(indent=2))
+            watchers.append(stack.enter_context(RunLog(out, first_epoch, eval_every)))
+        fed = Federation(
+            faulty if faulty is not None else transport,
+            train,
+            progress=progress,
+            observers=watchers,
+            **options,
+        )
+        run = _Run(fed, kind, run_id, config, faulty)
+        _phase(fed, "aligning")
+        fed.align()
+        if resume is not None:
+            resume(fed)
+        _phase(fed, "training")
+        try:
+            run.epochs = fed.train()
+        except FederationDown as err:
+            return run.failed(err)
+    if faulty is not None:
+        faulty.heal()  # faults model training; evaluation sees every party
+    _phase(fed, "evaluating")
+    return run.evaluate(tests, subsets, evaluate_for_s)
+
+
+def _phase(fed: Federation, phase: str) -> None:
+    for observer in fed.observers:
+        if isinstance(observer, PhaseObserver):
+            observer.phase_started(fed, phase)
+
+
+@dataclass
+class _Run:
+    """A run's figures as they come in."""
+
+    fed: Federation
+    kind: Literal["coordinator", "simulate"]
+    run_id: str
+    config: BaseModel
+    faulty: FaultyTransport | None
+    epochs: list[EpochSummary] = field(default_factory=list)
+    reports: dict[Variant, EvalReport] = field(default_factory=dict)
+    subsets: dict[Variant, list[SubsetResult]] = field(default_factory=dict)
+
+    def evaluate(
+        self,
+        tests: Mapping[Variant, Callable[[], None]] | None,
+        subsets: bool,
+        evaluate_for_s: float | None,
+    ) -> RunResults:
+        """Evaluate every test variant (and with `subsets`, every observed set of parties)."""
+        if tests is None:  # the parties' own test split, aligned with the rest
+            tests = {None: lambda: None} if "test" in self.fed.alignments else {}
+            align = False
+        else:
+            align = True
+        for variant, install in tests.items():
+            install()
+            if align:
+                self.fed.align(("test",))
+            report = self.reports[variant] = evaluate_test(self.fed, evaluate_for_s)
+            if evaluate_for_s is not None and not report.scored:
+                return self.failed(
+                    FederationDown(
+                        f"the test evaluation scored no sample ({report.unscored} unscored): no "
+                        f"label party answered within {evaluate_for_s:g}s"
+                    )
+                )
+            if subsets:
+                self.subsets[variant] = evaluate_subsets(self.fed, "test")
+        return self.results()
+
+    def failed(self, err: FederationDown) -> RunResults:
+        log.error("run %s failed: %s", self.run_id, err)
+        if not self.epochs:
+            self.epochs = list(self.fed.cursor.summaries)
+        return self.results(err)
+
+    def results(self, failure: FederationDown | None = None) -> RunResults:
+        fed = self.fed
+        return RunResults(
+            kind=self.kind,
+            run_id=self.run_id,
+            task=fed.task,
+            config=self.config,
+            epochs=self.epochs,
+            reports=self.reports,
+            subsets=self.subsets,
+            transitions=list(fed.liveness.transitions),
+            transition_counts=fed.liveness.counts(),
+            pauses=list(fed.pauses),
+            faults=self.faulty.counts() if self.faulty is not None else None,
+            rounds=fed.round_id,
+            method=fed.method_stats(),
+            early_stop=None if fed.early_stop is None else fed.early_stop.to_json(),
+            failure=failure,
+        )
+
+
+def evaluate_test(fed: Federation, evaluate_for_s: float | None) -> EvalReport:
+    """The test metrics with the parties live now. While the evaluation scores no sample (every
+    label party down, e.g. killed as training ended), it is tried again every EVALUATE_AGAIN_S
+    for up to `evaluate_for_s` (None: not again)."""
+    give_up = time.monotonic() + (evaluate_for_s or 0.0)
+    report = retry_until(
+        lambda: fed.evaluate("test"),
+        lambda r: not r.scored and not _heads_answered(fed, r),
+        give_up if evaluate_for_s is not None else float("-inf"),
+        Backoff(EVALUATE_AGAIN_S),
+        lambda _, pause: log.warning(
+            "the test evaluation scored no sample (no label party answered): trying again in "
+            "%.0fs, for at most %.0fs more",
+            pause,
+            give_up - time.monotonic(),
+        ),
+    )
+    table = [format_table(report.rows()), unscored_note(report.unscored)]
+    log.info("test metrics\n%s", "\n".join(filter(None, table)))
+    return report
+
+
+def _heads_answered(fed: Federation, report: EvalReport) -> bool:
+    """Whether a label party answered a batch of the evaluation (then waiting changes nothing)."""
+    return any(report.answers.get(b, [0, 0])[1] for b in fed.label_blocks)
+
+
+def variants_json(
+    reports: Mapping[Variant, EvalReport], subsets: Mapping[Variant, list[SubsetResult]]
+) -> list[dict[str, object]]:
+    """Each test variant: its name, its metrics and (when computed) its subsets."""
+    out = []
+    for variant, report in reports.items():
+        row = {**variant_json(variant), **report.to_json()}
+        if variant in subsets:
+            row["subsets"] = [r.to_json() for r in subsets[variant]]
+        out.append(row)
+    return out
+
+
+def variant_json(variant: Variant) -> dict[str, object]:
+    """How results.json names a test variant: its p_miss, or its mechanism."""
+    if isinstance(variant, str):
+        return {"p_miss_test": None, "missing_test": variant}
+    return {"p_miss_test": variant}
