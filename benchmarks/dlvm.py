@@ -485,7 +485,7 @@ def leads(cells, job: DlvmJob) -> dict[str, dict[str, float]]:
                 others = [
                     np.mean(v)
                     for m in job.methods
-                    if m != "dlvm" and (v := cells.get((dataset, train, test, m)))
+                    if m not in DLVM_VARIANTS and (v := cells.get((dataset, train, test, m)))
                 ]
                 if ours and others:
                     gaps.append(float(np.mean(ours)) - max(others))
@@ -599,6 +599,10 @@ def _plot(cells, job: DlvmJob) -> Path | None:
     axes = np.atleast_1d(axes)
     for ax, dataset in zip(axes, job.datasets, strict=True):
         for method in job.methods:
+            # pooled over every training mechanism: a variant run under fewer would mislead
+            first = job.test_mechanisms[0]
+            if not all((dataset, tr, first, method) in cells for tr in job.train_mechanisms):
+                continue
             means = [_pooled(cells, job, dataset, t, method) for t in job.test_mechanisms]
             ax.plot(range(len(job.test_mechanisms)), means, marker="o", label=NAMES[method])
         ax.set_xticks(range(len(job.test_mechanisms)), job.test_mechanisms, rotation=30)
