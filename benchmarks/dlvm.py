@@ -87,11 +87,18 @@ DIFFERENCES = (
 # about 1.5 hours of a 2-core machine shared with other benchmarks, load 12-23).
 BUDGET = (
     "Two of the paper's six training mechanisms (MCAR 0.2 and MNAR 0.7; all seven test "
-    "mechanisms), DLVM stage 1 cut from the default 30 epochs to 10, no `--reference` runs and "
-    "no expert-dropout variant: a 10-epoch DLVM run took about 2 CPU-minutes and 13-20 "
-    "wall-minutes at that load (the header's load averages). The label-only methods' runs are "
-    "the first helper's (code 70cf9f7), reused from the cache: a rerun at this code "
-    "(credit, MCAR 0.2, Standard VFL, seed 0) gave the same seven accuracies to the last digit."
+    "mechanisms), DLVM stage 1 cut from the default 30 epochs to 10: a 10-epoch DLVM run took "
+    "about 2 CPU-minutes (MNIST or Credit; the worker processes' CPU time) and 11 to 23 "
+    "wall-minutes at that load (niced, 2 runs at a time). No expert-dropout variant. The "
+    "label-only methods' runs are the "
+    "first helper's (its commits d302a64 to 70cf9f7, some with uncommitted changes), reused "
+    "from the cache, except Credit / MNAR 0.7 Local, PlugVFL and Standard VFL seeds 1-2, run "
+    "now; a rerun at this code (Credit, MCAR 0.2, Standard VFL, seed 0) gave the same seven "
+    "accuracies to the last digit. The seed-0 Credit DLVM runs ran before the SNIS clamp "
+    "(ea0306c, although their records name that commit: the pool records the checkout's commit "
+    "when a run ends): in one of them label parties refused one prediction batch whose "
+    "probabilities float32 rounding had put above 1, so that batch of one test mechanism went "
+    "unscored."
 )
 
 
