@@ -88,8 +88,8 @@ DIFFERENCES = (
 BUDGET = (
     "Two of the paper's six training mechanisms (MCAR 0.2 and MNAR 0.7; all seven test "
     "mechanisms), DLVM stage 1 cut from the default 30 epochs to 10: a 10-epoch DLVM run took "
-    "about 2 CPU-minutes (MNIST or Credit; the worker processes' CPU time) and 11 to 23 "
-    "wall-minutes at that load (niced, 2 runs at a time). No expert-dropout variant. The "
+    "about 2 CPU-minutes (MNIST or Credit; the worker processes' CPU time) and 5 to 25 "
+    "wall-minutes at load 4 to 26 (niced, 2 runs at a time). No expert-dropout variant. The "
     "label-only methods' runs are the "
     "first helper's (its commits d302a64 to 70cf9f7, some with uncommitted changes), reused "
     "from the cache, except Credit / MNAR 0.7 Local, PlugVFL and Standard VFL seeds 1-2, run "
@@ -383,12 +383,17 @@ def _before_after(job: DlvmJob, cells) -> list[str]:
                 continue
             best = [
                 max(
-                    (np.mean(v), m)
-                    for m in job.methods
-                    if m not in DLVM_VARIANTS and (v := cells.get((dataset, train, t, m)))
+                    (
+                        (np.mean(v), m)
+                        for m in job.methods
+                        if m not in DLVM_VARIANTS and (v := cells.get((dataset, train, t, m)))
+                    ),
+                    default=None,
                 )
                 for t in job.test_mechanisms
             ]
+            if None in best:  # e.g. `--methods dlvm`: nothing to stand beside
+                continue
             tests = job.test_mechanisms
             mean_now = np.mean([np.mean(now[t]) for t in tests])
             rows.append(
