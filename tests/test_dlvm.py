@@ -559,3 +559,30 @@ def test_given_crash_after_checkpoint_when_resumed_then_bit_identical_to_no_cras
         )
     assert fed.method_stats() == reference.method_stats()
     assert fed.evaluate().to_json() == reference.evaluate().to_json()
+
+
+def test_given_a_confident_classifier_when_predicting_then_every_probability_is_at_most_one(
+    few_labels: list[PartyData],
+) -> None:
+    """SNIS sums of near-one probabilities round above 1 in float32; the label parties refuse a
+    score outside [0, 1], so such a batch went unscored before the clamp in DlvmRoles.predict."""
+    _, parties = federation(few_labels)
+    active = parties[0].dlvm.active
+    last = [m for m in active.classifier.modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():  # p(y = 0 | h) = 1.0 exactly in float32, for every h
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([100.0] + [0.0] * (len(last.bias) - 1)))
+    fed, _ = federation(few_labels)
+    al = fed.alignments["test"]
+    worst = 0.0
+    for request, batch in enumerate(b for b in fed.predict_batches("test") if 0 in b.pattern):
+        rows, digest = al.rows_of(0, batch.index), al.digest(batch.index)
+        expert = parties[0].embed(EmbedCall(request, "test", rows, digest, False))
+        samples = 50
+        log_lik = np.random.default_rng(request).normal(size=(len(rows), samples))
+        answers = {0: Decoded(log_lik.astype(np.float32))}
+        call = StepCall(request, 0, Stage.PREDICT, samples, {0: expert}, answers)
+        probs = parties[0].dlvm_predict(call)
+        worst = max(worst, float(probs.max()))
+        assert ((probs >= 0) & (probs <= 1)).all()
+    assert worst == 1.0  # the softmax weights of some rows summed above 1 before the clamp

@@ -361,7 +361,9 @@ class DlvmRoles:
                 log_w = torch.zeros_like(log_w)
             active.eval()
             probs = torch.exp(active.class_log_probs(draw.h))  # (B, L, C)
-            return to_wire(dm.snis(log_w, probs))
+            # float32 rounding lifts a confident class's weighted sum up to ~2e-7 above 1, and
+            # the label parties refuse scores outside [0, 1] (the batch would go unscored)
+            return to_wire(dm.snis(log_w, probs).clamp(0.0, 1.0))
 
     def _active(self) -> ActiveModels:
         if self.active is None:
