@@ -44,7 +44,7 @@ from vfl_core.dlvm_protocol import (
     StepCall,
     StepResult,
 )
-from vfl_core.engine import Federation, PredictionBatch, RoundRecord, _prediction
+from vfl_core.engine import Federation, PredictionBatch, RoundRecord, batch_prediction
 from vfl_core.method_spec import active_party
 from vfl_core.predictions import combine
 from vfl_core.protocol import EmbedCall
@@ -192,7 +192,7 @@ class DlvmProgram:
         fed._record([active], probs, "predict", where, immediate=True)
         gen = rng(fed.config.seed, Stream.EVAL_RANDOM, request)
         combined = combine(fed.spec.combination, present, probs, gen, False)
-        return _prediction(batch, present, probs, combined, False)
+        return batch_prediction(batch, present, probs, combined, False)
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, object]:

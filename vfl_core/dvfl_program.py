@@ -44,7 +44,7 @@ from vfl_core.dvfl_protocol import (
     OwnerFeedCall,
     OwnerTrainCall,
 )
-from vfl_core.engine import Federation, PredictionBatch, RoundRecord, _ok, _prediction
+from vfl_core.engine import Federation, PredictionBatch, RoundRecord, batch_prediction, well_formed
 from vfl_core.learning_task import REGRESSION
 from vfl_core.liveness import UP, Liveness
 from vfl_core.method_spec import active_party
@@ -219,7 +219,7 @@ class DvflProgram:
         call = HostOutputCall(request, split, index, from_registers, activations or {})
         answers = fed.transport.host_output(dict.fromkeys(hosts, call)) if hosts else {}
         size = (len(index), self.cfg.host_dim)
-        good = {h: a for h, a in answers.items() if h in hosts and _ok(a, size)}
+        good = {h: a for h, a in answers.items() if h in hosts and well_formed(a, size)}
         for h in answers.keys() - good.keys():
             log.warning("%s: output of host %d refused (shape/dtype/NaN)", where, h)
         self._record_hosts(hosts, good, "host output", where, immediate)
@@ -243,11 +243,11 @@ class DvflProgram:
             call = PredictCall(request, outputs, tuple(sorted(outputs)))
             answers = fed.transport.predict({owner: call})
             size = (len(batch.index), fed.num_classes)
-            probs = {b: p for b, p in answers.items() if b == owner and _ok(p, size)}
+            probs = {b: p for b, p in answers.items() if b == owner and well_formed(p, size)}
             fed._record([owner], probs, "predict", where, immediate=True)
         gen = rng(fed.config.seed, Stream.EVAL_RANDOM, request)
         combined = combine(fed.spec.combination, present, probs, gen, regression)
-        return _prediction(batch, present, probs, combined, regression)
+        return batch_prediction(batch, present, probs, combined, regression)
 
     # ------------------------------------------------------------------ liveness
     def rejoined(self, block: int) -> None:
@@ -296,4 +296,4 @@ class DvflProgram:
 def _guest_ok(result: GuestResult, write: bool, shape: tuple[int, int]) -> bool:
     if not np.isfinite(result.loss):
         return False
-    return _ok(result.activations, shape) if write else result.activations is None
+    return well_formed(result.activations, shape) if write else result.activations is None

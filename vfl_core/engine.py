@@ -820,7 +820,8 @@ class Federation:
             for k, r in fused.items()
             if k in calls
             and all(
-                _ok(r.grads.get(b), (size, self._width(b, callees))) for b in calls[k].embeddings
+                well_formed(r.grads.get(b), (size, self._width(b, callees)))
+                for b in calls[k].embeddings
             )
         }
         self._record(calls, fused, "fuse", where, tick=tick)
@@ -864,7 +865,7 @@ class Federation:
         good = {
             b: a
             for b, a in answers.items()
-            if b in callees and _ok(a, (size, self._width(b, callees)))
+            if b in callees and well_formed(a, (size, self._width(b, callees)))
         }
         for b in answers.keys() - good.keys():
             log.warning("%s: %s answer of block %d refused (shape/dtype/NaN)", where, phase, b)
@@ -928,9 +929,9 @@ class Federation:
             predictors = [k for k in predictors if k in present or self._reachable(k, blocks)]
         if predictors is None:  # standard VFL with a block missing
             if regression:  # no prediction, unscored
-                return _prediction(batch, present, {}, None, regression)
+                return batch_prediction(batch, present, {}, None, regression)
             guess = random_guess(str(active_party(labels)), len(batch.index), self.num_classes, gen)
-            return _prediction(batch, present, {}, guess, regression)
+            return batch_prediction(batch, present, {}, guess, regression)
         shared = spec.shares_embeddings
         calls = {
             k: PredictCall(
@@ -939,13 +940,15 @@ class Federation:
             for k in predictors
         }
         size = (len(batch.index), self.num_classes)
-        probs = {k: p for k, p in sorted(self.transport.predict(calls).items()) if _ok(p, size)}
+        probs = {
+            k: p for k, p in sorted(self.transport.predict(calls).items()) if well_formed(p, size)
+        }
         # A label party serving the others' set was not asked to embed: its Predict answer is
         # the only sign of life, so a miss marks it down at once (as a missed Embed does).
         outside = [k for k in calls if k not in present]
         self._record(outside, probs, "predict", f"{split} request {request}", immediate=True)
         combined = combine(spec.combination, present, probs, gen, regression)
-        return _prediction(batch, present, probs, combined, regression)
+        return batch_prediction(batch, present, probs, combined, regression)
 
     def _reachable(self, block: int, blocks: Collection[int] | None) -> bool:
         """Whether a party outside a batch's observed set may be called (live, and among
@@ -1050,7 +1053,8 @@ def _saved_summary(saved: dict) -> EpochSummary:
     return EpochSummary(**{**saved, "head_losses": heads})
 
 
-def _ok(array: np.ndarray | None, shape: tuple[int, int]) -> bool:
+def well_formed(array: np.ndarray | None, shape: tuple[int, int]) -> bool:
+    """A party's answer has the shape asked for, float32 and finite values only."""
     return (
         array is not None
         and array.dtype == np.float32
@@ -1059,7 +1063,7 @@ def _ok(array: np.ndarray | None, shape: tuple[int, int]) -> bool:
     )
 
 
-def _prediction(
+def batch_prediction(
     batch: Batch,
     present: tuple[int, ...],
     probs: dict[int, np.ndarray],
