@@ -3,7 +3,7 @@ joined feature blocks of a set S, trained on every training sample whose blocks 
 observed (with its label) and tested on the test samples observed by exactly S.
 
 The model is a party's representation model on the concatenated blocks of S followed by a
-linear head (`vfl_core.models`), trained with the run's optimiser settings, epochs, batch size
+linear head (`vfl_core.model.models`), trained with the run's optimiser settings, epochs, batch size
 and class balancing, so the only difference from the federation is where the features are.
 """
 
@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from vfl_core.config import TrainConfig
-from vfl_core.metrics import accuracy_from_confusion, f1_from_confusion
-from vfl_core.models import build_head, build_representation
-from vfl_core.party_dir import PartyData
+from vfl_core.data.party_dir import PartyData
+from vfl_core.inference.metrics import accuracy_from_confusion, f1_from_confusion
+from vfl_core.model.models import build_head, build_representation
 from vfl_core.seeding import Stream, derive_seed, rng
 
 Joined = tuple[np.ndarray, np.ndarray]  # (n, sum of block widths) float32, (n,) int64 labels

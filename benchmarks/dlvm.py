@@ -4,7 +4,7 @@ Credit, a missingness mechanism for training and each of seven for testing.
 
 One task = (data set, training mechanism, seed, method): it trains once and evaluates every test
 mechanism (the training split is the same in every variant: same seed). The label-only methods
-train on the labelled rows (vfl_core.party_dir.labelled_rows_only); DLVM also uses the
+train on the labelled rows (vfl_core.data.party_dir.labelled_rows_only); DLVM also uses the
 unlabelled ones.
 Results: benchmarks/results/runs/dlvm/*.json, the report benchmarks/results/dlvm.md + dlvm.png.
 """
@@ -72,7 +72,7 @@ PAPER_MEAN_LEAD = 9.6  # ... averaged over its 168 configurations
 DIFFERENCES = (
     "Only the paper's abstract could be read here: its per-cell tables, network sizes and "
     "epochs are not reproduced, and the MAR 1 / MAR 2 rules are this project's definitions "
-    "(vfl_core/missingness.py; MCAR and MNAR follow the issue's wording).",
+    "(vfl_core/data/missingness.py; MCAR and MNAR follow the issue's wording).",
     "Small MLPs and few epochs on a shared 2-core machine; stage 1 is the costly part (every "
     "training sample, kappa = 10 decoder passes per sample). The header gives the epochs the "
     "runs used.",
@@ -227,8 +227,8 @@ def _run_method(payload: dict[str, Any]) -> dict[str, float]:
     """One method through vfl simulate's engine: accuracy per test mechanism (the federation's
     accuracy: the mean of the heads' probabilities, one prediction per sample; DLVM's one
     SNIS prediction). The label-only methods train on the labelled rows, DLVM on every row."""
+    from vfl_core.algorithms.dlvm_config import DlvmConfig
     from vfl_core.config import ModelConfig, TrainConfig
-    from vfl_core.dlvm_config import DlvmConfig
     from vfl_core.simulate import SimulationConfig, run_simulation
 
     setup = _setup(payload["dataset"])

@@ -1,4 +1,5 @@
-"""The cost of the PSI alignment (vfl_core.psi) over the real wire: K party processes, each a real
+"""The cost of the PSI alignment (vfl_core.training.psi) over the real wire: K party processes, each
+a real
 `Party` behind the real `PartyServicer` and guard on a mutual-TLS gRPC server on 127.0.0.1, and
 the coordinator's real `GrpcTransport` running `psi_align` in this process.
 
@@ -31,11 +32,11 @@ from vfl_cli.certs_cmd import create_federation
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.transport import GrpcTransport
-from vfl_core import psi
-from vfl_core.alignment import Alignment
 from vfl_core.config import TrainConfig
-from vfl_core.party import Party, party_info
-from vfl_core.party_dir import PartyData, PartyMeta, PartySplit
+from vfl_core.data.party_dir import PartyData, PartyMeta, PartySplit
+from vfl_core.training import psi
+from vfl_core.training.alignment import Alignment
+from vfl_core.training.party import Party, party_info
 from vfl_wire.security import COORDINATOR, Security, load_identity
 
 

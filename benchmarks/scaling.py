@@ -124,8 +124,8 @@ def scaling_worker(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prepare_strips(payload: dict[str, Any], out: Path, k: int) -> list[Path]:
-    from vfl_core.datasets import Dataset, load_dataset
-    from vfl_core.prepare import prepare_parties
+    from vfl_core.data.datasets import Dataset, load_dataset
+    from vfl_core.data.prepare import prepare_parties
 
     full = load_dataset("mnist", Path(payload["data_path"]))
     n_train, n_test = int(payload["max_train"]), int(payload["max_test"])

@@ -73,8 +73,8 @@ class ThroughputJob:
 
 def prepare(job: ThroughputJob, out: Path) -> list[Path]:
     """Four quadrant parties of `train_samples` MNIST images (+ 256 test), nothing missing."""
-    from vfl_core.datasets import Dataset, load_dataset
-    from vfl_core.prepare import prepare_parties
+    from vfl_core.data.datasets import Dataset, load_dataset
+    from vfl_core.data.prepare import prepare_parties
 
     full = load_dataset("mnist", job.data_path)
     n_test = 256
@@ -149,7 +149,7 @@ def audited_bytes(audit: Path) -> dict[str, float]:
             continue
         message = record.message()
         if record.rpc == "Train" and record.direction == "request":
-            training = True  # the pipelined engine's calls (vfl_core/pipeline.py)
+            training = True  # the pipelined engine's calls (vfl_core/training/pipeline.py)
         elif record.rpc == "Embed" and record.direction == "request":
             if not message.train and training:
                 break  # evaluation starts: the training phase is over

@@ -111,8 +111,8 @@ class WanJob:
 
 def prepare(workload: Workload, data_path: Path, seed: int, out: Path) -> list[Path]:
     """K party directories of the whole data set, 20% test, nothing missing."""
-    from vfl_core.datasets import load_dataset
-    from vfl_core.prepare import prepare_parties
+    from vfl_core.data.datasets import load_dataset
+    from vfl_core.data.prepare import prepare_parties
 
     return prepare_parties(
         load_dataset(workload.dataset, data_path),
@@ -356,7 +356,8 @@ def staleness_accuracy(results: Path) -> list[str]:
     return [
         "## What staleness costs in accuracy",
         "",
-        "`--staleness S` changes the math (vfl_core/pipeline.py): an embedding may miss up to S "
+        "`--staleness S` changes the math (vfl_core/training/pipeline.py): "
+        "an embedding may miss up to S "
         "of its party's earlier updates. LASER-VFL with the accuracy grid's setups, train "
         "p_miss 0, seeds 0-2, in process (bit for bit the real federation with the same option: "
         "tests/test_pipeline.py, tests/test_equivalence.py). Reproduce: "

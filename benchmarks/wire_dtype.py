@@ -1,4 +1,5 @@
-"""`vfl bench wire-dtype`: what each wire dtype of embeddings and gradients (vfl_core.quantize)
+"""`vfl bench wire-dtype`: what each wire dtype of embeddings and gradients
+(vfl_core.model.quantize)
 costs in accuracy and saves in bytes.
 
 Accuracy: LASER-VFL with the accuracy grid's setups (benchmarks/setups.py: Credit with the
@@ -151,8 +152,8 @@ def measure_bytes(job: WireDtypeJob) -> dict[str, Any]:
 
 
 def _party_dirs(dataset: str, data_path: Path, out: Path) -> list[Path]:
-    from vfl_core.datasets import load_dataset
-    from vfl_core.prepare import prepare_parties
+    from vfl_core.data.datasets import load_dataset
+    from vfl_core.data.prepare import prepare_parties
 
     setup = SETUPS[dataset]
     k = setup.clients
@@ -188,7 +189,7 @@ def write_report(job: WireDtypeJob) -> tuple[Path, str]:
     lines = [
         "# Embeddings and gradients on the wire: float32, float16, bfloat16, int8",
         "",
-        "`--wire-dtype` (vfl_core/quantize.py) rounds what crosses the wire; parties and the "
+        "`--wire-dtype` (vfl_core/model/quantize.py) rounds what crosses the wire; parties and the "
         "coordinator compute in float32. float16: IEEE half (saturating at 65504, gradients "
         "below 6e-8 flush to zero); bfloat16: float32's upper 16 bits; int8: codes in "
         "[-127, 127] and one 16-bit scale per row (max |row| / 127, rounded up).",

@@ -34,13 +34,13 @@ import numpy as np
 
 from vfl_client.servicer import PartyServicer
 from vfl_coordinator.registry import Registry
-from vfl_core.checkpoint import load_checkpoint
 from vfl_core.config import TrainConfig
-from vfl_core.engine import Federation, RoundRecord
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.metrics import EvalReport
-from vfl_core.party import Party
-from vfl_core.party_dir import load_party_dir
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.inference.metrics import EvalReport
+from vfl_core.persistence.checkpoint import load_checkpoint
+from vfl_core.training.engine import Federation, RoundRecord
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 from vfl_wire.channels import bind, make_channel, make_server
 from vfl_wire.security import (
     COORDINATOR,

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vfl_core.alignment import (
+from vfl_core.errors import ProtocolError
+from vfl_core.training.alignment import (
     Alignment,
     Batch,
     batch_digest,
@@ -19,7 +20,6 @@ from vfl_core.alignment import (
     eval_plan,
     hash_ids,
 )
-from vfl_core.errors import ProtocolError
 
 SECRET = b"test-secret"
 

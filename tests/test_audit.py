@@ -19,8 +19,8 @@ import pytest
 from google.protobuf.message import Message
 from harness import Cluster, prepare_digits
 
+from vfl_core.data.party_dir import load_party_dir
 from vfl_core.errors import DataError
-from vfl_core.party_dir import load_party_dir
 from vfl_wire import convert
 from vfl_wire.audit import AuditLog, AuditRecord, read_audit
 from vfl_wire.tensors import decode_array, encode_array

@@ -10,19 +10,19 @@ import numpy as np
 import pytest
 import torch
 
-from vfl_core import checkpoint
-from vfl_core.alignment import batch_digest
-from vfl_core.checkpoint import (
+from vfl_core.config import ModelConfig, TrainConfig
+from vfl_core.data.party_dir import PartyData, PartyMeta, PartySplit
+from vfl_core.errors import ConfigError, DataError
+from vfl_core.persistence import checkpoint
+from vfl_core.persistence.checkpoint import (
     load_checkpoint,
     party_checkpoint_path,
     save_checkpoint,
     save_party_checkpoint,
 )
-from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.errors import ConfigError, DataError
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, PartyMeta, PartySplit
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall
+from vfl_core.training.alignment import batch_digest
+from vfl_core.training.party import Party
 
 CONFIG = TrainConfig(seed=3, epochs=2, model=ModelConfig(embed_dim=8, hidden=(16,)))
 CONFIG_JSON = CONFIG.model_dump_json()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vfl_coordinator.checkpoints import load_resume
 from vfl_coordinator.config import CoordinatorConfig
-from vfl_core.checkpoint_store import RoundCheckpoints
+from vfl_core.persistence.checkpoint_store import RoundCheckpoints
 
 LEFTOVERS = (".party0-round-000000040.pt.k3j2_x9.tmp", ".party0.pt.a8b_c.tmp")
 KEPT = (

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from vfl_cli import client_cmd, coordinator_cmd
 from vfl_client.runner import ClientConfig
 from vfl_coordinator.config import CoordinatorConfig, Deadlines
-from vfl_core.faults import FaultConfig
+from vfl_core.training.faults import FaultConfig
 
 LOG_WAIT_S = 90.0  # a loaded 2-core machine needs seconds to import torch
 

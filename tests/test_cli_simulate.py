@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.prepare import prepare_parties
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.prepare import prepare_parties
 
 K = 4
 # Small and fast (one torch thread; the command sets it process-wide, the fixture restores it).

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vfl_core.errors import DataError
-from vfl_core.party_dir import (
+from vfl_core.data.party_dir import (
     PartyData,
     PartyMeta,
     PartySplit,
@@ -18,6 +17,7 @@ from vfl_core.party_dir import (
     load_party_dir,
     save_party_dir,
 )
+from vfl_core.errors import DataError
 
 
 def make_party(

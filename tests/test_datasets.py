@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vfl_core.datasets import (
+from vfl_core.data.datasets import (
     load_credit_csv,
     load_dataset,
     load_digits_dataset,

@@ -15,13 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from vfl_core import dlvm_math as dm
-from vfl_core.alignment import Batch
-from vfl_core.config import TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.dlvm import kept_experts, noise, posterior
-from vfl_core.dlvm_config import DlvmConfig
-from vfl_core.dlvm_protocol import (
+from vfl_core.algorithms import dlvm_math as dm
+from vfl_core.algorithms.dlvm import kept_experts, noise, posterior
+from vfl_core.algorithms.dlvm_config import DlvmConfig
+from vfl_core.algorithms.dlvm_protocol import (
     DecodeCall,
     Decoded,
     DlvmBackwardCall,
@@ -29,14 +26,17 @@ from vfl_core.dlvm_protocol import (
     Stage,
     StepCall,
 )
-from vfl_core.engine import Callbacks, Federation
+from vfl_core.config import TrainConfig
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.missingness import UNLABELLED, parse_mechanism
+from vfl_core.data.party_dir import PartyData, PartySplit, labelled_rows_only, load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.missingness import UNLABELLED, parse_mechanism
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, PartySplit, labelled_rows_only, load_party_dir
-from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import EmbedCall
+from vfl_core.training.alignment import Batch
+from vfl_core.training.engine import Callbacks, Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 
 def normal_log_prob(x: torch.Tensor, mean: float | torch.Tensor, var: float) -> torch.Tensor:
@@ -484,7 +484,7 @@ def test_given_a_party_that_misses_decode_then_the_round_steps_without_its_term(
     decoder = [p.detach().clone() for p in parties[2].dlvm.models.decoder.parameters()]
     encoder = [p.detach().clone() for p in parties[2].dlvm.models.encoder.parameters()]
 
-    with caplog.at_level(logging.INFO, logger="vfl_core.engine"):
+    with caplog.at_level(logging.INFO, logger="vfl_core.training.engine"):
         record = fed.run_round(0, 0, batch)
 
     assert record.present == (0, 1, 2, 3) and record.updated == (0, 1, 2, 3)

@@ -22,12 +22,12 @@ from harness import Cluster, train_in_process
 from test_audit import _batch_labels, _sent_by_party, _tensors, find_needles
 from test_equivalence import _assert_same_tensors
 
-from vfl_core.checkpoint import load_checkpoint
 from vfl_core.config import TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.missingness import parse_mechanism
-from vfl_core.party_dir import load_party_dir
-from vfl_core.prepare import prepare_parties
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.missingness import parse_mechanism
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.data.prepare import prepare_parties
+from vfl_core.persistence.checkpoint import load_checkpoint
 from vfl_wire.audit import read_audit
 
 pytestmark = pytest.mark.slow

@@ -19,15 +19,22 @@ from hypothesis import strategies as st
 from test_fuzz import FUZZ, HEADERS, REFUSED, RUN, TIMEOUT, tensors
 
 from vfl_client.servicer import PartyServicer
-from vfl_core.alignment import batch_digest
+from vfl_core.algorithms.dlvm_config import DlvmConfig
+from vfl_core.algorithms.dlvm_protocol import (
+    DecodeCall,
+    Decoded,
+    PartyGrads,
+    Stage,
+    StepCall,
+    StepResult,
+)
 from vfl_core.config import TrainConfig
-from vfl_core.datasets import load_dataset
-from vfl_core.dlvm_config import DlvmConfig
-from vfl_core.dlvm_protocol import DecodeCall, Decoded, PartyGrads, Stage, StepCall, StepResult
+from vfl_core.data.datasets import load_dataset
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ProtocolError
-from vfl_core.party import Party
-from vfl_core.party_dir import load_party_dir
-from vfl_core.prepare import prepare_parties
+from vfl_core.training.alignment import batch_digest
+from vfl_core.training.party import Party
 from vfl_wire import convert
 from vfl_wire.channels import bind, make_server
 from vfl_wire.security import GuardInterceptor, party_policy

@@ -13,19 +13,19 @@ import numpy as np
 import pytest
 import torch
 
-from vfl_core.alignment import batch_digest
+from vfl_core.algorithms.dvfl import Registers, reconstruction_loss
+from vfl_core.algorithms.dvfl_protocol import GuestCall, HostCall, HostOutputCall, OwnerTrainCall
 from vfl_core.config import DvflConfig, TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.dvfl import Registers, reconstruction_loss
-from vfl_core.dvfl_protocol import GuestCall, HostCall, HostOutputCall, OwnerTrainCall
-from vfl_core.engine import Callbacks, Federation, RoundRecord
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import PartyData, PartySplit, load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
-from vfl_core.faults import FaultConfig, FaultyTransport
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, PartySplit, load_party_dir
-from vfl_core.prepare import prepare_parties
 from vfl_core.simulate import SimulationConfig, run_simulation
+from vfl_core.training.alignment import batch_digest
+from vfl_core.training.engine import Callbacks, Federation, RoundRecord
+from vfl_core.training.faults import FaultConfig, FaultyTransport
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

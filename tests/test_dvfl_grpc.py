@@ -18,9 +18,9 @@ import pytest
 from harness import SECRET, Cluster, assert_checkpoints_match, train_in_process
 
 from vfl_core.config import TrainConfig
-from vfl_core.engine import RoundRecord
-from vfl_core.faults import FaultConfig
 from vfl_core.simulate import SimulationConfig, run_simulation
+from vfl_core.training.engine import RoundRecord
+from vfl_core.training.faults import FaultConfig
 
 pytestmark = pytest.mark.slow
 

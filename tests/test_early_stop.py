@@ -1,4 +1,4 @@
-"""Early stopping (TrainConfig.early_stop_patience, vfl_core/early_stop.py), in process.
+"""Early stopping (TrainConfig.early_stop_patience, vfl_core/training/early_stop.py), in process.
 
 A validation share of the training samples, drawn from the seed among those a label party holds,
 leaves the batch plan and is scored after every epoch; training stops after `patience` epochs
@@ -14,13 +14,13 @@ import pytest
 import torch
 from harness import SECRET
 
-from vfl_core.alignment import epoch_plan
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.early_stop import EarlyStop
-from vfl_core.engine import Callbacks, EpochSummary, Federation
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.party import Party
-from vfl_core.party_dir import load_party_dir
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.training.alignment import epoch_plan
+from vfl_core.training.early_stop import EarlyStop
+from vfl_core.training.engine import Callbacks, EpochSummary, Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 # A small model at a high learning rate: the validation accuracy peaks within a few epochs.
 FAST = {"lr": 1e-2, "model": ModelConfig(representation="mlp", embed_dim=8, hidden=(16,))}
@@ -140,7 +140,7 @@ def test_given_a_coordinator_checkpoint_when_resumed_then_the_best_epoch_so_far_
     party_dirs: list[Path],
 ) -> None:
     """A restarted coordinator continues the record: the best epoch and the epochs waited."""
-    from vfl_core.checkpoint import check_plain
+    from vfl_core.persistence.checkpoint import check_plain
 
     fed, _ = federation(party_dirs, epochs=3, early_stop_patience=2)
     fed.align()

@@ -11,16 +11,11 @@ import pytest
 from sklearn.metrics import f1_score
 
 from vfl_coordinator.registry import Registry
-from vfl_core import pipeline
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Callbacks, Federation, RoundRecord
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.liveness import DOWN, UP
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, load_party_dir
-from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -30,6 +25,11 @@ from vfl_core.protocol import (
     TrainCall,
     disagreement,
 )
+from vfl_core.training import pipeline
+from vfl_core.training.engine import Callbacks, Federation, RoundRecord
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.liveness import DOWN, UP
+from vfl_core.training.party import Party
 
 K = 4
 SECRET = b"engine-test"

@@ -11,13 +11,13 @@ import pytest
 import torch
 from harness import SECRET, Cluster, train_in_process
 
-from vfl_core.checkpoint import load_checkpoint
 from vfl_core.config import TrainConfig
-from vfl_core.engine import Federation
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.party import Party
-from vfl_core.party_dir import load_party_dir
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.persistence.checkpoint import load_checkpoint
 from vfl_core.simulate import SimulationConfig, run_simulation
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 pytestmark = pytest.mark.slow
 

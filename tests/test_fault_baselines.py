@@ -11,18 +11,18 @@ import torch
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
+from vfl_core.algorithms.method_spec import SHARED, HeadTask
+from vfl_core.algorithms.methods import method_spec
+from vfl_core.algorithms.stale import StaleEmbeddings
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation, RoundRecord
-from vfl_core.faults import FaultConfig, FaultyTransport
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.method_spec import SHARED, HeadTask
-from vfl_core.methods import method_spec
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, load_party_dir
-from vfl_core.prepare import prepare_parties
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.protocol import EmbedCall, FuseCall, PredictCall
-from vfl_core.stale import StaleEmbeddings
+from vfl_core.training.engine import Federation, RoundRecord
+from vfl_core.training.faults import FaultConfig, FaultyTransport
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 K = 4
 D = 6

@@ -13,18 +13,18 @@ import torch
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core import checkpoint
-from vfl_core.checkpoint_store import RoundCheckpoints
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Callbacks, Federation, RoundRecord
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.faults import FaultConfig, FaultyTransport
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.liveness import DOWN, REJOINING, UP, Liveness
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, load_party_dir
-from vfl_core.prepare import prepare_parties
+from vfl_core.persistence import checkpoint
+from vfl_core.persistence.checkpoint_store import RoundCheckpoints
+from vfl_core.training.engine import Callbacks, Federation, RoundRecord
+from vfl_core.training.faults import FaultConfig, FaultyTransport
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.liveness import DOWN, REJOINING, UP, Liveness
+from vfl_core.training.party import Party
 
 K = 4
 SECRET = b"faults-test"

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from vfl_cli.coordinator_cmd import coordinator
 from vfl_core.config import TrainConfig
-from vfl_core.engine import RoundRecord
-from vfl_core.faults import FaultConfig
 from vfl_core.simulate import SimulationConfig, run_simulation
+from vfl_core.training.engine import RoundRecord
+from vfl_core.training.faults import FaultConfig
 
 FAULTS = FaultConfig(fail_rate=0.2, rejoin_rate=0.5, link_loss=0.05)
 FAULT_ARGS = ["--fault-rate", "0.2", "--rejoin-rate", "0.5", "--link-loss", "0.05"]

@@ -18,8 +18,8 @@ from harness import SECRET, Client, Cluster, Coordinator
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.alignment import batch_digest, hash_ids
-from vfl_core.checkpoint import load_checkpoint
+from vfl_core.persistence.checkpoint import load_checkpoint
+from vfl_core.training.alignment import batch_digest, hash_ids
 from vfl_wire import convert
 from vfl_wire.tensors import encode_array
 from vfl_wire.v1 import vfl_pb2

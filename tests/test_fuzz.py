@@ -30,12 +30,12 @@ from vfl_coordinator.admission import Admission
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.runner import MAX_REQUEST_BYTES
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
-from vfl_core.alignment import batch_digest
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_dataset
-from vfl_core.party import Party
-from vfl_core.party_dir import load_party_dir
-from vfl_core.prepare import prepare_parties
+from vfl_core.data.datasets import load_dataset
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.data.prepare import prepare_parties
+from vfl_core.training.alignment import batch_digest
+from vfl_core.training.party import Party
 from vfl_wire import convert
 from vfl_wire.channels import bind, make_server
 from vfl_wire.security import (

@@ -15,22 +15,22 @@ import numpy as np
 import pytest
 import torch
 
-from vfl_core import laser
-from vfl_core import party as party_module
-from vfl_core.alignment import Alignment, batch_digest, epoch_plan, eval_plan
+from vfl_core.algorithms import laser
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation, RoundRecord
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.learning_task import head_loss
+from vfl_core.data.party_dir import PartyData, PartySplit, load_party_dir, save_party_dir
+from vfl_core.data.prepare import prepare_parties
+from vfl_core.data.tabular import TableSource, load_table_party
 from vfl_core.errors import DataError, ProtocolError
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.learning_task import head_loss
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, PartySplit, load_party_dir, save_party_dir
-from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, PartyInfo, PredictCall
 from vfl_core.seeding import Stream, rng
 from vfl_core.simulate import SimulationConfig, run_simulation
-from vfl_core.tabular import TableSource, load_table_party
+from vfl_core.training import party as party_module
+from vfl_core.training.alignment import Alignment, batch_digest, epoch_plan, eval_plan
+from vfl_core.training.engine import Federation, RoundRecord
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 from vfl_wire import convert
 
 K = 3
@@ -399,7 +399,7 @@ def test_given_serve_feature_only_off_when_simulated_then_the_papers_objective_a
 def test_given_a_regression_task_when_labels_at_one_party_then_sets_without_it_get_errors(
     tmp_path: Path,
 ) -> None:
-    from vfl_core.datasets import load_diabetes_dataset
+    from vfl_core.data.datasets import load_diabetes_dataset
 
     paths = prepare_parties(
         load_diabetes_dataset(), tmp_path, K, [0.3] * K, [0.3] * K, 0.2, seed=0, label_blocks=[0],

@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 from vfl_cli.app import app
 from vfl_core.config import TrainConfig
-from vfl_core.party_dir import save_party_dir
-from vfl_core.tabular import federation_sources, load_table_federation
+from vfl_core.data.party_dir import save_party_dir
+from vfl_core.data.tabular import federation_sources, load_table_federation
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2
 

@@ -14,17 +14,17 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.alignment import Batch
+from vfl_core.algorithms.method_spec import MethodSpec
+from vfl_core.algorithms.methods import METHOD_NAMES, METHODS, REGISTRY, method_spec
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation, PredictionBatch, RoundRecord
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.method_spec import MethodSpec
-from vfl_core.methods import METHOD_NAMES, METHODS, REGISTRY, method_spec
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, load_party_dir
-from vfl_core.prepare import prepare_parties
+from vfl_core.training.alignment import Batch
+from vfl_core.training.engine import Federation, PredictionBatch, RoundRecord
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 K = 3
 SECRET = b"specs-test"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vfl_core.metrics import (
+from vfl_core.inference.metrics import (
     FEDERATION,
     EvalReport,
     MetricRow,

@@ -10,17 +10,17 @@ import pytest
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.datasets import Dataset
-from vfl_core.errors import ConfigError, DataError
-from vfl_core.missingness import (
+from vfl_core.data.datasets import Dataset
+from vfl_core.data.missingness import (
     UNLABELLED,
     Mechanism,
     block_means,
     draw_observed,
     parse_mechanism,
 )
-from vfl_core.party_dir import labelled_rows_only, load_party_dir
-from vfl_core.prepare import draw_missingness, prepare_parties
+from vfl_core.data.party_dir import labelled_rows_only, load_party_dir
+from vfl_core.data.prepare import draw_missingness, prepare_parties
+from vfl_core.errors import ConfigError, DataError
 
 N, K = 40_000, 4
 

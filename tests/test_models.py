@@ -1,4 +1,4 @@
-"""Shapes, deterministic initialisation and config errors of vfl_core.models."""
+"""Shapes, deterministic initialisation and config errors of vfl_core.model.models."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from torch import nn
 
 from vfl_core.config import ModelConfig
 from vfl_core.errors import ConfigError
-from vfl_core.models import (
+from vfl_core.model.models import (
     CNNRepresentation,
     MLPRepresentation,
     ResNet18Representation,

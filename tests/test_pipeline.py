@@ -1,4 +1,5 @@
-"""The pipelined engine (vfl_core/pipeline.py) against the sequential one (Federation.run_round).
+"""The pipelined engine (vfl_core/training/pipeline.py) against the sequential one
+(Federation.run_round).
 
 Exact pipelining (staleness 0, the default) must give the sequential engine's parameters,
 optimiser states, round records and test metrics bit for bit: for LASER-VFL and the baselines,
@@ -21,15 +22,15 @@ from harness import party_servers
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.transport import GrpcTransport
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Callbacks, Federation, RoundRecord
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError
-from vfl_core.faults import FaultConfig, FaultyTransport
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, load_party_dir
-from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import TrainCall, TrainResult
+from vfl_core.training.engine import Callbacks, Federation, RoundRecord
+from vfl_core.training.faults import FaultConfig, FaultyTransport
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -142,7 +143,7 @@ def test_given_injected_party_failures_when_pipelined_then_same_in_process_and_o
     """Parties fail and come back (R_d 0.3, R_u 0.5): the same draws reach the same calls in
     both transports. (Not the sequential engine's rounds: there a round's Backward is
     acknowledged before the next round's callees are chosen, here with the next Embed, so a
-    comeback can be registered one round apart; docs in vfl_core/pipeline.py.)"""
+    comeback can be registered one round apart; docs in vfl_core/training/pipeline.py.)"""
     cfg = config()
     faults = FaultConfig(fail_rate=0.3, rejoin_rate=0.5)
 

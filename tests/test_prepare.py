@@ -11,10 +11,10 @@ import typer
 from typer.testing import CliRunner
 
 from vfl_cli.prepare_cmd import prepare
-from vfl_core.datasets import Dataset, load_digits_dataset
+from vfl_core.data.datasets import Dataset, load_digits_dataset
+from vfl_core.data.party_dir import check_federation, load_party_dir
+from vfl_core.data.prepare import draw_missingness, party_p_miss, prepare_parties
 from vfl_core.errors import ConfigError
-from vfl_core.party_dir import check_federation, load_party_dir
-from vfl_core.prepare import draw_missingness, party_p_miss, prepare_parties
 
 K = 4
 

@@ -1,4 +1,5 @@
-"""PSI alignment (vfl_core.psi): the math it relies on, and that it aligns like the keyed hashes.
+"""PSI alignment (vfl_core.training.psi): the math it relies on, and that it aligns like the keyed
+hashes.
 
 The commutativity of X25519 on arbitrary u-coordinates (clamping included) is checked before the
 protocol relies on it; then the in-process federation aligned by PSI must find exactly the observed
@@ -17,17 +18,17 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vfl_core import psi
-from vfl_core.alignment import Alignment
 from vfl_core.config import TrainConfig
-from vfl_core.datasets import load_dataset
-from vfl_core.engine import Federation
+from vfl_core.data.datasets import load_dataset
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import DataError, ProtocolError
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.party import Party
-from vfl_core.party_dir import load_party_dir
-from vfl_core.prepare import prepare_parties
 from vfl_core.protocol import EmbedCall, PsiCall
+from vfl_core.training import psi
+from vfl_core.training.alignment import Alignment
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 SECRET = b"psi-test-secret"
 CREDIT_CSV = Path("/work/shared/data/UCI_Credit_Card.csv")

@@ -15,20 +15,29 @@ from sklearn.metrics import roc_auc_score
 from torch import nn
 
 from vfl_coordinator.registry import Registry
-from vfl_core.alignment import Alignment
+from vfl_core.algorithms.laser import (
+    full_loss,
+    fuse_mean,
+    sample_tasks,
+    sampled_loss,
+    task_outcomes,
+)
+from vfl_core.algorithms.methods import method_spec
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_diabetes_dataset, load_digits_dataset
-from vfl_core.engine import Federation
+from vfl_core.data.datasets import load_diabetes_dataset, load_digits_dataset
+from vfl_core.data.learning_task import head_loss
+from vfl_core.data.party_dir import PartyData, check_federation, load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError, DataError, ProtocolError
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.laser import full_loss, fuse_mean, sample_tasks, sampled_loss, task_outcomes
-from vfl_core.learning_task import head_loss
-from vfl_core.methods import method_spec
-from vfl_core.metrics import FEDERATION, EvalReport, auc_from_histogram, format_table
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, check_federation, load_party_dir
-from vfl_core.predictions import combine
-from vfl_core.prepare import prepare_parties
+from vfl_core.inference.metrics import FEDERATION, EvalReport, auc_from_histogram, format_table
+from vfl_core.inference.predictions import combine
+from vfl_core.inference.scoring import (
+    AUC_BINS,
+    auc_histogram,
+    regression_sums,
+    result_fits,
+    score_batch,
+)
 from vfl_core.protocol import (
     EmbedCall,
     FuseCall,
@@ -38,14 +47,11 @@ from vfl_core.protocol import (
     ScoreCall,
     ScoreResult,
 )
-from vfl_core.scoring import (
-    AUC_BINS,
-    auc_histogram,
-    regression_sums,
-    result_fits,
-    score_batch,
-)
 from vfl_core.seeding import Stream, rng
+from vfl_core.training.alignment import Alignment
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 from vfl_wire import convert
 
 K = 4

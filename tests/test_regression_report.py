@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 
 from vfl_cli.app import app
 from vfl_cli.simulate_cmd import drop_one_lines
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError
-from vfl_core.headline import METRICS, choose_metric, headline
-from vfl_core.metrics import MetricRow
-from vfl_core.prepare import prepare_parties
-from vfl_core.subsets import SubsetResult
+from vfl_core.inference.headline import METRICS, choose_metric, headline
+from vfl_core.inference.metrics import MetricRow
+from vfl_core.inference.subsets import SubsetResult
 
 FAST = ["--representation", "mlp", "--hidden", "16", "--embed-dim", "8", "--batch-size", "64"]
 FAST += ["--no-progress", "--threads", "1", "--seed", "0", "--log-level", "error"]

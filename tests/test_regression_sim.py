@@ -14,15 +14,15 @@ from sklearn.metrics import roc_auc_score
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
+from vfl_core.algorithms.methods import METHODS
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import Dataset
-from vfl_core.engine import Federation
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.methods import METHODS
-from vfl_core.party import Party
-from vfl_core.party_dir import load_party_dir
-from vfl_core.prepare import prepare_parties
+from vfl_core.data.datasets import Dataset
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.simulate import SimulationConfig, SimulationResult, run_simulation
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 MODEL = ModelConfig(representation="mlp", embed_dim=16, hidden=(32,))
 

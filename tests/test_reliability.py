@@ -23,18 +23,18 @@ from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_core import lifecycle
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.label_summary import class_counts
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError, ProtocolError
-from vfl_core.faults import FaultConfig, FaultyTransport
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.label_summary import class_counts
-from vfl_core.liveness import FederationDown
-from vfl_core.metrics import EvalReport, MetricRow
-from vfl_core.party import Party
-from vfl_core.party_dir import load_party_dir
-from vfl_core.prepare import prepare_parties
+from vfl_core.inference.metrics import EvalReport, MetricRow
 from vfl_core.protocol import PartyInfo, SamplePrediction
+from vfl_core.training.engine import Federation
+from vfl_core.training.faults import FaultConfig, FaultyTransport
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.liveness import FederationDown
+from vfl_core.training.party import Party
 from vfl_wire import convert
 from vfl_wire.status import FencedError, status_for
 from vfl_wire.v1 import vfl_pb2

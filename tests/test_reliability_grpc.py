@@ -36,7 +36,7 @@ import pytest
 from harness import BIN, Client, Cluster, Coordinator, prepare_digits
 from slowloris import Attack, tls_context
 
-from vfl_core.party_dir import load_party_dir
+from vfl_core.data.party_dir import load_party_dir
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2
 

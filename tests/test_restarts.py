@@ -20,9 +20,9 @@ import pytest
 import torch
 from harness import SECRET, Client, Cluster, Coordinator
 
-from vfl_core.checkpoint_store import RoundCheckpoints
 from vfl_core.config import TrainConfig
-from vfl_core.run_log import EPOCHS_FILE, read_epochs
+from vfl_core.persistence.checkpoint_store import RoundCheckpoints
+from vfl_core.persistence.run_log import EPOCHS_FILE, read_epochs
 from vfl_core.simulate import SimulationConfig, run_simulation
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,5 @@
-"""The one retry policy (vfl_core.retry): pauses, and asking again until good or out of time."""
+"""The one retry policy (vfl_core.training.retry): pauses, and asking again until good or out of
+time."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import time
 
 import pytest
 
-from vfl_core import retry
-from vfl_core.retry import Backoff, reconnect_backoff, retry_until
+from vfl_core.training import retry
+from vfl_core.training.retry import Backoff, reconnect_backoff, retry_until
 
 
 def test_given_cap_when_paused_repeatedly_then_doubles_up_to_cap_and_resets() -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation, RoundRecord
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.party import Party
-from vfl_core.party_dir import load_party_dir
-from vfl_core.prepare import prepare_parties
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.data.prepare import prepare_parties
+from vfl_core.training.engine import Federation, RoundRecord
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 K = 3
 

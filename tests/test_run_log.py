@@ -1,4 +1,5 @@
-"""The per-epoch run log (vfl_core.run_log): one JSON line per epoch, cut and appended on resume,
+"""The per-epoch run log (vfl_core.persistence.run_log): one JSON line per epoch, cut and appended
+on resume,
 TensorBoard scalars when tensorboard is installed, and the engine's per-head epoch losses."""
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ import numpy as np
 import pytest
 
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Callbacks, Cursor, EpochSummary, Federation, RoundRecord
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.liveness import Liveness
-from vfl_core.metrics import MetricRow
-from vfl_core.party import Party
-from vfl_core.party_dir import load_party_dir
-from vfl_core.prepare import prepare_parties
-from vfl_core.run_log import EPOCHS_FILE, RunLog, liveness_record, read_epochs
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.data.prepare import prepare_parties
+from vfl_core.inference.metrics import MetricRow
+from vfl_core.persistence.run_log import EPOCHS_FILE, RunLog, liveness_record, read_epochs
+from vfl_core.training.engine import Callbacks, Cursor, EpochSummary, Federation, RoundRecord
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.liveness import Liveness
+from vfl_core.training.party import Party
 
 K = 4
 SECRET = b"run-log-test"
@@ -115,7 +116,10 @@ def test_given_no_tensorboard_when_logging_then_debug_message_once_and_json_stil
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import raises
-    with caplog.at_level(logging.DEBUG, logger="vfl_core.run_log"), RunLog(tmp_path) as run_log:
+    with (
+        caplog.at_level(logging.DEBUG, logger="vfl_core.persistence.run_log"),
+        RunLog(tmp_path) as run_log,
+    ):
         for epoch in range(2):
             run_log.write(liveness_record(summary(epoch), liveness()))
     notes = [r for r in caplog.records if "TensorBoard" in r.getMessage()]

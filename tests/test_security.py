@@ -26,9 +26,9 @@ from harness import BIN, SECRET, Client, Cluster, Coordinator
 
 from vfl_cli.certs_cmd import create_federation, parse_names
 from vfl_coordinator.admission import parse_parties
-from vfl_core.alignment import DEMO_SECRET
 from vfl_core.errors import ConfigError
-from vfl_core.psi import id_point
+from vfl_core.training.alignment import DEMO_SECRET
+from vfl_core.training.psi import id_point
 from vfl_wire import convert
 from vfl_wire.audit import read_audit
 from vfl_wire.security import (
@@ -336,7 +336,7 @@ def test_given_psi_federation_when_audited_then_no_value_recomputable_from_an_id
 ) -> None:
     """Everything that reached or left the coordinator, searched for any value that can be
     computed from a sample ID without a party's PSI secret: the ID itself, its SHA-256, its
-    SHA-512 point (vfl_core.psi.id_point), its keyed hashes under the demo and the harness
+    SHA-512 point (vfl_core.training.psi.id_point), its keyed hashes under the demo and the harness
     secrets (which the parties hold, the coordinator must not)."""
     cluster, coord, _, audit = federation
     report = cluster.stub(coord).Evaluate(

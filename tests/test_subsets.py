@@ -1,4 +1,5 @@
-"""Evaluation by set of parties (vfl_core.subsets, Federation.evaluate(blocks=...)) over the
+"""Evaluation by set of parties (vfl_core.inference.subsets, Federation.evaluate(blocks=...)) over
+the
 in-process transport: only the chosen parties are called, the result equals the evaluation with
 the other parties dead, and samples none of them holds are unscored."""
 
@@ -10,15 +11,15 @@ import numpy as np
 import pytest
 
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_digits_dataset
-from vfl_core.engine import Federation
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.liveness import DOWN, UP
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, load_party_dir
-from vfl_core.prepare import prepare_parties
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.data.prepare import prepare_parties
+from vfl_core.inference.subsets import evaluate_subsets, observed_subsets
 from vfl_core.protocol import EmbedCall, PredictCall, ScoreCall
-from vfl_core.subsets import evaluate_subsets, observed_subsets
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.liveness import DOWN, UP
+from vfl_core.training.party import Party
 
 K = 4
 SECRET = b"subsets-test"

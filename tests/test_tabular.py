@@ -15,15 +15,15 @@ from typer.testing import CliRunner
 
 from vfl_cli.app import app
 from vfl_cli.client_cmd import client
-from vfl_core.checkpoint import load_checkpoint, save_party_checkpoint
 from vfl_core.config import ModelConfig, TrainConfig
+from vfl_core.data.party_dir import PREPROCESS_FILE, load_party_dir
+from vfl_core.data.preprocess import Table, TabularPreprocessor, parse_labels
+from vfl_core.data.table_files import read_table
+from vfl_core.data.tabular import TableSource, load_table_party, load_table_party_kept
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.models import TabularRepresentation, build_representation
-from vfl_core.party import Party
-from vfl_core.party_dir import PREPROCESS_FILE, load_party_dir
-from vfl_core.preprocess import Table, TabularPreprocessor, parse_labels
-from vfl_core.table_files import read_table
-from vfl_core.tabular import TableSource, load_table_party, load_table_party_kept
+from vfl_core.model.models import TabularRepresentation, build_representation
+from vfl_core.persistence.checkpoint import load_checkpoint, save_party_checkpoint
+from vfl_core.training.party import Party
 
 
 def write_csv(path: Path, text: str) -> Path:

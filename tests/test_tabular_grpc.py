@@ -20,11 +20,11 @@ from tabular_tables import LABEL_COLUMN, LABELS, write_tables
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.checkpoint import load_checkpoint
-from vfl_core.party_dir import PartyData
-from vfl_core.preprocess import TabularPreprocessor
-from vfl_core.table_files import read_table
-from vfl_core.tabular import TableSource, load_table_party
+from vfl_core.data.party_dir import PartyData
+from vfl_core.data.preprocess import TabularPreprocessor
+from vfl_core.data.table_files import read_table
+from vfl_core.data.tabular import TableSource, load_table_party
+from vfl_core.persistence.checkpoint import load_checkpoint
 from vfl_wire import convert
 from vfl_wire.audit import AuditRecord, read_audit
 from vfl_wire.v1 import vfl_pb2

@@ -16,18 +16,18 @@ from typer.testing import CliRunner
 from vfl_cli.app import app
 from vfl_cli.client_cmd import client
 from vfl_coordinator.registry import Registry
-from vfl_core.errors import ConfigError, DataError
-from vfl_core.party_dir import PREPROCESS_FILE, load_party_dir
-from vfl_core.preprocess import Table, TabularPreprocessor, parse_labels
-from vfl_core.protocol import PartyInfo
-from vfl_core.table_files import read_table
-from vfl_core.tabular import (
+from vfl_core.data.party_dir import PREPROCESS_FILE, load_party_dir
+from vfl_core.data.preprocess import Table, TabularPreprocessor, parse_labels
+from vfl_core.data.table_files import read_table
+from vfl_core.data.tabular import (
     TableSource,
     federation_sources,
     load_table_federation,
     load_table_party,
     load_table_party_kept,
 )
+from vfl_core.errors import ConfigError, DataError
+from vfl_core.protocol import PartyInfo
 
 
 def write_csv(path: Path, text: str) -> Path:

@@ -20,9 +20,9 @@ from tabular_tables import HOUSE_ID, PRICE, write_linear_tables
 from typer.testing import CliRunner, Result
 
 from vfl_cli.app import app
-from vfl_core.party_dir import PartyData
-from vfl_core.preprocess import TabularPreprocessor
-from vfl_core.tabular import TableSource, load_table_party
+from vfl_core.data.party_dir import PartyData
+from vfl_core.data.preprocess import TabularPreprocessor
+from vfl_core.data.tabular import TableSource, load_table_party
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from vfl_core.errors import ProtocolError, StaleRoundError
-from vfl_core.metrics import ROW_METRICS, MetricRow
+from vfl_core.inference.metrics import ROW_METRICS, MetricRow
 from vfl_core.protocol import (
     PROTOCOL_VERSION,
     BackwardCall,
@@ -580,7 +580,7 @@ def test_given_other_grpcio_tools_pin_then_codegen_refuses(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("kind", ["save", "keep", "restore"])
 def test_given_a_checkpoint_call_when_round_tripped_then_its_kind_is_kept(kind: str) -> None:
-    """Early stopping's keep/restore travel in the Checkpoint RPC (vfl_core.early_stop)."""
+    """Early stopping's keep/restore travel in the Checkpoint RPC (vfl_core.training.early_stop)."""
     request = convert.checkpoint_call_to_proto(12, vfl_pb2.Header(), kind)
     back = vfl_pb2.CheckpointRequest.FromString(request.SerializeToString())
     assert convert.checkpoint_call_from_proto(back) == 12

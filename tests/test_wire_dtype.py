@@ -1,5 +1,6 @@
 """Smaller embeddings and gradients on the wire (TrainConfig.wire_dtype): the rounding
-(vfl_core.quantize), its encoding in a Tensor message (vfl_wire.tensors), the refusal of hostile
+(vfl_core.model.quantize), its encoding in a Tensor message (vfl_wire.tensors), the refusal of
+hostile
 encoded tensors by a real party server, and that the in-process transport rounds exactly where the
 gRPC transport encodes (a federation over real gRPC servers against the in-process one, bit for
 bit, for every wire dtype)."""
@@ -16,17 +17,17 @@ from harness import party_servers
 
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.transport import GrpcTransport
-from vfl_core import quantize
-from vfl_core.alignment import batch_digest
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.datasets import load_dataset
-from vfl_core.engine import Federation
+from vfl_core.data.datasets import load_dataset
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ProtocolError
-from vfl_core.inprocess import InProcessTransport
-from vfl_core.party import Party
-from vfl_core.party_dir import load_party_dir
-from vfl_core.prepare import prepare_parties
-from vfl_core.quantize import WIRE_DTYPES, decode, encode, round_trip
+from vfl_core.model import quantize
+from vfl_core.model.quantize import WIRE_DTYPES, decode, encode, round_trip
+from vfl_core.training.alignment import batch_digest
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 from vfl_wire import convert
 from vfl_wire.tensors import decode_float, encode_float
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc

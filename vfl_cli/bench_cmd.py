@@ -71,7 +71,7 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 
 
 def _methods(text: str) -> tuple[str, ...]:
-    from vfl_core.methods import METHODS
+    from vfl_core.algorithms.methods import METHODS
 
     methods = tuple(m.strip() for m in text.split(",") if m.strip())
     unknown = [m for m in methods if m not in METHODS]
@@ -316,7 +316,7 @@ def dlvm(
     """DLVM-VFL's few-label protocol: DLVM vs LASER-VFL and baselines per missingness."""
     setup_logging(bench.log_level)
     mod = _bench("dlvm")
-    from vfl_core.missingness import parse_mechanism
+    from vfl_core.data.missingness import parse_mechanism
 
     mechanisms = {
         name: tuple(m.strip() for m in text.split(",") if m.strip())

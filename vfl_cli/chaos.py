@@ -1,4 +1,5 @@
-"""Guest loss with real processes: the fault model of `vfl_core.faults`, applied to clients.
+"""Guest loss with real processes: the fault model of `vfl_core.training.faults`, applied to
+clients.
 
 `FaultyTransport` drops a failed party's calls inside one process. Here the same model (each
 party that is up fails with probability R_d per tick, each failed party comes back with

@@ -12,8 +12,8 @@ from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.option_groups import with_option_groups
 from vfl_cli.options import default, given, read_config_file
 from vfl_client.runner import ClientConfig, run_client
+from vfl_core.data.table_files import is_table_file
 from vfl_core.errors import ConfigError
-from vfl_core.table_files import is_table_file
 
 Opt = typer.Option
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from vfl_core.errors import VflError
-from vfl_core.metrics import MetricRow
+from vfl_core.inference.metrics import MetricRow
 from vfl_core.protocol import SamplePrediction
 from vfl_wire import convert
 from vfl_wire.channels import plaintext_to_tls_hint

@@ -30,11 +30,11 @@ from vfl_cli.errors import user_errors
 from vfl_cli.remote_cmd import operator_security, render_evaluation
 from vfl_cli.report_cmd import has_matplotlib, write_report
 from vfl_cli.train_options import Deadline
+from vfl_core.algorithms.methods import METHODS, method_spec
 from vfl_core.config import TrainConfig
-from vfl_core.datasets import load_dataset
+from vfl_core.data.datasets import load_dataset
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import VflError
-from vfl_core.methods import METHODS, method_spec
-from vfl_core.prepare import prepare_parties
 from vfl_wire.security import OPERATOR
 
 Opt = typer.Option

@@ -11,7 +11,7 @@ import typer
 
 from vfl_cli.options import default, given
 from vfl_core.errors import ConfigError
-from vfl_core.faults import ENTITIES, FaultConfig
+from vfl_core.training.faults import ENTITIES, FaultConfig
 
 Opt = typer.Option
 # Options named apart from the FaultConfig field they set.
@@ -20,7 +20,8 @@ _FIELDS = {"fault_rate": "fail_rate", "fault_entity": "entity"}
 
 @dataclass(frozen=True)
 class FaultOptions:
-    """R_d, R_u and link loss of vfl_core.faults (DVFL's guest loss), per training round."""
+    """R_d, R_u and link loss of vfl_core.training.faults (DVFL's guest loss), per training
+    round."""
 
     fault_rate: Annotated[
         float, Opt(help="R_d: probability that a party fails at each training round")

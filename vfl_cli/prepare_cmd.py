@@ -11,15 +11,15 @@ import typer
 
 from vfl_cli import table_options as tables
 from vfl_cli.option_groups import with_option_groups
-from vfl_core.datasets import Layout, load_dataset
+from vfl_core.data.datasets import Layout, load_dataset
+from vfl_core.data.label_summary import class_counts, describe_classes, rare_class_warnings
+from vfl_core.data.learning_task import REGRESSION
+from vfl_core.data.missingness import Mechanism, parse_mechanism
+from vfl_core.data.party_dir import PartyData, save_party_dir
+from vfl_core.data.prepare import PREPARE_FILE, party_p_miss, prepare_parties, seeded_rng
+from vfl_core.data.preprocess import TabularPreprocessor
+from vfl_core.data.tabular import TableSource, load_table_party, read_fitted
 from vfl_core.errors import ConfigError
-from vfl_core.label_summary import class_counts, describe_classes, rare_class_warnings
-from vfl_core.learning_task import REGRESSION
-from vfl_core.missingness import Mechanism, parse_mechanism
-from vfl_core.party_dir import PartyData, save_party_dir
-from vfl_core.prepare import PREPARE_FILE, party_p_miss, prepare_parties, seeded_rng
-from vfl_core.preprocess import TabularPreprocessor
-from vfl_core.tabular import TableSource, load_table_party, read_fitted
 
 T = TypeVar("T", int, float)
 

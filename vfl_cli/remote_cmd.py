@@ -10,13 +10,13 @@ import typer
 
 from vfl_cli.coordinator_client import CoordinatorClient, Evaluation
 from vfl_cli.errors import user_errors
-from vfl_core.alignment import DEMO_SECRET, hash_ids
+from vfl_core.data.learning_task import REGRESSION
+from vfl_core.data.party_dir import PREPROCESS_FILE, load_party_dir
+from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.learning_task import REGRESSION
-from vfl_core.metrics import format_table, unscored_note
-from vfl_core.party_dir import PREPROCESS_FILE, load_party_dir
-from vfl_core.preprocess import TabularPreprocessor
+from vfl_core.inference.metrics import format_table, unscored_note
 from vfl_core.protocol import SamplePrediction
+from vfl_core.training.alignment import DEMO_SECRET, hash_ids
 from vfl_wire.security import OPERATOR, Security, load_security
 
 Opt = typer.Option

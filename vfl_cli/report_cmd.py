@@ -19,7 +19,7 @@ from vfl_cli.report_html import render_html
 from vfl_cli.report_plots import Plot, curves_plot, drop_one_plot, liveness_plot, subsets_plot
 from vfl_cli.run_files import RunFiles, load_run
 from vfl_core.errors import ConfigError, VflError
-from vfl_core.headline import METRICS, Metric, choose_metric, task_metrics
+from vfl_core.inference.headline import METRICS, Metric, choose_metric, task_metrics
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from vfl_cli.report_plots import Plot
 from vfl_cli.run_files import RunFiles
-from vfl_core.headline import Metric, task_metrics
+from vfl_core.inference.headline import Metric, task_metrics
 
 HIDDEN_KEYS = ("secret", "token", "password")  # config values the report does not show
 MAX_TRANSITION_ROWS = 200

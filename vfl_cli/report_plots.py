@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from vfl_core.headline import Metric
+from vfl_core.inference.headline import Metric
 
 DPI = 100
 STATE_COLOURS = {"up": "#4caf50", "down": "#e53935", "rejoining": "#fb8c00"}

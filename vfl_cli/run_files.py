@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vfl_core.data.learning_task import REGRESSION, TASKS
 from vfl_core.errors import VflError
-from vfl_core.headline import METRICS, task_of_rows
-from vfl_core.learning_task import REGRESSION, TASKS
-from vfl_core.run_log import EPOCHS_FILE
+from vfl_core.inference.headline import METRICS, task_of_rows
+from vfl_core.persistence.run_log import EPOCHS_FILE
 
 RESULTS_FILE = "results.json"
 CONFIG_FILE = "config.json"

@@ -15,12 +15,12 @@ from vfl_cli.fault_options import FaultOptions
 from vfl_cli.option_groups import with_option_groups
 from vfl_cli.options import parse_ints, read_config_file, samples
 from vfl_cli.train_options import TrainOptions
+from vfl_core.data.tabular import federation_sources
 from vfl_core.errors import ConfigError
-from vfl_core.headline import Metric, headline
-from vfl_core.metrics import format_table, unscored_note
+from vfl_core.inference.headline import Metric, headline
+from vfl_core.inference.metrics import format_table, unscored_note
+from vfl_core.inference.subsets import SubsetResult
 from vfl_core.simulate import SimulationConfig, SimulationResult, run_simulation
-from vfl_core.subsets import SubsetResult
-from vfl_core.tabular import federation_sources
 
 Opt = typer.Option
 

@@ -10,10 +10,10 @@ from typing import Annotated
 
 import typer
 
+from vfl_core.data.learning_task import CLASSIFICATION, TASKS, Task
+from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT
+from vfl_core.data.tabular import DEFAULT_TEST_FRACTION, TableSource
 from vfl_core.errors import ConfigError
-from vfl_core.learning_task import CLASSIFICATION, TASKS, Task
-from vfl_core.preprocess import DEFAULT_MAX_ONEHOT
-from vfl_core.tabular import DEFAULT_TEST_FRACTION, TableSource
 
 Opt = typer.Option
 

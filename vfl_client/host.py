@@ -18,7 +18,7 @@ Behaviour (issue 5):
   error (it is never loaded and never deleted); so does a coordinator that now runs another run
   or configuration.
 - **Checkpoints.** The coordinator's Checkpoint call saves <dir>/<party id>-round-<r>.pt
-  atomically, keeping the newest two (vfl_core.checkpoint_store).
+  atomically, keeping the newest two (vfl_core.persistence.checkpoint_store).
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ import grpc
 import torch
 
 from vfl_client.servicer import PartyServicer
-from vfl_core.checkpoint_store import RoundCheckpoints
 from vfl_core.errors import ConfigError
-from vfl_core.party import Party
+from vfl_core.persistence.checkpoint_store import RoundCheckpoints
 from vfl_core.protocol import PartyInfo, Registration
-from vfl_core.retry import reconnect_backoff
+from vfl_core.training.party import Party
+from vfl_core.training.retry import reconnect_backoff
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2_grpc
 

@@ -16,15 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_client.host import PartyHost, warm_up
 from vfl_client.servicer import PartyServicer
-from vfl_core.alignment import DEMO_SECRET
-from vfl_core.checkpoint import party_checkpoint_path, save_party_checkpoint
 from vfl_core.config import TrainConfig
+from vfl_core.data.label_summary import class_counts, describe_classes, rare_class_warnings
+from vfl_core.data.party_dir import PREPROCESS_FILE, PartyData, load_party_dir
+from vfl_core.data.tabular import TableSource, load_table_party_kept
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.label_summary import class_counts, describe_classes, rare_class_warnings
-from vfl_core.party import Party, party_info
-from vfl_core.party_dir import PREPROCESS_FILE, PartyData, load_party_dir
-from vfl_core.retry import reconnect_backoff
-from vfl_core.tabular import TableSource, load_table_party_kept
+from vfl_core.persistence.checkpoint import party_checkpoint_path, save_party_checkpoint
+from vfl_core.training.alignment import DEMO_SECRET
+from vfl_core.training.party import Party, party_info
+from vfl_core.training.retry import reconnect_backoff
 from vfl_wire import convert
 from vfl_wire.channels import bind, make_server, plaintext_to_tls_hint
 from vfl_wire.security import COORDINATOR, GuardInterceptor, Security, load_security, party_policy

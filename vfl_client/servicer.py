@@ -24,7 +24,7 @@ import grpc
 import torch
 
 from vfl_core.errors import ConfigError, ProtocolError
-from vfl_core.party import Party
+from vfl_core.training.party import Party
 from vfl_wire import convert
 from vfl_wire.status import PermissionError_, rpc_errors
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc

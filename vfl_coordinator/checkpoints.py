@@ -27,10 +27,10 @@ from typing import IO
 
 from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.servicer import CoordinatorState
-from vfl_core.checkpoint import load_checkpoint
-from vfl_core.checkpoint_store import RoundCheckpoints
-from vfl_core.engine import Federation, Observer
 from vfl_core.errors import ConfigError, DataError
+from vfl_core.persistence.checkpoint import load_checkpoint
+from vfl_core.persistence.checkpoint_store import RoundCheckpoints
+from vfl_core.training.engine import Federation, Observer
 
 log = logging.getLogger(__name__)
 

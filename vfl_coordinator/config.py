@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vfl_core.config import TrainConfig
-from vfl_core.faults import FaultConfig, check_faults
+from vfl_core.training.faults import FaultConfig, check_faults
 
 
 class Deadlines(BaseModel):
@@ -81,7 +81,7 @@ class CoordinatorConfig(BaseModel):
     clients: int = Field(4, ge=1)
     quorum: int | None = Field(None, ge=1)  # start with this many after register_timeout_s
     register_timeout_s: float = Field(300.0, gt=0)
-    # training pauses while no label party is up, for at most this long (vfl_core.engine)
+    # training pauses while no label party is up, for at most this long (vfl_core.training.engine)
     rejoin_timeout_s: float = Field(300.0, gt=0)
     # alignment asks a party that holds samples but does not answer again for this long
     align_retry_s: float = Field(60.0, ge=0)
@@ -96,16 +96,20 @@ class CoordinatorConfig(BaseModel):
     tls_dir: Path | None = Path("certs")  # `vfl certs` output or its coordinator/ part
     insecure: bool = False  # plaintext gRPC: no certificates, no tokens
     parties: dict[str, list[int] | None] | None = None  # admitted party -> blocks (None: any)
-    alignment: Literal["psi", "hmac"] = "psi"  # vfl_core.psi, or the parties' keyed ID hashes
+    alignment: Literal["psi", "hmac"] = (
+        "psi"  # vfl_core.training.psi, or the parties' keyed ID hashes
+    )
     max_inflight: int = Field(8, ge=1)  # calls in flight per peer before RESOURCE_EXHAUSTED
     # checkpoints (vfl_coordinator.checkpoints): the coordinator's own, and when parties save
     checkpoint_dir: Path | None = None  # resume from here if it holds a checkpoint of this run
     checkpoint_every: int = Field(0, ge=0)  # rounds between checkpoints; 0: only at the end
     eval_every: int = Field(0, ge=0)
-    # vfl_core.pipeline (a round's Backward travels with the next Embed); False: the sequential
+    # vfl_core.training.pipeline (a round's Backward travels with the next Embed); False: the
+    # sequential
     # engine's three calls per round (same results, one more round trip per round)
     pipeline: bool = True  # epochs between test evaluations in epochs.jsonl; 0: none
-    # injected guest loss and lost messages during training (vfl_core.faults): rehearsal only
+    # injected guest loss and lost messages during training (vfl_core.training.faults): rehearsal
+    # only
     faults: FaultConfig = FaultConfig()
     train: TrainConfig = TrainConfig()
 

@@ -9,8 +9,14 @@ from typing import Any, Generic, TypeVar
 import grpc
 import numpy as np
 
-from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
-from vfl_core.dvfl_protocol import (
+from vfl_core.algorithms.dlvm_protocol import (
+    DecodeCall,
+    Decoded,
+    DlvmBackwardCall,
+    StepCall,
+    StepResult,
+)
+from vfl_core.algorithms.dvfl_protocol import (
     GuestCall,
     GuestResult,
     HostCall,
@@ -66,7 +72,8 @@ class PartyClient:
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         target_name: str | None = None,  # with TLS: the name the party's certificate must carry
-        wire_dtype: str = "float32",  # embeddings and gradients on the wire (vfl_core.quantize)
+        # embeddings and gradients on the wire (vfl_core.model.quantize)
+        wire_dtype: str = "float32",
     ) -> None:
         self.address = address
         self._channel = make_channel(address, credentials, target_name)
@@ -149,7 +156,7 @@ class PartyClient:
         req = vfl_pb2.ShutdownRequest(header=self._header, reason=reason)
         return Pending(self._stub.Shutdown.future(req, timeout=timeout), _nothing)
 
-    # PSI alignment (vfl_core.psi)
+    # PSI alignment (vfl_core.training.psi)
     def psi_blind(self, split: str, session: str, timeout: float) -> Pending[list[bytes]]:
         req = convert.psi_blind_request(split, session, self._header)
         return Pending(
@@ -167,7 +174,7 @@ class PartyClient:
         request = convert.psi_keys_to_proto(call, self._header)
         return Pending(self._stub.PsiKeys.future(request, timeout=timeout), _nothing)
 
-    # Decoupled VFL (vfl_core.dvfl_program checks the widths against the run's config)
+    # Decoupled VFL (vfl_core.algorithms.dvfl_program checks the widths against the run's config)
     def guest_step(self, call: GuestCall, timeout: float) -> Pending[GuestResult]:
         request = convert.guest_call_to_proto(call, self._header)
         return Pending(
@@ -200,7 +207,7 @@ class PartyClient:
             lambda reply: convert.owner_loss_from_proto(reply, call=call),
         )
 
-    # Latent-variable VFL (vfl_core.dlvm_protocol)
+    # Latent-variable VFL (vfl_core.algorithms.dlvm_protocol)
     def dlvm_decode(self, call: DecodeCall, timeout: float) -> Pending[Decoded]:
         request = convert.dlvm_decode_call_to_proto(call, self._header)
         return Pending(

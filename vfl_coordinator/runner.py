@@ -20,8 +20,8 @@ from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.transport import GrpcTransport
-from vfl_core.engine import Federation, Observer, RoundRecord
 from vfl_core.lifecycle import PhaseObserver, RunResults, run_federation
+from vfl_core.training.engine import Federation, Observer, RoundRecord
 from vfl_wire.audit import AuditLog
 from vfl_wire.channels import bind, make_server
 from vfl_wire.security import (

@@ -1,7 +1,7 @@
 """The `Coordinator` gRPC service: registration, status, evaluation and prediction requests.
 
 It translates messages and delegates: registration to the Registry, evaluation and prediction to
-the round engine (vfl_core.engine.Federation) once training is over.
+the round engine (vfl_core.training.engine.Federation) once training is over.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import numpy as np
 
 from vfl_coordinator.admission import Admission
 from vfl_coordinator.registry import Registry
-from vfl_core.engine import Federation
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.protocol import Registration, SamplePrediction
+from vfl_core.training.engine import Federation
 from vfl_wire import convert
 from vfl_wire.security import current_peer
 from vfl_wire.status import rpc_errors

@@ -17,8 +17,14 @@ import numpy as np
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.party_client import PartyClient, Pending
 from vfl_coordinator.registry import Registry
-from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
-from vfl_core.dvfl_protocol import (
+from vfl_core.algorithms.dlvm_protocol import (
+    DecodeCall,
+    Decoded,
+    DlvmBackwardCall,
+    StepCall,
+    StepResult,
+)
+from vfl_core.algorithms.dvfl_protocol import (
     GuestCall,
     GuestResult,
     HostCall,

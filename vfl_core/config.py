@@ -8,11 +8,13 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from vfl_core.dlvm_config import DlvmConfig
-from vfl_core.method_spec import MethodSpec, ProgramHooks
-from vfl_core.methods import METHODS as METHODS  # re-exported: the registry's method names
-from vfl_core.methods import REGISTRY, method_spec, unknown_method
-from vfl_core.quantize import WireDtype
+from vfl_core.algorithms.dlvm_config import DlvmConfig
+from vfl_core.algorithms.method_spec import MethodSpec, ProgramHooks
+from vfl_core.algorithms.methods import (
+    METHODS as METHODS,  # re-exported: the registry's method names
+)
+from vfl_core.algorithms.methods import REGISTRY, method_spec, unknown_method
+from vfl_core.model.quantize import WireDtype
 
 
 def _known_method(name: str) -> str:
@@ -23,7 +25,8 @@ def _known_method(name: str) -> str:
 
 Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 HeadKind = Literal["linear", "mlp"]
-# A method is a name in the registry of method specs (vfl_core.methods); others are refused.
+# A method is a name in the registry of method specs (vfl_core.algorithms.methods); others are
+# refused.
 Method = Annotated[str, AfterValidator(_known_method)]
 
 
@@ -42,7 +45,8 @@ class ModelConfig(_Frozen):
 
 
 class DvflConfig(_Frozen):
-    """Decoupled VFL (vfl_core.dvfl): the three tiers' sizes and the schedule. The defaults are
+    """Decoupled VFL (vfl_core.algorithms.dvfl): the three tiers' sizes and the schedule. The
+    defaults are
     the DVFL paper's MNIST setup (guest 196-100-80, host 4x80-200-160, owner 4x160-160-40-10).
     Guests and hosts use the run's optimiser, lr and weight decay; the owner plain SGD."""
 
@@ -84,20 +88,22 @@ class TrainConfig(_Frozen):
     # "resample": class-balanced resampling of each epoch's plan (the paper's Credit setup).
     # The label party then tells the coordinator each training sample's class weight.
     balance: Literal["none", "resample"] = "none"
-    # LASER-VFL heads also serve the sets of feature-only parties (vfl_core.laser): they train on
+    # LASER-VFL heads also serve the sets of feature-only parties (vfl_core.algorithms.laser): they
+    # train on
     # their subsets and predict for samples no label party observes. False: the paper's
     # objective exactly. No effect when every party holds labels, or for the baselines.
     serve_feature_only: bool = True
     model: ModelConfig = ModelConfig()
-    # How embeddings and gradients travel (vfl_core.quantize): float32 is lossless; float16,
+    # How embeddings and gradients travel (vfl_core.model.quantize): float32 is lossless; float16,
     # bfloat16 and int8 (one scale per row) round what crosses the wire, in both transports.
     wire_dtype: WireDtype = "float32"
-    # Pipelined rounds (vfl_core.pipeline). 0: exact, bit-identical to the sequential engine (one
+    # Pipelined rounds (vfl_core.training.pipeline). 0: exact, bit-identical to the sequential
+    # engine (one
     # round at a time; a round's Backward travels with the next round's Embed). S >= 1 changes
     # the math: (S + 1) // 2 rounds per call and two calls in flight per party, so an embedding
     # may miss up to S earlier rounds of its party's updates (bounded staleness).
     staleness: int = Field(0, ge=0, le=63)
-    # Early stopping (vfl_core.early_stop). 0: off (every epoch runs; nothing is held out).
+    # Early stopping (vfl_core.training.early_stop). 0: off (every epoch runs; nothing is held out).
     # N >= 1: `validation_fraction` of the aligned training samples, drawn from the seed, are left
     # out of the plan and scored by the label parties after every epoch; training stops after N
     # epochs without a better validation accuracy, and every party goes back to its weights of

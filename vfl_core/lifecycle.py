@@ -26,14 +26,14 @@ from typing import Literal, TypedDict, Unpack
 from pydantic import BaseModel
 
 from vfl_core.config import TrainConfig
-from vfl_core.engine import EpochSummary, Federation, Observer, Pause
-from vfl_core.faults import FaultConfig, FaultyTransport
-from vfl_core.liveness import FederationDown, Transition
-from vfl_core.metrics import EvalReport, format_table, unscored_note
+from vfl_core.inference.metrics import EvalReport, format_table, unscored_note
+from vfl_core.inference.subsets import SubsetResult, evaluate_subsets
+from vfl_core.persistence.run_log import RunLog
 from vfl_core.protocol import Transport
-from vfl_core.retry import Backoff, retry_until
-from vfl_core.run_log import RunLog
-from vfl_core.subsets import SubsetResult, evaluate_subsets
+from vfl_core.training.engine import EpochSummary, Federation, Observer, Pause
+from vfl_core.training.faults import FaultConfig, FaultyTransport
+from vfl_core.training.liveness import FederationDown, Transition
+from vfl_core.training.retry import Backoff, retry_until
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,8 @@ EVALUATE_AGAIN_S = 2.0
 
 
 class EngineOptions(TypedDict, total=False):
-    """How the round engine treats its parties (vfl_core.engine.Federation keeps the defaults)."""
+    """How the round engine treats its parties (vfl_core.training.engine.Federation keeps the
+    defaults)."""
 
     down_after: int
     retry_every: int
@@ -70,7 +71,7 @@ class RunResults:
 
     kind: Literal["coordinator", "simulate"]  # which results.json layout (see to_json)
     run_id: str
-    task: str  # which metrics the rows hold (vfl_core.headline)
+    task: str  # which metrics the rows hold (vfl_core.inference.headline)
     config: BaseModel  # the run's own configuration (CoordinatorConfig, SimulationConfig)
     epochs: list[EpochSummary]
     reports: dict[Variant, EvalReport]  # test metrics per test variant (coordinator: None)
@@ -81,7 +82,7 @@ class RunResults:
     faults: dict[str, int] | None  # injected faults (None: none injected)
     rounds: int
     method: dict[str, object] | None  # a round program's figures (dvfl: bytes relayed)
-    early_stop: dict[str, object] | None = None  # vfl_core.early_stop's record, when on
+    early_stop: dict[str, object] | None = None  # vfl_core.training.early_stop's record, when on
     failure: FederationDown | None = None  # what ended the run early
     resumed: list[dict] = field(default_factory=list)  # the coordinator's restarts
 

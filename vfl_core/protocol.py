@@ -14,8 +14,14 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from vfl_core.dlvm_protocol import DecodeCall, Decoded, DlvmBackwardCall, StepCall, StepResult
-from vfl_core.dvfl_protocol import (
+from vfl_core.algorithms.dlvm_protocol import (
+    DecodeCall,
+    Decoded,
+    DlvmBackwardCall,
+    StepCall,
+    StepResult,
+)
+from vfl_core.algorithms.dvfl_protocol import (
     GuestCall,
     GuestResult,
     HostCall,
@@ -42,9 +48,9 @@ class PartyInfo:
     has_labels: bool
     samples: dict[str, int] = field(default_factory=dict)  # rows per split
     protocol_version: int = PROTOCOL_VERSION
-    task: str = "classification"  # or "regression" (vfl_core.learning_task)
+    task: str = "classification"  # or "regression" (vfl_core.data.learning_task)
     # split -> how many of its rows, the last ones, are label-only: the party holds their labels
-    # but not their features (vfl_core.party_dir.PartySplit); absent means none
+    # but not their features (vfl_core.data.party_dir.PartySplit); absent means none
     label_only: dict[str, int] = field(default_factory=dict)
 
 
@@ -126,7 +132,8 @@ class BackwardCall:
 
 @dataclass(frozen=True)
 class TrainCall:
-    """Phases of one or more training rounds for one party, in one message (vfl_core.pipeline):
+    """Phases of one or more training rounds for one party, in one message
+    (vfl_core.training.pipeline):
     the party applies every `backward`, then every `fuse`, then every `embed`, each in round
     order, and stops at the first it refuses."""
 
@@ -161,7 +168,7 @@ class PredictCall:
 
 @dataclass(frozen=True)
 class PsiCall:
-    """One PSI step for a party (vfl_core.psi): points to apply its secret to, or the final
+    """One PSI step for a party (vfl_core.training.psi): points to apply its secret to, or the final
     values of its own rows."""
 
     split: str
@@ -191,7 +198,7 @@ class ScoreResult:
     # bins over [0, 1]; row 0 the true negatives' scores, row 1 the true positives'
     histograms: dict[str, np.ndarray] = field(default_factory=dict)
     # regression: (5,) float64 sums over the batch: squared error, absolute error, count,
-    # target, squared target (vfl_core.scoring.SUMS)
+    # target, squared target (vfl_core.inference.scoring.SUMS)
     sums: dict[str, np.ndarray] = field(default_factory=dict)
 
     def names(self) -> set[str]:
@@ -242,14 +249,14 @@ class Transport(Protocol):
         """Blocks whose party registered again (restarted or reconnected) since the last call."""
         ...
 
-    # PSI alignment (vfl_core.psi); needed only with Federation(alignment="psi")
+    # PSI alignment (vfl_core.training.psi); needed only with Federation(alignment="psi")
     def psi_blind(self, split: str, session: str, blocks: list[int]) -> dict[int, list[bytes]]: ...
 
     def psi_apply(self, calls: dict[int, PsiCall]) -> dict[int, list[bytes]]: ...
 
     def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]: ...
 
-    # Decoupled VFL (vfl_core.dvfl_program); needed only by method dvfl
+    # Decoupled VFL (vfl_core.algorithms.dvfl_program); needed only by method dvfl
     def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]: ...
 
     def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]: ...
@@ -260,7 +267,7 @@ class Transport(Protocol):
 
     def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]: ...
 
-    # Latent-variable VFL (vfl_core.dlvm_program); needed only by method dlvm
+    # Latent-variable VFL (vfl_core.algorithms.dlvm_program); needed only by method dlvm
     def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]: ...
 
     def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]: ...

@@ -13,21 +13,21 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from vfl_core.alignment import DEMO_SECRET
 from vfl_core.config import TrainConfig
-from vfl_core.datasets import load_dataset
-from vfl_core.engine import Callbacks, EpochSummary, RoundRecord
+from vfl_core.data.datasets import load_dataset
+from vfl_core.data.missingness import Mechanism, mcar, parse_mechanism
+from vfl_core.data.party_dir import PartyData, check_federation, load_party_dir
+from vfl_core.data.prepare import prepare_parties
+from vfl_core.data.tabular import TableSource, load_table_federation
 from vfl_core.errors import DataError
-from vfl_core.faults import FaultConfig, check_faults
-from vfl_core.inprocess import InProcessTransport
+from vfl_core.inference.metrics import EvalReport
+from vfl_core.inference.subsets import SubsetResult
 from vfl_core.lifecycle import Variant, run_federation, variants_json
-from vfl_core.metrics import EvalReport
-from vfl_core.missingness import Mechanism, mcar, parse_mechanism
-from vfl_core.party import Party
-from vfl_core.party_dir import PartyData, check_federation, load_party_dir
-from vfl_core.prepare import prepare_parties
-from vfl_core.subsets import SubsetResult
-from vfl_core.tabular import TableSource, load_table_federation
+from vfl_core.training.alignment import DEMO_SECRET
+from vfl_core.training.engine import Callbacks, EpochSummary, RoundRecord
+from vfl_core.training.faults import FaultConfig, check_faults
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class SimulationConfig(BaseModel):
     clients: int = Field(4, ge=1)
     p_miss_train: float = Field(0.0, ge=0, lt=1)
     p_miss_test: tuple[float, ...] = (0.0,)
-    # Missingness mechanisms (vfl_core.missingness specs, e.g. "mnar:0.7") instead of the MCAR
+    # Missingness mechanisms (vfl_core.data.missingness specs, e.g. "mnar:0.7") instead of the MCAR
     # probabilities: one for training, one test variant per entry.
     missing_train: str | None = None
     missing_test: tuple[str, ...] = ()
@@ -76,7 +76,7 @@ class SimulationResult:
     # test metrics with only these parties, per test p_miss (empty unless asked for)
     subsets: dict[Variant, list[SubsetResult]] = field(default_factory=dict)
     method_stats: dict[str, object] | None = None  # a round program's figures (dvfl: bytes)
-    early_stop: dict[str, object] | None = None  # vfl_core.early_stop's record, when on
+    early_stop: dict[str, object] | None = None  # vfl_core.training.early_stop's record, when on
 
     @property
     def task(self) -> str:

@@ -6,7 +6,7 @@ message as untrusted: they check dtypes, ranks, shapes, indices and finiteness a
 
 Wire dtypes: rows and predicted classes int64 (B,); embeddings and gradients (B, d) in the run's
 wire dtype (float32 unless TrainConfig.wire_dtype says float16, bfloat16 or int8; decoded to
-float32 here, vfl_core.quantize); probabilities float32 (B, C); class weights float32 (N,);
+float32 here, vfl_core.model.quantize); probabilities float32 (B, C); class weights float32 (N,);
 scores (positive-class probabilities or predicted values) float32 (B,); confusion counts int64
 (C, C); AUC histograms int64 (2, bins); regression sums float64 (5,).
 """
@@ -20,7 +20,7 @@ from typing import TypeVar
 import numpy as np
 from google.protobuf.message import Message
 
-from vfl_core.dlvm_protocol import (
+from vfl_core.algorithms.dlvm_protocol import (
     DecodeCall,
     Decoded,
     DlvmBackwardCall,
@@ -29,7 +29,7 @@ from vfl_core.dlvm_protocol import (
     StepCall,
     StepResult,
 )
-from vfl_core.dvfl_protocol import (
+from vfl_core.algorithms.dvfl_protocol import (
     GuestCall,
     GuestResult,
     HostCall,
@@ -38,9 +38,11 @@ from vfl_core.dvfl_protocol import (
     OwnerFeedCall,
     OwnerTrainCall,
 )
+from vfl_core.data.learning_task import CLASSIFICATION, TASKS
 from vfl_core.errors import ProtocolError, StaleRoundError
-from vfl_core.learning_task import CLASSIFICATION, TASKS
-from vfl_core.metrics import ROW_METRICS, MetricRow
+from vfl_core.inference.metrics import ROW_METRICS, MetricRow
+from vfl_core.inference.scoring import SUMS
+from vfl_core.model.quantize import LOSSLESS
 from vfl_core.protocol import (
     PROTOCOL_VERSION,
     SPLITS,
@@ -58,9 +60,7 @@ from vfl_core.protocol import (
     TrainCall,
     TrainResult,
 )
-from vfl_core.psi import POINT_BYTES, check_session, pack, unpack
-from vfl_core.quantize import LOSSLESS
-from vfl_core.scoring import SUMS
+from vfl_core.training.psi import POINT_BYTES, check_session, pack, unpack
 from vfl_wire.tensors import Shape, decode_array, decode_float, encode_array, encode_float
 from vfl_wire.v1 import vfl_pb2
 
@@ -514,7 +514,7 @@ def _sums(t: vfl_pb2.Tensor, what: str) -> np.ndarray:
     return sums
 
 
-# PSI alignment: points travel as one bytes field, 32 bytes each (vfl_core.psi).
+# PSI alignment: points travel as one bytes field, 32 bytes each (vfl_core.training.psi).
 MAX_PSI_POINTS = 2**22  # 128 MiB of points: the message cap (vfl_wire.channels) bounds it anyway
 
 
@@ -571,7 +571,7 @@ def psi_points_from_proto(reply: vfl_pb2.PsiPoints, count: int | None = None) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# Party service: Decoupled VFL (vfl_core.dvfl_protocol)
+# Party service: Decoupled VFL (vfl_core.algorithms.dvfl_protocol)
 # ---------------------------------------------------------------------------------------------
 
 MAX_REPLAY_STEPS = 1000  # DvflConfig.host_steps' bound
@@ -761,7 +761,7 @@ def owner_loss_from_proto(reply: vfl_pb2.OwnerTrainReply, *, call: OwnerTrainCal
 
 
 # ---------------------------------------------------------------------------------------------
-# Party service: latent-variable VFL (vfl_core.dlvm_protocol)
+# Party service: latent-variable VFL (vfl_core.algorithms.dlvm_protocol)
 # ---------------------------------------------------------------------------------------------
 
 MAX_DLVM_SAMPLES = 10_000  # DlvmConfig.predict_samples' bound
@@ -1087,7 +1087,7 @@ def registration_from_proto(reply: vfl_pb2.RegisterReply) -> Registration:
 
 
 # What a Checkpoint call asks: write a checkpoint, or keep / restore an in-memory copy of the
-# state (early stopping, vfl_core.early_stop).
+# state (early stopping, vfl_core.training.early_stop).
 _SNAPSHOTS = {
     "save": vfl_pb2.CheckpointRequest.SNAPSHOT_NONE,
     "keep": vfl_pb2.CheckpointRequest.SNAPSHOT_KEEP,

@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
-from vfl_core import quantize
 from vfl_core.errors import ProtocolError
+from vfl_core.model import quantize
 from vfl_wire.v1 import vfl_pb2
 
 # The dtypes that may travel as plain arrays. bfloat16 and int8 travel only as wire dtypes of
@@ -72,14 +72,14 @@ def decode_array(
     return out
 
 
-# Wire dtypes of embeddings and gradients (vfl_core.quantize) beyond ALLOWED_DTYPES: the numpy
+# Wire dtypes of embeddings and gradients (vfl_core.model.quantize) beyond ALLOWED_DTYPES: the numpy
 # array that carries their codes.
 _CODES = {"float16": np.dtype("float16"), "bfloat16": np.dtype("uint16"), "int8": np.dtype("int8")}
 _SCALE = np.dtype("<u2")  # int8: one 16-bit scale per row
 
 
 def encode_float(a: np.ndarray, wire: str, *, what: str = "tensor") -> vfl_pb2.Tensor:
-    """A float32 array (embedding, gradient) in the wire dtype `wire` (vfl_core.quantize)."""
+    """A float32 array (embedding, gradient) in the wire dtype `wire` (vfl_core.model.quantize)."""
     if wire == quantize.LOSSLESS:
         return encode_array(a, what=what)
     e = quantize.encode(a, wire)

@@ -1,0 +1,309 @@
+"""What a training method is, as data: one frozen `MethodSpec` per method
+(`vfl_core.algorithms.methods`
+holds the registry of them).
+
+Party, engine and predictions never compare method names: they ask the spec
+- how heads are fed: the mean of the embeddings of a subset, or a concatenation (all K blocks
+  with zeros for the absent ones, or the subset's own slot of each member),
+- which representation slots a party computes (one shared f_k, or one per subset),
+- which heads exist and where (every label party, the active party, each subset's owner),
+- which batches can train, which parties fuse and the loss terms each trains (`tasks`),
+- whether label parties' heads also serve sets of feature-only blocks (train on them, also from
+  label-only rows, and predict for samples that no label party observes),
+- who predicts, with which head and embeddings, and how their answers are combined,
+- what stands in for a party that failed in training (nothing, zeros, a stale embedding, or the
+  round is skipped), and the method's display name.
+
+A method that does not fit Embed/Fuse/Backward sets `program`: the engine then hands it every
+training round and prediction batch (see `RoundProgram`), and the data fields above describe
+only what the method's reports need (its name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import numpy as np
+
+from vfl_core.algorithms.laser import Subset
+
+if TYPE_CHECKING:  # the engine imports the specs, not the other way round
+    from vfl_core.config import TrainConfig
+    from vfl_core.training.alignment import Batch
+    from vfl_core.training.engine import Federation, PredictionBatch, RoundRecord
+
+SHARED: Subset = ()  # the slot key of a party's one shared representation model / head
+
+# mean: g_k(mean of the subset's embeddings); concat: all K blocks side by side, zeros where a
+# block is absent; concat_slots: the subset's own slot of each member, side by side.
+Fusion = Literal["mean", "concat", "concat_slots"]
+Slots = Literal["shared", "per_subset"]  # one f_k, or one per subset that contains the party
+# label_parties: every label party holds one head g_k; active_party: only the lowest label
+# block holds one; subset_owner: one head per subset, at the subset's lowest label block.
+HeadsAt = Literal["label_parties", "active_party", "subset_owner"]
+# heads: each predicting head is scored and the federation averages their probabilities;
+# vote: only the majority vote of the heads is scored; subset: one predictor named by its subset.
+Combination = Literal["heads", "vote", "subset"]
+# What stands in for a party that failed during training: nothing (the subset shrinks), zeros,
+# the last embedding received for the sample, or nothing trains (the round is skipped).
+Replacement = Literal["nothing", "zeros", "stale", "skip"]
+
+
+@dataclass(frozen=True)
+class HeadTask:
+    """One loss term at a head party: head `head` fed the embeddings of `subset`, times `weight`."""
+
+    head: Subset
+    subset: Subset
+    weight: float
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a task rule may look at: the head party, the blocks whose embeddings it has, the
+    federation's shape, and the party's task RNG of this round (seed, round, block)."""
+
+    block: int
+    present: tuple[int, ...]  # sorted
+    num_blocks: int
+    label_blocks: tuple[int, ...]
+    rng: np.random.Generator
+    unlabelled: tuple[int, ...] = ()  # blocks known to hold no labels (feature-only parties)
+
+
+TaskRule = Callable[[TaskContext], list[HeadTask]]
+
+
+class RoundProgram(Protocol):
+    """The round program of a method whose phases are not Embed/Fuse/Backward (e.g. one-way
+    activation writes to aggregators, or extra exchange phases). The engine calls it for every
+    training batch and every prediction batch, after its own liveness bookkeeping; it drives
+    the parties through the engine's transport and returns what the engine would have."""
+
+    def train_round(
+        self, fed: Federation, round_id: int, epoch: int, batch: Batch
+    ) -> RoundRecord: ...
+
+    def predict_batch(
+        self,
+        fed: Federation,
+        split: str,
+        batch: Batch,
+        request: int,
+        blocks: Collection[int] | None,
+    ) -> PredictionBatch: ...
+
+
+class ProgramHooks:
+    """What a round program may also decide, beyond its rounds; a program that inherits this
+    class gets the engine's behaviour wherever it keeps these defaults. Per-run state belongs
+    in `fed.program_state` (the spec and its program are shared by every run)."""
+
+    def epochs(self, config: TrainConfig) -> int:
+        """Epochs of a run of `config`: a program may add stages after the configured ones."""
+        return config.epochs
+
+    def plan(self, fed: Federation, epoch: int) -> list[Batch] | None:
+        """The batches of `epoch` (a pure function of the run and the epoch, so a resumed run
+        repeats it); None: the engine's plan (every sample once, single-pattern batches)."""
+        return None
+
+    def party_state(self, party: Any) -> Any:
+        """What a Party of this method keeps instead of f_k and g_k (vfl_core.training.party); None:
+        the models of the spec's slots and heads."""
+        return None
+
+    def embed_width(self, fed: Federation) -> int | None:
+        """Floats per sample in a party's Embed answer; None: the engine's (slots x embed_dim)."""
+        return None
+
+    def rejoined(self, fed: Federation, block: int) -> bool:
+        """A party registered again (or came back from an injected failure); True if the
+        program updated the liveness itself."""
+        return False
+
+    def stats(self, fed: Federation) -> dict[str, object] | None:
+        """What results.json reports of the run's program (None: nothing)."""
+        return None
+
+    def state(self, fed: Federation) -> dict[str, object]:
+        """Plain data for the coordinator's checkpoint (Federation.snapshot)."""
+        return {}
+
+    def load_state(self, fed: Federation, saved: dict) -> None:
+        """Continue from `state` after a coordinator restart."""
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str  # the key of the registry, as --method takes it
+    display_name: str  # how reports and the demo name it (the paper's name where it has one)
+    fusion: Fusion
+    slots: Slots
+    heads: HeadsAt
+    tasks: TaskRule  # the loss terms a head party trains on a batch
+    combination: Combination
+    replacement: Replacement
+    own_block_only: bool = False  # a head sees its own block only (local predictors)
+    needs_all_blocks: bool = False  # trains on and predicts for fully observed sets only
+    # Heads also serve sets of feature-only blocks (vfl_core.algorithms.laser): a label party trains
+    # on
+    # them, also for samples it holds only the label of, and predicts for a sample that no
+    # label party observes, from the others' embeddings alone.
+    serves_feature_only: bool = False
+    # The method also learns from training rows whose label is unknown (vfl prepare --labels):
+    # a label party keeps them (else it drops them, as if it did not hold those samples).
+    unlabelled_rows: bool = False
+    program: RoundProgram | None = None
+
+    # ------------------------------------------------------------ models
+    @property
+    def concatenates(self) -> bool:
+        """Whether heads see a concatenation of embeddings (else their mean)."""
+        return self.fusion != "mean"
+
+    @property
+    def label_parties_hold_head(self) -> bool:
+        """Whether every label party holds one shared head g_k from the start."""
+        return self.heads == "label_parties"
+
+    def slot_keys(self, block: int, blocks: Sequence[int]) -> list[Subset]:
+        """Representation slots party `block` computes when `blocks` take part in a batch."""
+        if self.slots == "per_subset":
+            return subsets_with(block, blocks)
+        return [SHARED]
+
+    def head_input_blocks(self, head: Subset, num_blocks: int) -> int:
+        """How many embeddings of size d a head's input holds."""
+        if self.fusion == "concat":
+            return num_blocks
+        if self.fusion == "concat_slots":
+            return len(head)
+        return 1
+
+    @property
+    def shares_embeddings(self) -> bool:
+        """Whether head parties need the other parties' embeddings (local predictors do not)."""
+        return not self.own_block_only
+
+    # ------------------------------------------------------------ training
+    def trainable(
+        self,
+        pattern: Sequence[int],
+        num_blocks: int,
+        label_blocks: Sequence[int],
+        label_only: Sequence[int] = (),
+    ) -> bool:
+        """Whether a batch with this observed set can train anything; `label_only`: the label
+        parties that hold the batch's labels but not its features."""
+        if self.needs_all_blocks:
+            return len(pattern) == num_blocks
+        if self.heads == "active_party":
+            return active_party(label_blocks) in pattern
+        if any(b in label_blocks for b in pattern):
+            return True
+        return self.serves_feature_only and bool(label_only) and bool(pattern)
+
+    def fuse_parties(
+        self,
+        present: Sequence[int],
+        label_blocks: Sequence[int],
+        label_only: Sequence[int] = (),
+    ) -> list[int]:
+        """Head parties that train on a batch whose embeddings came from `present`; with
+        `serves_feature_only`, also the label-only holders if a feature-only block is present
+        (they train on its subsets only)."""
+        if self.heads == "active_party":
+            active = active_party(label_blocks)
+            return [active] if active in present else []
+        if self.heads == "subset_owner":
+            owners = {owner(s, label_blocks) for s in all_subsets(present)}
+            return sorted(b for b in owners if b is not None)
+        heads = [b for b in present if b in label_blocks]
+        if self.serves_feature_only and any(b not in label_blocks for b in present):
+            heads += [b for b in label_only if b not in present]
+        return heads
+
+    def fuse_tasks(
+        self,
+        block: int,
+        present: Sequence[int],
+        num_blocks: int,
+        label_blocks: Sequence[int],
+        rng: np.random.Generator,
+        unlabelled: Sequence[int] = (),
+    ) -> list[HeadTask]:
+        """The loss terms party `block` trains on a batch with embeddings from `present`;
+        `unlabelled`: the blocks known to hold no labels (whose sets the heads serve only with
+        `serves_feature_only`)."""
+        context = TaskContext(
+            block,
+            tuple(sorted(present)),
+            num_blocks,
+            tuple(label_blocks),
+            rng,
+            tuple(sorted(unlabelled)) if self.serves_feature_only else (),
+        )
+        return self.tasks(context)
+
+    # ------------------------------------------------------------ inference
+    def predictors(
+        self, present: Sequence[int], num_blocks: int, label_blocks: Sequence[int]
+    ) -> list[int] | None:
+        """Parties asked to predict for a batch with embeddings from `present`; None means the
+        method cannot use this observed set and counts a random prediction (svfl). With
+        `serves_feature_only`, every label party predicts for a set without one (the engine
+        calls those it can reach)."""
+        if self.needs_all_blocks and len(present) != num_blocks:
+            return None
+        if self.serves_feature_only and present and not set(present) & set(label_blocks):
+            return sorted(label_blocks)
+        if self.heads == "active_party":
+            active = active_party(label_blocks)
+            return [active] if active in present else []
+        if self.heads == "subset_owner":
+            o = owner(tuple(sorted(present)), label_blocks)
+            return [o] if o is not None else []
+        return [b for b in sorted(present) if b in label_blocks]
+
+    def predict_subset(self, block: int, present: Sequence[int]) -> tuple[Subset, Subset]:
+        """(head, subset of embeddings) party `block` predicts with when `present` answered."""
+        present = tuple(sorted(present))
+        if self.own_block_only:
+            return SHARED, (block,)
+        if self.heads == "subset_owner":
+            return present, present
+        return SHARED, present
+
+
+# ---------------------------------------------------------------- subsets and owners
+
+
+def subsets_with(block: int, blocks: Sequence[int]) -> list[Subset]:
+    """Every subset of `blocks` that contains `block`, smallest first, each sorted."""
+    others = sorted(b for b in blocks if b != block)
+    return [
+        tuple(sorted((block, *rest)))
+        for size in range(len(others) + 1)
+        for rest in combinations(others, size)
+    ]
+
+
+def all_subsets(blocks: Sequence[int]) -> list[Subset]:
+    """Every non-empty subset of `blocks`, smallest first, each sorted."""
+    blocks = sorted(blocks)
+    return [s for size in range(1, len(blocks) + 1) for s in combinations(blocks, size)]
+
+
+def active_party(label_blocks: Sequence[int]) -> int | None:
+    """The party of the split-learning baselines' one head: the lowest label block."""
+    return min(label_blocks) if label_blocks else None
+
+
+def owner(subset: Subset, label_blocks: Sequence[int]) -> int | None:
+    """The party that holds the combinatorial head of `subset`: its lowest label block."""
+    holders = [b for b in subset if b in label_blocks]
+    return min(holders) if holders else None

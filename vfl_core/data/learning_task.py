@@ -1,0 +1,64 @@
+"""What the federation learns: classification (integer labels) or regression (real targets).
+
+The task decides the head's output width, the loss inside the LASER weighted sum and what a
+head's prediction means. Regression targets are standardised with the label party's own
+training mean and standard deviation (they never leave it): heads learn in standard units and
+every prediction leaves the party in original units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from vfl_core.algorithms.laser import LossFn
+
+Task = Literal["classification", "regression"]
+TASKS: tuple[str, ...] = ("classification", "regression")
+CLASSIFICATION: Task = "classification"
+REGRESSION: Task = "regression"
+
+
+def head_loss(task: str) -> LossFn:
+    """The per-task loss of one head output against the batch's targets (mean over the batch).
+
+    Regression: MSE of the (B, 1) output against (B, 1) standardised targets. Every term of the
+    LASER sum uses it with the same weights a_i, so the sampled loss stays unbiased."""
+    if task == REGRESSION:
+        return nn.functional.mse_loss
+    return nn.functional.cross_entropy
+
+
+def output_width(task: str, num_classes: int) -> int:
+    """Units of the head's last layer: one per class, or one real value."""
+    return 1 if task == REGRESSION else num_classes
+
+
+def is_binary(task: str, num_classes: int) -> bool:
+    return task == CLASSIFICATION and num_classes == 2
+
+
+@dataclass(frozen=True)
+class TargetScaler:
+    """Standardisation of regression targets with training statistics (constant: std 1)."""
+
+    mean: float = 0.0
+    std: float = 1.0
+
+    @classmethod
+    def fit(cls, labels: np.ndarray | None) -> TargetScaler:
+        if labels is None or len(labels) == 0:
+            return cls()
+        values = labels.astype(np.float64)
+        std = float(values.std())
+        return cls(float(values.mean()), std if std > 0 else 1.0)
+
+    def standardize(self, y: torch.Tensor) -> torch.Tensor:
+        return (y - self.mean) / self.std
+
+    def restore(self, z: torch.Tensor) -> torch.Tensor:
+        return z * self.std + self.mean

@@ -1,0 +1,109 @@
+"""Reading a party's table: a CSV file (stdlib csv) or a Parquet file (pyarrow, optional).
+
+Every cell becomes text, or None where it is missing (an empty cell, NA, N/A, NaN or null), so
+the preprocessing decides column kinds the same way whatever the file format. Rows are named
+for error messages as the user finds them: "line N" of a CSV file, "row N" of a Parquet file.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from vfl_core.data.preprocess import Cell, Table
+from vfl_core.errors import DataError
+
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "null"})  # compared lower-cased, stripped
+
+
+def is_table_file(path: Path) -> bool:
+    return Path(path).suffix.lower() in TABLE_SUFFIXES
+
+
+def read_table(path: Path) -> Table:
+    """Every column of a CSV or Parquet file as text cells (None where a cell is missing)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return _read_csv(path)
+    if suffix in (".parquet", ".pq"):
+        return _read_parquet(path)
+    raise DataError(f"{path}: unknown table format (expected {', '.join(TABLE_SUFFIXES)})")
+
+
+def _cell(text: str) -> Cell:
+    text = text.strip()
+    return None if text.lower() in MISSING_MARKERS else text
+
+
+def _read_csv(path: Path) -> Table:
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            rows: list[list[str]] = []
+            row_names: list[str] = []
+            for row in reader:
+                if not row:
+                    continue  # blank line
+                if len(row) != len(header or ()):
+                    raise DataError(
+                        f"{path}: line {reader.line_num} has {len(row)} fields, the header has "
+                        f"{len(header or ())}"
+                    )
+                rows.append(row)
+                row_names.append(f"line {reader.line_num}")
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"{path}: unreadable CSV ({exc})") from exc
+    if header is None:
+        raise DataError(f"{path}: empty file (no header line)")
+    names = _check_header(path, [name.strip() for name in header])
+    if not rows:
+        raise DataError(f"{path}: no data rows after the header")
+    columns = {name: [_cell(row[i]) for row in rows] for i, name in enumerate(names)}
+    return Table(str(path), columns, row_names)
+
+
+def _check_header(path: Path, names: list[str]) -> list[str]:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if not name:
+            raise DataError(f"{path}: header column {i + 1} has no name")
+        if name in seen:
+            raise DataError(f"{path}: column {name!r} appears twice in the header")
+        seen.add(name)
+    return names
+
+
+def _read_parquet(path: Path) -> Table:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(
+            f"{path}: reading Parquet needs pyarrow (pip install 'laser-vfl[parquet]')"
+        ) from None
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataError(f"{path}: unreadable Parquet ({str(exc).splitlines()[0]})") from exc
+    if table.num_columns == 0:
+        raise DataError(f"{path}: empty file (no columns)")
+    names = _check_header(path, [str(name) for name in table.column_names])
+    if table.num_rows == 0:
+        raise DataError(f"{path}: no data rows")
+    columns = {
+        name: [_parquet_cell(v) for v in table.column(i).to_pylist()]
+        for i, name in enumerate(names)
+    }
+    return Table(str(path), columns, [f"row {i}" for i in range(table.num_rows)])
+
+
+def _parquet_cell(value: object) -> Cell:
+    if value is None or (isinstance(value, float) and value != value):  # null or NaN
+        return None
+    if isinstance(value, float):
+        return repr(value)  # round-trips exactly through float()
+    return _cell(str(value))

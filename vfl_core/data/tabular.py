@@ -1,0 +1,356 @@
+"""A party from its own table: a CSV or Parquet file with an ID column, features, maybe labels.
+
+The party reads its file, fits its preprocessing (vfl_core.data.preprocess) on its training rows
+only,
+and becomes an in-memory `PartyData` like a prepared party directory. Train and test rows come
+from two files (`test_path`) or from one file split by ID: a row is a test row when a hash of its
+ID falls below `test_fraction`, so every party puts a shared ID in the same split without any
+communication. IDs are the ID column's strings; alignment by HMAC or PSI matches them across
+parties, whatever part of them each party holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
+from vfl_core.data.party_dir import PartyData, PartyMeta, PartySplit
+from vfl_core.data.preprocess import (
+    DEFAULT_MAX_ONEHOT,
+    Cell,
+    Labels,
+    Table,
+    TabularPreprocessor,
+    parse_labels,
+)
+from vfl_core.data.table_files import read_table
+from vfl_core.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TEST_FRACTION = 0.2
+DEFAULT_DATASET = "tabular"
+_SPLIT_SALT = b"vfl-tabular-split\x00"
+
+
+class TableSource(BaseModel):
+    """Where a tabular party's rows are and how to read them (the CLIs' options)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: Path
+    id_column: str
+    label_column: str | None = None  # None: a feature-only party
+    features: tuple[str, ...] | None = None  # None: every column but the ID and label
+    test_path: Path | None = None  # None: split `path` by ID hash with test_fraction
+    test_fraction: float = Field(DEFAULT_TEST_FRACTION, ge=0, lt=1)
+    block: int = Field(ge=0)
+    num_blocks: int = Field(ge=1)
+    # Every party of a federation declares the same task; regression labels are real numbers.
+    task: Task = CLASSIFICATION
+    # Classification: must equal the label parties' class count; a label party takes it from its
+    # labels. Regression has one output and takes none.
+    num_classes: int | None = Field(None, ge=2)
+    dataset: str = DEFAULT_DATASET  # every party of a federation must use the same name
+    max_onehot: int = Field(DEFAULT_MAX_ONEHOT, ge=1)
+
+
+# ---------------------------------------------------------------- building the party
+
+
+def load_table_party(
+    source: TableSource, fitted: TabularPreprocessor | None = None
+) -> tuple[PartyData, TabularPreprocessor]:
+    """The party's data and its preprocessing: `fitted` reused as is, or fitted on the
+    training rows."""
+    if source.block >= source.num_blocks:
+        raise ConfigError(f"block {source.block} out of range (num_blocks is {source.num_blocks})")
+    if fitted is not None and fitted.task != source.task:
+        raise ConfigError(
+            f"the fitted preprocessing is for a {fitted.task} task, not {source.task} (--task)"
+        )
+    label_column = fitted.label_column if fitted is not None else source.label_column
+    splits = _read_splits(source, label_column)
+    columns = (
+        [c.name for c in fitted.columns]
+        if fitted is not None
+        else _feature_columns(source, splits["train"])
+    )
+    label_only: dict[str, int] = {}
+    if label_column is not None:  # a label party's rows without any feature: label-only, last
+        splits, label_only = _label_only_last(splits, columns)
+    if fitted is None:
+        train = splits["train"]
+        with_features = train.rows(range(len(train) - label_only.get("train", 0))).select(columns)
+        fitted = TabularPreprocessor.fit(with_features, source.max_onehot)
+        fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
+    labels = _labels(splits, label_column, fitted.classes or None, source.task)
+    if labels:
+        fitted = fitted.model_copy(update={"classes": labels["train"].classes})
+    party_splits = {
+        name: PartySplit(
+            ids=np.array(table.columns[source.id_column], dtype=str),
+            features=fitted.transform(table.rows(range(len(table) - label_only.get(name, 0)))),
+            labels=labels[name].values if labels else None,
+        )
+        for name, table in splits.items()
+    }
+    meta = _meta(source, fitted, has_labels=bool(labels))
+    preprocessing = fitted.model_dump(mode="json")
+    return PartyData(meta=meta, splits=party_splits, preprocessing=preprocessing), fitted
+
+
+def _read_splits(source: TableSource, label_column: str | None) -> dict[str, Table]:
+    table = _checked_table(source.path, source.id_column, label_column)
+    if source.test_path is not None:
+        test = _checked_table(source.test_path, source.id_column, label_column)
+        _check_disjoint(table, test, source.id_column)
+        return {"train": table, "test": test}
+    in_test = _test_rows(table.columns[source.id_column], source.test_fraction)
+    splits = {"train": table.rows(np.flatnonzero(~in_test).tolist())}
+    if in_test.any():
+        splits["test"] = table.rows(np.flatnonzero(in_test).tolist())
+    if not len(splits["train"]):
+        raise DataError(f"{source.path}: no training rows left after the test split")
+    return splits
+
+
+def _label_only_last(
+    splits: dict[str, Table], columns: list[str]
+) -> tuple[dict[str, Table], dict[str, int]]:
+    """Each split with its label-only rows (every feature cell empty: the party holds the
+    sample's label, not its features) moved after the others, and how many there are."""
+    out: dict[str, Table] = {}
+    counts: dict[str, int] = {}
+    for name, table in splits.items():
+        empty = [all(table.columns[c][i] is None for c in columns) for i in range(len(table))]
+        order = [i for i, e in enumerate(empty) if not e] + [i for i, e in enumerate(empty) if e]
+        out[name], counts[name] = table.rows(order), sum(empty)
+        if counts[name]:
+            log.info(
+                "%s: %d label-only rows (no feature cell) in %s", table.source, sum(empty), name
+            )
+    if counts["train"] == len(out["train"]):
+        raise DataError(f"{out['train'].source}: no training row has any feature")
+    return out, counts
+
+
+def _checked_table(path: Path, id_column: str, label_column: str | None) -> Table:
+    table = read_table(path)
+    for column, what in ((id_column, "ID"), (label_column, "label")):
+        if column is not None and column not in table.columns:
+            raise DataError(
+                f"{path}: no {what} column {column!r} (columns: {', '.join(table.columns)})"
+            )
+    _check_ids(table, id_column)
+    return table
+
+
+def _check_ids(table: Table, id_column: str) -> None:
+    first_row: dict[str, int] = {}
+    for row, cell in enumerate(table.columns[id_column]):
+        if cell is None:
+            raise DataError(f"{table.source}: {table.row_names[row]}, column {id_column!r}: no ID")
+        if cell in first_row:
+            raise DataError(
+                f"{table.source}: duplicate ID {cell!r} at {table.row_names[row]} "
+                f"(first at {table.row_names[first_row[cell]]})"
+            )
+        first_row[cell] = row
+
+
+def _check_disjoint(train: Table, test: Table, id_column: str) -> None:
+    seen = set(train.columns[id_column])
+    for row, cell in enumerate(test.columns[id_column]):
+        if cell in seen:
+            raise DataError(
+                f"{test.source}: {test.row_names[row]}: ID {cell!r} is also a training row "
+                f"in {train.source}"
+            )
+
+
+def _test_rows(ids: list[Cell], fraction: float) -> np.ndarray:
+    """True for the IDs whose hash falls below `fraction` (the same at every party)."""
+    limit = int(fraction * 2**64)
+    return np.array(
+        [
+            int.from_bytes(hashlib.sha256(_SPLIT_SALT + str(i).encode()).digest()[:8], "big")
+            < limit
+            for i in ids
+        ],
+        dtype=bool,
+    )
+
+
+def _feature_columns(source: TableSource, table: Table) -> list[str]:
+    reserved = {source.id_column, source.label_column}
+    if source.features is None:
+        columns = [name for name in table.columns if name not in reserved]
+        if not columns:
+            raise DataError(f"{table.source}: no feature columns besides the ID and label")
+        return columns
+    for name in source.features:
+        if name not in table.columns:
+            raise DataError(f"{table.source}: no feature column {name!r}")
+        if name in reserved:
+            raise ConfigError(f"--features: {name!r} is the ID or label column")
+    return list(dict.fromkeys(source.features))
+
+
+def _labels(
+    splits: dict[str, Table], column: str | None, classes: tuple[str, ...] | None, task: Task
+) -> dict[str, Labels]:
+    if column is None:
+        return {}
+    train = parse_labels(splits["train"], column, classes, task)
+    out = {"train": train}
+    for name, table in splits.items():
+        if name != "train":
+            out[name] = parse_labels(table, column, train.classes, task)
+    return out
+
+
+def _meta(source: TableSource, fitted: TabularPreprocessor, has_labels: bool) -> PartyMeta:
+    if source.task == REGRESSION:
+        if source.num_classes is not None:
+            raise ConfigError(
+                f"--num-classes {source.num_classes} is for classification; a regression "
+                f"party ({source.path}) has one real-valued output"
+            )
+        return _party_meta(source, fitted, has_labels, num_classes=1)
+    num_classes = source.num_classes
+    if has_labels:
+        found = len(fitted.classes)
+        if num_classes is not None and num_classes != found:
+            raise ConfigError(
+                f"--num-classes {num_classes}, but {source.path} has {found} label classes"
+            )
+        num_classes = found
+    return _party_meta(source, fitted, has_labels, num_classes or 2)
+
+
+def _party_meta(
+    source: TableSource, fitted: TabularPreprocessor, has_labels: bool, num_classes: int
+) -> PartyMeta:
+    return PartyMeta(
+        dataset=source.dataset,
+        block=source.block,
+        num_blocks=source.num_blocks,
+        kind="tabular",
+        feature_shape=(fitted.width,),
+        num_classes=num_classes,
+        has_labels=has_labels,
+        categorical=fitted.cardinalities,
+        task=source.task,
+    )
+
+
+# ---------------------------------------------------------------- keeping the fit
+
+
+def load_table_party_kept(source: TableSource, keep: Path | None) -> PartyData:
+    """`load_table_party`, reusing the preprocessing saved in the file `keep` if there is one
+    (a restarted party must never refit: its weights were trained on that transform), else
+    fitting it and saving it there."""
+    fitted = None
+    if keep is not None and keep.is_file():
+        fitted = read_fitted(keep, source.task)
+        log.info("reusing the fitted preprocessing in %s", keep)
+    data, fitted_now = load_table_party(source, fitted)
+    if keep is not None and fitted is None:
+        _write_atomically(keep, fitted_now.to_json())
+        log.info("fitted preprocessing saved to %s", keep)
+    return data
+
+
+def read_fitted(path: Path, task: Task) -> TabularPreprocessor:
+    """A saved preprocess.json, refused if it was fitted for another task (its label parse and
+    its party's weights belong to that task)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise DataError(f"{path}: unreadable ({exc.strerror})") from None
+    fitted = TabularPreprocessor.from_json(text, str(path))
+    if fitted.task != task:
+        raise ConfigError(
+            f"{path}: the preprocessing was fitted for a {fitted.task} task, not {task} "
+            f"(give the same --task as when it was fitted)"
+        )
+    return fitted
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DataError(f"cannot write {path}: {exc.strerror}") from None
+
+
+# ---------------------------------------------------------------- a federation in one process
+
+
+def federation_sources(
+    paths: list[Path],
+    test_paths: list[Path] | None,
+    *,
+    id_column: str,
+    label_column: str | None,
+    label_blocks: tuple[int, ...] | None,
+    test_fraction: float = DEFAULT_TEST_FRACTION,
+    max_onehot: int = DEFAULT_MAX_ONEHOT,
+    task: Task = CLASSIFICATION,
+) -> tuple[TableSource, ...]:
+    """One TableSource per file, block k for the k-th. Label parties: `label_blocks`, or (None)
+    the files that have `label_column`."""
+    if not paths:
+        raise ConfigError("no table files given")
+    if test_paths and len(test_paths) != len(paths):
+        raise ConfigError(f"{len(test_paths)} test files for {len(paths)} table files")
+    if label_column is None:
+        raise ConfigError("a federation of tables needs --label-column")
+    if label_blocks is None:
+        label_blocks = tuple(
+            k for k, path in enumerate(paths) if label_column in read_table(path).columns
+        )
+    for block in label_blocks:
+        if not 0 <= block < len(paths):
+            raise ConfigError(f"label block {block} out of range (0..{len(paths) - 1})")
+    return tuple(
+        TableSource(
+            path=path,
+            id_column=id_column,
+            label_column=label_column if k in label_blocks else None,
+            test_path=test_paths[k] if test_paths else None,
+            test_fraction=test_fraction,
+            block=k,
+            num_blocks=len(paths),
+            task=task,
+            max_onehot=max_onehot,
+        )
+        for k, path in enumerate(paths)
+    )
+
+
+def load_table_federation(sources: tuple[TableSource, ...]) -> list[PartyData]:
+    """Every party of a simulated federation of tables, each fitted on its own rows only. In
+    classification the feature-only parties take the label parties' class count (in a real
+    federation they are told it with --num-classes); regression has none to tell."""
+    labelled = [load_table_party(s)[0] for s in sources if s.label_column is not None]
+    if not labelled:
+        raise ConfigError("no table has the label column: at least one party needs labels")
+    meta = labelled[0].meta
+    told = {"num_classes": meta.num_classes} if meta.task == CLASSIFICATION else {}
+    unlabelled = [
+        load_table_party(s.model_copy(update=told))[0] for s in sources if s.label_column is None
+    ]
+    return sorted(labelled + unlabelled, key=lambda d: d.meta.block)

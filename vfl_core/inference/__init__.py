@@ -1,0 +1,1 @@
+"""Predictions, their scores and metrics, per observed subset of parties."""

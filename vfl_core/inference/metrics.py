@@ -1,0 +1,285 @@
+"""The paper's metrics, computed from the aggregates that label-holding parties return
+(vfl_core.inference.scoring): labels never leave them.
+
+Classification. Accuracy: per sample, the mean correctness of every observing head party's
+prediction h_{k,O}, averaged over samples. F1: per party over the samples it predicted (binary:
+the positive class; multi-class: macro), averaged over parties. Binary tasks add ROC AUC, per
+party from histograms of its positive-class probability (ties within one of the 1000 bins count
+half, so it is exact up to that resolution), averaged over parties like F1.
+
+Regression. RMSE and MAE: per sample, the mean squared (absolute) error of the observing heads'
+predictions, averaged over samples (then the root for RMSE), the analogue of the accuracy; R^2 is
+1 - that mean squared error over the variance of the targets; federation RMSE is of the mean of
+the heads' predictions. All of them from sums of errors and targets.
+
+Every metric per observed set and overall.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from vfl_core.protocol import ScoreResult
+
+FEDERATION = "federation"
+Pattern = tuple[int, ...]
+
+
+def f1_from_confusion(confusion: np.ndarray) -> float:
+    """Binary: F1 of class 1. Multi-class: unweighted mean of per-class F1 (classes present)."""
+    tp = np.diag(confusion).astype(np.float64)
+    predicted = confusion.sum(axis=0)
+    actual = confusion.sum(axis=1)
+    denom = predicted + actual
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f1 = np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 0.0)
+    if confusion.shape[0] == 2:
+        return float(f1[1])
+    return float(f1[actual > 0].mean()) if (actual > 0).any() else 0.0
+
+
+def accuracy_from_confusion(confusion: np.ndarray) -> float:
+    total = confusion.sum()
+    return float(np.trace(confusion) / total) if total else 0.0
+
+
+def auc_from_histogram(histogram: np.ndarray) -> float | None:
+    """ROC AUC from (2, bins) counts of the positive-class probability (row 0 negatives, row 1
+    positives): P(score of a positive > score of a negative), pairs in one bin counted half.
+    None when either class is absent."""
+    negatives, positives = histogram.astype(np.float64)
+    total = negatives.sum() * positives.sum()
+    if total == 0:
+        return None
+    below = np.cumsum(negatives) - negatives  # negatives in lower bins, per bin
+    return float(np.sum(positives * (below + 0.5 * negatives)) / total)
+
+
+@dataclass
+class RegressionStats:
+    """Sums for the regression metrics of one observed set (vfl_core.inference.scoring.SUMS
+    order)."""
+
+    squared_error: float = 0.0  # sum over samples of the mean squared error of the heads
+    absolute_error: float = 0.0  # the same for the absolute error
+    targets: np.ndarray = field(default_factory=lambda: np.zeros(3))  # count, sum, sum of squares
+    federation: np.ndarray | None = None  # (5,) sums of the federation prediction
+
+    def add(self, sums: dict[str, np.ndarray]) -> None:
+        heads = [v for name, v in sums.items() if name != FEDERATION]
+        if heads:
+            self.squared_error += sum(float(v[0]) for v in heads) / len(heads)
+            self.absolute_error += sum(float(v[1]) for v in heads) / len(heads)
+        any_sums = next(iter(sums.values()))
+        self.targets = self.targets + any_sums[2:5]  # the same targets under every name
+        if FEDERATION in sums:
+            fed = sums[FEDERATION]
+            self.federation = fed if self.federation is None else self.federation + fed
+
+
+@dataclass
+class PatternStats:
+    """Everything scored for one observed set: confusion (and, for binary tasks, AUC histograms)
+    per head party and for the federation, or the regression sums."""
+
+    samples: int = 0
+    correct: float = 0.0  # sum over samples of the mean correctness of the observing heads
+    heads: dict[str, np.ndarray] = field(default_factory=dict)  # predictor -> confusion
+    federation: np.ndarray | None = None
+    histograms: dict[str, np.ndarray] = field(default_factory=dict)  # predictor -> (2, bins)
+    regression: RegressionStats | None = None
+
+    def add(self, samples: int, result: ScoreResult) -> None:
+        self.samples += samples
+        if result.sums:
+            self.regression = self.regression or RegressionStats()
+            self.regression.add(result.sums)
+        heads = [c for name, c in result.confusion.items() if name != FEDERATION]
+        if heads:
+            self.correct += sum(float(np.trace(c)) for c in heads) / len(heads)
+        for name, conf in result.confusion.items():
+            if name == FEDERATION:
+                self.federation = conf if self.federation is None else self.federation + conf
+            else:
+                self.heads[name] = conf + self.heads.get(name, 0)
+        for name, hist in result.histograms.items():
+            self.histograms[name] = hist + self.histograms.get(name, 0)
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One line of results. Fields that do not apply to the task are None (and left out of the
+    JSON and the table): accuracy, federation_accuracy and f1 for classification, auc for binary
+    classification, the errors and r2 for regression."""
+
+    observed: str  # "0,1,3" or "all"
+    samples: int
+    accuracy: float | None = None  # paper's accuracy (averaged over observing parties)
+    federation_accuracy: float | None = None
+    f1: float | None = None  # per-party F1 averaged over parties
+    auc: float | None = None  # per-party ROC AUC averaged over parties
+    rmse: float | None = None  # root of the mean over samples of the heads' mean squared error
+    mae: float | None = None
+    r2: float | None = None
+    federation_rmse: float | None = None  # of the mean of the heads' predictions
+
+    def to_json(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+# A row's metrics: every field but what it describes. Each is optional (set for its task only)
+# and travels as the EvaluateRow field of the same name (vfl_wire.convert).
+ROW_METRICS: tuple[str, ...] = tuple(
+    f.name for f in fields(MetricRow) if f.name not in ("observed", "samples")
+)
+
+
+@dataclass
+class EvalReport:
+    by_pattern: dict[Pattern, PatternStats] = field(default_factory=dict)
+    unscored: int = 0  # samples for which no head party answered
+    # block -> [batches it was asked for (held samples of), batches it answered]
+    answers: dict[int, list[int]] = field(default_factory=dict)
+
+    def add(self, pattern: Pattern, samples: int, result: ScoreResult) -> None:
+        self.by_pattern.setdefault(pattern, PatternStats()).add(samples, result)
+
+    def count_answers(self, asked: Iterable[int], present: Iterable[int]) -> None:
+        """One batch: the blocks that held its samples (and were asked), and those that answered."""
+        answered = set(present)
+        for block in asked:
+            counts = self.answers.setdefault(block, [0, 0])
+            counts[0] += 1
+            counts[1] += block in answered
+
+    def live_blocks(self) -> list[int]:
+        """Blocks that answered every batch they were asked for: live throughout."""
+        return sorted(b for b, (asked, got) in self.answers.items() if got == asked)
+
+    def partly_live(self) -> dict[int, tuple[int, int]]:
+        """Blocks that answered some of their batches, not all (they came back or went away
+        during the evaluation): block -> (batches asked, batches answered)."""
+        return {b: (n, got) for b, (n, got) in sorted(self.answers.items()) if 0 < got < n}
+
+    @property
+    def scored(self) -> int:
+        return sum(s.samples for s in self.by_pattern.values())
+
+    def rows(self) -> list[MetricRow]:
+        patterns = sorted(self.by_pattern, key=lambda p: (-len(p), p))
+        rows = [_row(",".join(map(str, p)), [self.by_pattern[p]]) for p in patterns]
+        return [*rows, self.overall()]
+
+    def overall(self) -> MetricRow:
+        return _row("all", list(self.by_pattern.values()))
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "unscored": self.unscored,
+            "rows": [row.to_json() for row in self.rows()],
+        }
+
+
+def _row(name: str, stats: Iterable[PatternStats]) -> MetricRow:
+    stats = list(stats)
+    regression = [s.regression for s in stats if s.regression is not None]
+    if regression:
+        return _regression_row(name, sum(s.samples for s in stats), regression)
+    samples = sum(s.samples for s in stats)
+    correct = sum(s.correct for s in stats)
+    fed = [s.federation for s in stats if s.federation is not None]
+    fed_conf = sum(fed[1:], fed[0]) if fed else None
+    per_party: dict[str, np.ndarray] = {}
+    for s in stats:
+        for block, conf in s.heads.items():
+            per_party[block] = conf + per_party.get(block, 0)
+    f1 = float(np.mean([f1_from_confusion(c) for c in per_party.values()])) if per_party else 0.0
+    return MetricRow(
+        observed=name,
+        samples=samples,
+        accuracy=correct / samples if samples else 0.0,
+        federation_accuracy=accuracy_from_confusion(fed_conf) if fed_conf is not None else 0.0,
+        f1=f1,
+        auc=_mean_auc(stats),
+    )
+
+
+def _mean_auc(stats: list[PatternStats]) -> float | None:
+    """Per predictor (not the federation) over the samples it predicted, averaged."""
+    pooled: dict[str, np.ndarray] = {}
+    for s in stats:
+        for predictor, hist in s.histograms.items():
+            if predictor != FEDERATION:
+                pooled[predictor] = hist + pooled.get(predictor, 0)
+    aucs = [a for a in map(auc_from_histogram, pooled.values()) if a is not None]
+    return float(np.mean(aucs)) if aucs else None
+
+
+def _regression_row(name: str, samples: int, stats: list[RegressionStats]) -> MetricRow:
+    count, total, squares = sum((s.targets for s in stats), np.zeros(3))
+    fed = [s.federation for s in stats if s.federation is not None]
+    if not count:
+        return MetricRow(observed=name, samples=samples)
+    mse = sum(s.squared_error for s in stats) / count
+    variance = squares / count - (total / count) ** 2
+    fed_sums = sum(fed[1:], fed[0]) if fed else None
+    return MetricRow(
+        observed=name,
+        samples=samples,
+        rmse=float(np.sqrt(mse)),
+        mae=float(sum(s.absolute_error for s in stats) / count),
+        r2=float(1.0 - mse / variance) if variance > 0 else None,
+        federation_rmse=float(np.sqrt(fed_sums[0] / fed_sums[2])) if fed_sums is not None else None,
+    )
+
+
+def unscored_note(unscored: int, live: bool = False) -> str:
+    """The line under a result table that counts the samples it leaves out ("" for none)."""
+    if not unscored:
+        return ""
+    who = "no live head party" if live else "no head party"
+    noun = "sample" if unscored == 1 else "samples"
+    return f"({unscored} {noun} unscored: {who}, or none the method can use, predicted them)"
+
+
+def format_table(rows: list[MetricRow], title: str = "") -> str:
+    """A fixed-width table for terminals and logs, with the columns of the task: accuracy,
+    federation accuracy and F1 (plus ROC AUC for binary tasks), or RMSE, MAE, R^2 and federation
+    RMSE for regression."""
+    regression = any(r.rmse is not None for r in rows)
+    auc = any(r.auc is not None for r in rows)
+    head = f"{'observed blocks':<16} {'samples':>8}"
+    if regression:
+        head += f" {'RMSE':>9} {'MAE':>9} {'R^2':>9} {'fed. RMSE':>9}"
+    else:
+        head += f" {'accuracy':>9} {'fed. acc':>9} {'F1':>7}"
+    head += f" {'ROC AUC':>7}" if auc else ""
+    lines = [title] if title else []
+    lines += [head, "-" * len(head)]
+    for r in rows:
+        line = f"{r.observed:<16} {r.samples:>8}"
+        line += _regression_cells(r) if regression else _classification_cells(r)
+        line += f" {_fmt(r.auc, '.4f'):>7}" if auc else ""
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _classification_cells(r: MetricRow) -> str:
+    acc, fed, f1 = (
+        v if v is not None else float("nan") for v in (r.accuracy, r.federation_accuracy, r.f1)
+    )
+    return f" {100 * acc:>8.2f}% {100 * fed:>8.2f}% {100 * f1:>7.2f}"
+
+
+def _regression_cells(r: MetricRow) -> str:
+    return (
+        f" {_fmt(r.rmse, '.4g'):>9} {_fmt(r.mae, '.4g'):>9} {_fmt(r.r2, '.4g'):>9} "
+        f"{_fmt(r.federation_rmse, '.4g'):>9}"
+    )
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)

@@ -1,0 +1,103 @@
+"""Turn the head parties' probabilities for one batch into the federation's answer.
+
+LASER-VFL and most baselines average the heads' probabilities and score each head's own
+prediction (the paper's accuracy averages over the observing heads). The ensemble scores only
+the majority vote of the local predictors (random tie-break); standard VFL with a missing block
+predicts a random class, as in the paper; a combinatorial predictor is named by its subset.
+
+Regression: the heads' outputs (B, 1) are predicted values; the federation averages them, and so
+does the ensemble (the average of the observing local predictors replaces the vote). Standard
+VFL with a missing block makes no prediction for regression: those samples are unscored.
+
+Binary classification also carries each scored prediction's positive-class probability (the
+vote share for the ensemble), from which the label party builds ROC AUC histograms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vfl_core.algorithms.method_spec import Combination
+from vfl_core.model.model_bank import key_name
+
+
+@dataclass(frozen=True)
+class Combined:
+    scored: dict[str, np.ndarray]  # predictor name -> (B,) predicted classes (or values)
+    federation: np.ndarray  # (B, C) the federation's probabilities (vote shares for ensemble)
+    predicted: np.ndarray  # (B,) the federation's class (regression: its value)
+    # binary classification: scored predictor name -> (B,) positive-class probability
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def combine(
+    rule: Combination,
+    present: Sequence[int],
+    probs: dict[int, np.ndarray],
+    gen: np.random.Generator,
+    regression: bool = False,
+) -> Combined | None:
+    """The federation's answer by the method's combination rule (MethodSpec.combination);
+    None when no head answered."""
+    if not probs:
+        return None
+    if regression:
+        return _average(rule, present, probs)
+    if rule == "vote":
+        return _with_scores(majority_vote(probs, gen))
+    federation = np.mean(np.stack([probs[k] for k in sorted(probs)]), axis=0)  # (B, C)
+    if rule == "subset":
+        scored = {f"S{key_name(tuple(sorted(present)))}": federation.argmax(axis=1)}
+        sources = dict.fromkeys(scored, federation)
+    else:
+        scored = {str(k): probs[k].argmax(axis=1) for k in sorted(probs)}
+        sources = {str(k): probs[k] for k in sorted(probs)}
+    combined = Combined(scored, federation, federation.argmax(axis=1))
+    if federation.shape[1] != 2:
+        return combined
+    scores = {name: p[:, 1] for name, p in sources.items()}
+    return Combined(scored, federation, combined.predicted, scores)
+
+
+def _average(rule: Combination, present: Sequence[int], values: dict[int, np.ndarray]) -> Combined:
+    """Regression: each head's (B, 1) value, and their mean as the federation's."""
+    federation = np.mean(np.stack([values[k] for k in sorted(values)]), axis=0)  # (B, 1)
+    if rule == "vote":
+        scored = {"ensemble": federation[:, 0]}
+    elif rule == "subset":
+        scored = {f"S{key_name(tuple(sorted(present)))}": federation[:, 0]}
+    else:
+        scored = {str(k): values[k][:, 0] for k in sorted(values)}
+    return Combined(scored, federation, federation[:, 0])
+
+
+def _with_scores(combined: Combined) -> Combined:
+    """Binary: the federation's positive-class probability (vote share, one-hot guess) as the
+    score of the one scored predictor."""
+    if combined.federation.shape[1] != 2:
+        return combined
+    positive = combined.federation[:, 1]
+    return Combined(
+        combined.scored,
+        combined.federation,
+        combined.predicted,
+        dict.fromkeys(combined.scored, positive),
+    )
+
+
+def random_guess(name: str, size: int, classes: int, gen: np.random.Generator) -> Combined:
+    """What standard VFL counts for a sample it cannot predict: a uniformly random class."""
+    guess = gen.integers(0, classes, size=size)
+    federation = np.eye(classes, dtype=np.float32)[guess]  # (B, C) one-hot
+    return _with_scores(Combined({name: guess}, federation, guess))
+
+
+def majority_vote(probs: dict[int, np.ndarray], gen: np.random.Generator) -> Combined:
+    votes = sum(np.eye(p.shape[1], dtype=np.float32)[p.argmax(axis=1)] for p in probs.values())
+    shares = votes / len(probs)  # (B, C)
+    # Random tie-break: add noise smaller than one vote, so only ties are decided by it.
+    winner = (votes + gen.random(votes.shape) * 0.5).argmax(axis=1)
+    return Combined({"ensemble": winner}, shares.astype(np.float32), winner)

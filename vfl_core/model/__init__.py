@@ -1,0 +1,1 @@
+"""The networks a party trains (representation models, heads) and their wire rounding."""

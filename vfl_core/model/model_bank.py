@@ -1,0 +1,121 @@
+"""A party's models: representation slots and heads, each with its own optimiser.
+
+Most methods use one shared representation model f_k (slot key `()`) and at most one head g_k.
+The combinatorial baseline keys both by subset. Models are built lazily but deterministically:
+each one's initial weights come from (seed, block, key), whatever the order of creation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from vfl_core.algorithms.laser import Subset
+from vfl_core.algorithms.method_spec import SHARED
+from vfl_core.config import TrainConfig
+from vfl_core.model.models import build_head, build_representation
+from vfl_core.seeding import Stream, derive_seed
+
+
+def subset_code(key: Subset) -> tuple[int, ...]:
+    """Seed parts of a key: nothing for the shared slot (so its seed is just (seed, block))."""
+    return () if key == SHARED else (1 + sum(1 << b for b in key),)
+
+
+def key_name(key: Subset) -> str:
+    return ",".join(map(str, key))
+
+
+def name_key(name: str) -> Subset:
+    return tuple(int(x) for x in name.split(",")) if name else SHARED
+
+
+class ModelBank:
+    def __init__(
+        self,
+        config: TrainConfig,
+        block: int,
+        num_blocks: int,
+        feature_shape: tuple[int, ...],
+        num_classes: int,
+        device: torch.device,
+        *,
+        categorical: tuple[int, ...] = (),
+    ) -> None:
+        self.config = config
+        self.spec = config.spec
+        self.block = block
+        self.num_blocks = num_blocks
+        self.feature_shape = feature_shape
+        self.num_classes = num_classes
+        self.categorical = categorical  # code columns' cardinalities (tabular parties)
+        self.device = device
+        self.reps: dict[Subset, nn.Module] = {}
+        self.heads: dict[Subset, nn.Module] = {}
+        self.rep_opts: dict[Subset, torch.optim.Optimizer] = {}
+        self.head_opts: dict[Subset, torch.optim.Optimizer] = {}
+
+    def rep(self, key: Subset) -> nn.Module:
+        if key not in self.reps:
+            seed = derive_seed(
+                self.config.seed, Stream.INIT_REPRESENTATION, self.block, *subset_code(key)
+            )
+            model = build_representation(
+                self.config.model, self.feature_shape, seed, categorical=self.categorical
+            )
+            self.reps[key] = model.to(self.device)
+            self.rep_opts[key] = make_optimizer(self.reps[key], self.config)
+        return self.reps[key]
+
+    def head(self, key: Subset) -> nn.Module:
+        if key not in self.heads:
+            seed = derive_seed(self.config.seed, Stream.INIT_HEAD, self.block, *subset_code(key))
+            width = self.spec.head_input_blocks(key, self.num_blocks)
+            model = build_head(self.config.model, self.num_classes, seed, in_blocks=width)
+            self.heads[key] = model.to(self.device)
+            self.head_opts[key] = make_optimizer(self.heads[key], self.config)
+        return self.heads[key]
+
+    def set_lr(self, opts: list[torch.optim.Optimizer], epoch: int) -> None:
+        cfg = self.config
+        factor = 1.0
+        if cfg.scheduler == "cosine" and cfg.epochs > 0:
+            factor = 0.5 * (1.0 + math.cos(math.pi * min(epoch, cfg.epochs) / cfg.epochs))
+        for opt in opts:
+            for group in opt.param_groups:
+                group["lr"] = cfg.lr * factor
+
+    def parameters_vector(self) -> torch.Tensor:
+        modules = [self.reps[k] for k in sorted(self.reps)] + [
+            self.heads[k] for k in sorted(self.heads)
+        ]
+        return torch.cat([p.detach().cpu().reshape(-1) for m in modules for p in m.parameters()])
+
+    def state_dict(self) -> dict[str, object]:
+        return {
+            "reps": {key_name(k): m.state_dict() for k, m in self.reps.items()},
+            "rep_opts": {key_name(k): o.state_dict() for k, o in self.rep_opts.items()},
+            "heads": {key_name(k): m.state_dict() for k, m in self.heads.items()},
+            "head_opts": {key_name(k): o.state_dict() for k, o in self.head_opts.items()},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, sd in state["reps"].items():
+            self.rep(name_key(name)).load_state_dict(sd)
+            self.rep_opts[name_key(name)].load_state_dict(state["rep_opts"][name])
+        for name, sd in state["heads"].items():
+            self.head(name_key(name)).load_state_dict(sd)
+            self.head_opts[name_key(name)].load_state_dict(state["head_opts"][name])
+
+
+def make_optimizer(module: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(
+            module.parameters(),
+            lr=config.lr,
+            momentum=config.momentum,
+            weight_decay=config.weight_decay,
+        )
+    return torch.optim.Adam(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)

@@ -1,0 +1,1 @@
+"""Checkpoints on disk and the run log."""

@@ -1,0 +1,174 @@
+"""A run's per-epoch metrics: one JSON line per finished epoch in <run dir>/epochs.jsonl, and the
+same figures as TensorBoard scalars in <run dir>/tensorboard when tensorboard is installed.
+
+The coordinator and `vfl simulate` both give their `Federation` a `RunLog` observer
+(vfl_core.lifecycle.run_federation), so both write the same file. A resumed run (checkpoint
+restart) passes the epoch it resumes in: lines of that epoch and later are cut (that epoch runs
+again) and the new ones appended, as rounds.jsonl does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from vfl_core.inference.metrics import MetricRow
+from vfl_core.training.engine import EpochSummary, Federation, Observer
+from vfl_core.training.liveness import DOWN, REJOINING, UP, Liveness
+
+log = logging.getLogger(__name__)
+
+EPOCHS_FILE = "epochs.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    summary: EpochSummary
+    parties: dict[str, int]  # how many parties are up / down / rejoining after the epoch
+    transitions: dict[str, int]  # liveness transitions so far, e.g. {"up->down": 1}
+    test: MetricRow | None = None  # overall test metrics, when the run evaluated after it
+
+    def to_json(self) -> dict[str, object]:
+        s = self.summary
+        out: dict[str, object] = {
+            "epoch": s.epoch,
+            "rounds": s.rounds,
+            "mean_loss": s.mean_loss,
+            "head_losses": {str(k): v for k, v in s.head_losses.items()},
+            "seconds": s.seconds,
+            "incomplete_rounds": s.incomplete_rounds,
+            "parties": self.parties,
+            "transitions": self.transitions,
+        }
+        if self.test is not None:
+            out["test"] = logged_metrics(self.test)
+        return out
+
+
+def logged_metrics(row: MetricRow) -> dict[str, object]:
+    """The samples and the metrics of the task: accuracy, federation accuracy, F1 (and ROC AUC
+    for binary tasks), or RMSE, MAE, R^2 and federation RMSE for regression."""
+    return {k: v for k, v in row.to_json().items() if k != "observed"}
+
+
+def liveness_record(
+    summary: EpochSummary, liveness: Liveness, test: MetricRow | None = None
+) -> EpochRecord:
+    """The record of an epoch that just ended, with the liveness state machine as it stands."""
+    states = Counter(liveness.state.values())
+    parties = {s: states.get(s, 0) for s in (UP, DOWN, REJOINING)}
+    return EpochRecord(summary, parties, liveness.counts(), test)
+
+
+class RunLog(Observer):
+    """Writes an `EpochRecord` per finished epoch of the federation it observes. With
+    `eval_every` N > 0 it also evaluates `split` after every N-th epoch and after the last one."""
+
+    def __init__(
+        self, directory: Path, first_epoch: int = 0, eval_every: int = 0, split: str = "test"
+    ) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / EPOCHS_FILE
+        self.eval_every = eval_every
+        self.split = split
+        self._file = open_epochs(self.path, first_epoch)
+        self._board = _tensorboard(directory / TENSORBOARD_DIR, first_epoch)
+
+    def epoch_done(self, fed: Federation, summary: EpochSummary) -> None:
+        self.write(liveness_record(summary, fed.liveness, self._evaluate(fed, summary.epoch)))
+
+    def _evaluate(self, fed: Federation, epoch: int) -> MetricRow | None:
+        if self.eval_every <= 0 or self.split not in fed.alignments:
+            return None
+        if (epoch + 1) % self.eval_every and epoch + 1 != fed.config.epochs:
+            return None
+        return fed.evaluate(self.split).overall()
+
+    def write(self, record: EpochRecord) -> None:
+        self._file.write(json.dumps(record.to_json()) + "\n")
+        if self._board is not None:
+            _scalars(self._board, record)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._board is not None:
+            self._board.close()
+
+    def __enter__(self) -> RunLog:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        err: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_epochs(path: Path, first_epoch: int) -> IO[str]:
+    """The epoch log, line-buffered: new when `first_epoch` is 0, else cut to the epochs before
+    `first_epoch` (a resumed run) and appended to."""
+    if first_epoch <= 0:
+        return path.open("w", buffering=1)
+    kept = [r for r in read_epochs(path) if r["epoch"] < first_epoch]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    os.replace(tmp, path)
+    return path.open("a", buffering=1)
+
+
+def read_epochs(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of an epoch log (a crash can leave the last one cut short)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    out = []
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        if not line.endswith("\n"):
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            log.warning("%s line %d is not JSON; dropped", path, number)
+            continue
+        if isinstance(record, dict) and isinstance(record.get("epoch"), int):
+            out.append(record)
+        else:
+            log.warning("%s line %d has no epoch number; dropped", path, number)
+    return out
+
+
+def _tensorboard(directory: Path, first_epoch: int) -> Any:
+    """A SummaryWriter, or None when tensorboard is not installed (it is optional)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as err:
+        log.debug("no TensorBoard event files (%s); epochs.jsonl only", err)
+        return None
+    # purge_step hides the events of the epochs a resumed run repeats.
+    return SummaryWriter(str(directory), purge_step=first_epoch if first_epoch > 0 else None)
+
+
+def _scalars(board: Any, record: EpochRecord) -> None:
+    s, step = record.summary, record.summary.epoch
+    board.add_scalar("loss/mean", s.mean_loss, step)
+    for head, loss in s.head_losses.items():
+        board.add_scalar(f"loss/head{head}", loss, step)
+    board.add_scalar("time/seconds", s.seconds, step)
+    board.add_scalar("rounds/incomplete", s.incomplete_rounds, step)
+    for state, count in record.parties.items():
+        board.add_scalar(f"parties/{state}", count, step)
+    if record.test is not None:
+        for key, value in logged_metrics(record.test).items():
+            if key != "samples":
+                board.add_scalar(f"test/{key}", value, step)
+    board.flush()

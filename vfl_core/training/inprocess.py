@@ -1,0 +1,226 @@
+"""The in-process transport: parties are objects in this process, calls are method calls.
+
+It behaves like the gRPC transport as far as the engine can tell: a party that refuses a call
+(ProtocolError) is simply absent from the answer, and every answer is a copy, so no party holds
+a reference to another party's arrays. Embeddings and gradients are rounded to the run's wire
+dtype (vfl_core.model.quantize) exactly where the gRPC transport encodes them: a party's embedding
+and
+its head's gradients as they leave it, the embeddings and the summed gradient as the coordinator
+sends them on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TypeVar
+
+import numpy as np
+
+from vfl_core.algorithms.dlvm_protocol import (
+    DecodeCall,
+    Decoded,
+    DlvmBackwardCall,
+    PartyGrads,
+    StepCall,
+    StepResult,
+)
+from vfl_core.algorithms.dvfl_protocol import (
+    GuestCall,
+    GuestResult,
+    HostCall,
+    HostOutputCall,
+    HostResult,
+    OwnerFeedCall,
+    OwnerTrainCall,
+)
+from vfl_core.errors import ConfigError, VflError
+from vfl_core.model.quantize import round_trip
+from vfl_core.protocol import (
+    BackwardCall,
+    EmbedCall,
+    FuseCall,
+    FuseResult,
+    PartyInfo,
+    PredictCall,
+    PsiCall,
+    ScoreCall,
+    ScoreResult,
+    TrainCall,
+    TrainResult,
+)
+from vfl_core.training.party import Party
+
+log = logging.getLogger(__name__)
+C = TypeVar("C")
+R = TypeVar("R")
+
+
+class InProcessTransport:
+    def __init__(
+        self,
+        parties: Mapping[int, Party],
+        saver: Callable[[Party, int], None] | None = None,
+        wire_dtype: str | None = None,
+    ) -> None:
+        """`saver(party, round_id)` writes a party's checkpoint; without one, checkpoints are
+        no-ops (a simulation keeps its parties in memory). `wire_dtype`: how embeddings and
+        gradients travel (default: the parties' TrainConfig.wire_dtype)."""
+        self.parties = dict(sorted(parties.items()))
+        self.saver = saver
+        if wire_dtype is None:
+            configs = {p.config.wire_dtype for p in self.parties.values()} or {"float32"}
+            if len(configs) > 1:
+                raise ConfigError(f"parties disagree on the wire dtype: {sorted(configs)}")
+            wire_dtype = configs.pop()
+        self.wire_dtype = wire_dtype
+
+    def infos(self) -> dict[int, PartyInfo]:
+        return {b: p.info for b, p in self.parties.items()}
+
+    def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]:
+        return self._fan_out({b: split for b in blocks}, lambda p, s: list(p.id_hashes(s)))
+
+    def class_weights(self, block: int, split: str) -> np.ndarray | None:
+        return self.parties[block].class_weights(split)
+
+    def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
+        return self._fan_out(calls, lambda p, c: self._wire(p.embed(c)).copy())
+
+    def fuse(self, calls: dict[int, FuseCall]) -> dict[int, FuseResult]:
+        return self._fan_out(calls, lambda p, c: self._received(p.fuse(self._sent_fuse(c))))
+
+    def backward(self, calls: dict[int, BackwardCall]) -> set[int]:
+        return set(self._fan_out(calls, lambda p, c: p.backward(self._sent_backward(c))))
+
+    def train(self, calls: dict[int, TrainCall]) -> Callable[[], dict[int, TrainResult]]:
+        """Runs the calls at once, in block order (what the engine relies on in any transport:
+        each party sees its calls in the order they were started)."""
+
+        def train(party: Party, call: TrainCall) -> TrainResult:
+            sent = TrainCall(
+                tuple(self._sent_backward(c) for c in call.backward),
+                tuple(self._sent_fuse(c) for c in call.fuse),
+                call.embed,
+            )
+            r = party.train(sent)
+            fused = {k: self._received(f) for k, f in r.fused.items()}
+            embeddings = {k: self._wire(e).copy() for k, e in r.embeddings.items()}
+            return TrainResult(r.stepped, fused, embeddings, r.stopped)
+
+        answers = self._fan_out(calls, train)
+        return lambda: answers
+
+    def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
+        def predict(party: Party, call: PredictCall) -> np.ndarray:
+            return party.predict(replace(call, embeddings=self._wire_map(call.embeddings)))
+
+        return self._fan_out(calls, predict)
+
+    def _wire(self, array: np.ndarray) -> np.ndarray:
+        """What the receiver of `array` gets (itself when the wire is lossless)."""
+        return round_trip(array, self.wire_dtype)
+
+    def _wire_map(self, arrays: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+        return {b: self._wire(a) for b, a in arrays.items()}
+
+    def _sent_fuse(self, call: FuseCall) -> FuseCall:
+        return replace(call, embeddings=self._wire_map(call.embeddings))
+
+    def _sent_backward(self, call: BackwardCall) -> BackwardCall:
+        return replace(call, grad=None if call.grad is None else self._wire(call.grad))
+
+    def _received(self, result: FuseResult) -> FuseResult:
+        return FuseResult(result.loss, self._wire_map(result.grads))
+
+    def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
+        return self._fan_out({block: call}, Party.score).get(block)
+
+    def checkpoint(self, round_id: int, blocks: list[int]) -> set[int]:
+        saver = self.saver
+        if saver is None:
+            return set()
+        return set(self._fan_out({b: round_id for b in blocks}, lambda p, r: saver(p, r)))
+
+    def snapshot(self, round_id: int, blocks: list[int], restore: bool) -> set[int]:
+        def snapshot(party: Party, r: int) -> bool:
+            return party.restore_snapshot(r) if restore else party.keep_snapshot(r)
+
+        done = self._fan_out({b: round_id for b in blocks}, snapshot)
+        return {b for b, ok in done.items() if ok}
+
+    def rejoined(self) -> set[int]:
+        return set()  # parties in this process never leave
+
+    def psi_blind(self, split: str, session: str, blocks: list[int]) -> dict[int, list[bytes]]:
+        return self._fan_out({b: split for b in blocks}, lambda p, s: p.psi_blind(s, session))
+
+    def psi_apply(self, calls: dict[int, PsiCall]) -> dict[int, list[bytes]]:
+        return self._fan_out(calls, lambda p, c: p.psi_apply(c.split, c.session, c.points))
+
+    def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]:
+        return set(
+            self._fan_out(calls, lambda p, c: p.set_alignment_keys(c.split, c.points) or True)
+        )
+
+    # Decoupled VFL: each answer is a copy, as an answer off the wire would be
+    def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]:
+        return self._fan_out(calls, Party.guest_step)
+
+    def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]:
+        return self._fan_out(calls, Party.host_step)
+
+    def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]:
+        return self._fan_out(calls, lambda p, c: p.host_output(c).copy())
+
+    def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]:
+        return set(self._fan_out(calls, lambda p, c: p.owner_feed(c) or True))
+
+    def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
+        return self._fan_out(calls, Party.owner_train)
+
+    # Latent-variable VFL: each answer is a copy, as an answer off the wire would be
+    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
+        return self._fan_out(calls, lambda p, c: _copy_decoded(p.dlvm_decode(c)))
+
+    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
+        return self._fan_out(calls, lambda p, c: _copy_step(p.dlvm_step(c)))
+
+    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
+        return self._fan_out(calls, lambda p, c: p.dlvm_predict(c).copy())
+
+    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
+        return set(self._fan_out(calls, lambda p, c: p.dlvm_backward(c) or True))
+
+    def labelled_rows(self, block: int) -> np.ndarray | None:
+        answer = self._fan_out({block: "train"}, Party.labelled_rows).get(block)
+        return None if answer is None else answer.copy()
+
+    def _fan_out(self, calls: Mapping[int, C], method: Callable[[Party, C], R]) -> dict[int, R]:
+        answers: dict[int, R] = {}
+        for block, call in sorted(calls.items()):
+            party = self.parties.get(block)
+            if party is None:
+                continue
+            try:
+                answers[block] = method(party, call)
+            except VflError as err:
+                log.warning("block %d refused %s: %s", block, type(call).__name__, err)
+        return answers
+
+
+def _copy_decoded(answer: Decoded) -> Decoded:
+    """A copy of a decoder's arrays (no party holds another party's memory)."""
+    return Decoded(answer.log_lik.copy(), None if answer.grad is None else answer.grad.copy())
+
+
+def _copy_step(answer: StepResult) -> StepResult:
+    grads = {
+        b: PartyGrads(
+            None if g.log_lik is None else g.log_lik.copy(),
+            None if g.expert is None else g.expert.copy(),
+        )
+        for b, g in answer.grads.items()
+    }
+    return StepResult(answer.loss, grads)
