@@ -11,6 +11,7 @@ certificates, not necessarily its token).
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import ssl
 import struct
@@ -61,7 +62,12 @@ class StalledConnection:
     ) -> None:
         raw = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.sock = tls.wrap_socket(raw, server_hostname="localhost") if tls is not None else raw
-        self.sock.settimeout(None)
+        # An SSL socket must not read and write at once (OpenSSL state is per connection: a recv in
+        # the reader thread beside a sendall here crashed the interpreter). Every use of it holds
+        # _lock, and the reader only reads what select says arrived; the timeout bounds a read of
+        # a TLS record the server never finishes.
+        self.sock.settimeout(5.0)
+        self._closing = False
         self.goaway = False
         self.resets = 0  # RST_STREAM frames: streams the server refused or cut
         self.sent = 0  # streams opened
@@ -102,7 +108,7 @@ class StalledConnection:
         """Answer SETTINGS and PINGs; note GOAWAY and RST_STREAM; until the socket closes."""
         buffer = b""
         try:
-            while chunk := self.sock.recv(65536):
+            while (chunk := self._recv()) != b"":
                 buffer += chunk
                 while len(buffer) >= 9:
                     length = int.from_bytes(buffer[:3], "big")
@@ -118,15 +124,32 @@ class StalledConnection:
                         self.goaway = True
                     elif kind == 0x3:
                         self.resets += 1
-        except OSError:
+        except (OSError, ValueError):  # ValueError: select on the socket close() closed
             pass
+
+    def _recv(self) -> bytes:
+        """What arrived (b"" once the connection is closed), waiting for it in short steps."""
+        while True:
+            readable, _, _ = select.select([self.sock], [], [], 0.05)
+            with self._lock:
+                if self._closing:
+                    return b""
+                pending = getattr(self.sock, "pending", lambda: 0)()  # TLS bytes already read
+                if not readable and not pending:
+                    continue
+                try:
+                    return self.sock.recv(65536)
+                except (TimeoutError, ssl.SSLWantReadError):
+                    continue
 
     def alive(self) -> bool:
         return self._reader.is_alive()
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        with self._lock:
+            self._closing = True
+            with contextlib.suppress(OSError):
+                self.sock.close()
         self._reader.join(5)
 
 
