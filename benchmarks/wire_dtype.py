@@ -192,7 +192,8 @@ def write_report(job: WireDtypeJob) -> tuple[Path, str]:
         "`--wire-dtype` (vfl_core/model/quantize.py) rounds what crosses the wire; parties and the "
         "coordinator compute in float32. float16: IEEE half (saturating at 65504, gradients "
         "below 6e-8 flush to zero); bfloat16: float32's upper 16 bits; int8: codes in "
-        "[-127, 127] and one 16-bit scale per row (max |row| / 127, rounded up).",
+        "[-127, 127] and one scale per row (max |row| / 127 rounded up to a power of two, sent "
+        "as one exponent byte; before 2026-11-23 23:10 a 16-bit scale with 9 significant bits).",
         "",
         "Accuracy: LASER-VFL, the accuracy grid's setups (benchmarks/setups.py), train p_miss "
         f"0, test p_miss 0 / 0.1 / 0.5, seeds {', '.join(map(str, job.seeds))}; mean +- sample "

@@ -19,6 +19,7 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_core.algorithms.methods import METHODS
 from vfl_core.config import TrainConfig
+from vfl_core.protocol import PROTOCOL_VERSION
 from vfl_wire import convert
 from vfl_wire.channels import bind, make_channel, make_server
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
@@ -87,7 +88,7 @@ def _register(stub: vfl_pb2_grpc.CoordinatorStub, block: int, address: str) -> N
     info = vfl_pb2.PartyInfoMsg(
         party_id=f"party{block}", block=block, num_blocks=2, dataset="digits",
         feature_shape=[1, 8, 4], num_classes=10, has_labels=True, samples={"train": 10},
-        protocol_version=1,
+        protocol_version=PROTOCOL_VERSION,
     )  # fmt: skip
     header = convert.header("", f"party{block}")
     stub.Register(vfl_pb2.RegisterRequest(header=header, info=info, address=address), timeout=10)

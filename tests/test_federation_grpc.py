@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from vfl_cli.app import app
 from vfl_core.persistence.checkpoint import load_checkpoint
+from vfl_core.protocol import PROTOCOL_VERSION
 from vfl_core.training.alignment import batch_digest, hash_ids
 from vfl_wire import convert
 from vfl_wire.tensors import encode_array
@@ -381,7 +382,7 @@ def test_given_live_coordinator_when_sent_bad_messages_then_refused_with_codes_a
     holder = _client_of(clients, 0)
     info = vfl_pb2.PartyInfoMsg(
         party_id="intruder", block=0, num_blocks=4, dataset="digits", feature_shape=[1, 4, 4],
-        num_classes=10, has_labels=True, samples={"train": 10}, protocol_version=1,
+        num_classes=10, has_labels=True, samples={"train": 10}, protocol_version=PROTOCOL_VERSION,
     )  # fmt: skip
     taken = vfl_pb2.RegisterRequest(header=ok_header, info=info, address="127.0.0.1:1")
     old_protocol = vfl_pb2.RegisterRequest(

@@ -27,6 +27,7 @@ from harness import BIN, SECRET, Client, Cluster, Coordinator
 from vfl_cli.certs_cmd import create_federation, parse_names
 from vfl_coordinator.admission import parse_parties
 from vfl_core.errors import ConfigError
+from vfl_core.protocol import PROTOCOL_VERSION
 from vfl_core.training.alignment import DEMO_SECRET
 from vfl_core.training.psi import id_point
 from vfl_wire import convert
@@ -196,7 +197,7 @@ def _register(
 ) -> vfl_pb2.RegisterReply:
     info = vfl_pb2.PartyInfoMsg(
         party_id=party_id, block=block, num_blocks=4, dataset="digits", feature_shape=[1, 4, 4],
-        num_classes=10, has_labels=True, samples={"train": 10}, protocol_version=1,
+        num_classes=10, has_labels=True, samples={"train": 10}, protocol_version=PROTOCOL_VERSION,
     )  # fmt: skip
     header = convert.header("", party_id if header_party is None else header_party)
     request = vfl_pb2.RegisterRequest(header=header, info=info, address="127.0.0.1:1")

@@ -337,7 +337,8 @@ def _embed_req(**kw) -> vfl_pb2.EmbedRequest:
 @pytest.mark.parametrize(
     ("req", "message"),
     [
-        (_embed_req(rows=encode_array(np.arange(4, dtype=np.int32))), "embed rows: dtype int32"),
+        (_embed_req(rows=encode_array(np.arange(4, dtype=np.float32))), "rows: dtype float32"),
+        (_embed_req(rows=encode_array(np.array([0, -1], np.int32))), "negative value -1 at"),
         (_embed_req(rows=encode_array(np.zeros((2, 2), np.int64))), "embed rows: shape (2, 2)"),
         (_embed_req(rows=encode_array(np.array([0, -1], np.int64))), "negative value -1 at"),
         (_embed_req(split="validation"), "embed split: unknown split 'validation'"),

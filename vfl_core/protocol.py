@@ -31,7 +31,8 @@ from vfl_core.algorithms.dvfl_protocol import (
     OwnerTrainCall,
 )
 
-PROTOCOL_VERSION = 1
+# 2: int8 scales are one exponent byte per row; row indices may travel as int32.
+PROTOCOL_VERSION = 2
 SPLITS = ("train", "test")
 
 

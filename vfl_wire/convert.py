@@ -61,7 +61,14 @@ from vfl_core.protocol import (
     TrainResult,
 )
 from vfl_core.training.psi import POINT_BYTES, check_session, pack, unpack
-from vfl_wire.tensors import Shape, decode_array, decode_float, encode_array, encode_float
+from vfl_wire.tensors import (
+    Shape,
+    decode_array,
+    decode_float,
+    encode_array,
+    encode_float,
+    encode_index,
+)
 from vfl_wire.v1 import vfl_pb2
 
 Matrix = tuple[int | None, int | None]  # expected (rows, columns); None = any
@@ -137,8 +144,10 @@ def check_round(received: int, expected: int, *, what: str = "reply") -> None:
 
 
 def _index_vector(t: vfl_pb2.Tensor, what: str, length: int | None = None) -> np.ndarray:
-    """(B,) int64 of non-negative indices (rows or classes); negative ones would wrap in numpy."""
-    a = decode_array(t, what=what, expect_dtype="int64", expect_shape=(length,))
+    """(B,) int64 of non-negative indices (rows or classes), sent as int64 or (encode_index) int32;
+    negative ones would wrap in numpy."""
+    expect = "int32" if t.dtype == "int32" else "int64"
+    a = decode_array(t, what=what, expect_dtype=expect, expect_shape=(length,)).astype(np.int64)
     if a.size and a.min() < 0:
         pos = int(np.argmax(a < 0))
         raise ProtocolError(f"{what}: negative value {int(a[pos])} at position {pos}")
@@ -225,7 +234,7 @@ def embed_call_to_proto(call: EmbedCall, h: vfl_pb2.Header | None) -> vfl_pb2.Em
         header=h,
         round_id=call.round_id,
         split=call.split,
-        rows=encode_array(call.rows, what="embed rows"),
+        rows=encode_index(call.rows, what="embed rows"),
         digest=call.digest,
         train=call.train,
         blocks=call.blocks,
@@ -271,7 +280,7 @@ def fuse_call_to_proto(
         label_blocks=call.label_blocks,
     )
     if call.rows is not None:
-        req.rows.CopyFrom(encode_array(call.rows, what="fuse rows"))
+        req.rows.CopyFrom(encode_index(call.rows, what="fuse rows"))
         req.digest = call.digest
     return req
 
@@ -441,7 +450,7 @@ def score_call_to_proto(call: ScoreCall, h: vfl_pb2.Header) -> vfl_pb2.ScoreRequ
     return vfl_pb2.ScoreRequest(
         header=h,
         split=call.split,
-        rows=encode_array(call.rows, what="score rows"),
+        rows=encode_index(call.rows, what="score rows"),
         digest=call.digest,
         predictions=_encode_map(call.predictions, "predictions of"),
         scores=_encode_map(call.scores, "scores of"),
@@ -594,7 +603,7 @@ def guest_call_to_proto(call: GuestCall, h: vfl_pb2.Header) -> vfl_pb2.GuestStep
         header=h,
         round_id=call.round_id,
         epoch=call.epoch,
-        rows=encode_array(call.rows, what="guest rows"),
+        rows=encode_index(call.rows, what="guest rows"),
         digest=call.digest,
         write=call.write,
     )
@@ -721,7 +730,7 @@ def owner_feed_to_proto(call: OwnerFeedCall, h: vfl_pb2.Header) -> vfl_pb2.Owner
     return vfl_pb2.OwnerFeedRequest(
         header=h,
         round_id=call.round_id,
-        rows=encode_array(call.rows, what="owner rows"),
+        rows=encode_index(call.rows, what="owner rows"),
         digest=call.digest,
         outputs=_encode_map(call.outputs, "output of host"),
     )
@@ -798,7 +807,7 @@ def dlvm_decode_call_to_proto(call: DecodeCall, h: vfl_pb2.Header) -> vfl_pb2.Dl
         train=call.train,
     )
     if call.rows is not None:
-        req.rows.CopyFrom(encode_array(call.rows, what="decode rows"))
+        req.rows.CopyFrom(encode_index(call.rows, what="decode rows"))
     return req
 
 
@@ -853,7 +862,7 @@ def dlvm_step_call_to_proto(call: StepCall, h: vfl_pb2.Header) -> vfl_pb2.DlvmSt
         digest=call.digest,
     )
     if call.rows is not None:
-        req.rows.CopyFrom(encode_array(call.rows, what="step rows"))
+        req.rows.CopyFrom(encode_index(call.rows, what="step rows"))
     return req
 
 

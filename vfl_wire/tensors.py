@@ -37,6 +37,15 @@ def encode_array(a: np.ndarray, *, what: str = "tensor") -> vfl_pb2.Tensor:
     return vfl_pb2.Tensor(dtype=name, shape=little.shape, data=little.tobytes())
 
 
+def encode_index(a: np.ndarray, *, what: str = "indices") -> vfl_pb2.Tensor:
+    """Non-negative int64 indices (rows of a batch) as int32 when they fit, else int64: half the
+    bytes of the row lists that travel with every round. `decode_index` takes either."""
+    a = np.asarray(a, dtype=np.int64)
+    if a.size == 0 or int(a.max()) <= np.iinfo(np.int32).max:
+        return encode_array(a.astype(np.int32), what=what)
+    return encode_array(a, what=what)
+
+
 def decode_array(
     t: vfl_pb2.Tensor,
     *,
@@ -75,7 +84,7 @@ def decode_array(
 # Wire dtypes of embeddings and gradients (vfl_core.model.quantize) beyond ALLOWED_DTYPES: the numpy
 # array that carries their codes.
 _CODES = {"float16": np.dtype("float16"), "bfloat16": np.dtype("uint16"), "int8": np.dtype("int8")}
-_SCALE = np.dtype("<u2")  # int8: one 16-bit scale per row
+_SCALE = np.dtype("u1")  # int8: one scale per row, a power of two as its exponent byte
 
 
 def encode_float(a: np.ndarray, wire: str, *, what: str = "tensor") -> vfl_pb2.Tensor:

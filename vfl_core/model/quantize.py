@@ -12,19 +12,21 @@ The formats:
   zero (the accuracy cost of that is measured in benchmarks/results/wire_dtype.md).
 - bfloat16: the upper 16 bits of a float32, rounded to nearest even; float32's range, 8 bits of
   mantissa; saturates at +-3.39e38.
-- int8: per row r (the last axis is a row's values), a scale s_r = max|x_r| / 127 and codes
-  q = rint(x / s_r) in [-127, 127]; x' = q * s_r. The scale travels in 16 bits: float32's bits 30
-  to 15 (a scale is never negative, so no sign bit; float32's exponent range, 9 significant
-  bits), rounded *up*, so that |q| <= 127 and the largest |q| of a row is exactly 127 (the
-  rounding adds less than 2^-8, and 127 / (1 + 2^-8) > 126.5), and q * s_r is exact in float32
-  (7 + 9 bits). So encoding x' again gives the same scale and codes. (bfloat16 scales, 8
-  significant bits, would let a row's largest code fall to 126 and drift on re-encoding.) A row
-  whose largest |value| is below 127 * 1.18e-38 (its scale would be subnormal, with too few
-  bits for that argument) is sent as zeros.
+- int8: per row r (the last axis is a row's values), a scale s_r and codes q = rint(x / s_r) in
+  [-127, 127]; x' = q * s_r. The scale is max|x_r| / 127 rounded *up* to a power of two and
+  travels as one byte, float32's biased exponent e (s_r = 2^(e - 127)): one byte per row instead
+  of two, which keeps int8 messages under 0.3x float32 even for 10-wide embeddings (d + 1 bytes a
+  row against 4d). The price is resolution: a row's largest |q| lies in [64, 127] instead of being
+  127, so the rounding step is at most twice the exact per-row step (measured in
+  benchmarks/results/wire_dtype.md). Dividing by and multiplying with a power of two is exact, so
+  encoding x' again gives the same scale and codes (its largest |q| >= 64 puts max|x'| / 127 in
+  (s_r / 2, s_r]). A row whose largest |value| is below 127 * 1.18e-38 (its scale would be
+  subnormal) is sent as zeros (e = 0, a zero scale); values beyond 127 * 2^121 (3.38e38)
+  saturate.
 Every format is idempotent (round_trip(round_trip(x)) == round_trip(x)), so the coordinator may
 decode and re-encode what it relays without drift.
-A row holding NaN or Inf encodes to a NaN scale (int8) or non-finite values, which every receiver
-refuses, as it refuses a non-finite float32.
+A row holding NaN or Inf encodes to an infinite scale (int8, e = 255) or non-finite values, which
+every receiver refuses, as it refuses a non-finite float32.
 """
 
 from __future__ import annotations
@@ -42,13 +44,15 @@ FLOAT16_MAX = float(np.finfo(np.float16).max)  # 65504
 BFLOAT16_MAX = float(np.uint32(0x7F7F0000).view(np.float32))  # 3.3895314e38
 INT8_MAX = 127
 _BF16_NAN = np.uint16(0x7FC0)
-_SCALE_NAN = np.uint16(0xFF80)  # float32 0x7FC00000
+_SCALE_INF = np.uint8(0xFF)  # float32's exponent field of Inf
+_MANTISSA = np.uint32(0x7FFFFF)
+_TOP_EXPONENT = np.uint32(127 + 121)  # the largest scale, 2^121: 127 * 2^121 < float32 max
 
 
 @dataclass(frozen=True)
 class Encoded:
     """An array as it travels: `codes` (float32, float16, uint16 bfloat16 bits or int8) in the
-    array's shape, and for int8 `scales`, the 16 bits (uint16) of one scale per row."""
+    array's shape, and for int8 `scales`, one scale per row as float32's biased exponent (uint8)."""
 
     dtype: str
     codes: np.ndarray
@@ -114,18 +118,19 @@ def from_bfloat16(bits: np.ndarray) -> np.ndarray:
 
 
 def _scale_bits(amax: np.ndarray) -> np.ndarray:
-    """Scales amax / 127 as uint16 "unsigned bfloat16 with 9 significant bits" (float32 bits 30
-    to 15: the sign is always 0), rounded up; a non-finite row gets a NaN scale."""
+    """Scales amax / 127 rounded up to a power of two, as float32's biased exponent (uint8); a
+    row too small for a normal scale gets 0 (a zero scale), a non-finite row 255 (Inf)."""
     scale = (amax / np.float32(INT8_MAX)).astype(np.float32)
     bits = scale.view(np.uint32)
-    up = ((bits + np.uint32(0x7FFF)) >> np.uint32(15)).astype(np.uint16)
-    up = np.where(scale < np.finfo(np.float32).tiny, np.uint16(0), up)  # subnormal: zeros
-    return np.where(np.isfinite(scale), up, _SCALE_NAN)
+    up = (bits >> np.uint32(23)) + ((bits & _MANTISSA) != 0).astype(np.uint32)
+    up = np.minimum(up, _TOP_EXPONENT)  # 127 * 2^122 would overflow: saturate at 127 * 2^121
+    up = np.where(scale < np.finfo(np.float32).tiny, np.uint32(0), up).astype(np.uint8)
+    return np.where(np.isfinite(scale), up, _SCALE_INF)
 
 
 def scales_from_bits(bits: np.ndarray) -> np.ndarray:
-    """uint16 scale bits -> float32 (exact; never negative)."""
-    return (bits.astype(np.uint32) << np.uint32(15)).view(np.float32)
+    """uint8 exponent bytes -> float32 powers of two (exact; 0 -> 0.0, 255 -> Inf)."""
+    return (bits.astype(np.uint32) << np.uint32(23)).view(np.float32)
 
 
 def _encode_int8(x: np.ndarray) -> Encoded:
