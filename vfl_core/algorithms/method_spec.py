@@ -137,6 +137,53 @@ class ProgramHooks:
         """Continue from `state` after a coordinator restart."""
 
 
+def no_head_tasks(c: TaskContext) -> list[HeadTask]:
+    """A method with a round program trains no head on fused embeddings: its program's phases
+    carry objectives of their own (DVFL's tiers, DLVM's posterior)."""
+    return []
+
+
+class ProgramRounds(ProgramHooks):
+    """The engine's entry into a round program that keeps per-run state: `build` makes the
+    run's program object once, into `fed.program_state`, and the hooks below forward to it. A
+    method subclasses this with `build` and whatever it decides beyond its rounds (epochs,
+    party state, embedding width, rejoins)."""
+
+    def build(self, fed: Federation) -> Any:
+        """The run's program object (run_round, predict_batch, plan, stats, state, load_state)."""
+        raise NotImplementedError
+
+    def run(self, fed: Federation) -> Any:
+        if fed.program_state is None:
+            fed.program_state = self.build(fed)
+        return fed.program_state
+
+    def train_round(self, fed: Federation, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
+        return self.run(fed).run_round(round_id, epoch, batch)
+
+    def predict_batch(
+        self,
+        fed: Federation,
+        split: str,
+        batch: Batch,
+        request: int,
+        blocks: Collection[int] | None,
+    ) -> PredictionBatch:
+        return self.run(fed).predict_batch(split, batch, request, blocks)
+
+    def plan(self, fed: Federation, epoch: int) -> list[Batch] | None:
+        return self.run(fed).plan(epoch)
+
+    def stats(self, fed: Federation) -> dict[str, object] | None:
+        return self.run(fed).stats()
+
+    def state(self, fed: Federation) -> dict[str, object]:
+        return self.run(fed).state()
+
+    def load_state(self, fed: Federation, saved: dict) -> None:
+        self.run(fed).load_state(saved)
+
+
 @dataclass(frozen=True)
 class MethodSpec:
     name: str  # the key of the registry, as --method takes it
@@ -158,6 +205,9 @@ class MethodSpec:
     # a label party keeps them (else it drops them, as if it did not hold those samples).
     unlabelled_rows: bool = False
     program: RoundProgram | None = None
+    # What `--fault-entity` may fail (vfl_core.training.faults): a party ("guest") for every
+    # method; DVFL adds its hosts and its guest-host links.
+    fault_entities: tuple[str, ...] = ("guest",)
 
     # ------------------------------------------------------------ models
     @property

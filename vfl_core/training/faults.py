@@ -51,6 +51,7 @@ from vfl_core.algorithms.dvfl_protocol import (
     OwnerFeedCall,
     OwnerTrainCall,
 )
+from vfl_core.algorithms.methods import REGISTRY, method_spec
 from vfl_core.errors import ConfigError
 from vfl_core.protocol import (
     BackwardCall,
@@ -108,12 +109,15 @@ class FaultConfig(BaseModel):
 
 
 def check_faults(faults: FaultConfig, method: str) -> None:
-    """Host and link failures exist only where there are hosts and links: method dvfl."""
-    if faults.entity != "guest" and method != "dvfl":
-        raise ConfigError(
-            f"fault entity {faults.entity!r} needs --method dvfl (the other methods have no "
-            "hosts or guest-host links; their parties fail with entity 'guest')"
-        )
+    """Host and link failures exist only where there are hosts and links (the method's spec
+    lists what can fail)."""
+    if faults.entity in method_spec(method).fault_entities:
+        return
+    able = [name for name, spec in REGISTRY.items() if faults.entity in spec.fault_entities]
+    raise ConfigError(
+        f"fault entity {faults.entity!r} needs --method {' or '.join(able)} (method {method} "
+        "has no hosts or guest-host links; its parties fail with entity 'guest')"
+    )
 
 
 class FaultyTransport:
