@@ -174,26 +174,45 @@ class PartyClient:
         request = convert.psi_keys_to_proto(call, self._header)
         return Pending(self._stub.PsiKeys.future(request, timeout=timeout), _nothing)
 
+    def _checked(
+        self,
+        rpc: grpc.UnaryUnaryMultiCallable,
+        to_proto: Callable[[Any, vfl_pb2.Header], Any],
+        from_proto: Callable[..., T],
+        call: Any,
+        timeout: float,
+    ) -> Pending[T]:
+        """The calls of the round programs: the request built from `call`, the reply checked
+        against it (`from_proto(reply, call=call)`)."""
+        future = rpc.future(to_proto(call, self._header), timeout=timeout)
+        return Pending(future, lambda reply: from_proto(reply, call=call))
+
     # Decoupled VFL (vfl_core.algorithms.dvfl_program checks the widths against the run's config)
     def guest_step(self, call: GuestCall, timeout: float) -> Pending[GuestResult]:
-        request = convert.guest_call_to_proto(call, self._header)
-        return Pending(
-            self._stub.GuestStep.future(request, timeout=timeout),
-            lambda reply: convert.guest_result_from_proto(reply, call=call),
+        return self._checked(
+            self._stub.GuestStep,
+            convert.guest_call_to_proto,
+            convert.guest_result_from_proto,
+            call,
+            timeout,
         )
 
     def host_step(self, call: HostCall, timeout: float) -> Pending[HostResult]:
-        request = convert.host_call_to_proto(call, self._header)
-        return Pending(
-            self._stub.HostStep.future(request, timeout=timeout),
-            lambda reply: convert.host_result_from_proto(reply, call=call),
+        return self._checked(
+            self._stub.HostStep,
+            convert.host_call_to_proto,
+            convert.host_result_from_proto,
+            call,
+            timeout,
         )
 
     def host_output(self, call: HostOutputCall, timeout: float) -> Pending[np.ndarray]:
-        request = convert.host_output_call_to_proto(call, self._header)
-        return Pending(
-            self._stub.HostOutput.future(request, timeout=timeout),
-            lambda reply: convert.host_outputs_from_proto(reply, call=call),
+        return self._checked(
+            self._stub.HostOutput,
+            convert.host_output_call_to_proto,
+            convert.host_outputs_from_proto,
+            call,
+            timeout,
         )
 
     def owner_feed(self, call: OwnerFeedCall, timeout: float) -> Pending[bool]:
@@ -201,25 +220,31 @@ class PartyClient:
         return Pending(self._stub.OwnerFeed.future(request, timeout=timeout), lambda _: True)
 
     def owner_train(self, call: OwnerTrainCall, timeout: float) -> Pending[float]:
-        request = convert.owner_train_to_proto(call, self._header)
-        return Pending(
-            self._stub.OwnerTrain.future(request, timeout=timeout),
-            lambda reply: convert.owner_loss_from_proto(reply, call=call),
+        return self._checked(
+            self._stub.OwnerTrain,
+            convert.owner_train_to_proto,
+            convert.owner_loss_from_proto,
+            call,
+            timeout,
         )
 
     # Latent-variable VFL (vfl_core.algorithms.dlvm_protocol)
     def dlvm_decode(self, call: DecodeCall, timeout: float) -> Pending[Decoded]:
-        request = convert.dlvm_decode_call_to_proto(call, self._header)
-        return Pending(
-            self._stub.DlvmDecode.future(request, timeout=timeout),
-            lambda reply: convert.dlvm_decoded_from_proto(reply, call=call),
+        return self._checked(
+            self._stub.DlvmDecode,
+            convert.dlvm_decode_call_to_proto,
+            convert.dlvm_decoded_from_proto,
+            call,
+            timeout,
         )
 
     def dlvm_step(self, call: StepCall, timeout: float) -> Pending[StepResult]:
-        request = convert.dlvm_step_call_to_proto(call, self._header)
-        return Pending(
-            self._stub.DlvmStep.future(request, timeout=timeout),
-            lambda reply: convert.dlvm_step_result_from_proto(reply, call=call),
+        return self._checked(
+            self._stub.DlvmStep,
+            convert.dlvm_step_call_to_proto,
+            convert.dlvm_step_result_from_proto,
+            call,
+            timeout,
         )
 
     def dlvm_predict(self, call: StepCall, timeout: float) -> Pending[np.ndarray]:
