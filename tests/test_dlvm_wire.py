@@ -16,9 +16,17 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_fuzz import FUZZ, HEADERS, REFUSED, RUN, TIMEOUT, tensors
+from test_fuzz import (
+    FUZZ,
+    HEADERS,
+    RUN,
+    TIMEOUT,
+    assert_refused,
+    optimizer_state,
+    serve_party,
+    tensors,
+)
 
-from vfl_client.servicer import PartyServicer
 from vfl_core.algorithms.dlvm_config import DlvmConfig
 from vfl_core.algorithms.dlvm_protocol import (
     DecodeCall,
@@ -36,8 +44,6 @@ from vfl_core.errors import ProtocolError
 from vfl_core.training.alignment import batch_digest
 from vfl_core.training.party import Party
 from vfl_wire import convert
-from vfl_wire.channels import bind, make_server
-from vfl_wire.security import GuardInterceptor, party_policy
 from vfl_wire.tensors import encode_array
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -145,10 +151,9 @@ class DlvmServer:
         roles = self.party.dlvm
         assert roles is not None
         state = [self.party.last_round, self.party.parameters_vector().tobytes()]
-        for opt in (roles.opt, roles.active_opt, roles.classifier_opt):
-            assert opt is not None
-            for s in opt.state_dict()["state"].values():
-                state += [v.numpy().tobytes() for v in s.values() if hasattr(v, "numpy")]
+        opts = (roles.opt, roles.active_opt, roles.classifier_opt)
+        assert None not in opts
+        state += optimizer_state(opts)
         current = roles._round
         state += [None if current is None else (current.round_id, current.stepped)]
         state += [None if roles._step is None else roles._step[0]]
@@ -203,14 +208,7 @@ class DlvmServer:
         return r
 
     def refused(self, rpc: str, request: object) -> grpc.StatusCode:
-        before = self.fingerprint()
-        with pytest.raises(grpc.RpcError) as err:
-            getattr(self.stub, rpc)(request, timeout=TIMEOUT)
-        code = err.value.code()
-        assert code in REFUSED, f"{rpc}: {code} {err.value.details()}"
-        assert err.value.details(), f"{rpc}: refused without a message"
-        assert self.fingerprint() == before, f"{rpc} changed the party: {err.value.details()}"
-        return code
+        return assert_refused(self.stub, rpc, request, self.fingerprint)
 
 
 @pytest.fixture(scope="module")
@@ -222,21 +220,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DlvmServer]:
     dlvm = DlvmConfig(latent_dim=D, z_dim=2, hidden=(12,), kappa=S, predict_samples=S)
     train = TrainConfig(method="dlvm", batch_size=BATCH, dlvm=dlvm)
     party = Party("party0", load_party_dir(paths[0]), train, secret=b"fuzz")
-    servicer = PartyServicer("party0")
-    servicer.attach(party, RUN)
-    guard = GuardInterceptor(secure=False, policy=party_policy)
-    grpc_server = make_server(4, [guard], max_concurrent_rpcs=16, max_receive_bytes=1 << 20)
-    vfl_pb2_grpc.add_PartyServicer_to_server(servicer, grpc_server)
-    port = bind(grpc_server, "127.0.0.1:0")
-    grpc_server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    s = DlvmServer(party, vfl_pb2_grpc.PartyStub(channel), channel)
-    s.valid_round()
-    try:
+    with serve_party(party) as channel:
+        s = DlvmServer(party, vfl_pb2_grpc.PartyStub(channel), channel)
+        s.valid_round()
         yield s
-    finally:
-        channel.close()
-        grpc_server.stop(0).wait()
 
 
 def _predict(server: DlvmServer) -> vfl_pb2.DlvmStepRequest:

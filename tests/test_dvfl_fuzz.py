@@ -15,9 +15,17 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_fuzz import FUZZ, HEADERS, REFUSED, RUN, TIMEOUT, tensors
+from test_fuzz import (
+    FUZZ,
+    HEADERS,
+    RUN,
+    TIMEOUT,
+    assert_refused,
+    optimizer_state,
+    serve_party,
+    tensors,
+)
 
-from vfl_client.servicer import PartyServicer
 from vfl_core.config import DvflConfig, TrainConfig
 from vfl_core.data.datasets import load_dataset
 from vfl_core.data.party_dir import load_party_dir
@@ -25,8 +33,6 @@ from vfl_core.data.prepare import prepare_parties
 from vfl_core.training.alignment import batch_digest
 from vfl_core.training.party import Party
 from vfl_wire import convert
-from vfl_wire.channels import bind, make_server
-from vfl_wire.security import GuardInterceptor, party_policy
 from vfl_wire.tensors import encode_array
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -49,10 +55,7 @@ class DvflServer:
         roles = self.party.dvfl
         assert roles is not None
         state = [self.party.last_round, self.party.parameters_vector().tobytes()]
-        opts = [roles.guest_opt, roles.host_opt, roles.owner_opt]
-        for opt in (o for o in opts if o is not None):
-            for s in opt.state_dict()["state"].values():
-                state += [v.numpy().tobytes() for v in s.values() if hasattr(v, "numpy")]
+        state += optimizer_state([roles.guest_opt, roles.host_opt, roles.owner_opt])
         tensors_ = [roles.owner_inputs, roles.owner_fed]
         if roles.registers is not None:
             tensors_ += [roles.registers.values, roles.registers.written]
@@ -104,14 +107,7 @@ class DvflServer:
         return r
 
     def refused(self, rpc: str, request: object) -> grpc.StatusCode:
-        before = self.fingerprint()
-        with pytest.raises(grpc.RpcError) as err:
-            getattr(self.stub, rpc)(request, timeout=TIMEOUT)
-        code = err.value.code()
-        assert code in REFUSED, f"{rpc}: {code} {err.value.details()}"
-        assert err.value.details(), f"{rpc}: refused without a message"
-        assert self.fingerprint() == before, f"{rpc} changed the party: {err.value.details()}"
-        return code
+        return assert_refused(self.stub, rpc, request, self.fingerprint)
 
 
 @pytest.fixture(scope="module")
@@ -121,21 +117,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DvflServer]:
     dvfl = DvflConfig(guest_hidden=(12,), guest_dim=DIM, host_hidden=(12,), host_dim=DIM)
     train = TrainConfig(method="dvfl", batch_size=BATCH, dvfl=dvfl)
     party = Party("party0", load_party_dir(paths[0]), train, secret=b"fuzz")
-    servicer = PartyServicer("party0")
-    servicer.attach(party, RUN)
-    guard = GuardInterceptor(secure=False, policy=party_policy)
-    grpc_server = make_server(4, [guard], max_concurrent_rpcs=16, max_receive_bytes=1 << 20)
-    vfl_pb2_grpc.add_PartyServicer_to_server(servicer, grpc_server)
-    port = bind(grpc_server, "127.0.0.1:0")
-    grpc_server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    s = DvflServer(party, vfl_pb2_grpc.PartyStub(channel), channel, convert.header(RUN, "party0"))
-    s.valid_round()
-    try:
+    with serve_party(party) as channel:
+        header = convert.header(RUN, "party0")
+        s = DvflServer(party, vfl_pb2_grpc.PartyStub(channel), channel, header)
+        s.valid_round()
         yield s
-    finally:
-        channel.close()
-        grpc_server.stop(0).wait()
 
 
 @FUZZ

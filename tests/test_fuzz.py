@@ -10,9 +10,10 @@ valid round must go through. Identical replays of a round's messages are answere
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+import torch
 from grpc_health.v1 import health, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -34,6 +36,7 @@ from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_dataset
 from vfl_core.data.party_dir import load_party_dir
 from vfl_core.data.prepare import prepare_parties
+from vfl_core.protocol import PROTOCOL_VERSION
 from vfl_core.training.alignment import batch_digest
 from vfl_core.training.party import Party
 from vfl_wire import convert
@@ -73,6 +76,49 @@ FUZZ = settings(
 # ------------------------------------------------------------------------------ the party server
 
 
+@contextlib.contextmanager
+def serve_party(party: Party, servicer: PartyServicer | None = None) -> Iterator[grpc.Channel]:
+    """`party` behind the real servicer, guard interceptor and server options (16 concurrent
+    calls, the PARTY_CAP receive cap) on 127.0.0.1:0; a channel to it; all stopped on exit."""
+    servicer = servicer or PartyServicer(party.party_id)
+    servicer.attach(party, RUN)
+    guard = GuardInterceptor(secure=False, policy=party_policy)
+    server = make_server(4, [guard], max_concurrent_rpcs=16, max_receive_bytes=PARTY_CAP)
+    vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
+    port = bind(server, "127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield channel
+    finally:
+        channel.close()
+        server.stop(0).wait()
+
+
+def optimizer_state(opts: Iterable[torch.optim.Optimizer | None]) -> list[bytes]:
+    """The tensors of the optimisers' state, for a fingerprint of a party."""
+    out: list[bytes] = []
+    for opt in (o for o in opts if o is not None):
+        for s in opt.state_dict()["state"].values():
+            out += [v.numpy().tobytes() for v in s.values() if hasattr(v, "numpy")]
+    return out
+
+
+def assert_refused(
+    stub: vfl_pb2_grpc.PartyStub, rpc: str, request: object, fingerprint: Callable[[], str]
+) -> grpc.StatusCode:
+    """Send a hostile request: it must be refused with a REFUSED code and a message, and leave
+    the party's `fingerprint` as it was."""
+    before = fingerprint()
+    with pytest.raises(grpc.RpcError) as err:
+        getattr(stub, rpc)(request, timeout=TIMEOUT)
+    code = err.value.code()
+    assert code in REFUSED, f"{rpc}: {code} {err.value.details()}"
+    assert err.value.details(), f"{rpc}: refused without a message"
+    assert fingerprint() == before, f"{rpc} changed the party: {err.value.details()}"
+    return code
+
+
 @dataclass
 class PartyServer:
     party: Party
@@ -85,9 +131,7 @@ class PartyServer:
 
     def fingerprint(self) -> str:
         state = [self.party.last_round, self.party.parameters_vector().tobytes()]
-        for opt in self.party.models.rep_opts.values():
-            for s in opt.state_dict()["state"].values():
-                state += [v.numpy().tobytes() for v in s.values() if hasattr(v, "numpy")]
+        state += optimizer_state(self.party.models.rep_opts.values())
         return hashlib.sha256(repr(state).encode()).hexdigest()
 
     def digest(self, split: str, rows: np.ndarray) -> bytes:
@@ -129,14 +173,8 @@ class PartyServer:
 
     def refused(self, rpc: str, request: object) -> grpc.StatusCode:
         """Send a hostile request; it must be refused and change nothing."""
-        before = self.fingerprint()
         saved_before = dict(self.saved)
-        with pytest.raises(grpc.RpcError) as err:
-            getattr(self.stub, rpc)(request, timeout=TIMEOUT)
-        code = err.value.code()
-        assert code in REFUSED, f"{rpc}: {code} {err.value.details()}"
-        assert err.value.details(), f"{rpc}: refused without a message"
-        assert self.fingerprint() == before, f"{rpc} changed the party: {err.value.details()}"
+        code = assert_refused(self.stub, rpc, request, self.fingerprint)
         assert self.saved == saved_before, "a refused message reached a checkpoint"
         return code
 
@@ -160,22 +198,12 @@ def party_server(party_dir: Path) -> Iterator[PartyServer]:
         return True
 
     servicer.on_checkpoint = on_checkpoint
-    servicer.attach(party, RUN)
-    guard = GuardInterceptor(secure=False, policy=party_policy)
-    server = make_server(4, [guard], max_concurrent_rpcs=16, max_receive_bytes=PARTY_CAP)
-    vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
-    port = bind(server, "127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    holder["server"] = PartyServer(
-        party, vfl_pb2_grpc.PartyStub(channel), channel, convert.header(RUN, "party0")
-    )
-    holder["server"].valid_round()
-    try:
+    with serve_party(party, servicer) as channel:
+        holder["server"] = PartyServer(
+            party, vfl_pb2_grpc.PartyStub(channel), channel, convert.header(RUN, "party0")
+        )
+        holder["server"].valid_round()
         yield holder["server"]
-    finally:
-        channel.close()
-        server.stop(0).wait()
 
 
 # ------------------------------------------------------------------------------ strategies
@@ -400,7 +428,7 @@ class CoordinatorServer:
 def _info(party_id: str, block: int, **changes: object) -> vfl_pb2.PartyInfoMsg:
     fields: dict[str, object] = dict(
         party_id=party_id, block=block, num_blocks=2, dataset="digits", feature_shape=[1, 8, 4],
-        num_classes=10, has_labels=True, samples={"train": 10}, protocol_version=1,
+        num_classes=10, has_labels=True, samples={"train": 10}, protocol_version=PROTOCOL_VERSION,
     )  # fmt: skip
     fields.update(changes)
     return vfl_pb2.PartyInfoMsg(**fields)
