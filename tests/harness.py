@@ -15,6 +15,7 @@ clients bind 127.0.0.1:0 too and their port is read from their log.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -31,14 +32,15 @@ from typing import TypeVar
 
 import grpc
 import numpy as np
+import torch
 
 from vfl_client.servicer import PartyServicer
 from vfl_coordinator.registry import Registry
 from vfl_core.config import TrainConfig
-from vfl_core.data.party_dir import load_party_dir
+from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.inference.metrics import EvalReport
 from vfl_core.persistence.checkpoint import load_checkpoint
-from vfl_core.training.engine import Federation, RoundRecord
+from vfl_core.training.engine import Callbacks, Federation, RoundRecord
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
 from vfl_wire.channels import bind, make_channel, make_server
@@ -127,6 +129,70 @@ def assert_checkpoints_match(ckpt: Path, parties: dict[int, Party], train: Train
 
 
 # ------------------------------------------------------------------------------ waiting
+
+
+class Crash(Exception):
+    """The coordinator dies right after writing a checkpoint."""
+
+
+def resume_after_crash(
+    data: Sequence[PartyData], train: TrainConfig, crash_at: int, secret: bytes
+) -> dict:
+    """Train in process with a checkpoint every 10 rounds, through and again dying right after
+    the checkpoint of round `crash_at`; then fresh parties loaded from that checkpoint and a
+    fresh engine restored from its snapshot train on. Asserts the resumed run is bit-identical to
+    the one that never crashed (losses, parameters, method stats, evaluation); returns the
+    snapshot it resumed from."""
+    saved: dict[int, dict[int, bytes]] = {}  # round -> block -> the party's state
+    snapshots: dict[int, dict] = {}
+
+    def parties() -> dict[int, Party]:
+        return {d.meta.block: Party(f"party{d.meta.block}", d, train, secret=secret) for d in data}
+
+    def save(p: Party, round_id: int) -> None:
+        buffer = io.BytesIO()
+        torch.save(p.state_dict(), buffer)
+        saved.setdefault(round_id, {})[p.block] = buffer.getvalue()
+
+    def run(crash: int | None) -> tuple[Federation, dict[int, Party]]:
+        members = parties()
+        fed = Federation(
+            InProcessTransport(members, save), train, progress=False, checkpoint_every=10
+        )
+
+        def on_checkpoint(round_id: int, _: set[int]) -> None:
+            snapshots[round_id] = json.loads(json.dumps(fed.snapshot()))
+            if round_id == crash:
+                raise Crash
+
+        fed.observers.append(Callbacks(checkpoint=on_checkpoint))
+        fed.align()
+        if crash is None:
+            fed.train()
+        else:
+            with contextlib.suppress(Crash):
+                fed.train()
+                raise AssertionError(f"the run never checkpointed round {crash}")
+        return fed, members
+
+    reference, ref_parties = run(None)
+    run(crash_at)
+    restored = parties()
+    for block, party in restored.items():
+        party.load_state_dict(torch.load(io.BytesIO(saved[crash_at][block]), weights_only=True))
+    fed = Federation(InProcessTransport(restored), train, progress=False)
+    fed.align()
+    fed.restore(snapshots[crash_at])
+    summaries = fed.train()
+
+    assert [s.mean_loss for s in summaries] == [s.mean_loss for s in reference.cursor.summaries]
+    for block, party in ref_parties.items():
+        np.testing.assert_array_equal(
+            restored[block].parameters_vector(), party.parameters_vector()
+        )
+    assert fed.method_stats() == reference.method_stats()
+    assert fed.evaluate().to_json() == reference.evaluate().to_json()
+    return snapshots[crash_at]
 
 
 def wait_for(

@@ -4,8 +4,6 @@ to one joint graph, the rows it learns from, MNAR, refusals, checkpoints."""
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import math
 from dataclasses import replace
@@ -14,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from harness import resume_after_crash
 
 from vfl_core.algorithms import dlvm_math as dm
 from vfl_core.algorithms.dlvm import kept_experts, noise, posterior
@@ -500,65 +499,12 @@ def test_given_a_party_that_misses_decode_then_the_round_steps_without_its_term(
 # ---------------------------------------------------------------- checkpoints
 
 
-class Crash(Exception):
-    """The coordinator dies right after writing a checkpoint."""
-
-
 @pytest.mark.parametrize("crash_at", [19, 39])  # in stage 1; in stage 2
 def test_given_crash_after_checkpoint_when_resumed_then_bit_identical_to_no_crash(
     few_labels: list[PartyData], crash_at: int
 ) -> None:
-    saved: dict[int, dict[int, bytes]] = {}  # round -> block -> the party's state
-    snapshots: dict[int, dict] = {}
-
-    def run(crash: int | None) -> tuple[Federation, dict[int, Party]]:
-        parties = {
-            d.meta.block: Party(f"party{d.meta.block}", d, TRAIN, secret=SECRET) for d in few_labels
-        }
-
-        def save(p: Party, round_id: int) -> None:
-            buffer = io.BytesIO()
-            torch.save(p.state_dict(), buffer)
-            saved.setdefault(round_id, {})[p.block] = buffer.getvalue()
-
-        fed = Federation(
-            InProcessTransport(parties, save), TRAIN, progress=False, checkpoint_every=10
-        )
-
-        def on_checkpoint(round_id: int, _: set[int]) -> None:
-            snapshots[round_id] = json.loads(json.dumps(fed.snapshot()))
-            if round_id == crash:
-                raise Crash
-
-        fed.observers.append(Callbacks(checkpoint=on_checkpoint))
-        fed.align()
-        if crash is None:
-            fed.train()
-        else:
-            with pytest.raises(Crash):
-                fed.train()
-        return fed, parties
-
-    reference, ref_parties = run(None)
-    run(crash_at)
-    assert (snapshots[crash_at]["epoch"] >= TRAIN.epochs) == (crash_at == 39)
-    restored = {
-        d.meta.block: Party(f"party{d.meta.block}", d, TRAIN, secret=SECRET) for d in few_labels
-    }
-    for block, party in restored.items():
-        party.load_state_dict(torch.load(io.BytesIO(saved[crash_at][block]), weights_only=True))
-    fed = Federation(InProcessTransport(restored), TRAIN, progress=False)
-    fed.align()
-    fed.restore(snapshots[crash_at])
-    summaries = fed.train()
-
-    assert [s.mean_loss for s in summaries] == [s.mean_loss for s in reference.cursor.summaries]
-    for block, party in ref_parties.items():
-        np.testing.assert_array_equal(
-            restored[block].parameters_vector(), party.parameters_vector()
-        )
-    assert fed.method_stats() == reference.method_stats()
-    assert fed.evaluate().to_json() == reference.evaluate().to_json()
+    snapshot = resume_after_crash(few_labels, TRAIN, crash_at, SECRET)
+    assert (snapshot["epoch"] >= TRAIN.epochs) == (crash_at == 39)
 
 
 def test_given_a_confident_classifier_when_predicting_then_every_probability_is_at_most_one(

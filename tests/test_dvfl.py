@@ -4,14 +4,13 @@ determinism, on small digits federations in one process."""
 
 from __future__ import annotations
 
-import io
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from harness import resume_after_crash
 
 from vfl_core.algorithms.dvfl import Registers, reconstruction_loss
 from vfl_core.algorithms.dvfl_protocol import GuestCall, HostCall, HostOutputCall, OwnerTrainCall
@@ -22,7 +21,7 @@ from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.simulate import SimulationConfig, run_simulation
 from vfl_core.training.alignment import batch_digest
-from vfl_core.training.engine import Callbacks, Federation, RoundRecord
+from vfl_core.training.engine import Federation, RoundRecord
 from vfl_core.training.faults import FaultConfig, FaultyTransport
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
@@ -449,66 +448,13 @@ def test_given_trained_party_when_state_reloaded_then_same_weights_registers_and
     assert source.owner_train(call) == copy.owner_train(call)
 
 
-class Crash(Exception):
-    """The coordinator dies right after writing a checkpoint."""
-
-
 @pytest.mark.parametrize("crash_at", [29, 49])  # in the guests' stage; in the owner's
 def test_given_crash_after_checkpoint_when_resumed_then_bit_identical_to_no_crash(
     digits: list[PartyData], crash_at: int
 ) -> None:
     train = config(epochs=2, owner_epochs=3)
-    saved: dict[int, dict[int, bytes]] = {}  # round -> block -> the party's state
-    snapshots: dict[int, dict] = {}
-
-    def run(crash: int | None) -> tuple[Federation, dict[int, Party]]:
-        parties = {
-            d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET) for d in digits
-        }
-
-        def save(p: Party, round_id: int) -> None:
-            buffer = io.BytesIO()
-            torch.save(p.state_dict(), buffer)
-            saved.setdefault(round_id, {})[p.block] = buffer.getvalue()
-
-        fed = Federation(
-            InProcessTransport(parties, save), train, progress=False, checkpoint_every=10
-        )
-
-        def on_checkpoint(round_id: int, _: set[int]) -> None:
-            snapshots[round_id] = json.loads(json.dumps(fed.snapshot()))
-            if round_id == crash:
-                raise Crash
-
-        fed.observers.append(Callbacks(checkpoint=on_checkpoint))
-        fed.align()
-        if crash is None:
-            fed.train()
-        else:
-            with pytest.raises(Crash):
-                fed.train()
-        return fed, parties
-
-    reference, ref_parties = run(None)
-    run(crash_at)
-    assert (snapshots[crash_at]["epoch"] >= train.epochs) == (crash_at == 49)
-    restored = {
-        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET) for d in digits
-    }
-    for block, party in restored.items():
-        party.load_state_dict(torch.load(io.BytesIO(saved[crash_at][block]), weights_only=True))
-    fed = Federation(InProcessTransport(restored), train, progress=False)
-    fed.align()
-    fed.restore(snapshots[crash_at])
-    summaries = fed.train()
-
-    assert [s.mean_loss for s in summaries] == [s.mean_loss for s in reference.cursor.summaries]
-    for block, party in ref_parties.items():
-        np.testing.assert_array_equal(
-            restored[block].parameters_vector(), party.parameters_vector()
-        )
-    assert fed.method_stats() == reference.method_stats()
-    assert fed.evaluate().to_json() == reference.evaluate().to_json()
+    snapshot = resume_after_crash(digits, train, crash_at, SECRET)
+    assert (snapshot["epoch"] >= train.epochs) == (crash_at == 49)
 
 
 def test_given_label_only_rows_when_dvfl_trains_then_the_owner_learns_from_them_too() -> None:
