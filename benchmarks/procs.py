@@ -188,7 +188,7 @@ def train_args(train: dict[str, Any]) -> list[str]:
     args += ["--lr", str(train["lr"]), "--representation", model["representation"]]
     args += ["--hidden", ",".join(map(str, model["hidden"]))]
     args += ["--embed-dim", str(model["embed_dim"])]
-    for key in ("weight_decay", "balance", "wire_dtype"):
+    for key in ("weight_decay", "balance", "wire_dtype", "staleness"):
         if key in train:
             args += ["--" + key.replace("_", "-"), str(train[key])]
     return args

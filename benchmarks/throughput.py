@@ -58,9 +58,13 @@ class ThroughputJob:
     repeats: int = 5
     seed: int = 0
     coordinator_args: tuple[str, ...] = ()  # e.g. ("--no-pipeline",): the engine compared
+    # TrainConfig.staleness values, each measured on both transports (0: the exact engine)
+    staleness: Sequence[int] = (0,)
     command: str = ""
 
-    def train_config(self, model: str, batch: int, epochs: int) -> dict[str, Any]:
+    def train_config(
+        self, model: str, batch: int, epochs: int, staleness: int = 0
+    ) -> dict[str, Any]:
         return {
             "method": "laser",
             "seed": self.seed,
@@ -68,6 +72,7 @@ class ThroughputJob:
             "batch_size": batch,
             "lr": 1e-3,
             "model": MODELS[model],
+            **({"staleness": staleness} if staleness else {}),
         }
 
 
@@ -191,18 +196,20 @@ def minimum_bytes(samples: int, heads: int = K, blocks: int = K) -> dict[str, in
     }
 
 
-def measure(job: ThroughputJob, model: str, batch: int, data: list[Path], tmp: Path) -> dict:
+def measure(job: ThroughputJob, setting: tuple[str, int, int], data: list[Path], tmp: Path) -> dict:
+    model, batch, staleness = setting
     epochs = job.warmup + job.repeats
-    train = job.train_config(model, batch, epochs)
-    log.info("throughput %s batch %d: in-process", model, batch)
+    train = job.train_config(model, batch, epochs, staleness)
+    name = f"{model}-{batch}-s{staleness}"
+    log.info("throughput %s: in-process", name)
     local, local_cpu = in_process(data, train)
-    log.info("throughput %s batch %d: gRPC", model, batch)
-    remote = grpc_run(data, train, tmp / f"{model}-{batch}", extra=job.coordinator_args)
-    audit = tmp / f"{model}-{batch}.audit"
+    log.info("throughput %s: gRPC", name)
+    remote = grpc_run(data, train, tmp / name, extra=job.coordinator_args)
+    audit = tmp / f"{name}.audit"
     audited = grpc_run(
         data,
-        job.train_config(model, batch, 1),
-        tmp / f"{model}-{batch}-audit",
+        job.train_config(model, batch, 1, staleness),
+        tmp / f"{name}-audit",
         audit,
         job.coordinator_args,
     )
@@ -212,6 +219,7 @@ def measure(job: ThroughputJob, model: str, batch: int, data: list[Path], tmp: P
     return {
         "model": model,
         "batch": batch,
+        "staleness": staleness,
         "train_samples": n,
         "in_process": _rates(local, n, job.warmup),
         "grpc": _rates(remote["epochs"], n, job.warmup),
@@ -246,15 +254,15 @@ def run(job: ThroughputJob) -> dict[str, Any]:
     """Every (model, batch) setting, both transports side by side; writes throughput.json/.md."""
     from tqdm import tqdm
 
-    settings = [(m, b) for m in job.models for b in job.batch_sizes]
+    settings = [(m, b, s) for m in job.models for b in job.batch_sizes for s in job.staleness]
     rows = []
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="vfl-throughput-") as tmp_dir:
         tmp = Path(tmp_dir)
         data = prepare(job, tmp / "data")
-        for model, batch in tqdm(settings, desc="throughput", unit="setting"):
-            rows.append(measure(job, model, batch, data, tmp))
+        for setting in tqdm(settings, desc="throughput", unit="setting"):
+            rows.append(measure(job, setting, data, tmp))
     record = {
         **invocation(started, load_before, job.command),
         "job": {
@@ -274,7 +282,7 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
     m, job = record["machine"], record["job"]
     speed = [
         [
-            r["model"].upper(),
+            _parties(r),
             str(r["batch"]),
             f"{r['in_process']['samples_per_s']:.0f}",
             f"{r['grpc']['samples_per_s']:.0f}",
@@ -285,12 +293,12 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
         for r in record["rows"]
     ]
     cpu = [
-        [r["model"].upper(), str(r["batch"]), *_cpu_cells(r.get("cpu_ms_per_round", {}))]
+        [_parties(r), str(r["batch"]), *_cpu_cells(r.get("cpu_ms_per_round", {}))]
         for r in record["rows"]
     ]
     volume = [
         [
-            r["model"].upper(),
+            _parties(r),
             str(r["batch"]),
             _kib(r["bytes_per_round"]),
             _kib(r["tensor_bytes_per_round"]),
@@ -386,6 +394,12 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
 
 
 NOTES = "## Where the time goes"  # a hand-written section a rewrite of the report keeps
+
+
+def _parties(row: dict[str, Any]) -> str:
+    """The parties' model, and the staleness where it is not the exact engine's 0."""
+    s = row.get("staleness", 0)
+    return row["model"].upper() + (f", --staleness {s}" if s else "")
 
 
 def _cpu_cells(cpu: dict[str, float | None]) -> list[str]:

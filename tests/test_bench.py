@@ -350,3 +350,18 @@ def test_given_a_wire_dtype_report_with_notes_when_rewritten_then_the_notes_stay
     path.write_text(path.read_text() + "\n" + wire_dtype.NOTES + "\n\nread by hand\n")
     _, text = wire_dtype.write_report(job)
     assert text.count(wire_dtype.NOTES) == 1 and text.endswith("read by hand\n")
+
+
+def test_given_a_staleness_when_throughput_configures_a_run_then_both_transports_get_it() -> None:
+    """`vfl bench throughput --staleness 0,3`: the in-process run's TrainConfig and the real
+    federation's coordinator options carry the same staleness (none for the exact engine)."""
+    from benchmarks import procs
+    from vfl_core.config import TrainConfig
+
+    job = throughput.ThroughputJob(results=Path("."), data_path=Path("."), staleness=(0, 3))
+    exact, stale = (job.train_config("mlp", 128, 2, s) for s in job.staleness)
+    assert TrainConfig.model_validate(exact).staleness == 0
+    assert TrainConfig.model_validate(stale).staleness == 3
+    args = procs.train_args(stale)
+    assert args[args.index("--staleness") + 1] == "3"
+    assert "--staleness" not in procs.train_args(exact)

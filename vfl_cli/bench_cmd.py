@@ -385,6 +385,9 @@ def throughput(
     train_samples: Annotated[int, Opt(help="train images (MNIST-10k subset)")] = 8192,
     warmup: Annotated[int, Opt(help="unmeasured epochs per run")] = 1,
     repeats: Annotated[int, Opt(help="measured epochs per run (median taken)")] = 5,
+    staleness: Annotated[
+        str, Opt(help="--staleness values, each on both transports (0: exact engine)")
+    ] = "0",
     data_path: MnistPath = DEFAULT_DATA,
     results: Results = DEFAULT_RESULTS,
     log_level: LogLevel = "warning",
@@ -403,6 +406,7 @@ def throughput(
         train_samples=train_samples,
         warmup=warmup,
         repeats=repeats,
+        staleness=_ints(staleness, "--staleness"),
         command=_command(),
     )
     record = mod.run(job)
