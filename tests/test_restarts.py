@@ -21,6 +21,7 @@ import torch
 from harness import SECRET, Client, Cluster, Coordinator
 
 from vfl_core.config import TrainConfig
+from vfl_core.persistence.checkpoint import load_checkpoint
 from vfl_core.persistence.checkpoint_store import RoundCheckpoints
 from vfl_core.persistence.run_log import EPOCHS_FILE, read_epochs
 from vfl_core.simulate import SimulationConfig, run_simulation
@@ -212,6 +213,49 @@ def test_given_coordinator_killed_mid_training_when_restarted_then_resumes_from_
         f"accuracy {accuracy:.4f} vs uninterrupted {reference:.4f}"
     )
     assert abs(accuracy - reference) <= 0.02
+
+
+# ------------------------------------------------------------------------------ early stopping
+
+
+def test_given_every_client_killed_after_the_best_epoch_when_restarted_then_they_go_back_to_it(
+    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+) -> None:
+    """Every party fails at once right after early stopping's best epoch was kept; restarted
+    with the same commands they read their kept state back from --checkpoint-dir, so the run
+    still ends on its best epoch's weights in every party. At lr 1e-9 no later epoch is
+    better (a tie keeps the earlier), so epoch 1 is the best one, kept before the kill."""
+    ckpt = tmp_path / "ckpt"
+    extra = ["--early-stop-patience", "2", "--lr", "1e-9", "--rejoin-timeout", "120"]
+    coord, clients = _federation(cluster, party_dirs, ckpt, epochs=8, extra=extra)
+    cluster.wait_for(
+        lambda: "epoch 1: validation accuracy" in coord.log(), RUN_TIMEOUT_S, "epoch 1"
+    )
+    for client in clients:
+        client.signal(signal.SIGKILL)
+    for client in clients:
+        assert client.wait(10) == -signal.SIGKILL
+    restarted = [cluster.restart(client) for client in clients]
+    assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
+    for client in restarted:
+        assert client.wait(30) == 0, cluster.describe()
+
+    results = coord.results()
+    assert results is not None
+    stop = results["early_stop"]
+    assert stop["best_epoch"] == 0 and stop["stopped_epoch"] is not None, stop
+    assert stop["kept"] == stop["restored"] == [0, 1, 2, 3], stop
+    assert [p["resumed"] for p in results["pauses"]] == [True]
+    train = json.loads((coord.out / "config.json").read_text())["train"]
+    for client in restarted:
+        assert f"kept its best epoch's state again (round {stop['best_round']})" in client.log()
+        name = f"party{client.block}"
+        best = RoundCheckpoints(ckpt / name, name).best(coord.run_id, json.dumps(train))
+        assert best is not None and best["meta"]["round"] == stop["best_round"]
+        end = load_checkpoint(ckpt / name / f"{name}.pt", json.dumps(train))["state"]
+        assert end["last_round"] > stop["best_round"]  # it trained on after the best epoch...
+        for key, value in best["state"]["f"].items():  # ...and went back to it at the end
+            assert torch.equal(end["f"][key], value), f"{name}: {key}"
 
 
 @pytest.mark.parametrize("other", ["run", "config"])

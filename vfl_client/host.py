@@ -19,6 +19,11 @@ Behaviour (issue 5):
   or configuration.
 - **Checkpoints.** The coordinator's Checkpoint call saves <dir>/<party id>-round-<r>.pt
   atomically, keeping the newest two (vfl_core.persistence.checkpoint_store).
+- **Early stopping's best epoch.** The state a party keeps in memory at a best validation epoch
+  is also written to <dir>/<party id>-best.pt, with its round and the coordinator's session. A
+  restarted or rolled-back party keeps it again if the coordinator's run still has that round
+  (same coordinator process, or a round <= R), so it can go back to it at the end of the run;
+  before, a party restarted after the best epoch ended the run on its last weights.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import grpc
 import torch
 
 from vfl_client.servicer import PartyServicer
-from vfl_core.errors import ConfigError
+from vfl_core.errors import ConfigError, DataError
 from vfl_core.persistence.checkpoint_store import RoundCheckpoints
 from vfl_core.protocol import PartyInfo, Registration
 from vfl_core.training.party import Party
@@ -80,6 +85,7 @@ class PartyHost:
             self.store = RoundCheckpoints(checkpoint_dir, info.party_id)
             self.store.clean_temporaries()
             servicer.on_checkpoint = self.save
+            servicer.on_keep = self.save_best
         self._connect = connect
         self._backoff = reconnect_backoff(HEARTBEAT_S)  # while the coordinator is unreachable
         self._lost_since: float | None = None
@@ -155,7 +161,7 @@ class PartyHost:
             return False
         after = f"round {reply.resume_round}" if reply.resume_round >= 0 else "no checkpoint"
         log.info("coordinator session %s resumes from %s: synchronising", reply.session, after)
-        self.resync(reply.resume_round)
+        self.resync(reply.resume_round, reply.session)
         self.session = reply.session
         return True
 
@@ -169,8 +175,9 @@ class PartyHost:
             raise ConfigError(f"the coordinator of run {self.run_id!r} changed its configuration")
 
     # ------------------------------------------------------------------ state
-    def resync(self, resume_round: int) -> None:
-        """Roll the party back to its newest checkpoint of a round <= `resume_round`."""
+    def resync(self, resume_round: int, session: str = "") -> None:
+        """Roll the party back to its newest checkpoint of a round <= `resume_round` of the
+        coordinator process `session`."""
         party = self.party
         if self.store is None:
             if party.last_round > resume_round:
@@ -201,19 +208,53 @@ class PartyHost:
                 saved["meta"]["round"],
                 fresh.last_round,
             )
+        self._reload_best(fresh, resume_round, session)
         self.servicer.attach(fresh, self.run_id)
+
+    def _reload_best(self, party: Party, resume_round: int, session: str) -> None:
+        """Keep early stopping's best-epoch copy from disk again if the coordinator's run still
+        has that round: the copy was kept under the same coordinator process, or its round is
+        at most the one the coordinator resumes from. A copy of a round that a restarted
+        coordinator rolled back past belongs to an abandoned future: deleted."""
+        assert self.store is not None
+        best = self.store.best(self.run_id, party.config.model_dump_json())
+        if best is None:
+            return
+        round_id = int(best["meta"]["round"])
+        if best["meta"].get("session") == session or round_id <= resume_round:
+            party.keep_snapshot(round_id, best["state"])
+            log.info(
+                "party %s kept its best epoch's state again (round %d)", party.party_id, round_id
+            )
+        else:
+            log.info("discarding the best epoch's state of round %d (rolled back)", round_id)
+            self.store.best_path().unlink(missing_ok=True)
+
+    def save_best(self, party: Party, round_id: int) -> None:
+        """The coordinator's Checkpoint call of kind keep (under the servicer's lock): the copy
+        in memory is kept already; a failed write only loses it for a later restart."""
+        assert self.store is not None
+        meta = {**self._meta(party), "session": self.session}
+        try:
+            self.store.save_best(round_id, party.state_dict(), party.config.model_dump_json(), meta)
+        except DataError as err:
+            log.warning("early stopping's best epoch is kept in memory only: %s", err)
 
     def save(self, party: Party, round_id: int) -> bool:
         """The coordinator's Checkpoint call (runs under the servicer's lock)."""
         assert self.store is not None
-        meta = {
+        self.store.save(
+            round_id, party.state_dict(), party.config.model_dump_json(), self._meta(party)
+        )
+        return True
+
+    def _meta(self, party: Party) -> dict:
+        return {
             "party_id": party.party_id,
             "block": party.block,
             "last_round": party.last_round,
             "run_id": self.run_id,
         }
-        self.store.save(round_id, party.state_dict(), party.config.model_dump_json(), meta)
-        return True
 
 
 def warm_up() -> None:

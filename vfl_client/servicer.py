@@ -64,6 +64,8 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         self._run_id: str | None = None
         # saves a periodic checkpoint (party, round) -> saved? (vfl_client.host); None: never
         self.on_checkpoint: Callable[[Party, int], bool] | None = None
+        # writes the state a party keeps for early stopping to disk (vfl_client.host); None: never
+        self.on_keep: Callable[[Party, int], None] | None = None
 
     def attach(self, party: Party, run_id: str) -> None:
         with self._lock:
@@ -157,6 +159,8 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
             kind = convert.checkpoint_kind_from_proto(request)
             if kind == "keep":
                 done = p.keep_snapshot(round_id)
+                if self.on_keep is not None:
+                    self.on_keep(p, round_id)
             elif kind == "restore":
                 done = p.restore_snapshot(round_id)
             else:

@@ -1,13 +1,15 @@
 """Round-labelled checkpoints of one process (a party or the coordinator) in a directory.
 
     <dir>/<name>-round-<round, 9 digits>.pt     e.g. checkpoints/party0-round-000000040.pt
+    <dir>/<name>-best.pt                        a party's copy of early stopping's best epoch
 
-The checkpoint of round r holds the state after round r. Each file is written atomically
+The checkpoint of round r holds the state after round r. The best file holds the state a party
+kept for early stopping (`Party.keep_snapshot`), with its round, so that a party restarted after
+its run's best epoch can still go back to it (vfl_client.host). Each file is written atomically
 (`vfl_core.persistence.checkpoint.save_checkpoint`) and records its run id and TrainConfig; the
-newest `keep`
-(default two) are kept, so the round of the coordinator's last checkpoint, which it writes after
-the parties', is always on disk. A checkpoint of another run or configuration is refused with a
-ConfigError, never loaded and never deleted.
+newest `keep` (default two) round checkpoints are kept, so the round of the coordinator's last
+checkpoint, which it writes after the parties', is always on disk. A checkpoint of another run
+or configuration is refused with a ConfigError, never loaded and never deleted.
 
 A process killed while writing leaves its temporary file (`.<file>.<random>.tmp`, see
 `save_checkpoint`) behind; `clean_temporaries` deletes this name's at start.
@@ -42,7 +44,7 @@ class RoundCheckpoints:
         the end-of-run `<name>.pt`); returns them. Call before this process writes any."""
         if not self.directory.is_dir():
             return []
-        mine = re.compile(rf"\.{re.escape(self.name)}(-round-\d+)?\.pt\..+\.tmp")
+        mine = re.compile(rf"\.{re.escape(self.name)}(-round-\d+|-best)?\.pt\..+\.tmp")
         removed = [p for p in self.directory.iterdir() if mine.fullmatch(p.name)]
         for path in removed:
             path.unlink(missing_ok=True)
@@ -70,9 +72,38 @@ class RoundCheckpoints:
             self.path(old).unlink(missing_ok=True)
         return path
 
+    def best_path(self) -> Path:
+        return self.directory / f"{self.name}-best.pt"
+
+    def save_best(self, round_id: int, state: dict, config_json: str, meta: dict) -> Path:
+        """Write the kept state of early stopping's best epoch so far (after `round_id`),
+        replacing the one written before."""
+        path = self.best_path()
+        try:
+            save_checkpoint(path, state, config_json, {**meta, "round": round_id})
+        except OSError as err:
+            raise DataError(f"cannot write checkpoint {path}: {err}") from None
+        return path
+
+    def best(self, run_id: str, config_json: str) -> dict | None:
+        """The kept best-epoch state, if any (its round in meta["round"]).
+
+        Refused (ConfigError) if of another run or config, like the round checkpoints; an
+        unreadable file is skipped with a warning (there is then nothing to go back to)."""
+        path = self.best_path()
+        if not path.is_file():
+            return None
+        try:
+            return self._load(path, run_id, config_json)
+        except DataError as err:
+            log.warning("skipping unreadable checkpoint: %s", err)
+            return None
+
     def load(self, round_id: int, run_id: str, config_json: str) -> dict[str, Any]:
         """The checkpoint of `round_id`, refused (ConfigError) if of another run or config."""
-        path = self.path(round_id)
+        return self._load(self.path(round_id), run_id, config_json)
+
+    def _load(self, path: Path, run_id: str, config_json: str) -> dict[str, Any]:
         payload = load_checkpoint(path, None)
         found = payload["meta"].get("run_id")
         if found != run_id:

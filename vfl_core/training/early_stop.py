@@ -4,7 +4,8 @@ The coordinator holds out `validation_fraction` of the aligned training samples 
 party holds, drawn from the seed (`hold_out`); they leave the batch plan and are scored by the
 label parties after every epoch, like the test split (only aggregates leave them). An epoch whose
 validation accuracy beats every earlier one is the best so far: every party keeps a copy of its
-state in memory (`Party.keep_snapshot`). After `patience` epochs without a better one training
+state in memory (`Party.keep_snapshot`; a client with a checkpoint directory also on disk, so
+that it survives a restart: vfl_client.host). After `patience` epochs without a better one training
 stops, and at the end every party goes back to its copy of the best epoch
 (`Party.restore_snapshot`), so the weights a run ends with are those of its best epoch.
 """

@@ -618,10 +618,11 @@ class Party:
         if self.dlvm is not None:
             self.dlvm.load_state_dict(state["dlvm"])
 
-    def keep_snapshot(self, round_id: int) -> bool:
+    def keep_snapshot(self, round_id: int, state: dict | None = None) -> bool:
         """Keep a copy of the state after `round_id` in memory (early stopping's best epoch so
-        far; vfl_core.training.early_stop), replacing the one kept before."""
-        self._kept = (round_id, copy.deepcopy(self.state_dict()))
+        far; vfl_core.training.early_stop), replacing the one kept before. `state`: a copy
+        kept earlier, read back from disk by a restarted party (default: the current state)."""
+        self._kept = (round_id, copy.deepcopy(self.state_dict() if state is None else state))
         return True
 
     def restore_snapshot(self, round_id: int) -> bool:
