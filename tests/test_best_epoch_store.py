@@ -21,7 +21,7 @@ from vfl_core.training.party import Party, party_info
 RUN = "run-best"
 
 
-def _host(directory: Path, party: Party, session: str = "") -> PartyHost:
+def _host(directory: Path | None, party: Party, session: str = "") -> PartyHost:
     servicer = PartyServicer(party.party_id)
     servicer.attach(party, RUN)
     host = PartyHost(
@@ -139,3 +139,21 @@ def test_given_an_interrupted_best_write_when_the_store_starts_then_its_temporar
     other.write_bytes(b"partial")
     assert RoundCheckpoints(tmp_path, "party0").clean_temporaries() == [leftover]
     assert other.exists()
+
+
+@pytest.mark.parametrize(("session", "resume_round", "kept"), [
+    ("session-a", -1, True),  # the same coordinator: its run still has round 1
+    ("session-b", 1, True),  # a restarted one resuming after round 1
+    ("session-b", 0, False),  # a restarted one that rolled back past it
+])  # fmt: skip
+def test_given_no_checkpoint_dir_when_resynced_then_the_memory_copy_follows_the_same_rule(
+    session: str, resume_round: int, kept: bool
+) -> None:
+    party = _party()
+    host = _host(None, party, "session-a")
+    _train_one_round(party, 0)
+    _train_one_round(party, 1)
+    party.keep_snapshot(1)
+    host.resync(resume_round, session)
+    assert host.party is party  # without a checkpoint directory the party object stays
+    assert party.restore_snapshot(1) is kept

@@ -180,6 +180,8 @@ class PartyHost:
         coordinator process `session`."""
         party = self.party
         if self.store is None:
+            if session != self.session:  # another coordinator process: maybe rolled back
+                party.forget_snapshot_after(resume_round)
             if party.last_round > resume_round:
                 log.warning(
                     "no --checkpoint-dir: keeping weights of round %d, resuming after round %d",

@@ -625,6 +625,12 @@ class Party:
         self._kept = (round_id, copy.deepcopy(self.state_dict() if state is None else state))
         return True
 
+    def forget_snapshot_after(self, round_id: int) -> None:
+        """Drop the kept copy if it is of a round after `round_id`: a restarted coordinator
+        rolled back past it, so it belongs to a future that will not happen."""
+        if self._kept is not None and self._kept[0] > round_id:
+            self._kept = None
+
     def restore_snapshot(self, round_id: int) -> bool:
         """Go back to the state kept after `round_id` (weights and optimisers; the round counter
         stays, so later rounds are still told from stale ones). False: none kept of that round
