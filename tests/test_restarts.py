@@ -1,6 +1,8 @@
 """Issue 5 with real processes: a killed client restarted with the same command rejoins, a killed
-coordinator restarted with the same command resumes from its checkpointed round, and a chaos loop
-of kills, freezes and restarts ends with training complete and every checkpoint loadable.
+coordinator restarted with the same command resumes from its checkpointed round, a power cut
+(every process killed at once, all restarted) resumes too and still ends on early stopping's best
+epoch, and a chaos loop of kills, freezes and restarts ends with training complete and every
+checkpoint loadable.
 
 Accuracy is compared with an uninterrupted run of the same seed, computed in-process (the gRPC
 federation is bit-identical to it, tests/test_equivalence.py).
@@ -215,46 +217,58 @@ def test_given_coordinator_killed_mid_training_when_restarted_then_resumes_from_
     assert abs(accuracy - reference) <= 0.02
 
 
-# ------------------------------------------------------------------------------ early stopping
+# ------------------------------------------------------------------------------ power cut
 
 
-def test_given_every_client_killed_after_the_best_epoch_when_restarted_then_they_go_back_to_it(
+def test_given_every_process_killed_after_the_best_epoch_when_restarted_then_all_go_back_to_it(
     cluster: Cluster, party_dirs: list[Path], tmp_path: Path
 ) -> None:
-    """Every party fails at once right after early stopping's best epoch was kept; restarted
-    with the same commands they read their kept state back from --checkpoint-dir, so the run
-    still ends on its best epoch's weights in every party. At lr 1e-9 no later epoch is
-    better (a tie keeps the earlier), so epoch 1 is the best one, kept before the kill."""
+    """A power cut: the coordinator and every client SIGKILLed together after early stopping's
+    best epoch was kept and checkpointed, then started again with the same commands, clients
+    first (they wait for the coordinator). The run resumes from the coordinator's checkpoint,
+    every party from its own of the same round, and every party, all restarted, still goes
+    back to the best epoch at the end: its kept state comes back from --checkpoint-dir. At lr
+    1e-9 no later epoch is better (a tie keeps the earlier), so epoch 1 is the best one."""
     ckpt = tmp_path / "ckpt"
-    extra = ["--early-stop-patience", "2", "--lr", "1e-9", "--rejoin-timeout", "120"]
-    coord, clients = _federation(cluster, party_dirs, ckpt, epochs=8, extra=extra)
-    cluster.wait_for(
-        lambda: "epoch 1: validation accuracy" in coord.log(), RUN_TIMEOUT_S, "epoch 1"
+    extra = ["--early-stop-patience", "2", "--lr", "1e-9"]
+    coord, clients = _federation(
+        cluster, party_dirs, ckpt, epochs=8, listen=f"127.0.0.1:{_free_port()}", extra=extra
     )
-    for client in clients:
-        client.signal(signal.SIGKILL)
-    for client in clients:
-        assert client.wait(10) == -signal.SIGKILL
-    restarted = [cluster.restart(client) for client in clients]
-    assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
-    for client in restarted:
-        assert client.wait(30) == 0, cluster.describe()
+    store = RoundCheckpoints(ckpt / "coordinator", "coordinator")
+    epoch_1 = "epoch 1: validation accuracy"
+    cluster.wait_for(lambda: epoch_1 in coord.log(), RUN_TIMEOUT_S, "epoch 1's validation")
+    after = len(coord.rounds())  # rounds run by then: every round of epoch 1 and maybe more
+    saved_after = lambda: bool(store.rounds()) and store.rounds()[-1] >= after  # noqa: E731
+    cluster.wait_for(saved_after, RUN_TIMEOUT_S, "a coordinator checkpoint after it")
+    for proc in [coord, *clients]:
+        proc.signal(signal.SIGKILL)
+    for proc in [coord, *clients]:
+        assert proc.wait(10) == -signal.SIGKILL
+    resumed_from = store.rounds()[-1]
 
-    results = coord.results()
-    assert results is not None
+    back = [cluster.restart(client) for client in clients]
+    restarted = cluster.restart(coord)
+    assert isinstance(restarted, Coordinator)
+    assert restarted.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
+    results = restarted.results()
+    assert results is not None and results["status"] == "ok"
+    assert [r["round"] for r in results["resumed"]] == [resumed_from + 1]
+    _assert_every_round_once(restarted, len(results["epochs"]))
     stop = results["early_stop"]
     assert stop["best_epoch"] == 0 and stop["stopped_epoch"] is not None, stop
-    assert stop["kept"] == stop["restored"] == [0, 1, 2, 3], stop
-    assert [p["resumed"] for p in results["pauses"]] == [True]
+    assert stop["restored"] == [0, 1, 2, 3], stop
     train = json.loads((coord.out / "config.json").read_text())["train"]
-    for client in restarted:
-        assert f"kept its best epoch's state again (round {stop['best_round']})" in client.log()
+    for client in back:
+        assert client.wait(30) == 0, cluster.describe()
+        log = client.log()
+        assert f"restored its checkpoint of round {resumed_from}" in log, client.tail()
+        assert f"kept its best epoch's state again (round {stop['best_round']})" in log
         name = f"party{client.block}"
         best = RoundCheckpoints(ckpt / name, name).best(coord.run_id, json.dumps(train))
         assert best is not None and best["meta"]["round"] == stop["best_round"]
         end = load_checkpoint(ckpt / name / f"{name}.pt", json.dumps(train))["state"]
-        assert end["last_round"] > stop["best_round"]  # it trained on after the best epoch...
-        for key, value in best["state"]["f"].items():  # ...and went back to it at the end
+        assert end["last_round"] > resumed_from  # it trained on after the restart...
+        for key, value in best["state"]["f"].items():  # ...and went back to epoch 1 at the end
             assert torch.equal(end["f"][key], value), f"{name}: {key}"
 
 
