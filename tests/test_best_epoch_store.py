@@ -103,6 +103,11 @@ def test_given_a_best_copy_of_another_run_when_read_then_refused_and_kept(tmp_pa
         store.best(RUN, CONFIG_JSON)
     assert store.best_path().is_file()
     assert store.rounds() == []  # not a round checkpoint
+    host = _host(tmp_path, _party())
+    with pytest.raises(ConfigError, match="run-other"):  # the client stops with this line
+        host.resync(-1, "session-a")
+    assert host.servicer.party is None  # detached: nothing is saved over anything at exit
+    assert store.best_path().is_file()
 
 
 def test_given_a_corrupt_best_copy_when_resynced_then_warned_and_nothing_to_go_back_to(

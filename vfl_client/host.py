@@ -194,6 +194,7 @@ class PartyHost:
         config_json = party.config.model_dump_json()
         try:
             saved = self.store.latest(self.run_id, config_json, at_most=resume_round)
+            best = self.store.best(self.run_id, config_json)
         except ConfigError:
             self.servicer.detach()  # nor is the untrained party saved over anything at exit
             raise
@@ -210,18 +211,17 @@ class PartyHost:
                 saved["meta"]["round"],
                 fresh.last_round,
             )
-        self._reload_best(fresh, resume_round, session)
+        if best is not None:
+            self._reload_best(fresh, best, resume_round, session)
         self.servicer.attach(fresh, self.run_id)
 
-    def _reload_best(self, party: Party, resume_round: int, session: str) -> None:
-        """Keep early stopping's best-epoch copy from disk again if the coordinator's run still
-        has that round: the copy was kept under the same coordinator process, or its round is
-        at most the one the coordinator resumes from. A copy of a round that a restarted
-        coordinator rolled back past belongs to an abandoned future: deleted."""
+    def _reload_best(self, party: Party, best: dict, resume_round: int, session: str) -> None:
+        """Keep early stopping's best-epoch copy read from disk (`best`) again if the
+        coordinator's run still has that round: the copy was kept under the same coordinator
+        process, or its round is at most the one the coordinator resumes from. A copy of a
+        round that a restarted coordinator rolled back past belongs to an abandoned future:
+        deleted."""
         assert self.store is not None
-        best = self.store.best(self.run_id, party.config.model_dump_json())
-        if best is None:
-            return
         round_id = int(best["meta"]["round"])
         if best["meta"].get("session") == session or round_id <= resume_round:
             party.keep_snapshot(round_id, best["state"])
