@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run every check: lint, format, generated-stub drift, compose file, tests.
-# Extra arguments go to pytest (e.g. `-m "not slow"` for the fast unit tests only).
+# Extra arguments go to one pytest run (e.g. `-m "not slow"` for the fast unit tests only).
+# Without them the unit tests run on two workers (pytest-xdist), then the `slow` tests, which
+# start real federations and time their faults, one at a time on an otherwise idle machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VFL_EXTRAS="[dev]" source scripts/venv.sh
@@ -12,4 +14,12 @@ if command -v docker-compose >/dev/null 2>&1; then
 else
   echo "== docker-compose config: skipped (docker-compose not installed; .ci/run installs it)"
 fi
-echo "== pytest";            exec .venv/bin/python -m pytest "$@"
+if [ "$#" -gt 0 ]; then
+  echo "== pytest";          exec .venv/bin/python -m pytest "$@"
+fi
+rc=0  # both runs always run; the script fails if either did
+echo "== pytest: unit tests, two workers"
+.venv/bin/python -m pytest -m "not slow" -n 2 || rc=$?
+echo "== pytest: real federations, one at a time"
+.venv/bin/python -m pytest -m slow || rc=$?
+exit "$rc"
