@@ -4,8 +4,9 @@ Every process is started from the installed console scripts in its own process g
 signal reaches it and anything it spawns), dies with the test process (`setpriv --pdeathsig`,
 where util-linux has it; no fork-time Python code runs in a process that holds gRPC threads), logs
 to a file under the cluster's directory, and is killed by `Cluster.close()`, which then checks
-that nothing is left. The coordinator binds 127.0.0.1:0 and reports its port with --port-file;
-clients bind 127.0.0.1:0 too and their port is read from their log.
+that nothing is left. The coordinator listens on a free port chosen here (below the ephemeral
+range, `reserved_port`), so its clients start together with it, and reports it with --port-file;
+clients bind 127.0.0.1:0 and their port is read from their log.
 
     with Cluster(tmp_path) as cluster:
         coord, clients = cluster.federation(party_dirs, epochs=2)
@@ -19,9 +20,11 @@ import io
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -218,6 +221,29 @@ def wait_for(
 # ------------------------------------------------------------------------------ processes
 
 
+def reserved_port() -> int:
+    """A free TCP port on 127.0.0.1 below the kernel's ephemeral range, so that no connection
+    or `:0` bind of another process is handed it between this check and the server's bind."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    # pytest-xdist workers draw from disjoint residues, so two never pick the same port
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    candidates = range(max(1024, low - 12000) + worker, low, workers)
+    rng = random.Random()  # the OS's entropy
+    for _ in range(200):
+        port = rng.choice(candidates)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port found below {low}")
+
+
 def _die_with_parent(argv: list[str]) -> list[str]:
     """`argv` prefixed so that the process is SIGKILLed if the test process dies."""
     return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv] if _SETPRIV else argv
@@ -284,6 +310,16 @@ class Coordinator(Proc):
     port_file: Path = Path()
     run_id: str = ""
     alignment: str = "hmac"  # its --alignment, which its clients must share
+
+    @property
+    def planned_address(self) -> str:
+        """Where clients reach it: known from its command line when it listens on a fixed port
+        (no need to wait for it to start), else read from its port file once it listens."""
+        listen = [v for k, v in zip(self.argv, self.argv[1:], strict=False) if k == "--listen"]
+        host, _, port = (listen[-1] if listen else ":0").rpartition(":")
+        if int(port) == 0:
+            return self.address
+        return f"{'127.0.0.1' if host in ('', '0.0.0.0', '[::]') else host}:{port}"
 
     def port(self, timeout: float = START_TIMEOUT_S) -> int:
         def read() -> int | None:
@@ -381,7 +417,8 @@ class Cluster:
         out, port_file = self.root / f"{name}-out", self.root / f"{name}.port"
         run_id = f"run-{os.getpid()}-{len(self.procs)}"
         argv = [str(BIN / "vfl-coordinator"), "--clients", str(clients), "--epochs", str(epochs)]
-        argv += ["--listen", "127.0.0.1:0", "--port-file", str(port_file), "--out", str(out)]
+        argv += ["--listen", f"127.0.0.1:{reserved_port()}", "--port-file", str(port_file)]
+        argv += ["--out", str(out)]
         argv += ["--run-id", run_id, "--no-progress", "--register-timeout", "120"]
         if deadline is not None:
             argv += ["--deadline", str(deadline)]
@@ -403,7 +440,8 @@ class Cluster:
 
     def client(self, coordinator: Coordinator, data: Path, extra: Sequence[str] = ()) -> Client:
         name = f"client-{data.name}-{len(self.procs)}"
-        argv = [str(BIN / "vfl-client"), "--data", str(data), "--coordinator", coordinator.address]
+        address = coordinator.planned_address
+        argv = [str(BIN / "vfl-client"), "--data", str(data), "--coordinator", address]
         argv += ["--listen", "127.0.0.1:0", "--secret", SECRET, "--register-timeout", "120"]
         argv += [*self._security_args(), "--alignment", coordinator.alignment, *extra]
         proc = self._spawn(Client, name, argv, data=data)
@@ -417,9 +455,11 @@ class Cluster:
         client_extra: Callable[[Path], Sequence[str]] | None = None,
         **coordinator_args: object,
     ) -> tuple[Coordinator, list[Client]]:
-        """A coordinator for len(party_dirs) parties and one client per directory."""
+        """A coordinator for len(party_dirs) parties and one client per directory, all started
+        at once: the coordinator listens on a port chosen here, so the clients need not wait for
+        it (each process spends seconds importing torch; started one after the other, one of the
+        two cores idles while the coordinator does)."""
         coord = self.coordinator(clients=len(party_dirs), **coordinator_args)  # type: ignore[arg-type]
-        coord.port()  # clients start once it listens, so none waits out a retry backoff
         clients = [
             self.client(coord, d, client_extra(d) if client_extra else ()) for d in party_dirs
         ]
