@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up and run every check: lint, format, generated-stub drift, compose file, tests.
 # Extra arguments go to one pytest run (e.g. `-m "not slow"` for the fast unit tests only).
-# Without them the unit tests run on two workers (pytest-xdist), then the `slow` tests, which
-# start real federations and time their faults, one at a time on an otherwise idle machine.
+# Without them every test that does not time faults runs on two workers (pytest-xdist; a test
+# file stays on one worker, so a module's shared federation starts once), then the `alone` tests,
+# which kill, freeze or cut off real processes against the clock, one at a time on an otherwise
+# idle machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VFL_EXTRAS="[dev]" source scripts/venv.sh
@@ -18,8 +20,8 @@ if [ "$#" -gt 0 ]; then
   echo "== pytest";          exec .venv/bin/python -m pytest "$@"
 fi
 rc=0  # both runs always run; the script fails if either did
-echo "== pytest: unit tests, two workers"
-.venv/bin/python -m pytest -m "not slow" -n 2 || rc=$?
-echo "== pytest: real federations, one at a time"
-.venv/bin/python -m pytest -m slow || rc=$?
+echo "== pytest: all but the timed fault tests, two workers"
+.venv/bin/python -m pytest -m "not alone" -n 2 --dist loadfile || rc=$?
+echo "== pytest: timed fault tests on real federations, one at a time"
+.venv/bin/python -m pytest -m alone || rc=$?
 exit "$rc"

@@ -25,7 +25,7 @@ from vfl_wire import convert
 from vfl_wire.tensors import encode_array
 from vfl_wire.v1 import vfl_pb2
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 DEADLINE_S = 2.0
 RUN_TIMEOUT_S = 180.0

@@ -620,6 +620,7 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_manifest_commands_run_and_their_probes_pass(
     docs: list[Doc], tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:

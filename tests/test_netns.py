@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from netns import NetnsLab, Support, namespaces, probe, sweep_stale
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.alone]
 
 K = 4
 CUT = 2  # the block whose link is cut

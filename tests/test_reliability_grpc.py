@@ -40,7 +40,7 @@ from vfl_core.data.party_dir import load_party_dir
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 BATCH = ["--batch-size", "16"]  # ~95 rounds per epoch with two parties
 DEADLINE_S = 2.0

@@ -28,7 +28,7 @@ from vfl_core.persistence.checkpoint_store import RoundCheckpoints
 from vfl_core.persistence.run_log import EPOCHS_FILE, read_epochs
 from vfl_core.simulate import SimulationConfig, run_simulation
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 BATCH = 16  # 97 rounds per epoch
 ROUNDS_PER_EPOCH = 97
