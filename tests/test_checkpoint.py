@@ -20,6 +20,7 @@ from vfl_core.persistence.checkpoint import (
     save_checkpoint,
     save_party_checkpoint,
 )
+from vfl_core.persistence.checkpoint_store import RoundCheckpoints
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall
 from vfl_core.training.alignment import batch_digest
 from vfl_core.training.party import Party
@@ -256,12 +257,24 @@ def test_given_object_state_when_saving_then_config_error_and_no_file(tmp_path: 
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("party_id", ["", ".", "..", "a/b", "../x", "a\\b"])
+@pytest.mark.parametrize(
+    "party_id", ["", ".", "..", "a/b", "../x", "a\\b", "bank-best", "bank-round-000000040"]
+)
 def test_given_party_id_that_is_not_a_file_name_when_building_path_then_config_error(
     tmp_path: Path, party_id: str
 ) -> None:
     with pytest.raises(ConfigError):
         party_checkpoint_path(tmp_path, party_id)
+    with pytest.raises(ConfigError):
+        RoundCheckpoints(tmp_path, party_id)
+
+
+@pytest.mark.parametrize("party_id", ["bank", "party0", "best", "bank-best-2", "round-3", "a.b"])
+def test_given_plain_party_id_when_building_path_then_accepted(
+    tmp_path: Path, party_id: str
+) -> None:
+    assert party_checkpoint_path(tmp_path, party_id).name == f"{party_id}.pt"
+    assert RoundCheckpoints(tmp_path, party_id).best_path().name == f"{party_id}-best.pt"
 
 
 # ------------------------------------------------------------------------ atomicity

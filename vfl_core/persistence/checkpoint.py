@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -167,11 +168,27 @@ def _fsync_dir(directory: Path) -> None:
 # ------------------------------------------------------------------------ party checkpoints
 
 
+# The names of the files a party `<name>` keeps beside `<name>.pt` (checkpoint_store): another
+# party named like one of them would write its end checkpoint over that file in a shared directory.
+_LOOKS_KEPT = re.compile(r".+-(best|round-\d+)")
+
+
+def check_checkpoint_name(name: str) -> str:
+    """`name` if it can name a party's checkpoint files, else ConfigError: not a plain file name,
+    or one that another party's best-epoch or round file has (`X-best`, `X-round-000000040`)."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name:
+        raise ConfigError(f"party id {name!r} cannot name a checkpoint file")
+    if _LOOKS_KEPT.fullmatch(name):
+        raise ConfigError(
+            f"party id {name!r} cannot name checkpoint files: it is the name of the best-epoch"
+            " or round file of another party in the same directory; choose another name"
+        )
+    return name
+
+
 def party_checkpoint_path(directory: Path, party_id: str) -> Path:
-    """`directory/<party_id>.pt`; a party id that is not a plain file name is refused."""
-    if not party_id or party_id in (".", "..") or "/" in party_id or "\\" in party_id:
-        raise ConfigError(f"party id {party_id!r} cannot name a checkpoint file")
-    return Path(directory) / f"{party_id}{SUFFIX}"
+    """`directory/<party_id>.pt`; a party id that cannot name a checkpoint file is refused."""
+    return Path(directory) / f"{check_checkpoint_name(party_id)}{SUFFIX}"
 
 
 def save_party_checkpoint(directory: Path, party: Party, meta: dict | None = None) -> Path:

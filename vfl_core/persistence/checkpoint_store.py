@@ -23,15 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.persistence.checkpoint import check_config, load_checkpoint, save_checkpoint
+from vfl_core.persistence.checkpoint import (
+    check_checkpoint_name,
+    check_config,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 log = logging.getLogger(__name__)
 
 
 class RoundCheckpoints:
     def __init__(self, directory: Path, name: str, keep: int = 2) -> None:
-        if not name or name in (".", "..") or "/" in name or "\\" in name:
-            raise ConfigError(f"{name!r} cannot name a checkpoint file")
+        check_checkpoint_name(name)
         if keep < 1:
             raise ConfigError("at least one checkpoint must be kept")
         self.directory = Path(directory)
