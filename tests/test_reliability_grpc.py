@@ -2,7 +2,9 @@
 fooled into a false success.
 
 - item 3: every party killed at once pauses training (no round counted); the run fails loudly
-  (exit code, results.json "failed") when nobody comes back, and resumes when a party does.
+  (exit code, results.json "failed") when nobody comes back, and resumes when a party does. A
+  coordinator frozen past every deadline loses at most the rounds it had in flight, then both
+  parties train on.
 - item 4: a party silent while a restarted coordinator aligns again is left out for the
   interrupted epoch only, and joins again at an epoch's start once it is heard from.
 - item 5: an evaluation during which a party comes back names, per batch, who answered; its
@@ -109,6 +111,38 @@ def test_given_every_party_killed_when_one_restarts_then_training_resumes_uncoun
     # block 1 stays dead: its own batches run without it (incomplete, as before), but no batch
     # of block 0 went by while block 0 was gone, except those that found it gone
     assert len([r for r in rounds if not r["present"] and 0 in r["pattern"]]) < 6
+    assert results["test"]["rows"][-1]["samples"] > 0
+
+
+def test_given_coordinator_frozen_past_every_deadline_when_thawed_then_all_train_on_and_finish(
+    cluster: Cluster, two_parties: list[Path]
+) -> None:
+    """Every link failing at once, seen from the other side: the coordinator SIGSTOPped for
+    8 s mid-training (a GC pause, a VM migration), past its 4 s Train deadline and the clients'
+    3 s keepalive. Thawed, it may find the calls it had in flight expired (that round is lost,
+    recorded with nobody present); then both parties train again and the run ends normally."""
+    coord, clients = cluster.federation(
+        two_parties, epochs=3, deadline=DEADLINE_S, extra=[*BATCH, "--rejoin-timeout", "60"]
+    )
+    cluster.wait_rounds(coord, 20, 120)
+    coord.signal(signal.SIGSTOP)
+    frozen_at = len(coord.rounds())
+    time.sleep(8.0)
+    coord.signal(signal.SIGCONT)
+
+    assert coord.wait(120) == 0, cluster.describe()
+    for client in clients:
+        assert client.wait(30) == 0, cluster.describe()
+    results = coord.results()
+    assert results is not None and results["status"] == "ok"
+    rounds = coord.rounds()
+    assert [r["round"] for r in rounds] == list(range(results["rounds"]))
+    assert len(results["epochs"]) == 3
+    assert sum(e["rounds"] for e in results["epochs"]) == len(rounds)
+    lost = [r["round"] for r in rounds if r["pattern"] and not r["present"]]
+    assert all(frozen_at - 2 <= n <= frozen_at + 3 for n in lost), (frozen_at, lost)
+    both = [r for r in rounds[frozen_at + 4 :] if r["pattern"] == r["present"] == [0, 1]]
+    assert both and all(r["updated"] == [0, 1] for r in both)  # both back, both learning
     assert results["test"]["rows"][-1]["samples"] > 0
 
 
