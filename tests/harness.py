@@ -5,7 +5,8 @@ signal reaches it and anything it spawns), dies with the test process (`setpriv 
 where util-linux has it; no fork-time Python code runs in a process that holds gRPC threads), logs
 to a file under the cluster's directory, and is killed by `Cluster.close()`, which then checks
 that nothing is left. The coordinator listens on a free port chosen here (below the ephemeral
-range, `reserved_port`), so its clients start together with it, and reports it with --port-file;
+range, `reserved_port`), so its clients start together with it and a restarted coordinator
+(`Cluster.restart`, same command) listens where it did; it reports the port with --port-file;
 clients bind 127.0.0.1:0 and their port is read from their log.
 
     with Cluster(tmp_path) as cluster:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import csv
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -454,12 +453,6 @@ def test_given_stalled_request_bodies_when_plaintext_servers_wait_then_they_stil
 # ------------------------------------------------------------------------------ item 4
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_given_party_silent_while_restarted_coordinator_aligns_when_back_then_it_rejoins(
     cluster: Cluster, two_parties: list[Path], tmp_path: Path
 ) -> None:
@@ -471,7 +464,6 @@ def test_given_party_silent_while_restarted_coordinator_aligns_when_back_then_it
         alignment="psi",
         extra=[
             *BATCH,
-            *("--listen", f"127.0.0.1:{_free_port()}"),  # a restart listens where it did
             *("--checkpoint-dir", str(ckpt / "coordinator"), "--checkpoint-every", str(every)),
         ],
         client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],

@@ -14,7 +14,6 @@ import json
 import os
 import random
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -72,11 +71,9 @@ def _federation(
     ckpt: Path,
     *,
     epochs: int = EPOCHS,
-    listen: str | None = None,
     **kw,
 ) -> tuple[Coordinator, list[Client]]:
     extra = [*TRAIN_ARGS, "--checkpoint-dir", str(ckpt / "coordinator")]
-    extra += ["--listen", listen] if listen else []
     return cluster.federation(
         party_dirs,
         epochs=epochs,
@@ -85,12 +82,6 @@ def _federation(
         client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],
         **kw,
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _accuracy(coord: Coordinator) -> float:
@@ -185,7 +176,7 @@ def test_given_coordinator_killed_mid_training_when_restarted_then_resumes_from_
 ) -> None:
     ckpt = tmp_path / "ckpt"
     reference = uninterrupted(party_dirs, EPOCHS)
-    coord, clients = _federation(cluster, party_dirs, ckpt, listen=f"127.0.0.1:{_free_port()}")
+    coord, clients = _federation(cluster, party_dirs, ckpt)
     store = RoundCheckpoints(ckpt / "coordinator", "coordinator")
     cluster.wait_for(lambda: len(store.rounds()) >= 2, RUN_TIMEOUT_S, "two coordinator checkpoints")
     cluster.wait_rounds(coord, store.rounds()[-1] + 8, RUN_TIMEOUT_S)  # well into the next stretch
@@ -231,9 +222,7 @@ def test_given_every_process_killed_after_the_best_epoch_when_restarted_then_all
     1e-9 no later epoch is better (a tie keeps the earlier), so epoch 1 is the best one."""
     ckpt = tmp_path / "ckpt"
     extra = ["--early-stop-patience", "2", "--lr", "1e-9"]
-    coord, clients = _federation(
-        cluster, party_dirs, ckpt, epochs=8, listen=f"127.0.0.1:{_free_port()}", extra=extra
-    )
+    coord, clients = _federation(cluster, party_dirs, ckpt, epochs=8, extra=extra)
     store = RoundCheckpoints(ckpt / "coordinator", "coordinator")
     epoch_1 = "epoch 1: validation accuracy"
     cluster.wait_for(lambda: epoch_1 in coord.log(), RUN_TIMEOUT_S, "epoch 1's validation")
