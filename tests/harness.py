@@ -414,10 +414,13 @@ class Cluster:
         extra: Sequence[str] = (),
         name: str = "coordinator",
         alignment: str = "hmac",
+        wrap: Sequence[str] = (),
     ) -> Coordinator:
+        """`wrap`: a command the coordinator runs under, e.g. `prlimit --nofile=128:4096 --`."""
         out, port_file = self.root / f"{name}-out", self.root / f"{name}.port"
         run_id = f"run-{os.getpid()}-{len(self.procs)}"
-        argv = [str(BIN / "vfl-coordinator"), "--clients", str(clients), "--epochs", str(epochs)]
+        argv = [*wrap, str(BIN / "vfl-coordinator"), "--clients", str(clients)]
+        argv += ["--epochs", str(epochs)]
         argv += ["--listen", f"127.0.0.1:{reserved_port()}", "--port-file", str(port_file)]
         argv += ["--out", str(out)]
         argv += ["--run-id", run_id, "--no-progress", "--register-timeout", "120"]

@@ -24,6 +24,7 @@ import yaml
 from vfl_cli.app import app as vfl_app
 from vfl_cli.client_cmd import client as client_fn
 from vfl_cli.coordinator_cmd import coordinator as coordinator_fn
+from vfl_wire.channels import FEW_OPEN_FILES
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -287,3 +288,9 @@ def test_compose_config_accepts_the_file(binary: list[str]) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr or result.stdout
+
+
+def test_servers_may_hold_many_connections(services: dict[str, Any]) -> None:
+    for name in ["coordinator", *client_names(services)]:
+        nofile = services[name]["ulimits"]["nofile"]
+        assert min(nofile["soft"], nofile["hard"]) >= FEW_OPEN_FILES, name

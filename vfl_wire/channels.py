@@ -9,11 +9,18 @@ Keepalive: the defaults never notice a frozen peer or a cut link; with keepalive
 timeout 3 s a dead connection surfaces as UNAVAILABLE within about 8 s even between calls. The
 server accepts pings every second with unlimited strikes because we own both ends.
 Reconnect backoff is capped at 1 s so a restarted peer is reachable again almost at once.
+
+Connections: anyone who reaches a port can open TCP connections before any TLS or token check,
+and each one holds a file descriptor. A connection must finish its TLS and HTTP/2 handshake
+within 10 s (grpc's default is 120 s), and a server lifts the process's soft limit on open files
+to its hard limit (Docker's default soft limit, 1024, let ~1000 idle connections keep the parties
+out until they closed).
 """
 
 from __future__ import annotations
 
 import logging
+import resource
 import socket
 import ssl
 from collections.abc import Sequence
@@ -26,6 +33,8 @@ from vfl_core.errors import VflError
 logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 128 * 1024 * 1024
+HANDSHAKE_TIMEOUT_MS = 10_000  # a WAN TLS handshake takes a few round trips, not seconds
+FEW_OPEN_FILES = 4096  # below this, a server warns: a few thousand connections shut it
 
 Options = list[tuple[str, int]]
 
@@ -46,9 +55,10 @@ def _common_options() -> Options:
     ]
 
 
-def server_options() -> Options:
+def server_options(handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS) -> Options:
     return [
         *_common_options(),
+        ("grpc.server_handshake_timeout_ms", handshake_timeout_ms),
         ("grpc.http2.min_ping_interval_without_data_ms", 1000),
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.so_reuseport", 0),  # the default 1 lets a second server silently share the port
@@ -70,6 +80,7 @@ def make_server(
     *,
     max_concurrent_rpcs: int | None = None,
     max_receive_bytes: int = MAX_MESSAGE_BYTES,
+    handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS,
 ) -> grpc.Server:
     """A sync server with our options; add servicers, then `bind`, then `start`.
 
@@ -77,10 +88,12 @@ def make_server(
     RESOURCE_EXHAUSTED. Every accepted call gets a worker at once (the pool grows to
     `max_concurrent_rpcs` threads as needed): a call that waits, for a slow body or a long
     evaluation, never keeps another waiting for a thread. `max_receive_bytes` caps one request.
+    A connection that has not finished its handshake after `handshake_timeout_ms` is closed.
     """
+    raise_open_file_limit()
     options = [
         (k, max_receive_bytes if k == "grpc.max_receive_message_length" else v)
-        for k, v in server_options()
+        for k, v in server_options(handshake_timeout_ms)
     ]
     workers = max(max_workers, max_concurrent_rpcs or 0)  # threads start lazily, as needed
     return grpc.server(
@@ -89,6 +102,31 @@ def make_server(
         options=options,
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
+
+
+def raise_open_file_limit() -> int:
+    """Lift this process's soft limit on open files to its hard limit; return the soft limit now
+    in force. Every accepted connection is a file, so the soft limit is how many connections it
+    takes to keep everyone else out; the hard limit is the operator's to set (`ulimit -Hn`,
+    compose `ulimits`)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # the kernel refuses an unlimited soft limit for files; 2**20 is Linux's default nr_open
+    target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as err:
+            logger.debug("open-file limit stays %d: %s", soft, err)
+    if soft != resource.RLIM_INFINITY and soft < FEW_OPEN_FILES:
+        logger.warning(
+            "this process may hold only %d open files: about as many connections from anyone "
+            "who reaches its port would keep the federation out; raise the hard limit "
+            "(ulimit -Hn, or ulimits.nofile in compose) to at least %d",
+            soft,
+            FEW_OPEN_FILES,
+        )
+    return soft
 
 
 def bind(

@@ -1,0 +1,156 @@
+"""Raw-socket connection floods against the gRPC servers.
+
+Anyone who reaches a port can open TCP connections before any TLS or token check, and each one
+holds a file descriptor of the server's process. A server closes a connection that has not
+finished its handshake within `HANDSHAKE_TIMEOUT_MS` and lifts its soft limit on open files to
+the hard one (vfl_wire/channels.py); these tests flood a real coordinator started with Docker's
+default soft limit and check that the federation still trains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from harness import Cluster, prepare_digits
+
+from vfl_wire import channels, convert
+from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
+
+EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # length 0, type 4, no flags, stream 0
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + EMPTY_SETTINGS
+IDLE, TALKING = 900, 300  # connections that never speak, and ones that sent the HTTP/2 preface
+HANDSHAKE_S = channels.HANDSHAKE_TIMEOUT_MS / 1000
+
+
+def _own_limit(needed: int) -> None:
+    """This test process must hold the attacker's sockets itself."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        pytest.skip(f"the hard open-file limit {hard} is below the {needed} sockets needed")
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+@contextlib.contextmanager
+def _flood(port: int, idle: int, talking: int) -> Iterator[list[socket.socket]]:
+    sockets: list[socket.socket] = []
+    try:
+        for i in range(idle + talking):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if i >= idle:
+                s.sendall(PREFACE)
+            sockets.append(s)
+        yield sockets
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _closed_by_peer(s: socket.socket) -> bool:
+    s.setblocking(False)
+    try:
+        while data := s.recv(65536):  # drain whatever the server sent (SETTINGS, pings)
+            del data
+        return True  # b"": the server closed it
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True  # reset
+
+
+def test_given_low_soft_limit_when_server_made_then_raised_to_hard_or_warned() -> None:
+    code = textwrap.dedent(
+        """
+        import logging, resource, sys
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2])))
+        from vfl_wire.channels import make_server
+        make_server(1)
+        print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        """
+    )
+
+    def run(soft: int, hard: int) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-c", code, str(soft), str(hard)]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+
+    raised = run(128, 8192)
+    assert raised.stdout.split() == ["8192"] and "open files" not in raised.stderr
+    capped = run(256, 256)  # the operator's hard limit is the ceiling: kept, and said
+    assert capped.stdout.split() == ["256"]
+    assert "may hold only 256 open files" in capped.stderr and "ulimit -Hn" in capped.stderr
+
+
+def test_given_connection_silent_past_handshake_timeout_then_closed_and_server_answers() -> None:
+    server = channels.make_server(2, handshake_timeout_ms=500)
+    vfl_pb2_grpc.add_CoordinatorServicer_to_server(vfl_pb2_grpc.CoordinatorServicer(), server)
+    port = channels.bind(server, "127.0.0.1:0")
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as silent:
+            silent.settimeout(10)
+            start = time.monotonic()
+            while silent.recv(65536):  # the server's SETTINGS, then its close (or our timeout)
+                pass
+            assert 0.4 < time.monotonic() - start < 9
+        with channels.make_channel(f"127.0.0.1:{port}") as channel:
+            request = vfl_pb2.StatusRequest(header=convert.header("", "x"))
+            with pytest.raises(grpc.RpcError) as info:
+                vfl_pb2_grpc.CoordinatorStub(channel).Status(request, timeout=10)
+            assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED  # reached the server
+    finally:
+        server.stop(grace=None)
+
+
+def test_server_options_bound_the_handshake() -> None:
+    options = dict(channels.server_options())
+    assert options["grpc.server_handshake_timeout_ms"] == channels.HANDSHAKE_TIMEOUT_MS <= 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs util-linux prlimit")
+def test_given_flooded_coordinator_with_docker_default_limit_then_parties_train_and_finish(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    _own_limit(IDLE + TALKING + 256)
+    parties = prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0, clients=2)
+    # Docker's default: soft 1024 (128 here, so a smaller flood shows it), a larger hard limit
+    coord = cluster.coordinator(
+        clients=2, epochs=1, serve=True, wrap=["prlimit", "--nofile=128:4096", "--"]
+    )
+    port = coord.port()
+    limits = Path(f"/proc/{coord.pid}/limits").read_text()
+    assert any(
+        line.split()[3:5] == ["4096", "4096"]
+        for line in limits.splitlines()
+        if line.startswith("Max open files")
+    ), limits
+
+    with _flood(port, IDLE, TALKING) as sockets:
+        flooded = time.monotonic()
+        clients = [cluster.client(coord, d) for d in parties]
+        stub, header = cluster.stub(coord), convert.header("", "operator")
+
+        def serving() -> bool:
+            reply = stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10)
+            return reply.state == "serving" and time.monotonic() - flooded > HANDSHAKE_S + 2
+
+        cluster.wait_for(serving, 180, "training to end under the flood")
+        results = coord.results()
+        assert results is not None and results["status"] == "ok", cluster.describe()
+        assert results["test"] is not None and all(c.alive() for c in clients)
+        # the silent connections were dropped at the handshake timeout, by a live coordinator
+        assert all(_closed_by_peer(s) for s in sockets[:IDLE]) and coord.alive()
+        reply = stub.Evaluate(vfl_pb2.EvaluateRequest(header=header, split="test"), timeout=60)
+        assert list(reply.live_blocks) == [0, 1]
