@@ -167,6 +167,57 @@ def test_given_bad_files_when_loading_then_each_error_names_the_file_and_column(
         read_table(tmp_path / "x.xlsx")
 
 
+def test_given_spreadsheet_exports_when_read_then_the_same_table_as_plain_csv(
+    tmp_path: Path,
+) -> None:
+    plain = write_csv(
+        tmp_path / "plain.csv", 'id,amount,city,y\nu1,3.25,"Paris, FR",no\nu2,-1e3,Lyon,yes\n'
+    )
+    exports = {
+        # a European spreadsheet: BOM, CRLF, semicolons, decimal commas
+        "excel.csv": "\ufeffid;amount;city;y\r\nu1;3,25;Paris, FR;no\r\nu2;-1,0e3;Lyon;yes\r\n",
+        "tabs.tsv": "id\tamount\tcity\ty\nu1\t3.25\tParis, FR\tno\nu2\t-1e3\tLyon\tyes\n",
+        "pipes.csv": "id|amount|city|y\nu1|3.25|Paris, FR|no\nu2|-1e3|Lyon|yes\n",
+    }
+    expected = read_table(plain).columns
+    assert expected["amount"] == ["3.25", "-1e3"] and expected["city"] == ["Paris, FR", "Lyon"]
+    for name, text in exports.items():
+        path = tmp_path / name
+        path.write_bytes(text.encode())
+        got = read_table(path).columns
+        assert got["city"] == expected["city"] and got["y"] == expected["y"], name
+        assert [float(v) for v in got["amount"]] == [3.25, -1000.0], name
+
+
+def test_given_semicolons_when_a_column_has_commas_in_text_then_it_stays_text(
+    tmp_path: Path,
+) -> None:
+    path = write_csv(tmp_path / "t.csv", "id;code;note\nu1;1,5;a, b\nu2;2;c\n")
+    columns = read_table(path).columns
+    assert columns["code"] == ["1.5", "2"]  # numbers with a decimal comma
+    assert columns["note"] == ["a, b", "c"]  # not numbers: as written
+
+
+def test_given_missing_marks_when_read_then_cells_are_missing(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "t.csv", "id,a,b\nu1,?,1\nu2,#N/A,<NA>\nu3, NA ,3\nu4,4,null\n")
+    columns = read_table(path).columns
+    assert columns["a"] == [None, None, None, "4"] and columns["b"] == ["1", None, "3", None]
+    assert TabularPreprocessor.fit(table(a=columns["a"])).columns[0].kind == "numeric"
+
+
+def test_given_a_few_marks_in_a_numeric_column_when_fitting_then_warned_by_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cells = [str(i) for i in range(30)]
+    with caplog.at_level("WARNING"):
+        fitted = TabularPreprocessor.fit(table(a=[*cells, "-", "inf"], b=[*"wxyz", *cells[:28]]))
+    assert [c.kind for c in fitted.columns] == ["embedding", "embedding"]  # as before: text
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1, warned  # b: 28 of 32 numbers, under 90 %
+    assert "column 'a' is categorical because 2 of its 32 training values" in warned[0]
+    assert "'-', 'inf'" in warned[0]
+
+
 def test_given_party_tables_when_split_by_id_then_shared_ids_land_in_the_same_split(
     tmp_path: Path,
 ) -> None:

@@ -21,6 +21,7 @@ then the code columns, so the model can cut the vector in two.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
 from vfl_core.errors import DataError
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MAX_ONEHOT = 16
+MOSTLY_NUMBERS = 0.9  # a categorical column with this share of numbers is worth a warning
 PREPROCESS_VERSION = 1
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -183,9 +187,27 @@ def _fit_column(source: str, name: str, cells: Sequence[Cell], max_onehot: int) 
             mean=float(numbers.mean()),
             std=std if std > 0 else 1.0,  # a constant column would divide by zero
         )
+    _warn_if_mostly_numbers(source, name, present)
     categories = tuple(sorted(set(present)))
     kind: ColumnKind = "onehot" if len(categories) <= max_onehot else "embedding"
     return ColumnSpec(name=name, kind=kind, indicator=indicator, categories=categories)
+
+
+def _warn_if_mostly_numbers(source: str, name: str, present: Sequence[str]) -> None:
+    """A few stray marks ('-', 'unknown', 'inf') in a numeric column make it categorical, with a
+    category per distinct number: say so, naming them, so the user can blank them out."""
+    others = [cell for cell in present if _as_floats([cell]) is None]
+    if len(others) <= (1 - MOSTLY_NUMBERS) * len(present):
+        examples = ", ".join(repr(cell) for cell in sorted(set(others))[:3])
+        log.warning(
+            "%s: column %r is categorical because %d of its %d training values are not finite "
+            "numbers (%s); if they mean missing, leave those cells empty",
+            source,
+            name,
+            len(others),
+            len(present),
+            examples,
+        )
 
 
 def _as_floats(cells: Sequence[str]) -> np.ndarray | None:

@@ -1,20 +1,32 @@
 """Reading a party's table: a CSV file (stdlib csv) or a Parquet file (pyarrow, optional).
 
-Every cell becomes text, or None where it is missing (an empty cell, NA, N/A, NaN or null), so
-the preprocessing decides column kinds the same way whatever the file format. Rows are named
-for error messages as the user finds them: "line N" of a CSV file, "row N" of a Parquet file.
+Every cell becomes text, or None where it is missing (an empty cell, NA, N/A, NaN, null, #N/A,
+<NA> or ?, the UCI repository's mark), so the preprocessing decides column kinds the same way
+whatever the file format. Rows are named for error messages as the user finds them: "line N" of
+a CSV file, "row N" of a Parquet file.
+
+CSV files come as spreadsheets write them: the separator is whichever of `,` `;` tab `|` splits
+the header and the first lines into the same number of fields (a `.tsv` file the same way), and
+in a `;`-separated file a column whose every value is a number written with a decimal comma
+(`3,25`, as European spreadsheets export) is read as those numbers.
 """
 
 from __future__ import annotations
 
 import csv
+import io
+import re
 from pathlib import Path
 
 from vfl_core.data.preprocess import Cell, Table
 from vfl_core.errors import DataError
 
-TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
-MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "null"})  # compared lower-cased, stripped
+TABLE_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq")
+# compared lower-cased, stripped
+MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "null", "#n/a", "<na>", "?"})
+SEPARATORS = (",", ";", "\t", "|")  # tried in this order; the first that fits wins
+_SNIFF_LINES = 50
+_DECIMAL_COMMA = re.compile(r"[+-]?(\d+,\d*|,\d+)([eE][+-]?\d+)?")
 
 
 def is_table_file(path: Path) -> bool:
@@ -27,7 +39,7 @@ def read_table(path: Path) -> Table:
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     suffix = path.suffix.lower()
-    if suffix == ".csv":
+    if suffix in (".csv", ".tsv"):
         return _read_csv(path)
     if suffix in (".parquet", ".pq"):
         return _read_parquet(path)
@@ -42,7 +54,8 @@ def _cell(text: str) -> Cell:
 def _read_csv(path: Path) -> Table:
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
+            separator = _separator(f)
+            reader = csv.reader(f, delimiter=separator)
             header = next(reader, None)
             rows: list[list[str]] = []
             row_names: list[str] = []
@@ -52,7 +65,7 @@ def _read_csv(path: Path) -> Table:
                 if len(row) != len(header or ()):
                     raise DataError(
                         f"{path}: line {reader.line_num} has {len(row)} fields, the header has "
-                        f"{len(header or ())}"
+                        f"{len(header or ())} (fields separated by {_named(separator)})"
                     )
                 rows.append(row)
                 row_names.append(f"line {reader.line_num}")
@@ -64,7 +77,46 @@ def _read_csv(path: Path) -> Table:
     if not rows:
         raise DataError(f"{path}: no data rows after the header")
     columns = {name: [_cell(row[i]) for row in rows] for i, name in enumerate(names)}
+    if separator == ";":
+        columns = {name: _decimal_commas(cells) for name, cells in columns.items()}
     return Table(str(path), columns, row_names)
+
+
+def _separator(f: io.TextIOBase) -> str:
+    """The separator that splits the first lines into the same number (> 1) of fields; a comma
+    if none does (the file's own error then names the line). Leaves `f` at its start."""
+    lines = [line for _, line in zip(range(_SNIFF_LINES), f, strict=False)]
+    f.seek(0)
+    for separator in SEPARATORS:
+        try:
+            rows = [row for row in csv.reader(lines, delimiter=separator) if row]
+        except csv.Error:
+            continue
+        if len(lines) == _SNIFF_LINES:
+            rows = rows[:-1]  # the sample may end inside a quoted field of its last record
+        widths = {len(row) for row in rows}
+        if len(widths) == 1 and widths.pop() > 1:
+            return separator
+    return ","
+
+
+def _named(separator: str) -> str:
+    return {"\t": "tabs"}.get(separator, repr(separator))
+
+
+def _decimal_commas(cells: list[Cell]) -> list[Cell]:
+    """A column of numbers written with decimal commas, as numbers; any other column as it is."""
+    present = [cell for cell in cells if cell is not None]
+    if not any(_DECIMAL_COMMA.fullmatch(cell) for cell in present):
+        return cells
+    converted = [None if cell is None else cell.replace(",", ".") for cell in cells]
+    try:
+        for cell in converted:
+            if cell is not None:
+                float(cell)
+    except ValueError:
+        return cells  # text that merely contains a comma somewhere
+    return converted
 
 
 def _check_header(path: Path, names: list[str]) -> list[str]:
