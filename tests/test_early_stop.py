@@ -68,6 +68,30 @@ def test_given_patience_when_validation_stops_improving_then_training_stops_and_
         assert party.last_round == last_round[block]  # later rounds still tell stale ones
 
 
+def test_given_checkpoints_when_the_best_epoch_is_restored_then_the_last_checkpoint_holds_it(
+    party_dirs: list[Path],
+) -> None:
+    """The end's checkpoint is what a party restarted while the coordinator serves loads: it
+    must hold the best epoch's weights, even when the last round was checkpointed already
+    (here every round is) before the parties went back to the best epoch."""
+    fed, parties = federation(party_dirs, epochs=12, early_stop_patience=1)
+    fed.checkpoint_every = 1
+    saved: list[tuple[int, dict[int, np.ndarray]]] = []
+    assert isinstance(fed.transport, InProcessTransport)
+    fed.transport.saver = lambda p, r: saved.append((r, {p.block: p.parameters_vector()})) or True
+    fed.align()
+    fed.train()
+
+    stop = fed.early_stop
+    assert stop is not None and stop.restored == sorted(parties)
+    last = fed.round_id - 1
+    final = {b: v for r, one in saved if r == last for b, v in one.items()}
+    for block, party in parties.items():
+        latest = [one[block] for r, one in saved if block in one][-1]
+        np.testing.assert_array_equal(latest, party.parameters_vector())  # the best epoch's
+    assert sorted(final) == sorted(parties)
+
+
 def test_given_patience_when_planned_then_the_validation_samples_never_train(
     party_dirs: list[Path],
 ) -> None:

@@ -26,6 +26,8 @@ from vfl_core.persistence.checkpoint import load_checkpoint
 from vfl_core.persistence.checkpoint_store import RoundCheckpoints
 from vfl_core.persistence.run_log import EPOCHS_FILE, read_epochs
 from vfl_core.simulate import SimulationConfig, run_simulation
+from vfl_wire import convert
+from vfl_wire.v1 import vfl_pb2
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
@@ -363,3 +365,71 @@ def _chaos(
             actions.append(f"freeze {block}")
         time.sleep(chaos.uniform(2, 5))
     return actions, restarts
+
+
+# ------------------------------------------------------------------------- restarts while serving
+
+
+def _evaluate(cluster: Cluster, coord: Coordinator) -> vfl_pb2.EvaluateReply:
+    request = vfl_pb2.EvaluateRequest(header=convert.header("", "operator"), split="test")
+    return cluster.stub(coord).Evaluate(request, timeout=60)
+
+
+def _serving(cluster: Cluster, coord: Coordinator) -> None:
+    stub, header = cluster.stub(coord), convert.header("", "operator")
+    cluster.wait_for(
+        lambda: stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10).state == "serving",
+        RUN_TIMEOUT_S,
+        "training to end",
+    )
+
+
+def _restart_while_serving(
+    cluster: Cluster, party_dirs: list[Path], ckpt: Path, checkpoints: bool
+) -> tuple[Coordinator, Client, vfl_pb2.EvaluateReply]:
+    extra = [*TRAIN_ARGS, "--checkpoint-dir", str(ckpt / "coordinator")]
+    coord, clients = cluster.federation(
+        party_dirs,
+        epochs=2,
+        deadline=DEADLINE_S,
+        serve=True,
+        extra=extra,
+        client_extra=(lambda d: ["--checkpoint-dir", str(ckpt / d.name)]) if checkpoints else None,
+    )
+    _serving(cluster, coord)
+    before = _evaluate(cluster, coord)
+    assert list(before.live_blocks) == [0, 1, 2, 3]
+    clients[1].signal(signal.SIGKILL)
+    clients[1].wait(10)
+    return coord, cluster.restart(clients[1]), before
+
+
+def test_given_party_restarted_with_its_checkpoints_while_serving_then_predictions_are_unchanged(
+    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+) -> None:
+    coord, restarted, before = _restart_while_serving(cluster, party_dirs, tmp_path, True)
+    cluster.wait_for(lambda: "restored its checkpoint" in restarted.log(), 90, "the restore")
+
+    def all_live() -> vfl_pb2.EvaluateReply | None:
+        reply = _evaluate(cluster, coord)
+        return reply if list(reply.live_blocks) == [0, 1, 2, 3] else None
+
+    after = cluster.wait_for(all_live, 60, "an evaluation with every party")
+    # the end-of-training checkpoint holds the weights it served with: the same predictions
+    assert [(r.observed, r.samples, r.accuracy) for r in after.rows] == [
+        (r.observed, r.samples, r.accuracy) for r in before.rows
+    ]
+
+
+def test_given_party_restarted_without_checkpoints_while_serving_then_refused_others_predict(
+    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+) -> None:
+    coord, restarted, _ = _restart_while_serving(cluster, party_dirs, tmp_path, False)
+
+    assert restarted.wait(90) == 2, restarted.tail()
+    log = restarted.log()
+    assert "holds initial weights" in log and "Restart it with the --checkpoint-dir" in log
+    assert "Traceback" not in log
+    reply = _evaluate(cluster, coord)  # the others still predict, without it
+    assert list(reply.live_blocks) == [0, 2, 3] and reply.rows[-1].samples > 0
+    assert coord.alive()

@@ -309,6 +309,13 @@ def test_party_info_and_register_round_trip(samples):
     assert convert.party_info_from_proto(wire(convert.party_info_to_proto(info))) == info
     req = wire(convert.register_request_to_proto(info, "10.0.0.2:50051", convert.header("", "p1")))
     assert convert.register_request_from_proto(req) == (info, "10.0.0.2:50051")
+    assert convert.register_last_round_from_proto(req) is None  # not said (an older client)
+    for last_round in (-1, 0, 12345):
+        said = convert.register_request_to_proto(info, "a:1", HDR, last_round=last_round)
+        assert convert.register_last_round_from_proto(wire(said)) == last_round
+    bad = convert.register_request_to_proto(info, "a:1", HDR, last_round=-2)
+    with pytest.raises(ProtocolError, match="register last_round: -2"):
+        convert.register_last_round_from_proto(wire(bad))
 
 
 def test_id_hashes_and_class_weights_round_trip():

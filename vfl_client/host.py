@@ -147,8 +147,14 @@ class PartyHost:
 
     def _register(self, stub: vfl_pb2_grpc.CoordinatorStub) -> Registration:
         header = convert.header(self.run_id, self.info.party_id)
+        party = self.servicer.party
         request = convert.register_request_to_proto(
-            self.info, self.address, header, self.session, self.lease
+            self.info,
+            self.address,
+            header,
+            self.session,
+            self.lease,
+            party.last_round if party is not None else None,
         )
         reply = convert.registration_from_proto(stub.Register(request, timeout=REGISTER_TIMEOUT_S))
         self.lease = reply.lease or self.lease

@@ -17,7 +17,7 @@ import numpy as np
 from vfl_coordinator.admission import Admission
 from vfl_coordinator.registry import Registry
 from vfl_core.errors import ConfigError, ProtocolError
-from vfl_core.protocol import Registration, SamplePrediction
+from vfl_core.protocol import PartyInfo, Registration, SamplePrediction
 from vfl_core.training.engine import Federation
 from vfl_wire import convert
 from vfl_wire.security import current_peer
@@ -67,6 +67,8 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
             s = self.state
             synced = convert.register_session_from_proto(request) == s.session
             lease = convert.register_lease_from_proto(request)
+            if synced:
+                _check_trained(s, info, convert.register_last_round_from_proto(request))
             message, lease = s.registry.register(info, address, synced, lease)
             reply = Registration(s.run_id, s.config_json, message, s.session, s.resume_round, lease)
             return convert.registration_to_proto(reply)
@@ -123,6 +125,19 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
             return vfl_pb2.FederatedPredictReply(
                 rows=[convert.prediction_to_proto(p) for p in samples]
             )
+
+
+def _check_trained(state: CoordinatorState, info: PartyInfo, last_round: int | None) -> None:
+    """Once training has ended, a party process with initial weights (restarted without the
+    checkpoints it trained with) would answer predictions at random: refuse it, so it stops
+    with this message and the others predict without it."""
+    trained = state.federation is not None and state.federation.round_id > 0  # not --epochs 0
+    if state.phase in ("serving", "done") and trained and last_round == -1:
+        raise ConfigError(
+            f"run {state.run_id} has finished training, and party {info.party_id} (block "
+            f"{info.block}) holds initial weights: it restored no checkpoint of this run, so its "
+            "predictions would be random. Restart it with the --checkpoint-dir it trained with"
+        )
 
 
 def _with_rows(fed: Federation, split: str, index: np.ndarray | None) -> list[SamplePrediction]:

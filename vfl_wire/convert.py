@@ -1040,11 +1040,19 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
 
 
 def register_request_to_proto(
-    info: PartyInfo, address: str, h: vfl_pb2.Header, session: str = "", lease: str = ""
+    info: PartyInfo,
+    address: str,
+    h: vfl_pb2.Header,
+    session: str = "",
+    lease: str = "",
+    last_round: int | None = None,
 ) -> vfl_pb2.RegisterRequest:
-    return vfl_pb2.RegisterRequest(
+    request = vfl_pb2.RegisterRequest(
         header=h, info=party_info_to_proto(info), address=address, session=session, lease=lease
     )
+    if last_round is not None:
+        request.last_round = last_round
+    return request
 
 
 def register_request_from_proto(req: vfl_pb2.RegisterRequest) -> tuple[PartyInfo, str]:
@@ -1059,6 +1067,16 @@ def register_request_from_proto(req: vfl_pb2.RegisterRequest) -> tuple[PartyInfo
 def register_session_from_proto(req: vfl_pb2.RegisterRequest) -> str:
     """The coordinator session the registering party's state is synchronised with ("" none)."""
     return req.session
+
+
+def register_last_round_from_proto(req: vfl_pb2.RegisterRequest) -> int | None:
+    """The last training round the registering party's weights hold (-1: initial weights), or
+    None if it does not say."""
+    if not req.HasField("last_round"):
+        return None
+    if req.last_round < -1:
+        raise ProtocolError(f"register last_round: {req.last_round}, expected -1 or more")
+    return req.last_round
 
 
 def register_lease_from_proto(req: vfl_pb2.RegisterRequest) -> str:

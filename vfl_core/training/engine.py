@@ -413,8 +413,12 @@ class Federation:
             self.train_epoch(self.cursor.epoch)
             if self._stop_early():
                 break
-        self._restore_best()
-        if self.checkpoint_every is not None and self.round_id - 1 > self.last_checkpoint:
+        restored = self._restore_best()
+        # the end's checkpoint holds the weights the parties end on (a party restarted while
+        # the coordinator serves predicts with them): after going back to the best epoch, again
+        if self.checkpoint_every is not None and (
+            restored or self.round_id - 1 > self.last_checkpoint
+        ):
             self.checkpoint()
         return list(self.cursor.summaries)
 
@@ -547,11 +551,12 @@ class Federation:
             return True
         return False
 
-    def _restore_best(self) -> None:
-        """Every party that kept its state of the best validation epoch goes back to it."""
+    def _restore_best(self) -> bool:
+        """Every party that kept its state of the best validation epoch goes back to it; True
+        if any did."""
         stop = self.early_stop
         if stop is None or stop.best_epoch < 0:
-            return
+            return False
         blocks = [b for b in sorted(self.infos) if self.liveness.state.get(b) != DOWN]
         stop.restored = sorted(self.transport.snapshot(stop.best_round, blocks, restore=True))
         ended = (
@@ -573,6 +578,7 @@ class Federation:
                 kept_last,
                 stop.best_epoch + 1,
             )
+        return bool(stop.restored)
 
     # ------------------------------------------------------------------ snapshot and resume
     # A snapshot taken after round r holds the next round (r + 1), the inference request counter,

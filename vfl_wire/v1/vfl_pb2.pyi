@@ -634,18 +634,20 @@ class PartyInfoMsg(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., num_blocks: _Optional[int] = ..., dataset: _Optional[str] = ..., feature_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., has_labels: _Optional[bool] = ..., samples: _Optional[_Mapping[str, int]] = ..., protocol_version: _Optional[int] = ..., task: _Optional[str] = ..., label_only: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("header", "info", "address", "session", "lease")
+    __slots__ = ("header", "info", "address", "session", "lease", "last_round")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ROUND_FIELD_NUMBER: _ClassVar[int]
     header: Header
     info: PartyInfoMsg
     address: str
     session: str
     lease: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., info: _Optional[_Union[PartyInfoMsg, _Mapping]] = ..., address: _Optional[str] = ..., session: _Optional[str] = ..., lease: _Optional[str] = ...) -> None: ...
+    last_round: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., info: _Optional[_Union[PartyInfoMsg, _Mapping]] = ..., address: _Optional[str] = ..., session: _Optional[str] = ..., lease: _Optional[str] = ..., last_round: _Optional[int] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("run_id", "config_json", "message", "session", "resume_round", "lease")
