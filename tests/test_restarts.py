@@ -17,6 +17,7 @@ import signal
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 import torch
 from harness import SECRET, Client, Cluster, Coordinator
@@ -377,11 +378,16 @@ def _evaluate(cluster: Cluster, coord: Coordinator) -> vfl_pb2.EvaluateReply:
 
 def _serving(cluster: Cluster, coord: Coordinator) -> None:
     stub, header = cluster.stub(coord), convert.header("", "operator")
-    cluster.wait_for(
-        lambda: stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10).state == "serving",
-        RUN_TIMEOUT_S,
-        "training to end",
-    )
+
+    def serving() -> bool:
+        try:
+            return stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10).state == "serving"
+        except grpc.RpcError as err:  # a restarted coordinator: not listening yet
+            if err.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            return False
+
+    cluster.wait_for(serving, RUN_TIMEOUT_S, "training to end")
 
 
 def _restart_while_serving(
@@ -433,3 +439,60 @@ def test_given_party_restarted_without_checkpoints_while_serving_then_refused_ot
     reply = _evaluate(cluster, coord)  # the others still predict, without it
     assert list(reply.live_blocks) == [0, 2, 3] and reply.rows[-1].samples > 0
     assert coord.alive()
+
+
+def test_given_every_process_killed_or_frozen_while_serving_when_back_then_predictions_unchanged(
+    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+) -> None:
+    """Every party frozen during an evaluation, then a power cut (the coordinator and every
+    client killed, all started again, clients first), then two parties killed and restarted
+    while the coordinator is frozen: once all are back, the federation predicts exactly as
+    before any of it (early stopping's best epoch included)."""
+    ckpt = tmp_path / "ckpt"
+    extra = [*TRAIN_ARGS, "--checkpoint-dir", str(ckpt / "coordinator")]
+    coord, clients = cluster.federation(
+        party_dirs,
+        epochs=3,
+        deadline=DEADLINE_S,
+        serve=True,
+        extra=[*extra, "--early-stop-patience", "1"],
+        client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],
+    )
+    _serving(cluster, coord)
+    base = _evaluate(cluster, coord)
+    assert list(base.live_blocks) == [0, 1, 2, 3]
+    rows = lambda reply: [(r.observed, r.samples, r.accuracy) for r in reply.rows]  # noqa: E731
+
+    def all_back() -> vfl_pb2.EvaluateReply | None:
+        reply = _evaluate(cluster, coord)
+        return reply if list(reply.live_blocks) == [0, 1, 2, 3] else None
+
+    for client in clients:
+        client.signal(signal.SIGSTOP)
+    frozen = _evaluate(cluster, coord)  # answers (within the deadlines), scoring nothing
+    assert list(frozen.live_blocks) == [] and frozen.rows[-1].samples == 0
+    for client in clients:
+        client.signal(signal.SIGCONT)
+
+    for proc in [coord, *clients]:
+        proc.signal(signal.SIGKILL)
+    for proc in [coord, *clients]:
+        proc.wait(10)
+    clients = [cluster.restart(client) for client in clients]
+    restarted = cluster.restart(coord)
+    assert isinstance(restarted, Coordinator)
+    coord = restarted
+    _serving(cluster, coord)
+    assert rows(cluster.wait_for(all_back, 90, "every party back after the power cut")) == rows(
+        base
+    )
+
+    for block in (0, 3):
+        clients[block].signal(signal.SIGKILL)
+        clients[block].wait(10)
+    coord.signal(signal.SIGSTOP)
+    clients[0], clients[3] = cluster.restart(clients[0]), cluster.restart(clients[3])
+    time.sleep(3)
+    coord.signal(signal.SIGCONT)
+    assert rows(cluster.wait_for(all_back, 90, "parties 0 and 3 back")) == rows(base)
+    assert coord.alive() and all(c.alive() for c in clients)
