@@ -195,6 +195,28 @@ def test_given_few_labels_when_trained_then_stages_in_order_deterministic_and_sc
     assert report.overall().samples == 359  # MAR 1 keeps block 0: every test sample is held
 
 
+def test_given_a_trained_federation_when_asked_again_or_restored_then_the_same_predictions(
+    few_labels: list[PartyData],
+) -> None:
+    """Inference draws the same Monte Carlo noise at every request: a second evaluation, and one
+    after every party was replaced by a copy restored from its state (a restarted client), give
+    the same predictions as the first. (They used to be a new estimate at every request.)"""
+    fed, parties = federation(few_labels)
+    fed.train()
+    first = [p.predicted for p in fed.predict_batches("test")]
+    assert first and all(a is not None for a in first)
+    second = [p.predicted for p in fed.predict_batches("test")]
+    assert isinstance(fed.transport, InProcessTransport)
+    for block, party in parties.items():
+        copy = Party(party.party_id, party.data, party.config, secret=SECRET)
+        copy.load_state_dict(party.state_dict())
+        fed.transport.parties[block] = copy
+    restored = [p.predicted for p in fed.predict_batches("test")]
+    for a, b, c in zip(first, second, restored, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
 # ---------------------------------------------------------------- gradients of one joint graph
 
 

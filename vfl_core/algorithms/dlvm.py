@@ -56,8 +56,12 @@ log = logging.getLogger(__name__)
 
 def noise(seed: int, stage: int, round_id: int, shape: tuple[int, int], dims: tuple[int, int]):
     """The standard normal draws of h and z for one step: (B, S, d) and (B, S, dz). The same
-    (seed, stage, round) gives the same draws in the coordinator and the active party."""
-    gen = torch.Generator().manual_seed(derive_seed(seed, Stream.DLVM_NOISE, stage, round_id))
+    (seed, stage, round) gives the same draws in the coordinator and the active party.
+    Inference draws the same noise at every request (`round_id` there is the request counter):
+    a sample's predicted class is then the same each time it is asked for in the same batch
+    position (an evaluation's batches are a fixed plan), not a new Monte Carlo estimate."""
+    key = 0 if stage == Stage.PREDICT else round_id
+    gen = torch.Generator().manual_seed(derive_seed(seed, Stream.DLVM_NOISE, stage, key))
     noise_h = torch.randn((*shape, dims[0]), generator=gen)
     noise_z = torch.randn((*shape, dims[1]), generator=gen)
     return noise_h, noise_z

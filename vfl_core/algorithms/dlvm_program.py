@@ -47,7 +47,6 @@ from vfl_core.algorithms.dlvm_protocol import (
 from vfl_core.algorithms.method_spec import active_party
 from vfl_core.inference.predictions import combine
 from vfl_core.protocol import EmbedCall
-from vfl_core.seeding import Stream, rng
 from vfl_core.training.alignment import Alignment, Batch, epoch_plan
 from vfl_core.training.engine import Federation, PredictionBatch, RoundRecord, batch_prediction
 
@@ -191,8 +190,7 @@ class DlvmProgram:
         size = (len(batch.index), fed.num_classes)
         probs = {b: p for b, p in got.items() if b == active and _fits(p, size)}
         fed._record([active], probs, "predict", where, immediate=True)
-        gen = rng(fed.config.seed, Stream.EVAL_RANDOM, request)
-        combined = combine(fed.spec.combination, present, probs, gen, False)
+        combined = combine(fed.spec.combination, present, probs, fed.eval_rng(batch), False)
         return batch_prediction(batch, present, probs, combined, False)
 
     # ------------------------------------------------------------------ state

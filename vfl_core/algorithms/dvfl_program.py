@@ -48,7 +48,6 @@ from vfl_core.algorithms.method_spec import active_party
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.inference.predictions import combine
 from vfl_core.protocol import PredictCall
-from vfl_core.seeding import Stream, rng
 from vfl_core.training.alignment import Batch, eval_plan
 from vfl_core.training.engine import (
     Federation,
@@ -252,8 +251,7 @@ class DvflProgram:
             size = (len(batch.index), fed.num_classes)
             probs = {b: p for b, p in answers.items() if b == owner and well_formed(p, size)}
             fed._record([owner], probs, "predict", where, immediate=True)
-        gen = rng(fed.config.seed, Stream.EVAL_RANDOM, request)
-        combined = combine(fed.spec.combination, present, probs, gen, regression)
+        combined = combine(fed.spec.combination, present, probs, fed.eval_rng(batch), regression)
         return batch_prediction(batch, present, probs, combined, regression)
 
     # ------------------------------------------------------------------ liveness

@@ -932,7 +932,7 @@ class Federation:
             return self.spec.program.predict_batch(self, split, batch, request, blocks)
         embeddings, callees = self._inference_embeddings(split, batch, request, blocks)
         present = tuple(sorted(embeddings))
-        gen = rng(self.config.seed, Stream.EVAL_RANDOM, request)
+        gen = self.eval_rng(batch)
         spec, labels = self.spec, self.label_blocks
         regression = self.task == REGRESSION
         predictors = spec.predictors(present, self.num_blocks, labels)
@@ -960,6 +960,12 @@ class Federation:
         self._record(outside, probs, "predict", f"{split} request {request}", immediate=True)
         combined = combine(spec.combination, present, probs, gen, regression)
         return batch_prediction(batch, present, probs, combined, regression)
+
+    def eval_rng(self, batch: Batch) -> np.random.Generator:
+        """The random draws of an inference batch (a vote's ties, a guess for a missing party),
+        keyed by its samples rather than the request counter: asked again, it answers the same."""
+        first = int(batch.index[0]) if len(batch.index) else 0
+        return rng(self.config.seed, Stream.EVAL_RANDOM, first, len(batch.index))
 
     def _reachable(self, block: int, blocks: Collection[int] | None) -> bool:
         """Whether a party outside a batch's observed set may be called (live, and among
