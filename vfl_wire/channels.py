@@ -14,7 +14,7 @@ Connections: anyone who reaches a port can open TCP connections before any TLS o
 and each one holds a file descriptor. A connection must finish its TLS and HTTP/2 handshake
 within 10 s (grpc's default is 120 s), and a server lifts the process's soft limit on open files
 to its hard limit (Docker's default soft limit, 1024, let ~1000 idle connections keep the parties
-out until they closed).
+out until they closed). A connection holds at most MAX_STREAMS_PER_CONNECTION streams at once.
 """
 
 from __future__ import annotations
@@ -34,6 +34,14 @@ logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 128 * 1024 * 1024
 HANDSHAKE_TIMEOUT_MS = 10_000  # a WAN TLS handshake takes a few round trips, not seconds
+# HTTP/2 streams one connection may hold open; a client queues calls beyond it (never an error).
+# Any limit also turns on grpc's defence against rapid reset (streams opened and cancelled at
+# once, CVE-2023-44487): without one, a single plaintext attacker made every legitimate call
+# fail with CANCELLED while it sent, and the server spent both cores on the Python side. Not
+# lower: a refused request's stream is released a little after its answer, and a connection
+# sending malformed requests back to back (tests/test_fuzz.py) was refused new streams
+# (REFUSED_STREAM, UNAVAILABLE) under limits of 4 to 64; training traffic was not, even at 4.
+MAX_STREAMS_PER_CONNECTION = 256
 FEW_OPEN_FILES = 4096  # below this, a server warns: a few thousand connections shut it
 
 Options = list[tuple[str, int]]
@@ -59,6 +67,7 @@ def server_options(handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS) -> Options:
     return [
         *_common_options(),
         ("grpc.server_handshake_timeout_ms", handshake_timeout_ms),
+        ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
         ("grpc.http2.min_ping_interval_without_data_ms", 1000),
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.so_reuseport", 0),  # the default 1 lets a second server silently share the port
