@@ -47,6 +47,7 @@ from vfl_core.persistence.checkpoint import load_checkpoint
 from vfl_core.training.engine import Callbacks, Federation, RoundRecord
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
+from vfl_wire import convert
 from vfl_wire.channels import bind, make_channel, make_server
 from vfl_wire.security import (
     COORDINATOR,
@@ -56,7 +57,7 @@ from vfl_wire.security import (
     load_identity,
     party_policy,
 )
-from vfl_wire.v1 import vfl_pb2_grpc
+from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -495,6 +496,24 @@ class Cluster:
     def wait_for(self, condition: Callable[[], T], timeout: float, what: str) -> T:
         """As `wait_for`; on timeout the message carries every process's log tail."""
         return wait_for(condition, timeout, what, diagnose=self.describe)
+
+    def wait_serving(self, coordinator: Coordinator, timeout: float) -> None:
+        """Until `coordinator` serves predictions (training over, --serve). One that exits first
+        fails at once; one not listening yet (just restarted) is waited for."""
+        stub = self.stub(coordinator)
+        request = vfl_pb2.StatusRequest(header=convert.header("", "operator"))
+
+        def serving() -> bool:
+            if not coordinator.alive():
+                raise AssertionError(f"{coordinator.name} exited before serving")
+            try:
+                return stub.Status(request, timeout=10).state == "serving"
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                return False
+
+        self.wait_for(serving, timeout, f"{coordinator.name} to serve after training")
 
     def wait_rounds(self, coordinator: Coordinator, count: int, timeout: float) -> list[dict]:
         def enough() -> list[dict] | None:

@@ -41,7 +41,7 @@ def serving(
     it as they found it, which is what they check)."""
     with Cluster(tmp_path_factory.mktemp("serving")) as c:
         coord, clients = c.federation(party_dirs, epochs=1, deadline=DEADLINE_S, serve=True)
-        _wait_serving(c, coord)
+        c.wait_serving(coord, RUN_TIMEOUT_S)
         yield c, coord, clients
 
 
@@ -59,14 +59,6 @@ def _status(cluster: Cluster, coord: Coordinator) -> vfl_pb2.StatusReply:
 
 def _party_state(cluster: Cluster, coord: Coordinator, block: int) -> str:
     return next(p.state for p in _status(cluster, coord).parties if p.block == block)
-
-
-def _wait_serving(cluster: Cluster, coord: Coordinator) -> None:
-    cluster.wait_for(
-        lambda: coord.alive() and _status(cluster, coord).state == "serving",
-        RUN_TIMEOUT_S,
-        "the coordinator to serve after training",
-    )
 
 
 def _observed(row_name: str) -> set[int]:
@@ -144,7 +136,7 @@ def test_given_client_killed_while_serving_when_evaluate_and_predict_then_answer
         serve=True,
         client_extra=lambda d: ["--checkpoint-dir", str(ckpt)],
     )
-    _wait_serving(cluster, coord)
+    cluster.wait_serving(coord, RUN_TIMEOUT_S)
     _client_of(clients, dead).signal(signal.SIGKILL)
     assert _client_of(clients, dead).wait(10) == -signal.SIGKILL
     stub = cluster.stub(coord)

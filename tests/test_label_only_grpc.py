@@ -17,15 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import SECRET, Cluster, Coordinator, train_in_process
+from harness import SECRET, Cluster, train_in_process
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
 from vfl_core.config import TrainConfig
 from vfl_core.data.party_dir import save_party_dir
 from vfl_core.data.tabular import federation_sources, load_table_federation
-from vfl_wire import convert
-from vfl_wire.v1 import vfl_pb2
 
 pytestmark = pytest.mark.slow
 
@@ -70,13 +68,6 @@ def _client_args(path: Path) -> list[str]:
     return args + (["--label-column", "default"] if path.stem == "bank" else ["--num-classes", "2"])
 
 
-def _serving(cluster: Cluster, coord: Coordinator) -> bool:
-    if not coord.alive():
-        raise AssertionError(f"coordinator exited\n{cluster.describe()}")
-    request = vfl_pb2.StatusRequest(header=convert.header("", ""))
-    return cluster.stub(coord).Status(request, timeout=10).state == "serving"
-
-
 def _others_only_test_ids(paths: dict[str, Path]) -> dict[str, set[int]]:
     """Test customers the bank holds only the label of, with the blocks holding features."""
     parties = load_table_federation(_sources(paths))
@@ -97,7 +88,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         coord, _ = cluster.federation(
             [paths[n] for n in NAMES], epochs=2, serve=True, client_extra=_client_args
         )
-        cluster.wait_for(lambda: _serving(cluster, coord), RUN_TIMEOUT_S, "serving")
+        cluster.wait_serving(coord, RUN_TIMEOUT_S)
         out = root / "predictions.csv"
         args = ["predict", "--coordinator", coord.address, "--secret", SECRET, "--insecure"]
         result = CliRunner().invoke(

@@ -175,15 +175,6 @@ def _certs(tmp_path: Path) -> Path:
     return certs
 
 
-def _wait_serving(cluster: Cluster, coord: Coordinator) -> None:
-    stub, header = cluster.stub(coord), convert.header("", "operator")
-    cluster.wait_for(
-        lambda: stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10).state == "serving",
-        150,
-        "training to end",
-    )
-
-
 def _refusal(call, request) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as err:
         call(request, timeout=30)
@@ -301,7 +292,7 @@ def test_given_party_back_mid_evaluation_when_evaluated_then_live_set_is_per_bat
     )
     stub = cluster.stub(coord)
     header = convert.header("", "operator")
-    _wait_serving(cluster, coord)
+    cluster.wait_serving(coord, 150)
     frozen = clients[1]
     assert frozen.block == 1
     frozen.signal(signal.SIGSTOP)
@@ -344,7 +335,7 @@ def tls_serving(
     certs = _certs(root)
     with Cluster(root / "cluster", tls_dir=certs) as cluster:
         coord, clients = cluster.federation(two_parties, epochs=1, serve=True, alignment="psi")
-        _wait_serving(cluster, coord)
+        cluster.wait_serving(coord, 150)
         yield Serving(cluster, coord, clients, certs)
 
 

@@ -17,7 +17,6 @@ import signal
 import time
 from pathlib import Path
 
-import grpc
 import pytest
 import torch
 from harness import SECRET, Client, Cluster, Coordinator
@@ -74,6 +73,7 @@ def _federation(
     ckpt: Path,
     *,
     epochs: int = EPOCHS,
+    client_checkpoints: bool = True,
     **kw,
 ) -> tuple[Coordinator, list[Client]]:
     extra = [*TRAIN_ARGS, "--checkpoint-dir", str(ckpt / "coordinator")]
@@ -82,7 +82,9 @@ def _federation(
         epochs=epochs,
         deadline=DEADLINE_S,
         extra=extra + list(kw.pop("extra", [])),
-        client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],
+        client_extra=(lambda d: ["--checkpoint-dir", str(ckpt / d.name)])
+        if client_checkpoints
+        else None,
         **kw,
     )
 
@@ -376,33 +378,27 @@ def _evaluate(cluster: Cluster, coord: Coordinator) -> vfl_pb2.EvaluateReply:
     return cluster.stub(coord).Evaluate(request, timeout=60)
 
 
-def _serving(cluster: Cluster, coord: Coordinator) -> None:
-    stub, header = cluster.stub(coord), convert.header("", "operator")
+def _rows(reply: vfl_pb2.EvaluateReply) -> list[tuple[str, int, float]]:
+    return [(r.observed, r.samples, r.accuracy) for r in reply.rows]
 
-    def serving() -> bool:
-        try:
-            return stub.Status(vfl_pb2.StatusRequest(header=header), timeout=10).state == "serving"
-        except grpc.RpcError as err:  # a restarted coordinator: not listening yet
-            if err.code() != grpc.StatusCode.UNAVAILABLE:
-                raise
-            return False
 
-    cluster.wait_for(serving, RUN_TIMEOUT_S, "training to end")
+def _all_back(cluster: Cluster, coord: Coordinator, what: str) -> vfl_pb2.EvaluateReply:
+    """The first evaluation that every party answers."""
+
+    def every_party() -> vfl_pb2.EvaluateReply | None:
+        reply = _evaluate(cluster, coord)
+        return reply if list(reply.live_blocks) == [0, 1, 2, 3] else None
+
+    return cluster.wait_for(every_party, 90, what)
 
 
 def _restart_while_serving(
     cluster: Cluster, party_dirs: list[Path], ckpt: Path, checkpoints: bool
 ) -> tuple[Coordinator, Client, vfl_pb2.EvaluateReply]:
-    extra = [*TRAIN_ARGS, "--checkpoint-dir", str(ckpt / "coordinator")]
-    coord, clients = cluster.federation(
-        party_dirs,
-        epochs=2,
-        deadline=DEADLINE_S,
-        serve=True,
-        extra=extra,
-        client_extra=(lambda d: ["--checkpoint-dir", str(ckpt / d.name)]) if checkpoints else None,
+    coord, clients = _federation(
+        cluster, party_dirs, ckpt, epochs=2, serve=True, client_checkpoints=checkpoints
     )
-    _serving(cluster, coord)
+    cluster.wait_serving(coord, RUN_TIMEOUT_S)
     before = _evaluate(cluster, coord)
     assert list(before.live_blocks) == [0, 1, 2, 3]
     clients[1].signal(signal.SIGKILL)
@@ -416,15 +412,9 @@ def test_given_party_restarted_with_its_checkpoints_while_serving_then_predictio
     coord, restarted, before = _restart_while_serving(cluster, party_dirs, tmp_path, True)
     cluster.wait_for(lambda: "restored its checkpoint" in restarted.log(), 90, "the restore")
 
-    def all_live() -> vfl_pb2.EvaluateReply | None:
-        reply = _evaluate(cluster, coord)
-        return reply if list(reply.live_blocks) == [0, 1, 2, 3] else None
-
-    after = cluster.wait_for(all_live, 60, "an evaluation with every party")
+    after = _all_back(cluster, coord, "an evaluation with every party")
     # the end-of-training checkpoint holds the weights it served with: the same predictions
-    assert [(r.observed, r.samples, r.accuracy) for r in after.rows] == [
-        (r.observed, r.samples, r.accuracy) for r in before.rows
-    ]
+    assert _rows(after) == _rows(before)
 
 
 def test_given_party_restarted_without_checkpoints_while_serving_then_refused_others_predict(
@@ -448,24 +438,11 @@ def test_given_every_process_killed_or_frozen_while_serving_when_back_then_predi
     client killed, all started again, clients first), then two parties killed and restarted
     while the coordinator is frozen: once all are back, the federation predicts exactly as
     before any of it (early stopping's best epoch included)."""
-    ckpt = tmp_path / "ckpt"
-    extra = [*TRAIN_ARGS, "--checkpoint-dir", str(ckpt / "coordinator")]
-    coord, clients = cluster.federation(
-        party_dirs,
-        epochs=3,
-        deadline=DEADLINE_S,
-        serve=True,
-        extra=[*extra, "--early-stop-patience", "1"],
-        client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],
-    )
-    _serving(cluster, coord)
+    extra = ["--early-stop-patience", "1"]
+    coord, clients = _federation(cluster, party_dirs, tmp_path, epochs=3, serve=True, extra=extra)
+    cluster.wait_serving(coord, RUN_TIMEOUT_S)
     base = _evaluate(cluster, coord)
     assert list(base.live_blocks) == [0, 1, 2, 3]
-    rows = lambda reply: [(r.observed, r.samples, r.accuracy) for r in reply.rows]  # noqa: E731
-
-    def all_back() -> vfl_pb2.EvaluateReply | None:
-        reply = _evaluate(cluster, coord)
-        return reply if list(reply.live_blocks) == [0, 1, 2, 3] else None
 
     for client in clients:
         client.signal(signal.SIGSTOP)
@@ -482,10 +459,8 @@ def test_given_every_process_killed_or_frozen_while_serving_when_back_then_predi
     restarted = cluster.restart(coord)
     assert isinstance(restarted, Coordinator)
     coord = restarted
-    _serving(cluster, coord)
-    assert rows(cluster.wait_for(all_back, 90, "every party back after the power cut")) == rows(
-        base
-    )
+    cluster.wait_serving(coord, RUN_TIMEOUT_S)
+    assert _rows(_all_back(cluster, coord, "every party back after the power cut")) == _rows(base)
 
     for block in (0, 3):
         clients[block].signal(signal.SIGKILL)
@@ -494,5 +469,5 @@ def test_given_every_process_killed_or_frozen_while_serving_when_back_then_predi
     clients[0], clients[3] = cluster.restart(clients[0]), cluster.restart(clients[3])
     time.sleep(3)
     coord.signal(signal.SIGCONT)
-    assert rows(cluster.wait_for(all_back, 90, "parties 0 and 3 back")) == rows(base)
+    assert _rows(_all_back(cluster, coord, "parties 0 and 3 back")) == _rows(base)
     assert coord.alive() and all(c.alive() for c in clients)

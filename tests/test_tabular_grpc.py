@@ -25,9 +25,7 @@ from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.data.table_files import read_table
 from vfl_core.data.tabular import TableSource, load_table_party
 from vfl_core.persistence.checkpoint import load_checkpoint
-from vfl_wire import convert
 from vfl_wire.audit import AuditRecord, read_audit
-from vfl_wire.v1 import vfl_pb2
 
 RUN_TIMEOUT_S = 120.0
 BLOCKS = {"bank": 0, "retail": 1, "telecom": 2}
@@ -73,20 +71,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             extra=["--audit-log", str(audit)],
             client_extra=_client_args(ckpt),
         )
-        cluster.wait_for(lambda: _serving(cluster, coord), RUN_TIMEOUT_S, "serving")
+        cluster.wait_serving(coord, RUN_TIMEOUT_S)
         predicted = _predict(coord, paths, ckpt, root)
         coord.signal(signal.SIGTERM)
         assert coord.wait(30) == 0, cluster.describe()
         for client in clients:
             assert client.wait(30) == 0, cluster.describe()
     yield {"paths": paths, "predicted": predicted, "audit": audit, "ckpt": ckpt}
-
-
-def _serving(cluster: Cluster, coord: Coordinator) -> bool:
-    if not coord.alive():
-        raise AssertionError(f"coordinator exited\n{cluster.describe()}")
-    request = vfl_pb2.StatusRequest(header=convert.header("", ""))
-    return cluster.stub(coord).Status(request, timeout=10).state == "serving"
 
 
 def _test_ids(paths: dict[str, Path]) -> dict[str, set[int]]:
