@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -196,18 +197,25 @@ def _fit_column(source: str, name: str, cells: Sequence[Cell], max_onehot: int) 
 def _warn_if_mostly_numbers(source: str, name: str, present: Sequence[str]) -> None:
     """A few stray marks ('-', 'unknown', 'inf') in a numeric column make it categorical, with a
     category per distinct number: say so, naming them, so the user can blank them out."""
-    others = [cell for cell in present if _as_floats([cell]) is None]
-    if len(others) <= (1 - MOSTLY_NUMBERS) * len(present):
-        examples = ", ".join(repr(cell) for cell in sorted(set(others))[:3])
+    others = {v: n for v, n in Counter(present).items() if not _finite_number(v)}  # distinct
+    if sum(others.values()) <= (1 - MOSTLY_NUMBERS) * len(present):
+        examples = ", ".join(repr(cell) for cell in sorted(others)[:3])
         log.warning(
             "%s: column %r is categorical because %d of its %d training values are not finite "
             "numbers (%s); if they mean missing, leave those cells empty",
             source,
             name,
-            len(others),
+            sum(others.values()),
             len(present),
             examples,
         )
+
+
+def _finite_number(cell: str) -> bool:
+    try:
+        return math.isfinite(float(cell))
+    except ValueError:
+        return False
 
 
 def _as_floats(cells: Sequence[str]) -> np.ndarray | None:
