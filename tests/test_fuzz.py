@@ -40,7 +40,7 @@ from vfl_core.protocol import PROTOCOL_VERSION
 from vfl_core.training.alignment import batch_digest
 from vfl_core.training.party import Party
 from vfl_wire import convert
-from vfl_wire.channels import bind, make_server
+from vfl_wire.channels import bind, make_channel, make_server
 from vfl_wire.security import (
     COORDINATOR,
     GuardInterceptor,
@@ -363,6 +363,50 @@ def test_given_oversize_message_when_sent_then_resource_exhausted_and_still_serv
     s.valid_round()
 
 
+@pytest.mark.parametrize("algorithm", [grpc.Compression.Gzip, grpc.Compression.Deflate])
+def test_given_compressed_request_when_sent_to_party_then_refused_uninflated(
+    party_server: PartyServer, algorithm: grpc.Compression
+) -> None:
+    """A compressed message is inflated before any size check: 16 KiB of gzip carry a 16 MiB
+    request, a thousand times the sender's cost in the receiver's memory and CPU. Our servers
+    accept no compression (nothing of ours sends it)."""
+    s = party_server
+    zeros = encode_array(np.zeros((PARTY_CAP // (8 * DIM), DIM), np.float32))  # half the cap
+    request = vfl_pb2.FuseRequest(header=s.header, round_id=s.next_round, embeddings={1: zeros})
+    before = s.fingerprint()
+    with pytest.raises(grpc.RpcError) as err:
+        s.stub.Fuse(request, timeout=TIMEOUT, compression=algorithm)
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "is disabled" in (err.value.details() or "")
+    assert s.fingerprint() == before
+    s.valid_round()
+
+
+class _CompressingParty(vfl_pb2_grpc.PartyServicer):
+    """A party that compresses its replies: what a hostile member could send the coordinator."""
+
+    def Embed(self, request, context):
+        context.set_compression(grpc.Compression.Gzip)
+        zeros = np.zeros((1024, 1024), np.float32)  # 4 MiB, about 4 KiB in gzip
+        return vfl_pb2.EmbedReply(round_id=request.round_id, embedding=encode_array(zeros))
+
+
+def test_given_compressed_reply_when_received_then_call_fails_uninflated() -> None:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))  # not our options: it sends
+    vfl_pb2_grpc.add_PartyServicer_to_server(_CompressingParty(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with make_channel(f"127.0.0.1:{port}") as channel:
+            request = vfl_pb2.EmbedRequest(header=convert.header(RUN, "party0"), round_id=3)
+            with pytest.raises(grpc.RpcError) as err:
+                vfl_pb2_grpc.PartyStub(channel).Embed(request, timeout=TIMEOUT)
+            assert err.value.code() == grpc.StatusCode.INTERNAL
+            assert "not supported" in (err.value.details() or "")
+    finally:
+        server.stop(0).wait()
+
+
 def test_given_stale_and_replayed_rounds_when_sent_then_refused_or_idempotent(
     party_server: PartyServer,
 ) -> None:
@@ -549,6 +593,20 @@ def test_given_oversize_request_when_sent_to_coordinator_then_resource_exhausted
     with pytest.raises(grpc.RpcError) as err:
         c.stub("operator").Predict(request, timeout=60)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert c.stub("operator").Status(vfl_pb2.StatusRequest(), timeout=TIMEOUT).state
+
+
+def test_given_compressed_bomb_when_sent_to_coordinator_then_refused_and_members_unchanged(
+    coordinator_server: CoordinatorServer,
+) -> None:
+    c = coordinator_server
+    before = c.members()
+    bomb = _registration("party0", 0)  # 15 MiB of one letter: about 15 KiB in gzip
+    bomb.header.party_id = "a" * (MAX_REQUEST_BYTES - (1 << 20))
+    with pytest.raises(grpc.RpcError) as err:
+        c.stub("party0").Register(bomb, timeout=60, compression=grpc.Compression.Gzip)
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED, err.value.details()
+    assert c.members() == before
     assert c.stub("operator").Status(vfl_pb2.StatusRequest(), timeout=TIMEOUT).state
 
 

@@ -15,6 +15,13 @@ and each one holds a file descriptor. A connection must finish its TLS and HTTP/
 within 10 s (grpc's default is 120 s), and a server lifts the process's soft limit on open files
 to its hard limit (Docker's default soft limit, 1024, let ~1000 idle connections keep the parties
 out until they closed). A connection holds at most MAX_STREAMS_PER_CONNECTION streams at once.
+
+Compression: none, either way. grpc inflates a compressed message before it checks its size
+against the cap, so 15 KiB of gzip made a coordinator build a 15 MiB request (four raw
+connections sending such requests: 4.6 CPU s in 8 s and +600 MB resident that stayed). Nothing
+of ours compresses (float tensors hardly shrink; `--wire-dtype` does that job), so a compressed
+request is refused (UNIMPLEMENTED, "... is disabled") and a compressed reply fails its call
+(INTERNAL), before inflating.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ def _common_options() -> Options:
         ("grpc.http2.ping_timeout_ms", 3000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
+        # identity only: a compressed message is refused, never inflated (module docstring)
+        ("grpc.compression_enabled_algorithms_bitset", 1),
     ]
 
 
