@@ -159,6 +159,16 @@ def test_given_duplicated_hashes_when_aligning_then_protocol_error() -> None:
         Alignment.build({0: hashes, 1: [hashes[0], hashes[1], hashes[0]]})
 
 
+def test_given_blocks_sharing_no_sample_when_aligned_then_named_unshared() -> None:
+    def unshared(*ids: list[str]) -> list[int]:
+        return Alignment.build({b: hash_ids(i, SECRET) for b, i in enumerate(ids)}).unshared()
+
+    assert unshared(["007", "008"], ["7", "8"]) == [0, 1]  # the same customers, written apart
+    assert unshared(["a", "b"], ["b", "c"], ["x"]) == [2]
+    assert unshared(["a", "b"], ["b"], []) == []  # block 2 holds nothing: nothing to share
+    assert unshared(["a", "b"]) == []  # one block has no one to share with
+
+
 def test_given_ids_when_hashing_then_keyed_and_deterministic() -> None:
     ids = ["a", "b", "7"]
     assert hash_ids(ids, SECRET) == hash_ids(ids, SECRET)

@@ -189,6 +189,53 @@ def test_given_spreadsheet_exports_when_read_then_the_same_table_as_plain_csv(
         assert [float(v) for v in got["amount"]] == [3.25, -1000.0], name
 
 
+def test_given_windows_encodings_when_read_then_decoded_and_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = "id;Betrag €;city\r\nu1;3,5;Zürich\r\nu2;4;São Paulo\r\n"
+    files = {
+        "cp1252.csv": text.encode("cp1252"),  # Excel's "CSV" on Windows
+        "utf16.csv": text.encode("utf-16"),  # "Unicode text": a byte-order mark, then UTF-16
+        "utf8.csv": text.encode("utf-8"),
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            columns = read_table(tmp_path / name).columns
+        assert columns == {
+            "id": ["u1", "u2"],
+            "Betrag €": ["3.5", "4"],
+            "city": ["Zürich", "São Paulo"],
+        }
+        warned = [r.getMessage() for r in caplog.records]
+        expect = ["is not UTF-8: read as Windows-1252"] if name == "cp1252.csv" else []
+        assert [w.split(" ", 1)[1].split(" (")[0] for w in warned] == expect, warned
+    # a byte Windows-1252 leaves undefined (0x81): Latin-1, which reads any byte
+    (tmp_path / "latin1.csv").write_bytes(b"id,a\nu\x81,1\nu2,\xe9\n")
+    with caplog.at_level("WARNING"):
+        assert read_table(tmp_path / "latin1.csv").columns["a"] == ["1", "é"]
+    assert "read as Latin-1" in caplog.records[-1].getMessage()
+
+
+def test_given_separator_ending_every_line_when_read_then_the_empty_column_is_left_out(
+    tmp_path: Path,
+) -> None:
+    path = write_csv(tmp_path / "t.csv", "id;a;\nu1;1;\nu2;2;\n")
+    assert read_table(path).columns == {"id": ["u1", "u2"], "a": ["1", "2"]}
+    named = write_csv(tmp_path / "v.csv", "id,,a\nu1,x,1\nu2,,2\n")  # values, no name
+    with pytest.raises(DataError, match=r"v\.csv: header column 2 has no name"):
+        read_table(named)
+
+
+def test_given_rows_without_label_when_loading_then_error_counts_them(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "t.csv", "id,a,y\nu1,1,no\nu2,2,\nu3,3,yes\nu4,4,\n")
+    with pytest.raises(DataError) as err:
+        parse_labels(read_table(path), "y", None, "classification")
+    assert "line 3, column 'y': no label (2 of 4 rows have none)" in str(err.value)
+    assert "leave the samples whose label is unknown out of it" in str(err.value)
+
+
 def test_given_semicolons_when_a_column_has_commas_in_text_then_it_stays_text(
     tmp_path: Path,
 ) -> None:
@@ -399,6 +446,27 @@ def test_given_three_tables_when_simulated_then_trains_and_predicts_partial_over
     observed = {r["observed"] for r in rows}
     assert {"0,1,2", "0,1", "0,2", "all"} <= observed
     assert all(r["samples"] > 0 for r in rows)
+
+
+def test_given_ids_written_differently_when_simulated_then_warned_with_an_example(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rng = np.random.default_rng(0)
+    bank = "".join(f"C-{i:04d},{rng.normal():.3f},{'yes' if i % 3 else 'no'}\n" for i in range(60))
+    shop = "".join(f"c{i},{rng.normal():.3f}\n" for i in range(60))
+    paths = [write_csv(tmp_path / "bank.csv", "id,a,y\n" + bank)]
+    paths += [write_csv(tmp_path / "shop.csv", "id,b\n" + shop)]
+    args = ["simulate", "--id-column", "id", "--label-column", "y", "--epochs", "1"]
+    args += ["--csv", str(paths[0]), "--csv", str(paths[1]), "--no-progress"]
+    with caplog.at_level("WARNING"):
+        result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "sim.json")])
+    assert result.exit_code == 0, result.output  # each block still trains on its own
+    warned = [r.getMessage() for r in caplog.records]
+    hint = [w for w in warned if "share 0 sample IDs as written, but 60 once" in w]
+    assert len(hint) == 1 and "('C-0000' and 'c0')" in hint[0], warned
+    for block, party in ((0, "party0"), (1, "party1")):
+        said = [w for w in warned if f"train: block {block} ({party}) shares none of its" in w]
+        assert len(said) == 1, warned
 
 
 def test_given_bad_client_table_options_then_one_error_line_and_exit_2(tmp_path: Path) -> None:

@@ -302,12 +302,15 @@ def _present_labels(table: Table, column: str) -> list[str]:
     """The label cells, refusing an empty cell or a table without rows."""
     if not len(table):
         raise DataError(f"{table.source}: no rows, so no labels in column {column!r}")
-    present: list[str] = []
-    for row, cell in enumerate(table.columns[column]):
-        if cell is None:
-            raise DataError(f"{table.source}: {table.row_names[row]}, column {column!r}: no label")
-        present.append(cell)
-    return present
+    cells = table.columns[column]
+    missing = [row for row, cell in enumerate(cells) if cell is None]
+    if missing:
+        raise DataError(
+            f"{table.source}: {table.row_names[missing[0]]}, column {column!r}: no label "
+            f"({len(missing)} of {len(cells)} rows have none). A label party's table needs a "
+            "label in every row: leave the samples whose label is unknown out of it"
+        )
+    return [cell for cell in cells if cell is not None]
 
 
 def _regression_targets(table: Table, column: str, cells: list[str]) -> np.ndarray:

@@ -8,18 +8,24 @@ a CSV file, "row N" of a Parquet file.
 CSV files come as spreadsheets write them: the separator is whichever of `,` `;` tab `|` splits
 the header and the first lines into the same number of fields (a `.tsv` file the same way), and
 in a `;`-separated file a column whose every value is a number written with a decimal comma
-(`3,25`, as European spreadsheets export) is read as those numbers.
+(`3,25`, as European spreadsheets export) is read as those numbers. A file that is not UTF-8
+is read as Windows-1252 (what spreadsheets on Windows write; Latin-1 if even that fails), with a
+warning; one that starts with a UTF-16 byte-order mark as UTF-16. A column with neither a name
+nor a value (a separator ending every line) is left out.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import logging
 import re
 from pathlib import Path
 
 from vfl_core.data.preprocess import Cell, Table
 from vfl_core.errors import DataError
+
+log = logging.getLogger(__name__)
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq")
 # compared lower-cased, stripped
@@ -52,8 +58,51 @@ def _cell(text: str) -> Cell:
 
 
 def _read_csv(path: Path) -> Table:
+    encoding = _encoding(path)
     try:
-        with path.open(newline="", encoding="utf-8-sig") as f:
+        header, rows, row_names, separator = _csv_rows(path, encoding)
+    except UnicodeDecodeError:
+        # not UTF-8: what spreadsheets on Windows write (every byte but five is a character)
+        encoding = "cp1252"
+        try:
+            header, rows, row_names, separator = _csv_rows(path, encoding)
+        except UnicodeDecodeError:
+            encoding = "latin-1"  # any byte is a character: the file reads, accents may not
+            header, rows, row_names, separator = _csv_rows(path, encoding)
+        log.warning(
+            "%s is not UTF-8: read as %s (save it as UTF-8 to be sure of its accented letters; "
+            "every party must write its IDs alike)",
+            path,
+            {"cp1252": "Windows-1252", "latin-1": "Latin-1"}[encoding],
+        )
+    if header is None:
+        raise DataError(f"{path}: empty file (no header line)")
+    keep = _named_columns(path, [name.strip() for name in header], rows)
+    if not rows:
+        raise DataError(f"{path}: no data rows after the header")
+    columns = {name: [_cell(row[i]) for row in rows] for i, name in keep}
+    if separator == ";":
+        columns = {name: _decimal_commas(cells) for name, cells in columns.items()}
+    return Table(str(path), columns, row_names)
+
+
+def _encoding(path: Path) -> str:
+    """UTF-16 where the file starts with its byte-order mark (spreadsheets' "Unicode text"),
+    else UTF-8 with or without one."""
+    try:
+        with path.open("rb") as f:
+            start = f.read(2)
+    except OSError as exc:
+        raise DataError(f"{path}: unreadable CSV ({exc})") from exc
+    return "utf-16" if start in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+
+
+def _csv_rows(
+    path: Path, encoding: str
+) -> tuple[list[str] | None, list[list[str]], list[str], str]:
+    """Header, rows, row names and separator; UnicodeDecodeError where `encoding` is wrong."""
+    try:
+        with path.open(newline="", encoding=encoding) as f:
             separator = _separator(f)
             reader = csv.reader(f, delimiter=separator)
             header = next(reader, None)
@@ -69,17 +118,9 @@ def _read_csv(path: Path) -> Table:
                     )
                 rows.append(row)
                 row_names.append(f"line {reader.line_num}")
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+    except (OSError, csv.Error) as exc:
         raise DataError(f"{path}: unreadable CSV ({exc})") from exc
-    if header is None:
-        raise DataError(f"{path}: empty file (no header line)")
-    names = _check_header(path, [name.strip() for name in header])
-    if not rows:
-        raise DataError(f"{path}: no data rows after the header")
-    columns = {name: [_cell(row[i]) for row in rows] for i, name in enumerate(names)}
-    if separator == ";":
-        columns = {name: _decimal_commas(cells) for name, cells in columns.items()}
-    return Table(str(path), columns, row_names)
+    return header, rows, row_names, separator
 
 
 def _separator(f: io.TextIOBase) -> str:
@@ -117,6 +158,19 @@ def _decimal_commas(cells: list[Cell]) -> list[Cell]:
     except ValueError:
         return cells  # text that merely contains a comma somewhere
     return converted
+
+
+def _named_columns(path: Path, names: list[str], rows: list[list[str]]) -> list[tuple[int, str]]:
+    """(index, name) of the columns to read. A column without a name and without a value is
+    left out: a separator at the end of every line (some exports write one) makes it."""
+    keep: list[int] = []
+    for i, name in enumerate(names):
+        if not name and not any(_cell(row[i]) for row in rows):
+            continue
+        if not name:
+            raise DataError(f"{path}: header column {i + 1} has no name")
+        keep.append(i)
+    return list(zip(keep, _check_header(path, [names[i] for i in keep]), strict=True))
 
 
 def _check_header(path: Path, names: list[str]) -> list[str]:

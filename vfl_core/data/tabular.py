@@ -12,8 +12,10 @@ parties, whatever part of them each party holds.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -353,4 +355,36 @@ def load_table_federation(sources: tuple[TableSource, ...]) -> list[PartyData]:
     unlabelled = [
         load_table_party(s.model_copy(update=told))[0] for s in sources if s.label_column is None
     ]
-    return sorted(labelled + unlabelled, key=lambda d: d.meta.block)
+    parties = sorted(labelled + unlabelled, key=lambda d: d.meta.block)
+    _warn_if_ids_differ(sources, parties)
+    return parties
+
+
+def _warn_if_ids_differ(sources: tuple[TableSource, ...], parties: list[PartyData]) -> None:
+    """Two tables that share few of their IDs as written but many once IDs are normalised
+    (case, separators, leading zeros): the parties write their IDs differently, and only IDs
+    written alike align. Said, not fixed: which form is right is the parties' to decide."""
+    ids = [{str(i) for split in d.splits.values() for i in split.ids} for d in parties]
+    for a, b in itertools.combinations(range(len(parties)), 2):
+        shared = len(ids[a] & ids[b])
+        normal = {_normalised(i): i for i in ids[b]}
+        pairs = [(i, normal[n]) for i in ids[a] if (n := _normalised(i)) in normal]
+        if len(pairs) > 2 * shared + 10:
+            x, y = next((i, j) for i, j in sorted(pairs) if i != j)
+            log.warning(
+                "%s and %s share %d sample IDs as written, but %d once case, separators and "
+                "leading zeros are ignored (%r and %r): write the IDs alike at every party; "
+                "only IDs written alike align",
+                sources[a].path,
+                sources[b].path,
+                shared,
+                len(pairs),
+                x,
+                y,
+            )
+
+
+def _normalised(sample_id: str) -> str:
+    """An ID without case, separators or leading zeros of its numbers ("C-007" -> "c7")."""
+    text = re.sub(r"[\W_]", "", sample_id.casefold())
+    return re.sub(r"(?<![0-9])0+(?=[0-9])", "", text)

@@ -91,6 +91,15 @@ class Alignment:
             label_only={b: m[index] for b, m in self.label_only.items()},
         )
 
+    def unshared(self) -> list[int]:
+        """Blocks that hold samples but share none with another block (with two or more
+        blocks): almost always IDs written differently by the parties (`007` and `7`)."""
+        if len(self.rows) < 2:
+            return []
+        held = {b: r >= 0 for b, r in self.rows.items()}
+        holders = sum(h.astype(np.int64) for h in held.values())
+        return [b for b, h in sorted(held.items()) if h.any() and not (holders[h] > 1).any()]
+
     def patterns(self) -> dict[Pattern, np.ndarray]:
         """Key indices grouped by observed pattern (the blocks holding features), in key order
         within each group. A sample whose only holders hold just its label is in none."""

@@ -308,6 +308,16 @@ class Federation:
             len(self.alignments[split]),
             len(groups),
         )
+        for block in self.alignments[split].unshared():
+            log.warning(
+                "aligned %s: block %d (%s) shares none of its %d samples with another party: "
+                "are the sample IDs written alike at every party (leading zeros, case, spaces, "
+                "prefixes)? IDs match only as written; nothing of this block is federated",
+                split,
+                block,
+                self.infos[block].party_id,
+                int((self.alignments[split].rows[block] >= 0).sum()),
+            )
         return self._missing(split)
 
     def _missing(self, split: str) -> list[int]:
