@@ -186,6 +186,38 @@ def test_given_every_party_gone_as_training_ends_when_evaluating_then_waits_for_
     assert json.loads((tmp_path / "out" / "results.json").read_text())["status"] == "failed"
 
 
+def test_given_a_party_down_as_training_ends_when_evaluating_then_the_table_says_whose_it_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The final test table with a party down is that of the others: warned, naming both."""
+    paths = prepare_parties(load_digits_dataset(), tmp_path, 3, [0.0] * 3, [0.0] * 3, 0.2, seed=0)
+    cfg = TrainConfig(seed=0, epochs=1, model=ModelConfig(representation="mlp", embed_dim=8))
+    parties = {}
+    for path in paths:
+        data = load_party_dir(path)
+        parties[data.meta.block] = Party(f"party{data.meta.block}", data, cfg, secret=b"s")
+    faulty = FaultyTransport(
+        InProcessTransport(parties), FaultConfig(at_inference=True, rejoin_rate=0.0), 0
+    )
+    fed = Federation(faulty, cfg, progress=False)
+    fed.align()
+    config = CoordinatorConfig(out=tmp_path / "out", train=cfg)
+    run = lifecycle._Run(fed, "coordinator", "run", config, None)
+    with caplog.at_level("WARNING"):
+        run.evaluate(None, False, None)
+    assert not [r for r in caplog.records if "ran without" in r.getMessage()]
+    faulty.down.add(1)
+    with caplog.at_level("WARNING"):
+        report = lifecycle.evaluate_test(fed, None)
+    assert report.scored > 0 and report.live_blocks() == [0, 2]
+    said = [r.getMessage() for r in caplog.records if "ran without" in r.getMessage()]
+    assert said == [
+        "the test evaluation ran without block(s) 1 (down, or not answering every batch): its "
+        "figures are those of block(s) 0, 2 alone, not the whole federation's "
+        "(results.json: live_blocks)"
+    ]
+
+
 def test_given_few_labels_when_counting_classes_then_unlabelled_rows_are_not_a_class(
     tmp_path: Path,
 ) -> None:

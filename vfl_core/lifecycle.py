@@ -290,7 +290,24 @@ def evaluate_test(fed: Federation, evaluate_for_s: float | None) -> EvalReport:
     )
     table = [format_table(report.rows()), unscored_note(report.unscored)]
     log.info("test metrics\n%s", "\n".join(filter(None, table)))
+    _say_who_was_missing(fed, report)
     return report
+
+
+def _say_who_was_missing(fed: Federation, report: EvalReport) -> None:
+    """A test table scored without some parties (down as training ended) is that of the parties
+    that answered: said, so that nobody reads it as the whole federation's."""
+    held = sorted(fed.alignments["test"].rows) if "test" in fed.alignments else []
+    live = set(report.live_blocks())
+    missing = [b for b in held if b not in live]
+    if missing and report.scored:
+        log.warning(
+            "the test evaluation ran without block(s) %s (down, or not answering every batch): "
+            "its figures are those of block(s) %s alone, not the whole federation's "
+            "(results.json: live_blocks)",
+            ", ".join(map(str, missing)),
+            ", ".join(map(str, sorted(live))) or "none",
+        )
 
 
 def _heads_answered(fed: Federation, report: EvalReport) -> bool:
