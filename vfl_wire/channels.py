@@ -16,8 +16,8 @@ within 10 s (grpc's default is 120 s), and a server lifts the process's soft lim
 to its hard limit (Docker's default soft limit, 1024, let ~1000 idle connections keep the parties
 out until they closed). A connection holds at most MAX_STREAMS_PER_CONNECTION streams at once.
 
-Compression: none, either way. grpc inflates a compressed message before it checks its size
-against the cap, so 15 KiB of gzip made a coordinator build a 15 MiB request (four raw
+Compression: none, either way. grpc inflates a compressed message up to the size cap, so 15 KiB
+of gzip made a coordinator build a 15 MiB request (four raw
 connections sending such requests: 4.6 CPU s in 8 s and +600 MB resident that stayed). Nothing
 of ours compresses (float tensors hardly shrink; `--wire-dtype` does that job), so a compressed
 request is refused (UNIMPLEMENTED, "... is disabled") and a compressed reply fails its call

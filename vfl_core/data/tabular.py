@@ -365,12 +365,12 @@ def _warn_if_ids_differ(sources: tuple[TableSource, ...], parties: list[PartyDat
     (case, separators, leading zeros): the parties write their IDs differently, and only IDs
     written alike align. Said, not fixed: which form is right is the parties' to decide."""
     ids = [{str(i) for split in d.splits.values() for i in split.ids} for d in parties]
+    normal = [{_normalised(i): i for i in sorted(some)} for some in ids]
     for a, b in itertools.combinations(range(len(parties)), 2):
         shared = len(ids[a] & ids[b])
-        normal = {_normalised(i): i for i in ids[b]}
-        pairs = [(i, normal[n]) for i in ids[a] if (n := _normalised(i)) in normal]
-        if len(pairs) > 2 * shared + 10:
-            x, y = next((i, j) for i, j in sorted(pairs) if i != j)
+        alike = sorted(normal[a].keys() & normal[b].keys())
+        if len(alike) > 2 * shared + 10:
+            x, y = next((normal[a][n], normal[b][n]) for n in alike if normal[a][n] != normal[b][n])
             log.warning(
                 "%s and %s share %d sample IDs as written, but %d once case, separators and "
                 "leading zeros are ignored (%r and %r): write the IDs alike at every party; "
@@ -378,7 +378,7 @@ def _warn_if_ids_differ(sources: tuple[TableSource, ...], parties: list[PartyDat
                 sources[a].path,
                 sources[b].path,
                 shared,
-                len(pairs),
+                len(alike),
                 x,
                 y,
             )
