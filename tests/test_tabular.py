@@ -265,6 +265,24 @@ def test_given_a_few_marks_in_a_numeric_column_when_fitting_then_warned_by_name(
     assert "'-', 'inf'" in warned[0]
 
 
+def test_given_a_column_unique_per_row_when_fitting_then_warned_as_an_identifier(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    accounts = [f"ACC-{i:05d}" for i in range(60)]
+    cities = ["Paris", "Lyon", "Nice"] * 20
+    with caplog.at_level("WARNING"):
+        fitted = TabularPreprocessor.fit(table(account=accounts, city=cities))
+        TabularPreprocessor.fit(table(account=accounts[:40]))  # too few rows to tell
+    assert [c.kind for c in fitted.columns] == ["embedding", "onehot"]  # kept, as asked
+    warned = [r.getMessage() for r in caplog.records]
+    assert (
+        len(warned) == 1
+        and "column 'account' has 60 distinct values in 60 training rows, "
+        "like an identifier or a timestamp"
+        in warned[0]
+    ), warned
+
+
 def test_given_party_tables_when_split_by_id_then_shared_ids_land_in_the_same_split(
     tmp_path: Path,
 ) -> None:

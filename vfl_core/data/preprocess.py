@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ONEHOT = 16
 MOSTLY_NUMBERS = 0.9  # a categorical column with this share of numbers is worth a warning
+# a categorical column with this share of distinct values (over at least so many rows) is
+# worth a warning: an identifier or a timestamp, not a category
+IDENTIFIER_SHARE = 0.9
+IDENTIFIER_MIN_ROWS = 50
 PREPROCESS_VERSION = 1
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -190,6 +194,7 @@ def _fit_column(source: str, name: str, cells: Sequence[Cell], max_onehot: int) 
         )
     _warn_if_mostly_numbers(source, name, present)
     categories = tuple(sorted(set(present)))
+    _warn_if_identifier(source, name, len(categories), len(present))
     kind: ColumnKind = "onehot" if len(categories) <= max_onehot else "embedding"
     return ColumnSpec(name=name, kind=kind, indicator=indicator, categories=categories)
 
@@ -208,6 +213,22 @@ def _warn_if_mostly_numbers(source: str, name: str, present: Sequence[str]) -> N
             sum(others.values()),
             len(present),
             examples,
+        )
+
+
+def _warn_if_identifier(source: str, name: str, distinct: int, present: int) -> None:
+    """A categorical column with a value of its own for almost every row (an account number, a
+    timestamp) gives each training row a category no new sample has: it teaches nothing that
+    carries over, and lets the model learn the training rows by heart. Said, not dropped."""
+    if present >= IDENTIFIER_MIN_ROWS and distinct >= IDENTIFIER_SHARE * present:
+        log.warning(
+            "%s: column %r has %d distinct values in %d training rows, like an identifier or a "
+            "timestamp: as categories they teach nothing new samples share; leave it out "
+            "(--features), or write it as a number (a date as days since some day, say)",
+            source,
+            name,
+            distinct,
+            present,
         )
 
 
