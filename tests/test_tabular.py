@@ -236,6 +236,20 @@ def test_given_rows_without_label_when_loading_then_error_counts_them(tmp_path: 
     assert "leave the samples whose label is unknown out of it" in str(err.value)
 
 
+def test_given_digit_groups_when_read_then_numbers_where_unambiguous(tmp_path: Path) -> None:
+    exports = {  # the same column as a US and a European spreadsheet write it
+        "us.csv": 'id,amount,code\nu1,"1,234.50",1.234\nu2,12,2\nu3,"-3,000,000",3\n',
+        "eu.csv": "id;amount;code\nu1;1.234,50;1.234\nu2;12;2\nu3;-3.000.000;3\n",
+    }
+    for name, text in exports.items():
+        columns = read_table(write_csv(tmp_path / name, text)).columns
+        assert [float(v) for v in columns["amount"]] == [1234.5, 12.0, -3e6], name
+        # a lone 1.234 may be a decimal: a column with nothing else to tell stays as written
+        assert columns["code"] == ["1.234", "2", "3"], name
+    lone = read_table(write_csv(tmp_path / "lone.csv", 'id,n\nu1,"1,234"\nu2,5\n'))
+    assert lone.columns["n"] == ["1,234", "5"]
+
+
 def test_given_semicolons_when_a_column_has_commas_in_text_then_it_stays_text(
     tmp_path: Path,
 ) -> None:

@@ -7,8 +7,11 @@ a CSV file, "row N" of a Parquet file.
 
 CSV files come as spreadsheets write them: the separator is whichever of `,` `;` tab `|` splits
 the header and the first lines into the same number of fields (a `.tsv` file the same way), and
-in a `;`-separated file a column whose every value is a number written with a decimal comma
-(`3,25`, as European spreadsheets export) is read as those numbers. A file that is not UTF-8
+a column whose every value is a number written as the file's locale writes them is read as
+those numbers: in a `;`-separated file (a European spreadsheet's export) decimal commas and dots
+between digit groups (`3,25`, `1.234,5`), in any other commas between digit groups (`"1,234.5"`);
+a lone `1.234` or `1,234`, which could be either, counts as grouped only in a column where some
+other number can only be read that way. A file that is not UTF-8
 is read as Windows-1252 (what spreadsheets on Windows write; Latin-1 if even that fails), with a
 warning; one that starts with a UTF-16 byte-order mark as UTF-16. A column with neither a name
 nor a value (a separator ending every line) is left out.
@@ -81,8 +84,7 @@ def _read_csv(path: Path) -> Table:
     if not rows:
         raise DataError(f"{path}: no data rows after the header")
     columns = {name: [_cell(row[i]) for row in rows] for i, name in keep}
-    if separator == ";":
-        columns = {name: _decimal_commas(cells) for name, cells in columns.items()}
+    columns = {name: _local_numbers(cells, separator) for name, cells in columns.items()}
     return Table(str(path), columns, row_names)
 
 
@@ -145,18 +147,44 @@ def _named(separator: str) -> str:
     return {"\t": "tabs"}.get(separator, repr(separator))
 
 
-def _decimal_commas(cells: list[Cell]) -> list[Cell]:
-    """A column of numbers written with decimal commas, as numbers; any other column as it is."""
+def _grouped(group: str, decimal: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A number with digit groups (1.234.567,8 or 1,234,567.8), and one that can only be read
+    that way: two groups or more, or groups and decimals (1.234 alone may be 1.234)."""
+    g, d = re.escape(group), re.escape(decimal)
+    return (
+        re.compile(rf"[+-]?\d{{1,3}}({g}\d{{3}})+({d}\d*)?"),
+        re.compile(rf"[+-]?\d{{1,3}}(({g}\d{{3}}){{2,}}({d}\d*)?|{g}\d{{3}}{d}\d*)"),
+    )
+
+
+_GROUPED = {";": _grouped(".", ","), ",": _grouped(",", ".")}
+
+
+def _local_numbers(cells: list[Cell], separator: str) -> list[Cell]:
+    """A column of numbers written the way the file's locale writes them, as plain numbers: in a
+    `;`-separated file decimal commas (3,25) and dots between digit groups (1.234,5); in any
+    other, commas between digit groups (1,234.5, quoted in a comma-separated file). Dots or
+    commas that could also be decimal ones (1.234 or 1,234 alone) count as groups only in a
+    column where some number can only be read with groups. Any other column as it is."""
     present = [cell for cell in cells if cell is not None]
-    if not any(_DECIMAL_COMMA.fullmatch(cell) for cell in present):
+    grouped, certain = _GROUPED[";" if separator == ";" else ","]
+    commas = separator == ";" and any(_DECIMAL_COMMA.fullmatch(cell) for cell in present)
+    if not commas and not any(certain.fullmatch(cell) for cell in present):
         return cells
-    converted = [None if cell is None else cell.replace(",", ".") for cell in cells]
+    group, decimal = (".", ",") if separator == ";" else (",", ".")
+
+    def plain(cell: str) -> str:
+        if grouped.fullmatch(cell):
+            cell = cell.replace(group, "")
+        return cell.replace(decimal, ".")
+
+    converted = [None if cell is None else plain(cell) for cell in cells]
     try:
         for cell in converted:
             if cell is not None:
                 float(cell)
     except ValueError:
-        return cells  # text that merely contains a comma somewhere
+        return cells  # text that merely contains a comma or a dot somewhere
     return converted
 
 
