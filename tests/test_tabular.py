@@ -64,6 +64,23 @@ def test_given_numeric_column_when_transformed_then_standardised_with_training_s
     assert x.dtype == np.float32 and x[:, 0] == pytest.approx([0.0, 4 / spec.std])
 
 
+def test_given_iso_dates_when_fitting_then_numeric_in_days_and_checked_at_inference() -> None:
+    opened = ["2024-03-01", "2024-03-03", None, "2024-03-02T12:00:00", "2024-03-05 00:00:00+02:00"]
+    fitted = TabularPreprocessor.fit(table(opened=opened, odd=["2024-03-01", "soon", *"abc"]))
+    spec = fitted.columns[0]
+    assert spec.kind == "numeric" and spec.dates and spec.indicator
+    days = [19783.0, 19785.0, 19784.5, 19787.0 - 2 / 24]  # days since 1970-01-01, UTC
+    assert spec.mean == pytest.approx(np.mean(days)) and spec.std == pytest.approx(np.std(days))
+    assert fitted.columns[1].kind == "onehot" and not fitted.columns[1].dates  # not all dates
+    new = table(opened=["2024-03-02", None], odd=["x", "y"])
+    got = fitted.transform(new)[:, 1]  # the indicator first, then the standardised day
+    assert got == pytest.approx([(19784.0 - spec.mean) / spec.std, 0.0])
+    with pytest.raises(DataError, match=r"line 2, column 'opened': '01/03/2024' is not an ISO"):
+        fitted.transform(table(opened=["01/03/2024"], odd=["x"]))
+    again = TabularPreprocessor.from_json(fitted.to_json(), "p.json")
+    assert again == fitted and np.array_equal(again.transform(new), fitted.transform(new))
+
+
 def test_given_missing_cells_when_transformed_then_imputed_with_a_missing_indicator() -> None:
     fitted = TabularPreprocessor.fit(
         table(a=["1", None, "3"], b=["x", "y", None], c=["1", "2", "3"])

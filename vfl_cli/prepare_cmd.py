@@ -165,6 +165,7 @@ def _echo_table_summary(out: Path, data: PartyData, fitted: TabularPreprocessor)
     typer.echo(f"block {data.meta.block} of {data.meta.num_blocks}: {rows} rows")
     for spec in fitted.columns:
         detail = f" ({len(spec.categories)} categories)" if spec.categories else ""
+        detail = " (dates, in days since 1970-01-01)" if spec.dates else detail
         missing = ", missing indicator" if spec.indicator else ""
         typer.echo(f"  {spec.name}: {spec.kind}{detail}{missing}")
     if fitted.task == REGRESSION and fitted.label_column is not None:

@@ -8,6 +8,9 @@ Per column, decided on the training rows:
 
 - numeric (every non-missing cell parses as a finite float): standardised with the training mean
   and standard deviation (a constant column keeps scale 1);
+- dates (every non-missing cell an ISO date or time, 2024-03-01 or 2024-03-01T09:30:00+01:00,
+  as spreadsheets and Parquet write them): numeric, in days since 1970-01-01 (UTC where a time
+  names no zone);
 - categorical with at most `max_onehot` distinct values: one-hot, plus an "unknown" column for
   categories first seen at inference;
 - categorical with more: one integer code (0 = unknown, 1.. = the sorted training categories),
@@ -21,8 +24,10 @@ then the code columns, so the model can cut the vector in two.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,6 +66,7 @@ class ColumnSpec(_Frozen):
     mean: float = 0.0  # numeric only
     std: float = 1.0  # numeric only
     categories: tuple[str, ...] = ()  # onehot/embedding only, sorted
+    dates: bool = False  # numeric only: the cells are ISO dates or times, read as days
 
     @property
     def dense_width(self) -> int:
@@ -192,6 +198,17 @@ def _fit_column(source: str, name: str, cells: Sequence[Cell], max_onehot: int) 
             mean=float(numbers.mean()),
             std=std if std > 0 else 1.0,  # a constant column would divide by zero
         )
+    days = _as_days(present)
+    if days is not None:
+        std = float(days.std())
+        return ColumnSpec(
+            name=name,
+            kind="numeric",
+            indicator=indicator,
+            mean=float(days.mean()),
+            std=std if std > 0 else 1.0,
+            dates=True,
+        )
     _warn_if_mostly_numbers(source, name, present)
     categories = tuple(sorted(set(present)))
     _warn_if_identifier(source, name, len(categories), len(present))
@@ -239,6 +256,41 @@ def _finite_number(cell: str) -> bool:
         return False
 
 
+def _number(cell: str) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}.*)?")
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _day(cell: str) -> float | None:
+    """An ISO date or time as days since 1970-01-01 (UTC where it names no zone), or None."""
+    if not _ISO_DATE.fullmatch(cell):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(cell)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return (when - _EPOCH).total_seconds() / 86400.0
+
+
+def _as_days(cells: Sequence[str]) -> np.ndarray | None:
+    """The cells as days (float64), or None unless every one is an ISO date or time."""
+    days = []
+    for cell in cells:
+        day = _day(cell)
+        if day is None:
+            return None
+        days.append(day)
+    return np.array(days, dtype=np.float64)
+
+
 def _as_floats(cells: Sequence[str]) -> np.ndarray | None:
     """The cells as float64, or None if any is not a finite number."""
     try:
@@ -253,14 +305,13 @@ def _standardised(table: Table, spec: ColumnSpec, cells: Sequence[Cell]) -> np.n
     for row, cell in enumerate(cells):
         if cell is None:
             continue
-        try:
-            value = float(cell)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value):
+        value = _day(cell) if spec.dates else _number(cell)
+        if value is None or not math.isfinite(value):
+            what = "an ISO date" if spec.dates else "a number"
             raise DataError(
                 f"{table.source}: {table.row_names[row]}, column {spec.name!r}: {cell!r} is not "
-                f"a number, but the column was numeric in the training rows"
+                f"{what}, but the column was {'dates' if spec.dates else 'numeric'} in the "
+                "training rows"
             )
         out[row] = (value - spec.mean) / spec.std
     return out
