@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -30,6 +29,7 @@ from vfl_coordinator.servicer import CoordinatorState
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.persistence.checkpoint import load_checkpoint
 from vfl_core.persistence.checkpoint_store import RoundCheckpoints
+from vfl_core.persistence.run_log import read_records
 from vfl_core.training.engine import Federation, Observer
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,13 @@ class Checkpointer(Observer):
             "clients": self.config.clients,
             "coordinator_config": self.config.model_dump_json(),
         }
-        self.store.save(round_id, state, self.config.train.model_dump_json(), meta)
+        try:
+            self.store.save(round_id, state, self.config.train.model_dump_json(), meta)
+        except DataError as err:  # a full disk, say: losing a checkpoint must not stop training
+            last = self.state.resume_round
+            since = f"round {last}" if last >= 0 else "the start"
+            log.error("%s; training goes on (a restarted coordinator resumes from %s)", err, since)
+            return
         self.state.resume_round = round_id
         log.info("checkpoint of round %d written (parties saved: %s)", round_id, sorted(saved))
 
@@ -133,16 +139,8 @@ def open_rounds(path: Path, resume: Resume | None) -> IO[str]:
     rounds after it run again) and appended to."""
     if resume is None:
         return path.open("w", buffering=1)
-    kept = [r for r in _read_rounds(path) if r["round"] <= resume.round]
+    kept = [r for r in read_records(path, "round") if r["round"] <= resume.round]
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
     os.replace(tmp, path)
     return path.open("a", buffering=1)
-
-
-def _read_rounds(path: Path) -> Iterable[dict]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import threading
@@ -10,7 +9,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -21,6 +19,7 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.transport import GrpcTransport
 from vfl_core.lifecycle import PhaseObserver, RunResults, run_federation
+from vfl_core.persistence.run_log import LineLog
 from vfl_core.training.engine import Federation, Observer, RoundRecord
 from vfl_wire.audit import AuditLog
 from vfl_wire.channels import bind, make_server
@@ -119,7 +118,7 @@ def _train(
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     checkpointer = Checkpointer(config, state, resume) if config.checkpoint_dir else None
-    with open_rounds(out / "rounds.jsonl", resume) as rounds_file:  # a line per round
+    with LineLog(open_rounds(out / "rounds.jsonl", resume), "round log") as rounds_file:
         observers: list[Observer] = [_Progress(state, rounds_file)]
         if checkpointer is not None:
             observers.append(checkpointer)
@@ -175,7 +174,7 @@ class _Progress(PhaseObserver):
     """What the servicer reports of the run (its engine, phase and epoch), and rounds.jsonl."""
 
     state: CoordinatorState
-    rounds: IO[str]
+    rounds: LineLog  # a line per round
 
     def phase_started(self, fed: Federation, phase: str) -> None:
         self.state.federation = fed
@@ -183,7 +182,7 @@ class _Progress(PhaseObserver):
 
     def round_done(self, fed: Federation, record: RoundRecord) -> None:
         self.state.epoch = record.epoch
-        self.rounds.write(json.dumps(record.to_json()) + "\n")
+        self.rounds.write(record.to_json())
 
 
 # What one peer can make the coordinator hold: requests are small (registrations, prediction

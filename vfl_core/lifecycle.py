@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from vfl_core.config import TrainConfig
 from vfl_core.inference.metrics import EvalReport, format_table, unscored_note
 from vfl_core.inference.subsets import SubsetResult, evaluate_subsets
+from vfl_core.persistence.files import write_text_atomically
 from vfl_core.persistence.run_log import RunLog
 from vfl_core.protocol import Transport
 from vfl_core.training.engine import EpochSummary, Federation, Observer, Pause
@@ -130,7 +131,9 @@ class RunResults:
     def write(self, directory: Path) -> dict[str, object]:
         """Write <directory>/results.json; returns what it holds."""
         results = self.to_json()
-        (directory / "results.json").write_text(json.dumps(results, indent=2, default=str))
+        write_text_atomically(
+            directory / "results.json", json.dumps(results, indent=2, default=str)
+        )
         return results
 
 
@@ -172,7 +175,7 @@ def run_federation(
         watchers = list(observers)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
-            (out / "config.json").write_text(config.model_dump_json(indent=2))
+            write_text_atomically(out / "config.json", config.model_dump_json(indent=2))
             watchers.append(stack.enter_context(RunLog(out, first_epoch, eval_every)))
         fed = Federation(
             faulty if faulty is not None else transport,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import os
 import re
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from vfl_core.data.preprocess import (
 )
 from vfl_core.data.table_files import read_table
 from vfl_core.errors import ConfigError, DataError
+from vfl_core.persistence.files import write_text_atomically
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ def load_table_party_kept(source: TableSource, keep: Path | None) -> PartyData:
         log.info("reusing the fitted preprocessing in %s", keep)
     data, fitted_now = load_table_party(source, fitted)
     if keep is not None and fitted is None:
-        _write_atomically(keep, fitted_now.to_json())
+        write_text_atomically(keep, fitted_now.to_json())
         log.info("fitted preprocessing saved to %s", keep)
     return data
 
@@ -285,17 +285,6 @@ def read_fitted(path: Path, task: Task) -> TabularPreprocessor:
             f"(give the same --task as when it was fitted)"
         )
     return fitted
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise DataError(f"cannot write {path}: {exc.strerror}") from None
 
 
 # ---------------------------------------------------------------- a federation in one process

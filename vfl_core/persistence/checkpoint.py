@@ -21,6 +21,7 @@ import logging
 import os
 import pickle
 import re
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -52,6 +53,13 @@ def save_checkpoint(path: Path, state: dict, config_json: str, meta: dict) -> No
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except RuntimeError as err:
+        # torch's zip writer reports a failed write (a full disk) as a RuntimeError, without
+        # the OS's reason: an OSError here, which callers turn into their one-line error
+        tmp.unlink(missing_ok=True)
+        free = shutil.disk_usage(path.parent).free
+        reason = str(err).splitlines()[0]
+        raise OSError(f"write failed (a full disk? {free} B free there; torch: {reason})") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

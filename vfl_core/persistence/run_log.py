@@ -9,6 +9,7 @@ again) and the new ones appended, as rounds.jsonl does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -67,6 +68,43 @@ def liveness_record(
     return EpochRecord(summary, parties, liveness.counts(), test)
 
 
+class LineLog:
+    """A JSON-lines log (epochs.jsonl, the coordinator's rounds.jsonl) that a full disk does not
+    stop the run for: the first write that fails is logged with what is lost from where, and
+    the log ends there (its readers skip a line cut short) while training goes on."""
+
+    def __init__(self, file: IO[str], what: str) -> None:
+        self._file: IO[str] | None = file
+        self.what = what
+
+    def write(self, record: dict[str, object]) -> None:
+        if self._file is None:
+            return
+        try:
+            self._file.write(json.dumps(record) + "\n")
+        except OSError as err:
+            log.error("%s %s: %s; it ends here, the run goes on", self.what, self._file.name, err)
+            self._drop()
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError as err:
+                log.error("%s %s: %s", self.what, self._file.name, err)
+
+    def _drop(self) -> None:
+        file, self._file = self._file, None
+        with contextlib.suppress(OSError):  # its buffer holds the line that did not fit
+            file.close()
+
+    def __enter__(self) -> LineLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class RunLog(Observer):
     """Writes an `EpochRecord` per finished epoch of the federation it observes. With
     `eval_every` N > 0 it also evaluates `split` after every N-th epoch and after the last one."""
@@ -78,7 +116,7 @@ class RunLog(Observer):
         self.path = directory / EPOCHS_FILE
         self.eval_every = eval_every
         self.split = split
-        self._file = open_epochs(self.path, first_epoch)
+        self._file = LineLog(open_epochs(self.path, first_epoch), "epoch log")
         self._board = _tensorboard(directory / TENSORBOARD_DIR, first_epoch)
 
     def epoch_done(self, fed: Federation, summary: EpochSummary) -> None:
@@ -92,14 +130,25 @@ class RunLog(Observer):
         return fed.evaluate(self.split).overall()
 
     def write(self, record: EpochRecord) -> None:
-        self._file.write(json.dumps(record.to_json()) + "\n")
+        self._file.write(record.to_json())
         if self._board is not None:
-            _scalars(self._board, record)
+            try:
+                _scalars(self._board, record)
+            except OSError as err:  # its writer thread's failure (a full disk), raised here
+                log.error("TensorBoard log: %s; it ends here, the run goes on", err)
+                self._close_board()
 
     def close(self) -> None:
         self._file.close()
-        if self._board is not None:
-            self._board.close()
+        self._close_board()
+
+    def _close_board(self) -> None:
+        board, self._board = self._board, None
+        if board is not None:
+            try:
+                board.close()
+            except OSError as err:
+                log.error("TensorBoard log: %s", err)
 
     def __enter__(self) -> RunLog:
         return self
@@ -127,6 +176,12 @@ def open_epochs(path: Path, first_epoch: int) -> IO[str]:
 
 def read_epochs(path: Path) -> list[dict[str, Any]]:
     """The complete lines of an epoch log (a crash can leave the last one cut short)."""
+    return read_records(path, "epoch")
+
+
+def read_records(path: Path, key: str) -> list[dict[str, Any]]:
+    """The complete JSON lines of a log whose records are numbered by `key` (a crash or a full
+    disk can leave a line cut short: it is dropped, with a warning if it is not the last)."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -140,10 +195,10 @@ def read_epochs(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             log.warning("%s line %d is not JSON; dropped", path, number)
             continue
-        if isinstance(record, dict) and isinstance(record.get("epoch"), int):
+        if isinstance(record, dict) and isinstance(record.get(key), int):
             out.append(record)
         else:
-            log.warning("%s line %d has no epoch number; dropped", path, number)
+            log.warning("%s line %d has no %s number; dropped", path, number, key)
     return out
 
 
