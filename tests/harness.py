@@ -41,7 +41,9 @@ import torch
 from vfl_client.servicer import PartyServicer
 from vfl_coordinator.registry import Registry
 from vfl_core.config import TrainConfig
+from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.inference.metrics import EvalReport
 from vfl_core.persistence.checkpoint import load_checkpoint
 from vfl_core.training.engine import Callbacks, Federation, RoundRecord
@@ -84,6 +86,17 @@ def prepare_digits(
         subprocess.run(argv, check=True, capture_output=True, timeout=300)
         done.touch()
     return [out / f"party{k}" for k in range(clients)]
+
+
+def digits_parties(
+    base: Path, clients: int, train: TrainConfig, p_miss: float = 0.0
+) -> dict[int, Party]:
+    """In-process Parties of digits in `clients` blocks (block -> Party), prepared in `base`
+    with `p_miss` missing at train and test: for tests of logic in this one process."""
+    misses = [p_miss] * clients
+    paths = prepare_parties(load_digits_dataset(), base, clients, misses, misses, 0.2, seed=0)
+    data = [load_party_dir(path) for path in paths]
+    return {d.meta.block: Party(f"party{d.meta.block}", d, train, secret=b"s") for d in data}
 
 
 def train_in_process(

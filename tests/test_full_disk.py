@@ -15,23 +15,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from harness import Cluster, prepare_digits
+from harness import Cluster, digits_parties, prepare_digits
 
 from vfl_coordinator.checkpoints import Checkpointer
 from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorState
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data.datasets import load_digits_dataset
-from vfl_core.data.party_dir import load_party_dir
-from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import DataError
 from vfl_core.persistence.checkpoint_store import RoundCheckpoints
 from vfl_core.persistence.files import write_text_atomically
 from vfl_core.persistence.run_log import LineLog
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
-from vfl_core.training.party import Party
 
 # what torch's zip writer raises when the disk fills under it (the OS's reason is lost)
 TORCH_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 238400 vs 238288"
@@ -76,12 +72,8 @@ def test_given_full_disk_when_logging_lines_then_one_error_and_writes_stop(
 def test_given_full_disk_when_coordinator_checkpoints_then_training_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    paths = prepare_parties(load_digits_dataset(), tmp_path, 2, [0.0] * 2, [0.0] * 2, 0.2, seed=0)
     cfg = TrainConfig(seed=0, epochs=1, model=ModelConfig(representation="mlp", embed_dim=8))
-    parties = {}
-    for path in paths:
-        data = load_party_dir(path)
-        parties[data.meta.block] = Party(f"party{data.meta.block}", data, cfg, secret=b"s")
+    parties = digits_parties(tmp_path, 2, cfg)
     fed = Federation(InProcessTransport(parties), cfg, progress=False)
     fed.align()
     config = CoordinatorConfig(out=tmp_path / "out", checkpoint_dir=tmp_path / "ckpt", train=cfg)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from harness import digits_parties
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
@@ -158,12 +159,8 @@ def test_given_every_party_gone_as_training_ends_when_evaluating_then_waits_for_
     """The coordinator's final evaluation scores nothing while no label party answers: it tries
     again until one does (here: they come back after 0.5 s), and fails only if none does."""
     monkeypatch.setattr(lifecycle, "EVALUATE_AGAIN_S", 0.1)
-    paths = prepare_parties(load_digits_dataset(), tmp_path, 2, [0.1] * 2, [0.1] * 2, 0.2, seed=0)
     cfg = TrainConfig(seed=0, epochs=1, model=ModelConfig(representation="mlp", embed_dim=8))
-    parties = {}
-    for path in paths:
-        data = load_party_dir(path)
-        parties[data.meta.block] = Party(f"party{data.meta.block}", data, cfg, secret=b"s")
+    parties = digits_parties(tmp_path, 2, cfg, p_miss=0.1)
     faulty = FaultyTransport(
         InProcessTransport(parties), FaultConfig(at_inference=True, rejoin_rate=0.0), 0
     )
@@ -190,12 +187,8 @@ def test_given_a_party_down_as_training_ends_when_evaluating_then_the_table_says
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The final test table with a party down is that of the others: warned, naming both."""
-    paths = prepare_parties(load_digits_dataset(), tmp_path, 3, [0.0] * 3, [0.0] * 3, 0.2, seed=0)
     cfg = TrainConfig(seed=0, epochs=1, model=ModelConfig(representation="mlp", embed_dim=8))
-    parties = {}
-    for path in paths:
-        data = load_party_dir(path)
-        parties[data.meta.block] = Party(f"party{data.meta.block}", data, cfg, secret=b"s")
+    parties = digits_parties(tmp_path, 3, cfg)
     faulty = FaultyTransport(
         InProcessTransport(parties), FaultConfig(at_inference=True, rejoin_rate=0.0), 0
     )
