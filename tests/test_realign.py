@@ -1,10 +1,17 @@
 """Issue 14, item 4 in one process: align() asks a party that holds samples but does not answer
 again (for `align_retry_s`), and a party still missing joins the alignment at the start of an
-epoch once it is heard from again. The real-process test is in test_reliability_grpc.py."""
+epoch once it is heard from again. The real-process test is in test_reliability_grpc.py.
+
+A party restarted on other rows (another data set, or its file grown) is aligned again too, at
+the next epoch's start: in one process here, and with real processes."""
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+
 import pytest
+from harness import Cluster, prepare_digits
 
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
@@ -84,3 +91,55 @@ def test_given_party_silent_through_alignment_when_heard_again_then_joins_next_e
     assert all(1 not in r.pattern for r in records[:first])  # epoch 1 keeps its plan
     assert any(1 in r.present for r in records[first:])  # later epochs include the party
     assert not fed.unaligned and sorted(fed.alignments["train"].rows) == [0, 1, 2]
+
+
+def test_given_party_back_on_other_rows_when_training_then_aligned_again_next_epoch(
+    datas: list[PartyData], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport, fed, records = _federation(datas, silent_for=0, retry_s=0.0)
+    fed.align()
+    paths = prepare_parties(load_digits_dataset(), tmp_path, K, [0.4] * K, [0.4] * K, 0.2, seed=5)
+    other = load_party_dir(paths[1])  # block 1 of another split of the data: other rows
+    assert other.meta.block == 1 and len(other.splits["train"]) != len(datas[1].splits["train"])
+
+    def on_round(record: RoundRecord) -> None:
+        records.append(record)
+        if len(records) == 3:  # block 1 restarts on the other rows during epoch 1
+            transport.parties[1] = Party("party1", other, fed.config, secret=b"s")
+            transport.back.add(1)
+
+    fed.observers[:] = [Callbacks(round=on_round)]
+    with caplog.at_level("WARNING"):
+        summaries = fed.train()
+
+    said = [r.getMessage() for r in caplog.records if "holding other rows" in r.getMessage()]
+    train = f"train {len(datas[1].splits['train'])} -> {len(other.splits['train'])}"
+    assert len(said) == 1 and train in said[0], said
+    rows = fed.alignments["train"].rows[1]
+    assert int((rows >= 0).sum()) == len(other.splits["train"])  # the plan holds the new rows
+    first = summaries[0].rounds
+    assert any(1 in r.present for r in records[first:])  # and block 1 trains on them
+
+
+@pytest.mark.slow
+def test_given_client_restarted_on_other_data_when_training_then_it_trains_and_is_evaluated(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    base = tmp_path_factory.getbasetemp()
+    parties = prepare_digits(base, p_miss=0.1, seed=0, clients=2)
+    other = prepare_digits(base, p_miss=0.3, seed=7, clients=2)
+    coord, clients = cluster.federation(parties, epochs=6, extra=["--batch-size", "16"])
+    cluster.wait_rounds(coord, 40, 120)
+    for client in clients:  # both gone: training pauses (no label party) until they are back
+        client.signal(signal.SIGKILL)
+        client.wait(10)
+    cluster.restart(clients[0])
+    cluster.restart(clients[1], ["--data", str(other[1])])  # block 1 on another data set
+    assert coord.wait(240) == 0, coord.tail()
+    log = coord.log()
+    assert "block 1 (party1) registered again holding other rows (" in log
+    assert "aligned again" in log
+    results = coord.results()
+    assert results is not None and results["status"] == "ok"
+    observed = {row["observed"] for row in results["test"]["rows"]}
+    assert "0,1" in observed and "1" in observed  # block 1 predicted its new test rows

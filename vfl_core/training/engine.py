@@ -203,6 +203,8 @@ class Federation:
     align_retry_s: float = 0.0
     unaligned: set[int] = field(init=False, default_factory=set)
     _realign_due: bool = field(init=False, default=False)
+    # blocks that registered again holding other rows: aligned again at the next epoch's start
+    _other_rows: set[int] = field(init=False, default_factory=set)
     pauses: list[Pause] = field(init=False, default_factory=list)
     _paused_since: float | None = field(init=False, default=None)
     # Rounds through vfl_core.training.pipeline (a round's Backward travels with the next Embed;
@@ -334,10 +336,16 @@ class Federation:
             return
         before = set(self.alignments["train"].rows) if "train" in self.alignments else set()
         self.align()
+        # their calls on the old rows were refused (so they may be down): call them again
+        renewed = sorted(self._other_rows & set(self.alignments["train"].rows))
+        for block in renewed:
+            self.liveness.rejoined(block, self._tick)
+        self._other_rows.clear()
         log.warning(
-            "epoch %d: aligned again; blocks %s joined, %s still missing",
+            "epoch %d: aligned again; blocks %s joined, %s on their new rows, %s still missing",
             self.cursor.epoch + 1,
             sorted(set(self.alignments["train"].rows) - before),
+            renewed,
             sorted(self.unaligned),
         )
 
@@ -739,13 +747,39 @@ class Federation:
 
     def _poll_rejoins(self, tick: int | None = None) -> None:
         """Parties that registered again since the last round are called again at once."""
-        for block in sorted(self.transport.rejoined()):
+        rejoined = sorted(self.transport.rejoined())
+        infos = self.transport.infos() if rejoined else {}
+        for block in rejoined:
             if block in self.unaligned or block not in self.infos:
                 self._realign_due = True  # it holds samples the plan lacks
+            elif self._holds_other_rows(block, infos.get(block)):
+                self._realign_due = True  # the plan's rows of it are another data set's
+                self._other_rows.add(block)
             if self.alignment == "psi":
                 self._resend_psi_keys(block)
             if self.hooks is None or not self.hooks.rejoined(self, block):
                 self.liveness.rejoined(block, self._tick if tick is None else tick)
+
+    def _holds_other_rows(self, block: int, info: PartyInfo | None) -> bool:
+        """Whether a party that registered again counts other rows than when it was aligned (a
+        restart on another data set): said, and true; its calls on the old rows are refused
+        until the next epoch's start aligns it again."""
+        old = self.infos[block]
+        if info is None or (info.samples, info.label_only) == (old.samples, old.label_only):
+            return False
+        changes = ", ".join(
+            f"{split} {old.samples.get(split, 0)} -> {info.samples.get(split, 0)}"
+            for split in sorted({*old.samples, *info.samples})
+            if old.samples.get(split, 0) != info.samples.get(split, 0)
+        )
+        log.warning(
+            "block %d (%s) registered again holding other rows (%s): aligned again at the "
+            "start of the next epoch; until then its calls on the old rows are refused",
+            block,
+            info.party_id,
+            changes or "label-only rows",
+        )
+        return True
 
     def _resend_psi_keys(self, block: int) -> None:
         """A restarted party has lost the PSI values of its rows (its batch digests use them):
