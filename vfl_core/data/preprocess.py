@@ -190,30 +190,27 @@ def _fit_column(source: str, name: str, cells: Sequence[Cell], max_onehot: int) 
     indicator = len(present) < len(cells)
     numbers = _as_floats(present)
     if numbers is not None:
-        std = float(numbers.std())
-        return ColumnSpec(
-            name=name,
-            kind="numeric",
-            indicator=indicator,
-            mean=float(numbers.mean()),
-            std=std if std > 0 else 1.0,  # a constant column would divide by zero
-        )
+        return _numeric(name, indicator, numbers)
     days = _as_days(present)
     if days is not None:
-        std = float(days.std())
-        return ColumnSpec(
-            name=name,
-            kind="numeric",
-            indicator=indicator,
-            mean=float(days.mean()),
-            std=std if std > 0 else 1.0,
-            dates=True,
-        )
+        return _numeric(name, indicator, days, dates=True)
     _warn_if_mostly_numbers(source, name, present)
     categories = tuple(sorted(set(present)))
     _warn_if_identifier(source, name, len(categories), len(present))
     kind: ColumnKind = "onehot" if len(categories) <= max_onehot else "embedding"
     return ColumnSpec(name=name, kind=kind, indicator=indicator, categories=categories)
+
+
+def _numeric(name: str, indicator: bool, values: np.ndarray, dates: bool = False) -> ColumnSpec:
+    std = float(values.std())
+    return ColumnSpec(
+        name=name,
+        kind="numeric",
+        indicator=indicator,
+        mean=float(values.mean()),
+        std=std if std > 0 else 1.0,  # a constant column would divide by zero
+        dates=dates,
+    )
 
 
 def _warn_if_mostly_numbers(source: str, name: str, present: Sequence[str]) -> None:
