@@ -17,9 +17,7 @@ of another run id (--run-id), training config or number of parties is refused.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -29,7 +27,7 @@ from vfl_coordinator.servicer import CoordinatorState
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.persistence.checkpoint import load_checkpoint
 from vfl_core.persistence.checkpoint_store import RoundCheckpoints
-from vfl_core.persistence.run_log import read_records
+from vfl_core.persistence.run_log import reopen
 from vfl_core.training.engine import Federation, Observer
 
 log = logging.getLogger(__name__)
@@ -139,8 +137,4 @@ def open_rounds(path: Path, resume: Resume | None) -> IO[str]:
     rounds after it run again) and appended to."""
     if resume is None:
         return path.open("w", buffering=1)
-    kept = [r for r in read_records(path, "round") if r["round"] <= resume.round]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    os.replace(tmp, path)
-    return path.open("a", buffering=1)
+    return reopen(path, "round", lambda r: r["round"] <= resume.round)

@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
 from vfl_core.inference.metrics import MetricRow
+from vfl_core.persistence.files import write_text_atomically
 from vfl_core.training.engine import EpochSummary, Federation, Observer
 from vfl_core.training.liveness import DOWN, REJOINING, UP, Liveness
 
@@ -167,10 +168,14 @@ def open_epochs(path: Path, first_epoch: int) -> IO[str]:
     `first_epoch` (a resumed run) and appended to."""
     if first_epoch <= 0:
         return path.open("w", buffering=1)
-    kept = [r for r in read_epochs(path) if r["epoch"] < first_epoch]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    os.replace(tmp, path)
+    return reopen(path, "epoch", lambda r: r["epoch"] < first_epoch)
+
+
+def reopen(path: Path, key: str, keep: Callable[[dict[str, Any]], bool]) -> IO[str]:
+    """A JSON-lines log of a resumed run, cut to the records it `keep`s (the later ones run
+    again) and opened to append, line-buffered."""
+    kept = [r for r in read_records(path, key) if keep(r)]
+    write_text_atomically(path, "".join(json.dumps(r) + "\n" for r in kept))
     return path.open("a", buffering=1)
 
 
