@@ -336,10 +336,10 @@ class Federation:
             return
         before = set(self.alignments["train"].rows) if "train" in self.alignments else set()
         self.align()
-        # their calls on the old rows were refused (so they may be down): call them again
+        # not called since they came back on other rows (and down, if they were): call them
         renewed = sorted(self._other_rows & set(self.alignments["train"].rows))
         for block in renewed:
-            self.liveness.rejoined(block, self._tick)
+            self._call_again(block, self._tick)
         self._other_rows.clear()
         log.warning(
             "epoch %d: aligned again; blocks %s joined, %s on their new rows, %s still missing",
@@ -755,15 +755,19 @@ class Federation:
             elif self._holds_other_rows(block, infos.get(block)):
                 self._realign_due = True  # the plan's rows of it are another data set's
                 self._other_rows.add(block)
+                continue  # called again once aligned on its new rows (_align_again_if_due)
             if self.alignment == "psi":
                 self._resend_psi_keys(block)
-            if self.hooks is None or not self.hooks.rejoined(self, block):
-                self.liveness.rejoined(block, self._tick if tick is None else tick)
+            self._call_again(block, self._tick if tick is None else tick)
+
+    def _call_again(self, block: int, tick: int) -> None:
+        if self.hooks is None or not self.hooks.rejoined(self, block):
+            self.liveness.rejoined(block, tick)
 
     def _holds_other_rows(self, block: int, info: PartyInfo | None) -> bool:
         """Whether a party that registered again counts other rows than when it was aligned (a
-        restart on another data set): said, and true; its calls on the old rows are refused
-        until the next epoch's start aligns it again."""
+        restart on another data set): said, and true; it is not called on the old rows (it would
+        refuse them) until the next epoch's start aligns it again."""
         old = self.infos[block]
         if info is None or (info.samples, info.label_only) == (old.samples, old.label_only):
             return False
@@ -774,7 +778,7 @@ class Federation:
         )
         log.warning(
             "block %d (%s) registered again holding other rows (%s): aligned again at the "
-            "start of the next epoch; until then its calls on the old rows are refused",
+            "start of the next epoch, and called again from there",
             block,
             info.party_id,
             changes or "label-only rows",
