@@ -246,18 +246,16 @@ def _warn_if_identifier(source: str, name: str, distinct: int, present: int) -> 
         )
 
 
-def _finite_number(cell: str) -> bool:
-    try:
-        return math.isfinite(float(cell))
-    except ValueError:
-        return False
-
-
 def _number(cell: str) -> float | None:
     try:
         return float(cell)
     except ValueError:
         return None
+
+
+def _finite_number(cell: str) -> bool:
+    value = _number(cell)
+    return value is not None and math.isfinite(value)
 
 
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}.*)?")
