@@ -98,6 +98,7 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
             start = time.perf_counter()
             with self.state.lock:
                 fed = self.state.ready_federation()
+                fed.align_again_if_due("serving")  # a party back on other rows, or late
                 _check_split_known(fed, split)
                 report = fed.evaluate(split)
             seconds = time.perf_counter() - start
@@ -112,6 +113,7 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
             split = convert.check_split(request.split or "test")
             with self.state.lock:
                 fed = self.state.ready_federation()
+                fed.align_again_if_due("serving")  # a party back on other rows, or late
                 _check_split_known(fed, split)
                 if not request.all_rows and fed.alignment == "psi":
                     raise ConfigError(

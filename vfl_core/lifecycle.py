@@ -197,6 +197,7 @@ def run_federation(
     if faulty is not None:
         faulty.heal()  # faults model training; evaluation sees every party
     _phase(fed, "evaluating")
+    fed.align_again_if_due("after training")
     return run.evaluate(tests, subsets, evaluate_for_s)
 
 

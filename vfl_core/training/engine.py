@@ -253,10 +253,13 @@ class Federation:
             self.early_stop = EarlyStop(self.config.early_stop_patience)
 
     # ------------------------------------------------------------------ alignment
-    def align(self, splits: tuple[str, ...] = ("train", "test")) -> None:
+    def align(
+        self, splits: tuple[str, ...] = ("train", "test"), retry_s: float | None = None
+    ) -> None:
         """Align every split with the parties that answer, asking those that do not again for
-        `align_retry_s`; the ones still missing are `unaligned` (they join later)."""
-        give_up = time.monotonic() + self.align_retry_s
+        `retry_s` (None: `align_retry_s`); the ones still missing from a split are `unaligned`
+        (they join later)."""
+        give_up = time.monotonic() + (self.align_retry_s if retry_s is None else retry_s)
         for split in splits:
             missing = self._align_asking_again(split, give_up)
             if missing:
@@ -266,7 +269,7 @@ class Federation:
                     split,
                     missing,
                 )
-        self.unaligned = set(self._missing("train"))
+        self.unaligned = {b for split in self.alignments for b in self._missing(split)}
         self._realign_due = False
         if self.early_stop is not None and "train" in splits and "train" in self.alignments:
             self._hold_out()
@@ -328,22 +331,31 @@ class Federation:
         held = [b for b, i in sorted(self.infos.items()) if i.samples.get(split, 0) > 0]
         return [b for b in held if al is None or b not in al.rows]
 
-    def _align_again_if_due(self) -> None:
-        """At an epoch's start: a party missing from the alignment was heard from again (it
-        registered again, or registered late), so align again with it. The plan of this and
-        later epochs includes it; the epochs before keep theirs."""
-        if not self._realign_due or self.cursor.position:
+    def align_again_if_due(self, when: str) -> None:
+        """After training (before the test table) and before serving a prediction: parties
+        heard from since the last round, and a party the alignment lacks or holds on rows it no
+        longer has (it registered late, or again on another data set), aligned again with the
+        rest; else it would be left out of the test table, or refuse its old rows."""
+        self._poll_rejoins()
+        self._align_again_if_due(when)
+
+    def _align_again_if_due(self, when: str | None = None) -> None:
+        """At an epoch's start (`when` None): a party missing from the alignment was heard from
+        again (it registered again, or registered late), so align again with it. The plan of
+        this and later epochs includes it; the epochs before keep theirs. Elsewhere (`when`)
+        a party that does not answer is not waited for: it is down, and nothing trains."""
+        if not self._realign_due or (when is None and self.cursor.position):
             return
         before = set(self.alignments["train"].rows) if "train" in self.alignments else set()
-        self.align()
+        self.align(retry_s=None if when is None else 0.0)
         # not called since they came back on other rows (and down, if they were): call them
         renewed = sorted(self._other_rows & set(self.alignments["train"].rows))
         for block in renewed:
             self._call_again(block, self._tick)
         self._other_rows.clear()
         log.warning(
-            "epoch %d: aligned again; blocks %s joined, %s on their new rows, %s still missing",
-            self.cursor.epoch + 1,
+            "%s: aligned again; blocks %s joined, %s on their new rows, %s still missing",
+            when or f"epoch {self.cursor.epoch + 1}",
             sorted(set(self.alignments["train"].rows) - before),
             renewed,
             sorted(self.unaligned),
