@@ -20,6 +20,7 @@ import socket
 import ssl
 import struct
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -34,6 +35,17 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
         + struct.pack(">I", stream)
         + payload
     )
+
+
+def frames(received: bytes) -> Iterator[tuple[int, bytes]]:
+    """(type, payload) of each whole frame in what a server sent after the preface."""
+    at = 0
+    while at + 9 <= len(received):
+        length = int.from_bytes(received[at : at + 3], "big")
+        if at + 9 + length > len(received):
+            return
+        yield received[at + 3], received[at + 9 : at + 9 + length]
+        at += 9 + length
 
 
 def _literal(name: str, value: str) -> bytes:

@@ -487,7 +487,7 @@ def test_options_follow_the_notes():
         assert opts["grpc.max_send_message_length"] == channels.MAX_MESSAGE_BYTES
         assert opts["grpc.keepalive_time_ms"] == 5000
         assert opts["grpc.http2.ping_timeout_ms"] == 3000
-    assert server["grpc.so_reuseport"] == 0 and server["grpc.http2.max_ping_strikes"] == 0
+    assert server["grpc.so_reuseport"] == 0 and server["grpc.http2.max_ping_strikes"] == 2
     assert client["grpc.max_reconnect_backoff_ms"] == 1000
     assert channels.MAX_MESSAGE_BYTES >= 7 * 4096 * 1024 * 4  # a Fuse map of 7 full embeddings
 

@@ -77,8 +77,12 @@ def server_options(handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS) -> Options:
         *_common_options(),
         ("grpc.server_handshake_timeout_ms", handshake_timeout_ms),
         ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+        # A peer pinging more often than once a second while the server sends it nothing gets
+        # a GOAWAY (too_many_pings) at its third such ping: every ping is answered, and a flood
+        # of them (0 strikes: unlimited) kept a core busy for as long as it went on. Ours ping
+        # every keepalive_time_ms, and a server that sends data clears the strikes.
         ("grpc.http2.min_ping_interval_without_data_ms", 1000),
-        ("grpc.http2.max_ping_strikes", 0),
+        ("grpc.http2.max_ping_strikes", 2),
         ("grpc.so_reuseport", 0),  # the default 1 lets a second server silently share the port
     ]
 
