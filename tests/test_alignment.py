@@ -5,13 +5,17 @@ used once per epoch, and coordinator and parties agree on each batch's digest.""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
+from harness import digits_parties
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.errors import ProtocolError
+from vfl_core.training import engine
 from vfl_core.training.alignment import (
     Alignment,
     Batch,
@@ -19,9 +23,13 @@ from vfl_core.training.alignment import (
     epoch_plan,
     eval_plan,
     hash_ids,
+    key_list_fault,
 )
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 SECRET = b"test-secret"
+SMALL = ModelConfig(representation="mlp", embed_dim=8, hidden=(16,))
 
 
 class Federation:
@@ -237,3 +245,59 @@ def test_given_alignment_when_eval_planning_then_unshuffled_single_pattern_cover
     np.testing.assert_array_equal(np.sort(np.concatenate([b.index for b in sub_plan])), subset)
     sizes = Counter(len(b.index) for b in plan)
     assert max(sizes) <= 64
+
+
+# ------------------------------------------------------------------ a party's bad key list
+
+
+def test_key_list_fault_names_count_length_and_duplicates() -> None:
+    keys = hash_ids(["a", "b", "c"], SECRET)
+    assert key_list_fault(keys, 3) is None
+    assert key_list_fault(keys, 4) == "3 keys for the 4 rows it registered"
+    assert key_list_fault([*keys[:2], keys[2][:4]], 3) == "a key of 4 bytes, not 32"
+    assert key_list_fault([keys[0], keys[1], keys[0]], 3) == "1 duplicated keys"
+
+
+class _Hostile(InProcessTransport):
+    """Block 1 sends a key list that breaks the alignment: `how` of its train keys."""
+
+    def __init__(self, parties: dict[int, Party], how: str) -> None:
+        super().__init__(parties)
+        self.how = how
+
+    def _spoil(self, split: str, keys: dict[int, list[bytes]]) -> dict[int, list[bytes]]:
+        if 1 in keys and split == "train":
+            k = keys[1]
+            if self.how == "duplicated":
+                keys[1] = [k[0], k[0], *k[2:]]
+            elif self.how == "extra":
+                keys[1] = [*k, b"x" * 32]
+            else:
+                keys[1] = [h[:8] for h in k]
+        return keys
+
+    def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]:
+        return self._spoil(split, super().id_hashes(split, blocks))
+
+    def psi_blind(self, split: str, session: str, blocks: list[int]) -> dict[int, list[bytes]]:
+        return self._spoil(split, super().psi_blind(split, session, blocks))
+
+
+@pytest.mark.parametrize(
+    ("alignment", "how"),
+    [("hmac", "duplicated"), ("hmac", "extra"), ("hmac", "short"), ("psi", "duplicated")],
+)
+def test_given_party_sending_a_bad_key_list_when_aligning_then_left_out_and_run_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, alignment: str, how: str
+) -> None:
+    """A duplicated key used to stop the run (ProtocolError out of Alignment.build) and a list
+    of other length or key size was aligned as it came."""
+    train = TrainConfig(seed=0, epochs=1, batch_size=128, model=SMALL)
+    transport = _Hostile(digits_parties(tmp_path, 3, train), how)
+    fed = engine.Federation(transport, train, progress=False, alignment=alignment)
+    with caplog.at_level("WARNING"):
+        fed.align()
+        fed.train()
+    assert 1 not in fed.alignments["train"].rows and fed.unaligned == {1}
+    assert 1 in fed.alignments["test"].rows  # its other split was sound
+    assert "aligned train without block 1 (party1): its sample keys are refused (" in caplog.text

@@ -33,6 +33,23 @@ def hash_ids(ids: Iterable[str], secret: bytes) -> list[bytes]:
     return [hmac.new(secret, str(i).encode("utf-8"), hashlib.sha256).digest() for i in ids]
 
 
+KEY_BYTES = 32  # an HMAC-SHA256 of an ID, or a PSI value (a point's 32 bytes)
+
+
+def key_list_fault(keys: Sequence[bytes], rows: int) -> str | None:
+    """What is wrong with a party's keys of one split, which it holds `rows` rows of (one
+    distinct KEY_BYTES key per row, in row order), or None. A list that is not that would make
+    the alignment point at rows the party does not hold, or at two samples in one row."""
+    if len(keys) != rows:
+        return f"{len(keys)} keys for the {rows} rows it registered"
+    short = next((len(k) for k in keys if len(k) != KEY_BYTES), None)
+    if short is not None:
+        return f"a key of {short} bytes, not {KEY_BYTES}"
+    if len(set(keys)) != len(keys):
+        return f"{len(keys) - len(set(keys))} duplicated keys"
+    return None
+
+
 def batch_digest(hashes: Iterable[bytes]) -> bytes:
     """What both sides compute to check that they agree on a batch's samples and order."""
     h = hashlib.sha256()

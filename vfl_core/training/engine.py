@@ -41,7 +41,7 @@ from vfl_core.protocol import (
 )
 from vfl_core.seeding import Stream, rng
 from vfl_core.training import pipeline, psi
-from vfl_core.training.alignment import Alignment, Batch, epoch_plan, eval_plan
+from vfl_core.training.alignment import Alignment, Batch, epoch_plan, eval_plan, key_list_fault
 from vfl_core.training.early_stop import EarlyStop, hold_out
 from vfl_core.training.liveness import DOWN, FederationDown, Liveness
 from vfl_core.training.retry import Backoff, retry_until
@@ -301,10 +301,10 @@ class Federation:
             return []
         if self.alignment == "psi":
             keys = psi.psi_align(self.transport, split, blocks)
-            self.alignments[split] = Alignment.build(keys, order="rows")
+            self.alignments[split] = Alignment.build(self._sound(split, keys), order="rows")
         else:
             hashes = self.transport.id_hashes(split, blocks)
-            self.alignments[split] = Alignment.build(hashes)
+            self.alignments[split] = Alignment.build(self._sound(split, hashes))
         self.alignments[split] = self.alignments[split].with_label_only(self._feature_rows(split))
         groups = self.alignments[split].patterns()
         log.info(
@@ -324,6 +324,26 @@ class Federation:
                 int((self.alignments[split].rows[block] >= 0).sum()),
             )
         return self._missing(split)
+
+    def _sound(self, split: str, keys: dict[int, list[bytes]]) -> dict[int, list[bytes]]:
+        """The blocks' key lists that fit the rows they registered; a party's list that does
+        not (a bug, or a party out to break the alignment) leaves that party out, as if it had
+        not answered, instead of stopping the run."""
+        sound = {}
+        for block, block_keys in sorted(keys.items()):
+            info = self.infos[block]
+            fault = key_list_fault(block_keys, info.samples.get(split, 0))
+            if fault is None:
+                sound[block] = block_keys
+                continue
+            log.warning(
+                "aligned %s without block %d (%s): its sample keys are refused (%s)",
+                split,
+                block,
+                info.party_id,
+                fault,
+            )
+        return sound
 
     def _missing(self, split: str) -> list[int]:
         """Registered blocks that hold samples of `split` but are not in its alignment."""
