@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.errors import ProtocolError
+from vfl_core.protocol import PsiCall
 from vfl_core.training import engine
 from vfl_core.training.alignment import (
     Alignment,
@@ -272,7 +273,9 @@ class _Hostile(InProcessTransport):
                 keys[1] = [k[0], k[0], *k[2:]]
             elif self.how == "extra":
                 keys[1] = [*k, b"x" * 32]
-            else:
+            elif self.how == "small-order":  # PSI: 0, a point no ID maps to
+                keys[1] = [bytes(32), *k[1:]]
+            elif self.how == "short":
                 keys[1] = [h[:8] for h in k]
         return keys
 
@@ -282,16 +285,31 @@ class _Hostile(InProcessTransport):
     def psi_blind(self, split: str, session: str, blocks: list[int]) -> dict[int, list[bytes]]:
         return self._spoil(split, super().psi_blind(split, session, blocks))
 
+    def psi_apply(self, calls: dict[int, PsiCall]) -> dict[int, list[bytes]]:
+        answers = super().psi_apply(calls)
+        if self.how == "small-order-applied" and 1 in answers and calls[1].split == "train":
+            answers[1] = [(1).to_bytes(32, "little"), *answers[1][1:]]  # on another's list
+        return answers
+
 
 @pytest.mark.parametrize(
     ("alignment", "how"),
-    [("hmac", "duplicated"), ("hmac", "extra"), ("hmac", "short"), ("psi", "duplicated")],
+    [
+        ("hmac", "duplicated"),
+        ("hmac", "extra"),
+        ("hmac", "short"),
+        ("psi", "duplicated"),
+        ("psi", "small-order"),
+        ("psi", "small-order-applied"),
+    ],
 )
 def test_given_party_sending_a_bad_key_list_when_aligning_then_left_out_and_run_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, alignment: str, how: str
 ) -> None:
     """A duplicated key used to stop the run (ProtocolError out of Alignment.build) and a list
-    of other length or key size was aligned as it came."""
+    of other length or key size was aligned as it came. A PSI point of small order in block 1's
+    own list, or in a list it applied its secret to, made the next party refuse it and be left
+    out (an honest one), then stopped the run when the coordinator applied its own secret."""
     train = TrainConfig(seed=0, epochs=1, batch_size=128, model=SMALL)
     transport = _Hostile(digits_parties(tmp_path, 3, train), how)
     fed = engine.Federation(transport, train, progress=False, alignment=alignment)
@@ -300,4 +318,9 @@ def test_given_party_sending_a_bad_key_list_when_aligning_then_left_out_and_run_
         fed.train()
     assert 1 not in fed.alignments["train"].rows and fed.unaligned == {1}
     assert 1 in fed.alignments["test"].rows  # its other split was sound
-    assert "aligned train without block 1 (party1): its sample keys are refused (" in caplog.text
+    said = (
+        "psi train: block 1 sent a point of small order in "
+        if how.startswith("small-order")
+        else "aligned train without block 1 (party1): its sample keys are refused ("
+    )
+    assert said in caplog.text

@@ -57,6 +57,23 @@ from vfl_core.protocol import PsiCall, Transport
 log = logging.getLogger(__name__)
 
 POINT_BYTES = 32
+_P = 2**255 - 19
+# The X25519 inputs of small order: RFC 7748 reads u modulo p with the top bit ignored, so each of
+# the 7 such u (0, 1, p-1, the two of order 8, and p, p+1 for 0 and 1) has two encodings. The
+# exchange with one is all zeros, which `cryptography` refuses: checked at the coordinator before
+# a list is passed on, so the party that sent one, and no other, is left out.
+_SMALL_ORDER_U = (
+    0,
+    1,
+    _P - 1,
+    _P,
+    _P + 1,
+    325606250916557431795983626356110631294008115727848805560023387167927233504,
+    39382357235489614581723060781553021112529911719440698176882885853963445705823,
+)
+SMALL_ORDER = frozenset(
+    (u | top << 255).to_bytes(POINT_BYTES, "little") for u in _SMALL_ORDER_U for top in (0, 1)
+)
 DOMAIN = b"vfl-psi-v1\0"  # separates our ID points from any other use of SHA-512 on the IDs
 MAX_SESSION_CHARS = 64
 # Lists shorter than this are multiplied in the calling process: starting a pool of worker
@@ -258,7 +275,7 @@ def _psi_round(
     transport: Transport, split: str, blocks: list[int], session: str
 ) -> tuple[dict[int, list[bytes]], set[int]]:
     lists = transport.psi_blind(split, session, blocks)
-    failed = set(blocks) - lists.keys()
+    failed = set(blocks) - lists.keys() | _small_order(split, "its own list", lists)
     if failed:
         return {}, failed
     shuffle = np.random.default_rng(secrets.randbits(128))
@@ -271,6 +288,7 @@ def _psi_round(
         }
         answers = transport.psi_apply(calls)
         failed = {j for j in holder if j not in answers or len(answers[j]) != len(calls[j].points)}
+        failed |= _small_order(split, "another's list", answers)
         if failed:
             return {}, failed
         for j, owner in holder.items():
@@ -279,6 +297,15 @@ def _psi_round(
                 unshuffled[p] = answers[j][position]
             lists[owner] = unshuffled
     return _final_values(lists, blocks), set()
+
+
+def _small_order(split: str, what: str, lists: dict[int, list[bytes]]) -> set[int]:
+    """The blocks whose list holds a point of small order (never an ID's: a bug, or a party out
+    to stop the alignment), said."""
+    bad = {b for b, points in lists.items() if not SMALL_ORDER.isdisjoint(points)}
+    for block in sorted(bad):
+        log.warning("psi %s: block %d sent a point of small order in %s", split, block, what)
+    return bad
 
 
 def _final_values(lists: dict[int, list[bytes]], blocks: list[int]) -> dict[int, list[bytes]]:
