@@ -5,6 +5,7 @@ used once per epoch, and coordinator and parties agree on each batch's digest.""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -324,3 +325,40 @@ def test_given_party_sending_a_bad_key_list_when_aligning_then_left_out_and_run_
         else "aligned train without block 1 (party1): its sample keys are refused ("
     )
     assert said in caplog.text
+
+
+class _HostileWeights(InProcessTransport):
+    """Block 0, a label party, answers ClassWeights with `weights(its own)`."""
+
+    def __init__(self, parties: dict[int, Party], spoil: Callable[[np.ndarray], np.ndarray]):
+        super().__init__(parties)
+        self.spoil = spoil
+
+    def class_weights(self, block: int, split: str) -> np.ndarray | None:
+        weights = super().class_weights(block, split)
+        return self.spoil(weights) if block == 0 and weights is not None else weights
+
+
+@pytest.mark.parametrize(
+    ("spoil", "said"),
+    [
+        (lambda w: w[:10], "class weights of block 0 refused: 10 weights for its "),
+        (lambda w: -w, "class weights of block 0 refused: weights that are not finite and "),
+        (lambda w: w * np.nan, "class weights of block 0 refused: weights that are not finite "),
+    ],
+)
+def test_given_label_party_sending_bad_class_weights_when_resampling_then_others_weigh(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    spoil: Callable[[np.ndarray], np.ndarray],
+    said: str,
+) -> None:
+    """Too few weights stopped the run (IndexError); negative or NaN ones reached the sampler."""
+    train = TrainConfig(seed=0, epochs=1, batch_size=128, model=SMALL, balance="resample")
+    transport = _HostileWeights(digits_parties(tmp_path, 3, train), spoil)
+    fed = engine.Federation(transport, train, progress=False)
+    with caplog.at_level("WARNING"):
+        fed.align()
+        summaries = fed.train()
+    assert said in caplog.text
+    assert summaries[0].rounds > 0 and np.isfinite(fed._weights).all()

@@ -414,9 +414,9 @@ class Federation:
         """Per-key weights from the label parties (lowest block first that holds each sample)."""
         al = self.alignments["train"]
         weights = np.full(len(al), np.nan)
-        for block in sorted(b for b, i in self.infos.items() if i.has_labels):
+        for block in sorted(b for b, i in self.infos.items() if i.has_labels and b in al.rows):
             w = self.transport.class_weights(block, "train")
-            if w is None:
+            if w is None or not self._sound_weights(block, w):
                 continue
             rows = al.rows[block]
             fill = (rows >= 0) & np.isnan(weights)
@@ -425,6 +425,20 @@ class Federation:
             raise ConfigError("class-balanced resampling needs a label party that answers")
         weights[np.isnan(weights)] = np.nanmean(weights)
         return weights
+
+    def _sound_weights(self, block: int, weights: np.ndarray) -> bool:
+        """Whether a label party's class weights fit: one finite, non-negative weight per train
+        row it registered. Others are said and not used (they would index past the rows, or
+        make the resampling fail)."""
+        rows = self.infos[block].samples.get("train", 0)
+        if len(weights) != rows:
+            fault = f"{len(weights)} weights for its {rows} rows"
+        elif not (np.isfinite(weights).all() and (weights >= 0).all()):
+            fault = "weights that are not finite and non-negative"
+        else:
+            return True
+        log.warning("class weights of block %d refused: %s", block, fault)
+        return False
 
     # ------------------------------------------------------------------ training
     @property
