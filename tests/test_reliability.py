@@ -209,6 +209,18 @@ def test_given_a_party_down_as_training_ends_when_evaluating_then_the_table_says
         "figures are those of block(s) 0, 2 alone, not the whole federation's "
         "(results.json: live_blocks)"
     ]
+    # down when the test split was aligned again (after training, for a party back on other
+    # rows): not in its alignment, yet registered and holding test samples, so named too
+    caplog.clear()
+    answering = faulty.id_hashes  # down: it does not answer the alignment either
+    faulty.id_hashes = lambda split, blocks: {  # type: ignore[method-assign]
+        b: h for b, h in answering(split, blocks).items() if b != 1
+    }
+    fed.align(("test",), retry_s=0.0)
+    assert 1 not in fed.alignments["test"].rows
+    with caplog.at_level("WARNING"):
+        lifecycle.evaluate_test(fed, None)
+    assert "the test evaluation ran without block(s) 1 (" in caplog.text
 
 
 def test_given_few_labels_when_counting_classes_then_unlabelled_rows_are_not_a_class(

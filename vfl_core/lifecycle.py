@@ -300,8 +300,9 @@ def evaluate_test(fed: Federation, evaluate_for_s: float | None) -> EvalReport:
 
 def _say_who_was_missing(fed: Federation, report: EvalReport) -> None:
     """A test table scored without some parties (down as training ended) is that of the parties
-    that answered: said, so that nobody reads it as the whole federation's."""
-    held = sorted(fed.alignments["test"].rows) if "test" in fed.alignments else []
+    that answered: said, so that nobody reads it as the whole federation's. Registered ones that
+    hold test samples count, aligned or not (one that did not answer the last alignment)."""
+    held = sorted(b for b, info in fed.infos.items() if info.samples.get("test", 0) > 0)
     live = set(report.live_blocks())
     missing = [b for b in held if b not in live]
     if missing and report.scored:

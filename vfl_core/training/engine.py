@@ -264,8 +264,8 @@ class Federation:
             missing = self._align_asking_again(split, give_up)
             if missing:
                 log.warning(
-                    "aligned %s without blocks %s: each joins at the start of an epoch once it "
-                    "is heard from again",
+                    "aligned %s without blocks %s: each joins once it is heard from again, at "
+                    "an epoch's start (after training: before the test table or a prediction)",
                     split,
                     missing,
                 )
