@@ -255,7 +255,7 @@ def test_given_alignment_when_eval_planning_then_unshuffled_single_pattern_cover
 def test_key_list_fault_names_count_length_and_duplicates() -> None:
     keys = hash_ids(["a", "b", "c"], SECRET)
     assert key_list_fault(keys, 3) is None
-    assert key_list_fault(keys, 4) == "3 keys for the 4 rows it registered"
+    assert key_list_fault(keys, 4) == "3 keys for 4 rows"
     assert key_list_fault([*keys[:2], keys[2][:4]], 3) == "a key of 4 bytes, not 32"
     assert key_list_fault([keys[0], keys[1], keys[0]], 3) == "1 duplicated keys"
 

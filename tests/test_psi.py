@@ -247,7 +247,7 @@ def test_given_wrong_final_keys_when_set_then_refused_and_digest_mismatch_withou
     train = TrainConfig(epochs=1)
     party = _parties(paths, train)[0]
     n = len(party.data.splits["train"])
-    with pytest.raises(ProtocolError, match="values for"):
+    with pytest.raises(ProtocolError, match="keys for"):
         party.set_alignment_keys("train", [psi.id_point(i) for i in range(n - 1)])
     with pytest.raises(ProtocolError, match="duplicated"):
         party.set_alignment_keys("train", [psi.id_point(0)] * n)

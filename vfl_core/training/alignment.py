@@ -41,7 +41,7 @@ def key_list_fault(keys: Sequence[bytes], rows: int) -> str | None:
     distinct KEY_BYTES key per row, in row order), or None. A list that is not that would make
     the alignment point at rows the party does not hold, or at two samples in one row."""
     if len(keys) != rows:
-        return f"{len(keys)} keys for the {rows} rows it registered"
+        return f"{len(keys)} keys for {rows} rows"
     short = next((len(k) for k in keys if len(k) != KEY_BYTES), None)
     if short is not None:
         return f"a key of {short} bytes, not {KEY_BYTES}"

@@ -53,6 +53,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.protocol import PsiCall, Transport
+from vfl_core.training.alignment import key_list_fault
 
 log = logging.getLogger(__name__)
 
@@ -233,13 +234,11 @@ class PartyPsi:
 
 
 def check_keys(keys: Sequence[bytes], rows: int, what: str = "psi keys") -> list[bytes]:
-    """The final values of a party's rows: one 32-byte value per row, all distinct."""
-    if len(keys) != rows:
-        raise ProtocolError(f"{what}: {len(keys)} values for {rows} rows")
-    if any(len(k) != POINT_BYTES for k in keys):
-        raise ProtocolError(f"{what}: every value must have {POINT_BYTES} bytes")
-    if len(set(keys)) != len(keys):
-        raise ProtocolError(f"{what}: duplicated values")
+    """The final values of a party's rows: one 32-byte value per row, all distinct (what the
+    coordinator checks of every party's list, vfl_core.training.alignment.key_list_fault)."""
+    fault = key_list_fault(keys, rows)
+    if fault is not None:
+        raise ProtocolError(f"{what}: {fault}")
     return list(keys)
 
 
