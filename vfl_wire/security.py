@@ -40,8 +40,10 @@ from cryptography.x509.oid import NameOID
 from google.protobuf.message import DecodeError
 
 from vfl_core.errors import ConfigError
+from vfl_wire.log_budget import budget
 
-log = logging.getLogger(__name__)
+# peers cause its warnings, one per refused request: a flood must not fill the disk
+log = budget(logging.getLogger(__name__))
 
 COORDINATOR = "coordinator"
 OPERATOR = "operator"

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 import grpc
 
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError, VflError
+from vfl_wire.log_budget import budget
 
-log = logging.getLogger(__name__)
+# peers cause its warnings, one per refused request: a flood must not fill the disk
+log = budget(logging.getLogger(__name__))
 
 
 class PermissionError_(ProtocolError):
