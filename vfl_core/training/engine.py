@@ -203,7 +203,8 @@ class Federation:
     align_retry_s: float = 0.0
     unaligned: set[int] = field(init=False, default_factory=set)
     _realign_due: bool = field(init=False, default=False)
-    # blocks that registered again holding other rows: aligned again at the next epoch's start
+    # blocks that registered again holding other rows: not called until aligned again
+    # (_align_again_if_due)
     _other_rows: set[int] = field(init=False, default_factory=set)
     pauses: list[Pause] = field(init=False, default_factory=list)
     _paused_since: float | None = field(init=False, default=None)
@@ -813,7 +814,7 @@ class Federation:
     def _holds_other_rows(self, block: int, info: PartyInfo | None) -> bool:
         """Whether a party that registered again counts other rows than when it was aligned (a
         restart on another data set): said, and true; it is not called on the old rows (it would
-        refuse them) until the next epoch's start aligns it again."""
+        refuse them) until it is aligned again (_align_again_if_due)."""
         old = self.infos[block]
         if info is None or (info.samples, info.label_only) == (old.samples, old.label_only):
             return False
@@ -824,7 +825,8 @@ class Federation:
         )
         log.warning(
             "block %d (%s) registered again holding other rows (%s): aligned again at the "
-            "start of the next epoch, and called again from there",
+            "next epoch's start (after training: before the test table or a prediction), and "
+            "called again from there",
             block,
             info.party_id,
             changes or "label-only rows",
