@@ -25,6 +25,7 @@ FIELDS = {
     "register_timeout": "register_timeout_s",
     "rejoin_timeout": "rejoin_timeout_s",
     "align_retry": "align_retry_s",
+    "farewell": "farewell_s",
 }
 
 
@@ -56,6 +57,13 @@ def coordinator(
     align_retry: Annotated[
         float, Opt(help="seconds alignment keeps asking a party that holds samples but is silent")
     ] = D("align_retry_s"),
+    farewell: Annotated[
+        float,
+        Opt(
+            help="seconds after the run for a party that missed its end (down, restarting) to "
+            "register again and be told it (0: none)"
+        ),
+    ] = D("farewell_s"),
     train: TrainOptions = TrainOptions(),
     deadline: Deadline = default(Deadlines, "embed"),
     down_after: Annotated[int, Opt(help="missed phases before a party is marked down")] = D(
@@ -123,6 +131,7 @@ def coordinator(
             "register_timeout": register_timeout,
             "rejoin_timeout": rejoin_timeout,
             "align_retry": align_retry,
+            "farewell": farewell,
             "down_after": down_after,
             "retry_every": retry_every,
             "out": out,

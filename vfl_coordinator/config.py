@@ -85,6 +85,9 @@ class CoordinatorConfig(BaseModel):
     rejoin_timeout_s: float = Field(300.0, gt=0)
     # alignment asks a party that holds samples but does not answer again for this long
     align_retry_s: float = Field(60.0, ge=0)
+    # After the run, how long a party that missed its end (down, or restarting as it ended) may
+    # take to register again and be told; 0: do not wait (vfl_coordinator.runner._farewell)
+    farewell_s: float = Field(10.0, ge=0)
     down_after: int = Field(3, ge=1)
     retry_every: int = Field(10, ge=1)
     deadlines: Deadlines = Deadlines()

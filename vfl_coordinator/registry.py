@@ -13,6 +13,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vfl_core.errors import ConfigError
@@ -37,6 +38,7 @@ class Registry:
         self._members: dict[int, Member] = {}
         self._cond = threading.Condition()
         self._generation = 0
+        self._heard: dict[int, int] = {}  # block -> registrations, heartbeats included
 
     def register(
         self, info: PartyInfo, address: str, synced: bool = True, lease: str = ""
@@ -53,6 +55,8 @@ class Registry:
                 )
             self._fence(info, address, lease, previous)
             lease = lease or secrets.token_hex(8)  # a new process: a new lease
+            self._heard[info.block] = self._heard.get(info.block, 0) + 1
+            self._cond.notify_all()
             if previous is not None and (
                 previous.info,
                 previous.address,
@@ -62,7 +66,6 @@ class Registry:
                 return "alive", lease
             self._generation += 1
             self._members[info.block] = Member(info, address, self._generation, synced, lease)
-            self._cond.notify_all()
             verb = "rejoined" if previous is not None else "registered"
             if previous is not None and synced and not previous.synced:
                 verb = "synchronised"
@@ -148,6 +151,26 @@ class Registry:
                     )
                 self._cond.wait(min(left, 1.0))
             return dict(sorted(self._members.items()))
+
+    def heard(self, block: int) -> int:
+        """How many registrations (heartbeats included) of `block` were admitted so far."""
+        with self._cond:
+            return self._heard.get(block, 0)
+
+    def wait_heard(self, heard: Mapping[int, int], timeout: float) -> None:
+        """Wait up to `timeout` seconds for a block of `heard` (block -> `heard(block)` before)
+        to register again, synchronised: a heartbeat, or a new process that rolled back."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not any(self._heard_since(b, n) for b, n in heard.items()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+
+    def _heard_since(self, block: int, heard: int) -> bool:
+        member = self._members.get(block)
+        return member is not None and member.synced and self._heard.get(block, 0) != heard
 
     def _synced(self) -> int:
         return sum(m.synced for m in self._members.values())

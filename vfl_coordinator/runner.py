@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -97,12 +98,46 @@ def run_coordinator(
         state.phase = "done"
         return results
     finally:
-        if transport is not None:
-            transport.shutdown_all(ending)
-            transport.close()
-        server.stop(grace=1.0).wait()
-        if audit is not None:
-            audit.close()
+        try:
+            if transport is not None:
+                told = transport.shutdown(registry.members(), ending)
+                if not stop.is_set():  # an operator's signal ends it at once
+                    _farewell(registry, transport, told, ending, config.farewell_s)
+        finally:
+            if transport is not None:
+                transport.close()
+            server.stop(grace=1.0).wait()
+            if audit is not None:
+                audit.close()
+
+
+def _farewell(
+    registry: Registry, transport: GrpcTransport, told: set[int], ending: str, seconds: float
+) -> None:
+    """Tell the parties that missed the end of the run (down, frozen, or restarting just as it
+    ended) when they register again within `seconds` (a heartbeat, or a new process): once this
+    process is gone, such a client would wait for it for its whole --register-timeout."""
+    missed = {b: registry.heard(b) for b in registry.members() if b not in told}
+    if not missed or seconds <= 0:
+        return
+    log.info(
+        "block(s) %s did not hear that the run ended; waiting up to %.0fs for them to register "
+        "again (--farewell)",
+        ", ".join(map(str, missed)),
+        seconds,
+    )
+    deadline = time.monotonic() + seconds
+    while missed and (left := deadline - time.monotonic()) > 0:
+        registry.wait_heard(missed, left)
+        for block, heard in list(missed.items()):
+            member, now = registry.member(block), registry.heard(block)
+            if member is None or not member.synced or now == heard:
+                continue
+            if transport.shutdown([block], ending):
+                log.info("block %d registered again and was told: %s", block, ending)
+                del missed[block]
+            else:
+                missed[block] = now  # wait for its next registration
 
 
 def _train(

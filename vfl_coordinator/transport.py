@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import grpc
@@ -208,8 +208,9 @@ class GrpcTransport:
         samples = self.infos()[block].samples.get("train", 0)
         return self._call("LabelledRows", {block: samples}, PartyClient.labelled_rows).get(block)
 
-    def shutdown_all(self, reason: str) -> None:
-        self._call("Shutdown", dict.fromkeys(self.registry.members(), reason), PartyClient.shutdown)
+    def shutdown(self, blocks: Iterable[int], reason: str) -> set[int]:
+        """Tell `blocks` the run ended; returns those that heard it."""
+        return set(self._call("Shutdown", dict.fromkeys(blocks, reason), PartyClient.shutdown))
 
     # ------------------------------------------------------------------ fan-out
     def _call(
