@@ -26,7 +26,7 @@ from vfl_core.training.alignment import DEMO_SECRET
 from vfl_core.training.party import Party, party_info
 from vfl_core.training.retry import reconnect_backoff
 from vfl_wire import convert
-from vfl_wire.channels import bind, make_server, plaintext_to_tls_hint
+from vfl_wire.channels import bind, freeze_heap, make_server, plaintext_to_tls_hint
 from vfl_wire.security import COORDINATOR, GuardInterceptor, Security, load_security, party_policy
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -81,6 +81,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     warm_up()  # before listening: once registered, the party is built and rejoins at once
     servicer = PartyServicer(party_id, threads=config.threads)
     server, port = start_server(servicer, config.listen, security, _refused_calls(config))
+    freeze_heap()
     stop = stop or _stop_on_signals()
     run_id, reason = "", "stopped before joining a run"
     try:

@@ -23,7 +23,7 @@ from vfl_core.lifecycle import PhaseObserver, RunResults, run_federation
 from vfl_core.persistence.run_log import LineLog
 from vfl_core.training.engine import Federation, Observer, RoundRecord
 from vfl_wire.audit import AuditLog
-from vfl_wire.channels import bind, make_server
+from vfl_wire.channels import bind, freeze_heap, make_server
 from vfl_wire.security import (
     COORDINATOR,
     TOKENS_FILE,
@@ -69,6 +69,7 @@ def run_coordinator(
     port = bind(server, config.listen, security.server_credentials())
     server.start()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    freeze_heap()
     log.info(
         "coordinator run %s listening on port %d; waiting for %d parties",
         run_id,
