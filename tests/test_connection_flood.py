@@ -224,15 +224,17 @@ def _grpc_status(received: bytes) -> int | None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("frames_sent", "status"), [(40, 3), (250, 8)])
+@pytest.mark.parametrize(("frames_sent", "statuses"), [(40, {3, 8}), (250, {8})])
 def test_given_header_block_of_many_tiny_entries_then_refused_and_coordinator_answers(
-    cluster: Cluster, frames_sent: int, status: int
+    cluster: Cluster, frames_sent: int, statuses: set[int]
 ) -> None:
-    """grpc hands a request's headers to Python as tuples before any code of ours runs, however
-    many there are below its limit: 40 CONTINUATION frames of 4-byte entries (163,840 of them)
-    reach the guard, which refuses the bodiless call (INVALID_ARGUMENT); 250 (a million) are
-    refused by grpc itself (RESOURCE_EXHAUSTED). The CPU each costs the server (halved by
-    channels.freeze_heap) is measured in the README ("Header floods"), not asserted here."""
+    """grpc hands a request's headers to Python as tuples before any code of ours runs, often
+    however many there are: 40 CONTINUATION frames of 4-byte entries (163,840 of them) mostly
+    reach the guard, which refuses the bodiless call (INVALID_ARGUMENT), and are otherwise
+    refused by grpc's random early rejection (RESOURCE_EXHAUSTED: one in eight by hand, and the
+    one a loaded CI run sent); 250 (a million) grpc always refuses. The CPU each costs the
+    server (halved by channels.freeze_heap) is measured in the README ("Header floods"), not
+    asserted here."""
     coord = cluster.coordinator(clients=2)
     stub, header = cluster.stub(coord), convert.header("", "operator")
     request = b"".join(
@@ -260,6 +262,6 @@ def test_given_header_block_of_many_tiny_entries_then_refused_and_coordinator_an
             if not chunk:
                 break
             received += chunk
-    assert _grpc_status(received) == status
+    assert _grpc_status(received) in statuses
     assert stub.Status(vfl_pb2.StatusRequest(header=header), timeout=5).state == "registering"
     assert coord.alive()
