@@ -438,6 +438,9 @@ class Cluster:
         argv += ["--listen", f"127.0.0.1:{reserved_port()}", "--port-file", str(port_file)]
         argv += ["--out", str(out)]
         argv += ["--run-id", run_id, "--no-progress", "--register-timeout", "120"]
+        # a killed party is not waited for at the end (10 s a test); tests/test_farewell.py
+        # overrides it (a later option wins)
+        argv += ["--farewell", "0"]
         if deadline is not None:
             argv += ["--deadline", str(deadline)]
         if serve:
