@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import signal
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import grpc
 import numpy as np
 import pytest
 from cryptography import x509
-from harness import BIN, SECRET, Client, Cluster, Coordinator
+from harness import BIN, SECRET, Client, Cluster, Coordinator, prepare_digits
 
 from vfl_cli.certs_cmd import create_federation, parse_names
 from vfl_coordinator.admission import parse_parties
@@ -217,6 +218,34 @@ def _client_of(clients: list[Client], block: int) -> Client:
 
 
 # ------------------------------------------------------------------------------ acceptance
+
+
+@pytest.mark.slow
+def test_given_coordinator_frozen_while_clients_start_when_thawed_then_they_join(
+    certs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """A handshake cut short (the coordinator frozen: "Handshake read failed (Endpoint
+    closing)") is retried like an unreachable coordinator. Every client once took it for a
+    certificate of another CA and stopped for good (exit 2), and the run never started."""
+    two = prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.0, seed=0, clients=2)
+    with Cluster(tmp_path / "cluster", tls_dir=certs["ours"]) as cluster:
+        coord = cluster.coordinator(clients=2, epochs=1, alignment="psi")
+        coord.port()
+        coord.signal(signal.SIGSTOP)
+        try:
+            clients = [cluster.client(coord, d) for d in two]
+            cluster.wait_for(
+                lambda: all("not reachable yet" in c.log() or not c.alive() for c in clients),
+                RUN_TIMEOUT_S,
+                "the clients to fail a handshake with the frozen coordinator",
+            )
+        finally:
+            coord.signal(signal.SIGCONT)
+        assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
+        for client in clients:
+            assert client.wait(60) == 0, client.tail()
+            assert "TLS handshake" not in client.log()
+            assert "Handshake read failed" in client.log() or "not reachable yet" in client.log()
 
 
 @pytest.mark.slow

@@ -236,14 +236,16 @@ def register(
 
 
 def _refuse_for_good(err: grpc.RpcError, coordinator: str, security: Security) -> None:
-    """Raise ConfigError for a failure that does not heal by retrying: a refusal, or TLS on one
-    side only (a failed handshake; a plaintext client of a TLS server sees "Socket closed")."""
+    """Raise ConfigError for a failure that does not heal by retrying: a refusal, a TLS handshake
+    that failed on certificates, or TLS on one side only (a plaintext client of a TLS server sees
+    "Socket closed"). A handshake cut short (a frozen or restarting coordinator: "Handshake read
+    failed (Endpoint closing)") is retried like any unreachable coordinator."""
     if err.code() not in _RETRY:
         raise ConfigError(
             f"coordinator refused registration: {err.code().name}: {err.details()}"
         ) from None
     details = (err.details() or "").splitlines()[0] if err.details() else ""
-    if security.secure and "handshake" in details.lower():
+    if security.secure and any(mark in details for mark in _TLS_FAILED):
         cause = (
             "it does not speak TLS (started with --insecure?)"
             if "WRONG_VERSION_NUMBER" in details
@@ -258,6 +260,9 @@ def _refuse_for_good(err: grpc.RpcError, coordinator: str, security: Security) -
         raise ConfigError(hint) from None
 
 
+# What grpc's details say when TLS itself failed (a certificate refused, a name that does not
+# match, a plaintext server), as opposed to a connection closed or timed out mid-handshake.
+_TLS_FAILED = ("Tls handshake failed", "TSI_PROTOCOL_FAILURE", "SSL_ERROR_SSL")
 _RETRY = (
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED,
