@@ -72,7 +72,7 @@ def test_given_party_lost_as_the_run_ends_when_back_then_it_is_told_and_exits(
 class _Transport:
     """Records the Shutdown calls `_farewell` makes; a block in `deaf` does not answer."""
 
-    def __init__(self, deaf: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+    def __init__(self, deaf: frozenset[int] = frozenset()) -> None:
         self.calls: list[int] = []
         self.deaf = set(deaf)
 
@@ -143,7 +143,7 @@ def test_given_party_frozen_at_the_end_when_its_heartbeat_comes_then_told() -> N
 
 
 def test_given_party_that_registers_but_misses_the_call_then_told_at_its_next_heartbeat() -> None:
-    registry, transport = _registry(), _Transport(deaf={1})
+    registry, transport = _registry(), _Transport(deaf=frozenset({1}))
 
     def come_back() -> None:
         lease = registry.register(_info(1), "127.0.0.1:6001")[1]

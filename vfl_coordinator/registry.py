@@ -168,6 +168,11 @@ class Registry:
                     return
                 self._cond.wait(left)
 
+    def heard_since(self, block: int, heard: int) -> bool:
+        """Whether `block` registered again, synchronised, since `heard(block)` was `heard`."""
+        with self._cond:
+            return self._heard_since(block, heard)
+
     def _heard_since(self, block: int, heard: int) -> bool:
         member = self._members.get(block)
         return member is not None and member.synced and self._heard.get(block, 0) != heard

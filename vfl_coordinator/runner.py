@@ -131,9 +131,9 @@ def _farewell(
     while missed and (left := deadline - time.monotonic()) > 0:
         registry.wait_heard(missed, left)
         for block, heard in list(missed.items()):
-            member, now = registry.member(block), registry.heard(block)
-            if member is None or not member.synced or now == heard:
+            if not registry.heard_since(block, heard):
                 continue
+            now = registry.heard(block)
             if transport.shutdown([block], ending):
                 log.info("block %d registered again and was told: %s", block, ending)
                 del missed[block]
