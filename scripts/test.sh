@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up and run every check: lint, format, generated-stub drift, compose file, tests.
+# Set up and run every check: lint, format, generated-stub drift, compose file, docs site, tests.
 # Extra arguments go to one pytest run (e.g. `-m "not slow"` for the fast unit tests only).
 # Without them every test that does not time faults runs on two workers (pytest-xdist; a test
 # file stays on one worker, so a module's shared federation starts once), then the `alone` tests,
@@ -16,6 +16,11 @@ if command -v docker-compose >/dev/null 2>&1; then
 else
   echo "== docker-compose config: skipped (docker-compose not installed; .ci/run installs it)"
 fi
+# the manual (docs/, mkdocs.yml): broken links, missing anchors, pages left out of the nav fail
+echo "== mkdocs build --strict"
+site_dir=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site_dir" && echo ok
+rm -rf "$site_dir"
 if [ "$#" -gt 0 ]; then
   echo "== pytest";          exec .venv/bin/python -m pytest "$@"
 fi
