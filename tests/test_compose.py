@@ -239,14 +239,14 @@ def test_a_wrong_option_is_caught() -> None:
 
 
 def test_readme_evaluate_command_parses() -> None:
-    """deploy/README.md tells users to run `vfl evaluate --coordinator localhost:50051
+    """docs/deployment.md tells users to run `vfl evaluate --coordinator localhost:50051
     --tls-dir certs` (as the operator, over mutual TLS)."""
     group = CLIS["vfl"]
     ctx = group.make_context("vfl", ["evaluate"])
     if group.get_command(ctx, "evaluate") is None:
         pytest.skip("`vfl evaluate` is not part of the vfl app yet")
     command = "vfl evaluate --coordinator localhost:50051 --tls-dir certs"
-    assert command in (ROOT / "deploy" / "README.md").read_text()
+    assert command in (ROOT / "docs" / "deployment.md").read_text()
     path, params = parse(command.split())
     assert path == "vfl evaluate" and params["coordinator"] == "localhost:50051"
     assert params["tls_dir"] == Path("certs") and params["insecure"] is False
