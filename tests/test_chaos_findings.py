@@ -4,6 +4,9 @@
   health service answers without one) do not take that party's in-flight slots: the party's
   own calls are still answered and it registers and trains.
 - item 4: a client killed while its PSI worker processes multiply leaves no process behind.
+- item 1: every party killed during the final test evaluation: the coordinator waits for a
+  rejoin, then fails (exit non-zero, results.json "failed" naming the scored fraction); never
+  "ok" with the table of the batches answered before the kill.
 """
 
 from __future__ import annotations
@@ -224,3 +227,30 @@ def test_given_psi_workers_busy_when_their_party_is_killed_then_they_die_at_once
         party.kill()
         for pid in _alive(_children(party.pid)):
             os.kill(pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------ item 1
+
+
+@pytest.mark.alone
+def test_given_every_party_killed_during_final_evaluation_when_none_returns_then_run_fails(
+    tmp_path: Path, two_parties: list[Path]
+) -> None:
+    config = tmp_path / "coordinator.yaml"
+    config.write_text("train:\n  eval_batch_size: 1\n")  # ~350 batches: seconds to evaluate
+    with Cluster(tmp_path / "cluster") as cluster:
+        coord, clients = cluster.federation(
+            two_parties, epochs=1, extra=["--config", str(config), "--rejoin-timeout", "3"]
+        )
+        cluster.wait_for(lambda: "epoch 1:" in coord.log(), 150, "training to end")
+        time.sleep(0.6)  # the test evaluation has started: some batches are answered
+        for client in clients:
+            client.signal(signal.SIGKILL)
+        assert coord.wait(90) not in (0, None), cluster.describe()
+        results = coord.results()
+        assert results is not None and results["status"] == "failed", results
+        assert "label party" in results["error"], results["error"]
+        log = coord.log()
+        assert "trying again" in log  # it waited for a rejoin first, as training does
+        if "PARTIAL" in log:  # killed mid-evaluation (else before it: nothing scored)
+            assert "stopped answering" in results["error"]
