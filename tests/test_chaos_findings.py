@@ -254,3 +254,53 @@ def test_given_every_party_killed_during_final_evaluation_when_none_returns_then
         assert "trying again" in log  # it waited for a rejoin first, as training does
         if "PARTIAL" in log:  # killed mid-evaluation (else before it: nothing scored)
             assert "stopped answering" in results["error"]
+
+
+# ------------------------------------------------------------------------------ item 2
+
+
+@pytest.mark.alone
+def test_given_party_frozen_across_restarted_coordinators_alignment_when_thawed_then_it_trains(
+    tmp_path: Path, two_parties: list[Path]
+) -> None:
+    """Client 1 synchronises with the restarted coordinator, then freezes while it aligns: it is
+    left out; once thawed it only heartbeats (it never registers again), and must be aligned
+    again at the next epoch's start and train from there."""
+    ckpt, every = tmp_path / "ckpt", 20
+    with Cluster(tmp_path / "cluster") as cluster:
+        coord, clients = cluster.federation(
+            two_parties,
+            epochs=12,
+            deadline=2.0,
+            extra=[
+                *("--batch-size", "16", "--align-retry", "2"),
+                *("--checkpoint-dir", str(ckpt / "coordinator"), "--checkpoint-every", str(every)),
+            ],
+            client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],
+        )
+        cluster.wait_rounds(coord, 2 * every + 5, 150)  # mid-epoch 1, past a checkpoint
+        clients[0].signal(signal.SIGSTOP)  # kept out until client 1 has synchronised
+        coord.signal(signal.SIGKILL)
+        assert coord.wait(10) == -signal.SIGKILL
+        restarted = cluster.restart(coord)
+        cluster.wait_for(
+            lambda: "party1 synchronised" in restarted.log(), 90, "client 1 to synchronise"
+        )
+        clients[1].signal(signal.SIGSTOP)  # frozen right after it synchronised
+        clients[0].signal(signal.SIGCONT)
+        cluster.wait_for(
+            lambda: "aligned test without blocks [1]: each joins" in restarted.log(),
+            90,
+            "the alignment without block 1",
+        )
+        time.sleep(0.5)
+        clients[1].signal(signal.SIGCONT)  # alive again: heartbeats, no new registration
+
+        assert restarted.wait(240) == 0, cluster.describe()
+        rounds = restarted.rounds()
+        results = restarted.results()
+        assert results is not None and results["status"] == "ok"
+        last = max(r["epoch"] for r in rounds)
+        held = [r for r in rounds if r["epoch"] == last and 1 in r["pattern"]]
+        assert held and all(1 in r["present"] for r in held), held[:3]  # it trains again
+        assert "aligned again; blocks [1] joined" in restarted.log()
