@@ -16,6 +16,7 @@ from pathlib import Path
 
 from vfl_core.errors import ConfigError
 from vfl_core.protocol import PartyInfo
+from vfl_wire.convert import clip
 from vfl_wire.security import OPERATOR, TOKENS_FILE, Security, load_token_digests
 from vfl_wire.status import PermissionError_
 
@@ -56,7 +57,8 @@ class Admission:
             )
         if header_party and header_party != info.party_id:
             raise PermissionError_(
-                f"header names party {header_party!r} but the registration is for {info.party_id!r}"
+                f"header names party {clip(header_party)} but the registration is for "
+                f"{info.party_id!r}"
             )
         if self.parties is None:
             return

@@ -56,6 +56,10 @@ R = TypeVar("R")
 _SLACK_S = 1.0
 
 
+# The calls of an alignment: a party that misses one is left out of it until heard from again.
+ALIGNMENT_RPCS = frozenset({"IdHashes", "PsiBlind", "PsiApply", "PsiKeys"})
+
+
 class GrpcTransport:
     def __init__(
         self,
@@ -75,6 +79,8 @@ class GrpcTransport:
         self._clients: dict[int, tuple[int, PartyClient]] = {}
         # registry generation of each block when last reported by rejoined()
         self._seen = {b: m.generation for b, m in registry.members().items()}
+        # block -> registry.heard(block) when it last left an alignment call unanswered
+        self._unaligned: dict[int, int] = {}
 
     def close(self) -> None:
         for _, client in self._clients.values():
@@ -149,12 +155,20 @@ class GrpcTransport:
 
     def rejoined(self) -> set[int]:
         """Blocks whose party registered again (new process or address) and is synchronised,
-        or registered for the first time after training started (a quorum start)."""
+        or registered for the first time after training started (a quorum start), or was
+        heard from (a heartbeat) since it left an alignment call unanswered: a party frozen
+        while the others aligned never registers again, it only heartbeats once thawed, and
+        must be aligned again all the same."""
         out = set()
-        for block, member in self.registry.members().items():
+        members = self.registry.members()
+        for block, member in members.items():
             seen = self._seen.get(block, 0)
             if member.synced and member.generation > seen:
                 self._seen[block] = member.generation
+                out.add(block)
+        for block, heard in list(self._unaligned.items()):
+            if self.registry.heard_since(block, heard):
+                del self._unaligned[block]
                 out.add(block)
         return out
 
@@ -233,7 +247,14 @@ class GrpcTransport:
         rpc: str,
     ) -> dict[int, R]:
         """Start every call (grpc futures, from this thread), then wait for all."""
-        return self._collect(self._start(calls, method, rpc), timeout, rpc)
+        answers = self._collect(self._start(calls, method, rpc), timeout, rpc)
+        if rpc in ALIGNMENT_RPCS:
+            for block in calls:
+                if block in answers:
+                    self._unaligned.pop(block, None)
+                else:
+                    self._unaligned.setdefault(block, self.registry.heard(block))
+        return answers
 
     def _start(
         self, calls: Mapping[int, C], method: Callable[[PartyClient, C], Pending[R]], rpc: str

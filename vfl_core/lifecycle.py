@@ -95,7 +95,10 @@ class RunResults:
         """results.json: the same keys for both, the coordinator's with the run's status,
         pauses, restarts and injected faults, a simulation's with every test variant."""
         first = self.first
-        test = self.reports[first].to_json() if first in self.reports else None
+        test = None
+        if first in self.reports:  # live_blocks: the parties that answered every test batch
+            report = self.reports[first]
+            test = {**report.to_json(), "live_blocks": report.live_blocks()}
         common = {
             "task": self.task,
             "config": json.loads(self.config.model_dump_json()),
@@ -244,6 +247,16 @@ class _Run:
                         f"label party answered within {evaluate_for_s:g}s"
                     )
                 )
+            if evaluate_for_s is not None and heads_left(self.fed, report):
+                total = report.scored + report.unscored
+                return self.failed(
+                    FederationDown(
+                        f"the test evaluation scored {report.scored} of {total} samples: every "
+                        "label party stopped answering during it, and none answered a whole "
+                        f"evaluation within {evaluate_for_s:g}s (results.json keeps the partial "
+                        "table)"
+                    )
+                )
             if subsets:
                 self.subsets[variant] = evaluate_subsets(self.fed, "test")
         return self.results()
@@ -280,20 +293,43 @@ def evaluate_test(fed: Federation, evaluate_for_s: float | None) -> EvalReport:
     label party down, e.g. killed as training ended), it is tried again every EVALUATE_AGAIN_S
     for up to `evaluate_for_s` (None: not again)."""
     give_up = time.monotonic() + (evaluate_for_s or 0.0)
+    tries: list[EvalReport] = []
+
+    def attempt() -> EvalReport:
+        tries.append(fed.evaluate("test"))
+        return tries[-1]
+
+    def failed(r: EvalReport) -> bool:
+        return (not r.scored and not _heads_answered(fed, r)) or heads_left(fed, r)
+
     report = retry_until(
-        lambda: fed.evaluate("test"),
-        lambda r: not r.scored and not _heads_answered(fed, r),
+        attempt,
+        failed,
         give_up if evaluate_for_s is not None else float("-inf"),
         Backoff(EVALUATE_AGAIN_S),
-        lambda _, pause: log.warning(
-            "the test evaluation scored no sample (no label party answered): trying again in "
-            "%.0fs, for at most %.0fs more",
+        lambda r, pause: log.warning(
+            "the test evaluation scored %d of %d samples (%s): trying again in %.0fs, for at "
+            "most %.0fs more",
+            r.scored,
+            r.scored + r.unscored,
+            "no label party answered"
+            if not r.scored
+            else "every label party stopped answering during it",
             pause,
             give_up - time.monotonic(),
         ),
     )
+    if failed(report):  # none was whole: keep the one that scored most, said to be partial
+        report = max(tries, key=lambda r: r.scored)
+    title = "test metrics"
+    if heads_left(fed, report):
+        total = report.scored + report.unscored
+        title += (
+            f" (PARTIAL: {report.scored} of {total} samples scored before every label party "
+            "stopped answering)"
+        )
     table = [format_table(report.rows()), unscored_note(report.unscored)]
-    log.info("test metrics\n%s", "\n".join(filter(None, table)))
+    log.info("%s\n%s", title, "\n".join(filter(None, table)))
     _say_who_was_missing(fed, report)
     return report
 
@@ -313,6 +349,16 @@ def _say_who_was_missing(fed: Federation, report: EvalReport) -> None:
             ", ".join(map(str, missing)),
             ", ".join(map(str, sorted(live))) or "none",
         )
+
+
+def heads_left(fed: Federation, report: EvalReport) -> bool:
+    """Whether the evaluation was cut short: samples went unscored, and of the label parties
+    asked, none answered every batch it was asked for (they went away during it). Scored this
+    way, a table holds the batches answered before, not the split: training would pause here."""
+    asked = [b for b in fed.label_blocks if report.answers.get(b, [0, 0])[0]]
+    return bool(report.unscored and report.scored and asked) and not any(
+        report.answers[b][1] == report.answers[b][0] for b in asked
+    )
 
 
 def _heads_answered(fed: Federation, report: EvalReport) -> bool:

@@ -83,6 +83,7 @@ K = TypeVar("K", int, str)  # map keys: block index or predictor name
 # registries, logs and error replies, which an attacker must not be able to fill.
 MAX_NAME_CHARS = 128
 _QUOTED_CHARS = 64  # how much of a refused string an error message quotes
+MAX_SPLITS = 8  # split names in a PartyInfo (train and test today)
 
 
 def clip(text: str, limit: int = _QUOTED_CHARS) -> str:
@@ -1016,6 +1017,10 @@ def party_info_from_proto(msg: vfl_pb2.PartyInfoMsg) -> PartyInfo:
     task = msg.task or CLASSIFICATION  # parties of before tasks existed send none
     if task not in TASKS:
         raise ProtocolError(f"party info {msg.party_id!r}: unknown task {clip(msg.task)}")
+    if len({*msg.samples, *msg.label_only}) > MAX_SPLITS:
+        raise ProtocolError(f"party info {msg.party_id!r}: more than {MAX_SPLITS} splits")
+    for split in {*msg.samples, *msg.label_only}:
+        check_name(split, f"party info {msg.party_id!r}: split name")
     if any(n < 0 for n in msg.samples.values()):
         raise ProtocolError(f"party info {msg.party_id!r}: negative sample count")
     for split, n in msg.label_only.items():

@@ -357,7 +357,7 @@ class GuardInterceptor(grpc.ServerInterceptor):
             peer = self._authenticate(context, service, rpc)
             if rpc in self.refuse:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{rpc}: {self.refuse[rpc]}")
-            with self.limiter.slot(peer) as admitted:
+            with self.limiter.slot(_slot_key(peer, service)) as admitted:
                 if not admitted:
                     context.abort(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -424,6 +424,14 @@ class GuardInterceptor(grpc.ServerInterceptor):
             context.abort(
                 grpc.StatusCode.UNAUTHENTICATED, f"{rpc}: bad or missing token for {peer}"
             )
+
+
+def _slot_key(peer: str, service: str) -> str:
+    """Whose in-flight slots a call takes. Health checks are answered without the token, so a
+    process holding only a party's certificate could otherwise take all of that party's slots
+    with stalled checks and keep the real party from registering: they count apart, bounded by
+    the same limit."""
+    return f"{peer} (health checks)" if service == HEALTH_SERVICE else peer
 
 
 def _bearer(metadata) -> str | None:

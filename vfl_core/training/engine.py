@@ -579,10 +579,16 @@ class Federation:
         return summary
 
     def checkpoint(self) -> set[int]:
-        """Every party not marked down saves its state after the last round; then the observers
-        hear of it (the coordinator's checkpointer saves its own: a round every party has)."""
+        """Every party not marked down and in the alignment saves its state after the last
+        round; then the observers hear of it (the coordinator's checkpointer saves its own: a
+        round every party has). A party left out of the alignment took no part in the rounds
+        since: a checkpoint named by this round would hold an older one."""
         done = self.round_id - 1
-        blocks = [b for b in sorted(self.infos) if self.liveness.state.get(b) != DOWN]
+        blocks = [
+            b
+            for b in sorted(self.infos)
+            if self.liveness.state.get(b) != DOWN and b not in self.unaligned
+        ]
         saved = self.transport.checkpoint(done, blocks)
         if set(blocks) - saved:
             log.warning("checkpoint %d: blocks %s did not save", done, sorted(set(blocks) - saved))
@@ -670,6 +676,8 @@ class Federation:
             # a method's round program (dvfl: its hosts' liveness, transfer and byte counts)
             **({"program": self.hooks.state(self)} if self.hooks is not None else {}),
             "early_stop": None if self.early_stop is None else self.early_stop.to_json(),
+            # the pauses so far: a restarted coordinator's results.json lists them too
+            "pauses": [asdict(p) for p in self.pauses],
         }
 
     def restore(self, saved: dict, present: Iterable[int] = ()) -> None:
@@ -713,6 +721,7 @@ class Federation:
         if cut:
             self._end_epoch(epoch, position, self.cursor.seconds)
         self.liveness.load_state(saved["liveness"])
+        self.pauses = [Pause(**p) for p in saved.get("pauses", [])]  # older checkpoints: none
         if self.hooks is not None and "program" in saved:
             self.hooks.load_state(self, saved["program"])
         for block in sorted(present):

@@ -37,10 +37,12 @@ most K - 1 lists per session and split (`PartyPsi`), which bounds but does not r
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import os
 import secrets
+import signal
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -139,9 +141,33 @@ class PsiKey:
         if n < PARALLEL_MIN_POINTS or self.processes < 2:
             return work(secret, blob, what, 0)
         chunks = _chunks(blob, n, self.processes * CHUNKS_PER_WORKER, ids=count is not None)
-        with ProcessPoolExecutor(self.processes, mp_context=get_context("spawn")) as pool:
+        with ProcessPoolExecutor(
+            self.processes,
+            mp_context=get_context("spawn"),
+            initializer=_die_with_parent,
+            initargs=(os.getpid(),),
+        ) as pool:
             jobs = [pool.submit(work, secret, chunk, what, first) for first, chunk in chunks]
             return b"".join(job.result() for job in jobs)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent: int) -> None:
+    """Worker start: have the kernel kill this worker when the party that started it dies.
+
+    A worker only notices a dead parent when it next writes a result, after its chunk (minutes
+    for a large list on a loaded machine: a chaos run found 32 workers of 16 killed clients still
+    multiplying 85 s later). Linux only; elsewhere the worker ends at its next write as before.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect: nobody will signal
+        os._exit(1)
 
 
 def _chunks(blob: bytes, n: int, parts: int, ids: bool) -> list[tuple[int, bytes]]:

@@ -1,0 +1,136 @@
+"""Issue 33, item 4 of what to build: a seeded chaos schedule on a real federation (about a minute)
+that mixes the events the independent chaos runs used, and the invariants they must leave:
+
+- no round run twice or lost: rounds.jsonl holds rounds 0..R-1 once each, R = results' rounds;
+- every checkpoint loads, and holds the round its name says;
+- every party alive for a whole epoch takes part in the next epoch's rounds that hold its samples;
+- the run ends `ok` with a whole test table, or not `ok` (never `ok` on a partial evaluation).
+
+The schedule is a pure function of the seed (which party, which event, how long); where in the
+run each event lands depends on the machine's speed, so the invariants are the ones that hold
+wherever it lands.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from harness import Client, Cluster, Coordinator, prepare_digits
+
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
+
+SEED = 20261126
+CLIENTS = 3
+EVERY = 20  # rounds between checkpoints
+
+
+@dataclass(frozen=True)
+class Event:
+    after_s: float  # pause before it
+    kind: str  # kill (then restart), freeze (then thaw), coordinator (kill, then restart)
+    block: int  # the client it hits (kill, freeze)
+    hold_s: float  # how long the client stays down or frozen
+
+
+def schedule(seed: int, count: int = 6) -> list[Event]:
+    rng = np.random.default_rng(seed)
+    kinds = rng.choice(["kill", "freeze", "coordinator"], size=count, p=[0.4, 0.4, 0.2])
+    return [
+        Event(
+            after_s=float(rng.uniform(2.0, 5.0)),
+            kind=str(kind),
+            block=int(rng.integers(CLIENTS)),
+            hold_s=float(rng.uniform(1.0, 6.0)),
+        )
+        for kind in kinds
+    ]
+
+
+def _epoch_now(coord: Coordinator) -> int:
+    rounds = coord.rounds()
+    return rounds[-1]["epoch"] if rounds else 0
+
+
+def test_given_seeded_chaos_schedule_when_run_ends_then_invariants_hold(tmp_path: Path) -> None:
+    parties = prepare_digits(tmp_path / "data", p_miss=0.1, seed=0, clients=CLIENTS)
+    ckpt = tmp_path / "ckpt"
+    events = schedule(SEED)
+    assert events == schedule(SEED)  # the schedule is the seed's
+    touched: dict[int, list[tuple[int, int]]] = {b: [] for b in range(CLIENTS)}  # epoch spans
+    restarts_at: list[int] = []  # epochs in which the coordinator restarted
+    with Cluster(tmp_path / "cluster") as cluster:
+        coord, clients = cluster.federation(
+            parties,
+            epochs=14,
+            deadline=2.0,
+            extra=[
+                *("--batch-size", "16", "--align-retry", "5", "--rejoin-timeout", "60"),
+                *("--checkpoint-dir", str(ckpt / "coordinator")),
+                *("--checkpoint-every", str(EVERY)),
+            ],
+            client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],
+        )
+        procs: dict[int, Client] = {c.block: c for c in clients}
+        cluster.wait_rounds(coord, EVERY + 5, 150)
+        for event in events:
+            time.sleep(event.after_s)
+            if not coord.alive():
+                break  # the run ended before the schedule did
+            start = _epoch_now(coord)
+            if event.kind == "coordinator":
+                coord.signal(signal.SIGKILL)
+                coord.wait(10)
+                coord = cluster.restart(coord)  # type: ignore[assignment]
+                cluster.wait_for(lambda c=coord: c.rounds() or not c.alive(), 90, "the resume")
+                restarts_at.append(start)
+                continue
+            proc = procs[event.block]
+            if event.kind == "kill":
+                proc.signal(signal.SIGKILL)
+                proc.wait(10)
+                time.sleep(event.hold_s)
+                procs[event.block] = cluster.restart(proc)  # type: ignore[assignment]
+            else:
+                proc.signal(signal.SIGSTOP)
+                time.sleep(event.hold_s)
+                proc.signal(signal.SIGCONT)
+            # down from `start` until it is heard from again: give it to the next epoch's end
+            touched[event.block].append((start, _epoch_now(coord) + 1))
+
+        assert coord.wait(300) is not None, cluster.describe()
+        results = coord.results()
+        assert results is not None, cluster.describe()
+        rounds = coord.rounds()
+
+    # never "ok" on a partial evaluation
+    if results["status"] == "ok":
+        assert results["test"]["unscored"] * 2 < sum(
+            r["samples"] for r in results["test"]["rows"] if r["observed"] == "all"
+        ), results["test"]
+        assert "PARTIAL" not in coord.log()
+    # no round twice, none lost
+    assert [r["round"] for r in rounds] == list(range(results["rounds"])), "rounds lost or doubled"
+    # every checkpoint loads and holds the round its name says
+    files = sorted(ckpt.rglob("*-round-*.pt"))
+    assert files, "no checkpoint written"
+    for path in files:
+        saved = torch.load(path, weights_only=True)
+        named = int(path.stem.rsplit("-", 1)[1])
+        assert int(saved["meta"]["round"]) == named, path
+    # every party alive for a whole epoch takes part in the next one
+    last = max(r["epoch"] for r in rounds)
+    for block, spans in touched.items():
+        for epoch in range(last):
+            clean = all(not (a <= e <= b) for a, b in spans for e in (epoch, epoch + 1))
+            if not clean or epoch + 1 in restarts_at or epoch in restarts_at:
+                continue
+            held = [r for r in rounds if r["epoch"] == epoch + 1 and block in r["pattern"]]
+            assert not held or any(block in r["present"] for r in held), (
+                f"block {block} alive through epoch {epoch} took no part in epoch {epoch + 1}"
+            )
