@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from vfl_cli import table_options as tables
-from vfl_cli.errors import setup_logging, user_errors
+from vfl_cli.errors import EXIT_RUN_NOT_OK, setup_logging, user_errors
 from vfl_cli.option_groups import with_option_groups
 from vfl_cli.options import default, given, read_config_file
 from vfl_client.runner import ClientConfig, run_client
@@ -132,6 +132,8 @@ def client(
         tables.refuse_table_options(path, table_columns, table_encoding, test_data=test_data)
     reason = run_client(ClientConfig.model_validate(settings))
     typer.echo(f"client stopped: {reason}", err=True)
+    if reason in ("run failed", "run interrupted"):  # the coordinator's word for its run
+        raise typer.Exit(EXIT_RUN_NOT_OK)
 
 
 def main() -> None:

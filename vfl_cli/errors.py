@@ -17,6 +17,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 EXIT_USER_ERROR = 2
+EXIT_RUN_NOT_OK = 3  # a client whose run failed or was interrupted (the coordinator said so)
 EXIT_INTERRUPTED = 130
 
 

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from vfl_cli.errors import setup_logging, user_errors
-from vfl_cli.report_html import render_html
+from vfl_cli.report_html import render_html, serving_lines
 from vfl_cli.report_plots import Plot, curves_plot, drop_one_plot, liveness_plot, subsets_plot
 from vfl_cli.run_files import RunFiles, load_run
 from vfl_core.errors import ConfigError, VflError
@@ -52,6 +52,15 @@ def report(
     """Write RUN_DIR/report/report.html: curves, metric by set of parties, config."""
     setup_logging(log_level)
     path = write_report(run_dir, out if out is not None else run_dir / "report", metric)
+    run = load_run(run_dir)
+    status = run.results.get("status")
+    if isinstance(status, str) and status != "ok":
+        why = run.results.get("error") or run.results.get("interrupted") or ""
+        typer.echo(
+            f"status: {status}" + (f": {why}" if why else "") + f"; {len(run.epochs)} epochs"
+        )
+    for line in serving_lines(run):
+        typer.echo(line)
     typer.echo(f"report written to {path}")
 
 

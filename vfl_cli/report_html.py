@@ -43,6 +43,7 @@ def render_html(run: RunFiles, plots: dict[str, Plot], metric: Metric) -> str:
         _test_table(run.test_rows, _columns(run)) or "<p>No test evaluation in this run.</p>",
         "<h2>Liveness</h2>",
         _liveness(run, plots.get("liveness")),
+        _serving(run),
         "<h2>Configuration</h2>",
         _config_table(run.config),
     ]
@@ -56,6 +57,10 @@ def render_html(run: RunFiles, plots: dict[str, Plot], metric: Metric) -> str:
 def _summary(run: RunFiles, metric: Metric) -> str:
     epochs, overall = run.epochs, next((r for r in run.test_rows if r["observed"] == "all"), None)
     facts = [f"{len(epochs)} epochs" if epochs else "no epochs recorded"]
+    status = run.results.get("status")
+    if isinstance(status, str) and status != "ok":
+        why = run.results.get("error") or run.results.get("interrupted") or ""
+        facts.insert(0, f"status: {status}" + (f" ({why})" if why else ""))
     if "rounds" in run.results:
         facts.append(f"{run.results['rounds']} rounds")
     if epochs:
@@ -113,7 +118,13 @@ def _liveness(run: RunFiles, plot: Plot | None) -> str:
             "every phase in time.</p>"
         )
     rows = [
-        [t.get("round_id"), t.get("block"), f"{t.get('old')} → {t.get('new')}", t.get("reason")]
+        [
+            t.get("round_id"),
+            t.get("at", "") if t.get("phase") == "serving" else "training",
+            t.get("block"),
+            f"{t.get('old')} → {t.get('new')}",
+            t.get("reason"),
+        ]
         for t in transitions[:MAX_TRANSITION_ROWS]
     ]
     more = len(transitions) - len(rows)
@@ -121,8 +132,55 @@ def _liveness(run: RunFiles, plot: Plot | None) -> str:
     counts = run.results.get("transition_counts") or {}
     total = ", ".join(f"{k} {v}" for k, v in counts.items()) if isinstance(counts, dict) else ""
     summary = f"<p>{len(transitions)} transitions" + (f": {_e(total)}" if total else "") + ".</p>"
-    table = _table(["round", "party", "transition", "reason"], rows)
+    table = _table(["round", "when", "party", "transition", "reason"], rows)
     return summary + _figure(plot) + table + note
+
+
+def _serving(run: RunFiles) -> str:
+    """The serving phase: parties found down, and the evaluations and predictions served."""
+    serving = run.serving
+    if not serving:
+        return ""
+    events = [e for e in serving.get("events") or [] if isinstance(e, dict)]
+    head = (
+        f"<h2>After training</h2><p>Serving since {_e(str(serving.get('since', '?')))}: "
+        f"{_e(str(serving.get('evaluations', 0)))} evaluations and "
+        f"{_e(str(serving.get('predictions', 0)))} prediction requests.</p>"
+    )
+    lines = [f"<p>{_e(line)}</p>" for line in serving_lines(run)]
+    rows = [
+        [
+            e.get("at"),
+            e.get("kind"),
+            e.get("split"),
+            e.get("samples"),
+            ",".join(map(str, e.get("live_blocks") or [])) or "none",
+            ",".join(map(str, e.get("missing") or [])) or "—",
+        ]
+        for e in events
+    ]
+    table = _table(["when", "call", "split", "samples", "answered", "without"], rows)
+    dropped = serving.get("events_dropped") or 0
+    note = f"<p class='muted'>... and {dropped} more (counted only)</p>" if dropped else ""
+    return head + "".join(lines) + (table if rows else "") + note
+
+
+def serving_lines(run: RunFiles) -> list[str]:
+    """One line per party found down while serving: when, why, and what ran without it."""
+    events = [e for e in (run.serving.get("events") or []) if isinstance(e, dict)]
+    lines = []
+    for t in run.transitions:
+        if t.get("phase") != "serving" or t.get("new") != "down":
+            continue
+        block = t.get("block")
+        without = [e for e in events if block in (e.get("missing") or [])]
+        kinds = sorted({str(e.get("kind")) for e in without})
+        lines.append(
+            f"party of block {block} down while serving at {t.get('at')} ({t.get('reason')}); "
+            f"{len(without)} call(s) served without it"
+            + (f" ({', '.join(kinds)})" if kinds else "")
+        )
+    return lines
 
 
 def _config_table(config: dict[str, Any]) -> str:

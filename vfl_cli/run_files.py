@@ -52,6 +52,12 @@ class RunFiles:
         return list(self.results.get("transitions") or [])
 
     @property
+    def serving(self) -> dict[str, Any]:
+        """After training: the evaluations and predictions served, if the run served any."""
+        serving = self.results.get("serving")
+        return serving if isinstance(serving, dict) else {}
+
+    @property
     def task(self) -> str:
         return run_task(self.results)
 
@@ -109,7 +115,13 @@ def _json_object(path: Path, required: bool) -> dict[str, Any]:
 
 def _check_results(path: Path, results: dict[str, Any]) -> None:
     """The entries the report draws from have the types it expects."""
-    kinds = {"test": (dict, type(None)), "subsets": list, "epochs": list, "transitions": list}
+    kinds = {
+        "test": (dict, type(None)),
+        "subsets": list,
+        "epochs": list,
+        "transitions": list,
+        "serving": dict,
+    }
     for key, kind in kinds.items():
         if key in results and not isinstance(results[key], kind):
             raise RunFileError(f"{path}: entry {key!r} has the wrong type")

@@ -18,8 +18,14 @@ from vfl_coordinator.checkpoints import Checkpointer, Resume, load_resume, open_
 from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
+from vfl_coordinator.serving_record import ServingRecord
 from vfl_coordinator.transport import GrpcTransport
-from vfl_core.lifecycle import PhaseObserver, RunResults, run_federation
+from vfl_core.lifecycle import (
+    PhaseObserver,
+    RunResults,
+    interrupted_results,
+    run_federation,
+)
 from vfl_core.persistence.run_log import LineLog
 from vfl_core.training.engine import Federation, Observer, RoundRecord
 from vfl_wire.audit import AuditLog
@@ -90,9 +96,15 @@ def run_coordinator(
             interceptors=[audit.client_interceptor()] if audit is not None else (),
             wire_dtype=config.train.wire_dtype,
         )
-        results = _train(config, state, transport, progress, resume)
+        try:
+            results = _train(config, state, transport, progress, resume)
+        except KeyboardInterrupt:
+            ending = "run interrupted"
+            raise
         ending = "run finished"
         if config.serve:
+            assert state.federation is not None
+            state.record = ServingRecord(Path(config.out), results, state.federation)
             state.phase = "serving"
             log.info("training done; serving predictions until stopped")
             stop.wait()
@@ -158,33 +170,60 @@ def _train(
         observers: list[Observer] = [_Progress(state, rounds_file)]
         if checkpointer is not None:
             observers.append(checkpointer)
-        run = run_federation(
-            transport,
-            config.train,
-            config=config,
-            kind="coordinator",
-            run_id=state.run_id,
-            out=out,
-            first_epoch=int(resume.engine["epoch"]) if resume is not None else 0,
-            eval_every=config.eval_every,
-            observers=observers,
-            progress=progress,
-            faults=config.faults,
-            resume=_resumer(checkpointer, resume),
-            evaluate_for_s=config.rejoin_timeout_s,
-            down_after=config.down_after,
-            retry_every=config.retry_every,
-            alignment=config.alignment,
-            rejoin_timeout_s=config.rejoin_timeout_s,
-            align_retry_s=config.align_retry_s,
-            pipeline=config.pipeline,
-            checkpoint_every=config.checkpoint_every if checkpointer is not None else None,
-        )
+        try:
+            run = _run(config, state, transport, progress, resume, checkpointer, observers)
+        except KeyboardInterrupt as err:  # SIGINT/SIGTERM in training: keep what was done
+            if state.federation is None:
+                raise
+            log.warning(
+                "run %s interrupted by %s: results.json keeps what was done", state.run_id, err
+            )
+            stopped = interrupted_results(
+                state.federation, "coordinator", state.run_id, config, str(err) or "SIGINT"
+            )
+            if checkpointer is not None:
+                stopped = replace(stopped, resumed=checkpointer.history)
+            stopped.write(out)
+            raise
     if checkpointer is not None:
         run = replace(run, resumed=checkpointer.history)
     results = _conclude(run, out)
     state.phase = "serving" if config.serve else "done"
     return results
+
+
+def _run(
+    config: CoordinatorConfig,
+    state: CoordinatorState,
+    transport: GrpcTransport,
+    progress: bool,
+    resume: Resume | None,
+    checkpointer: Checkpointer | None,
+    observers: list[Observer],
+) -> RunResults:
+    """The run itself (vfl_core.lifecycle) with the coordinator's settings."""
+    return run_federation(
+        transport,
+        config.train,
+        config=config,
+        kind="coordinator",
+        run_id=state.run_id,
+        out=Path(config.out),
+        first_epoch=int(resume.engine["epoch"]) if resume is not None else 0,
+        eval_every=config.eval_every,
+        observers=observers,
+        progress=progress,
+        faults=config.faults,
+        resume=_resumer(checkpointer, resume),
+        evaluate_for_s=config.rejoin_timeout_s,
+        down_after=config.down_after,
+        retry_every=config.retry_every,
+        alignment=config.alignment,
+        rejoin_timeout_s=config.rejoin_timeout_s,
+        align_retry_s=config.align_retry_s,
+        pipeline=config.pipeline,
+        checkpoint_every=config.checkpoint_every if checkpointer is not None else None,
+    )
 
 
 def _conclude(run: RunResults, out: Path) -> dict[str, object]:

@@ -16,7 +16,9 @@ import numpy as np
 
 from vfl_coordinator.admission import Admission
 from vfl_coordinator.registry import Registry
+from vfl_coordinator.serving_record import ServingRecord
 from vfl_core.errors import ConfigError, ProtocolError
+from vfl_core.inference.metrics import EvalReport
 from vfl_core.protocol import PartyInfo, Registration, SamplePrediction
 from vfl_core.training.engine import Federation
 from vfl_wire import convert
@@ -43,6 +45,7 @@ class CoordinatorState:
     # this process's name for the parties (new at every start) and its last checkpoint's round
     session: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     resume_round: int = -1
+    record: ServingRecord | None = None  # the serving phase, kept in results.json
 
     def ready_federation(self) -> Federation:
         if self.federation is None or self.phase not in ("serving", "done"):
@@ -101,6 +104,8 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 fed.align_again_if_due("serving")  # a party back on other rows, or late
                 _check_split_known(fed, split)
                 report = fed.evaluate(split)
+                if self.state.record is not None:
+                    self.state.record.evaluated(fed, split, report)
             seconds = time.perf_counter() - start
             # live: answered every batch that held its samples, not merely up at the end
             return convert.eval_report_to_proto(
@@ -123,7 +128,9 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 index = (
                     None if request.all_rows else _key_index(fed, split, list(request.id_hashes))
                 )
-                samples = _with_rows(fed, split, index)
+                samples, live = _with_rows(fed, split, index)
+                if self.state.record is not None:
+                    self.state.record.predicted(fed, split, len(samples), live)
             return vfl_pb2.FederatedPredictReply(
                 rows=[convert.prediction_to_proto(p) for p in samples]
             )
@@ -142,16 +149,21 @@ def _check_trained(state: CoordinatorState, info: PartyInfo, last_round: int | N
         )
 
 
-def _with_rows(fed: Federation, split: str, index: np.ndarray | None) -> list[SamplePrediction]:
+def _with_rows(
+    fed: Federation, split: str, index: np.ndarray | None
+) -> tuple[list[SamplePrediction], list[int]]:
     """The predictions of `split` (or of its samples `index`), each with its row in every party
-    that holds it: the only handle on a sample that a party can map to its ID after PSI."""
+    that holds it (the only handle on a sample that a party can map to its ID after PSI), and
+    the blocks that answered every batch holding their samples."""
     al = fed.alignments[split]
     out = []
+    answers = EvalReport()  # counts who answered, as an evaluation does
     for batch in fed.predict_batches(split, index):
+        answers.count_answers(batch.pattern, batch.present)
         for i, p in zip(batch.index, batch.samples(al.keys), strict=True):
             rows = {b: int(r[i]) for b, r in sorted(al.rows.items()) if r[i] >= 0}
             out.append(replace(p, rows=rows))
-    return out
+    return out, answers.live_blocks()
 
 
 def _check_split_known(fed: Federation, split: str) -> None:

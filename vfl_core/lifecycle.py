@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, TypedDict, Unpack
 
@@ -86,6 +86,7 @@ class RunResults:
     early_stop: dict[str, object] | None = None  # vfl_core.training.early_stop's record, when on
     failure: FederationDown | None = None  # what ended the run early
     resumed: list[dict] = field(default_factory=list)  # the coordinator's restarts
+    interrupted: str | None = None  # the signal that stopped the run in training (SIGINT, ...)
 
     @property
     def first(self) -> Variant:
@@ -108,9 +109,11 @@ class RunResults:
             "transitions": [t.__dict__ for t in self.transitions],
             "transition_counts": self.transition_counts,
         }
+        stopped = {"status": "interrupted", "interrupted": self.interrupted}
         if self.kind == "simulate":
             return {
                 "run_id": self.run_id,
+                **(stopped if self.interrupted else {}),
                 **common,
                 "rounds": self.rounds,
                 "method": self.method,
@@ -122,6 +125,7 @@ class RunResults:
             "run_id": self.run_id,
             "status": "failed" if error else "ok",
             **({"error": error} if error else {}),
+            **(stopped if self.interrupted else {}),
             **common,
             "pauses": [p.__dict__ for p in self.pauses],
             "resumed": self.resumed,
@@ -202,6 +206,20 @@ def run_federation(
     _phase(fed, "evaluating")
     fed.align_again_if_due("after training")
     return run.evaluate(tests, subsets, evaluate_for_s)
+
+
+def interrupted_results(
+    fed: Federation,
+    kind: Literal["coordinator", "simulate"],
+    run_id: str,
+    config: BaseModel,
+    signal_name: str,
+) -> RunResults:
+    """The record of a run stopped by a signal in training: the epochs done, the rounds, the
+    pauses and transitions so far, no evaluation (results.json "status": "interrupted")."""
+    run = _Run(fed, kind, run_id, config, None)
+    run.epochs = list(fed.cursor.summaries)
+    return replace(run.results(), interrupted=signal_name)
 
 
 def _phase(fed: Federation, phase: str) -> None:
