@@ -6,6 +6,7 @@ import typer
 
 from vfl_cli.bench_cmd import bench_app
 from vfl_cli.certs_cmd import certs
+from vfl_cli.compose_cmd import compose
 from vfl_cli.demo_cmd import demo
 from vfl_cli.errors import user_errors
 from vfl_cli.health_cmd import health
@@ -21,6 +22,7 @@ app.command("demo")(demo)
 app.command("evaluate")(evaluate)
 app.command("predict")(predict)
 app.command("certs")(certs)
+app.command("compose")(user_errors(compose))
 app.command("health")(health)
 app.command("report")(report)
 app.add_typer(bench_app, name="bench")

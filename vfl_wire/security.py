@@ -27,6 +27,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -144,8 +145,27 @@ def load_token_digests(path: Path) -> dict[str, str]:
 def _read(path: Path) -> bytes:
     try:
         return Path(path).read_bytes()
+    except PermissionError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror}{_owner_hint(path)}") from None
     except OSError as err:
         raise ConfigError(f"cannot read {path}: {err.strerror}") from None
+
+
+def _owner_hint(path: Path) -> str:
+    """Why a key may be unreadable here: `vfl certs` writes keys and tokens readable by their
+    owner only, and in a container this process may run as another uid (compose: VFL_UID)."""
+    try:
+        owner = Path(path).stat().st_uid
+    except OSError:
+        return ""
+    me = os.getuid()
+    if owner == me:
+        return ""
+    return (
+        f" (owned by uid {owner}, readable by its owner only; this process runs as uid {me}: "
+        f"with docker compose, set VFL_UID/VFL_GID to the owner's ids, as `vfl compose` writes "
+        "them to .env, and rebuild the image)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
