@@ -59,6 +59,7 @@ def run_coordinator(
     state.resume_round = resume.round if resume is not None else -1
     security = load_security(config.tls_dir, config.insecure, COORDINATOR)
     state.admission = admission_for(config.parties, security)
+    state.rejoin_timeout_s = config.rejoin_timeout_s  # Evaluate/Predict wait this long at most
     stop = stop or _stop_on_signals(state)
     audit = AuditLog(config.audit_log) if config.audit_log is not None else None
     interceptors = [audit.server_interceptor()] if audit is not None else []

@@ -19,6 +19,7 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.serving_record import ServingRecord
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.inference.metrics import EvalReport
+from vfl_core.lifecycle import EVALUATE_AGAIN_S, evaluate_waiting, heads_left, no_head_answered
 from vfl_core.protocol import PartyInfo, Registration, SamplePrediction
 from vfl_core.training.engine import Federation
 from vfl_wire import convert
@@ -27,6 +28,8 @@ from vfl_wire.status import rpc_errors
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+ANSWER_MARGIN_S = 5.0  # of a caller's deadline, kept to answer after waiting for a rejoin
 
 # Bounds on what one Predict request may ask for, so a caller cannot tie up the coordinator.
 MAX_PREDICT_IDS = 100_000
@@ -46,6 +49,7 @@ class CoordinatorState:
     session: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     resume_round: int = -1
     record: ServingRecord | None = None  # the serving phase, kept in results.json
+    rejoin_timeout_s: float = 0.0  # how long Evaluate/Predict wait for a label party
 
     def ready_federation(self) -> Federation:
         if self.federation is None or self.phase not in ("serving", "done"):
@@ -58,6 +62,13 @@ class CoordinatorState:
 class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
     def __init__(self, state: CoordinatorState) -> None:
         self.state = state
+
+    def _wait_s(self, context) -> float:
+        """How long a call waits for a label party to come back: the rejoin timeout, within
+        what is left of the caller's deadline (a few seconds kept to answer)."""
+        left = context.time_remaining()
+        room = float("inf") if left is None else max(0.0, left - ANSWER_MARGIN_S)
+        return min(self.state.rejoin_timeout_s, room)
 
     def Register(self, request, context):
         with rpc_errors(context, "Register"):
@@ -103,9 +114,10 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 fed = self.state.ready_federation()
                 fed.align_again_if_due("serving")  # a party back on other rows, or late
                 _check_split_known(fed, split)
-                report = fed.evaluate(split)
+                report = evaluate_waiting(fed, split, self._wait_s(context), "the evaluation")
                 if self.state.record is not None:
                     self.state.record.evaluated(fed, split, report)
+                _refuse_partial(fed, report, self._wait_s(context))
             seconds = time.perf_counter() - start
             # live: answered every batch that held its samples, not merely up at the end
             return convert.eval_report_to_proto(
@@ -128,12 +140,51 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 index = (
                     None if request.all_rows else _key_index(fed, split, list(request.id_hashes))
                 )
+                wait_s = self._wait_s(context)
+                give_up = time.monotonic() + wait_s
                 samples, live = _with_rows(fed, split, index)
+                while _no_head(samples) and time.monotonic() < give_up:
+                    log.warning(
+                        "predict: no label party answered; trying again in %.0fs, for at most "
+                        "%.0fs more",
+                        EVALUATE_AGAIN_S,
+                        give_up - time.monotonic(),
+                    )
+                    time.sleep(EVALUATE_AGAIN_S)
+                    fed.align_again_if_due("predicting again")
+                    samples, live = _with_rows(fed, split, index)
                 if self.state.record is not None:
                     self.state.record.predicted(fed, split, len(samples), live)
+                if _no_head(samples):
+                    raise ConfigError(
+                        f"no label party answered within {wait_s:.0f}s: nothing to predict "
+                        f"({len(samples)} samples unpredicted)"
+                    )
             return vfl_pb2.FederatedPredictReply(
                 rows=[convert.prediction_to_proto(p) for p in samples]
             )
+
+
+def _refuse_partial(fed: Federation, report: EvalReport, wait_s: float) -> None:
+    """An evaluation without any label party's answer, or cut short by every one of them going
+    away, is no result: refused (FAILED_PRECONDITION) naming what was scored, once the wait
+    for a rejoin is over."""
+    total = report.scored + report.unscored
+    if no_head_answered(fed, report):
+        raise ConfigError(
+            f"the evaluation scored no sample of {total}: no label party answered within "
+            f"{wait_s:.0f}s"
+        )
+    if heads_left(fed, report):
+        raise ConfigError(
+            f"the evaluation scored {report.scored} of {total} samples: every label party "
+            f"stopped answering during it, and none answered a whole one within {wait_s:.0f}s"
+        )
+
+
+def _no_head(samples: list[SamplePrediction]) -> bool:
+    """A prediction that no label party answered (every sample without a prediction)."""
+    return bool(samples) and all(not s.party_probs for s in samples)
 
 
 def _check_trained(state: CoordinatorState, info: PartyInfo, last_round: int | None) -> None:

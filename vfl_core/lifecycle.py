@@ -308,37 +308,9 @@ class _Run:
 
 def evaluate_test(fed: Federation, evaluate_for_s: float | None) -> EvalReport:
     """The test metrics with the parties live now. While the evaluation scores no sample (every
-    label party down, e.g. killed as training ended), it is tried again every EVALUATE_AGAIN_S
-    for up to `evaluate_for_s` (None: not again)."""
-    give_up = time.monotonic() + (evaluate_for_s or 0.0)
-    tries: list[EvalReport] = []
-
-    def attempt() -> EvalReport:
-        tries.append(fed.evaluate("test"))
-        return tries[-1]
-
-    def failed(r: EvalReport) -> bool:
-        return (not r.scored and not _heads_answered(fed, r)) or heads_left(fed, r)
-
-    report = retry_until(
-        attempt,
-        failed,
-        give_up if evaluate_for_s is not None else float("-inf"),
-        Backoff(EVALUATE_AGAIN_S),
-        lambda r, pause: log.warning(
-            "the test evaluation scored %d of %d samples (%s): trying again in %.0fs, for at "
-            "most %.0fs more",
-            r.scored,
-            r.scored + r.unscored,
-            "no label party answered"
-            if not r.scored
-            else "every label party stopped answering during it",
-            pause,
-            give_up - time.monotonic(),
-        ),
-    )
-    if failed(report):  # none was whole: keep the one that scored most, said to be partial
-        report = max(tries, key=lambda r: r.scored)
+    label party down, e.g. killed as training ended) or is cut short, it is tried again every
+    EVALUATE_AGAIN_S for up to `evaluate_for_s` (None: not again)."""
+    report = evaluate_waiting(fed, "test", evaluate_for_s, "the test evaluation")
     title = "test metrics"
     if heads_left(fed, report):
         total = report.scored + report.unscored
@@ -350,6 +322,53 @@ def evaluate_test(fed: Federation, evaluate_for_s: float | None) -> EvalReport:
     log.info("%s\n%s", title, "\n".join(filter(None, table)))
     _say_who_was_missing(fed, report)
     return report
+
+
+def evaluate_waiting(
+    fed: Federation, split: str, wait_s: float | None, what: str = "an evaluation"
+) -> EvalReport:
+    """`fed.evaluate(split)`, tried again every EVALUATE_AGAIN_S for up to `wait_s` seconds
+    (None: not again) while no label party answered or every one went away during it (as
+    training pauses for them); a party back in the meantime is aligned again and called. Without
+    a whole evaluation by then, the one that scored most (said by `heads_left` or its nothing
+    scored: the caller decides what that means)."""
+    give_up = time.monotonic() + (wait_s or 0.0)
+    tries: list[EvalReport] = []
+
+    def attempt() -> EvalReport:
+        if tries:
+            fed.align_again_if_due("evaluating again")  # parties back since: called again
+        tries.append(fed.evaluate(split))
+        return tries[-1]
+
+    def failed(r: EvalReport) -> bool:
+        return no_head_answered(fed, r) or heads_left(fed, r)
+
+    report = retry_until(
+        attempt,
+        failed,
+        give_up if wait_s is not None else float("-inf"),
+        Backoff(EVALUATE_AGAIN_S),
+        lambda r, pause: log.warning(
+            "%s scored %d of %d samples (%s): trying again in %.0fs, for at most %.0fs more",
+            what,
+            r.scored,
+            r.scored + r.unscored,
+            "no label party answered"
+            if not r.scored
+            else "every label party stopped answering during it",
+            pause,
+            give_up - time.monotonic(),
+        ),
+    )
+    if failed(report):  # none was whole: keep the one that scored most, said to be partial
+        report = max(tries, key=lambda r: r.scored)
+    return report
+
+
+def no_head_answered(fed: Federation, report: EvalReport) -> bool:
+    """Whether the evaluation scored nothing because no label party answered a batch."""
+    return not report.scored and not _heads_answered(fed, report)
 
 
 def _say_who_was_missing(fed: Federation, report: EvalReport) -> None:
