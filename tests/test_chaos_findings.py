@@ -304,3 +304,25 @@ def test_given_party_frozen_across_restarted_coordinators_alignment_when_thawed_
         held = [r for r in rounds if r["epoch"] == last and 1 in r["pattern"]]
         assert held and all(1 in r["present"] for r in held), held[:3]  # it trains again
         assert "aligned again; blocks [1] joined" in restarted.log()
+
+
+# ------------------------------------------------------------------------------ item 5
+
+
+def test_given_default_certs_when_a_party_registers_for_anothers_block_then_refused(
+    tmp_path: Path, two_parties: list[Path]
+) -> None:
+    """`vfl certs --parties party0,party1` pins party0 to block 0 and party1 to block 1: party1
+    registering first as block 0 is refused (it kept party0 out on 815d747), and the federation
+    trains with the right parties."""
+    certs = _certs(tmp_path)
+    assert (certs / "coordinator" / "blocks.json").read_text() == '{"party0": [0], "party1": [1]}\n'
+    with Cluster(tmp_path / "cluster", tls_dir=certs) as cluster:
+        coord = cluster.coordinator(clients=2, epochs=1)
+        thief = cluster.client(coord, two_parties[0], ["--party-id", "party1"])
+        assert thief.wait(90) == 2, thief.tail()
+        assert "party 'party1' may hold block(s) 1, not 0" in thief.log()
+        clients = [cluster.client(coord, d) for d in two_parties]
+        assert coord.wait(180) == 0, cluster.describe()
+        assert all(c.wait(60) == 0 for c in clients)
+        assert "party0 -> 0, party1 -> 1" in coord.log()

@@ -139,7 +139,8 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("certs")
     out = {"ours": base / "ours", "other": base / "other"}
     for key, path in out.items():
-        parties = ",".join(PARTIES if key == "ours" else PARTIES[:1])
+        # party4, the spare, may stand in for any block (each party is pinned to its own)
+        parties = ",".join([*PARTIES[:4], "party4:0+1+2+3"] if key == "ours" else PARTIES[:1])
         subprocess.run(
             [str(BIN / "vfl"), "certs", "--out", str(path), "--parties", parties],
             check=True,

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -29,7 +30,14 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from vfl_cli.errors import user_errors
 from vfl_core.errors import ConfigError
-from vfl_wire.security import COORDINATOR, OPERATOR, TOKEN_FILE, TOKENS_FILE, token_digest
+from vfl_wire.security import (
+    BLOCKS_FILE,
+    COORDINATOR,
+    OPERATOR,
+    TOKEN_FILE,
+    TOKENS_FILE,
+    token_digest,
+)
 
 log = logging.getLogger(__name__)
 Opt = typer.Option
@@ -45,6 +53,25 @@ def check_name(name: str) -> str:
             f"identity {name!r}: use letters, digits and '-' (at most 63, not starting with '-')"
         )
     return name
+
+
+def parse_pins(text: str) -> dict[str, list[int] | None]:
+    """`party0,party1,party2:5+6` -> {party0: None, party1: None, party2: [5, 6]}: the blocks a
+    party names, or None for the default (its place in the list; see `_write_pins`)."""
+    pins: dict[str, list[int] | None] = {}
+    items = [n.strip() for n in text.split(",") if n.strip()]
+    for item in items:
+        name, _, blocks = item.partition(":")
+        try:
+            pins[name] = [int(b) for b in blocks.split("+")] if blocks else None
+        except ValueError:
+            raise ConfigError(
+                f"--parties: {item!r}: blocks must be integers like 0 or 1+2"
+            ) from None
+        if any(b < 0 for b in pins[name] or ()):
+            raise ConfigError(f"--parties: {item!r}: a block is a non-negative integer")
+    parse_names(",".join(name for name, _, _ in (i.partition(":") for i in items)) or text)
+    return pins
 
 
 def parse_names(text: str, what: str = "--parties") -> list[str]:
@@ -72,8 +99,11 @@ def create_federation(
     *,
     days: int = DEFAULT_DAYS,
     force: bool = False,
+    pins: Mapping[str, list[int] | None] | None = None,
 ) -> list[str]:
-    """Write (or complete) the federation's TLS directory; returns the identities written."""
+    """Write (or complete) the federation's TLS directory; returns the identities written.
+    `pins`: the blocks each party may hold (default: its place in `parties`), merged into
+    coordinator/blocks.json, which the coordinator enforces unless told otherwise."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ca_key, ca_cert = _load_or_create_ca(out, days)
@@ -87,6 +117,7 @@ def create_federation(
             _write_secret(directory / TOKEN_FILE, secrets.token_urlsafe(32).encode() + b"\n")
         written.append(name)
     _write_token_digests(out)
+    _write_pins(out, pins if pins is not None else dict.fromkeys(parties))
     log.info("federation certificates in %s: wrote %s", out, ", ".join(written) or "nothing new")
     return written
 
@@ -222,6 +253,35 @@ def _write_token_digests(out: Path) -> None:
     (out / COORDINATOR / TOKENS_FILE).write_text(json.dumps(digests, indent=2) + "\n")
 
 
+def _write_pins(out: Path, pins: Mapping[str, list[int] | None]) -> None:
+    """coordinator/blocks.json: which blocks each party may hold, so that by default no party
+    takes another's block (one that registered first as block 0 kept party0 out). A party given
+    without blocks keeps those of an earlier `vfl certs`, else gets the block of its place in
+    this list, refused if another party holds that pin already; blocks named explicitly may be
+    shared (a standby identity for a block), and the registry still lets one hold it at a time."""
+    path = out / COORDINATOR / BLOCKS_FILE
+    merged: dict[str, list[int]] = {}
+    if path.is_file():
+        try:
+            merged = {str(k): [int(b) for b in v] for k, v in json.loads(path.read_text()).items()}
+        except (ValueError, TypeError, AttributeError) as err:
+            raise ConfigError(
+                f"{path}: not a mapping of party ids to block lists ({err})"
+            ) from None
+    for place, (name, blocks) in enumerate(pins.items()):
+        if blocks is not None:
+            merged[name] = list(blocks)
+        elif name not in merged:
+            owner = next((n for n, b in merged.items() if place in b and n != name), None)
+            if owner is not None:
+                raise ConfigError(
+                    f"{name!r} would be pinned to block {place}, which is {owner!r}'s ({path}); "
+                    f"name its blocks, e.g. --parties {name}:{1 + max(max(merged.values()))}"
+                )
+            merged[name] = [place]
+    path.write_text(json.dumps(dict(sorted(merged.items()))) + "\n")
+
+
 # ---------------------------------------------------------------------------------------------
 # Command
 # ---------------------------------------------------------------------------------------------
@@ -238,11 +298,12 @@ def certs(
     force: Annotated[bool, Opt(help="rewrite identities that exist (new keys and tokens)")] = False,
 ) -> None:
     """Create the federation's CA, certificates and tokens (see README, Security)."""
-    names = parse_names(parties)
+    pins = parse_pins(parties)
+    names = list(pins)
     extra = [h.strip() for h in hosts.split(",") if h.strip()]
     if days < 1:
         raise ConfigError("--days must be at least 1")
-    written = create_federation(out, names, extra, days=days, force=force)
+    written = create_federation(out, names, extra, days=days, force=force, pins=pins)
     typer.echo(f"wrote {', '.join(written) or 'nothing (all identities exist)'} in {out}")
     typer.echo(
         f"give each process only its own directory: {out}/coordinator to vfl-coordinator, "

@@ -3,12 +3,15 @@
 With mutual TLS the identity is the common name of the party's certificate (vfl_wire.security):
 a registration must name exactly that party id, in its header and in its PartyInfo, so no party
 can register (or act) for another. The admitted parties come from `--parties` or the config file
-(`parties: {party0: [0], party1: [1, 2]}`), and default to every party `vfl certs` gave a token
-(any block). The registry then keeps each block to one party at a time.
+(`parties: {party0: [0], party1: [1, 2]}`), and default to every party `vfl certs` gave a token,
+each pinned to the blocks `vfl certs` wrote for it (coordinator/blocks.json: its place in
+`--parties`, or the blocks named there), so no party takes another's block. The registry then
+keeps each block to one party at a time.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +20,7 @@ from pathlib import Path
 from vfl_core.errors import ConfigError
 from vfl_core.protocol import PartyInfo
 from vfl_wire.convert import clip
-from vfl_wire.security import OPERATOR, TOKENS_FILE, Security, load_token_digests
+from vfl_wire.security import BLOCKS_FILE, OPERATOR, TOKENS_FILE, Security, load_token_digests
 from vfl_wire.status import PermissionError_
 
 log = logging.getLogger(__name__)
@@ -89,5 +92,23 @@ def admission_for(parties: Allowed | None, security: Security) -> Admission:
     names = sorted(n for n in tokens if n != OPERATOR)
     if not names:
         raise ConfigError("no party tokens in tokens.json: run `vfl certs --parties ...`")
-    log.info("admitting the parties with certificates and tokens: %s", ", ".join(names))
-    return Admission(dict.fromkeys(names))
+    pins = load_pins(Path(security.identity.directory) / BLOCKS_FILE)
+    allowed = {n: pins.get(n) for n in names}
+    log.info(
+        "admitting the parties with certificates and tokens, each to its blocks: %s",
+        ", ".join(f"{n} -> {'+'.join(map(str, b)) if b else 'any'}" for n, b in allowed.items()),
+    )
+    return Admission(allowed)
+
+
+def load_pins(path: Path) -> dict[str, list[int]]:
+    """coordinator/blocks.json of `vfl certs` (party id -> the blocks it may hold); {} without
+    one (certificates made before it existed: any party may take any free block)."""
+    if not path.is_file():
+        log.warning("no %s: a party may register for any free block (run `vfl certs` again)", path)
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+        return {str(name): [int(b) for b in blocks] for name, blocks in raw.items()}
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise ConfigError(f"{path}: not a mapping of party ids to block lists ({err})") from None

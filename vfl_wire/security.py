@@ -50,6 +50,7 @@ COORDINATOR = "coordinator"
 OPERATOR = "operator"
 TOKEN_FILE = "token"
 TOKENS_FILE = "tokens.json"
+BLOCKS_FILE = "blocks.json"  # in the coordinator's directory: party id -> the blocks it may hold
 HEALTH_SERVICE = "grpc.health.v1.Health"
 PARTY_SERVICE = "vfl.v1.Party"
 COORDINATOR_SERVICE = "vfl.v1.Coordinator"
