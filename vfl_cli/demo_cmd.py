@@ -48,10 +48,10 @@ class DemoError(VflError):
 def demo(
     workdir: Annotated[Path, Opt(help="where data, logs and results go")] = Path("runs/demo"),
     clients: Annotated[int, Opt(help="number of parties")] = 4,
-    epochs: Annotated[int, Opt()] = 60,
+    epochs: Annotated[int, Opt(help="passes over the training samples")] = 60,
     p_miss: Annotated[float, Opt(help="train and test probability a party misses a sample")] = 0.1,
     kill_block: Annotated[int, Opt(help="the client to SIGKILL before the second inference")] = 2,
-    seed: Annotated[int, Opt()] = 0,
+    seed: Annotated[int, Opt(help="seeds data, model and faults")] = 0,
     deadline: Deadline = 5.0,
     fault_rate: Annotated[
         float, Opt(help="R_d: per tick, each running client is killed or frozen (0: no faults)")

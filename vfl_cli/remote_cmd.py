@@ -79,14 +79,14 @@ def predict(
             "adds each class's label as written in its table"
         ),
     ] = None,
-    party_dir: Annotated[
+    data: Annotated[
         Path | None,
         Opt(
             help="this party's directory (vfl prepare): names each sample it holds by its own "
             "ID, from the row the coordinator sends (works after a PSI alignment)"
         ),
     ] = None,
-    timeout: Annotated[float, Opt()] = 120.0,
+    timeout: Annotated[float, Opt(help="seconds to wait for the answer")] = 120.0,
     tls_dir: TlsDir = Path("certs"),
     identity: Identity = OPERATOR,
     insecure: Insecure = False,
@@ -94,12 +94,12 @@ def predict(
     """Predict samples by ID (hashed with the federation secret before they leave this host).
 
     By ID only with a coordinator that aligned with --alignment hmac; after a PSI alignment the
-    coordinator knows no hashes, so ask for all rows (no --ids) and give --party-dir to see
+    coordinator knows no hashes, so ask for all rows (no --ids) and give --data to see
     your own IDs."""
     security = operator_security(tls_dir, identity, insecure)
     names = _read_ids(ids, ids_file)
     classes = _read_classes(label_names) if label_names is not None else None
-    own = _own_ids(party_dir, split) if party_dir is not None else None
+    own = _own_ids(data, split) if data is not None else None
     hashes = hash_ids(names, secret.encode()) if names is not None else None
     by_hash = dict(zip(hashes, names, strict=True)) if names is not None and hashes else {}
     with CoordinatorClient(coordinator, timeout, security) as client:
@@ -139,7 +139,7 @@ def _own_ids(party_dir: Path, split: str) -> tuple[int, list[str]]:
 def _sample_id(
     p: SamplePrediction, by_hash: dict[bytes, str], own: tuple[int, list[str]] | None
 ) -> str:
-    """The ID asked for, else this party's own ID of the sample (--party-dir), else the key's
+    """The ID asked for, else this party's own ID of the sample (--data), else the key's
     hex (an HMAC hash; after PSI a random value that names nothing outside this run)."""
     if p.id_hash in by_hash:
         return by_hash[p.id_hash]
@@ -151,7 +151,7 @@ def _sample_id(
         if row >= len(ids):
             raise DataError(
                 f"the coordinator names row {row} of block {block}, which has {len(ids)} rows: "
-                "--party-dir is not the directory this party serves"
+                "--data is not the directory this party serves"
             )
         return ids[row]
     return p.id_hash.hex()

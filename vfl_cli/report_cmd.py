@@ -47,7 +47,7 @@ def report(
             "regression: rmse (default) | mae | r2 | federation_rmse"
         ),
     ] = None,
-    log_level: Annotated[str, typer.Option()] = "warning",
+    log_level: Annotated[str, typer.Option(help="debug | info | warning | error")] = "warning",
 ) -> None:
     """Write RUN_DIR/report/report.html: curves, metric by set of parties, config."""
     setup_logging(log_level)

@@ -6,29 +6,35 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from vfl_core.data.learning_task import CLASSIFICATION, TASKS, Task
-from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT
-from vfl_core.data.tabular import DEFAULT_TEST_FRACTION, TableSource
+from vfl_cli import defaults
 from vfl_core.errors import ConfigError
+
+if TYPE_CHECKING:  # torch and numpy: imported where a table is read, not for --help
+    from vfl_core.data.learning_task import Task
+    from vfl_core.data.tabular import TableSource
 
 Opt = typer.Option
 
-IdColumn = Annotated[str | None, Opt(help="table: the sample ID column")]
+IdColumn = Annotated[str | None, Opt(help="table: the sample ID column (required for a table)")]
 LabelColumn = Annotated[
     str | None, Opt(help="table: the label column (omit for a feature-only party)")
 ]
 Features = Annotated[
-    str | None, Opt(help="table: feature columns, e.g. age,city (default: all but ID and label)")
+    str | None,
+    Opt(help="table: feature columns, e.g. age,city", show_default="all but ID and label"),
 ]
 TestFraction = Annotated[
     float,
     Opt(help="table without a test file: share of IDs in the test split (chosen by ID hash)"),
 ]
-NumBlocks = Annotated[int | None, Opt(help="table: number of parties K in the federation")]
+NumBlocks = Annotated[
+    int | None,
+    Opt(help="table: number of parties K in the federation (required for a table)"),
+]
 NumClasses = Annotated[
     int | None,
     Opt(help="table, feature-only party of a classification: the label parties' class count"),
@@ -37,22 +43,23 @@ TaskOption = Annotated[
     str | None,
     Opt(
         "--task",
-        help="table: classification (default) | regression (labels are real numbers); every "
-        "party of the federation gives the same",
+        help="table: classification | regression (labels are real numbers); every party of the "
+        "federation gives the same",
+        show_default="classification",
     ),
 ]
 MaxOnehot = Annotated[
     int, Opt(help="table: categorical columns with more values get a learned embedding")
 ]
-DEFAULTS = {"test_fraction": DEFAULT_TEST_FRACTION, "max_onehot": DEFAULT_MAX_ONEHOT}
+DEFAULTS = {"test_fraction": defaults.TEST_FRACTION, "max_onehot": defaults.MAX_ONEHOT}
 
 
 def parse_task(task: str | None) -> Task:
     """The --task of a table (default classification)."""
     if task is None:
-        return CLASSIFICATION
-    if task not in TASKS:
-        raise ConfigError(f"--task: unknown task {task!r} (use {' or '.join(TASKS)})")
+        return "classification"
+    if task not in defaults.TASKS:
+        raise ConfigError(f"--task: unknown task {task!r} (use {' or '.join(defaults.TASKS)})")
     return task  # type: ignore[return-value]  # checked against TASKS just above
 
 
@@ -72,7 +79,7 @@ class TableEncoding:
 
     num_blocks: NumBlocks = None
     num_classes: NumClasses = None
-    max_onehot: MaxOnehot = DEFAULT_MAX_ONEHOT
+    max_onehot: MaxOnehot = defaults.MAX_ONEHOT
     task: TaskOption = None
 
 
@@ -86,6 +93,8 @@ def table_source(
     block: int | None,
 ) -> TableSource:
     """Check the options a table needs and build its TableSource."""
+    from vfl_core.data.tabular import TableSource  # numpy and torch: not for --help
+
     for value, option in ((columns.id_column, "--id-column"), (block, "--block")):
         if value is None:
             raise ConfigError(f"{path}: a CSV/Parquet party needs {option}")
@@ -93,7 +102,9 @@ def table_source(
         raise ConfigError(f"{path}: a CSV/Parquet party needs --num-blocks")
     features = None
     if columns.features is not None:
-        features = tuple(c.strip() for c in columns.features.split(",") if c.strip())
+        names = columns.features  # a config file may give a list
+        names = names.split(",") if isinstance(names, str) else [str(n) for n in names]
+        features = tuple(c.strip() for c in names if c.strip())
         if not features:
             raise ConfigError("--features: no column names given")
     return TableSource(
