@@ -29,7 +29,7 @@ from vfl_cli.option_names import DEPRECATED, PANELS, SYNONYMS
 # Options whose absence means "not given" (off, required where the command needs it, or read
 # from elsewhere): they have no default to show. Any other option must show one.
 NO_DEFAULT = {
-    "--config", "--data-path", "--data", "--id-column", "--label-column", "--num-blocks",
+    "--config", "--data-path", "--data", "--id-column", "--label-column", "--clients",
     "--num-classes", "--block", "--missing", "--missing-test", "--ids", "--ids-file", "--out",
     "--label-names", "--port-file", "--checkpoint-dir", "--hosts", "--parties", "--identity",
     "--server-name", "--p-miss-per-party", "--preprocessing", "--epochs", "--metric",
@@ -171,7 +171,7 @@ def test_given_a_client_yaml_with_table_keys_when_started_then_they_describe_the
 ) -> None:
     table = tmp_path / "bank.csv"
     table.write_text("customer,age,defaulted\nc1,30,0\nc2,40,1\n")
-    keys = {"data": str(table), "block": 0, "id_column": "customer", "num_blocks": 2}
+    keys = {"data": str(table), "block": 0, "id_column": "customer", "clients": 2}
     keys |= {"label_column": "defaulted", "features": ["age"], "test_fraction": 0.5}
     config = write_yaml(tmp_path / "client.yaml", keys)
     result, cfg = configured(monkeypatch, client_cmd, ["--config", str(config), "--insecure"])

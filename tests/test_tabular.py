@@ -402,7 +402,7 @@ def test_given_prepare_csv_when_run_then_party_directory_with_its_preprocessing(
     paths = write_tables(tmp_path, n=300)
     out = tmp_path / "retail"
     args = ["prepare", "--data", str(paths["retail"]), "--id-column", "customer_id"]
-    args += ["--block", "1", "--num-blocks", "3", "--out", str(out)]
+    args += ["--block", "1", "--clients", "3", "--out", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "merchant_name: embedding (40 categories), missing indicator" in result.output
@@ -426,10 +426,10 @@ def test_given_bad_prepare_csv_options_then_one_error_line_and_exit_2(tmp_path: 
     path = write_csv(tmp_path / "t.csv", "id,a\nu1,1\nu1,2\n")
     base = ["prepare", "--data", str(path), "--out", str(tmp_path / "o")]
     cases = [
-        ([*base, "--block", "0", "--num-blocks", "2"], "needs --id-column"),
-        ([*base, "--id-column", "id", "--num-blocks", "2"], "needs --block"),
-        ([*base, "--id-column", "id", "--block", "0"], "needs --num-blocks"),
-        ([*base, "--id-column", "id", "--block", "0", "--num-blocks", "2"], "duplicate ID 'u1'"),
+        ([*base, "--block", "0", "--clients", "2"], "needs --id-column"),
+        ([*base, "--id-column", "id", "--clients", "2"], "needs --block"),
+        ([*base, "--id-column", "id", "--block", "0"], "needs --clients"),
+        ([*base, "--id-column", "id", "--block", "0", "--clients", "2"], "duplicate ID 'u1'"),
     ]
     for args, message in cases:
         result = CliRunner().invoke(app, args)
@@ -526,11 +526,11 @@ def test_given_bad_client_table_options_then_one_error_line_and_exit_2(tmp_path:
     party_dir.mkdir()
     base = ["--insecure", "--data"]
     cases = [
-        ([*base, str(path), "--id-column", "id", "--block", "0"], "needs --num-blocks"),
-        ([*base, str(path), "--block", "0", "--num-blocks", "2"], "needs --id-column"),
+        ([*base, str(path), "--id-column", "id", "--block", "0"], "needs --clients"),
+        ([*base, str(path), "--block", "0", "--clients", "2"], "needs --id-column"),
         ([*base, str(party_dir), "--id-column", "id"], "--id-column applies to a CSV/Parquet"),
         (
-            [*base, str(path), "--id-column", "id", "--block", "0", "--num-blocks", "2"],
+            [*base, str(path), "--id-column", "id", "--block", "0", "--clients", "2"],
             "t.csv: duplicate ID 'u1' at line 3",
         ),
     ]

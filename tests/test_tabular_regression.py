@@ -195,7 +195,7 @@ def test_given_regression_prepare_csv_then_directory_and_its_fit_refused_for_cla
     paths = write_linear_tables(tmp_path, n=50)
     out = tmp_path / "owner"
     base = ["prepare", "--data", str(paths["owner"]), "--id-column", ID, "--block", "0"]
-    base += ["--num-blocks", "2", "--label-column", TARGET]
+    base += ["--clients", "2", "--label-column", TARGET]
     result = CliRunner().invoke(app, [*base, "--task", "regression", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert f"regression targets from '{TARGET}'" in result.output
@@ -223,7 +223,7 @@ def test_given_client_options_when_task_is_wrong_or_misplaced_then_one_error_lin
     party_dir = tmp_path / "party0"
     party_dir.mkdir()
     table = ["--insecure", "--data", str(label), "--id-column", "id", "--block", "0"]
-    table += ["--num-blocks", "2", "--test-fraction", "0"]
+    table += ["--clients", "2", "--test-fraction", "0"]
     cases = [
         ([*table, "--label-column", "y", "--task", "regression"], "line 3, column 'y': 'oops'"),
         ([*table, "--task", "regression", "--num-classes", "2"], "--num-classes 2 is for class"),

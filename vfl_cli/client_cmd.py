@@ -62,6 +62,7 @@ def client(
     ] = None,
     test_fraction: tables.TestFraction = tables.DEFAULTS["test_fraction"],
     table_encoding: tables.TableEncoding = tables.TableEncoding(),
+    clients: tables.Clients = None,
     party_id: Annotated[str | None, Opt(help="party name", show_default="party<block>")] = D(
         "party_id"
     ),
@@ -109,6 +110,7 @@ def client(
         **dataclasses.asdict(table_encoding),
         "test_data": test_data,
         "test_fraction": test_fraction,
+        "clients": clients,
     }
     refuse_unknown_keys(config, settings, KEYS | set(table))
     setup_logging(from_file(ctx, settings, {"log_level": log_level})["log_level"])
@@ -152,9 +154,12 @@ def client(
             test_path=test_path,
             test_fraction=table["test_fraction"],
             block=settings.get("block"),
+            clients=table["clients"],
         )
     else:
-        tables.refuse_table_options(path, columns, encoding, test_data=test_path)
+        tables.refuse_table_options(
+            path, columns, encoding, test_data=test_path, clients=table["clients"]
+        )
     reason = run_client(ClientConfig.model_validate(settings))
     typer.echo(f"client stopped: {reason}", err=True)
 

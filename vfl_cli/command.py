@@ -18,6 +18,9 @@ REMOVED_IN = "0.3"
 
 
 class VflCommand(TyperCommand):
+    """A typer command whose options sit in their panels (in ORDER), which accepts the old
+    spellings of its options and draws its help without `<bool>`."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for param in self.params:

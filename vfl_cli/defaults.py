@@ -129,3 +129,4 @@ TASKS = ("classification", "regression")
 MAX_ONEHOT = 16
 TEST_FRACTION = 0.2
 DEMO_SECRET = "vfl-demo-secret"
+OPERATOR = "operator"

@@ -19,6 +19,7 @@ from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT
 from vfl_core.data.tabular import DEFAULT_TEST_FRACTION
 from vfl_core.training.alignment import DEMO_SECRET
 from vfl_core.training.faults import ENTITIES, FaultConfig
+from vfl_wire.security import OPERATOR
 
 TARGET = Path(__file__).with_name("defaults.py")
 HEADER = '''"""The config models' defaults and the names the options list, as
@@ -55,6 +56,7 @@ def current() -> dict[str, Any]:
         "MAX_ONEHOT": DEFAULT_MAX_ONEHOT,
         "TEST_FRACTION": DEFAULT_TEST_FRACTION,
         "DEMO_SECRET": DEMO_SECRET,
+        "OPERATOR": OPERATOR,
     }
 
 

@@ -30,6 +30,8 @@ DEPRECATED: dict[str, tuple[str, tuple[str, ...]]] = {
     "--csv": ("--data", ("simulate", "prepare")),
     "--test-csv": ("--test-data", ("simulate", "prepare")),
     "--party-dir": ("--data", ("predict",)),
+    # vfl simulate, vfl demo and vfl-coordinator already said --clients for K
+    "--num-blocks": ("--clients", ("prepare", "client")),
     # vfl simulate, vfl demo and vfl-coordinator already said --fault-rate and --rejoin-rate
     "--fail-rate": ("--fault-rate", ("faults", "dvfl")),
     "--rejoin": ("--rejoin-rate", ("faults", "dvfl")),
@@ -131,7 +133,6 @@ PANELS: dict[str, str] = {
     **dict.fromkeys(
         [
             "clients",
-            "num-blocks",
             "coordinator",
             "listen",
             "advertise",

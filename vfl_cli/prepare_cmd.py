@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from vfl_core.data.tabular import TableSource
 
 T = TypeVar("T", int, float)
+DATASET_CLIENTS = 4  # K of a data set cut without --clients
 
 
 @with_option_groups
@@ -33,7 +34,13 @@ def prepare(
         Path | None,
         typer.Option(help="Source files: the MNIST IDX directory or the credit CSV (or its dir)."),
     ] = None,
-    clients: Annotated[int, typer.Option(help="Number of parties K (feature blocks).")] = 4,
+    clients: Annotated[
+        int | None,
+        typer.Option(
+            help="Number of parties K (feature blocks); required for a table.",
+            show_default="4 for a data set",
+        ),
+    ] = None,
     p_miss: Annotated[
         float, typer.Option(help="Probability a party misses a training sample.")
     ] = 0.0,
@@ -109,6 +116,7 @@ def prepare(
             test_path=test_data,
             test_fraction=test_fraction,
             block=block,
+            clients=clients,
         )
         prepare_table(source, out, preprocessing)
         return
@@ -116,6 +124,7 @@ def prepare(
         raise ConfigError("--task applies to --data (a built-in data set has its own task)")
     if layout not in get_args(Layout):
         raise ConfigError(f"unknown layout {layout!r} (use {', '.join(get_args(Layout))})")
+    clients = DATASET_CLIENTS if clients is None else clients
     per_party = _parse_list(p_miss_per_party, float, "--p-miss-per-party")
     rng = seeded_rng(seed, "p_miss")
     train_p = party_p_miss(clients, p_miss, per_party, nonuniform, rng)

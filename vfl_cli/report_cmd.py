@@ -10,16 +10,17 @@ from __future__ import annotations
 import importlib.util
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from vfl_cli.errors import setup_logging, user_errors
-from vfl_cli.report_html import render_html
-from vfl_cli.report_plots import Plot, curves_plot, drop_one_plot, liveness_plot, subsets_plot
-from vfl_cli.run_files import RunFiles, load_run
 from vfl_core.errors import ConfigError, VflError
-from vfl_core.inference.headline import METRICS, Metric, choose_metric, task_metrics
+
+if TYPE_CHECKING:  # numpy, matplotlib and torch: imported when a report is written
+    from vfl_cli.report_plots import Plot
+    from vfl_cli.run_files import RunFiles
+    from vfl_core.inference.headline import Metric
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,10 @@ def report(
 def write_report(run_dir: Path, out: Path, metric_name: str | None = None) -> Path:
     """Draw the figures, write them as PNG files and embedded in `out`/report.html. The metric
     is the run's headline (accuracy, or RMSE for regression) unless `metric_name` says."""
+    from vfl_cli.report_html import render_html
+    from vfl_cli.run_files import load_run
+    from vfl_core.inference.headline import METRICS, choose_metric
+
     if metric_name is not None and metric_name not in METRICS:
         raise ConfigError(f"--metric must be one of {', '.join(METRICS)}, not {metric_name!r}")
     if not has_matplotlib():
@@ -77,6 +82,9 @@ def write_report(run_dir: Path, out: Path, metric_name: str | None = None) -> Pa
 
 
 def draw_plots(run: RunFiles, metric: Metric) -> dict[str, Plot]:
+    from vfl_cli.report_plots import curves_plot, drop_one_plot, liveness_plot, subsets_plot
+    from vfl_core.inference.headline import task_metrics
+
     parties = sorted({int(b) for s in run.subsets for b in s["blocks"]})
     parties = parties or sorted({int(t["block"]) for t in run.transitions})
     end = int(run.results.get("rounds") or 0)

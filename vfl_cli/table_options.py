@@ -31,9 +31,8 @@ TestFraction = Annotated[
     float,
     Opt(help="table without a test file: share of IDs in the test split (chosen by ID hash)"),
 ]
-NumBlocks = Annotated[
-    int | None,
-    Opt(help="table: number of parties K in the federation (required for a table)"),
+Clients = Annotated[
+    int | None, Opt(help="number of parties K in the federation (required for a table)")
 ]
 NumClasses = Annotated[
     int | None,
@@ -74,10 +73,9 @@ class TableColumns:
 
 @dataclass(frozen=True)
 class TableEncoding:
-    """How a party's table becomes its block of the federation: K, the task, the class count
-    of a feature-only party, and the one-hot limit for categorical columns."""
+    """How a party's table becomes its block of the federation: the task, the class count of
+    a feature-only party, and the one-hot limit for categorical columns."""
 
-    num_blocks: NumBlocks = None
     num_classes: NumClasses = None
     max_onehot: MaxOnehot = defaults.MAX_ONEHOT
     task: TaskOption = None
@@ -91,6 +89,7 @@ def table_source(
     test_path: Path | None,
     test_fraction: float,
     block: int | None,
+    clients: int | None,
 ) -> TableSource:
     """Check the options a table needs and build its TableSource."""
     from vfl_core.data.tabular import TableSource  # numpy and torch: not for --help
@@ -98,8 +97,8 @@ def table_source(
     for value, option in ((columns.id_column, "--id-column"), (block, "--block")):
         if value is None:
             raise ConfigError(f"{path}: a CSV/Parquet party needs {option}")
-    if encoding.num_blocks is None:
-        raise ConfigError(f"{path}: a CSV/Parquet party needs --num-blocks")
+    if clients is None:
+        raise ConfigError(f"{path}: a CSV/Parquet party needs --clients (the number of parties K)")
     features = None
     if columns.features is not None:
         names = columns.features  # a config file may give a list
@@ -115,7 +114,7 @@ def table_source(
         test_path=test_path,
         test_fraction=test_fraction,
         block=block,
-        num_blocks=encoding.num_blocks,
+        num_blocks=clients,
         num_classes=encoding.num_classes,
         max_onehot=encoding.max_onehot,
         task=parse_task(encoding.task),
@@ -130,7 +129,6 @@ def refuse_table_options(
     options = {
         **dataclasses.asdict(columns),
         **given,
-        "num_blocks": encoding.num_blocks,
         "num_classes": encoding.num_classes,
         "task": encoding.task,  # a directory's meta.json names its task
     }
