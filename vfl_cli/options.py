@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-import yaml
 
 from vfl_core.errors import ConfigError
 
@@ -20,6 +19,8 @@ def read_config_file(path: Path | None) -> dict[str, Any]:
     """A YAML or JSON mapping; an unreadable or non-mapping file is a ConfigError."""
     if path is None:
         return {}
+    import yaml  # not for --help
+
     try:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
