@@ -389,7 +389,9 @@ def label_only(
 def throughput(
     models: Annotated[str, Opt(help="party models: mlp, cnn")] = "mlp,cnn",
     batch_sizes: Annotated[str, Opt(help="batch sizes")] = "128,1024",
-    train_samples: Annotated[int, Opt(help="train images (MNIST-10k subset)")] = 8192,
+    train_samples: Annotated[
+        int, Opt("--max-train", help="train images (MNIST-10k subset)")
+    ] = 8192,
     warmup: Annotated[int, Opt(help="unmeasured epochs per run")] = 1,
     repeats: Annotated[int, Opt(help="measured epochs per run (median taken)")] = 5,
     staleness: Annotated[

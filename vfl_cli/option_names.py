@@ -39,6 +39,7 @@ DEPRECATED: dict[str, tuple[str, tuple[str, ...]]] = {
     "--owner-epochs": ("--dvfl-owner-epochs", ("dvfl",)),
     "--stage2-epochs": ("--dlvm-stage2-epochs", ("dlvm",)),
     "--model": ("--representation", ("scaling",)),
+    "--train-samples": ("--max-train", ("throughput",)),
 }
 
 # Spellings of one idea that must never name options side by side (beyond DEPRECATED's pairs,
