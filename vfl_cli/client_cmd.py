@@ -140,26 +140,8 @@ def client(
     if settings.get("data") is None:
         raise ConfigError("no party data: give --data (or `data:` in --config)")
     from vfl_client.runner import ClientConfig  # torch and grpc: not for --help
-    from vfl_core.data.table_files import is_table_file
 
-    path = Path(settings["data"])
-    columns = _group(tables.TableColumns, table)
-    encoding = _group(tables.TableEncoding, table)
-    test_path = None if table["test_data"] is None else Path(table["test_data"])
-    if is_table_file(path):
-        settings["table"] = tables.table_source(
-            path,
-            columns,
-            encoding,
-            test_path=test_path,
-            test_fraction=table["test_fraction"],
-            block=settings.get("block"),
-            clients=table["clients"],
-        )
-    else:
-        tables.refuse_table_options(
-            path, columns, encoding, test_data=test_path, clients=table["clients"]
-        )
+    _describe_table(settings, table)
     reason = run_client(ClientConfig.model_validate(settings))
     typer.echo(f"client stopped: {reason}", err=True)
 
@@ -169,6 +151,31 @@ def run_client(config: ClientConfig) -> str:
     from vfl_client import runner
 
     return runner.run_client(config)
+
+
+def _describe_table(settings: dict[str, Any], table: dict[str, Any]) -> None:
+    """`settings["table"]` from the table options when --data is a CSV/Parquet file; with a
+    party directory, table options given are refused (they would be ignored)."""
+    from vfl_core.data.table_files import is_table_file
+
+    path = Path(settings["data"])
+    columns = _group(tables.TableColumns, table)
+    encoding = _group(tables.TableEncoding, table)
+    test_path = None if table["test_data"] is None else Path(table["test_data"])
+    if not is_table_file(path):
+        tables.refuse_table_options(
+            path, columns, encoding, test_data=test_path, clients=table["clients"]
+        )
+        return
+    settings["table"] = tables.table_source(
+        path,
+        columns,
+        encoding,
+        test_path=test_path,
+        test_fraction=table["test_fraction"],
+        block=settings.get("block"),
+        clients=table["clients"],
+    )
 
 
 def _group(group: type[T], values: dict[str, Any]) -> T:
