@@ -4,8 +4,8 @@
 An option's name is its idea: one spelling across commands (`--p-miss` everywhere, never
 `--p-miss-train` here and `--p-miss` there). A spelling replaced by another stays accepted for a
 release through `DEPRECATED` (vfl_cli.command rewrites it and says so on stderr);
-tests/test_cli_names.py fails on an option named by a deprecated spelling, and on two options
-that `SYNONYMS` says are one idea.
+tests/test_cli_help.py fails on an option named by a deprecated spelling, on an option named by
+a spelling that `SYNONYMS` gives to another, and on an option of no panel.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ DEPRECATED: dict[str, tuple[str, tuple[str, ...]]] = {
     "--train-samples": ("--max-train", ("throughput",)),
 }
 
-# Spellings of one idea that must never name options side by side (beyond DEPRECATED's pairs,
-# which the test adds): the first is the option's name.
+# Other spellings a new option of an existing idea might take (none names an option today): the
+# first is the idea's option name, the others must not name an option.
 SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("--data", "--party-data", "--table", "--party-dir"),
     ("--test-data", "--test-table"),
