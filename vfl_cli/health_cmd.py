@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from vfl_cli.command import run
 from vfl_cli.errors import user_errors
 from vfl_core.errors import VflError
 
@@ -65,7 +66,7 @@ def health(
 
 
 def main() -> None:
-    typer.run(health)
+    run(health)
 
 
 if __name__ == "__main__":
