@@ -175,8 +175,8 @@ def test_given_client_killed_during_psi_when_it_dies_then_no_worker_is_left(
 ) -> None:
     with Cluster(tmp_path / "cluster") as cluster:
         coord = cluster.coordinator(clients=2, epochs=1, alignment="psi")
-        extra0 = ["--id-column", "id", "--label-column", "y", "--block", "0", "--num-blocks", "2"]
-        extra1 = ["--id-column", "id", "--block", "1", "--num-blocks", "2", "--num-classes", "2"]
+        extra0 = ["--id-column", "id", "--label-column", "y", "--block", "0", "--clients", "2"]
+        extra1 = ["--id-column", "id", "--block", "1", "--clients", "2", "--num-classes", "2"]
         client0 = cluster.client(coord, big_psi_parties[0], extra0)
         cluster.client(coord, big_psi_parties[1], extra1)
         workers = cluster.wait_for(

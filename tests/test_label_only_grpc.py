@@ -64,7 +64,7 @@ def _sources(paths: dict[str, Path]):
 
 
 def _client_args(path: Path) -> list[str]:
-    args = ["--id-column", "customer", "--block", str(NAMES.index(path.stem)), "--num-blocks", "3"]
+    args = ["--id-column", "customer", "--block", str(NAMES.index(path.stem)), "--clients", "3"]
     return args + (["--label-column", "default"] if path.stem == "bank" else ["--num-classes", "2"])
 
 
@@ -156,7 +156,7 @@ def test_given_the_same_tables_when_simulated_then_the_table_has_the_sets_withou
     run: dict, tmp_path: Path
 ) -> None:
     paths = run["paths"]
-    args = ["simulate", *(a for n in NAMES for a in ("--csv", str(paths[n])))]
+    args = ["simulate", *(a for n in NAMES for a in ("--data", str(paths[n])))]
     args += ["--id-column", "customer", "--label-column", "default", "--label-blocks", "0"]
     args += ["--epochs", "2", "--no-progress", "--out", str(tmp_path / "sim.json")]
     result = CliRunner().invoke(app, args)

@@ -331,7 +331,7 @@ def test_simulate_with_mechanisms_and_few_labels(tmp_path: Path) -> None:
             "simulate",
             "--epochs",
             "1",
-            "--missing-train",
+            "--missing",
             "mar1",
             "--missing-test",
             "mcar:0",

@@ -45,7 +45,7 @@ def simulate(root: Path, *args: str) -> tuple[Path, str]:
 def diabetes_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """`vfl simulate --dataset diabetes --epochs 2 --run-dir D` with 10% missing blocks."""
     root = tmp_path_factory.mktemp("regreport")
-    return simulate(root, "--dataset", "diabetes", "--p-miss-train", "0.1")
+    return simulate(root, "--dataset", "diabetes", "--p-miss", "0.1")
 
 
 def results_of(run: Path) -> dict:

@@ -152,7 +152,7 @@ def test_given_diabetes_when_simulated_from_the_cli_then_table_and_json_show_err
     out = tmp_path / "sim.json"
     args = ["simulate", "--dataset", "diabetes", "--epochs", "1", "--no-progress"]
     result = CliRunner().invoke(
-        app, [*args, "--method", "svfl", "--p-miss-train", "0.3", "--out", str(out)]
+        app, [*args, "--method", "svfl", "--p-miss", "0.3", "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
     header = next(line for line in result.output.splitlines() if line.startswith("observed"))

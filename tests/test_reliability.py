@@ -118,11 +118,11 @@ def test_given_a_stray_label_value_when_preparing_then_classes_listed_and_warned
     rows = [f"c{i},{i % 7},{'yes' if i % 3 else 'no'}" for i in range(40)] + ["c40,1,yse"]
     table = tmp_path / "bank.csv"
     table.write_text("id,x,default\n" + "\n".join(rows) + "\n")
-    argv = ["prepare", "--csv", str(table), "--id-column", "id", "--label-column", "default"]
+    argv = ["prepare", "--data", str(table), "--id-column", "id", "--label-column", "default"]
     argv += [
         "--block",
         "0",
-        "--num-blocks",
+        "--clients",
         "2",
         "--test-fraction",
         "0",

@@ -38,7 +38,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     test evaluation after every epoch."""
     root = tmp_path_factory.mktemp("report")
     threads = torch.get_num_threads()
-    args = ["simulate", "--epochs", "2", "--p-miss-train", "0.1", "--eval-every", "1", *FAST]
+    args = ["simulate", "--epochs", "2", "--p-miss", "0.1", "--eval-every", "1", *FAST]
     args += ["--fault-rate", "0.05", "--rejoin-rate", "0.5", "--log-level", "error"]
     args += ["--run-dir", str(root / "run"), "--out", str(root / "sim.json")]
     result = CliRunner().invoke(app, args)

@@ -401,8 +401,8 @@ def test_given_prepare_csv_when_run_then_party_directory_with_its_preprocessing(
 ) -> None:
     paths = write_tables(tmp_path, n=300)
     out = tmp_path / "retail"
-    args = ["prepare", "--csv", str(paths["retail"]), "--id-column", "customer_id"]
-    args += ["--block", "1", "--num-blocks", "3", "--out", str(out)]
+    args = ["prepare", "--data", str(paths["retail"]), "--id-column", "customer_id"]
+    args += ["--block", "1", "--clients", "3", "--out", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "merchant_name: embedding (40 categories), missing indicator" in result.output
@@ -424,12 +424,12 @@ def test_given_prepare_csv_when_run_then_party_directory_with_its_preprocessing(
 
 def test_given_bad_prepare_csv_options_then_one_error_line_and_exit_2(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "t.csv", "id,a\nu1,1\nu1,2\n")
-    base = ["prepare", "--csv", str(path), "--out", str(tmp_path / "o")]
+    base = ["prepare", "--data", str(path), "--out", str(tmp_path / "o")]
     cases = [
-        ([*base, "--block", "0", "--num-blocks", "2"], "needs --id-column"),
-        ([*base, "--id-column", "id", "--num-blocks", "2"], "needs --block"),
-        ([*base, "--id-column", "id", "--block", "0"], "needs --num-blocks"),
-        ([*base, "--id-column", "id", "--block", "0", "--num-blocks", "2"], "duplicate ID 'u1'"),
+        ([*base, "--block", "0", "--clients", "2"], "needs --id-column"),
+        ([*base, "--id-column", "id", "--clients", "2"], "needs --block"),
+        ([*base, "--id-column", "id", "--block", "0"], "needs --clients"),
+        ([*base, "--id-column", "id", "--block", "0", "--clients", "2"], "duplicate ID 'u1'"),
     ]
     for args, message in cases:
         result = CliRunner().invoke(app, args)
@@ -478,7 +478,7 @@ def test_given_three_tables_when_simulated_then_trains_and_predicts_partial_over
     paths = write_tables(tmp_path, n=300)
     args = ["simulate", "--id-column", "customer_id", "--label-column", LABEL_COLUMN]
     for name in ("bank", "retail", "telecom"):
-        args += ["--csv", str(paths[name])]
+        args += ["--data", str(paths[name])]
     args += ["--epochs", "4", "--no-progress", "--out", str(tmp_path / "sim.json")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -488,7 +488,7 @@ def test_given_three_tables_when_simulated_then_trains_and_predicts_partial_over
     rows = saved["results"][0]["rows"]
     for wrong, message in (
         (["--label-blocks", "1"], "retail.csv: no label column 'defaulted'"),
-        (["--data", str(tmp_path)], "(--data) or tables (--csv), not both"),
+        (["--data", str(tmp_path)], "give party directories or CSV/Parquet tables, not both"),
     ):
         bad = CliRunner().invoke(app, [*args, *wrong])
         assert bad.exit_code == 2 and message in bad.output, bad.output
@@ -506,7 +506,7 @@ def test_given_ids_written_differently_when_simulated_then_warned_with_an_exampl
     paths = [write_csv(tmp_path / "bank.csv", "id,a,y\n" + bank)]
     paths += [write_csv(tmp_path / "shop.csv", "id,b\n" + shop)]
     args = ["simulate", "--id-column", "id", "--label-column", "y", "--epochs", "1"]
-    args += ["--csv", str(paths[0]), "--csv", str(paths[1]), "--no-progress"]
+    args += ["--data", str(paths[0]), "--data", str(paths[1]), "--no-progress"]
     with caplog.at_level("WARNING"):
         result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "sim.json")])
     assert result.exit_code == 0, result.output  # each block still trains on its own
@@ -526,11 +526,11 @@ def test_given_bad_client_table_options_then_one_error_line_and_exit_2(tmp_path:
     party_dir.mkdir()
     base = ["--insecure", "--data"]
     cases = [
-        ([*base, str(path), "--id-column", "id", "--block", "0"], "needs --num-blocks"),
-        ([*base, str(path), "--block", "0", "--num-blocks", "2"], "needs --id-column"),
+        ([*base, str(path), "--id-column", "id", "--block", "0"], "needs --clients"),
+        ([*base, str(path), "--block", "0", "--clients", "2"], "needs --id-column"),
         ([*base, str(party_dir), "--id-column", "id"], "--id-column applies to a CSV/Parquet"),
         (
-            [*base, str(path), "--id-column", "id", "--block", "0", "--num-blocks", "2"],
+            [*base, str(path), "--id-column", "id", "--block", "0", "--clients", "2"],
             "t.csv: duplicate ID 'u1' at line 3",
         ),
     ]

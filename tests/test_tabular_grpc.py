@@ -34,7 +34,7 @@ ID_COLUMN = "customer_id"
 
 def _client_args(ckpt: Path) -> Callable[[Path], list[str]]:
     def extra(path: Path) -> list[str]:
-        args = ["--id-column", ID_COLUMN, "--block", str(BLOCKS[path.stem]), "--num-blocks", "3"]
+        args = ["--id-column", ID_COLUMN, "--block", str(BLOCKS[path.stem]), "--clients", "3"]
         args += ["--checkpoint-dir", str(ckpt)]
         if path.stem == "bank":
             args += ["--label-column", LABEL_COLUMN]

@@ -163,7 +163,7 @@ def test_given_two_csv_halves_when_simulating_regression_then_rmse_beats_the_tra
     tmp_path: Path,
 ) -> None:
     paths = write_linear_tables(tmp_path)
-    args = ["simulate", "--csv", str(paths["owner"]), "--csv", str(paths["agent"])]
+    args = ["simulate", "--data", str(paths["owner"]), "--data", str(paths["agent"])]
     args += ["--id-column", ID, "--label-column", TARGET, "--task", "regression"]
     args += ["--epochs", "15", "--batch-size", "32", "--lr", "3e-3", "--hidden", "32"]
     args += ["--no-progress", "--out", str(tmp_path / "sim.json")]
@@ -194,8 +194,8 @@ def test_given_regression_prepare_csv_then_directory_and_its_fit_refused_for_cla
 ) -> None:
     paths = write_linear_tables(tmp_path, n=50)
     out = tmp_path / "owner"
-    base = ["prepare", "--csv", str(paths["owner"]), "--id-column", ID, "--block", "0"]
-    base += ["--num-blocks", "2", "--label-column", TARGET]
+    base = ["prepare", "--data", str(paths["owner"]), "--id-column", ID, "--block", "0"]
+    base += ["--clients", "2", "--label-column", TARGET]
     result = CliRunner().invoke(app, [*base, "--task", "regression", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert f"regression targets from '{TARGET}'" in result.output
@@ -204,7 +204,7 @@ def test_given_regression_prepare_csv_then_directory_and_its_fit_refused_for_cla
     fit = out / PREPROCESS_FILE
     cases = [
         ([*base, "--out", str(tmp_path / "o"), "--preprocessing", str(fit)], "fitted for a regr"),
-        (["prepare", "--task", "regression", "--out", str(tmp_path / "o")], "applies to --csv"),
+        (["prepare", "--task", "regression", "--out", str(tmp_path / "o")], "applies to --data"),
         (["predict", "--label-names", str(fit), "--insecure"], "--label-names is for classif"),
     ]
     for args, message in cases:
@@ -223,7 +223,7 @@ def test_given_client_options_when_task_is_wrong_or_misplaced_then_one_error_lin
     party_dir = tmp_path / "party0"
     party_dir.mkdir()
     table = ["--insecure", "--data", str(label), "--id-column", "id", "--block", "0"]
-    table += ["--num-blocks", "2", "--test-fraction", "0"]
+    table += ["--clients", "2", "--test-fraction", "0"]
     cases = [
         ([*table, "--label-column", "y", "--task", "regression"], "line 3, column 'y': 'oops'"),
         ([*table, "--task", "regression", "--num-classes", "2"], "--num-classes 2 is for class"),

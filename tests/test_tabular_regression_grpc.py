@@ -35,7 +35,7 @@ TRAINING = ["--lr", "3e-3", "--batch-size", "32", "--hidden", "32", "--embed-dim
 
 def _client_args(ckpt: Path) -> Callable[[Path], list[str]]:
     def extra(path: Path) -> list[str]:
-        args = ["--id-column", HOUSE_ID, "--block", str(BLOCKS[path.stem]), "--num-blocks", "2"]
+        args = ["--id-column", HOUSE_ID, "--block", str(BLOCKS[path.stem]), "--clients", "2"]
         args += ["--task", "regression", "--checkpoint-dir", str(ckpt)]
         return [*args, "--label-column", PRICE] if path.stem == "owner" else args
 

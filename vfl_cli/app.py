@@ -6,6 +6,7 @@ import typer
 
 from vfl_cli.bench_cmd import bench_app
 from vfl_cli.certs_cmd import certs
+from vfl_cli.command import VflGroup, vfl_commands
 from vfl_cli.compose_cmd import compose
 from vfl_cli.demo_cmd import demo
 from vfl_cli.errors import user_errors
@@ -15,7 +16,9 @@ from vfl_cli.remote_cmd import evaluate, predict
 from vfl_cli.report_cmd import report
 from vfl_cli.simulate_cmd import simulate
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(
+    cls=VflGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False
+)
 app.command("prepare")(user_errors(prepare))
 app.command("simulate")(simulate)
 app.command("demo")(demo)
@@ -26,6 +29,7 @@ app.command("compose")(user_errors(compose))
 app.command("health")(health)
 app.command("report")(report)
 app.add_typer(bench_app, name="bench")
+vfl_commands(app)
 
 
 def main() -> None:

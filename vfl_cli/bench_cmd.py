@@ -30,7 +30,7 @@ Jobs = Annotated[int, Opt(help="parallel runs (processes); 0 runs in this proces
 Results = Annotated[Path, Opt(help="results directory")]
 ReportOnly = Annotated[bool, Opt(help="only rewrite the report from cached runs")]
 Progress = Annotated[bool, Opt(help="show a progress bar")]
-LogLevel = Annotated[str, Opt()]
+LogLevel = Annotated[str, Opt(help="debug | info | warning | error")]
 MnistPath = Annotated[Path, Opt(help="directory with the MNIST IDX files")]
 
 
@@ -124,10 +124,10 @@ def accuracy(
     methods: Annotated[str, Opt(help="comma-separated methods")] = (
         "local,svfl,ensemble,combinatorial,plug,laser"
     ),
-    p_train: Annotated[str, Opt(help="train p_miss values")] = "0,0.1,0.5",
-    p_test: Annotated[str, Opt(help="test p_miss values (evaluated after each run)")] = (
-        "0,0.1,0.5"
-    ),
+    p_train: Annotated[str, Opt("--p-miss", help="train p_miss values")] = "0,0.1,0.5",
+    p_test: Annotated[
+        str, Opt("--p-miss-test", help="test p_miss values (evaluated after each run)")
+    ] = ("0,0.1,0.5"),
     epochs: Annotated[int | None, Opt(help="override the setup's epochs")] = None,
     jobs: Jobs = 2,
     data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
@@ -165,10 +165,10 @@ def scaling(
     max_train: Annotated[int, Opt(help="train images (random subset of MNIST-10k)")] = 2000,
     max_test: Annotated[int, Opt(help="test images")] = 1000,
     p_miss: Annotated[float, Opt(help="train and test p_miss of every party")] = 0.1,
-    model: Annotated[str, Opt(help="party model: mlp (scaling.md) or cnn (scaling_cnn.md)")] = (
-        "mlp"
-    ),
-    seed: Annotated[int, Opt()] = 0,
+    model: Annotated[
+        str, Opt("--representation", help="party model: mlp (scaling.md) or cnn (scaling_cnn.md)")
+    ] = ("mlp"),
+    seed: Annotated[int, Opt(help="seeds data, model and faults")] = 0,
     jobs: Jobs = 1,
     data_path: MnistPath = DEFAULT_DATA,
     bench: BenchRun = BenchRun(),
@@ -206,10 +206,10 @@ def faults(
     scenarios: Annotated[str, Opt(help="all (any party fails), host (block 0 stays up)")] = (
         "all,host"
     ),
-    rejoin: Annotated[str, Opt(help="R_u values: a failed party comes back per round")] = (
-        "1,0.5,0.1"
-    ),
-    fail_rate: Annotated[float, Opt(help="R_d: an up party fails per round")] = 0.3,
+    rejoin: Annotated[
+        str, Opt("--rejoin-rate", help="R_u values: a failed party comes back per round")
+    ] = ("1,0.5,0.1"),
+    fail_rate: Annotated[float, Opt("--fault-rate", help="R_d: an up party fails per round")] = 0.3,
     epochs: Annotated[int | None, Opt(help="override the setup's epochs")] = None,
     dataset: Annotated[str, Opt(help="mnist (the benchmark) or digits (quick check)")] = "mnist",
     jobs: Jobs = 1,
@@ -252,13 +252,18 @@ def dvfl(
     methods: Annotated[str, Opt(help="methods of the fault table")] = (
         "dvfl,laser,zerofill,stale,svfl"
     ),
-    rejoin: Annotated[str, Opt(help="P values of guest loss")] = "1,0.5,0.1",
+    rejoin: Annotated[str, Opt("--rejoin-rate", help="P values of guest loss")] = "1,0.5,0.1",
     host_rejoin: Annotated[str, Opt(help="P values of host and link loss")] = "0.1",
     periods: Annotated[str, Opt(help="DVFL communication periods (rounds)")] = "1,2,4,8,16",
     labels: Annotated[str, Opt(help="labelled training rows of the few-label runs")] = "128,1024",
-    fail_rate: Annotated[float, Opt(help="R_d: an up entity fails per round")] = 0.3,
+    fail_rate: Annotated[
+        float, Opt("--fault-rate", help="R_d: an up entity fails per round")
+    ] = 0.3,
     epochs: Annotated[int | None, Opt(help="override the guests' (and others') 20 epochs")] = None,
-    owner_epochs: Annotated[int | None, Opt(help="override DVFL's 60 owner epochs")] = None,
+    owner_epochs: Annotated[
+        int | None,
+        Opt("--dvfl-owner-epochs", help="override DVFL's owner epochs", show_default="60"),
+    ] = None,
     dataset: Annotated[str, Opt(help="mnist (the benchmark) or digits (quick check)")] = "mnist",
     jobs: Jobs = 1,
     data_path: MnistPath = DEFAULT_DATA,
@@ -297,14 +302,16 @@ def dvfl(
 @with_option_groups
 def dlvm(
     datasets: Annotated[str, Opt(help="mnist, credit (comma-separated)")] = "mnist,credit",
-    train: Annotated[str, Opt(help="training mechanisms")] = "mcar:0.2,mnar:0.7",
-    test: Annotated[str, Opt(help="test mechanisms")] = (
+    train: Annotated[str, Opt("--missing", help="training mechanisms")] = "mcar:0.2,mnar:0.7",
+    test: Annotated[str, Opt("--missing-test", help="test mechanisms")] = (
         "mcar:0,mcar:0.2,mcar:0.5,mnar:0.7,mnar:0.9,mar1,mar2"
     ),
     methods: Annotated[str, Opt(help="dlvm and label-only methods")] = "dlvm,laser,local,plug,svfl",
     seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
     stage1_epochs: Annotated[int, Opt(help="DLVM stage 1 epochs (all samples)")] = 30,
-    stage2_epochs: Annotated[int, Opt(help="DLVM stage 2 epochs (labelled rows)")] = 30,
+    stage2_epochs: Annotated[
+        int, Opt("--dlvm-stage2-epochs", help="DLVM stage 2 epochs (labelled rows)")
+    ] = 30,
     epochs: Annotated[int, Opt(help="epochs of the label-only methods")] = 20,
     jobs: Jobs = 2,
     data_path: MnistPath = DEFAULT_DATA,
@@ -382,7 +389,9 @@ def label_only(
 def throughput(
     models: Annotated[str, Opt(help="party models: mlp, cnn")] = "mlp,cnn",
     batch_sizes: Annotated[str, Opt(help="batch sizes")] = "128,1024",
-    train_samples: Annotated[int, Opt(help="train images (MNIST-10k subset)")] = 8192,
+    train_samples: Annotated[
+        int, Opt("--max-train", help="train images (MNIST-10k subset)")
+    ] = 8192,
     warmup: Annotated[int, Opt(help="unmeasured epochs per run")] = 1,
     repeats: Annotated[int, Opt(help="measured epochs per run (median taken)")] = 5,
     staleness: Annotated[
@@ -431,7 +440,7 @@ def wan(
     jitter: Annotated[float, Opt(help="jitter in ms (uniform +- per chunk, each way)")] = 0.0,
     epochs: Annotated[int, Opt(help="epochs per run")] = 3,
     warmup: Annotated[int, Opt(help="untimed epochs per run")] = 1,
-    seed: Annotated[int, Opt()] = 0,
+    seed: Annotated[int, Opt(help="seeds data, model and faults")] = 0,
     data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
     bench: BenchRun = BenchRun(),
 ) -> None:

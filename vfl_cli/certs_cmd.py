@@ -20,24 +20,17 @@ import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from vfl_cli.errors import user_errors
 from vfl_core.errors import ConfigError
-from vfl_wire.security import (
-    BLOCKS_FILE,
-    COORDINATOR,
-    OPERATOR,
-    TOKEN_FILE,
-    TOKENS_FILE,
-    token_digest,
-)
+
+if TYPE_CHECKING:  # imported where used, not for --help
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
 
 log = logging.getLogger(__name__)
 Opt = typer.Option
@@ -75,6 +68,8 @@ def parse_pins(text: str) -> dict[str, list[int] | None]:
 
 
 def parse_names(text: str, what: str = "--parties") -> list[str]:
+    from vfl_wire.security import COORDINATOR, OPERATOR
+
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise ConfigError(f"{what}: no names given")
@@ -104,6 +99,8 @@ def create_federation(
     """Write (or complete) the federation's TLS directory; returns the identities written.
     `pins`: the blocks each party may hold (default: its place in `parties`), merged into
     coordinator/blocks.json, which the coordinator enforces unless told otherwise."""
+    from vfl_wire.security import COORDINATOR, OPERATOR, TOKEN_FILE
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ca_key, ca_cert = _load_or_create_ca(out, days)
@@ -123,6 +120,11 @@ def create_federation(
 
 
 def _load_or_create_ca(out: Path, days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
     key_path, cert_path = out / "ca.key", out / "ca.pem"
     if cert_path.is_file():
         if not key_path.is_file():
@@ -166,6 +168,11 @@ def _write_identity(
     hosts: list[str],
     days: int,
 ) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
     directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
@@ -191,6 +198,8 @@ def _write_identity(
 
 def compose_service(name: str) -> str | None:
     """The docker-compose.yml service of an identity: coordinator, or clientN for partyN."""
+    from vfl_wire.security import COORDINATOR
+
     if name == COORDINATOR:
         return COORDINATOR
     match = PARTY_NUMBER.fullmatch(name)
@@ -198,6 +207,8 @@ def compose_service(name: str) -> str | None:
 
 
 def _san(name: str, hosts: list[str]) -> list[x509.GeneralName]:
+    from cryptography import x509
+
     dns = [name, "localhost", compose_service(name)]
     ips = ["127.0.0.1", "::1"]
     for host in hosts:
@@ -214,6 +225,8 @@ def _san(name: str, hosts: list[str]) -> list[x509.GeneralName]:
 def _builder(
     subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey, days: int
 ) -> x509.CertificateBuilder:
+    from cryptography import x509
+
     now = datetime.datetime.now(datetime.UTC)
     return (
         x509.CertificateBuilder()
@@ -227,6 +240,8 @@ def _builder(
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -245,6 +260,8 @@ def _write_secret(path: Path, data: bytes) -> None:
 def _write_token_digests(out: Path) -> None:
     """coordinator/tokens.json: SHA-256 of every token under `out`, so the coordinator can check
     tokens without holding them."""
+    from vfl_wire.security import COORDINATOR, TOKEN_FILE, TOKENS_FILE, token_digest
+
     digests = {
         p.parent.name: token_digest(p.read_bytes())
         for p in sorted(out.glob(f"*/{TOKEN_FILE}"))
@@ -259,6 +276,8 @@ def _write_pins(out: Path, pins: Mapping[str, list[int] | None]) -> None:
     without blocks keeps those of an earlier `vfl certs`, else gets the block of its place in
     this list, refused if another party holds that pin already; blocks named explicitly may be
     shared (a standby identity for a block), and the registry still lets one hold it at a time."""
+    from vfl_wire.security import BLOCKS_FILE, COORDINATOR
+
     path = out / COORDINATOR / BLOCKS_FILE
     merged: dict[str, list[int]] = {}
     if path.is_file():
@@ -298,6 +317,8 @@ def certs(
     force: Annotated[bool, Opt(help="rewrite identities that exist (new keys and tokens)")] = False,
 ) -> None:
     """Create the federation's CA, certificates and tokens (see README, Security)."""
+    from vfl_wire.security import OPERATOR
+
     pins = parse_pins(parties)
     names = list(pins)
     extra = [h.strip() for h in hosts.split(",") if h.strip()]

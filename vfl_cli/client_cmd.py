@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from vfl_cli import defaults
 from vfl_cli import table_options as tables
+from vfl_cli.command import run
 from vfl_cli.errors import EXIT_RUN_NOT_OK, setup_logging, user_errors
 from vfl_cli.option_groups import with_option_groups
-from vfl_cli.options import default, given, read_config_file
-from vfl_client.runner import ClientConfig, run_client
-from vfl_core.data.table_files import is_table_file
+from vfl_cli.options import from_file, given, read_config_file, refuse_unknown_keys
 from vfl_core.errors import ConfigError
 
+if TYPE_CHECKING:
+    from vfl_client.runner import ClientConfig
+
 Opt = typer.Option
+T = TypeVar("T")
 
 # Options named apart from the ClientConfig field they set.
 FIELDS = {"register_timeout": "register_timeout_s"}
+# The keys of a config file: ClientConfig's fields (`table` is built from the table options)
+# and the options that are no field of it.
+KEYS = {"data", *defaults.CLIENT, "log_level"} - {"table"}
 
 
 def D(field: str) -> Any:
     """ClientConfig's default for `field`, shown by its option."""
-    return default(ClientConfig, field)
+    return defaults.CLIENT[field]
 
 
 @user_errors
@@ -40,8 +48,8 @@ def client(
     config: Annotated[
         Path | None,
         Opt(
-            help="YAML/JSON: this command's keys (register_timeout_s for --register-timeout); "
-            "a flag given beats its key"
+            help="YAML/JSON: a key per option (id_column: for --id-column, ...); a flag given "
+            "beats its key"
         ),
     ] = None,
     coordinator: Annotated[str, Opt(help="coordinator host:port")] = D("coordinator"),
@@ -50,15 +58,19 @@ def client(
     ] = D("block"),
     table_columns: tables.TableColumns = tables.TableColumns(),
     test_data: Annotated[
-        Path | None, Opt(help="table: the test rows (default: split --data by ID)")
+        Path | None, Opt(help="table: the test rows", show_default="split --data by ID")
     ] = None,
     test_fraction: tables.TestFraction = tables.DEFAULTS["test_fraction"],
     table_encoding: tables.TableEncoding = tables.TableEncoding(),
-    party_id: Annotated[str | None, Opt(help="party name (default party<block>)")] = D("party_id"),
-    listen: Annotated[str, Opt(help="host:port to serve on (port 0: any free port)")] = D("listen"),
-    advertise: Annotated[str | None, Opt(help="host:port the coordinator calls back")] = D(
-        "advertise"
+    clients: tables.Clients = None,
+    party_id: Annotated[str | None, Opt(help="party name", show_default="party<block>")] = D(
+        "party_id"
     ),
+    listen: Annotated[str, Opt(help="host:port to serve on (port 0: any free port)")] = D("listen"),
+    advertise: Annotated[
+        str | None,
+        Opt(help="host:port the coordinator calls back", show_default="as the coordinator sees it"),
+    ] = D("advertise"),
     device: Annotated[str, Opt(help="auto | cpu | cuda[:N]")] = D("device"),
     secret: Annotated[str, Opt(envvar="VFL_SECRET", help="federation secret for ID hashing")] = D(
         "secret"
@@ -79,7 +91,7 @@ def client(
         Opt(envvar="VFL_TLS_DIR", help="`vfl certs` directory (or this party's part of it)"),
     ] = D("tls_dir"),
     token_file: Annotated[
-        Path | None, Opt(help="this party's token (default: its directory's `token`)")
+        Path | None, Opt(help="this party's token", show_default="<tls-dir>/<party id>/token")
     ] = D("token_file"),
     insecure: Annotated[
         bool, Opt(help="plaintext gRPC, no certificates (trusted networks and demos only)")
@@ -87,11 +99,22 @@ def client(
     alignment: Annotated[
         str, Opt(help="psi (never send ID hashes) | hmac (as the coordinator's --alignment)")
     ] = D("alignment"),
-    log_level: Annotated[str, Opt()] = "info",
+    log_level: Annotated[str, Opt(help="debug | info | warning | error")] = "info",
 ) -> None:
     """Serve one party's block to the federation until the coordinator ends the run."""
-    setup_logging(log_level)
     settings = read_config_file(config)
+    if "table" in settings:
+        raise ConfigError("--config: a table party takes the table options, not a `table:` key")
+    table = {
+        **dataclasses.asdict(table_columns),
+        **dataclasses.asdict(table_encoding),
+        "test_data": test_data,
+        "test_fraction": test_fraction,
+        "clients": clients,
+    }
+    refuse_unknown_keys(config, settings, KEYS | set(table))
+    setup_logging(from_file(ctx, settings, {"log_level": log_level})["log_level"])
+    table = from_file(ctx, settings, table)
     flags = given(
         ctx,
         {
@@ -116,28 +139,54 @@ def client(
     settings.update(flags)
     if settings.get("data") is None:
         raise ConfigError("no party data: give --data (or `data:` in --config)")
-    if "table" in settings:
-        raise ConfigError("--config: a table party takes the table options, not a `table:` key")
-    path = Path(settings["data"])
-    if is_table_file(path):
-        settings["table"] = tables.table_source(
-            path,
-            table_columns,
-            table_encoding,
-            test_path=test_data,
-            test_fraction=test_fraction,
-            block=settings.get("block"),
-        )
-    else:
-        tables.refuse_table_options(path, table_columns, table_encoding, test_data=test_data)
+    from vfl_client.runner import ClientConfig  # torch and grpc: not for --help
+
+    _describe_table(settings, table)
     reason = run_client(ClientConfig.model_validate(settings))
     typer.echo(f"client stopped: {reason}", err=True)
     if reason in ("run failed", "run interrupted"):  # the coordinator's word for its run
         raise typer.Exit(EXIT_RUN_NOT_OK)
 
 
+def run_client(config: ClientConfig) -> str:
+    """vfl_client.runner.run_client, imported when a client starts (torch, grpc), not for --help."""
+    from vfl_client import runner
+
+    return runner.run_client(config)
+
+
+def _describe_table(settings: dict[str, Any], table: dict[str, Any]) -> None:
+    """`settings["table"]` from the table options when --data is a CSV/Parquet file; with a
+    party directory, table options given are refused (they would be ignored)."""
+    from vfl_core.data.table_files import is_table_file
+
+    path = Path(settings["data"])
+    columns = _group(tables.TableColumns, table)
+    encoding = _group(tables.TableEncoding, table)
+    test_path = None if table["test_data"] is None else Path(table["test_data"])
+    if not is_table_file(path):
+        tables.refuse_table_options(
+            path, columns, encoding, test_data=test_path, clients=table["clients"]
+        )
+        return
+    settings["table"] = tables.table_source(
+        path,
+        columns,
+        encoding,
+        test_path=test_path,
+        test_fraction=table["test_fraction"],
+        block=settings.get("block"),
+        clients=table["clients"],
+    )
+
+
+def _group(group: type[T], values: dict[str, Any]) -> T:
+    """An option group (a dataclass) of the fields of `values`."""
+    return group(**{f.name: values[f.name] for f in dataclasses.fields(group)})  # type: ignore[arg-type]
+
+
 def main() -> None:
-    typer.run(client)
+    run(client)
 
 
 if __name__ == "__main__":  # `python -m vfl_cli.<this module>`, as `vfl demo` starts it

@@ -5,18 +5,20 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from vfl_cli import defaults
+from vfl_cli.command import run
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.fault_options import FaultOptions
 from vfl_cli.option_groups import with_option_groups
-from vfl_cli.options import default, given, read_config_file
+from vfl_cli.options import from_file, given, read_config_file, refuse_unknown_keys
 from vfl_cli.train_options import Deadline, TrainOptions
-from vfl_coordinator.admission import parse_parties
-from vfl_coordinator.config import CoordinatorConfig, Deadlines
-from vfl_coordinator.runner import run_coordinator
+
+if TYPE_CHECKING:
+    from vfl_coordinator.config import CoordinatorConfig
 
 Opt = typer.Option
 
@@ -29,9 +31,13 @@ FIELDS = {
 }
 
 
+# The keys of a config file: CoordinatorConfig's fields and the options that are no field of it.
+KEYS = {*defaults.COORDINATOR, "deadlines", "faults", "train", "progress", "port_file", "log_level"}
+
+
 def D(field: str) -> Any:
     """CoordinatorConfig's default for `field`, shown by its option."""
-    return default(CoordinatorConfig, field)
+    return defaults.COORDINATOR[field]
 
 
 @user_errors
@@ -42,11 +48,16 @@ def coordinator(
     listen: Annotated[str, Opt(help="host:port to serve on")] = D("listen"),
     config: Annotated[
         Path | None,
-        Opt(help="YAML/JSON: coordinator keys and a `train:` map; a flag given beats its key"),
+        Opt(
+            help="YAML/JSON: CoordinatorConfig's keys (register_timeout_s: for "
+            "--register-timeout, ...), `train:`, `faults:` and `deadlines:` maps; a flag given "
+            "beats its key"
+        ),
     ] = None,
-    quorum: Annotated[int | None, Opt(help="start with this many after --register-timeout")] = D(
-        "quorum"
-    ),
+    quorum: Annotated[
+        int | None,
+        Opt(help="start with this many after --register-timeout", show_default="all --clients"),
+    ] = D("quorum"),
     register_timeout: Annotated[float, Opt(help="seconds to wait for registrations")] = D(
         "register_timeout_s"
     ),
@@ -65,7 +76,7 @@ def coordinator(
         ),
     ] = D("farewell_s"),
     train: TrainOptions = TrainOptions(),
-    deadline: Deadline = default(Deadlines, "embed"),
+    deadline: Deadline = defaults.DEADLINES["embed"],
     down_after: Annotated[int, Opt(help="missed phases before a party is marked down")] = D(
         "down_after"
     ),
@@ -77,14 +88,21 @@ def coordinator(
     serve: Annotated[bool, Opt(help="keep serving predictions after training until stopped")] = D(
         "serve"
     ),
-    run_id: Annotated[str | None, Opt(help="run id (default: random)")] = D("run_id"),
+    run_id: Annotated[str | None, Opt(help="names the run", show_default="random")] = D("run_id"),
     progress: Annotated[bool, Opt(help="show a progress bar")] = True,
     audit_log: Annotated[
-        Path | None, Opt(help="append every message to and from the coordinator to this file")
+        Path | None,
+        Opt(
+            help="append every message to and from the coordinator to this file",
+            show_default="none",
+        ),
     ] = D("audit_log"),
     checkpoint_dir: Annotated[
         Path | None,
-        Opt(help="write checkpoints here; a restart with the same command resumes from them"),
+        Opt(
+            help="write checkpoints here; a restart with the same command resumes from them",
+            show_default="none",
+        ),
     ] = D("checkpoint_dir"),
     checkpoint_every: Annotated[
         int, Opt(help="rounds between checkpoints of every party and the coordinator (0: end)")
@@ -106,7 +124,8 @@ def coordinator(
         str | None,
         Opt(
             help="admitted party ids, e.g. party0,party1 or party0:0,party1:1+2 (id:blocks); "
-            "default with TLS: every party with a `vfl certs` token"
+            "default with TLS: every party with a `vfl certs` token",
+            show_default="with TLS: every party with a token; else any",
         ),
     ] = None,
     alignment: Annotated[
@@ -116,11 +135,17 @@ def coordinator(
     pipeline: Annotated[
         bool, Opt(help="pipelined rounds (same results); --no-pipeline: Embed, Fuse, Backward")
     ] = D("pipeline"),
-    log_level: Annotated[str, Opt()] = "info",
+    log_level: Annotated[str, Opt(help="debug | info | warning | error")] = "info",
 ) -> None:
     """Coordinate a LASER-VFL federation of `--clients` vfl-client processes."""
-    setup_logging(log_level)
     settings = read_config_file(config)
+    refuse_unknown_keys(config, settings, KEYS)
+    own = {"log_level": log_level, "progress": progress, "port_file": port_file}
+    own = from_file(ctx, settings, own)
+    setup_logging(own["log_level"])
+    from vfl_coordinator.admission import parse_parties  # torch and grpc: not for --help
+    from vfl_coordinator.config import CoordinatorConfig
+
     train_config = train.config(settings.pop("train", {}) or {})
     flags = given(
         ctx,
@@ -158,11 +183,20 @@ def coordinator(
         settings["parties"] = parse_parties(parties)
     settings["faults"] = faults.over(ctx, settings.get("faults") or {})
     cfg = CoordinatorConfig.model_validate({**settings, "train": train_config.model_dump()})
-    on_port = None if port_file is None else functools.partial(write_port_file, port_file)
-    results = run_coordinator(cfg, progress=progress, on_port=on_port)
+    port_path = None if own["port_file"] is None else Path(own["port_file"])
+    on_port = None if port_path is None else functools.partial(write_port_file, port_path)
+    results = run_coordinator(cfg, progress=bool(own["progress"]), on_port=on_port)
     typer.echo(
         f"run {results['run_id']} finished: {results['rounds']} rounds; results in {cfg.out}"
     )
+
+
+def run_coordinator(config: CoordinatorConfig, **options: Any) -> dict[str, Any]:
+    """vfl_coordinator.runner.run_coordinator, imported when a coordinator starts (torch, grpc),
+    not for --help."""
+    from vfl_coordinator import runner
+
+    return runner.run_coordinator(config, **options)
 
 
 def write_port_file(path: Path, port: int) -> None:
@@ -174,7 +208,7 @@ def write_port_file(path: Path, port: int) -> None:
 
 
 def main() -> None:
-    typer.run(coordinator)
+    run(coordinator)
 
 
 if __name__ == "__main__":  # `python -m vfl_cli.<this module>`, as `vfl demo` starts it

@@ -18,24 +18,17 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from tqdm import tqdm
 
-from vfl_cli.certs_cmd import create_federation
-from vfl_cli.chaos import GuestLoss, running
-from vfl_cli.coordinator_client import CoordinatorClient, CoordinatorError
+from vfl_cli import defaults
 from vfl_cli.errors import user_errors
-from vfl_cli.remote_cmd import operator_security, render_evaluation
-from vfl_cli.report_cmd import has_matplotlib, write_report
 from vfl_cli.train_options import Deadline
-from vfl_core.algorithms.methods import METHODS, method_spec
-from vfl_core.config import TrainConfig
-from vfl_core.data.datasets import load_dataset
-from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import VflError
-from vfl_wire.security import OPERATOR
+
+if TYPE_CHECKING:  # grpc and torch: imported when the demo runs, not for --help
+    from vfl_cli.coordinator_client import CoordinatorClient
 
 Opt = typer.Option
 
@@ -48,10 +41,10 @@ class DemoError(VflError):
 def demo(
     workdir: Annotated[Path, Opt(help="where data, logs and results go")] = Path("runs/demo"),
     clients: Annotated[int, Opt(help="number of parties")] = 4,
-    epochs: Annotated[int, Opt()] = 60,
+    epochs: Annotated[int, Opt(help="passes over the training samples")] = 60,
     p_miss: Annotated[float, Opt(help="train and test probability a party misses a sample")] = 0.1,
     kill_block: Annotated[int, Opt(help="the client to SIGKILL before the second inference")] = 2,
-    seed: Annotated[int, Opt()] = 0,
+    seed: Annotated[int, Opt(help="seeds data, model and faults")] = 0,
     deadline: Deadline = 5.0,
     fault_rate: Annotated[
         float, Opt(help="R_d: per tick, each running client is killed or frozen (0: no faults)")
@@ -63,9 +56,19 @@ def demo(
         "kill"
     ),
     fault_every: Annotated[float, Opt(help="seconds per fault tick")] = 2.0,
-    method: Annotated[str, Opt(help=" | ".join(METHODS))] = "laser",
+    method: Annotated[str, Opt(help=" | ".join(defaults.METHODS))] = "laser",
 ) -> None:
     """Run coordinator + clients as real processes: train, predict, kill one, predict again."""
+    from vfl_cli.certs_cmd import create_federation
+    from vfl_cli.chaos import GuestLoss, running
+    from vfl_cli.coordinator_client import CoordinatorClient
+    from vfl_cli.remote_cmd import operator_security, render_evaluation
+    from vfl_core.algorithms.methods import METHODS, method_spec
+    from vfl_core.config import TrainConfig
+    from vfl_core.data.datasets import load_dataset
+    from vfl_core.data.prepare import prepare_parties
+    from vfl_wire.security import OPERATOR
+
     if not 0 <= kill_block < clients:
         raise DemoError(f"--kill-block must be in 0..{clients - 1}")
     if method not in METHODS:
@@ -210,6 +213,8 @@ def demo(
 def kill_outcome(method: str, clients: int, dead: int) -> str:
     """What the kill did to prediction. Every demo party holds labels, so the question is only
     whether the method can use the survivors' blocks."""
+    from vfl_core.algorithms.methods import method_spec
+
     survivors = [k for k in range(clients) if k != dead]
     spec = method_spec(method)
     found = spec.predictors(survivors, clients, range(clients))
@@ -236,6 +241,8 @@ def _summary(before: float, after: float, block: int, workdir: Path, outcome: st
 
 def _report(run_dir: Path) -> None:
     """Write the run's report when matplotlib is there (a few seconds); else say how to."""
+    from vfl_cli.report_cmd import has_matplotlib, write_report
+
     command = f"vfl report {run_dir}"
     if not has_matplotlib():
         typer.echo(f"report: pip install 'laser-vfl[report]', then `{command}`")
@@ -247,6 +254,10 @@ def _report(run_dir: Path) -> None:
 def _wait_trained(
     coord: CoordinatorClient, procs: dict, epochs: int, logs: Path, watch_clients: bool = True
 ) -> None:
+    from tqdm import tqdm
+
+    from vfl_cli.coordinator_client import CoordinatorError
+
     with tqdm(total=epochs, desc="epochs", unit="ep") as bar:
         while True:
             for name, proc in list(procs.items()):
@@ -266,6 +277,8 @@ def _wait_trained(
 
 
 def _wait_phase(coord: CoordinatorClient, phase: str, procs: dict, logs: Path) -> None:
+    from vfl_cli.coordinator_client import CoordinatorError
+
     while True:
         if procs["coordinator"].poll() is not None:
             raise DemoError(f"coordinator exited; see {logs / 'coordinator.log'}")
@@ -302,6 +315,8 @@ class Joins:
         return self._generations().get(block, 0) > self._before.get(block, 0)
 
     def _generations(self) -> dict[int, int]:
+        from vfl_cli.coordinator_client import CoordinatorError
+
         try:
             return self._coord.status().generations
         except CoordinatorError:  # not listening yet: nobody has registered

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from vfl_cli.options import default, given
+from vfl_cli import defaults
+from vfl_cli.options import given
 from vfl_core.errors import ConfigError
-from vfl_core.training.faults import ENTITIES, FaultConfig
+
+if TYPE_CHECKING:
+    from vfl_core.training.faults import FaultConfig
 
 Opt = typer.Option
 # Options named apart from the FaultConfig field they set.
@@ -25,16 +28,16 @@ class FaultOptions:
 
     fault_rate: Annotated[
         float, Opt(help="R_d: probability that a party fails at each training round")
-    ] = default(FaultConfig, "fail_rate")
+    ] = defaults.FAULTS["fail_rate"]
     rejoin_rate: Annotated[
         float, Opt(help="R_u: probability that a failed party comes back at each round")
-    ] = default(FaultConfig, "rejoin_rate")
+    ] = defaults.FAULTS["rejoin_rate"]
     link_loss: Annotated[
         float, Opt(help="probability that one message of a training round is lost")
-    ] = default(FaultConfig, "link_loss")
+    ] = defaults.FAULTS["link_loss"]
     fault_entity: Annotated[
         str, Opt(help="what fails: guest (a party) | host, link (dvfl's hosts, guest-host links)")
-    ] = default(FaultConfig, "entity")
+    ] = defaults.FAULTS["entity"]
 
     def over(self, ctx: typer.Context | None, base: dict[str, Any]) -> dict[str, Any]:
         """A config file's `faults:` mapping with the options given on the command line over it."""
@@ -43,6 +46,8 @@ class FaultOptions:
         return {**base, **given(ctx, options, _FIELDS)}
 
     def config(self) -> FaultConfig:
+        from vfl_core.training.faults import ENTITIES, FaultConfig  # torch: not for --help
+
         if self.fault_entity not in ENTITIES:
             raise ConfigError(
                 f"--fault-entity must be one of {', '.join(ENTITIES)}, got {self.fault_entity!r}"

@@ -10,14 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import grpc
 import typer
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from vfl_cli.command import run
 from vfl_cli.errors import user_errors
 from vfl_core.errors import VflError
-from vfl_wire.channels import make_channel
-from vfl_wire.security import channel_credentials, load_identity
+
+# grpc: imported when the check runs, not for --help
 
 Opt = typer.Option
 
@@ -42,6 +41,12 @@ def health(
     timeout: Annotated[float, Opt(help="seconds")] = 3.0,
 ) -> None:
     """Exit 0 if the server reports SERVING, else 2 with the reason (one line)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from vfl_wire.channels import make_channel
+    from vfl_wire.security import channel_credentials, load_identity
+
     credentials, target = None, None
     if not insecure:
         me = load_identity(tls_dir, identity)
@@ -61,7 +66,7 @@ def health(
 
 
 def main() -> None:
-    typer.run(health)
+    run(health)
 
 
 if __name__ == "__main__":

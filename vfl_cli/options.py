@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-import yaml
-from pydantic import BaseModel
 
-from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vfl_core.config import TrainConfig
 
 
 def read_config_file(path: Path | None) -> dict[str, Any]:
     """A YAML or JSON mapping; an unreadable or non-mapping file is a ConfigError."""
     if path is None:
         return {}
+    import yaml  # not for --help
+
     try:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
@@ -29,11 +31,6 @@ def read_config_file(path: Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must hold a mapping, not {type(data).__name__}")
     return data
-
-
-def default(model: type[BaseModel], field: str) -> Any:
-    """A config model's default for `field`: a command's option shows it and never restates it."""
-    return model.model_fields[field].get_default(call_default_factory=True)
 
 
 # Where an option's value came from when it beats a config file's key: the user said so.
@@ -54,6 +51,32 @@ def given(
     }
 
 
+def from_file(
+    ctx: typer.Context | None, settings: dict[str, Any], values: dict[str, Any]
+) -> dict[str, Any]:
+    """`values` (options of the running command, by name) with each one not given on the command
+    line taken from the config file's key of the same name; the keys used are popped from
+    `settings`."""
+    flags = given(ctx, values)
+    merged = dict(values)
+    for name in values:
+        if name in settings:
+            value = settings.pop(name)
+            if name not in flags:
+                merged[name] = value
+    return merged
+
+
+def refuse_unknown_keys(path: Path | None, settings: dict[str, Any], known: set[str]) -> None:
+    """A config file's key that no option or config field of the command reads would be silently
+    ignored: refuse it, naming the keys the command knows."""
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ConfigError(
+            f"config {path}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(known))})"
+        )
+
+
 def _source(ctx: typer.Context, name: str) -> str | None:
     source = ctx.get_parameter_source(name)
     return None if source is None else source.name
@@ -70,6 +93,8 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
 
 def train_config(base: dict[str, Any], **overrides: Any) -> TrainConfig:
     """TrainConfig from a config file's mapping plus the options given on the command line."""
+    from vfl_core.config import TrainConfig  # torch: not for --help
+
     data = dict(base)
     model = dict(data.pop("model", {}) or {})
     for key in ("representation", "embed_dim", "hidden", "head", "head_hidden"):
@@ -93,6 +118,15 @@ def train_config(base: dict[str, Any], **overrides: Any) -> TrainConfig:
     if dlvm:
         data["dlvm"] = dlvm
     return TrainConfig.model_validate(data)
+
+
+def shown(value: Any) -> str:
+    """A default as an option's help shows it: 128,64 for a tuple, on/off for a bool."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)
 
 
 def samples(n: int) -> str:

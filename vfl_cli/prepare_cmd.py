@@ -1,27 +1,27 @@
 """`vfl prepare`: write one directory per party from a data set, with simulated missing blocks,
-or (with --csv) one party's directory from its own table."""
+or (with --data) one party's directory from its own table."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, TypeVar, cast, get_args
+from typing import TYPE_CHECKING, Annotated, TypeVar, cast, get_args
 
 import typer
 
 from vfl_cli import table_options as tables
 from vfl_cli.option_groups import with_option_groups
-from vfl_core.data.datasets import Layout, load_dataset
-from vfl_core.data.label_summary import class_counts, describe_classes, rare_class_warnings
-from vfl_core.data.learning_task import REGRESSION
-from vfl_core.data.missingness import Mechanism, parse_mechanism
-from vfl_core.data.party_dir import PartyData, save_party_dir
-from vfl_core.data.prepare import PREPARE_FILE, party_p_miss, prepare_parties, seeded_rng
-from vfl_core.data.preprocess import TabularPreprocessor
-from vfl_core.data.tabular import TableSource, load_table_party, read_fitted
 from vfl_core.errors import ConfigError
 
+# numpy and torch: imported where the data are cut, not for --help
+if TYPE_CHECKING:
+    from vfl_core.data.missingness import Mechanism
+    from vfl_core.data.party_dir import PartyData
+    from vfl_core.data.preprocess import TabularPreprocessor
+    from vfl_core.data.tabular import TableSource
+
 T = TypeVar("T", int, float)
+DATASET_CLIENTS = 4  # K of a data set cut without --clients
 
 
 @with_option_groups
@@ -34,13 +34,19 @@ def prepare(
         Path | None,
         typer.Option(help="Source files: the MNIST IDX directory or the credit CSV (or its dir)."),
     ] = None,
-    clients: Annotated[int, typer.Option(help="Number of parties K (feature blocks).")] = 4,
+    clients: Annotated[
+        int | None,
+        typer.Option(
+            help="Number of parties K (feature blocks); required for a table.",
+            show_default="4 for a data set",
+        ),
+    ] = None,
     p_miss: Annotated[
         float, typer.Option(help="Probability a party misses a training sample.")
     ] = 0.0,
     p_miss_test: Annotated[
         float | None,
-        typer.Option(help="Same for test samples (default: the training probabilities)."),
+        typer.Option(help="Same for test samples.", show_default="the training probabilities"),
     ] = None,
     p_miss_per_party: Annotated[
         str | None, typer.Option(help='Per-party training probabilities, e.g. "0.1,0.2,0,0.5".')
@@ -57,11 +63,14 @@ def prepare(
     ] = None,
     missing_test: Annotated[
         str | None,
-        typer.Option(help="Same for the test split (default: the training missingness)."),
+        typer.Option(help="Same for the test split.", show_default="the training missingness"),
     ] = None,
     labels: Annotated[
         int | None,
-        typer.Option(help="Keep the labels of only N training samples (the rest unlabelled)."),
+        typer.Option(
+            help="Keep the labels of only N training samples (the rest unlabelled).",
+            show_default="all",
+        ),
     ] = None,
     test_fraction: Annotated[float, typer.Option(help="Share of samples in the test split.")] = 0.2,
     seed: Annotated[int, typer.Option(help="One seed fixes split, missingness, p_miss.")] = 0,
@@ -70,19 +79,19 @@ def prepare(
     ] = "auto",
     prefix: Annotated[str, typer.Option(help="Party directory name prefix.")] = "party",
     label_blocks: Annotated[
-        str | None, typer.Option(help='Blocks holding labels, e.g. "0,1" (default: all).')
+        str | None, typer.Option(help='Blocks holding labels, e.g. "0,1".', show_default="all")
     ] = None,
     keep_labels: Annotated[
         bool,
         typer.Option(help="Label parties keep the labels of samples whose block they miss."),
     ] = False,
     columns: Annotated[int, typer.Option(help="Credit: keep the first N feature columns.")] = 20,
-    csv: Annotated[
+    data: Annotated[
         Path | None,
         typer.Option(help="One party's own CSV/Parquet table: --out becomes its directory."),
     ] = None,
-    test_csv: Annotated[
-        Path | None, typer.Option(help="Table: its test rows (default: split by ID hash).")
+    test_data: Annotated[
+        Path | None, typer.Option(help="Table: its test rows.", show_default="split by ID hash")
     ] = None,
     table_columns: tables.TableColumns = tables.TableColumns(),
     block: Annotated[int | None, typer.Option(help="Table: this party's block index.")] = None,
@@ -94,23 +103,28 @@ def prepare(
 ) -> None:
     """Cut a data set into K party directories (features, IDs, labels) with missing blocks.
 
-    With --csv: turn one party's own table into its party directory, with the preprocessing
+    With --data: turn one party's own table into its party directory, with the preprocessing
     fitted on its training rows (or reused from --preprocessing) in preprocess.json."""
-    if csv is not None:
+    from vfl_core.data.datasets import Layout, load_dataset
+    from vfl_core.data.prepare import party_p_miss, prepare_parties, seeded_rng
+
+    if data is not None:
         source = tables.table_source(
-            csv,
+            data,
             table_columns,
             table_encoding,
-            test_path=test_csv,
+            test_path=test_data,
             test_fraction=test_fraction,
             block=block,
+            clients=clients,
         )
         prepare_table(source, out, preprocessing)
         return
     if table_encoding.task is not None:
-        raise ConfigError("--task applies to --csv (a built-in data set has its own task)")
+        raise ConfigError("--task applies to --data (a built-in data set has its own task)")
     if layout not in get_args(Layout):
         raise ConfigError(f"unknown layout {layout!r} (use {', '.join(get_args(Layout))})")
+    clients = DATASET_CLIENTS if clients is None else clients
     per_party = _parse_list(p_miss_per_party, float, "--p-miss-per-party")
     rng = seeded_rng(seed, "p_miss")
     train_p = party_p_miss(clients, p_miss, per_party, nonuniform, rng)
@@ -119,9 +133,9 @@ def prepare(
         train_p if p_miss_test is None else party_p_miss(clients, p_miss_test, None, False, rng)
     )
     mechanisms = _mechanisms(missing, missing_test, p_miss_per_party is not None or nonuniform)
-    data = load_dataset(dataset, data_path, columns=columns)
+    dataset_data = load_dataset(dataset, data_path, columns=columns)
     paths = prepare_parties(
-        data,
+        dataset_data,
         out,
         num_blocks=clients,
         p_miss_train=train_p,
@@ -143,6 +157,8 @@ def _mechanisms(
 ) -> dict[str, Mechanism]:
     """The --missing/--missing-test mechanisms by split; the test split follows training
     unless told otherwise (as the MCAR probabilities do)."""
+    from vfl_core.data.missingness import parse_mechanism
+
     if missing is not None and per_party:
         raise ConfigError("give --missing or --p-miss-per-party/--nonuniform, not both")
     chosen: dict[str, Mechanism] = {}
@@ -154,6 +170,9 @@ def _mechanisms(
 
 
 def prepare_table(source: TableSource, out: Path, preprocessing: Path | None) -> None:
+    from vfl_core.data.party_dir import save_party_dir
+    from vfl_core.data.tabular import load_table_party, read_fitted
+
     fitted = read_fitted(preprocessing, source.task) if preprocessing is not None else None
     data, fitted = load_table_party(source, fitted)
     save_party_dir(out, data)
@@ -161,6 +180,8 @@ def prepare_table(source: TableSource, out: Path, preprocessing: Path | None) ->
 
 
 def _echo_table_summary(out: Path, data: PartyData, fitted: TabularPreprocessor) -> None:
+    from vfl_core.data.label_summary import class_counts, describe_classes, rare_class_warnings
+
     rows = ", ".join(f"{name} {len(split)}" for name, split in data.splits.items())
     typer.echo(f"block {data.meta.block} of {data.meta.num_blocks}: {rows} rows")
     for spec in fitted.columns:
@@ -168,7 +189,7 @@ def _echo_table_summary(out: Path, data: PartyData, fitted: TabularPreprocessor)
         detail = " (dates, in days since 1970-01-01)" if spec.dates else detail
         missing = ", missing indicator" if spec.indicator else ""
         typer.echo(f"  {spec.name}: {spec.kind}{detail}{missing}")
-    if fitted.task == REGRESSION and fitted.label_column is not None:
+    if fitted.task == "regression" and fitted.label_column is not None:
         typer.echo(f"  regression targets from {fitted.label_column!r}")
     if fitted.classes:
         mapping = ", ".join(f"{i}={label}" for i, label in enumerate(fitted.classes))
@@ -192,6 +213,8 @@ def _parse_list(text: str | None, convert: type[T], option: str) -> list[T] | No
 
 def _echo_summary(out: Path, paths: list[Path]) -> None:
     """Rows per party per split, read back from prepare.json (the record of this run)."""
+    from vfl_core.data.prepare import PREPARE_FILE
+
     summary = json.loads((out / PREPARE_FILE).read_text())
     counts = summary["counts"]
     splits = list(counts)

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from vfl_cli.coordinator_client import CoordinatorClient, Evaluation
+from vfl_cli import defaults
 from vfl_cli.errors import user_errors
-from vfl_core.data.learning_task import REGRESSION
-from vfl_core.data.party_dir import PREPROCESS_FILE, load_party_dir
-from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.inference.metrics import format_table, unscored_note
-from vfl_core.protocol import SamplePrediction
-from vfl_core.training.alignment import DEMO_SECRET, hash_ids
-from vfl_wire.security import OPERATOR, Security, load_security
+
+if TYPE_CHECKING:  # grpc, numpy and torch: imported when a command runs, not for --help
+    from vfl_cli.coordinator_client import Evaluation
+    from vfl_core.protocol import SamplePrediction
+    from vfl_wire.security import Security
+
+OPERATOR, DEMO_SECRET = defaults.OPERATOR, defaults.DEMO_SECRET
 
 Opt = typer.Option
 TlsDir = Annotated[
@@ -29,6 +29,8 @@ Insecure = Annotated[bool, Opt(help="plaintext gRPC (a coordinator started with 
 
 def operator_security(tls_dir: Path | None, identity: str, insecure: bool) -> Security:
     """Mutual TLS as the operator (certificate and token from `vfl certs`), or plaintext."""
+    from vfl_wire.security import load_security
+
     return load_security(tls_dir, insecure, identity, need_token=True)
 
 
@@ -42,6 +44,8 @@ def evaluate(
     insecure: Insecure = False,
 ) -> None:
     """Evaluate the trained federation with the parties that are live now."""
+    from vfl_cli.coordinator_client import CoordinatorClient
+
     security = operator_security(tls_dir, identity, insecure)
     with CoordinatorClient(coordinator, timeout, security) as client:
         evaluation = client.evaluate(split)
@@ -52,6 +56,8 @@ def evaluate(
 
 
 def render_evaluation(ev: Evaluation, title: str) -> str:
+    from vfl_core.inference.metrics import format_table, unscored_note
+
     live = ",".join(map(str, ev.live_blocks)) or "none"
     lines = [format_table(ev.rows, title=f"{title} (live blocks: {live}; {ev.seconds:.2f}s)")]
     for block, (batches, answered) in ev.partly_live().items():
@@ -79,14 +85,14 @@ def predict(
             "adds each class's label as written in its table"
         ),
     ] = None,
-    party_dir: Annotated[
+    data: Annotated[
         Path | None,
         Opt(
             help="this party's directory (vfl prepare): names each sample it holds by its own "
             "ID, from the row the coordinator sends (works after a PSI alignment)"
         ),
     ] = None,
-    timeout: Annotated[float, Opt()] = 120.0,
+    timeout: Annotated[float, Opt(help="seconds to wait for the answer")] = 120.0,
     tls_dir: TlsDir = Path("certs"),
     identity: Identity = OPERATOR,
     insecure: Insecure = False,
@@ -94,12 +100,15 @@ def predict(
     """Predict samples by ID (hashed with the federation secret before they leave this host).
 
     By ID only with a coordinator that aligned with --alignment hmac; after a PSI alignment the
-    coordinator knows no hashes, so ask for all rows (no --ids) and give --party-dir to see
+    coordinator knows no hashes, so ask for all rows (no --ids) and give --data to see
     your own IDs."""
+    from vfl_cli.coordinator_client import CoordinatorClient
+    from vfl_core.training.alignment import hash_ids
+
     security = operator_security(tls_dir, identity, insecure)
     names = _read_ids(ids, ids_file)
     classes = _read_classes(label_names) if label_names is not None else None
-    own = _own_ids(party_dir, split) if party_dir is not None else None
+    own = _own_ids(data, split) if data is not None else None
     hashes = hash_ids(names, secret.encode()) if names is not None else None
     by_hash = dict(zip(hashes, names, strict=True)) if names is not None and hashes else {}
     with CoordinatorClient(coordinator, timeout, security) as client:
@@ -130,6 +139,8 @@ def predict(
 
 def _own_ids(party_dir: Path, split: str) -> tuple[int, list[str]]:
     """(block, ID of each row of `split`) of a party directory: the party's own row order."""
+    from vfl_core.data.party_dir import load_party_dir
+
     data = load_party_dir(party_dir)
     if split not in data.splits:
         raise DataError(f"{party_dir}: no {split!r} split")
@@ -139,7 +150,7 @@ def _own_ids(party_dir: Path, split: str) -> tuple[int, list[str]]:
 def _sample_id(
     p: SamplePrediction, by_hash: dict[bytes, str], own: tuple[int, list[str]] | None
 ) -> str:
-    """The ID asked for, else this party's own ID of the sample (--party-dir), else the key's
+    """The ID asked for, else this party's own ID of the sample (--data), else the key's
     hex (an HMAC hash; after PSI a random value that names nothing outside this run)."""
     if p.id_hash in by_hash:
         return by_hash[p.id_hash]
@@ -151,7 +162,7 @@ def _sample_id(
         if row >= len(ids):
             raise DataError(
                 f"the coordinator names row {row} of block {block}, which has {len(ids)} rows: "
-                "--party-dir is not the directory this party serves"
+                "--data is not the directory this party serves"
             )
         return ids[row]
     return p.id_hash.hex()
@@ -191,13 +202,16 @@ def _read_ids(ids: str | None, ids_file: Path | None) -> list[str] | None:
 
 def _read_classes(path: Path) -> tuple[str, ...]:
     """The class mapping a label party saved with its fitted preprocessing."""
+    from vfl_core.data.party_dir import PREPROCESS_FILE
+    from vfl_core.data.preprocess import TabularPreprocessor
+
     file = path / PREPROCESS_FILE if path.is_dir() else path
     try:
         text = file.read_text()
     except OSError as err:
         raise DataError(f"cannot read {file}: {err.strerror}") from None
     fitted = TabularPreprocessor.from_json(text, str(file))
-    if fitted.task == REGRESSION:
+    if fitted.task == "regression":
         raise ConfigError(
             f"--label-names is for classification; {file} is a regression party's "
             f"preprocessing (its predictions are values, without label names)"

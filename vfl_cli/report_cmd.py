@@ -10,16 +10,17 @@ from __future__ import annotations
 import importlib.util
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from vfl_cli.errors import setup_logging, user_errors
-from vfl_cli.report_html import render_html, serving_lines
-from vfl_cli.report_plots import Plot, curves_plot, drop_one_plot, liveness_plot, subsets_plot
-from vfl_cli.run_files import RunFiles, load_run
 from vfl_core.errors import ConfigError, VflError
-from vfl_core.inference.headline import METRICS, Metric, choose_metric, task_metrics
+
+if TYPE_CHECKING:  # numpy, matplotlib and torch: imported when a report is written
+    from vfl_cli.report_plots import Plot
+    from vfl_cli.run_files import RunFiles
+    from vfl_core.inference.headline import Metric
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,13 @@ def report(
             "regression: rmse (default) | mae | r2 | federation_rmse"
         ),
     ] = None,
-    log_level: Annotated[str, typer.Option()] = "warning",
+    log_level: Annotated[str, typer.Option(help="debug | info | warning | error")] = "warning",
 ) -> None:
     """Write RUN_DIR/report/report.html: curves, metric by set of parties, config."""
     setup_logging(log_level)
+    from vfl_cli.report_html import serving_lines
+    from vfl_cli.run_files import load_run
+
     path = write_report(run_dir, out if out is not None else run_dir / "report", metric)
     run = load_run(run_dir)
     status = run.results.get("status")
@@ -67,6 +71,10 @@ def report(
 def write_report(run_dir: Path, out: Path, metric_name: str | None = None) -> Path:
     """Draw the figures, write them as PNG files and embedded in `out`/report.html. The metric
     is the run's headline (accuracy, or RMSE for regression) unless `metric_name` says."""
+    from vfl_cli.report_html import render_html
+    from vfl_cli.run_files import load_run
+    from vfl_core.inference.headline import METRICS, choose_metric
+
     if metric_name is not None and metric_name not in METRICS:
         raise ConfigError(f"--metric must be one of {', '.join(METRICS)}, not {metric_name!r}")
     if not has_matplotlib():
@@ -86,6 +94,9 @@ def write_report(run_dir: Path, out: Path, metric_name: str | None = None) -> Pa
 
 
 def draw_plots(run: RunFiles, metric: Metric) -> dict[str, Plot]:
+    from vfl_cli.report_plots import curves_plot, drop_one_plot, liveness_plot, subsets_plot
+    from vfl_core.inference.headline import task_metrics
+
     parties = sorted({int(b) for s in run.subsets for b in s["blocks"]})
     parties = parties or sorted({int(t["block"]) for t in run.transitions})
     end = int(run.results.get("rounds") or 0)

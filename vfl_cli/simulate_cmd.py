@@ -4,40 +4,53 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
-import torch
 import typer
 
+from vfl_cli import defaults
 from vfl_cli import table_options as tables
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.fault_options import FaultOptions
 from vfl_cli.option_groups import with_option_groups
-from vfl_cli.options import parse_ints, read_config_file, samples
+from vfl_cli.options import from_file, parse_ints, read_config_file, refuse_unknown_keys, samples
 from vfl_cli.train_options import TrainOptions
-from vfl_core.data.tabular import federation_sources
 from vfl_core.errors import ConfigError
-from vfl_core.inference.headline import Metric, headline
-from vfl_core.inference.metrics import format_table, unscored_note
-from vfl_core.inference.subsets import SubsetResult
-from vfl_core.simulate import SimulationConfig, SimulationResult, run_simulation
+
+# torch: imported when a simulation runs, not for --help
+if TYPE_CHECKING:
+    from vfl_core.data.tabular import TableSource
+    from vfl_core.inference.headline import Metric
+    from vfl_core.inference.subsets import SubsetResult
+    from vfl_core.simulate import SimulationConfig, SimulationResult
 
 Opt = typer.Option
+# A config file's keys beyond this command's own options: TrainConfig's, and a `faults:` map.
+TRAIN_KEYS = {*defaults.TRAIN, "model", "dvfl", "dlvm"}
 
 
 @user_errors
 @with_option_groups
 def simulate(
+    ctx: typer.Context,
     dataset: Annotated[
         str, Opt(help="digits, diabetes (embedded; diabetes is regression), mnist or credit")
     ] = "digits",
     data_path: Annotated[Path | None, Opt(help="source files for mnist/credit")] = None,
-    data: Annotated[list[Path] | None, Opt(help="prepared party directory (repeat)")] = None,
-    csv: Annotated[
-        list[Path] | None, Opt(help="a party's own CSV/Parquet table, block k the k-th (repeat)")
+    data: Annotated[
+        list[Path] | None,
+        Opt(
+            help="a party directory (vfl prepare) or a party's own CSV/Parquet table, block k "
+            "the k-th (repeat)",
+            show_default="--dataset",
+        ),
     ] = None,
-    test_csv: Annotated[
-        list[Path] | None, Opt(help="test rows of each --csv, in the same order (repeat)")
+    test_data: Annotated[
+        list[Path] | None,
+        Opt(
+            help="tables: the test rows of each --data table, in the same order (repeat)",
+            show_default="split each table by ID",
+        ),
     ] = None,
     id_column: tables.IdColumn = None,
     label_column: Annotated[
@@ -46,24 +59,41 @@ def simulate(
     max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
     task: tables.TaskOption = None,
     clients: Annotated[int, Opt(help="number of parties K")] = 4,
-    p_miss_train: Annotated[float, Opt(help="probability a party misses a train sample")] = 0.0,
-    p_miss_test: Annotated[list[float] | None, Opt(help="test p_miss (repeat)")] = None,
-    missing_train: Annotated[
+    p_miss: Annotated[
+        float,
+        Opt(help="probability a party misses a training sample (and a test one: --p-miss-test)"),
+    ] = 0.0,
+    p_miss_test: Annotated[
+        list[float] | None, Opt(help="test p_miss (repeat)", show_default="--p-miss")
+    ] = None,
+    missing: Annotated[
         str | None,
-        Opt(help="training missingness instead of --p-miss-train: mcar:P, mnar:P, mar1, mar2"),
+        Opt(help="training missingness instead of --p-miss: mcar:P, mnar:P, mar1, mar2"),
     ] = None,
     missing_test: Annotated[
         list[str] | None, Opt(help="test missingness mechanism instead of --p-miss-test (repeat)")
     ] = None,
     labels: Annotated[
-        int | None, Opt(help="keep the labels of only N training samples (the rest unlabelled)")
+        int | None,
+        Opt(
+            help="keep the labels of only N training samples (the rest unlabelled)",
+            show_default="all",
+        ),
     ] = None,
-    test_fraction: Annotated[float, Opt()] = 0.2,
-    label_blocks: Annotated[str | None, Opt(help="blocks holding labels, e.g. 0,1")] = None,
+    test_fraction: Annotated[float, Opt(help="share of the samples in the test split")] = 0.2,
+    label_blocks: Annotated[
+        str | None, Opt(help="blocks holding labels, e.g. 0,1", show_default="all")
+    ] = None,
     keep_labels: Annotated[
         bool, Opt(help="label parties keep the labels of samples whose block they miss")
     ] = False,
-    config: Annotated[Path | None, Opt(help="YAML/JSON TrainConfig; options override")] = None,
+    config: Annotated[
+        Path | None,
+        Opt(
+            help="YAML/JSON: TrainConfig's keys (epochs:, model: ...), a key per option of this "
+            "command (dataset:, p_miss: ...) and a `faults:` map; a flag given beats its key"
+        ),
+    ] = None,
     train: TrainOptions = TrainOptions(),
     faults: FaultOptions = FaultOptions(),
     out: Annotated[Path, Opt(help="JSON result file")] = Path("runs/simulate.json"),
@@ -76,53 +106,49 @@ def simulate(
     ] = 0,
     threads: Annotated[int, Opt(help="torch CPU threads")] = 1,
     progress: Annotated[bool, Opt(help="show a progress bar")] = True,
-    log_level: Annotated[str, Opt()] = "warning",
+    log_level: Annotated[str, Opt(help="debug | info | warning | error")] = "warning",
 ) -> None:
     """Train and evaluate LASER-VFL with every party in this process."""
-    setup_logging(log_level)
-    torch.set_num_threads(threads)
-    train_config = train.config(read_config_file(config))
-    sources = ()
-    if csv:
-        if data:
-            raise ConfigError("give party directories (--data) or tables (--csv), not both")
-        if id_column is None:
-            raise ConfigError("--csv needs --id-column")
-        sources = federation_sources(
-            csv,
-            test_csv,
-            id_column=id_column,
-            label_column=label_column,
-            label_blocks=parse_ints(label_blocks, "--label-blocks"),
-            test_fraction=test_fraction,
-            max_onehot=max_onehot,
-            task=tables.parse_task(task),
-        )
-    elif task is not None:
-        raise ConfigError("--task applies to --csv (party directories and data sets name theirs)")
+    own = {k: v for k, v in locals().items() if k not in ("ctx", "config", "train", "faults")}
+    settings = read_config_file(config)
+    refuse_unknown_keys(config, settings, {*own, *TRAIN_KEYS, "faults"})
+    o = from_file(ctx, settings, own)
+    fault_config = _fault_config(ctx, faults, settings.pop("faults", None) or {})
+    setup_logging(o["log_level"])
+    import torch  # not for --help
+
+    from vfl_core.simulate import SimulationConfig, run_simulation
+
+    torch.set_num_threads(o["threads"])
+    train_config = train.config(settings)
+    party_dirs, sources = _parties(o)
+    p_miss_test = o["p_miss_test"]
+    label_blocks = parse_ints(o["label_blocks"], "--label-blocks")
     sim = SimulationConfig(
-        dataset=dataset,
-        data_path=data_path,
-        party_dirs=tuple(data or ()),
+        dataset=o["dataset"],
+        data_path=o["data_path"],
+        party_dirs=party_dirs,
         tables=sources,
-        clients=clients,
-        p_miss_train=p_miss_train,
-        p_miss_test=tuple(p_miss_test) if p_miss_test else (p_miss_train,),
-        missing_train=missing_train,
-        missing_test=tuple(missing_test or ()),
-        labels=labels,
-        test_fraction=test_fraction,
-        label_blocks=parse_ints(label_blocks, "--label-blocks"),
-        keep_labels=keep_labels,
+        clients=o["clients"],
+        p_miss_train=o["p_miss"],
+        p_miss_test=tuple(p_miss_test) if p_miss_test else (o["p_miss"],),
+        missing_train=o["missing"],
+        missing_test=tuple(o["missing_test"] or ()),
+        labels=o["labels"],
+        test_fraction=o["test_fraction"],
+        label_blocks=label_blocks,
+        keep_labels=o["keep_labels"],
         train=train_config,
-        faults=faults.config(),
+        faults=fault_config,
     )
+    eval_every, run_dir, out = o["eval_every"], o["run_dir"], Path(o["out"])
     if eval_every < 0:
         raise ConfigError(f"--eval-every must be 0 or more, not {eval_every}")
     if eval_every and run_dir is None:
         raise ConfigError("--eval-every writes to epochs.jsonl: give a --run-dir")
+    run_dir = None if run_dir is None else Path(run_dir)
     result = run_simulation(
-        sim, progress=progress, run_dir=run_dir, subsets=True, eval_every=eval_every
+        sim, progress=o["progress"], run_dir=run_dir, subsets=True, eval_every=eval_every
     )
     typer.echo(render(result))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +158,55 @@ def simulate(
         typer.echo(f"run directory {run_dir}; see it with `vfl report {run_dir}`")
 
 
+def _fault_config(ctx: typer.Context, faults: FaultOptions, base: dict[str, Any]) -> Any:
+    """The FaultConfig of a config file's `faults:` map with the fault options given over it."""
+    from vfl_core.training.faults import FaultConfig
+
+    faults.config()  # refuses a bad --fault-entity
+    return FaultConfig.model_validate(faults.over(ctx, base))
+
+
+def _paths(value: Any) -> list[Path]:
+    """A repeated path option's paths (a config file may give one path or a list)."""
+    if value is None:
+        return []
+    return [Path(value)] if isinstance(value, (str, Path)) else [Path(p) for p in value]
+
+
+def _parties(o: dict[str, Any]) -> tuple[tuple[Path, ...], tuple[TableSource, ...]]:
+    """The party directories or the tables of --data (one kind, not both)."""
+    from vfl_core.data.table_files import is_table_file
+    from vfl_core.data.tabular import federation_sources
+
+    paths, test_paths = _paths(o["data"]), _paths(o["test_data"])
+    is_table = [is_table_file(p) for p in paths]
+    if any(is_table) and not all(is_table):
+        raise ConfigError("--data: give party directories or CSV/Parquet tables, not both")
+    if not paths or not all(is_table):
+        if o["task"] is not None:
+            raise ConfigError(
+                "--task applies to --data tables (party directories and data sets name theirs)"
+            )
+        return tuple(paths), ()
+    if o["id_column"] is None:
+        raise ConfigError("--data tables need --id-column")
+    sources = federation_sources(
+        paths,
+        test_paths or None,
+        id_column=o["id_column"],
+        label_column=o["label_column"],
+        label_blocks=parse_ints(o["label_blocks"], "--label-blocks"),
+        test_fraction=o["test_fraction"],
+        max_onehot=o["max_onehot"],
+        task=tables.parse_task(o["task"]),
+    )
+    return (), tuple(sources)
+
+
 def render(result: SimulationResult) -> str:
+    from vfl_core.inference.headline import headline
+    from vfl_core.inference.metrics import format_table, unscored_note
+
     cfg = result.config
     last = result.epochs[-1] if result.epochs else None
     source = "tables" if cfg.tables else "party dirs" if cfg.party_dirs else cfg.dataset

@@ -6,29 +6,34 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from vfl_core.data.learning_task import CLASSIFICATION, TASKS, Task
-from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT
-from vfl_core.data.tabular import DEFAULT_TEST_FRACTION, TableSource
+from vfl_cli import defaults
 from vfl_core.errors import ConfigError
+
+if TYPE_CHECKING:  # torch and numpy: imported where a table is read, not for --help
+    from vfl_core.data.learning_task import Task
+    from vfl_core.data.tabular import TableSource
 
 Opt = typer.Option
 
-IdColumn = Annotated[str | None, Opt(help="table: the sample ID column")]
+IdColumn = Annotated[str | None, Opt(help="table: the sample ID column (required for a table)")]
 LabelColumn = Annotated[
     str | None, Opt(help="table: the label column (omit for a feature-only party)")
 ]
 Features = Annotated[
-    str | None, Opt(help="table: feature columns, e.g. age,city (default: all but ID and label)")
+    str | None,
+    Opt(help="table: feature columns, e.g. age,city", show_default="all but ID and label"),
 ]
 TestFraction = Annotated[
     float,
     Opt(help="table without a test file: share of IDs in the test split (chosen by ID hash)"),
 ]
-NumBlocks = Annotated[int | None, Opt(help="table: number of parties K in the federation")]
+Clients = Annotated[
+    int | None, Opt(help="number of parties K in the federation (required for a table)")
+]
 NumClasses = Annotated[
     int | None,
     Opt(help="table, feature-only party of a classification: the label parties' class count"),
@@ -37,22 +42,23 @@ TaskOption = Annotated[
     str | None,
     Opt(
         "--task",
-        help="table: classification (default) | regression (labels are real numbers); every "
-        "party of the federation gives the same",
+        help="table: classification | regression (labels are real numbers); every party of the "
+        "federation gives the same",
+        show_default="classification",
     ),
 ]
 MaxOnehot = Annotated[
     int, Opt(help="table: categorical columns with more values get a learned embedding")
 ]
-DEFAULTS = {"test_fraction": DEFAULT_TEST_FRACTION, "max_onehot": DEFAULT_MAX_ONEHOT}
+DEFAULTS = {"test_fraction": defaults.TEST_FRACTION, "max_onehot": defaults.MAX_ONEHOT}
 
 
 def parse_task(task: str | None) -> Task:
     """The --task of a table (default classification)."""
     if task is None:
-        return CLASSIFICATION
-    if task not in TASKS:
-        raise ConfigError(f"--task: unknown task {task!r} (use {' or '.join(TASKS)})")
+        return "classification"
+    if task not in defaults.TASKS:
+        raise ConfigError(f"--task: unknown task {task!r} (use {' or '.join(defaults.TASKS)})")
     return task  # type: ignore[return-value]  # checked against TASKS just above
 
 
@@ -67,12 +73,11 @@ class TableColumns:
 
 @dataclass(frozen=True)
 class TableEncoding:
-    """How a party's table becomes its block of the federation: K, the task, the class count
-    of a feature-only party, and the one-hot limit for categorical columns."""
+    """How a party's table becomes its block of the federation: the task, the class count of
+    a feature-only party, and the one-hot limit for categorical columns."""
 
-    num_blocks: NumBlocks = None
     num_classes: NumClasses = None
-    max_onehot: MaxOnehot = DEFAULT_MAX_ONEHOT
+    max_onehot: MaxOnehot = defaults.MAX_ONEHOT
     task: TaskOption = None
 
 
@@ -84,16 +89,21 @@ def table_source(
     test_path: Path | None,
     test_fraction: float,
     block: int | None,
+    clients: int | None,
 ) -> TableSource:
     """Check the options a table needs and build its TableSource."""
+    from vfl_core.data.tabular import TableSource  # numpy and torch: not for --help
+
     for value, option in ((columns.id_column, "--id-column"), (block, "--block")):
         if value is None:
             raise ConfigError(f"{path}: a CSV/Parquet party needs {option}")
-    if encoding.num_blocks is None:
-        raise ConfigError(f"{path}: a CSV/Parquet party needs --num-blocks")
+    if clients is None:
+        raise ConfigError(f"{path}: a CSV/Parquet party needs --clients (the number of parties K)")
     features = None
     if columns.features is not None:
-        features = tuple(c.strip() for c in columns.features.split(",") if c.strip())
+        names = columns.features  # a config file may give a list
+        names = names.split(",") if isinstance(names, str) else [str(n) for n in names]
+        features = tuple(c.strip() for c in names if c.strip())
         if not features:
             raise ConfigError("--features: no column names given")
     return TableSource(
@@ -104,7 +114,7 @@ def table_source(
         test_path=test_path,
         test_fraction=test_fraction,
         block=block,
-        num_blocks=encoding.num_blocks,
+        num_blocks=clients,
         num_classes=encoding.num_classes,
         max_onehot=encoding.max_onehot,
         task=parse_task(encoding.task),
@@ -119,7 +129,6 @@ def refuse_table_options(
     options = {
         **dataclasses.asdict(columns),
         **given,
-        "num_blocks": encoding.num_blocks,
         "num_classes": encoding.num_classes,
         "task": encoding.task,  # a directory's meta.json names its task
     }

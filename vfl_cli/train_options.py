@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from vfl_cli.options import parse_ints, train_config
-from vfl_core.config import METHODS, TrainConfig
+from vfl_cli import defaults
+from vfl_cli.options import parse_ints, shown, train_config
+
+if TYPE_CHECKING:
+    from vfl_core.config import TrainConfig
 
 Opt = typer.Option
+# Each option's None keeps the config file's value, else the TrainConfig default shown here.
+T, M, DV, DL = defaults.TRAIN, defaults.MODEL, defaults.DVFL, defaults.DLVM
 
 Deadline = Annotated[float, Opt(help="seconds per phase before a party counts as missing")]
 
@@ -21,73 +26,142 @@ Deadline = Annotated[float, Opt(help="seconds per phase before a party counts as
 class TrainOptions:
     """Command-line overrides of a TrainConfig; None keeps the config file's value or default."""
 
-    method: Annotated[str | None, Opt(help=" | ".join(METHODS))] = None
-    seed: Annotated[int | None, Opt()] = None
-    epochs: Annotated[int | None, Opt()] = None
-    batch_size: Annotated[int | None, Opt()] = None
-    lr: Annotated[float | None, Opt()] = None
-    weight_decay: Annotated[float | None, Opt()] = None
-    balance: Annotated[str | None, Opt(help="none | resample")] = None
-    representation: Annotated[str | None, Opt(help="auto | mlp | cnn | resnet18")] = None
-    embed_dim: Annotated[int | None, Opt()] = None
-    hidden: Annotated[str | None, Opt(help="hidden sizes, e.g. 128,64")] = None
-    head: Annotated[str | None, Opt(help="linear | mlp")] = None
+    method: Annotated[
+        str | None, Opt(help=" | ".join(defaults.METHODS), show_default=shown(T["method"]))
+    ] = None
+    seed: Annotated[
+        int | None, Opt(help="seeds the model, batches and faults", show_default=shown(T["seed"]))
+    ] = None
+    epochs: Annotated[
+        int | None, Opt(help="passes over the training samples", show_default=shown(T["epochs"]))
+    ] = None
+    batch_size: Annotated[
+        int | None, Opt(help="samples per training round", show_default=shown(T["batch_size"]))
+    ] = None
+    lr: Annotated[
+        float | None,
+        Opt(help="learning rate of every party's optimizer", show_default=shown(T["lr"])),
+    ] = None
+    weight_decay: Annotated[
+        float | None,
+        Opt(help="L2 penalty of the optimizers", show_default=shown(T["weight_decay"])),
+    ] = None
+    balance: Annotated[
+        str | None,
+        Opt(help="none | resample (label parties' classes)", show_default=shown(T["balance"])),
+    ] = None
+    representation: Annotated[
+        str | None,
+        Opt(
+            help="party model: auto | mlp | cnn | resnet18", show_default=shown(M["representation"])
+        ),
+    ] = None
+    embed_dim: Annotated[
+        int | None, Opt(help="size of each party's embedding", show_default=shown(M["embed_dim"]))
+    ] = None
+    hidden: Annotated[
+        str | None, Opt(help="hidden sizes, e.g. 128,64", show_default=shown(M["hidden"]))
+    ] = None
+    head: Annotated[str | None, Opt(help="linear | mlp", show_default=shown(M["head"]))] = None
     dvfl_period: Annotated[
-        int | None, Opt(help="dvfl: guests write to the hosts every N local steps (default 1)")
+        int | None,
+        Opt(
+            help="dvfl: guests write to the hosts every N local steps",
+            show_default=shown(DV["period"]),
+        ),
     ] = None
     dvfl_host_steps: Annotated[
-        int | None, Opt(help="dvfl: replay steps of each host per round (default 2)")
+        int | None,
+        Opt(help="dvfl: replay steps of each host per round", show_default=shown(DV["host_steps"])),
     ] = None
     dvfl_owner_epochs: Annotated[
-        int | None, Opt(help="dvfl: epochs of the label owner on the hosts' codes (default 60)")
+        int | None,
+        Opt(
+            help="dvfl: epochs of the label owner on the hosts' codes",
+            show_default=shown(DV["owner_epochs"]),
+        ),
     ] = None
     serve_feature_only: Annotated[
         bool | None,
-        Opt(help="LASER-VFL heads also serve sets of feature-only parties (default: yes)"),
+        Opt(
+            help="LASER-VFL heads also serve sets of feature-only parties",
+            show_default=shown(T["serve_feature_only"]),
+        ),
     ] = None
     wire_dtype: Annotated[
         str | None,
-        Opt(help="embeddings and gradients on the wire: float32 | float16 | bfloat16 | int8"),
+        Opt(
+            help="embeddings and gradients on the wire: float32 | float16 | bfloat16 | int8",
+            show_default=shown(T["wire_dtype"]),
+        ),
     ] = None
     staleness: Annotated[
         int | None,
-        Opt(help="0: exact rounds; S >= 1: pipelined rounds that may miss up to S updates"),
+        Opt(
+            help="0: exact rounds; S >= 1: pipelined rounds that may miss up to S updates",
+            show_default=shown(T["staleness"]),
+        ),
     ] = None
     dlvm_stage2_epochs: Annotated[
-        int | None, Opt(help="dlvm: classifier epochs after --epochs of the bound (default 30)")
+        int | None,
+        Opt(
+            help="dlvm: classifier epochs after --epochs of the bound",
+            show_default=shown(DL["stage2_epochs"]),
+        ),
     ] = None
-    dlvm_latent_dim: Annotated[int | None, Opt(help="dlvm: size of the latent h (default 16)")] = (
-        None
-    )
+    dlvm_latent_dim: Annotated[
+        int | None, Opt(help="dlvm: size of the latent h", show_default=shown(DL["latent_dim"]))
+    ] = None
     dlvm_hidden: Annotated[
-        str | None, Opt(help="dlvm: hidden sizes of every network (default 128)")
+        str | None,
+        Opt(help="dlvm: hidden sizes of every network", show_default=shown(DL["hidden"])),
     ] = None
     dlvm_kappa: Annotated[
-        int | None, Opt(help="dlvm: importance samples in training (default 10)")
+        int | None,
+        Opt(help="dlvm: importance samples in training", show_default=shown(DL["kappa"])),
     ] = None
     dlvm_predict_samples: Annotated[
-        int | None, Opt(help="dlvm: importance samples L at inference (default 50)")
+        int | None,
+        Opt(
+            help="dlvm: importance samples L at inference",
+            show_default=shown(DL["predict_samples"]),
+        ),
     ] = None
     dlvm_mnar: Annotated[
-        bool | None, Opt(help="dlvm: every party models whether it holds a sample (MNAR)")
+        bool | None,
+        Opt(
+            help="dlvm: every party models whether it holds a sample (MNAR)",
+            show_default=shown(DL["mnar"]),
+        ),
     ] = None
     dlvm_predict: Annotated[
-        str | None, Opt(help="dlvm: snis (the paper's weights) | average (equal weights)")
+        str | None,
+        Opt(
+            help="dlvm: snis (the paper's weights) | average (equal weights)",
+            show_default=shown(DL["predict"]),
+        ),
     ] = None
     dlvm_expert_dropout: Annotated[
         float | None,
-        Opt(help="dlvm: leave each expert out of a training posterior with P (not the paper's)"),
+        Opt(
+            help="dlvm: leave each expert out of a training posterior with P (not the paper's)",
+            show_default=shown(DL["expert_dropout"]),
+        ),
     ] = None
     early_stop_patience: Annotated[
         int | None,
         Opt(
             help="0: off; N: stop after N epochs without a better validation accuracy and "
-            "restore the best epoch's weights"
+            "restore the best epoch's weights",
+            show_default=shown(T["early_stop_patience"]),
         ),
     ] = None
     validation_fraction: Annotated[
         float | None,
-        Opt(help="with --early-stop-patience: share of the training samples held out"),
+        Opt(
+            help="with --early-stop-patience: share of the training samples held out",
+            show_default=shown(T["validation_fraction"]),
+        ),
     ] = None
 
     def config(self, base: dict[str, Any]) -> TrainConfig:

@@ -5,6 +5,12 @@ random token it quotes in every heartbeat. A party registering again without a l
 process, or a second process with the same certificate) takes the block over with a new lease;
 the process holding the old one is refused from then on (FencedError) and
 stops (ABORTED), so two processes of one party never alternate.
+
+A refusal of the federation. While the parties gather, a new party refused for a reason of the
+federation (its protocol, block count, classes, task or data digest disagree) ends the gathering:
+`wait` raises at once, and every later registration (the registered parties' heartbeats
+included) is refused with the same cause, so each party stops with one line naming it instead of
+waiting out its --register-timeout.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ class Registry:
         self._cond = threading.Condition()
         self._generation = 0
         self._heard: dict[int, int] = {}  # block -> registrations, heartbeats included
+        self._gathering = True  # until `wait` returns: a refusal then ends the federation
+        self.refusal: str | None = None  # why the federation cannot start, once refused
+        self._told: set[int] = set()  # member blocks refused with `refusal` since
 
     def register(
         self, info: PartyInfo, address: str, synced: bool = True, lease: str = ""
@@ -47,7 +56,8 @@ class Registry:
         and the lease the party quotes from now on. A registration that changes nothing is a
         heartbeat: the generation (and the channel) stays."""
         with self._cond:
-            self._check(info)
+            self._refuse_if_refused(info)
+            self._check_federation(info)
             previous = self._members.get(info.block)
             if previous is not None and previous.info.party_id != info.party_id:
                 raise AlreadyExistsError(
@@ -100,6 +110,42 @@ class Registry:
                 held.address,
             )
 
+    def _refuse_if_refused(self, info: PartyInfo) -> None:
+        """After a refusal of the federation, every registration is told its cause."""
+        if self.refusal is None:
+            return
+        if info.block in self._members:
+            self._told.add(info.block)
+            self._cond.notify_all()
+        raise ConfigError(f"the federation cannot start: {self.refusal}")
+
+    def _check_federation(self, info: PartyInfo) -> None:
+        """`_check`; while the parties gather, its refusal of a party new to the federation is a
+        refusal of the whole federation. Not so a duplicate holder of a block or an id (that
+        party alone is wrong), nor a registered block registering again with other data (its
+        registered process still holds the block)."""
+        try:
+            self._check(info)
+        except AlreadyExistsError:
+            raise
+        except ConfigError as err:
+            if self._gathering and info.block not in self._members:
+                self.refusal = str(err)
+                log.error("registration refused, the federation cannot start: %s", err)
+                self._cond.notify_all()
+            raise
+
+    def wait_told(self, timeout: float) -> set[int]:
+        """After a refusal of the federation: wait up to `timeout` seconds until every
+        registered party was told its cause (at its next heartbeat); returns the blocks not told."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while (untold := set(self._members) - self._told) and (
+                left := deadline - time.monotonic()
+            ) > 0:
+                self._cond.wait(left)
+            return untold
+
     def _check(self, info: PartyInfo) -> None:
         if info.protocol_version != PROTOCOL_VERSION:
             raise ConfigError(
@@ -140,6 +186,8 @@ class Registry:
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._synced() < count:
+                if self.refusal is not None:
+                    raise ConfigError(f"the federation cannot start: {self.refusal}")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     have = self._synced()
@@ -150,6 +198,7 @@ class Registry:
                         f"only {have} of {count} parties registered within {timeout:.0f}s"
                     )
                 self._cond.wait(min(left, 1.0))
+            self._gathering = False
             return dict(sorted(self._members.items()))
 
     def heard(self, block: int) -> int:

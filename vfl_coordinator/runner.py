@@ -43,6 +43,10 @@ from vfl_wire.v1 import vfl_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+# How long a coordinator whose federation was refused waits for the registered parties to hear
+# why: each registers again (a heartbeat) every 2 s (vfl_client.host.HEARTBEAT_S).
+TELL_REFUSAL_S = 10.0
+
 
 def run_coordinator(
     config: CoordinatorConfig,
@@ -113,6 +117,8 @@ def run_coordinator(
         return results
     finally:
         try:
+            if registry.refusal is not None and not stop.is_set():
+                _tell_refusal(registry)
             if transport is not None:
                 told = transport.shutdown(registry.members(), ending)
                 if not stop.is_set():  # an operator's signal ends it at once
@@ -123,6 +129,18 @@ def run_coordinator(
             server.stop(grace=1.0).wait()
             if audit is not None:
                 audit.close()
+
+
+def _tell_refusal(registry: Registry) -> None:
+    """Stay up until every registered party heard why the federation cannot start (its next
+    heartbeat is refused with the cause), so none waits out its --register-timeout."""
+    untold = registry.wait_told(TELL_REFUSAL_S)
+    if untold:
+        log.warning(
+            "block(s) %s did not register again within %.0fs to hear the refusal",
+            ", ".join(map(str, sorted(untold))),
+            TELL_REFUSAL_S,
+        )
 
 
 def _farewell(

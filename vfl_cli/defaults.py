@@ -1,0 +1,132 @@
+"""The config models' defaults and the names the options list, as
+vfl_cli/defaults_source.py reads them from the models: the commands show them in their help
+without importing torch, grpc or the models (so `--help` answers at once). Generated: do not
+edit; run `python -m vfl_cli.defaults_source` (then `ruff format vfl_cli/defaults.py`) after
+changing a model's default."""
+
+from pathlib import Path
+
+TRAIN = {
+    "method": "laser",
+    "seed": 0,
+    "epochs": 60,
+    "batch_size": 64,
+    "eval_batch_size": 512,
+    "lr": 0.001,
+    "weight_decay": 0.0001,
+    "optimizer": "adam",
+    "momentum": 0.9,
+    "scheduler": "none",
+    "balance": "none",
+    "serve_feature_only": True,
+    "wire_dtype": "float32",
+    "staleness": 0,
+    "early_stop_patience": 0,
+    "validation_fraction": 0.1,
+}
+MODEL = {
+    "representation": "auto",
+    "embed_dim": 64,
+    "hidden": (256,),
+    "head": "linear",
+    "head_hidden": 64,
+}
+DVFL = {
+    "guest_hidden": (100,),
+    "guest_dim": 80,
+    "host_hidden": (200,),
+    "host_dim": 160,
+    "owner_hidden": (160, 40),
+    "period": 1,
+    "host_steps": 2,
+    "owner_epochs": 60,
+    "owner_lr": 0.08,
+    "owner_momentum": 0.0,
+}
+DLVM = {
+    "latent_dim": 16,
+    "z_dim": 8,
+    "hidden": (128,),
+    "kappa": 10,
+    "predict_samples": 50,
+    "predict": "snis",
+    "stage2_epochs": 30,
+    "mnar": False,
+    "expert_dropout": 0.0,
+}
+CLIENT = {
+    "table": None,
+    "coordinator": "localhost:50051",
+    "block": None,
+    "party_id": None,
+    "listen": "0.0.0.0:0",
+    "advertise": None,
+    "device": "auto",
+    "secret": "vfl-demo-secret",
+    "threads": 1,
+    "register_timeout_s": 300.0,
+    "checkpoint_dir": None,
+    "tls_dir": Path("certs"),
+    "insecure": False,
+    "token_file": None,
+    "alignment": "psi",
+}
+COORDINATOR = {
+    "listen": "0.0.0.0:50051",
+    "clients": 4,
+    "quorum": None,
+    "register_timeout_s": 300.0,
+    "rejoin_timeout_s": 300.0,
+    "align_retry_s": 60.0,
+    "farewell_s": 10.0,
+    "down_after": 3,
+    "retry_every": 10,
+    "out": Path("runs/coordinator"),
+    "serve": False,
+    "run_id": None,
+    "audit_log": None,
+    "tls_dir": Path("certs"),
+    "insecure": False,
+    "parties": None,
+    "alignment": "psi",
+    "max_inflight": 8,
+    "checkpoint_dir": None,
+    "checkpoint_every": 0,
+    "eval_every": 0,
+    "pipeline": True,
+}
+DEADLINES = {
+    "embed": 10.0,
+    "fuse": 10.0,
+    "backward": 10.0,
+    "predict": 10.0,
+    "align": 60.0,
+    "shutdown": 2.0,
+    "checkpoint": 30.0,
+}
+FAULTS = {
+    "fail_rate": 0.0,
+    "rejoin_rate": 1.0,
+    "link_loss": 0.0,
+    "at_inference": False,
+    "spare": (),
+    "entity": "guest",
+}
+METHODS = (
+    "laser",
+    "local",
+    "ensemble",
+    "svfl",
+    "combinatorial",
+    "plug",
+    "zerofill",
+    "stale",
+    "dvfl",
+    "dlvm",
+)
+FAULT_ENTITIES = ("guest", "host", "link")
+TASKS = ("classification", "regression")
+MAX_ONEHOT = 16
+TEST_FRACTION = 0.2
+DEMO_SECRET = "vfl-demo-secret"
+OPERATOR = "operator"
