@@ -24,14 +24,17 @@ RMSE_MARGIN = 0.10  # "within 10% RMSE"
 Runs = dict[str, list[dict[str, Any]]]  # row name -> that row of every seed's run
 
 
-def collect(job: TabularJob) -> dict[str, tuple[dict[str, Any], Runs]]:
+def records(job: TabularJob) -> list[dict[str, Any]]:
+    """The job's finished runs."""
+    found = (read_json(task.out) for task in job.tasks())
+    return [r for r in found if r is not None]
+
+
+def collect(found: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], Runs]]:
     """Per table: the first run's table facts and each row's runs over the seeds."""
     out: dict[str, tuple[dict[str, Any], Runs]] = {}
-    for task in job.tasks():
-        record = read_json(task.out)
-        if record is None:
-            continue
-        _, runs = out.setdefault(task.payload["table"], (record, defaultdict(list)))
+    for record in found:
+        _, runs = out.setdefault(record["payload"]["table"], (record, defaultdict(list)))
         for row in record["rows_run"]:
             runs[row["row"]].append({**row, "seed": record["payload"]["seed"]})
     return out
@@ -45,11 +48,12 @@ def write_report(job: TabularJob) -> tuple[Path, str]:
 
 
 def render(job: TabularJob) -> str:
+    found = records(job)
     lines = [
         f"# `vfl bench tabular`{' --quick' if job.quick else ''}: "
         "the federation's defaults on tables nobody tuned for",
         "",
-        f"Command: `{job.command}` (from the project root, venv active).",
+        *_provenance(job, found),
         "",
         "K = 3 parties per table, one CSV each with an `id` column, read by `vfl simulate --csv` "
         "(labels at party 0 only; parties 0, 1, 2 each miss a random 10%, 30%, 30% of the rows, "
@@ -61,21 +65,44 @@ def render(job: TabularJob) -> str:
         "side by side, trained with the federation's resolved settings), `label_alone` "
         "(`vfl simulate` with party 0's CSV only, K = 1), `federation` (`vfl simulate`, "
         "defaults, in process) and `federation_grpc` (one vfl-coordinator and three "
-        "vfl-clients on loopback, defaults; plaintext and keyed-hash alignment, no TLS/PSI). "
+        "vfl-clients on loopback, defaults; plaintext and keyed-hash alignment, no TLS/PSI; "
+        "its ID-hashing secret is not `vfl simulate`'s, which changes the batch plan, so it "
+        "differs from `federation` by seed noise). "
         "Cells: mean +- sd over the seeds; `s` is the time to the model (fit; the federation's "
         "includes reading the CSVs and the test evaluation, gRPC's the processes' start). "
         "Per observed set: the parties holding the test row ('label_alone' is scored on all "
         "rows only). '-': not reported by that row (the federation reports no Brier score and "
-        "no multi-class AUC).",
+        "no multi-class AUC). Details: docs/benchmarks-tabular.md.",
         "",
     ]
-    collected = collect(job)
+    collected = collect(found)
     missing = [t for t in job.tables if t not in collected]
     for table, (info, runs) in collected.items():
         lines += _table_section(table, info, runs)
     if missing:
         lines += [f"Not finished: {', '.join(missing)}.", ""]
     return "\n".join(lines)
+
+
+def _provenance(job: TabularJob, found: list[dict[str, Any]]) -> list[str]:
+    """The command that ran the runs (as recorded in them), the code, the machine and when."""
+    commands = sorted({r.get("command") or job.command for r in found}) or [job.command]
+    if not found:
+        return [f"Command: `{commands[0]}`; no run has finished."]
+    codes = sorted({r["code"] for r in found})
+    machine = found[0]["machine"]
+    load = [round(x, 1) for r in found for x in r["load_average"][:1]]
+    return [
+        "Command: " + ", ".join(f"`{c}`" for c in commands) + " (from the project root, venv "
+        "active; `--report-only` rewrites this file from the runs under "
+        f"`{job.runs}`).",
+        "",
+        f"Code {', '.join(codes)}; {machine['cores']} CPU cores shared with other jobs, "
+        f"{'a GPU' if machine['gpu'] else 'no GPU'}, "
+        f"torch {machine['torch']}, one torch thread per process; runs from "
+        f"{min(r['started'] for r in found)} to {max(r['finished'] for r in found)} UTC; "
+        f"1-minute load average at the runs' ends {min(load)}-{max(load)}. Times are rough.",
+    ]
 
 
 def _table_section(table: str, info: dict[str, Any], runs: Runs) -> list[str]:
