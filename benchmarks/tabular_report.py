@@ -72,7 +72,9 @@ def render(job: TabularJob) -> str:
         "includes reading the CSVs and the test evaluation, gRPC's the processes' start). "
         "Per observed set: the parties holding the test row ('label_alone' is scored on all "
         "rows only). '-': not reported by that row (the federation reports no Brier score and "
-        "no multi-class AUC). Details: docs/benchmarks-tabular.md.",
+        "no multi-class AUC). Brier: the mean over rows of the squared error summed over the "
+        "classes (Brier's own definition; with two classes twice scikit-learn's "
+        "brier_score_loss). Details: docs/benchmarks-tabular.md.",
         "",
     ]
     collected = collect(found)
