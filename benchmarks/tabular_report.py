@@ -187,16 +187,47 @@ def verdict(runs: Runs, regression: bool) -> str:
     assert fed is not None and alone is not None and linear is not None and hgb is not None
     better = (lambda a, b: a < b) if regression else (lambda a, b: a > b)
     close = fed <= hgb * (1 + RMSE_MARGIN) if regression else fed >= hgb - ACCURACY_MARGIN
-    checks = {
-        "beats the label party alone": better(fed, alone),
-        "beats " + ("ridge" if regression else "logistic regression"): better(fed, linear),
-        "within " + ("10% RMSE" if regression else "1.5 accuracy points") + " of HGB": close,
-    }
-    said = "; ".join(f"{'yes' if ok else 'NO'}: {what}" for what, ok in checks.items())
-    figures = _figures(runs, regression)
-    return f"{said} ({figures})." + (
-        "" if all(checks.values()) else " " + _reasons(runs, regression)
+    linear_name = "ridge" if regression else "logistic regression"
+    margin = "10% RMSE" if regression else "1.5 accuracy points"
+    checks = [
+        ("beats the label party alone", better(fed, alone), "label_alone"),
+        (f"beats {linear_name}", better(fed, linear), "linear"),
+        (f"within {margin} of HGB", close, "hgb"),
+    ]
+    said = "; ".join(
+        f"{_answer(ok, fed, base)}: {what}" for what, ok, base in _with_means(checks, runs, metric)
     )
+    failed = [row for _, ok, row in checks if not ok]
+    text = f"{said} ({_figures(runs, regression)})."
+    return text if not failed else f"{text} {_reasons(runs, regression, failed)}"
+
+
+def _with_means(
+    checks: list[tuple[str, bool, str]], runs: Runs, metric: str
+) -> list[tuple[str, bool, float | None]]:
+    return [(what, ok, _mean(runs, row, metric)) for what, ok, row in checks]
+
+
+def _answer(ok: bool, fed: float, base: float | None) -> str:
+    if ok:
+        return "yes"
+    return "NO (a tie)" if base is not None and abs(fed - base) < 1e-9 else "NO"
+
+
+def _paired(runs: Runs, row: str, metric: str, regression: bool) -> str | None:
+    """federation minus `row`, seed by seed: mean +- sd (points, or RMSE)."""
+    base = {r["seed"]: r["scores"]["all"].get(metric) for r in runs.get(row, [])}
+    scale = 1.0 if regression else 100.0
+    diffs = [
+        scale * (r["scores"]["all"][metric] - base[r["seed"]])
+        for r in runs.get("federation", [])
+        if base.get(r["seed"]) is not None and r["scores"]["all"].get(metric) is not None
+    ]
+    if not diffs:
+        return None
+    sd = f" ± {statistics.stdev(diffs):.2f}" if len(diffs) > 1 else ""
+    unit = "RMSE" if regression else "points"
+    return f"federation − {row} per seed {statistics.fmean(diffs):+.2f}{sd} {unit}"
 
 
 def _figures(runs: Runs, regression: bool) -> str:
@@ -210,14 +241,15 @@ def _figures(runs: Runs, regression: bool) -> str:
     return f"mean {unit}: " + ", ".join(parts)
 
 
-def _reasons(runs: Runs, regression: bool) -> str:
-    """What the runs measured that bears on a failure: the epochs the federation trained, the
-    central MLP against HGB (the model and its training, without federation), and in binary
-    classification the federation's predicted positive rate against the true one."""
-    out = []
+def _reasons(runs: Runs, regression: bool, failed: list[str]) -> str:
+    """What the runs measured that bears on a failure: the federation against each row it did not
+    pass, seed by seed; the epochs it trained; the central MLP against HGB (the model and its
+    training, without federation); and in binary classification its predicted positive rate
+    against the true one."""
+    metric = "rmse" if regression else "accuracy"
+    out = [p for p in (_paired(runs, row, metric, regression) for row in failed) if p]
     epochs = [r.get("epochs") for r in runs.get("federation", [])]
     out.append(f"the federation trained {sorted(set(e for e in epochs if e is not None))} epochs")
-    metric = "rmse" if regression else "accuracy"
     central, hgb = _mean(runs, "central_mlp", metric), _mean(runs, "hgb", metric)
     if central is not None and hgb is not None:
         scale = 1.0 if regression else 100.0
