@@ -264,6 +264,15 @@ def _reasons(runs: Runs, regression: bool, failed: list[str]) -> str:
     return "Measured: " + "; ".join(out) + "."
 
 
+def predicted_positive_rate(accuracy: float, f1: float, positive: float) -> float:
+    """Binary: the share of rows predicted positive, from the accuracy, the positive class's F1
+    (below 1) and the true positive share. With TP, FP, FN as shares of the rows: accuracy =
+    1 - FP - FN and F1 = 2TP / (2TP + FP + FN), so TP = F1 (1 - accuracy) / (2 (1 - F1)),
+    FN = positive - TP, FP = 1 - accuracy - FN, and the predicted positives are TP + FP."""
+    tp = f1 * (1 - accuracy) / (2 * (1 - f1))
+    return tp + (1 - accuracy - (positive - tp))
+
+
 def _positive_rates(runs: Runs) -> str | None:
     """Binary: the federation's share of predicted positives, from its accuracy a, its F1 f and
     the true positive share p of the same test rows (predicted positives / n = f(1 - a)/(1 - f)
@@ -281,7 +290,7 @@ def _positive_rates(runs: Runs) -> str | None:
         )
         if a is None or f is None or p is None or f >= 1:
             return None
-        rates.append(f * (1 - a) / (1 - f) - (a - 1 + p))
+        rates.append(predicted_positive_rate(a, f, p))
         truths.append(p)
     if not rates:
         return None

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.tabular_data import prepare
-from benchmarks.tabular_report import ROWS
+from benchmarks.tabular_report import ROWS, predicted_positive_rate
 from benchmarks.tabular_tables import LABEL_BLOCK, LABEL_COLUMN, K, tables
 from vfl_cli.app import app
 
@@ -88,3 +88,16 @@ def test_quick_benchmark_over_grpc_matches_the_in_process_rows(tmp_path: Path) -
     assert grpc["scores"]["all"]["samples"] == local["federation"]["scores"]["all"]["samples"]
     assert grpc["scores"]["all"]["accuracy"] > 0.85
     assert grpc["epochs"] == local["federation"]["epochs"]
+
+
+def test_the_predicted_positive_rate_is_recovered_from_accuracy_and_f1() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        y = rng.random(200) < rng.uniform(0.05, 0.6)
+        predicted = rng.random(200) < rng.uniform(0.05, 0.9)
+        tp = np.mean(y & predicted)
+        f1 = 2 * tp / (np.mean(y) + np.mean(predicted))
+        if f1 >= 1:
+            continue
+        rate = predicted_positive_rate(float(np.mean(y == predicted)), float(f1), float(np.mean(y)))
+        assert rate == pytest.approx(np.mean(predicted), abs=1e-9)
