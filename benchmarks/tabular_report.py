@@ -79,6 +79,7 @@ def render(job: TabularJob) -> str:
     ]
     collected = collect(found)
     missing = [t for t in job.tables if t not in collected]
+    lines += _summary(collected)
     for table, (info, runs) in collected.items():
         lines += _table_section(table, info, runs)
     if missing:
@@ -105,6 +106,23 @@ def _provenance(job: TabularJob, found: list[dict[str, Any]]) -> list[str]:
         f"{min(r['started'] for r in found)} to {max(r['finished'] for r in found)} UTC; "
         f"1-minute load average at the runs' ends {min(load)}-{max(load)}. Times are rough.",
     ]
+
+
+def _summary(collected: dict[str, tuple[dict[str, Any], Runs]]) -> list[str]:
+    """Which tables the federation passes on all three checks."""
+    said = {t: verdict(runs, _is_reg(info)) for t, (info, runs) in collected.items()}
+    passed = [t for t, v in said.items() if v.startswith("yes") and "NO" not in v]
+    failed = [t for t in collected if t not in passed]
+    return [
+        f"**Summary:** the federation passes all three checks on {len(passed)} of "
+        f"{len(collected)} tables ({', '.join(passed) or 'none'}); not on "
+        f"{', '.join(failed) or 'none'} (each table's verdict says which check and why).",
+        "",
+    ]
+
+
+def _is_reg(info: dict[str, Any]) -> bool:
+    return bool(info["task"] == REGRESSION)
 
 
 def _table_section(table: str, info: dict[str, Any], runs: Runs) -> list[str]:
