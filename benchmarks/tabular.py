@@ -27,6 +27,7 @@ from vfl_core.config import TrainConfig
 log = logging.getLogger(__name__)
 
 QUICK_EPOCHS = 5  # the quick mode's --epochs (a user's option, the only one it sets)
+CURVE_EVERY = 5  # the federation's test scores every 5 epochs: a diagnostic of the epoch count
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
         }
         if payload["kind"] == "grpc":
             return {**info, "rows_run": [grpc_row(prep, Path(tmp) / "grpc", epochs)]}
-        fed = simulate_row("federation", prep, list(range(K)), Path(tmp) / "fed.json", epochs)
+        fed_json = Path(tmp) / "fed.json"
+        fed = simulate_row("federation", prep, list(range(K)), fed_json, epochs, CURVE_EVERY)
         alone = simulate_row("label_alone", prep, [LABEL_BLOCK], Path(tmp) / "alone.json", epochs)
         train = TrainConfig.model_validate(fed["train"])
         rows = [linear_row(prep), hgb_row(prep), central_row(prep, train), alone, fed]

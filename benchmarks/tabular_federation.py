@@ -44,14 +44,24 @@ def simulate_args(prep: Prepared, paths: list[Path], out: Path, epochs: int | No
 
 
 def simulate_row(
-    name: str, prep: Prepared, parties: list[int], out: Path, epochs: int | None
+    name: str,
+    prep: Prepared,
+    parties: list[int],
+    out: Path,
+    epochs: int | None,
+    curve_every: int = 0,
 ) -> Row:
-    """`vfl simulate` on the given parties' CSVs, in this process."""
+    """`vfl simulate` on the given parties' CSVs, in this process. With `curve_every`, it also
+    scores the test rows every that many epochs (`--run-dir --eval-every`: a diagnostic of the
+    epoch count, never used to choose a model; training is the same with or without it)."""
     import typer
 
     from vfl_cli.app import app
 
     args = simulate_args(prep, [prep.split.paths[k] for k in parties], out, epochs)
+    run_dir = out.with_suffix(".run")
+    if curve_every:
+        args += ["--run-dir", str(run_dir), "--eval-every", str(curve_every)]
     printed = io.StringIO()
     start = time.perf_counter()
     with contextlib.redirect_stdout(printed):
@@ -69,7 +79,19 @@ def simulate_row(
         "epochs": len(result["epochs"]),
         "early_stop": result.get("early_stop"),
         "command": "vfl " + " ".join(args),
+        "curve": _curve(run_dir / "epochs.jsonl") if curve_every else [],
     }
+
+
+def _curve(path: Path) -> list[dict[str, Any]]:
+    """The test scores logged during training: epoch (1-based) and metrics."""
+    out = []
+    for line in path.read_text().splitlines():
+        entry = json.loads(line)
+        if "test" in entry:
+            test = {k: entry["test"][k] for k in METRIC_KEYS if k in entry["test"]}
+            out.append({"epoch": entry["epoch"] + 1, **test})
+    return out
 
 
 def _scores(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -268,6 +268,9 @@ def _reasons(runs: Runs, regression: bool, failed: list[str]) -> str:
     out = [p for p in (_paired(runs, row, metric, regression) for row in failed) if p]
     epochs = [r.get("epochs") for r in runs.get("federation", [])]
     out.append(f"the federation trained {sorted(set(e for e in epochs if e is not None))} epochs")
+    curve = _curve_note(runs, regression)
+    if curve is not None:
+        out.append(curve)
     central, hgb = _mean(runs, "central_mlp", metric), _mean(runs, "hgb", metric)
     if central is not None and hgb is not None:
         scale = 1.0 if regression else 100.0
@@ -289,6 +292,29 @@ def predicted_positive_rate(accuracy: float, f1: float, positive: float) -> floa
     FN = positive - TP, FP = 1 - accuracy - FN, and the predicted positives are TP + FP."""
     tp = f1 * (1 - accuracy) / (2 * (1 - f1))
     return tp + (1 - accuracy - (positive - tp))
+
+
+def _curve_note(runs: Runs, regression: bool) -> str | None:
+    """From the federation's test scores logged every few epochs (a diagnostic): per seed the
+    best one and its epoch, against the final one."""
+    metric = "rmse" if regression else "accuracy"
+    pick = min if regression else max
+    scale = 1.0 if regression else 100.0
+    best, at, final = [], [], []
+    for r in runs.get("federation", []):
+        points = [p for p in r.get("curve", []) if p.get(metric) is not None]
+        if not points:
+            return None
+        top = pick(points, key=lambda p: p[metric])
+        best.append(scale * top[metric])
+        at.append(top["epoch"])
+        final.append(scale * r["scores"]["all"][metric])
+    unit = "RMSE" if regression else "accuracy"
+    return (
+        f"its test {unit} logged every few epochs (a diagnostic, never used to choose) was at "
+        f"best {statistics.fmean(best):.2f} (epochs {at}) against {statistics.fmean(final):.2f} "
+        f"at the end"
+    )
 
 
 def _positive_rates(runs: Runs) -> str | None:
