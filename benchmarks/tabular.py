@@ -11,7 +11,6 @@ on the gRPC seeds `federation_grpc`. Each (table, seed, transport) is one cached
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,6 @@ from benchmarks.tabular_data import prepare
 from benchmarks.tabular_federation import grpc_row, simulate_row
 from benchmarks.tabular_tables import LABEL_BLOCK, QUICK_TABLES, K, tables
 from vfl_core.config import TrainConfig
-
-log = logging.getLogger(__name__)
 
 QUICK_EPOCHS = 5  # the quick mode's --epochs (a user's option, the only one it sets)
 CURVE_EVERY = 5  # the federation's test scores every 5 epochs: a diagnostic of the epoch count
