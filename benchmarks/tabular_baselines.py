@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from typing import Any
 
@@ -29,7 +30,12 @@ from vfl_core.data.learning_task import REGRESSION
 from vfl_core.model.model_bank import make_optimizer
 from vfl_core.model.models import build_head, build_representation
 
+log = logging.getLogger(__name__)
+
 Row = dict[str, Any]
+# Learning-rate schedules the central MLP follows as the federation does (model_bank.set_lr);
+# another is said in the row's note, not silently replaced.
+MIRRORED_SCHEDULES = ("none", "cosine")
 
 
 def _row(name: str, prep: Prepared, predicted: np.ndarray, seconds: float, **extra: Any) -> Row:
@@ -122,7 +128,14 @@ def central_row(prep: Prepared, train: TrainConfig) -> Row:
     with torch.no_grad():
         out = model.eval()(torch.from_numpy(test))
     predicted = out[:, 0].numpy() * scale + centre if regression else out.softmax(1).numpy()
-    return _row("central_mlp", prep, predicted, seconds, epochs=epochs)
+    note = (
+        ""
+        if train.scheduler in MIRRORED_SCHEDULES
+        else f"scheduler {train.scheduler!r} not mirrored"
+    )
+    if note:
+        log.warning("central_mlp: %s (trained with a constant learning rate)", note)
+    return _row("central_mlp", prep, predicted, seconds, epochs=epochs, note=note)
 
 
 def _fit(

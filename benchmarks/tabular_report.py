@@ -151,6 +151,8 @@ def _table_section(table: str, info: dict[str, Any], runs: Runs) -> list[str]:
             f"| {name} | {len(row)} | " + " | ".join(cells) + f" | {epochs} | "
             f"{_cell([r['seconds'] for r in row], 's')} |"
         )
+    notes = sorted({f"{n}: {r['note']}" for n, rows in runs.items() for r in rows if r.get("note")})
+    lines += [f"\nNote: {note}." for note in notes]
     lines += ["", "Per observed set:", "", "| set | row | samples | " + " | ".join(metrics) + " |"]
     lines.append("| --- " * (len(metrics) + 3) + "|")
     for name_set in _sets(runs):

@@ -384,9 +384,9 @@ def tabular(
     tables: Annotated[str | None, Opt(help="comma-separated tables (default: all)")] = None,
     seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
     grpc_seeds: Annotated[str, Opt(help="seeds whose federation also runs over gRPC")] = "0,1,2",
-    quick: Annotated[bool, Opt(help="small tables, one seed, --epochs 5: a check in minutes")] = (
-        False
-    ),
+    quick: Annotated[
+        bool, Opt(help="3 small tables, one seed, --epochs 5: a check in about a minute")
+    ] = (False),
     jobs: Jobs = 0,
     data_path: Annotated[Path, Opt(help="directory with UCI_Credit_Card.csv")] = DEFAULT_DATA,
     bench: BenchRun = BenchRun(),
