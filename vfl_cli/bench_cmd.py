@@ -384,6 +384,40 @@ def label_only(
     _run_and_report(mod.run, report.write_report, job, bench)
 
 
+@bench_app.command("tabular")
+@user_errors
+@with_option_groups
+def tabular(
+    tables: Annotated[str | None, Opt(help="comma-separated tables (default: all)")] = None,
+    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
+    grpc_seeds: Annotated[str, Opt(help="seeds whose federation also runs over gRPC")] = "0,1,2",
+    quick: Annotated[
+        bool, Opt(help="3 small tables, one seed, --epochs 5: a check in about a minute")
+    ] = (False),
+    jobs: Jobs = 0,
+    data_path: Annotated[Path, Opt(help="directory with UCI_Credit_Card.csv")] = DEFAULT_DATA,
+    bench: BenchRun = BenchRun(),
+) -> None:
+    """The defaults on tables nobody tuned for: the federation against each party alone,
+    logistic/ridge, HistGradientBoosting and a central MLP; writes tabular.md."""
+    setup_logging(bench.log_level)
+    mod, report = _bench("tabular"), _bench("tabular_report")
+    known = mod.available_tables(data_path.resolve(), quick)
+    chosen = _variants(tables, known, "table(s)") if tables else known
+    chosen_seeds = _ints(seeds, "--seeds")
+    job = mod.TabularJob(
+        tables=chosen,
+        seeds=chosen_seeds[:1] if quick else chosen_seeds,
+        grpc_seeds=_ints(grpc_seeds, "--grpc-seeds"),
+        results=bench.results,
+        data_path=data_path.resolve(),
+        quick=quick,
+        jobs=jobs,
+        command=_command(),
+    )
+    _run_and_report(mod.run, report.write_report, job, bench)
+
+
 @bench_app.command("throughput")
 @user_errors
 def throughput(

@@ -1,0 +1,113 @@
+"""One table and seed of `vfl bench tabular` made ready for every row: the party CSV files, the
+parties as the project reads them (`vfl_core.data.tabular`, the path `vfl simulate --csv` takes),
+and the same rows joined back into one table for the centralised baselines.
+
+The split is the federation's own: training rows are party 0's training IDs (it holds the
+labels), test rows its test IDs (by ID hash); a row's observed set is the parties holding it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.tabular_metrics import set_name
+from benchmarks.tabular_tables import (
+    ID_COLUMN,
+    LABEL_BLOCK,
+    LABEL_COLUMN,
+    Split,
+    Table,
+    write_parties,
+)
+from vfl_core.data.learning_task import CLASSIFICATION
+from vfl_core.data.party_dir import PartyData
+from vfl_core.data.tabular import federation_sources, load_table_federation
+
+
+@dataclass(frozen=True)
+class Prepared:
+    table: Table
+    seed: int
+    split: Split
+    parties: list[PartyData]  # block order
+    train_rows: np.ndarray  # row numbers of the table (= IDs) with labels, training split
+    test_rows: np.ndarray
+    classes: tuple[str, ...]  # sorted class names (classification)
+
+    @property
+    def task(self) -> str:
+        return self.table.task
+
+    def labels(self, rows: np.ndarray) -> np.ndarray:
+        """Class indices (classification) or values of the table's rows."""
+        if self.task == CLASSIFICATION:
+            lookup = {c: i for i, c in enumerate(self.classes)}
+            return np.array([lookup[v] for v in self.table.label[rows]], dtype=np.int64)
+        return self.table.label[rows].astype(np.float64)
+
+    def observed(self, rows: np.ndarray) -> list[str]:
+        """Each row's observed set ("0,2")."""
+        return [set_name(np.flatnonzero(self.split.held[:, i]).tolist()) for i in rows]
+
+
+def prepare(table: Table, seed: int, directory: Path) -> Prepared:
+    split = write_parties(table, seed, directory)
+    sources = federation_sources(
+        list(split.paths),
+        None,
+        id_column=ID_COLUMN,
+        label_column=LABEL_COLUMN,
+        label_blocks=(LABEL_BLOCK,),
+        task=table.task,
+    )
+    parties = load_table_federation(sources)
+    label_party = parties[LABEL_BLOCK].splits
+    rows = {
+        name: np.array([int(i) for i in s.ids], dtype=np.int64) for name, s in label_party.items()
+    }
+    classes = tuple(sorted({str(v) for v in table.label})) if table.task == CLASSIFICATION else ()
+    return Prepared(table, seed, split, parties, rows["train"], rows["test"], classes)
+
+
+def raw_columns(prep: Prepared, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The joined table's cells of `rows` as a party would have sent them: (numeric float with
+    NaN where the holding party misses the row, categorical object with None)."""
+    owner = {c: k for k, block in enumerate(prep.split.blocks) for c in block}
+    numeric, categorical = [], []
+    for name, column in prep.table.columns.items():
+        held = prep.split.held[owner[name], rows]
+        if name in prep.table.categorical:
+            categorical.append(np.where(held, column[rows], None))
+        else:
+            numeric.append(np.where(held, column[rows], np.nan))
+    num = np.stack(numeric, axis=1).astype(np.float64) if numeric else np.zeros((len(rows), 0))
+    cat = np.stack(categorical, axis=1) if categorical else np.zeros((len(rows), 0), dtype=object)
+    return num, cat
+
+
+def party_features(prep: Prepared, rows: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
+    """The parties' own preprocessed features of `rows` side by side (zeros, and code 0, where a
+    party misses a row), then K - 1 indicators of a missing feature-only block: dense columns
+    first, every party's category codes last (the order the tabular model expects); and the
+    codes' cardinalities."""
+    dense, codes, cards = [], [], []
+    wanted = [str(r) for r in rows]
+    for k, party in enumerate(prep.parties):
+        split_rows = {}
+        for s in party.splits.values():
+            split_rows.update({i: s.features[j] for j, i in enumerate(s.ids[: len(s.features)])})
+        width = party.meta.feature_shape[0]
+        n_codes = len(party.meta.categorical)
+        block = np.zeros((len(rows), width), dtype=np.float32)
+        for j, i in enumerate(wanted):
+            if i in split_rows:
+                block[j] = split_rows[i]
+        dense.append(block[:, : width - n_codes])
+        codes.append(block[:, width - n_codes :])
+        cards += list(party.meta.categorical)
+        if k != LABEL_BLOCK:
+            dense.append((~prep.split.held[k, rows]).astype(np.float32)[:, None])
+    return np.concatenate(dense + codes, axis=1), tuple(cards)

@@ -1,0 +1,346 @@
+"""The report of `vfl bench tabular`: per table, every row's metrics overall (mean +- sd over the
+seeds) with its time to the model, the same per observed set, and a verdict line: does the
+federation beat the label party alone and the linear model, and is it within 1.5 accuracy points
+(10% RMSE) of HistGradientBoosting; where not, the measured figures that say why."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks.pool import read_json
+from benchmarks.tabular import TabularJob
+from vfl_core.data.learning_task import REGRESSION
+from vfl_core.persistence.files import write_text_atomically
+
+ROWS = ("linear", "hgb", "central_mlp", "label_alone", "federation", "federation_grpc")
+CLASSIFICATION_METRICS = ("accuracy", "f1", "auc", "brier")
+REGRESSION_METRICS = ("rmse", "mae", "r2")
+ACCURACY_MARGIN = 0.015  # the issue's "within 1.5 accuracy points of HGB"
+RMSE_MARGIN = 0.10  # "within 10% RMSE"
+
+Runs = dict[str, list[dict[str, Any]]]  # row name -> that row of every seed's run
+
+
+def records(job: TabularJob) -> list[dict[str, Any]]:
+    """The job's finished runs."""
+    found = (read_json(task.out) for task in job.tasks())
+    return [r for r in found if r is not None]
+
+
+def collect(found: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], Runs]]:
+    """Per table: the first run's table facts and each row's runs over the seeds."""
+    out: dict[str, tuple[dict[str, Any], Runs]] = {}
+    for record in found:
+        _, runs = out.setdefault(record["payload"]["table"], (record, defaultdict(list)))
+        for row in record["rows_run"]:
+            runs[row["row"]].append({**row, "seed": record["payload"]["seed"]})
+    return out
+
+
+def write_report(job: TabularJob) -> tuple[Path, str]:
+    text = render(job)
+    path = job.results / f"{job.name}.md"
+    write_text_atomically(path, text)
+    return path, text
+
+
+def render(job: TabularJob) -> str:
+    found = records(job)
+    lines = [
+        f"# `vfl bench tabular`{' --quick' if job.quick else ''}: "
+        "the federation's defaults on tables nobody tuned for",
+        "",
+        *_provenance(job, found),
+        "",
+        "K = 3 parties per table, one CSV each with an `id` column, read by `vfl simulate --csv` "
+        "(labels at party 0 only; parties 0, 1, 2 each miss a random 10%, 30%, 30% of the rows, "
+        "drawn per seed; a row party 0 misses has no label anywhere; test rows: the project's "
+        "ID-hash split, 20%). Rows: `linear` (logistic / ridge on the joined columns, missing "
+        "cells mean-imputed with indicators, one-hot, standardised), `hgb` "
+        "(HistGradientBoosting, missing cells NaN, categoricals native), `central_mlp` (the "
+        "federation's representation model and head on the parties' preprocessed features "
+        "side by side, trained with the federation's resolved settings), `label_alone` "
+        "(`vfl simulate` with party 0's CSV only, K = 1), `federation` (`vfl simulate`, "
+        "defaults, in process) and `federation_grpc` (one vfl-coordinator and three "
+        "vfl-clients on loopback, defaults; plaintext and keyed-hash alignment, no TLS/PSI; "
+        "its ID-hashing secret is not `vfl simulate`'s, which changes the batch plan, so it "
+        "differs from `federation` by seed noise). "
+        "Cells: mean +- sd over the seeds; `s` is the time to the model (fit; the federation's "
+        "includes reading the CSVs and the test evaluation, gRPC's the processes' start). "
+        "Per observed set: the parties holding the test row ('label_alone' is scored on all "
+        "rows only). '-': not reported by that row (the federation reports no Brier score and "
+        "no multi-class AUC). Brier: the mean over rows of the squared error summed over the "
+        "classes (Brier's own definition; with two classes twice scikit-learn's "
+        "brier_score_loss). Details: docs/benchmarks-tabular.md.",
+        "",
+    ]
+    collected = collect(found)
+    missing = [t for t in job.tables if t not in collected]
+    lines += _summary(collected)
+    for table, (info, runs) in collected.items():
+        lines += _table_section(table, info, runs)
+    if missing:
+        lines += [f"Not finished: {', '.join(missing)}.", ""]
+    return "\n".join(lines)
+
+
+def _provenance(job: TabularJob, found: list[dict[str, Any]]) -> list[str]:
+    """The command that ran the runs (as recorded in them), the code, the machine and when."""
+    commands = sorted({r.get("command") or job.command for r in found}) or [job.command]
+    if not found:
+        return [f"Command: `{commands[0]}`; no run has finished."]
+    codes = sorted({r["code"] for r in found})
+    machine = found[0]["machine"]
+    load = [round(x, 1) for r in found for x in r["load_average"][:1]]
+    return [
+        "Command: " + ", ".join(f"`{c}`" for c in commands) + " (from the project root, venv "
+        "active; `--report-only` rewrites this file from the runs under "
+        f"`{job.runs}`).",
+        "",
+        f"Code {', '.join(codes)}; {machine['cores']} CPU cores shared with other jobs, "
+        f"{'a GPU' if machine['gpu'] else 'no GPU'}, "
+        f"torch {machine['torch']}, one torch thread per process; runs from "
+        f"{min(r['started'] for r in found)} to {max(r['finished'] for r in found)} UTC; "
+        f"1-minute load average at the runs' ends {min(load)}-{max(load)}. Times are rough.",
+    ]
+
+
+def _summary(collected: dict[str, tuple[dict[str, Any], Runs]]) -> list[str]:
+    """Which tables the federation passes on all three checks."""
+    said = {t: verdict(runs, _is_reg(info)) for t, (info, runs) in collected.items()}
+    passed = [t for t, v in said.items() if v.startswith("yes") and "NO" not in v]
+    failed = [t for t in collected if t not in passed]
+    return [
+        f"**Summary:** the federation passes all three checks on {len(passed)} of "
+        f"{len(collected)} tables ({', '.join(passed) or 'none'}); not on "
+        f"{', '.join(failed) or 'none'} (each table's verdict says which check and why).",
+        "",
+    ]
+
+
+def _is_reg(info: dict[str, Any]) -> bool:
+    return bool(info["task"] == REGRESSION)
+
+
+def _table_section(table: str, info: dict[str, Any], runs: Runs) -> list[str]:
+    regression = info["task"] == REGRESSION
+    metrics = REGRESSION_METRICS if regression else CLASSIFICATION_METRICS
+    seeds = sorted({r["seed"] for rows in runs.values() for r in rows})
+    lines = [
+        f"## {table}",
+        "",
+        f"{info['task']}, {info['rows']} rows, {info['columns']} feature columns "
+        f"({info['categorical']} categorical), seed {seeds[0]}: rows held {info['held']}, "
+        f"{info['train']} labelled training and {info['test']} test rows; seeds {seeds}.",
+        "",
+        f"**Verdict:** {verdict(runs, regression)}",
+        "",
+        "| row | seeds | " + " | ".join(metrics) + " | epochs | s |",
+        "| --- " * (len(metrics) + 4) + "|",
+    ]
+    for name in ROWS:
+        if name not in runs:
+            continue
+        row = runs[name]
+        cells = [_cell([r["scores"]["all"].get(m) for r in row], m) for m in metrics]
+        epochs = _cell([r.get("epochs") for r in row], "epochs")
+        lines.append(
+            f"| {name} | {len(row)} | " + " | ".join(cells) + f" | {epochs} | "
+            f"{_cell([r['seconds'] for r in row], 's')} |"
+        )
+    notes = sorted({f"{n}: {r['note']}" for n, rows in runs.items() for r in rows if r.get("note")})
+    lines += [f"\nNote: {note}." for note in notes]
+    lines += ["", "Per observed set:", "", "| set | row | samples | " + " | ".join(metrics) + " |"]
+    lines.append("| --- " * (len(metrics) + 3) + "|")
+    for name_set in _sets(runs):
+        for name in ROWS:
+            row = [r for r in runs.get(name, []) if name_set in r["scores"]]
+            if not row or name == "label_alone":
+                continue
+            scores = [r["scores"][name_set] for r in row]
+            cells = [_cell([s.get(m) for s in scores], m) for m in metrics]
+            samples = _cell([s.get("samples") for s in scores], "samples")
+            lines.append(f"| {name_set} | {name} | {samples} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _sets(runs: Runs) -> list[str]:
+    found = {s for r in runs.get("hgb", []) for s in r["scores"] if s != "all"}
+    return sorted(found, key=lambda s: (-len(s), s))
+
+
+def _cell(values: list[Any], metric: str) -> str:
+    present = [float(v) for v in values if v is not None]
+    if not present:
+        return "-"
+    scale = 100.0 if metric in ("accuracy", "f1") else 1.0
+    fmt = {"s": ".1f", "epochs": ".0f", "samples": ".0f", "rmse": ".2f", "mae": ".2f"}.get(
+        metric, ".4f"
+    )
+    if metric in ("accuracy", "f1"):
+        fmt = ".2f"
+    mean = statistics.fmean(present) * scale
+    if len(present) < 2:
+        return format(mean, fmt)
+    return f"{format(mean, fmt)} ± {format(statistics.stdev(present) * scale, fmt)}"
+
+
+# ---------------------------------------------------------------- the verdict
+
+
+def _mean(runs: Runs, row: str, metric: str) -> float | None:
+    values = [r["scores"]["all"].get(metric) for r in runs.get(row, [])]
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def verdict(runs: Runs, regression: bool) -> str:
+    """Pass or fail on the issue's three conditions, with the figures that explain a failure."""
+    metric = "rmse" if regression else "accuracy"
+    fed, alone = _mean(runs, "federation", metric), _mean(runs, "label_alone", metric)
+    linear, hgb = _mean(runs, "linear", metric), _mean(runs, "hgb", metric)
+    if None in (fed, alone, linear, hgb):
+        return "incomplete (a row did not finish)."
+    assert fed is not None and alone is not None and linear is not None and hgb is not None
+    better = (lambda a, b: a < b) if regression else (lambda a, b: a > b)
+    close = fed <= hgb * (1 + RMSE_MARGIN) if regression else fed >= hgb - ACCURACY_MARGIN
+    linear_name = "ridge" if regression else "logistic regression"
+    margin = "10% RMSE" if regression else "1.5 accuracy points"
+    checks = [
+        ("beats the label party alone", better(fed, alone), "label_alone"),
+        (f"beats {linear_name}", better(fed, linear), "linear"),
+        (f"within {margin} of HGB", close, "hgb"),
+    ]
+    said = "; ".join(
+        f"{_answer(ok, fed, base)}: {what}" for what, ok, base in _with_means(checks, runs, metric)
+    )
+    failed = [row for _, ok, row in checks if not ok]
+    text = f"{said} ({_figures(runs, regression)})."
+    return text if not failed else f"{text} {_reasons(runs, regression, failed)}"
+
+
+def _with_means(
+    checks: list[tuple[str, bool, str]], runs: Runs, metric: str
+) -> list[tuple[str, bool, float | None]]:
+    return [(what, ok, _mean(runs, row, metric)) for what, ok, row in checks]
+
+
+def _answer(ok: bool, fed: float, base: float | None) -> str:
+    if ok:
+        return "yes"
+    return "NO (a tie)" if base is not None and abs(fed - base) < 1e-9 else "NO"
+
+
+def _paired(runs: Runs, row: str, metric: str, regression: bool) -> str | None:
+    """federation minus `row`, seed by seed: mean +- sd (points, or RMSE)."""
+    base = {r["seed"]: r["scores"]["all"].get(metric) for r in runs.get(row, [])}
+    scale = 1.0 if regression else 100.0
+    diffs = [
+        scale * (r["scores"]["all"][metric] - base[r["seed"]])
+        for r in runs.get("federation", [])
+        if base.get(r["seed"]) is not None and r["scores"]["all"].get(metric) is not None
+    ]
+    if not diffs:
+        return None
+    sd = f" ± {statistics.stdev(diffs):.2f}" if len(diffs) > 1 else ""
+    unit = "RMSE" if regression else "points"
+    return f"federation − {row} per seed {statistics.fmean(diffs):+.2f}{sd} {unit}"
+
+
+def _figures(runs: Runs, regression: bool) -> str:
+    metric, unit = ("rmse", "RMSE") if regression else ("accuracy", "accuracy")
+    scale, fmt = (1.0, ".2f") if regression else (100.0, ".2f")
+    parts = []
+    for row in ("federation", "label_alone", "linear", "hgb", "central_mlp"):
+        value = _mean(runs, row, metric)
+        if value is not None:
+            parts.append(f"{row} {format(value * scale, fmt)}")
+    return f"mean {unit}: " + ", ".join(parts)
+
+
+def _reasons(runs: Runs, regression: bool, failed: list[str]) -> str:
+    """What the runs measured that bears on a failure: the federation against each row it did not
+    pass, seed by seed; the epochs it trained; the central MLP against HGB (the model and its
+    training, without federation); and in binary classification its predicted positive rate
+    against the true one."""
+    metric = "rmse" if regression else "accuracy"
+    out = [p for p in (_paired(runs, row, metric, regression) for row in failed) if p]
+    epochs = [r.get("epochs") for r in runs.get("federation", [])]
+    out.append(f"the federation trained {sorted(set(e for e in epochs if e is not None))} epochs")
+    curve = _curve_note(runs, regression)
+    if curve is not None:
+        out.append(curve)
+    central, hgb = _mean(runs, "central_mlp", metric), _mean(runs, "hgb", metric)
+    if central is not None and hgb is not None:
+        scale = 1.0 if regression else 100.0
+        out.append(
+            f"the same model trained centrally on the joined features scores "
+            f"{central * scale:.2f} against HGB's {hgb * scale:.2f}"
+        )
+    if not regression:
+        rate = _positive_rates(runs)
+        if rate is not None:
+            out.append(rate)
+    return "Measured: " + "; ".join(out) + "."
+
+
+def predicted_positive_rate(accuracy: float, f1: float, positive: float) -> float:
+    """Binary: the share of rows predicted positive, from the accuracy, the positive class's F1
+    (below 1) and the true positive share. With TP, FP, FN as shares of the rows: accuracy =
+    1 - FP - FN and F1 = 2TP / (2TP + FP + FN), so TP = F1 (1 - accuracy) / (2 (1 - F1)),
+    FN = positive - TP, FP = 1 - accuracy - FN, and the predicted positives are TP + FP."""
+    tp = f1 * (1 - accuracy) / (2 * (1 - f1))
+    return tp + (1 - accuracy - (positive - tp))
+
+
+def _curve_note(runs: Runs, regression: bool) -> str | None:
+    """From the federation's test scores logged every few epochs (a diagnostic): per seed the
+    best one and its epoch, against the final one."""
+    metric = "rmse" if regression else "accuracy"
+    pick = min if regression else max
+    scale = 1.0 if regression else 100.0
+    best, at, final = [], [], []
+    for r in runs.get("federation", []):
+        points = [p for p in r.get("curve", []) if p.get(metric) is not None]
+        if not points:
+            return None
+        top = pick(points, key=lambda p: p[metric])
+        best.append(scale * top[metric])
+        at.append(top["epoch"])
+        final.append(scale * r["scores"]["all"][metric])
+    unit = "RMSE" if regression else "accuracy"
+    return (
+        f"its test {unit} logged every few epochs (a diagnostic, never used to choose) was at "
+        f"best {statistics.fmean(best):.2f} (epochs {at}) against {statistics.fmean(final):.2f} "
+        f"at the end"
+    )
+
+
+def _positive_rates(runs: Runs) -> str | None:
+    """Binary: the federation's share of predicted positives, from its accuracy a, its F1 f and
+    the true positive share p of the same test rows (predicted positives / n = f(1 - a)/(1 - f)
+    - (a - 1 + p)), beside p."""
+    fed = runs.get("federation", [])
+    truth = {
+        r["seed"]: r["scores"]["all"].get("true_positive_rate") for r in runs.get("linear", [])
+    }
+    rates, truths = [], []
+    for r in fed:
+        a, f, p = (
+            r["scores"]["all"].get("accuracy"),
+            r["scores"]["all"].get("f1"),
+            truth.get(r["seed"]),
+        )
+        if a is None or f is None or p is None or f >= 1:
+            return None
+        rates.append(predicted_positive_rate(a, f, p))
+        truths.append(p)
+    if not rates:
+        return None
+    return (
+        f"it predicted {100 * statistics.fmean(rates):.1f}% positives where "
+        f"{100 * statistics.fmean(truths):.1f}% are positive (from its accuracy and F1)"
+    )

@@ -1,0 +1,199 @@
+"""The tables of `vfl bench tabular` and how each becomes K party CSV files.
+
+A table is a whole data set (columns of numbers or strings, a label). `write_parties` cuts it the
+way the benchmark federates it: K = 3 parties, each holding a fixed share of the columns (assigned
+once per table, not per seed), labels at party 0 only, every party missing a random fraction of
+the rows (drawn per seed), and one CSV per party with an `id` column, as a user's table would be.
+The test split is the project's own: by a hash of the ID (`vfl_core.data.tabular`), the same at
+every party.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
+
+K = 3
+LABEL_BLOCK = 0
+ID_COLUMN = "id"
+LABEL_COLUMN = "label"
+# Share of the rows each party misses (party 0's missing rows are unlabelled for everyone).
+MISSING = (0.1, 0.3, 0.3)
+CREDIT_FILE = "UCI_Credit_Card.csv"
+CREDIT_LABEL = "default"
+
+Column = np.ndarray  # float64 (NaN: empty) or object (str; None: empty)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A whole data set before it is cut into parties."""
+
+    name: str
+    task: Task
+    columns: dict[str, Column]  # feature columns, in a fixed order
+    label: np.ndarray  # (n,) class names (str) or real numbers
+    categorical: tuple[str, ...] = ()  # the string-valued columns
+
+    @property
+    def rows(self) -> int:
+        return len(self.label)
+
+
+@dataclass(frozen=True)
+class Split:
+    """Where a table's parties are on disk and which rows each holds."""
+
+    paths: tuple[Path, ...]  # party k's CSV, block k
+    held: np.ndarray  # (K, n) bool: party k holds row i
+    blocks: tuple[tuple[str, ...], ...]  # party k's feature columns
+
+
+# ---------------------------------------------------------------- the tables
+
+
+def _sklearn(name: str) -> Callable[[int, bool], Table]:
+    def load(_seed: int, _quick: bool) -> Table:
+        from sklearn import datasets
+
+        loader = {
+            "breast_cancer": datasets.load_breast_cancer,
+            "wine": datasets.load_wine,
+            "diabetes": datasets.load_diabetes,
+        }[name]
+        bunch = loader()
+        x, y = np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target)
+        columns = {_safe(f): x[:, j] for j, f in enumerate(bunch.feature_names)}
+        if name == "diabetes":
+            return Table(name, REGRESSION, columns, y.astype(np.float64))
+        return Table(name, CLASSIFICATION, columns, np.array([f"c{int(v)}" for v in y]))
+
+    return load
+
+
+def _safe(name: str) -> str:
+    return name.strip().replace(" ", "_")
+
+
+def _credit(data_path: Path, rows: int) -> Callable[[int, bool], Table]:
+    """UCI Credit: a fixed random subsample of `rows` rows (the same for every seed)."""
+
+    def load(_seed: int, quick: bool) -> Table:
+        path = data_path / CREDIT_FILE
+        with path.open(newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader)
+            body = np.array([[float(c) for c in row] for row in reader], dtype=np.float64)
+        keep = np.sort(
+            np.random.default_rng(2027).permutation(len(body))[: rows // (4 if quick else 1)]
+        )
+        body = body[keep]
+        label = header.index(CREDIT_LABEL)
+        columns = {h: body[:, j] for j, h in enumerate(header) if j != label}
+        return Table(
+            "credit", CLASSIFICATION, columns, np.array([f"c{int(v)}" for v in body[:, label]])
+        )
+
+    return load
+
+
+def _generated(name: str, positive: float | None) -> Callable[[int, bool], Table]:
+    """make_classification (its seed the run's seed), 12 columns of which 8 informative, 4 of
+    them cut into string categories whose names do not follow the values' order; `positive`:
+    the positive share of a skewed binary label (None: three balanced classes)."""
+
+    def load(seed: int, quick: bool) -> Table:
+        from sklearn.datasets import make_classification
+
+        classes = 2 if positive is not None else 3
+        weights = [1 - positive, positive] if positive is not None else None
+        x, y = make_classification(
+            n_samples=600 if quick else 2400,
+            n_features=12,
+            n_informative=8,
+            n_redundant=2,
+            n_classes=classes,
+            weights=weights,
+            flip_y=0.02,
+            class_sep=0.8,
+            random_state=seed,
+        )
+        rng = np.random.default_rng(seed)
+        columns: dict[str, Column] = {}
+        categorical = []
+        for j in range(x.shape[1]):
+            if j % 3 == 0:  # 0, 3, 6, 9: binned into 6 categories with shuffled names
+                edges = np.quantile(x[:, j], np.linspace(0, 1, 7)[1:-1])
+                names = np.array([f"grade-{c}" for c in rng.permutation(list("abcdef"))])
+                columns[f"cat{j}"] = names[np.digitize(x[:, j], edges)].astype(object)
+                categorical.append(f"cat{j}")
+            else:
+                columns[f"num{j}"] = x[:, j]
+        label = np.array([f"c{int(v)}" for v in y])
+        return Table(name, CLASSIFICATION, columns, label, tuple(categorical))
+
+    return load
+
+
+def tables(data_path: Path | None, quick: bool) -> dict[str, Callable[[int, bool], Table]]:
+    """Every benchmark table by name: a loader of (seed, quick). Credit needs `data_path`."""
+    out: dict[str, Callable[[int, bool], Table]] = {}
+    if data_path is not None and (data_path / CREDIT_FILE).is_file():
+        out["credit"] = _credit(data_path, 4000)
+    out["breast_cancer"] = _sklearn("breast_cancer")
+    out["wine"] = _sklearn("wine")
+    out["diabetes"] = _sklearn("diabetes")
+    out["gen_categorical"] = _generated("gen_categorical", None)
+    out["gen_skewed"] = _generated("gen_skewed", 0.12)
+    return out
+
+
+QUICK_TABLES = ("breast_cancer", "diabetes", "gen_skewed")
+
+
+# ---------------------------------------------------------------- cutting into parties
+
+
+def column_blocks(table: Table) -> tuple[tuple[str, ...], ...]:
+    """The columns of each party: a fixed shuffle of the table's columns dealt round-robin (the
+    same for every seed, so the seeds vary the rows, not who holds what)."""
+    names = list(table.columns)
+    order = np.random.default_rng(len(names) * 7919 + table.rows).permutation(len(names))
+    return tuple(tuple(names[j] for j in sorted(order[k::K])) for k in range(K))
+
+
+def write_parties(table: Table, seed: int, directory: Path) -> Split:
+    """Party k's CSV `directory/party{k}.csv`: `id`, its columns (and at party 0 the label) for
+    the rows it holds; each party misses a random MISSING[k] of the rows (seeded)."""
+    rng = np.random.default_rng([seed, table.rows])
+    held = np.stack([rng.random(table.rows) >= MISSING[k] for k in range(K)])
+    blocks = column_blocks(table)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k, columns in enumerate(blocks):
+        path = directory / f"party{k}.csv"
+        header = [ID_COLUMN, *columns] + ([LABEL_COLUMN] if k == LABEL_BLOCK else [])
+        with path.open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            for i in np.flatnonzero(held[k]):
+                cells = [_cell(table.columns[c][i]) for c in columns]
+                if k == LABEL_BLOCK:
+                    cells.append(_cell(table.label[i]))
+                writer.writerow([str(i), *cells])
+        paths.append(path)
+    return Split(tuple(paths), held, blocks)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float | np.floating):
+        return "" if np.isnan(value) else repr(float(value))
+    return str(value)
