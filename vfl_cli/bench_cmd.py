@@ -388,7 +388,9 @@ def label_only(
 @user_errors
 @with_option_groups
 def tabular(
-    tables: Annotated[str | None, Opt(help="comma-separated tables (default: all)")] = None,
+    tables: Annotated[
+        str | None, Opt(help="comma-separated tables", show_default="all of them")
+    ] = None,
     seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
     grpc_seeds: Annotated[str, Opt(help="seeds whose federation also runs over gRPC")] = "0,1,2",
     quick: Annotated[
