@@ -45,7 +45,7 @@ class ModelConfig(_Frozen):
 
 
 class DvflConfig(_Frozen):
-    """Decoupled VFL (vfl_core.algorithms.dvfl): the three tiers' sizes and the schedule. The
+    """Decoupled VFL (vfl_core.methods.dvfl.nets): the three tiers' sizes and the schedule. The
     defaults are
     the DVFL paper's MNIST setup (guest 196-100-80, host 4x80-200-160, owner 4x160-160-40-10).
     Guests and hosts use the run's optimiser, lr and weight decay; the owner plain SGD."""

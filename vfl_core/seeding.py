@@ -30,7 +30,7 @@ class Stream(IntEnum):
     # initial weights of the latent-variable VFL's networks (vfl_core.algorithms.dlvm_models)
     DLVM_INIT = 22
     DLVM_NOISE = 23  # its importance samples of h and z (vfl_core.algorithms.dlvm)
-    # Decoupled VFL (vfl_core.algorithms.dvfl), numbered apart so other methods' streams can grow
+    # Decoupled VFL (vfl_core.methods.dvfl.nets), numbered apart so other methods' streams can grow
     # below.
     DVFL_INIT_HOST = 40  # a host's autoencoder
     DVFL_INIT_OWNER = 41  # the label owner's classifier

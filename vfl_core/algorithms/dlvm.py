@@ -205,7 +205,7 @@ class DlvmRoles:
     def encode(self, call: EmbedCall) -> np.ndarray:
         """[mean | logvar] of this party's expert for its rows of the batch, (B, 2d)."""
         if not call.train:
-            x = self.party._batch(call.split, call.rows, call.digest)
+            x = self.party.batch(call.split, call.rows, call.digest)
             self.models.eval()
             with torch.no_grad():
                 return to_wire(torch.cat(self.models.encoder(x.flatten(1)), dim=1))
@@ -216,7 +216,7 @@ class DlvmRoles:
                 raise ProtocolError(f"round {call.round_id}: embed repeated with other rows")
             return current.expert_wire
         self._check_new(call.round_id, "embed")
-        x = self.party._batch(call.split, call.rows, call.digest)
+        x = self.party.batch(call.split, call.rows, call.digest)
         self.models.train()
         expert = torch.cat(self.models.encoder(x.flatten(1)), dim=1)  # (B, 2d)
         wire = to_wire(expert)
@@ -277,7 +277,7 @@ class DlvmRoles:
         with torch.set_grad_enabled(train):
             terms = torch.zeros(leaf.shape[:2], device=leaf.device)  # (B, S)
             if call.rows is not None:
-                x = self.party._batch(call.split, call.rows, call.digest).flatten(1)
+                x = self.party.batch(call.split, call.rows, call.digest).flatten(1)
                 terms = self.models.decoder.log_prob(x, leaf)
             if self.config.dlvm.mnar:
                 terms = terms + self.models.missing_log_prob(call.rows is not None, leaf)
@@ -324,7 +324,7 @@ class DlvmRoles:
     # ------------------------------------------------------------------ the active party
     def labelled_rows(self) -> np.ndarray:
         """The training rows this party holds a label for (stage 2 plans over them)."""
-        labels = self.party._split("train").labels
+        labels = self.party.split("train").labels
         if self.active is None or labels is None:
             raise ProtocolError(f"party {self.party.party_id} holds no labels")
         return np.flatnonzero(labels != UNLABELLED).astype(np.int64)
@@ -448,12 +448,12 @@ class DlvmRoles:
             raise ProtocolError("classifier step without the active party's rows")
         self._known_blocks(call)
         x_rows = call.rows
-        self.party._check_digest("train", x_rows, call.digest)
+        self.party.check_digest("train", x_rows, call.digest)
         if len(x_rows) != draw.h.shape[0]:
             raise ProtocolError(
                 f"classifier step: {len(x_rows)} rows for {draw.h.shape[0]} samples"
             )
-        labels = self.party._split("train").labels
+        labels = self.party.split("train").labels
         assert labels is not None
         y = torch.from_numpy(labels[x_rows])
         if (y == UNLABELLED).any():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,16 +26,10 @@ from vfl_core.algorithms.dlvm_protocol import (
     StepCall,
     StepResult,
 )
-from vfl_core.algorithms.dvfl_protocol import (
-    GuestCall,
-    GuestResult,
-    HostCall,
-    HostOutputCall,
-    HostResult,
-    OwnerFeedCall,
-    OwnerTrainCall,
-)
+from vfl_core.algorithms.methods import method_spec
 from vfl_core.errors import ConfigError, VflError
+from vfl_core.methods.record import copy_header
+from vfl_core.methods.steps import decode_call, decode_result, encode_call, encode_result
 from vfl_core.model.quantize import round_trip
 from vfl_core.protocol import (
     BackwardCall,
@@ -164,21 +158,20 @@ class InProcessTransport:
             self._fan_out(calls, lambda p, c: p.set_alignment_keys(c.split, c.points) or True)
         )
 
-    # Decoupled VFL: each answer is a copy, as an answer off the wire would be
-    def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]:
-        return self._fan_out(calls, Party.guest_step)
+    def step(self, method: str, step: str, calls: Mapping[int, Any]) -> dict[int, Any]:
+        """A method's step, through the same schema checks as over gRPC: each call is packed
+        into a record, copied (no party holds another's memory), checked against the request
+        schema and rebuilt before the party's handler sees it; the answer likewise."""
+        spec = method_spec(method).step(step)
 
-    def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]:
-        return self._fan_out(calls, Party.host_step)
+        def run(party: Party, call: Any) -> Any:
+            header, record = encode_call(spec, call)
+            dims = party.spec.step_dims(party.config) if party.config.method == method else {}
+            sent, bound = decode_call(spec, copy_header(header), record.copy(), dims)
+            answer = encode_result(spec, party.step(method, step, sent)).copy()
+            return decode_result(spec, answer, call, bound)
 
-    def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]:
-        return self._fan_out(calls, lambda p, c: p.host_output(c).copy())
-
-    def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]:
-        return set(self._fan_out(calls, lambda p, c: p.owner_feed(c) or True))
-
-    def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
-        return self._fan_out(calls, Party.owner_train)
+        return self._fan_out(calls, run)
 
     # Latent-variable VFL: each answer is a copy, as an answer off the wire would be
     def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:

@@ -103,30 +103,10 @@ class PartyStub:
                 request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiKeysRequest.SerializeToString,
                 response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
                 _registered_method=True)
-        self.GuestStep = channel.unary_unary(
-                '/vfl.v1.Party/GuestStep',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.GuestStepRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.GuestStepReply.FromString,
-                _registered_method=True)
-        self.HostStep = channel.unary_unary(
-                '/vfl.v1.Party/HostStep',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.HostStepRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.HostStepReply.FromString,
-                _registered_method=True)
-        self.HostOutput = channel.unary_unary(
-                '/vfl.v1.Party/HostOutput',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.HostOutputRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.HostOutputReply.FromString,
-                _registered_method=True)
-        self.OwnerFeed = channel.unary_unary(
-                '/vfl.v1.Party/OwnerFeed',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerFeedRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
-                _registered_method=True)
-        self.OwnerTrain = channel.unary_unary(
-                '/vfl.v1.Party/OwnerTrain',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainReply.FromString,
+        self.Step = channel.unary_unary(
+                '/vfl.v1.Party/Step',
+                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.StepRequest.SerializeToString,
+                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.StepReply.FromString,
                 _registered_method=True)
         self.DlvmDecode = channel.unary_unary(
                 '/vfl.v1.Party/DlvmDecode',
@@ -255,37 +235,10 @@ class PartyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def GuestStep(self, request, context):
-        """Decoupled VFL (vfl_core.dvfl): one local autoencoder step of the party's guest; on a
-        communication round it also returns its activations of the rows. Nothing comes back to it.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def HostStep(self, request, context):
-        """Write guests' activations into the party's host registers, then replay them.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def HostOutput(self, request, context):
-        """The frozen host's code of its registers (training samples) or of fresh activations.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def OwnerFeed(self, request, context):
-        """Feed the label owner the hosts' codes of some of its training rows.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def OwnerTrain(self, request, context):
-        """One epoch of the label owner's classifier over the labelled rows it was fed.
+    def Step(self, request, context):
+        """One step of a method that brings its own phases (DVFL, DLVM, a plug-in): the request names
+        the method and the step; its tensors and scalars are checked against the schema the method
+        declares for that step (vfl_core.methods) before any of the method's code runs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -394,30 +347,10 @@ def add_PartyServicer_to_server(servicer, server):
                     request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiKeysRequest.FromString,
                     response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.SerializeToString,
             ),
-            'GuestStep': grpc.unary_unary_rpc_method_handler(
-                    servicer.GuestStep,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.GuestStepRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.GuestStepReply.SerializeToString,
-            ),
-            'HostStep': grpc.unary_unary_rpc_method_handler(
-                    servicer.HostStep,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.HostStepRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.HostStepReply.SerializeToString,
-            ),
-            'HostOutput': grpc.unary_unary_rpc_method_handler(
-                    servicer.HostOutput,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.HostOutputRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.HostOutputReply.SerializeToString,
-            ),
-            'OwnerFeed': grpc.unary_unary_rpc_method_handler(
-                    servicer.OwnerFeed,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerFeedRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.SerializeToString,
-            ),
-            'OwnerTrain': grpc.unary_unary_rpc_method_handler(
-                    servicer.OwnerTrain,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainReply.SerializeToString,
+            'Step': grpc.unary_unary_rpc_method_handler(
+                    servicer.Step,
+                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.StepRequest.FromString,
+                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.StepReply.SerializeToString,
             ),
             'DlvmDecode': grpc.unary_unary_rpc_method_handler(
                     servicer.DlvmDecode,
@@ -811,7 +744,7 @@ class Party:
             _registered_method=True)
 
     @staticmethod
-    def GuestStep(request,
+    def Step(request,
             target,
             options=(),
             channel_credentials=None,
@@ -824,117 +757,9 @@ class Party:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/vfl.v1.Party/GuestStep',
-            vfl__wire_dot_v1_dot_vfl__pb2.GuestStepRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.GuestStepReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def HostStep(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/HostStep',
-            vfl__wire_dot_v1_dot_vfl__pb2.HostStepRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.HostStepReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def HostOutput(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/HostOutput',
-            vfl__wire_dot_v1_dot_vfl__pb2.HostOutputRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.HostOutputReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def OwnerFeed(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/OwnerFeed',
-            vfl__wire_dot_v1_dot_vfl__pb2.OwnerFeedRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def OwnerTrain(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/OwnerTrain',
-            vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainReply.FromString,
+            '/vfl.v1.Party/Step',
+            vfl__wire_dot_v1_dot_vfl__pb2.StepRequest.SerializeToString,
+            vfl__wire_dot_v1_dot_vfl__pb2.StepReply.FromString,
             options,
             channel_credentials,
             insecure,
