@@ -9,13 +9,6 @@ from typing import Any, Generic, TypeVar
 import grpc
 import numpy as np
 
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    StepCall,
-    StepResult,
-)
 from vfl_core.algorithms.methods import step_spec
 from vfl_core.methods.steps import decode_call, decode_result, encode_call
 from vfl_core.protocol import (
@@ -167,19 +160,6 @@ class PartyClient:
         request = convert.psi_keys_to_proto(call, self._header)
         return Pending(self._stub.PsiKeys.future(request, timeout=timeout), _nothing)
 
-    def _checked(
-        self,
-        rpc: grpc.UnaryUnaryMultiCallable,
-        to_proto: Callable[[Any, vfl_pb2.Header], Any],
-        from_proto: Callable[..., T],
-        call: Any,
-        timeout: float,
-    ) -> Pending[T]:
-        """The calls of the round programs: the request built from `call`, the reply checked
-        against it (`from_proto(reply, call=call)`)."""
-        future = rpc.future(to_proto(call, self._header), timeout=timeout)
-        return Pending(future, lambda reply: from_proto(reply, call=call))
-
     # A method's own steps (vfl_core.methods): the call checked against the step's request
     # schema and packed as the schema says, the reply checked against its reply schema.
     def step(self, method: str, step: str, call: Any, timeout: float) -> Pending[Any]:
@@ -193,40 +173,3 @@ class PartyClient:
             return decode_result(spec, got, call, bound)
 
         return Pending(self._stub.Step.future(request, timeout=timeout), answer)
-
-    # Latent-variable VFL (vfl_core.algorithms.dlvm_protocol)
-    def dlvm_decode(self, call: DecodeCall, timeout: float) -> Pending[Decoded]:
-        return self._checked(
-            self._stub.DlvmDecode,
-            convert.dlvm_decode_call_to_proto,
-            convert.dlvm_decoded_from_proto,
-            call,
-            timeout,
-        )
-
-    def dlvm_step(self, call: StepCall, timeout: float) -> Pending[StepResult]:
-        return self._checked(
-            self._stub.DlvmStep,
-            convert.dlvm_step_call_to_proto,
-            convert.dlvm_step_result_from_proto,
-            call,
-            timeout,
-        )
-
-    def dlvm_predict(self, call: StepCall, timeout: float) -> Pending[np.ndarray]:
-        request = convert.dlvm_step_call_to_proto(call, self._header)
-        return Pending(
-            self._stub.DlvmPredict.future(request, timeout=timeout),
-            lambda reply: convert.probabilities_from_proto(reply, request_id=call.round_id),
-        )
-
-    def dlvm_backward(self, call: DlvmBackwardCall, timeout: float) -> Pending[None]:
-        request = convert.dlvm_backward_call_to_proto(call, self._header)
-        return Pending(self._stub.DlvmBackward.future(request, timeout=timeout), _nothing)
-
-    def labelled_rows(self, samples: int, timeout: float) -> Pending[np.ndarray]:
-        request = vfl_pb2.LabelledRowsRequest(header=self._header, split="train")
-        return Pending(
-            self._stub.LabelledRows.future(request, timeout=timeout),
-            lambda reply: convert.labelled_rows_from_proto(reply, samples=samples),
-        )

@@ -17,13 +17,6 @@ import numpy as np
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.party_client import PartyClient, Pending
 from vfl_coordinator.registry import Registry
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    StepCall,
-    StepResult,
-)
 from vfl_core.algorithms.methods import step_spec
 from vfl_core.errors import VflError
 from vfl_core.protocol import (
@@ -174,23 +167,6 @@ class GrpcTransport:
         training = any(spec.training(c) for c in calls.values())
         t = float(getattr(self.deadlines, spec.phase if training else spec.inference_phase))
         return self._fan_out(calls, lambda c, call: c.step(method, step, call, t), t, step)
-
-    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
-        training = any(c.split == "train" for c in calls.values())
-        return self._call("DlvmDecode", calls, PartyClient.dlvm_decode, training=training)
-
-    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
-        return self._call("DlvmStep", calls, PartyClient.dlvm_step)
-
-    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
-        return self._call("DlvmPredict", calls, PartyClient.dlvm_predict)
-
-    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
-        return set(self._call("DlvmBackward", calls, PartyClient.dlvm_backward))
-
-    def labelled_rows(self, block: int) -> np.ndarray | None:
-        samples = self.infos()[block].samples.get("train", 0)
-        return self._call("LabelledRows", {block: samples}, PartyClient.labelled_rows).get(block)
 
     def shutdown(self, blocks: Iterable[int], reason: str) -> set[int]:
         """Tell `blocks` the run ended; returns those that heard it."""

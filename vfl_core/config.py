@@ -8,12 +8,12 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from vfl_core.algorithms.dlvm_config import DlvmConfig
 from vfl_core.algorithms.method_spec import MethodSpec, ProgramHooks
 from vfl_core.algorithms.methods import (
     METHODS as METHODS,  # re-exported: the registry's method names
 )
 from vfl_core.algorithms.methods import REGISTRY, method_spec, unknown_method
+from vfl_core.methods.dlvm.config import DlvmConfig
 from vfl_core.model.quantize import WireDtype
 
 

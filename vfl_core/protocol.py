@@ -14,13 +14,6 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    StepCall,
-    StepResult,
-)
 from vfl_core.methods.schema import SPLITS as SPLITS  # "train", "test"
 
 # 2: int8 scales are one exponent byte per row; row indices may travel as int32.
@@ -254,19 +247,6 @@ class Transport(Protocol):
         vfl_core.methods.steps.StepSpec); the answers of the parties that answered in time,
         each checked against the step's reply schema. Every transport checks each call against
         the step's request schema before the party's handler sees it."""
-        ...
-
-    # Latent-variable VFL (vfl_core.algorithms.dlvm_program); needed only by method dlvm
-    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]: ...
-
-    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]: ...
-
-    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]: ...
-
-    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]: ...
-
-    def labelled_rows(self, block: int) -> np.ndarray | None:
-        """The training rows `block` holds a label for (None: it did not answer)."""
         ...
 
 

@@ -22,11 +22,11 @@ dvfl           Decoupled VFL (vfl_core.methods.dvfl): guests, hosts and a label 
                objective of its own, no gradient across parties; its own round program and
                steps (vfl_core.methods.dvfl.spec, .program, .steps); the label owner is its one
                predictor
-dlvm           the latent-variable VFL (DLVM-VFL, vfl_core.algorithms.dlvm): each party's Gaussian
-expert of a
-               shared latent h and its decoder, trained on every sample by an importance-weighted
-               bound, then the active party's classifier p(y | h) on its labelled rows; its own
-               round program (vfl_core.algorithms.dlvm_spec, vfl_core.algorithms.dlvm_program)
+dlvm           the latent-variable VFL (DLVM-VFL, vfl_core.methods.dlvm): each party's Gaussian
+               expert of a shared latent h and its decoder, trained on every sample by an
+               importance-weighted bound, then the active party's classifier p(y | h) on its
+               labelled rows; its own round program and steps (vfl_core.methods.dlvm.spec,
+               .program, .steps)
 The active party is the lowest block that holds labels.
 
 A new method is one more spec in `_SPECS`, or, from outside vfl_core, a module named in
@@ -42,7 +42,6 @@ import os
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
-from vfl_core.algorithms.dlvm_spec import DLVM_SPEC
 from vfl_core.algorithms.laser import head_tasks
 from vfl_core.algorithms.method_spec import (
     SHARED,
@@ -54,6 +53,7 @@ from vfl_core.algorithms.method_spec import (
     owner,
 )
 from vfl_core.errors import ConfigError, ProtocolError
+from vfl_core.methods.dlvm.spec import DLVM_SPEC
 from vfl_core.methods.dvfl.spec import DVFL_SPEC
 from vfl_core.methods.steps import StepSpec
 

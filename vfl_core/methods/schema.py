@@ -50,6 +50,8 @@ class ScalarSpec:
     high: float | None = None
     what: str = ""
     cast: Any = None  # e.g. an IntEnum the call's field holds (default: the kind itself)
+    choices: tuple[Any, ...] = ()  # the only values allowed (none: any in the range)
+    binds: str = ""  # an int scalar that sets a symbol of the shapes (e.g. "S", the samples)
 
     @property
     def label(self) -> str:
@@ -64,9 +66,11 @@ class Schema:
     fields: tuple[Field, ...] = ()
     split: bool = False  # the header names a split
     rows: Literal["none", "required", "optional"] = "none"  # the header's rows (and digest)
-    limits: tuple[tuple[str, int, int], ...] = ()  # symbol, lowest and highest size allowed
-    # checks across fields, run first (e.g. "writes need sample indices"); raise ProtocolError
-    rules: tuple[Callable[[Record], None], ...] = ()
+    # symbol, lowest and highest size allowed, and what a size outside means
+    limits: tuple[tuple[str, int, int, str], ...] = ()
+    # checks across fields, run first (e.g. "writes need sample indices"), given the header
+    # (None for a reply) and the record; they raise ProtocolError
+    rules: tuple[Callable[[StepHeader | None, Record], None], ...] = ()
     what: str = "step"  # how errors name the step's header parts
 
     def field(self, name: str) -> Field | None:
@@ -84,12 +88,17 @@ def check(
     if header is not None:
         _check_header(schema, header, bound)
     _check_names(schema, record)
-    for rule in schema.rules:
-        rule(record)
-    for spec in schema.fields:
+    for spec in schema.fields:  # scalars first: a count may set the size of a shape
         if isinstance(spec, ScalarSpec):
             _check_scalar(spec, record.scalars)
-        elif spec.keyed:
+            if spec.binds:
+                _bind(schema, spec.binds, int(record.scalars.get(spec.name, 0)), spec.label, bound)
+    for rule in schema.rules:
+        rule(header, record)
+    for spec in schema.fields:
+        if isinstance(spec, ScalarSpec):
+            continue
+        if spec.keyed:
             _check_map(schema, spec, record.maps.get(spec.name), bound)
         else:
             _check_tensor(schema, spec, record.tensors.get(spec.name), bound, spec.label)
@@ -186,8 +195,7 @@ def _check_shape(
     fits = len(shape) == len(expected)
     for size, dim in zip(shape, expected, strict=False):
         if isinstance(dim, str) and dim not in bound:
-            _check_limit(schema, dim, size, label)
-            bound[dim] = size
+            _bind(schema, dim, size, label, bound)
         elif dim is not None and bound.get(dim, dim) != size:  # type: ignore[arg-type]
             fits = False
     if not fits:
@@ -195,10 +203,12 @@ def _check_shape(
         raise ProtocolError(f"{label}: shape {shape} does not match expected ({want})")
 
 
-def _check_limit(schema: Schema, dim: str, size: int, label: str) -> None:
-    for name, low, high in schema.limits:
+def _bind(schema: Schema, dim: str, size: int, label: str, bound: dict[str, int]) -> None:
+    for name, low, high, meaning in schema.limits:
         if name == dim and not low <= size <= high:
-            raise ProtocolError(f"{label}: {dim} = {size} outside {low}..{high}")
+            raise ProtocolError(f"{label}: {dim} = {size} outside {low}..{high} ({meaning})")
+    if bound.setdefault(dim, size) != size:
+        raise ProtocolError(f"{label}: {dim} = {size}, but {bound[dim]} elsewhere")
 
 
 def _dim(dim: Dim, bound: Mapping[str, int]) -> str:
@@ -216,6 +226,8 @@ def _check_scalar(spec: ScalarSpec, scalars: Mapping[str, Any]) -> None:
         raise ProtocolError(f"{label}: expected {spec.kind.__name__}, got {type(value).__name__}")
     if spec.kind is float and not math.isfinite(value):
         raise ProtocolError(f"{label}: non-finite value {value}")
+    if spec.choices and value not in spec.choices:
+        raise ProtocolError(f"{label}: {value} is not one of {list(spec.choices)}")
     low, high = spec.low, spec.high
     if (low is None or value >= low) and (high is None or value <= high):
         return

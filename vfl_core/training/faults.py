@@ -35,15 +35,9 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    StepCall,
-    StepResult,
-)
 from vfl_core.algorithms.methods import REGISTRY, method_spec
 from vfl_core.errors import ConfigError
+from vfl_core.methods.dlvm.messages import DecodeCall, DlvmBackwardCall, StepCall
 from vfl_core.methods.dvfl.messages import (
     GuestCall,
     HostCall,
@@ -87,7 +81,7 @@ _PHASES |= {
     "dlvm_decode": 20,
     "dlvm_step": 21,
     "dlvm_backward": 22,
-}  # vfl_core.algorithms.dlvm_program
+}  # vfl_core.methods.dlvm.program
 
 
 # How each step of DVFL and DLVM fails: FaultyTransport's method for it.
@@ -97,6 +91,10 @@ _STEP_FAULTS = {
     "HostOutput": "_host_output",
     "OwnerFeed": "_owner_feed",
     "OwnerTrain": "_owner_train",
+    "DlvmDecode": "_dlvm_decode",
+    "DlvmStep": "_dlvm_step",
+    "DlvmPredict": "_dlvm_predict",
+    "DlvmBackward": "_dlvm_backward",
 }
 
 
@@ -288,20 +286,18 @@ class FaultyTransport:
         return self.inner.score(block, call)
 
     # Latent-variable VFL: its training phases fail like Fuse/Backward, inference like Predict
-    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
+    def _dlvm_decode(self, calls: Mapping[int, DecodeCall]) -> dict[int, DecodeCall]:
         rounds = {c.round_id for c in calls.values() if c.split == "train"}
-        return self.inner.dlvm_decode(self._dlvm_calls(calls, rounds, "dlvm_decode"))
+        return self._dlvm_calls(calls, rounds, "dlvm_decode")
 
-    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
-        rounds = {c.round_id for c in calls.values()}
-        return self.inner.dlvm_step(self._dlvm_calls(calls, rounds, "dlvm_step"))
+    def _dlvm_step(self, calls: Mapping[int, StepCall]) -> dict[int, StepCall]:
+        return self._dlvm_calls(calls, {c.round_id for c in calls.values()}, "dlvm_step")
 
-    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
-        return self.inner.dlvm_predict(self._dlvm_calls(calls, set(), "dlvm_step"))
+    def _dlvm_predict(self, calls: Mapping[int, StepCall]) -> dict[int, StepCall]:
+        return self._dlvm_calls(calls, set(), "dlvm_step")
 
-    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
-        rounds = {c.round_id for c in calls.values()}
-        return self.inner.dlvm_backward(self._dlvm_calls(calls, rounds, "dlvm_backward"))
+    def _dlvm_backward(self, calls: Mapping[int, DlvmBackwardCall]) -> dict[int, DlvmBackwardCall]:
+        return self._dlvm_calls(calls, {c.round_id for c in calls.values()}, "dlvm_backward")
 
     def _dlvm_calls(self, calls: Mapping[int, C], rounds: set[int], phase: str) -> dict[int, C]:
         """Training calls (of one round) reach live parties over the lossy link; inference

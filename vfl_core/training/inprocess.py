@@ -3,7 +3,7 @@
 It behaves like the gRPC transport as far as the engine can tell: a party that refuses a call
 (ProtocolError) is simply absent from the answer, and every answer is a copy, so no party holds
 a reference to another party's arrays. Embeddings and gradients are rounded to the run's wire
-dtype (vfl_core.model.quantize) exactly where the gRPC transport encodes them: a party's embedding
+dtype (vfl_core.model.quantize) exxactly where the gRPC transport encodes them: a party's embedding
 and
 its head's gradients as they leave it, the embeddings and the summed gradient as the coordinator
 sends them on.
@@ -18,14 +18,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    PartyGrads,
-    StepCall,
-    StepResult,
-)
 from vfl_core.algorithms.methods import method_spec
 from vfl_core.errors import ConfigError, VflError
 from vfl_core.methods.record import copy_header
@@ -173,23 +165,6 @@ class InProcessTransport:
 
         return self._fan_out(calls, run)
 
-    # Latent-variable VFL: each answer is a copy, as an answer off the wire would be
-    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
-        return self._fan_out(calls, lambda p, c: _copy_decoded(p.dlvm_decode(c)))
-
-    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
-        return self._fan_out(calls, lambda p, c: _copy_step(p.dlvm_step(c)))
-
-    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
-        return self._fan_out(calls, lambda p, c: p.dlvm_predict(c).copy())
-
-    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
-        return set(self._fan_out(calls, lambda p, c: p.dlvm_backward(c) or True))
-
-    def labelled_rows(self, block: int) -> np.ndarray | None:
-        answer = self._fan_out({block: "train"}, Party.labelled_rows).get(block)
-        return None if answer is None else answer.copy()
-
     def _fan_out(self, calls: Mapping[int, C], method: Callable[[Party, C], R]) -> dict[int, R]:
         answers: dict[int, R] = {}
         for block, call in sorted(calls.items()):
@@ -201,19 +176,3 @@ class InProcessTransport:
             except VflError as err:
                 log.warning("block %d refused %s: %s", block, type(call).__name__, err)
         return answers
-
-
-def _copy_decoded(answer: Decoded) -> Decoded:
-    """A copy of a decoder's arrays (no party holds another party's memory)."""
-    return Decoded(answer.log_lik.copy(), None if answer.grad is None else answer.grad.copy())
-
-
-def _copy_step(answer: StepResult) -> StepResult:
-    grads = {
-        b: PartyGrads(
-            None if g.log_lik is None else g.log_lik.copy(),
-            None if g.expert is None else g.expert.copy(),
-        )
-        for b, g in answer.grads.items()
-    }
-    return StepResult(answer.loss, grads)

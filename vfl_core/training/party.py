@@ -24,14 +24,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from vfl_core.algorithms.dlvm import DlvmRoles
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    StepCall,
-    StepResult,
-)
 from vfl_core.algorithms.laser import Subset, fuse_mean, sampled_loss
 from vfl_core.algorithms.method_spec import SHARED, HeadTask, ProgramHooks
 from vfl_core.algorithms.stale import StaleEmbeddings
@@ -41,6 +33,7 @@ from vfl_core.data.missingness import UNLABELLED
 from vfl_core.data.party_dir import PartyData, PartySplit, labelled_rows_only
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError, VflError
 from vfl_core.inference.scoring import score_batch
+from vfl_core.methods.dlvm.roles import DlvmRoles
 from vfl_core.methods.dvfl.roles import DvflRoles
 from vfl_core.model.model_bank import ModelBank
 from vfl_core.protocol import (
@@ -442,35 +435,10 @@ class Party:
         return self.roles if isinstance(self.roles, DvflRoles) else None
 
     # ----------------------------------------------------------------- latent-variable VFL
-    def dlvm_decode(self, call: DecodeCall) -> Decoded:
-        self.split(call.split)
-        return self._dlvm().decode(call)
-
-    def dlvm_step(self, call: StepCall) -> StepResult:
-        result = self._dlvm().step(call)
-        self.last_round = max(self.last_round, call.round_id)
-        return result
-
-    def dlvm_predict(self, call: StepCall) -> np.ndarray:
-        return self._dlvm().predict(call)
-
-    def dlvm_backward(self, call: DlvmBackwardCall) -> None:
-        self._dlvm().backward(call)
-
-    def labelled_rows(self, split: str) -> np.ndarray:
-        if split != "train":
-            raise ProtocolError(f"labelled rows: only of the train split, not {split!r}")
-        return self._dlvm().labelled_rows()
-
     @property
     def dlvm(self) -> DlvmRoles | None:
         """The party's latent-variable VFL networks, when it trains dlvm."""
         return self.roles if isinstance(self.roles, DlvmRoles) else None
-
-    def _dlvm(self) -> DlvmRoles:
-        if self.dlvm is None:
-            raise ProtocolError(f"party {self.party_id} trains {self.config.method}, not dlvm")
-        return self.dlvm
 
     # ----------------------------------------------------------------- inference and scoring
     def predict(self, call: PredictCall) -> np.ndarray:

@@ -21,7 +21,7 @@ from vfl_core.methods.dvfl.messages import (
     OwnerFeedCall,
     OwnerTrainCall,
 )
-from vfl_core.methods.record import Record
+from vfl_core.methods.record import Record, StepHeader
 from vfl_core.methods.schema import BATCH, INDEX, ScalarSpec, Schema, TensorSpec
 from vfl_core.methods.steps import StepSpec
 
@@ -90,7 +90,7 @@ def host_step(party: Party, call: HostCall) -> HostResult:
     return _advance(party, call.round_id, _roles(party).host_step(call))
 
 
-def _writes_need_index(record: Record) -> None:
+def _writes_need_index(_header: StepHeader | None, record: Record) -> None:
     index = record.tensors.get("index")
     if record.maps.get("writes") and (index is None or not len(index)):
         raise ProtocolError("host writes: activations without sample indices")
@@ -136,7 +136,7 @@ def host_output(party: Party, call: HostOutputCall) -> np.ndarray:
     return _roles(party).host_output(call)
 
 
-def _registers_or_activations(record: Record) -> None:
+def _registers_or_activations(_header: StepHeader | None, record: Record) -> None:
     if record.scalars.get("from_registers") and record.maps.get("activations"):
         raise ProtocolError("host output: activations sent with from_registers")
 

@@ -1,10 +1,10 @@
-"""The latent-variable VFL inside one party process (vfl_core.algorithms.dlvm_math has the model's
-math).
+"""The latent-variable VFL inside one party process (vfl_core.methods.dlvm.latent_math has the
+model's math).
 
 Every party k holds an encoder, its Gaussian expert q_k(h | x_k), and a decoder p(x_k | h)
 (with MNAR also p(m_k | h), whether it holds a sample). A label party also holds q(z | h),
 p(h | z) and the classifier p(y | h); the lowest label block is the active party, the one the
-coordinator asks to step. What a party computes in a round (vfl_core.algorithms.dlvm_protocol):
+coordinator asks to step. What a party computes in a round (vfl_core.methods.dlvm.messages):
 
 - Embed: [mean | logvar] of its expert for its rows, (B, 2d), keeping the graph in training;
 - Decode: log p(x_k | h) at the coordinator's latent samples h, (B, S), and its gradient in h;
@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from vfl_core.algorithms import dlvm_math as dm
-from vfl_core.algorithms.dlvm_models import ActiveModels, BlockModels
-from vfl_core.algorithms.dlvm_protocol import (
+from vfl_core.data.missingness import UNLABELLED
+from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
+from vfl_core.methods.dlvm import latent_math as dm
+from vfl_core.methods.dlvm.messages import (
     DecodeCall,
     Decoded,
     DlvmBackwardCall,
@@ -38,8 +39,7 @@ from vfl_core.algorithms.dlvm_protocol import (
     StepCall,
     StepResult,
 )
-from vfl_core.data.missingness import UNLABELLED
-from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
+from vfl_core.methods.dlvm.models import ActiveModels, BlockModels
 from vfl_core.model.model_bank import make_optimizer
 from vfl_core.protocol import EmbedCall
 from vfl_core.seeding import Stream, derive_seed, rng
