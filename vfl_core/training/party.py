@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,8 +33,6 @@ from vfl_core.data.missingness import UNLABELLED
 from vfl_core.data.party_dir import PartyData, PartySplit, labelled_rows_only
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError, VflError
 from vfl_core.inference.scoring import score_batch
-from vfl_core.methods.dlvm.roles import DlvmRoles
-from vfl_core.methods.dvfl.roles import DvflRoles
 from vfl_core.model.model_bank import ModelBank
 from vfl_core.protocol import (
     BackwardCall,
@@ -52,6 +50,10 @@ from vfl_core.seeding import Stream, rng
 from vfl_core.training import stash
 from vfl_core.training.alignment import batch_digest, hash_ids
 from vfl_core.training.psi import PartyPsi, check_keys
+
+if TYPE_CHECKING:  # a method's party state is built by its spec (ProgramHooks.party_state)
+    from vfl_core.methods.dlvm.roles import DlvmRoles
+    from vfl_core.methods.dvfl.roles import DvflRoles
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +123,8 @@ class Party:
             categorical=tuple(meta.categorical),
         )
         # A method with a round program may keep models of its own here (dvfl: its guest, host
-        # replica and owner, vfl_core.methods.dvfl.roles) instead of f_k and g_k.
+        # replica and owner, vfl_core.methods.dvfl.roles) instead of f_k and g_k: an object
+        # with embed(EmbedCall), modules(), state_dict() and load_state_dict(state, last_round).
         hooks = self.spec.program if isinstance(self.spec.program, ProgramHooks) else None
         self.roles = None if hooks is None else hooks.party_state(self)
         if self.roles is None:
@@ -190,12 +193,8 @@ class Party:
 
     # ----------------------------------------------------------------- training round
     def embed(self, call: EmbedCall) -> np.ndarray:
-        if isinstance(self.roles, DvflRoles):  # a guest's activations, for inference only
-            if call.train:
-                raise ProtocolError("dvfl guests train with GuestStep, not Embed")
-            return self.to_wire(self.roles.encode(self.batch(call.split, call.rows, call.digest)))
-        if self.dlvm is not None:  # the party's Gaussian expert of h, (B, 2d)
-            return self.dlvm.encode(call)
+        if self.roles is not None:  # a method's own (dvfl: a guest's activations; dlvm: an expert)
+            return self.roles.embed(call)
         slots = self.spec.slot_keys(self.block, call.blocks or (self.block,))
         if not call.train:
             x = self.batch(call.split, call.rows, call.digest)
@@ -432,13 +431,12 @@ class Party:
     @property
     def dvfl(self) -> DvflRoles | None:
         """The party's DVFL tiers, when it trains dvfl."""
-        return self.roles if isinstance(self.roles, DvflRoles) else None
+        return self.roles if self.config.method == "dvfl" else None
 
-    # ----------------------------------------------------------------- latent-variable VFL
     @property
     def dlvm(self) -> DlvmRoles | None:
         """The party's latent-variable VFL networks, when it trains dlvm."""
-        return self.roles if isinstance(self.roles, DlvmRoles) else None
+        return self.roles if self.config.method == "dlvm" else None
 
     # ----------------------------------------------------------------- inference and scoring
     def predict(self, call: PredictCall) -> np.ndarray:
@@ -532,10 +530,8 @@ class Party:
         state: dict[str, object] = {"last_round": self.last_round, **self.models.state_dict()}
         if self.data.preprocessing is not None:  # the weights only make sense with it
             state["preprocessing"] = self.data.preprocessing
-        if self.dvfl is not None:
-            return {**state, "dvfl": self.dvfl.state_dict()}
-        if self.dlvm is not None:
-            return {**state, "dlvm": self.dlvm.state_dict()}
+        if self.roles is not None:  # a method's own models, under its name
+            return {**state, self.config.method: self.roles.state_dict()}
         # The shared models also under their short names, for readers of one-model checkpoints.
         state["f"], state["f_opt"] = self.f.state_dict(), self.f_opt.state_dict()
         if self.g is not None and self.g_opt is not None:
@@ -552,10 +548,8 @@ class Party:
         self.last_round = int(state["last_round"])
         self._rounds = {}
         self._stash = None
-        if self.dvfl is not None:
-            self.dvfl.load_state_dict(state["dvfl"], self.last_round)
-        if self.dlvm is not None:
-            self.dlvm.load_state_dict(state["dlvm"])
+        if self.roles is not None:
+            self.roles.load_state_dict(state[self.config.method], self.last_round)
 
     def keep_snapshot(self, round_id: int, state: dict | None = None) -> bool:
         """Keep a copy of the state after `round_id` in memory (early stopping's best epoch so

@@ -202,6 +202,10 @@ class DlvmRoles:
         return self.config.dlvm.latent_dim
 
     # ------------------------------------------------------------------ Embed
+    def embed(self, call: EmbedCall) -> np.ndarray:
+        """The party's Gaussian expert of h, (B, 2d) (the round's Embed)."""
+        return self.encode(call)
+
     def encode(self, call: EmbedCall) -> np.ndarray:
         """[mean | logvar] of this party's expert for its rows of the batch, (B, 2d)."""
         if not call.train:
@@ -491,7 +495,7 @@ class DlvmRoles:
             }
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any], last_round: int = -1) -> None:
         self.models.load_state_dict(state["models"])
         self.opt.load_state_dict(state["opt"])
         if self.active is not None:

@@ -44,6 +44,7 @@ from vfl_core.methods.dvfl.nets import (
     reconstruction_loss,
 )
 from vfl_core.model.model_bank import make_optimizer
+from vfl_core.protocol import EmbedCall
 from vfl_core.seeding import Stream, derive_seed, rng
 
 if TYPE_CHECKING:
@@ -137,6 +138,12 @@ class DvflRoles:
         activations = self.party.to_wire(code) if call.write else None
         result = GuestResult(float(loss.detach()), activations)
         return self.guest_once.done(call.round_id, key, result)
+
+    def embed(self, call: EmbedCall) -> np.ndarray:
+        """The guest's activations of a batch, for inference only (it trains with GuestStep)."""
+        if call.train:
+            raise ProtocolError("dvfl guests train with GuestStep, not Embed")
+        return self.party.to_wire(self.encode(self.party.batch(call.split, call.rows, call.digest)))
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """The guest's activations at inference: (B, *feature_shape) -> (B, guest_dim)."""
