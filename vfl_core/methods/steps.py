@@ -24,6 +24,8 @@ from vfl_core.methods.schema import Schema, TensorSpec, check
 
 # (party, call) -> answer; the party is a vfl_core.training.party.Party
 Handler = Callable[[Any, Any], Any]
+# The deadlines a step may take (fields of vfl_coordinator.config.Deadlines).
+PHASES = frozenset({"embed", "fuse", "backward", "predict", "align", "checkpoint"})
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,13 @@ class StepSpec:
     unpack_call: Callable[[StepHeader, Record], Any] | None = None
     pack_result: Callable[[Any], Record] | None = None
     unpack_result: Callable[[Record, Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        for phase in (self.phase, self.inference_phase):
+            if phase not in PHASES:
+                raise ValueError(
+                    f"step {self.name}: phase {phase!r} is not one of {sorted(PHASES)}"
+                )
 
 
 def encode_call(step: StepSpec, call: Any) -> tuple[StepHeader, Record]:
