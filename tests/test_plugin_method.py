@@ -10,19 +10,21 @@ the party client or the converters:
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import grpc
 import numpy as np
-import plugin_local_heads as plugin
 import pytest
 from harness import SECRET, Cluster, assert_checkpoints_match, train_in_process
 from test_audit import _sent_by_party, _tensors, find_needles
 from test_fuzz import RUN, TIMEOUT, serve_party
 
-from vfl_core.algorithms.methods import PLUGIN_ENV, REGISTRY
+from vfl_core.algorithms.methods import PLUGIN_ENV, REGISTRY, _Registry, register, unregister
 from vfl_core.config import TrainConfig
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.training.alignment import batch_digest
@@ -33,16 +35,27 @@ from vfl_wire.tensors import decode_array, encode_array
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
 TESTS = Path(__file__).resolve().parent
-ARGS = ["--method", plugin.METHOD, "--seed", "5", "--lr", "0.01"]
+ARGS = ["--method", "local_heads", "--seed", "5", "--lr", "0.01"]
 RUN_TIMEOUT_S = 180.0
 
 
-def test_given_the_plugin_imported_then_registered_by_name() -> None:
+@pytest.fixture
+def plugin() -> Iterator[ModuleType]:
+    """The plug-in, registered for one test only (other tests list the built-in methods)."""
+    module = importlib.import_module("plugin_local_heads")  # registers itself when first imported
+    register(module.SPEC)  # no-op then; again after an earlier test unregistered it
+    yield module
+    unregister(module.METHOD)
+
+
+def test_given_the_plugin_imported_then_registered_by_name(plugin: ModuleType) -> None:
     assert REGISTRY[plugin.METHOD] is plugin.SPEC
     assert TrainConfig(method=plugin.METHOD).spec.step("LocalHead") is plugin.LOCAL_HEAD
 
 
-def test_given_the_plugin_method_in_process_then_its_heads_learn(party_dirs: list[Path]) -> None:
+def test_given_the_plugin_method_in_process_then_its_heads_learn(
+    plugin: ModuleType, party_dirs: list[Path]
+) -> None:
     train = TrainConfig(method=plugin.METHOD, epochs=2, seed=5, lr=0.01)
     parties, records, report = train_in_process(party_dirs, train)
     labelled = [b for b, p in parties.items() if p.data.meta.has_labels]
@@ -57,6 +70,7 @@ def test_given_the_plugin_method_in_process_then_its_heads_learn(party_dirs: lis
 
 @pytest.mark.slow
 def test_given_the_plugin_method_over_grpc_when_trained_then_bit_identical_to_in_process(
+    plugin: ModuleType,
     cluster: Cluster,
     party_dirs: list[Path],
     tmp_path: Path,
@@ -121,7 +135,7 @@ def _step_labels(requests: list[AuditRecord], data: list[PartyData]) -> list[np.
 
 
 def test_given_a_malformed_tensor_of_the_plugin_step_then_invalid_argument_before_its_handler(
-    party_dirs: list[Path],
+    plugin: ModuleType, party_dirs: list[Path]
 ) -> None:
     train = TrainConfig(method=plugin.METHOD, seed=5)
     party = Party("party0", load_party_dir(party_dirs[0]), train, secret=SECRET.encode())
@@ -167,3 +181,15 @@ def test_given_a_malformed_tensor_of_the_plugin_step_then_invalid_argument_befor
         reply = stub.Step(request(1), timeout=TIMEOUT)
         assert reply.round_id == 1 and np.isfinite(reply.scalars["loss"].real)
         assert party.last_round == 1 and not np.array_equal(party.parameters_vector(), weights)
+
+
+def test_given_a_method_module_that_cannot_be_imported_then_its_failure_is_named(
+    plugin: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PLUGIN_ENV, "no_such_method_module, plugin_local_heads")
+    registry = _Registry(())  # a fresh one: the process's registry has loaded its modules
+    assert plugin.METHOD not in registry  # already imported here: it registered elsewhere
+    assert registry.failed == [
+        f"{PLUGIN_ENV}: cannot import method module 'no_such_method_module': "
+        "No module named 'no_such_method_module'"
+    ]

@@ -202,6 +202,7 @@ class _Registry(Mapping[str, MethodSpec]):
     def __init__(self, specs: tuple[MethodSpec, ...]) -> None:
         self._specs = {s.name: s for s in specs}
         self._loaded = False
+        self.failed: list[str] = []  # plug-in modules that could not be imported, and why
 
     def _load(self) -> None:
         if self._loaded:
@@ -210,10 +211,11 @@ class _Registry(Mapping[str, MethodSpec]):
         for module in filter(None, (m.strip() for m in os.environ.get(PLUGIN_ENV, "").split(","))):
             try:
                 importlib.import_module(module)
-            except ImportError as err:
-                raise ConfigError(
-                    f"{PLUGIN_ENV}: cannot import method module {module!r}: {err}"
-                ) from None
+            except Exception as err:  # its methods are unknown: say why where they are asked for
+                why = f"{PLUGIN_ENV}: cannot import method module {module!r}: {err}"
+                self.failed.append(why)
+                log.error("%s", why)
+                continue
             log.info("method module %s imported", module)
 
     def add(self, spec: MethodSpec) -> None:
@@ -221,6 +223,11 @@ class _Registry(Mapping[str, MethodSpec]):
         if known is not None and known is not spec:
             raise ConfigError(f"method {spec.name!r} is registered already")
         self._specs[spec.name] = spec
+
+    def remove(self, name: str) -> None:
+        if name in METHODS:
+            raise ConfigError(f"method {name!r} is built in: it cannot be unregistered")
+        self._specs.pop(name, None)
 
     def __getitem__(self, name: str) -> MethodSpec:
         self._load()
@@ -251,6 +258,11 @@ def register(spec: MethodSpec) -> MethodSpec:
     return spec
 
 
+def unregister(name: str) -> None:
+    """Remove a plug-in method (a test that registered one leaves the registry as it found it)."""
+    REGISTRY.remove(name)
+
+
 def method_spec(name: str) -> MethodSpec:
     """The spec of method `name`; an unknown name is a ConfigError listing the known ones."""
     if name not in REGISTRY:
@@ -268,4 +280,5 @@ def step_spec(method: str, step: str) -> StepSpec:
 
 def unknown_method(name: str) -> str:
     """The one line that refuses an unknown method name."""
-    return f"unknown method {name!r}; choose from {', '.join(REGISTRY)}"
+    failed = "".join(f" ({why})" for why in REGISTRY.failed)
+    return f"unknown method {name!r}; choose from {', '.join(REGISTRY)}{failed}"
