@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -21,8 +22,10 @@ import grpc
 import numpy as np
 import pytest
 from harness import SECRET, Cluster, assert_checkpoints_match, train_in_process
+from hypothesis import given
+from hypothesis import strategies as st
 from test_audit import _sent_by_party, _tensors, find_needles
-from test_fuzz import RUN, TIMEOUT, serve_party
+from test_fuzz import FUZZ, HEADERS, REFUSED, RUN, TIMEOUT, serve_party, tensors
 
 from vfl_core.algorithms.methods import PLUGIN_ENV, REGISTRY, _Registry, register, unregister
 from vfl_core.config import TrainConfig
@@ -193,3 +196,82 @@ def test_given_a_method_module_that_cannot_be_imported_then_its_failure_is_named
         f"{PLUGIN_ENV}: cannot import method module 'no_such_method_module': "
         "No module named 'no_such_method_module'"
     ]
+
+
+@dataclass
+class Served:
+    """The plug-in's party behind the real servicer, and the next round it expects."""
+
+    party: Party
+    stub: vfl_pb2_grpc.PartyStub
+    digest: bytes
+    next_round: int = 1
+
+    def request(self, round_id: int) -> vfl_pb2.StepRequest:
+        req = vfl_pb2.StepRequest(
+            header=convert.header(RUN, "party0"),
+            method="local_heads",
+            step="LocalHead",
+            round_id=round_id,
+            split="train",
+            rows=encode_array(np.arange(8, dtype=np.int64)),
+            digest=self.digest,
+        )
+        req.scalars["train"].flag = True
+        return req
+
+    def fingerprint(self) -> tuple[int, bytes]:
+        return self.party.last_round, self.party.parameters_vector().tobytes()
+
+
+@pytest.fixture
+def served(plugin: ModuleType, party_dirs: list[Path]) -> Iterator[Served]:
+    train = TrainConfig(method=plugin.METHOD, seed=5)
+    party = Party("party0", load_party_dir(party_dirs[0]), train, secret=SECRET.encode())
+    keys = party.alignment_keys("train")
+    with serve_party(party) as channel:
+        yield Served(party, vfl_pb2_grpc.PartyStub(channel), batch_digest(keys[:8]))
+
+
+def _spoil(data: st.DataObject, req: vfl_pb2.StepRequest) -> None:
+    """One hostile change to a valid LocalHead request."""
+    names = st.sampled_from(["features", "labels", "probabilities", "train", "x" * 200])
+    kind = data.draw(st.sampled_from(["rows", "tensor", "map", "scalar", "name", "header"]))
+    if kind == "rows":
+        req.rows.CopyFrom(data.draw(tensors(rows=8, width=1)))
+    elif kind == "tensor":
+        req.tensors[data.draw(names)].CopyFrom(data.draw(tensors()))
+    elif kind == "map":
+        req.maps[data.draw(names)].items[data.draw(st.integers(-(2**31), 2**31 - 1))].CopyFrom(
+            data.draw(tensors())
+        )
+    elif kind == "scalar":
+        value = data.draw(
+            st.sampled_from(
+                [vfl_pb2.Scalar(), vfl_pb2.Scalar(int=1), vfl_pb2.Scalar(real=float("nan")),
+                 vfl_pb2.Scalar(text="yes")]
+            )
+        )  # fmt: skip
+        req.scalars[data.draw(st.sampled_from(["train", "loss", "epoch"]))].CopyFrom(value)
+    elif kind == "name":
+        field = data.draw(st.sampled_from(["method", "step", "split"]))
+        setattr(req, field, data.draw(st.text(max_size=300).filter(lambda t: t != "train")))
+    else:
+        req.header.CopyFrom(data.draw(HEADERS))
+
+
+@FUZZ
+@given(data=st.data())
+def test_given_hostile_plugin_steps_when_sent_then_refused_and_the_party_unchanged(
+    served: Served, data: st.DataObject
+) -> None:
+    req = served.request(served.next_round)
+    _spoil(data, req)
+    before = served.fingerprint()
+    with pytest.raises(grpc.RpcError) as err:
+        served.stub.Step(req, timeout=TIMEOUT)
+    assert err.value.code() in REFUSED, err.value.details()
+    assert served.fingerprint() == before
+    reply = served.stub.Step(served.request(served.next_round), timeout=TIMEOUT)
+    assert reply.round_id == served.next_round and served.party.last_round == reply.round_id
+    served.next_round += 1
