@@ -3,8 +3,8 @@
 The wire does not know the methods. Decoding treats the message as untrusted and is guided by
 the step's schema (vfl_core.methods.schema): a tensor, map or scalar the schema does not name is
 refused, every tensor goes through `decode_array` (allowed dtypes, the size cap, exact byte
-counts, finite floats) with the schema's dtype and rank, index tensors may travel as int32; the
-schema's own check (symbolic shapes, ranges, header parts) then runs in vfl_core before any
+counts) with the schema's dtype and rank, index tensors may travel as int32; the schema's own
+check (symbolic shapes, finite values, ranges, header parts) then runs in vfl_core before any
 method code, the same check the in-process transport makes.
 """
 
@@ -127,11 +127,15 @@ def _tensor_spec(schema: Schema, name: str, keyed: bool) -> TensorSpec:
 
 
 def _decode(t: vfl_pb2.Tensor, spec: TensorSpec, what: str) -> np.ndarray:
+    """Dtype, rank, size cap and byte count here; values (finite, non-negative indices) in the
+    schema's check, which every record passes before method code sees it (one scan, not two)."""
     rank = (None,) * len(spec.shape)
     if spec.dtype == INDEX:
         dtype = "int32" if t.dtype == "int32" else "int64"
         return decode_array(t, what=what, expect_dtype=dtype, expect_shape=rank).astype(np.int64)
-    return decode_array(t, what=what, expect_dtype=spec.dtype, expect_shape=rank)
+    return decode_array(
+        t, what=what, expect_dtype=spec.dtype, expect_shape=rank, allow_nonfinite=True
+    )
 
 
 def _scalar(s: vfl_pb2.Scalar, name: str, schema: Schema) -> Scalar:
