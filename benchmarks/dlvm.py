@@ -227,8 +227,8 @@ def _run_method(payload: dict[str, Any]) -> dict[str, float]:
     """One method through vfl simulate's engine: accuracy per test mechanism (the federation's
     accuracy: the mean of the heads' probabilities, one prediction per sample; DLVM's one
     SNIS prediction). The label-only methods train on the labelled rows, DLVM on every row."""
-    from vfl_core.algorithms.dlvm_config import DlvmConfig
     from vfl_core.config import ModelConfig, TrainConfig
+    from vfl_core.methods.dlvm.config import DlvmConfig
     from vfl_core.simulate import SimulationConfig, run_simulation
 
     setup = _setup(payload["dataset"])

@@ -90,12 +90,19 @@ def test_given_needle_at_odd_offset_when_searching_then_found_and_absent_ones_no
 
 
 def _tensors(message: Message) -> Iterator[tuple[str, vfl_pb2.Tensor]]:
-    """Every Tensor inside a message, with its field path."""
+    """Every Tensor inside a message, with its field path; the record of a method's generic
+    Step names its tensors by their own names ("rows", "activations[3]")."""
+    record = isinstance(message, vfl_pb2.StepRequest | vfl_pb2.StepReply | vfl_pb2.TensorMap)
     for field, value in message.ListFields():
         if field.message_type is None:
             continue
         if field.message_type.GetOptions().map_entry:
-            items = [(f"{field.name}[{k}]", v) for k, v in value.items()]
+            named = record and field.name in ("tensors", "maps")
+            keyed = record and field.name == "items"  # a TensorMap: prefix joins without a dot
+            items = [
+                (f"{k}" if named else f"[{k}]" if keyed else f"{field.name}[{k}]", v)
+                for k, v in value.items()
+            ]
             items = [(p, v) for p, v in items if isinstance(v, Message)]
         elif field.is_repeated:
             items = [(f"{field.name}[{i}]", v) for i, v in enumerate(value)]
@@ -104,6 +111,8 @@ def _tensors(message: Message) -> Iterator[tuple[str, vfl_pb2.Tensor]]:
         for path, item in items:
             if isinstance(item, vfl_pb2.Tensor):
                 yield path, item
+            elif isinstance(item, vfl_pb2.TensorMap):
+                yield from ((f"{path}{p}", t) for p, t in _tensors(item))
             else:
                 yield from ((f"{path}.{p}", t) for p, t in _tensors(item))
 

@@ -6,31 +6,34 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from harness import resume_after_crash
 
-from vfl_core.algorithms import dlvm_math as dm
-from vfl_core.algorithms.dlvm import kept_experts, noise, posterior
-from vfl_core.algorithms.dlvm_config import DlvmConfig
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    PartyGrads,
-    Stage,
-    StepCall,
-)
 from vfl_core.config import TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.missingness import UNLABELLED, parse_mechanism
 from vfl_core.data.party_dir import PartyData, PartySplit, labelled_rows_only, load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
+from vfl_core.methods.dlvm import latent_math as dm
+from vfl_core.methods.dlvm.config import DlvmConfig
+from vfl_core.methods.dlvm.messages import (
+    DecodeCall,
+    Decoded,
+    DlvmBackwardCall,
+    LabelledRowsCall,
+    PartyGrads,
+    Stage,
+    StepCall,
+)
+from vfl_core.methods.dlvm.roles import kept_experts, noise, posterior
 from vfl_core.protocol import EmbedCall
 from vfl_core.training.alignment import Batch
 from vfl_core.training.engine import Callbacks, Federation
@@ -363,7 +366,9 @@ def test_given_mnar_when_trained_then_parties_without_the_batch_model_their_abse
     assert all(np.isfinite(r.losses[0]) for r in rounds)
     missing = next(b for b in range(4) if b not in partial[0].pattern)
     h = np.zeros((2, 3, SMALL.latent_dim), dtype=np.float32)
-    answer = parties[missing].dlvm_decode(DecodeCall(10**6, "test", None, b"", h, False))
+    answer = parties[missing].step(
+        "dlvm", "DlvmDecode", DecodeCall(10**6, "test", None, b"", h, False)
+    )
     assert answer.log_lik.shape == (2, 3) and (answer.log_lik < 0).all() and answer.grad is None
 
 
@@ -381,31 +386,37 @@ def test_given_bad_or_repeated_messages_when_a_party_gets_them_then_refused_or_c
     d = SMALL.latent_dim
     h = np.zeros((len(rows), 3, d), np.float32)
     with pytest.raises(ProtocolError, match="latent samples of shape"):
-        party.dlvm_decode(DecodeCall(5, "train", rows, digest, h[:, :, :2], True))
+        party.step("dlvm", "DlvmDecode", DecodeCall(5, "train", rows, digest, h[:, :, :2], True))
     with pytest.raises(ProtocolError, match="NaN"):
-        party.dlvm_decode(DecodeCall(5, "train", rows, digest, np.full_like(h, np.nan), True))
+        party.step(
+            "dlvm",
+            "DlvmDecode",
+            DecodeCall(5, "train", rows, digest, np.full_like(h, np.nan), True),
+        )
     with pytest.raises(ProtocolError, match="does not hold"):
-        party.dlvm_decode(DecodeCall(5, "train", None, b"", h, True))  # no MNAR
-    first = party.dlvm_decode(DecodeCall(5, "train", rows, digest, h, True))
-    again = party.dlvm_decode(DecodeCall(5, "train", rows, digest, h, True))
+        party.step("dlvm", "DlvmDecode", DecodeCall(5, "train", None, b"", h, True))  # no MNAR
+    first = party.step("dlvm", "DlvmDecode", DecodeCall(5, "train", rows, digest, h, True))
+    again = party.step("dlvm", "DlvmDecode", DecodeCall(5, "train", rows, digest, h, True))
     assert again is first and first.grad is not None and first.grad.shape == h.shape
     with pytest.raises(ProtocolError, match="other samples"):
-        party.dlvm_decode(DecodeCall(5, "train", rows, digest, h + 1, True))
+        party.step("dlvm", "DlvmDecode", DecodeCall(5, "train", rows, digest, h + 1, True))
     feature_only = _without_labels(few_labels[1])
     with pytest.raises(ProtocolError, match="holds no labels"):
-        feature_only.dlvm_step(StepCall(5, 0, Stage.BOUND, 3, {1: expert}, {1: first}))
+        feature_only.step(
+            "dlvm", "DlvmStep", StepCall(5, 0, Stage.BOUND, 3, {1: expert}, {1: first})
+        )
     with pytest.raises(ProtocolError, match="holds no labels"):
-        feature_only.labelled_rows("train")
+        feature_only.step("dlvm", "LabelledRows", LabelledRowsCall("train"))
     grads = PartyGrads(np.ones((len(rows), 3), np.float32), None)
-    party.dlvm_backward(DlvmBackwardCall(5, 0, grads))
-    party.dlvm_backward(DlvmBackwardCall(5, 0, grads))  # a retry steps nothing more
+    party.step("dlvm", "DlvmBackward", DlvmBackwardCall(5, 0, grads))
+    party.step("dlvm", "DlvmBackward", DlvmBackwardCall(5, 0, grads))  # a retry steps nothing more
     with pytest.raises(StaleRoundError):
         party.embed(EmbedCall(4, "train", rows, digest, True))
     with pytest.raises(StaleRoundError):
-        party.dlvm_backward(DlvmBackwardCall(4, 0, grads))
-    assert len(parties[0].labelled_rows("train")) == 100
+        party.step("dlvm", "DlvmBackward", DlvmBackwardCall(4, 0, grads))
+    assert len(parties[0].step("dlvm", "LabelledRows", LabelledRowsCall("train"))) == 100
     with pytest.raises(ProtocolError, match="only of the train split"):
-        parties[0].labelled_rows("test")
+        parties[0].step("dlvm", "LabelledRows", LabelledRowsCall("test"))
 
 
 def _without_labels(data: PartyData) -> Party:
@@ -425,14 +436,14 @@ def test_given_an_active_step_when_repeated_then_cached_and_other_content_refuse
     rows, digest = al.rows_of(0, batch.index), al.digest(batch.index)
     expert = active.embed(EmbedCall(0, "train", rows, digest, True))
     h = np.zeros((len(rows), SMALL.kappa, SMALL.latent_dim), np.float32)
-    decoded = active.dlvm_decode(DecodeCall(0, "train", rows, digest, h, True))
+    decoded = active.step("dlvm", "DlvmDecode", DecodeCall(0, "train", rows, digest, h, True))
     call = StepCall(0, 0, Stage.BOUND, SMALL.kappa, {0: expert}, {0: decoded})
-    first = active.dlvm_step(call)
-    assert active.dlvm_step(call) is first
+    first = active.step("dlvm", "DlvmStep", call)
+    assert active.step("dlvm", "DlvmStep", call) is first
     with pytest.raises(ProtocolError, match="other content"):
-        active.dlvm_step(replace(call, samples=SMALL.kappa - 1))
+        active.step("dlvm", "DlvmStep", replace(call, samples=SMALL.kappa - 1))
     with pytest.raises(ProtocolError, match="predict"):
-        active.dlvm_step(replace(call, round_id=1, stage=Stage.PREDICT))
+        active.step("dlvm", "DlvmStep", replace(call, round_id=1, stage=Stage.PREDICT))
 
 
 def test_given_equal_weight_prediction_then_the_mean_of_the_samples_class_probabilities(
@@ -450,8 +461,8 @@ def test_given_equal_weight_prediction_then_the_mean_of_the_samples_class_probab
     log_lik = np.linspace(0, -50, len(rows) * samples, dtype=np.float32).reshape(-1, samples)
     call = StepCall(3, 0, Stage.PREDICT, samples, {0: expert}, {0: Decoded(log_lik)})
 
-    average = parties[0].dlvm_predict(call)
-    snis = snis_parties[0].dlvm_predict(call)
+    average = parties[0].step("dlvm", "DlvmPredict", call)
+    snis = snis_parties[0].step("dlvm", "DlvmPredict", call)
 
     d = (SMALL.latent_dim, SMALL.z_dim)
     noise_h, _ = noise(TRAIN.seed, Stage.PREDICT, 3, (len(rows), samples), d)
@@ -486,8 +497,10 @@ class LosesDecodes(InProcessTransport):
         super().__init__(parties)
         self.lost = lost
 
-    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
-        answers = super().dlvm_decode(calls)
+    def step(self, method: str, step: str, calls: Mapping[int, Any]) -> dict[int, Any]:
+        answers = super().step(method, step, calls)
+        if step != "DlvmDecode":
+            return answers
         return {b: a for b, a in answers.items() if b != self.lost}
 
 
@@ -550,7 +563,7 @@ def test_given_a_confident_classifier_when_predicting_then_every_probability_is_
         log_lik = np.random.default_rng(request).normal(size=(len(rows), samples))
         answers = {0: Decoded(log_lik.astype(np.float32))}
         call = StepCall(request, 0, Stage.PREDICT, samples, {0: expert}, answers)
-        probs = parties[0].dlvm_predict(call)
+        probs = parties[0].step("dlvm", "DlvmPredict", call)
         worst = max(worst, float(probs.max()))
         assert ((probs >= 0) & (probs <= 1)).all()
     assert worst == 1.0  # the softmax weights of some rows summed above 1 before the clamp

@@ -1,15 +1,17 @@
-"""The latent-variable VFL's messages: round trips through vfl_wire.convert, and hostile messages
+"""The latent-variable VFL's messages: round trips through the generic Step (vfl_wire.records and
+the steps' schemas, vfl_core.methods.dlvm.steps), and hostile messages
 against a real party server (real servicer, guard interceptor, server options and a dlvm Party on
 127.0.0.1:0), in the manner of test_fuzz.py: every bad DlvmDecode, DlvmStep, DlvmPredict,
-DlvmBackward or LabelledRows is refused with a clear status code, leaves the party exactly as it
-was (weights, optimiser states, its round), and the next valid round goes through; an identical
-replay gets the cached answer."""
+DlvmBackward or LabelledRows (each a Step of method dlvm) is refused with a clear status code,
+leaves the party exactly as it was (weights, optimiser states, its round), and the next valid
+round goes through; an identical replay gets the cached answer."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import numpy as np
@@ -27,23 +29,27 @@ from test_fuzz import (
     tensors,
 )
 
-from vfl_core.algorithms.dlvm_config import DlvmConfig
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    PartyGrads,
-    Stage,
-    StepCall,
-    StepResult,
-)
 from vfl_core.config import TrainConfig
 from vfl_core.data.datasets import load_dataset
 from vfl_core.data.party_dir import load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ProtocolError
+from vfl_core.methods.dlvm.config import DlvmConfig
+from vfl_core.methods.dlvm.messages import (
+    DecodeCall,
+    Decoded,
+    DlvmBackwardCall,
+    LabelledRowsCall,
+    PartyGrads,
+    Stage,
+    StepCall,
+    StepResult,
+)
+from vfl_core.methods.dlvm.spec import DLVM_SPEC
+from vfl_core.methods.steps import decode_call, decode_result, encode_call, encode_result
 from vfl_core.training.alignment import batch_digest
 from vfl_core.training.party import Party
-from vfl_wire import convert
+from vfl_wire import convert, records
 from vfl_wire.tensors import encode_array
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -52,6 +58,42 @@ S = 3  # importance samples
 BATCH = 8
 RPCS = ["DlvmDecode", "DlvmStep", "DlvmPredict", "DlvmBackward", "LabelledRows"]
 HEADER = convert.header(RUN, "party0")
+DIMS = {"latent": D, "expert": 2 * D}  # what the party's config makes of the schemas' symbols
+
+
+def to_request(step: str, call: Any) -> vfl_pb2.StepRequest:
+    """The request the coordinator sends for `call`."""
+    header, record = encode_call(DLVM_SPEC.step(step), call)
+    return records.step_request("dlvm", step, header, record, HEADER)
+
+
+def bare(step: str, round_id: int = 0, split: str = "") -> vfl_pb2.StepRequest:
+    """A request of `step` with nothing in it but its header."""
+    return vfl_pb2.StepRequest(
+        header=HEADER, method="dlvm", step=step, round_id=round_id, split=split
+    )
+
+
+def from_request(request: vfl_pb2.StepRequest) -> Any:
+    """The call a party makes of a request (checked against its step's schema)."""
+    spec = DLVM_SPEC.step(request.step)
+    header, record = records.request_from_proto(request, spec.request)
+    return decode_call(spec, header, record, DIMS)[0]
+
+
+def reply_of(step: str, call: Any, reply: vfl_pb2.StepReply) -> Any:
+    """What the coordinator makes of a party's reply to `call` (checked against the call)."""
+    spec = DLVM_SPEC.step(step)
+    _, bound = decode_call(spec, *encode_call(spec, call), {})
+    return decode_result(
+        spec, records.reply_from_proto(reply, to_request(step, call), spec.reply), call, bound
+    )
+
+
+def answer(step: str, call: Any, result: Any) -> Any:
+    """`result`, a party's answer to `call`, through the wire and the coordinator's checks."""
+    reply = records.step_reply(to_request(step, call), encode_result(DLVM_SPEC.step(step), result))
+    return reply_of(step, call, reply)
 
 
 # ---------------------------------------------------------------- round trips
@@ -64,36 +106,28 @@ def _ones(*shape: int) -> np.ndarray:
 def test_given_dlvm_calls_when_round_tripped_then_equal() -> None:
     rows = np.arange(BATCH, dtype=np.int64)
     decode = DecodeCall(4, "train", rows, b"d" * 32, _ones(BATCH, S, D), True)
-    got = convert.dlvm_decode_call_from_proto(
-        convert.dlvm_decode_call_to_proto(decode, HEADER), latent_dim=D
-    )
+    got = from_request(to_request("DlvmDecode", decode))
     assert got.rows is not None and np.array_equal(got.rows, rows) and got.digest == b"d" * 32
     assert np.array_equal(got.h, decode.h) and got.train and got.round_id == 4
     absent = DecodeCall(4, "test", None, b"", _ones(BATCH, S, D), False)
-    got = convert.dlvm_decode_call_from_proto(
-        convert.dlvm_decode_call_to_proto(absent, HEADER), latent_dim=D
-    )
+    got = from_request(to_request("DlvmDecode", absent))
     assert got.rows is None and not got.train
 
-    answer = Decoded(_ones(BATCH, S), _ones(BATCH, S, D))
-    back = convert.dlvm_decoded_from_proto(convert.dlvm_decoded_to_proto(answer, 4), call=decode)
-    assert np.array_equal(back.log_lik, answer.log_lik) and np.array_equal(back.grad, answer.grad)
+    decoded = Decoded(_ones(BATCH, S), _ones(BATCH, S, D))
+    back = answer("DlvmDecode", decode, decoded)
+    assert np.array_equal(back.log_lik, decoded.log_lik) and np.array_equal(back.grad, decoded.grad)
 
     step = StepCall(
         4, 1, Stage.CLASSIFIER, S, {0: _ones(BATCH, 2 * D), 2: _ones(BATCH, 2 * D)},
         {0: Decoded(_ones(BATCH, S))}, rows, b"e" * 32,
     )  # fmt: skip
-    got_step = convert.dlvm_step_call_from_proto(
-        convert.dlvm_step_call_to_proto(step, HEADER), latent_dim=D
-    )
+    got_step = from_request(to_request("DlvmStep", step))
     assert got_step.stage == Stage.CLASSIFIER and got_step.experts.keys() == {0, 2}
     assert got_step.rows is not None and np.array_equal(got_step.rows, rows)
     assert got_step.answers[0].grad is None
 
     result = StepResult(1.5, {0: PartyGrads(None, _ones(BATCH, 2 * D))})
-    back_step = convert.dlvm_step_result_from_proto(
-        convert.dlvm_step_result_to_proto(result, 4), call=step
-    )
+    back_step = answer("DlvmStep", step, result)
     assert back_step.loss == 1.5 and back_step.grads[0].log_lik is None
     assert np.array_equal(back_step.grads[0].expert, result.grads[0].expert)
 
@@ -125,16 +159,13 @@ def test_given_bad_replies_when_the_coordinator_decodes_them_then_refused(
             elif case == "reply_expert_width":
                 grads[0] = PartyGrads(None, _ones(BATCH, D))
             loss = float("nan") if case == "reply_nan_loss" else 1.0
-            reply = convert.dlvm_step_result_to_proto(StepResult(loss, grads), 4)
-            convert.dlvm_step_result_from_proto(reply, call=call)
+            answer("DlvmStep", call, StepResult(loss, grads))
         elif case == "decode_reply_without_grad":
             decode = DecodeCall(4, "train", None, b"", _ones(BATCH, S, D), True)
-            reply = convert.dlvm_decoded_to_proto(Decoded(_ones(BATCH, S)), 4)
-            convert.dlvm_decoded_from_proto(reply, call=decode)
+            answer("DlvmDecode", decode, Decoded(_ones(BATCH, S)))
         else:
             rows = [3, 1, 2] if case == "labelled_unsorted" else [1, 2, 99]
-            reply = convert.labelled_rows_to_proto(np.array(rows, dtype=np.int64))
-            convert.labelled_rows_from_proto(reply, samples=50)
+            answer("LabelledRows", LabelledRowsCall("train", 50), np.array(rows, dtype=np.int64))
 
 
 # ---------------------------------------------------------------- a real party server
@@ -173,16 +204,14 @@ class DlvmServer:
         reply = self.stub.Embed(request, timeout=TIMEOUT)
         return convert.embedding_from_proto(reply, round_id=r, expect_shape=(BATCH, 2 * D))
 
-    def decode(self, r: int, h: np.ndarray | None = None) -> vfl_pb2.DlvmDecodeRequest:
+    def decode(self, r: int, h: np.ndarray | None = None) -> vfl_pb2.StepRequest:
         rows, digest = self.rows(r)
         h = np.full((BATCH, S, D), 0.1, np.float32) if h is None else h
-        return convert.dlvm_decode_call_to_proto(
-            DecodeCall(r, "train", rows, digest, h, True), HEADER
-        )
+        return to_request("DlvmDecode", DecodeCall(r, "train", rows, digest, h, True))
 
-    def step(self, r: int, expert: np.ndarray, decoded: Decoded) -> vfl_pb2.DlvmStepRequest:
+    def step(self, r: int, expert: np.ndarray, decoded: Decoded) -> vfl_pb2.StepRequest:
         call = StepCall(r, 0, Stage.BOUND, S, {0: expert}, {0: decoded})
-        return convert.dlvm_step_call_to_proto(call, HEADER)
+        return to_request("DlvmStep", call)
 
     def valid_round(self) -> int:
         """Embed, Decode, Step and Backward of one training round; all succeed."""
@@ -190,25 +219,20 @@ class DlvmServer:
         self.next_round += 1
         expert = self.embed(r)
         decode = self.decode(r)
-        decoded = convert.dlvm_decoded_from_proto(
-            self.stub.DlvmDecode(decode, timeout=TIMEOUT),
-            call=convert.dlvm_decode_call_from_proto(decode, latent_dim=D),
-        )
+        reply = self.stub.Step(decode, timeout=TIMEOUT)
+        decoded = reply_of("DlvmDecode", from_request(decode), reply)
         step = self.step(r, expert, decoded)
-        result = convert.dlvm_step_result_from_proto(
-            self.stub.DlvmStep(step, timeout=TIMEOUT),
-            call=convert.dlvm_step_call_from_proto(step, latent_dim=D),
-        )
+        reply = self.stub.Step(step, timeout=TIMEOUT)
+        result = reply_of("DlvmStep", from_request(step), reply)
         assert np.isfinite(result.loss) and result.grads.keys() == {0}
-        backward = vfl_pb2.DlvmBackwardRequest(
-            header=HEADER, round_id=r, log_lik_grad=encode_array(result.grads[0].log_lik),
-            expert_grad=encode_array(result.grads[0].expert),
-        )  # fmt: skip
-        self.stub.DlvmBackward(backward, timeout=TIMEOUT)
+        backward = to_request("DlvmBackward", DlvmBackwardCall(r, 0, result.grads[0]))
+        self.stub.Step(backward, timeout=TIMEOUT)
         return r
 
     def refused(self, rpc: str, request: object) -> grpc.StatusCode:
-        return assert_refused(self.stub, rpc, request, self.fingerprint)
+        """`rpc`: the DLVM step the request is for; every step travels as the generic Step."""
+        assert isinstance(request, vfl_pb2.StepRequest) and request.step == rpc
+        return assert_refused(self.stub, "Step", request, self.fingerprint)
 
 
 @pytest.fixture(scope="module")
@@ -226,11 +250,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DlvmServer]:
         yield s
 
 
-def _predict(server: DlvmServer) -> vfl_pb2.DlvmStepRequest:
+def _predict(server: DlvmServer) -> vfl_pb2.StepRequest:
     call = StepCall(
         10**6, 0, Stage.PREDICT, S, {0: _ones(BATCH, 2 * D)}, {0: Decoded(_ones(BATCH, S))}
     )
-    return convert.dlvm_step_call_to_proto(call, HEADER)
+    return to_request("DlvmPredict", call)
 
 
 @FUZZ
@@ -245,8 +269,8 @@ def test_given_header_for_another_party_or_run_when_sent_then_permission_denied(
             r, _ones(BATCH, 2 * D), Decoded(_ones(BATCH, S), _ones(BATCH, S, D))
         ),
         "DlvmPredict": _predict(server),
-        "DlvmBackward": vfl_pb2.DlvmBackwardRequest(round_id=r),
-        "LabelledRows": vfl_pb2.LabelledRowsRequest(split="train"),
+        "DlvmBackward": bare("DlvmBackward", r),
+        "LabelledRows": bare("LabelledRows", split="train"),
     }[rpc]
     request.header.CopyFrom(header)
     assert server.refused(rpc, request) == grpc.StatusCode.PERMISSION_DENIED
@@ -263,14 +287,19 @@ def test_given_bad_tensor_when_sent_then_refused_and_next_round_proceeds(
     good = Decoded(_ones(BATCH, S), _ones(BATCH, S, D))
     if target == "h":
         rpc, request = "DlvmDecode", server.decode(r)
-        request.h.CopyFrom(data.draw(tensors(rows=BATCH, width=S * D)))  # not (B, S, d)
+        request.tensors["h"].CopyFrom(data.draw(tensors(rows=BATCH, width=S * D)))  # not (B, S, d)
     elif target == "backward":
         rpc = "DlvmBackward"
-        request = vfl_pb2.DlvmBackwardRequest(header=HEADER, round_id=r)
-        request.expert_grad.CopyFrom(data.draw(tensors(rows=BATCH, width=2 * D)))
+        request = bare("DlvmBackward", r)
+        request.tensors["expert_grad"].CopyFrom(data.draw(tensors(rows=BATCH, width=2 * D)))
     else:
         rpc, request = "DlvmStep", server.step(r, expert, good)
-        field = {"expert": request.experts, "log_lik": request.log_liks, "grad": request.grads}
+        maps = request.maps
+        field = {
+            "expert": maps["experts"].items,
+            "log_lik": maps["log_liks"].items,
+            "grad": maps["grads"].items,
+        }
         width = {"expert": 2 * D, "log_lik": S, "grad": S}[target]
         field[target][0].CopyFrom(data.draw(tensors(rows=BATCH, width=width)))
     server.refused(rpc, request)
@@ -305,9 +334,9 @@ def test_given_inconsistent_dlvm_message_when_sent_then_invalid_argument_naming_
     good = Decoded(_ones(BATCH, S), _ones(BATCH, S, D))
     rpc, request = "DlvmDecode", server.decode(r)
     if case == "decode_latent_dim":
-        request.h.CopyFrom(encode_array(np.zeros((BATCH, S, D + 1), np.float32)))
+        request.tensors["h"].CopyFrom(encode_array(np.zeros((BATCH, S, D + 1), np.float32)))
     elif case == "decode_digest":  # at inference, where no embed was kept to compare with
-        request.train = False
+        request.scalars["train"].flag = False
         request.digest = b"x" * 32
     elif case == "decode_rows_count":
         request.rows.CopyFrom(encode_array(np.arange(BATCH - 1, dtype=np.int64)))
@@ -319,33 +348,33 @@ def test_given_inconsistent_dlvm_message_when_sent_then_invalid_argument_naming_
         request.rows.CopyFrom(encode_array(rows))
         request.digest = batch_digest(keys[int(i)] for i in rows)
     elif case == "decode_too_many_samples":
-        request.h.CopyFrom(encode_array(np.zeros((1, 10_001, D), np.float32)))
+        request.tensors["h"].CopyFrom(encode_array(np.zeros((1, 10_001, D), np.float32)))
         request.rows.CopyFrom(encode_array(np.arange(1, dtype=np.int64)))
     elif case.startswith("step"):
         rpc, request = "DlvmStep", server.step(r, expert, good)
         if case == "step_stage":
-            request.stage = 3
+            request.scalars["stage"].int = 3
         elif case == "step_no_expert":
-            request.ClearField("experts")
+            del request.maps["experts"]
         elif case == "step_grads_missing":
-            request.ClearField("grads")
+            del request.maps["grads"]
         elif case == "step_rows_in_stage_1":
             request.rows.CopyFrom(encode_array(np.arange(BATCH, dtype=np.int64)))
         elif case == "step_block_beyond":
-            request.experts[5].CopyFrom(encode_array(_ones(BATCH, 2 * D)))
+            request.maps["experts"].items[5].CopyFrom(encode_array(_ones(BATCH, 2 * D)))
         else:
-            request.samples = 10**6
+            request.scalars["samples"].int = 10**6
     elif case == "predict_stage":
         rpc, request = "DlvmPredict", _predict(server)
-        request.stage = 1
+        request.scalars["stage"].int = 1
     elif case == "backward_without_decode":
-        rpc = "DlvmBackward"
-        grad = encode_array(_ones(BATCH, S))
-        request = vfl_pb2.DlvmBackwardRequest(header=HEADER, round_id=r, log_lik_grad=grad)
+        rpc, request = "DlvmBackward", bare("DlvmBackward", r)
+        request.tensors["log_lik_grad"].CopyFrom(encode_array(_ones(BATCH, S)))
     else:
-        rpc, request = "LabelledRows", vfl_pb2.LabelledRowsRequest(header=HEADER, split="test")
+        rpc, request = "LabelledRows", bare("LabelledRows", split="test")
     with pytest.raises(grpc.RpcError) as err:
-        getattr(server.stub, rpc)(request, timeout=TIMEOUT)
+        server.stub.Step(request, timeout=TIMEOUT)
+    assert request.step == rpc
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
     assert message in err.value.details()
     server.valid_round()
@@ -358,23 +387,23 @@ def test_given_replays_when_sent_then_cached_answer_and_stale_rounds_refused(
     server.next_round += 1
     server.embed(r)
     request = server.decode(r)
-    before = server.stub.DlvmDecode(request, timeout=TIMEOUT)
+    before = server.stub.Step(request, timeout=TIMEOUT)
     state = server.fingerprint()
-    assert server.stub.DlvmDecode(request, timeout=TIMEOUT) == before  # a retry after a timeout
+    assert server.stub.Step(request, timeout=TIMEOUT) == before  # a retry after a timeout
     assert server.fingerprint() == state
     other = server.decode(r, np.full((BATCH, S, D), 0.7, np.float32))
     assert server.refused("DlvmDecode", other) == grpc.StatusCode.INVALID_ARGUMENT
     server.valid_round()
     assert server.refused("DlvmDecode", server.decode(r)) == grpc.StatusCode.FAILED_PRECONDITION
-    stale = vfl_pb2.DlvmBackwardRequest(header=HEADER, round_id=r)
+    stale = bare("DlvmBackward", r)
     assert server.refused("DlvmBackward", stale) == grpc.StatusCode.FAILED_PRECONDITION
-    rows = convert.labelled_rows_from_proto(
-        server.stub.LabelledRows(vfl_pb2.LabelledRowsRequest(header=HEADER, split="train")),
-        samples=len(server.party.data.splits["train"]),
-    )
+    labelled = LabelledRowsCall("train", len(server.party.data.splits["train"]))
+    reply = server.stub.Step(to_request("LabelledRows", labelled), timeout=TIMEOUT)
+    rows = reply_of("LabelledRows", labelled, reply)
     assert len(rows) > 0 and (np.diff(rows) > 0).all()
-    probs = convert.probabilities_from_proto(
-        server.stub.DlvmPredict(_predict(server), timeout=TIMEOUT), request_id=10**6
+    predict = _predict(server)
+    probs = reply_of(
+        "DlvmPredict", from_request(predict), server.stub.Step(predict, timeout=TIMEOUT)
     )
     assert probs.shape == (BATCH, 10) and np.allclose(probs.sum(1), 1, atol=1e-5)
     server.valid_round()

@@ -12,13 +12,13 @@ import pytest
 import torch
 from harness import resume_after_crash
 
-from vfl_core.algorithms.dvfl import Registers, reconstruction_loss
-from vfl_core.algorithms.dvfl_protocol import GuestCall, HostCall, HostOutputCall, OwnerTrainCall
 from vfl_core.config import DvflConfig, TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.party_dir import PartyData, PartySplit, load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
+from vfl_core.methods.dvfl.messages import GuestCall, HostCall, HostOutputCall, OwnerTrainCall
+from vfl_core.methods.dvfl.nets import Registers, reconstruction_loss
 from vfl_core.simulate import SimulationConfig, run_simulation
 from vfl_core.training.alignment import batch_digest
 from vfl_core.training.engine import Federation, RoundRecord
@@ -141,19 +141,19 @@ def test_given_guest_step_when_repeated_then_cached_and_stale_or_changed_refused
     party = Party("party1", digits[1], config(), secret=SECRET)
     rows = np.arange(8)
     before = party.parameters_vector()
-    first = party.guest_step(guest_call(party, 0, rows))
+    first = party.step("dvfl", "GuestStep", guest_call(party, 0, rows))
     after = party.parameters_vector()
 
-    again = party.guest_step(guest_call(party, 0, rows))  # an identical retry
+    again = party.step("dvfl", "GuestStep", guest_call(party, 0, rows))  # an identical retry
 
     assert again is first and np.array_equal(party.parameters_vector(), after)
     assert not np.array_equal(before, after) and first.activations is not None
     assert first.activations.shape == (8, SMALL.guest_dim)
     with pytest.raises(ProtocolError, match="other content"):
-        party.guest_step(guest_call(party, 0, rows + 1))
-    party.guest_step(guest_call(party, 1, rows, write=False))
+        party.step("dvfl", "GuestStep", guest_call(party, 0, rows + 1))
+    party.step("dvfl", "GuestStep", guest_call(party, 1, rows, write=False))
     with pytest.raises(StaleRoundError):
-        party.guest_step(guest_call(party, 0, rows))
+        party.step("dvfl", "GuestStep", guest_call(party, 0, rows))
     assert party.last_round == 1
 
 
@@ -165,7 +165,7 @@ def test_given_host_writes_when_step_then_registers_hold_them_and_host_replays(
     index = np.array([4, 0, 9])
     call = HostCall(0, 0, samples=20, index=index, writes={1: acts}, steps=2)
 
-    result = party.host_step(call)
+    result = party.step("dvfl", "HostStep", call)
 
     regs = party.dvfl.registers
     assert regs is not None and regs.filled().tolist() == [0, 4, 9]
@@ -173,11 +173,11 @@ def test_given_host_writes_when_step_then_registers_hold_them_and_host_replays(
     np.testing.assert_array_equal(x[:, SMALL.guest_dim : 2 * SMALL.guest_dim].numpy(), acts)
     assert result.replayed == 2 and np.isfinite(result.loss)
     with pytest.raises(ProtocolError, match="registers hold 20"):
-        party.host_step(replace(call, round_id=1, samples=21))
+        party.step("dvfl", "HostStep", replace(call, round_id=1, samples=21))
     with pytest.raises(ProtocolError, match="no such block"):
-        party.host_step(replace(call, round_id=2, writes={7: acts}))
+        party.step("dvfl", "HostStep", replace(call, round_id=2, writes={7: acts}))
     with pytest.raises(ProtocolError, match=r"expected float32 \(3, 6\)"):
-        party.host_step(replace(call, round_id=3, writes={1: acts[:, :4]}))
+        party.step("dvfl", "HostStep", replace(call, round_id=3, writes={1: acts[:, :4]}))
 
 
 def test_given_trained_hosts_when_output_of_fresh_activations_then_missing_guest_is_zeros(
@@ -188,13 +188,15 @@ def test_given_trained_hosts_when_output_of_fresh_activations_then_missing_guest
     zeros = np.zeros_like(a)
 
     def out(acts: dict[int, np.ndarray]) -> np.ndarray:
-        return party.host_output(HostOutputCall(0, "test", np.arange(4), False, acts))
+        return party.step(
+            "dvfl", "HostOutput", HostOutputCall(0, "test", np.arange(4), False, acts)
+        )
 
     only_1 = out({1: a})
     np.testing.assert_array_equal(only_1, out({0: zeros, 1: a, 2: zeros, 3: zeros}))
     assert only_1.shape == (4, SMALL.host_dim)
     with pytest.raises(ProtocolError, match="nothing was written"):
-        party.host_output(HostOutputCall(0, "train", np.arange(4), True))
+        party.step("dvfl", "HostOutput", HostOutputCall(0, "train", np.arange(4), True))
 
 
 def test_given_feature_only_party_when_asked_to_train_an_owner_then_refused(
@@ -202,7 +204,7 @@ def test_given_feature_only_party_when_asked_to_train_an_owner_then_refused(
 ) -> None:
     party = Party("party2", partial[2], config(), secret=SECRET)
     with pytest.raises(ProtocolError, match="holds no labels"):
-        party.owner_train(OwnerTrainCall(0, 0))
+        party.step("dvfl", "OwnerTrain", OwnerTrainCall(0, 0))
 
 
 # ------------------------------------------------------------------------------ a whole run
@@ -324,7 +326,7 @@ def test_given_a_guest_step_on_unlabelled_rows_then_its_encoder_changes(
     al = fed.alignments["train"]
     rows = al.rows[1][(al.rows[0] < 0) & (al.rows[1] >= 0)][:16]  # block 1's rows without a label
     before = weights(parties[1].dvfl.guest.encoder)
-    parties[1].guest_step(guest_call(parties[1], 0, np.sort(rows)))
+    parties[1].step("dvfl", "GuestStep", guest_call(parties[1], 0, np.sort(rows)))
     assert not np.array_equal(before, weights(parties[1].dvfl.guest.encoder))
 
 
@@ -445,7 +447,7 @@ def test_given_trained_party_when_state_reloaded_then_same_weights_registers_and
     assert torch.equal(a.owner_inputs, b.owner_inputs)
     # the next owner epoch is the same in both
     call = OwnerTrainCall(fed.round_id, 1)
-    assert source.owner_train(call) == copy.owner_train(call)
+    assert source.step("dvfl", "OwnerTrain", call) == copy.step("dvfl", "OwnerTrain", call)
 
 
 @pytest.mark.parametrize("crash_at", [29, 49])  # in the guests' stage; in the owner's

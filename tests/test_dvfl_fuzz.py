@@ -1,8 +1,9 @@
 """Hostile DVFL messages against a real party server (real servicer, guard interceptor, server
 options and a dvfl Party on 127.0.0.1:0), in the manner of test_fuzz.py: every bad GuestStep,
-HostStep, HostOutput, OwnerFeed or OwnerTrain is refused with a clear status code, leaves the
-party exactly as it was (weights, optimiser state, registers, the owner's inputs, its round) and
-the next valid round goes through; an identical replay gets the cached answer."""
+HostStep, HostOutput, OwnerFeed or OwnerTrain (each a generic Step of method dvfl) is refused
+with a clear status code, leaves the party exactly as it was (weights, optimiser state,
+registers, the owner's inputs, its round) and the next valid round goes through; an identical
+replay gets the cached answer."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from vfl_core.data.prepare import prepare_parties
 from vfl_core.training.alignment import batch_digest
 from vfl_core.training.party import Party
 from vfl_wire import convert
-from vfl_wire.tensors import encode_array
+from vfl_wire.tensors import decode_array, encode_array
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
 DIM = 8  # guest and host codes (the width test_fuzz's tensors() gets wrong)
@@ -65,49 +66,76 @@ class DvflServer:
     def rows(self, r: int) -> np.ndarray:
         return np.arange(r % 40, r % 40 + BATCH, dtype=np.int64)
 
-    def guest(self, r: int, write: bool = True) -> vfl_pb2.GuestStepRequest:
+    def guest(self, r: int, write: bool = True) -> vfl_pb2.StepRequest:
         rows = self.rows(r)
         keys = self.party.alignment_keys("train")
         digest = batch_digest(keys[int(i)] for i in rows)
-        return vfl_pb2.GuestStepRequest(
-            header=self.header, round_id=r, rows=encode_array(rows), digest=digest, write=write
-        )
+        request = step_request(self.header, "GuestStep", r, rows=encode_array(rows), digest=digest)
+        request.scalars["write"].flag = write
+        return request
 
-    def host(self, r: int, writes: dict[int, np.ndarray] | None = None) -> vfl_pb2.HostStepRequest:
+    def host(self, r: int, writes: dict[int, np.ndarray] | None = None) -> vfl_pb2.StepRequest:
         writes = {0: np.ones((BATCH, DIM), np.float32)} if writes is None else writes
-        return vfl_pb2.HostStepRequest(
-            header=self.header,
-            round_id=r,
-            samples=SAMPLES,
-            index=encode_array(self.rows(r)),
-            writes={g: encode_array(a) for g, a in writes.items()},
-            steps=1,
-        )
+        request = step_request(self.header, "HostStep", r)
+        request.scalars["samples"].int = SAMPLES
+        request.tensors["index"].CopyFrom(encode_array(self.rows(r)))
+        for g, a in writes.items():
+            request.maps["writes"].items[g].CopyFrom(encode_array(a))
+        request.scalars["steps"].int = 1
+        return request
 
-    def feed(self, r: int) -> vfl_pb2.OwnerFeedRequest:
+    def feed(self, r: int) -> vfl_pb2.StepRequest:
         guest = self.guest(r)
-        outputs = {h: encode_array(np.full((BATCH, DIM), 0.5, np.float32)) for h in range(K)}
-        return vfl_pb2.OwnerFeedRequest(
-            header=self.header, round_id=r, rows=guest.rows, digest=guest.digest, outputs=outputs
-        )
+        request = step_request(self.header, "OwnerFeed", r, rows=guest.rows, digest=guest.digest)
+        for h in range(K):
+            request.maps["outputs"].items[h].CopyFrom(
+                encode_array(np.full((BATCH, DIM), 0.5, np.float32))
+            )
+        return request
 
     def valid_round(self) -> int:
         """A guest step that writes, a host step with it, and an owner feed; all succeed."""
         r = self.next_round
         self.next_round += 1
-        reply = self.stub.GuestStep(self.guest(r), timeout=TIMEOUT)
-        assert reply.round_id == r and tuple(reply.activations.shape) == (BATCH, DIM)
-        acts = convert.guest_result_from_proto(
-            reply, call=convert.guest_call_from_proto(self.guest(r))
-        )
-        assert acts.activations is not None
-        host = self.stub.HostStep(self.host(r, {1: acts.activations}), timeout=TIMEOUT)
-        assert host.round_id == r and host.replayed == 1
-        self.stub.OwnerFeed(self.feed(r), timeout=TIMEOUT)
+        reply = self.stub.Step(self.guest(r), timeout=TIMEOUT)
+        assert reply.round_id == r and tuple(reply.tensors["activations"].shape) == (BATCH, DIM)
+        acts = decode_array(reply.tensors["activations"], expect_dtype="float32")
+        assert acts is not None
+        host = self.stub.Step(self.host(r, {1: acts}), timeout=TIMEOUT)
+        assert host.round_id == r and host.scalars["replayed"].int == 1
+        self.stub.Step(self.feed(r), timeout=TIMEOUT)
         return r
 
     def refused(self, rpc: str, request: object) -> grpc.StatusCode:
-        return assert_refused(self.stub, rpc, request, self.fingerprint)
+        """`rpc`: the DVFL step the request is for; every step travels as the generic Step."""
+        assert isinstance(request, vfl_pb2.StepRequest) and request.step == rpc
+        return assert_refused(self.stub, "Step", request, self.fingerprint)
+
+
+def step_request(
+    header: vfl_pb2.Header,
+    step: str,
+    round_id: int,
+    split: str = "",
+    rows: vfl_pb2.Tensor | None = None,
+    digest: bytes = b"",
+) -> vfl_pb2.StepRequest:
+    """A DVFL step's request on the generic Step RPC."""
+    request = vfl_pb2.StepRequest(
+        header=header, method="dvfl", step=step, round_id=round_id, split=split, digest=digest
+    )
+    if rows is not None:
+        request.rows.CopyFrom(rows)
+    return request
+
+
+def host_output(
+    header: vfl_pb2.Header, split: str, index: vfl_pb2.Tensor, from_registers: bool = False
+) -> vfl_pb2.StepRequest:
+    request = step_request(header, "HostOutput", 0, split=split)
+    request.tensors["index"].CopyFrom(index)
+    request.scalars["from_registers"].flag = from_registers
+    return request
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +161,9 @@ def test_given_header_for_another_party_or_run_when_sent_then_permission_denied(
     request = {
         "GuestStep": server.guest(r),
         "HostStep": server.host(r),
-        "HostOutput": vfl_pb2.HostOutputRequest(split="test", index=encode_array(np.arange(2))),
+        "HostOutput": host_output(server.header, "test", encode_array(np.arange(2))),
         "OwnerFeed": server.feed(r),
-        "OwnerTrain": vfl_pb2.OwnerTrainRequest(round_id=r),
+        "OwnerTrain": step_request(server.header, "OwnerTrain", r),
     }[rpc]
     request.header.CopyFrom(header)
     assert server.refused(rpc, request) == grpc.StatusCode.PERMISSION_DENIED
@@ -154,18 +182,18 @@ def test_given_bad_tensor_when_sent_then_refused_and_next_round_proceeds(
         request.rows.CopyFrom(data.draw(tensors(rows=BATCH, width=1)))
     elif target == "write":
         rpc, request = "HostStep", server.host(r)
-        request.writes[data.draw(st.sampled_from([0, 1]))].CopyFrom(bad)
+        request.maps["writes"].items[data.draw(st.sampled_from([0, 1]))].CopyFrom(bad)
     elif target == "index":
         rpc, request = "HostStep", server.host(r)
-        request.index.CopyFrom(data.draw(tensors(rows=BATCH, width=1)))
+        request.tensors["index"].CopyFrom(data.draw(tensors(rows=BATCH, width=1)))
     elif target == "output":
         rpc, request = "OwnerFeed", server.feed(r)
-        request.outputs[data.draw(st.sampled_from([0, 1]))].CopyFrom(bad)
+        request.maps["outputs"].items[data.draw(st.sampled_from([0, 1]))].CopyFrom(bad)
     else:
         index = encode_array(np.arange(BATCH, dtype=np.int64))
         rpc = "HostOutput"
-        request = vfl_pb2.HostOutputRequest(header=server.header, split="test", index=index)
-        request.activations[data.draw(st.sampled_from([0, 1]))].CopyFrom(bad)
+        request = host_output(server.header, "test", index)
+        request.maps["activations"].items[data.draw(st.sampled_from([0, 1]))].CopyFrom(bad)
     server.refused(rpc, request)
     server.valid_round()
 
@@ -202,37 +230,37 @@ def test_given_inconsistent_dvfl_message_when_sent_then_invalid_argument_naming_
     rpc = "HostStep"
     request: object = server.host(r)
     if case == "samples_other":
-        request.samples = SAMPLES + 1
+        request.scalars["samples"].int = SAMPLES + 1
     elif case == "samples_zero":
-        request.samples = 0
+        request.scalars["samples"].int = 0
     elif case == "samples_huge":
-        request.samples = 10**12
+        request.scalars["samples"].int = 10**12
     elif case == "steps":
-        request.steps = 5000
+        request.scalars["steps"].int = 5000
     elif case == "index_range":
-        request.index.CopyFrom(_index([*range(BATCH - 1), SAMPLES]))
+        request.tensors["index"].CopyFrom(_index([*range(BATCH - 1), SAMPLES]))
     elif case == "index_repeated":
-        request.index.CopyFrom(_index([0] * BATCH))
+        request.tensors["index"].CopyFrom(_index([0] * BATCH))
     elif case == "index_negative":
-        request.index.CopyFrom(_index([-1, *range(BATCH - 1)]))
+        request.tensors["index"].CopyFrom(_index([-1, *range(BATCH - 1)]))
     elif case == "guest_unknown":
-        request.writes[9].CopyFrom(ones)
+        request.maps["writes"].items[9].CopyFrom(ones)
     elif case == "writes_without_index":
-        request.index.CopyFrom(_index([]))
+        request.tensors["index"].CopyFrom(_index([]))
     elif case.startswith("registers"):
         rpc = "HostOutput"
         split = "test" if case == "registers_from_test" else "train"
-        request = vfl_pb2.HostOutputRequest(
-            header=server.header, split=split, index=_index([0, 1]), from_registers=True
-        )
+        request = host_output(server.header, split, _index([0, 1]), from_registers=True)
         if case == "registers_with_data":
-            request.activations[0].CopyFrom(encode_array(np.ones((2, DIM), np.float32)))
+            request.maps["activations"].items[0].CopyFrom(
+                encode_array(np.ones((2, DIM), np.float32))
+            )
     elif case.startswith("owner"):
         rpc, request = "OwnerFeed", server.feed(r)
         if case == "owner_digest":
             request.digest = b"x" * 32
         else:
-            request.outputs[5].CopyFrom(ones)
+            request.maps["outputs"].items[5].CopyFrom(ones)
     else:
         rpc, request = "GuestStep", server.guest(r)
         if case == "guest_digest":
@@ -240,7 +268,8 @@ def test_given_inconsistent_dvfl_message_when_sent_then_invalid_argument_naming_
         else:
             request.rows.CopyFrom(_index([10**6]))
     with pytest.raises(grpc.RpcError) as err:
-        getattr(server.stub, rpc)(request, timeout=TIMEOUT)
+        server.stub.Step(request, timeout=TIMEOUT)
+    assert isinstance(request, vfl_pb2.StepRequest) and request.step == rpc
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
     assert message in err.value.details()
     server.valid_round()
@@ -251,8 +280,8 @@ def test_given_replays_when_sent_then_cached_answer_and_stale_rounds_refused(
 ) -> None:
     r = server.valid_round()
     before = server.fingerprint()
-    replay = server.stub.GuestStep(server.guest(r), timeout=TIMEOUT)  # a retry after a timeout
-    again = server.stub.GuestStep(server.guest(r), timeout=TIMEOUT)
+    replay = server.stub.Step(server.guest(r), timeout=TIMEOUT)  # a retry after a timeout
+    again = server.stub.Step(server.guest(r), timeout=TIMEOUT)
     assert replay == again and server.fingerprint() == before
     assert server.refused("GuestStep", server.guest(r, write=False)) == (
         grpc.StatusCode.INVALID_ARGUMENT  # the same round with other content

@@ -23,9 +23,11 @@ from typing import TypeVar
 import grpc
 import torch
 
+from vfl_core.algorithms.methods import step_spec
 from vfl_core.errors import ConfigError, ProtocolError
+from vfl_core.methods.steps import decode_call, encode_result
 from vfl_core.training.party import Party
-from vfl_wire import convert
+from vfl_wire import convert, records
 from vfl_wire.status import PermissionError_, rpc_errors
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -214,80 +216,16 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
 
         return self._serve(context, "PsiKeys", request.header, run)
 
-    # ------------------------------------------------------------------ Decoupled VFL
-    def GuestStep(self, request, context):
-        def run(p: Party) -> vfl_pb2.GuestStepReply:
-            call = convert.guest_call_from_proto(request)
-            return convert.guest_result_to_proto(p.guest_step(call), call.round_id)
+    # ------------------------------------------------------------------ a method's own steps
+    def Step(self, request, context):
+        """Any method's step: its schema checks the message before its handler runs."""
 
-        return self._serve(context, "GuestStep", request.header, run)
+        def run(p: Party) -> vfl_pb2.StepReply:
+            step = step_spec(request.method, request.step)
+            header, record = records.request_from_proto(request, step.request)
+            dims = p.spec.step_dims(p.config) if p.config.method == request.method else {}
+            call, _ = decode_call(step, header, record, dims)
+            result = p.step(request.method, request.step, call)
+            return records.step_reply(request, encode_result(step, result))
 
-    def HostStep(self, request, context):
-        def run(p: Party) -> vfl_pb2.HostStepReply:
-            call = convert.host_call_from_proto(request, width=p.config.dvfl.guest_dim)
-            return convert.host_result_to_proto(p.host_step(call), call.round_id)
-
-        return self._serve(context, "HostStep", request.header, run)
-
-    def HostOutput(self, request, context):
-        def run(p: Party) -> vfl_pb2.HostOutputReply:
-            call = convert.host_output_call_from_proto(request, width=p.config.dvfl.guest_dim)
-            return convert.host_outputs_to_proto(call.request_id, p.host_output(call))
-
-        return self._serve(context, "HostOutput", request.header, run)
-
-    def OwnerFeed(self, request, context):
-        def run(p: Party) -> vfl_pb2.Ack:
-            p.owner_feed(convert.owner_feed_from_proto(request, width=p.config.dvfl.host_dim))
-            return vfl_pb2.Ack()
-
-        return self._serve(context, "OwnerFeed", request.header, run)
-
-    def OwnerTrain(self, request, context):
-        def run(p: Party) -> vfl_pb2.OwnerTrainReply:
-            call = convert.owner_train_from_proto(request)
-            return convert.owner_loss_to_proto(call.round_id, p.owner_train(call))
-
-        return self._serve(context, "OwnerTrain", request.header, run)
-
-    # ------------------------------------------------------------------ latent-variable VFL
-    def DlvmDecode(self, request, context):
-        def run(p: Party) -> vfl_pb2.DlvmDecodeReply:
-            call = convert.dlvm_decode_call_from_proto(request, latent_dim=_latent(p))
-            return convert.dlvm_decoded_to_proto(p.dlvm_decode(call), call.round_id)
-
-        return self._serve(context, "DlvmDecode", request.header, run)
-
-    def DlvmStep(self, request, context):
-        def run(p: Party) -> vfl_pb2.DlvmStepReply:
-            call = convert.dlvm_step_call_from_proto(request, latent_dim=_latent(p))
-            return convert.dlvm_step_result_to_proto(p.dlvm_step(call), call.round_id)
-
-        return self._serve(context, "DlvmStep", request.header, run)
-
-    def DlvmPredict(self, request, context):
-        def run(p: Party) -> vfl_pb2.PredictReply:
-            call = convert.dlvm_step_call_from_proto(request, latent_dim=_latent(p), predict=True)
-            return convert.probabilities_to_proto(call.round_id, p.dlvm_predict(call))
-
-        return self._serve(context, "DlvmPredict", request.header, run)
-
-    def DlvmBackward(self, request, context):
-        def run(p: Party) -> vfl_pb2.Ack:
-            p.dlvm_backward(convert.dlvm_backward_call_from_proto(request, latent_dim=_latent(p)))
-            return vfl_pb2.Ack()
-
-        return self._serve(context, "DlvmBackward", request.header, run)
-
-    def LabelledRows(self, request, context):
-        def run(p: Party) -> vfl_pb2.LabelledRowsReply:
-            return convert.labelled_rows_to_proto(
-                p.labelled_rows(convert.check_split(request.split))
-            )
-
-        return self._serve(context, "LabelledRows", request.header, run)
-
-
-def _latent(party: Party) -> int:
-    """The latent size the party's dlvm messages must have (from the run's config)."""
-    return party.config.dlvm.latent_dim
+        return self._serve(context, "Step", request.header, run)

@@ -9,22 +9,8 @@ from typing import Any, Generic, TypeVar
 import grpc
 import numpy as np
 
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    StepCall,
-    StepResult,
-)
-from vfl_core.algorithms.dvfl_protocol import (
-    GuestCall,
-    GuestResult,
-    HostCall,
-    HostOutputCall,
-    HostResult,
-    OwnerFeedCall,
-    OwnerTrainCall,
-)
+from vfl_core.algorithms.methods import step_spec
+from vfl_core.methods.steps import decode_call, decode_result, encode_call
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -37,7 +23,7 @@ from vfl_core.protocol import (
     TrainCall,
     TrainResult,
 )
-from vfl_wire import convert
+from vfl_wire import convert, records
 from vfl_wire.channels import make_channel
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -174,93 +160,16 @@ class PartyClient:
         request = convert.psi_keys_to_proto(call, self._header)
         return Pending(self._stub.PsiKeys.future(request, timeout=timeout), _nothing)
 
-    def _checked(
-        self,
-        rpc: grpc.UnaryUnaryMultiCallable,
-        to_proto: Callable[[Any, vfl_pb2.Header], Any],
-        from_proto: Callable[..., T],
-        call: Any,
-        timeout: float,
-    ) -> Pending[T]:
-        """The calls of the round programs: the request built from `call`, the reply checked
-        against it (`from_proto(reply, call=call)`)."""
-        future = rpc.future(to_proto(call, self._header), timeout=timeout)
-        return Pending(future, lambda reply: from_proto(reply, call=call))
+    # A method's own steps (vfl_core.methods): the call checked against the step's request
+    # schema and packed as the schema says, the reply checked against its reply schema.
+    def step(self, method: str, step: str, call: Any, timeout: float) -> Pending[Any]:
+        spec = step_spec(method, step)
+        header, record = encode_call(spec, call)
+        _, bound = decode_call(spec, header, record, {})  # a local bug fails here, unsent
+        request = records.step_request(method, step, header, record, self._header)
 
-    # Decoupled VFL (vfl_core.algorithms.dvfl_program checks the widths against the run's config)
-    def guest_step(self, call: GuestCall, timeout: float) -> Pending[GuestResult]:
-        return self._checked(
-            self._stub.GuestStep,
-            convert.guest_call_to_proto,
-            convert.guest_result_from_proto,
-            call,
-            timeout,
-        )
+        def answer(reply: vfl_pb2.StepReply) -> Any:
+            got = records.reply_from_proto(reply, request, spec.reply)
+            return decode_result(spec, got, call, bound)
 
-    def host_step(self, call: HostCall, timeout: float) -> Pending[HostResult]:
-        return self._checked(
-            self._stub.HostStep,
-            convert.host_call_to_proto,
-            convert.host_result_from_proto,
-            call,
-            timeout,
-        )
-
-    def host_output(self, call: HostOutputCall, timeout: float) -> Pending[np.ndarray]:
-        return self._checked(
-            self._stub.HostOutput,
-            convert.host_output_call_to_proto,
-            convert.host_outputs_from_proto,
-            call,
-            timeout,
-        )
-
-    def owner_feed(self, call: OwnerFeedCall, timeout: float) -> Pending[bool]:
-        request = convert.owner_feed_to_proto(call, self._header)
-        return Pending(self._stub.OwnerFeed.future(request, timeout=timeout), lambda _: True)
-
-    def owner_train(self, call: OwnerTrainCall, timeout: float) -> Pending[float]:
-        return self._checked(
-            self._stub.OwnerTrain,
-            convert.owner_train_to_proto,
-            convert.owner_loss_from_proto,
-            call,
-            timeout,
-        )
-
-    # Latent-variable VFL (vfl_core.algorithms.dlvm_protocol)
-    def dlvm_decode(self, call: DecodeCall, timeout: float) -> Pending[Decoded]:
-        return self._checked(
-            self._stub.DlvmDecode,
-            convert.dlvm_decode_call_to_proto,
-            convert.dlvm_decoded_from_proto,
-            call,
-            timeout,
-        )
-
-    def dlvm_step(self, call: StepCall, timeout: float) -> Pending[StepResult]:
-        return self._checked(
-            self._stub.DlvmStep,
-            convert.dlvm_step_call_to_proto,
-            convert.dlvm_step_result_from_proto,
-            call,
-            timeout,
-        )
-
-    def dlvm_predict(self, call: StepCall, timeout: float) -> Pending[np.ndarray]:
-        request = convert.dlvm_step_call_to_proto(call, self._header)
-        return Pending(
-            self._stub.DlvmPredict.future(request, timeout=timeout),
-            lambda reply: convert.probabilities_from_proto(reply, request_id=call.round_id),
-        )
-
-    def dlvm_backward(self, call: DlvmBackwardCall, timeout: float) -> Pending[None]:
-        request = convert.dlvm_backward_call_to_proto(call, self._header)
-        return Pending(self._stub.DlvmBackward.future(request, timeout=timeout), _nothing)
-
-    def labelled_rows(self, samples: int, timeout: float) -> Pending[np.ndarray]:
-        request = vfl_pb2.LabelledRowsRequest(header=self._header, split="train")
-        return Pending(
-            self._stub.LabelledRows.future(request, timeout=timeout),
-            lambda reply: convert.labelled_rows_from_proto(reply, samples=samples),
-        )
+        return Pending(self._stub.Step.future(request, timeout=timeout), answer)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -17,22 +17,7 @@ import numpy as np
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.party_client import PartyClient, Pending
 from vfl_coordinator.registry import Registry
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    StepCall,
-    StepResult,
-)
-from vfl_core.algorithms.dvfl_protocol import (
-    GuestCall,
-    GuestResult,
-    HostCall,
-    HostOutputCall,
-    HostResult,
-    OwnerFeedCall,
-    OwnerTrainCall,
-)
+from vfl_core.algorithms.methods import step_spec
 from vfl_core.errors import VflError
 from vfl_core.protocol import (
     BackwardCall,
@@ -189,38 +174,13 @@ class GrpcTransport:
         # A party that registered again lacks them: the engine sends them again (its rejoins).
         return set(self._call("PsiKeys", calls, PartyClient.psi_keys))
 
-    def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]:
-        return self._call("GuestStep", calls, PartyClient.guest_step)
-
-    def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]:
-        return self._call("HostStep", calls, PartyClient.host_step)
-
-    def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]:
-        training = any(c.from_registers for c in calls.values())
-        return self._call("HostOutput", calls, PartyClient.host_output, training=training)
-
-    def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]:
-        return set(self._call("OwnerFeed", calls, PartyClient.owner_feed))
-
-    def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
-        return self._call("OwnerTrain", calls, PartyClient.owner_train)
-
-    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
-        training = any(c.split == "train" for c in calls.values())
-        return self._call("DlvmDecode", calls, PartyClient.dlvm_decode, training=training)
-
-    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
-        return self._call("DlvmStep", calls, PartyClient.dlvm_step)
-
-    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
-        return self._call("DlvmPredict", calls, PartyClient.dlvm_predict)
-
-    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
-        return set(self._call("DlvmBackward", calls, PartyClient.dlvm_backward))
-
-    def labelled_rows(self, block: int) -> np.ndarray | None:
-        samples = self.infos()[block].samples.get("train", 0)
-        return self._call("LabelledRows", {block: samples}, PartyClient.labelled_rows).get(block)
+    def step(self, method: str, step: str, calls: Mapping[int, Any]) -> dict[int, Any]:
+        """A method's step (vfl_core.methods): its deadline is that of the phase the step
+        declares, Predict's for a call the step says is an inference call."""
+        spec = step_spec(method, step)
+        training = any(spec.training(c) for c in calls.values())
+        t = float(getattr(self.deadlines, spec.phase if training else spec.inference_phase))
+        return self._fan_out(calls, lambda c, call: c.step(method, step, call, t), t, step)
 
     def shutdown(self, blocks: Iterable[int], reason: str) -> set[int]:
         """Tell `blocks` the run ended; returns those that heard it."""

@@ -8,12 +8,12 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from vfl_core.algorithms.dlvm_config import DlvmConfig
 from vfl_core.algorithms.method_spec import MethodSpec, ProgramHooks
 from vfl_core.algorithms.methods import (
     METHODS as METHODS,  # re-exported: the registry's method names
 )
 from vfl_core.algorithms.methods import REGISTRY, method_spec, unknown_method
+from vfl_core.methods.dlvm.config import DlvmConfig
 from vfl_core.model.quantize import WireDtype
 
 
@@ -45,7 +45,7 @@ class ModelConfig(_Frozen):
 
 
 class DvflConfig(_Frozen):
-    """Decoupled VFL (vfl_core.algorithms.dvfl): the three tiers' sizes and the schedule. The
+    """Decoupled VFL (vfl_core.methods.dvfl.nets): the three tiers' sizes and the schedule. The
     defaults are
     the DVFL paper's MNIST setup (guest 196-100-80, host 4x80-200-160, owner 4x160-160-40-10).
     Guests and hosts use the run's optimiser, lr and weight decay; the owner plain SGD."""

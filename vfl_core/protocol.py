@@ -8,32 +8,16 @@ Arrays are CPU numpy arrays: float32 for embeddings, gradients and probabilities
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    StepCall,
-    StepResult,
-)
-from vfl_core.algorithms.dvfl_protocol import (
-    GuestCall,
-    GuestResult,
-    HostCall,
-    HostOutputCall,
-    HostResult,
-    OwnerFeedCall,
-    OwnerTrainCall,
-)
+from vfl_core.methods.schema import SPLITS as SPLITS  # "train", "test"
 
 # 2: int8 scales are one exponent byte per row; row indices may travel as int32.
 PROTOCOL_VERSION = 2
-SPLITS = ("train", "test")
 
 
 @dataclass(frozen=True)
@@ -257,28 +241,12 @@ class Transport(Protocol):
 
     def psi_keys(self, calls: dict[int, PsiCall]) -> set[int]: ...
 
-    # Decoupled VFL (vfl_core.algorithms.dvfl_program); needed only by method dvfl
-    def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]: ...
-
-    def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]: ...
-
-    def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]: ...
-
-    def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]: ...
-
-    def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]: ...
-
-    # Latent-variable VFL (vfl_core.algorithms.dlvm_program); needed only by method dlvm
-    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]: ...
-
-    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]: ...
-
-    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]: ...
-
-    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]: ...
-
-    def labelled_rows(self, block: int) -> np.ndarray | None:
-        """The training rows `block` holds a label for (None: it did not answer)."""
+    # A method's own steps (vfl_core.methods): DVFL's, DLVM's, a plug-in's
+    def step(self, method: str, step: str, calls: Mapping[int, Any]) -> dict[int, Any]:
+        """Step `step` of method `method`, one typed call per party (the step's call type,
+        vfl_core.methods.steps.StepSpec); the answers of the parties that answered in time,
+        each checked against the step's reply schema. Every transport checks each call against
+        the step's request schema before the party's handler sees it."""
         ...
 
 

@@ -27,17 +27,17 @@ class Stream(IntEnum):
     EVAL_RANDOM = 10
     FAULTS = 11  # injected party failures and lost messages (vfl_core.training.faults)
     LABELS = 21  # which training samples keep their label (vfl prepare --labels)
-    # initial weights of the latent-variable VFL's networks (vfl_core.algorithms.dlvm_models)
+    # initial weights of the latent-variable VFL's networks (vfl_core.methods.dlvm.models)
     DLVM_INIT = 22
-    DLVM_NOISE = 23  # its importance samples of h and z (vfl_core.algorithms.dlvm)
-    # Decoupled VFL (vfl_core.algorithms.dvfl), numbered apart so other methods' streams can grow
+    DLVM_NOISE = 23  # its importance samples of h and z (vfl_core.methods.dlvm.roles)
+    # Decoupled VFL (vfl_core.methods.dvfl.nets), numbered apart so other methods' streams can grow
     # below.
     DVFL_INIT_HOST = 40  # a host's autoencoder
     DVFL_INIT_OWNER = 41  # the label owner's classifier
     DVFL_REPLAY = 42  # the samples a host replays from its registers
     DVFL_OWNER_PLAN = 43  # the owner's batches over its labelled rows, per owner epoch
     DLVM_DROPOUT = (
-        25  # the experts a training step leaves out of its posterior (vfl_core.algorithms.dlvm)
+        25  # the experts a training step leaves out of its posterior (vfl_core.methods.dlvm.roles)
     )
     VALIDATION = 24  # training samples held out for early stopping (vfl_core.training.early_stop)
 

@@ -61,8 +61,12 @@ class AuditRecord:
 
     @property
     def rpc(self) -> str:
-        """The short method name, e.g. "Embed"."""
-        return self.method.rsplit("/", 1)[-1]
+        """The short method name, e.g. "Embed"; for the generic Step of a method, the name of
+        the step it carries (e.g. "GuestStep"), which requests and replies both name."""
+        name = self.method.rsplit("/", 1)[-1]
+        if name == "Step" and self.direction != "error":
+            return str(getattr(self.message(), "step", "")) or name
+        return name
 
     @property
     def service(self) -> str:

@@ -21,7 +21,7 @@ only what the method's reports need (its name).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 
 from vfl_core.algorithms.laser import Subset
+from vfl_core.errors import ProtocolError
+from vfl_core.methods.steps import StepSpec
 
 if TYPE_CHECKING:  # the engine imports the specs, not the other way round
     from vfl_core.config import TrainConfig
@@ -208,6 +210,22 @@ class MethodSpec:
     # What `--fault-entity` may fail (vfl_core.training.faults): a party ("guest") for every
     # method; DVFL adds its hosts and its guest-host links.
     fault_entities: tuple[str, ...] = ("guest",)
+    # The method's own steps, called through the generic Step of every transport
+    # (vfl_core.methods.steps), and the sizes its schemas name, from the run's config (e.g.
+    # {"guest_dim": 8}); a method of Embed/Fuse/Backward has none.
+    steps: tuple[StepSpec, ...] = ()
+    dims: Callable[[TrainConfig], Mapping[str, int]] | None = None
+
+    def step(self, name: str) -> StepSpec:
+        """The method's step `name`; another is a ProtocolError (INVALID_ARGUMENT on the wire)."""
+        for step in self.steps:
+            if step.name == name:
+                return step
+        known = ", ".join(s.name for s in self.steps) or "none"
+        raise ProtocolError(f"method {self.name} has no step {name[:64]!r} (its steps: {known})")
+
+    def step_dims(self, config: TrainConfig) -> Mapping[str, int]:
+        return {} if self.dims is None else self.dims(config)
 
     # ------------------------------------------------------------ models
     @property

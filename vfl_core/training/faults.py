@@ -9,7 +9,7 @@ the round and answers none, exactly like a dead process. When it comes back it k
 itself by registering again. Independently, each call of a training round is lost with
 probability `link_loss` (a lossy link between that party and the coordinator).
 
-Decoupled VFL (vfl_core.algorithms.dvfl) has three kinds of entity that can fail, `entity`:
+Decoupled VFL (vfl_core.methods.dvfl.nets) has three kinds of entity that can fail, `entity`:
 - "guest" (the default, and the only kind for the other methods): the party itself for the
   other methods; for dvfl only its guest, whose steps are dropped (it writes nothing), while the
   host replica and the owner in the same process go on;
@@ -35,24 +35,16 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    StepCall,
-    StepResult,
-)
-from vfl_core.algorithms.dvfl_protocol import (
+from vfl_core.algorithms.methods import REGISTRY, method_spec
+from vfl_core.errors import ConfigError
+from vfl_core.methods.dlvm.messages import DecodeCall, DlvmBackwardCall, StepCall
+from vfl_core.methods.dvfl.messages import (
     GuestCall,
-    GuestResult,
     HostCall,
     HostOutputCall,
-    HostResult,
     OwnerFeedCall,
     OwnerTrainCall,
 )
-from vfl_core.algorithms.methods import REGISTRY, method_spec
-from vfl_core.errors import ConfigError
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -89,7 +81,21 @@ _PHASES |= {
     "dlvm_decode": 20,
     "dlvm_step": 21,
     "dlvm_backward": 22,
-}  # vfl_core.algorithms.dlvm_program
+}  # vfl_core.methods.dlvm.program
+
+
+# How each step of DVFL and DLVM fails: FaultyTransport's method for it.
+_STEP_FAULTS = {
+    "GuestStep": "_guest_step",
+    "HostStep": "_host_step",
+    "HostOutput": "_host_output",
+    "OwnerFeed": "_owner_feed",
+    "OwnerTrain": "_owner_train",
+    "DlvmDecode": "_dlvm_decode",
+    "DlvmStep": "_dlvm_step",
+    "DlvmPredict": "_dlvm_predict",
+    "DlvmBackward": "_dlvm_backward",
+}
 
 
 class FaultConfig(BaseModel):
@@ -228,50 +234,48 @@ class FaultyTransport:
         }
         return self.inner.train({b: c for b, c in reduced.items() if c})
 
-    # ------------------------------------------------------------------ Decoupled VFL
-    def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]:
-        if not calls:
-            return {}
+    # ------------------------------------------------------------------ a method's own steps
+    def step(self, method: str, step: str, calls: Mapping[int, Any]) -> dict[int, Any]:
+        """The calls of a method's step that reach their party: DVFL's and DLVM's steps fail
+        as below; another method's steps (a plug-in's) pass untouched."""
+        faulted = getattr(self, _STEP_FAULTS.get(step, ""), None)
+        delivered = faulted(calls) if calls and faulted is not None else dict(calls)
+        return self.inner.step(method, step, delivered)
+
+    # Decoupled VFL
+    def _guest_step(self, calls: Mapping[int, GuestCall]) -> dict[int, GuestCall]:
         round_id = next(iter(calls.values())).round_id
         self.advance(round_id)
-        return self.inner.guest_step(self._deliver(calls, round_id, "guest"))
+        return self._deliver(calls, round_id, "guest")
 
-    def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]:
-        if not calls:
-            return {}
+    def _host_step(self, calls: Mapping[int, HostCall]) -> dict[int, HostCall]:
         round_id = next(iter(calls.values())).round_id
         self.advance(round_id)
         links = self._down("link")
-        calls = {
+        kept = {
             h: replace(c, writes={k: a for k, a in c.writes.items() if (k, h) not in links})
             for h, c in calls.items()
         }
-        return self.inner.host_step(self._deliver(calls, round_id, "host"))
+        return self._deliver(kept, round_id, "host")
 
-    def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]:
-        if not calls:
-            return {}
+    def _host_output(self, calls: Mapping[int, HostOutputCall]) -> dict[int, HostOutputCall]:
         call = next(iter(calls.values()))
         if call.from_registers:  # the owner's transfer: part of training
             self.advance(call.request_id)
-            return self.inner.host_output(self._deliver(calls, call.request_id, "host output"))
+            return self._deliver(calls, call.request_id, "host output")
         if self.faults.at_inference:
-            calls = {h: c for h, c in calls.items() if h not in self._down("host")}
-        return self.inner.host_output(calls)
+            return {h: c for h, c in calls.items() if h not in self._down("host")}
+        return dict(calls)
 
-    def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]:
-        if not calls:
-            return set()
+    def _owner_feed(self, calls: Mapping[int, OwnerFeedCall]) -> dict[int, OwnerFeedCall]:
         round_id = next(iter(calls.values())).round_id
         self.advance(round_id)
-        return self.inner.owner_feed(self._deliver(calls, round_id, "owner feed"))
+        return self._deliver(calls, round_id, "owner feed")
 
-    def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
-        if not calls:
-            return {}
+    def _owner_train(self, calls: Mapping[int, OwnerTrainCall]) -> dict[int, OwnerTrainCall]:
         round_id = next(iter(calls.values())).round_id
         self.advance(round_id)
-        return self.inner.owner_train(self._deliver(calls, round_id, "owner train"))
+        return self._deliver(calls, round_id, "owner train")
 
     def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
         if self.faults.at_inference:
@@ -282,20 +286,18 @@ class FaultyTransport:
         return self.inner.score(block, call)
 
     # Latent-variable VFL: its training phases fail like Fuse/Backward, inference like Predict
-    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
+    def _dlvm_decode(self, calls: Mapping[int, DecodeCall]) -> dict[int, DecodeCall]:
         rounds = {c.round_id for c in calls.values() if c.split == "train"}
-        return self.inner.dlvm_decode(self._dlvm_calls(calls, rounds, "dlvm_decode"))
+        return self._dlvm_calls(calls, rounds, "dlvm_decode")
 
-    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
-        rounds = {c.round_id for c in calls.values()}
-        return self.inner.dlvm_step(self._dlvm_calls(calls, rounds, "dlvm_step"))
+    def _dlvm_step(self, calls: Mapping[int, StepCall]) -> dict[int, StepCall]:
+        return self._dlvm_calls(calls, {c.round_id for c in calls.values()}, "dlvm_step")
 
-    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
-        return self.inner.dlvm_predict(self._dlvm_calls(calls, set(), "dlvm_step"))
+    def _dlvm_predict(self, calls: Mapping[int, StepCall]) -> dict[int, StepCall]:
+        return self._dlvm_calls(calls, set(), "dlvm_step")
 
-    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
-        rounds = {c.round_id for c in calls.values()}
-        return self.inner.dlvm_backward(self._dlvm_calls(calls, rounds, "dlvm_backward"))
+    def _dlvm_backward(self, calls: Mapping[int, DlvmBackwardCall]) -> dict[int, DlvmBackwardCall]:
+        return self._dlvm_calls(calls, {c.round_id for c in calls.values()}, "dlvm_backward")
 
     def _dlvm_calls(self, calls: Mapping[int, C], rounds: set[int], phase: str) -> dict[int, C]:
         """Training calls (of one round) reach live parties over the lossy link; inference

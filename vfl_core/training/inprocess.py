@@ -3,7 +3,7 @@
 It behaves like the gRPC transport as far as the engine can tell: a party that refuses a call
 (ProtocolError) is simply absent from the answer, and every answer is a copy, so no party holds
 a reference to another party's arrays. Embeddings and gradients are rounded to the run's wire
-dtype (vfl_core.model.quantize) exactly where the gRPC transport encodes them: a party's embedding
+dtype (vfl_core.model.quantize) exxactly where the gRPC transport encodes them: a party's embedding
 and
 its head's gradients as they leave it, the embeddings and the summed gradient as the coordinator
 sends them on.
@@ -14,28 +14,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    PartyGrads,
-    StepCall,
-    StepResult,
-)
-from vfl_core.algorithms.dvfl_protocol import (
-    GuestCall,
-    GuestResult,
-    HostCall,
-    HostOutputCall,
-    HostResult,
-    OwnerFeedCall,
-    OwnerTrainCall,
-)
+from vfl_core.algorithms.methods import method_spec
 from vfl_core.errors import ConfigError, VflError
+from vfl_core.methods.record import copy_header
+from vfl_core.methods.steps import decode_call, decode_result, encode_call, encode_result
 from vfl_core.model.quantize import round_trip
 from vfl_core.protocol import (
     BackwardCall,
@@ -164,38 +150,20 @@ class InProcessTransport:
             self._fan_out(calls, lambda p, c: p.set_alignment_keys(c.split, c.points) or True)
         )
 
-    # Decoupled VFL: each answer is a copy, as an answer off the wire would be
-    def guest_step(self, calls: dict[int, GuestCall]) -> dict[int, GuestResult]:
-        return self._fan_out(calls, Party.guest_step)
+    def step(self, method: str, step: str, calls: Mapping[int, Any]) -> dict[int, Any]:
+        """A method's step, through the same schema checks as over gRPC: each call is packed
+        into a record, copied (no party holds another's memory), checked against the request
+        schema and rebuilt before the party's handler sees it; the answer likewise."""
+        spec = method_spec(method).step(step)
 
-    def host_step(self, calls: dict[int, HostCall]) -> dict[int, HostResult]:
-        return self._fan_out(calls, Party.host_step)
+        def run(party: Party, call: Any) -> Any:
+            header, record = encode_call(spec, call)
+            dims = party.spec.step_dims(party.config) if party.config.method == method else {}
+            sent, bound = decode_call(spec, copy_header(header), record.copy(), dims)
+            answer = encode_result(spec, party.step(method, step, sent)).copy()
+            return decode_result(spec, answer, call, bound)
 
-    def host_output(self, calls: dict[int, HostOutputCall]) -> dict[int, np.ndarray]:
-        return self._fan_out(calls, lambda p, c: p.host_output(c).copy())
-
-    def owner_feed(self, calls: dict[int, OwnerFeedCall]) -> set[int]:
-        return set(self._fan_out(calls, lambda p, c: p.owner_feed(c) or True))
-
-    def owner_train(self, calls: dict[int, OwnerTrainCall]) -> dict[int, float]:
-        return self._fan_out(calls, Party.owner_train)
-
-    # Latent-variable VFL: each answer is a copy, as an answer off the wire would be
-    def dlvm_decode(self, calls: dict[int, DecodeCall]) -> dict[int, Decoded]:
-        return self._fan_out(calls, lambda p, c: _copy_decoded(p.dlvm_decode(c)))
-
-    def dlvm_step(self, calls: dict[int, StepCall]) -> dict[int, StepResult]:
-        return self._fan_out(calls, lambda p, c: _copy_step(p.dlvm_step(c)))
-
-    def dlvm_predict(self, calls: dict[int, StepCall]) -> dict[int, np.ndarray]:
-        return self._fan_out(calls, lambda p, c: p.dlvm_predict(c).copy())
-
-    def dlvm_backward(self, calls: dict[int, DlvmBackwardCall]) -> set[int]:
-        return set(self._fan_out(calls, lambda p, c: p.dlvm_backward(c) or True))
-
-    def labelled_rows(self, block: int) -> np.ndarray | None:
-        answer = self._fan_out({block: "train"}, Party.labelled_rows).get(block)
-        return None if answer is None else answer.copy()
+        return self._fan_out(calls, run)
 
     def _fan_out(self, calls: Mapping[int, C], method: Callable[[Party, C], R]) -> dict[int, R]:
         answers: dict[int, R] = {}
@@ -208,19 +176,3 @@ class InProcessTransport:
             except VflError as err:
                 log.warning("block %d refused %s: %s", block, type(call).__name__, err)
         return answers
-
-
-def _copy_decoded(answer: Decoded) -> Decoded:
-    """A copy of a decoder's arrays (no party holds another party's memory)."""
-    return Decoded(answer.log_lik.copy(), None if answer.grad is None else answer.grad.copy())
-
-
-def _copy_step(answer: StepResult) -> StepResult:
-    grads = {
-        b: PartyGrads(
-            None if g.log_lik is None else g.log_lik.copy(),
-            None if g.expert is None else g.expert.copy(),
-        )
-        for b, g in answer.grads.items()
-    }
-    return StepResult(answer.loss, grads)

@@ -18,29 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import groupby
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from vfl_core.algorithms.dlvm import DlvmRoles
-from vfl_core.algorithms.dlvm_protocol import (
-    DecodeCall,
-    Decoded,
-    DlvmBackwardCall,
-    StepCall,
-    StepResult,
-)
-from vfl_core.algorithms.dvfl_protocol import (
-    GuestCall,
-    GuestResult,
-    HostCall,
-    HostOutputCall,
-    HostResult,
-    OwnerFeedCall,
-    OwnerTrainCall,
-)
-from vfl_core.algorithms.dvfl_roles import DvflRoles
 from vfl_core.algorithms.laser import Subset, fuse_mean, sampled_loss
 from vfl_core.algorithms.method_spec import SHARED, HeadTask, ProgramHooks
 from vfl_core.algorithms.stale import StaleEmbeddings
@@ -67,6 +50,10 @@ from vfl_core.seeding import Stream, rng
 from vfl_core.training import stash
 from vfl_core.training.alignment import batch_digest, hash_ids
 from vfl_core.training.psi import PartyPsi, check_keys
+
+if TYPE_CHECKING:  # a method's party state is built by its spec (ProgramHooks.party_state)
+    from vfl_core.methods.dlvm.roles import DlvmRoles
+    from vfl_core.methods.dvfl.roles import DvflRoles
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +107,7 @@ class Party:
         self._kept: tuple[int, dict] | None = None  # (round, state) for early stopping
         meta = data.meta
         self.task = meta.task
-        self._loss = head_loss(meta.task)
+        self.loss_fn = head_loss(meta.task)
         # Regression targets in standard units, from this party's own training labels: the
         # statistics never leave it, predictions leave in original units.
         train = data.splits.get("train")
@@ -136,7 +123,8 @@ class Party:
             categorical=tuple(meta.categorical),
         )
         # A method with a round program may keep models of its own here (dvfl: its guest, host
-        # replica and owner, vfl_core.algorithms.dvfl_roles) instead of f_k and g_k.
+        # replica and owner, vfl_core.methods.dvfl.roles) instead of f_k and g_k: an object
+        # with embed(EmbedCall), modules(), state_dict() and load_state_dict(state, last_round).
         hooks = self.spec.program if isinstance(self.spec.program, ProgramHooks) else None
         self.roles = None if hooks is None else hooks.party_state(self)
         if self.roles is None:
@@ -172,20 +160,20 @@ class Party:
 
     def id_hashes(self, split: str) -> list[bytes]:
         if split not in self._hashes:
-            self._hashes[split] = hash_ids(self._split(split).ids.tolist(), self._secret)
+            self._hashes[split] = hash_ids(self.split(split).ids.tolist(), self._secret)
         return self._hashes[split]
 
     # PSI alignment (vfl_core.training.psi): the party's secret never leaves this object.
     def psi_blind(self, split: str, session: str) -> list[bytes]:
-        return self.psi.blind(session, split, self._split(split).ids.tolist())
+        return self.psi.blind(session, split, self.split(split).ids.tolist())
 
     def psi_apply(self, split: str, session: str, points: Sequence[bytes]) -> list[bytes]:
-        self._split(split)
+        self.split(split)
         return self.psi.apply(session, split, points)
 
     def set_alignment_keys(self, split: str, keys: Sequence[bytes]) -> None:
         """The final PSI values of this party's rows: from now on its batch digests use them."""
-        self._psi_keys[split] = check_keys(keys, len(self._split(split)), f"psi keys of {split}")
+        self._psi_keys[split] = check_keys(keys, len(self.split(split)), f"psi keys of {split}")
 
     def alignment_keys(self, split: str) -> list[bytes]:
         """What the batch digests of `split` are computed over: the PSI values if the
@@ -195,7 +183,7 @@ class Party:
     def class_weights(self, split: str) -> np.ndarray | None:
         """Per-row inverse class frequency, for class-balanced resampling (reveals classes to
         the coordinator, which is why balancing is opt-in)."""
-        labels = self._split(split).labels
+        labels = self.split(split).labels
         if labels is None or self.task == REGRESSION:
             return None
         known = labels != UNLABELLED  # an unlabelled row (vfl prepare --labels N) weighs 0
@@ -205,17 +193,13 @@ class Party:
 
     # ----------------------------------------------------------------- training round
     def embed(self, call: EmbedCall) -> np.ndarray:
-        if isinstance(self.roles, DvflRoles):  # a guest's activations, for inference only
-            if call.train:
-                raise ProtocolError("dvfl guests train with GuestStep, not Embed")
-            return self._to_wire(self.roles.encode(self._batch(call.split, call.rows, call.digest)))
-        if self.dlvm is not None:  # the party's Gaussian expert of h, (B, 2d)
-            return self.dlvm.encode(call)
+        if self.roles is not None:  # a method's own (dvfl: a guest's activations; dlvm: an expert)
+            return self.roles.embed(call)
         slots = self.spec.slot_keys(self.block, call.blocks or (self.block,))
         if not call.train:
-            x = self._batch(call.split, call.rows, call.digest)
+            x = self.batch(call.split, call.rows, call.digest)
             with torch.no_grad():
-                return self._to_wire(self._embed(x, slots, train=False))
+                return self.to_wire(self._embed(x, slots, train=False))
         current = self._rounds.get(call.round_id)
         if current is not None:
             if not np.array_equal(current.rows, call.rows) or current.digest != call.digest:
@@ -227,10 +211,10 @@ class Party:
             raise StaleRoundError(
                 f"round {call.round_id} is stale: party is at round {self.last_round}"
             )
-        x = self._batch(call.split, call.rows, call.digest)
+        x = self.batch(call.split, call.rows, call.digest)
         stashes = self._stashes(slots) if self.config.staleness else None
         embedding = self._embed(x, slots, train=True, stashes=stashes)  # (B, len(slots) * d)
-        wire = self._to_wire(embedding)
+        wire = self.to_wire(embedding)
         self._start(_Round(call.round_id, call.rows, call.digest, slots, embedding, wire, stashes))
         return wire
 
@@ -277,7 +261,7 @@ class Party:
             return state.fuse_result
         blocks = call.blocks or tuple(sorted({*call.embeddings, self.block}))
         others = {
-            b: self._from_wire(
+            b: self.from_wire(
                 e, f"embedding of block {b}", len(state.rows), self._width(b, blocks)
             ).requires_grad_(True)
             for b, e in sorted(call.embeddings.items())
@@ -302,7 +286,7 @@ class Party:
         state.fuse_result = FuseResult(
             loss=loss,
             # A block in no task gets a zero gradient (it did not influence L_k).
-            grads={b: self._to_wire(_grad_or_zeros(t)) for b, t in others.items()},
+            grads={b: self.to_wire(_grad_or_zeros(t)) for b, t in others.items()},
         )
         return state.fuse_result
 
@@ -323,8 +307,8 @@ class Party:
             raise StaleRoundError(
                 f"round {call.round_id} is stale: party is at round {self.last_round}"
             )
-        self._check_digest("train", call.rows, call.digest)
-        if call.rows.min() < len(self._split("train").features):
+        self.check_digest("train", call.rows, call.digest)
+        if call.rows.min() < len(self.split("train").features):
             raise ProtocolError(
                 f"round {call.round_id}: party {self.party_id} holds features of some rows of "
                 f"this batch; it embeds them instead of fusing on labels only"
@@ -341,7 +325,7 @@ class Party:
     ) -> float:
         if not tasks:
             return 0.0
-        target = self._targets(rows)
+        target = self.targets(rows)
         keys = sorted({t.head for t in tasks})
         for key in keys:
             self.models.head(key).train()
@@ -372,7 +356,7 @@ class Party:
                 embeddings,
                 [(t.subset, t.weight) for t in run],
                 target,
-                self._loss,
+                self.loss_fn,
                 fuse=partial(self._fused, key, blocks=blocks),
             )
             for key, run in groupby(tasks, key=lambda t: t.head)
@@ -388,7 +372,7 @@ class Party:
         grad = state.own_grad
         if call.grad is not None:
             width = state.embedding.shape[1]
-            received = self._from_wire(call.grad, "summed gradient", len(state.rows), width)
+            received = self.from_wire(call.grad, "summed gradient", len(state.rows), width)
             grad = received if grad is None else received + grad
         state.stepped = True
         if grad is None:
@@ -436,70 +420,23 @@ class Party:
                 return TrainResult(tuple(stepped), fused, embeddings, why)
         return TrainResult(tuple(stepped), fused, embeddings)
 
-    # ----------------------------------------------------------------- Decoupled VFL tiers
-    def guest_step(self, call: GuestCall) -> GuestResult:
-        result = self._dvfl().guest_step(call)
-        self.last_round = max(self.last_round, call.round_id)
-        return result
-
-    def host_step(self, call: HostCall) -> HostResult:
-        result = self._dvfl().host_step(call)
-        self.last_round = max(self.last_round, call.round_id)
-        return result
-
-    def host_output(self, call: HostOutputCall) -> np.ndarray:
-        self._split(call.split)
-        return self._dvfl().host_output(call)
-
-    def owner_feed(self, call: OwnerFeedCall) -> None:
-        self._dvfl().owner_feed(call)
-        self.last_round = max(self.last_round, call.round_id)
-
-    def owner_train(self, call: OwnerTrainCall) -> float:
-        loss = self._dvfl().owner_train(call)
-        self.last_round = max(self.last_round, call.round_id)
-        return loss
+    # ----------------------------------------------------------------- a method's own steps
+    def step(self, method: str, step: str, call: Any) -> Any:
+        """One step of a method that brings its own phases (vfl_core.methods): its handler,
+        with this party, on a call already checked against the step's schema."""
+        if method != self.config.method:
+            raise ProtocolError(f"party {self.party_id} trains {self.config.method}, not {method}")
+        return self.spec.step(step).handler(self, call)
 
     @property
     def dvfl(self) -> DvflRoles | None:
         """The party's DVFL tiers, when it trains dvfl."""
-        return self.roles if isinstance(self.roles, DvflRoles) else None
-
-    def _dvfl(self) -> DvflRoles:
-        if self.dvfl is None:
-            raise ProtocolError(f"party {self.party_id} trains {self.config.method}, not dvfl")
-        return self.dvfl
-
-    # ----------------------------------------------------------------- latent-variable VFL
-    def dlvm_decode(self, call: DecodeCall) -> Decoded:
-        self._split(call.split)
-        return self._dlvm().decode(call)
-
-    def dlvm_step(self, call: StepCall) -> StepResult:
-        result = self._dlvm().step(call)
-        self.last_round = max(self.last_round, call.round_id)
-        return result
-
-    def dlvm_predict(self, call: StepCall) -> np.ndarray:
-        return self._dlvm().predict(call)
-
-    def dlvm_backward(self, call: DlvmBackwardCall) -> None:
-        self._dlvm().backward(call)
-
-    def labelled_rows(self, split: str) -> np.ndarray:
-        if split != "train":
-            raise ProtocolError(f"labelled rows: only of the train split, not {split!r}")
-        return self._dlvm().labelled_rows()
+        return self.roles if self.config.method == "dvfl" else None
 
     @property
     def dlvm(self) -> DlvmRoles | None:
         """The party's latent-variable VFL networks, when it trains dlvm."""
-        return self.roles if isinstance(self.roles, DlvmRoles) else None
-
-    def _dlvm(self) -> DlvmRoles:
-        if self.dlvm is None:
-            raise ProtocolError(f"party {self.party_id} trains {self.config.method}, not dlvm")
-        return self.dlvm
+        return self.roles if self.config.method == "dlvm" else None
 
     # ----------------------------------------------------------------- inference and scoring
     def predict(self, call: PredictCall) -> np.ndarray:
@@ -517,7 +454,7 @@ class Party:
         batch = sizes.pop()
         blocks = call.blocks or tuple(sorted(call.embeddings))
         embeddings = {
-            b: self._from_wire(e, f"embedding of block {b}", batch, self._width(b, blocks))
+            b: self.from_wire(e, f"embedding of block {b}", batch, self._width(b, blocks))
             for b, e in sorted(call.embeddings.items())
         }
         head_key, subset = self.spec.predict_subset(self.block, sorted(embeddings))
@@ -526,8 +463,8 @@ class Party:
         with torch.no_grad():
             output = head(self._fused(head_key, embeddings, subset, blocks))
             if self.task == REGRESSION:
-                return self._to_wire(self.scaler.restore(output))  # (B, 1) original units
-            return self._to_wire(torch.softmax(output, dim=1))
+                return self.to_wire(self.scaler.restore(output))  # (B, 1) original units
+            return self.to_wire(torch.softmax(output, dim=1))
 
     def _serves(self, call: PredictCall) -> bool:
         """Whether the head predicts without its own block: a set of feature-only blocks (the
@@ -572,8 +509,8 @@ class Party:
         """Aggregates of each named prediction on this batch against the party's labels:
         confusion matrices (true x predicted) and, for binary tasks, AUC histograms; error and
         target sums for regression (vfl_core.inference.scoring)."""
-        self._check_digest(call.split, call.rows, call.digest)
-        labels = self._split(call.split).labels
+        self.check_digest(call.split, call.rows, call.digest)
+        labels = self.split(call.split).labels
         if labels is None:
             raise ProtocolError(f"party {self.party_id} holds no labels to score with")
         return score_batch(self.task, self.data.meta.num_classes, labels[call.rows], call)
@@ -593,10 +530,8 @@ class Party:
         state: dict[str, object] = {"last_round": self.last_round, **self.models.state_dict()}
         if self.data.preprocessing is not None:  # the weights only make sense with it
             state["preprocessing"] = self.data.preprocessing
-        if self.dvfl is not None:
-            return {**state, "dvfl": self.dvfl.state_dict()}
-        if self.dlvm is not None:
-            return {**state, "dlvm": self.dlvm.state_dict()}
+        if self.roles is not None:  # a method's own models, under its name
+            return {**state, self.config.method: self.roles.state_dict()}
         # The shared models also under their short names, for readers of one-model checkpoints.
         state["f"], state["f_opt"] = self.f.state_dict(), self.f_opt.state_dict()
         if self.g is not None and self.g_opt is not None:
@@ -613,10 +548,8 @@ class Party:
         self.last_round = int(state["last_round"])
         self._rounds = {}
         self._stash = None
-        if self.dvfl is not None:
-            self.dvfl.load_state_dict(state["dvfl"], self.last_round)
-        if self.dlvm is not None:
-            self.dlvm.load_state_dict(state["dlvm"])
+        if self.roles is not None:
+            self.roles.load_state_dict(state[self.config.method], self.last_round)
 
     def keep_snapshot(self, round_id: int, state: dict | None = None) -> bool:
         """Keep a copy of the state after `round_id` in memory (early stopping's best epoch so
@@ -649,15 +582,22 @@ class Party:
             ).numpy()
         return self.models.parameters_vector().numpy()
 
-    # ----------------------------------------------------------------- helpers
-    def _split(self, split: str) -> PartySplit:
+    # ----------------------------------------------------------------- what methods use
+    # The public interface a method's party side (vfl_core.methods) builds on: the party's
+    # splits, its rows checked against their digest, its targets and loss, the wire's float32
+    # arrays in and out. (Its random streams are vfl_core.seeding's, keyed by the config's seed
+    # and `block`; its optimisers vfl_core.model.model_bank.make_optimizer(module, config).)
+    def split(self, split: str) -> PartySplit:
+        """The party's split `split`; another is a ProtocolError."""
         try:
             return self.data.splits[split]
         except KeyError:
             raise ProtocolError(f"party {self.party_id} has no '{split}' split") from None
 
-    def _check_digest(self, split: str, rows: np.ndarray, digest: bytes) -> None:
-        n = len(self._split(split))
+    def check_digest(self, split: str, rows: np.ndarray, digest: bytes) -> None:
+        """Refuse rows outside the split, or whose keys' digest is not `digest` (the plans of
+        the coordinator and the party disagree)."""
+        n = len(self.split(split))
         if rows.dtype.kind not in "iu":
             raise ProtocolError(f"rows for split '{split}' must be integers, not {rows.dtype}")
         if rows.ndim != 1 or rows.size == 0 or rows.min() < 0 or rows.max() >= n:
@@ -666,20 +606,21 @@ class Party:
         if batch_digest(hashes[int(r)] for r in rows) != digest:
             raise ProtocolError(f"batch digest mismatch on split '{split}': plans disagree")
 
-    def _batch(self, split: str, rows: np.ndarray, digest: bytes) -> torch.Tensor:
-        self._check_digest(split, rows, digest)
-        if rows.max() >= len(self._split(split).features):
+    def batch(self, split: str, rows: np.ndarray, digest: bytes) -> torch.Tensor:
+        """The features of `rows` (checked as by check_digest), (B, *feature_shape)."""
+        self.check_digest(split, rows, digest)
+        if rows.max() >= len(self.split(split).features):
             raise ProtocolError(
                 f"rows of split '{split}' include label-only rows: party {self.party_id} holds "
                 f"no features for them"
             )
         if split not in self._features:
-            self._features[split] = torch.from_numpy(self._split(split).features).to(self.device)
+            self._features[split] = torch.from_numpy(self.split(split).features).to(self.device)
         return self._features[split][torch.from_numpy(rows).to(self.device)]  # (B, *shape)
 
-    def _targets(self, rows: np.ndarray) -> torch.Tensor:
+    def targets(self, rows: np.ndarray) -> torch.Tensor:
         """The training batch's targets: (B,) classes, or (B, 1) standardised values."""
-        labels = self._split("train").labels
+        labels = self.split("train").labels
         assert labels is not None
         target = torch.from_numpy(labels[rows]).to(self.device)
         if self.task == REGRESSION:
@@ -695,7 +636,8 @@ class Party:
             )
         return state
 
-    def _from_wire(self, array: np.ndarray, what: str, batch: int, width: int) -> torch.Tensor:
+    def from_wire(self, array: np.ndarray, what: str, batch: int, width: int) -> torch.Tensor:
+        """A received (batch, width) float32 array as a tensor of the party's own."""
         if array.dtype != np.float32 or array.shape != (batch, width):
             got = f"{array.dtype} {tuple(array.shape)}"
             raise ProtocolError(f"{what}: got {got}, expected float32 ({batch}, {width})")
@@ -707,8 +649,12 @@ class Party:
         return torch.from_numpy(array).to(self.device, copy=True)
 
     @staticmethod
-    def _to_wire(t: torch.Tensor) -> np.ndarray:
+    def to_wire(t: torch.Tensor) -> np.ndarray:
+        """A tensor as the float32 array that leaves the party (a copy)."""
         return t.detach().to("cpu", torch.float32).numpy().copy()
+
+    # The names these had before they were public, for code written against them.
+    _split, _check_digest, _batch, _targets = split, check_digest, batch, targets
 
 
 def party_info(party_id: str, data: PartyData) -> PartyInfo:

@@ -335,263 +335,112 @@ class ShutdownRequest(_message.Message):
     reason: str
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
-class GuestStepRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "rows", "digest", "write")
-    HEADER_FIELD_NUMBER: _ClassVar[int]
-    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    ROWS_FIELD_NUMBER: _ClassVar[int]
-    DIGEST_FIELD_NUMBER: _ClassVar[int]
-    WRITE_FIELD_NUMBER: _ClassVar[int]
-    header: Header
-    round_id: int
-    epoch: int
-    rows: Tensor
-    digest: bytes
-    write: bool
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., write: _Optional[bool] = ...) -> None: ...
-
-class GuestStepReply(_message.Message):
-    __slots__ = ("round_id", "loss", "activations")
-    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    LOSS_FIELD_NUMBER: _ClassVar[int]
-    ACTIVATIONS_FIELD_NUMBER: _ClassVar[int]
-    round_id: int
-    loss: float
-    activations: Tensor
-    def __init__(self, round_id: _Optional[int] = ..., loss: _Optional[float] = ..., activations: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
-
-class HostStepRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "samples", "index", "writes", "steps")
-    class WritesEntry(_message.Message):
+class StepRequest(_message.Message):
+    __slots__ = ("header", "method", "step", "round_id", "split", "rows", "digest", "tensors", "maps", "scalars")
+    class TensorsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: int
+        key: str
         value: Tensor
-        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
-    HEADER_FIELD_NUMBER: _ClassVar[int]
-    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    SAMPLES_FIELD_NUMBER: _ClassVar[int]
-    INDEX_FIELD_NUMBER: _ClassVar[int]
-    WRITES_FIELD_NUMBER: _ClassVar[int]
-    STEPS_FIELD_NUMBER: _ClassVar[int]
-    header: Header
-    round_id: int
-    epoch: int
-    samples: int
-    index: Tensor
-    writes: _containers.MessageMap[int, Tensor]
-    steps: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., samples: _Optional[int] = ..., index: _Optional[_Union[Tensor, _Mapping]] = ..., writes: _Optional[_Mapping[int, Tensor]] = ..., steps: _Optional[int] = ...) -> None: ...
-
-class HostStepReply(_message.Message):
-    __slots__ = ("round_id", "loss", "replayed")
-    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    LOSS_FIELD_NUMBER: _ClassVar[int]
-    REPLAYED_FIELD_NUMBER: _ClassVar[int]
-    round_id: int
-    loss: float
-    replayed: int
-    def __init__(self, round_id: _Optional[int] = ..., loss: _Optional[float] = ..., replayed: _Optional[int] = ...) -> None: ...
-
-class HostOutputRequest(_message.Message):
-    __slots__ = ("header", "request_id", "split", "index", "from_registers", "activations")
-    class ActivationsEntry(_message.Message):
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class MapsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: int
-        value: Tensor
-        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
-    HEADER_FIELD_NUMBER: _ClassVar[int]
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    SPLIT_FIELD_NUMBER: _ClassVar[int]
-    INDEX_FIELD_NUMBER: _ClassVar[int]
-    FROM_REGISTERS_FIELD_NUMBER: _ClassVar[int]
-    ACTIVATIONS_FIELD_NUMBER: _ClassVar[int]
-    header: Header
-    request_id: int
-    split: str
-    index: Tensor
-    from_registers: bool
-    activations: _containers.MessageMap[int, Tensor]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., request_id: _Optional[int] = ..., split: _Optional[str] = ..., index: _Optional[_Union[Tensor, _Mapping]] = ..., from_registers: _Optional[bool] = ..., activations: _Optional[_Mapping[int, Tensor]] = ...) -> None: ...
-
-class HostOutputReply(_message.Message):
-    __slots__ = ("request_id", "outputs")
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
-    request_id: int
-    outputs: Tensor
-    def __init__(self, request_id: _Optional[int] = ..., outputs: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
-
-class OwnerFeedRequest(_message.Message):
-    __slots__ = ("header", "round_id", "rows", "digest", "outputs")
-    class OutputsEntry(_message.Message):
+        key: str
+        value: TensorMap
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[TensorMap, _Mapping]] = ...) -> None: ...
+    class ScalarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: int
-        value: Tensor
-        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+        key: str
+        value: Scalar
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Scalar, _Mapping]] = ...) -> None: ...
     HEADER_FIELD_NUMBER: _ClassVar[int]
-    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    ROWS_FIELD_NUMBER: _ClassVar[int]
-    DIGEST_FIELD_NUMBER: _ClassVar[int]
-    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
-    header: Header
-    round_id: int
-    rows: Tensor
-    digest: bytes
-    outputs: _containers.MessageMap[int, Tensor]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., outputs: _Optional[_Mapping[int, Tensor]] = ...) -> None: ...
-
-class OwnerTrainRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch")
-    HEADER_FIELD_NUMBER: _ClassVar[int]
-    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    header: Header
-    round_id: int
-    epoch: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
-
-class OwnerTrainReply(_message.Message):
-    __slots__ = ("round_id", "loss")
-    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    LOSS_FIELD_NUMBER: _ClassVar[int]
-    round_id: int
-    loss: float
-    def __init__(self, round_id: _Optional[int] = ..., loss: _Optional[float] = ...) -> None: ...
-
-class DlvmDecodeRequest(_message.Message):
-    __slots__ = ("header", "round_id", "split", "rows", "digest", "h", "train")
-    HEADER_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
-    H_FIELD_NUMBER: _ClassVar[int]
-    TRAIN_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    MAPS_FIELD_NUMBER: _ClassVar[int]
+    SCALARS_FIELD_NUMBER: _ClassVar[int]
     header: Header
+    method: str
+    step: str
     round_id: int
     split: str
     rows: Tensor
     digest: bytes
-    h: Tensor
-    train: bool
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., h: _Optional[_Union[Tensor, _Mapping]] = ..., train: _Optional[bool] = ...) -> None: ...
+    tensors: _containers.MessageMap[str, Tensor]
+    maps: _containers.MessageMap[str, TensorMap]
+    scalars: _containers.MessageMap[str, Scalar]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., method: _Optional[str] = ..., step: _Optional[str] = ..., round_id: _Optional[int] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., tensors: _Optional[_Mapping[str, Tensor]] = ..., maps: _Optional[_Mapping[str, TensorMap]] = ..., scalars: _Optional[_Mapping[str, Scalar]] = ...) -> None: ...
 
-class DlvmDecodeReply(_message.Message):
-    __slots__ = ("round_id", "log_lik", "grad")
+class StepReply(_message.Message):
+    __slots__ = ("round_id", "method", "step", "tensors", "maps", "scalars")
+    class TensorsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class MapsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: TensorMap
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[TensorMap, _Mapping]] = ...) -> None: ...
+    class ScalarsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Scalar
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Scalar, _Mapping]] = ...) -> None: ...
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    LOG_LIK_FIELD_NUMBER: _ClassVar[int]
-    GRAD_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    MAPS_FIELD_NUMBER: _ClassVar[int]
+    SCALARS_FIELD_NUMBER: _ClassVar[int]
     round_id: int
-    log_lik: Tensor
-    grad: Tensor
-    def __init__(self, round_id: _Optional[int] = ..., log_lik: _Optional[_Union[Tensor, _Mapping]] = ..., grad: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    method: str
+    step: str
+    tensors: _containers.MessageMap[str, Tensor]
+    maps: _containers.MessageMap[str, TensorMap]
+    scalars: _containers.MessageMap[str, Scalar]
+    def __init__(self, round_id: _Optional[int] = ..., method: _Optional[str] = ..., step: _Optional[str] = ..., tensors: _Optional[_Mapping[str, Tensor]] = ..., maps: _Optional[_Mapping[str, TensorMap]] = ..., scalars: _Optional[_Mapping[str, Scalar]] = ...) -> None: ...
 
-class DlvmStepRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "stage", "samples", "experts", "log_liks", "grads", "rows", "digest")
-    class ExpertsEntry(_message.Message):
+class TensorMap(_message.Message):
+    __slots__ = ("items",)
+    class ItemsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: int
         value: Tensor
         def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
-    class LogLiksEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: int
-        value: Tensor
-        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
-    class GradsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: int
-        value: Tensor
-        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
-    HEADER_FIELD_NUMBER: _ClassVar[int]
-    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    STAGE_FIELD_NUMBER: _ClassVar[int]
-    SAMPLES_FIELD_NUMBER: _ClassVar[int]
-    EXPERTS_FIELD_NUMBER: _ClassVar[int]
-    LOG_LIKS_FIELD_NUMBER: _ClassVar[int]
-    GRADS_FIELD_NUMBER: _ClassVar[int]
-    ROWS_FIELD_NUMBER: _ClassVar[int]
-    DIGEST_FIELD_NUMBER: _ClassVar[int]
-    header: Header
-    round_id: int
-    epoch: int
-    stage: int
-    samples: int
-    experts: _containers.MessageMap[int, Tensor]
-    log_liks: _containers.MessageMap[int, Tensor]
-    grads: _containers.MessageMap[int, Tensor]
-    rows: Tensor
-    digest: bytes
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., stage: _Optional[int] = ..., samples: _Optional[int] = ..., experts: _Optional[_Mapping[int, Tensor]] = ..., log_liks: _Optional[_Mapping[int, Tensor]] = ..., grads: _Optional[_Mapping[int, Tensor]] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ...) -> None: ...
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.MessageMap[int, Tensor]
+    def __init__(self, items: _Optional[_Mapping[int, Tensor]] = ...) -> None: ...
 
-class DlvmStepReply(_message.Message):
-    __slots__ = ("round_id", "loss", "log_lik_grads", "expert_grads")
-    class LogLikGradsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: int
-        value: Tensor
-        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
-    class ExpertGradsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: int
-        value: Tensor
-        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
-    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    LOSS_FIELD_NUMBER: _ClassVar[int]
-    LOG_LIK_GRADS_FIELD_NUMBER: _ClassVar[int]
-    EXPERT_GRADS_FIELD_NUMBER: _ClassVar[int]
-    round_id: int
-    loss: float
-    log_lik_grads: _containers.MessageMap[int, Tensor]
-    expert_grads: _containers.MessageMap[int, Tensor]
-    def __init__(self, round_id: _Optional[int] = ..., loss: _Optional[float] = ..., log_lik_grads: _Optional[_Mapping[int, Tensor]] = ..., expert_grads: _Optional[_Mapping[int, Tensor]] = ...) -> None: ...
-
-class DlvmBackwardRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "log_lik_grad", "expert_grad")
-    HEADER_FIELD_NUMBER: _ClassVar[int]
-    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    LOG_LIK_GRAD_FIELD_NUMBER: _ClassVar[int]
-    EXPERT_GRAD_FIELD_NUMBER: _ClassVar[int]
-    header: Header
-    round_id: int
-    epoch: int
-    log_lik_grad: Tensor
-    expert_grad: Tensor
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., log_lik_grad: _Optional[_Union[Tensor, _Mapping]] = ..., expert_grad: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
-
-class LabelledRowsRequest(_message.Message):
-    __slots__ = ("header", "split")
-    HEADER_FIELD_NUMBER: _ClassVar[int]
-    SPLIT_FIELD_NUMBER: _ClassVar[int]
-    header: Header
-    split: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ...) -> None: ...
-
-class LabelledRowsReply(_message.Message):
-    __slots__ = ("rows",)
-    ROWS_FIELD_NUMBER: _ClassVar[int]
-    rows: Tensor
-    def __init__(self, rows: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+class Scalar(_message.Message):
+    __slots__ = ("int", "real", "flag", "text")
+    INT_FIELD_NUMBER: _ClassVar[int]
+    REAL_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    int: int
+    real: float
+    flag: bool
+    text: str
+    def __init__(self, int: _Optional[int] = ..., real: _Optional[float] = ..., flag: _Optional[bool] = ..., text: _Optional[str] = ...) -> None: ...
 
 class PartyInfoMsg(_message.Message):
     __slots__ = ("party_id", "block", "num_blocks", "dataset", "feature_shape", "num_classes", "has_labels", "samples", "protocol_version", "task", "label_only")

@@ -103,55 +103,10 @@ class PartyStub:
                 request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiKeysRequest.SerializeToString,
                 response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
                 _registered_method=True)
-        self.GuestStep = channel.unary_unary(
-                '/vfl.v1.Party/GuestStep',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.GuestStepRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.GuestStepReply.FromString,
-                _registered_method=True)
-        self.HostStep = channel.unary_unary(
-                '/vfl.v1.Party/HostStep',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.HostStepRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.HostStepReply.FromString,
-                _registered_method=True)
-        self.HostOutput = channel.unary_unary(
-                '/vfl.v1.Party/HostOutput',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.HostOutputRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.HostOutputReply.FromString,
-                _registered_method=True)
-        self.OwnerFeed = channel.unary_unary(
-                '/vfl.v1.Party/OwnerFeed',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerFeedRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
-                _registered_method=True)
-        self.OwnerTrain = channel.unary_unary(
-                '/vfl.v1.Party/OwnerTrain',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainReply.FromString,
-                _registered_method=True)
-        self.DlvmDecode = channel.unary_unary(
-                '/vfl.v1.Party/DlvmDecode',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmDecodeRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmDecodeReply.FromString,
-                _registered_method=True)
-        self.DlvmStep = channel.unary_unary(
-                '/vfl.v1.Party/DlvmStep',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmStepRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmStepReply.FromString,
-                _registered_method=True)
-        self.DlvmPredict = channel.unary_unary(
-                '/vfl.v1.Party/DlvmPredict',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmStepRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.PredictReply.FromString,
-                _registered_method=True)
-        self.DlvmBackward = channel.unary_unary(
-                '/vfl.v1.Party/DlvmBackward',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmBackwardRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
-                _registered_method=True)
-        self.LabelledRows = channel.unary_unary(
-                '/vfl.v1.Party/LabelledRows',
-                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.LabelledRowsRequest.SerializeToString,
-                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.LabelledRowsReply.FromString,
+        self.Step = channel.unary_unary(
+                '/vfl.v1.Party/Step',
+                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.StepRequest.SerializeToString,
+                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.StepReply.FromString,
                 _registered_method=True)
 
 
@@ -255,72 +210,11 @@ class PartyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def GuestStep(self, request, context):
-        """Decoupled VFL (vfl_core.dvfl): one local autoencoder step of the party's guest; on a
-        communication round it also returns its activations of the rows. Nothing comes back to it.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def HostStep(self, request, context):
-        """Write guests' activations into the party's host registers, then replay them.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def HostOutput(self, request, context):
-        """The frozen host's code of its registers (training samples) or of fresh activations.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def OwnerFeed(self, request, context):
-        """Feed the label owner the hosts' codes of some of its training rows.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def OwnerTrain(self, request, context):
-        """One epoch of the label owner's classifier over the labelled rows it was fed.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def DlvmDecode(self, request, context):
-        """Latent-variable VFL (vfl_core.dlvm): a round is Embed (each party's Gaussian expert of h),
-        DlvmDecode (each party's log-likelihood at the coordinator's samples of h), DlvmStep (the
-        active party: the bound or the classifier's loss, every party's gradients), DlvmBackward.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def DlvmStep(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def DlvmPredict(self, request, context):
-        """Inference: the active party's SNIS class probabilities.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def DlvmBackward(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def LabelledRows(self, request, context):
-        """The training rows the (active) party holds a label for: stage 2 of dlvm plans over them.
+    def Step(self, request, context):
+        """One step of a method that brings its own phases (DVFL's GuestStep, HostStep, HostOutput,
+        OwnerFeed, OwnerTrain; DLVM's DlvmDecode, DlvmStep, DlvmPredict, DlvmBackward,
+        LabelledRows; a plug-in's): the request names the method and the step; its tensors and scalars are checked against the schema the method
+        declares for that step (vfl_core.methods) before any of the method's code runs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -394,55 +288,10 @@ def add_PartyServicer_to_server(servicer, server):
                     request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.PsiKeysRequest.FromString,
                     response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.SerializeToString,
             ),
-            'GuestStep': grpc.unary_unary_rpc_method_handler(
-                    servicer.GuestStep,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.GuestStepRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.GuestStepReply.SerializeToString,
-            ),
-            'HostStep': grpc.unary_unary_rpc_method_handler(
-                    servicer.HostStep,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.HostStepRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.HostStepReply.SerializeToString,
-            ),
-            'HostOutput': grpc.unary_unary_rpc_method_handler(
-                    servicer.HostOutput,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.HostOutputRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.HostOutputReply.SerializeToString,
-            ),
-            'OwnerFeed': grpc.unary_unary_rpc_method_handler(
-                    servicer.OwnerFeed,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerFeedRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.SerializeToString,
-            ),
-            'OwnerTrain': grpc.unary_unary_rpc_method_handler(
-                    servicer.OwnerTrain,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainReply.SerializeToString,
-            ),
-            'DlvmDecode': grpc.unary_unary_rpc_method_handler(
-                    servicer.DlvmDecode,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmDecodeRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmDecodeReply.SerializeToString,
-            ),
-            'DlvmStep': grpc.unary_unary_rpc_method_handler(
-                    servicer.DlvmStep,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmStepRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmStepReply.SerializeToString,
-            ),
-            'DlvmPredict': grpc.unary_unary_rpc_method_handler(
-                    servicer.DlvmPredict,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmStepRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.PredictReply.SerializeToString,
-            ),
-            'DlvmBackward': grpc.unary_unary_rpc_method_handler(
-                    servicer.DlvmBackward,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.DlvmBackwardRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.SerializeToString,
-            ),
-            'LabelledRows': grpc.unary_unary_rpc_method_handler(
-                    servicer.LabelledRows,
-                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.LabelledRowsRequest.FromString,
-                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.LabelledRowsReply.SerializeToString,
+            'Step': grpc.unary_unary_rpc_method_handler(
+                    servicer.Step,
+                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.StepRequest.FromString,
+                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.StepReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -811,7 +660,7 @@ class Party:
             _registered_method=True)
 
     @staticmethod
-    def GuestStep(request,
+    def Step(request,
             target,
             options=(),
             channel_credentials=None,
@@ -824,252 +673,9 @@ class Party:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/vfl.v1.Party/GuestStep',
-            vfl__wire_dot_v1_dot_vfl__pb2.GuestStepRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.GuestStepReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def HostStep(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/HostStep',
-            vfl__wire_dot_v1_dot_vfl__pb2.HostStepRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.HostStepReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def HostOutput(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/HostOutput',
-            vfl__wire_dot_v1_dot_vfl__pb2.HostOutputRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.HostOutputReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def OwnerFeed(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/OwnerFeed',
-            vfl__wire_dot_v1_dot_vfl__pb2.OwnerFeedRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def OwnerTrain(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/OwnerTrain',
-            vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.OwnerTrainReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def DlvmDecode(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/DlvmDecode',
-            vfl__wire_dot_v1_dot_vfl__pb2.DlvmDecodeRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.DlvmDecodeReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def DlvmStep(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/DlvmStep',
-            vfl__wire_dot_v1_dot_vfl__pb2.DlvmStepRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.DlvmStepReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def DlvmPredict(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/DlvmPredict',
-            vfl__wire_dot_v1_dot_vfl__pb2.DlvmStepRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.PredictReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def DlvmBackward(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/DlvmBackward',
-            vfl__wire_dot_v1_dot_vfl__pb2.DlvmBackwardRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def LabelledRows(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vfl.v1.Party/LabelledRows',
-            vfl__wire_dot_v1_dot_vfl__pb2.LabelledRowsRequest.SerializeToString,
-            vfl__wire_dot_v1_dot_vfl__pb2.LabelledRowsReply.FromString,
+            '/vfl.v1.Party/Step',
+            vfl__wire_dot_v1_dot_vfl__pb2.StepRequest.SerializeToString,
+            vfl__wire_dot_v1_dot_vfl__pb2.StepReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,7 @@ round program.
 
 The spec's data fields describe what reports and the demo ask of a method: one predictor, the
 active party (the lowest label block) with its classifier p(y | h); the rounds themselves are
-`vfl_core.algorithms.dlvm_program`'s. This module imports only the spec types (the registry imports
+`vfl_core.methods.dlvm.program`'s. This module imports only the spec types (the registry imports
 it before the engine exists); the program's per-run state lives in `Federation.program_state`.
 """
 
@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vfl_core.algorithms.method_spec import MethodSpec, ProgramRounds, no_head_tasks
+from vfl_core.methods.dlvm.steps import STEPS, dims
 
 if TYPE_CHECKING:
-    from vfl_core.algorithms.dlvm import DlvmRoles
-    from vfl_core.algorithms.dlvm_program import DlvmProgram
     from vfl_core.config import TrainConfig
+    from vfl_core.methods.dlvm.program import DlvmProgram
+    from vfl_core.methods.dlvm.roles import DlvmRoles
     from vfl_core.training.engine import Federation
     from vfl_core.training.party import Party
 
@@ -25,7 +26,7 @@ class DlvmRounds(ProgramRounds):
     """The engine's entry into a run's DlvmProgram."""
 
     def build(self, fed: Federation) -> DlvmProgram:
-        from vfl_core.algorithms.dlvm_program import DlvmProgram  # the program needs the engine
+        from vfl_core.methods.dlvm.program import DlvmProgram  # the program needs the engine
 
         return DlvmProgram(fed)
 
@@ -33,7 +34,7 @@ class DlvmRounds(ProgramRounds):
         return config.epochs + config.dlvm.stage2_epochs  # stage 1, then stage 2
 
     def party_state(self, party: Party) -> DlvmRoles:
-        from vfl_core.algorithms.dlvm import DlvmRoles  # the networks need torch
+        from vfl_core.methods.dlvm.roles import DlvmRoles  # the networks need torch
 
         return DlvmRoles(party)
 
@@ -52,4 +53,6 @@ DLVM_SPEC = MethodSpec(
     replacement="nothing",  # a party that misses a phase is a missing block of the posterior
     unlabelled_rows=True,  # stage 1 learns from every training sample, labelled or not
     program=DlvmRounds(),
+    steps=STEPS,
+    dims=dims,
 )

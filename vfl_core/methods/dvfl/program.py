@@ -1,4 +1,4 @@
-"""The coordinator's schedule of Decoupled VFL (vfl_core.algorithms.dvfl), driven by the round
+"""The coordinator's schedule of Decoupled VFL (vfl_core.methods.dvfl.nets), driven by the round
 engine.
 
 The coordinator holds no weights: it only tells the tiers when to step and relays what goes down
@@ -36,7 +36,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vfl_core.algorithms.dvfl_protocol import (
+from vfl_core.algorithms.method_spec import active_party
+from vfl_core.data.learning_task import REGRESSION
+from vfl_core.inference.predictions import combine
+from vfl_core.methods.dvfl.messages import (
     GuestCall,
     GuestResult,
     HostCall,
@@ -44,9 +47,6 @@ from vfl_core.algorithms.dvfl_protocol import (
     OwnerFeedCall,
     OwnerTrainCall,
 )
-from vfl_core.algorithms.method_spec import active_party
-from vfl_core.data.learning_task import REGRESSION
-from vfl_core.inference.predictions import combine
 from vfl_core.protocol import PredictCall
 from vfl_core.training.alignment import Batch, eval_plan
 from vfl_core.training.engine import (
@@ -61,6 +61,7 @@ from vfl_core.training.liveness import UP, Liveness
 log = logging.getLogger(__name__)
 
 LOCAL, OWNER = "local", "owner"
+DVFL = "dvfl"  # the method's name in the registry, which its steps travel under
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
@@ -124,7 +125,7 @@ class DvflProgram:
         calls = {
             b: GuestCall(round_id, epoch, al.rows_of(b, batch.index), digest, write) for b in guests
         }
-        answers = fed.transport.guest_step(calls) if calls else {}
+        answers = fed.transport.step(DVFL, "GuestStep", calls) if calls else {}
         size = (len(batch.index), self.cfg.guest_dim)
         good = {b: r for b, r in answers.items() if b in calls and _guest_ok(r, write, size)}
         for b in answers.keys() - good.keys():
@@ -161,7 +162,7 @@ class DvflProgram:
         }
         for _ in calls:
             self._count("coordinator_to_hosts", writes.values())
-        answers = fed.transport.host_step(calls) if calls else {}
+        answers = fed.transport.step(DVFL, "HostStep", calls) if calls else {}
         good = {h: r for h, r in answers.items() if h in calls and np.isfinite(r.loss)}
         self._record_hosts(hosts, good, "host step", where)
         for h, r in sorted(good.items()):
@@ -184,7 +185,7 @@ class DvflProgram:
             call = OwnerFeedCall(
                 round_id, al.rows_of(owner, batch.index), al.digest(batch.index), outputs
             )
-            fed_ok = fed.transport.owner_feed({owner: call})
+            fed_ok = set(fed.transport.step(DVFL, "OwnerFeed", {owner: call}))
             fed._record([owner], fed_ok, "owner feed", where)
             if owner in fed_ok:
                 done.update(outputs)
@@ -198,7 +199,7 @@ class DvflProgram:
         losses: dict[int, float] = {}
         if fed.liveness.should_call(owner, fed._tick):
             call = OwnerTrainCall(round_id, epoch - fed.config.epochs)
-            answers = fed.transport.owner_train({owner: call})
+            answers = fed.transport.step(DVFL, "OwnerTrain", {owner: call})
             losses = {b: v for b, v in answers.items() if b == owner and np.isfinite(v)}
             fed._record([owner], losses, "owner train", f"round {round_id}")
         return RoundRecord(round_id, epoch, batch.pattern, tuple(losses), losses, tuple(losses))
@@ -223,7 +224,9 @@ class DvflProgram:
         ]
         from_registers = activations is None
         call = HostOutputCall(request, split, index, from_registers, activations or {})
-        answers = fed.transport.host_output(dict.fromkeys(hosts, call)) if hosts else {}
+        answers = (
+            fed.transport.step(DVFL, "HostOutput", dict.fromkeys(hosts, call)) if hosts else {}
+        )
         size = (len(index), self.cfg.host_dim)
         good = {h: a for h, a in answers.items() if h in hosts and well_formed(a, size)}
         for h in answers.keys() - good.keys():

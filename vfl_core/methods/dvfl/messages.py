@@ -1,4 +1,4 @@
-"""The messages of Decoupled VFL (vfl_core.algorithms.dvfl), independent of any transport.
+"""The messages of Decoupled VFL (vfl_core.methods.dvfl.nets), independent of any transport.
 
 Every message goes one way down the tiers: a guest's activations to the coordinator, which writes
 them into each host's registers; a host's outputs to the coordinator, which feeds them to the

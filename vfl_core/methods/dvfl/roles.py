@@ -1,5 +1,5 @@
 """The three tiers of Decoupled VFL inside one party process: its guest, its host replica and,
-at the label owner, the classifier (vfl_core.algorithms.dvfl explains the method).
+at the label owner, the classifier (vfl_core.methods.dvfl.nets explains the method).
 
 Mapping onto our processes: every `vfl-client` is a guest (its feature block) and also runs one
 host replica (host h lives in party h, so a federation of K parties has K redundant hosts, the
@@ -23,15 +23,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from vfl_core.algorithms.dvfl import (
-    Registers,
-    build_autoencoder,
-    build_classifier,
-    check_index,
-    concat_slots,
-    reconstruction_loss,
-)
-from vfl_core.algorithms.dvfl_protocol import (
+from vfl_core.config import TrainConfig
+from vfl_core.data.learning_task import REGRESSION, output_width
+from vfl_core.errors import ProtocolError, StaleRoundError
+from vfl_core.methods.dvfl.messages import (
     GuestCall,
     GuestResult,
     HostCall,
@@ -40,10 +35,16 @@ from vfl_core.algorithms.dvfl_protocol import (
     OwnerFeedCall,
     OwnerTrainCall,
 )
-from vfl_core.config import TrainConfig
-from vfl_core.data.learning_task import REGRESSION, output_width
-from vfl_core.errors import ProtocolError, StaleRoundError
+from vfl_core.methods.dvfl.nets import (
+    Registers,
+    build_autoencoder,
+    build_classifier,
+    check_index,
+    concat_slots,
+    reconstruction_loss,
+)
 from vfl_core.model.model_bank import make_optimizer
+from vfl_core.protocol import EmbedCall
 from vfl_core.seeding import Stream, derive_seed, rng
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ class DvflRoles:
         cached = self.guest_once.cached(call.round_id, key)
         if cached is not None:
             return cached
-        x = self.party._batch("train", call.rows, call.digest)  # (B, *feature_shape)
+        x = self.party.batch("train", call.rows, call.digest)  # (B, *feature_shape)
         self.guest.train()
         self.guest_opt.zero_grad(set_to_none=True)
         code, recon = self.guest(x)  # (B, guest_dim), (B, F)
@@ -134,9 +135,15 @@ class DvflRoles:
         loss.backward()
         self.guest_opt.step()
         # The activations written are those of the step's forward pass (before the update).
-        activations = self.party._to_wire(code) if call.write else None
+        activations = self.party.to_wire(code) if call.write else None
         result = GuestResult(float(loss.detach()), activations)
         return self.guest_once.done(call.round_id, key, result)
+
+    def embed(self, call: EmbedCall) -> np.ndarray:
+        """The guest's activations of a batch, for inference only (it trains with GuestStep)."""
+        if call.train:
+            raise ProtocolError("dvfl guests train with GuestStep, not Embed")
+        return self.party.to_wire(self.encode(self.party.batch(call.split, call.rows, call.digest)))
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """The guest's activations at inference: (B, *feature_shape) -> (B, guest_dim)."""
@@ -198,7 +205,7 @@ class DvflRoles:
             x = concat_slots(parts, self.slots, size, self.config.dvfl.guest_dim, self.party.device)
         self.host.eval()
         with torch.no_grad():
-            return self.party._to_wire(self.host(x)[0])
+            return self.party.to_wire(self.host(x)[0])
 
     def _registers(self, samples: int) -> Registers:
         if self.registers is None:
@@ -219,7 +226,7 @@ class DvflRoles:
             if not 0 <= block < self.slots:
                 raise ProtocolError(f"{what} of block {block}: no such block (K={self.slots})")
         return {
-            b: self.party._from_wire(a, f"{what} of block {b}", size, dim)
+            b: self.party.from_wire(a, f"{what} of block {b}", size, dim)
             for b, a in sorted(arrays.items())
         }
 
@@ -228,7 +235,7 @@ class DvflRoles:
         key = _key(call.rows, call.digest, call.outputs)
         if self.owner_once.cached(call.round_id, key) is not None:
             return
-        self.party._check_digest("train", call.rows, call.digest)
+        self.party.check_digest("train", call.rows, call.digest)
         parts = self._parts(call.outputs, len(call.rows), self.config.dvfl.host_dim, "host output")
         self._owner()
         assert self.owner_inputs is not None and self.owner_fed is not None
@@ -253,7 +260,7 @@ class DvflRoles:
             batch = np.sort(order[start : start + self.config.batch_size])
             x = self.owner_inputs[torch.as_tensor(batch, device=self.party.device)].flatten(1)
             opt.zero_grad(set_to_none=True)
-            loss = self.party._loss(net(x), self.party._targets(batch))  # (B, C) vs targets
+            loss = self.party.loss_fn(net(x), self.party.targets(batch))  # (B, C) vs targets
             loss.backward()
             opt.step()
             losses.append(float(loss.detach()))
@@ -273,8 +280,8 @@ class DvflRoles:
         with torch.no_grad():
             out = net(x)
             if self.party.task == REGRESSION:
-                return self.party._to_wire(self.party.scaler.restore(out))
-            return self.party._to_wire(torch.softmax(out, dim=1))
+                return self.party.to_wire(self.party.scaler.restore(out))
+            return self.party.to_wire(torch.softmax(out, dim=1))
 
     def _owner(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         p = self.party
@@ -289,7 +296,7 @@ class DvflRoles:
             self.owner_opt = torch.optim.SGD(
                 self.owner.parameters(), lr=cfg.owner_lr, momentum=cfg.owner_momentum
             )
-            rows = len(p._split("train"))
+            rows = len(p.split("train"))
             self.owner_inputs = torch.zeros(rows, self.slots, cfg.host_dim, device=p.device)
             self.owner_fed = torch.zeros(rows, self.slots, dtype=torch.bool, device=p.device)
         assert self.owner_opt is not None
@@ -297,7 +304,7 @@ class DvflRoles:
 
     def _labelled(self) -> np.ndarray:
         """(rows,) bool: train rows with a label (a negative class marks an unlabelled row)."""
-        labels = self.party._split("train").labels
+        labels = self.party.split("train").labels
         assert labels is not None
         if self.party.task == REGRESSION:
             return np.isfinite(labels)

@@ -1,10 +1,10 @@
-"""The latent-variable VFL inside one party process (vfl_core.algorithms.dlvm_math has the model's
-math).
+"""The latent-variable VFL inside one party process (vfl_core.methods.dlvm.latent_math has the
+model's math).
 
 Every party k holds an encoder, its Gaussian expert q_k(h | x_k), and a decoder p(x_k | h)
 (with MNAR also p(m_k | h), whether it holds a sample). A label party also holds q(z | h),
 p(h | z) and the classifier p(y | h); the lowest label block is the active party, the one the
-coordinator asks to step. What a party computes in a round (vfl_core.algorithms.dlvm_protocol):
+coordinator asks to step. What a party computes in a round (vfl_core.methods.dlvm.messages):
 
 - Embed: [mean | logvar] of its expert for its rows, (B, 2d), keeping the graph in training;
 - Decode: log p(x_k | h) at the coordinator's latent samples h, (B, S), and its gradient in h;
@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from vfl_core.algorithms import dlvm_math as dm
-from vfl_core.algorithms.dlvm_models import ActiveModels, BlockModels
-from vfl_core.algorithms.dlvm_protocol import (
+from vfl_core.data.missingness import UNLABELLED
+from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
+from vfl_core.methods.dlvm import latent_math as dm
+from vfl_core.methods.dlvm.messages import (
     DecodeCall,
     Decoded,
     DlvmBackwardCall,
@@ -38,8 +39,7 @@ from vfl_core.algorithms.dlvm_protocol import (
     StepCall,
     StepResult,
 )
-from vfl_core.data.missingness import UNLABELLED
-from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
+from vfl_core.methods.dlvm.models import ActiveModels, BlockModels
 from vfl_core.model.model_bank import make_optimizer
 from vfl_core.protocol import EmbedCall
 from vfl_core.seeding import Stream, derive_seed, rng
@@ -202,10 +202,14 @@ class DlvmRoles:
         return self.config.dlvm.latent_dim
 
     # ------------------------------------------------------------------ Embed
+    def embed(self, call: EmbedCall) -> np.ndarray:
+        """The party's Gaussian expert of h, (B, 2d) (the round's Embed)."""
+        return self.encode(call)
+
     def encode(self, call: EmbedCall) -> np.ndarray:
         """[mean | logvar] of this party's expert for its rows of the batch, (B, 2d)."""
         if not call.train:
-            x = self.party._batch(call.split, call.rows, call.digest)
+            x = self.party.batch(call.split, call.rows, call.digest)
             self.models.eval()
             with torch.no_grad():
                 return to_wire(torch.cat(self.models.encoder(x.flatten(1)), dim=1))
@@ -216,7 +220,7 @@ class DlvmRoles:
                 raise ProtocolError(f"round {call.round_id}: embed repeated with other rows")
             return current.expert_wire
         self._check_new(call.round_id, "embed")
-        x = self.party._batch(call.split, call.rows, call.digest)
+        x = self.party.batch(call.split, call.rows, call.digest)
         self.models.train()
         expert = torch.cat(self.models.encoder(x.flatten(1)), dim=1)  # (B, 2d)
         wire = to_wire(expert)
@@ -277,7 +281,7 @@ class DlvmRoles:
         with torch.set_grad_enabled(train):
             terms = torch.zeros(leaf.shape[:2], device=leaf.device)  # (B, S)
             if call.rows is not None:
-                x = self.party._batch(call.split, call.rows, call.digest).flatten(1)
+                x = self.party.batch(call.split, call.rows, call.digest).flatten(1)
                 terms = self.models.decoder.log_prob(x, leaf)
             if self.config.dlvm.mnar:
                 terms = terms + self.models.missing_log_prob(call.rows is not None, leaf)
@@ -324,7 +328,7 @@ class DlvmRoles:
     # ------------------------------------------------------------------ the active party
     def labelled_rows(self) -> np.ndarray:
         """The training rows this party holds a label for (stage 2 plans over them)."""
-        labels = self.party._split("train").labels
+        labels = self.party.split("train").labels
         if self.active is None or labels is None:
             raise ProtocolError(f"party {self.party.party_id} holds no labels")
         return np.flatnonzero(labels != UNLABELLED).astype(np.int64)
@@ -448,12 +452,12 @@ class DlvmRoles:
             raise ProtocolError("classifier step without the active party's rows")
         self._known_blocks(call)
         x_rows = call.rows
-        self.party._check_digest("train", x_rows, call.digest)
+        self.party.check_digest("train", x_rows, call.digest)
         if len(x_rows) != draw.h.shape[0]:
             raise ProtocolError(
                 f"classifier step: {len(x_rows)} rows for {draw.h.shape[0]} samples"
             )
-        labels = self.party._split("train").labels
+        labels = self.party.split("train").labels
         assert labels is not None
         y = torch.from_numpy(labels[x_rows])
         if (y == UNLABELLED).any():
@@ -491,7 +495,7 @@ class DlvmRoles:
             }
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any], last_round: int = -1) -> None:
         self.models.load_state_dict(state["models"])
         self.opt.load_state_dict(state["opt"])
         if self.active is not None:

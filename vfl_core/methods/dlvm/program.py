@@ -1,4 +1,4 @@
-"""The coordinator's schedule of the latent-variable VFL (vfl_core.algorithms.dlvm), run by the
+"""The coordinator's schedule of the latent-variable VFL (vfl_core.methods.dlvm.roles), run by the
 round engine.
 
 The coordinator holds no weights. It relays the parties' experts, draws the latent samples from
@@ -35,22 +35,24 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from vfl_core.algorithms.dlvm import latent_samples
-from vfl_core.algorithms.dlvm_protocol import (
+from vfl_core.algorithms.method_spec import active_party
+from vfl_core.inference.predictions import combine
+from vfl_core.methods.dlvm.messages import (
     DecodeCall,
     Decoded,
     DlvmBackwardCall,
+    LabelledRowsCall,
     Stage,
     StepCall,
     StepResult,
 )
-from vfl_core.algorithms.method_spec import active_party
-from vfl_core.inference.predictions import combine
+from vfl_core.methods.dlvm.roles import latent_samples
 from vfl_core.protocol import EmbedCall
 from vfl_core.training.alignment import Alignment, Batch, epoch_plan
 from vfl_core.training.engine import Federation, PredictionBatch, RoundRecord, batch_prediction
 
 log = logging.getLogger(__name__)
+DLVM = "dlvm"  # the method's name in the registry, which its steps travel under
 
 
 @dataclass
@@ -87,7 +89,7 @@ class DlvmProgram:
         if self.labelled is not None:
             return self.labelled
         fed, active = self.fed, self.active
-        rows = None if active is None else fed.transport.labelled_rows(active)
+        rows = None if active is None else self._labelled_rows(active)
         if active is None or rows is None:
             log.warning("stage 2: the active party did not name its labelled rows; no rounds")
             return None
@@ -95,6 +97,12 @@ class DlvmProgram:
         self.labelled = np.flatnonzero((held >= 0) & np.isin(held, rows))
         log.info("stage 2: %d labelled training samples at block %d", len(self.labelled), active)
         return self.labelled
+
+    def _labelled_rows(self, block: int) -> np.ndarray | None:
+        """The training rows `block` holds a label for (None: it did not answer)."""
+        samples = self.fed.infos[block].samples.get("train", 0)
+        call = LabelledRowsCall("train", samples)
+        return self.fed.transport.step(DLVM, "LabelledRows", {block: call}).get(block)
 
     # ------------------------------------------------------------------ training rounds
     def run_round(self, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
@@ -123,7 +131,7 @@ class DlvmProgram:
         if result is None:
             return RoundRecord(round_id, epoch, batch.pattern, present, {}, ())
         backward = {b: DlvmBackwardCall(round_id, epoch, g) for b, g in result.grads.items()}
-        updated = fed.transport.dlvm_backward(backward) if backward else set()
+        updated = set(fed.transport.step(DLVM, "DlvmBackward", backward)) if backward else set()
         fed._record(backward, updated, "backward", where)
         return RoundRecord(
             round_id, epoch, batch.pattern, present, {active: result.loss}, tuple(sorted(updated))
@@ -155,7 +163,7 @@ class DlvmProgram:
                 reachable = blocks is None or b in blocks
                 if b not in batch.pattern and reachable and fed.liveness.should_call(b, fed._tick):
                     calls[b] = DecodeCall(round_id, split, None, b"", h, train)
-        answers = fed.transport.dlvm_decode(calls) if calls else {}
+        answers = fed.transport.step(DLVM, "DlvmDecode", calls) if calls else {}
         good = {b: a for b, a in answers.items() if b in calls and _decoded_ok(a, h.shape, train)}
         for b in answers.keys() - good.keys():
             log.warning("%s: decode answer of block %d refused (shape/dtype/NaN)", where, b)
@@ -164,7 +172,7 @@ class DlvmProgram:
 
     def _step(self, active: int, call: StepCall, where: str) -> StepResult | None:
         fed = self.fed
-        answer = fed.transport.dlvm_step({active: call}).get(active)
+        answer = fed.transport.step(DLVM, "DlvmStep", {active: call}).get(active)
         if answer is not None and not _grads_ok(answer, call):
             log.warning("%s: step answer of block %d refused (shapes/NaN)", where, active)
             answer = None
@@ -186,7 +194,7 @@ class DlvmProgram:
             request, split, Stage.PREDICT, batch, experts, samples, where, blocks
         )
         call = StepCall(request, 0, Stage.PREDICT, samples, experts, answers)
-        got = fed.transport.dlvm_predict({active: call})
+        got = fed.transport.step(DLVM, "DlvmPredict", {active: call})
         size = (len(batch.index), fed.num_classes)
         probs = {b: p for b, p in got.items() if b == active and _fits(p, size)}
         fed._record([active], probs, "predict", where, immediate=True)

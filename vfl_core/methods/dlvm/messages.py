@@ -1,4 +1,5 @@
-"""The messages of the latent-variable VFL (vfl_core.algorithms.dlvm), independent of any transport.
+"""The messages of the latent-variable VFL (vfl_core.methods.dlvm), independent of any
+transport.
 
 A round reuses Embed for each party's Gaussian expert of h ([mean | log-variance], (B, 2d)), then:
 
@@ -89,3 +90,13 @@ class DlvmBackwardCall:
     round_id: int
     epoch: int
     grads: PartyGrads
+
+
+@dataclass(frozen=True)
+class LabelledRowsCall:
+    """Which training rows the (active) party holds a label for; `samples`: its train rows, as
+    the coordinator knows them (the answer must lie below)."""
+
+    split: str = "train"
+    samples: int = 0
+    round_id: int = 0

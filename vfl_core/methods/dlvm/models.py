@@ -15,8 +15,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from vfl_core.algorithms import dlvm_math as dm
-from vfl_core.algorithms.dlvm_config import DlvmConfig
+from vfl_core.methods.dlvm import latent_math as dm
+from vfl_core.methods.dlvm.config import DlvmConfig
 from vfl_core.model.models import MLPRepresentation, build_seeded
 from vfl_core.seeding import Stream, derive_seed
 

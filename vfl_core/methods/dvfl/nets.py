@@ -11,8 +11,8 @@ DVFL trains three tiers, each on its own objective, so that no gradient crosses 
   (their encoders' codes, concatenated) for the rows it has labels of.
 
 This module holds the transport-free pieces: the networks, the registers and the losses. The
-tiers' state machines are `vfl_core.algorithms.dvfl_roles`, the coordinator's schedule
-`vfl_core.algorithms.dvfl_program`.
+tiers' state machines are `vfl_core.methods.dvfl.roles`, the coordinator's schedule
+`vfl_core.methods.dvfl.program`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Decoupled VFL as a method spec (vfl_core.algorithms.methods registers it): its own round program.
 
 The spec's data fields describe what reports and the demo ask of a method: one predictor, the
-label owner (the active party); the rounds themselves are `vfl_core.algorithms.dvfl_program`'s.
+label owner (the active party); the rounds themselves are `vfl_core.methods.dvfl.program`'s.
 This module imports only the spec types (the registry imports it before the engine exists); the
 program's per-run state lives in `Federation.program_state`.
 """
@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vfl_core.algorithms.method_spec import MethodSpec, ProgramRounds, no_head_tasks
+from vfl_core.methods.dvfl.steps import STEPS, dims
 
 if TYPE_CHECKING:
-    from vfl_core.algorithms.dvfl_program import DvflProgram
-    from vfl_core.algorithms.dvfl_roles import DvflRoles
     from vfl_core.config import TrainConfig
+    from vfl_core.methods.dvfl.program import DvflProgram
+    from vfl_core.methods.dvfl.roles import DvflRoles
     from vfl_core.training.engine import Federation
     from vfl_core.training.party import Party
 
@@ -24,7 +25,7 @@ class DvflRounds(ProgramRounds):
     """The engine's entry into a run's DvflProgram."""
 
     def build(self, fed: Federation) -> DvflProgram:
-        from vfl_core.algorithms.dvfl_program import DvflProgram  # the program needs the engine
+        from vfl_core.methods.dvfl.program import DvflProgram  # the program needs the engine
 
         return DvflProgram(fed)
 
@@ -32,7 +33,7 @@ class DvflRounds(ProgramRounds):
         return config.epochs + config.dvfl.owner_epochs
 
     def party_state(self, party: Party) -> DvflRoles:
-        from vfl_core.algorithms.dvfl_roles import DvflRoles  # the tiers' models need torch
+        from vfl_core.methods.dvfl.roles import DvflRoles  # the tiers' models need torch
 
         return DvflRoles(party)
 
@@ -56,4 +57,6 @@ DVFL_SPEC = MethodSpec(
     unlabelled_rows=True,  # the guests' and hosts' autoencoders need no labels
     program=DvflRounds(),
     fault_entities=("guest", "host", "link"),
+    steps=STEPS,
+    dims=dims,
 )
