@@ -66,7 +66,13 @@ def client(
     party_id: Annotated[str | None, Opt(help="party name", show_default="party<block>")] = D(
         "party_id"
     ),
-    listen: Annotated[str, Opt(help="host:port to serve on (port 0: any free port)")] = D("listen"),
+    listen: Annotated[
+        str,
+        Opt(
+            help="host:port to serve on (port 0: any free port); auto: 127.0.0.1:0 with a "
+            "coordinator on this host, else 0.0.0.0:0"
+        ),
+    ] = D("listen"),
     advertise: Annotated[
         str | None,
         Opt(help="host:port the coordinator calls back", show_default="as the coordinator sees it"),

@@ -59,7 +59,7 @@ CLIENT = {
     "coordinator": "localhost:50051",
     "block": None,
     "party_id": None,
-    "listen": "0.0.0.0:0",
+    "listen": "auto",
     "advertise": None,
     "device": "auto",
     "secret": "vfl-demo-secret",

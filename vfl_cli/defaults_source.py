@@ -12,11 +12,11 @@ from pydantic import BaseModel
 
 from vfl_client.runner import ClientConfig
 from vfl_coordinator.config import CoordinatorConfig, Deadlines
-from vfl_core.algorithms.dlvm_config import DlvmConfig
 from vfl_core.config import METHODS, DvflConfig, ModelConfig, TrainConfig
 from vfl_core.data.learning_task import TASKS
 from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT
 from vfl_core.data.tabular import DEFAULT_TEST_FRACTION
+from vfl_core.methods.dlvm.config import DlvmConfig
 from vfl_core.training.alignment import DEMO_SECRET
 from vfl_core.training.faults import ENTITIES, FaultConfig
 from vfl_wire.security import OPERATOR

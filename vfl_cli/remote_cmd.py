@@ -173,12 +173,12 @@ def _prediction_columns(p: SamplePrediction) -> dict[str, object]:
     prediction with a value, or none at all from a regression federation): the values."""
     if _is_regression(p):
         value = "" if p.predicted_value is None else f"{p.predicted_value:.6g}"
-        heads = {f"party{b}": f"{float(q[0]):.6g}" for b, q in p.party_probs.items()}
+        heads = {f"party{b}": f"{float(q[0]):.6g}" for b, q in sorted(p.party_probs.items())}
         return {"predicted_value": value, **heads}
     return {
         "predicted_class": p.predicted_class,
         "confidence": f"{p.federation.max():.4f}" if p.federation is not None else "",
-        **{f"party{b}": int(q.argmax()) for b, q in p.party_probs.items()},
+        **{f"party{b}": int(q.argmax()) for b, q in sorted(p.party_probs.items())},
     }
 
 
@@ -225,9 +225,15 @@ def _label(classes: tuple[str, ...], index: int) -> str:
     return classes[index] if 0 <= index < len(classes) else ""
 
 
+def _block(field: str) -> int:
+    return int(field[5:])
+
+
 def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fields = list(dict.fromkeys(k for r in rows for k in r))
+    heads = sorted((f for f in fields if f.startswith("party") and f[5:].isdigit()), key=_block)
+    fields = [f for f in fields if f not in heads] + heads  # party0, party1, ... in block order
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()

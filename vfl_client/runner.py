@@ -41,7 +41,9 @@ class ClientConfig(BaseModel):
     coordinator: str = "localhost:50051"
     block: int | None = Field(None, ge=0)  # checked against the party directory
     party_id: str | None = None  # default: party<block>
-    listen: str = "0.0.0.0:0"
+    # auto: 127.0.0.1:0 when the coordinator is on this host (nothing else can reach the
+    # party), else 0.0.0.0:0 (the coordinator calls it back at the address it registered from)
+    listen: str = "auto"
     advertise: str | None = None  # host:port the coordinator should call; default: as seen by it
     device: str = "auto"
     secret: str = "vfl-demo-secret"
@@ -80,7 +82,8 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     )
     warm_up()  # before listening: once registered, the party is built and rejoins at once
     servicer = PartyServicer(party_id, threads=config.threads)
-    server, port = start_server(servicer, config.listen, security, _refused_calls(config))
+    listen = listen_address(config.listen, config.coordinator)
+    server, port = start_server(servicer, listen, security, _refused_calls(config))
     freeze_heap()
     stop = stop or _stop_on_signals()
     run_id, reason = "", "stopped before joining a run"
@@ -105,6 +108,17 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
         server.stop(grace=1.0).wait()  # every handler has returned: nothing changes the party now
         if config.checkpoint_dir is not None and servicer.party is not None:
             save_end_checkpoint(config.checkpoint_dir, servicer.party, run_id, reason)
+
+
+def listen_address(listen: str, coordinator: str) -> str:
+    """`listen`, or for "auto" the loopback interface when the coordinator is on this host
+    (a party serves only the coordinator: no reason to listen where others can reach it), else
+    every interface."""
+    if listen != "auto":
+        return listen
+    host = coordinator.rpartition(":")[0].strip("[]") or "localhost"
+    loopback = host == "localhost" or host == "::1" or host.startswith("127.")
+    return "127.0.0.1:0" if loopback else "0.0.0.0:0"
 
 
 def log_classes(data: PartyData) -> None:
@@ -246,18 +260,28 @@ def _refuse_for_good(err: grpc.RpcError, coordinator: str, security: Security) -
         ) from None
     details = (err.details() or "").splitlines()[0] if err.details() else ""
     if security.secure and any(mark in details for mark in _TLS_FAILED):
-        cause = (
-            "it does not speak TLS (started with --insecure?)"
-            if "WRONG_VERSION_NUMBER" in details
-            else "a certificate of another CA, or the wrong name?"
-        )
+        if "WRONG_VERSION_NUMBER" in details:  # the cause is known: no C-core text
+            raise ConfigError(
+                f"TLS handshake with the coordinator at {coordinator} failed: it does not speak "
+                "TLS (started with --insecure?); give every process the same `vfl certs` "
+                "directory with --tls-dir, or --insecure to all"
+            ) from None
         raise ConfigError(
-            f"TLS handshake with the coordinator at {coordinator} failed ({cause}): "
-            f"{details[-200:]}"
+            f"TLS handshake with the coordinator at {coordinator} failed (a certificate of "
+            f"another CA, or the wrong name?): {_tls_reason(details)}"
         ) from None
     hint = None if security.secure else plaintext_to_tls_hint(coordinator, err)
     if hint is not None:
         raise ConfigError(hint) from None
+
+
+def _tls_reason(details: str) -> str:
+    """grpc's words for a failed handshake, without its trailing status (": OK" and the like:
+    the C core appends the last call's status, which read as if all were well)."""
+    reason = details[-200:]
+    while reason.endswith((": OK", ":OK")):
+        reason = reason.rsplit(":", 1)[0].rstrip()
+    return reason
 
 
 # What grpc's details say when TLS itself failed (a certificate refused, a name that does not

@@ -39,8 +39,11 @@ class Member:
 
 
 class Registry:
-    def __init__(self, expected: int) -> None:
+    def __init__(self, expected: int, resuming: bool = False) -> None:
         self.expected = expected
+        # a coordinator restarted from a checkpoint: a party's first registration rolls it back
+        # to that checkpoint's round (resynchronising); on a fresh start it only learns the run
+        self.resuming = resuming
         self._members: dict[int, Member] = {}
         self._cond = threading.Condition()
         self._generation = 0
@@ -79,7 +82,8 @@ class Registry:
             verb = "rejoined" if previous is not None else "registered"
             if previous is not None and synced and not previous.synced:
                 verb = "synchronised"
-            verb = verb if synced else f"{verb} (resynchronising)"
+            catching_up = "resynchronising" if self.resuming else "joining the run"
+            verb = verb if synced else f"{verb} ({catching_up})"
             log.info("party %s %s for block %d at %s", info.party_id, verb, info.block, address)
             missing = self.expected - len(self._members)
             message = f"{verb}; waiting for {missing} more parties" if missing > 0 else f"{verb}"

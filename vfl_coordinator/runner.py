@@ -58,7 +58,7 @@ def run_coordinator(
     """Run one federation to the end; returns the results also written to `config.out`."""
     resume = load_resume(config)  # a checkpoint of this run: resume it (same run id)
     run_id = resume.run_id if resume is not None else config.run_id or uuid.uuid4().hex[:12]
-    registry = Registry(config.clients)
+    registry = Registry(config.clients, resuming=resume is not None)
     state = CoordinatorState(registry, run_id, config.train.model_dump_json())
     state.resume_round = resume.round if resume is not None else -1
     security = load_security(config.tls_dir, config.insecure, COORDINATOR)
