@@ -60,7 +60,7 @@ def _check_ids(table: Table, id_column: str) -> None:
 _SPLIT_SALT = b"vfl-tabular-split\x00"
 
 
-def test_rows(ids: pa.ChunkedArray, fraction: float) -> np.ndarray:
+def held_out(ids: pa.ChunkedArray, fraction: float) -> np.ndarray:
     """(n,) bool: True for the IDs whose salted SHA-256 (its first 8 bytes, big-endian, as a
     share of 2**64) falls below `fraction`: the same at every party that holds the ID, with no
     word between them. (A hash per ID in Python is most of the time a large table takes to

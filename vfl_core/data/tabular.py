@@ -4,7 +4,7 @@ The party reads its file, fits its preprocessing (vfl_core.data.preprocess) on i
 only,
 and becomes an in-memory `PartyData` like a prepared party directory. Train and test rows come
 from two files (`test_path`) or from one file split by ID: a row is a test row when a hash of its
-ID falls below `test_fraction` (vfl_core.data.sample_ids.test_rows), so every party puts a
+ID falls below `test_fraction` (vfl_core.data.sample_ids.held_out), so every party puts a
 shared ID in the same split without any communication. IDs are the ID column's strings, numbers
 with a zero fraction written without it (vfl_core.data.sample_ids); alignment by HMAC or PSI
 matches them across parties, whatever part of them each party holds.
@@ -26,7 +26,7 @@ from vfl_core.data.labels import Labels, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
 from vfl_core.data.party_dir import PartyData, PartyMeta, PartySplit
 from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT, TabularPreprocessor
-from vfl_core.data.sample_ids import normalised_ids, test_rows
+from vfl_core.data.sample_ids import held_out, normalised_ids
 from vfl_core.data.table_files import read_table
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.persistence.files import write_text_atomically
@@ -110,7 +110,7 @@ def _read_splits(source: TableSource, label_column: str | None) -> dict[str, Tab
         test = _checked_table(source.test_path, source.id_column, label_column)
         _check_disjoint(table, test, source.id_column)
         return {"train": table, "test": test}
-    in_test = test_rows(table.column(source.id_column), source.test_fraction)
+    in_test = held_out(table.column(source.id_column), source.test_fraction)
     if not in_test.any():
         return {"train": table}
     splits = {"train": table.rows(np.flatnonzero(~in_test))}
