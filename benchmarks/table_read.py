@@ -104,6 +104,16 @@ def summary(how: str, path: Path, code: Path | None, runs: int) -> dict[str, flo
     }
 
 
+def _version(code: Path | None) -> str:
+    """The commit of the checkout at `code` (this one where None)."""
+    if code is None:
+        return code_version()
+    out = subprocess.run(
+        ["git", "-C", str(code), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return out.stdout.strip() or str(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
@@ -118,10 +128,10 @@ def main(argv: list[str] | None = None) -> None:
         size_mb = path.stat().st_size / 2**20
         plain = summary("pyarrow", path, args.code, args.runs)
         rows = [("pyarrow.csv.read_csv (plain read)", plain)]
-        rows.append((f"ours: read + fit + transform ({code_version()})", None))
-        rows[-1] = (rows[-1][0], summary("ours", path, args.code, args.runs))
+        label = f"laser-vfl {_version(args.code)}: read + fit + transform"
+        rows.append((label, summary("ours", path, args.code, args.runs)))
         if args.compare is not None:
-            label = f"ours at {args.compare}: read + fit + transform"
+            label = f"laser-vfl {_version(args.compare)}: read + fit + transform"
             rows.append((label, summary("ours", path, args.compare, args.runs)))
     lines = [
         f"{args.rows} rows x 21 columns, {size_mb:.1f} MB CSV; median of {args.runs} runs, "
@@ -131,7 +141,6 @@ def main(argv: list[str] | None = None) -> None:
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     for what, r in rows:
-        assert r is not None
         lines.append(
             f"| {what} | {r['seconds']:.2f} | {r['seconds'] / plain['seconds']:.1f} | "
             f"{r['peak_mb']:.0f} | {r['peak_mb'] / size_mb:.1f} |"

@@ -9,12 +9,15 @@ is not numbers once so read stays as written.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 Numbers = np.ndarray | None
 _FIRST = 64  # cells tried before a whole column
+_NUMBERISH = re.compile(r"[+-]?[0-9.,]+([eE][+-]?[0-9]+)?")
 
 _DECIMAL_COMMA = r"^[+-]?([0-9]+,[0-9]*|,[0-9]+)([eE][+-]?[0-9]+)?$"
 
@@ -39,6 +42,8 @@ def local_numbers(column: pa.ChunkedArray, separator: str) -> tuple[pa.ChunkedAr
     values = floats(column)
     if values is not None:
         return column, values
+    if not _numberish(column):
+        return column, None
     grouped, certain = _GROUPED[";" if separator == ";" else ","]
     commas = separator == ";" and _any(pc.match_substring_regex(column, _DECIMAL_COMMA))
     if not commas and not _any(pc.match_substring_regex(column, certain)):
@@ -50,6 +55,13 @@ def local_numbers(column: pa.ChunkedArray, separator: str) -> tuple[pa.ChunkedAr
     plain = pc.replace_substring(plain, decimal, ".")
     values = floats(plain)
     return (column, None) if values is None else (plain, values)
+
+
+def _numberish(column: pa.ChunkedArray) -> bool:
+    """Whether the first present cells are all digits, signs, separators and exponents: a
+    column of words is told apart at once (the regular expressions below walk every cell)."""
+    first = column.drop_null().slice(0, _FIRST).to_pylist()
+    return all(_NUMBERISH.fullmatch(cell) for cell in first)
 
 
 def parses_as_numbers(column: pa.ChunkedArray) -> bool:

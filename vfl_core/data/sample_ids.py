@@ -32,8 +32,9 @@ def normalised_ids(table: Table, id_column: str) -> Table:
         if cv.is_text(column)
         else pa.chunked_array([pa.array(cv.text_cells(column), pa.string())])
     )
-    ids = pc.replace_substring_regex(text, _ZERO_FRACTION, r"\1")
-    table = table.with_column(id_column, ids)
+    if pc.any(pc.match_substring(text, ".")).as_py():  # most ID columns hold no dot at all
+        text = pc.replace_substring_regex(text, _ZERO_FRACTION, r"\1")
+    table = table.with_column(id_column, text)
     _check_ids(table, id_column)
     return table
 
@@ -67,6 +68,7 @@ def held_out(ids: pa.ChunkedArray, fraction: float) -> np.ndarray:
     load; a vectorised one would be faster but would move rows between the splits of every
     table loaded before, and with them the fitted preprocessing.)"""
     sha256 = hashlib.sha256
-    first = b"".join([sha256(_SPLIT_SALT + i.encode()).digest()[:8] for i in ids.to_pylist()])
+    utf8 = ids.cast(pa.binary()).to_pylist()
+    first = b"".join([sha256(_SPLIT_SALT + i).digest()[:8] for i in utf8])
     limit = np.uint64(min(int(fraction * 2**64), 2**64 - 1))
     return np.frombuffer(first, dtype=">u8") < limit
