@@ -39,7 +39,9 @@ from pathlib import Path
 import pyarrow.csv
 how, path = sys.argv[1], Path(sys.argv[2])
 if how == "ours":
+    from vfl_core.data import tabular
     from vfl_core.data.tabular import TableSource, load_table_party
+    print("code:", tabular.__file__, file=sys.stderr)
 def status(key):
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(key + ":"):
@@ -83,16 +85,21 @@ def write_table(path: Path, rows: int, seed: int = 0) -> None:
 
 
 def measure(how: str, path: Path, code: Path | None) -> dict[str, float]:
-    env = dict(os.environ)
-    if code is not None:
-        env["PYTHONPATH"] = str(code)
+    # `python -c` puts its working directory first on sys.path: run it beside the table, with
+    # the checkout to measure (this one by default) on PYTHONPATH
+    env = {**os.environ, "PYTHONPATH": str(code or Path(__file__).resolve().parents[1])}
     out = subprocess.run(
         [sys.executable, "-c", _PROBE, how, str(path)],
         env=env,
+        cwd=path.parent,
         capture_output=True,
         text=True,
         check=True,
     )
+    root = env["PYTHONPATH"]
+    used = [line.split(" ", 1)[1] for line in out.stderr.splitlines() if line.startswith("code:")]
+    if used and not used[0].startswith(root):
+        raise SystemExit(f"measured {used[0]}, not the checkout at {root}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
