@@ -155,3 +155,34 @@ def test_given_ids_when_split_then_the_same_rows_as_the_sha256_rule_before_arrow
         for i in ids
     ]
     assert got.tolist() == want and 0.15 < np.mean(got) < 0.35
+
+
+def test_given_rows_transformed_in_pieces_when_compared_then_the_same_rows_and_line_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vfl_core.data import preprocess
+
+    path = tmp_path / "t.csv"
+    path.write_text("id,a,c,d\n" + "".join(f"u{i},{i % 7},{'xyz'[i % 3]},{i}\n" for i in range(9)))
+    whole, fitted = load_table_party(source(path, max_onehot=2))
+    monkeypatch.setattr(preprocess, "TRANSFORM_ROWS", 2)
+    pieces, _ = load_table_party(source(path, max_onehot=2), fitted)
+    np.testing.assert_array_equal(pieces.splits["train"].features, whole.splits["train"].features)
+    assert pieces.splits["train"].features.flags.c_contiguous
+    test = tmp_path / "test.csv"
+    test.write_text("id,a,c,d\nv1,1,x,1\nv2,2,y,2\nv3,3,z,3\nv4,oops,x,4\n")
+    with pytest.raises(DataError, match=r"test\.csv: line 5, column 'a': 'oops' is not a number"):
+        load_table_party(source(path, max_onehot=2, test_path=test), fitted)
+
+
+def test_given_a_non_number_in_a_test_row_of_one_file_when_loading_then_fit_numeric_and_named(
+    tmp_path: Path,
+) -> None:
+    ids = [f"u{i}" for i in range(50)]
+    first_test = int(np.flatnonzero(held_out(pa.chunked_array([pa.array(ids)]), 0.3))[0])
+    cells = [str(i) if i != first_test else "oops" for i in range(50)]
+    path = tmp_path / "t.csv"
+    path.write_text("id,a\n" + "".join(f"{i},{c}\n" for i, c in zip(ids, cells, strict=True)))
+    line = first_test + 2
+    with pytest.raises(DataError, match=rf"line {line}, column 'a': 'oops' is not a number, but"):
+        load_table_party(source(path, test_fraction=0.3))

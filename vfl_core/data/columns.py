@@ -86,23 +86,30 @@ class Table:
         """The same columns for the rows in `index`, in that order (row names kept)."""
         index = np.asarray(index, dtype=np.int64)
         original = index if self._index is None else self._index[index]
-        numbers = {n: v for n, v in self._numbers.items() if v is None}  # not numbers
         return Table(
             self.source,
             self.data.take(index),
             self._namer,
             guess=self.guess,
             index=original,
-            numbers=numbers,
         )
 
     def head(self, n: int) -> Table:
         """The first `n` rows, without copying them."""
-        index = None if self._index is None else self._index[:n]
-        numbers = {k: None if v is None else v[:n] for k, v in self._numbers.items()}
+        return self.slice(0, n)
+
+    def slice(self, start: int, length: int) -> Table:
+        """Rows start .. start + length - 1 (fewer at the end), without copying them."""
+        stop = min(start + length, len(self))
+        if self._index is not None:
+            index = self._index[start:stop]
+        else:
+            index = None if start == 0 else np.arange(start, stop, dtype=np.int64)
+        # a part of a column that is not numbers may be: only numbers carry over
+        numbers = {k: v[start:stop] for k, v in self._numbers.items() if v is not None}
         return Table(
             self.source,
-            self.data.slice(0, n),
+            self.data.slice(start, stop - start),
             self._namer,
             guess=self.guess,
             index=index,

@@ -49,6 +49,7 @@ DEFAULT_MAX_ONEHOT = 16
 # worth a warning: an identifier or a timestamp, not a category
 IDENTIFIER_SHARE = 0.9
 IDENTIFIER_MIN_ROWS = 50
+TRANSFORM_ROWS = 1 << 14  # rows transformed at a time
 PREPROCESS_VERSION = 1
 
 ColumnKind = Literal["numeric", "onehot", "embedding"]
@@ -116,12 +117,21 @@ class TabularPreprocessor(_Frozen):
     def transform(self, table: Table) -> np.ndarray:
         """(n, width) float32 rows; a column missing from `table`, or a numeric training column
         holding a non-number, is a DataError naming the file, column and row."""
-        # filled a column at a time, so by rows of its transpose; (n, width) in C order at the end
-        out = np.zeros((self.width, len(table)), dtype=np.float32)
-        at, code_at = 0, self.dense_width
         for spec in self.columns:
             if spec.name not in table.names:
                 raise DataError(f"{table.source}: column {spec.name!r} is missing")
+        out = np.empty((len(table), self.width), dtype=np.float32)
+        for start in range(0, len(table), TRANSFORM_ROWS):
+            part = table.slice(start, TRANSFORM_ROWS)
+            out[start : start + len(part)] = self._transposed(part).T
+        return out
+
+    def _transposed(self, table: Table) -> np.ndarray:
+        """(width, n): filled a column at a time, so by rows of the transpose (fast), for a few
+        thousand rows at a time (so the copy into (n, width) stays in the cache)."""
+        out = np.zeros((self.width, len(table)), dtype=np.float32)
+        at, code_at = 0, self.dense_width
+        for spec in self.columns:
             column = table.column(spec.name)
             if spec.indicator:
                 out[at] = cv.missing(column)
@@ -138,7 +148,7 @@ class TabularPreprocessor(_Frozen):
                 index = cv.category_index(column, spec.categories)
                 out[code_at] = np.where(index == len(spec.categories), -1, index) + 1
                 code_at += 1
-        return np.ascontiguousarray(out.T)
+        return out
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"
