@@ -8,9 +8,9 @@ The table (written to a temporary directory, deleted at the end): an ID column, 
 numeric columns (one with missing cells), 4 categorical columns of a few values and 2 of a few
 hundred (embedded): 21 columns. Every measurement runs in a fresh Python process (`--code DIR`
 puts DIR first on its PYTHONPATH, so `--compare` measures another checkout with the same file);
-reported: the median wall time of `--runs` runs, and the peak resident memory above what the
-process held once its imports were done (Linux: the peak VmHWM is reset through
-/proc/self/clear_refs after the imports; the largest run's).
+reported: the median wall time of `--runs` runs (interleaved: one of each kind per run), and
+the peak resident memory above what the process held once its imports were done (Linux: the
+peak VmHWM is reset through /proc/self/clear_refs after the imports; the largest run's).
 """
 
 from __future__ import annotations
@@ -103,12 +103,26 @@ def measure(how: str, path: Path, code: Path | None) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def summary(how: str, path: Path, code: Path | None, runs: int) -> dict[str, float]:
-    results = [measure(how, path, code) for _ in range(runs)]
-    return {
-        "seconds": statistics.median(r["seconds"] for r in results),
-        "peak_mb": max(r["peak_mb"] for r in results),
-    }
+def summary(
+    what: list[tuple[str, str, Path | None]], path: Path, runs: int
+) -> list[tuple[str, dict[str, float]]]:
+    """Per (label, how, code): the median seconds and the largest peak of `runs` runs. The runs
+    interleave (one of each, `runs` times), so a change in the machine's load between them
+    touches every row alike."""
+    results: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in what}
+    for _ in range(runs):
+        for label, how, code in what:
+            results[label].append(measure(how, path, code))
+    return [
+        (
+            label,
+            {
+                "seconds": statistics.median(r["seconds"] for r in results[label]),
+                "peak_mb": max(r["peak_mb"] for r in results[label]),
+            },
+        )
+        for label, _, _ in what
+    ]
 
 
 def _version(code: Path | None) -> str:
@@ -129,20 +143,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compare", type=Path, default=None, help="another checkout, measured too")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "table.csv"
         write_table(path, args.rows)
         size_mb = path.stat().st_size / 2**20
-        plain = summary("pyarrow", path, args.code, args.runs)
-        rows = [("pyarrow.csv.read_csv (plain read)", plain)]
-        label = f"laser-vfl {_version(args.code)}: read + fit + transform"
-        rows.append((label, summary("ours", path, args.code, args.runs)))
+        what = [
+            ("pyarrow.csv.read_csv (plain read)", "pyarrow", args.code),
+            (f"laser-vfl {_version(args.code)}: read + fit + transform", "ours", args.code),
+        ]
         if args.compare is not None:
             label = f"laser-vfl {_version(args.compare)}: read + fit + transform"
-            rows.append((label, summary("ours", path, args.compare, args.runs)))
+            what.append((label, "ours", args.compare))
+        rows = summary(what, path, args.runs)
+        plain = rows[0][1]
     lines = [
         f"{args.rows} rows x 21 columns, {size_mb:.1f} MB CSV; median of {args.runs} runs, "
-        f"each in a fresh process",
+        f"each in a fresh process; {os.cpu_count()} CPUs, load average (1 min) "
+        f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after",
         "",
         "| what | seconds | x pyarrow | peak MB above imports | x file size |",
         "| --- | ---: | ---: | ---: | ---: |",

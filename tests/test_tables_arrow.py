@@ -186,3 +186,18 @@ def test_given_a_non_number_in_a_test_row_of_one_file_when_loading_then_fit_nume
     line = first_test + 2
     with pytest.raises(DataError, match=rf"line {line}, column 'a': 'oops' is not a number, but"):
         load_table_party(source(path, test_fraction=0.3))
+
+
+@pytest.mark.slow
+def test_given_the_table_benchmark_when_run_small_then_it_measures_this_checkout(
+    tmp_path: Path,
+) -> None:
+    from benchmarks import table_read
+
+    out = tmp_path / "table_read.md"
+    table_read.main(["--rows", "2000", "--runs", "1", "--out", str(out)])
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ")]
+    assert rows[2].startswith("| pyarrow.csv.read_csv (plain read) | ")
+    assert "read + fit + transform" in rows[3]
+    seconds = [float(row.split("|")[2]) for row in rows[2:]]
+    assert all(s > 0 for s in seconds)

@@ -335,6 +335,8 @@ def _typed(path: Path, name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
         return pc.if_else(pc.is_nan(values), pa.scalar(None, pa.float64()), values)
     if pa.types.is_date(kind) or pa.types.is_timestamp(kind):
         return column
+    if pa.types.is_null(kind):  # every cell missing (the fit says so, naming the column)
+        return column.cast(pa.string())
     if pa.types.is_large_string(kind) or pa.types.is_string(kind):
         return _missing_as_null(column.cast(pa.string()))
     raise DataError(f"{path}: column {name!r} has Parquet type {kind}, not numbers, dates or text")
