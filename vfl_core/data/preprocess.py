@@ -14,8 +14,7 @@ Per column, decided on the training rows:
   as spreadsheets write them, or a Parquet date or timestamp column): numeric, in days since
   1970-01-01 (UTC where a time names no zone);
 - categorical (any other text column; a Parquet text column always) with at most `max_onehot`
-  distinct values: one-hot, plus an "unknown" column for
-  categories first seen at inference;
+  distinct values: one-hot, plus an "unknown" column for categories first seen at inference;
 - categorical with more: one integer code (0 = unknown, 1.. = the sorted training categories),
   which the representation model embeds (`vfl_core.model.models.TabularRepresentation`).
 
