@@ -31,6 +31,7 @@ class Table:
         guess: bool = True,
         index: np.ndarray | None = None,
         numbers: dict[str, np.ndarray | None] | None = None,
+        take: np.ndarray | None = None,
     ) -> None:
         self.source = source  # the file, for messages
         if isinstance(columns, pa.Table):
@@ -44,23 +45,33 @@ class Table:
         # False: columns keep their types (a Parquet file's text columns are categories)
         self.guess = guess
         self._index = index  # row i of this table is row _index[i] of the file (None: i)
+        # row i of this table is row _take[i] of `data` (None: i). Rows picked from a large
+        # table (its training rows) are copied a column at a time when a column is read, never
+        # all at once: a whole copy beside the table would double the memory a party needs.
+        self._take = take
         # name -> (n,) float64, NaN where missing, or None (not numbers): the columns read as
         # numbers so far (each is parsed once, not for the fit and again for each transform)
         self._numbers = dict(numbers or {})
 
     def __len__(self) -> int:
-        return self.data.num_rows
+        return self.data.num_rows if self._take is None else len(self._take)
 
     @property
     def names(self) -> list[str]:
         return list(self.data.column_names)
 
     def column(self, name: str) -> pa.ChunkedArray:
-        return self.data.column(name)
+        column = self.data.column(name)
+        return column if self._take is None else column.take(self._take)
+
+    def missing(self, name: str) -> np.ndarray:
+        """(n,) bool: True where a cell of column `name` is missing (no copy of the cells)."""
+        mask = self.data.column(name).is_null().to_numpy(zero_copy_only=False)
+        return mask if self._take is None else mask[self._take]
 
     def cells(self, name: str) -> list[Cell]:
         """A column as text cells (None where missing), as the file writes them."""
-        return text_cells(self.data.column(name))
+        return text_cells(self.column(name))
 
     @property
     def columns(self) -> dict[str, list[Cell]]:
@@ -72,7 +83,7 @@ class Table:
         """Column `name` as (n,) float64, NaN where missing; None if a present cell is not a
         number (text, dates)."""
         if name not in self._numbers:
-            self._numbers[name] = floats(self.data.column(name))
+            self._numbers[name] = floats(self.column(name))
         return self._numbers[name]
 
     def row_name(self, row: int) -> str:
@@ -83,15 +94,13 @@ class Table:
         return _RowNames(self)
 
     def rows(self, index: Sequence[int] | np.ndarray) -> Table:
-        """The same columns for the rows in `index`, in that order (row names kept)."""
+        """The same columns for the rows in `index`, in that order (row names kept); a column's
+        cells are copied when it is read."""
         index = np.asarray(index, dtype=np.int64)
         original = index if self._index is None else self._index[index]
+        take = index if self._take is None else self._take[index]
         return Table(
-            self.source,
-            self.data.take(index),
-            self._namer,
-            guess=self.guess,
-            index=original,
+            self.source, self.data, self._namer, guess=self.guess, index=original, take=take
         )
 
     def head(self, n: int) -> Table:
@@ -107,13 +116,18 @@ class Table:
             index = None if start == 0 else np.arange(start, stop, dtype=np.int64)
         # a part of a column that is not numbers may be: only numbers carry over
         numbers = {k: v[start:stop] for k, v in self._numbers.items() if v is not None}
+        if self._take is not None:
+            data, take = self.data, self._take[start:stop]
+        else:
+            data, take = self.data.slice(start, stop - start), None
         return Table(
             self.source,
-            self.data.slice(start, stop - start),
+            data,
             self._namer,
             guess=self.guess,
             index=index,
             numbers=numbers,
+            take=take,
         )
 
     def select(self, names: Sequence[str]) -> Table:
@@ -125,11 +139,13 @@ class Table:
             guess=self.guess,
             index=self._index,
             numbers=numbers,
+            take=self._take,
         )
 
     def with_column(self, name: str, values: pa.Array | pa.ChunkedArray) -> Table:
-        """This table with column `name` replaced by `values`."""
-        data = self.data.set_column(self.data.column_names.index(name), name, values)
+        """This table with column `name` replaced by `values` (one per row of this table)."""
+        data = self.data if self._take is None else self.data.take(self._take)
+        data = data.set_column(data.column_names.index(name), name, values)
         numbers = {n: v for n, v in self._numbers.items() if n != name}
         return Table(
             self.source, data, self._namer, guess=self.guess, index=self._index, numbers=numbers

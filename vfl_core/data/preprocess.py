@@ -133,7 +133,7 @@ class TabularPreprocessor(_Frozen):
         for spec in self.columns:
             column = table.column(spec.name)
             if spec.indicator:
-                out[at] = cv.missing(column)
+                out[at] = table.missing(spec.name)
                 at += 1
             if spec.kind == "numeric":
                 out[at] = _standardised(table, spec, column)

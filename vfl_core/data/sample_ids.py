@@ -59,6 +59,7 @@ def _check_ids(table: Table, id_column: str) -> None:
 # ---------------------------------------------------------------- the test split by ID
 
 _SPLIT_SALT = b"vfl-tabular-split\x00"
+_HASHED_AT_ONCE = 1 << 14
 
 
 def held_out(ids: pa.ChunkedArray, fraction: float) -> np.ndarray:
@@ -68,7 +69,11 @@ def held_out(ids: pa.ChunkedArray, fraction: float) -> np.ndarray:
     load; a vectorised one would be faster but would move rows between the splits of every
     table loaded before, and with them the fitted preprocessing.)"""
     sha256 = hashlib.sha256
-    utf8 = ids.cast(pa.binary()).to_pylist()
-    first = b"".join([sha256(_SPLIT_SALT + i).digest()[:8] for i in utf8])
     limit = np.uint64(min(int(fraction * 2**64), 2**64 - 1))
-    return np.frombuffer(first, dtype=">u8") < limit
+    utf8 = ids.cast(pa.binary())
+    out = np.empty(len(ids), dtype=bool)
+    for start in range(0, len(ids), _HASHED_AT_ONCE):  # a few Python objects alive at a time
+        part = utf8.slice(start, _HASHED_AT_ONCE).to_pylist()
+        first = b"".join([sha256(_SPLIT_SALT + i).digest()[:8] for i in part])
+        out[start : start + len(part)] = np.frombuffer(first, dtype=">u8") < limit
+    return out

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from vfl_core.data import column_values as cv
 from vfl_core.data.columns import Table
 from vfl_core.data.labels import Labels, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
@@ -85,8 +84,10 @@ def load_table_party(
         splits, label_only = _label_only_last(splits, columns)
     if fitted is None:
         train = splits["train"]
-        with_features = train.head(len(train) - label_only.get("train", 0)).select(columns)
-        fitted = TabularPreprocessor.fit(with_features, source.max_onehot)
+        # a temporary: the numbers it parses for the fit are freed before the transform
+        fitted = TabularPreprocessor.fit(
+            train.head(len(train) - label_only.get("train", 0)).select(columns), source.max_onehot
+        )
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
     labels = _labels(splits, label_column, fitted.classes or None, source.task)
     if labels:
@@ -128,7 +129,7 @@ def _label_only_last(
     out: dict[str, Table] = {}
     counts: dict[str, int] = {}
     for name, table in splits.items():
-        empty = np.logical_and.reduce([cv.missing(table.column(c)) for c in columns])
+        empty = np.logical_and.reduce([table.missing(c) for c in columns])
         counts[name] = int(empty.sum())
         if not counts[name]:
             out[name] = table
