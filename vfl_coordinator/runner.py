@@ -104,7 +104,9 @@ def run_coordinator(
     finally:
         try:
             if transport is not None:
-                told = set(unmatched.told) if unmatched is not None else set()
+                told = (
+                    unmatched.tell_the_rest() | unmatched.told if unmatched is not None else set()
+                )
                 told |= transport.shutdown([b for b in registry.members() if b not in told], ending)
                 if not stop.is_set():  # an operator's signal ends it at once
                     _farewell(registry, transport, told, ending, config.farewell_s)
