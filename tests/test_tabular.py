@@ -283,17 +283,22 @@ def test_given_missing_marks_when_read_then_cells_are_missing(tmp_path: Path) ->
     assert TabularPreprocessor.fit(table(a=columns["a"])).columns[0].kind == "numeric"
 
 
-def test_given_a_few_marks_in_a_numeric_column_when_fitting_then_warned_by_name(
+def test_given_a_few_marks_in_a_numeric_column_when_fitting_then_refused_naming_them(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # issue 27 item 5: these cells once made the column categorical (a category per number),
+    # with a warning; now they are an error naming each cell and its row
     cells = [str(i) for i in range(30)]
+    with pytest.raises(DataError) as err:
+        TabularPreprocessor.fit(table(a=[*cells, "-", "inf"], b=[*"wxyz", *cells[:28]]))
+    assert str(err.value).startswith(
+        "t.csv: column 'a' holds numbers but for 2 of its 32 training cells: "
+        "'-' at line 32, 'inf' at line 33."
+    )
     with caplog.at_level("WARNING"):
-        fitted = TabularPreprocessor.fit(table(a=[*cells, "-", "inf"], b=[*"wxyz", *cells[:28]]))
-    assert [c.kind for c in fitted.columns] == ["embedding", "embedding"]  # as before: text
-    warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 1, warned  # b: 28 of 32 numbers, under 90 %
-    assert "column 'a' is categorical because 2 of its 32 training values" in warned[0]
-    assert "'-', 'inf'" in warned[0]
+        fitted = TabularPreprocessor.fit(table(b=[*"wxyz", *cells[:28]]))
+    assert [c.kind for c in fitted.columns] == ["embedding"]  # 28 of 32 numbers: text
+    assert not caplog.records
 
 
 def test_given_a_column_unique_per_row_when_fitting_then_warned_as_an_identifier(

@@ -22,7 +22,7 @@ from vfl_core.data.party_dir import PREPROCESS_FILE, PartyData, load_party_dir
 from vfl_core.data.tabular import TableSource, load_table_party_kept
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.persistence.checkpoint import party_checkpoint_path, save_party_checkpoint
-from vfl_core.training.alignment import DEMO_SECRET
+from vfl_core.training.alignment import DEMO_SECRET, UNMATCHED
 from vfl_core.training.party import Party, party_info
 from vfl_core.training.retry import reconnect_backoff
 from vfl_wire import convert
@@ -103,6 +103,9 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
         )
         reason = "interrupted"  # kept if serving ends with an exception
         reason = host.serve(stop)
+        if reason.startswith(UNMATCHED):  # the coordinator let this party go: say why, fail
+            log.error("%s", reason)
+            raise DataError(reason)
         return reason
     finally:
         server.stop(grace=1.0).wait()  # every handler has returned: nothing changes the party now

@@ -20,6 +20,7 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.serving_record import ServingRecord
 from vfl_coordinator.transport import GrpcTransport
+from vfl_coordinator.unmatched import UnmatchedParties
 from vfl_core.lifecycle import (
     PhaseObserver,
     RunResults,
@@ -90,6 +91,7 @@ def run_coordinator(
     if on_port is not None:
         on_port(port)
     transport = None
+    unmatched = None  # the parties let go when training starts (their IDs matched nothing)
     ending = "run failed"  # what the parties are told when the run ends
     try:
         registry.wait(config.clients, config.quorum, config.register_timeout_s)
@@ -101,8 +103,9 @@ def run_coordinator(
             interceptors=[audit.client_interceptor()] if audit is not None else (),
             wire_dtype=config.train.wire_dtype,
         )
+        unmatched = UnmatchedParties(transport)
         try:
-            results = _train(config, state, transport, progress, resume)
+            results = _train(config, state, transport, progress, resume, unmatched)
         except KeyboardInterrupt:
             ending = "run interrupted"
             raise
@@ -120,7 +123,10 @@ def run_coordinator(
             if registry.refusal is not None and not stop.is_set():
                 _tell_refusal(registry)
             if transport is not None:
-                told = transport.shutdown(registry.members(), ending)
+                told = (
+                    unmatched.tell_the_rest() | unmatched.told if unmatched is not None else set()
+                )
+                told |= transport.shutdown([b for b in registry.members() if b not in told], ending)
                 if not stop.is_set():  # an operator's signal ends it at once
                     _farewell(registry, transport, told, ending, config.farewell_s)
         finally:
@@ -178,6 +184,7 @@ def _train(
     transport: GrpcTransport,
     progress: bool,
     resume: Resume | None = None,
+    unmatched: UnmatchedParties | None = None,
 ) -> dict[str, object]:
     """The run (vfl_core.lifecycle) over the gRPC transport, with the round log, the
     checkpointer and the phases the servicer reports; results.json, and FederationDown when the
@@ -187,6 +194,8 @@ def _train(
     checkpointer = Checkpointer(config, state, resume) if config.checkpoint_dir else None
     with LineLog(open_rounds(out / "rounds.jsonl", resume), "round log") as rounds_file:
         observers: list[Observer] = [_Progress(state, rounds_file)]
+        if unmatched is not None:
+            observers.append(unmatched)
         if checkpointer is not None:
             observers.append(checkpointer)
         try:

@@ -6,13 +6,15 @@ its directory as `preprocess.json` and in its checkpoints). Only the transformed
 
 Per column, decided on the training rows:
 
-- numeric (every non-missing cell parses as a finite float): standardised with the training mean
-  and standard deviation (a constant column keeps scale 1);
+- numeric (every non-missing cell parses as a finite float, or a Parquet number column):
+  standardised with the training mean and standard deviation (a constant column keeps scale 1);
+  a text column of numbers but for a few cells (under 10 %: 'forty thousand' among incomes) is
+  refused, naming those cells (vfl_core.data.column_values.refuse_stray_text);
 - dates (every non-missing cell an ISO date or time, 2024-03-01 or 2024-03-01T09:30:00+01:00,
-  as spreadsheets and Parquet write them): numeric, in days since 1970-01-01 (UTC where a time
-  names no zone);
-- categorical with at most `max_onehot` distinct values: one-hot, plus an "unknown" column for
-  categories first seen at inference;
+  as spreadsheets write them, or a Parquet date or timestamp column): numeric, in days since
+  1970-01-01 (UTC where a time names no zone);
+- categorical (any other text column; a Parquet text column always) with at most `max_onehot`
+  distinct values: one-hot, plus an "unknown" column for categories first seen at inference;
 - categorical with more: one integer code (0 = unknown, 1.. = the sorted training categories),
   which the representation model embeds (`vfl_core.model.models.TabularRepresentation`).
 
@@ -24,34 +26,31 @@ then the code columns, so the model can cut the vector in two.
 
 from __future__ import annotations
 
-import datetime
 import logging
-import math
-import re
-from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
+from vfl_core.data import column_values as cv
+from vfl_core.data.columns import Cell, Table
+from vfl_core.data.labels import Labels, parse_labels
+from vfl_core.data.learning_task import CLASSIFICATION, Task
 from vfl_core.errors import DataError
 
 log = logging.getLogger(__name__)
 
+__all__ = ["Cell", "ColumnSpec", "Labels", "Table", "TabularPreprocessor", "parse_labels"]
+
 DEFAULT_MAX_ONEHOT = 16
-MOSTLY_NUMBERS = 0.9  # a categorical column with this share of numbers is worth a warning
 # a categorical column with this share of distinct values (over at least so many rows) is
 # worth a warning: an identifier or a timestamp, not a category
 IDENTIFIER_SHARE = 0.9
 IDENTIFIER_MIN_ROWS = 50
+TRANSFORM_ROWS = 1 << 14  # rows transformed at a time
 PREPROCESS_VERSION = 1
 
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-Cell = str | None  # None: a missing cell
 ColumnKind = Literal["numeric", "onehot", "embedding"]
 
 
@@ -83,29 +82,6 @@ class ColumnSpec(_Frozen):
         return len(self.categories) + 1
 
 
-@dataclass(frozen=True)
-class Table:
-    """Cells of named columns in row order, and how to name each row in an error."""
-
-    source: str  # the file, for messages
-    columns: dict[str, list[Cell]]
-    row_names: list[str]  # e.g. "line 7" for a CSV, "row 6" for Parquet
-
-    def __len__(self) -> int:
-        return len(self.row_names)
-
-    def rows(self, index: Sequence[int]) -> Table:
-        """The same columns for the rows in `index`, in that order (row names kept)."""
-        return Table(
-            self.source,
-            {name: [cells[i] for i in index] for name, cells in self.columns.items()},
-            [self.row_names[i] for i in index],
-        )
-
-    def select(self, names: Sequence[str]) -> Table:
-        return Table(self.source, {n: self.columns[n] for n in names}, self.row_names)
-
-
 class TabularPreprocessor(_Frozen):
     """A fitted preprocessing (serialisable to JSON, reused as is at inference)."""
 
@@ -133,42 +109,45 @@ class TabularPreprocessor(_Frozen):
 
     @classmethod
     def fit(cls, table: Table, max_onehot: int = DEFAULT_MAX_ONEHOT) -> TabularPreprocessor:
-        if not table.columns:
+        if not table.names:
             raise DataError(f"{table.source}: no feature columns to train on")
-        specs = tuple(
-            _fit_column(table.source, name, cells, max_onehot)
-            for name, cells in table.columns.items()
-        )
-        return cls(columns=specs)
+        return cls(columns=tuple(_fit_column(table, name, max_onehot) for name in table.names))
 
     def transform(self, table: Table) -> np.ndarray:
         """(n, width) float32 rows; a column missing from `table`, or a numeric training column
         holding a non-number, is a DataError naming the file, column and row."""
-        n = len(table.row_names)
-        dense = np.zeros((n, self.dense_width), dtype=np.float32)
-        codes = np.zeros((n, len(self.cardinalities)), dtype=np.float32)
-        at, code_at = 0, 0
         for spec in self.columns:
-            cells = table.columns.get(spec.name)
-            if cells is None:
+            if spec.name not in table.names:
                 raise DataError(f"{table.source}: column {spec.name!r} is missing")
-            missing = np.array([cell is None for cell in cells], dtype=bool)
+        out = np.empty((len(table), self.width), dtype=np.float32)
+        for start in range(0, len(table), TRANSFORM_ROWS):
+            part = table.slice(start, TRANSFORM_ROWS)
+            out[start : start + len(part)] = self._transposed(part).T
+        return out
+
+    def _transposed(self, table: Table) -> np.ndarray:
+        """(width, n): filled a column at a time, so by rows of the transpose (fast), for a few
+        thousand rows at a time (so the copy into (n, width) stays in the cache)."""
+        out = np.zeros((self.width, len(table)), dtype=np.float32)
+        at, code_at = 0, self.dense_width
+        for spec in self.columns:
+            column = table.column(spec.name)
             if spec.indicator:
-                dense[:, at] = missing
+                out[at] = table.missing(spec.name)
                 at += 1
             if spec.kind == "numeric":
-                dense[:, at] = _standardised(table, spec, cells)
+                out[at] = _standardised(table, spec, column)
                 at += 1
             elif spec.kind == "onehot":
-                index = _category_index(spec, cells)  # -1 missing, len(categories) unknown
+                index = cv.category_index(column, spec.categories)  # -1 missing, len() unknown
                 rows = np.flatnonzero(index >= 0)
-                dense[rows, at + index[rows]] = 1.0
+                out[at + index[rows], rows] = 1.0
                 at += len(spec.categories) + 1
             else:
-                index = _category_index(spec, cells)
-                codes[:, code_at] = np.where(index == len(spec.categories), -1, index) + 1
+                index = cv.category_index(column, spec.categories)
+                out[code_at] = np.where(index == len(spec.categories), -1, index) + 1
                 code_at += 1
-        return np.concatenate([dense, codes], axis=1)
+        return out
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"
@@ -183,20 +162,30 @@ class TabularPreprocessor(_Frozen):
             raise DataError(f"{source}: invalid preprocessing ({where}: {first['msg']})") from None
 
 
-def _fit_column(source: str, name: str, cells: Sequence[Cell], max_onehot: int) -> ColumnSpec:
-    present = [cell for cell in cells if cell is not None]
-    if not present:
-        raise DataError(f"{source}: column {name!r} has no values in the training rows")
-    indicator = len(present) < len(cells)
-    numbers = _as_floats(present)
-    if numbers is not None:
-        return _numeric(name, indicator, numbers)
-    days = _as_days(present)
+def _fit_column(table: Table, name: str, max_onehot: int) -> ColumnSpec:
+    column = table.column(name)
+    if column.null_count == len(column):
+        raise DataError(f"{table.source}: column {name!r} has no values in the training rows")
+    indicator = column.null_count > 0
+    if cv.is_number(column) or (table.guess and cv.is_text(column)):
+        numbers = table.floats(name)
+        if numbers is not None:
+            numbers = numbers[~np.isnan(numbers)]
+            if np.isfinite(numbers).all():
+                return _numeric(name, indicator, numbers)
+    days = cv.days(column) if table.guess or cv.is_when(column) else None
     if days is not None:
-        return _numeric(name, indicator, days, dates=True)
-    _warn_if_mostly_numbers(source, name, present)
-    categories = tuple(sorted(set(present)))
-    _warn_if_identifier(source, name, len(categories), len(present))
+        return _numeric(name, indicator, days[~np.isnan(days)], dates=True)
+    if not cv.is_text(column):  # a Parquet number column holding inf
+        row = cv.first_bad_row(column, cv.finite_number)
+        raise DataError(
+            f"{table.source}: {table.row_name(row or 0)}, column {name!r}: "
+            f"{column[row or 0].as_py()!r} is not a finite number"
+        )
+    if table.guess:
+        cv.refuse_stray_text(table, name, column)
+    categories = tuple(sorted(column.drop_null().unique().to_pylist()))
+    _warn_if_identifier(table.source, name, len(categories), len(column) - column.null_count)
     kind: ColumnKind = "onehot" if len(categories) <= max_onehot else "embedding"
     return ColumnSpec(name=name, kind=kind, indicator=indicator, categories=categories)
 
@@ -211,23 +200,6 @@ def _numeric(name: str, indicator: bool, values: np.ndarray, dates: bool = False
         std=std if std > 0 else 1.0,  # a constant column would divide by zero
         dates=dates,
     )
-
-
-def _warn_if_mostly_numbers(source: str, name: str, present: Sequence[str]) -> None:
-    """A few stray marks ('-', 'unknown', 'inf') in a numeric column make it categorical, with a
-    category per distinct number: say so, naming them, so the user can blank them out."""
-    others = {v: n for v, n in Counter(present).items() if not _finite_number(v)}  # distinct
-    if sum(others.values()) <= (1 - MOSTLY_NUMBERS) * len(present):
-        examples = ", ".join(repr(cell) for cell in sorted(others)[:3])
-        log.warning(
-            "%s: column %r is categorical because %d of its %d training values are not finite "
-            "numbers (%s); if they mean missing, leave those cells empty",
-            source,
-            name,
-            sum(others.values()),
-            len(present),
-            examples,
-        )
 
 
 def _warn_if_identifier(source: str, name: str, distinct: int, present: int) -> None:
@@ -246,158 +218,29 @@ def _warn_if_identifier(source: str, name: str, distinct: int, present: int) -> 
         )
 
 
-def _number(cell: str) -> float | None:
-    try:
-        return float(cell)
-    except ValueError:
-        return None
-
-
-def _finite_number(cell: str) -> bool:
-    value = _number(cell)
-    return value is not None and math.isfinite(value)
-
-
-_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}.*)?")
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-
-
-def _day(cell: str) -> float | None:
-    """An ISO date or time as days since 1970-01-01 (UTC where it names no zone), or None."""
-    if not _ISO_DATE.fullmatch(cell):
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(cell)
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.UTC)
-    return (when - _EPOCH).total_seconds() / 86400.0
-
-
-def _as_days(cells: Sequence[str]) -> np.ndarray | None:
-    """The cells as days (float64), or None unless every one is an ISO date or time."""
-    days = []
-    for cell in cells:
-        day = _day(cell)
-        if day is None:
-            return None
-        days.append(day)
-    return np.array(days, dtype=np.float64)
-
-
-def _as_floats(cells: Sequence[str]) -> np.ndarray | None:
-    """The cells as float64, or None if any is not a finite number."""
-    try:
-        values = np.array([float(cell) for cell in cells], dtype=np.float64)
-    except ValueError:
-        return None
-    return values if np.isfinite(values).all() else None
-
-
-def _standardised(table: Table, spec: ColumnSpec, cells: Sequence[Cell]) -> np.ndarray:
-    out = np.zeros(len(cells), dtype=np.float64)  # missing: the mean, 0 once standardised
-    for row, cell in enumerate(cells):
-        if cell is None:
-            continue
-        value = _day(cell) if spec.dates else _number(cell)
-        if value is None or not math.isfinite(value):
-            what = "an ISO date" if spec.dates else "a number"
-            raise DataError(
-                f"{table.source}: {table.row_names[row]}, column {spec.name!r}: {cell!r} is not "
-                f"{what}, but the column was {'dates' if spec.dates else 'numeric'} in the "
-                "training rows"
-            )
-        out[row] = (value - spec.mean) / spec.std
+def _standardised(table: Table, spec: ColumnSpec, column: pa.ChunkedArray) -> np.ndarray:
+    """(n,) the column's values standardised; missing cells 0 (the mean)."""
+    values = cv.days(column) if spec.dates else table.floats(spec.name)
+    if values is None or not np.isfinite(values[~np.isnan(values)]).all():
+        _raise_not_numeric(table, spec, column)
+    assert values is not None
+    out = (values - spec.mean) / spec.std
+    out[np.isnan(values)] = 0.0
     return out
 
 
-def _category_index(spec: ColumnSpec, cells: Sequence[Cell]) -> np.ndarray:
-    """Per cell: the category's index, len(categories) if unknown, -1 if missing."""
-    lookup = {category: i for i, category in enumerate(spec.categories)}
-    unknown = len(spec.categories)
-    return np.array(
-        [-1 if cell is None else lookup.get(cell, unknown) for cell in cells], dtype=np.int64
+def _raise_not_numeric(table: Table, spec: ColumnSpec, column: pa.ChunkedArray) -> None:
+    """The first cell of a numeric (or dates) training column that is not one, named."""
+    what = "an ISO date" if spec.dates else "a number"
+    if not cv.is_text(column):
+        fits = (lambda _: cv.is_when(column)) if spec.dates else cv.finite_number
+        cells = pa.chunked_array([pa.array(cv.text_cells(column), pa.string())])
+    else:
+        fits = (lambda cell: cv.day(cell) is not None) if spec.dates else cv.finite_number
+        cells = column
+    row = cv.first_bad_row(cells, fits) or 0
+    raise DataError(
+        f"{table.source}: {table.row_name(row)}, column {spec.name!r}: {cells[row].as_py()!r} "
+        f"is not {what}, but the column was {'dates' if spec.dates else 'numeric'} in the "
+        "training rows"
     )
-
-
-# ---------------------------------------------------------------- labels
-
-
-@dataclass(frozen=True)
-class Labels:
-    values: np.ndarray  # (n,) int64 class indices, or float32 targets for regression
-    classes: tuple[str, ...]  # class index -> the label as written in the file (regression: ())
-
-
-def parse_labels(
-    table: Table,
-    column: str,
-    classes: tuple[str, ...] | None = None,
-    task: Task = CLASSIFICATION,
-) -> Labels:
-    """The one place labels are read: class indices, or regression targets, for a label column.
-
-    Classification without `classes` (training rows): the classes are the distinct labels, sorted
-    numerically when all are numbers (so "0"/"1" keep their meaning) and as text otherwise
-    ("no" < "yes"). With `classes` (inference rows) a label outside them is an error.
-    Regression: every label is a finite number (float32 targets, `classes` unused).
-    """
-    present = _present_labels(table, column)
-    if task == REGRESSION:
-        return Labels(_regression_targets(table, column, present), ())
-    if classes is None:
-        classes = _sorted_classes(set(present))
-        if len(classes) < 2:
-            raise DataError(
-                f"{table.source}: label column {column!r} has a single class {classes[0]!r} "
-                f"(need at least two)"
-            )
-    lookup = {label: i for i, label in enumerate(classes)}
-    values = np.empty(len(present), dtype=np.int64)
-    for row, cell in enumerate(present):
-        if cell not in lookup:
-            raise DataError(
-                f"{table.source}: {table.row_names[row]}, column {column!r}: label {cell!r} is "
-                f"not one of the training classes {list(classes)}"
-            )
-        values[row] = lookup[cell]
-    return Labels(values, classes)
-
-
-def _present_labels(table: Table, column: str) -> list[str]:
-    """The label cells, refusing an empty cell or a table without rows."""
-    if not len(table):
-        raise DataError(f"{table.source}: no rows, so no labels in column {column!r}")
-    cells = table.columns[column]
-    missing = [row for row, cell in enumerate(cells) if cell is None]
-    if missing:
-        raise DataError(
-            f"{table.source}: {table.row_names[missing[0]]}, column {column!r}: no label "
-            f"({len(missing)} of {len(cells)} rows have none). A label party's table needs a "
-            "label in every row: leave the samples whose label is unknown out of it"
-        )
-    return [cell for cell in cells if cell is not None]
-
-
-def _regression_targets(table: Table, column: str, cells: list[str]) -> np.ndarray:
-    values = np.empty(len(cells), dtype=np.float32)
-    for row, cell in enumerate(cells):
-        try:
-            value = float(cell)
-        except ValueError:
-            value = math.nan
-        # float32 is what the model trains on: a target beyond its range would become inf
-        if not math.isfinite(value) or abs(value) > _FLOAT32_MAX:
-            raise DataError(
-                f"{table.source}: {table.row_names[row]}, column {column!r}: {cell!r} is not a "
-                f"finite number (a regression label must be one)"
-            )
-        values[row] = value
-    return values
-
-
-def _sorted_classes(labels: set[str]) -> tuple[str, ...]:
-    if _as_floats(list(labels)) is not None:
-        return tuple(sorted(labels, key=lambda label: (float(label), label)))
-    return tuple(sorted(labels))

@@ -1,9 +1,11 @@
-"""Reading a party's table: a CSV file (stdlib csv) or a Parquet file (pyarrow, optional).
+"""Reading a party's table through Arrow: a CSV file (pyarrow.csv) or a Parquet file.
 
-Every cell becomes text, or None where it is missing (an empty cell, NA, N/A, NaN, null, #N/A,
-<NA> or ?, the UCI repository's mark), so the preprocessing decides column kinds the same way
-whatever the file format. Rows are named for error messages as the user finds them: "line N" of
-a CSV file, "row N" of a Parquet file.
+A CSV file's cells are read as text, None where missing (an empty cell, NA, N/A, NaN, null,
+#N/A, <NA> or ?, the UCI repository's mark, whatever the spaces around them), and the
+preprocessing decides each column's kind (vfl_core.data.preprocess). A Parquet file's columns
+keep their types: numbers stay numbers (NaN is missing), dates and times stay dates, text stays
+text (categories), booleans become the categories "False" and "True". Rows are named for error
+messages as the user finds them: "line N" of a CSV file, "row N" of a Parquet file.
 
 CSV files come as spreadsheets write them: the separator is whichever of `,` `;` tab `|` splits
 the header and the first lines into the same number of fields (a `.tsv` file the same way), and
@@ -11,31 +13,50 @@ a column whose every value is a number written as the file's locale writes them 
 those numbers: in a `;`-separated file (a European spreadsheet's export) decimal commas and dots
 between digit groups (`3,25`, `1.234,5`), in any other commas between digit groups (`"1,234.5"`);
 a lone `1.234` or `1,234`, which could be either, counts as grouped only in a column where some
-other number can only be read that way. A file that is not UTF-8
-is read as Windows-1252 (what spreadsheets on Windows write; Latin-1 if even that fails), with a
-warning; one that starts with a UTF-16 byte-order mark as UTF-16. A column with neither a name
-nor a value (a separator ending every line) is left out.
+other number can only be read that way. A file that is not UTF-8 is read as Windows-1252 (what
+spreadsheets on Windows write; Latin-1 if even that fails), with a warning; one that starts with
+a UTF-16 byte-order mark as UTF-16. A column with neither a name nor a value (a separator ending
+every line) is left out.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
-import io
+import itertools
 import logging
-import re
+import mmap
+from collections.abc import Iterable
 from pathlib import Path
 
-from vfl_core.data.preprocess import Cell, Table
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+
+from vfl_core.data.columns import Table
+from vfl_core.data.local_numbers import local_numbers, parses_as_numbers
 from vfl_core.errors import DataError
 
 log = logging.getLogger(__name__)
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq")
-# compared lower-cased, stripped
+# compared case-insensitively, once the spaces around a cell are stripped
 MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "null", "#n/a", "<na>", "?"})
+# every spelling of the marks in upper and lower case: a set lookup is faster than a regex
+_MISSING = pa.array(
+    sorted(
+        {
+            "".join(s)
+            for m in MISSING_MARKERS
+            for s in itertools.product(*({c, c.upper()} for c in m))
+        }
+    ),
+    pa.string(),
+)
 SEPARATORS = (",", ";", "\t", "|")  # tried in this order; the first that fits wins
 _SNIFF_LINES = 50
-_DECIMAL_COMMA = re.compile(r"[+-]?(\d+,\d*|,\d+)([eE][+-]?\d+)?")
+_SNIFF_BYTES = 1 << 16
+_FALLBACKS = {"cp1252": "Windows-1252", "latin-1": "Latin-1"}
 
 
 def is_table_file(path: Path) -> bool:
@@ -43,7 +64,7 @@ def is_table_file(path: Path) -> bool:
 
 
 def read_table(path: Path) -> Table:
-    """Every column of a CSV or Parquet file as text cells (None where a cell is missing)."""
+    """Every column of a CSV file (text) or a Parquet file (typed), None where a cell is missing."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
@@ -55,37 +76,29 @@ def read_table(path: Path) -> Table:
     raise DataError(f"{path}: unknown table format (expected {', '.join(TABLE_SUFFIXES)})")
 
 
-def _cell(text: str) -> Cell:
-    text = text.strip()
-    return None if text.lower() in MISSING_MARKERS else text
+# ---------------------------------------------------------------- CSV
 
 
 def _read_csv(path: Path) -> Table:
-    encoding = _encoding(path)
-    try:
-        header, rows, row_names, separator = _csv_rows(path, encoding)
-    except UnicodeDecodeError:
-        # not UTF-8: what spreadsheets on Windows write (every byte but five is a character)
-        encoding = "cp1252"
+    first = _encoding(path)
+    for encoding in [first] if first == "utf-16" else [first, *_FALLBACKS]:
         try:
-            header, rows, row_names, separator = _csv_rows(path, encoding)
-        except UnicodeDecodeError:
-            encoding = "latin-1"  # any byte is a character: the file reads, accents may not
-            header, rows, row_names, separator = _csv_rows(path, encoding)
-        log.warning(
-            "%s is not UTF-8: read as %s (save it as UTF-8 to be sure of its accented letters; "
-            "every party must write its IDs alike)",
-            path,
-            {"cp1252": "Windows-1252", "latin-1": "Latin-1"}[encoding],
-        )
-    if header is None:
-        raise DataError(f"{path}: empty file (no header line)")
-    keep = _named_columns(path, [name.strip() for name in header], rows)
-    if not rows:
-        raise DataError(f"{path}: no data rows after the header")
-    columns = {name: [_cell(row[i]) for row in rows] for i, name in keep}
-    columns = {name: _local_numbers(cells, separator) for name, cells in columns.items()}
-    return Table(str(path), columns, row_names)
+            table = _read_csv_as(path, encoding)
+        except _WrongEncoding:
+            continue
+        if encoding in _FALLBACKS:
+            log.warning(
+                "%s is not UTF-8: read as %s (save it as UTF-8 to be sure of its accented "
+                "letters; every party must write its IDs alike)",
+                path,
+                _FALLBACKS[encoding],
+            )
+        return table
+    raise AssertionError("Latin-1 reads any byte")  # pragma: no cover
+
+
+class _WrongEncoding(Exception):
+    """The file does not decode in the encoding tried."""
 
 
 def _encoding(path: Path) -> str:
@@ -99,37 +112,141 @@ def _encoding(path: Path) -> str:
     return "utf-16" if start in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
 
 
-def _csv_rows(
-    path: Path, encoding: str
-) -> tuple[list[str] | None, list[list[str]], list[str], str]:
-    """Header, rows, row names and separator; UnicodeDecodeError where `encoding` is wrong."""
+def _read_csv_as(path: Path, encoding: str) -> Table:
+    lines = _first_lines(path, encoding)
+    separator = _separator(lines)
+    header = next(csv.reader(lines, delimiter=separator), None)
+    if header is None:
+        raise DataError(f"{path}: empty file (no header line)")
+    data = _arrow_csv(path, encoding, separator, len(header))
+    if data.num_rows == 0:
+        raise DataError(f"{path}: no data rows after the header")
+    columns: dict[str, pa.ChunkedArray] = {}
+    text: dict[str, None] = {}  # the columns known not to be numbers (not parsed again)
+    for i, name in _named_columns(path, [n.strip() for n in header], data):
+        raw = data.column(i)
+        if parses_as_numbers(raw):  # most number columns need no cleaning
+            columns[name] = raw
+            continue
+        columns[name], values = local_numbers(_missing_as_null(raw), separator)
+        if values is None:
+            text[name] = None
+    lines = _CsvLines(path, encoding, separator)
+    return Table(str(path), pa.table(columns), lines, numbers=text)
+
+
+def _first_lines(path: Path, encoding: str) -> list[str]:
+    """Up to _SNIFF_LINES lines from the file's start; _WrongEncoding if they do not decode."""
     try:
-        with path.open(newline="", encoding=encoding) as f:
-            separator = _separator(f)
-            reader = csv.reader(f, delimiter=separator)
-            header = next(reader, None)
-            rows: list[list[str]] = []
-            row_names: list[str] = []
-            for row in reader:
-                if not row:
-                    continue  # blank line
-                if len(row) != len(header or ()):
-                    raise DataError(
-                        f"{path}: line {reader.line_num} has {len(row)} fields, the header has "
-                        f"{len(header or ())} (fields separated by {_named(separator)})"
-                    )
-                rows.append(row)
-                row_names.append(f"line {reader.line_num}")
-    except (OSError, csv.Error) as exc:
+        with path.open("rb") as f:
+            block = f.read(_SNIFF_BYTES)
+            final = not f.read(1)
+        text = codecs.getincrementaldecoder(encoding)().decode(block, final=final)
+    except UnicodeDecodeError:
+        raise _WrongEncoding from None
+    except OSError as exc:
         raise DataError(f"{path}: unreadable CSV ({exc})") from exc
-    return header, rows, row_names, separator
+    lines = text.splitlines(keepends=True)
+    if not final and len(lines) > 1:
+        lines = lines[:-1]  # the block may end inside the last line
+    return lines[:_SNIFF_LINES]
 
 
-def _separator(f: io.TextIOBase) -> str:
+def _arrow_csv(path: Path, encoding: str, separator: str, width: int) -> pa.Table:
+    """The data rows as text columns c0, c1 ... (missing marks without spaces around them as
+    nulls); a row of another width is an error naming its line."""
+    invalid: list[int] = []
+
+    def on_invalid(row: pa_csv.InvalidRow) -> str:
+        invalid.append(row.actual_columns)
+        return "skip"
+
+    names = [f"c{i}" for i in range(width)]
+    try:
+        data = pa_csv.read_csv(
+            path,
+            read_options=pa_csv.ReadOptions(
+                column_names=names, skip_rows=1, encoding=_ARROW_ENCODING.get(encoding, encoding)
+            ),
+            parse_options=pa_csv.ParseOptions(
+                delimiter=separator,
+                newlines_in_values=_has_quotes(path, encoding),
+                invalid_row_handler=on_invalid,
+            ),
+            convert_options=pa_csv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()),
+                null_values=_MISSING.to_pylist(),  # the marks without spaces around them
+                strings_can_be_null=True,
+            ),
+        )
+    except UnicodeDecodeError:
+        raise _WrongEncoding from None
+    except (OSError, pa.ArrowInvalid) as exc:
+        if "UTF8" in str(exc):
+            raise _WrongEncoding from None
+        raise DataError(f"{path}: unreadable CSV ({str(exc).splitlines()[0]})") from exc
+    if invalid:
+        _raise_width_error(path, encoding, separator, width)
+    return data
+
+
+def _has_quotes(path: Path, encoding: str) -> bool:
+    """Whether a quoted value could hold a line break: Arrow reads faster knowing none does."""
+    if encoding == "utf-16":
+        return True
+    try:
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(b'"') >= 0
+    except (OSError, ValueError):  # an empty file cannot be mapped
+        return True
+
+
+_ARROW_ENCODING = {"utf-8-sig": "utf8"}  # the byte-order mark is in the header line it skips
+
+
+def _raise_width_error(path: Path, encoding: str, separator: str, width: int) -> None:
+    """The first row whose field count is not the header's, named by its line (Arrow's reader
+    does not know line numbers: the file is read again with the csv module to find it)."""
+    with path.open(newline="", encoding=encoding) as f:
+        reader = csv.reader(f, delimiter=separator)
+        next(reader, None)
+        for row in reader:
+            if row and len(row) != width:
+                raise DataError(
+                    f"{path}: line {reader.line_num} has {len(row)} fields, the header has "
+                    f"{width} (fields separated by {_named(separator)})"
+                )
+    raise DataError(f"{path}: a row has another number of fields than the header's {width}")
+
+
+class _CsvLines:
+    """Names CSV data rows by their line in the file (blank lines and quoted line breaks
+    counted), read once when a message first needs one."""
+
+    def __init__(self, path: Path, encoding: str, separator: str) -> None:
+        self._args = (path, encoding, separator)
+        self._lines: list[int] | None = None
+
+    def __call__(self, row: int) -> str:
+        if self._lines is None:
+            path, encoding, separator = self._args
+            with path.open(newline="", encoding=encoding) as f:
+                reader = csv.reader(f, delimiter=separator)
+                next(reader, None)
+                self._lines = [reader.line_num for row in reader if row]
+        return f"line {self._lines[row]}"
+
+
+def _missing_as_null(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Cells without the spaces around them; a missing mark (any case) as null."""
+    stripped = pc.utf8_trim_whitespace(column)
+    missing = pc.is_in(stripped, value_set=_MISSING)
+    return pc.if_else(missing, pa.scalar(None, pa.string()), stripped)
+
+
+def _separator(lines: list[str]) -> str:
     """The separator that splits the first lines into the same number (> 1) of fields; a comma
-    if none does (the file's own error then names the line). Leaves `f` at its start."""
-    lines = [line for _, line in zip(range(_SNIFF_LINES), f, strict=False)]
-    f.seek(0)
+    if none does (the file's own error then names the line)."""
     for separator in SEPARATORS:
         try:
             rows = [row for row in csv.reader(lines, delimiter=separator) if row]
@@ -147,53 +264,12 @@ def _named(separator: str) -> str:
     return {"\t": "tabs"}.get(separator, repr(separator))
 
 
-def _grouped(group: str, decimal: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """A number with digit groups (1.234.567,8 or 1,234,567.8), and one that can only be read
-    that way: two groups or more, or groups and decimals (1.234 alone may be 1.234)."""
-    g, d = re.escape(group), re.escape(decimal)
-    return (
-        re.compile(rf"[+-]?\d{{1,3}}({g}\d{{3}})+({d}\d*)?"),
-        re.compile(rf"[+-]?\d{{1,3}}(({g}\d{{3}}){{2,}}({d}\d*)?|{g}\d{{3}}{d}\d*)"),
-    )
-
-
-_GROUPED = {";": _grouped(".", ","), ",": _grouped(",", ".")}
-
-
-def _local_numbers(cells: list[Cell], separator: str) -> list[Cell]:
-    """A column of numbers written the way the file's locale writes them, as plain numbers: in a
-    `;`-separated file decimal commas (3,25) and dots between digit groups (1.234,5); in any
-    other, commas between digit groups (1,234.5, quoted in a comma-separated file). Dots or
-    commas that could also be decimal ones (1.234 or 1,234 alone) count as groups only in a
-    column where some number can only be read with groups. Any other column as it is."""
-    present = [cell for cell in cells if cell is not None]
-    grouped, certain = _GROUPED[";" if separator == ";" else ","]
-    commas = separator == ";" and any(_DECIMAL_COMMA.fullmatch(cell) for cell in present)
-    if not commas and not any(certain.fullmatch(cell) for cell in present):
-        return cells
-    group, decimal = (".", ",") if separator == ";" else (",", ".")
-
-    def plain(cell: str) -> str:
-        if grouped.fullmatch(cell):
-            cell = cell.replace(group, "")
-        return cell.replace(decimal, ".")
-
-    converted = [None if cell is None else plain(cell) for cell in cells]
-    try:
-        for cell in converted:
-            if cell is not None:
-                float(cell)
-    except ValueError:
-        return cells  # text that merely contains a comma or a dot somewhere
-    return converted
-
-
-def _named_columns(path: Path, names: list[str], rows: list[list[str]]) -> list[tuple[int, str]]:
+def _named_columns(path: Path, names: list[str], data: pa.Table) -> list[tuple[int, str]]:
     """(index, name) of the columns to read. A column without a name and without a value is
     left out: a separator at the end of every line (some exports write one) makes it."""
     keep: list[int] = []
     for i, name in enumerate(names):
-        if not name and not any(_cell(row[i]) for row in rows):
+        if not name and not _has_value(data.column(i)):
             continue
         if not name:
             raise DataError(f"{path}: header column {i + 1} has no name")
@@ -201,15 +277,22 @@ def _named_columns(path: Path, names: list[str], rows: list[list[str]]) -> list[
     return list(zip(keep, _check_header(path, [names[i] for i in keep]), strict=True))
 
 
-def _check_header(path: Path, names: list[str]) -> list[str]:
-    seen: set[str] = set()
+def _has_value(column: pa.ChunkedArray) -> bool:
+    return _missing_as_null(column).null_count < len(column)
+
+
+def _check_header(path: Path, names: Iterable[str]) -> list[str]:
+    seen: list[str] = []
     for i, name in enumerate(names):
         if not name:
             raise DataError(f"{path}: header column {i + 1} has no name")
         if name in seen:
             raise DataError(f"{path}: column {name!r} appears twice in the header")
-        seen.add(name)
-    return names
+        seen.append(name)
+    return seen
+
+
+# ---------------------------------------------------------------- Parquet
 
 
 def _read_parquet(path: Path) -> Table:
@@ -220,24 +303,40 @@ def _read_parquet(path: Path) -> Table:
             f"{path}: reading Parquet needs pyarrow (pip install 'laser-vfl[parquet]')"
         ) from None
     try:
-        table = pq.read_table(path)
+        data = pq.read_table(path)
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise DataError(f"{path}: unreadable Parquet ({str(exc).splitlines()[0]})") from exc
-    if table.num_columns == 0:
+    if data.num_columns == 0:
         raise DataError(f"{path}: empty file (no columns)")
-    names = _check_header(path, [str(name) for name in table.column_names])
-    if table.num_rows == 0:
+    names = _check_header(path, [str(name) for name in data.column_names])
+    if data.num_rows == 0:
         raise DataError(f"{path}: no data rows")
-    columns = {
-        name: [_parquet_cell(v) for v in table.column(i).to_pylist()]
-        for i, name in enumerate(names)
-    }
-    return Table(str(path), columns, [f"row {i}" for i in range(table.num_rows)])
+    columns = {name: _typed(path, name, data.column(i)) for i, name in enumerate(names)}
+    return Table(str(path), pa.table(columns), _parquet_row, guess=False)
 
 
-def _parquet_cell(value: object) -> Cell:
-    if value is None or (isinstance(value, float) and value != value):  # null or NaN
-        return None
-    if isinstance(value, float):
-        return repr(value)  # round-trips exactly through float()
-    return _cell(str(value))
+def _parquet_row(row: int) -> str:
+    return f"row {row}"
+
+
+def _typed(path: Path, name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A Parquet column as the preprocessing takes it: integers as they are, other numbers as
+    float64 (NaN missing), dates and times as they are, text (a dictionary's too) with missing
+    marks as nulls, booleans as the text "False" / "True"."""
+    kind = column.type
+    if pa.types.is_dictionary(kind):
+        column, kind = column.cast(kind.value_type), kind.value_type
+    if pa.types.is_boolean(kind):
+        return pc.if_else(column, "True", "False")
+    if pa.types.is_integer(kind):
+        return column  # as written ("12345" as an ID, not "12345.0")
+    if pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+        values = column.cast(pa.float64())
+        return pc.if_else(pc.is_nan(values), pa.scalar(None, pa.float64()), values)
+    if pa.types.is_date(kind) or pa.types.is_timestamp(kind):
+        return column
+    if pa.types.is_null(kind):  # every cell missing (the fit says so, naming the column)
+        return column.cast(pa.string())
+    if pa.types.is_large_string(kind) or pa.types.is_string(kind):
+        return _missing_as_null(column.cast(pa.string()))
+    raise DataError(f"{path}: column {name!r} has Parquet type {kind}, not numbers, dates or text")

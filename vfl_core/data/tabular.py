@@ -4,14 +4,14 @@ The party reads its file, fits its preprocessing (vfl_core.data.preprocess) on i
 only,
 and becomes an in-memory `PartyData` like a prepared party directory. Train and test rows come
 from two files (`test_path`) or from one file split by ID: a row is a test row when a hash of its
-ID falls below `test_fraction`, so every party puts a shared ID in the same split without any
-communication. IDs are the ID column's strings; alignment by HMAC or PSI matches them across
-parties, whatever part of them each party holds.
+ID falls below `test_fraction` (vfl_core.data.sample_ids.held_out), so every party puts a
+shared ID in the same split without any communication. IDs are the ID column's strings, numbers
+with a zero fraction written without it (vfl_core.data.sample_ids); alignment by HMAC or PSI
+matches them across parties, whatever part of them each party holds.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import re
@@ -20,16 +20,12 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from vfl_core.data.columns import Table
+from vfl_core.data.labels import Labels, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
 from vfl_core.data.party_dir import PartyData, PartyMeta, PartySplit
-from vfl_core.data.preprocess import (
-    DEFAULT_MAX_ONEHOT,
-    Cell,
-    Labels,
-    Table,
-    TabularPreprocessor,
-    parse_labels,
-)
+from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT, TabularPreprocessor
+from vfl_core.data.sample_ids import held_out, normalised_ids
 from vfl_core.data.table_files import read_table
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.persistence.files import write_text_atomically
@@ -38,7 +34,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TEST_FRACTION = 0.2
 DEFAULT_DATASET = "tabular"
-_SPLIT_SALT = b"vfl-tabular-split\x00"
 
 
 class TableSource(BaseModel):
@@ -89,16 +84,18 @@ def load_table_party(
         splits, label_only = _label_only_last(splits, columns)
     if fitted is None:
         train = splits["train"]
-        with_features = train.rows(range(len(train) - label_only.get("train", 0))).select(columns)
-        fitted = TabularPreprocessor.fit(with_features, source.max_onehot)
+        # a temporary: the numbers it parses for the fit are freed before the transform
+        fitted = TabularPreprocessor.fit(
+            train.head(len(train) - label_only.get("train", 0)).select(columns), source.max_onehot
+        )
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
     labels = _labels(splits, label_column, fitted.classes or None, source.task)
     if labels:
         fitted = fitted.model_copy(update={"classes": labels["train"].classes})
     party_splits = {
         name: PartySplit(
-            ids=np.array(table.columns[source.id_column], dtype=str),
-            features=fitted.transform(table.rows(range(len(table) - label_only.get(name, 0)))),
+            ids=np.array(table.cells(source.id_column), dtype=str),
+            features=fitted.transform(table.head(len(table) - label_only.get(name, 0))),
             labels=labels[name].values if labels else None,
         )
         for name, table in splits.items()
@@ -114,10 +111,11 @@ def _read_splits(source: TableSource, label_column: str | None) -> dict[str, Tab
         test = _checked_table(source.test_path, source.id_column, label_column)
         _check_disjoint(table, test, source.id_column)
         return {"train": table, "test": test}
-    in_test = _test_rows(table.columns[source.id_column], source.test_fraction)
-    splits = {"train": table.rows(np.flatnonzero(~in_test).tolist())}
-    if in_test.any():
-        splits["test"] = table.rows(np.flatnonzero(in_test).tolist())
+    in_test = held_out(table.column(source.id_column), source.test_fraction)
+    if not in_test.any():
+        return {"train": table}
+    splits = {"train": table.rows(np.flatnonzero(~in_test))}
+    splits["test"] = table.rows(np.flatnonzero(in_test))
     if not len(splits["train"]):
         raise DataError(f"{source.path}: no training rows left after the test split")
     return splits
@@ -131,13 +129,13 @@ def _label_only_last(
     out: dict[str, Table] = {}
     counts: dict[str, int] = {}
     for name, table in splits.items():
-        empty = [all(table.columns[c][i] is None for c in columns) for i in range(len(table))]
-        order = [i for i, e in enumerate(empty) if not e] + [i for i, e in enumerate(empty) if e]
-        out[name], counts[name] = table.rows(order), sum(empty)
-        if counts[name]:
-            log.info(
-                "%s: %d label-only rows (no feature cell) in %s", table.source, sum(empty), name
-            )
+        empty = np.logical_and.reduce([table.missing(c) for c in columns])
+        counts[name] = int(empty.sum())
+        if not counts[name]:
+            out[name] = table
+            continue
+        out[name] = table.rows(np.concatenate([np.flatnonzero(~empty), np.flatnonzero(empty)]))
+        log.info("%s: %d label-only rows (no feature cell) in %s", table.source, counts[name], name)
     if counts["train"] == len(out["train"]):
         raise DataError(f"{out['train'].source}: no training row has any feature")
     return out, counts
@@ -146,59 +144,32 @@ def _label_only_last(
 def _checked_table(path: Path, id_column: str, label_column: str | None) -> Table:
     table = read_table(path)
     for column, what in ((id_column, "ID"), (label_column, "label")):
-        if column is not None and column not in table.columns:
+        if column is not None and column not in table.names:
             raise DataError(
-                f"{path}: no {what} column {column!r} (columns: {', '.join(table.columns)})"
+                f"{path}: no {what} column {column!r} (columns: {', '.join(table.names)})"
             )
-    _check_ids(table, id_column)
-    return table
-
-
-def _check_ids(table: Table, id_column: str) -> None:
-    first_row: dict[str, int] = {}
-    for row, cell in enumerate(table.columns[id_column]):
-        if cell is None:
-            raise DataError(f"{table.source}: {table.row_names[row]}, column {id_column!r}: no ID")
-        if cell in first_row:
-            raise DataError(
-                f"{table.source}: duplicate ID {cell!r} at {table.row_names[row]} "
-                f"(first at {table.row_names[first_row[cell]]})"
-            )
-        first_row[cell] = row
+    return normalised_ids(table, id_column)
 
 
 def _check_disjoint(train: Table, test: Table, id_column: str) -> None:
-    seen = set(train.columns[id_column])
-    for row, cell in enumerate(test.columns[id_column]):
+    seen = set(train.cells(id_column))
+    for row, cell in enumerate(test.cells(id_column)):
         if cell in seen:
             raise DataError(
-                f"{test.source}: {test.row_names[row]}: ID {cell!r} is also a training row "
+                f"{test.source}: {test.row_name(row)}: ID {cell!r} is also a training row "
                 f"in {train.source}"
             )
-
-
-def _test_rows(ids: list[Cell], fraction: float) -> np.ndarray:
-    """True for the IDs whose hash falls below `fraction` (the same at every party)."""
-    limit = int(fraction * 2**64)
-    return np.array(
-        [
-            int.from_bytes(hashlib.sha256(_SPLIT_SALT + str(i).encode()).digest()[:8], "big")
-            < limit
-            for i in ids
-        ],
-        dtype=bool,
-    )
 
 
 def _feature_columns(source: TableSource, table: Table) -> list[str]:
     reserved = {source.id_column, source.label_column}
     if source.features is None:
-        columns = [name for name in table.columns if name not in reserved]
+        columns = [name for name in table.names if name not in reserved]
         if not columns:
             raise DataError(f"{table.source}: no feature columns besides the ID and label")
         return columns
     for name in source.features:
-        if name not in table.columns:
+        if name not in table.names:
             raise DataError(f"{table.source}: no feature column {name!r}")
         if name in reserved:
             raise ConfigError(f"--features: {name!r} is the ID or label column")
@@ -311,7 +282,7 @@ def federation_sources(
         raise ConfigError("a federation of tables needs --label-column")
     if label_blocks is None:
         label_blocks = tuple(
-            k for k, path in enumerate(paths) if label_column in read_table(path).columns
+            k for k, path in enumerate(paths) if label_column in read_table(path).names
         )
     for block in label_blocks:
         if not 0 <= block < len(paths):

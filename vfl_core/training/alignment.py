@@ -33,6 +33,20 @@ def hash_ids(ids: Iterable[str], secret: bytes) -> list[bytes]:
     return [hmac.new(secret, str(i).encode("utf-8"), hashlib.sha256).digest() for i in ids]
 
 
+# How a Shutdown's reason starts when it tells a party that none of its sample IDs matched
+# another party's (vfl_coordinator.unmatched sends it; the party exits with it as an error).
+UNMATCHED = "none of this party's sample IDs matched another party's"
+
+
+def unmatched_reason(split: str, rows: int) -> str:
+    """What a party whose `rows` sample IDs of `split` matched no other party's is told."""
+    return (
+        f"{UNMATCHED} ({rows} IDs of its {split} rows): nothing of it can be federated. Are "
+        "the IDs written alike at every party (leading zeros, case, spaces, prefixes)? They "
+        "match only as written, but for numbers with a zero fraction (12345.0 is read as 12345)"
+    )
+
+
 KEY_BYTES = 32  # an HMAC-SHA256 of an ID, or a PSI value (a point's 32 bytes)
 
 

@@ -1,0 +1,180 @@
+"""The cost of reading a party's own table (vfl_core.data.tabular): read + fit + transform of a
+generated CSV against pyarrow's plain `pyarrow.csv.read_csv` of the same file.
+
+    python -m benchmarks.table_read [--rows 200000] [--runs 3] [--compare /work/main]
+        [--out FILE.md]
+
+The table (written to a temporary directory, deleted at the end): an ID column, a label, 13
+numeric columns (one with missing cells), 4 categorical columns of a few values and 2 of a few
+hundred (embedded): 21 columns. Every measurement runs in a fresh Python process (`--code DIR`
+puts DIR first on its PYTHONPATH, so `--compare` measures another checkout with the same file);
+reported: the median wall time of `--runs` runs (interleaved: one of each kind per run), and
+the peak resident memory above what the process held once its imports were done (Linux: the
+peak VmHWM is reset through /proc/self/clear_refs after the imports; the largest run's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.pool import code_version
+
+CITIES = ["Paris", "Lyon", "Nice", "Lille", "Nantes", "Brest"]
+PLANS = ["basic", "plus", "premium"]
+
+# Run in a fresh process: prints {"seconds": ..., "peak_mb": ...}. The imports come first and the
+# peak is reset after them, so the peak above the resident set then is what the reading took.
+_PROBE = """
+import json, sys, time
+from pathlib import Path
+import pyarrow.csv
+how, path = sys.argv[1], Path(sys.argv[2])
+if how == "ours":
+    from vfl_core.data import tabular
+    from vfl_core.data.tabular import TableSource, load_table_party
+    print("code:", tabular.__file__, file=sys.stderr)
+def status(key):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])  # kB
+Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the resident set now
+base = status("VmRSS")
+start = time.perf_counter()
+if how == "pyarrow":
+    pyarrow.csv.read_csv(path)
+else:
+    source = TableSource(path=path, id_column="id", label_column="y", block=0, num_blocks=2)
+    data, fitted = load_table_party(source)
+seconds = time.perf_counter() - start
+peak = status("VmHWM")
+print(json.dumps({"seconds": seconds, "peak_mb": (peak - base) / 1024, "base_mb": base / 1024}))
+"""
+
+
+def write_table(path: Path, rows: int, seed: int = 0) -> None:
+    """The benchmark's CSV: 21 columns, some categorical, one numeric column with gaps."""
+    gen = np.random.default_rng(seed)
+    columns: dict[str, list[str]] = {"id": [f"c{i:08d}" for i in range(rows)]}
+    for j in range(13):
+        values = gen.normal(50 * j, 10 + j, rows).round(2).astype(str).tolist()
+        if j == 0:
+            values = [
+                "" if gen_gap else v
+                for v, gen_gap in zip(values, gen.random(rows) < 0.05, strict=True)
+            ]
+        columns[f"x{j}"] = values
+    for j in range(4):
+        names = CITIES if j % 2 == 0 else PLANS
+        columns[f"cat{j}"] = [names[i] for i in gen.integers(0, len(names), rows)]
+    for j in range(2):
+        columns[f"shop{j}"] = [f"shop-{i}" for i in gen.integers(0, 300, rows)]
+    columns["y"] = [("no", "yes")[i] for i in gen.integers(0, 2, rows)]
+    with path.open("w") as f:
+        f.write(",".join(columns) + "\n")
+        for row in zip(*columns.values(), strict=True):
+            f.write(",".join(row) + "\n")
+
+
+def measure(how: str, path: Path, code: Path | None) -> dict[str, float]:
+    # `python -c` puts its working directory first on sys.path: run it beside the table, with
+    # the checkout to measure (this one by default) on PYTHONPATH
+    env = {**os.environ, "PYTHONPATH": str(code or Path(__file__).resolve().parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, how, str(path)],
+        env=env,
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    root = env["PYTHONPATH"]
+    used = [line.split(" ", 1)[1] for line in out.stderr.splitlines() if line.startswith("code:")]
+    if used and not used[0].startswith(root):
+        raise SystemExit(f"measured {used[0]}, not the checkout at {root}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def summary(
+    what: list[tuple[str, str, Path | None]], path: Path, runs: int
+) -> list[tuple[str, dict[str, float]]]:
+    """Per (label, how, code): the median seconds and the largest peak of `runs` runs. The runs
+    interleave (one of each, `runs` times), so a change in the machine's load between them
+    touches every row alike."""
+    results: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in what}
+    for _ in range(runs):
+        for label, how, code in what:
+            results[label].append(measure(how, path, code))
+    return [
+        (
+            label,
+            {
+                "seconds": statistics.median(r["seconds"] for r in results[label]),
+                "peak_mb": max(r["peak_mb"] for r in results[label]),
+            },
+        )
+        for label, _, _ in what
+    ]
+
+
+def _version(code: Path | None) -> str:
+    """The commit of the checkout at `code` (this one where None)."""
+    if code is None:
+        return code_version()
+    out = subprocess.run(
+        ["git", "-C", str(code), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return out.stdout.strip() or str(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--code", type=Path, default=None, help="checkout to measure (PYTHONPATH)")
+    parser.add_argument("--compare", type=Path, default=None, help="another checkout, measured too")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "table.csv"
+        write_table(path, args.rows)
+        size_mb = path.stat().st_size / 2**20
+        what = [
+            ("pyarrow.csv.read_csv (plain read)", "pyarrow", args.code),
+            (f"laser-vfl {_version(args.code)}: read + fit + transform", "ours", args.code),
+        ]
+        if args.compare is not None:
+            label = f"laser-vfl {_version(args.compare)}: read + fit + transform"
+            what.append((label, "ours", args.compare))
+        rows = summary(what, path, args.runs)
+        plain = rows[0][1]
+    lines = [
+        f"{args.rows} rows x 21 columns, {size_mb:.1f} MB CSV; median of {args.runs} runs, "
+        f"each in a fresh process; {os.cpu_count()} CPUs, load average (1 min) "
+        f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after",
+        "",
+        "| what | seconds | x pyarrow | peak MB above imports | x file size |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for what, r in rows:
+        lines.append(
+            f"| {what} | {r['seconds']:.2f} | {r['seconds'] / plain['seconds']:.1f} | "
+            f"{r['peak_mb']:.0f} | {r['peak_mb'] / size_mb:.1f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""One column of a party's table as the preprocessing reads it: numbers, days or category codes.
+
+Columns are Arrow arrays: text cells (None where missing) from a CSV file, typed values from a
+Parquet file. The happy path is vectorised; where a cell does not fit, the column is walked cell
+by cell to name the first that does not (file, row, column, value).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from vfl_core.data.columns import Table, text_cells
+from vfl_core.errors import DataError
+
+# A text column with at least this share of numbers is a numeric column with stray text cells
+MOSTLY_NUMBERS = 0.9
+STRAY_EXAMPLES = 3  # stray cells named in the error
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}.*)?")
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_DAY_US = 86400e6
+
+
+def is_text(column: pa.ChunkedArray) -> bool:
+    return pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+
+
+def is_when(column: pa.ChunkedArray) -> bool:
+    """A Parquet date or time column."""
+    return pa.types.is_date(column.type) or pa.types.is_timestamp(column.type)
+
+
+def is_number(column: pa.ChunkedArray) -> bool:
+    return pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+
+
+def missing(column: pa.ChunkedArray) -> np.ndarray:
+    """(n,) bool: True where a cell is missing."""
+    return column.is_null().to_numpy(zero_copy_only=False)
+
+
+def days(column: pa.ChunkedArray) -> np.ndarray | None:
+    """(n,) float64 days since 1970-01-01 (UTC where a time names no zone), NaN where missing;
+    None unless every present cell is a date or an ISO date or time."""
+    if is_when(column):
+        micros = column.cast(pa.timestamp("us")).cast(pa.int64())
+        return micros.to_numpy(zero_copy_only=False).astype(np.float64) / _DAY_US
+    if not is_text(column):
+        return None
+    present = column.drop_null()
+    if not len(present) or not _ISO_DATE.fullmatch(present[0].as_py()):
+        return None  # every cell must be a date: the first one tells most columns apart
+    out = np.full(len(column), np.nan)
+    for row, cell in enumerate(column.to_pylist()):
+        if cell is not None:
+            day_ = day(cell)
+            if day_ is None:
+                return None
+            out[row] = day_
+    return out
+
+
+def day(cell: str) -> float | None:
+    """An ISO date or time as days since 1970-01-01 (UTC where it names no zone), or None."""
+    if not _ISO_DATE.fullmatch(cell):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(cell)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return (when - _EPOCH).total_seconds() / 86400.0
+
+
+def finite_number(cell: str) -> bool:
+    try:
+        return math.isfinite(float(cell))
+    except ValueError:
+        return False
+
+
+def all_finite_numbers(cells: Sequence[str]) -> bool:
+    return all(finite_number(cell) for cell in cells)
+
+
+def first_bad_row(column: pa.ChunkedArray, fits: Callable[[str], bool]) -> int | None:
+    """The first row whose present cell does not satisfy `fits(cell)`, or None."""
+    for row, cell in enumerate(column.to_pylist()):
+        if cell is not None and not fits(cell):
+            return row
+    return None
+
+
+def refuse_stray_text(table: Table, name: str, column: pa.ChunkedArray) -> None:
+    """A text column whose present cells are numbers but for a few (under 1 - MOSTLY_NUMBERS of
+    them: 'forty thousand' among incomes, '-', 'inf') is refused, naming the cells: read as
+    categories it would have a category per distinct number, and read as numbers the cells
+    would be lost. Each must be written as a number, or left empty where it means missing."""
+    counts = pc.value_counts(column.drop_null())
+    present = len(column) - column.null_count
+    allowed = (1 - MOSTLY_NUMBERS) * present
+    stray: list[str] = []
+    cells = 0
+    for value, count in zip(
+        counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
+    ):
+        if not finite_number(value):
+            stray.append(value)
+            cells += count
+            if cells > allowed:
+                return  # a text column, with some numbers among its categories
+    if not stray:
+        return
+    rows = np.flatnonzero(
+        pc.is_in(column, value_set=pa.array(stray, pa.string())).to_numpy(zero_copy_only=False)
+    )
+    shown = ", ".join(
+        f"{column[int(r)].as_py()!r} at {table.row_name(int(r))}" for r in rows[:STRAY_EXAMPLES]
+    )
+    more = f" and {len(rows) - STRAY_EXAMPLES} more" if len(rows) > STRAY_EXAMPLES else ""
+    raise DataError(
+        f"{table.source}: column {name!r} holds numbers but for {len(rows)} of its {present} "
+        f"training cells: {shown}{more}. Write each as a number, or leave it empty where it "
+        "means missing"
+    )
+
+
+def category_index(column: pa.ChunkedArray, categories: Sequence[str]) -> np.ndarray:
+    """Per cell: the category's index, len(categories) if unknown, -1 if missing."""
+    text = column if is_text(column) else _as_text(column)
+    found = pc.index_in(text, value_set=pa.array(list(categories), pa.string()))
+    index = pc.fill_null(found, len(categories)).to_numpy(zero_copy_only=False).astype(np.int64)
+    index[missing(column)] = -1
+    return index
+
+
+def _as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pa.chunked_array([pa.array(text_cells(column), pa.string())])

@@ -1,0 +1,94 @@
+"""A label party's label column: class indices, or regression targets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from vfl_core.data import column_values as cv
+from vfl_core.data.columns import Table
+from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
+from vfl_core.data.local_numbers import floats
+from vfl_core.errors import DataError
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclass(frozen=True)
+class Labels:
+    values: np.ndarray  # (n,) int64 class indices, or float32 targets for regression
+    classes: tuple[str, ...]  # class index -> the label as written in the file (regression: ())
+
+
+def parse_labels(
+    table: Table,
+    column: str,
+    classes: tuple[str, ...] | None = None,
+    task: Task = CLASSIFICATION,
+) -> Labels:
+    """The one place labels are read: class indices, or regression targets, for a label column.
+
+    Classification without `classes` (training rows): the classes are the distinct labels, sorted
+    numerically when all are numbers (so "0"/"1" keep their meaning) and as text otherwise
+    ("no" < "yes"). With `classes` (inference rows) a label outside them is an error.
+    Regression: every label is a finite number (float32 targets, `classes` unused).
+    """
+    text = _present_labels(table, column)
+    if task == REGRESSION:
+        return Labels(_regression_targets(table, column, text), ())
+    if classes is None:
+        classes = _sorted_classes(text.unique().to_pylist())
+        if len(classes) < 2:
+            raise DataError(
+                f"{table.source}: label column {column!r} has a single class {classes[0]!r} "
+                f"(need at least two)"
+            )
+    index = pc.index_in(text, value_set=pa.array(list(classes), pa.string()))
+    if index.null_count:
+        row = int(np.flatnonzero(index.is_null().to_numpy(zero_copy_only=False))[0])
+        raise DataError(
+            f"{table.source}: {table.row_name(row)}, column {column!r}: label "
+            f"{text[row].as_py()!r} is not one of the training classes {list(classes)}"
+        )
+    return Labels(index.to_numpy(zero_copy_only=False).astype(np.int64), classes)
+
+
+def _present_labels(table: Table, column: str) -> pa.ChunkedArray:
+    """The label cells as text, refusing an empty cell or a table without rows."""
+    if not len(table):
+        raise DataError(f"{table.source}: no rows, so no labels in column {column!r}")
+    cells = table.column(column)
+    if cells.null_count:
+        first = int(np.flatnonzero(cv.missing(cells))[0])
+        raise DataError(
+            f"{table.source}: {table.row_name(first)}, column {column!r}: no label "
+            f"({cells.null_count} of {len(cells)} rows have none). A label party's table needs "
+            "a label in every row: leave the samples whose label is unknown out of it"
+        )
+    if cv.is_text(cells):
+        return cells
+    return pa.chunked_array([pa.array(cv.text_cells(cells), pa.string())])
+
+
+def _regression_targets(table: Table, column: str, text: pa.ChunkedArray) -> np.ndarray:
+    # float32 is what the model trains on: a target beyond its range would become inf
+    def fits(cell: str) -> bool:
+        return cv.finite_number(cell) and abs(float(cell)) <= _FLOAT32_MAX
+
+    values = floats(text)
+    if values is None or not (np.isfinite(values) & (np.abs(values) <= _FLOAT32_MAX)).all():
+        row = cv.first_bad_row(text, fits) or 0
+        raise DataError(
+            f"{table.source}: {table.row_name(row)}, column {column!r}: {text[row].as_py()!r} is "
+            f"not a finite number (a regression label must be one)"
+        )
+    return values.astype(np.float32)
+
+
+def _sorted_classes(labels: list[str]) -> tuple[str, ...]:
+    if cv.all_finite_numbers(labels):
+        return tuple(sorted(labels, key=lambda label: (float(label), label)))
+    return tuple(sorted(labels))

@@ -1,0 +1,79 @@
+"""A party's sample IDs: one spelling of the numbers among them, and one ID per row.
+
+IDs align across parties only as written (their keyed hashes or PSI points are compared, never
+the IDs). A number with a zero fraction is written without it, `12345.0` as `12345`: what a
+spreadsheet or pandas writes for an integer ID column that had a gap (a float column) then
+matches the other parties' `12345`. Nothing else is changed: leading zeros (`007`), case,
+spaces and prefixes are the parties' to agree on (vfl_core.data.tabular warns in a simulation
+where they differ).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from vfl_core.data import column_values as cv
+from vfl_core.data.columns import Table
+from vfl_core.errors import DataError
+
+_ZERO_FRACTION = r"^([+-]?[0-9]+)\.0*$"
+
+
+def normalised_ids(table: Table, id_column: str) -> Table:
+    """`table` with its ID column as text, numbers with a zero fraction without it; a missing
+    or duplicated ID is an error naming its row."""
+    column = table.column(id_column)
+    text = (
+        column
+        if cv.is_text(column)
+        else pa.chunked_array([pa.array(cv.text_cells(column), pa.string())])
+    )
+    if pc.any(pc.match_substring(text, ".")).as_py():  # most ID columns hold no dot at all
+        text = pc.replace_substring_regex(text, _ZERO_FRACTION, r"\1")
+    table = table.with_column(id_column, text)
+    _check_ids(table, id_column)
+    return table
+
+
+def _check_ids(table: Table, id_column: str) -> None:
+    ids = table.column(id_column)
+    if ids.null_count:
+        row = int(np.flatnonzero(cv.missing(ids))[0])
+        raise DataError(f"{table.source}: {table.row_name(row)}, column {id_column!r}: no ID")
+    if pc.count_distinct(ids).as_py() == len(ids):
+        return
+    first_row: dict[str, int] = {}
+    for row, cell in enumerate(ids.to_pylist()):
+        if cell in first_row:
+            raise DataError(
+                f"{table.source}: duplicate ID {cell!r} at {table.row_name(row)} "
+                f"(first at {table.row_name(first_row[cell])})"
+            )
+        first_row[cell] = row
+
+
+# ---------------------------------------------------------------- the test split by ID
+
+_SPLIT_SALT = b"vfl-tabular-split\x00"
+_HASHED_AT_ONCE = 1 << 14
+
+
+def held_out(ids: pa.ChunkedArray, fraction: float) -> np.ndarray:
+    """(n,) bool: True for the IDs whose salted SHA-256 (its first 8 bytes, big-endian, as a
+    share of 2**64) falls below `fraction`: the same at every party that holds the ID, with no
+    word between them. (A hash per ID in Python is most of the time a large table takes to
+    load; a vectorised one would be faster but would move rows between the splits of every
+    table loaded before, and with them the fitted preprocessing.)"""
+    sha256 = hashlib.sha256
+    limit = np.uint64(min(int(fraction * 2**64), 2**64 - 1))
+    utf8 = ids.cast(pa.binary())
+    out = np.empty(len(ids), dtype=bool)
+    for start in range(0, len(ids), _HASHED_AT_ONCE):  # a few Python objects alive at a time
+        part = utf8.slice(start, _HASHED_AT_ONCE).to_pylist()
+        first = b"".join([sha256(_SPLIT_SALT + i).digest()[:8] for i in part])
+        out[start : start + len(part)] = np.frombuffer(first, dtype=">u8") < limit
+    return out
