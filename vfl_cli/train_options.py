@@ -81,13 +81,27 @@ class TrainOptions:
     early_stop_patience: Annotated[
         int | None,
         Opt(
-            help="0: off; N: stop after N epochs without a better validation accuracy and "
-            "restore the best epoch's weights"
+            help="0: off; N: stop after N epochs without a better validation metric and "
+            "restore the best epoch's weights (default: 5 on tables, off on images)"
         ),
     ] = None
     validation_fraction: Annotated[
         float | None,
-        Opt(help="with --early-stop-patience: share of the training samples held out"),
+        Opt(help="with early stopping: share of the training samples held out"),
+    ] = None
+    threshold: Annotated[
+        str | None,
+        Opt(
+            help="binary tasks: auto (the best F1 on the validation split) | a probability "
+            "(0.5: the plain argmax)"
+        ),
+    ] = None
+    subset_choice: Annotated[
+        str | None,
+        Opt(
+            help="validation: each observed set predicted from its best subset of parties on "
+            "the validation split | plain: from all of them (the paper)"
+        ),
     ] = None
 
     def config(self, base: dict[str, Any]) -> TrainConfig:
