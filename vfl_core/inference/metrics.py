@@ -272,7 +272,7 @@ def unscored_note(unscored: int, live: bool = False) -> str:
 def format_table(rows: list[MetricRow], title: str = "") -> str:
     """A fixed-width table for terminals and logs, with the columns of the task: accuracy,
     federation accuracy and F1 (plus ROC AUC for binary tasks), or RMSE, MAE, R^2 and federation
-    RMSE for regression."""
+    RMSE for regression; binary tasks add the Brier score before ROC AUC."""
     regression = any(r.rmse is not None for r in rows)
     auc = any(r.auc is not None for r in rows)
     brier = any(r.brier is not None for r in rows)
@@ -281,15 +281,15 @@ def format_table(rows: list[MetricRow], title: str = "") -> str:
         head += f" {'RMSE':>9} {'MAE':>9} {'R^2':>9} {'fed. RMSE':>9}"
     else:
         head += f" {'accuracy':>9} {'fed. acc':>9} {'F1':>7}"
-    head += f" {'ROC AUC':>7}" if auc else ""
     head += f" {'Brier':>6}" if brier else ""
+    head += f" {'ROC AUC':>7}" if auc else ""
     lines = [title] if title else []
     lines += [head, "-" * len(head)]
     for r in rows:
         line = f"{r.observed:<16} {r.samples:>8}"
         line += _regression_cells(r) if regression else _classification_cells(r)
-        line += f" {_fmt(r.auc, '.4f'):>7}" if auc else ""
         line += f" {_fmt(r.brier, '.4f'):>6}" if brier else ""
+        line += f" {_fmt(r.auc, '.4f'):>7}" if auc else ""
         lines.append(line)
     return "\n".join(lines)
 
