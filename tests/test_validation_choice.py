@@ -201,7 +201,8 @@ def test_given_a_regression_table_when_trained_by_default_then_it_stops_on_valid
         )
         for k, (name, p) in enumerate(sorted(paths.items(), key=lambda kv: kv[0] != "owner"))
     )
-    fed, _ = _trained(load_table_federation(sources), TrainConfig(epochs=30, lr=5e-3))
+    train = TrainConfig(epochs=30, lr=5e-3, early_stop_patience=AUTO_PATIENCE)  # a small table
+    fed, _ = _trained(load_table_federation(sources), train)
     stop = fed.early_stop
     assert stop is not None and stop.metric == "rmse" and stop.best_epoch >= 0
     values = [v for _, v in stop.history if v is not None]

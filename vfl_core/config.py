@@ -27,8 +27,11 @@ Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 # A binary task's decision threshold: "auto" (chosen on validation) or P(positive) at or above
 # which the positive class is predicted.
 Threshold = Literal["auto"] | Annotated[float, Field(gt=0, lt=1)]
-# Early stopping's patience when the config leaves it to the data (TrainConfig.patience).
+# Early stopping's patience when the config leaves it to the data (TrainConfig.patience), and
+# the validation samples it then needs: on a smaller split the watched metric is mostly noise and
+# stopped too early (docs/tabular-defaults.md: breast cancer, 38 validation samples).
 AUTO_PATIENCE = 5
+AUTO_MIN_VALIDATION = 100
 HeadKind = Literal["linear", "mlp"]
 # A method is a name in the registry of method specs (vfl_core.algorithms.methods); others are
 # refused.
@@ -113,8 +116,9 @@ class TrainConfig(_Frozen):
     # out of the plan and scored by the label parties after every epoch; training stops after N
     # epochs without a better validation accuracy (regression: RMSE), and every party goes back
     # to its weights of the best epoch; `epochs` is the ceiling. None (the default): on with
-    # AUTO_PATIENCE for tabular parties (feature vectors: a user's own tables), off for images
-    # (the digits demo and the image benchmarks keep the paper's plain run): `patience()`.
+    # AUTO_PATIENCE for tabular parties (feature vectors: a user's own tables) whose validation
+    # share holds AUTO_MIN_VALIDATION samples or more, off for images (the digits demo and the
+    # image benchmarks keep the paper's plain run): `patience()`.
     early_stop_patience: int | None = Field(None, ge=0)
     validation_fraction: float = Field(0.1, gt=0, lt=1)
     # What the validation split chooses after training (vfl_core.inference.choice); both need

@@ -18,7 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vfl_core.algorithms.method_spec import MethodSpec, ProgramHooks, active_party
-from vfl_core.config import TrainConfig
+from vfl_core.config import AUTO_MIN_VALIDATION, TrainConfig
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError
 from vfl_core.inference.choice import ValidationChoice, choose_subsets, choose_threshold
@@ -397,7 +397,9 @@ class Federation:
         }
 
     def _hold_out(self) -> None:
-        """Hold out the validation samples (of those a label party holds) from the plan."""
+        """Hold out the validation samples (of those a label party holds) from the plan; by
+        default (patience None) only where they are AUTO_MIN_VALIDATION or more, else early
+        stopping is off and nothing is held out."""
         assert self.early_stop is not None
         al = self.alignments["train"]
         scorable = np.zeros(len(al), dtype=bool)
@@ -405,9 +407,24 @@ class Federation:
             scorable[index] = True
         labelled = [al.rows[b] >= 0 for b in self.label_blocks if b in al.rows]
         scorable &= np.any(labelled, axis=0) if labelled else False
-        self._training, self._validation = hold_out(
-            scorable, self.config.seed, self.config.validation_fraction
-        )
+        auto = self.config.early_stop_patience is None
+        try:
+            self._training, self._validation = hold_out(
+                scorable, self.config.seed, self.config.validation_fraction
+            )
+        except ConfigError:
+            if not auto:
+                raise
+            self._training, self._validation = None, np.zeros(0, dtype=np.int64)
+        if auto and len(self._validation) < AUTO_MIN_VALIDATION:
+            log.info(
+                "early stopping off: %d validation samples, fewer than the %d the default needs "
+                "(--early-stop-patience N holds them out anyway); every epoch trains",
+                len(self._validation),
+                AUTO_MIN_VALIDATION,
+            )
+            self.early_stop = self._training = self._validation = None
+            return
         self.early_stop.validation_samples = len(self._validation)
         log.info(
             "early stopping: %d of %d training samples held out for validation (patience %d)",
@@ -1198,7 +1215,8 @@ class Federation:
             if result is None:
                 report.unscored += len(pred.index)
                 continue
-            report.add(pred.present, len(pred.index), result)
+            # by observed set: the parties that answered and those the choice left out
+            report.add(tuple(sorted({*pred.present, *pred.dropped})), len(pred.index), result)
         return report
 
     def _score(
