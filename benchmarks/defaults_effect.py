@@ -10,7 +10,9 @@ The test split is by ID hash (the tables' default). Settings compared, same seed
 - `defaults`: TrainConfig's defaults (early stopping on tables, threshold and subsets chosen
   on the validation split);
 - `defaults-own-sets`: the defaults with serve_feature_only off (item 4: what serving the
-  feature-only sets costs the label party's own sets).
+  feature-only sets costs the label party's own sets);
+- `early-stop-only` (threshold 0.5, the full set predicts) and `defaults-threshold-0.5` (early
+  stopping and the subset choice): each default's share of the difference.
 
     python -m benchmarks.defaults_effect --seeds 0 1 --out benchmarks/results/defaults_effect.json
 
@@ -47,6 +49,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "plain": {"early_stop_patience": 0, "threshold": 0.5, "subset_choice": "plain"},
     "defaults": {},
     "defaults-own-sets": {"serve_feature_only": False},
+    # each default on its own
+    "early-stop-only": {"threshold": 0.5, "subset_choice": "plain"},
+    "defaults-threshold-0.5": {"threshold": 0.5},
 }
 
 
@@ -138,7 +143,13 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS))
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--summarise", type=Path, default=None, help="only print the table of a folder's JSONs"
+    )
     args = parser.parse_args()
+    if args.summarise is not None:
+        print(summary(collected(args.summarise)))
+        return
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)  # small models: one thread each, several runs side by side
     runs = []
@@ -164,6 +175,19 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(runs, indent=1))
     print(summary(runs))
+
+
+def collected(directory: Path) -> list[dict[str, Any]]:
+    """The runs of every --out JSON in `directory`; credit's named by the file's rows
+    (credit6k*.json: 6000 rows, other credit*.json: 2000, as docs/tabular-defaults.md ran them)."""
+    runs = []
+    for path in sorted(directory.glob("*.json")):
+        for run in json.loads(path.read_text()):
+            if path.stem.startswith("credit"):
+                rows = 6000 if path.stem.startswith("credit6k") else 2000
+                run["table"] = f"credit {rows} rows"
+            runs.append(run)
+    return runs
 
 
 def summary(runs: list[dict[str, Any]]) -> str:
