@@ -8,6 +8,7 @@ the same choice, the same weights and the same validation record.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -242,3 +243,20 @@ def test_given_a_threshold_when_combining_then_classes_follow_it_and_none_is_the
     assert tuned.scored["0"].tolist() == [1, 1, 0]
     many = np.eye(3, dtype=np.float32)[[2, 0]]  # (2, 3): no threshold for three classes
     assert decide(many, 0.25).tolist() == [2, 0]
+
+
+@pytest.mark.usefixtures("small_splits")
+def test_given_a_choice_when_the_coordinator_resumes_from_its_snapshot_then_it_serves_with_it(
+    tables: list[TableSource],
+) -> None:
+    """The choice is in the engine's snapshot (the coordinator's checkpoint): a restarted
+    coordinator predicts with the same threshold and subsets."""
+    fed, transport = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
+    assert fed.choice.threshold is not None
+    saved = json.loads(json.dumps(fed.snapshot()))
+    again = Federation(transport, fed.config, progress=False)
+    again.align()
+    again.restore(saved)
+    assert again.choice.to_json() == fed.choice.to_json()
+    assert again.threshold == fed.threshold
+    assert again.evaluate("test").to_json() == fed.evaluate("test").to_json()
