@@ -260,3 +260,10 @@ def test_given_a_choice_when_the_coordinator_resumes_from_its_snapshot_then_it_s
     assert again.choice.to_json() == fed.choice.to_json()
     assert again.threshold == fed.threshold
     assert again.evaluate("test").to_json() == fed.evaluate("test").to_json()
+
+
+@pytest.mark.parametrize("bad", ["2", "0", "1", "high", -0.1])
+def test_given_a_threshold_outside_0_1_when_configured_then_a_one_line_error(bad: object) -> None:
+    with pytest.raises(ValueError, match="must be auto or a probability strictly between 0 and 1"):
+        TrainConfig(threshold=bad)
+    assert TrainConfig(threshold="0.3").threshold == 0.3

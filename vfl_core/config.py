@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from vfl_core.algorithms.dlvm_config import DlvmConfig
@@ -24,9 +32,28 @@ def _known_method(name: str) -> str:
 
 
 Representation = Literal["auto", "mlp", "cnn", "resnet18"]
+
+
+def _threshold(value: object) -> object:
+    """'auto', or a probability strictly between 0 and 1 (a number or its text)."""
+    if value == "auto":
+        return value
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not 0 < number < 1:
+        raise PydanticCustomError(
+            "threshold",
+            "must be auto or a probability strictly between 0 and 1, not {value}",
+            {"value": repr(value)},
+        )
+    return number
+
+
 # A binary task's decision threshold: "auto" (chosen on validation) or P(positive) at or above
 # which the positive class is predicted.
-Threshold = Literal["auto"] | Annotated[float, Field(gt=0, lt=1)]
+Threshold = Annotated[Literal["auto"] | float, BeforeValidator(_threshold)]
 # Early stopping's patience when the config leaves it to the data (TrainConfig.patience), and
 # the validation samples it then needs: on a smaller split the watched metric is mostly noise and
 # stopped too early (docs/tabular-defaults.md: breast cancer, 38 validation samples).
