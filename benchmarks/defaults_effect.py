@@ -34,10 +34,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from vfl_core.config import TrainConfig
-from vfl_core.data.tabular import TableSource
+from vfl_core.config import AUTO_PATIENCE, TrainConfig
+from vfl_core.data.tabular import TableSource, load_table_federation
 from vfl_core.inference.metrics import EvalReport
 from vfl_core.simulate import SimulationConfig, run_simulation
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +105,8 @@ def write_parties(x: np.ndarray, y: np.ndarray, out: Path, seed: int) -> list[Pa
     return paths
 
 
-def run_one(paths: list[Path], task: str, seed: int, setting: dict[str, Any]) -> dict[str, Any]:
-    tables = tuple(
+def sources(paths: list[Path], task: str) -> tuple[TableSource, ...]:
+    return tuple(
         TableSource(
             path=p,
             id_column="id",
@@ -114,6 +117,20 @@ def run_one(paths: list[Path], task: str, seed: int, setting: dict[str, Any]) ->
         )
         for k, p in enumerate(paths)
     )
+
+
+def validation_samples(paths: list[Path], task: str, seed: int) -> int:
+    """The samples early stopping would hold out of this federation (before any threshold)."""
+    train = TrainConfig(seed=seed, early_stop_patience=AUTO_PATIENCE)
+    data = load_table_federation(sources(paths, task))
+    parties = {d.meta.block: Party(f"party{d.meta.block}", d, train, secret=b"-") for d in data}
+    fed = Federation(InProcessTransport(parties), train, progress=False)
+    fed.align()
+    return 0 if fed.early_stop is None else fed.early_stop.validation_samples
+
+
+def run_one(paths: list[Path], task: str, seed: int, setting: dict[str, Any]) -> dict[str, Any]:
+    tables = sources(paths, task)
     train = TrainConfig(seed=seed, epochs=EPOCHS, **setting)
     start = time.perf_counter()
     result = run_simulation(SimulationConfig(tables=tables, train=train), subsets=True)
@@ -144,6 +161,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
+        "--validation-counts",
+        action="store_true",
+        help="only print each table's validation samples (early stopping's hold-out)",
+    )
+    parser.add_argument(
         "--summarise", type=Path, default=None, help="only print the table of a folder's JSONs"
     )
     args = parser.parse_args()
@@ -158,6 +180,10 @@ def main() -> None:
             x, y, task = TABLES[table](args.rows, seed)
             with tempfile.TemporaryDirectory() as tmp:
                 paths = write_parties(x, y, Path(tmp), seed)
+                if args.validation_counts:
+                    count = validation_samples(paths, task, seed)
+                    print(f"{table} rows {len(x)} seed {seed}: {count} validation samples")
+                    continue
                 for name in args.settings:
                     run = run_one(paths, task, seed, SETTINGS[name])
                     run.update(table=table, setting=name, seed=seed)
@@ -171,6 +197,8 @@ def main() -> None:
                         ),
                         flush=True,
                     )
+    if args.validation_counts:
+        return
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(runs, indent=1))

@@ -56,7 +56,7 @@ def _threshold(value: object) -> object:
 Threshold = Annotated[Literal["auto"] | float, BeforeValidator(_threshold)]
 # Early stopping's patience when the config leaves it to the data (TrainConfig.patience), and
 # the validation samples it then needs: on a smaller split the watched metric is mostly noise and
-# stopped too early (docs/tabular-defaults.md: breast cancer, 38 validation samples).
+# stopped too early (docs/tabular-defaults.md: breast cancer, 47 validation samples).
 AUTO_PATIENCE = 5
 AUTO_MIN_VALIDATION = 100
 HeadKind = Literal["linear", "mlp"]
