@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.setups import PAPER_PLAIN
+
 BIN = Path(sys.executable).parent
 SECRET = "vfl-bench-secret"
 # Plaintext on loopback, and the keyed-hash alignment the in-process simulation uses (so both
@@ -181,14 +183,17 @@ class EpochWatch:
 
 
 def train_args(train: dict[str, Any]) -> list[str]:
-    """vfl-coordinator options for a TrainConfig mapping (model fields under "model")."""
+    """vfl-coordinator options for a TrainConfig mapping (model fields under "model"); the
+    paper's plain run unless the mapping says otherwise (setups.PAPER_PLAIN)."""
+    train = {**PAPER_PLAIN, **train}
     model = train["model"]
     args = ["--method", train.get("method", "laser"), "--seed", str(train["seed"])]
     args += ["--epochs", str(train["epochs"]), "--batch-size", str(train["batch_size"])]
     args += ["--lr", str(train["lr"]), "--representation", model["representation"]]
     args += ["--hidden", ",".join(map(str, model["hidden"]))]
     args += ["--embed-dim", str(model["embed_dim"])]
-    for key in ("weight_decay", "balance", "wire_dtype", "staleness"):
+    keys = ("weight_decay", "balance", "wire_dtype", "staleness", *PAPER_PLAIN)
+    for key in keys:
         if key in train:
             args += ["--" + key.replace("_", "-"), str(train[key])]
     return args

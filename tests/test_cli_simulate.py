@@ -244,6 +244,16 @@ def test_given_early_stopping_when_simulating_then_both_jsons_record_it(tmp_path
     assert json.loads(out.read_text())["config"]["train"]["early_stop_patience"] == 1
 
 
-def test_given_a_regression_task_when_early_stopping_then_a_clear_error(tmp_path: Path) -> None:
-    result = invoke(*FAST, "--dataset", "diabetes", "--early-stop-patience", "2")
-    assert_user_error(result, "not for a regression task")
+def test_given_a_regression_task_when_early_stopping_then_it_watches_the_rmse(
+    tmp_path: Path,
+) -> None:
+    """Issue 27 turned this from an error into the tables' default: the validation RMSE."""
+    out = tmp_path / "o.json"
+    fast = [a if a != "1" else "3" for a in FAST]  # 3 epochs
+    args = ["--dataset", "diabetes", "--early-stop-patience", "1", "--out", str(out)]
+    result = invoke(*fast, *args)
+    assert result.exit_code == 0, result.output
+    stop = json.loads(out.read_text())["early_stop"]
+    assert stop["metric"] == "rmse" and stop["validation_samples"] > 0
+    ran = len(json.loads(out.read_text())["epochs"])
+    assert f"trained {ran} of at most 3 epochs" in result.output

@@ -21,8 +21,10 @@ TRAIN = {
     "serve_feature_only": True,
     "wire_dtype": "float32",
     "staleness": 0,
-    "early_stop_patience": 0,
+    "early_stop_patience": None,
     "validation_fraction": 0.1,
+    "threshold": "auto",
+    "subset_choice": "validation",
 }
 MODEL = {
     "representation": "auto",

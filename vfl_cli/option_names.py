@@ -124,6 +124,8 @@ PANELS: dict[str, str] = {
             "dlvm-expert-dropout",
             "early-stop-patience",
             "validation-fraction",
+            "threshold",
+            "subset-choice",
             "device",
             "threads",
             "pipeline",

@@ -177,9 +177,17 @@ def _prediction_columns(p: SamplePrediction) -> dict[str, object]:
         return {"predicted_value": value, **heads}
     return {
         "predicted_class": p.predicted_class,
-        "confidence": f"{p.federation.max():.4f}" if p.federation is not None else "",
+        # the probability of the class predicted (with a decision threshold, not always the top)
+        "confidence": _confidence(p),
         **{f"party{b}": int(q.argmax()) for b, q in sorted(p.party_probs.items())},
     }
+
+
+def _confidence(p: SamplePrediction) -> str:
+    if p.federation is None:
+        return ""
+    top = p.predicted_class if p.predicted_class >= 0 else int(p.federation.argmax())
+    return f"{p.federation[top]:.4f}"
 
 
 def _is_regression(p: SamplePrediction) -> bool:

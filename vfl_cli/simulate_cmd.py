@@ -211,11 +211,12 @@ def render(result: SimulationResult) -> str:
     last = result.epochs[-1] if result.epochs else None
     source = "tables" if cfg.tables else "party dirs" if cfg.party_dirs else cfg.dataset
     lines = [
-        f"trained {cfg.train.epochs} epochs on {source}"
+        f"trained {_epochs_trained(result)} on {source}"
         f" with K={len(result.parties)}, train {_train_missing(cfg)}, seed {cfg.train.seed}"
         + (f"; last epoch mean head loss {last.mean_loss:.4f}" if last else "")
         + f"; {result.seconds:.1f}s",
     ]
+    lines += _choice_lines(result.choice)
     if result.fault_counts is not None:
         counts = ", ".join(f"{k} {v}" for k, v in result.fault_counts.items())
         lines.append(f"injected faults: {counts}")
@@ -228,6 +229,35 @@ def render(result: SimulationResult) -> str:
             lines.append(unscored_note(report.unscored))
         lines += drop_one_lines(result.subsets.get(p_miss, []), headline(result.task))
     return "\n".join(lines)
+
+
+def _epochs_trained(result: SimulationResult) -> str:
+    """'60 epochs', or with early stopping '12 of at most 60 epochs (early stop: best
+    validation epoch 7, restored)'."""
+    ceiling, ran = result.config.train.total_epochs, len(result.epochs)
+    stop = result.early_stop
+    if stop is None:
+        return f"{ran} epochs"
+    best = int(stop["best_epoch"]) + 1  # type: ignore[call-overload]
+    why = "early stop" if stop["stopped_epoch"] is not None else "no early stop"
+    return f"{ran} of at most {ceiling} epochs ({why}: best validation epoch {best}, restored)"
+
+
+def _choice_lines(choice: dict | None) -> list[str]:
+    """What the validation split chose (vfl_core.inference.choice), one line each."""
+    if not choice:
+        return []
+    lines = []
+    if choice.get("threshold") is not None:
+        plain, tuned = choice["threshold_f1"]
+        lines.append(
+            f"decision threshold {choice['threshold']:.3f} chosen on validation "
+            f"(validation F1 {100 * plain:.2f} at 0.5 -> {100 * tuned:.2f})"
+        )
+    for pick in choice.get("subsets", []):
+        observed, kept = ",".join(map(str, pick["observed"])), ",".join(map(str, pick["kept"]))
+        lines.append(f"observed set {observed} predicted from parties {kept} (validation)")
+    return lines
 
 
 def _train_missing(cfg: SimulationConfig) -> str:

@@ -151,16 +151,32 @@ class TrainOptions:
     early_stop_patience: Annotated[
         int | None,
         Opt(
-            help="0: off; N: stop after N epochs without a better validation accuracy and "
-            "restore the best epoch's weights",
+            help="0: off; N: stop after N epochs without a better validation metric and "
+            "restore the best epoch's weights (unset: 5 on tables, off on images)",
             show_default=shown(T["early_stop_patience"]),
         ),
     ] = None
     validation_fraction: Annotated[
         float | None,
         Opt(
-            help="with --early-stop-patience: share of the training samples held out",
+            help="with early stopping: share of the training samples held out",
             show_default=shown(T["validation_fraction"]),
+        ),
+    ] = None
+    threshold: Annotated[
+        str | None,
+        Opt(
+            help="binary tasks: auto (the best F1 on the validation split) | a probability "
+            "(0.5: the plain argmax)",
+            show_default=shown(T["threshold"]),
+        ),
+    ] = None
+    subset_choice: Annotated[
+        str | None,
+        Opt(
+            help="validation: each observed set predicted from its best subset of parties on "
+            "the validation split | plain: from all of them (the paper)",
+            show_default=shown(T["subset_choice"]),
         ),
     ] = None
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from vfl_core.algorithms.method_spec import MethodSpec, ProgramHooks
@@ -24,6 +32,33 @@ def _known_method(name: str) -> str:
 
 
 Representation = Literal["auto", "mlp", "cnn", "resnet18"]
+
+
+def _threshold(value: object) -> object:
+    """'auto', or a probability strictly between 0 and 1 (a number or its text)."""
+    if value == "auto":
+        return value
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not 0 < number < 1:
+        raise PydanticCustomError(
+            "threshold",
+            "must be auto or a probability strictly between 0 and 1, not {value}",
+            {"value": repr(value)},
+        )
+    return number
+
+
+# A binary task's decision threshold: "auto" (chosen on validation) or P(positive) at or above
+# which the positive class is predicted.
+Threshold = Annotated[Literal["auto"] | float, BeforeValidator(_threshold)]
+# Early stopping's patience when the config leaves it to the data (TrainConfig.patience), and
+# the validation samples it then needs: on a smaller split the watched metric is mostly noise and
+# stopped too early (docs/tabular-defaults.md: breast cancer, 47 validation samples).
+AUTO_PATIENCE = 5
+AUTO_MIN_VALIDATION = 100
 HeadKind = Literal["linear", "mlp"]
 # A method is a name in the registry of method specs (vfl_core.algorithms.methods); others are
 # refused.
@@ -106,10 +141,28 @@ class TrainConfig(_Frozen):
     # Early stopping (vfl_core.training.early_stop). 0: off (every epoch runs; nothing is held out).
     # N >= 1: `validation_fraction` of the aligned training samples, drawn from the seed, are left
     # out of the plan and scored by the label parties after every epoch; training stops after N
-    # epochs without a better validation accuracy, and every party goes back to its weights of
-    # the best epoch.
-    early_stop_patience: int = Field(0, ge=0)
+    # epochs without a better validation accuracy (regression: RMSE), and every party goes back
+    # to its weights of the best epoch; `epochs` is the ceiling. None (the default): on with
+    # AUTO_PATIENCE for tabular parties (feature vectors: a user's own tables) whose validation
+    # share holds AUTO_MIN_VALIDATION samples or more, off for images (the digits demo and the
+    # image benchmarks keep the paper's plain run): `patience()`.
+    early_stop_patience: int | None = Field(None, ge=0)
     validation_fraction: float = Field(0.1, gt=0, lt=1)
+    # What the validation split chooses after training (vfl_core.inference.choice); both need
+    # one (early stopping on) and read only its rows. `threshold`: a binary task's decision
+    # threshold on the positive-class probability, "auto" (the best F1 on validation) or a
+    # number (0.5: the plain argmax). `subset_choice`: "validation" predicts each observed set
+    # from the subset of its parties that scores best on validation (the full set on ties);
+    # "plain" from the full set, as the paper does.
+    threshold: Threshold = "auto"
+    subset_choice: Literal["validation", "plain"] = "validation"
+
+    def patience(self, tabular: bool) -> int:
+        """The early-stopping patience this run uses: the configured one, or by default
+        AUTO_PATIENCE on tabular data and 0 (off) on images or for a method with stages."""
+        if self.early_stop_patience is not None:
+            return self.early_stop_patience
+        return AUTO_PATIENCE if tabular and self.spec.program is None else 0
 
     @property
     def rounds_per_call(self) -> int:

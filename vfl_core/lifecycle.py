@@ -84,6 +84,8 @@ class RunResults:
     rounds: int
     method: dict[str, object] | None  # a round program's figures (dvfl: bytes relayed)
     early_stop: dict[str, object] | None = None  # vfl_core.training.early_stop's record, when on
+    # what the validation samples chose (vfl_core.inference.choice), when early stopping is on
+    choice: dict[str, object] | None = None
     failure: FederationDown | None = None  # what ended the run early
     resumed: list[dict] = field(default_factory=list)  # the coordinator's restarts
     interrupted: str | None = None  # the signal that stopped the run in training (SIGINT, ...)
@@ -118,6 +120,7 @@ class RunResults:
                 "rounds": self.rounds,
                 "method": self.method,
                 "early_stop": self.early_stop,
+                "validation_choice": self.choice,
                 "variants": variants_json(self.reports, self.subsets),
             }
         error = str(self.failure) if self.failure is not None else None
@@ -133,6 +136,7 @@ class RunResults:
             "rounds": self.rounds,
             "method": self.method,
             "early_stop": self.early_stop,
+            "validation_choice": self.choice,
         }
 
     def write(self, directory: Path) -> dict[str, object]:
@@ -302,6 +306,7 @@ class _Run:
             rounds=fed.round_id,
             method=fed.method_stats(),
             early_stop=None if fed.early_stop is None else fed.early_stop.to_json(),
+            choice=None if fed.early_stop is None else fed.choice.to_json(),
             failure=failure,
         )
 
@@ -377,7 +382,9 @@ def _say_who_was_missing(fed: Federation, report: EvalReport) -> None:
     hold test samples count, aligned or not (one that did not answer the last alignment)."""
     held = sorted(b for b, info in fed.infos.items() if info.samples.get("test", 0) > 0)
     live = set(report.live_blocks())
-    missing = [b for b in held if b not in live]
+    # a block the validation choice left out of every batch was never called: not missing
+    never_called = report.chosen_out - set(report.answers)
+    missing = [b for b in held if b not in live and b not in never_called]
     if missing and report.scored:
         log.warning(
             "the test evaluation ran without block(s) %s (down, or not answering every batch): "

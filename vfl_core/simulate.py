@@ -77,6 +77,7 @@ class SimulationResult:
     subsets: dict[Variant, list[SubsetResult]] = field(default_factory=dict)
     method_stats: dict[str, object] | None = None  # a round program's figures (dvfl: bytes)
     early_stop: dict[str, object] | None = None  # vfl_core.training.early_stop's record, when on
+    choice: dict[str, object] | None = None  # what validation chose (vfl_core.inference.choice)
 
     @property
     def task(self) -> str:
@@ -96,6 +97,8 @@ class SimulationResult:
             out["method"] = self.method_stats
         if self.early_stop is not None:
             out["early_stop"] = self.early_stop
+        if self.choice is not None:
+            out["validation_choice"] = self.choice
         return out
 
 
@@ -142,6 +145,7 @@ def run_simulation(
         results.subsets,
         results.method,
         results.early_stop,
+        results.choice,
     )
 
 

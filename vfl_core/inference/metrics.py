@@ -5,7 +5,8 @@ Classification. Accuracy: per sample, the mean correctness of every observing he
 prediction h_{k,O}, averaged over samples. F1: per party over the samples it predicted (binary:
 the positive class; multi-class: macro), averaged over parties. Binary tasks add ROC AUC, per
 party from histograms of its positive-class probability (ties within one of the 1000 bins count
-half, so it is exact up to that resolution), averaged over parties like F1.
+half, so it is exact up to that resolution), averaged over parties like F1, and the Brier score
+from the same histograms (each probability at its bin's centre).
 
 Regression. RMSE and MAE: per sample, the mean squared (absolute) error of the observing heads'
 predictions, averaged over samples (then the root for RMSE), the analogue of the accuracy; R^2 is
@@ -17,7 +18,7 @@ Every metric per observed set and overall.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -125,6 +126,7 @@ class MetricRow:
     mae: float | None = None
     r2: float | None = None
     federation_rmse: float | None = None  # of the mean of the heads' predictions
+    brier: float | None = None  # binary: per-party Brier score averaged over parties
 
     def to_json(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -143,6 +145,9 @@ class EvalReport:
     unscored: int = 0  # samples for which no head party answered
     # block -> [batches it was asked for (held samples of), batches it answered]
     answers: dict[int, list[int]] = field(default_factory=dict)
+    # blocks the validation choice left out of some batch (vfl_core.inference.choice): not
+    # called there, which is no sign of being down
+    chosen_out: set[int] = field(default_factory=set)
 
     def add(self, pattern: Pattern, samples: int, result: ScoreResult) -> None:
         self.by_pattern.setdefault(pattern, PatternStats()).add(samples, result)
@@ -177,10 +182,13 @@ class EvalReport:
         return _row("all", list(self.by_pattern.values()))
 
     def to_json(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "unscored": self.unscored,
             "rows": [row.to_json() for row in self.rows()],
         }
+        if self.chosen_out:
+            out["chosen_out"] = sorted(self.chosen_out)
+        return out
 
 
 def _row(name: str, stats: Iterable[PatternStats]) -> MetricRow:
@@ -203,19 +211,35 @@ def _row(name: str, stats: Iterable[PatternStats]) -> MetricRow:
         accuracy=correct / samples if samples else 0.0,
         federation_accuracy=accuracy_from_confusion(fed_conf) if fed_conf is not None else 0.0,
         f1=f1,
-        auc=_mean_auc(stats),
+        auc=_mean_of(auc_from_histogram, stats),
+        brier=_mean_of(brier_from_histogram, stats),
     )
 
 
-def _mean_auc(stats: list[PatternStats]) -> float | None:
-    """Per predictor (not the federation) over the samples it predicted, averaged."""
+def _mean_of(
+    metric: Callable[[np.ndarray], float | None], stats: list[PatternStats]
+) -> float | None:
+    """A histogram metric per predictor (not the federation) over the samples it predicted,
+    averaged over predictors."""
     pooled: dict[str, np.ndarray] = {}
     for s in stats:
         for predictor, hist in s.histograms.items():
             if predictor != FEDERATION:
                 pooled[predictor] = hist + pooled.get(predictor, 0)
-    aucs = [a for a in map(auc_from_histogram, pooled.values()) if a is not None]
-    return float(np.mean(aucs)) if aucs else None
+    values = [a for a in map(metric, pooled.values()) if a is not None]
+    return float(np.mean(values)) if values else None
+
+
+def brier_from_histogram(histogram: np.ndarray) -> float | None:
+    """Brier score, the mean squared error of the positive-class probability, from (2, bins)
+    counts of it (row 0 negatives, row 1 positives), each probability taken at its bin's centre
+    (exact up to half a bin: 0.0005 in probability). None when nothing was counted."""
+    negatives, positives = histogram.astype(np.float64)
+    total = negatives.sum() + positives.sum()
+    if total == 0:
+        return None
+    centres = (np.arange(len(negatives)) + 0.5) / len(negatives)  # (bins,)
+    return float((negatives @ centres**2 + positives @ (1 - centres) ** 2) / total)
 
 
 def _regression_row(name: str, samples: int, stats: list[RegressionStats]) -> MetricRow:
@@ -248,20 +272,23 @@ def unscored_note(unscored: int, live: bool = False) -> str:
 def format_table(rows: list[MetricRow], title: str = "") -> str:
     """A fixed-width table for terminals and logs, with the columns of the task: accuracy,
     federation accuracy and F1 (plus ROC AUC for binary tasks), or RMSE, MAE, R^2 and federation
-    RMSE for regression."""
+    RMSE for regression; binary tasks add the Brier score before ROC AUC."""
     regression = any(r.rmse is not None for r in rows)
     auc = any(r.auc is not None for r in rows)
+    brier = any(r.brier is not None for r in rows)
     head = f"{'observed blocks':<16} {'samples':>8}"
     if regression:
         head += f" {'RMSE':>9} {'MAE':>9} {'R^2':>9} {'fed. RMSE':>9}"
     else:
         head += f" {'accuracy':>9} {'fed. acc':>9} {'F1':>7}"
+    head += f" {'Brier':>6}" if brier else ""
     head += f" {'ROC AUC':>7}" if auc else ""
     lines = [title] if title else []
     lines += [head, "-" * len(head)]
     for r in rows:
         line = f"{r.observed:<16} {r.samples:>8}"
         line += _regression_cells(r) if regression else _classification_cells(r)
+        line += f" {_fmt(r.brier, '.4f'):>6}" if brier else ""
         line += f" {_fmt(r.auc, '.4f'):>7}" if auc else ""
         lines.append(line)
     return "\n".join(lines)

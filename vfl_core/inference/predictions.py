@@ -39,9 +39,11 @@ def combine(
     probs: dict[int, np.ndarray],
     gen: np.random.Generator,
     regression: bool = False,
+    threshold: float | None = None,
 ) -> Combined | None:
     """The federation's answer by the method's combination rule (MethodSpec.combination);
-    None when no head answered."""
+    None when no head answered. `threshold` (binary tasks): the positive class where its
+    probability is at or above it, for every head and the federation (None: the argmax)."""
     if not probs:
         return None
     if regression:
@@ -50,16 +52,24 @@ def combine(
         return _with_scores(majority_vote(probs, gen))
     federation = np.mean(np.stack([probs[k] for k in sorted(probs)]), axis=0)  # (B, C)
     if rule == "subset":
-        scored = {f"S{key_name(tuple(sorted(present)))}": federation.argmax(axis=1)}
+        scored = {f"S{key_name(tuple(sorted(present)))}": decide(federation, threshold)}
         sources = dict.fromkeys(scored, federation)
     else:
-        scored = {str(k): probs[k].argmax(axis=1) for k in sorted(probs)}
+        scored = {str(k): decide(probs[k], threshold) for k in sorted(probs)}
         sources = {str(k): probs[k] for k in sorted(probs)}
-    combined = Combined(scored, federation, federation.argmax(axis=1))
+    combined = Combined(scored, federation, decide(federation, threshold))
     if federation.shape[1] != 2:
         return combined
     scores = {name: p[:, 1] for name, p in sources.items()}
     return Combined(scored, federation, combined.predicted, scores)
+
+
+def decide(probs: np.ndarray, threshold: float | None) -> np.ndarray:
+    """(B,) classes of (B, C) probabilities: the argmax, or for a binary task with a threshold,
+    1 where P(class 1) >= threshold."""
+    if threshold is None or probs.shape[1] != 2:
+        return probs.argmax(axis=1)
+    return (probs[:, 1] >= threshold).astype(np.int64)
 
 
 def _average(rule: Combination, present: Sequence[int], values: dict[int, np.ndarray]) -> Combined:

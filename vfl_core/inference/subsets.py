@@ -12,10 +12,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from typing import TYPE_CHECKING
 
 from vfl_core.inference.metrics import MetricRow
-from vfl_core.training.engine import Federation
 from vfl_core.training.liveness import DOWN
+
+if TYPE_CHECKING:  # the engine imports vfl_core.inference.choice, which imports this module
+    from vfl_core.training.engine import Federation
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,7 @@ class SubsetResult:
     mae: float | None = None
     r2: float | None = None
     federation_rmse: float | None = None
+    brier: float | None = None
 
     @classmethod
     def of(cls, blocks: tuple[int, ...], unscored: int, row: MetricRow) -> SubsetResult:

@@ -2,12 +2,15 @@
 
 The coordinator holds out `validation_fraction` of the aligned training samples that a label
 party holds, drawn from the seed (`hold_out`); they leave the batch plan and are scored by the
-label parties after every epoch, like the test split (only aggregates leave them). An epoch whose
-validation accuracy beats every earlier one is the best so far: every party keeps a copy of its
-state in memory (`Party.keep_snapshot`; a client with a checkpoint directory also on disk, so
-that it survives a restart: vfl_client.host). After `patience` epochs without a better one training
-stops, and at the end every party goes back to its copy of the best epoch
-(`Party.restore_snapshot`), so the weights a run ends with are those of its best epoch.
+label parties after every epoch, like the test split (only aggregates leave them). An epoch
+whose validation metric (`watched`: accuracy, Brier score for binary tasks, RMSE for
+regression) beats every earlier one is the
+best so far: every party keeps a copy of its state in memory (`Party.keep_snapshot`; a client
+with a checkpoint directory also on disk, so that it survives a restart: vfl_client.host).
+After `patience` epochs without a better one training stops, and at the end every party goes
+back to its copy of the best epoch (`Party.restore_snapshot`), so the weights a run ends with
+are those of its best epoch. The same samples then choose the subsets and the decision
+threshold (vfl_core.inference.choice).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError
 from vfl_core.seeding import Stream, rng
 
@@ -37,31 +41,54 @@ def hold_out(scorable: np.ndarray, seed: int, fraction: float) -> tuple[np.ndarr
     return np.flatnonzero(~held), np.flatnonzero(held)
 
 
+# Validation metrics (MetricRow fields) for which lower is better.
+LOWER_IS_BETTER = frozenset({"rmse", "brier"})
+
+
+def watched(task: str, num_classes: int) -> str:
+    """The validation metric a run is judged by (early stopping, the subset choice): RMSE for
+    regression; for binary tasks the Brier score, which moves with every probability where
+    the accuracy of a small validation split stays flat or saturates; else the accuracy."""
+    if task == REGRESSION:
+        return "rmse"
+    return "brier" if num_classes == 2 else "accuracy"
+
+
 @dataclass
 class EarlyStop:
-    """The validation accuracy of each epoch and the best epoch so far (epochs 0-based)."""
+    """The validation metric of each epoch and the best epoch so far (epochs 0-based)."""
 
     patience: int
     validation_samples: int = 0
-    history: list[tuple[int, float | None]] = field(default_factory=list)  # (epoch, accuracy)
+    history: list[tuple[int, float | None]] = field(default_factory=list)  # (epoch, value)
     best_epoch: int = -1
-    best_accuracy: float = float("nan")
+    best_value: float = float("nan")
+    metric: str = "accuracy"  # a MetricRow field: `watched`
     best_round: int = -1  # the last round of the best epoch: the parties' kept state
     waited: int = 0  # epochs since the best one
     stopped_epoch: int | None = None  # the epoch after which training stopped (None: ran all)
     kept: list[int] = field(default_factory=list)  # blocks that kept their best state
     restored: list[int] = field(default_factory=list)  # blocks that went back to it at the end
 
-    def observe(self, epoch: int, accuracy: float | None, last_round: int) -> bool:
-        """Record an epoch's validation accuracy (None: nothing was scored); True when it beats
+    @property
+    def best_accuracy(self) -> float:
+        """The best validation value (accuracy for classification: the historic name)."""
+        return self.best_value
+
+    def observe(self, epoch: int, value: float | None, last_round: int) -> bool:
+        """Record an epoch's validation value (None: nothing was scored); True when it beats
         every earlier epoch (strictly: a tie keeps the earlier, shorter-trained weights)."""
-        self.history.append((epoch, accuracy))
-        if accuracy is not None and (self.best_epoch < 0 or accuracy > self.best_accuracy):
-            self.best_epoch, self.best_accuracy, self.best_round = epoch, accuracy, last_round
+        self.history.append((epoch, value))
+        if value is not None and (self.best_epoch < 0 or self._better(value)):
+            self.best_epoch, self.best_value, self.best_round = epoch, value, last_round
             self.waited = 0
             return True
         self.waited += 1
         return False
+
+    def _better(self, value: float) -> bool:
+        lower = self.metric in LOWER_IS_BETTER
+        return value < self.best_value if lower else value > self.best_value
 
     @property
     def due(self) -> bool:
@@ -78,4 +105,7 @@ class EarlyStop:
     @classmethod
     def from_json(cls, saved: dict) -> EarlyStop:
         history = [(int(e) - 1, None if a is None else float(a)) for e, a in saved["history"]]
+        saved = dict(saved)
+        if "best_accuracy" in saved:  # checkpoints written before regression early stopping
+            saved["best_value"] = saved.pop("best_accuracy")
         return cls(**{**saved, "history": history})

@@ -18,9 +18,10 @@ import numpy as np
 from tqdm import tqdm
 
 from vfl_core.algorithms.method_spec import MethodSpec, ProgramHooks, active_party
-from vfl_core.config import TrainConfig
+from vfl_core.config import AUTO_MIN_VALIDATION, TrainConfig
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError
+from vfl_core.inference.choice import ValidationChoice, choose_subsets, choose_threshold
 from vfl_core.inference.metrics import FEDERATION, EvalReport
 from vfl_core.inference.predictions import Combined, combine, random_guess
 from vfl_core.inference.scoring import result_fits
@@ -42,7 +43,7 @@ from vfl_core.protocol import (
 from vfl_core.seeding import Stream, rng
 from vfl_core.training import pipeline, psi
 from vfl_core.training.alignment import Alignment, Batch, epoch_plan, eval_plan, key_list_fault
-from vfl_core.training.early_stop import EarlyStop, hold_out
+from vfl_core.training.early_stop import EarlyStop, hold_out, watched
 from vfl_core.training.liveness import DOWN, FederationDown, Liveness
 from vfl_core.training.retry import Backoff, retry_until
 
@@ -122,6 +123,8 @@ class PredictionBatch:
     scored: dict[str, np.ndarray] = field(default_factory=dict)  # predictor -> (B,) classes
     scores: dict[str, np.ndarray] = field(default_factory=dict)  # binary: positive-class prob.
     regression: bool = False
+    # parties of the pattern that the validation choice leaves out (vfl_core.inference.choice)
+    dropped: tuple[int, ...] = ()
 
     def samples(self, keys: Sequence[bytes]) -> list[SamplePrediction]:
         """One SamplePrediction per sample of the batch."""
@@ -229,6 +232,9 @@ class Federation:
     early_stop: EarlyStop | None = field(init=False, default=None)
     _training: np.ndarray | None = field(init=False, default=None)
     _validation: np.ndarray | None = field(init=False, default=None)
+    # What the validation samples chose after training (vfl_core.inference.choice): the parties
+    # each observed set is predicted from, the decision threshold.
+    choice: ValidationChoice = field(init=False, default_factory=ValidationChoice)
     # who follows the run (vfl_core.persistence.run_log.RunLog, the coordinator's checkpointer and
     # round log)
     observers: list[Observer] = field(default_factory=list)
@@ -246,12 +252,11 @@ class Federation:
         if self.config.staleness and not self.pipeline:
             raise ConfigError("staleness needs the pipelined engine (pipeline=True)")
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
-        if self.config.early_stop_patience:
-            if self.task == REGRESSION:
-                raise ConfigError(
-                    "early stopping watches the validation accuracy: not for a regression task"
-                )
-            self.early_stop = EarlyStop(self.config.early_stop_patience)
+        # tabular parties send feature vectors (F,); images (C, H, W)
+        tabular = all(len(i.feature_shape) == 1 for i in self.infos.values())
+        patience = self.config.patience(tabular)
+        if patience:
+            self.early_stop = EarlyStop(patience, metric=watched(self.task, self.num_classes))
 
     # ------------------------------------------------------------------ alignment
     def align(
@@ -392,7 +397,9 @@ class Federation:
         }
 
     def _hold_out(self) -> None:
-        """Hold out the validation samples (of those a label party holds) from the plan."""
+        """Hold out the validation samples (of those a label party holds) from the plan; by
+        default (patience None) only where they are AUTO_MIN_VALIDATION or more, else early
+        stopping is off and nothing is held out."""
         assert self.early_stop is not None
         al = self.alignments["train"]
         scorable = np.zeros(len(al), dtype=bool)
@@ -400,9 +407,24 @@ class Federation:
             scorable[index] = True
         labelled = [al.rows[b] >= 0 for b in self.label_blocks if b in al.rows]
         scorable &= np.any(labelled, axis=0) if labelled else False
-        self._training, self._validation = hold_out(
-            scorable, self.config.seed, self.config.validation_fraction
-        )
+        auto = self.config.early_stop_patience is None
+        try:
+            self._training, self._validation = hold_out(
+                scorable, self.config.seed, self.config.validation_fraction
+            )
+        except ConfigError:
+            if not auto:
+                raise
+            self._training, self._validation = None, np.zeros(0, dtype=np.int64)
+        if auto and len(self._validation) < AUTO_MIN_VALIDATION:
+            log.info(
+                "early stopping off: %d validation samples, fewer than the %d the default needs "
+                "(--early-stop-patience N holds them out anyway); every epoch trains",
+                len(self._validation),
+                AUTO_MIN_VALIDATION,
+            )
+            self.early_stop = self._training = self._validation = None
+            return
         self.early_stop.validation_samples = len(self._validation)
         log.info(
             "early stopping: %d of %d training samples held out for validation (patience %d)",
@@ -479,6 +501,7 @@ class Federation:
             if self._stop_early():
                 break
         restored = self._restore_best()
+        self.choose_on_validation()
         # the end's checkpoint holds the weights the parties end on (a party restarted while
         # the coordinator serves predicts with them): after going back to the best epoch, again
         if self.checkpoint_every is not None and (
@@ -606,15 +629,16 @@ class Federation:
             return False
         epoch, last_round = self.cursor.epoch - 1, self.round_id - 1
         report = self.evaluate("train", index=self._validation)
-        accuracy = report.overall().accuracy if report.scored else None
-        if stop.observe(epoch, accuracy, last_round):
+        value = getattr(report.overall(), stop.metric) if report.scored else None
+        if stop.observe(epoch, value, last_round):
             blocks = [b for b in sorted(self.infos) if self.liveness.state.get(b) != DOWN]
             stop.kept = sorted(self.transport.snapshot(last_round, blocks, restore=False))
         log.info(
-            "epoch %d: validation accuracy %s (best %.4f at epoch %d)",
+            "epoch %d: validation %s %s (best %.4f at epoch %d)",
             epoch + 1,
-            "none scored" if accuracy is None else f"{accuracy:.4f}",
-            stop.best_accuracy,
+            stop.metric,
+            "none scored" if value is None else f"{value:.4f}",
+            stop.best_value,
             stop.best_epoch + 1,
         )
         if stop.due and self.cursor.epoch < self.config.epochs:
@@ -636,9 +660,10 @@ class Federation:
             else f"all {self.cursor.epoch} epochs trained"
         )
         log.info(
-            "%s: best validation accuracy %.4f at epoch %d, restored",
+            "%s: best validation %s %.4f at epoch %d, restored",
             ended,
-            stop.best_accuracy,
+            stop.metric,
+            stop.best_value,
             stop.best_epoch + 1,
         )
         kept_last = sorted(set(blocks) - set(stop.restored))
@@ -650,6 +675,72 @@ class Federation:
                 stop.best_epoch + 1,
             )
         return bool(stop.restored)
+
+    # ------------------------------------------------------------------ validation choice
+    def choose_on_validation(self) -> ValidationChoice:
+        """After training: the subsets and the threshold the validation samples choose
+        (TrainConfig.subset_choice, .threshold; vfl_core.inference.choice). Nothing is chosen
+        without validation samples (early stopping off), or for a method without LASER-VFL's
+        subset predictors."""
+        self.choice = ValidationChoice()
+        validation = self._validation
+        if validation is None or not len(validation):
+            return self.choice
+        if self.config.subset_choice == "validation" and self._has_subset_predictors():
+            self.choice.subsets, self.choice.candidates = choose_subsets(self, validation)
+        binary = self.task != REGRESSION and self.num_classes == 2
+        if self.config.threshold == "auto" and binary and self.spec.combination == "heads":
+            found = choose_threshold(self, validation)
+            if found is not None:
+                self.choice.threshold, tuned, plain = found
+                self.choice.threshold_f1 = (plain, tuned)
+                log.info(
+                    "validation: decision threshold %.3f (F1 %.4f; at 0.5: %.4f)",
+                    self.choice.threshold,
+                    tuned,
+                    plain,
+                )
+        return self.choice
+
+    def _has_subset_predictors(self) -> bool:
+        """LASER-VFL's shape: shared f_k, a mean fusion and a head per label party that serves
+        every subset containing it (not the baselines, not a method with a round program)."""
+        spec = self.spec
+        return (
+            spec.program is None
+            and spec.fusion == "mean"
+            and spec.slots == "shared"
+            and spec.combination == "heads"
+            and not spec.own_block_only
+            and not spec.needs_all_blocks
+        )
+
+    @property
+    def threshold(self) -> float | None:
+        """The decision threshold of binary predictions: a configured number (0.5: the plain
+        argmax, None), or the one the validation samples chose ("auto")."""
+        configured = self.config.threshold
+        if configured == "auto":
+            return self.choice.threshold
+        return None if configured == 0.5 else float(configured)
+
+    def _served(
+        self, pattern: tuple[int, ...], blocks: Collection[int] | None
+    ) -> tuple[Collection[int] | None, tuple[int, ...]]:
+        """The parties a batch of `pattern` is predicted from (None: every live one) and those
+        of its pattern the validation choice leaves out, for the set of them that is live now."""
+        if not self.choice.subsets:
+            return blocks, ()
+        available = tuple(
+            b
+            for b in pattern
+            if (blocks is None or b in blocks) and self.liveness.should_call(b, self._tick)
+        )
+        dropped = tuple(sorted(set(available) - set(self.choice.kept(available))))
+        if not dropped:
+            return blocks, ()
+        base = set(self.infos) if blocks is None else set(blocks)
+        return base - set(dropped), dropped
 
     # ------------------------------------------------------------------ snapshot and resume
     # A snapshot taken after round r holds the next round (r + 1), the inference request counter,
@@ -678,6 +769,7 @@ class Federation:
             "early_stop": None if self.early_stop is None else self.early_stop.to_json(),
             # the pauses so far: a restarted coordinator's results.json lists them too
             "pauses": [asdict(p) for p in self.pauses],
+            "choice": self.choice.to_json(),
         }
 
     def restore(self, saved: dict, present: Iterable[int] = ()) -> None:
@@ -718,6 +810,8 @@ class Federation:
         )
         if self.early_stop is not None and saved.get("early_stop"):
             self.early_stop = EarlyStop.from_json(saved["early_stop"])  # the best epoch so far
+        if saved.get("choice"):
+            self.choice = ValidationChoice.from_json(saved["choice"])
         if cut:
             self._end_epoch(epoch, position, self.cursor.seconds)
         self.liveness.load_state(saved["liveness"])
@@ -1025,7 +1119,9 @@ class Federation:
             if blocks is not None and not set(batch.pattern) & set(blocks):
                 yield PredictionBatch(batch.index, batch.pattern, (), {}, None)
                 continue
-            yield self._predict_batch(split, batch, blocks)
+            served, dropped = self._served(batch.pattern, blocks)
+            pred = self._predict_batch(split, batch, served)
+            yield replace(pred, dropped=dropped) if dropped else pred
 
     def _predict_batch(
         self, split: str, batch: Batch, blocks: Collection[int] | None = None
@@ -1063,7 +1159,7 @@ class Federation:
         # the only sign of life, so a miss marks it down at once (as a missed Embed does).
         outside = [k for k in calls if k not in present]
         self._record(outside, probs, "predict", f"{split} request {request}", immediate=True)
-        combined = combine(spec.combination, present, probs, gen, regression)
+        combined = combine(spec.combination, present, probs, gen, regression, self.threshold)
         return batch_prediction(batch, present, probs, combined, regression)
 
     def eval_rng(self, batch: Batch) -> np.random.Generator:
@@ -1104,22 +1200,40 @@ class Federation:
         split: str = "test",
         blocks: Collection[int] | None = None,
         index: np.ndarray | None = None,
+        federation_scores: bool = False,
     ) -> EvalReport:
         """Metrics of `split` (or of its key indices `index`) by observed set, from every live
-        party or only those of `blocks` (samples that none of them holds are unscored)."""
+        party or only those of `blocks` (samples that none of them holds are unscored). With
+        `federation_scores` (binary tasks), the label parties also return the histogram of the
+        federation's positive-class probability (vfl_core.inference.choice)."""
         report = EvalReport()
         for pred in self.predict_batches(split, index, blocks):
-            asked = [b for b in pred.pattern if blocks is None or b in blocks]
+            asked = [
+                b for b in pred.pattern if (blocks is None or b in blocks) and b not in pred.dropped
+            ]
             report.count_answers(asked, pred.present)  # who was live for this batch
-            result = self._score(split, pred, blocks) if pred.predicted is not None else None
+            report.chosen_out.update(pred.dropped)
+            served = blocks
+            if pred.dropped:
+                served = (set(self.infos) if blocks is None else set(blocks)) - set(pred.dropped)
+            result = (
+                self._score(split, pred, served, federation_scores)
+                if pred.predicted is not None
+                else None
+            )
             if result is None:
                 report.unscored += len(pred.index)
                 continue
-            report.add(pred.present, len(pred.index), result)
+            # by observed set: the parties that answered and those the choice left out
+            report.add(tuple(sorted({*pred.present, *pred.dropped})), len(pred.index), result)
         return report
 
     def _score(
-        self, split: str, pred: PredictionBatch, blocks: Collection[int] | None = None
+        self,
+        split: str,
+        pred: PredictionBatch,
+        blocks: Collection[int] | None = None,
+        federation_scores: bool = False,
     ) -> ScoreResult | None:
         """Aggregates (confusion counts, AUC histograms or error sums) from the first present
         label party that answers, else from a reachable party holding the labels only."""
@@ -1131,6 +1245,8 @@ class Federation:
             scores = {name: v.astype(np.float32) for name, v in named.items()}
         else:
             predictions, scores = named, {n: s.astype(np.float32) for n, s in pred.scores.items()}
+            if federation_scores and pred.federation is not None and pred.federation.shape[1] == 2:
+                scores[FEDERATION] = pred.federation[:, 1].astype(np.float32)
         digest = al.digest(pred.index)
         label_only = [
             b

@@ -607,7 +607,7 @@ class EvaluateRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ...) -> None: ...
 
 class EvaluateRow(_message.Message):
-    __slots__ = ("observed", "samples", "accuracy", "federation_accuracy", "f1", "auc", "rmse", "mae", "r2", "federation_rmse")
+    __slots__ = ("observed", "samples", "accuracy", "federation_accuracy", "f1", "auc", "rmse", "mae", "r2", "federation_rmse", "brier")
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     ACCURACY_FIELD_NUMBER: _ClassVar[int]
@@ -618,6 +618,7 @@ class EvaluateRow(_message.Message):
     MAE_FIELD_NUMBER: _ClassVar[int]
     R2_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_RMSE_FIELD_NUMBER: _ClassVar[int]
+    BRIER_FIELD_NUMBER: _ClassVar[int]
     observed: str
     samples: int
     accuracy: float
@@ -628,7 +629,8 @@ class EvaluateRow(_message.Message):
     mae: float
     r2: float
     federation_rmse: float
-    def __init__(self, observed: _Optional[str] = ..., samples: _Optional[int] = ..., accuracy: _Optional[float] = ..., federation_accuracy: _Optional[float] = ..., f1: _Optional[float] = ..., auc: _Optional[float] = ..., rmse: _Optional[float] = ..., mae: _Optional[float] = ..., r2: _Optional[float] = ..., federation_rmse: _Optional[float] = ...) -> None: ...
+    brier: float
+    def __init__(self, observed: _Optional[str] = ..., samples: _Optional[int] = ..., accuracy: _Optional[float] = ..., federation_accuracy: _Optional[float] = ..., f1: _Optional[float] = ..., auc: _Optional[float] = ..., rmse: _Optional[float] = ..., mae: _Optional[float] = ..., r2: _Optional[float] = ..., federation_rmse: _Optional[float] = ..., brier: _Optional[float] = ...) -> None: ...
 
 class BlockAnswers(_message.Message):
     __slots__ = ("block", "batches", "answered")

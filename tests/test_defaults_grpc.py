@@ -1,0 +1,154 @@
+"""The tabular defaults over real processes (issue 27): three parties from their own CSV files
+(labels at the bank, partial overlap) train with every default, so early stopping is on; the
+validation split chooses the subsets and the decision threshold; the coordinator's test table
+and `vfl predict` use them, bit for bit as the in-process federation does with the same seed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import SECRET, Cluster
+from tabular_tables import LABEL_COLUMN, write_tables
+from typer.testing import CliRunner
+
+from vfl_cli.app import app
+from vfl_core.config import AUTO_PATIENCE, TrainConfig
+from vfl_core.data.tabular import TableSource, load_table_federation
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
+
+RUN_TIMEOUT_S = 240.0
+BLOCKS = {"bank": 0, "retail": 1, "telecom": 2}
+ID_COLUMN = "customer_id"
+EPOCHS = 6  # the ceiling; the default patience may stop before it
+
+
+def _sources(paths: dict[str, Path]) -> tuple[TableSource, ...]:
+    return tuple(
+        TableSource(
+            path=paths[name],
+            id_column=ID_COLUMN,
+            label_column=LABEL_COLUMN if name == "bank" else None,
+            block=block,
+            num_blocks=3,
+        )
+        for name, block in BLOCKS.items()
+    )
+
+
+def _client_args(path: Path) -> list[str]:
+    args = ["--id-column", ID_COLUMN, "--block", str(BLOCKS[path.stem]), "--num-blocks", "3"]
+    return args + (["--label-column", LABEL_COLUMN] if path.stem == "bank" else [])
+
+
+def _predict(address: str, ids: list[str], out: Path) -> dict[str, dict[str, str]]:
+    args = ["predict", "--coordinator", address, "--secret", SECRET, "--insecure"]
+    result = CliRunner().invoke(app, [*args, "--ids", ",".join(ids), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    with out.open() as f:
+        return {row["id"]: row for row in csv.DictReader(f)}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    root = tmp_path_factory.mktemp("defaults")
+    paths = write_tables(root / "tables", n=2000, share=0.85)
+    data = load_table_federation(_sources(paths))
+    test_ids = sorted(data[0].splits["test"].ids.tolist())[:40]  # the bank's test customers
+    with Cluster(root / "cluster") as cluster:
+        coord, clients = cluster.federation(
+            [paths[name] for name in BLOCKS],
+            epochs=EPOCHS,
+            serve=True,
+            client_extra=_client_args,
+        )
+        cluster.wait_serving(coord, RUN_TIMEOUT_S)
+        predicted = _predict(coord.address, test_ids, root / "predictions.csv")
+        results = coord.results()
+        config = json.loads((coord.out / "config.json").read_text())
+        coord.signal(signal.SIGTERM)
+        assert coord.wait(30) == 0, cluster.describe()
+        for client in clients:
+            assert client.wait(30) == 0, cluster.describe()
+    yield {
+        "paths": paths,
+        "results": results,
+        "train": TrainConfig.model_validate(config["train"]),
+        "predicted": predicted,
+    }
+
+
+@pytest.fixture(scope="module")
+def in_process(run: dict) -> Federation:
+    """The same federation in one process, with the coordinator's TrainConfig."""
+    train = run["train"]
+    data = load_table_federation(_sources(run["paths"]))
+    parties = {
+        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
+    }
+    fed = Federation(InProcessTransport(parties), train, progress=False)
+    fed.align()
+    fed.train()
+    return fed
+
+
+@pytest.mark.slow
+def test_given_csv_tables_and_every_default_when_trained_over_grpc_then_early_stopping_is_on(
+    run: dict,
+) -> None:
+    results, train = run["results"], run["train"]
+    assert results is not None and results["status"] == "ok"
+    assert train.early_stop_patience is None and train.threshold == "auto"  # the defaults
+    stop = results["early_stop"]
+    assert stop is not None and stop["patience"] == AUTO_PATIENCE and stop["metric"] == "brier"
+    assert stop["validation_samples"] > 0
+    assert len(results["epochs"]) == len(stop["history"]) <= EPOCHS
+    choice = results["validation_choice"]
+    assert choice["threshold"] is not None and 0 < choice["threshold"] < 1
+    assert choice["candidates"], "no observed set had the samples to choose a subset"
+
+
+@pytest.mark.slow
+def test_given_the_same_seed_when_trained_in_process_then_the_same_choice_and_test_table(
+    run: dict, in_process: Federation
+) -> None:
+    results = run["results"]
+    assert in_process.early_stop is not None
+    assert results["early_stop"] == json.loads(json.dumps(in_process.early_stop.to_json()))
+    assert results["validation_choice"] == json.loads(json.dumps(in_process.choice.to_json()))
+    assert results["test"] == json.loads(json.dumps(in_process.evaluate("test").to_json()))
+
+
+@pytest.mark.slow
+def test_given_a_chosen_threshold_when_predicting_over_grpc_then_it_decides_as_in_process(
+    run: dict, in_process: Federation
+) -> None:
+    """`vfl predict` through the coordinator: each customer's class and its probability are the
+    in-process federation's, and the class is the threshold's decision."""
+    threshold = in_process.threshold
+    assert threshold is not None
+    bank = in_process.transport.infos()[0]
+    assert bank.has_labels
+    party = in_process.transport.parties[0]  # type: ignore[attr-defined]
+    by_hash = dict(
+        zip(party.id_hashes("test"), party.data.splits["test"].ids.tolist(), strict=True)
+    )
+    al = in_process.alignments["test"]
+    expected = {}
+    for pred in in_process.predict_batches("test"):
+        for sample in pred.samples(al.keys):
+            if sample.id_hash in by_hash and sample.federation is not None:
+                expected[by_hash[sample.id_hash]] = sample
+    assert run["predicted"], "vfl predict answered nothing"
+    for sample_id, row in run["predicted"].items():
+        want = expected[sample_id]
+        assert int(row["predicted_class"]) == want.predicted_class, sample_id
+        assert want.predicted_class == int(want.federation[1] >= threshold)
+        assert row["confidence"] == f"{want.federation[want.predicted_class]:.4f}", sample_id

@@ -1,0 +1,269 @@
+"""The tabular defaults (issue 27): early stopping on tables by default, the decision threshold
+and the subset choice made on the validation split (vfl_core/inference/choice.py), in process.
+
+The choice must never see a test row: one test audits every call it makes (train split, rows of
+the held-out validation samples only), another changes every test label and feature and finds
+the same choice, the same weights and the same validation record.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tabular_tables import LABEL_COLUMN, write_linear_tables, write_tables
+
+from vfl_core.config import AUTO_PATIENCE, TrainConfig
+from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.data.tabular import TableSource, load_table_federation
+from vfl_core.inference import choice
+from vfl_core.inference.metrics import brier_from_histogram
+from vfl_core.inference.predictions import combine, decide
+from vfl_core.inference.scoring import AUC_BINS, auc_histogram
+from vfl_core.protocol import EmbedCall, ScoreCall, ScoreResult
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
+
+BLOCKS = {"bank": 0, "retail": 1, "telecom": 2}
+FAST = {"epochs": 4, "lr": 5e-3, "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> list[TableSource]:
+    paths = write_tables(tmp_path_factory.mktemp("tables"), n=1500, share=0.85)
+    return [
+        TableSource(
+            path=paths[name],
+            id_column="customer_id",
+            label_column=LABEL_COLUMN if name == "bank" else None,
+            block=block,
+            num_blocks=3,
+        )
+        for name, block in BLOCKS.items()
+    ]
+
+
+@pytest.fixture
+def small_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the small test tables' validation split choose (its patterns hold a few dozen)."""
+    monkeypatch.setattr(choice, "MIN_CHOICE_SAMPLES", 5)
+    monkeypatch.setattr(choice, "MIN_CLASS_SAMPLES", 2)
+
+
+class RecordingTransport(InProcessTransport):
+    """The in-process transport, keeping every Embed and Score call."""
+
+    def __init__(self, parties: dict[int, Party]) -> None:
+        super().__init__(parties)
+        self.embeds: list[tuple[int, EmbedCall]] = []
+        self.scores: list[tuple[int, ScoreCall]] = []
+
+    def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
+        self.embeds += list(calls.items())
+        return super().embed(calls)
+
+    def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
+        self.scores.append((block, call))
+        return super().score(block, call)
+
+
+def _trained(data: list[PartyData], train: TrainConfig) -> tuple[Federation, RecordingTransport]:
+    parties = {d.meta.block: Party(f"party{d.meta.block}", d, train, secret=b"s") for d in data}
+    transport = RecordingTransport(parties)
+    fed = Federation(transport, train, progress=False)
+    fed.align()
+    fed.train()
+    return fed, transport
+
+
+def _scrambled_tests(data: list[PartyData]) -> list[PartyData]:
+    """The same parties with every test label permuted and every test feature replaced."""
+    rng = np.random.default_rng(7)
+    out = []
+    for d in data:
+        test = d.splits["test"]
+        labels = None if test.labels is None else 1 - test.labels  # every label flipped
+        features = rng.normal(size=test.features.shape).astype(np.float32)
+        splits = {**d.splits, "test": replace(test, labels=labels, features=features)}
+        out.append(replace(d, splits=splits))
+    return out
+
+
+def test_given_own_tables_when_configured_by_default_then_early_stopping_is_on(
+    tables: list[TableSource], party_dirs: list[Path]
+) -> None:
+    """Tables (feature vectors) stop early by default; the digits images keep every epoch."""
+    train = TrainConfig(**FAST)
+    assert train.early_stop_patience is None and train.threshold == "auto"
+    data = load_table_federation(tuple(tables))
+    table_parties = {d.meta.block: Party("p", d, train, secret=b"s") for d in data}
+    fed = Federation(InProcessTransport(table_parties), train, progress=False)
+    assert fed.early_stop is not None and fed.early_stop.patience == AUTO_PATIENCE
+    assert fed.early_stop.metric == "brier"  # binary: the Brier score moves where accuracy is flat
+    digits = [load_party_dir(p) for p in party_dirs]
+    images = {d.meta.block: Party("p", d, train, secret=b"s") for d in digits}
+    assert Federation(InProcessTransport(images), train, progress=False).early_stop is None
+    off = TrainConfig(**FAST, early_stop_patience=0)
+    fed = Federation(InProcessTransport(table_parties), off, progress=False)
+    assert fed.early_stop is None
+
+
+@pytest.mark.usefixtures("small_splits")
+def test_given_a_trained_federation_when_choosing_then_only_validation_rows_are_read(
+    tables: list[TableSource],
+) -> None:
+    fed, transport = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
+    transport.embeds.clear()
+    transport.scores.clear()
+    chosen = fed.choose_on_validation()
+    assert chosen.threshold is not None and chosen.candidates, "nothing was chosen"
+    al, validation = fed.alignments["train"], fed._validation
+    assert validation is not None
+    assert transport.embeds and transport.scores
+    for block, call in [*transport.embeds, *transport.scores]:
+        assert call.split == "train"
+        allowed = set(al.rows[block][validation].tolist()) - {-1}
+        assert set(call.rows.tolist()) <= allowed, f"block {block} read a non-validation row"
+
+
+@pytest.mark.usefixtures("small_splits")
+def test_given_other_test_labels_and_features_when_trained_then_the_same_choice(
+    tables: list[TableSource],
+) -> None:
+    data = load_table_federation(tuple(tables))
+    train = TrainConfig(**FAST)
+    fed, _ = _trained(data, train)
+    other, _ = _trained(_scrambled_tests(data), train)
+    assert fed.choice.to_json() == other.choice.to_json()
+    assert fed.early_stop is not None and other.early_stop is not None
+    assert fed.early_stop.to_json() == other.early_stop.to_json()
+    # and the test split did change: its metrics differ
+    assert fed.evaluate("test").to_json() != other.evaluate("test").to_json()
+
+
+@pytest.mark.usefixtures("small_splits")
+def test_given_a_chosen_threshold_when_evaluating_then_heads_and_federation_use_it(
+    tables: list[TableSource],
+) -> None:
+    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
+    threshold = fed.choice.threshold
+    assert threshold is not None and fed.threshold == threshold
+    for pred in fed.predict_batches("test"):
+        if pred.federation is None:
+            continue
+        assert pred.predicted is not None
+        np.testing.assert_array_equal(pred.predicted, pred.federation[:, 1] >= threshold)
+        for block, probs in pred.party_probs.items():
+            np.testing.assert_array_equal(pred.scored[str(block)], probs[:, 1] >= threshold)
+    # a configured number wins over the validation's choice; 0.5 is the plain argmax
+    assert replace_threshold(fed, 0.3).threshold == 0.3
+    assert replace_threshold(fed, 0.5).threshold is None
+
+
+def replace_threshold(fed: Federation, value: float) -> Federation:
+    fed.config = fed.config.model_copy(update={"threshold": value})
+    return fed
+
+
+@pytest.mark.usefixtures("small_splits")
+def test_given_subset_choice_when_evaluated_then_never_worse_than_a_subset_on_validation(
+    tables: list[TableSource],
+) -> None:
+    """Per observed pattern, the chosen subset's validation Brier score is the best candidate's
+    (no other subset is better); the plain option chooses nothing."""
+    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
+    assert fed.choice.candidates
+    for pattern, cands in fed.choice.candidates.items():
+        kept = fed.choice.kept(pattern)
+        value = next(c.value for c in cands if c.blocks == kept)
+        scored = [c.value for c in cands if c.value is not None and c.scored >= cands[0].scored]
+        assert value is not None and value <= min(scored)  # Brier: lower is better
+    plain = TrainConfig(**FAST, subset_choice="plain", threshold=0.5)
+    fed, _ = _trained(load_table_federation(tuple(tables)), plain)
+    assert not fed.choice.subsets and fed.choice.threshold is None and fed.threshold is None
+
+
+def test_given_a_regression_table_when_trained_by_default_then_it_stops_on_validation_rmse(
+    tmp_path: Path,
+) -> None:
+    paths = write_linear_tables(tmp_path, n=400, share=0.9)
+    sources = tuple(
+        TableSource(
+            path=p,
+            id_column="house_id",
+            label_column="price" if name == "owner" else None,
+            block=k,
+            num_blocks=2,
+            task="regression",
+        )
+        for k, (name, p) in enumerate(sorted(paths.items(), key=lambda kv: kv[0] != "owner"))
+    )
+    train = TrainConfig(epochs=30, lr=5e-3, early_stop_patience=AUTO_PATIENCE)  # a small table
+    fed, _ = _trained(load_table_federation(sources), train)
+    stop = fed.early_stop
+    assert stop is not None and stop.metric == "rmse" and stop.best_epoch >= 0
+    values = [v for _, v in stop.history if v is not None]
+    assert stop.best_value == min(values)
+    assert fed.choice.threshold is None  # no threshold for regression
+
+
+# ------------------------------------------------------------------------------ the pieces
+
+
+def test_given_a_histogram_when_choosing_the_threshold_then_the_best_f1_edge() -> None:
+    """Negatives around 0.2, positives around 0.4: a threshold between them has F1 1, where
+    0.5 predicts no positive at all."""
+    hist = np.zeros((2, AUC_BINS), dtype=np.int64)
+    hist[0, 150:250] = 3
+    hist[1, 350:450] = 1
+    threshold, f1, plain = choice.best_threshold(hist)
+    assert 0.25 <= threshold <= 0.35 and f1 == 1.0 and plain == 0.0
+
+
+def test_given_probabilities_when_scoring_brier_from_histograms_then_within_half_a_bin() -> None:
+    rng = np.random.default_rng(0)
+    p = rng.random(5000)
+    truth = (rng.random(5000) < p).astype(np.int64)
+    exact = float(np.mean((p - truth) ** 2))
+    got = brier_from_histogram(auc_histogram(truth, p))
+    assert got is not None and abs(got - exact) < 1.0 / AUC_BINS
+
+
+def test_given_a_threshold_when_combining_then_classes_follow_it_and_none_is_the_argmax() -> None:
+    probs = {0: np.array([[0.7, 0.3], [0.45, 0.55], [0.9, 0.1]], dtype=np.float32)}
+    gen = np.random.default_rng(0)
+    plain = combine("heads", (0,), probs, gen)
+    tuned = combine("heads", (0,), probs, gen, threshold=0.25)
+    assert plain is not None and tuned is not None
+    assert plain.predicted.tolist() == [0, 1, 0] and tuned.predicted.tolist() == [1, 1, 0]
+    assert tuned.scored["0"].tolist() == [1, 1, 0]
+    many = np.eye(3, dtype=np.float32)[[2, 0]]  # (2, 3): no threshold for three classes
+    assert decide(many, 0.25).tolist() == [2, 0]
+
+
+@pytest.mark.usefixtures("small_splits")
+def test_given_a_choice_when_the_coordinator_resumes_from_its_snapshot_then_it_serves_with_it(
+    tables: list[TableSource],
+) -> None:
+    """The choice is in the engine's snapshot (the coordinator's checkpoint): a restarted
+    coordinator predicts with the same threshold and subsets."""
+    fed, transport = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
+    assert fed.choice.threshold is not None
+    saved = json.loads(json.dumps(fed.snapshot()))
+    again = Federation(transport, fed.config, progress=False)
+    again.align()
+    again.restore(saved)
+    assert again.choice.to_json() == fed.choice.to_json()
+    assert again.threshold == fed.threshold
+    assert again.evaluate("test").to_json() == fed.evaluate("test").to_json()
+
+
+@pytest.mark.parametrize("bad", ["2", "0", "1", "high", -0.1])
+def test_given_a_threshold_outside_0_1_when_configured_then_a_one_line_error(bad: object) -> None:
+    with pytest.raises(ValueError, match="must be auto or a probability strictly between 0 and 1"):
+        TrainConfig(threshold=bad)
+    assert TrainConfig(threshold="0.3").threshold == 0.3

@@ -1,0 +1,186 @@
+"""What the validation split chooses after training: the subset of parties each observed set is
+predicted from, and a binary task's decision threshold (TrainConfig.subset_choice, .threshold).
+
+Both read only the validation samples that early stopping holds out of the train split
+(vfl_core.training.early_stop), through the same label-party scoring as every evaluation: the
+coordinator sees aggregates (confusion counts, histograms of probabilities, error sums), never a
+label, and never a test row.
+
+- **Subsets.** LASER-VFL gives a predictor for every subset of the blocks a sample has. For
+  each observed pattern P of the validation samples, each subset S of P (all of them up to
+  vfl_core.inference.subsets.MAX_ALL_SUBSETS parties, else the full set and each leave-one-out
+  set) is evaluated on the validation samples of P with only the parties of S called; P is
+  then predicted from the S with the best validation metric (the one early stopping watches:
+  vfl_core.training.early_stop.watched: accuracy, Brier score for binary tasks, RMSE).
+  The full set wins ties, so the choice differs from the paper's plain prediction only where a
+  subset is strictly better, and on validation the federation is never worse than any single
+  subset, the label party alone included. A subset that leaves some of P's samples unscored
+  (no head in it) is no candidate. A pattern with fewer than MIN_CHOICE_SAMPLES validation
+  samples keeps the full set.
+- **Threshold.** With the subsets chosen, the federation's positive-class probabilities of the
+  validation samples come back as histograms (vfl_core.inference.scoring.AUC_BINS bins); the
+  threshold is the bin edge with the best F1 of the federation's prediction ("auto"), and the
+  positive class is predicted where P(positive) >= threshold, by every head and the federation.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vfl_core.inference.metrics import FEDERATION, EvalReport, Pattern
+from vfl_core.inference.scoring import AUC_BINS
+from vfl_core.inference.subsets import observed_subsets
+from vfl_core.training.early_stop import LOWER_IS_BETTER, watched
+
+if TYPE_CHECKING:  # the engine imports this module
+    from vfl_core.training.engine import Federation
+
+log = logging.getLogger(__name__)
+
+# Fewer validation samples than this choose nothing: a pattern keeps the full set, a task the
+# threshold 0.5 (and a threshold also needs MIN_CLASS_SAMPLES of each class). On a split this
+# small the best of several candidates is mostly the luckiest (docs/tabular-defaults.md).
+MIN_CHOICE_SAMPLES = 50
+MIN_CLASS_SAMPLES = 10
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One subset of an observed pattern, as the validation samples scored it."""
+
+    blocks: Pattern
+    value: float | None  # the headline metric on the pattern's validation samples (None: unscored)
+    scored: int
+
+
+@dataclass
+class ValidationChoice:
+    """The subset of parties each observed set is predicted from, and the decision threshold."""
+
+    threshold: float | None = None  # binary: P(positive) threshold; None: the argmax (0.5)
+    subsets: dict[Pattern, Pattern] = field(default_factory=dict)  # observed set -> kept parties
+    candidates: dict[Pattern, list[Candidate]] = field(default_factory=dict)  # for the record
+    threshold_f1: tuple[float, float] | None = None  # validation F1 at 0.5 and at the threshold
+
+    def kept(self, available: Pattern) -> Pattern:
+        """The parties of an observed set that predict it (all of them where nothing was
+        chosen)."""
+        return self.subsets.get(available, available)
+
+    def to_json(self) -> dict[str, object]:
+        """What results.json and the coordinator's checkpoint hold."""
+        return {
+            "threshold": self.threshold,
+            "threshold_f1": None if self.threshold_f1 is None else list(self.threshold_f1),
+            "subsets": [
+                {"observed": list(p), "kept": list(s)} for p, s in sorted(self.subsets.items())
+            ],
+            "candidates": [
+                {
+                    "observed": list(p),
+                    "scores": [
+                        {"blocks": list(c.blocks), "value": c.value, "scored": c.scored}
+                        for c in cands
+                    ],
+                }
+                for p, cands in sorted(self.candidates.items())
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, saved: dict) -> ValidationChoice:
+        f1 = saved.get("threshold_f1")
+        return cls(
+            threshold=saved.get("threshold"),
+            subsets={tuple(s["observed"]): tuple(s["kept"]) for s in saved.get("subsets", [])},
+            candidates={
+                tuple(c["observed"]): [
+                    Candidate(tuple(x["blocks"]), x["value"], int(x["scored"])) for x in c["scores"]
+                ]
+                for c in saved.get("candidates", [])
+            },
+            threshold_f1=None if f1 is None else (float(f1[0]), float(f1[1])),
+        )
+
+
+def choose_subsets(
+    fed: Federation, validation: np.ndarray
+) -> tuple[dict[Pattern, Pattern], dict[Pattern, list[Candidate]]]:
+    """For each observed pattern of the validation samples (key indices of the train
+    alignment), the subset of its parties with the best headline metric on them."""
+    key = watched(fed.task, fed.num_classes)
+    lower = key in LOWER_IS_BETTER
+    al = fed.alignments["train"]
+    chosen: dict[Pattern, Pattern] = {}
+    record: dict[Pattern, list[Candidate]] = {}
+    for pattern, index in sorted(al.patterns().items()):
+        rows = np.intersect1d(index, validation)  # (n,) ascending
+        if len(pattern) < 2 or len(rows) < MIN_CHOICE_SAMPLES:
+            continue
+        everyone = set(fed.infos)
+        cands = []
+        for subset in observed_subsets(pattern):
+            served = everyone - (set(pattern) - set(subset))  # the pattern's others not called
+            report = fed.evaluate("train", blocks=served, index=rows)
+            value = getattr(report.overall(), key) if report.scored else None
+            cands.append(Candidate(subset, value, report.scored))
+        record[pattern] = cands
+        best = _best(cands, lower)
+        if best is not None and best.blocks != tuple(pattern):
+            chosen[pattern] = best.blocks
+            log.info(
+                "validation: observed set %s predicted from %s (%s %.4f, all of them %s)",
+                list(pattern),
+                list(best.blocks),
+                key,
+                best.value,
+                cands[0].value,
+            )
+    return chosen, record
+
+
+def _best(cands: list[Candidate], lower: bool) -> Candidate | None:
+    """The candidate with the best value among those that score as many samples as the full
+    set (the first, which wins ties: only a strictly better subset replaces it)."""
+    full = cands[0]
+    usable = [c for c in cands if c.value is not None and c.scored >= full.scored]
+    if not usable:
+        return None
+    sign = 1.0 if lower else -1.0
+    return min(usable, key=lambda c: sign * float(c.value))  # type: ignore[arg-type]
+
+
+def best_threshold(histogram: np.ndarray) -> tuple[float, float, float]:
+    """(threshold, F1 there, F1 at 0.5) from (2, AUC_BINS) counts of the federation's
+    positive-class probability (row 0 the negatives', row 1 the positives'). The positive class
+    is predicted from bin t on, P >= t / AUC_BINS; of equal F1 the edge nearest 0.5 wins."""
+    negatives, positives = histogram.astype(np.float64)
+    edges = np.arange(1, AUC_BINS)  # thresholds strictly inside (0, 1)
+    tp = np.cumsum(positives[::-1])[::-1][edges]  # positives at or above each edge
+    fp = np.cumsum(negatives[::-1])[::-1][edges]
+    fn = positives.sum() - tp
+    denom = 2 * tp + fp + fn
+    f1 = np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 0.0)
+    best = f1.max()
+    ties = edges[f1 == best]
+    edge = int(ties[np.argmin(np.abs(ties - AUC_BINS // 2))])
+    return edge / AUC_BINS, float(best), float(f1[AUC_BINS // 2 - 1])
+
+
+def choose_threshold(fed: Federation, validation: np.ndarray) -> tuple[float, float, float] | None:
+    """The threshold with the best F1 of the federation's prediction on the validation samples
+    (None when fewer than MIN_CHOICE_SAMPLES were scored, or MIN_CLASS_SAMPLES of a class)."""
+    report: EvalReport = fed.evaluate("train", index=validation, federation_scores=True)
+    stats = report.by_pattern.values()
+    pooled = [s.histograms[FEDERATION] for s in stats if FEDERATION in s.histograms]
+    if not pooled:
+        return None
+    histogram = np.sum(pooled, axis=0)  # (2, AUC_BINS)
+    negatives, positives = histogram.sum(axis=1)
+    if negatives + positives < MIN_CHOICE_SAMPLES or min(negatives, positives) < MIN_CLASS_SAMPLES:
+        return None
+    return best_threshold(histogram)
