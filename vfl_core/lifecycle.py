@@ -98,10 +98,7 @@ class RunResults:
         """results.json: the same keys for both, the coordinator's with the run's status,
         pauses, restarts and injected faults, a simulation's with every test variant."""
         first = self.first
-        test = None
-        if first in self.reports:  # live_blocks: the parties that answered every test batch
-            report = self.reports[first]
-            test = {**report.to_json(), "live_blocks": report.live_blocks()}
+        test = self.reports[first].to_json() if first in self.reports else None
         common = {
             "task": self.task,
             "config": json.loads(self.config.model_dump_json()),

@@ -186,6 +186,8 @@ class EvalReport:
             "unscored": self.unscored,
             "rows": [row.to_json() for row in self.rows()],
         }
+        if self.answers:  # the parties that answered every batch holding their samples
+            out["live_blocks"] = self.live_blocks()
         if self.chosen_out:
             out["chosen_out"] = sorted(self.chosen_out)
         return out
