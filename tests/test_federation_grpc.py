@@ -195,7 +195,7 @@ def _check_cli_predict_and_evaluate(
     with out.open() as f:
         rows = list(csv.DictReader(f))
     assert {r["id"] for r in rows} == set(ids)  # raw IDs back, though only hashes crossed
-    assert all(str(dead) not in r["observed_blocks"].split() for r in rows)
+    assert all(str(dead) not in r["observed_blocks"].split("+") for r in rows)
     assert all(int(r["predicted_class"]) >= 0 for r in rows)
     result = runner.invoke(app, ["evaluate", "--coordinator", coord.address, "--insecure"])
     assert result.exit_code == 0, result.output

@@ -41,8 +41,8 @@ def test_given_heads_seen_out_of_order_when_written_then_party_columns_in_block_
     tmp_path: Path,
 ) -> None:
     rows = [
-        {"id": "a", "observed_blocks": "0 2", "predicted_class": 1, "party0": 1, "party2": 1},
-        {"id": "b", "observed_blocks": "1 3", "predicted_class": 0, "party3": 0, "party1": 0},
+        {"id": "a", "observed_blocks": "0+2", "predicted_class": 1, "party0": 1, "party2": 1},
+        {"id": "b", "observed_blocks": "1+3", "predicted_class": 0, "party3": 0, "party1": 0},
     ]
     _write_csv(tmp_path / "p.csv", rows)
     with (tmp_path / "p.csv").open() as f:

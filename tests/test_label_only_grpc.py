@@ -120,7 +120,7 @@ def test_given_customers_only_others_hold_when_predicting_over_grpc_then_each_ge
     }
     for sample, blocks in wanted.items():
         row = run["predicted"][sample]
-        assert set(map(int, row["observed_blocks"].split())) == blocks, sample
+        assert set(map(int, row["observed_blocks"].split("+"))) == blocks, sample
         assert int(row["predicted_class"]) in (0, 1), sample  # before: -1, no head observed it
 
 

@@ -120,7 +120,7 @@ def test_given_csv_parties_with_partial_overlap_when_predicting_then_partial_ids
 ) -> None:
     for sample, (pattern, row) in run["predicted"].items():
         assert row, f"no prediction for {sample}"
-        assert set(map(int, row["observed_blocks"].split())) == pattern, sample
+        assert set(map(int, row["observed_blocks"].split("+"))) == pattern, sample
         assert int(row["predicted_class"]) in (0, 1)
         assert row["predicted_label"] == LABELS[int(row["predicted_class"])]
         assert 0.5 <= float(row["confidence"]) <= 1.0

@@ -144,7 +144,7 @@ def test_given_houses_held_by_some_parties_when_predicting_then_values_for_each(
     assert patterns == {frozenset({0}), frozenset({0, 1})}  # only some parties hold some
     errors, baseline = [], []
     for house, row in predicted.items():
-        assert set(map(int, row["observed_blocks"].split())) == holders[house], house
+        assert set(map(int, row["observed_blocks"].split("+"))) == holders[house], house
         value = float(row["predicted_value"])
         assert float(row["party0"]) == pytest.approx(value, rel=1e-4)  # the one label head
         assert "predicted_class" not in row

@@ -118,7 +118,7 @@ def predict(
     rows = [
         {
             "id": _sample_id(p, by_hash, own),
-            "observed_blocks": " ".join(map(str, p.observed)),
+            "observed_blocks": "+".join(map(str, p.observed)),  # as --parties writes blocks
             "party_rows": " ".join(f"{b}:{r}" for b, r in p.rows.items()),
             **_prediction_columns(p),
             **({"predicted_label": _label(classes, p.predicted_class)} if classes else {}),
