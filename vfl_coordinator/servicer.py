@@ -114,10 +114,11 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                 fed = self.state.ready_federation()
                 fed.align_again_if_due("serving")  # a party back on other rows, or late
                 _check_split_known(fed, split)
-                report = evaluate_waiting(fed, split, self._wait_s(context), "the evaluation")
+                wait_s = self._wait_s(context)
+                report = evaluate_waiting(fed, split, wait_s, "the evaluation")
                 if self.state.record is not None:
                     self.state.record.evaluated(fed, split, report)
-                _refuse_partial(fed, report, self._wait_s(context))
+                _refuse_partial(fed, report, wait_s)
             seconds = time.perf_counter() - start
             # live: answered every batch that held its samples, not merely up at the end
             return convert.eval_report_to_proto(
