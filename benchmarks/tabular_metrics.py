@@ -72,7 +72,16 @@ def _classification(y: np.ndarray, proba: np.ndarray) -> Scores:
         "accuracy": float(np.mean(chosen == y)),
         "f1": f1_from_confusion(confusion),
         "auc": auc,
-        "brier": float(np.mean(np.sum((proba - onehot) ** 2, axis=1))),
+        "brier": _brier(proba, onehot),
         "positive_rate": float(np.mean(chosen == 1)) if classes == 2 else None,
         "true_positive_rate": float(np.mean(y == 1)) if classes == 2 else None,
     }
+
+
+def _brier(proba: np.ndarray, onehot: np.ndarray) -> float:
+    """Binary: the mean squared error of the positive-class probability (scikit-learn's
+    brier_score_loss, and the federation's own `brier`, so the rows compare); more classes: the
+    squared error summed over the classes (Brier's definition; the federation reports none)."""
+    if proba.shape[1] == 2:
+        return float(np.mean((proba[:, 1] - onehot[:, 1]) ** 2))
+    return float(np.mean(np.sum((proba - onehot) ** 2, axis=1)))

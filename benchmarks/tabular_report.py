@@ -71,10 +71,11 @@ def render(job: TabularJob) -> str:
         "Cells: mean +- sd over the seeds; `s` is the time to the model (fit; the federation's "
         "includes reading the CSVs and the test evaluation, gRPC's the processes' start). "
         "Per observed set: the parties holding the test row ('label_alone' is scored on all "
-        "rows only). '-': not reported by that row (the federation reports no Brier score and "
-        "no multi-class AUC). Brier: the mean over rows of the squared error summed over the "
-        "classes (Brier's own definition; with two classes twice scikit-learn's "
-        "brier_score_loss). Details: docs/benchmarks-tabular.md.",
+        "rows only). '-': not reported by that row (the federation reports no multi-class "
+        "Brier score or AUC). Brier: binary, the mean squared error of the positive-class "
+        "probability (scikit-learn's brier_score_loss, as the federation reports it); more "
+        "classes, the squared error summed over the classes. Details: "
+        "docs/benchmarks-tabular.md.",
         "",
     ]
     collected = collect(found)
