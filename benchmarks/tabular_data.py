@@ -1,5 +1,5 @@
 """One table and seed of `vfl bench tabular` made ready for every row: the party CSV files, the
-parties as the project reads them (`vfl_core.data.tabular`, the path `vfl simulate --csv` takes),
+parties as the project reads them (`vfl_core.data.tabular`, as `vfl simulate --data` reads tables),
 and the same rows joined back into one table for the centralised baselines.
 
 The split is the federation's own: training rows are party 0's training IDs (it holds the

@@ -1,7 +1,7 @@
 """The federation's rows of `vfl bench tabular`, each run the way a user runs it, with defaults
 (the seed aside, and --epochs in the quick mode):
 
-- `federation`: `vfl simulate --csv party0.csv --csv party1.csv --csv party2.csv --id-column id
+- `federation`: `vfl simulate --data party0.csv --data party1.csv --data party2.csv --id-column id
   --label-column label` (in process);
 - `label_alone`: the same command with party 0's CSV only (the federation with K = 1);
 - `federation_grpc`: one `vfl-coordinator` and a `vfl-client --data partyK.csv` per party on
@@ -35,7 +35,7 @@ def simulate_args(prep: Prepared, paths: list[Path], out: Path, epochs: int | No
     """What a user types to simulate these party tables (the seed fixed, defaults otherwise)."""
     args = ["simulate"]
     for path in paths:
-        args += ["--csv", str(path)]
+        args += ["--data", str(path)]
     args += ["--id-column", ID_COLUMN, "--label-column", LABEL_COLUMN]
     if prep.task == REGRESSION:
         args += ["--task", REGRESSION]
@@ -132,7 +132,7 @@ def _client_args(prep: Prepared) -> Callable[[int, int], list[str]]:
             ID_COLUMN,
             "--block",
             str(k),
-            "--num-blocks",
+            "--clients",
             str(len(prep.split.paths)),
         ]
         if k == LABEL_BLOCK:

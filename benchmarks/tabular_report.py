@@ -55,7 +55,7 @@ def render(job: TabularJob) -> str:
         "",
         *_provenance(job, found),
         "",
-        "K = 3 parties per table, one CSV each with an `id` column, read by `vfl simulate --csv` "
+        "K = 3 parties per table, one CSV each with an `id` column, read by `vfl simulate --data` "
         "(labels at party 0 only; parties 0, 1, 2 each miss a random 10%, 30%, 30% of the rows, "
         "drawn per seed; a row party 0 misses has no label anywhere; test rows: the project's "
         "ID-hash split, 20%). Rows: `linear` (logistic / ridge on the joined columns, missing "

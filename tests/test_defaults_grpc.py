@@ -44,7 +44,7 @@ def _sources(paths: dict[str, Path]) -> tuple[TableSource, ...]:
 
 
 def _client_args(path: Path) -> list[str]:
-    args = ["--id-column", ID_COLUMN, "--block", str(BLOCKS[path.stem]), "--num-blocks", "3"]
+    args = ["--id-column", ID_COLUMN, "--block", str(BLOCKS[path.stem]), "--clients", "3"]
     return args + (["--label-column", LABEL_COLUMN] if path.stem == "bank" else [])
 
 

@@ -32,7 +32,7 @@ def _lower_ids(path: Path) -> None:
 
 def _args(path: Path, blocks: int = 3) -> list[str]:
     args = ["--id-column", ID_COLUMN, "--block", str(BLOCKS[path.stem])]
-    args += ["--num-blocks", str(blocks)]
+    args += ["--clients", str(blocks)]
     if path.stem == "bank":
         args += ["--label-column", LABEL_COLUMN]
     else:
