@@ -50,20 +50,15 @@ def check_name(name: str) -> str:
 
 def parse_pins(text: str) -> dict[str, list[int] | None]:
     """`party0,party1,party2:5+6` -> {party0: None, party1: None, party2: [5, 6]}: the blocks a
-    party names, or None for the default (its place in the list; see `_write_pins`)."""
-    pins: dict[str, list[int] | None] = {}
-    items = [n.strip() for n in text.split(",") if n.strip()]
-    for item in items:
-        name, _, blocks = item.partition(":")
-        try:
-            pins[name] = [int(b) for b in blocks.split("+")] if blocks else None
-        except ValueError:
-            raise ConfigError(
-                f"--parties: {item!r}: blocks must be integers like 0 or 1+2"
-            ) from None
-        if any(b < 0 for b in pins[name] or ()):
-            raise ConfigError(f"--parties: {item!r}: a block is a non-negative integer")
-    parse_names(",".join(name for name, _, _ in (i.partition(":") for i in items)) or text)
+    party names, or None for the default (its place in the list; see `_write_pins`). The same
+    syntax as the coordinator's --parties, and names `vfl certs` accepts."""
+    from vfl_coordinator.admission import parse_parties
+
+    pins = parse_parties(text)
+    for name, blocks in pins.items():
+        if any(b < 0 for b in blocks or ()):
+            raise ConfigError(f"--parties: {name!r}: a block is a non-negative integer")
+    parse_names(",".join(pins))
     return pins
 
 
