@@ -195,9 +195,10 @@ def test_given_the_table_benchmark_when_run_small_then_it_measures_this_checkout
     from benchmarks import table_read
 
     out = tmp_path / "table_read.md"
-    table_read.main(["--rows", "2000", "--runs", "1", "--out", str(out)])
+    table_read.main(["--rows", "5000", "--runs", "1", "--out", str(out)])
     rows = [line for line in out.read_text().splitlines() if line.startswith("| ")]
     assert rows[2].startswith("| pyarrow.csv.read_csv (plain read) | ")
     assert "read + fit + transform" in rows[3]
     seconds = [float(row.split("|")[2]) for row in rows[2:]]
-    assert all(s > 0 for s in seconds)
+    # printed to 0.01 s: pyarrow's plain read of 5,000 rows may print 0.00 (it did once in CI)
+    assert all(s >= 0 for s in seconds) and seconds[1] > 0
