@@ -21,6 +21,17 @@ from typing import Any
 from benchmarks.setups import PAPER_PLAIN
 
 BIN = Path(sys.executable).parent
+# The console scripts' modules, for an interpreter without them installed (a checkout run from
+# PYTHONPATH, as scripts/gpu-check.sh does on a device machine).
+_MODULES = {"vfl-coordinator": "vfl_cli.coordinator_cmd", "vfl-client": "vfl_cli.client_cmd"}
+
+
+def command(script: str) -> list[str]:
+    """argv that starts one of our console scripts with this interpreter's environment."""
+    path = BIN / script
+    return [str(path)] if path.exists() else [sys.executable, "-m", _MODULES[script]]
+
+
 SECRET = "vfl-bench-secret"
 # Plaintext on loopback, and the keyed-hash alignment the in-process simulation uses (so both
 # transports train on the same batches); TLS and PSI costs are not part of these numbers.
@@ -50,14 +61,14 @@ def federation(
     out, port_file = workdir / "coordinator-out", workdir / "coordinator.port"
     procs: list[subprocess.Popen] = []
     try:
-        argv = [str(BIN / "vfl-coordinator"), "--clients", str(len(party_dirs))]
+        argv = [*command("vfl-coordinator"), "--clients", str(len(party_dirs))]
         argv += ["--listen", "127.0.0.1:0", "--port-file", str(port_file), "--out", str(out)]
         argv += ["--no-progress", "--log-level", "warning", "--insecure", "--alignment", "hmac"]
         argv += list(coordinator_args)
         procs.append(_spawn(argv, workdir / "coordinator.log", pids))
         port = _wait_port(port_file, procs[0], workdir)
         for k, data in enumerate(party_dirs):
-            argv = [str(BIN / "vfl-client"), "--data", str(data)]
+            argv = [*command("vfl-client"), "--data", str(data)]
             argv += network(k, port)
             argv += ["--secret", SECRET, "--threads", "1", "--log-level", "warning", "--insecure"]
             argv += ["--alignment", "hmac"]

@@ -323,10 +323,11 @@ def write_report(record: dict[str, Any], results: Path) -> tuple[Path, str]:
         f"- Finished: {record['finished']} ({record['seconds'] / 60:.1f} min)",
         f"- Machine: {m.get('cores')}-core CPU, {'a GPU' if m.get('gpu') else 'no GPU'}, "
         f"torch {m.get('torch')}, code {record.get('code', '?')}. The gRPC federation's 5 "
-        "processes share the 2 cores, so its 4 parties compute in parallel where the in-process "
-        "federation runs them one after the other on one thread: that is why gRPC can be faster "
-        "for the compute-bound CNN. Each client's compute thread runs on one torch thread "
-        "since 6ae6ce6 (before it, MKL there used every core). The machine's other load was "
+        f"processes share the {m.get('cores')} cores, so its 4 parties compute in parallel "
+        "where the in-process federation runs them one after the other on one thread: that is "
+        "why gRPC can be faster for the compute-bound CNN. Each client's compute thread runs "
+        "on one torch thread since 6ae6ce6 (before it, MKL there used every core). The "
+        "machine's other load was "
         "not controlled (1-minute load average "
         + " before, ".join(f"{x:.1f}" for x in record.get("load_average", []))
         + " after), so single epochs vary; the table lists every measured epoch.",

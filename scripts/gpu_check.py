@@ -3,7 +3,7 @@
 1. A real federation of a coordinator and four `vfl-client --device DEVICE` processes over gRPC
    on localhost (the embedded digits, 4 quadrants), for each device asked (cpu, cuda): the
    seconds per training epoch (results.json) and the test accuracy.
-2. Serving latency on that federation: `vfl evaluate` (the whole test split, answered by the
+2. Serving latency on that federation: Evaluate and Predict of the whole test split (answered by the
    four parties on their device) called repeatedly while the coordinator serves: median and p95.
 3. `vfl bench throughput`: samples/s in process against over gRPC on the machine's cores (it
    needs the MNIST IDX files; skipped with a line when they are not there).
@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from vfl_cli.coordinator_client import CoordinatorClient
 
 # Started as modules of this interpreter, so the check runs from a checkout on PYTHONPATH as well
 # as from the venv (a device machine has its own Python and no network to install into a venv).
@@ -73,15 +75,21 @@ def federation(work: Path, data: Path, device: str, epochs: int, calls: int) -> 
         procs.append(subprocess.Popen(client, stdout=log, stderr=subprocess.STDOUT))
     try:
         results = _wait_results(out / "results.json", procs[0], timeout=120 + 60 * epochs)
-        evaluate = [*VFL, "evaluate", "--coordinator", f"127.0.0.1:{port}"]
-        evaluate += ["--insecure"]
-        seconds = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            done = run(evaluate, 120)
-            if done.returncode != 0:
-                raise RuntimeError(f"vfl evaluate failed on {device}: {done.stderr.strip()}")
-            seconds.append(time.perf_counter() - start)
+        evaluate = [*VFL, "evaluate", "--coordinator", f"127.0.0.1:{port}", "--insecure"]
+        done = run(evaluate, 120)  # once through the CLI: the command a user runs works
+        if done.returncode != 0:
+            raise RuntimeError(f"vfl evaluate failed on {device}: {done.stderr.strip()}")
+        # Then the serving round trip alone (no process start): the coordinator's Evaluate and
+        # Predict of the whole test split, answered by the four parties on `device`.
+        seconds, predict_s = [], []
+        with CoordinatorClient(f"127.0.0.1:{port}", timeout=120) as client:
+            for _ in range(calls):
+                start = time.perf_counter()
+                client.evaluate("test")
+                seconds.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                client.predict("test", None)
+                predict_s.append(time.perf_counter() - start)
         epochs_s = [float(e["seconds"]) for e in results["epochs"]]
         overall = next(r for r in results["test"]["rows"] if r["observed"] == "all")
         return {
@@ -90,6 +98,7 @@ def federation(work: Path, data: Path, device: str, epochs: int, calls: int) -> 
             "accuracy": overall.get("accuracy"),
             "evaluate_p50_s": statistics.median(seconds),
             "evaluate_p95_s": sorted(seconds)[math.ceil(0.95 * len(seconds)) - 1],  # nearest rank
+            "predict_p50_s": statistics.median(predict_s),
             "test_samples": overall["samples"],
         }
     finally:
@@ -164,17 +173,19 @@ def main() -> None:
         "",
         f"## A federation of a coordinator and {CLIENTS} clients over gRPC (digits, 4 quadrants)",
         "",
-        f"{args.epochs} epochs; `vfl evaluate` of the whole test split called {args.calls} times "
-        "while the coordinator serves (wall time of the command, process start included).",
+        f"{args.epochs} epochs; then, while the coordinator serves, the whole test split "
+        f"evaluated and predicted {args.calls} times each through the coordinator's Evaluate and "
+        "Predict RPCs (round trip from a Python client, no process start).",
         "",
-        "| client device | s/epoch (median) | test accuracy | evaluate p50 s | evaluate p95 s |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| client device | s/epoch (median) | test accuracy | test rows | evaluate p50 s | "
+        "evaluate p95 s | predict p50 s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         accuracy = f"{100 * r['accuracy']:.2f}%" if isinstance(r["accuracy"], float) else "-"
         lines.append(
-            f"| {r['device']} | {r['epoch_s']:.3f} | {accuracy} | {r['evaluate_p50_s']:.3f} | "
-            f"{r['evaluate_p95_s']:.3f} |"
+            f"| {r['device']} | {r['epoch_s']:.3f} | {accuracy} | {r['test_samples']} | "
+            f"{r['evaluate_p50_s']:.3f} | {r['evaluate_p95_s']:.3f} | {r['predict_p50_s']:.3f} |"
         )
     lines += ["", "## In process against gRPC (`vfl bench throughput`)", "", bench, ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
