@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,8 +19,9 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.serving_record import ServingRecord
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.inference.metrics import EvalReport
-from vfl_core.lifecycle import EVALUATE_AGAIN_S, evaluate_waiting, heads_left, no_head_answered
-from vfl_core.protocol import PartyInfo, Registration, SamplePrediction
+from vfl_core.lifecycle import evaluate_waiting, heads_left, no_head_answered
+from vfl_core.protocol import PartyInfo, Registration
+from vfl_core.serving import predict_waiting, refuse_unanswered
 from vfl_core.training.engine import Federation
 from vfl_wire import convert
 from vfl_wire.security import current_peer
@@ -142,25 +143,10 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
                     None if request.all_rows else _key_index(fed, split, list(request.id_hashes))
                 )
                 wait_s = self._wait_s(context)
-                give_up = time.monotonic() + wait_s
-                samples, live = _with_rows(fed, split, index)
-                while _no_head(samples) and time.monotonic() < give_up:
-                    log.warning(
-                        "predict: no label party answered; trying again in %.0fs, for at most "
-                        "%.0fs more",
-                        EVALUATE_AGAIN_S,
-                        give_up - time.monotonic(),
-                    )
-                    time.sleep(EVALUATE_AGAIN_S)
-                    fed.align_again_if_due("predicting again")
-                    samples, live = _with_rows(fed, split, index)
+                samples, live = predict_waiting(fed, split, index, wait_s)
                 if self.state.record is not None:
                     self.state.record.predicted(fed, split, len(samples), live)
-                if _no_head(samples):
-                    raise ConfigError(
-                        f"no label party answered within {wait_s:.0f}s: nothing to predict "
-                        f"({len(samples)} samples unpredicted)"
-                    )
+                refuse_unanswered(samples, wait_s)
             return vfl_pb2.FederatedPredictReply(
                 rows=[convert.prediction_to_proto(p) for p in samples]
             )
@@ -183,11 +169,6 @@ def _refuse_partial(fed: Federation, report: EvalReport, wait_s: float) -> None:
         )
 
 
-def _no_head(samples: list[SamplePrediction]) -> bool:
-    """A prediction that no label party answered (every sample without a prediction)."""
-    return bool(samples) and all(not s.party_probs for s in samples)
-
-
 def _check_trained(state: CoordinatorState, info: PartyInfo, last_round: int | None) -> None:
     """Once training has ended, a party process with initial weights (restarted without the
     checkpoints it trained with) would answer predictions at random: refuse it, so it stops
@@ -199,23 +180,6 @@ def _check_trained(state: CoordinatorState, info: PartyInfo, last_round: int | N
             f"{info.block}) holds initial weights: it restored no checkpoint of this run, so its "
             "predictions would be random. Restart it with the --checkpoint-dir it trained with"
         )
-
-
-def _with_rows(
-    fed: Federation, split: str, index: np.ndarray | None
-) -> tuple[list[SamplePrediction], list[int]]:
-    """The predictions of `split` (or of its samples `index`), each with its row in every party
-    that holds it (the only handle on a sample that a party can map to its ID after PSI), and
-    the blocks that answered every batch holding their samples."""
-    al = fed.alignments[split]
-    out = []
-    answers = EvalReport()  # counts who answered, as an evaluation does
-    for batch in fed.predict_batches(split, index):
-        answers.count_answers(batch.pattern, batch.present)
-        for i, p in zip(batch.index, batch.samples(al.keys), strict=True):
-            rows = {b: int(r[i]) for b, r in sorted(al.rows.items()) if r[i] >= 0}
-            out.append(replace(p, rows=rows))
-    return out, answers.live_blocks()
 
 
 def _check_split_known(fed: Federation, split: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from vfl_core.errors import VflError
 from vfl_core.inference.metrics import EvalReport
+from vfl_core.lifecycle import missing_blocks
 from vfl_core.persistence.files import write_text_atomically
 from vfl_core.training.engine import Federation
 
@@ -60,7 +61,9 @@ class ServingRecord:
                 "samples": report.scored,
                 "unscored": report.unscored,
                 "live_blocks": report.live_blocks(),
-                "missing": _missing(fed, split, report.live_blocks()),
+                "missing": missing_blocks(
+                    fed, split, report.live_blocks(), report.chosen_out - set(report.answers)
+                ),
             },
         )
 
@@ -73,7 +76,7 @@ class ServingRecord:
                 "split": split,
                 "samples": samples,
                 "live_blocks": live,
-                "missing": _missing(fed, split, live),
+                "missing": missing_blocks(fed, split, live),
             },
         )
 
@@ -108,9 +111,3 @@ class ServingRecord:
             write_text_atomically(self.path, json.dumps(self.results, indent=2, default=str))
         except VflError as err:  # a full disk (DataError) must not stop the serving
             log.warning("could not update %s: %s", self.path, err)
-
-
-def _missing(fed: Federation, split: str, live: list[int]) -> list[int]:
-    """Registered blocks that hold samples of `split` but did not answer throughout."""
-    held = [b for b, info in sorted(fed.infos.items()) if info.samples.get(split, 0) > 0]
-    return [b for b in held if b not in live]

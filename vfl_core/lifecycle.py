@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, TypedDict, Unpack
@@ -373,15 +373,21 @@ def no_head_answered(fed: Federation, report: EvalReport) -> bool:
     return not report.scored and not _heads_answered(fed, report)
 
 
+def missing_blocks(
+    fed: Federation, split: str, live: Sequence[int], never_called: Set[int] = frozenset()
+) -> list[int]:
+    """Registered blocks that hold samples of `split` (aligned or not: one that did not answer
+    the last alignment counts) but did not answer throughout; a block the validation choice left
+    out of every batch (`never_called`) is not missing."""
+    held = sorted(b for b, info in fed.infos.items() if info.samples.get(split, 0) > 0)
+    return [b for b in held if b not in set(live) and b not in never_called]
+
+
 def _say_who_was_missing(fed: Federation, report: EvalReport) -> None:
     """A test table scored without some parties (down as training ended) is that of the parties
-    that answered: said, so that nobody reads it as the whole federation's. Registered ones that
-    hold test samples count, aligned or not (one that did not answer the last alignment)."""
-    held = sorted(b for b, info in fed.infos.items() if info.samples.get("test", 0) > 0)
-    live = set(report.live_blocks())
-    # a block the validation choice left out of every batch was never called: not missing
-    never_called = report.chosen_out - set(report.answers)
-    missing = [b for b in held if b not in live and b not in never_called]
+    that answered: said, so that nobody reads it as the whole federation's."""
+    live = report.live_blocks()
+    missing = missing_blocks(fed, "test", live, report.chosen_out - set(report.answers))
     if missing and report.scored:
         log.warning(
             "the test evaluation ran without block(s) %s (down, or not answering every batch): "
