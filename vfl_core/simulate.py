@@ -23,6 +23,7 @@ from vfl_core.errors import DataError
 from vfl_core.inference.metrics import EvalReport
 from vfl_core.inference.subsets import SubsetResult
 from vfl_core.lifecycle import Variant, run_federation, variants_json
+from vfl_core.protocol import Transport
 from vfl_core.training.alignment import DEMO_SECRET
 from vfl_core.training.engine import Callbacks, EpochSummary, RoundRecord
 from vfl_core.training.faults import FaultConfig, check_faults
@@ -109,17 +110,20 @@ def run_simulation(
     subsets: bool = False,
     eval_every: int = 0,
     on_round: Callable[[RoundRecord], None] | None = None,
+    wrap: Callable[[Transport], Transport] | None = None,
 ) -> SimulationResult:
     """Train, then evaluate each test p_miss (and with `subsets`, every observed set of parties
     too). With `run_dir`, write what the coordinator writes: config.json, epochs.jsonl (a test
     evaluation every `eval_every` epochs) and results.json, which `vfl report` reads. `on_round`
-    sees every round (e.g. to compare with a coordinator's rounds.jsonl)."""
+    sees every round (e.g. to compare with a coordinator's rounds.jsonl). `wrap` wraps the
+    in-process transport (vfl bench privacy records there what a coordinator relays)."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vfl-sim-") as tmp:
         variants = party_data(config, Path(tmp))
         parties = _parties(config, next(iter(variants.values())))
+        transport: Transport = InProcessTransport(parties)
         results = run_federation(
-            InProcessTransport(parties),
+            transport if wrap is None else wrap(transport),
             config.train,
             config=config,
             kind="simulate",

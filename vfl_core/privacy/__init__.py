@@ -1,0 +1,1 @@
+"""Label-leak defences (opt-in) and their privacy accounting."""
