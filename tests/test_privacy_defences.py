@@ -96,3 +96,38 @@ def test_given_epsilon_when_randomized_response_then_keep_rate_is_exp_eps_over_s
     kept = (out[100:] == labels[100:]).mean()
     assert kept == pytest.approx(math.e / (math.e + 2), abs=0.01)
     assert set(np.unique(out[100:])) == {0, 1, 2}
+
+
+def test_given_a_seed_when_two_guards_of_one_party_then_they_draw_the_same_noise():
+    from vfl_core.privacy.config import PrivacyConfig
+    from vfl_core.privacy.guards import PartyGuard
+
+    config = PrivacyConfig(gradient_defence="max_norm", embedding_clip=1.0, embedding_noise=1.0)
+    grads, labels = _leaky_batch(64)
+    a, b = PartyGuard(config, seed=3, block=0), PartyGuard(config, seed=3, block=0)
+    assert torch.equal(a.gradient(grads, labels), b.gradient(grads, labels))
+    assert torch.equal(a.embedding(grads), b.embedding(grads))
+    other = PartyGuard(config, seed=3, block=1)
+    assert not torch.equal(a.embedding(grads), other.embedding(grads))
+    assert a.record(sample_rate=0.01)["embedding_releases"] == 2
+    assert a.epsilon(sample_rate=0.01) > 0
+
+
+def test_given_defaults_when_guard_then_every_tensor_leaves_unchanged():
+    from vfl_core.privacy.config import PrivacyConfig
+    from vfl_core.privacy.guards import PartyGuard
+
+    guard = PartyGuard(PrivacyConfig(), seed=0, block=0)
+    grads, labels = _leaky_batch(64)
+    assert guard.gradient(grads, labels) is grads
+    assert guard.embedding(grads) is grads
+    y = np.array([0, 1, 1])
+    assert guard.labels(y, 2) is y
+    assert guard.epsilon(0.1) is None and not PrivacyConfig().active
+
+
+def test_given_noise_without_clip_when_config_then_refused_naming_the_setting():
+    from vfl_core.privacy.config import PrivacyConfig
+
+    with pytest.raises(ValueError, match="embedding_noise needs embedding_clip"):
+        PrivacyConfig(embedding_noise=1.0)

@@ -40,6 +40,10 @@ class Stream(IntEnum):
         25  # the experts a training step leaves out of its posterior (vfl_core.methods.dlvm.roles)
     )
     VALIDATION = 24  # training samples held out for early stopping (vfl_core.training.early_stop)
+    # the label-leak defences of a party (vfl_core.privacy.guards)
+    PRIVACY_GRADIENT = 50  # noise on the gradients a label party sends
+    PRIVACY_EMBEDDING = 51  # noise on the training embeddings a party sends
+    PRIVACY_LABELS = 52  # randomised response on a label party's training labels
 
 
 def derive_seed(seed: int, stream: Stream, *parts: int) -> int:

@@ -1,0 +1,47 @@
+"""What a party does to protect its labels and features before tensors leave it (issue 32).
+
+Every defence is off by default (the paper's protocol); each is a setting of the party that
+applies it, written in the run record with what it cost (benchmarks/results/privacy.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+GradientDefence = Literal["none", "max_norm", "direction"]
+
+
+class PrivacyConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # At the label party, on the gradients it sends for other parties' embeddings:
+    # max_norm (Li et al. 2022, Sec. 5) or direction (Marvell-style noise along the difference
+    # of the class means, `direction_power` times its squared length).
+    gradient_defence: GradientDefence = "none"
+    direction_power: float = Field(1.0, gt=0)
+    # At every party, on the embeddings it sends in training: each row clipped to L2 norm
+    # `embedding_clip`, plus Gaussian noise of std `embedding_noise` * clip (DP-SGD's Gaussian
+    # mechanism on the released embedding; epsilon reported at `delta`).
+    embedding_clip: float | None = Field(None, gt=0)
+    embedding_noise: float = Field(0.0, ge=0)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    # At the label party, once before training: k-ary randomised response on the training labels
+    # (epsilon-label-DP); None = the true labels.
+    label_epsilon: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _noise_needs_clip(self) -> PrivacyConfig:
+        if self.embedding_noise > 0 and self.embedding_clip is None:
+            raise ValueError(
+                "embedding_noise needs embedding_clip: the noise is scaled to the clip norm"
+            )
+        return self
+
+    @property
+    def active(self) -> bool:
+        return (
+            self.gradient_defence != "none"
+            or self.embedding_clip is not None
+            or self.label_epsilon is not None
+        )

@@ -1,0 +1,72 @@
+"""The defences of a PrivacyConfig as one party applies them, each with its own random stream
+(seeded from the run's seed and the party's block, so both transports draw the same noise)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vfl_core.privacy.config import PrivacyConfig
+from vfl_core.privacy.defences import (
+    clip_and_noise,
+    direction_noise,
+    epsilon,
+    max_norm,
+    randomized_response,
+)
+from vfl_core.seeding import Stream, derive_seed, rng
+
+
+class PartyGuard:
+    """One party's defences: its outgoing gradients (label party), its outgoing training
+    embeddings (every party) and its training labels (label party, once)."""
+
+    def __init__(self, config: PrivacyConfig, seed: int, block: int) -> None:
+        self.config = config
+        self._grad_gen = _generator(seed, Stream.PRIVACY_GRADIENT, block)
+        self._emb_gen = _generator(seed, Stream.PRIVACY_EMBEDDING, block)
+        self._label_rng = rng(seed, Stream.PRIVACY_LABELS, block)
+        self.releases = 0  # training embedding batches sent, for the accountant
+
+    def gradient(self, grad: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The gradient for another party's embedding, as it may leave this party."""
+        kind = self.config.gradient_defence
+        if kind == "max_norm":
+            return max_norm(grad, self._grad_gen)
+        if kind == "direction":
+            return direction_noise(grad, labels, self.config.direction_power, self._grad_gen)
+        return grad
+
+    def embedding(self, embedding: torch.Tensor) -> torch.Tensor:
+        """A training embedding batch, as it may leave this party (counted for epsilon)."""
+        clip = self.config.embedding_clip
+        if clip is None:
+            return embedding
+        self.releases += 1
+        return clip_and_noise(embedding, clip, self.config.embedding_noise, self._emb_gen)
+
+    def labels(self, labels: np.ndarray, num_classes: int) -> np.ndarray:
+        """The training labels this party trains with (randomised response, or as they are)."""
+        eps = self.config.label_epsilon
+        if eps is None:
+            return labels
+        return randomized_response(labels, eps, num_classes, self._label_rng)
+
+    def epsilon(self, sample_rate: float) -> float | None:
+        """The embeddings' (epsilon, delta) so far; None when they are not noised."""
+        if self.config.embedding_clip is None:
+            return None
+        return epsilon(self.config.embedding_noise, sample_rate, self.releases, self.config.delta)
+
+    def record(self, sample_rate: float) -> dict[str, object]:
+        """What this party applied, for the run record."""
+        out: dict[str, object] = self.config.model_dump()
+        eps = self.epsilon(sample_rate)
+        if eps is not None:
+            out["embedding_epsilon"] = eps
+            out["embedding_releases"] = self.releases
+        return out
+
+
+def _generator(seed: int, stream: Stream, block: int) -> torch.Generator:
+    return torch.Generator().manual_seed(derive_seed(seed, stream, block))
