@@ -9,5 +9,5 @@ generic step makes before any of its code runs.
   the packing between a step's typed call and its record, derived from the schema;
 - `dvfl/`, `dlvm/`: the methods that use it (spec, party side, round program).
 
-The registry of methods by name is `vfl_core.algorithms.methods`.
+The registry of methods by name is `vfl_core.methods.registry`.
 """
