@@ -32,7 +32,7 @@ PACKAGE = "vfl_core"
 #   sits above them (the methods read it through vfl_core.methods.spec.RunConfig);
 # - inference (metrics, scoring, choices on validation) below training, which drives it;
 # - persistence (checkpoints of Party and Federation, the run log) above what it saves;
-# - lifecycle and simulate on top.
+# - lifecycle, simulate and serving on top; privacy's defences act on tensors (beside model).
 LAYERS: dict[str, int] = {
     "errors": 0,
     "seeding": 0,
@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "atomic_files": 0,
     "data": 1,
     "model": 1,
+    "privacy": 1,  # defences on tensors (on main since db9767d)
     "methods": 2,
     "config": 3,
     "inference": 4,
@@ -47,6 +48,7 @@ LAYERS: dict[str, int] = {
     "persistence": 6,
     "lifecycle": 7,
     "simulate": 7,
+    "serving": 7,  # online prediction beside lifecycle (on main since db9767d)
 }
 
 

@@ -29,8 +29,10 @@ import numpy as np
 
 from vfl_core.errors import ProtocolError
 from vfl_core.methods.steps import StepSpec
-from vfl_core.model.slots import SHARED as SHARED  # the slot key of a party's one f_k / g_k
-from vfl_core.model.slots import Subset
+
+# re-exported: the slot key of a party's one f_k / g_k, and the subsets' type
+from vfl_core.model.slots import SHARED as SHARED
+from vfl_core.model.slots import Subset as Subset
 
 if TYPE_CHECKING:  # the engine imports the specs, not the other way round
     from vfl_core.training.alignment import Batch

@@ -3,7 +3,7 @@
 The coordinator holds out `validation_fraction` of the aligned training samples that a label
 party holds, drawn from the seed (`hold_out`); they leave the batch plan and are scored by the
 label parties after every epoch, like the test split (only aggregates leave them). An epoch
-whose validation metric (vfl_core.inference.watched: accuracy, Brier score for binary tasks,
+whose validation metric (vfl_core.inference.metrics.watched: accuracy, Brier score for binary tasks,
 RMSE for regression) beats every earlier one is the best so far: every party keeps a copy of its
 state in memory (`Party.keep_snapshot`; a client with a checkpoint directory also on disk, so
 that it survives a restart: vfl_client.host). After `patience` epochs without a better one
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from vfl_core.errors import ConfigError
-from vfl_core.inference.watched import LOWER_IS_BETTER
+from vfl_core.inference.metrics import LOWER_IS_BETTER
 from vfl_core.seeding import Stream, rng
 
 

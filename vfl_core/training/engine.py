@@ -21,9 +21,8 @@ from vfl_core.config import AUTO_MIN_VALIDATION, TrainConfig
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError
 from vfl_core.inference.choice import ValidationChoice, choose_subsets, choose_threshold
-from vfl_core.inference.metrics import FEDERATION, EvalReport
+from vfl_core.inference.metrics import FEDERATION, EvalReport, watched
 from vfl_core.inference.scoring import result_fits
-from vfl_core.inference.watched import watched
 from vfl_core.methods.combination import Combined, combine, random_guess
 from vfl_core.methods.spec import MethodSpec, ProgramHooks, active_party
 from vfl_core.protocol import (

@@ -32,9 +32,8 @@ from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError, VflErro
 from vfl_core.inference.scoring import score_batch
 from vfl_core.methods.laser.objective import fuse_mean, sampled_loss
 from vfl_core.methods.laser.stale import StaleEmbeddings
-from vfl_core.methods.spec import SHARED, HeadTask, ProgramHooks
+from vfl_core.methods.spec import SHARED, HeadTask, ProgramHooks, Subset
 from vfl_core.model.model_bank import ModelBank
-from vfl_core.model.slots import Subset
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
