@@ -381,7 +381,7 @@ READING = (
     "about 7.5 times more full rounds, which fits its higher 80.22. Zero-fill loses 0.55 points "
     "(the paper 0.89). Our stale embedding loses 0.46 points where the paper's SplitNN-buffer "
     "loses 6.07: ours reuses each sample's own last embedding "
-    "(`vfl_core/algorithms/stale.py`); we do not "
+    "(`vfl_core/methods/laser/stale.py`); we do not "
     "know how the paper keeps its buffer, so we cannot say why its buffer did worse. LASER-VFL "
     "loses 2.05 points at P = 0.1 and ends below DVFL and the concatenation baselines, for the "
     "reason `faults.md` gives: its heads train on the mean of the few embeddings present and "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vfl_core.algorithms.methods import METHOD_NAMES as METHOD_NAMES  # re-exported for the reports
+from vfl_core.methods.registry import METHOD_NAMES as METHOD_NAMES  # re-exported for the reports
 
 Metric = Literal["f1", "accuracy"]
 

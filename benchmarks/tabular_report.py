@@ -12,8 +12,8 @@ from typing import Any
 
 from benchmarks.pool import read_json
 from benchmarks.tabular import TabularJob
+from vfl_core.atomic_files import write_text_atomically
 from vfl_core.data.learning_task import REGRESSION
-from vfl_core.persistence.files import write_text_atomically
 
 ROWS = ("linear", "hgb", "central_mlp", "label_alone", "federation", "federation_grpc")
 CLASSIFICATION_METRICS = ("accuracy", "f1", "auc", "brier")

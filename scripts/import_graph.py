@@ -7,8 +7,7 @@ Reads the source with `ast` (nothing is imported). A module's imports are every 
 `from ... import` in it, at any depth (function-level imports included: they still tie the
 modules together; those under `if TYPE_CHECKING:` too, unless --runtime). "Cycles" are the
 strongly connected components of more than one module; "upward" imports run from a lower
-sub-package to a higher one in the intended order (data and model at the bottom, methods above
-them, training and inference above those, lifecycle on top).
+layer to a higher one (LAYERS below; tests/test_layering.py fails on both).
 """
 
 from __future__ import annotations
@@ -21,22 +20,35 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "vfl_core"
-# The intended layers, lowest first; a module's layer is its sub-package's (top-level modules of
-# vfl_core are named here too). Importing from a higher layer is "upward".
+# The layers, lowest first (docs/architecture.md draws them); a module's layer is its
+# sub-package's (top-level modules of vfl_core are named here too). Importing from a higher layer
+# is "upward"; modules of one layer may import each other (without a cycle).
+# - base: errors, seeding, the transport-free messages (protocol) and atomic file writes;
+# - data and model: a party's blocks and its networks (models read ModelConfig, their own
+#   settings, and what they need of the run through protocols);
+# - methods: the MethodSpec machinery, the registry and the method folders (laser, dvfl, dlvm),
+#   the step vocabulary, and how heads' answers combine;
+# - config: TrainConfig names a method of the registry and holds the methods' sections, so it
+#   sits above them (the methods read it through vfl_core.methods.spec.RunConfig);
+# - inference (metrics, scoring, choices on validation) below training, which drives it;
+# - persistence (checkpoints of Party and Federation, the run log) above what it saves;
+# - lifecycle, simulate and serving on top; privacy's defences act on tensors (beside model).
 LAYERS: dict[str, int] = {
     "errors": 0,
     "seeding": 0,
     "protocol": 0,
-    "config": 1,
+    "atomic_files": 0,
     "data": 1,
     "model": 1,
-    "persistence": 1,
-    "algorithms": 2,
+    "privacy": 1,  # defences on tensors (on main since db9767d)
     "methods": 2,
-    "training": 3,
-    "inference": 3,
-    "lifecycle": 4,
-    "simulate": 4,
+    "config": 3,
+    "inference": 4,
+    "training": 5,
+    "persistence": 6,
+    "lifecycle": 7,
+    "simulate": 7,
+    "serving": 7,  # online prediction beside lifecycle (on main since db9767d)
 }
 
 

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from vfl_core.algorithms.method_spec import MethodSpec, ProgramHooks
-from vfl_core.algorithms.methods import REGISTRY, own_block_task, register
 from vfl_core.errors import ProtocolError, StaleRoundError
-from vfl_core.inference.predictions import combine
+from vfl_core.methods.combination import combine
+from vfl_core.methods.laser.specs import own_block_task
+from vfl_core.methods.registry import REGISTRY, register
 from vfl_core.methods.schema import BATCH, ScalarSpec, Schema, TensorSpec
+from vfl_core.methods.spec import MethodSpec, ProgramHooks
 from vfl_core.methods.steps import StepSpec
 
 if TYPE_CHECKING:

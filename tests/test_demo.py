@@ -17,8 +17,8 @@ from vfl_cli.coordinator_client import CoordinatorClient
 from vfl_cli.demo_cmd import Joins, kill_outcome
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
-from vfl_core.algorithms.methods import METHODS
 from vfl_core.config import TrainConfig
+from vfl_core.methods.registry import METHODS
 from vfl_core.protocol import PROTOCOL_VERSION
 from vfl_wire import convert
 from vfl_wire.channels import bind, make_channel, make_server

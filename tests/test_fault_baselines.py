@@ -11,13 +11,13 @@ import torch
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.algorithms.method_spec import SHARED, HeadTask
-from vfl_core.algorithms.methods import method_spec
-from vfl_core.algorithms.stale import StaleEmbeddings
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.prepare import prepare_parties
+from vfl_core.methods.laser.stale import StaleEmbeddings
+from vfl_core.methods.registry import method_spec
+from vfl_core.methods.spec import SHARED, HeadTask
 from vfl_core.protocol import EmbedCall, FuseCall, PredictCall
 from vfl_core.training.engine import Federation, RoundRecord
 from vfl_core.training.faults import FaultConfig, FaultyTransport

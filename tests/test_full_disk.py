@@ -21,10 +21,10 @@ from vfl_coordinator.checkpoints import Checkpointer
 from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorState
+from vfl_core.atomic_files import write_text_atomically
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.errors import DataError
 from vfl_core.persistence.checkpoint_store import RoundCheckpoints
-from vfl_core.persistence.files import write_text_atomically
 from vfl_core.persistence.run_log import LineLog
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport

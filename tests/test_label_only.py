@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 
-from vfl_core.algorithms import laser
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.learning_task import head_loss
@@ -23,6 +22,7 @@ from vfl_core.data.party_dir import PartyData, PartySplit, load_party_dir, save_
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.data.tabular import TableSource, load_table_party
 from vfl_core.errors import DataError, ProtocolError
+from vfl_core.methods.laser import objective as laser
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, PartyInfo, PredictCall
 from vfl_core.seeding import Stream, rng
 from vfl_core.simulate import SimulationConfig, run_simulation

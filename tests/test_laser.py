@@ -15,7 +15,7 @@ import torch
 from scipy.stats import chi2
 from torch import nn
 
-from vfl_core.algorithms.laser import (
+from vfl_core.methods.laser.objective import (
     free_task_weight,
     full_loss,
     head_tasks,
@@ -160,8 +160,8 @@ def test_given_same_seed_round_party_when_sampling_then_same_tasks_else_other() 
 def brute_force_full(
     head: nn.Module, embeddings: dict[int, torch.Tensor], k: int, target: torch.Tensor
 ) -> torch.Tensor:
-    """The paper's objective written independently of vfl_core.algorithms.laser: every I with k in I
-    and I subset of O, loss(g_k(mean_{j in I} E_j)) / |I|."""
+    """The paper's objective written independently of vfl_core.methods.laser.objective: every I
+    with k in I and I subset of O, loss(g_k(mean_{j in I} E_j)) / |I|."""
     blocks = sorted(embeddings)
     total = torch.zeros((), dtype=torch.float64)
     for size in range(1, len(blocks) + 1):
@@ -276,9 +276,8 @@ def brute_force_with_unlabelled(
     unlabelled: tuple[int, ...],
     target: torch.Tensor,
 ) -> torch.Tensor:
-    """F_k(O) written independently of vfl_core.algorithms.laser: every I of O with k in I, and
-    every
-    non-empty J of O's feature-only blocks, loss(g_k(mean_J E)) / |J|."""
+    """F_k(O) written independently of vfl_core.methods.laser.objective: every I of O with k in
+    I, and every non-empty J of O's feature-only blocks, loss(g_k(mean_J E)) / |J|."""
     blocks = sorted(embeddings)
     total = torch.zeros((), dtype=torch.float64)
     for size in range(1, len(blocks) + 1):

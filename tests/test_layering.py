@@ -1,13 +1,21 @@
-"""The import layering of docs/architecture.md: the servers import no CLI code, and vfl_core no
-gRPC and no other package of the project. Each check imports every module of a package in a
-fresh interpreter where the forbidden modules cannot be imported."""
+"""The import layering of docs/architecture.md.
+
+Between packages: the servers import no CLI code, and vfl_core no gRPC and no other package of
+the project (each check imports every module of a package in a fresh interpreter where the
+forbidden modules cannot be imported). Inside vfl_core: no import cycle between modules, no import
+from a lower layer to a higher one (the layers of scripts/import_graph.py), and no import of a
+private name from another module (issue 28)."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 CHECK = """
 import importlib, pkgutil, sys
@@ -38,3 +46,99 @@ def test_given_a_layer_when_every_module_is_imported_then_it_needs_nothing_above
     code = CHECK.format(blocked=blocked, packages=packages)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr.strip().splitlines()[-1]
+
+
+# ---------------------------------------------------------------- inside vfl_core (issue 28)
+# The graph is scripts/import_graph.py's: every import, at any depth, those under
+# `if TYPE_CHECKING:` included (a type-only import still ties the modules together).
+
+_spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
+assert _spec is not None and _spec.loader is not None
+import_graph = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(import_graph)
+
+# The imports still known to break the layering, each with the branch of issue 28 that removes
+# it; the lead empties this after merging them (an entry that no longer occurs fails below).
+# engine: a Protocol in the methods layer that Federation satisfies, the batch-plan types moved
+#   down, and inference free of the engine; party: the methods' party side on a public Party
+#   interface below training; dlvm: the DVFL and DLVM folders read the run's config through
+#   vfl_core.methods.spec.RunConfig (or plain arguments) instead of vfl_core.config.TrainConfig
+#   (config sits above the methods: it names them).
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
+    ("vfl_core.inference.choice", "vfl_core.training.engine"): "engine",
+    ("vfl_core.inference.subsets", "vfl_core.training.engine"): "engine",
+    ("vfl_core.inference.subsets", "vfl_core.training.liveness"): "engine",
+    ("vfl_core.methods.spec", "vfl_core.training.alignment"): "engine",
+    ("vfl_core.methods.spec", "vfl_core.training.engine"): "engine",
+    ("vfl_core.methods.dlvm.program", "vfl_core.training.alignment"): "engine",
+    ("vfl_core.methods.dlvm.program", "vfl_core.training.engine"): "engine",
+    ("vfl_core.methods.dlvm.spec", "vfl_core.training.engine"): "engine",
+    ("vfl_core.methods.dvfl.program", "vfl_core.training.alignment"): "engine",
+    ("vfl_core.methods.dvfl.program", "vfl_core.training.engine"): "engine",
+    ("vfl_core.methods.dvfl.program", "vfl_core.training.liveness"): "engine",
+    ("vfl_core.methods.dvfl.spec", "vfl_core.training.engine"): "engine",
+    ("vfl_core.training.pipeline", "vfl_core.training.engine"): "engine",
+    ("vfl_core.methods.dlvm.roles", "vfl_core.training.party"): "party",
+    ("vfl_core.methods.dlvm.spec", "vfl_core.training.party"): "party",
+    ("vfl_core.methods.dlvm.steps", "vfl_core.training.party"): "party",
+    ("vfl_core.methods.dvfl.roles", "vfl_core.training.party"): "party",
+    ("vfl_core.methods.dvfl.spec", "vfl_core.training.party"): "party",
+    ("vfl_core.methods.dvfl.steps", "vfl_core.training.party"): "party",
+    ("vfl_core.methods.dlvm.roles", "vfl_core.config"): "dlvm",
+    ("vfl_core.methods.dlvm.spec", "vfl_core.config"): "dlvm",
+    ("vfl_core.methods.dlvm.steps", "vfl_core.config"): "dlvm",
+    ("vfl_core.methods.dvfl.roles", "vfl_core.config"): "dlvm",
+    ("vfl_core.methods.dvfl.spec", "vfl_core.config"): "dlvm",
+    ("vfl_core.methods.dvfl.steps", "vfl_core.config"): "dlvm",
+}
+
+
+def _core_graph() -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
+    return import_graph.graph(typing_too=True)
+
+
+def _without_known(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {s: {t for t in ts if (s, t) not in KNOWN_VIOLATIONS} for s, ts in edges.items()}
+
+
+def test_given_vfl_core_when_every_module_is_placed_then_each_has_a_layer() -> None:
+    edges, _ = _core_graph()
+    unplaced = sorted(m for m in edges if m != "vfl_core" and import_graph.layer(m) is None)
+    assert not unplaced, f"no layer in scripts/import_graph.py LAYERS for {unplaced}"
+
+
+def test_given_vfl_core_when_its_imports_are_followed_then_no_module_is_in_a_cycle() -> None:
+    edges, _ = _core_graph()
+    found = import_graph.cycles(_without_known(edges))
+    assert not found, f"import cycles in vfl_core: {found}"
+
+
+def test_given_vfl_core_when_its_imports_are_followed_then_none_goes_up_a_layer() -> None:
+    edges, _ = _core_graph()
+    upward = import_graph.upward(_without_known(edges))
+    assert not upward, f"imports from a lower layer to a higher one: {upward}"
+
+
+def test_given_vfl_core_when_its_imports_are_read_then_no_private_name_crosses_a_module() -> None:
+    _, private = _core_graph()
+    assert not private, f"imports of private names (importer, module, name): {private}"
+
+
+def test_given_the_known_violations_when_checked_then_each_still_occurs_and_has_an_owner() -> None:
+    edges, _ = _core_graph()
+    gone = sorted(pair for pair in KNOWN_VIOLATIONS if pair[1] not in edges.get(pair[0], set()))
+    assert not gone, f"fixed: remove these from KNOWN_VIOLATIONS: {gone}"
+    assert set(KNOWN_VIOLATIONS.values()) <= {"engine", "party", "dlvm"}
+
+
+def test_given_a_toy_package_when_checked_then_upward_and_private_imports_are_found(
+    tmp_path: Path,
+) -> None:
+    low, high = tmp_path / "low.py", tmp_path / "high.py"
+    low.write_text("from vfl_core.config import _helper\n")
+    high.write_text("")
+    known = {"vfl_core.data.low": low, "vfl_core.config": high}
+    imported = list(import_graph.imports("vfl_core.data.low", low, known))
+    assert imported == [("vfl_core.config", "_helper")]
+    edges = {"vfl_core.data.low": {"vfl_core.config"}, "vfl_core.config": set()}
+    assert import_graph.upward(edges) == [("vfl_core.data.low", "vfl_core.config")]

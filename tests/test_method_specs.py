@@ -14,13 +14,13 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.algorithms.method_spec import MethodSpec
-from vfl_core.algorithms.methods import METHOD_NAMES, METHODS, REGISTRY, method_spec
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError
+from vfl_core.methods.registry import METHOD_NAMES, METHODS, REGISTRY, method_spec
+from vfl_core.methods.spec import MethodSpec
 from vfl_core.training.alignment import Batch
 from vfl_core.training.engine import Federation, PredictionBatch, RoundRecord
 from vfl_core.training.inprocess import InProcessTransport

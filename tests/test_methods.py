@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from vfl_core.algorithms.method_spec import SHARED
-from vfl_core.algorithms.methods import METHODS, method_spec
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.prepare import prepare_parties
-from vfl_core.inference.predictions import combine, majority_vote
+from vfl_core.methods.combination import combine, majority_vote
 from vfl_core.methods.dlvm.config import DlvmConfig
+from vfl_core.methods.registry import METHODS, method_spec
+from vfl_core.methods.spec import SHARED
 from vfl_core.protocol import EmbedCall, FuseCall, PredictCall
 from vfl_core.seeding import Stream, rng
 from vfl_core.simulate import SimulationConfig, run_simulation

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from vfl_core.algorithms import laser
-from vfl_core.algorithms.laser import sample_tasks
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.learning_task import head_loss
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ProtocolError, StaleRoundError
+from vfl_core.methods.laser import objective as laser
+from vfl_core.methods.laser.objective import sample_tasks
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, PredictCall, ScoreCall
 from vfl_core.seeding import Stream, rng
 from vfl_core.training import party as party_module
@@ -347,9 +347,9 @@ def test_given_round_when_fusing_then_sent_gradients_equal_manual_dl_de(
 def test_given_a_round_when_fusing_then_the_trained_loss_is_laser_sampled_loss_of_its_tasks(
     all_labels: list[PartyData], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The loss a head party trains goes through vfl_core.algorithms.laser.sampled_loss, the very
-    # function
-    # whose exact expectation over task samples test_laser.py enumerates (invariant 2).
+    # The loss a head party trains goes through vfl_core.methods.laser.objective.sampled_loss,
+    # the very function whose exact expectation over task samples test_laser.py enumerates
+    # (invariant 2).
     parties = make_parties(all_labels)
     al = align(parties)
     round_id, k = 2, 1

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 from test_audit import _sent_by_party, _tensors, find_needles
 from test_fuzz import FUZZ, HEADERS, REFUSED, RUN, TIMEOUT, serve_party, tensors
 
-from vfl_core.algorithms.methods import PLUGIN_ENV, REGISTRY, _Registry, register, unregister
 from vfl_core.config import TrainConfig
 from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.methods.registry import PLUGIN_ENV, REGISTRY, _Registry, register, unregister
 from vfl_core.training.alignment import batch_digest
 from vfl_core.training.party import Party
 from vfl_wire import convert

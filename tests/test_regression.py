@@ -15,14 +15,6 @@ from sklearn.metrics import roc_auc_score
 from torch import nn
 
 from vfl_coordinator.registry import Registry
-from vfl_core.algorithms.laser import (
-    full_loss,
-    fuse_mean,
-    sample_tasks,
-    sampled_loss,
-    task_outcomes,
-)
-from vfl_core.algorithms.methods import method_spec
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_diabetes_dataset, load_digits_dataset
 from vfl_core.data.learning_task import head_loss
@@ -30,7 +22,6 @@ from vfl_core.data.party_dir import PartyData, check_federation, load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError, DataError, ProtocolError
 from vfl_core.inference.metrics import FEDERATION, EvalReport, auc_from_histogram, format_table
-from vfl_core.inference.predictions import combine
 from vfl_core.inference.scoring import (
     AUC_BINS,
     auc_histogram,
@@ -38,6 +29,15 @@ from vfl_core.inference.scoring import (
     result_fits,
     score_batch,
 )
+from vfl_core.methods.combination import combine
+from vfl_core.methods.laser.objective import (
+    full_loss,
+    fuse_mean,
+    sample_tasks,
+    sampled_loss,
+    task_outcomes,
+)
+from vfl_core.methods.registry import method_spec
 from vfl_core.protocol import (
     EmbedCall,
     FuseCall,

@@ -14,11 +14,11 @@ from sklearn.metrics import roc_auc_score
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.algorithms.methods import METHODS
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import Dataset
 from vfl_core.data.party_dir import load_party_dir
 from vfl_core.data.prepare import prepare_parties
+from vfl_core.methods.registry import METHODS
 from vfl_core.simulate import SimulationConfig, SimulationResult, run_simulation
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport

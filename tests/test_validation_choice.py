@@ -21,8 +21,8 @@ from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.tabular import TableSource, load_table_federation
 from vfl_core.inference import choice
 from vfl_core.inference.metrics import brier_from_histogram
-from vfl_core.inference.predictions import combine, decide
 from vfl_core.inference.scoring import AUC_BINS, auc_histogram
+from vfl_core.methods.combination import combine, decide
 from vfl_core.protocol import EmbedCall, ScoreCall, ScoreResult
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport

@@ -71,7 +71,7 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 
 
 def _methods(text: str) -> tuple[str, ...]:
-    from vfl_core.algorithms.methods import METHODS
+    from vfl_core.methods.registry import METHODS
 
     methods = tuple(m.strip() for m in text.split(",") if m.strip())
     unknown = [m for m in methods if m not in METHODS]

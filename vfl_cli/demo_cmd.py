@@ -63,10 +63,10 @@ def demo(
     from vfl_cli.chaos import GuestLoss, running
     from vfl_cli.coordinator_client import CoordinatorClient
     from vfl_cli.remote_cmd import operator_security, render_evaluation
-    from vfl_core.algorithms.methods import METHODS, method_spec
     from vfl_core.config import TrainConfig
     from vfl_core.data.datasets import load_dataset
     from vfl_core.data.prepare import prepare_parties
+    from vfl_core.methods.registry import METHODS, method_spec
     from vfl_wire.security import OPERATOR
 
     if not 0 <= kill_block < clients:
@@ -213,7 +213,7 @@ def demo(
 def kill_outcome(method: str, clients: int, dead: int) -> str:
     """What the kill did to prediction. Every demo party holds labels, so the question is only
     whether the method can use the survivors' blocks."""
-    from vfl_core.algorithms.methods import method_spec
+    from vfl_core.methods.registry import method_spec
 
     survivors = [k for k in range(clients) if k != dead]
     spec = method_spec(method)

@@ -23,8 +23,8 @@ from typing import TypeVar
 import grpc
 import torch
 
-from vfl_core.algorithms.methods import step_spec
 from vfl_core.errors import ConfigError, ProtocolError
+from vfl_core.methods.registry import step_spec
 from vfl_core.methods.steps import decode_call, encode_result
 from vfl_core.training.party import Party
 from vfl_wire import convert, records

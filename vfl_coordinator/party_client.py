@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 import grpc
 import numpy as np
 
-from vfl_core.algorithms.methods import step_spec
+from vfl_core.methods.registry import step_spec
 from vfl_core.methods.steps import decode_call, decode_result, encode_call
 from vfl_core.protocol import (
     BackwardCall,

@@ -17,10 +17,10 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
+from vfl_core.atomic_files import write_text_atomically
 from vfl_core.errors import VflError
 from vfl_core.inference.metrics import EvalReport
 from vfl_core.lifecycle import missing_blocks
-from vfl_core.persistence.files import write_text_atomically
 from vfl_core.training.engine import Federation
 
 log = logging.getLogger(__name__)

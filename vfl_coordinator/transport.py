@@ -17,8 +17,8 @@ import numpy as np
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.party_client import PartyClient, Pending
 from vfl_coordinator.registry import Registry
-from vfl_core.algorithms.methods import step_spec
 from vfl_core.errors import VflError
+from vfl_core.methods.registry import step_spec
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,

@@ -16,12 +16,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from vfl_core.algorithms.method_spec import MethodSpec, ProgramHooks
-from vfl_core.algorithms.methods import (
+from vfl_core.methods.dlvm.config import DlvmConfig
+from vfl_core.methods.registry import (
     METHODS as METHODS,  # re-exported: the registry's method names
 )
-from vfl_core.algorithms.methods import REGISTRY, method_spec, unknown_method
-from vfl_core.methods.dlvm.config import DlvmConfig
+from vfl_core.methods.registry import REGISTRY, method_spec, unknown_method
+from vfl_core.methods.spec import MethodSpec, ProgramHooks
+from vfl_core.model.model_config import ModelConfig as ModelConfig  # re-exported: TrainConfig.model
 from vfl_core.model.quantize import WireDtype
 
 
@@ -29,9 +30,6 @@ def _known_method(name: str) -> str:
     if name not in REGISTRY:
         raise PydanticCustomError("unknown_method", "{message}", {"message": unknown_method(name)})
     return name
-
-
-Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 
 
 def _threshold(value: object) -> object:
@@ -59,24 +57,13 @@ Threshold = Annotated[Literal["auto"] | float, BeforeValidator(_threshold)]
 # stopped too early (docs/tabular-defaults.md: breast cancer, 47 validation samples).
 AUTO_PATIENCE = 5
 AUTO_MIN_VALIDATION = 100
-HeadKind = Literal["linear", "mlp"]
-# A method is a name in the registry of method specs (vfl_core.algorithms.methods); others are
+# A method is a name in the registry of method specs (vfl_core.methods.registry); others are
 # refused.
 Method = Annotated[str, AfterValidator(_known_method)]
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ModelConfig(_Frozen):
-    """Architecture shared by every party. All parties use the same embedding size."""
-
-    representation: Representation = "auto"
-    embed_dim: int = Field(64, ge=1, le=65536)
-    hidden: tuple[int, ...] = (256,)
-    head: HeadKind = "linear"
-    head_hidden: int = Field(64, ge=1)
 
 
 class DvflConfig(_Frozen):
@@ -123,9 +110,8 @@ class TrainConfig(_Frozen):
     # "resample": class-balanced resampling of each epoch's plan (the paper's Credit setup).
     # The label party then tells the coordinator each training sample's class weight.
     balance: Literal["none", "resample"] = "none"
-    # LASER-VFL heads also serve the sets of feature-only parties (vfl_core.algorithms.laser): they
-    # train on
-    # their subsets and predict for samples no label party observes. False: the paper's
+    # LASER-VFL heads also serve the sets of feature-only parties (vfl_core.methods.laser): they
+    # train on their subsets and predict for samples no label party observes. False: the paper's
     # objective exactly. No effect when every party holds labels, or for the baselines.
     serve_feature_only: bool = True
     model: ModelConfig = ModelConfig()

@@ -25,10 +25,10 @@ from typing import Literal, TypedDict, Unpack
 
 from pydantic import BaseModel
 
+from vfl_core.atomic_files import write_text_atomically
 from vfl_core.config import TrainConfig
 from vfl_core.inference.metrics import EvalReport, format_table, unscored_note
 from vfl_core.inference.subsets import SubsetResult, evaluate_subsets
-from vfl_core.persistence.files import write_text_atomically
 from vfl_core.persistence.run_log import RunLog
 from vfl_core.protocol import Transport
 from vfl_core.training.engine import EpochSummary, Federation, Observer, Pause

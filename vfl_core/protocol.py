@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from vfl_core.methods.schema import SPLITS as SPLITS  # "train", "test"
+SPLITS = ("train", "test")  # the sample splits a party holds and a round or a step names
 
 # 2: int8 scales are one exponent byte per row; row indices may travel as int32.
 PROTOCOL_VERSION = 2

@@ -8,6 +8,7 @@ every prediction leaves the party in original units.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -15,12 +16,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from vfl_core.algorithms.laser import LossFn
-
 Task = Literal["classification", "regression"]
 TASKS: tuple[str, ...] = ("classification", "regression")
 CLASSIFICATION: Task = "classification"
 REGRESSION: Task = "regression"
+# A head's loss: (output, target) -> the mean loss of the batch (a 0-d tensor).
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def head_loss(task: str) -> LossFn:

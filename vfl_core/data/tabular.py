@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from vfl_core.atomic_files import write_text_atomically
 from vfl_core.data.columns import Table
 from vfl_core.data.labels import Labels, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
@@ -28,7 +29,6 @@ from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT, TabularPreprocessor
 from vfl_core.data.sample_ids import held_out, normalised_ids
 from vfl_core.data.table_files import read_table
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.persistence.files import write_text_atomically
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ label, and never a test row.
   vfl_core.inference.subsets.MAX_ALL_SUBSETS parties, else the full set and each leave-one-out
   set) is evaluated on the validation samples of P with only the parties of S called; P is
   then predicted from the S with the best validation metric (the one early stopping watches:
-  vfl_core.training.early_stop.watched: accuracy, Brier score for binary tasks, RMSE).
+  vfl_core.inference.metrics.watched: accuracy, Brier score for binary tasks, RMSE).
   The full set wins ties, so the choice differs from the paper's plain prediction only where a
   subset is strictly better, and on validation the federation is never worse than any single
   subset, the label party alone included. A subset that leaves some of P's samples unscored
@@ -31,10 +31,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vfl_core.inference.metrics import FEDERATION, EvalReport, Pattern
+from vfl_core.inference.metrics import FEDERATION, LOWER_IS_BETTER, EvalReport, Pattern, watched
 from vfl_core.inference.scoring import AUC_BINS
 from vfl_core.inference.subsets import observed_subsets
-from vfl_core.training.early_stop import LOWER_IS_BETTER, watched
 
 if TYPE_CHECKING:  # the engine imports this module
     from vfl_core.training.engine import Federation

@@ -20,8 +20,8 @@ import numpy as np
 
 from vfl_core.errors import ProtocolError
 from vfl_core.methods.record import Record, StepHeader
+from vfl_core.protocol import SPLITS
 
-SPLITS = ("train", "test")  # vfl_core.protocol.SPLITS (imported there from here would loop)
 INDEX = "index"  # dtype of non-negative integer indices (rows, sample keys): int64 in vfl_core
 BATCH = "B"  # the symbol the header's rows bind
 Dim = int | str | None  # a size, a symbol bound once per record, or any size

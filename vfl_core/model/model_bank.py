@@ -8,15 +8,50 @@ each one's initial weights come from (seed, block, key), whatever the order of c
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
 from torch import nn
 
-from vfl_core.algorithms.laser import Subset
-from vfl_core.algorithms.method_spec import SHARED
-from vfl_core.config import TrainConfig
+from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.models import build_head, build_representation
+from vfl_core.model.slots import SHARED, Subset
 from vfl_core.seeding import Stream, derive_seed
+
+
+class OptimizerSettings(Protocol):
+    """What `make_optimizer` reads of the run's configuration (vfl_core.config.TrainConfig)."""
+
+    @property
+    def optimizer(self) -> str: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def momentum(self) -> float: ...
+    @property
+    def weight_decay(self) -> float: ...
+
+
+class HeadWidths(Protocol):
+    """What a bank asks of the method (vfl_core.methods.spec.MethodSpec): a head's input width."""
+
+    def head_input_blocks(self, head: Subset, num_blocks: int) -> int: ...
+
+
+class BankSettings(OptimizerSettings, Protocol):
+    """What a ModelBank reads of the run's configuration (vfl_core.config.TrainConfig): the
+    model layer sits below the config and the methods, so it names only these."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def model(self) -> ModelConfig: ...
+    @property
+    def scheduler(self) -> str: ...
+    @property
+    def epochs(self) -> int: ...
+    @property
+    def spec(self) -> HeadWidths: ...
 
 
 def subset_code(key: Subset) -> tuple[int, ...]:
@@ -35,7 +70,7 @@ def name_key(name: str) -> Subset:
 class ModelBank:
     def __init__(
         self,
-        config: TrainConfig,
+        config: BankSettings,
         block: int,
         num_blocks: int,
         feature_shape: tuple[int, ...],
@@ -110,7 +145,7 @@ class ModelBank:
             self.head_opts[name_key(name)].load_state_dict(state["head_opts"][name])
 
 
-def make_optimizer(module: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(module: nn.Module, config: OptimizerSettings) -> torch.optim.Optimizer:
     if config.optimizer == "sgd":
         return torch.optim.SGD(
             module.parameters(),

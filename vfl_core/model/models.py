@@ -26,8 +26,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from vfl_core.config import ModelConfig
 from vfl_core.errors import ConfigError
+from vfl_core.model.model_config import ModelConfig
 
 logger = logging.getLogger(__name__)
 

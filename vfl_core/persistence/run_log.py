@@ -19,8 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from vfl_core.atomic_files import write_text_atomically
 from vfl_core.inference.metrics import MetricRow
-from vfl_core.persistence.files import write_text_atomically
 from vfl_core.training.engine import EpochSummary, Federation, Observer
 from vfl_core.training.liveness import DOWN, REJOINING, UP, Liveness
 

@@ -3,14 +3,13 @@
 The coordinator holds out `validation_fraction` of the aligned training samples that a label
 party holds, drawn from the seed (`hold_out`); they leave the batch plan and are scored by the
 label parties after every epoch, like the test split (only aggregates leave them). An epoch
-whose validation metric (`watched`: accuracy, Brier score for binary tasks, RMSE for
-regression) beats every earlier one is the
-best so far: every party keeps a copy of its state in memory (`Party.keep_snapshot`; a client
-with a checkpoint directory also on disk, so that it survives a restart: vfl_client.host).
-After `patience` epochs without a better one training stops, and at the end every party goes
-back to its copy of the best epoch (`Party.restore_snapshot`), so the weights a run ends with
-are those of its best epoch. The same samples then choose the subsets and the decision
-threshold (vfl_core.inference.choice).
+whose validation metric (vfl_core.inference.metrics.watched: accuracy, Brier score for binary tasks,
+RMSE for regression) beats every earlier one is the best so far: every party keeps a copy of its
+state in memory (`Party.keep_snapshot`; a client with a checkpoint directory also on disk, so
+that it survives a restart: vfl_client.host). After `patience` epochs without a better one
+training stops, and at the end every party goes back to its copy of the best epoch
+(`Party.restore_snapshot`), so the weights a run ends with are those of its best epoch. The same
+samples then choose the subsets and the decision threshold (vfl_core.inference.choice).
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError
+from vfl_core.inference.metrics import LOWER_IS_BETTER
 from vfl_core.seeding import Stream, rng
 
 
@@ -39,19 +38,6 @@ def hold_out(scorable: np.ndarray, seed: int, fraction: float) -> tuple[np.ndarr
     held = np.zeros(len(scorable), dtype=bool)
     held[rng(seed, Stream.VALIDATION).permutation(candidates)[:size]] = True
     return np.flatnonzero(~held), np.flatnonzero(held)
-
-
-# Validation metrics (MetricRow fields) for which lower is better.
-LOWER_IS_BETTER = frozenset({"rmse", "brier"})
-
-
-def watched(task: str, num_classes: int) -> str:
-    """The validation metric a run is judged by (early stopping, the subset choice): RMSE for
-    regression; for binary tasks the Brier score, which moves with every probability where
-    the accuracy of a small validation split stays flat or saturates; else the accuracy."""
-    if task == REGRESSION:
-        return "rmse"
-    return "brier" if num_classes == 2 else "accuracy"
 
 
 @dataclass

@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from vfl_core.algorithms.method_spec import MethodSpec, ProgramHooks, active_party
 from vfl_core.config import AUTO_MIN_VALIDATION, TrainConfig
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError
 from vfl_core.inference.choice import ValidationChoice, choose_subsets, choose_threshold
-from vfl_core.inference.metrics import FEDERATION, EvalReport
-from vfl_core.inference.predictions import Combined, combine, random_guess
+from vfl_core.inference.metrics import FEDERATION, EvalReport, watched
 from vfl_core.inference.scoring import result_fits
+from vfl_core.methods.combination import Combined, combine, random_guess
+from vfl_core.methods.spec import MethodSpec, ProgramHooks, active_party
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -43,7 +43,7 @@ from vfl_core.protocol import (
 from vfl_core.seeding import Stream, rng
 from vfl_core.training import pipeline, psi
 from vfl_core.training.alignment import Alignment, Batch, epoch_plan, eval_plan, key_list_fault
-from vfl_core.training.early_stop import EarlyStop, hold_out, watched
+from vfl_core.training.early_stop import EarlyStop, hold_out
 from vfl_core.training.liveness import DOWN, FederationDown, Liveness
 from vfl_core.training.retry import Backoff, retry_until
 
@@ -225,7 +225,7 @@ class Federation:
     request_id: int = field(init=False, default=0)
     _weights: np.ndarray | None = field(init=False, default=None)
     # What a method's round program keeps for this run
-    # (vfl_core.algorithms.method_spec.ProgramHooks).
+    # (vfl_core.methods.spec.ProgramHooks).
     program_state: Any = field(init=False, default=None)
     # With TrainConfig.early_stop_patience: the validation record, and the train alignment's
     # key indices that train and that are held out for validation (vfl_core.training.early_stop).

@@ -35,7 +35,6 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from vfl_core.algorithms.methods import REGISTRY, method_spec
 from vfl_core.errors import ConfigError
 from vfl_core.methods.dlvm.messages import DecodeCall, DlvmBackwardCall, StepCall
 from vfl_core.methods.dvfl.messages import (
@@ -45,6 +44,7 @@ from vfl_core.methods.dvfl.messages import (
     OwnerFeedCall,
     OwnerTrainCall,
 )
+from vfl_core.methods.registry import REGISTRY, method_spec
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from vfl_core.algorithms.methods import method_spec
 from vfl_core.errors import ConfigError, VflError
 from vfl_core.methods.record import copy_header
+from vfl_core.methods.registry import method_spec
 from vfl_core.methods.steps import decode_call, decode_result, encode_call, encode_result
 from vfl_core.model.quantize import round_trip
 from vfl_core.protocol import (

@@ -5,7 +5,7 @@ is checked against the party's own state (round, rows, digest, shapes) and refus
 ProtocolError rather than corrupting the model. Calls of a training round are idempotent: a
 retried Embed or Fuse returns the cached answer and a retried Backward does nothing.
 
-The method (laser or a baseline, see `vfl_core.algorithms.methods`) decides which representation
+The method (laser or a baseline, see `vfl_core.methods.registry`) decides which representation
 slots and
 heads the party uses; with LASER-VFL it is one f_k and, if the party holds labels, one g_k.
 """
@@ -24,15 +24,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from vfl_core.algorithms.laser import Subset, fuse_mean, sampled_loss
-from vfl_core.algorithms.method_spec import SHARED, HeadTask, ProgramHooks
-from vfl_core.algorithms.stale import StaleEmbeddings
 from vfl_core.config import TrainConfig
 from vfl_core.data.learning_task import REGRESSION, TargetScaler, head_loss, output_width
 from vfl_core.data.missingness import UNLABELLED
 from vfl_core.data.party_dir import PartyData, PartySplit, labelled_rows_only
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError, VflError
 from vfl_core.inference.scoring import score_batch
+from vfl_core.methods.laser.objective import fuse_mean, sampled_loss
+from vfl_core.methods.laser.stale import StaleEmbeddings
+from vfl_core.methods.spec import SHARED, HeadTask, ProgramHooks, Subset
 from vfl_core.model.model_bank import ModelBank
 from vfl_core.protocol import (
     BackwardCall,

@@ -6,6 +6,6 @@
 - `roles`: what a party keeps of it (its expert, decoder and, at the active party, the
   classifier);
 - `program`: the coordinator's schedule of its rounds;
-- `config`, `spec`: its configuration and its MethodSpec, which vfl_core.algorithms.methods
+- `config`, `spec`: its configuration and its MethodSpec, which vfl_core.methods.registry
   registers.
 """

@@ -35,8 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from vfl_core.algorithms.method_spec import active_party
-from vfl_core.inference.predictions import combine
+from vfl_core.methods.combination import combine
 from vfl_core.methods.dlvm.messages import (
     DecodeCall,
     Decoded,
@@ -47,6 +46,7 @@ from vfl_core.methods.dlvm.messages import (
     StepResult,
 )
 from vfl_core.methods.dlvm.roles import latent_samples
+from vfl_core.methods.spec import active_party
 from vfl_core.protocol import EmbedCall
 from vfl_core.training.alignment import Alignment, Batch, epoch_plan
 from vfl_core.training.engine import Federation, PredictionBatch, RoundRecord, batch_prediction

@@ -5,5 +5,5 @@
 - `steps`: its five steps (schemas and party-side handlers), called through the generic Step;
 - `roles`: what a party keeps of it (its guest, host replica and, at the owner, the classifier);
 - `program`: the coordinator's schedule of its rounds;
-- `spec`: its MethodSpec, which vfl_core.algorithms.methods registers.
+- `spec`: its MethodSpec, which vfl_core.methods.registry registers.
 """

@@ -36,9 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vfl_core.algorithms.method_spec import active_party
 from vfl_core.data.learning_task import REGRESSION
-from vfl_core.inference.predictions import combine
+from vfl_core.methods.combination import combine
 from vfl_core.methods.dvfl.messages import (
     GuestCall,
     GuestResult,
@@ -47,6 +46,7 @@ from vfl_core.methods.dvfl.messages import (
     OwnerFeedCall,
     OwnerTrainCall,
 )
+from vfl_core.methods.spec import active_party
 from vfl_core.protocol import PredictCall
 from vfl_core.training.alignment import Batch, eval_plan
 from vfl_core.training.engine import (

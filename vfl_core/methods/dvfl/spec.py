@@ -1,4 +1,4 @@
-"""Decoupled VFL as a method spec (vfl_core.algorithms.methods registers it): its own round program.
+"""Decoupled VFL as a method spec (vfl_core.methods.registry registers it): its own round program.
 
 The spec's data fields describe what reports and the demo ask of a method: one predictor, the
 label owner (the active party); the rounds themselves are `vfl_core.methods.dvfl.program`'s.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vfl_core.algorithms.method_spec import MethodSpec, ProgramRounds, no_head_tasks
 from vfl_core.methods.dvfl.steps import STEPS, dims
+from vfl_core.methods.spec import MethodSpec, ProgramRounds, no_head_tasks
 
 if TYPE_CHECKING:
     from vfl_core.config import TrainConfig

@@ -33,12 +33,12 @@ import numpy as np
 import torch
 from torch import nn
 
-Subset = tuple[int, ...]
+from vfl_core.data.learning_task import LossFn
+from vfl_core.model.slots import Subset
+
 # One sampled LASER task: (sorted subset of blocks, weight a_i). Not
-# vfl_core.data.learning_task.Task,
-# which is the learning task (classification or regression).
+# vfl_core.data.learning_task.Task, which is the learning task (classification or regression).
 WeightedSubset = tuple[Subset, float]
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 # A head's input from the embeddings of a subset: their mean (LASER-VFL) or, for the
 # concatenating baselines, a concatenation (vfl_core.training.party.Party._fused).
 FuseFn = Callable[[Mapping[int, torch.Tensor], Subset], torch.Tensor]

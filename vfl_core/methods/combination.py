@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vfl_core.algorithms.method_spec import Combination
+from vfl_core.methods.spec import Combination
 from vfl_core.model.model_bank import key_name
 
 

@@ -1,6 +1,5 @@
 """What a training method is, as data: one frozen `MethodSpec` per method
-(`vfl_core.algorithms.methods`
-holds the registry of them).
+(`vfl_core.methods.registry` holds the registry of them).
 
 Party, engine and predictions never compare method names: they ask the spec
 - how heads are fed: the mean of the embeddings of a subset, or a concatenation (all K blocks
@@ -28,16 +27,26 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
-from vfl_core.algorithms.laser import Subset
 from vfl_core.errors import ProtocolError
 from vfl_core.methods.steps import StepSpec
 
+# re-exported: the slot key of a party's one f_k / g_k, and the subsets' type
+from vfl_core.model.slots import SHARED as SHARED
+from vfl_core.model.slots import Subset as Subset
+
 if TYPE_CHECKING:  # the engine imports the specs, not the other way round
-    from vfl_core.config import TrainConfig
     from vfl_core.training.alignment import Batch
     from vfl_core.training.engine import Federation, PredictionBatch, RoundRecord
 
-SHARED: Subset = ()  # the slot key of a party's one shared representation model / head
+
+class RunConfig(Protocol):
+    """What the methods layer reads of a run's configuration. vfl_core.config.TrainConfig is one:
+    the config sits above the methods (it names them and holds their sections), so the methods
+    see it through this protocol; a method's `dims` reads its own section of it."""
+
+    @property
+    def epochs(self) -> int: ...
+
 
 # mean: g_k(mean of the subset's embeddings); concat: all K blocks side by side, zeros where a
 # block is absent; concat_slots: the subset's own slot of each member, side by side.
@@ -104,7 +113,7 @@ class ProgramHooks:
     class gets the engine's behaviour wherever it keeps these defaults. Per-run state belongs
     in `fed.program_state` (the spec and its program are shared by every run)."""
 
-    def epochs(self, config: TrainConfig) -> int:
+    def epochs(self, config: RunConfig) -> int:
         """Epochs of a run of `config`: a program may add stages after the configured ones."""
         return config.epochs
 
@@ -198,10 +207,9 @@ class MethodSpec:
     replacement: Replacement
     own_block_only: bool = False  # a head sees its own block only (local predictors)
     needs_all_blocks: bool = False  # trains on and predicts for fully observed sets only
-    # Heads also serve sets of feature-only blocks (vfl_core.algorithms.laser): a label party trains
-    # on
-    # them, also for samples it holds only the label of, and predicts for a sample that no
-    # label party observes, from the others' embeddings alone.
+    # Heads also serve sets of feature-only blocks (vfl_core.methods.laser.objective): a label
+    # party trains on them, also for samples it holds only the label of, and predicts for a
+    # sample that no label party observes, from the others' embeddings alone.
     serves_feature_only: bool = False
     # The method also learns from training rows whose label is unknown (vfl prepare --labels):
     # a label party keeps them (else it drops them, as if it did not hold those samples).
@@ -214,7 +222,7 @@ class MethodSpec:
     # (vfl_core.methods.steps), and the sizes its schemas name, from the run's config (e.g.
     # {"guest_dim": 8}); a method of Embed/Fuse/Backward has none.
     steps: tuple[StepSpec, ...] = ()
-    dims: Callable[[TrainConfig], Mapping[str, int]] | None = None
+    dims: Callable[[RunConfig], Mapping[str, int]] | None = None
 
     def step(self, name: str) -> StepSpec:
         """The method's step `name`; another is a ProtocolError (INVALID_ARGUMENT on the wire)."""
@@ -224,7 +232,7 @@ class MethodSpec:
         known = ", ".join(s.name for s in self.steps) or "none"
         raise ProtocolError(f"method {self.name} has no step {name[:64]!r} (its steps: {known})")
 
-    def step_dims(self, config: TrainConfig) -> Mapping[str, int]:
+    def step_dims(self, config: RunConfig) -> Mapping[str, int]:
         return {} if self.dims is None else self.dims(config)
 
     # ------------------------------------------------------------ models

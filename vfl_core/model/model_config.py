@@ -1,0 +1,24 @@
+"""The architecture settings every party's models are built from (part of TrainConfig, which
+re-exports it; torch-free so configs load fast). They live with the models that read them, below
+the run's configuration (vfl_core.config), which names the methods."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Representation = Literal["auto", "mlp", "cnn", "resnet18"]
+HeadKind = Literal["linear", "mlp"]
+
+
+class ModelConfig(BaseModel):
+    """Architecture shared by every party. All parties use the same embedding size."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    representation: Representation = "auto"
+    embed_dim: int = Field(64, ge=1, le=65536)
+    hidden: tuple[int, ...] = (256,)
+    head: HeadKind = "linear"
+    head_hidden: int = Field(64, ge=1)

@@ -1,0 +1,12 @@
+"""The keys of a party's model slots (vfl_core.model.model_bank).
+
+A key is a sorted tuple of blocks: `SHARED` (the empty tuple) for a party's one shared
+representation model f_k or head g_k, or a subset of blocks for the combinatorial baseline's
+per-subset models. The methods name their subsets with the same type.
+"""
+
+from __future__ import annotations
+
+Subset = tuple[int, ...]
+
+SHARED: Subset = ()  # the slot key of a party's one shared representation model / head
