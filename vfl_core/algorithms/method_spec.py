@@ -34,8 +34,9 @@ from vfl_core.methods.steps import StepSpec
 
 if TYPE_CHECKING:  # the engine imports the specs, not the other way round
     from vfl_core.config import TrainConfig
-    from vfl_core.training.alignment import Batch
-    from vfl_core.training.engine import Federation, PredictionBatch, RoundRecord
+    from vfl_core.data.batch_plan import Batch
+    from vfl_core.methods.federation_port import FederationPort as Federation
+    from vfl_core.methods.outcomes import PredictionBatch, RoundRecord
 
 SHARED: Subset = ()  # the slot key of a party's one shared representation model / head
 

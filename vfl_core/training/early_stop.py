@@ -19,9 +19,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError
+from vfl_core.inference.headline import LOWER_IS_BETTER, watched
 from vfl_core.seeding import Stream, rng
+
+__all__ = ["LOWER_IS_BETTER", "EarlyStop", "hold_out", "watched"]  # watched: headline's
 
 
 def hold_out(scorable: np.ndarray, seed: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -39,19 +41,6 @@ def hold_out(scorable: np.ndarray, seed: int, fraction: float) -> tuple[np.ndarr
     held = np.zeros(len(scorable), dtype=bool)
     held[rng(seed, Stream.VALIDATION).permutation(candidates)[:size]] = True
     return np.flatnonzero(~held), np.flatnonzero(held)
-
-
-# Validation metrics (MetricRow fields) for which lower is better.
-LOWER_IS_BETTER = frozenset({"rmse", "brier"})
-
-
-def watched(task: str, num_classes: int) -> str:
-    """The validation metric a run is judged by (early stopping, the subset choice): RMSE for
-    regression; for binary tasks the Brier score, which moves with every probability where
-    the accuracy of a small validation split stays flat or saturates; else the accuracy."""
-    if task == REGRESSION:
-        return "rmse"
-    return "brier" if num_classes == 2 else "accuracy"
 
 
 @dataclass
