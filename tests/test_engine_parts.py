@@ -5,6 +5,7 @@ threshold and the snapshot's round trip. In one process, on a small digits feder
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from pathlib import Path
 
@@ -316,3 +317,31 @@ def test_given_a_run_cut_mid_epoch_when_snapshot_restored_then_the_same_snapshot
     back.align()
     back.restore(saved, present=[2])  # it registered again since
     assert back.liveness.state[2] == REJOINING
+
+
+# ---------------------------------------------------------------- layering
+
+
+def test_given_the_methods_and_the_inference_choices_when_parsed_then_no_engine_import() -> None:
+    """Issue 28 item 4: the methods' programs and specs, and the inference layer's choices, see
+    the engine through its ports, and import none of the round engine's modules (TYPE_CHECKING
+    imports included)."""
+    root = Path(__file__).resolve().parents[1] / "vfl_core"
+    files = [
+        *root.glob("methods/*/program.py"),
+        *root.glob("methods/*/spec.py"),
+        *root.glob("methods/*.py"),
+        root / "inference/choice.py",
+        root / "inference/subsets.py",
+    ]
+    engine = (
+        "vfl_core.training.engine",
+        "vfl_core.training.alignment",
+        "vfl_core.training.liveness",
+    )
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(engine):
+                found.append(f"{path.relative_to(root)}: {node.module}")
+    assert len(files) > 6 and found == []
