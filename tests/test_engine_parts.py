@@ -170,7 +170,7 @@ def test_given_early_stopping_when_planned_then_validation_rows_never_train(
 ) -> None:
     _, fed = _federation(datas, _config(early_stop_patience=2, validation_fraction=0.2))
     fed.align()
-    rows = fed.rows
+    rows = fed.train_rows
     assert rows.training is not None and rows.validation is not None
     assert not set(rows.training) & set(rows.validation)
     for epoch in range(2):

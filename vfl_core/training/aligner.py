@@ -59,9 +59,9 @@ class Aligner:
         fed.unaligned = {b for split in fed.alignments for b in self.missing(split)}
         self.due = False
         if fed.early_stop is not None and "train" in splits and "train" in fed.alignments:
-            fed.rows.hold_out()
+            fed.train_rows.hold_out()
         if fed.config.balance == "resample":
-            fed.rows.weights = fed.rows.class_weights()
+            fed.train_rows.weights = fed.train_rows.class_weights()
 
     def _asking_again(self, split: str, give_up: float) -> list[int]:
         """Align `split`, asking again every ALIGN_RETRY_PAUSE_S while some block that holds

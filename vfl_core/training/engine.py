@@ -133,7 +133,7 @@ class Federation:
             self.early_stop = EarlyStop(patience, metric=watched(self.task, self.num_classes))
         # the parts, each acting on this run's state
         self.aligner = Aligner(self)
-        self.rows = TrainRows(self)
+        self.train_rows = TrainRows(self)
         self.presence = Presence(self)
         self.loop = RoundLoop(self)
         self.laser = LaserRound(self)
@@ -174,7 +174,7 @@ class Federation:
 
     def base_plan(self, epoch: int) -> list[Batch]:
         """Every training sample once, in single-pattern batches (vfl_core.training.train_rows)."""
-        return self.rows.plan(epoch)
+        return self.train_rows.plan(epoch)
 
     def train(self, start_epoch: int = 0) -> list[EpochSummary]:
         """Train to the last epoch from the cursor (vfl_core.training.round_loop)."""
@@ -289,15 +289,15 @@ class Federation:
 
     @property
     def _training(self) -> np.ndarray | None:
-        return self.rows.training
+        return self.train_rows.training
 
     @property
     def _validation(self) -> np.ndarray | None:
-        return self.rows.validation
+        return self.train_rows.validation
 
     @property
     def _weights(self) -> np.ndarray | None:
-        return self.rows.weights
+        return self.train_rows.weights
 
     # ------------------------------------------------------------------ snapshot and resume
     def snapshot(self) -> dict[str, object]:

@@ -33,7 +33,7 @@ class Validator:
         """After an epoch: score the validation samples; the parties keep their state when it
         is the best epoch so far. True when `patience` epochs passed without a better one."""
         fed = self.fed
-        stop, validation = fed.early_stop, fed.rows.validation
+        stop, validation = fed.early_stop, fed.train_rows.validation
         if stop is None or validation is None:
             return False
         epoch, last_round = fed.cursor.epoch - 1, fed.round_id - 1
@@ -94,7 +94,7 @@ class Validator:
         subset predictors."""
         fed = self.fed
         fed.choice = choice = ValidationChoice()
-        validation = fed.rows.validation
+        validation = fed.train_rows.validation
         if validation is None or not len(validation):
             return choice
         if fed.config.subset_choice == "validation" and self._has_subset_predictors():
