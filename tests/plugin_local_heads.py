@@ -22,14 +22,15 @@ import torch
 from vfl_core.errors import ProtocolError, StaleRoundError
 from vfl_core.methods.combination import combine
 from vfl_core.methods.laser.specs import own_block_task
+from vfl_core.methods.outcomes import PredictionBatch, RoundRecord, batch_prediction
 from vfl_core.methods.registry import REGISTRY, register
 from vfl_core.methods.schema import BATCH, ScalarSpec, Schema, TensorSpec
 from vfl_core.methods.spec import MethodSpec, ProgramHooks
 from vfl_core.methods.steps import StepSpec
 
 if TYPE_CHECKING:
-    from vfl_core.training.alignment import Batch
-    from vfl_core.training.engine import Federation, PredictionBatch, RoundRecord
+    from vfl_core.data.batch_plan import Batch
+    from vfl_core.methods.federation_port import FederationPort
     from vfl_core.training.party import Party
 
 METHOD = "local_heads"
@@ -102,23 +103,21 @@ LOCAL_HEAD = StepSpec(
 class LocalHeadRounds(ProgramHooks):
     """The coordinator's side: each round, every label party of the batch takes its step."""
 
-    def train_round(self, fed: Federation, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
-        from vfl_core.training.engine import RoundRecord
-
+    def train_round(
+        self, fed: FederationPort, round_id: int, epoch: int, batch: Batch
+    ) -> RoundRecord:
         answers = self._ask(fed, "train", batch, round_id, None, train=True)
         losses = {b: a.loss for b, a in sorted(answers.items()) if np.isfinite(a.loss)}
         return RoundRecord(round_id, epoch, batch.pattern, tuple(losses), losses, tuple(losses))
 
     def predict_batch(
         self,
-        fed: Federation,
+        fed: FederationPort,
         split: str,
         batch: Batch,
         request: int,
         blocks: Collection[int] | None,
     ) -> PredictionBatch:
-        from vfl_core.training.engine import batch_prediction
-
         answers = self._ask(fed, split, batch, request, blocks, train=False)
         probs = {b: a.probabilities for b, a in answers.items() if a.probabilities is not None}
         present = tuple(sorted(probs))
@@ -127,7 +126,7 @@ class LocalHeadRounds(ProgramHooks):
 
     @staticmethod
     def _ask(
-        fed: Federation,
+        fed: FederationPort,
         split: str,
         batch: Batch,
         round_id: int,

@@ -16,7 +16,7 @@ from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.prepare import prepare_parties
-from vfl_core.training import engine
+from vfl_core.training import liveness
 from vfl_core.training.engine import Callbacks, Federation, RoundRecord
 from vfl_core.training.faults import FaultConfig, FaultyTransport
 from vfl_core.training.inprocess import InProcessTransport
@@ -87,7 +87,7 @@ def test_given_no_timeout_when_every_party_fails_then_rounds_pass_as_in_the_gues
 def test_given_every_party_gone_mid_epoch_when_one_comes_back_then_training_resumes_uncounted(
     datas: list[PartyData], monkeypatch: pytest.MonkeyPatch, comeback: str
 ) -> None:
-    monkeypatch.setattr(engine, "PAUSE_PROBE_S", 0.3)
+    monkeypatch.setattr(liveness, "PAUSE_PROBE_S", 0.3)
     # no failure drawn, none healed by the fault process: the test makes the outage itself
     outage = FaultConfig(rejoin_rate=0.0)
     faulty, fed, records = _federation(datas, outage, timeout=20.0, epochs=2)

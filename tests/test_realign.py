@@ -18,7 +18,7 @@ from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.lifecycle import run_federation
-from vfl_core.training import engine
+from vfl_core.training import aligner
 from vfl_core.training.engine import Callbacks, Federation, RoundRecord
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
@@ -68,7 +68,7 @@ def _federation(datas: list[PartyData], silent_for: int, retry_s: float):
 def test_given_party_silent_for_two_attempts_when_aligning_then_asked_again_and_aligned(
     datas: list[PartyData], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine, "ALIGN_RETRY_PAUSE_S", 0.05)
+    monkeypatch.setattr(aligner, "ALIGN_RETRY_PAUSE_S", 0.05)
     transport, fed, _ = _federation(datas, silent_for=2, retry_s=10.0)
     fed.align(("train",))
     assert sorted(fed.alignments["train"].rows) == [0, 1, 2] and not fed.unaligned

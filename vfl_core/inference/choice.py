@@ -11,7 +11,7 @@ label, and never a test row.
   vfl_core.inference.subsets.MAX_ALL_SUBSETS parties, else the full set and each leave-one-out
   set) is evaluated on the validation samples of P with only the parties of S called; P is
   then predicted from the S with the best validation metric (the one early stopping watches:
-  vfl_core.inference.metrics.watched: accuracy, Brier score for binary tasks, RMSE).
+  vfl_core.inference.headline.watched: accuracy, Brier score for binary tasks, RMSE).
   The full set wins ties, so the choice differs from the paper's plain prediction only where a
   subset is strictly better, and on validation the federation is never worse than any single
   subset, the label party alone included. A subset that leaves some of P's samples unscored
@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vfl_core.inference.metrics import FEDERATION, LOWER_IS_BETTER, EvalReport, Pattern, watched
+from vfl_core.inference.federation_view import EvaluatingFederation
+from vfl_core.inference.headline import LOWER_IS_BETTER, watched
+from vfl_core.inference.metrics import FEDERATION, EvalReport, Pattern
 from vfl_core.inference.scoring import AUC_BINS
 from vfl_core.inference.subsets import observed_subsets
-
-if TYPE_CHECKING:  # the engine imports this module
-    from vfl_core.training.engine import Federation
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +105,7 @@ class ValidationChoice:
 
 
 def choose_subsets(
-    fed: Federation, validation: np.ndarray
+    fed: EvaluatingFederation, validation: np.ndarray
 ) -> tuple[dict[Pattern, Pattern], dict[Pattern, list[Candidate]]]:
     """For each observed pattern of the validation samples (key indices of the train
     alignment), the subset of its parties with the best headline metric on them."""
@@ -170,7 +168,9 @@ def best_threshold(histogram: np.ndarray) -> tuple[float, float, float]:
     return edge / AUC_BINS, float(best), float(f1[AUC_BINS // 2 - 1])
 
 
-def choose_threshold(fed: Federation, validation: np.ndarray) -> tuple[float, float, float] | None:
+def choose_threshold(
+    fed: EvaluatingFederation, validation: np.ndarray
+) -> tuple[float, float, float] | None:
     """The threshold with the best F1 of the federation's prediction on the validation samples
     (None when fewer than MIN_CHOICE_SAMPLES were scored, or MIN_CLASS_SAMPLES of a class)."""
     report: EvalReport = fed.evaluate("train", index=validation, federation_scores=True)

@@ -104,3 +104,16 @@ def choose_metric(task: str, name: str | None, has_auc: bool) -> Metric:
     if name == "auc" and not has_auc:
         raise ConfigError("--metric auc: this run has no ROC AUC (binary classification only)")
     return metric
+
+
+# Validation metrics (MetricRow fields) for which lower is better.
+LOWER_IS_BETTER = frozenset({"rmse", "brier"})
+
+
+def watched(task: str, num_classes: int) -> str:
+    """The validation metric a run is judged by (early stopping, the subset choice): RMSE for
+    regression; for binary tasks the Brier score, which moves with every probability where
+    the accuracy of a small validation split stays flat or saturates; else the accuracy."""
+    if task == REGRESSION:
+        return "rmse"
+    return "brier" if num_classes == 2 else "accuracy"

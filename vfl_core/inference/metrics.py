@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from vfl_core.data.learning_task import REGRESSION
 from vfl_core.protocol import ScoreResult
 
 FEDERATION = "federation"
@@ -138,19 +137,6 @@ class MetricRow:
 ROW_METRICS: tuple[str, ...] = tuple(
     f.name for f in fields(MetricRow) if f.name not in ("observed", "samples")
 )
-
-
-# Validation metrics (MetricRow fields) for which lower is better.
-LOWER_IS_BETTER = frozenset({"rmse", "brier"})
-
-
-def watched(task: str, num_classes: int) -> str:
-    """The validation metric a run is judged by (early stopping, the subset choice): RMSE for
-    regression; for binary tasks the Brier score, which moves with every probability where
-    the accuracy of a small validation split stays flat or saturates; else the accuracy."""
-    if task == REGRESSION:
-        return "rmse"
-    return "brier" if num_classes == 2 else "accuracy"
 
 
 @dataclass

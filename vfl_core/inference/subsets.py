@@ -12,13 +12,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import TYPE_CHECKING
 
+from vfl_core.inference.federation_view import EvaluatingFederation
 from vfl_core.inference.metrics import MetricRow
-from vfl_core.training.liveness import DOWN
-
-if TYPE_CHECKING:  # the engine imports vfl_core.inference.choice, which imports this module
-    from vfl_core.training.engine import Federation
+from vfl_core.methods.liveness import DOWN
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +66,7 @@ def observed_subsets(blocks: Sequence[int]) -> list[tuple[int, ...]]:
     return [full, *(tuple(b for b in blocks if b != drop) for drop in blocks)]
 
 
-def evaluate_subsets(fed: Federation, split: str = "test") -> list[SubsetResult]:
+def evaluate_subsets(fed: EvaluatingFederation, split: str = "test") -> list[SubsetResult]:
     """One evaluation of `split` per observed subset of the parties that are not down. A party
     marked down is left out of every set: calling it would cost a deadline per retry, 15 times
     over, to learn what its absence already says."""

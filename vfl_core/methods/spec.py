@@ -35,8 +35,9 @@ from vfl_core.model.slots import SHARED as SHARED
 from vfl_core.model.slots import Subset as Subset
 
 if TYPE_CHECKING:  # the engine imports the specs, not the other way round
-    from vfl_core.training.alignment import Batch
-    from vfl_core.training.engine import Federation, PredictionBatch, RoundRecord
+    from vfl_core.data.batch_plan import Batch
+    from vfl_core.methods.federation_port import FederationPort as Federation
+    from vfl_core.methods.outcomes import PredictionBatch, RoundRecord
 
 
 class RunConfig(Protocol):

@@ -19,8 +19,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from vfl_core.errors import ConfigError
-from vfl_core.inference.metrics import LOWER_IS_BETTER
+from vfl_core.inference.headline import LOWER_IS_BETTER, watched
 from vfl_core.seeding import Stream, rng
+
+__all__ = ["LOWER_IS_BETTER", "EarlyStop", "hold_out", "watched"]  # watched: headline's
 
 
 def hold_out(scorable: np.ndarray, seed: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:

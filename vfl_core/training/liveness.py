@@ -1,119 +1,156 @@
-"""Which parties the round engine still calls: a small up/down state machine per party.
+"""Who of the parties is there: rejoins and pauses of a run.
 
-A party that misses `down_after` consecutive phases is marked down and left out of rounds, except
-for a retry every `retry_every` rounds; the first answer brings it back up. A party that registers
-again (a restarted or reconnected process) is `rejoining`: it is called at once, its first answer
-makes it up, a miss makes it down again. Every transition is logged and kept, so results can count
-them.
+The up/down state machine per party is the methods layer's (vfl_core.methods.liveness, named
+here too for the callers that import it from here). `Presence`, part of the round engine
+(vfl_core.training.engine.Federation composes it), keeps it current between rounds:
 
-When no party that can train is up (every label party down), the round engine pauses instead of
-running rounds on nothing (vfl_core.training.engine); `retry_now` lets it call the down parties at
-once
-while it waits, and `FederationDown` ends a pause that lasted too long.
+- **Rejoins.** A party that registered again since the last round (restarted or reconnected) is
+  called again at once; one that holds samples the alignment lacks, or other rows than when it
+  was aligned, makes the aligner align again (vfl_core.training.aligner); a PSI party gets its
+  keys again.
+- **Pauses.** When no party that can train is up (every label party down; the active party for
+  split-learning methods), training pauses instead of running rounds on nothing: no round is run
+  or counted, the rejoins are polled every PAUSE_POLL_S and the down parties called anyway every
+  PAUSE_PROBE_S (a frozen process that was thawed answers again without registering again), and
+  `FederationDown` ends a pause longer than the run's `rejoin_timeout_s`.
+
+(The farewell, telling the parties that the run ended, is the coordinator's:
+vfl_coordinator.runner.)
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import time
+from typing import TYPE_CHECKING
 
-from vfl_core.errors import VflError
+from vfl_core.methods.spec import active_party
+from vfl_core.data.batch_plan import Batch
+from vfl_core.methods.liveness import DOWN, REJOINING, UP, FederationDown, Liveness, Transition
+from vfl_core.methods.outcomes import RoundRecord
+from vfl_core.training.records import Pause
+
+if TYPE_CHECKING:
+    from vfl_core.training.engine import Federation
+
+__all__ = [
+    "DOWN",
+    "PAUSE_POLL_S",
+    "PAUSE_PROBE_S",
+    "REJOINING",
+    "UP",
+    "FederationDown",
+    "Liveness",
+    "Presence",
+    "Transition",
+]
 
 log = logging.getLogger(__name__)
 
-UP, DOWN, REJOINING = "up", "down", "rejoining"
+# While training is paused (no party that can train is up), how often the engine looks for
+# parties that registered again, and how often it calls the down ones anyway: a frozen process
+# that was thawed answers again without registering again.
+PAUSE_POLL_S = 0.2
+PAUSE_PROBE_S = 5.0
 
 
-class FederationDown(VflError):
-    """No party that can train came back within the rejoin timeout: the run cannot go on."""
+class Presence:
+    """Rejoins and pauses: which parties the rounds call, kept current between rounds."""
 
+    def __init__(self, fed: Federation) -> None:
+        self.fed = fed
+        self.paused_since: float | None = None  # monotonic time the current pause began
 
-@dataclass(frozen=True)
-class Transition:
-    round_id: int
-    block: int
-    old: str
-    new: str
-    reason: str
+    # ------------------------------------------------------------------ rejoins
+    def poll_rejoins(self, tick: int | None = None) -> None:
+        """Parties that registered again since the last round are called again at once."""
+        fed, aligner = self.fed, self.fed.aligner
+        rejoined = sorted(fed.transport.rejoined())
+        infos = fed.transport.infos() if rejoined else {}
+        for block in rejoined:
+            if block in fed.unaligned or block not in fed.infos:
+                aligner.due = True  # it holds samples the plan lacks
+            elif aligner.holds_other_rows(block, infos.get(block)):
+                aligner.due = True  # the plan's rows of it are another data set's
+                aligner.other_rows.add(block)
+                continue  # called again once aligned on its new rows (Aligner.again_if_due)
+            if fed.alignment == "psi":
+                aligner.resend_psi_keys(block)
+            self.call_again(block, fed.tick if tick is None else tick)
 
+    def call_again(self, block: int, tick: int) -> None:
+        hooks = self.fed.hooks
+        if hooks is None or not hooks.rejoined(self.fed, block):
+            self.fed.liveness.rejoined(block, tick)
 
-@dataclass
-class Liveness:
-    blocks: list[int]
-    down_after: int = 3
-    retry_every: int = 10
-    state: dict[int, str] = field(default_factory=dict)
-    missed: dict[int, int] = field(default_factory=dict)
-    down_since: dict[int, int] = field(default_factory=dict)
-    transitions: list[Transition] = field(default_factory=list)
-    who: str = "party of block"  # how the log names a tracked block ("host" for dvfl's hosts)
+    # ------------------------------------------------------------------ pauses
+    def pause_due(self) -> bool:
+        """Whether training must pause: pausing is on and no party that can train is up."""
+        return self.fed.rejoin_timeout_s is not None and not self.heads_up()
 
-    def __post_init__(self) -> None:
-        for b in self.blocks:
-            self.state.setdefault(b, UP)
-            self.missed.setdefault(b, 0)
+    def heads_up(self) -> bool:
+        """Whether a party that can train under the method is not marked down."""
+        labels = self.fed.label_blocks
+        if self.fed.spec.heads == "active_party":
+            labels = (active_party(labels),)  # type: ignore[assignment]
+        return bool(self.fed.liveness.live(labels))
 
-    def should_call(self, block: int, round_id: int) -> bool:
-        if self.state.get(block, UP) in (UP, REJOINING):
-            return True
-        return (round_id - self.down_since[block]) % self.retry_every == 0
+    def round_when_up(self, epoch: int, batch: Batch) -> RoundRecord:
+        """Run the batch's round once a party that can train is up. A retry of the down parties
+        during a pause that none of them answers is not counted: the batch waits."""
+        fed = self.fed
+        while True:
+            probing = self._await_heads(epoch)
+            record = fed.run_round(fed.round_id, epoch, batch)
+            if not probing or self.heads_up():
+                self._end_pause(epoch, resumed=True)
+                return record
+            log.info("round %d: no down party answered the retry; still paused", fed.round_id)
 
-    def live(self, blocks: list[int] | tuple[int, ...]) -> list[int]:
-        """The blocks of `blocks` that are not marked down."""
-        return [b for b in blocks if self.state.get(b, UP) != DOWN]
+    def _await_heads(self, epoch: int) -> bool:
+        """False at once while a party that can train is up. Otherwise pause: False when one
+        registers again, True when it is time to call the down parties anyway; FederationDown
+        once the pause has lasted `rejoin_timeout_s`."""
+        fed, timeout = self.fed, self.fed.rejoin_timeout_s
+        if timeout is None:
+            return False
+        self.poll_rejoins()
+        if self.heads_up():
+            return False
+        if self.paused_since is None:
+            self.paused_since = time.monotonic()
+            log.warning(
+                "round %d (epoch %d): no label party is up; training pauses until one comes back "
+                "(at most %gs)",
+                fed.round_id,
+                epoch + 1,
+                timeout,
+            )
+        probe_at = time.monotonic() + PAUSE_PROBE_S
+        while True:
+            waited = time.monotonic() - self.paused_since
+            if waited >= timeout:
+                self._end_pause(epoch, resumed=False)
+                raise FederationDown(
+                    f"no label party came back within {timeout:g}s (training "
+                    f"waited {waited:.1f}s at round {fed.round_id}, epoch {epoch + 1} of "
+                    f"{fed.config.epochs}): the run stops"
+                )
+            time.sleep(min(PAUSE_POLL_S, timeout - waited))
+            self.poll_rejoins()
+            if self.heads_up():
+                return False
+            if time.monotonic() >= probe_at:
+                fed.liveness.retry_now(fed.tick)
+                return True
 
-    def retry_now(self, round_id: int) -> None:
-        """Call every down party at `round_id` (a paused federation probing for survivors);
-        later retries count `retry_every` from here."""
-        for block, state in self.state.items():
-            if state == DOWN:
-                self.down_since[block] = round_id
-
-    def answered(self, block: int, round_id: int) -> None:
-        self.missed[block] = 0
-        if self.state.get(block) in (DOWN, REJOINING):
-            self._move(round_id, block, UP, "answered again")
-
-    def rejoined(self, block: int, round_id: int) -> None:
-        """The party registered again (restarted or reconnected): call it from now on."""
-        self.missed[block] = 0
-        if self.state.get(block, UP) != REJOINING:
-            self._move(round_id, block, REJOINING, "registered again")
-
-    def failed(self, block: int, round_id: int, phase: str, immediate: bool = False) -> None:
-        """`immediate`: mark down at the first miss (inference, where a caller waits)."""
-        self.missed[block] = self.missed.get(block, 0) + 1
-        state = self.state.get(block, UP)
-        limit = 1 if immediate or state == REJOINING else self.down_after
-        if state in (UP, REJOINING) and self.missed[block] >= limit:
-            self.down_since[block] = round_id
-            self._move(round_id, block, DOWN, f"missed {self.missed[block]} phases (last: {phase})")
-
-    def _move(self, round_id: int, block: int, new: str, reason: str) -> None:
-        old = self.state.get(block, UP)
-        self.state[block] = new
-        self.transitions.append(Transition(round_id, block, old, new, reason))
-        log.warning("%s %d is %s at round %d: %s", self.who, block, new, round_id, reason)
-
-    def counts(self) -> dict[str, int]:
-        """Number of transitions of each kind, e.g. {"up->down": 2, "down->rejoining": 1}."""
-        out: dict[str, int] = {}
-        for t in self.transitions:
-            key = f"{t.old}->{t.new}"
-            out[key] = out.get(key, 0) + 1
-        return dict(sorted(out.items()))
-
-    def to_state(self) -> dict[str, object]:
-        """Plain types for a checkpoint (keys are strings there)."""
-        return {
-            "state": {str(b): s for b, s in self.state.items()},
-            "missed": {str(b): n for b, n in self.missed.items()},
-            "down_since": {str(b): r for b, r in self.down_since.items()},
-            "transitions": [t.__dict__ for t in self.transitions],
-        }
-
-    def load_state(self, saved: dict) -> None:
-        self.state.update({int(b): str(s) for b, s in saved["state"].items()})
-        self.missed.update({int(b): int(n) for b, n in saved["missed"].items()})
-        self.down_since.update({int(b): int(r) for b, r in saved["down_since"].items()})
-        self.transitions = [Transition(**t) for t in saved["transitions"]]
+    def _end_pause(self, epoch: int, resumed: bool) -> None:
+        if self.paused_since is None:
+            return
+        seconds = time.monotonic() - self.paused_since
+        self.paused_since = None
+        self.fed.pauses.append(Pause(self.fed.round_id, epoch, seconds, resumed))
+        if resumed:
+            log.warning(
+                "training resumes at round %d after a pause of %.1fs", self.fed.round_id, seconds
+            )

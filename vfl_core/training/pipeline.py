@@ -50,6 +50,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from vfl_core.data.batch_plan import Batch
+from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -59,11 +61,10 @@ from vfl_core.protocol import (
     TrainResult,
     Transport,
 )
-from vfl_core.training import engine
-from vfl_core.training.alignment import Batch
+from vfl_core.training.laser_round import sum_grads
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation, RoundRecord
+    from vfl_core.training.engine import Federation
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class _Round:
         return tuple(sorted(self.embeddings))
 
     def record(self) -> RoundRecord:
-        return engine.RoundRecord(
+        return RoundRecord(
             round_id=self.round_id,
             epoch=self.epoch,
             pattern=self.batch.pattern,
@@ -176,7 +177,7 @@ def _start_f(
     spec, labels = fed.spec, fed.label_blocks
     embeds: dict[int, list[EmbedCall]] = defaultdict(list)
     for r in block:
-        fed._poll_rejoins(r.tick)
+        fed.presence.poll_rejoins(r.tick)
         if not spec.trainable(r.batch.pattern, fed.num_blocks, labels, r.batch.label_only):
             r.done = True
             continue
@@ -202,7 +203,7 @@ def _collect_f(fed: Federation, lane: _Lane) -> None:
     _log_stops(answers, "f-lane")
     for r in lane.stepping:
         updated = {b for b, a in answers.items() if r.round_id in a.stepped}
-        fed._record(r.present, updated, "backward", r.where, tick=r.tick)
+        fed.record(r.present, updated, "backward", r.where, tick=r.tick)
         r.updated = tuple(sorted(updated & set(r.present)))
         r.done = True
     spec, labels = fed.spec, fed.label_blocks
@@ -213,7 +214,7 @@ def _collect_f(fed: Federation, lane: _Lane) -> None:
             b: a.embeddings[r.round_id] for b, a in answers.items() if r.round_id in a.embeddings
         }
         size = len(r.batch.index)
-        r.embeddings = fed._accept(got, r.callees, size, "embed", r.where, tick=r.tick)
+        r.embeddings = fed.accept(got, r.callees, size, "embed", r.where, tick=r.tick)
         live = fed.liveness.should_call
         r.holders = tuple(b for b in r.batch.label_only if live(b, r.tick))
         if not spec.trainable(r.present, fed.num_blocks, labels, r.holders):
@@ -225,7 +226,7 @@ def _start_g(fed: Federation, block: list[_Round]) -> _Lane:
     fuses: dict[int, list[FuseCall]] = defaultdict(list)
     live = [r for r in block if not r.done]
     for r in live:
-        r.fuse_calls = fed._fuse_calls(
+        r.fuse_calls = fed.laser.fuse_calls(
             r.round_id, r.epoch, r.embeddings, r.callees, r.batch, r.holders
         )
         for k, call in r.fuse_calls.items():
@@ -244,9 +245,9 @@ def _collect_g(
     for r in lane.rounds:
         got = {k: a.fused[r.round_id] for k, a in answers.items() if r.round_id in a.fused}
         size = len(r.batch.index)
-        r.fused = fed._fused(r.fuse_calls, got, r.callees, size, r.where, tick=r.tick)
+        r.fused = fed.laser.fused(r.fuse_calls, got, r.callees, size, r.where, tick=r.tick)
         for b in r.present:
-            grad = engine._sum_grads(r.fused, b)
+            grad = sum_grads(r.fused, b)
             backward[b].append((r, BackwardCall(r.round_id, r.epoch, grad)))
 
 

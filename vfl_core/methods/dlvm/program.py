@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from vfl_core.data.batch_plan import Alignment, Batch, epoch_plan
 from vfl_core.methods.combination import combine
 from vfl_core.methods.dlvm.messages import (
     DecodeCall,
@@ -46,10 +47,10 @@ from vfl_core.methods.dlvm.messages import (
     StepResult,
 )
 from vfl_core.methods.dlvm.roles import latent_samples
+from vfl_core.methods.federation_port import FederationPort
+from vfl_core.methods.outcomes import PredictionBatch, RoundRecord, batch_prediction
 from vfl_core.methods.spec import active_party
 from vfl_core.protocol import EmbedCall
-from vfl_core.training.alignment import Alignment, Batch, epoch_plan
-from vfl_core.training.engine import Federation, PredictionBatch, RoundRecord, batch_prediction
 
 log = logging.getLogger(__name__)
 DLVM = "dlvm"  # the method's name in the registry, which its steps travel under
@@ -57,7 +58,7 @@ DLVM = "dlvm"  # the method's name in the registry, which its steps travel under
 
 @dataclass
 class DlvmProgram:
-    fed: Federation
+    fed: FederationPort
     # Key indices of the training samples whose label the active party holds (stage 2's plan),
     # asked once; part of the coordinator's checkpoint.
     labelled: np.ndarray | None = None

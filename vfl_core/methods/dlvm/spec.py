@@ -18,14 +18,14 @@ if TYPE_CHECKING:
     from vfl_core.config import TrainConfig
     from vfl_core.methods.dlvm.program import DlvmProgram
     from vfl_core.methods.dlvm.roles import DlvmRoles
-    from vfl_core.training.engine import Federation
+    from vfl_core.methods.federation_port import FederationPort
     from vfl_core.training.party import Party
 
 
 class DlvmRounds(ProgramRounds):
     """The engine's entry into a run's DlvmProgram."""
 
-    def build(self, fed: Federation) -> DlvmProgram:
+    def build(self, fed: FederationPort) -> DlvmProgram:
         from vfl_core.methods.dlvm.program import DlvmProgram  # the program needs the engine
 
         return DlvmProgram(fed)
@@ -38,7 +38,7 @@ class DlvmRounds(ProgramRounds):
 
         return DlvmRoles(party)
 
-    def embed_width(self, fed: Federation) -> int | None:
+    def embed_width(self, fed: FederationPort) -> int | None:
         return 2 * fed.config.dlvm.latent_dim  # an expert: [mean | log-variance]
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vfl_core.data.batch_plan import Batch, eval_plan
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.methods.combination import combine
 from vfl_core.methods.dvfl.messages import (
@@ -46,17 +47,11 @@ from vfl_core.methods.dvfl.messages import (
     OwnerFeedCall,
     OwnerTrainCall,
 )
+from vfl_core.methods.federation_port import FederationPort
+from vfl_core.methods.liveness import UP, Liveness
+from vfl_core.methods.outcomes import PredictionBatch, RoundRecord, batch_prediction, well_formed
 from vfl_core.methods.spec import active_party
 from vfl_core.protocol import PredictCall
-from vfl_core.training.alignment import Batch, eval_plan
-from vfl_core.training.engine import (
-    Federation,
-    PredictionBatch,
-    RoundRecord,
-    batch_prediction,
-    well_formed,
-)
-from vfl_core.training.liveness import UP, Liveness
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +62,7 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 
 @dataclass
 class DvflProgram:
-    fed: Federation
+    fed: FederationPort
     # Payload bytes of the float32 tensors relayed, by leg (what the communication period saves).
     bytes_sent: dict[str, int] = field(
         default_factory=lambda: {

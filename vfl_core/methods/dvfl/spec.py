@@ -17,14 +17,14 @@ if TYPE_CHECKING:
     from vfl_core.config import TrainConfig
     from vfl_core.methods.dvfl.program import DvflProgram
     from vfl_core.methods.dvfl.roles import DvflRoles
-    from vfl_core.training.engine import Federation
+    from vfl_core.methods.federation_port import FederationPort
     from vfl_core.training.party import Party
 
 
 class DvflRounds(ProgramRounds):
     """The engine's entry into a run's DvflProgram."""
 
-    def build(self, fed: Federation) -> DvflProgram:
+    def build(self, fed: FederationPort) -> DvflProgram:
         from vfl_core.methods.dvfl.program import DvflProgram  # the program needs the engine
 
         return DvflProgram(fed)
@@ -37,10 +37,10 @@ class DvflRounds(ProgramRounds):
 
         return DvflRoles(party)
 
-    def embed_width(self, fed: Federation) -> int | None:
+    def embed_width(self, fed: FederationPort) -> int | None:
         return fed.config.dvfl.guest_dim
 
-    def rejoined(self, fed: Federation, block: int) -> bool:
+    def rejoined(self, fed: FederationPort, block: int) -> bool:
         self.run(fed).rejoined(block)
         return True
 

@@ -1,0 +1,28 @@
+"""The round engine as the inference layer's choices see it: the methods' port
+(vfl_core.methods.federation_port) and `evaluate`. vfl_core.training.engine.Federation satisfies
+it; the inference layer sits below the training layer and does not import it."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from vfl_core.methods.federation_port import FederationPort
+
+if TYPE_CHECKING:
+    from vfl_core.inference.metrics import EvalReport
+
+
+class EvaluatingFederation(FederationPort, Protocol):
+    def evaluate(
+        self,
+        split: str = "test",
+        blocks: Collection[int] | None = None,
+        index: np.ndarray | None = None,
+        federation_scores: bool = False,
+    ) -> EvalReport:
+        """Metrics of `split` (or of its key indices `index`) by observed set, from every live
+        party or only those of `blocks`."""
+        ...

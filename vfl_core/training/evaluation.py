@@ -1,0 +1,204 @@
+"""Inference and its scores (paper, Algorithm 2): predict every batch of a split from the live
+parties (or a set of them), combine the heads' answers, and have a label party score them
+against its labels, so that the coordinator sees aggregates only.
+
+Part of the round engine (vfl_core.training.engine.Federation composes it). A method with a
+round program of its own (DVFL, DLVM) predicts a batch its own way (MethodSpec.program); the
+choice of the validation samples (vfl_core.training.validation.Validator) decides which parties
+each batch is predicted from.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vfl_core.methods.spec import active_party
+from vfl_core.data.batch_plan import Batch, eval_plan
+from vfl_core.data.learning_task import REGRESSION
+from vfl_core.inference.metrics import FEDERATION, EvalReport
+from vfl_core.inference.predictions import combine, random_guess
+from vfl_core.inference.scoring import result_fits
+from vfl_core.methods.outcomes import PredictionBatch, batch_prediction, well_formed
+from vfl_core.protocol import EmbedCall, PredictCall, ScoreCall, ScoreResult
+from vfl_core.seeding import Stream, rng
+
+if TYPE_CHECKING:
+    from vfl_core.training.engine import Federation
+
+log = logging.getLogger(__name__)
+
+
+class Evaluator:
+    """Predicts and scores the batches of a split through the transport."""
+
+    def __init__(self, fed: Federation) -> None:
+        self.fed = fed
+
+    def predict_batches(
+        self, split: str, index: np.ndarray | None, blocks: Collection[int] | None
+    ) -> Iterator[PredictionBatch]:
+        """Predict every sample of `split` (or the given key indices) from the live parties, or
+        only from the live parties of `blocks` (the others are not called: as if they were gone).
+        A batch that no block of `blocks` holds gets no prediction (no call either)."""
+        al = self.fed.alignments[split]
+        for batch in eval_plan(al, self.fed.config.eval_batch_size, index):
+            if blocks is not None and not set(batch.pattern) & set(blocks):
+                yield PredictionBatch(batch.index, batch.pattern, (), {}, None)
+                continue
+            served, dropped = self.fed.validator.served(batch.pattern, blocks)
+            pred = self._predict_batch(split, batch, served)
+            yield replace(pred, dropped=dropped) if dropped else pred
+
+    def _predict_batch(
+        self, split: str, batch: Batch, blocks: Collection[int] | None = None
+    ) -> PredictionBatch:
+        fed = self.fed
+        fed.presence.poll_rejoins()
+        request = fed.request_id
+        fed.request_id += 1
+        if fed.spec.program is not None:  # a method with phases of its own
+            return fed.spec.program.predict_batch(fed, split, batch, request, blocks)
+        embeddings, callees = self.inference_embeddings(split, batch, request, blocks)
+        present = tuple(sorted(embeddings))
+        gen = self.eval_rng(batch)
+        spec, labels = fed.spec, fed.label_blocks
+        regression = fed.task == REGRESSION
+        predictors = spec.predictors(present, fed.num_blocks, labels)
+        if predictors is not None:  # parties outside the observed set: those we can reach
+            predictors = [k for k in predictors if k in present or self.reachable(k, blocks)]
+        if predictors is None:  # standard VFL with a block missing
+            if regression:  # no prediction, unscored
+                return batch_prediction(batch, present, {}, None, regression)
+            guess = random_guess(str(active_party(labels)), len(batch.index), fed.num_classes, gen)
+            return batch_prediction(batch, present, {}, guess, regression)
+        shared = spec.shares_embeddings
+        calls = {
+            k: PredictCall(
+                request, {b: e for b, e in embeddings.items() if shared or b == k}, callees, labels
+            )
+            for k in predictors
+        }
+        size = (len(batch.index), fed.num_classes)
+        probs = {
+            k: p for k, p in sorted(fed.transport.predict(calls).items()) if well_formed(p, size)
+        }
+        # A label party serving the others' set was not asked to embed: its Predict answer is
+        # the only sign of life, so a miss marks it down at once (as a missed Embed does).
+        outside = [k for k in calls if k not in present]
+        fed.record(outside, probs, "predict", f"{split} request {request}", immediate=True)
+        threshold = fed.validator.threshold()
+        combined = combine(spec.combination, present, probs, gen, regression, threshold)
+        return batch_prediction(batch, present, probs, combined, regression)
+
+    def eval_rng(self, batch: Batch) -> np.random.Generator:
+        """The random draws of an inference batch (a vote's ties, a guess for a missing party),
+        keyed by its samples rather than the request counter: asked again, it answers the same."""
+        first = int(batch.index[0]) if len(batch.index) else 0
+        return rng(self.fed.config.seed, Stream.EVAL_RANDOM, first, len(batch.index))
+
+    def reachable(self, block: int, blocks: Collection[int] | None) -> bool:
+        """Whether a party outside a batch's observed set may be called (live, and among
+        `blocks` when only those are called)."""
+        return (blocks is None or block in blocks) and self.fed.liveness.should_call(
+            block, self.fed.tick
+        )
+
+    def inference_embeddings(
+        self, split: str, batch: Batch, request: int, blocks: Collection[int] | None
+    ) -> tuple[dict[int, np.ndarray], tuple[int, ...]]:
+        """The embeddings of the batch from the live parties (of `blocks`), and who was called."""
+        fed = self.fed
+        al = fed.alignments[split]
+        digest = al.digest(batch.index)
+        callees = tuple(
+            b
+            for b in batch.pattern
+            if (blocks is None or b in blocks) and fed.liveness.should_call(b, fed.tick)
+        )
+        calls = {
+            b: EmbedCall(request, split, al.rows_of(b, batch.index), digest, False, callees)
+            for b in callees
+        }
+        # At inference a caller is waiting: a party that misses one deadline is marked down at
+        # once (and retried every retry_every requests) instead of costing a deadline per batch.
+        answers = fed.transport.embed(calls)
+        where = f"{split} request {request}"
+        size = len(batch.index)
+        return fed.laser.accept(answers, callees, size, "embed", where, immediate=True), callees
+
+    def evaluate(
+        self,
+        split: str,
+        blocks: Collection[int] | None,
+        index: np.ndarray | None,
+        federation_scores: bool,
+    ) -> EvalReport:
+        """Metrics of `split` (or of its key indices `index`) by observed set, from every live
+        party or only those of `blocks` (samples that none of them holds are unscored). With
+        `federation_scores` (binary tasks), the label parties also return the histogram of the
+        federation's positive-class probability (vfl_core.inference.choice)."""
+        report = EvalReport()
+        for pred in self.fed.predict_batches(split, index, blocks):
+            asked = [
+                b for b in pred.pattern if (blocks is None or b in blocks) and b not in pred.dropped
+            ]
+            report.count_answers(asked, pred.present)  # who was live for this batch
+            report.chosen_out.update(pred.dropped)
+            served = blocks
+            if pred.dropped:
+                served = (set(self.fed.infos) if blocks is None else set(blocks)) - set(
+                    pred.dropped
+                )
+            result = (
+                self._score(split, pred, served, federation_scores)
+                if pred.predicted is not None
+                else None
+            )
+            if result is None:
+                report.unscored += len(pred.index)
+                continue
+            # by observed set: the parties that answered and those the choice left out
+            report.add(tuple(sorted({*pred.present, *pred.dropped})), len(pred.index), result)
+        return report
+
+    def _score(
+        self,
+        split: str,
+        pred: PredictionBatch,
+        blocks: Collection[int] | None = None,
+        federation_scores: bool = False,
+    ) -> ScoreResult | None:
+        """Aggregates (confusion counts, AUC histograms or error sums) from the first present
+        label party that answers, else from a reachable party holding the labels only."""
+        assert pred.predicted is not None
+        fed = self.fed
+        al = fed.alignments[split]
+        named = {**pred.scored, FEDERATION: pred.predicted}
+        if pred.regression:
+            predictions = {}
+            scores = {name: v.astype(np.float32) for name, v in named.items()}
+        else:
+            predictions, scores = named, {n: s.astype(np.float32) for n, s in pred.scores.items()}
+            if federation_scores and pred.federation is not None and pred.federation.shape[1] == 2:
+                scores[FEDERATION] = pred.federation[:, 1].astype(np.float32)
+        digest = al.digest(pred.index)
+        label_only = [
+            b
+            for b, mask in sorted(al.label_only.items())
+            if mask[pred.index].all() and self.reachable(b, blocks)
+        ]
+        for scorer in [*(b for b in pred.present if b in fed.label_blocks), *label_only]:
+            rows = al.rows_of(scorer, pred.index)
+            call = ScoreCall(split, rows, digest, predictions, scores)
+            result = fed.transport.score(scorer, call)
+            if result is None:
+                continue
+            if result_fits(result, fed.task, fed.num_classes, set(named)):
+                return result
+            log.warning("%s: score answer of block %d refused (names/shapes)", split, scorer)
+        return None

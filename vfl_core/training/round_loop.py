@@ -1,0 +1,168 @@
+"""The training loop: epochs of rounds from the cursor, the epoch summaries, the observers told
+of every round, epoch and checkpoint, and the parties' checkpoints.
+
+Part of the round engine (vfl_core.training.engine.Federation composes it). A round itself is
+LaserRound's (or a method's round program); rounds run through the pipeline
+(vfl_core.training.pipeline) unless the engine is sequential or the method has phases of its
+own; a round waits while training is paused (vfl_core.training.liveness.Presence).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+from tqdm import tqdm
+
+from vfl_core.data.batch_plan import Batch
+from vfl_core.methods.liveness import DOWN
+from vfl_core.methods.outcomes import RoundRecord
+from vfl_core.training import pipeline
+from vfl_core.training.records import Cursor, EpochSummary
+
+if TYPE_CHECKING:
+    from vfl_core.training.engine import Federation
+
+log = logging.getLogger(__name__)
+
+
+class RoundLoop:
+    """Runs the epochs of a run, round by round, from the cursor."""
+
+    def __init__(self, fed: Federation) -> None:
+        self.fed = fed
+
+    def train(self, start_epoch: int) -> list[EpochSummary]:
+        """Train to the last epoch from the cursor (a resumed run continues mid-epoch); returns
+        the summaries of every epoch the cursor has seen."""
+        fed = self.fed
+        if start_epoch > fed.cursor.epoch:
+            fed.cursor = Cursor(epoch=start_epoch)
+        while fed.cursor.epoch < fed.total_epochs:
+            fed.aligner.again_if_due()
+            self.train_epoch(fed.cursor.epoch)
+            if fed.validator.stop_early():
+                break
+        restored = fed.validator.restore_best()
+        fed.choose_on_validation()
+        # the end's checkpoint holds the weights the parties end on (a party restarted while
+        # the coordinator serves predicts with them): after going back to the best epoch, again
+        if fed.checkpoint_every is not None and (
+            restored or fed.round_id - 1 > fed.last_checkpoint
+        ):
+            self.checkpoint()
+        return list(fed.cursor.summaries)
+
+    def train_epoch(self, epoch: int) -> EpochSummary:
+        fed = self.fed
+        if fed.cursor.epoch != epoch:
+            fed.cursor = Cursor(epoch=epoch, summaries=fed.cursor.summaries)
+        c = fed.cursor
+        start = time.perf_counter() - c.seconds
+        plan = fed.plan(epoch)  # a pure function of (seed, epoch): a resumed run skips its head
+        bar = tqdm(
+            self._rounds(epoch, plan[c.position :]),
+            desc=f"epoch {epoch + 1}/{fed.total_epochs}",
+            initial=c.position,
+            total=len(plan),
+            disable=not fed.progress,
+            leave=False,
+        )
+        for record in bar:
+            batch = plan[c.position]  # records come in plan order
+            fed.round_id += 1
+            c.position += 1
+            c.losses.extend(record.losses.values())
+            for head, loss in record.losses.items():
+                c.head_losses.setdefault(head, []).append(loss)
+            # A batch whose observed set cannot train under the method (no label party holds its
+            # samples) calls nobody: not an incomplete round, nobody failed.
+            trainable = fed.spec.trainable(
+                batch.pattern, fed.num_blocks, fed.label_blocks, batch.label_only
+            )
+            c.incomplete += trainable and record.present != record.pattern
+            c.seconds = time.perf_counter() - start
+            for observer in fed.observers:
+                observer.round_done(fed, record)
+            if fed.checkpoint_every and fed.round_id % fed.checkpoint_every == 0:
+                self.checkpoint()
+        return self.end_epoch(epoch, len(plan), time.perf_counter() - start)
+
+    def end_epoch(self, epoch: int, rounds: int, seconds: float) -> EpochSummary:
+        """Close the cursor's epoch after `rounds` batches (its plan's, or fewer where a resumed
+        run cuts it) and tell the observers."""
+        fed = self.fed
+        summary = self._summary(epoch, rounds, seconds)
+        fed.cursor = Cursor(epoch=epoch + 1, summaries=[*fed.cursor.summaries, summary])
+        for observer in fed.observers:
+            observer.epoch_done(fed, summary)
+        return summary
+
+    def _rounds(self, epoch: int, batches: Sequence[Batch]) -> Iterator[RoundRecord]:
+        """The records of `batches`' rounds, in order, as each finishes (fed.round_id is the
+        next round's id whenever this resumes). The pipeline drains at every checkpoint round,
+        so a checkpoint holds whole rounds, and when no party that can train is up: the rounds
+        of a pause run one by one (`Presence.round_when_up`), and the pipeline starts again
+        after it."""
+        fed, presence = self.fed, self.fed.presence
+        if not fed.pipeline or fed.spec.program is not None:  # (a method's own phases)
+            for batch in batches:
+                yield presence.round_when_up(epoch, batch)
+            return
+        every = fed.checkpoint_every or len(batches) + fed.round_id + 1
+        start = 0
+        while start < len(batches):
+            if presence.pause_due():
+                yield presence.round_when_up(epoch, batches[start])
+                start += 1
+                continue
+            end = start + (every - fed.round_id % every)  # up to the next checkpoint round
+            rounds = pipeline.run(
+                fed, epoch, batches[start:end], fed.round_id, stop=presence.pause_due
+            )
+            for record in rounds:
+                start += 1
+                yield record
+
+    def _summary(self, epoch: int, rounds: int, seconds: float) -> EpochSummary:
+        c = self.fed.cursor
+        summary = EpochSummary(
+            epoch=epoch,
+            rounds=rounds,
+            mean_loss=float(np.mean(c.losses)) if c.losses else float("nan"),
+            seconds=seconds,
+            incomplete_rounds=c.incomplete,
+            head_losses={k: float(np.mean(v)) for k, v in sorted(c.head_losses.items())},
+        )
+        log.info(
+            "epoch %d: %d rounds, mean head loss %.4f, %d incomplete, %.1fs",
+            epoch + 1,
+            summary.rounds,
+            summary.mean_loss,
+            summary.incomplete_rounds,
+            summary.seconds,
+        )
+        return summary
+
+    def checkpoint(self) -> set[int]:
+        """Every party not marked down and in the alignment saves its state after the last
+        round; then the observers hear of it (the coordinator's checkpointer saves its own: a
+        round every party has). A party left out of the alignment took no part in the rounds
+        since: a checkpoint named by this round would hold an older one."""
+        fed = self.fed
+        done = fed.round_id - 1
+        blocks = [
+            b
+            for b in sorted(fed.infos)
+            if fed.liveness.state.get(b) != DOWN and b not in fed.unaligned
+        ]
+        saved = fed.transport.checkpoint(done, blocks)
+        if set(blocks) - saved:
+            log.warning("checkpoint %d: blocks %s did not save", done, sorted(set(blocks) - saved))
+        fed.last_checkpoint = done
+        for observer in fed.observers:
+            observer.checkpoint_done(fed, done, saved)
+        return saved

@@ -1,0 +1,118 @@
+"""Which of the aligned training samples train, and how often: the validation samples held out
+of the plan for early stopping (vfl_core.training.early_stop.hold_out), the class weights of
+balanced resampling, and the plan of every epoch cut from what is left.
+
+Part of the round engine (vfl_core.training.engine.Federation composes it); the aligner
+(vfl_core.training.aligner) asks it again after every alignment of the train split.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vfl_core.config import AUTO_MIN_VALIDATION
+from vfl_core.data.batch_plan import Batch, epoch_plan
+from vfl_core.errors import ConfigError
+from vfl_core.training.early_stop import hold_out
+
+if TYPE_CHECKING:
+    from vfl_core.training.engine import Federation
+
+log = logging.getLogger(__name__)
+
+
+class TrainRows:
+    """The train alignment's key indices that train and that validate, and their weights."""
+
+    def __init__(self, fed: Federation) -> None:
+        self.fed = fed
+        # With TrainConfig.early_stop_patience: the train alignment's key indices that train
+        # and that are held out for validation (None: every sample trains).
+        self.training: np.ndarray | None = None
+        self.validation: np.ndarray | None = None
+        self.weights: np.ndarray | None = None  # per key, with balance "resample"
+
+    def hold_out(self) -> None:
+        """Hold out the validation samples (of those a label party holds) from the plan; by
+        default (patience None) only where they are AUTO_MIN_VALIDATION or more, else early
+        stopping is off and nothing is held out."""
+        fed = self.fed
+        assert fed.early_stop is not None
+        al = fed.alignments["train"]
+        scorable = np.zeros(len(al), dtype=bool)
+        for index in al.groups().values():  # samples some party holds features of
+            scorable[index] = True
+        labelled = [al.rows[b] >= 0 for b in fed.label_blocks if b in al.rows]
+        scorable &= np.any(labelled, axis=0) if labelled else False
+        auto = fed.config.early_stop_patience is None
+        try:
+            self.training, self.validation = hold_out(
+                scorable, fed.config.seed, fed.config.validation_fraction
+            )
+        except ConfigError:
+            if not auto:
+                raise
+            self.training, self.validation = None, np.zeros(0, dtype=np.int64)
+        if auto and len(self.validation) < AUTO_MIN_VALIDATION:
+            log.info(
+                "early stopping off: %d validation samples, fewer than the %d the default needs "
+                "(--early-stop-patience N holds them out anyway); every epoch trains",
+                len(self.validation),
+                AUTO_MIN_VALIDATION,
+            )
+            fed.early_stop = self.training = self.validation = None
+            return
+        fed.early_stop.validation_samples = len(self.validation)
+        log.info(
+            "early stopping: %d of %d training samples held out for validation (patience %d)",
+            len(self.validation),
+            len(al),
+            fed.early_stop.patience,
+        )
+
+    def class_weights(self) -> np.ndarray:
+        """Per-key weights from the label parties (lowest block first that holds each sample)."""
+        fed = self.fed
+        al = fed.alignments["train"]
+        weights = np.full(len(al), np.nan)
+        for block in sorted(b for b, i in fed.infos.items() if i.has_labels and b in al.rows):
+            w = fed.transport.class_weights(block, "train")
+            if w is None or not self._sound_weights(block, w):
+                continue
+            rows = al.rows[block]
+            fill = (rows >= 0) & np.isnan(weights)
+            weights[fill] = w[rows[fill]]
+        if np.isnan(weights).all():
+            raise ConfigError("class-balanced resampling needs a label party that answers")
+        weights[np.isnan(weights)] = np.nanmean(weights)
+        return weights
+
+    def _sound_weights(self, block: int, weights: np.ndarray) -> bool:
+        """Whether a label party's class weights fit: one finite, non-negative weight per train
+        row it registered. Others are said and not used (they would index past the rows, or
+        make the resampling fail)."""
+        rows = self.fed.infos[block].samples.get("train", 0)
+        if len(weights) != rows:
+            fault = f"{len(weights)} weights for its {rows} rows"
+        elif not (np.isfinite(weights).all() and (weights >= 0).all()):
+            fault = "weights that are not finite and non-negative"
+        else:
+            return True
+        log.warning("class weights of block %d refused: %s", block, fault)
+        return False
+
+    def plan(self, epoch: int) -> list[Batch]:
+        """Every training sample once, in single-pattern batches (weighted if resampling);
+        without the samples held out for validation (vfl_core.training.early_stop)."""
+        al, weights, keep = self.fed.alignments["train"], self.weights, self.training
+        seed, size = self.fed.config.seed, self.fed.config.batch_size
+        if keep is None:
+            return epoch_plan(al, seed, epoch, size, weights)
+        # Without the validation samples; batch indices back into the whole train alignment.
+        part = None if weights is None else weights[keep]
+        plan = epoch_plan(al.subset(keep), seed, epoch, size, part)
+        return [replace(b, index=keep[b.index]) for b in plan]
