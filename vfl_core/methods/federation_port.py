@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from vfl_core.methods.spec import MethodSpec
     from vfl_core.data.batch_plan import Alignment, Batch
     from vfl_core.methods.liveness import Liveness
+    from vfl_core.methods.spec import MethodSpec
     from vfl_core.protocol import PartyInfo, Transport
 
 

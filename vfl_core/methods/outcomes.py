@@ -72,7 +72,7 @@ class PredictionBatch:
 
 
 class CombinedAnswer(Protocol):
-    """The federation's answer for a batch (vfl_core.inference.predictions.Combined has it)."""
+    """The federation's answer for a batch (vfl_core.methods.combination.Combined has it)."""
 
     @property
     def scored(self) -> dict[str, np.ndarray]: ...

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from vfl_core.methods.spec import MethodSpec, ProgramHooks
 from vfl_core.config import TrainConfig
 from vfl_core.data.batch_plan import Alignment, Batch
 from vfl_core.data.learning_task import REGRESSION
@@ -37,6 +36,7 @@ from vfl_core.inference.headline import watched
 from vfl_core.inference.metrics import EvalReport
 from vfl_core.methods.liveness import Liveness
 from vfl_core.methods.outcomes import PredictionBatch, RoundRecord, batch_prediction, well_formed
+from vfl_core.methods.spec import MethodSpec, ProgramHooks
 from vfl_core.protocol import PartyInfo, Transport, disagreement, mismatch_hint
 from vfl_core.training.aligner import Aligner
 from vfl_core.training.early_stop import EarlyStop

@@ -24,10 +24,10 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from vfl_core.methods.spec import active_party
 from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.liveness import DOWN, REJOINING, UP, FederationDown, Liveness, Transition
 from vfl_core.methods.outcomes import RoundRecord
+from vfl_core.methods.spec import active_party
 from vfl_core.training.records import Pause
 
 if TYPE_CHECKING:
