@@ -20,8 +20,8 @@ import numpy as np
 from vfl_core.data.batch_plan import Batch, eval_plan
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.inference.metrics import FEDERATION, EvalReport
-from vfl_core.methods.combination import combine, random_guess
 from vfl_core.inference.scoring import result_fits
+from vfl_core.methods.combination import combine, random_guess
 from vfl_core.methods.outcomes import PredictionBatch, batch_prediction, well_formed
 from vfl_core.methods.spec import active_party
 from vfl_core.protocol import EmbedCall, PredictCall, ScoreCall, ScoreResult
