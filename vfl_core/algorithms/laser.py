@@ -40,7 +40,7 @@ Subset = tuple[int, ...]
 WeightedSubset = tuple[Subset, float]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 # A head's input from the embeddings of a subset: their mean (LASER-VFL) or, for the
-# concatenating baselines, a concatenation (vfl_core.training.party.Party._fused).
+# concatenating baselines, a concatenation (vfl_core.training.laser_steps.LaserHeads.fused).
 FuseFn = Callable[[Mapping[int, torch.Tensor], Subset], torch.Tensor]
 
 

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from vfl_core.config import TrainConfig
     from vfl_core.methods.dlvm.program import DlvmProgram
     from vfl_core.methods.dlvm.roles import DlvmRoles
+    from vfl_core.methods.party_port import PartyPort
     from vfl_core.training.engine import Federation
-    from vfl_core.training.party import Party
 
 
 class DlvmRounds(ProgramRounds):
@@ -33,7 +33,7 @@ class DlvmRounds(ProgramRounds):
     def epochs(self, config: TrainConfig) -> int:
         return config.epochs + config.dlvm.stage2_epochs  # stage 1, then stage 2
 
-    def party_state(self, party: Party) -> DlvmRoles:
+    def party_state(self, party: PartyPort) -> DlvmRoles:
         from vfl_core.methods.dlvm.roles import DlvmRoles  # the networks need torch
 
         return DlvmRoles(party)
