@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from google.protobuf.message import Message
+
 from vfl_core.errors import ProtocolError
 from vfl_core.protocol import PsiCall
 from vfl_core.training.psi import POINT_BYTES, check_session, pack, unpack
@@ -27,32 +31,31 @@ def psi_blind_from_proto(req: vfl_pb2.PsiBlindRequest) -> tuple[str, str]:
     return check_split(req.split, what="psi split"), check_session(req.session)
 
 
-def psi_apply_to_proto(call: PsiCall, h: vfl_pb2.Header) -> vfl_pb2.PsiApplyRequest:
-    return vfl_pb2.PsiApplyRequest(
-        header=h, split=call.split, session=call.session, points=pack(call.points)
-    )
+@dataclass(frozen=True)
+class PsiCallMessage:
+    """A request that carries a PsiCall: its message type and the bytes field of its points;
+    both directions are derived from these (PSI's Apply and Keys differ in nothing else)."""
+
+    message: type[vfl_pb2.PsiApplyRequest] | type[vfl_pb2.PsiKeysRequest]
+    field: str
+    what: str  # how errors name the points
+
+    def to_proto(self, call: PsiCall, h: vfl_pb2.Header) -> Message:
+        points = {self.field: pack(call.points)}
+        return self.message(header=h, split=call.split, session=call.session, **points)
+
+    def from_proto(self, req: vfl_pb2.PsiApplyRequest | vfl_pb2.PsiKeysRequest) -> PsiCall:
+        return PsiCall(
+            split=check_split(req.split, what="psi split"),
+            session=check_session(req.session),
+            points=_points(getattr(req, self.field), self.what),
+        )
 
 
-def psi_apply_from_proto(req: vfl_pb2.PsiApplyRequest) -> PsiCall:
-    return PsiCall(
-        split=check_split(req.split, what="psi split"),
-        session=check_session(req.session),
-        points=_points(req.points, "psi apply points"),
-    )
-
-
-def psi_keys_to_proto(call: PsiCall, h: vfl_pb2.Header) -> vfl_pb2.PsiKeysRequest:
-    return vfl_pb2.PsiKeysRequest(
-        header=h, split=call.split, session=call.session, keys=pack(call.points)
-    )
-
-
-def psi_keys_from_proto(req: vfl_pb2.PsiKeysRequest) -> PsiCall:
-    return PsiCall(
-        split=check_split(req.split, what="psi split"),
-        session=check_session(req.session),
-        points=_points(req.keys, "psi keys"),
-    )
+PSI_APPLY = PsiCallMessage(vfl_pb2.PsiApplyRequest, "points", "psi apply points")
+PSI_KEYS = PsiCallMessage(vfl_pb2.PsiKeysRequest, "keys", "psi keys")
+psi_apply_to_proto, psi_apply_from_proto = PSI_APPLY.to_proto, PSI_APPLY.from_proto
+psi_keys_to_proto, psi_keys_from_proto = PSI_KEYS.to_proto, PSI_KEYS.from_proto
 
 
 def psi_points_to_proto(points: list[bytes]) -> vfl_pb2.PsiPoints:
