@@ -232,7 +232,7 @@ def joint_graph(
     al, train = fed.alignments["train"], fed.config
     cfg = train.dlvm
     xs = {
-        b: parties[b]._batch("train", al.rows_of(b, batch.index), al.digest(batch.index))
+        b: parties[b].batch("train", al.rows_of(b, batch.index), al.digest(batch.index))
         for b in batch.pattern
     }
     experts = {b: torch.cat(parties[b].dlvm.models.encoder(x.flatten(1)), 1) for b, x in xs.items()}

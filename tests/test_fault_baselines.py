@@ -101,7 +101,7 @@ def test_given_stale_when_a_party_fails_then_its_last_embedding_of_those_samples
     # round 1: block 2 failed; the head party fills in what block 2 sent for these samples
     _, result, _ = _round(parties, fed, 1, (0, 1, 3))
     assert sorted(result.grads) == [1, 3]  # no gradient goes to the failed party
-    recalled = parties[0]._stale.recall(rows, [2])[2].numpy()
+    recalled = parties[0].laser.stale.recall(rows, [2])[2].numpy()
     np.testing.assert_allclose(recalled, sent[2], rtol=1e-6)
 
     zero = parties_of(full, config("zerofill"))[0]  # same seed: same initial weights

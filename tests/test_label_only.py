@@ -26,6 +26,7 @@ from vfl_core.methods.laser import objective as laser
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, PartyInfo, PredictCall
 from vfl_core.seeding import Stream, rng
 from vfl_core.simulate import SimulationConfig, run_simulation
+from vfl_core.training import laser_steps
 from vfl_core.training import party as party_module
 from vfl_core.training.alignment import Alignment, batch_digest, epoch_plan, eval_plan
 from vfl_core.training.engine import Federation, RoundRecord
@@ -174,7 +175,7 @@ def test_given_a_label_only_batch_when_the_label_party_fuses_then_it_trains_on_t
         seen.append(list(args[2]))  # type: ignore[call-overload]
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(party_module, "sampled_loss", spy)
+    monkeypatch.setattr(laser_steps, "sampled_loss", spy)
     result = head.fuse(call)
     assert seen == [tasks] and result.loss == float(want)  # the tested objective, bit for bit
     assert sorted(result.grads) == [1, 2]

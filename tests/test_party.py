@@ -21,7 +21,7 @@ from vfl_core.methods.laser import objective as laser
 from vfl_core.methods.laser.objective import sample_tasks
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, PredictCall, ScoreCall
 from vfl_core.seeding import Stream, rng
-from vfl_core.training import party as party_module
+from vfl_core.training import laser_steps
 from vfl_core.training.alignment import Alignment
 from vfl_core.training.party import Party
 
@@ -368,7 +368,7 @@ def test_given_a_round_when_fusing_then_the_trained_loss_is_laser_sampled_loss_o
         seen.append(list(args[2]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(party_module, "sampled_loss", spy)
+    monkeypatch.setattr(laser_steps, "sampled_loss", spy)
     result = parties[k].fuse(FuseCall(round_id, 0, {b: e for b, e in emb.items() if b != k}))
     assert seen == [tasks]  # one call, on exactly the sampled tasks
     assert result.loss == float(expected)  # bit for bit

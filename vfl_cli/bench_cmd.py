@@ -6,113 +6,40 @@ imported only when a benchmark runs, since it pulls in its own dependencies).
 
 from __future__ import annotations
 
-import importlib
-import shlex
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from vfl_cli.bench_options import (
+    DEFAULT_DATA,
+    DEFAULT_RESULTS,
+    BenchRun,
+    Jobs,
+    LogLevel,
+    MnistPath,
+    Opt,
+    OptionRuns,
+    Results,
+    bench_module,
+    command_line,
+    option_job,
+    parse_floats,
+    parse_ints,
+    parse_methods,
+    parse_variants,
+    rejoin_rates,
+    run_and_report,
+)
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.option_groups import with_option_groups
 from vfl_core.errors import ConfigError
-
-Opt = typer.Option
-DEFAULT_RESULTS = Path("benchmarks/results")
-DEFAULT_DATA = Path("../shared/data")
-
-# Options every benchmark command shares.
-Jobs = Annotated[int, Opt(help="parallel runs (processes); 0 runs in this process")]
-Results = Annotated[Path, Opt(help="results directory")]
-ReportOnly = Annotated[bool, Opt(help="only rewrite the report from cached runs")]
-Progress = Annotated[bool, Opt(help="show a progress bar")]
-LogLevel = Annotated[str, Opt(help="debug | info | warning | error")]
-MnistPath = Annotated[Path, Opt(help="directory with the MNIST IDX files")]
-
-
-@dataclass(frozen=True)
-class BenchRun:
-    """Where a cached benchmark keeps its runs, whether to run them, and how it reports."""
-
-    results: Results = DEFAULT_RESULTS
-    report_only: ReportOnly = False
-    progress: Progress = True
-    log_level: LogLevel = "warning"
-
 
 bench_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     help="Benchmarks: accuracy grid, scaling in K, throughput of both transports, faults, DVFL.",
 )
-
-
-def _bench(module: str) -> ModuleType:
-    """Import benchmarks.<module> when its command runs."""
-    return importlib.import_module(f"benchmarks.{module}")
-
-
-def _floats(text: str, what: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(f"{what} must be comma-separated numbers, got {text!r}") from None
-
-
-def _ints(text: str, what: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(f"{what} must be comma-separated integers, got {text!r}") from None
-
-
-def _methods(text: str) -> tuple[str, ...]:
-    from vfl_core.methods.registry import METHODS
-
-    methods = tuple(m.strip() for m in text.split(",") if m.strip())
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
-    return methods
-
-
-def _variants(text: str, known: tuple[str, ...], what: str = "method(s)") -> tuple[str, ...]:
-    chosen = tuple(m.strip() for m in text.split(",") if m.strip())
-    unknown = [m for m in chosen if m not in known]
-    if unknown or not chosen:
-        raise ConfigError(f"unknown {what} {unknown}; choose from {', '.join(known)}")
-    return chosen
-
-
-def _rates(fail_rate: float, rejoin: tuple[float, ...]) -> tuple[float, ...]:
-    """The rejoin rates, once they and R_d are checked to be probabilities of a fault model."""
-    if not 0 < fail_rate <= 1 or any(not 0 < r <= 1 for r in rejoin):
-        raise ConfigError("--fail-rate and the rejoin values must be in (0, 1]")
-    return rejoin
-
-
-def _run_and_report(
-    run: Callable[..., list[str]],
-    write_report: Callable[[Any], tuple[Path, str]],
-    job: Any,
-    bench: BenchRun,
-) -> None:
-    """Run the job's missing runs (unless only reporting), then write and print its report."""
-    if not bench.report_only:
-        failed = run(job, progress=bench.progress)
-        if failed:
-            typer.echo(f"{len(failed)} runs failed (see the log): {', '.join(failed)}", err=True)
-    path, text = write_report(job)
-    typer.echo(text)
-    typer.echo(f"report written to {path}")
-
-
-def _command() -> str:
-    return "vfl " + shlex.join(sys.argv[1:]) if sys.argv else "vfl bench"
 
 
 @bench_app.command("accuracy")
@@ -135,22 +62,22 @@ def accuracy(
 ) -> None:
     """Methods x train p_miss x test p_miss x seeds, cached per run; writes the report."""
     setup_logging(bench.log_level)
-    acc, setups = _bench("accuracy"), _bench("setups")
+    acc, setups = bench_module("accuracy"), bench_module("setups")
     if dataset not in setups.SETUPS:
         raise ConfigError(f"unknown dataset {dataset!r}; choose from {', '.join(setups.SETUPS)}")
     job = acc.AccuracyJob(
         dataset=dataset,
-        methods=_methods(methods),
-        seeds=_ints(seeds, "--seeds"),
-        p_train=_floats(p_train, "--p-train"),
-        p_test=_floats(p_test, "--p-test"),
+        methods=parse_methods(methods),
+        seeds=parse_ints(seeds, "--seeds"),
+        p_train=parse_floats(p_train, "--p-train"),
+        p_test=parse_floats(p_test, "--p-test"),
         results=bench.results,
         data_path=data_path if setups.SETUPS[dataset].needs_data_path else None,
         epochs=epochs,
         jobs=jobs,
-        command=_command(),
+        command=command_line(),
     )
-    _run_and_report(acc.run_grid, acc.write_report, job, bench)
+    run_and_report(acc.run_grid, acc.write_report, job, bench)
 
 
 @bench_app.command("scaling")
@@ -175,12 +102,12 @@ def scaling(
 ) -> None:
     """Accuracy and time per epoch against K (MNIST strips); writes scaling.md and a plot."""
     setup_logging(bench.log_level)
-    mod = _bench("scaling")
+    mod = bench_module("scaling")
     if model not in mod.MODELS:
         raise ConfigError(f"--model must be one of {', '.join(mod.MODELS)}, got {model!r}")
     job = mod.ScalingJob(
-        ks=_ints(ks, "--ks"),
-        methods=_methods(methods),
+        ks=parse_ints(ks, "--ks"),
+        methods=parse_methods(methods),
         results=bench.results,
         data_path=data_path,
         seed=seed,
@@ -190,9 +117,9 @@ def scaling(
         p_miss=p_miss,
         model=model,
         jobs=jobs,
-        command=_command(),
+        command=command_line(),
     )
-    _run_and_report(mod.run, mod.write_report, job, bench)
+    run_and_report(mod.run, mod.write_report, job, bench)
 
 
 @bench_app.command("faults")
@@ -218,27 +145,27 @@ def faults(
 ) -> None:
     """Guest-loss faults (DVFL): LASER-VFL vs split learning that skips, zero-fills or reuses."""
     setup_logging(bench.log_level)
-    mod = _bench("faults")
+    mod = bench_module("faults")
     chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip())
     if not chosen or any(s not in mod.SCENARIOS for s in chosen):
         raise ConfigError(f"--scenarios must be among {', '.join(mod.SCENARIOS)}")
     if dataset not in ("mnist", "digits"):
         raise ConfigError(f"--dataset must be mnist or digits, got {dataset!r}")
-    rates = _rates(fail_rate, _floats(rejoin, "--rejoin"))
+    rates = rejoin_rates(fail_rate, parse_floats(rejoin, "--rejoin"))
     job = mod.FaultJob(
-        seeds=_ints(seeds, "--seeds"),
+        seeds=parse_ints(seeds, "--seeds"),
         results=bench.results,
         data_path=data_path.resolve() if dataset == "mnist" else None,
-        methods=_variants(methods, mod.METHODS),
+        methods=parse_variants(methods, mod.METHODS),
         scenarios=chosen,
         rejoin_rates=rates,
         fail_rate=fail_rate,
         epochs=epochs,
         dataset=dataset,
         jobs=jobs,
-        command=_command(),
+        command=command_line(),
     )
-    _run_and_report(mod.run, mod.write_report, job, bench)
+    run_and_report(mod.run, mod.write_report, job, bench)
 
 
 @bench_app.command("dvfl")
@@ -271,30 +198,30 @@ def dvfl(
 ) -> None:
     """Decoupled VFL beside LASER-VFL and split learning: faults, few labels, period."""
     setup_logging(bench.log_level)
-    mod = _bench("dvfl")
-    chosen = _variants(experiments, ("faults", "labels", "period"))
+    mod = bench_module("dvfl")
+    chosen = parse_variants(experiments, ("faults", "labels", "period"))
     if dataset not in ("mnist", "digits"):
         raise ConfigError(f"--dataset must be mnist or digits, got {dataset!r}")
-    guest = _rates(fail_rate, _floats(rejoin, "--rejoin"))
-    host = _rates(fail_rate, _floats(host_rejoin, "--host-rejoin"))
+    guest = rejoin_rates(fail_rate, parse_floats(rejoin, "--rejoin"))
+    host = rejoin_rates(fail_rate, parse_floats(host_rejoin, "--host-rejoin"))
     job = mod.DvflJob(
-        seeds=_ints(seeds, "--seeds"),
+        seeds=parse_ints(seeds, "--seeds"),
         results=bench.results,
         data_path=data_path.resolve() if dataset == "mnist" else None,
         experiments=chosen,
-        methods=_variants(methods, mod.FAULT_METHODS),
+        methods=parse_variants(methods, mod.FAULT_METHODS),
         guest_rejoin=guest,
         host_rejoin=host,
-        periods=_ints(periods, "--periods"),
-        labels=_ints(labels, "--labels"),
+        periods=parse_ints(periods, "--periods"),
+        labels=parse_ints(labels, "--labels"),
         fail_rate=fail_rate,
         epochs=epochs,
         owner_epochs=owner_epochs,
         dataset=dataset,
         jobs=jobs,
-        command=_command(),
+        command=command_line(),
     )
-    _run_and_report(mod.run, mod.write_report, job, bench)
+    run_and_report(mod.run, mod.write_report, job, bench)
 
 
 @bench_app.command("dlvm")
@@ -322,7 +249,7 @@ def dlvm(
 ) -> None:
     """DLVM-VFL's few-label protocol: DLVM vs LASER-VFL and baselines per missingness."""
     setup_logging(bench.log_level)
-    mod = _bench("dlvm")
+    mod = bench_module("dlvm")
     from vfl_core.data.missingness import parse_mechanism
 
     mechanisms = {
@@ -338,18 +265,18 @@ def dlvm(
         datasets=chosen,
         train_mechanisms=mechanisms["--train"],
         test_mechanisms=mechanisms["--test"],
-        methods=_variants(methods, mod.METHODS),
-        seeds=_ints(seeds, "--seeds"),
+        methods=parse_variants(methods, mod.METHODS),
+        seeds=parse_ints(seeds, "--seeds"),
         results=bench.results,
         data_path=data_path.resolve(),
         stage1_epochs=stage1_epochs,
         stage2_epochs=stage2_epochs,
         epochs=epochs,
         jobs=jobs,
-        command=_command(),
+        command=command_line(),
         reference=reference,
     )
-    _run_and_report(mod.run, mod.write_report, job, bench)
+    run_and_report(mod.run, mod.write_report, job, bench)
 
 
 @bench_app.command("label-only")
@@ -370,18 +297,18 @@ def label_only(
         raise ConfigError(f"--dataset must be credit or digits, got {dataset!r}")
     if not 0 < p_miss < 1:
         raise ConfigError(f"--p-miss must be in (0, 1), got {p_miss}")
-    mod, report = _bench("label_only"), _bench("label_only_report")
+    mod, report = bench_module("label_only"), bench_module("label_only_report")
     job = mod.LabelOnlyJob(
-        seeds=_ints(seeds, "--seeds"),
+        seeds=parse_ints(seeds, "--seeds"),
         results=bench.results,
         data_path=data_path.resolve() if dataset == "credit" else None,
         dataset=dataset,
         p_miss=p_miss,
         epochs=epochs,
         jobs=jobs,
-        command=_command(),
+        command=command_line(),
     )
-    _run_and_report(mod.run, report.write_report, job, bench)
+    run_and_report(mod.run, report.write_report, job, bench)
 
 
 @bench_app.command("tabular")
@@ -403,21 +330,21 @@ def tabular(
     """The defaults on tables nobody tuned for: the federation against each party alone,
     logistic/ridge, HistGradientBoosting and a central MLP; writes tabular.md."""
     setup_logging(bench.log_level)
-    mod, report = _bench("tabular"), _bench("tabular_report")
+    mod, report = bench_module("tabular"), bench_module("tabular_report")
     known = mod.available_tables(data_path.resolve(), quick)
-    chosen = _variants(tables, known, "table(s)") if tables else known
-    chosen_seeds = _ints(seeds, "--seeds")
+    chosen = parse_variants(tables, known, "table(s)") if tables else known
+    chosen_seeds = parse_ints(seeds, "--seeds")
     job = mod.TabularJob(
         tables=chosen,
         seeds=chosen_seeds[:1] if quick else chosen_seeds,
-        grpc_seeds=_ints(grpc_seeds, "--grpc-seeds"),
+        grpc_seeds=parse_ints(grpc_seeds, "--grpc-seeds"),
         results=bench.results,
         data_path=data_path.resolve(),
         quick=quick,
         jobs=jobs,
-        command=_command(),
+        command=command_line(),
     )
-    _run_and_report(mod.run, report.write_report, job, bench)
+    run_and_report(mod.run, report.write_report, job, bench)
 
 
 @bench_app.command("throughput")
@@ -439,7 +366,7 @@ def throughput(
 ) -> None:
     """Samples/s in-process vs gRPC on loopback (K=4) and bytes per round vs the minimum."""
     setup_logging(log_level)
-    mod = _bench("throughput")
+    mod = bench_module("throughput")
     chosen = tuple(m.strip() for m in models.split(",") if m.strip())
     if not chosen or any(m not in mod.MODELS for m in chosen):
         raise ConfigError(f"--models must be among {', '.join(mod.MODELS)}, got {models!r}")
@@ -447,12 +374,12 @@ def throughput(
         results=results,
         data_path=data_path.resolve(),
         models=chosen,
-        batch_sizes=_ints(batch_sizes, "--batch-sizes"),
+        batch_sizes=parse_ints(batch_sizes, "--batch-sizes"),
         train_samples=train_samples,
         warmup=warmup,
         repeats=repeats,
-        staleness=_ints(staleness, "--staleness"),
-        command=_command(),
+        staleness=parse_ints(staleness, "--staleness"),
+        command=command_line(),
     )
     record = mod.run(job)
     path, text = mod.write_report(record, results)
@@ -482,15 +409,15 @@ def wan(
 ) -> None:
     """Epoch time and accuracy over shaped links (RTT, bandwidth, jitter), K = 4; wan.md."""
     setup_logging(bench.log_level)
-    mod = _bench("wan")
-    chosen = _variants(workloads, tuple(mod.WORKLOADS), "workload(s)")
-    variant_names = _variants(variants, tuple(mod.VARIANTS), "variant(s)")
+    mod = bench_module("wan")
+    chosen = parse_variants(workloads, tuple(mod.WORKLOADS), "workload(s)")
+    variant_names = parse_variants(variants, tuple(mod.VARIANTS), "variant(s)")
     if not 0 <= warmup < epochs:
         raise ConfigError(f"--warmup must be below --epochs ({epochs}), got {warmup}")
     if not label.replace("-", "").replace("_", "").isalnum():
         raise ConfigError(f"--label must be letters, digits, - and _, got {label!r}")
-    mbits = _floats(bandwidths, "--bandwidths")
-    if not mbits or any(b <= 0 for b in mbits) or any(r < 0 for r in _floats(rtts, "--rtts")):
+    mbits = parse_floats(bandwidths, "--bandwidths")
+    if not mbits or any(b <= 0 for b in mbits) or any(r < 0 for r in parse_floats(rtts, "--rtts")):
         raise ConfigError("--bandwidths must be positive and --rtts non-negative")
     job = mod.WanJob(
         results=bench.results,
@@ -498,45 +425,19 @@ def wan(
         label=label,
         workloads=chosen,
         variants=variant_names,
-        rtts_ms=_floats(rtts, "--rtts"),
+        rtts_ms=parse_floats(rtts, "--rtts"),
         mbits=mbits,
         jitter_ms=jitter,
         epochs=epochs,
         warmup=warmup,
         seed=seed,
-        command=_command(),
+        command=command_line(),
     )
     if not bench.report_only:
         mod.run(job, progress=bench.progress)
     path, text = mod.write_report(bench.results)
     typer.echo(text)
     typer.echo(f"report written to {path}")
-
-
-@dataclass(frozen=True)
-class OptionRuns:
-    """The accuracy runs of a benchmark that varies one training option (grid setups, LASER-VFL,
-    train p_miss 0): on which data sets, seeds and how many processes."""
-
-    datasets: Annotated[str, Opt(help="mnist, credit")] = "mnist,credit"
-    seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2"
-    jobs: Jobs = 2
-    data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA
-
-
-def _option_job(
-    mod: ModuleType, runs: OptionRuns, results: Path, option: str, values: tuple[str, ...]
-) -> Any:
-    return mod.WireDtypeJob(
-        results=results,
-        data_path=runs.data_path.resolve(),
-        datasets=_variants(runs.datasets, ("mnist", "credit"), "data set(s)"),
-        values=values,
-        seeds=_ints(runs.seeds, "--seeds"),
-        jobs=runs.jobs,
-        command=_command(),
-        option=option,
-    )
 
 
 @bench_app.command("staleness")
@@ -549,12 +450,12 @@ def staleness(
 ) -> None:
     """Accuracy cost of --staleness over seeds (the grid's setups); a section of wan.md."""
     setup_logging(bench.log_level)
-    mod, wan_mod = _bench("wire_dtype"), _bench("wan")
-    chosen = _ints(values, "--values")
+    mod, wan_mod = bench_module("wire_dtype"), bench_module("wan")
+    chosen = parse_ints(values, "--values")
     if not chosen or min(chosen) < 0:
         raise ConfigError("--values must be non-negative integers")
-    job = _option_job(mod, runs, bench.results, "staleness", tuple(str(v) for v in chosen))
-    _run_and_report(mod.run, lambda _job: wan_mod.write_report(bench.results), job, bench)
+    job = option_job(mod, runs, bench.results, "staleness", tuple(str(v) for v in chosen))
+    run_and_report(mod.run, lambda _job: wan_mod.write_report(bench.results), job, bench)
 
 
 @bench_app.command("wire-dtype")
@@ -567,7 +468,7 @@ def wire_dtype(
 ) -> None:
     """Accuracy (seeds) and bytes per round of each wire dtype; writes wire_dtype.md."""
     setup_logging(bench.log_level)
-    mod = _bench("wire_dtype")
-    dtype_values = _variants(dtypes, mod.DTYPES, "wire dtype(s)")
-    job = _option_job(mod, runs, bench.results, "wire_dtype", dtype_values)
-    _run_and_report(mod.run, mod.write_report, job, bench)
+    mod = bench_module("wire_dtype")
+    dtype_values = parse_variants(dtypes, mod.DTYPES, "wire dtype(s)")
+    job = option_job(mod, runs, bench.results, "wire_dtype", dtype_values)
+    run_and_report(mod.run, mod.write_report, job, bench)

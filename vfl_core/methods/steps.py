@@ -22,7 +22,7 @@ import numpy as np
 from vfl_core.methods.record import Record, StepHeader
 from vfl_core.methods.schema import Schema, TensorSpec, check
 
-# (party, call) -> answer; the party is a vfl_core.training.party.Party
+# (party, call) -> answer; the party is a vfl_core.methods.party_port.PartyPort
 Handler = Callable[[Any, Any], Any]
 # The deadlines a step may take (fields of vfl_coordinator.config.Deadlines).
 PHASES = frozenset({"embed", "fuse", "backward", "predict", "align", "checkpoint"})

@@ -46,7 +46,7 @@ from vfl_core.seeding import Stream, derive_seed, rng
 
 if TYPE_CHECKING:
     from vfl_core.config import TrainConfig
-    from vfl_core.training.party import Party
+    from vfl_core.methods.party_port import PartyPort
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class DlvmRoles:
     """A party's latent-variable VFL networks and round state (what Party keeps instead of
     f_k and g_k for method dlvm)."""
 
-    def __init__(self, party: Party) -> None:
+    def __init__(self, party: PartyPort) -> None:
         meta = party.data.meta
         if meta.task != "classification":
             raise ConfigError("the latent-variable VFL (dlvm) is for classification tasks")

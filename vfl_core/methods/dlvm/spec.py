@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from vfl_core.methods.dlvm.program import DlvmProgram
     from vfl_core.methods.dlvm.roles import DlvmRoles
     from vfl_core.methods.federation_port import FederationPort
-    from vfl_core.training.party import Party
+    from vfl_core.methods.party_port import PartyPort
 
 
 class DlvmRounds(ProgramRounds):
@@ -33,7 +33,7 @@ class DlvmRounds(ProgramRounds):
     def epochs(self, config: TrainConfig) -> int:
         return config.epochs + config.dlvm.stage2_epochs  # stage 1, then stage 2
 
-    def party_state(self, party: Party) -> DlvmRoles:
+    def party_state(self, party: PartyPort) -> DlvmRoles:
         from vfl_core.methods.dlvm.roles import DlvmRoles  # the networks need torch
 
         return DlvmRoles(party)

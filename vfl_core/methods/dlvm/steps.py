@@ -30,7 +30,7 @@ from vfl_core.methods.steps import StepSpec
 if TYPE_CHECKING:
     from vfl_core.config import TrainConfig
     from vfl_core.methods.dlvm.roles import DlvmRoles
-    from vfl_core.training.party import Party
+    from vfl_core.methods.party_port import PartyPort
 
 MAX_SAMPLES = 10_000  # DlvmConfig.predict_samples' bound
 MAX_BATCH = 2**31
@@ -45,7 +45,7 @@ def dims(config: TrainConfig) -> dict[str, int]:
     return {LATENT: config.dlvm.latent_dim, EXPERT: 2 * config.dlvm.latent_dim}
 
 
-def _roles(party: Party) -> DlvmRoles:
+def _roles(party: PartyPort) -> DlvmRoles:
     roles = party.dlvm
     if roles is None:
         raise ProtocolError(f"party {party.party_id} trains {party.config.method}, not dlvm")
@@ -53,7 +53,7 @@ def _roles(party: Party) -> DlvmRoles:
 
 
 # --------------------------------------------------------------------------------- DlvmDecode
-def decode(party: Party, call: DecodeCall) -> Decoded:
+def decode(party: PartyPort, call: DecodeCall) -> Decoded:
     party.split(call.split)
     return _roles(party).decode(call)
 
@@ -175,7 +175,7 @@ def _unpack_result(record: Record, call: StepCall) -> StepResult:
     return StepResult(float(record.scalars.get("loss", 0.0)), grads)
 
 
-def step(party: Party, call: StepCall) -> StepResult:
+def step(party: PartyPort, call: StepCall) -> StepResult:
     result = _roles(party).step(call)
     party.last_round = max(party.last_round, call.round_id)
     return result
@@ -208,7 +208,7 @@ STEP = StepSpec(
 )
 
 
-def predict(party: Party, call: StepCall) -> np.ndarray:
+def predict(party: PartyPort, call: StepCall) -> np.ndarray:
     """The active party's SNIS class probabilities, (B, C)."""
     return _roles(party).predict(call)
 
@@ -239,7 +239,7 @@ def _unpack_backward(header: StepHeader, record: Record) -> DlvmBackwardCall:
     return DlvmBackwardCall(header.round_id, int(record.scalars.get("epoch", 0)), grads)
 
 
-def backward(party: Party, call: DlvmBackwardCall) -> None:
+def backward(party: PartyPort, call: DlvmBackwardCall) -> None:
     _roles(party).backward(call)
 
 
@@ -271,7 +271,7 @@ BACKWARD = StepSpec(
 
 
 # ------------------------------------------------------------------------------- LabelledRows
-def labelled_rows(party: Party, call: LabelledRowsCall) -> np.ndarray:
+def labelled_rows(party: PartyPort, call: LabelledRowsCall) -> np.ndarray:
     if call.split != "train":
         raise ProtocolError(f"labelled rows: only of the train split, not {call.split!r}")
     return _roles(party).labelled_rows()

@@ -48,7 +48,7 @@ from vfl_core.protocol import EmbedCall
 from vfl_core.seeding import Stream, derive_seed, rng
 
 if TYPE_CHECKING:
-    from vfl_core.training.party import Party
+    from vfl_core.methods.party_port import PartyPort
 
 
 @dataclass
@@ -95,7 +95,7 @@ def _key(*parts: object) -> bytes:
 class DvflRoles:
     """A party's guest and host replica, and its owner classifier once it is fed (label parties)."""
 
-    party: Party
+    party: PartyPort
     config: TrainConfig = field(init=False)
     guest_once: _Once = field(init=False, default_factory=lambda: _Once("guest step"))
     host_once: _Once = field(init=False, default_factory=lambda: _Once("host step"))

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from vfl_core.methods.dvfl.program import DvflProgram
     from vfl_core.methods.dvfl.roles import DvflRoles
     from vfl_core.methods.federation_port import FederationPort
-    from vfl_core.training.party import Party
+    from vfl_core.methods.party_port import PartyPort
 
 
 class DvflRounds(ProgramRounds):
@@ -32,7 +32,7 @@ class DvflRounds(ProgramRounds):
     def epochs(self, config: TrainConfig) -> int:
         return config.epochs + config.dvfl.owner_epochs
 
-    def party_state(self, party: Party) -> DvflRoles:
+    def party_state(self, party: PartyPort) -> DvflRoles:
         from vfl_core.methods.dvfl.roles import DvflRoles  # the tiers' models need torch
 
         return DvflRoles(party)

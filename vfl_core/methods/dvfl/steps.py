@@ -28,7 +28,7 @@ from vfl_core.methods.steps import StepSpec
 if TYPE_CHECKING:
     from vfl_core.config import TrainConfig
     from vfl_core.methods.dvfl.roles import DvflRoles
-    from vfl_core.training.party import Party
+    from vfl_core.methods.party_port import PartyPort
 
 MAX_REPLAY_STEPS = 1000  # DvflConfig.host_steps' bound
 GUEST, HOST = "guest_dim", "host_dim"
@@ -38,20 +38,20 @@ def dims(config: TrainConfig) -> dict[str, int]:
     return {GUEST: config.dvfl.guest_dim, HOST: config.dvfl.host_dim}
 
 
-def _roles(party: Party) -> DvflRoles:
+def _roles(party: PartyPort) -> DvflRoles:
     roles = party.dvfl
     if roles is None:
         raise ProtocolError(f"party {party.party_id} trains {party.config.method}, not dvfl")
     return roles
 
 
-def _advance(party: Party, round_id: int, result: Any) -> Any:
+def _advance(party: PartyPort, round_id: int, result: Any) -> Any:
     party.last_round = max(party.last_round, round_id)
     return result
 
 
 # ---------------------------------------------------------------------------------- GuestStep
-def guest_step(party: Party, call: GuestCall) -> GuestResult:
+def guest_step(party: PartyPort, call: GuestCall) -> GuestResult:
     """One local autoencoder step of the party's guest (and its activations on a write)."""
     return _advance(party, call.round_id, _roles(party).guest_step(call))
 
@@ -85,7 +85,7 @@ GUEST_STEP = StepSpec(
 
 
 # ----------------------------------------------------------------------------------- HostStep
-def host_step(party: Party, call: HostCall) -> HostResult:
+def host_step(party: PartyPort, call: HostCall) -> HostResult:
     """Write the guests' activations into the host's registers, then replay them."""
     return _advance(party, call.round_id, _roles(party).host_step(call))
 
@@ -130,7 +130,7 @@ HOST_STEP = StepSpec(
 
 
 # --------------------------------------------------------------------------------- HostOutput
-def host_output(party: Party, call: HostOutputCall) -> np.ndarray:
+def host_output(party: PartyPort, call: HostOutputCall) -> np.ndarray:
     """(B, host_dim): the frozen host's code of its registers or of fresh activations."""
     party.split(call.split)
     return _roles(party).host_output(call)
@@ -163,7 +163,7 @@ HOST_OUTPUT = StepSpec(
 
 
 # ---------------------------------------------------------------------------------- OwnerFeed
-def owner_feed(party: Party, call: OwnerFeedCall) -> None:
+def owner_feed(party: PartyPort, call: OwnerFeedCall) -> None:
     """Keep the hosts' codes of the owner's rows it has labels for."""
     _roles(party).owner_feed(call)
     party.last_round = max(party.last_round, call.round_id)
@@ -184,7 +184,7 @@ OWNER_FEED = StepSpec(
 
 
 # --------------------------------------------------------------------------------- OwnerTrain
-def owner_train(party: Party, call: OwnerTrainCall) -> float:
+def owner_train(party: PartyPort, call: OwnerTrainCall) -> float:
     """One epoch of the owner's classifier; its mean loss."""
     return _advance(party, call.round_id, _roles(party).owner_train(call))
 

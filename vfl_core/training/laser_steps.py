@@ -1,0 +1,415 @@
+"""LASER-VFL's party side (and its baselines'): what a party does in Embed, Fuse, Backward, the
+pipelined Train and Predict, on the Party's public interface (vfl_core.methods.party_port).
+
+The method spec (vfl_core.methods.registry) decides which representation slots and heads the
+party uses; with LASER-VFL it is one f_k and, if the party holds labels, one g_k. Every call is
+checked against the party's own state (round, rows, digest, shapes) and refused with a
+ProtocolError rather than corrupting the model. Calls of a training round are idempotent: a
+retried Embed or Fuse returns the cached answer and a retried Backward does nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from itertools import groupby
+
+import numpy as np
+import torch
+
+from vfl_core.data.learning_task import REGRESSION
+from vfl_core.errors import ProtocolError, StaleRoundError, VflError
+from vfl_core.methods.laser.objective import fuse_mean, sampled_loss
+from vfl_core.methods.laser.stale import StaleEmbeddings
+from vfl_core.methods.party_port import PartyPort
+from vfl_core.methods.spec import SHARED, HeadTask, Subset
+from vfl_core.protocol import (
+    BackwardCall,
+    EmbedCall,
+    FuseCall,
+    FuseResult,
+    PredictCall,
+    TrainCall,
+    TrainResult,
+)
+from vfl_core.seeding import Stream
+from vfl_core.training import stash
+
+
+@dataclass
+class _Round:
+    """What a party remembers of the training round in progress."""
+
+    round_id: int
+    rows: np.ndarray
+    digest: bytes
+    slots: list[Subset]  # representation slots concatenated in `embedding`, in order
+    # (B, len(slots) * d), attached to the slots' graphs; None when the party holds only the
+    # batch's labels (label-only rows: it fuses, embeds nothing and has nothing to update)
+    embedding: torch.Tensor | None
+    wire: np.ndarray | None  # what was sent
+    stashes: list[stash.Stash] | None = None  # with staleness: the slots' weights it used
+    fuse_result: FuseResult | None = None
+    own_grad: torch.Tensor | None = None  # dL_k/dE_k from the party's own heads
+    stepped: bool = False
+
+
+class LaserSteps:
+    """One party's LASER-VFL steps and the rounds it has in flight."""
+
+    def __init__(self, party: PartyPort, *, build_models: bool) -> None:
+        self.party = party
+        self.spec = party.spec
+        self.rounds: dict[int, _Round] = {}  # embedded rounds awaiting Fuse or Backward
+        # ((f_k steps so far, slots), their weights): the copy rounds embedded since share
+        self._stash: tuple[tuple[int, tuple[Subset, ...]], list[stash.Stash]] | None = None
+        self._f_steps = 0
+        self.heads = LaserHeads(party)
+        meta = party.data.meta
+        if build_models:  # the shared f_k and, at a label party whose method has one, g_k
+            party.models.rep(SHARED)
+        if build_models and meta.has_labels and self.spec.label_parties_hold_head:
+            party.models.head(SHARED)
+        self.stale: StaleEmbeddings | None = None
+        if self.spec.replacement == "stale" and meta.has_labels and "train" in party.data.splits:
+            rows = len(party.data.splits["train"])
+            self.stale = StaleEmbeddings(rows, party.config.model.embed_dim, party.device)
+
+    def reset(self) -> None:
+        """Forget the rounds in flight (the party loaded other weights)."""
+        self.rounds = {}
+        self._stash = None
+
+    # ----------------------------------------------------------------- Embed
+    def embed(self, call: EmbedCall) -> np.ndarray:
+        p = self.party
+        slots = self.spec.slot_keys(p.block, call.blocks or (p.block,))
+        if not call.train:
+            x = p.batch(call.split, call.rows, call.digest)
+            with torch.no_grad():
+                return p.to_wire(self._embed(x, slots, train=False))
+        current = self.rounds.get(call.round_id)
+        if current is not None:
+            if not np.array_equal(current.rows, call.rows) or current.digest != call.digest:
+                raise ProtocolError(f"round {call.round_id}: embed repeated with other rows")
+            if current.wire is None:
+                raise ProtocolError(f"round {call.round_id}: embed after a labels-only fuse")
+            return current.wire
+        if call.round_id <= p.last_round:
+            raise StaleRoundError(
+                f"round {call.round_id} is stale: party is at round {p.last_round}"
+            )
+        x = p.batch(call.split, call.rows, call.digest)
+        stashes = self._stashes(slots) if p.config.staleness else None
+        embedding = self._embed(x, slots, train=True, stashes=stashes)  # (B, len(slots) * d)
+        wire = p.to_wire(embedding)
+        self._start(_Round(call.round_id, call.rows, call.digest, slots, embedding, wire, stashes))
+        return wire
+
+    def _start(self, state: _Round) -> _Round:
+        """Keep a new round (and the few before it the configuration keeps in flight)."""
+        p = self.party
+        p.last_round = max(p.last_round, state.round_id)
+        keep = p.last_round - p.config.rounds_kept
+        self.rounds = {r: s for r, s in self.rounds.items() if r > keep}
+        self.rounds[state.round_id] = state
+        return state
+
+    def _embed(
+        self,
+        x: torch.Tensor,
+        slots: list[Subset],
+        train: bool,
+        stashes: list[stash.Stash] | None = None,
+    ) -> torch.Tensor:
+        outputs = []
+        for i, key in enumerate(slots):
+            model = self.party.models.rep(key)
+            model.train(train)
+            if stashes is None:
+                outputs.append(model(x))  # (B, d)
+            else:
+                outputs.append(stash.forward(model, stashes[i], x))  # (B, d)
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
+
+    def _stashes(self, slots: list[Subset]) -> list[stash.Stash]:
+        """Copies of the slots' weights, shared by the rounds embedded before f_k steps again."""
+        key = (self._f_steps, tuple(slots))
+        if self._stash is None or self._stash[0] != key:
+            self._stash = (key, [stash.snapshot(self.party.models.rep(k)) for k in slots])
+        return self._stash[1]
+
+    def _current(self, round_id: int, phase: str) -> _Round:
+        state = self.rounds.get(round_id)
+        if state is None:
+            have = ", ".join(map(str, sorted(self.rounds))) or "none"
+            raise StaleRoundError(
+                f"{phase} for round {round_id}, but the party embedded round {have}"
+            )
+        return state
+
+    # ----------------------------------------------------------------- Fuse
+    def fuse(self, call: FuseCall) -> FuseResult:
+        p = self.party
+        meta = p.data.meta
+        if not meta.has_labels:
+            raise ProtocolError(f"party {p.party_id} holds no labels and has no fusion head")
+        # A label-only holder's round starts here (it embedded nothing); the others' at Embed.
+        state = (
+            self._current(call.round_id, "fuse") if call.rows is None else self._labels_only(call)
+        )
+        if state.fuse_result is not None:
+            return state.fuse_result
+        blocks = call.blocks or tuple(sorted({*call.embeddings, p.block}))
+        others = {
+            b: p.from_wire(
+                e, f"embedding of block {b}", len(state.rows), self.heads.width(b, blocks)
+            ).requires_grad_(True)
+            for b, e in sorted(call.embeddings.items())
+            if b != p.block
+        }
+        own = None if state.embedding is None else state.embedding.detach().requires_grad_(True)
+        embeddings = others if own is None else {p.block: own, **others}
+        if self.stale is not None:  # absent blocks answer with what they sent last time
+            self.stale.remember(state.rows, others)
+            absent = [b for b in range(meta.num_blocks) if b not in embeddings]
+            embeddings.update(self.stale.recall(state.rows, absent))
+        tasks = self.spec.fuse_tasks(
+            p.block,
+            sorted(embeddings),
+            meta.num_blocks,
+            call.label_blocks or (p.block,),
+            p.stream(Stream.TASKS, call.round_id),
+            _unlabelled(call.label_blocks, meta.num_blocks),
+        )
+        loss = self.heads.train(tasks, embeddings, blocks, state.rows, call.epoch)
+        state.own_grad = None if own is None else _grad_or_zeros(own)
+        state.fuse_result = FuseResult(
+            loss=loss,
+            # A block in no task gets a zero gradient (it did not influence L_k).
+            grads={b: p.to_wire(_grad_or_zeros(t)) for b, t in others.items()},
+        )
+        return state.fuse_result
+
+    def _labels_only(self, call: FuseCall) -> _Round:
+        """The round of a batch whose labels the party holds but not its features (rows of
+        its label-only part of the train split): it starts at Fuse, as Embed starts others."""
+        assert call.rows is not None
+        p = self.party
+        current = self.rounds.get(call.round_id)
+        if current is not None:
+            same = np.array_equal(current.rows, call.rows) and current.digest == call.digest
+            if current.embedding is not None or not same:
+                raise ProtocolError(f"round {call.round_id}: fuse repeated with other rows")
+            return current
+        # With staleness the Fuse lane may reach a party after its Embed lane has started
+        # later rounds: a labels-only round within the rounds kept is not stale.
+        oldest = p.last_round - (p.config.rounds_kept if p.config.staleness else 0)
+        if call.round_id <= oldest:
+            raise StaleRoundError(
+                f"round {call.round_id} is stale: party is at round {p.last_round}"
+            )
+        p.check_digest("train", call.rows, call.digest)
+        if call.rows.min() < len(p.split("train").features):
+            raise ProtocolError(
+                f"round {call.round_id}: party {p.party_id} holds features of some rows of "
+                f"this batch; it embeds them instead of fusing on labels only"
+            )
+        return self._start(_Round(call.round_id, call.rows, call.digest, [], None, None))
+
+    # ----------------------------------------------------------------- Backward and Train
+    def backward(self, call: BackwardCall) -> None:
+        state = self._current(call.round_id, "backward")
+        if state.stepped:
+            return
+        if state.embedding is None:
+            raise ProtocolError(f"round {call.round_id}: party embedded nothing to update")
+        grad = state.own_grad
+        if call.grad is not None:
+            width = state.embedding.shape[1]
+            received = self.party.from_wire(call.grad, "summed gradient", len(state.rows), width)
+            grad = received if grad is None else received + grad
+        state.stepped = True
+        if grad is None:
+            return
+        models = self.party.models
+        opts = [models.rep_opts[k] for k in state.slots]
+        models.set_lr(opts, call.epoch)
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        if state.stashes is None:
+            state.embedding.backward(grad)
+        else:  # through the weights that computed it (vfl_core.training.stash)
+            reps = [models.rep(k) for k in state.slots]
+            stash.backward_into(state.embedding, grad, reps, state.stashes)
+        for opt in opts:
+            opt.step()
+        self._f_steps += 1
+
+    def train(self, call: TrainCall) -> TrainResult:
+        """A pipelined call (vfl_core.training.pipeline): its backwards, fuses and embeds in that
+        order, through the party's own entry points.
+        Stops at the first step refused; if that is the first step, the call is refused."""
+        p = self.party
+        steps: list[tuple[str, BackwardCall | FuseCall | EmbedCall]] = [
+            *(("backward", c) for c in call.backward),
+            *(("fuse", c) for c in call.fuse),
+            *(("embed", c) for c in call.embed),
+        ]
+        stepped: list[int] = []
+        fused: dict[int, FuseResult] = {}
+        embeddings: dict[int, np.ndarray] = {}
+        for i, (phase, c) in enumerate(steps):
+            try:
+                if isinstance(c, BackwardCall):
+                    p.backward(c)
+                    stepped.append(c.round_id)
+                elif isinstance(c, FuseCall):
+                    fused[c.round_id] = p.fuse(c)
+                elif not c.train:
+                    raise ProtocolError("a pipelined call embeds training rounds only")
+                else:
+                    embeddings[c.round_id] = p.embed(c)
+            except VflError as err:
+                if i == 0:
+                    raise
+                why = f"{phase} of round {c.round_id}: {err}"
+                return TrainResult(tuple(stepped), fused, embeddings, why)
+        return TrainResult(tuple(stepped), fused, embeddings)
+
+    def predict(self, call: PredictCall) -> np.ndarray:
+        return self.heads.predict(call)
+
+
+class LaserHeads:
+    """A party's heads in LASER-VFL's steps: trained on the sampled tasks at Fuse, fed a
+    subset's embeddings at Predict."""
+
+    def __init__(self, party: PartyPort) -> None:
+        self.party = party
+        self.spec = party.spec
+
+    # ----------------------------------------------------------------- Fuse
+    def train(
+        self,
+        tasks: list[HeadTask],
+        embeddings: Mapping[int, torch.Tensor],
+        blocks: Sequence[int],
+        rows: np.ndarray,
+        epoch: int,
+    ) -> float:
+        if not tasks:
+            return 0.0
+        models = self.party.models
+        target = self.party.targets(rows)
+        keys = sorted({t.head for t in tasks})
+        for key in keys:
+            models.head(key).train()
+        opts = [models.head_opts[k] for k in keys]
+        models.set_lr(opts, epoch)
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        loss = self.tasks_loss(tasks, embeddings, blocks, target)
+        loss.backward()
+        for opt in opts:
+            opt.step()
+        return float(loss.detach())
+
+    def tasks_loss(
+        self,
+        tasks: list[HeadTask],
+        embeddings: Mapping[int, torch.Tensor],
+        blocks: Sequence[int],
+        target: torch.Tensor,
+    ) -> torch.Tensor:
+        """sum_tasks weight * loss(head(fused subset), target), through laser.sampled_loss (the
+        function the unbiasedness test enumerates), once per run of tasks on the same head: one
+        run for LASER-VFL, one per subset for the combinatorial baseline. Heads output (B, C)
+        logits, or (B, 1) standardised values."""
+        losses = [
+            sampled_loss(
+                self.party.models.head(key),
+                embeddings,
+                [(t.subset, t.weight) for t in run],
+                target,
+                self.party.loss_fn,
+                fuse=partial(self.fused, key, blocks=blocks),
+            )
+            for key, run in groupby(tasks, key=lambda t: t.head)
+        ]
+        return sum(losses[1:], losses[0])
+
+    # ----------------------------------------------------------------- Predict
+    def predict(self, call: PredictCall) -> np.ndarray:
+        p = self.party
+        if p.block not in call.embeddings and not self._serves(call):
+            raise ProtocolError(f"predict for party {p.party_id} lacks its own block {p.block}")
+        sizes = {e.shape[0] for e in call.embeddings.values()}
+        if len(sizes) != 1:
+            raise ProtocolError(f"predict embeddings disagree in batch size: {sorted(sizes)}")
+        batch = sizes.pop()
+        blocks = call.blocks or tuple(sorted(call.embeddings))
+        embeddings = {
+            b: p.from_wire(e, f"embedding of block {b}", batch, self.width(b, blocks))
+            for b, e in sorted(call.embeddings.items())
+        }
+        head_key, subset = self.spec.predict_subset(p.block, sorted(embeddings))
+        head = p.models.head(head_key)
+        head.eval()
+        with torch.no_grad():
+            output = head(self.fused(head_key, embeddings, subset, blocks))
+            if p.task == REGRESSION:
+                return p.to_wire(p.scaler.restore(output))  # (B, 1) original units
+            return p.to_wire(torch.softmax(output, dim=1))
+
+    def _serves(self, call: PredictCall) -> bool:
+        """Whether the head predicts without its own block: a set of feature-only blocks (the
+        call says which blocks hold labels), under a method whose heads serve them."""
+        labelled = set(call.embeddings) & set(call.label_blocks)
+        return self.spec.serves_feature_only and bool(call.label_blocks) and not labelled
+
+    # ----------------------------------------------------------------- a head's input
+    def fused(
+        self,
+        head: Subset,
+        embeddings: Mapping[int, torch.Tensor],
+        subset: Subset,
+        blocks: Sequence[int],
+    ) -> torch.Tensor:
+        """A head's input: the mean of the subset's embeddings (laser.fuse_mean), or
+        (baselines) a concatenation: of all K blocks with zeros for the absent ones (svfl, plug),
+        or of the subset's own slot of each member (combinatorial)."""
+        if not self.spec.concatenates:
+            return fuse_mean(embeddings, subset)  # (B, d)
+        d = self.party.config.model.embed_dim
+        if self.spec.fusion == "concat_slots":
+            parts = [self._slot(embeddings[b], b, head, blocks) for b in sorted(subset)]
+        else:
+            size = next(iter(embeddings.values())).shape[0]
+            zeros = torch.zeros(size, d, device=self.party.device)
+            num_blocks = self.party.data.meta.num_blocks
+            parts = [embeddings[b] if b in subset else zeros for b in range(num_blocks)]
+        return torch.cat(parts, dim=1)  # (B, n * d)
+
+    def _slot(
+        self, embedding: torch.Tensor, block: int, key: Subset, blocks: Sequence[int]
+    ) -> torch.Tensor:
+        d = self.party.config.model.embed_dim
+        i = self.spec.slot_keys(block, blocks).index(key)
+        return embedding[:, i * d : (i + 1) * d]  # (B, d)
+
+    def width(self, block: int, blocks: Sequence[int]) -> int:
+        """Floats per sample in the Embed answer of `block` when `blocks` take part."""
+        return len(self.spec.slot_keys(block, blocks)) * self.party.config.model.embed_dim
+
+
+def _unlabelled(label_blocks: Sequence[int], num_blocks: int) -> tuple[int, ...]:
+    """The feature-only blocks, when the call names the label blocks (else none is known)."""
+    if not label_blocks:
+        return ()
+    return tuple(b for b in range(num_blocks) if b not in label_blocks)
+
+
+def _grad_or_zeros(leaf: torch.Tensor) -> torch.Tensor:
+    return leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)

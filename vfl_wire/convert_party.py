@@ -1,0 +1,348 @@
+"""The Party service's messages: ID hashes and class weights, the training round (Embed, Fuse,
+Backward and the pipelined Train), Predict and Score (see `vfl_wire.convert`)."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import numpy as np
+
+from vfl_core.errors import ProtocolError
+from vfl_core.inference.scoring import SUMS
+from vfl_core.model.quantize import LOSSLESS
+from vfl_core.protocol import (
+    BackwardCall,
+    EmbedCall,
+    FuseCall,
+    FuseResult,
+    PredictCall,
+    ScoreCall,
+    ScoreResult,
+    TrainCall,
+    TrainResult,
+)
+from vfl_wire.convert_fields import (
+    ANY2,
+    Matrix,
+    block_list,
+    block_map,
+    check_round,
+    check_split,
+    decode_map,
+    encode_floats,
+    encode_map,
+    index_vector,
+    matrix,
+    require,
+)
+from vfl_wire.tensors import decode_array, encode_array, encode_float, encode_index
+from vfl_wire.v1 import vfl_pb2
+
+
+def id_hashes_to_proto(hashes: list[bytes]) -> vfl_pb2.IdHashesReply:
+    return vfl_pb2.IdHashesReply(hashes=hashes)
+
+
+def id_hashes_from_proto(reply: vfl_pb2.IdHashesReply) -> list[bytes]:
+    return list(reply.hashes)
+
+
+def class_weights_to_proto(weights: np.ndarray | None) -> vfl_pb2.ClassWeightsReply:
+    if weights is None:
+        return vfl_pb2.ClassWeightsReply(present=False)
+    return vfl_pb2.ClassWeightsReply(
+        present=True, weights=encode_array(weights, what="class weights")
+    )
+
+
+def class_weights_from_proto(reply: vfl_pb2.ClassWeightsReply) -> np.ndarray | None:
+    """(N,) float32 per-row class weights, or None for a party without labels."""
+    if not reply.present:
+        return None
+    require(reply, "weights", "class weights")
+    return decode_array(
+        reply.weights, what="class weights", expect_dtype="float32", expect_shape=(None,)
+    )
+
+
+def embed_call_to_proto(call: EmbedCall, h: vfl_pb2.Header | None) -> vfl_pb2.EmbedRequest:
+    return vfl_pb2.EmbedRequest(
+        header=h,
+        round_id=call.round_id,
+        split=call.split,
+        rows=encode_index(call.rows, what="embed rows"),
+        digest=call.digest,
+        train=call.train,
+        blocks=call.blocks,
+    )
+
+
+def embed_call_from_proto(req: vfl_pb2.EmbedRequest) -> EmbedCall:
+    return EmbedCall(
+        round_id=req.round_id,
+        split=check_split(req.split, what="embed split"),
+        rows=index_vector(req.rows, "embed rows"),
+        digest=req.digest,
+        train=req.train,
+        blocks=block_list(req.blocks, "embed blocks"),
+    )
+
+
+def embedding_to_proto(
+    round_id: int, embedding: np.ndarray, wire: str = LOSSLESS
+) -> vfl_pb2.EmbedReply:
+    return vfl_pb2.EmbedReply(
+        round_id=round_id, embedding=encode_float(embedding, wire, what="embedding")
+    )
+
+
+def embedding_from_proto(
+    reply: vfl_pb2.EmbedReply, *, round_id: int, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
+) -> np.ndarray:
+    """(B, d) float32 embedding of the round `round_id` (StaleRoundError for another round)."""
+    check_round(reply.round_id, round_id, what="embed reply")
+    return matrix(reply.embedding, "embedding", expect_shape, wire)
+
+
+def fuse_call_to_proto(
+    call: FuseCall, h: vfl_pb2.Header | None, wire: str = LOSSLESS
+) -> vfl_pb2.FuseRequest:
+    req = vfl_pb2.FuseRequest(
+        header=h,
+        round_id=call.round_id,
+        epoch=call.epoch,
+        embeddings=encode_floats(call.embeddings, "embedding for block", wire),
+        blocks=call.blocks,
+        label_blocks=call.label_blocks,
+    )
+    if call.rows is not None:
+        req.rows.CopyFrom(encode_index(call.rows, what="fuse rows"))
+        req.digest = call.digest
+    return req
+
+
+def fuse_call_from_proto(
+    req: vfl_pb2.FuseRequest, *, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
+) -> FuseCall:
+    rows = index_vector(req.rows, "fuse rows") if req.HasField("rows") else None
+    if rows is None and req.digest:
+        raise ProtocolError("fuse digest: present without rows")
+    return FuseCall(
+        round_id=req.round_id,
+        epoch=req.epoch,
+        embeddings=block_map(req.embeddings, "embedding", expect_shape, wire),
+        blocks=block_list(req.blocks, "fuse blocks"),
+        label_blocks=block_list(req.label_blocks, "fuse label blocks"),
+        rows=rows,
+        digest=req.digest,
+    )
+
+
+def fuse_result_to_proto(
+    result: FuseResult, round_id: int, wire: str = LOSSLESS
+) -> vfl_pb2.FuseReply:
+    return vfl_pb2.FuseReply(
+        round_id=round_id,
+        loss=result.loss,
+        grads=encode_floats(result.grads, "gradient for block", wire),
+    )
+
+
+def fuse_result_from_proto(
+    reply: vfl_pb2.FuseReply, *, round_id: int, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
+) -> FuseResult:
+    check_round(reply.round_id, round_id, what="fuse reply")
+    if not math.isfinite(reply.loss):
+        raise ProtocolError(f"fuse loss: non-finite value {reply.loss}")
+    grads = block_map(reply.grads, "gradient", expect_shape, wire)
+    return FuseResult(loss=reply.loss, grads=grads)
+
+
+def backward_call_to_proto(
+    call: BackwardCall, h: vfl_pb2.Header | None, wire: str = LOSSLESS
+) -> vfl_pb2.BackwardRequest:
+    req = vfl_pb2.BackwardRequest(header=h, round_id=call.round_id, epoch=call.epoch)
+    if call.grad is not None:
+        req.has_grad = True
+        req.grad.CopyFrom(encode_float(call.grad, wire, what="backward gradient"))
+    return req
+
+
+def backward_call_from_proto(
+    req: vfl_pb2.BackwardRequest, *, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
+) -> BackwardCall:
+    grad = None
+    if req.has_grad:
+        require(req, "grad", "backward gradient")
+        grad = matrix(req.grad, "backward gradient", expect_shape, wire)
+    elif req.HasField("grad"):
+        raise ProtocolError("backward gradient: present but has_grad is false")
+    return BackwardCall(round_id=req.round_id, epoch=req.epoch, grad=grad)
+
+
+def train_call_to_proto(
+    call: TrainCall, h: vfl_pb2.Header, wire: str = LOSSLESS
+) -> vfl_pb2.TrainRequest:
+    """A pipelined call; the nested requests carry no header (the outer one names the party)."""
+    return vfl_pb2.TrainRequest(
+        header=h,
+        backward=[backward_call_to_proto(c, None, wire) for c in call.backward],
+        fuse=[fuse_call_to_proto(c, None, wire) for c in call.fuse],
+        embed=[embed_call_to_proto(c, None) for c in call.embed],
+    )
+
+
+MAX_TRAIN_STEPS = 256  # steps of one pipelined call (TrainConfig allows 32 rounds per call)
+
+
+def train_call_from_proto(req: vfl_pb2.TrainRequest, *, wire: str = LOSSLESS) -> TrainCall:
+    steps = (*req.backward, *req.fuse, *req.embed)
+    if not steps:
+        raise ProtocolError("train request: no backward, fuse or embed")
+    if len(steps) > MAX_TRAIN_STEPS:
+        raise ProtocolError(f"train request: {len(steps)} steps, at most {MAX_TRAIN_STEPS}")
+    if any(step.HasField("header") for step in steps):
+        raise ProtocolError("train request: only the outer request carries a header")
+    call = TrainCall(
+        backward=tuple(backward_call_from_proto(r, wire=wire) for r in req.backward),
+        fuse=tuple(fuse_call_from_proto(r, wire=wire) for r in req.fuse),
+        embed=tuple(embed_call_from_proto(r) for r in req.embed),
+    )
+    for name, group in (("backward", call.backward), ("fuse", call.fuse), ("embed", call.embed)):
+        rounds = [c.round_id for c in group]
+        if rounds != sorted(set(rounds)):
+            raise ProtocolError(f"train {name}: rounds {rounds} are not increasing")
+    return call
+
+
+def train_result_to_proto(result: TrainResult, wire: str = LOSSLESS) -> vfl_pb2.TrainReply:
+    return vfl_pb2.TrainReply(
+        stepped=result.stepped,
+        fused=[fuse_result_to_proto(f, r, wire) for r, f in sorted(result.fused.items())],
+        embeddings=[embedding_to_proto(r, e, wire) for r, e in sorted(result.embeddings.items())],
+        stopped=result.stopped,
+    )
+
+
+def train_result_from_proto(
+    reply: vfl_pb2.TrainReply, call: TrainCall, *, wire: str = LOSSLESS
+) -> TrainResult:
+    """The answer to `call`: only rounds it asked for, each at most once, in its order."""
+    asked = {c.round_id for c in call.backward}
+    if not set(reply.stepped) <= asked or len(set(reply.stepped)) != len(reply.stepped):
+        raise ProtocolError(f"train reply: stepped rounds {list(reply.stepped)} not asked for")
+    fused = {}
+    for c, f in zip(call.fuse, reply.fused, strict=False):
+        fused[c.round_id] = fuse_result_from_proto(f, round_id=c.round_id, wire=wire)
+    embeddings = {}
+    for c, e in zip(call.embed, reply.embeddings, strict=False):
+        shape = (len(c.rows), None)
+        embeddings[c.round_id] = embedding_from_proto(
+            e, round_id=c.round_id, expect_shape=shape, wire=wire
+        )
+    if len(reply.fused) > len(call.fuse) or len(reply.embeddings) > len(call.embed):
+        raise ProtocolError("train reply: more answers than requests")
+    return TrainResult(tuple(reply.stepped), fused, embeddings, reply.stopped[:500])
+
+
+def predict_call_to_proto(
+    call: PredictCall, h: vfl_pb2.Header, wire: str = LOSSLESS
+) -> vfl_pb2.PredictRequest:
+    return vfl_pb2.PredictRequest(
+        header=h,
+        request_id=call.request_id,
+        embeddings=encode_floats(call.embeddings, "embedding for block", wire),
+        blocks=call.blocks,
+        label_blocks=call.label_blocks,
+    )
+
+
+def predict_call_from_proto(
+    req: vfl_pb2.PredictRequest, *, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
+) -> PredictCall:
+    return PredictCall(
+        request_id=req.request_id,
+        embeddings=block_map(req.embeddings, "embedding", expect_shape, wire),
+        blocks=block_list(req.blocks, "predict blocks"),
+        label_blocks=block_list(req.label_blocks, "predict label blocks"),
+    )
+
+
+def probabilities_to_proto(request_id: int, probabilities: np.ndarray) -> vfl_pb2.PredictReply:
+    return vfl_pb2.PredictReply(
+        request_id=request_id, probabilities=encode_array(probabilities, what="probabilities")
+    )
+
+
+def probabilities_from_proto(
+    reply: vfl_pb2.PredictReply, *, request_id: int, expect_shape: Matrix = ANY2
+) -> np.ndarray:
+    """(B, C) float32 class probabilities of request `request_id`."""
+    check_round(reply.request_id, request_id, what="predict reply")
+    return matrix(reply.probabilities, "probabilities", expect_shape)
+
+
+def score_call_to_proto(call: ScoreCall, h: vfl_pb2.Header) -> vfl_pb2.ScoreRequest:
+    return vfl_pb2.ScoreRequest(
+        header=h,
+        split=call.split,
+        rows=encode_index(call.rows, what="score rows"),
+        digest=call.digest,
+        predictions=encode_map(call.predictions, "predictions of"),
+        scores=encode_map(call.scores, "scores of"),
+    )
+
+
+def score_call_from_proto(req: vfl_pb2.ScoreRequest) -> ScoreCall:
+    rows = index_vector(req.rows, "score rows")
+
+    def scores(t: vfl_pb2.Tensor, what: str) -> np.ndarray:  # (B,) float32
+        return decode_array(t, what=what, expect_dtype="float32", expect_shape=(len(rows),))
+
+    return ScoreCall(
+        split=check_split(req.split, what="score split"),
+        rows=rows,
+        digest=req.digest,
+        predictions=decode_map(
+            req.predictions, lambda t, what: index_vector(t, what, len(rows)), "predictions of"
+        ),
+        scores=decode_map(req.scores, scores, "scores of"),
+    )
+
+
+def score_reply_to_proto(result: ScoreResult) -> vfl_pb2.ScoreReply:
+    return vfl_pb2.ScoreReply(
+        confusion=encode_map(result.confusion, "confusion of"),
+        histograms=encode_map(result.histograms, "histogram of"),
+        sums=encode_map(result.sums, "sums of"),
+    )
+
+
+def score_reply_from_proto(reply: vfl_pb2.ScoreReply) -> ScoreResult:
+    """Per predictor name: (C, C) int64 confusion counts [true, predicted], (2, bins) int64 AUC
+    histograms, (5,) float64 regression sums; counts and sums of squares never negative."""
+    return ScoreResult(
+        confusion=decode_map(reply.confusion, partial(_counts, square=True), "confusion of"),
+        histograms=decode_map(reply.histograms, partial(_counts, square=False), "histogram of"),
+        sums=decode_map(reply.sums, _sums, "sums of"),
+    )
+
+
+def _counts(t: vfl_pb2.Tensor, what: str, *, square: bool) -> np.ndarray:
+    counts = decode_array(t, what=what, expect_dtype="int64", expect_shape=(None, None))
+    if square and counts.shape[0] != counts.shape[1]:
+        raise ProtocolError(f"{what}: shape {counts.shape} is not square")
+    if not square and (counts.shape[0] != 2 or counts.shape[1] < 1):
+        raise ProtocolError(f"{what}: shape {counts.shape} is not (2, bins)")
+    if counts.size and counts.min() < 0:
+        raise ProtocolError(f"{what}: negative count")
+    return counts
+
+
+def _sums(t: vfl_pb2.Tensor, what: str) -> np.ndarray:
+    sums = decode_array(t, what=what, expect_dtype="float64", expect_shape=(len(SUMS),))
+    # squared error, absolute error, count and squared target are sums of non-negative terms
+    if (sums[[0, 1, 2, 4]] < 0).any():
+        raise ProtocolError(f"{what}: negative sum of non-negative terms")
+    return sums
