@@ -23,10 +23,10 @@ from vfl_core.data.prepare import prepare_parties
 from vfl_core.data.tabular import TableSource, load_table_party
 from vfl_core.errors import DataError, ProtocolError
 from vfl_core.methods.laser import objective as laser
+from vfl_core.methods.laser import party_steps as laser_steps
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, PartyInfo, PredictCall
 from vfl_core.seeding import Stream, rng
 from vfl_core.simulate import SimulationConfig, run_simulation
-from vfl_core.training import laser_steps
 from vfl_core.training import party as party_module
 from vfl_core.training.alignment import Alignment, batch_digest, epoch_plan, eval_plan
 from vfl_core.training.engine import Federation, RoundRecord

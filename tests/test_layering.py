@@ -66,12 +66,6 @@ _spec.loader.exec_module(import_graph)
 #   vfl_core.methods.spec.RunConfig (or plain arguments) instead of vfl_core.config.TrainConfig
 #   (config sits above the methods: it names them).
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    ("vfl_core.methods.dlvm.roles", "vfl_core.training.party"): "party",
-    ("vfl_core.methods.dlvm.spec", "vfl_core.training.party"): "party",
-    ("vfl_core.methods.dlvm.steps", "vfl_core.training.party"): "party",
-    ("vfl_core.methods.dvfl.roles", "vfl_core.training.party"): "party",
-    ("vfl_core.methods.dvfl.spec", "vfl_core.training.party"): "party",
-    ("vfl_core.methods.dvfl.steps", "vfl_core.training.party"): "party",
     ("vfl_core.methods.dlvm.roles", "vfl_core.config"): "dlvm",
     ("vfl_core.methods.dlvm.spec", "vfl_core.config"): "dlvm",
     ("vfl_core.methods.dlvm.steps", "vfl_core.config"): "dlvm",

@@ -18,10 +18,10 @@ from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ProtocolError, StaleRoundError
 from vfl_core.methods.laser import objective as laser
+from vfl_core.methods.laser import party_steps as laser_steps
 from vfl_core.methods.laser.objective import sample_tasks
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, PredictCall, ScoreCall
 from vfl_core.seeding import Stream, rng
-from vfl_core.training import laser_steps
 from vfl_core.training.alignment import Alignment
 from vfl_core.training.party import Party
 

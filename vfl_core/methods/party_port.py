@@ -15,10 +15,9 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from vfl_core.config import TrainConfig
     from vfl_core.data.learning_task import TargetScaler
     from vfl_core.data.party_dir import PartyData, PartySplit
-    from vfl_core.methods.spec import MethodSpec
+    from vfl_core.methods.spec import MethodSpec, RunConfig
     from vfl_core.model.model_bank import ModelBank
     from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult
     from vfl_core.seeding import Stream
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 
 class PartyPort(Protocol):
     party_id: str
-    config: TrainConfig
+    config: RunConfig
     spec: MethodSpec
     data: PartyData
     device: torch.device

@@ -48,6 +48,22 @@ class RunConfig(Protocol):
     @property
     def epochs(self) -> int: ...
 
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def eval_batch_size(self) -> int: ...
+
+    def __getattr__(self, section: str) -> Any:
+        """A method's own section of the config (`dvfl`, `dlvm`), which only it reads."""
+        ...
+
 
 # mean: g_k(mean of the subset's embeddings); concat: all K blocks side by side, zeros where a
 # block is absent; concat_slots: the subset's own slot of each member, side by side.

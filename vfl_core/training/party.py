@@ -4,7 +4,7 @@ A Party answers the calls of `vfl_core.protocol` and knows nothing of how they a
 what every method shares (data and splits, row digests, alignment keys, the model bank with its
 optimisers, checkpoint state, random streams) behind the public interface the methods use
 (`vfl_core.methods.party_port.PartyPort`); what a party does in each step is the method's:
-LASER-VFL's and its baselines' in `vfl_core.training.laser_steps`, a method with a round
+LASER-VFL's and its baselines' in `vfl_core.methods.laser.party_steps`, a method with a round
 program's in its own party state (`ProgramHooks.party_state`, e.g. vfl_core.methods.dvfl.roles).
 """
 
@@ -26,6 +26,7 @@ from vfl_core.data.missingness import UNLABELLED
 from vfl_core.data.party_dir import PartyData, PartySplit, labelled_rows_only
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.inference.scoring import score_batch
+from vfl_core.methods.laser.party_steps import LaserSteps
 from vfl_core.methods.spec import SHARED, ProgramHooks
 from vfl_core.model.model_bank import ModelBank
 from vfl_core.protocol import (
@@ -42,7 +43,6 @@ from vfl_core.protocol import (
 )
 from vfl_core.seeding import Stream, rng
 from vfl_core.training.alignment import batch_digest, hash_ids
-from vfl_core.training.laser_steps import LaserSteps
 from vfl_core.training.psi import PartyPsi, check_keys
 
 if TYPE_CHECKING:  # a method's party state is built by its spec (ProgramHooks.party_state)
@@ -157,7 +157,7 @@ class Party:
         return np.where(known, weights[np.maximum(labels, 0)], 0.0)
 
     # ----------------------------------------------------------------- the shared steps
-    # LASER-VFL's and its baselines' (vfl_core.training.laser_steps); a method with its own
+    # LASER-VFL's and its baselines' (vfl_core.methods.laser.party_steps); a method with its own
     # party state (ProgramHooks.party_state) embeds through that instead.
     def embed(self, call: EmbedCall) -> np.ndarray:
         if self.roles is not None:  # a method's own (dvfl: a guest's activations; dlvm: an expert)

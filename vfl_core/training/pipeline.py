@@ -17,7 +17,7 @@ two lanes overlap: the f-lane call of block k + 1 leaves as soon as the f-lane c
 and the g-lane call of block k - 1 are back, while the g-lane call of block k is in flight. Block
 k + 1's embeddings therefore miss the updates of blocks k and (for later rounds of the block) of
 its own earlier rounds: at most 2p - 1 <= S rounds. A round's Backward goes through the weights
-that computed its embedding (vfl_core.training.stash). Per block of p rounds about one round trip,
+that computed its embedding (vfl_core.model.stash). Per block of p rounds about one round trip,
 so
 rounds per second grow with p on a slow link; the accuracy cost is measured in
 benchmarks/results/wan.md.

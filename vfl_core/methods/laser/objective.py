@@ -40,7 +40,7 @@ from vfl_core.model.slots import Subset
 # vfl_core.data.learning_task.Task, which is the learning task (classification or regression).
 WeightedSubset = tuple[Subset, float]
 # A head's input from the embeddings of a subset: their mean (LASER-VFL) or, for the
-# concatenating baselines, a concatenation (vfl_core.training.laser_steps.LaserHeads.fused).
+# concatenating baselines, a concatenation (vfl_core.methods.laser.party_steps.LaserHeads.fused).
 FuseFn = Callable[[Mapping[int, torch.Tensor], Subset], torch.Tensor]
 
 

@@ -24,6 +24,7 @@ from vfl_core.methods.laser.objective import fuse_mean, sampled_loss
 from vfl_core.methods.laser.stale import StaleEmbeddings
 from vfl_core.methods.party_port import PartyPort
 from vfl_core.methods.spec import SHARED, HeadTask, Subset
+from vfl_core.model import stash
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -34,7 +35,6 @@ from vfl_core.protocol import (
     TrainResult,
 )
 from vfl_core.seeding import Stream
-from vfl_core.training import stash
 
 
 @dataclass
@@ -240,7 +240,7 @@ class LaserSteps:
             opt.zero_grad(set_to_none=True)
         if state.stashes is None:
             state.embedding.backward(grad)
-        else:  # through the weights that computed it (vfl_core.training.stash)
+        else:  # through the weights that computed it (vfl_core.model.stash)
             reps = [models.rep(k) for k in state.slots]
             stash.backward_into(state.embedding, grad, reps, state.stashes)
         for opt in opts:
