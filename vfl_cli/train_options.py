@@ -166,8 +166,8 @@ class TrainOptions:
     threshold: Annotated[
         str | None,
         Opt(
-            help="binary tasks: auto (the best F1 on the validation split) | a probability "
-            "(0.5: the plain argmax)",
+            help="binary tasks: auto (the best accuracy on the validation split) | f1 (the "
+            "best F1 there) | a probability (0.5: the plain argmax)",
             show_default=shown(T["threshold"]),
         ),
     ] = None

@@ -18,10 +18,15 @@ import numpy as np
 from tqdm import tqdm
 
 from vfl_core.algorithms.method_spec import MethodSpec, ProgramHooks, active_party
-from vfl_core.config import AUTO_MIN_VALIDATION, TrainConfig
+from vfl_core.config import AUTO_MIN_VALIDATION, THRESHOLD_RULES, TrainConfig
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError
-from vfl_core.inference.choice import ValidationChoice, choose_subsets, choose_threshold
+from vfl_core.inference.choice import (
+    THRESHOLD_METRIC,
+    ValidationChoice,
+    choose_subsets,
+    choose_threshold,
+)
 from vfl_core.inference.metrics import FEDERATION, EvalReport
 from vfl_core.inference.predictions import Combined, combine, random_guess
 from vfl_core.inference.scoring import result_fits
@@ -689,14 +694,17 @@ class Federation:
         if self.config.subset_choice == "validation" and self._has_subset_predictors():
             self.choice.subsets, self.choice.candidates = choose_subsets(self, validation)
         binary = self.task != REGRESSION and self.num_classes == 2
-        if self.config.threshold == "auto" and binary and self.spec.combination == "heads":
-            found = choose_threshold(self, validation)
+        rule = self.config.threshold
+        if rule in THRESHOLD_RULES and binary and self.spec.combination == "heads":
+            found = choose_threshold(self, validation, str(rule))
             if found is not None:
                 self.choice.threshold, tuned, plain = found
                 self.choice.threshold_f1 = (plain, tuned)
+                self.choice.threshold_metric = THRESHOLD_METRIC[str(rule)]
                 log.info(
-                    "validation: decision threshold %.3f (F1 %.4f; at 0.5: %.4f)",
+                    "validation: decision threshold %.3f (%s %.4f; at 0.5: %.4f)",
                     self.choice.threshold,
+                    self.choice.threshold_metric,
                     tuned,
                     plain,
                 )
@@ -720,7 +728,7 @@ class Federation:
         """The decision threshold of binary predictions: a configured number (0.5: the plain
         argmax, None), or the one the validation samples chose ("auto")."""
         configured = self.config.threshold
-        if configured == "auto":
+        if configured in THRESHOLD_RULES:
             return self.choice.threshold
         return None if configured == 0.5 else float(configured)
 
