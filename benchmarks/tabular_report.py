@@ -85,7 +85,35 @@ def render(job: TabularJob) -> str:
         lines += _table_section(table, info, runs)
     if missing:
         lines += [f"Not finished: {', '.join(missing)}.", ""]
+    sweep = job.results / "runs" / "tabular-sweep"
+    if not job.quick and sweep.is_dir():
+        lines += _sweep_section(sweep, job.runs)
     return "\n".join(lines)
+
+
+def _sweep_section(sweep: Path, baselines: Path) -> list[str]:
+    """The settings the defaults were chosen from (benchmarks.tabular_sweep), side by side."""
+    from benchmarks.tabular_sweep import SETTINGS, describe, summarise
+
+    options = "; ".join(
+        f"`{name}`: {describe(name)}"
+        for name in sorted(p.name for p in sweep.iterdir() if p.is_dir())
+        if name in SETTINGS
+    )
+    return [
+        "## The settings the defaults were chosen from",
+        "",
+        "`python -m benchmarks.tabular_sweep --data-path ../shared/data --settings ... --out "
+        f"{sweep}` then `--summarise {sweep}`: the `federation` row (and where named the label "
+        "party alone) of this benchmark, in process, on the same tables, seeds and party CSVs, "
+        "with options added to the defaults of the code the runs record (the defaults then, "
+        "not necessarily those above; see docs/tabular-defaults.md for which code ran each). "
+        f"Test accuracy (%) or RMSE, mean ± sd over seeds 0-2; the last column counts the "
+        f"(table, seed) runs better / worse / equal than the defaults'. Options: {options}.",
+        "",
+        summarise(sweep, baselines),
+        "",
+    ]
 
 
 def _provenance(job: TabularJob, found: list[dict[str, Any]]) -> list[str]:

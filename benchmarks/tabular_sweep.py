@@ -43,10 +43,19 @@ SETTINGS: dict[str, list[str]] = {
     "ple16": [],
     "no-ple": [],
     "ple8-head-mlp": ["--head", "mlp"],
+    "head-linear": ["--head", "linear"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
 SEEDS = (0, 1, 2)
+
+
+def describe(name: str) -> str:
+    """What a setting changes from the defaults, in words."""
+    said = " ".join(SETTINGS[name])
+    if name in NUMERIC_BINS:
+        said += f" numeric bins (PLE) {NUMERIC_BINS[name]}"
+    return said.strip() or "the defaults"
 
 
 def worker(payload: dict[str, Any]) -> dict[str, Any]:
@@ -88,43 +97,79 @@ def tasks(args: argparse.Namespace) -> list[Task]:
     return out
 
 
+Scores = dict[tuple[str, str], dict[int, float]]  # (row, table) -> seed -> accuracy % or RMSE
+
+
 def summarise(root: Path, baselines: Path) -> str:
-    """Mean test accuracy (RMSE) per table and setting, beside the cached baselines of
-    `vfl bench tabular` (linear, hgb) on the same tables and seeds."""
-    scores: dict[tuple[str, str], list[float]] = {}
-    tables_seen: dict[str, str] = {}
+    """Per setting: mean test accuracy (RMSE) per table over the seeds, and against the
+    defaults run by run (same table and seed): how many runs it is better, worse or equal in.
+    The baselines of `vfl bench tabular` (linear, hgb, central_mlp) on the same tables and
+    seeds are listed beside them in brackets."""
+    scores: Scores = {}
+    metrics: dict[str, str] = {}
     for path in sorted(root.glob("*/*.json")):
         run = read_json(path)
         if run is None:
             continue
-        table = path.stem.rsplit("-s", 1)[0]
-        metric = "rmse" if run["task"] == "regression" else "accuracy"
-        tables_seen[table] = metric
+        table, seed = path.stem.rsplit("-s", 1)
+        metric = metrics.setdefault(table, "rmse" if run["task"] == "regression" else "accuracy")
         for row in run["rows_run"]:
-            name = path.parent.name + ("" if row["row"] == "federation" else " alone")
-            value = row["scores"]["all"][metric]
-            scores.setdefault((name, table), []).append(value * (1 if metric == "rmse" else 100))
-    for table, metric in tables_seen.items():
+            name = path.parent.name.removesuffix("+alone")
+            name += "" if row["row"] == "federation" else " (label party alone)"
+            scores.setdefault((name, table), {})[int(seed)] = _value(row, metric)
+    # Without a "defaults" setting here, the benchmark's own federation and label_alone rows
+    # are the defaults (the same command on the same CSVs).
+    own = {"federation": "defaults", "label_alone": "defaults (label party alone)"}
+    reference = not (root / "defaults").is_dir() and not (root / "defaults+alone").is_dir()
+    for table, metric in metrics.items():
         for path in sorted(baselines.glob(f"{table}-s*-local.json")):
-            run = read_json(path) or {"rows_run": []}
+            run = read_json(path) or {"rows_run": [], "payload": {}}
             for row in run["rows_run"]:
                 if row["row"] in ("linear", "hgb", "central_mlp"):
-                    value = row["scores"]["all"][metric] * (1 if metric == "rmse" else 100)
-                    scores.setdefault((f"[{row['row']}]", table), []).append(value)
-    names = sorted({n for n, _ in scores})
-    header = "| setting | " + " | ".join(f"{t} ({m})" for t, m in tables_seen.items()) + " |"
-    lines = [header, "| --- " * (len(tables_seen) + 1) + "|"]
+                    key = (f"[{row['row']}]", table)
+                elif reference and row["row"] in own:
+                    key = (own[row["row"]], table)
+                else:
+                    continue
+                scores.setdefault(key, {})[run["payload"]["seed"]] = _value(row, metric)
+    names = sorted({n for n, _ in scores}, key=lambda n: (n.startswith("["), n))
+    header = " | ".join(f"{t} ({m})" for t, m in metrics.items())
+    lines = [
+        f"| setting | {header} | runs better / worse / equal than defaults |",
+        "| --- " * (len(metrics) + 2) + "|",
+    ]
     for name in names:
-        cells = []
-        for table in tables_seen:
-            values = scores.get((name, table), [])
-            if not values:
-                cells.append("-")
-                continue
-            sd = statistics.stdev(values) if len(values) > 1 else 0.0
-            cells.append(f"{statistics.mean(values):.2f} ± {sd:.2f} ({len(values)})")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        cells = [_cell(scores.get((name, t), {})) for t in metrics]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_paired(scores, name, metrics)} |")
     return "\n".join(lines)
+
+
+def _value(row: dict[str, Any], metric: str) -> float:
+    value = float(row["scores"]["all"][metric])
+    return value if metric == "rmse" else 100 * value
+
+
+def _cell(values: dict[int, float]) -> str:
+    if not values:
+        return "-"
+    v = list(values.values())
+    sd = statistics.stdev(v) if len(v) > 1 else 0.0
+    return f"{statistics.mean(v):.2f} ± {sd:.2f}" + ("" if len(v) == 3 else f" ({len(v)})")
+
+
+def _paired(scores: Scores, name: str, metrics: dict[str, str]) -> str:
+    """Runs (table, seed) where `name` is better / worse / equal than the defaults."""
+    base = "defaults (label party alone)" if name.endswith("alone)") else "defaults"
+    if name == base or name.startswith("["):
+        return ""
+    better = worse = equal = 0
+    for table, metric in metrics.items():
+        mine, ref = scores.get((name, table), {}), scores.get((base, table), {})
+        for seed in sorted(set(mine) & set(ref)):
+            gain = (mine[seed] - ref[seed]) * (-1 if metric == "rmse" else 1)
+            better, worse = better + (gain > 1e-9), worse + (gain < -1e-9)
+            equal += abs(gain) <= 1e-9
+    return f"{better} / {worse} / {equal}"
 
 
 def main() -> None:

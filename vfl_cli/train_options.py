@@ -62,7 +62,12 @@ class TrainOptions:
     hidden: Annotated[
         str | None, Opt(help="hidden sizes, e.g. 128,64", show_default=shown(M["hidden"]))
     ] = None
-    head: Annotated[str | None, Opt(help="linear | mlp", show_default=shown(M["head"]))] = None
+    head: Annotated[
+        str | None,
+        Opt(
+            help="auto (tables: mlp; images: linear) | linear | mlp", show_default=shown(M["head"])
+        ),
+    ] = None
     dvfl_period: Annotated[
         int | None,
         Opt(

@@ -61,7 +61,9 @@ Threshold = Annotated[Literal["auto", "f1"] | float, BeforeValidator(_threshold)
 # stopped too early (docs/tabular-defaults.md: breast cancer, 47 validation samples).
 AUTO_PATIENCE = 5
 AUTO_MIN_VALIDATION = 100
-HeadKind = Literal["linear", "mlp"]
+# "auto": "mlp" for a party of tabular features, "linear" for image blocks (the paper's);
+# vfl_core.model.models.resolve_head, docs/tabular-defaults.md.
+HeadKind = Literal["auto", "linear", "mlp"]
 # A method is a name in the registry of method specs (vfl_core.algorithms.methods); others are
 # refused.
 Method = Annotated[str, AfterValidator(_known_method)]
@@ -77,7 +79,7 @@ class ModelConfig(_Frozen):
     representation: Representation = "auto"
     embed_dim: int = Field(64, ge=1, le=65536)
     hidden: tuple[int, ...] = (256,)
-    head: HeadKind = "linear"
+    head: HeadKind = "auto"
     head_hidden: int = Field(64, ge=1)
 
 
