@@ -85,31 +85,36 @@ def render(job: TabularJob) -> str:
         lines += _table_section(table, info, runs)
     if missing:
         lines += [f"Not finished: {', '.join(missing)}.", ""]
-    sweep = job.results / "runs" / "tabular-sweep"
-    if not job.quick and sweep.is_dir():
-        lines += _sweep_section(sweep, job.runs)
+    if not job.quick:
+        for sweep in sorted((job.results / "runs").glob("tabular-sweep*")):
+            lines += _sweep_section(sweep, job.runs)
     return "\n".join(lines)
 
 
 def _sweep_section(sweep: Path, baselines: Path) -> list[str]:
-    """The settings the defaults were chosen from (benchmarks.tabular_sweep), side by side."""
+    """Settings the defaults were chosen from (benchmarks.tabular_sweep), side by side."""
     from benchmarks.tabular_sweep import SETTINGS, describe, summarise
 
-    options = "; ".join(
-        f"`{name}`: {describe(name)}"
-        for name in sorted(p.name for p in sweep.iterdir() if p.is_dir())
-        if name in SETTINGS
-    )
+    names = sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name in SETTINGS)
+    options = "; ".join(f"`{name}`: {describe(name)}" for name in names)
+    codes = sorted({(read_json(f) or {}).get("code", "?") for f in sweep.glob("*/*.json")})
+    own = not any(n.startswith("defaults") for n in names)
     return [
-        "## The settings the defaults were chosen from",
+        f"## The settings the defaults were chosen from: `{sweep.name}`",
         "",
-        "`python -m benchmarks.tabular_sweep --data-path ../shared/data --settings ... --out "
-        f"{sweep}` then `--summarise {sweep}`: the `federation` row (and where named the label "
-        "party alone) of this benchmark, in process, on the same tables, seeds and party CSVs, "
-        "with options added to the defaults of the code the runs record (the defaults then, "
-        "not necessarily those above; see docs/tabular-defaults.md for which code ran each). "
-        f"Test accuracy (%) or RMSE, mean ± sd over seeds 0-2; the last column counts the "
-        f"(table, seed) runs better / worse / equal than the defaults'. Options: {options}.",
+        f"`python -m benchmarks.tabular_sweep --data-path ../shared/data --out {sweep} "
+        f"--settings ...`, then `--summarise {sweep}`: the `federation` row (the label party "
+        "alone where a setting ends in `+alone`) on the same tables, seeds and party CSVs as "
+        "above, in process, with options added to the defaults of the code the runs record "
+        f"({', '.join(codes)}). "
+        + (
+            "The `defaults` rows are this benchmark's own federation and label_alone rows. "
+            if own
+            else "The `defaults` rows are that code's defaults, run beside the others. "
+        )
+        + "Test accuracy (%) or RMSE, mean ± sd over seeds 0-2; the last column counts the "
+        "(table, seed) runs better / worse / equal than the defaults'; bracketed rows are this "
+        f"benchmark's baselines. Settings: {options}.",
         "",
         summarise(sweep, baselines),
         "",
