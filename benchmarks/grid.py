@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.pool import Task, read_json
-from benchmarks.setups import P_MISS, PAPER_PLAIN, Setup
+from benchmarks.setups import P_MISS, Setup, paper_plain
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def simulation_config(
     """The SimulationConfig of one run (imported lazily: the parent of a pool needs no torch)."""
     from vfl_core.simulate import SimulationConfig
 
-    train = {**PAPER_PLAIN, **setup.train, "method": run.method, "seed": run.seed}
+    train = {**paper_plain(setup.train), "method": run.method, "seed": run.seed}
     if epochs is not None:
         train["epochs"] = epochs
     return SimulationConfig.model_validate(

@@ -30,7 +30,7 @@ import numpy as np
 
 from benchmarks.grid import simulate_worker
 from benchmarks.pool import Task, read_json, run_tasks
-from benchmarks.setups import PAPER_PLAIN, SETUPS
+from benchmarks.setups import PAPER_MODEL, PAPER_PLAIN, SETUPS, paper_plain
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class LabelOnlyJob:
         """The SimulationConfig (as JSON data) of one federation variant (centralised: the data
         of `ours`, which it is compared with)."""
         serve, keep = VARIANTS.get(variant, VARIANTS["ours"])
-        train = {**PAPER_PLAIN, **TRAIN[self.dataset], "method": "laser", "seed": seed}
+        train = {**paper_plain(TRAIN[self.dataset]), "method": "laser", "seed": seed}
         train["serve_feature_only"] = serve
         if self.epochs is not None:
             train["epochs"] = self.epochs
@@ -82,6 +82,10 @@ class LabelOnlyJob:
     def digest(self) -> str:
         probe = self.config("ours", 0)
         plain = {k: v for k, v in probe["train"].items() if k not in PAPER_PLAIN}
+        model = {k: v for k, v in plain["model"].items() if k not in PAPER_MODEL}
+        plain = {k: v for k, v in plain.items() if k != "model"} | (
+            {"model": model} if model else {}
+        )
         shared = {**probe, "train": {**plain, "seed": None}}  # as cached before PAPER_PLAIN
         shared.pop("data_path")
         return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]

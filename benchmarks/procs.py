@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.setups import PAPER_PLAIN
+from benchmarks.setups import PAPER_PLAIN, paper_plain
 
 BIN = Path(sys.executable).parent
 # The console scripts' modules, for an interpreter without them installed (a checkout run from
@@ -196,13 +196,14 @@ class EpochWatch:
 def train_args(train: dict[str, Any]) -> list[str]:
     """vfl-coordinator options for a TrainConfig mapping (model fields under "model"); the
     paper's plain run unless the mapping says otherwise (setups.PAPER_PLAIN)."""
-    train = {**PAPER_PLAIN, **train}
+    train = paper_plain(train)
     model = train["model"]
     args = ["--method", train.get("method", "laser"), "--seed", str(train["seed"])]
     args += ["--epochs", str(train["epochs"]), "--batch-size", str(train["batch_size"])]
     args += ["--lr", str(train["lr"]), "--representation", model["representation"]]
     args += ["--hidden", ",".join(map(str, model["hidden"]))]
     args += ["--embed-dim", str(model["embed_dim"])]
+    args += ["--head", model["head"]]
     keys = ("weight_decay", "balance", "wire_dtype", "staleness", *PAPER_PLAIN)
     for key in keys:
         if key in train:

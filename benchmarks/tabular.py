@@ -109,6 +109,8 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
         fed_json = Path(tmp) / "fed.json"
         fed = simulate_row("federation", prep, list(range(K)), fed_json, epochs, CURVE_EVERY)
         alone = simulate_row("label_alone", prep, [LABEL_BLOCK], Path(tmp) / "alone.json", epochs)
+        if alone["train"] != fed["train"]:  # the label party alone runs with the same defaults
+            raise RuntimeError(f"label_alone ran {alone['train']}, the federation {fed['train']}")
         train = TrainConfig.model_validate(fed["train"])
         rows = [linear_row(prep), hgb_row(prep), central_row(prep, train), alone, fed]
         return {**info, "rows_run": rows}

@@ -120,7 +120,7 @@ def central_row(prep: Prepared, train: TrainConfig) -> Row:
     outputs = 1 if regression else len(prep.classes)
     model = nn.Sequential(
         build_representation(train.model, (x.shape[1],), train.seed, categorical=cards),
-        build_head(train.model, outputs, train.seed + 1),
+        build_head(train.model, outputs, train.seed + 1, tabular=True),
     )
     epochs = _fit(model, x, target, train, regression)
     seconds = time.perf_counter() - start

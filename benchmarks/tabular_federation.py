@@ -50,15 +50,17 @@ def simulate_row(
     out: Path,
     epochs: int | None,
     curve_every: int = 0,
+    extra: tuple[str, ...] = (),
 ) -> Row:
     """`vfl simulate` on the given parties' CSVs, in this process. With `curve_every`, it also
     scores the test rows every that many epochs (`--run-dir --eval-every`: a diagnostic of the
-    epoch count, never used to choose a model; training is the same with or without it)."""
+    epoch count, never used to choose a model; training is the same with or without it).
+    `extra`: options added to the defaults (benchmarks.tabular_sweep)."""
     import typer
 
     from vfl_cli.app import app
 
-    args = simulate_args(prep, [prep.split.paths[k] for k in parties], out, epochs)
+    args = simulate_args(prep, [prep.split.paths[k] for k in parties], out, epochs) + list(extra)
     run_dir = out.with_suffix(".run")
     if curve_every:
         args += ["--run-dir", str(run_dir), "--eval-every", str(curve_every)]

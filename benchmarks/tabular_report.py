@@ -85,7 +85,40 @@ def render(job: TabularJob) -> str:
         lines += _table_section(table, info, runs)
     if missing:
         lines += [f"Not finished: {', '.join(missing)}.", ""]
+    if not job.quick:
+        for sweep in sorted((job.results / "runs").glob("tabular-sweep*")):
+            lines += _sweep_section(sweep, job.runs)
     return "\n".join(lines)
+
+
+def _sweep_section(sweep: Path, baselines: Path) -> list[str]:
+    """Settings the defaults were chosen from (benchmarks.tabular_sweep), side by side."""
+    from benchmarks.tabular_sweep import SETTINGS, describe, summarise
+
+    names = sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name in SETTINGS)
+    options = "; ".join(f"`{name}`: {describe(name)}" for name in names)
+    codes = sorted({(read_json(f) or {}).get("code", "?") for f in sweep.glob("*/*.json")})
+    own = not any(n.startswith("defaults") for n in names)
+    return [
+        f"## The settings the defaults were chosen from: `{sweep.name}`",
+        "",
+        f"`python -m benchmarks.tabular_sweep --data-path ../shared/data --out {sweep} "
+        f"--settings ...`, then `--summarise {sweep}`: the `federation` row (the label party "
+        "alone where a setting ends in `+alone`) on the same tables, seeds and party CSVs as "
+        "above, in process, with options added to the defaults of the code the runs record "
+        f"({', '.join(codes)}). "
+        + (
+            "The `defaults` rows are this benchmark's own federation and label_alone rows. "
+            if own
+            else "The `defaults` rows are that code's defaults, run beside the others. "
+        )
+        + "Test accuracy (%) or RMSE, mean ± sd over seeds 0-2; the last column counts the "
+        "(table, seed) runs better / worse / equal than the defaults'; bracketed rows are this "
+        f"benchmark's baselines. Settings: {options}.",
+        "",
+        summarise(sweep, baselines),
+        "",
+    ]
 
 
 def _provenance(job: TabularJob, found: list[dict[str, Any]]) -> list[str]:

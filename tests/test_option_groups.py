@@ -76,7 +76,11 @@ def test_given_a_group_parameter_without_a_default_when_decorated_then_type_erro
 
 
 def test_given_train_options_when_applied_to_a_config_mapping_then_given_ones_override_it():
-    base = {"epochs": 7, "lr": 0.5, "model": {"representation": "mlp", "embed_dim": 16}}
+    base = {
+        "epochs": 7,
+        "lr": 0.5,
+        "model": {"representation": "mlp", "embed_dim": 16, "head": "linear"},
+    }
     cfg = TrainOptions(lr=0.01, hidden="32,8", head="mlp").config(base)
     assert cfg.epochs == 7 and cfg.lr == 0.01
     assert cfg.model.representation == "mlp" and cfg.model.embed_dim == 16

@@ -62,7 +62,7 @@ CONFIG = TrainConfig(
     batch_size=BATCH,
     lr=1e-2,
     weight_decay=0.0,
-    model=ModelConfig(representation="mlp", embed_dim=6, hidden=(12,)),
+    model=ModelConfig(representation="mlp", embed_dim=6, hidden=(12,), head="linear"),
 )
 
 

@@ -105,6 +105,30 @@ def test_given_threshold_when_fitting_then_small_columns_one_hot_and_large_ones_
     assert x[0, -1] == 3.0  # code: 1 + index of "c"; the code columns come last
 
 
+def test_given_numeric_bins_when_fitting_then_piecewise_linear_values_follow_the_standardised() -> (
+    None
+):
+    """Gorishniy et al.'s PLE: a numeric column with more distinct values than bins gets its
+    standardised value and one value per quantile bin (0 below, 1 above, linear inside); a
+    column with few values (a flag) keeps its standardised value alone; the fit survives JSON."""
+    values = [str(v) for v in range(1, 101)]
+    t = table(x=values, flag=["0", "1"] * 50)
+    fitted = TabularPreprocessor.fit(t, numeric_bins=4)
+    x_spec, flag_spec = fitted.columns
+    assert len(x_spec.edges) == 5 and flag_spec.edges == ()
+    assert fitted.width == (1 + 4) + 1
+    out = fitted.transform(table(x=["1", "50.5", "100", "1000"], flag=["0", "1", "0", "1"]))
+    standardised = (np.array([1, 50.5, 100, 1000]) - x_spec.mean) / x_spec.std
+    np.testing.assert_allclose(out[:, 0], standardised, rtol=1e-6)
+    np.testing.assert_allclose(out[0, 1:5], [0, 0, 0, 0], atol=1e-6)  # the lowest edge
+    np.testing.assert_allclose(out[1, 1:5], [1, 1, 0, 0], atol=1e-5)  # the median
+    np.testing.assert_allclose(out[2, 1:5], [1, 1, 1, 1], atol=1e-6)  # the highest edge
+    assert out[3, 4] > 1 and (out[3, 1:4] == 1).all()  # the last bin is open above
+    again = TabularPreprocessor.from_json(fitted.to_json(), "p.json")
+    np.testing.assert_array_equal(again.transform(t), fitted.transform(t))
+    assert TabularPreprocessor.fit(t, numeric_bins=0).width == 2
+
+
 def test_given_unseen_category_when_transformed_then_unknown_bucket_or_code_zero() -> None:
     fitted = TabularPreprocessor.fit(table(few=["a", "b", "a"], many=["p", "q", "r"]), 2)
     x = fitted.transform(table(few=["zzz", "b"], many=["zzz", "r"]))

@@ -224,6 +224,35 @@ def test_given_a_histogram_when_choosing_the_threshold_then_the_best_f1_edge() -
     assert 0.25 <= threshold <= 0.35 and f1 == 1.0 and plain == 0.0
 
 
+def test_given_a_skewed_histogram_when_choosing_by_rule_then_auto_keeps_accuracy_f1_trades_it() -> (
+    None
+):
+    """78 negatives at 0.2; 12 negatives and 10 positives at 0.4. Predicting none positive is
+    90% accurate; a threshold at 0.4 has F1 0.625 but 88% accuracy. 'auto' (accuracy) keeps
+    0.5 (ties go to the edge nearest 0.5), 'f1' moves to 0.4."""
+    hist = np.zeros((2, AUC_BINS), dtype=np.int64)
+    hist[0, 200], hist[0, 400], hist[1, 400] = 78, 12, 10
+    assert choice.THRESHOLD_METRIC == {"auto": "accuracy", "f1": "f1"}
+    assert choice.best_threshold(hist, "accuracy") == (0.5, 0.9, 0.9)
+    threshold, f1, plain = choice.best_threshold(hist, "f1")
+    assert threshold == 0.4 and f1 == pytest.approx(0.625) and plain == 0.0
+    assert TrainConfig(threshold="f1").threshold == "f1"
+
+
+@pytest.mark.usefixtures("small_splits")
+def test_given_the_default_threshold_when_chosen_then_by_validation_accuracy(
+    tables: list[TableSource],
+) -> None:
+    """The default rule scores accuracy on the validation split and says so in the record."""
+    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
+    chosen = fed.choose_on_validation()
+    assert chosen.threshold is not None and chosen.threshold_metric == "accuracy"
+    plain, tuned = chosen.threshold_f1 or (1.0, 0.0)
+    assert tuned >= plain  # never worse on validation than 0.5
+    again = choice.ValidationChoice.from_json(json.loads(json.dumps(chosen.to_json())))
+    assert again == chosen
+
+
 def test_given_probabilities_when_scoring_brier_from_histograms_then_within_half_a_bin() -> None:
     rng = np.random.default_rng(0)
     p = rng.random(5000)

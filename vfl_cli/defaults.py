@@ -30,7 +30,7 @@ MODEL = {
     "representation": "auto",
     "embed_dim": 64,
     "hidden": (256,),
-    "head": "linear",
+    "head": "auto",
     "head_hidden": 64,
 }
 DVFL = {

@@ -250,9 +250,10 @@ def _choice_lines(choice: dict | None) -> list[str]:
     lines = []
     if choice.get("threshold") is not None:
         plain, tuned = choice["threshold_f1"]
+        metric = "F1" if choice.get("threshold_metric", "f1") == "f1" else "accuracy"
         lines.append(
             f"decision threshold {choice['threshold']:.3f} chosen on validation "
-            f"(validation F1 {100 * plain:.2f} at 0.5 -> {100 * tuned:.2f})"
+            f"(validation {metric} {100 * plain:.2f} at 0.5 -> {100 * tuned:.2f})"
         )
     for pick in choice.get("subsets", []):
         observed, kept = ",".join(map(str, pick["observed"])), ",".join(map(str, pick["kept"]))

@@ -62,7 +62,12 @@ class TrainOptions:
     hidden: Annotated[
         str | None, Opt(help="hidden sizes, e.g. 128,64", show_default=shown(M["hidden"]))
     ] = None
-    head: Annotated[str | None, Opt(help="linear | mlp", show_default=shown(M["head"]))] = None
+    head: Annotated[
+        str | None,
+        Opt(
+            help="auto (tables: mlp; images: linear) | linear | mlp", show_default=shown(M["head"])
+        ),
+    ] = None
     dvfl_period: Annotated[
         int | None,
         Opt(
@@ -166,8 +171,8 @@ class TrainOptions:
     threshold: Annotated[
         str | None,
         Opt(
-            help="binary tasks: auto (the best F1 on the validation split) | a probability "
-            "(0.5: the plain argmax)",
+            help="binary tasks: auto (the best accuracy on the validation split) | f1 (the "
+            "best F1 there) | a probability (0.5: the plain argmax)",
             show_default=shown(T["threshold"]),
         ),
     ] = None

@@ -32,9 +32,13 @@ def _known_method(name: str) -> str:
     return name
 
 
+# The thresholds the validation split chooses (vfl_core.inference.choice.THRESHOLD_METRIC).
+THRESHOLD_RULES = ("auto", "f1")
+
+
 def _threshold(value: object) -> object:
-    """'auto', or a probability strictly between 0 and 1 (a number or its text)."""
-    if value == "auto":
+    """'auto', 'f1', or a probability strictly between 0 and 1 (a number or its text)."""
+    if value in THRESHOLD_RULES:
         return value
     try:
         number = float(value)  # type: ignore[arg-type]
@@ -43,15 +47,15 @@ def _threshold(value: object) -> object:
     if not 0 < number < 1:
         raise PydanticCustomError(
             "threshold",
-            "must be auto or a probability strictly between 0 and 1, not {value}",
+            "must be auto or a probability strictly between 0 and 1 (or f1), not {value}",
             {"value": repr(value)},
         )
     return number
 
 
-# A binary task's decision threshold: "auto" (chosen on validation) or P(positive) at or above
-# which the positive class is predicted.
-Threshold = Annotated[Literal["auto"] | float, BeforeValidator(_threshold)]
+# A binary task's decision threshold: chosen on validation ("auto": the best accuracy there,
+# "f1": the best F1) or P(positive) at or above which the positive class is predicted.
+Threshold = Annotated[Literal["auto", "f1"] | float, BeforeValidator(_threshold)]
 # Early stopping's patience when the config leaves it to the data (TrainConfig.patience), and
 # the validation samples it then needs: on a smaller split the watched metric is mostly noise and
 # stopped too early (docs/tabular-defaults.md: breast cancer, 47 validation samples).
@@ -136,7 +140,8 @@ class TrainConfig(_Frozen):
     validation_fraction: float = Field(0.1, gt=0, lt=1)
     # What the validation split chooses after training (vfl_core.inference.choice); both need
     # one (early stopping on) and read only its rows. `threshold`: a binary task's decision
-    # threshold on the positive-class probability, "auto" (the best F1 on validation) or a
+    # threshold on the positive-class probability, "auto" (the best accuracy on validation:
+    # what a table is judged by, docs/tabular-defaults.md), "f1" (the best F1 there) or a
     # number (0.5: the plain argmax). `subset_choice`: "validation" predicts each observed set
     # from the subset of its parties that scores best on validation (the full set on ties);
     # "plain" from the full set, as the paper does.

@@ -44,6 +44,11 @@ log = logging.getLogger(__name__)
 __all__ = ["Cell", "ColumnSpec", "Labels", "Table", "TabularPreprocessor", "parse_labels"]
 
 DEFAULT_MAX_ONEHOT = 16
+# Piecewise-linear encoding of numeric columns (Gorishniy et al. 2022, "On embeddings for
+# numerical features", PLE with quantile bins): besides its standardised value, a numeric column
+# with more distinct training values than this many bins gets one value per bin (0 below it, 1
+# above it, linear inside). 0: the standardised value alone.
+DEFAULT_NUMERIC_BINS = 0
 # a categorical column with this share of distinct values (over at least so many rows) is
 # worth a warning: an identifier or a timestamp, not a category
 IDENTIFIER_SHARE = 0.9
@@ -66,12 +71,15 @@ class ColumnSpec(_Frozen):
     std: float = 1.0  # numeric only
     categories: tuple[str, ...] = ()  # onehot/embedding only, sorted
     dates: bool = False  # numeric only: the cells are ISO dates or times, read as days
+    # numeric only: quantile bin edges of the training values, standardised (piecewise-linear
+    # encoding: one value per bin after the standardised value); () none
+    edges: tuple[float, ...] = ()
 
     @property
     def dense_width(self) -> int:
         width = int(self.indicator)
         if self.kind == "numeric":
-            return width + 1
+            return width + 1 + max(len(self.edges) - 1, 0)
         if self.kind == "onehot":
             return width + len(self.categories) + 1  # + the unknown bucket
         return width
@@ -108,10 +116,16 @@ class TabularPreprocessor(_Frozen):
         return tuple(c.cardinality for c in self.columns if c.kind == "embedding")
 
     @classmethod
-    def fit(cls, table: Table, max_onehot: int = DEFAULT_MAX_ONEHOT) -> TabularPreprocessor:
+    def fit(
+        cls, table: Table, max_onehot: int = DEFAULT_MAX_ONEHOT, numeric_bins: int | None = None
+    ) -> TabularPreprocessor:
+        """`numeric_bins` None: DEFAULT_NUMERIC_BINS."""
         if not table.names:
             raise DataError(f"{table.source}: no feature columns to train on")
-        return cls(columns=tuple(_fit_column(table, name, max_onehot) for name in table.names))
+        bins = DEFAULT_NUMERIC_BINS if numeric_bins is None else numeric_bins
+        return cls(
+            columns=tuple(_fit_column(table, name, max_onehot, bins) for name in table.names)
+        )
 
     def transform(self, table: Table) -> np.ndarray:
         """(n, width) float32 rows; a column missing from `table`, or a numeric training column
@@ -137,6 +151,10 @@ class TabularPreprocessor(_Frozen):
                 at += 1
             if spec.kind == "numeric":
                 out[at] = _standardised(table, spec, column)
+                if spec.edges:
+                    width = len(spec.edges) - 1
+                    out[at + 1 : at + 1 + width] = piecewise_linear(out[at], spec.edges)
+                    at += width
                 at += 1
             elif spec.kind == "onehot":
                 index = cv.category_index(column, spec.categories)  # -1 missing, len() unknown
@@ -162,7 +180,7 @@ class TabularPreprocessor(_Frozen):
             raise DataError(f"{source}: invalid preprocessing ({where}: {first['msg']})") from None
 
 
-def _fit_column(table: Table, name: str, max_onehot: int) -> ColumnSpec:
+def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSpec:
     column = table.column(name)
     if column.null_count == len(column):
         raise DataError(f"{table.source}: column {name!r} has no values in the training rows")
@@ -172,10 +190,10 @@ def _fit_column(table: Table, name: str, max_onehot: int) -> ColumnSpec:
         if numbers is not None:
             numbers = numbers[~np.isnan(numbers)]
             if np.isfinite(numbers).all():
-                return _numeric(name, indicator, numbers)
+                return _numeric(name, indicator, numbers, bins)
     days = cv.days(column) if table.guess or cv.is_when(column) else None
     if days is not None:
-        return _numeric(name, indicator, days[~np.isnan(days)], dates=True)
+        return _numeric(name, indicator, days[~np.isnan(days)], bins, dates=True)
     if not cv.is_text(column):  # a Parquet number column holding inf
         row = cv.first_bad_row(column, cv.finite_number)
         raise DataError(
@@ -190,16 +208,42 @@ def _fit_column(table: Table, name: str, max_onehot: int) -> ColumnSpec:
     return ColumnSpec(name=name, kind=kind, indicator=indicator, categories=categories)
 
 
-def _numeric(name: str, indicator: bool, values: np.ndarray, dates: bool = False) -> ColumnSpec:
+def _numeric(
+    name: str, indicator: bool, values: np.ndarray, bins: int, dates: bool = False
+) -> ColumnSpec:
     std = float(values.std())
+    mean = float(values.mean())
+    std = std if std > 0 else 1.0  # a constant column would divide by zero
     return ColumnSpec(
         name=name,
         kind="numeric",
         indicator=indicator,
-        mean=float(values.mean()),
-        std=std if std > 0 else 1.0,  # a constant column would divide by zero
+        mean=mean,
+        std=std,
         dates=dates,
+        edges=quantile_edges((values - mean) / std, bins),
     )
+
+
+def quantile_edges(values: np.ndarray, bins: int) -> tuple[float, ...]:
+    """The edges of up to `bins` quantile bins of (standardised) training values, distinct and
+    ascending; () where bins is 0 or the column has no more distinct values than bins (a flag,
+    a small count: its standardised value already says all)."""
+    if bins < 1 or len(np.unique(values)) <= bins:
+        return ()
+    edges = np.unique(np.quantile(values, np.linspace(0, 1, bins + 1)))
+    return tuple(float(e) for e in edges) if len(edges) > 2 else ()
+
+
+def piecewise_linear(x: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
+    """(len(edges) - 1, n): bin t of x (n,) is 0 below edges[t], 1 from edges[t + 1] on and
+    linear between (the first bin open below, the last open above, as in the paper)."""
+    lo = np.asarray(edges[:-1], dtype=np.float32)[:, None]  # (T, 1)
+    hi = np.asarray(edges[1:], dtype=np.float32)[:, None]
+    out = (x[None, :] - lo) / (hi - lo)  # (T, n)
+    out[1:] = np.maximum(out[1:], 0.0)
+    out[:-1] = np.minimum(out[:-1], 1.0)
+    return out
 
 
 def _warn_if_identifier(source: str, name: str, distinct: int, present: int) -> None:

@@ -19,8 +19,9 @@ label, and never a test row.
   samples keeps the full set.
 - **Threshold.** With the subsets chosen, the federation's positive-class probabilities of the
   validation samples come back as histograms (vfl_core.inference.scoring.AUC_BINS bins); the
-  threshold is the bin edge with the best F1 of the federation's prediction ("auto"), and the
-  positive class is predicted where P(positive) >= threshold, by every head and the federation.
+  threshold is the bin edge with the best accuracy ("auto") or F1 ("f1") of the federation's
+  prediction (0.5 on ties), and the positive class is predicted where P(positive) >= threshold,
+  by every head and the federation.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ log = logging.getLogger(__name__)
 # small the best of several candidates is mostly the luckiest (docs/tabular-defaults.md).
 MIN_CHOICE_SAMPLES = 50
 MIN_CLASS_SAMPLES = 10
+# What each TrainConfig.threshold rule maximises on the validation split. "auto" maximises the
+# accuracy, which tables are judged by: the F1 rule traded 2.4 accuracy points on a skewed table
+# and made a label party alone unstable (docs/tabular-defaults.md, "The threshold").
+THRESHOLD_METRIC = {"auto": "accuracy", "f1": "f1"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,9 @@ class ValidationChoice:
     threshold: float | None = None  # binary: P(positive) threshold; None: the argmax (0.5)
     subsets: dict[Pattern, Pattern] = field(default_factory=dict)  # observed set -> kept parties
     candidates: dict[Pattern, list[Candidate]] = field(default_factory=dict)  # for the record
-    threshold_f1: tuple[float, float] | None = None  # validation F1 at 0.5 and at the threshold
+    # the rule's validation score (THRESHOLD_METRIC) at 0.5 and at the threshold
+    threshold_f1: tuple[float, float] | None = None
+    threshold_metric: str = "f1"
 
     def kept(self, available: Pattern) -> Pattern:
         """The parties of an observed set that predict it (all of them where nothing was
@@ -73,6 +80,7 @@ class ValidationChoice:
         return {
             "threshold": self.threshold,
             "threshold_f1": None if self.threshold_f1 is None else list(self.threshold_f1),
+            "threshold_metric": self.threshold_metric,
             "subsets": [
                 {"observed": list(p), "kept": list(s)} for p, s in sorted(self.subsets.items())
             ],
@@ -101,6 +109,7 @@ class ValidationChoice:
                 for c in saved.get("candidates", [])
             },
             threshold_f1=None if f1 is None else (float(f1[0]), float(f1[1])),
+            threshold_metric=saved.get("threshold_metric", "f1"),  # older files: the F1 rule
         )
 
 
@@ -151,28 +160,35 @@ def _best(cands: list[Candidate], lower: bool) -> Candidate | None:
     return min(usable, key=lambda c: sign * float(c.value))  # type: ignore[arg-type]
 
 
-def best_threshold(histogram: np.ndarray) -> tuple[float, float, float]:
-    """(threshold, F1 there, F1 at 0.5) from (2, AUC_BINS) counts of the federation's
-    positive-class probability (row 0 the negatives', row 1 the positives'). The positive class
-    is predicted from bin t on, P >= t / AUC_BINS; of equal F1 the edge nearest 0.5 wins."""
+def best_threshold(histogram: np.ndarray, metric: str = "f1") -> tuple[float, float, float]:
+    """(threshold, the metric there, the metric at 0.5) from (2, AUC_BINS) counts of the
+    federation's positive-class probability (row 0 the negatives', row 1 the positives');
+    `metric` is "f1" or "accuracy". The positive class is predicted from bin t on,
+    P >= t / AUC_BINS; of equal scores the edge nearest 0.5 wins (so 0.5 stays unless another
+    edge is strictly better)."""
     negatives, positives = histogram.astype(np.float64)
     edges = np.arange(1, AUC_BINS)  # thresholds strictly inside (0, 1)
     tp = np.cumsum(positives[::-1])[::-1][edges]  # positives at or above each edge
     fp = np.cumsum(negatives[::-1])[::-1][edges]
     fn = positives.sum() - tp
-    denom = 2 * tp + fp + fn
-    f1 = np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 0.0)
-    best = f1.max()
-    ties = edges[f1 == best]
+    if metric == "accuracy":
+        total = max(positives.sum() + negatives.sum(), 1.0)
+        score = (tp + negatives.sum() - fp) / total
+    else:
+        denom = 2 * tp + fp + fn
+        score = np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 0.0)
+    best = score.max()
+    ties = edges[score == best]
     edge = int(ties[np.argmin(np.abs(ties - AUC_BINS // 2))])
-    return edge / AUC_BINS, float(best), float(f1[AUC_BINS // 2 - 1])
+    return edge / AUC_BINS, float(best), float(score[AUC_BINS // 2 - 1])
 
 
 def choose_threshold(
-    fed: EvaluatingFederation, validation: np.ndarray
+    fed: EvaluatingFederation, validation: np.ndarray, rule: str = "auto"
 ) -> tuple[float, float, float] | None:
-    """The threshold with the best F1 of the federation's prediction on the validation samples
-    (None when fewer than MIN_CHOICE_SAMPLES were scored, or MIN_CLASS_SAMPLES of a class)."""
+    """The threshold with the best validation score of the federation's prediction (the rule's
+    THRESHOLD_METRIC), as `best_threshold` returns it; None when fewer than MIN_CHOICE_SAMPLES
+    were scored, or MIN_CLASS_SAMPLES of a class."""
     report: EvalReport = fed.evaluate("train", index=validation, federation_scores=True)
     stats = report.by_pattern.values()
     pooled = [s.histograms[FEDERATION] for s in stats if FEDERATION in s.histograms]
@@ -182,4 +198,4 @@ def choose_threshold(
     negatives, positives = histogram.sum(axis=1)
     if negatives + positives < MIN_CHOICE_SAMPLES or min(negatives, positives) < MIN_CLASS_SAMPLES:
         return None
-    return best_threshold(histogram)
+    return best_threshold(histogram, THRESHOLD_METRIC[rule])

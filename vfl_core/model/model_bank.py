@@ -108,7 +108,10 @@ class ModelBank:
         if key not in self.heads:
             seed = derive_seed(self.config.seed, Stream.INIT_HEAD, self.block, *subset_code(key))
             width = self.spec.head_input_blocks(key, self.num_blocks)
-            model = build_head(self.config.model, self.num_classes, seed, in_blocks=width)
+            tabular = len(self.feature_shape) == 1
+            model = build_head(
+                self.config.model, self.num_classes, seed, in_blocks=width, tabular=tabular
+            )
             self.heads[key] = model.to(self.device)
             self.head_opts[key] = make_optimizer(self.heads[key], self.config)
         return self.heads[key]

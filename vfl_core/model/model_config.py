@@ -9,7 +9,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Representation = Literal["auto", "mlp", "cnn", "resnet18"]
-HeadKind = Literal["linear", "mlp"]
+# "auto": "mlp" for a party of tabular features, "linear" for image blocks (the paper's);
+# vfl_core.model.models.resolve_head, docs/tabular-defaults.md.
+HeadKind = Literal["auto", "linear", "mlp"]
 
 
 class ModelConfig(BaseModel):
@@ -20,5 +22,5 @@ class ModelConfig(BaseModel):
     representation: Representation = "auto"
     embed_dim: int = Field(64, ge=1, le=65536)
     hidden: tuple[int, ...] = (256,)
-    head: HeadKind = "linear"
+    head: HeadKind = "auto"
     head_hidden: int = Field(64, ge=1)

@@ -12,8 +12,14 @@ import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from vfl_core.config import THRESHOLD_RULES
 from vfl_core.data.learning_task import REGRESSION
-from vfl_core.inference.choice import ValidationChoice, choose_subsets, choose_threshold
+from vfl_core.inference.choice import (
+    THRESHOLD_METRIC,
+    ValidationChoice,
+    choose_subsets,
+    choose_threshold,
+)
 from vfl_core.methods.liveness import DOWN
 
 if TYPE_CHECKING:
@@ -100,14 +106,17 @@ class Validator:
         if fed.config.subset_choice == "validation" and self._has_subset_predictors():
             choice.subsets, choice.candidates = choose_subsets(fed, validation)
         binary = fed.task != REGRESSION and fed.num_classes == 2
-        if fed.config.threshold == "auto" and binary and fed.spec.combination == "heads":
-            found = choose_threshold(fed, validation)
+        rule = fed.config.threshold
+        if rule in THRESHOLD_RULES and binary and fed.spec.combination == "heads":
+            found = choose_threshold(fed, validation, str(rule))
             if found is not None:
                 choice.threshold, tuned, plain = found
                 choice.threshold_f1 = (plain, tuned)
+                choice.threshold_metric = THRESHOLD_METRIC[str(rule)]
                 log.info(
-                    "validation: decision threshold %.3f (F1 %.4f; at 0.5: %.4f)",
+                    "validation: decision threshold %.3f (%s %.4f; at 0.5: %.4f)",
                     choice.threshold,
+                    choice.threshold_metric,
                     tuned,
                     plain,
                 )
@@ -130,7 +139,7 @@ class Validator:
         """The decision threshold of binary predictions: a configured number (0.5: the plain
         argmax, None), or the one the validation samples chose ("auto")."""
         configured = self.fed.config.threshold
-        if configured == "auto":
+        if configured in THRESHOLD_RULES:
             return self.fed.choice.threshold
         return None if configured == 0.5 else float(configured)
 

@@ -1,0 +1,195 @@
+"""The settings the tabular defaults were chosen from (issue 27): each setting is `vfl simulate`
+on the same party CSVs as `vfl bench tabular` (benchmarks.tabular_tables, every table and seed),
+with a few options added to the defaults; the federation in process (and, for settings that
+name it, the label party alone). Test scores are compared side by side, one run of each
+setting per table and seed; the choice is by the mean over every table and seed, never one
+table's.
+
+    python -m benchmarks.tabular_sweep --data-path ../shared/data --settings defaults f1 \
+        --out benchmarks/results/runs/tabular-sweep
+    python -m benchmarks.tabular_sweep --summarise benchmarks/results/runs/tabular-sweep
+
+Each (setting, table, seed) is one cached JSON under `--out` (delete it to rerun).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.pool import Task, read_json, run_tasks
+from benchmarks.tabular_data import prepare
+from benchmarks.tabular_federation import simulate_row
+from benchmarks.tabular_tables import LABEL_BLOCK, K, tables
+
+# setting -> the options it adds to the defaults; "+alone" also runs the label party alone.
+SETTINGS: dict[str, list[str]] = {
+    "defaults": [],
+    "defaults+alone": [],
+    "f1": ["--threshold", "f1"],
+    "f1+alone": ["--threshold", "f1"],
+    "t0.5": ["--threshold", "0.5"],
+    "head-mlp": ["--head", "mlp"],
+    "own-sets": ["--no-serve-feature-only"],
+    "wd1e-3": ["--weight-decay", "1e-3"],
+    "hidden128x2": ["--hidden", "128,128"],
+    "cosine": ["--scheduler", "cosine"],
+    "patience-always": ["--early-stop-patience", "5"],
+    "lr3e-3": ["--lr", "3e-3"],
+    "ple8": [],
+    "ple16": [],
+    "no-ple": [],
+    "ple8-head-mlp": ["--head", "mlp"],
+    "head-linear": ["--head", "linear"],
+}
+# settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
+NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
+SEEDS = (0, 1, 2)
+
+
+def describe(name: str) -> str:
+    """What a setting changes from the defaults, in words."""
+    said = " ".join(SETTINGS[name])
+    if name in NUMERIC_BINS:
+        said += f" numeric bins (PLE) {NUMERIC_BINS[name]}"
+    return said.strip() or "the defaults"
+
+
+def worker(payload: dict[str, Any]) -> dict[str, Any]:
+    data_path = Path(payload["data_path"]) if payload["data_path"] else None
+    table = tables(data_path, False)[payload["table"]](payload["seed"], False)
+    extra = list(payload["extra"])
+    if payload.get("numeric_bins") is not None:
+        from vfl_core.data import preprocess
+
+        preprocess.DEFAULT_NUMERIC_BINS = payload["numeric_bins"]
+    with tempfile.TemporaryDirectory(prefix="vfl-tabular-sweep-") as tmp:
+        prep = prepare(table, payload["seed"], Path(tmp) / "parties")
+        rows = [_row("federation", prep, list(range(K)), Path(tmp) / "fed.json", extra)]
+        if payload["alone"]:
+            rows.append(_row("label_alone", prep, [LABEL_BLOCK], Path(tmp) / "a.json", extra))
+    return {"task": table.task, "rows_run": rows}
+
+
+def _row(name: str, prep: Any, parties: list[int], out: Path, extra: list[str]) -> dict:
+    return simulate_row(name, prep, parties, out, None, extra=tuple(extra))
+
+
+def tasks(args: argparse.Namespace) -> list[Task]:
+    names = args.tables or list(tables(args.data_path, False))
+    out = []
+    for setting in args.settings:
+        for table in names:
+            for seed in args.seeds:
+                payload = {
+                    "table": table,
+                    "seed": seed,
+                    "extra": SETTINGS[setting],
+                    "alone": setting.endswith("+alone"),
+                    "numeric_bins": NUMERIC_BINS.get(setting),
+                    "data_path": str(args.data_path) if args.data_path else None,
+                }
+                path = args.out / setting / f"{table}-s{seed}.json"
+                out.append(Task(f"{setting} {table} s{seed}", payload, path))
+    return out
+
+
+Scores = dict[tuple[str, str], dict[int, float]]  # (row, table) -> seed -> accuracy % or RMSE
+
+
+def summarise(root: Path, baselines: Path) -> str:
+    """Per setting: mean test accuracy (RMSE) per table over the seeds, and against the
+    defaults run by run (same table and seed): how many runs it is better, worse or equal in.
+    The baselines of `vfl bench tabular` (linear, hgb, central_mlp) on the same tables and
+    seeds are listed beside them in brackets."""
+    scores: Scores = {}
+    metrics: dict[str, str] = {}
+    for path in sorted(root.glob("*/*.json")):
+        run = read_json(path)
+        if run is None:
+            continue
+        table, seed = path.stem.rsplit("-s", 1)
+        metric = metrics.setdefault(table, "rmse" if run["task"] == "regression" else "accuracy")
+        for row in run["rows_run"]:
+            name = path.parent.name.removesuffix("+alone")
+            name += "" if row["row"] == "federation" else " (label party alone)"
+            scores.setdefault((name, table), {})[int(seed)] = _value(row, metric)
+    # Without a "defaults" setting here, the benchmark's own federation and label_alone rows
+    # are the defaults (the same command on the same CSVs).
+    own = {"federation": "defaults", "label_alone": "defaults (label party alone)"}
+    reference = not (root / "defaults").is_dir() and not (root / "defaults+alone").is_dir()
+    for table, metric in metrics.items():
+        for path in sorted(baselines.glob(f"{table}-s*-local.json")):
+            run = read_json(path) or {"rows_run": [], "payload": {}}
+            for row in run["rows_run"]:
+                if row["row"] in ("linear", "hgb", "central_mlp"):
+                    key = (f"[{row['row']}]", table)
+                elif reference and row["row"] in own:
+                    key = (own[row["row"]], table)
+                else:
+                    continue
+                scores.setdefault(key, {})[run["payload"]["seed"]] = _value(row, metric)
+    names = sorted({n for n, _ in scores}, key=lambda n: (n.startswith("["), n))
+    header = " | ".join(f"{t} ({m})" for t, m in metrics.items())
+    lines = [
+        f"| setting | {header} | runs better / worse / equal than defaults |",
+        "| --- " * (len(metrics) + 2) + "|",
+    ]
+    for name in names:
+        cells = [_cell(scores.get((name, t), {})) for t in metrics]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_paired(scores, name, metrics)} |")
+    return "\n".join(lines)
+
+
+def _value(row: dict[str, Any], metric: str) -> float:
+    value = float(row["scores"]["all"][metric])
+    return value if metric == "rmse" else 100 * value
+
+
+def _cell(values: dict[int, float]) -> str:
+    if not values:
+        return "-"
+    v = list(values.values())
+    sd = statistics.stdev(v) if len(v) > 1 else 0.0
+    return f"{statistics.mean(v):.2f} ± {sd:.2f}" + ("" if len(v) == 3 else f" ({len(v)})")
+
+
+def _paired(scores: Scores, name: str, metrics: dict[str, str]) -> str:
+    """Runs (table, seed) where `name` is better / worse / equal than the defaults."""
+    base = "defaults (label party alone)" if name.endswith("alone)") else "defaults"
+    if name == base or name.startswith("["):
+        return ""
+    better = worse = equal = 0
+    for table, metric in metrics.items():
+        mine, ref = scores.get((name, table), {}), scores.get((base, table), {})
+        for seed in sorted(set(mine) & set(ref)):
+            gain = (mine[seed] - ref[seed]) * (-1 if metric == "rmse" else 1)
+            better, worse = better + (gain > 1e-9), worse + (gain < -1e-9)
+            equal += abs(gain) <= 1e-9
+    return f"{better} / {worse} / {equal}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-path", type=Path)
+    parser.add_argument("--settings", nargs="*", default=["defaults"], choices=list(SETTINGS))
+    parser.add_argument("--tables", nargs="*")
+    parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/runs/tabular-sweep"))
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--summarise", type=Path)
+    parser.add_argument("--baselines", type=Path, default=Path("benchmarks/results/runs/tabular"))
+    args = parser.parse_args()
+    if args.summarise:
+        print(summarise(args.summarise, args.baselines))
+        return
+    failed = run_tasks(worker, tasks(args), args.jobs, desc="sweep runs", progress=False)
+    if failed:
+        raise SystemExit(f"failed: {failed}")
+
+
+if __name__ == "__main__":
+    main()
