@@ -71,3 +71,26 @@ def test_given_psi_workers_env_when_read_then_its_count_or_a_clear_error(
             psi_workers.workers()
     monkeypatch.delenv(psi_workers.ENV)
     assert psi_workers.workers() == len(os.sched_getaffinity(0))
+
+
+def test_given_parties_sharing_the_host_when_sized_then_they_split_its_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client whose coordinator is on its host shares the cores with the other K - 1 parties
+    (vfl_client.runner calls share_cores(K)); VFL_PSI_WORKERS still decides when given."""
+    from vfl_client.runner import coordinator_on_this_host
+
+    assert coordinator_on_this_host("127.0.0.1:50051") and coordinator_on_this_host("[::1]:1")
+    assert coordinator_on_this_host("localhost:7") and not coordinator_on_this_host("10.0.0.2:7")
+    monkeypatch.delenv(psi_workers.ENV, raising=False)
+    monkeypatch.setattr(psi_workers.os, "sched_getaffinity", lambda _: set(range(16)))
+    monkeypatch.setattr(psi_workers, "_sharers", 1)
+    assert psi_workers.workers() == 16
+    psi_workers.share_cores(4)
+    assert psi_workers.workers() == 4
+    psi_workers.share_cores(16)
+    assert psi_workers.workers() == 1
+    psi_workers.share_cores(40)
+    assert psi_workers.workers() == 1
+    monkeypatch.setenv(psi_workers.ENV, "3")
+    assert psi_workers.workers() == 3

@@ -7,8 +7,10 @@ tripled the CPU per multiplication (benchmarks/results/psi.md). Here the first l
 the pool and every later list of the process reuses it.
 
 How many workers: `VFL_PSI_WORKERS` (1: none, lists are multiplied in the calling process), else
-the cores this process may run on. Parties that share one host (a demo, a test) should set it so
-that their workers together fit the host's cores; one machine per party needs nothing.
+the cores this process may run on, shared (`share_cores`) when the parties share the host: a
+client whose coordinator is on its own host (a demo, a test, a chaos run) assumes all K parties
+are there and takes cores // K (at least 1), so K parties' workers together fit the cores
+instead of each starting one per core. One machine per party keeps one worker per core.
 
 Dying with the party. A worker asks the kernel for SIGKILL when its parent dies
 (PR_SET_PDEATHSIG). Linux sends that signal when the *thread* that started the worker ends, not
@@ -39,12 +41,20 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # size -> (pid of the process that owns the pool, the pool): a forked child starts its own
 _pools: dict[int, tuple[int, ProcessPoolExecutor]] = {}
 _lock = threading.Lock()
+_sharers = 1  # processes assumed to share this host's cores (`share_cores`)
 
 Work = Callable[[bytes, bytes, str, int], bytes]
 
 
+def share_cores(processes: int) -> None:
+    """Size the default pool for `processes` processes of one federation on this host."""
+    global _sharers
+    _sharers = max(1, processes)
+
+
 def workers() -> int:
-    """Worker processes for large lists: `VFL_PSI_WORKERS`, else the cores this process may use."""
+    """Worker processes for large lists: `VFL_PSI_WORKERS`, else this process's share of the
+    cores it may use (all of them unless `share_cores` said otherwise), at least 1."""
     text = os.environ.get(ENV, "").strip()
     if text:
         if not text.isdigit() or int(text) < 1:
@@ -54,9 +64,10 @@ def workers() -> int:
             )
         return int(text)
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return max(1, cores // _sharers)
 
 
 def run(
