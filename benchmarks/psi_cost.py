@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.pool import code_version
-from vfl_core.training import psi
+from vfl_core.training import psi, psi_workers
 
 # The rest is imported where used. A party process here is started with `spawn`, and so are its
 # PSI workers, and each imports this module as its main one: torch and grpc at the top would cost
@@ -54,7 +54,7 @@ def _serve(k: int, n: int, parties: int, overlap: float, certs: str, ports: mp.Q
     from vfl_wire.security import Security, load_identity
 
     logging.basicConfig(level=logging.WARNING)
-    psi.psi_workers.share_cores(parties)  # as vfl-client does beside its coordinator
+    psi_workers.share_cores(parties)  # as vfl-client does beside its coordinator
     ids = _ids(k, n, parties, overlap)
     meta = PartyMeta(
         dataset="synthetic", block=k, num_blocks=parties, kind="tabular", feature_shape=(1,),
