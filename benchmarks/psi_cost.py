@@ -101,7 +101,10 @@ class _Timed:
 
 def run(n: int, parties: int, overlap: float) -> dict[str, object]:
     from vfl_cli.certs_cmd import create_federation
+    from vfl_coordinator import transport
+    from vfl_core.training import party
 
+    assert transport and party  # imported before the CPU count starts: not part of the PSI
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp:
         certs = Path(tmp)
