@@ -23,11 +23,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from benchmarks.pool import code_version
 from vfl_core.training import psi, psi_workers
+
+if TYPE_CHECKING:
+    from vfl_coordinator.transport import GrpcTransport
 
 # The rest is imported where used. A party process here is started with `spawn`, and so are its
 # PSI workers, and each imports this module as its main one: torch and grpc at the top would cost
@@ -74,7 +78,7 @@ def _serve(k: int, n: int, parties: int, overlap: float, certs: str, ports: mp.Q
 class _Timed:
     """Wraps a transport: wall time and bytes of each PSI phase."""
 
-    def __init__(self, inner) -> None:
+    def __init__(self, inner: GrpcTransport) -> None:
         self.inner = inner
         self.seconds: dict[str, float] = {}
         self.bytes: dict[str, int] = {}
