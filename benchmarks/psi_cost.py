@@ -57,6 +57,7 @@ def _serve(k: int, n: int, parties: int, overlap: float, certs: str, ports: mp.Q
     from vfl_core.training.party import Party
     from vfl_wire.security import Security, load_identity
 
+    psi_workers.die_with_parent(os.getppid())  # a benchmark stopped by a signal takes them along
     logging.basicConfig(level=logging.WARNING)
     psi_workers.share_cores(parties)  # as vfl-client does beside its coordinator
     ids = _ids(k, n, parties, overlap)
@@ -121,7 +122,8 @@ def run(n: int, parties: int, overlap: float) -> dict[str, object]:
         for p in procs:
             p.start()
         try:
-            port_of = dict(ports.get(timeout=300) for _ in procs)
+            # start-up, not measured: 16 processes importing torch took over 300 s at load 35
+            port_of = dict(ports.get(timeout=1800) for _ in procs)
             pids = [p.pid for p in procs if p.pid is not None]
             before = (_own_cpu(pids), _tree_cpu(pids))
             result = _align(n, parties, overlap, certs, port_of)

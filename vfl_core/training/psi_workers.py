@@ -125,7 +125,7 @@ def _start(size: int) -> ProcessPoolExecutor:
             pool = ProcessPoolExecutor(
                 size,
                 mp_context=get_context("spawn"),
-                initializer=_die_with_parent,
+                initializer=die_with_parent,
                 initargs=(os.getpid(),),
             )
             # With spawn, a submit that finds no idle worker starts one: `size` submits start all.
@@ -143,7 +143,7 @@ def _start(size: int) -> ProcessPoolExecutor:
     return pool
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """Worker start: have the kernel kill this worker when the party that started it dies.
 
     A worker only notices a dead parent when it next writes a result, after its chunk (minutes
