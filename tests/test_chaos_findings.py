@@ -171,8 +171,10 @@ def _tabular_parties(root: Path, rows: int) -> list[Path]:
 
 
 def test_given_client_killed_during_psi_when_it_dies_then_no_worker_is_left(
-    tmp_path: Path, big_psi_parties: list[Path]
+    tmp_path: Path, big_psi_parties: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Two parties beside their coordinator would take one core each, no workers: ask for two.
+    monkeypatch.setenv("VFL_PSI_WORKERS", "2")
     with Cluster(tmp_path / "cluster") as cluster:
         coord = cluster.coordinator(clients=2, epochs=1, alignment="psi")
         extra0 = ["--id-column", "id", "--label-column", "y", "--block", "0", "--clients", "2"]

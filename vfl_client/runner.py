@@ -22,6 +22,7 @@ from vfl_core.data.party_dir import PREPROCESS_FILE, PartyData, load_party_dir
 from vfl_core.data.tabular import TableSource, load_table_party_kept
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.persistence.checkpoint import party_checkpoint_path, save_party_checkpoint
+from vfl_core.training import psi_workers
 from vfl_core.training.alignment import DEMO_SECRET, UNMATCHED
 from vfl_core.training.party import Party, party_info
 from vfl_core.training.retry import reconnect_backoff
@@ -74,6 +75,8 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     """
     data = _load_data(config)
     log_classes(data)
+    if coordinator_on_this_host(config.coordinator):  # a demo or test: the parties share the cores
+        psi_workers.share_cores(data.meta.num_blocks)
     device = resolve_device(config.device)
     torch.set_num_threads(config.threads)
     party_id = _party_id(config, data.meta.block)
@@ -119,9 +122,12 @@ def listen_address(listen: str, coordinator: str) -> str:
     every interface."""
     if listen != "auto":
         return listen
+    return "127.0.0.1:0" if coordinator_on_this_host(coordinator) else "0.0.0.0:0"
+
+
+def coordinator_on_this_host(coordinator: str) -> bool:
     host = coordinator.rpartition(":")[0].strip("[]") or "localhost"
-    loopback = host == "localhost" or host == "::1" or host.startswith("127.")
-    return "127.0.0.1:0" if loopback else "0.0.0.0:0"
+    return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
 def log_classes(data: PartyData) -> None:

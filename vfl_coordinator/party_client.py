@@ -25,6 +25,7 @@ from vfl_core.protocol import (
 )
 from vfl_wire import convert, records
 from vfl_wire.channels import make_channel
+from vfl_wire.reply_limits import party_reply_limits, service_config
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
 T = TypeVar("T")
@@ -60,9 +61,12 @@ class PartyClient:
         target_name: str | None = None,  # with TLS: the name the party's certificate must carry
         # embeddings and gradients on the wire (vfl_core.model.quantize)
         wire_dtype: str = "float32",
+        rows: int = 0,  # the party's largest split: bounds its IdHashes and PsiBlind replies
     ) -> None:
         self.address = address
-        self._channel = make_channel(address, credentials, target_name)
+        self.reply_limits = party_reply_limits(rows)  # larger replies are refused unread
+        limits = service_config(self.reply_limits)
+        self._channel = make_channel(address, credentials, target_name, limits)
         channel = self._channel
         if interceptors:  # e.g. the message audit (vfl_wire.audit)
             channel = grpc.intercept_channel(channel, *interceptors)

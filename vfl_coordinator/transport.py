@@ -32,6 +32,7 @@ from vfl_core.protocol import (
     TrainCall,
     TrainResult,
 )
+from vfl_wire.channels import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 C = TypeVar("C")
@@ -88,6 +89,7 @@ class GrpcTransport:
             self._interceptors,
             target_name=member.info.party_id if self._credentials is not None else None,
             wire_dtype=self.wire_dtype,
+            rows=max(member.info.samples.values(), default=0),
         )
         self._clients[block] = (member.generation, client)
         return client
@@ -241,9 +243,22 @@ class GrpcTransport:
                 log.warning("%s to block %d: no answer within %.1fs", rpc, block, timeout)
                 call.future.cancel()
             except grpc.RpcError as err:
-                log.warning(
-                    "%s to block %d failed: %s %s", rpc, block, err.code().name, err.details()
-                )
+                log.warning("%s to block %d failed: %s", rpc, block, self._failure(block, rpc, err))
             except VflError as err:
                 log.warning("%s to block %d: bad reply: %s", rpc, block, err)
         return answers
+
+    def _failure(self, block: int, rpc: str, err: grpc.RpcError) -> str:
+        """What went wrong, naming the party; a reply over its call's limit says so."""
+        code, details = err.code(), err.details() or ""
+        member = self.registry.member(block)
+        party = member.info.party_id if member is not None else "gone"
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+            cached = self._clients.get(block)
+            limits = cached[1].reply_limits if cached is not None else {}
+            limit = limits.get(rpc, MAX_MESSAGE_BYTES)  # a method step: the channel's limit
+            return (
+                f"party {party!r} sent a {rpc} reply over the {limit} bytes such a reply may "
+                f"carry; refused unread ({details[:120]})"
+            )
+        return f"party {party!r}: {code.name} {details[:200]}"

@@ -189,15 +189,20 @@ def make_channel(
     address: str,
     credentials: grpc.ChannelCredentials | None = None,
     target_name: str | None = None,
+    service_config: str | None = None,
 ) -> grpc.Channel:
     """A channel to `address` with our options; insecure unless `credentials` are given.
 
     `target_name`: the name the server's certificate must carry, whatever `address` says (our
     certificates carry their identity, e.g. "coordinator" or "party0"; see vfl_wire.security).
+    `service_config`: gRPC's JSON service config, e.g. each method's largest reply
+    (vfl_wire.reply_limits); the channel's own limits still apply above it.
     """
-    if credentials is None:
-        return grpc.insecure_channel(address, options=channel_options())
     options: list[tuple[str, int | str]] = [*channel_options()]
+    if service_config is not None:
+        options.append(("grpc.service_config", service_config))
+    if credentials is None:
+        return grpc.insecure_channel(address, options=options)
     if target_name is not None:
         options.append(("grpc.ssl_target_name_override", target_name))
     return grpc.secure_channel(address, credentials, options=options)

@@ -21,8 +21,9 @@ The protocol (`psi_align`, run by the coordinator through a `Transport`):
 
 Cost (benchmarks/results/psi.md). Every list gets every party's secret, K^2 N scalar
 multiplications for K parties of N IDs, plus the coordinator's. Large lists are cut into chunks
-that a pool of worker processes (one per core, `workers()`) multiplies in parallel: a party's
-workers are its own child processes, so its secret never leaves its machine. The coordinator
+that a pool of worker processes (`psi_workers`: one per core or `VFL_PSI_WORKERS`, started once
+per process) multiplies in parallel: a party's workers are its own child processes, so its secret
+never leaves its machine. The coordinator
 applies its secret once per distinct value rather than once per row: after every party's secret,
 equal IDs already have equal values (the coordinator learns that equality anyway from the final
 values), so it multiplies the union of the lists, about N values at 90% overlap instead of K N.
@@ -37,17 +38,12 @@ most K - 1 lists per session and split (`PartyPsi`), which bounds but does not r
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import logging
-import os
 import secrets
-import signal
 import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 
 import numpy as np
 from cryptography.hazmat.primitives import serialization
@@ -55,6 +51,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.protocol import PsiCall, Transport
+from vfl_core.training import psi_workers
 from vfl_core.training.alignment import key_list_fault
 
 log = logging.getLogger(__name__)
@@ -79,19 +76,11 @@ SMALL_ORDER = frozenset(
 )
 DOMAIN = b"vfl-psi-v1\0"  # separates our ID points from any other use of SHA-512 on the IDs
 MAX_SESSION_CHARS = 64
-# Lists shorter than this are multiplied in the calling process: starting a pool of worker
-# processes (a Python interpreter and the cryptography package each, ~0.5 s on a loaded machine)
-# costs more than it saves below ~10 000 points per worker.
+# Lists shorter than this are multiplied in the calling process: handing chunks to the worker
+# processes (vfl_core.training.psi_workers; started once per process) costs more than it saves
+# on small lists.
 PARALLEL_MIN_POINTS = 20_000
 CHUNKS_PER_WORKER = 4  # smaller chunks even out the workers' finishing times
-
-
-def workers() -> int:
-    """Worker processes for large lists: the cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def id_point(sample_id: object) -> bytes:
@@ -111,7 +100,7 @@ class PsiKey:
 
     def __init__(self, key: X25519PrivateKey | None = None, processes: int | None = None) -> None:
         self._key = key or X25519PrivateKey.generate()
-        self.processes = workers() if processes is None else processes
+        self.processes = psi_workers.workers() if processes is None else processes
 
     def apply(self, points: Sequence[bytes], what: str = "psi points") -> list[bytes]:
         for i, point in enumerate(points):
@@ -141,33 +130,7 @@ class PsiKey:
         if n < PARALLEL_MIN_POINTS or self.processes < 2:
             return work(secret, blob, what, 0)
         chunks = _chunks(blob, n, self.processes * CHUNKS_PER_WORKER, ids=count is not None)
-        with ProcessPoolExecutor(
-            self.processes,
-            mp_context=get_context("spawn"),
-            initializer=_die_with_parent,
-            initargs=(os.getpid(),),
-        ) as pool:
-            jobs = [pool.submit(work, secret, chunk, what, first) for first, chunk in chunks]
-            return b"".join(job.result() for job in jobs)
-
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _die_with_parent(parent: int) -> None:
-    """Worker start: have the kernel kill this worker when the party that started it dies.
-
-    A worker only notices a dead parent when it next writes a result, after its chunk (minutes
-    for a large list on a loaded machine: a chaos run found 32 workers of 16 killed clients still
-    multiplying 85 s later). Linux only; elsewhere the worker ends at its next write as before.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux
-        return
-    if os.getppid() != parent:  # the parent died before prctl took effect: nobody will signal
-        os._exit(1)
+        return psi_workers.run(self.processes, work, secret, chunks, what)
 
 
 def _chunks(blob: bytes, n: int, parts: int, ids: bool) -> list[tuple[int, bytes]]:
