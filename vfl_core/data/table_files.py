@@ -26,15 +26,16 @@ import csv
 import itertools
 import logging
 import mmap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from vfl_core.data.columns import Table
-from vfl_core.data.local_numbers import local_numbers, parses_as_numbers
+from vfl_core.data.columns import Table, numbers_array
+from vfl_core.data.local_numbers import floats, local_numbers
 from vfl_core.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -63,14 +64,17 @@ def is_table_file(path: Path) -> bool:
     return Path(path).suffix.lower() in TABLE_SUFFIXES
 
 
-def read_table(path: Path) -> Table:
-    """Every column of a CSV file (text) or a Parquet file (typed), None where a cell is missing."""
+def read_table(path: Path, hold_numbers: Callable[[str], bool] | None = None) -> Table:
+    """Every column of a CSV file (text) or a Parquet file (typed), None where a cell is missing.
+    A CSV column for which `hold_numbers(name)` is true and whose every present cell is a finite
+    number is held as those numbers instead (Table.hold_numbers), its text freed as soon as it
+    is parsed."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
-        return _read_csv(path)
+        return _read_csv(path, hold_numbers or _never)
     if suffix in (".parquet", ".pq"):
         return _read_parquet(path)
     raise DataError(f"{path}: unknown table format (expected {', '.join(TABLE_SUFFIXES)})")
@@ -79,11 +83,15 @@ def read_table(path: Path) -> Table:
 # ---------------------------------------------------------------- CSV
 
 
-def _read_csv(path: Path) -> Table:
+def _never(name: str) -> bool:
+    return False
+
+
+def _read_csv(path: Path, hold_numbers: Callable[[str], bool]) -> Table:
     first = _encoding(path)
     for encoding in [first] if first == "utf-16" else [first, *_FALLBACKS]:
         try:
-            table = _read_csv_as(path, encoding)
+            table = _read_csv_as(path, encoding, hold_numbers)
         except _WrongEncoding:
             continue
         if encoding in _FALLBACKS:
@@ -112,7 +120,7 @@ def _encoding(path: Path) -> str:
     return "utf-16" if start in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
 
 
-def _read_csv_as(path: Path, encoding: str) -> Table:
+def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool]) -> Table:
     lines = _first_lines(path, encoding)
     separator = _separator(lines)
     header = next(csv.reader(lines, delimiter=separator), None)
@@ -121,18 +129,22 @@ def _read_csv_as(path: Path, encoding: str) -> Table:
     data = _arrow_csv(path, encoding, separator, len(header))
     if data.num_rows == 0:
         raise DataError(f"{path}: no data rows after the header")
-    columns: dict[str, pa.ChunkedArray] = {}
-    text: dict[str, None] = {}  # the columns known not to be numbers (not parsed again)
-    for i, name in _named_columns(path, [n.strip() for n in header], data):
-        raw = data.column(i)
-        if parses_as_numbers(raw):  # most number columns need no cleaning
-            columns[name] = raw
-            continue
-        columns[name], values = local_numbers(_missing_as_null(raw), separator)
-        if values is None:
-            text[name] = None
+    named = _named_columns(path, [n.strip() for n in header], data)
+    raw = data.columns
+    del data  # a column's text is freed once it is held as numbers
+    columns: dict[str, pa.ChunkedArray | pa.Array] = {}
+    # name -> its values ((n,) float64, NaN where missing) or None (not numbers): each column
+    # is parsed once here, not again for the fit and each transform
+    numbers: dict[str, np.ndarray | None] = {}
+    for i, name in named:
+        column, raw[i] = raw[i], None
+        numbers[name] = floats(column)
+        if numbers[name] is None:  # most number columns need no cleaning
+            column, numbers[name] = local_numbers(_missing_as_null(column), separator)
+        held = numbers_array(numbers[name]) if hold_numbers(name) else None
+        columns[name] = column if held is None else held
     lines = _CsvLines(path, encoding, separator)
-    return Table(str(path), pa.table(columns), lines, numbers=text)
+    return Table(str(path), pa.table(columns), lines, numbers=numbers)
 
 
 def _first_lines(path: Path, encoding: str) -> list[str]:
@@ -311,7 +323,11 @@ def _read_parquet(path: Path) -> Table:
     names = _check_header(path, [str(name) for name in data.column_names])
     if data.num_rows == 0:
         raise DataError(f"{path}: no data rows")
-    columns = {name: _typed(path, name, data.column(i)) for i, name in enumerate(names)}
+    raw = data.columns
+    del data  # each column's row groups are freed once typed
+    columns: dict[str, pa.ChunkedArray] = {}
+    for i, name in enumerate(names):
+        columns[name], raw[i] = _typed(path, name, raw[i]), None
     return Table(str(path), pa.table(columns), _parquet_row, guess=False)
 
 
