@@ -206,3 +206,25 @@ def test_given_ids_in_pieces_when_copied_to_numpy_then_as_python_would_write_the
         assert got.dtype == want.dtype and got.tolist() == want.tolist()
     sliced = pa.chunked_array([pa.array(["zz", "abc", "de"]).slice(1)])
     assert id_array(sliced).tolist() == ["abc", "de"]
+
+
+def test_given_marks_and_spaces_when_read_then_as_the_full_pass_of_every_cell(
+    tmp_path: Path,
+) -> None:
+    from vfl_core.data.table_files import _missing_as_null
+
+    columns: dict[str, list[str | None]] = {
+        "id": ["u1", "u2", "u3", "u4"],
+        "plain": ["a", "b", "NA", "c"],  # no cell spaced: read as Arrow read it
+        "spaced": ["a", " NA ", "b ", "c"],
+        "nbsp": ["é", "\u00a0N/A\u00a0", "x", "y"],
+        "tab": ["1", "\t?", "2", "3"],  # read as the number column it is
+    }
+    path = tmp_path / "t.csv"
+    path.write_text(csv_text(columns))
+    got = read_table(path).columns
+    for name, cells in columns.items():
+        want = _missing_as_null(pa.chunked_array([pa.array(cells, pa.string())])).to_pylist()
+        assert got[name] == want, name
+    assert got["spaced"] == ["a", None, "b", "c"] and got["plain"] == ["a", "b", None, "c"]
+    assert got["tab"] == ["1", None, "2", "3"]

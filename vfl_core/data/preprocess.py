@@ -221,7 +221,7 @@ def _warn_if_identifier(source: str, name: str, distinct: int, present: int) -> 
 def _standardised(table: Table, spec: ColumnSpec) -> np.ndarray:
     """(n,) the column's values standardised; missing cells 0 (the mean)."""
     values = cv.days(table.column(spec.name)) if spec.dates else table.floats(spec.name)
-    if values is None or not np.isfinite(values[~np.isnan(values)]).all():
+    if values is None or np.isinf(values).any():  # NaN is missing, not infinite
         _raise_not_numeric(table, spec, table.column(spec.name))
     assert values is not None
     out = (values - spec.mean) / spec.std

@@ -140,7 +140,7 @@ def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool])
         column, raw[i] = raw[i], None
         numbers[name] = floats(column)
         if numbers[name] is None:  # most number columns need no cleaning
-            column, numbers[name] = local_numbers(_missing_as_null(column), separator)
+            column, numbers[name] = local_numbers(_spaced_missing_as_null(column), separator)
         held = numbers_array(numbers[name]) if hold_numbers(name) else None
         columns[name] = column if held is None else held
     lines = _CsvLines(path, encoding, separator)
@@ -254,6 +254,28 @@ def _missing_as_null(column: pa.ChunkedArray) -> pa.ChunkedArray:
     stripped = pc.utf8_trim_whitespace(column)
     missing = pc.is_in(stripped, value_set=_MISSING)
     return pc.if_else(missing, pa.scalar(None, pa.string()), stripped)
+
+
+def _spaced_missing_as_null(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """`_missing_as_null` of a column Arrow read, where the marks without spaces around them
+    are nulls already: the column as it is unless a cell starts or ends with a space (or a
+    byte that may begin or end one: a control or non-ASCII byte), most columns."""
+    return _missing_as_null(column) if any(map(_may_be_spaced, column.chunks)) else column
+
+
+def _may_be_spaced(chunk: pa.Array) -> bool:
+    """Whether a cell of a text chunk starts or ends with a byte <= 0x20 or >= 0x7f, read from
+    its buffers by numpy (no pass of Arrow's over the cells)."""
+    if chunk.type != pa.string():
+        return True  # not the CSV reader's text: the full pass
+    bounds = np.frombuffer(chunk.buffers()[1], dtype=np.int32)[chunk.offset :][: len(chunk) + 1]
+    starts, ends = bounds[:-1], bounds[1:]
+    filled = ends > starts  # empty cells (and nulls) have no bytes to look at
+    if not filled.any():
+        return False
+    data = np.frombuffer(chunk.buffers()[2], dtype=np.uint8)
+    edges = np.concatenate([data[starts[filled]], data[ends[filled] - 1]])
+    return bool(((edges <= 0x20) | (edges >= 0x7F)).any())
 
 
 def _separator(lines: list[str]) -> str:
