@@ -228,3 +228,28 @@ def test_given_marks_and_spaces_when_read_then_as_the_full_pass_of_every_cell(
         assert got[name] == want, name
     assert got["spaced"] == ["a", None, "b", "c"] and got["plain"] == ["a", "b", None, "c"]
     assert got["tab"] == ["1", None, "2", "3"]
+
+
+@pytest.mark.parametrize(
+    ("late", "error"),
+    [
+        ("forty thousand", r"'forty thousand' at line 102"),  # stray text past the first lines
+        ("inf", r"'inf' at line 102"),  # read as a number by Arrow, text to the fit
+        (" 250 ", None),  # spaces around a number: read again as text, then a number
+    ],
+)
+def test_given_a_late_cell_in_a_column_of_numbers_when_loaded_then_as_if_read_as_text(
+    tmp_path: Path, late: str, error: str | None
+) -> None:
+    cells = [str(i) for i in range(100)] + [late] + ["", "NA"]
+    path = tmp_path / "t.csv"
+    path.write_text("id,a\n" + "".join(f"u{i},{c}\n" for i, c in enumerate(cells)))
+    if error is not None:
+        with pytest.raises(DataError, match=error):
+            load_table_party(source(path))
+        return
+    party, fitted = load_table_party(source(path))
+    values = np.array([*range(100), 250.0])
+    assert fitted.columns[0].kind == "numeric" and fitted.columns[0].indicator
+    assert fitted.columns[0].mean == pytest.approx(values.mean())
+    assert read_table(path).columns["a"][100] == "250"  # trimmed, as before

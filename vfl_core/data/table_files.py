@@ -26,6 +26,7 @@ import csv
 import itertools
 import logging
 import mmap
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -54,6 +55,9 @@ _MISSING = pa.array(
     ),
     pa.string(),
 )
+# a number as a CSV file's first lines may write it, that Arrow reads as one (others are read
+# as text and parsed by vfl_core.data.local_numbers)
+_PLAIN_NUMBER = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 SEPARATORS = (",", ";", "\t", "|")  # tried in this order; the first that fits wins
 _SNIFF_LINES = 50
 _SNIFF_BYTES = 1 << 16
@@ -126,10 +130,14 @@ def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool])
     header = next(csv.reader(lines, delimiter=separator), None)
     if header is None:
         raise DataError(f"{path}: empty file (no header line)")
-    data = _arrow_csv(path, encoding, separator, len(header))
+    names = [n.strip() for n in header]
+    typed = _number_columns(lines, separator, names, hold_numbers)
+    data = _arrow_csv(path, encoding, separator, len(header), typed)
+    if typed and not _numbers_as_read(data, typed):
+        data = _arrow_csv(path, encoding, separator, len(header))
     if data.num_rows == 0:
         raise DataError(f"{path}: no data rows after the header")
-    named = _named_columns(path, [n.strip() for n in header], data)
+    named = _named_columns(path, names, data)
     raw = data.columns
     del data  # a column's text is freed once it is held as numbers
     columns: dict[str, pa.ChunkedArray | pa.Array] = {}
@@ -138,6 +146,8 @@ def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool])
     numbers: dict[str, np.ndarray | None] = {}
     for i, name in named:
         column, raw[i] = raw[i], None
+        if pa.types.is_null(column.type):  # read as numbers, every cell missing
+            column = column.cast(pa.string())
         numbers[name] = floats(column)
         if numbers[name] is None:  # most number columns need no cleaning
             column, numbers[name] = local_numbers(_spaced_missing_as_null(column), separator)
@@ -164,9 +174,44 @@ def _first_lines(path: Path, encoding: str) -> list[str]:
     return lines[:_SNIFF_LINES]
 
 
-def _arrow_csv(path: Path, encoding: str, separator: str, width: int) -> pa.Table:
+def _number_columns(
+    lines: list[str], separator: str, names: list[str], hold_numbers: Callable[[str], bool]
+) -> set[int]:
+    """The columns to hold as numbers whose first cells are plain numbers or missing (one a
+    number at least): Arrow's reader parses them as it reads (on every core), and their text is
+    never made. A later cell that is not a number has them read again as text."""
+    rows = list(csv.reader(lines[1:], delimiter=separator))
+    if len(lines) == _SNIFF_LINES:
+        rows = rows[:-1]  # the sample may end inside a quoted field of its last record
+    rows = [row for row in rows if len(row) == len(names)]
+    out: set[int] = set()
+    for i, name in enumerate(names):
+        if not rows or not name or not hold_numbers(name):
+            continue
+        cells = [row[i] for row in rows]
+        missing = [c.lower() in MISSING_MARKERS for c in cells]
+        if not all(missing) and all(
+            m or _PLAIN_NUMBER.fullmatch(c) for c, m in zip(cells, missing, strict=True)
+        ):
+            out.add(i)
+    return out
+
+
+def _numbers_as_read(data: pa.Table, typed: set[int]) -> bool:
+    """Whether the columns read as numbers are finite numbers: "inf" is text to the fit,
+    which names it as a stray cell."""
+    return not any(
+        pa.types.is_floating(data.column(i).type) and pc.any(pc.is_inf(data.column(i))).as_py()
+        for i in typed
+    )
+
+
+def _arrow_csv(
+    path: Path, encoding: str, separator: str, width: int, numbers: set[int] = frozenset()
+) -> pa.Table:
     """The data rows as text columns c0, c1 ... (missing marks without spaces around them as
-    nulls); a row of another width is an error naming its line."""
+    nulls), the columns `numbers` as float64 (if a cell of one is not a number, the file is
+    read again, all as text); a row of another width is an error naming its line."""
     invalid: list[int] = []
 
     def on_invalid(row: pa_csv.InvalidRow) -> str:
@@ -186,7 +231,9 @@ def _arrow_csv(path: Path, encoding: str, separator: str, width: int) -> pa.Tabl
                 invalid_row_handler=on_invalid,
             ),
             convert_options=pa_csv.ConvertOptions(
-                column_types=dict.fromkeys(names, pa.string()),
+                column_types={
+                    n: pa.float64() if i in numbers else pa.string() for i, n in enumerate(names)
+                },
                 null_values=_MISSING.to_pylist(),  # the marks without spaces around them
                 strings_can_be_null=True,
             ),
@@ -196,6 +243,8 @@ def _arrow_csv(path: Path, encoding: str, separator: str, width: int) -> pa.Tabl
     except (OSError, pa.ArrowInvalid) as exc:
         if "UTF8" in str(exc):
             raise _WrongEncoding from None
+        if numbers and "conversion error" in str(exc):  # a later cell is not a number
+            return _arrow_csv(path, encoding, separator, width)
         raise DataError(f"{path}: unreadable CSV ({str(exc).splitlines()[0]})") from exc
     if invalid:
         _raise_width_error(path, encoding, separator, width)
