@@ -248,7 +248,7 @@ def test_given_a_late_cell_in_a_column_of_numbers_when_loaded_then_as_if_read_as
         with pytest.raises(DataError, match=error):
             load_table_party(source(path))
         return
-    party, fitted = load_table_party(source(path))
+    _, fitted = load_table_party(source(path))
     values = np.array([*range(100), 250.0])
     assert fitted.columns[0].kind == "numeric" and fitted.columns[0].indicator
     assert fitted.columns[0].mean == pytest.approx(values.mean())
