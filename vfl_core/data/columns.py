@@ -54,6 +54,7 @@ class Table:
         # what is known of `data`'s columns, shared by every table picking rows from it: each
         # column is parsed once, not for the fit and again for each transform
         self._known = known if known is not None else _Known(numbers)
+        self._picked: tuple[str, pa.ChunkedArray] | None = None  # see `column`
 
     def __len__(self) -> int:
         return self.data.num_rows if self._take is None else len(self._take)
@@ -64,7 +65,12 @@ class Table:
 
     def column(self, name: str) -> pa.ChunkedArray:
         column = self.data.column(name)
-        return column if self._take is None else column.take(self._take)
+        if self._take is None:
+            return column
+        # the last column picked is kept: the fit reads a column's cells, then its numbers
+        if self._picked is None or self._picked[0] != name:
+            self._picked = (name, column.take(self._take))
+        return self._picked[1]
 
     def missing(self, name: str) -> np.ndarray:
         """(n,) bool: True where a cell of column `name` is missing (no copy of the cells)."""
