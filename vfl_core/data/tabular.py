@@ -4,7 +4,7 @@ The party reads its file, fits its preprocessing (vfl_core.data.preprocess) on i
 only,
 and becomes an in-memory `PartyData` like a prepared party directory. Train and test rows come
 from two files (`test_path`) or from one file split by ID: a row is a test row when a hash of its
-ID falls below `test_fraction` (vfl_core.data.sample_ids.held_out), so every party puts a
+ID falls below `test_fraction` (vfl_core.data.sample_ids.in_test), so every party puts a
 shared ID in the same split without any communication. IDs are the ID column's strings, numbers
 with a zero fraction written without it (vfl_core.data.sample_ids); alignment by HMAC or PSI
 matches them across parties, whatever part of them each party holds.
@@ -26,7 +26,13 @@ from vfl_core.data.labels import Labels, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
 from vfl_core.data.party_dir import PartyData, PartyMeta, PartySplit
 from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT, TabularPreprocessor
-from vfl_core.data.sample_ids import held_out, id_array, normalised_ids
+from vfl_core.data.sample_ids import (
+    check_unique,
+    id_array,
+    in_test,
+    normalised_ids,
+    split_keys,
+)
 from vfl_core.data.table_files import read_table
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.persistence.files import write_text_atomically
@@ -110,7 +116,8 @@ def _read_splits(
     source: TableSource, label_column: str | None, fitted: TabularPreprocessor | None
 ) -> dict[str, Table]:
     holds = _holds_numbers(source, label_column, fitted)
-    table = _checked_table(source.path, source.id_column, label_column, holds)
+    split = source.test_path is None  # by ID hash: the hashes find duplicated IDs
+    table = _checked_table(source.path, source.id_column, label_column, holds, unique=not split)
     if source.test_path is not None:
         # a column of numbers in every training row is fitted as numbers
         held = set(table.held_as_numbers)
@@ -118,11 +125,13 @@ def _read_splits(
         test = _checked_table(source.test_path, source.id_column, label_column, test_holds)
         _check_disjoint(table, test, source.id_column)
         return {"train": table, "test": test}
-    in_test = held_out(table.column(source.id_column), source.test_fraction)
-    if not in_test.any():
+    keys = split_keys(table.column(source.id_column))
+    check_unique(table, source.id_column, keys)
+    test = in_test(keys, source.test_fraction)
+    if not test.any():
         return {"train": table}
-    splits = {"train": table.rows(np.flatnonzero(~in_test))}
-    splits["test"] = table.rows(np.flatnonzero(in_test))
+    splits = {"train": table.rows(np.flatnonzero(~test))}
+    splits["test"] = table.rows(np.flatnonzero(test))
     if not len(splits["train"]):
         raise DataError(f"{source.path}: no training rows left after the test split")
     return splits
@@ -166,7 +175,11 @@ def _label_only_last(
 
 
 def _checked_table(
-    path: Path, id_column: str, label_column: str | None, holds: Callable[[str], bool]
+    path: Path,
+    id_column: str,
+    label_column: str | None,
+    holds: Callable[[str], bool],
+    unique: bool = True,
 ) -> Table:
     table = read_table(path, holds)
     for column, what in ((id_column, "ID"), (label_column, "label")):
@@ -174,7 +187,7 @@ def _checked_table(
             raise DataError(
                 f"{path}: no {what} column {column!r} (columns: {', '.join(table.names)})"
             )
-    return normalised_ids(table, id_column)
+    return normalised_ids(table, id_column, unique)
 
 
 def _check_disjoint(train: Table, test: Table, id_column: str) -> None:
