@@ -8,9 +8,11 @@ The table (written to a temporary directory, deleted at the end): an ID column, 
 numeric columns (one with missing cells), 4 categorical columns of a few values and 2 of a few
 hundred (embedded): 21 columns. Every measurement runs in a fresh Python process (`--code DIR`
 puts DIR first on its PYTHONPATH, so `--compare` measures another checkout with the same file);
-reported: the median wall time of `--runs` runs (interleaved: one of each kind per run), and
-the peak resident memory above what the process held once its imports were done (Linux: the
-peak VmHWM is reset through /proc/self/clear_refs after the imports; the largest run's).
+reported: the median wall time of `--runs` runs (interleaved: one of each kind per run), the
+peak resident memory above what the process held once its imports were done (Linux: the peak
+VmHWM is reset through /proc/self/clear_refs after the imports; the largest run's), and the
+median CPU time (user + system, every thread: the work done, which the load other processes
+put on the machine moves less than the wall time).
 """
 
 from __future__ import annotations
@@ -48,15 +50,15 @@ def status(key):
             return int(line.split()[1])  # kB
 Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the resident set now
 base = status("VmRSS")
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 if how == "pyarrow":
     pyarrow.csv.read_csv(path)
 else:
     source = TableSource(path=path, id_column="id", label_column="y", block=0, num_blocks=2)
     data, fitted = load_table_party(source)
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 peak = status("VmHWM")
-print(json.dumps({"seconds": seconds, "peak_mb": (peak - base) / 1024, "base_mb": base / 1024}))
+print(json.dumps({"seconds": seconds, "cpu": cpu, "peak_mb": (peak - base) / 1024}))
 """
 
 
@@ -118,6 +120,7 @@ def summary(
             label,
             {
                 "seconds": statistics.median(r["seconds"] for r in results[label]),
+                "cpu": statistics.median(r["cpu"] for r in results[label]),
                 "peak_mb": max(r["peak_mb"] for r in results[label]),
             },
         )
@@ -162,13 +165,15 @@ def main(argv: list[str] | None = None) -> None:
         f"each in a fresh process; {os.cpu_count()} CPUs, load average (1 min) "
         f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after",
         "",
-        "| what | seconds | x pyarrow | peak MB above imports | x file size |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| what | seconds | x pyarrow | peak MB above imports | x file size | CPU seconds "
+        "| CPU x pyarrow |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for what, r in rows:
         lines.append(
             f"| {what} | {r['seconds']:.2f} | {r['seconds'] / plain['seconds']:.1f} | "
-            f"{r['peak_mb']:.0f} | {r['peak_mb'] / size_mb:.1f} |"
+            f"{r['peak_mb']:.0f} | {r['peak_mb'] / size_mb:.1f} | {r['cpu']:.2f} | "
+            f"{r['cpu'] / plain['cpu']:.1f} |"
         )
     text = "\n".join(lines) + "\n"
     print(text)
