@@ -255,7 +255,7 @@ def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
         return np.zeros(0, dtype=np.int32), pa.array([], column.type)
     encoded = pc.dictionary_encode(column).unify_dictionaries()
     codes = [pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False) for c in encoded.chunks]
-    return np.concatenate(codes).astype(np.int32), encoded.chunk(0).dictionary
+    return np.concatenate(codes).astype(np.int32, copy=False), encoded.chunk(0).dictionary
 
 
 def is_text(column: pa.ChunkedArray | pa.Array) -> bool:
