@@ -2,7 +2,7 @@
 generated CSV against pyarrow's plain `pyarrow.csv.read_csv` of the same file.
 
     python -m benchmarks.table_read [--rows 200000] [--runs 3] [--compare /work/main]
-        [--out FILE.md]
+        [--out FILE.md] [--profile N]
 
 The table (written to a temporary directory, deleted at the end): an ID column, a label, 13
 numeric columns (one with missing cells), 4 categorical columns of a few values and 2 of a few
@@ -128,6 +128,32 @@ def summary(
     ]
 
 
+def profile(path: Path, code: Path | None, top: int) -> None:
+    """cProfile of one read + fit + transform (after one unprofiled, so that imports and first
+    calls are not in it), in a fresh process: the `top` functions of most own time."""
+    script = (
+        "import cProfile, pstats, sys\n"
+        "from pathlib import Path\n"
+        "from vfl_core.data.tabular import TableSource, load_table_party\n"
+        "source = TableSource(path=Path(sys.argv[1]), id_column='id', label_column='y',"
+        " block=0, num_blocks=2)\n"
+        "load_table_party(source)\n"
+        "profiler = cProfile.Profile()\n"
+        "profiler.runcall(load_table_party, source)\n"
+        "pstats.Stats(profiler).sort_stats('tottime').print_stats(int(sys.argv[2]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(code or Path(__file__).resolve().parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(path), str(top)],
+        env=env,
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    print(out.stdout)
+
+
 def _version(code: Path | None) -> str:
     """The commit of the checkout at `code` (this one where None)."""
     if code is None:
@@ -145,12 +171,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--code", type=Path, default=None, help="checkout to measure (PYTHONPATH)")
     parser.add_argument("--compare", type=Path, default=None, help="another checkout, measured too")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print the N functions of most own time of one read + fit + transform",
+    )
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "table.csv"
         write_table(path, args.rows)
         size_mb = path.stat().st_size / 2**20
+        if args.profile:
+            profile(path, args.code, args.profile)
         what = [
             ("pyarrow.csv.read_csv (plain read)", "pyarrow", args.code),
             (f"laser-vfl {_version(args.code)}: read + fit + transform", "ours", args.code),
