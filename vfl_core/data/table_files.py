@@ -146,8 +146,6 @@ def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool])
     numbers: dict[str, np.ndarray | None] = {}
     for i, name in named:
         column, raw[i] = raw[i], None
-        if pa.types.is_null(column.type):  # read as numbers, every cell missing
-            column = column.cast(pa.string())
         numbers[name] = floats(column)
         if numbers[name] is None:  # most number columns need no cleaning
             column, numbers[name] = local_numbers(_spaced_missing_as_null(column), separator)
@@ -200,10 +198,7 @@ def _number_columns(
 def _numbers_as_read(data: pa.Table, typed: set[int]) -> bool:
     """Whether the columns read as numbers are finite numbers: "inf" is text to the fit,
     which names it as a stray cell."""
-    return not any(
-        pa.types.is_floating(data.column(i).type) and pc.any(pc.is_inf(data.column(i))).as_py()
-        for i in typed
-    )
+    return not any(pc.any(pc.is_inf(data.column(i))).as_py() for i in typed)
 
 
 def _arrow_csv(
