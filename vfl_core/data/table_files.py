@@ -198,7 +198,11 @@ def _number_columns(
 def _numbers_as_read(data: pa.Table, typed: set[int]) -> bool:
     """Whether the columns read as numbers are finite numbers: "inf" is text to the fit,
     which names it as a stray cell."""
-    return not any(pc.any(pc.is_inf(data.column(i))).as_py() for i in typed)
+    return not any(
+        # text where the reader fell back to text (a cell was not a number)
+        pa.types.is_floating(data.column(i).type) and pc.any(pc.is_inf(data.column(i))).as_py()
+        for i in typed
+    )
 
 
 def _arrow_csv(
