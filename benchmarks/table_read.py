@@ -2,15 +2,17 @@
 generated CSV against pyarrow's plain `pyarrow.csv.read_csv` of the same file.
 
     python -m benchmarks.table_read [--rows 200000] [--runs 3] [--compare /work/main]
-        [--out FILE.md]
+        [--out FILE.md] [--profile N]
 
 The table (written to a temporary directory, deleted at the end): an ID column, a label, 13
 numeric columns (one with missing cells), 4 categorical columns of a few values and 2 of a few
 hundred (embedded): 21 columns. Every measurement runs in a fresh Python process (`--code DIR`
 puts DIR first on its PYTHONPATH, so `--compare` measures another checkout with the same file);
-reported: the median wall time of `--runs` runs (interleaved: one of each kind per run), and
-the peak resident memory above what the process held once its imports were done (Linux: the
-peak VmHWM is reset through /proc/self/clear_refs after the imports; the largest run's).
+reported: the median wall time of `--runs` runs (interleaved: one of each kind per run), the
+peak resident memory above what the process held once its imports were done (Linux: the peak
+VmHWM is reset through /proc/self/clear_refs after the imports; the largest run's), and the
+median CPU time (user + system, every thread: the work done, which the load other processes
+put on the machine moves less than the wall time).
 """
 
 from __future__ import annotations
@@ -48,15 +50,15 @@ def status(key):
             return int(line.split()[1])  # kB
 Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the resident set now
 base = status("VmRSS")
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 if how == "pyarrow":
     pyarrow.csv.read_csv(path)
 else:
     source = TableSource(path=path, id_column="id", label_column="y", block=0, num_blocks=2)
     data, fitted = load_table_party(source)
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 peak = status("VmHWM")
-print(json.dumps({"seconds": seconds, "peak_mb": (peak - base) / 1024, "base_mb": base / 1024}))
+print(json.dumps({"seconds": seconds, "cpu": cpu, "peak_mb": (peak - base) / 1024}))
 """
 
 
@@ -118,11 +120,38 @@ def summary(
             label,
             {
                 "seconds": statistics.median(r["seconds"] for r in results[label]),
+                "cpu": statistics.median(r["cpu"] for r in results[label]),
                 "peak_mb": max(r["peak_mb"] for r in results[label]),
             },
         )
         for label, _, _ in what
     ]
+
+
+def profile(path: Path, code: Path | None, top: int) -> None:
+    """cProfile of one read + fit + transform (after one unprofiled, so that imports and first
+    calls are not in it), in a fresh process: the `top` functions of most own time."""
+    script = (
+        "import cProfile, pstats, sys\n"
+        "from pathlib import Path\n"
+        "from vfl_core.data.tabular import TableSource, load_table_party\n"
+        "source = TableSource(path=Path(sys.argv[1]), id_column='id', label_column='y',"
+        " block=0, num_blocks=2)\n"
+        "load_table_party(source)\n"
+        "profiler = cProfile.Profile()\n"
+        "profiler.runcall(load_table_party, source)\n"
+        "pstats.Stats(profiler).sort_stats('tottime').print_stats(int(sys.argv[2]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(code or Path(__file__).resolve().parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(path), str(top)],
+        env=env,
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    print(out.stdout)
 
 
 def _version(code: Path | None) -> str:
@@ -142,12 +171,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--code", type=Path, default=None, help="checkout to measure (PYTHONPATH)")
     parser.add_argument("--compare", type=Path, default=None, help="another checkout, measured too")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print the N functions of most own time of one read + fit + transform",
+    )
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "table.csv"
         write_table(path, args.rows)
         size_mb = path.stat().st_size / 2**20
+        if args.profile:
+            profile(path, args.code, args.profile)
         what = [
             ("pyarrow.csv.read_csv (plain read)", "pyarrow", args.code),
             (f"laser-vfl {_version(args.code)}: read + fit + transform", "ours", args.code),
@@ -162,13 +200,15 @@ def main(argv: list[str] | None = None) -> None:
         f"each in a fresh process; {os.cpu_count()} CPUs, load average (1 min) "
         f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after",
         "",
-        "| what | seconds | x pyarrow | peak MB above imports | x file size |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| what | seconds | x pyarrow | peak MB above imports | x file size | CPU seconds "
+        "| CPU x pyarrow |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for what, r in rows:
         lines.append(
             f"| {what} | {r['seconds']:.2f} | {r['seconds'] / plain['seconds']:.1f} | "
-            f"{r['peak_mb']:.0f} | {r['peak_mb'] / size_mb:.1f} |"
+            f"{r['peak_mb']:.0f} | {r['peak_mb'] / size_mb:.1f} | {r['cpu']:.2f} | "
+            f"{r['cpu'] / plain['cpu']:.1f} |"
         )
     text = "\n".join(lines) + "\n"
     print(text)

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vfl_core.data.columns import Table, text_cells
+from vfl_core.data.columns import Table, is_text, text_cells
 from vfl_core.errors import DataError
 
 # A text column with at least this share of numbers is a numeric column with stray text cells
@@ -26,10 +26,6 @@ STRAY_EXAMPLES = 3  # stray cells named in the error
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}.*)?")
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _DAY_US = 86400e6
-
-
-def is_text(column: pa.ChunkedArray) -> bool:
-    return pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
 
 
 def is_when(column: pa.ChunkedArray) -> bool:
@@ -140,6 +136,18 @@ def category_index(column: pa.ChunkedArray, categories: Sequence[str]) -> np.nda
     index = pc.fill_null(found, len(categories)).to_numpy(zero_copy_only=False).astype(np.int64)
     index[missing(column)] = -1
     return index
+
+
+def category_index_of(table: Table, name: str, categories: Sequence[str]) -> np.ndarray:
+    """`category_index` of column `name` of `table`, through its dictionary codes where it is
+    text: the categories are looked up once per distinct cell, not once per cell."""
+    if not is_text(table.data.column(name)):
+        return category_index(table.column(name), categories)
+    codes, values = table.codes(name)
+    found = pc.index_in(values, value_set=pa.array(list(categories), pa.string()))
+    per_value = pc.fill_null(found, len(categories)).to_numpy(zero_copy_only=False)
+    # code -1 (missing) picks the -1 appended at the end
+    return np.append(per_value.astype(np.int64), -1)[codes]
 
 
 def _as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from vfl_core.data.local_numbers import floats
 
@@ -32,6 +33,7 @@ class Table:
         index: np.ndarray | None = None,
         numbers: dict[str, np.ndarray | None] | None = None,
         take: np.ndarray | None = None,
+        known: _Known | None = None,
     ) -> None:
         self.source = source  # the file, for messages
         if isinstance(columns, pa.Table):
@@ -49,9 +51,10 @@ class Table:
         # table (its training rows) are copied a column at a time when a column is read, never
         # all at once: a whole copy beside the table would double the memory a party needs.
         self._take = take
-        # name -> (n,) float64, NaN where missing, or None (not numbers): the columns read as
-        # numbers so far (each is parsed once, not for the fit and again for each transform)
-        self._numbers = dict(numbers or {})
+        # what is known of `data`'s columns, shared by every table picking rows from it: each
+        # column is parsed once, not for the fit and again for each transform
+        self._known = known if known is not None else _Known(numbers)
+        self._picked: tuple[str, pa.ChunkedArray] | None = None  # see `column`
 
     def __len__(self) -> int:
         return self.data.num_rows if self._take is None else len(self._take)
@@ -62,12 +65,29 @@ class Table:
 
     def column(self, name: str) -> pa.ChunkedArray:
         column = self.data.column(name)
-        return column if self._take is None else column.take(self._take)
+        if self._take is None:
+            return column
+        # the last column picked is kept: the fit reads a column's cells, then its numbers
+        if self._picked is None or self._picked[0] != name:
+            self._picked = (name, column.take(self._take))
+        return self._picked[1]
 
     def missing(self, name: str) -> np.ndarray:
         """(n,) bool: True where a cell of column `name` is missing (no copy of the cells)."""
-        mask = self.data.column(name).is_null().to_numpy(zero_copy_only=False)
-        return mask if self._take is None else mask[self._take]
+        known = self._known.missing
+        if name not in known:
+            known[name] = self.data.column(name).is_null().to_numpy(zero_copy_only=False)
+        return known[name] if self._take is None else known[name][self._take]
+
+    def codes(self, name: str) -> tuple[np.ndarray, pa.Array]:
+        """Text column `name` dictionary-encoded: (n,) int32 codes, -1 where a cell is
+        missing, and the distinct cells they index (one hash of the file's column, not one
+        per transformed part)."""
+        known = self._known.codes
+        if name not in known:
+            known[name] = _dictionary_codes(self.data.column(name))
+        codes, values = known[name]
+        return (codes if self._take is None else codes[self._take]), values
 
     def cells(self, name: str) -> list[Cell]:
         """A column as text cells (None where missing), as the file writes them."""
@@ -82,9 +102,20 @@ class Table:
     def floats(self, name: str) -> np.ndarray | None:
         """Column `name` as (n,) float64, NaN where missing; None if a present cell is not a
         number (text, dates)."""
-        if name not in self._numbers:
-            self._numbers[name] = floats(self.column(name))
-        return self._numbers[name]
+        known = self._known.numbers
+        if name not in known:
+            known[name] = floats(self.data.column(name))
+        values = known[name]
+        if self._take is None:
+            return values
+        if values is not None:
+            return values[self._take]
+        return floats(self.column(name))  # these rows may be numbers where others are not
+
+    @property
+    def held_as_numbers(self) -> list[str]:
+        """The columns of a CSV file held as numbers (read_table's `hold_numbers`)."""
+        return [n for n in self.names if self.guess and not is_text(self.data.column(n))]
 
     def row_name(self, row: int) -> str:
         return self._namer(int(row if self._index is None else self._index[row]))
@@ -99,9 +130,7 @@ class Table:
         index = np.asarray(index, dtype=np.int64)
         original = index if self._index is None else self._index[index]
         take = index if self._take is None else self._take[index]
-        return Table(
-            self.source, self.data, self._namer, guess=self.guess, index=original, take=take
-        )
+        return self._picking(self.data, original, take)
 
     def head(self, n: int) -> Table:
         """The first `n` rows, without copying them."""
@@ -114,42 +143,66 @@ class Table:
             index = self._index[start:stop]
         else:
             index = None if start == 0 else np.arange(start, stop, dtype=np.int64)
-        # a part of a column that is not numbers may be: only numbers carry over
-        numbers = {k: v[start:stop] for k, v in self._numbers.items() if v is not None}
         if self._take is not None:
-            data, take = self.data, self._take[start:stop]
-        else:
-            data, take = self.data.slice(start, stop - start), None
+            return self._picking(self.data, index, self._take[start:stop])
+        return Table(
+            self.source,
+            self.data.slice(start, stop - start),
+            self._namer,
+            guess=self.guess,
+            index=index,
+            known=self._known.rows(start, stop),
+        )
+
+    def select(self, names: Sequence[str]) -> Table:
+        return self._picking(self.data.select(list(names)), self._index, self._take)
+
+    def _picking(self, data: pa.Table, index: np.ndarray | None, take: np.ndarray | None) -> Table:
+        """A table of `data` (these rows, maybe fewer columns) sharing what is known of them."""
         return Table(
             self.source,
             data,
             self._namer,
             guess=self.guess,
             index=index,
-            numbers=numbers,
             take=take,
-        )
-
-    def select(self, names: Sequence[str]) -> Table:
-        numbers = {n: v for n, v in self._numbers.items() if n in names}
-        return Table(
-            self.source,
-            self.data.select(list(names)),
-            self._namer,
-            guess=self.guess,
-            index=self._index,
-            numbers=numbers,
-            take=self._take,
+            known=self._known,
         )
 
     def with_column(self, name: str, values: pa.Array | pa.ChunkedArray) -> Table:
         """This table with column `name` replaced by `values` (one per row of this table)."""
         data = self.data if self._take is None else self.data.take(self._take)
         data = data.set_column(data.column_names.index(name), name, values)
-        numbers = {n: v for n, v in self._numbers.items() if n != name}
+        # what is known is of other rows where rows were picked
+        known = self._known.without(name) if self._take is None else None
         return Table(
-            self.source, data, self._namer, guess=self.guess, index=self._index, numbers=numbers
+            self.source, data, self._namer, guess=self.guess, index=self._index, known=known
         )
+
+
+class _Known:
+    """What has been worked out about the rows of one Arrow table, by column name: its values
+    ((n,) float64, NaN where missing, or None: not numbers there, though some rows may be),
+    its missing cells ((n,) bool) and its dictionary codes (Table.codes)."""
+
+    def __init__(self, numbers: dict[str, np.ndarray | None] | None = None) -> None:
+        self.numbers: dict[str, np.ndarray | None] = dict(numbers or {})
+        self.missing: dict[str, np.ndarray] = {}
+        self.codes: dict[str, tuple[np.ndarray, pa.Array]] = {}
+
+    def rows(self, start: int, stop: int) -> _Known:
+        """What is known of rows start .. stop - 1 (views, no copies)."""
+        # a part of a column that is not numbers may be: only numbers carry over
+        out = _Known({k: v[start:stop] for k, v in self.numbers.items() if v is not None})
+        out.missing = {k: v[start:stop] for k, v in self.missing.items()}
+        out.codes = {k: (c[start:stop], d) for k, (c, d) in self.codes.items()}
+        return out
+
+    def without(self, name: str) -> _Known:
+        out = _Known({k: v for k, v in self.numbers.items() if k != name})
+        out.missing = {k: v for k, v in self.missing.items() if k != name}
+        out.codes = {k: v for k, v in self.codes.items() if k != name}
+        return out
 
 
 class _RowNames(Sequence[str]):
@@ -182,3 +235,28 @@ def _text(value: object) -> Cell:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def numbers_array(values: np.ndarray | None) -> pa.Array | None:
+    """A column's values ((n,) float64, NaN where missing) as a float64 Arrow array, null where
+    missing, sharing their memory; None where there are none, or some are infinite (to the fit,
+    text, where it names them)."""
+    if values is None or np.isinf(values).any():
+        return None
+    missing = np.isnan(values)
+    if missing.all():
+        return None
+    return pa.array(values, mask=missing if missing.any() else None)
+
+
+def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """(n,) int32 codes (-1 where missing) into one dictionary of a text column's cells."""
+    if column.num_chunks == 0:
+        return np.zeros(0, dtype=np.int32), pa.array([], column.type)
+    encoded = pc.dictionary_encode(column).unify_dictionaries()
+    codes = [pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False) for c in encoded.chunks]
+    return np.concatenate(codes).astype(np.int32, copy=False), encoded.chunk(0).dictionary
+
+
+def is_text(column: pa.ChunkedArray | pa.Array) -> bool:
+    return pa.types.is_string(column.type) or pa.types.is_large_string(column.type)

@@ -64,16 +64,6 @@ def _numberish(column: pa.ChunkedArray) -> bool:
     return all(_NUMBERISH.fullmatch(cell) for cell in first)
 
 
-def parses_as_numbers(column: pa.ChunkedArray) -> bool:
-    """Every present cell of a text column is a number (nulls allowed)."""
-    try:
-        column.slice(0, _FIRST).cast(pa.float64())
-        column.cast(pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return False
-    return True
-
-
 def floats(column: pa.ChunkedArray | pa.Array) -> Numbers:
     """(n,) float64 of a text column, NaN where missing; None if a present cell is not a
     number."""

@@ -145,24 +145,24 @@ class TabularPreprocessor(_Frozen):
         out = np.zeros((self.width, len(table)), dtype=np.float32)
         at, code_at = 0, self.dense_width
         for spec in self.columns:
-            column = table.column(spec.name)
             if spec.indicator:
                 out[at] = table.missing(spec.name)
                 at += 1
             if spec.kind == "numeric":
-                out[at] = _standardised(table, spec, column)
+                out[at] = _standardised(table, spec)
                 if spec.edges:
                     width = len(spec.edges) - 1
                     out[at + 1 : at + 1 + width] = piecewise_linear(out[at], spec.edges)
                     at += width
                 at += 1
-            elif spec.kind == "onehot":
-                index = cv.category_index(column, spec.categories)  # -1 missing, len() unknown
+                continue
+            # -1 missing, len(categories) unknown
+            index = cv.category_index_of(table, spec.name, spec.categories)
+            if spec.kind == "onehot":
                 rows = np.flatnonzero(index >= 0)
                 out[at + index[rows], rows] = 1.0
                 at += len(spec.categories) + 1
             else:
-                index = cv.category_index(column, spec.categories)
                 out[code_at] = np.where(index == len(spec.categories), -1, index) + 1
                 code_at += 1
         return out
@@ -262,11 +262,11 @@ def _warn_if_identifier(source: str, name: str, distinct: int, present: int) -> 
         )
 
 
-def _standardised(table: Table, spec: ColumnSpec, column: pa.ChunkedArray) -> np.ndarray:
+def _standardised(table: Table, spec: ColumnSpec) -> np.ndarray:
     """(n,) the column's values standardised; missing cells 0 (the mean)."""
-    values = cv.days(column) if spec.dates else table.floats(spec.name)
-    if values is None or not np.isfinite(values[~np.isnan(values)]).all():
-        _raise_not_numeric(table, spec, column)
+    values = cv.days(table.column(spec.name)) if spec.dates else table.floats(spec.name)
+    if values is None or np.isinf(values).any():  # NaN is missing, not infinite
+        _raise_not_numeric(table, spec, table.column(spec.name))
     assert values is not None
     out = (values - spec.mean) / spec.std
     out[np.isnan(values)] = 0.0

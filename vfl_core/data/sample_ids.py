@@ -23,9 +23,10 @@ from vfl_core.errors import DataError
 _ZERO_FRACTION = r"^([+-]?[0-9]+)\.0*$"
 
 
-def normalised_ids(table: Table, id_column: str) -> Table:
+def normalised_ids(table: Table, id_column: str, unique: bool = True) -> Table:
     """`table` with its ID column as text, numbers with a zero fraction without it; a missing
-    or duplicated ID is an error naming its row."""
+    ID is an error naming its row, and so is a duplicated one (unless `unique` is False: the
+    caller then checks with `check_unique`, given the IDs' split keys)."""
     column = table.column(id_column)
     text = (
         column
@@ -35,16 +36,25 @@ def normalised_ids(table: Table, id_column: str) -> Table:
     if pc.any(pc.match_substring(text, ".")).as_py():  # most ID columns hold no dot at all
         text = pc.replace_substring_regex(text, _ZERO_FRACTION, r"\1")
     table = table.with_column(id_column, text)
-    _check_ids(table, id_column)
-    return table
-
-
-def _check_ids(table: Table, id_column: str) -> None:
     ids = table.column(id_column)
     if ids.null_count:
         row = int(np.flatnonzero(cv.missing(ids))[0])
         raise DataError(f"{table.source}: {table.row_name(row)}, column {id_column!r}: no ID")
-    if pc.count_distinct(ids).as_py() == len(ids):
+    if unique:
+        check_unique(table, id_column)
+    return table
+
+
+def check_unique(table: Table, id_column: str, keys: np.ndarray | None = None) -> None:
+    """A duplicated ID is an error naming it and its two rows. `keys` (split_keys of the IDs):
+    IDs with distinct keys are distinct, so the IDs themselves are compared only where two
+    keys are equal (a sort of numbers, not a hash table of every ID's text)."""
+    ids = table.column(id_column)
+    if keys is not None:
+        ordered = np.sort(keys)
+        if not (ordered[1:] == ordered[:-1]).any():
+            return
+    elif len(pc.unique(ids)) == len(ids):  # faster than count_distinct on text
         return
     first_row: dict[str, int] = {}
     for row, cell in enumerate(ids.to_pylist()):
@@ -60,20 +70,47 @@ def _check_ids(table: Table, id_column: str) -> None:
 
 _SPLIT_SALT = b"vfl-tabular-split\x00"
 _HASHED_AT_ONCE = 1 << 14
+_DIGEST_BYTES = 32  # SHA-256's
 
 
 def held_out(ids: pa.ChunkedArray, fraction: float) -> np.ndarray:
-    """(n,) bool: True for the IDs whose salted SHA-256 (its first 8 bytes, big-endian, as a
-    share of 2**64) falls below `fraction`: the same at every party that holds the ID, with no
-    word between them. (A hash per ID in Python is most of the time a large table takes to
-    load; a vectorised one would be faster but would move rows between the splits of every
-    table loaded before, and with them the fitted preprocessing.)"""
+    """(n,) bool: True for the test IDs (`in_test` of their split_keys)."""
+    return in_test(split_keys(ids), fraction)
+
+
+def in_test(keys: np.ndarray, fraction: float) -> np.ndarray:
+    """(n,) bool: True where an ID's split key, as a share of 2**64, falls below `fraction`."""
+    return keys < np.uint64(min(int(fraction * 2**64), 2**64 - 1))
+
+
+def split_keys(ids: pa.ChunkedArray) -> np.ndarray:
+    """(n,) uint64: each ID's salted SHA-256 (its first 8 bytes, big-endian): the same at every
+    party that holds the ID, with no word between them. (A hash per ID in Python is a large
+    part of the time a large table takes to load; a vectorised one would be faster but would
+    move rows between the splits of every table loaded before, and with them the fitted
+    preprocessing.)"""
     sha256 = hashlib.sha256
-    limit = np.uint64(min(int(fraction * 2**64), 2**64 - 1))
     utf8 = ids.cast(pa.binary())
-    out = np.empty(len(ids), dtype=bool)
+    out = np.empty(len(ids), dtype=np.uint64)
     for start in range(0, len(ids), _HASHED_AT_ONCE):  # a few Python objects alive at a time
         part = utf8.slice(start, _HASHED_AT_ONCE).to_pylist()
-        first = b"".join([sha256(_SPLIT_SALT + i).digest()[:8] for i in part])
-        out[start : start + len(part)] = np.frombuffer(first, dtype=">u8") < limit
+        digests = b"".join([sha256(_SPLIT_SALT + i).digest() for i in part])
+        # the first 8 of each digest's 32 bytes (cut by numpy, not a slice per ID in Python)
+        first = np.frombuffer(digests, dtype=">u8")[:: _DIGEST_BYTES // 8]
+        out[start : start + len(part)] = first
     return out
+
+
+def id_array(column: pa.ChunkedArray) -> np.ndarray:
+    """(n,) numpy text (`<U` as long as the longest) of an ID column without missing cells.
+    ASCII IDs (most) are copied from Arrow's buffers by numpy, without a Python string each."""
+    text = column.combine_chunks()
+    if not len(text) or text.null_count or not pc.all(pc.string_is_ascii(text)).as_py():
+        return np.array(text.to_pylist(), dtype=str)
+    offsets = np.frombuffer(text.buffers()[1], dtype=np.int32)[text.offset :][: len(text) + 1]
+    data = np.frombuffer(text.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+    lengths = np.diff(offsets)
+    width = max(int(lengths.max()), 1)
+    padded = np.zeros((len(text), width), dtype=np.uint8)
+    padded[np.arange(width) < lengths[:, None]] = data  # row by row, each ID then NULs
+    return padded.view(f"S{width}").ravel().astype(f"U{width}")

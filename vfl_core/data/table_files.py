@@ -26,15 +26,17 @@ import csv
 import itertools
 import logging
 import mmap
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from vfl_core.data.columns import Table
-from vfl_core.data.local_numbers import local_numbers, parses_as_numbers
+from vfl_core.data.columns import Table, numbers_array
+from vfl_core.data.local_numbers import floats, local_numbers
 from vfl_core.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,9 @@ _MISSING = pa.array(
     ),
     pa.string(),
 )
+# a number as a CSV file's first lines may write it, that Arrow reads as one (others are read
+# as text and parsed by vfl_core.data.local_numbers)
+_PLAIN_NUMBER = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 SEPARATORS = (",", ";", "\t", "|")  # tried in this order; the first that fits wins
 _SNIFF_LINES = 50
 _SNIFF_BYTES = 1 << 16
@@ -63,14 +68,17 @@ def is_table_file(path: Path) -> bool:
     return Path(path).suffix.lower() in TABLE_SUFFIXES
 
 
-def read_table(path: Path) -> Table:
-    """Every column of a CSV file (text) or a Parquet file (typed), None where a cell is missing."""
+def read_table(path: Path, hold_numbers: Callable[[str], bool] | None = None) -> Table:
+    """Every column of a CSV file (text) or a Parquet file (typed), None where a cell is missing.
+    A CSV column for which `hold_numbers(name)` is true and whose every present cell is a finite
+    number is held as those numbers instead (Table.hold_numbers), its text freed as soon as it
+    is parsed."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
-        return _read_csv(path)
+        return _read_csv(path, hold_numbers or _never)
     if suffix in (".parquet", ".pq"):
         return _read_parquet(path)
     raise DataError(f"{path}: unknown table format (expected {', '.join(TABLE_SUFFIXES)})")
@@ -79,11 +87,15 @@ def read_table(path: Path) -> Table:
 # ---------------------------------------------------------------- CSV
 
 
-def _read_csv(path: Path) -> Table:
+def _never(name: str) -> bool:
+    return False
+
+
+def _read_csv(path: Path, hold_numbers: Callable[[str], bool]) -> Table:
     first = _encoding(path)
     for encoding in [first] if first == "utf-16" else [first, *_FALLBACKS]:
         try:
-            table = _read_csv_as(path, encoding)
+            table = _read_csv_as(path, encoding, hold_numbers)
         except _WrongEncoding:
             continue
         if encoding in _FALLBACKS:
@@ -112,27 +124,35 @@ def _encoding(path: Path) -> str:
     return "utf-16" if start in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
 
 
-def _read_csv_as(path: Path, encoding: str) -> Table:
+def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool]) -> Table:
     lines = _first_lines(path, encoding)
     separator = _separator(lines)
     header = next(csv.reader(lines, delimiter=separator), None)
     if header is None:
         raise DataError(f"{path}: empty file (no header line)")
-    data = _arrow_csv(path, encoding, separator, len(header))
+    names = [n.strip() for n in header]
+    typed = _number_columns(lines, separator, names, hold_numbers)
+    data = _arrow_csv(path, encoding, separator, len(header), typed)
+    if typed and not _numbers_as_read(data, typed):
+        data = _arrow_csv(path, encoding, separator, len(header))
     if data.num_rows == 0:
         raise DataError(f"{path}: no data rows after the header")
-    columns: dict[str, pa.ChunkedArray] = {}
-    text: dict[str, None] = {}  # the columns known not to be numbers (not parsed again)
-    for i, name in _named_columns(path, [n.strip() for n in header], data):
-        raw = data.column(i)
-        if parses_as_numbers(raw):  # most number columns need no cleaning
-            columns[name] = raw
-            continue
-        columns[name], values = local_numbers(_missing_as_null(raw), separator)
-        if values is None:
-            text[name] = None
+    named = _named_columns(path, names, data)
+    raw = data.columns
+    del data  # a column's text is freed once it is held as numbers
+    columns: dict[str, pa.ChunkedArray | pa.Array] = {}
+    # name -> its values ((n,) float64, NaN where missing) or None (not numbers): each column
+    # is parsed once here, not again for the fit and each transform
+    numbers: dict[str, np.ndarray | None] = {}
+    for i, name in named:
+        column, raw[i] = raw[i], None
+        numbers[name] = floats(column)
+        if numbers[name] is None:  # most number columns need no cleaning
+            column, numbers[name] = local_numbers(_spaced_missing_as_null(column), separator)
+        held = numbers_array(numbers[name]) if hold_numbers(name) else None
+        columns[name] = column if held is None else held
     lines = _CsvLines(path, encoding, separator)
-    return Table(str(path), pa.table(columns), lines, numbers=text)
+    return Table(str(path), pa.table(columns), lines, numbers=numbers)
 
 
 def _first_lines(path: Path, encoding: str) -> list[str]:
@@ -152,9 +172,45 @@ def _first_lines(path: Path, encoding: str) -> list[str]:
     return lines[:_SNIFF_LINES]
 
 
-def _arrow_csv(path: Path, encoding: str, separator: str, width: int) -> pa.Table:
+def _number_columns(
+    lines: list[str], separator: str, names: list[str], hold_numbers: Callable[[str], bool]
+) -> set[int]:
+    """The columns to hold as numbers whose first cells are plain numbers or missing (one a
+    number at least): Arrow's reader parses them as it reads (on every core), and their text is
+    never made. A later cell that is not a number has them read again as text."""
+    rows = list(csv.reader(lines[1:], delimiter=separator))
+    if len(lines) == _SNIFF_LINES:
+        rows = rows[:-1]  # the sample may end inside a quoted field of its last record
+    rows = [row for row in rows if len(row) == len(names)]
+    out: set[int] = set()
+    for i, name in enumerate(names):
+        if not rows or not name or not hold_numbers(name):
+            continue
+        cells = [row[i] for row in rows]
+        missing = [c.lower() in MISSING_MARKERS for c in cells]
+        if not all(missing) and all(
+            m or _PLAIN_NUMBER.fullmatch(c) for c, m in zip(cells, missing, strict=True)
+        ):
+            out.add(i)
+    return out
+
+
+def _numbers_as_read(data: pa.Table, typed: set[int]) -> bool:
+    """Whether the columns read as numbers are finite numbers: "inf" is text to the fit,
+    which names it as a stray cell."""
+    return not any(
+        # text where the reader fell back to text (a cell was not a number)
+        pa.types.is_floating(data.column(i).type) and pc.any(pc.is_inf(data.column(i))).as_py()
+        for i in typed
+    )
+
+
+def _arrow_csv(
+    path: Path, encoding: str, separator: str, width: int, numbers: set[int] = frozenset()
+) -> pa.Table:
     """The data rows as text columns c0, c1 ... (missing marks without spaces around them as
-    nulls); a row of another width is an error naming its line."""
+    nulls), the columns `numbers` as float64 (if a cell of one is not a number, the file is
+    read again, all as text); a row of another width is an error naming its line."""
     invalid: list[int] = []
 
     def on_invalid(row: pa_csv.InvalidRow) -> str:
@@ -174,7 +230,9 @@ def _arrow_csv(path: Path, encoding: str, separator: str, width: int) -> pa.Tabl
                 invalid_row_handler=on_invalid,
             ),
             convert_options=pa_csv.ConvertOptions(
-                column_types=dict.fromkeys(names, pa.string()),
+                column_types={
+                    n: pa.float64() if i in numbers else pa.string() for i, n in enumerate(names)
+                },
                 null_values=_MISSING.to_pylist(),  # the marks without spaces around them
                 strings_can_be_null=True,
             ),
@@ -184,6 +242,8 @@ def _arrow_csv(path: Path, encoding: str, separator: str, width: int) -> pa.Tabl
     except (OSError, pa.ArrowInvalid) as exc:
         if "UTF8" in str(exc):
             raise _WrongEncoding from None
+        if numbers and "conversion error" in str(exc):  # a later cell is not a number
+            return _arrow_csv(path, encoding, separator, width)
         raise DataError(f"{path}: unreadable CSV ({str(exc).splitlines()[0]})") from exc
     if invalid:
         _raise_width_error(path, encoding, separator, width)
@@ -242,6 +302,28 @@ def _missing_as_null(column: pa.ChunkedArray) -> pa.ChunkedArray:
     stripped = pc.utf8_trim_whitespace(column)
     missing = pc.is_in(stripped, value_set=_MISSING)
     return pc.if_else(missing, pa.scalar(None, pa.string()), stripped)
+
+
+def _spaced_missing_as_null(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """`_missing_as_null` of a column Arrow read, where the marks without spaces around them
+    are nulls already: the column as it is unless a cell starts or ends with a space (or a
+    byte that may begin or end one: a control or non-ASCII byte), most columns."""
+    return _missing_as_null(column) if any(map(_may_be_spaced, column.chunks)) else column
+
+
+def _may_be_spaced(chunk: pa.Array) -> bool:
+    """Whether a cell of a text chunk starts or ends with a byte <= 0x20 or >= 0x7f, read from
+    its buffers by numpy (no pass of Arrow's over the cells)."""
+    if chunk.type != pa.string():
+        return True  # not the CSV reader's text: the full pass
+    bounds = np.frombuffer(chunk.buffers()[1], dtype=np.int32)[chunk.offset :][: len(chunk) + 1]
+    starts, ends = bounds[:-1], bounds[1:]
+    filled = ends > starts  # empty cells (and nulls) have no bytes to look at
+    if not filled.any():
+        return False
+    data = np.frombuffer(chunk.buffers()[2], dtype=np.uint8)
+    edges = np.concatenate([data[starts[filled]], data[ends[filled] - 1]])
+    return bool(((edges <= 0x20) | (edges >= 0x7F)).any())
 
 
 def _separator(lines: list[str]) -> str:
@@ -311,7 +393,11 @@ def _read_parquet(path: Path) -> Table:
     names = _check_header(path, [str(name) for name in data.column_names])
     if data.num_rows == 0:
         raise DataError(f"{path}: no data rows")
-    columns = {name: _typed(path, name, data.column(i)) for i, name in enumerate(names)}
+    raw = data.columns
+    del data  # each column's row groups are freed once typed
+    columns: dict[str, pa.ChunkedArray] = {}
+    for i, name in enumerate(names):
+        columns[name], raw[i] = _typed(path, name, raw[i]), None
     return Table(str(path), pa.table(columns), _parquet_row, guess=False)
 
 

@@ -4,7 +4,7 @@ The party reads its file, fits its preprocessing (vfl_core.data.preprocess) on i
 only,
 and becomes an in-memory `PartyData` like a prepared party directory. Train and test rows come
 from two files (`test_path`) or from one file split by ID: a row is a test row when a hash of its
-ID falls below `test_fraction` (vfl_core.data.sample_ids.held_out), so every party puts a
+ID falls below `test_fraction` (vfl_core.data.sample_ids.in_test), so every party puts a
 shared ID in the same split without any communication. IDs are the ID column's strings, numbers
 with a zero fraction written without it (vfl_core.data.sample_ids); alignment by HMAC or PSI
 matches them across parties, whatever part of them each party holds.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,13 @@ from vfl_core.data.labels import Labels, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
 from vfl_core.data.party_dir import PartyData, PartyMeta, PartySplit
 from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT, TabularPreprocessor
-from vfl_core.data.sample_ids import held_out, normalised_ids
+from vfl_core.data.sample_ids import (
+    check_unique,
+    id_array,
+    in_test,
+    normalised_ids,
+    split_keys,
+)
 from vfl_core.data.table_files import read_table
 from vfl_core.errors import ConfigError, DataError
 
@@ -73,7 +80,7 @@ def load_table_party(
             f"the fitted preprocessing is for a {fitted.task} task, not {source.task} (--task)"
         )
     label_column = fitted.label_column if fitted is not None else source.label_column
-    splits = _read_splits(source, label_column)
+    splits = _read_splits(source, label_column, fitted)
     columns = (
         [c.name for c in fitted.columns]
         if fitted is not None
@@ -94,7 +101,7 @@ def load_table_party(
         fitted = fitted.model_copy(update={"classes": labels["train"].classes})
     party_splits = {
         name: PartySplit(
-            ids=np.array(table.cells(source.id_column), dtype=str),
+            ids=id_array(table.column(source.id_column)),
             features=fitted.transform(table.head(len(table) - label_only.get(name, 0))),
             labels=labels[name].values if labels else None,
         )
@@ -105,20 +112,46 @@ def load_table_party(
     return PartyData(meta=meta, splits=party_splits, preprocessing=preprocessing), fitted
 
 
-def _read_splits(source: TableSource, label_column: str | None) -> dict[str, Table]:
-    table = _checked_table(source.path, source.id_column, label_column)
+def _read_splits(
+    source: TableSource, label_column: str | None, fitted: TabularPreprocessor | None
+) -> dict[str, Table]:
+    holds = _holds_numbers(source, label_column, fitted)
+    split = source.test_path is None  # by ID hash: the hashes find duplicated IDs
+    table = _checked_table(source.path, source.id_column, label_column, holds, unique=not split)
     if source.test_path is not None:
-        test = _checked_table(source.test_path, source.id_column, label_column)
+        # a column of numbers in every training row is fitted as numbers
+        held = set(table.held_as_numbers)
+        test_holds = holds if fitted is not None else held.__contains__
+        test = _checked_table(source.test_path, source.id_column, label_column, test_holds)
         _check_disjoint(table, test, source.id_column)
         return {"train": table, "test": test}
-    in_test = held_out(table.column(source.id_column), source.test_fraction)
-    if not in_test.any():
+    keys = split_keys(table.column(source.id_column))
+    check_unique(table, source.id_column, keys)
+    test = in_test(keys, source.test_fraction)
+    if not test.any():
         return {"train": table}
-    splits = {"train": table.rows(np.flatnonzero(~in_test))}
-    splits["test"] = table.rows(np.flatnonzero(in_test))
+    splits = {"train": table.rows(np.flatnonzero(~test))}
+    splits["test"] = table.rows(np.flatnonzero(test))
     if not len(splits["train"]):
         raise DataError(f"{source.path}: no training rows left after the test split")
     return splits
+
+
+def _holds_numbers(
+    source: TableSource, label_column: str | None, fitted: TabularPreprocessor | None
+) -> Callable[[str], bool]:
+    """The columns read_table may hold as numbers where all their cells are: without a fit
+    every feature (numbers in every row are numbers in the training rows, so fitted as numbers);
+    with one, those it reads as numbers (categories are matched as text). Never the ID or the
+    label: their text is what they are."""
+    reserved = {source.id_column, label_column}
+    if fitted is not None:
+        names = {c.name for c in fitted.columns if c.kind == "numeric" and not c.dates}
+    elif source.features is not None:
+        names = set(source.features)
+    else:
+        return lambda name: name not in reserved
+    return lambda name: name in names and name not in reserved
 
 
 def _label_only_last(
@@ -141,14 +174,20 @@ def _label_only_last(
     return out, counts
 
 
-def _checked_table(path: Path, id_column: str, label_column: str | None) -> Table:
-    table = read_table(path)
+def _checked_table(
+    path: Path,
+    id_column: str,
+    label_column: str | None,
+    holds: Callable[[str], bool],
+    unique: bool = True,
+) -> Table:
+    table = read_table(path, holds)
     for column, what in ((id_column, "ID"), (label_column, "label")):
         if column is not None and column not in table.names:
             raise DataError(
                 f"{path}: no {what} column {column!r} (columns: {', '.join(table.names)})"
             )
-    return normalised_ids(table, id_column)
+    return normalised_ids(table, id_column, unique)
 
 
 def _check_disjoint(train: Table, test: Table, id_column: str) -> None:
