@@ -53,7 +53,10 @@ DLVM = {
     "predict_samples": 50,
     "predict": "snis",
     "stage2_epochs": 30,
+    "posterior": "mean",
+    "stage2": "frozen",
     "mnar": False,
+    "mnar_model": "features",
     "expert_dropout": 0.0,
 }
 CLIENT = {
@@ -119,6 +122,7 @@ METHODS = (
     "local",
     "ensemble",
     "svfl",
+    "vanilla",
     "combinatorial",
     "plug",
     "zerofill",

@@ -148,6 +148,30 @@ class TrainOptions:
             show_default=shown(DL["expert_dropout"]),
         ),
     ] = None
+    dlvm_posterior: Annotated[
+        str | None,
+        Opt(
+            help="dlvm: mean (the paper's Eq. (1): means averaged, precisions summed) | product "
+            "(product of experts, not the paper's)",
+            show_default=shown(DL["posterior"]),
+        ),
+    ] = None
+    dlvm_stage2: Annotated[
+        str | None,
+        Opt(
+            help="dlvm: frozen (the paper's: only the classifier learns, no gradient on the "
+            "wire) | finetune (the encoders learn too, not the paper's)",
+            show_default=shown(DL["stage2"]),
+        ),
+    ] = None
+    dlvm_mnar_model: Annotated[
+        str | None,
+        Opt(
+            help="dlvm --dlvm-mnar: features (the paper's p(m_k | x_k), a missing block's "
+            "features from its decoder) | latent (p(m_k | h), not the paper's)",
+            show_default=shown(DL["mnar_model"]),
+        ),
+    ] = None
     early_stop_patience: Annotated[
         int | None,
         Opt(
