@@ -104,7 +104,7 @@ def test_given_finetune_when_stage2_runs_then_the_encoders_get_backward_messages
 ) -> None:
     data = prepared(tmp_path, p_miss=0.2)
     config = with_dlvm(stage2_epochs=1, stage2="finetune").model_copy(update={"epochs": 1})
-    fed, parties = federation(data, config)
+    fed, _ = federation(data, config)
     fed.transport.__class__ = Recording
     fed.transport.calls = []  # type: ignore[attr-defined]
     batch = max(fed.plan(1), key=lambda b: (len(b.pattern), len(b.index)))
@@ -168,7 +168,7 @@ def test_given_vanilla_vfl_when_blocks_are_missing_at_test_then_the_head_predict
 ) -> None:
     """Trained like svfl; at test the active party's head scores every observed set from the
     embeddings present and zeros for the rest, the same prediction each time it is asked."""
-    fed, parties = method_federation(missing, method_config("vanilla", epochs=1))
+    fed, _ = method_federation(missing, method_config("vanilla", epochs=1))
     fed.train()
     preds = list(fed.predict_batches("test"))
     partial = [p for p in preds if p.present != ALL]
