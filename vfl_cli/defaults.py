@@ -44,6 +44,9 @@ DVFL = {
     "owner_epochs": 60,
     "owner_lr": 0.08,
     "owner_momentum": 0.0,
+    "owner_patience": 0,
+    "owner_validation": 0.2,
+    "period_epochs": None,
 }
 DLVM = {
     "latent_dim": 16,

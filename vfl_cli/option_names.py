@@ -119,6 +119,8 @@ PANELS: dict[str, str] = {
             "dvfl-period",
             "dvfl-host-steps",
             "dvfl-owner-epochs",
+            "dvfl-owner-patience",
+            "dvfl-period-epochs",
             "serve-feature-only",
             "wire-dtype",
             "staleness",

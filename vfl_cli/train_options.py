@@ -81,6 +81,22 @@ class TrainOptions:
             show_default=shown(DV["owner_epochs"]),
         ),
     ] = None
+    dvfl_owner_patience: Annotated[
+        int | None,
+        Opt(
+            help="dvfl: 0 off; N: stop the owner after N epochs without a better accuracy on "
+            "its held-out labelled rows (the paper's limited-label runs)",
+            show_default=shown(DV["owner_patience"]),
+        ),
+    ] = None
+    dvfl_period_epochs: Annotated[
+        int | None,
+        Opt(
+            help="dvfl: guests write to the hosts in every K-th guest epoch (the paper's "
+            "period; unset: --dvfl-period in steps)",
+            show_default=shown(DV["period_epochs"]),
+        ),
+    ] = None
     serve_feature_only: Annotated[
         bool | None,
         Opt(
