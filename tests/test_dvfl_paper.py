@@ -6,12 +6,24 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_dvfl import config, federation, partial, weights  # noqa: F401  (partial: a fixture)
+from test_dvfl import K, config, federation, weights
 
-from vfl_core.data.party_dir import PartyData
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.data.prepare import prepare_parties
 from vfl_core.methods.dvfl.owner_stop import OwnerStop
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def blocks(tmp_path_factory: pytest.TempPathFactory) -> list[PartyData]:
+    """Digits with 30% of each party's blocks missing, labels at block 0 (test_dvfl's data)."""
+    root = tmp_path_factory.mktemp("dvfl-paper")
+    paths = prepare_parties(
+        load_digits_dataset(), root, K, [0.3] * K, [0.3] * K, 0.2, seed=0, label_blocks=[0]
+    )
+    return [load_party_dir(p) for p in paths]
 
 
 def test_owner_stop_keeps_the_best_epoch_and_stops_after_patience() -> None:
@@ -34,10 +46,10 @@ def test_owner_stop_keeps_the_best_epoch_and_stops_after_patience() -> None:
 
 
 def test_given_owner_patience_when_trained_then_it_stops_early_and_ends_with_the_best(
-    partial: list[PartyData],
+    blocks: list[PartyData],
 ) -> None:
     train = config(epochs=1, owner_epochs=40, owner_patience=2, owner_lr=0.5)
-    fed, parties, records = federation(partial, train)
+    fed, parties, records = federation(blocks, train)
     fed.train()
     roles = parties[0].dvfl
     stop = roles.owner_stop
@@ -53,12 +65,12 @@ def test_given_owner_patience_when_trained_then_it_stops_early_and_ends_with_the
 
 
 def test_given_a_period_in_guest_epochs_then_guests_write_only_in_every_kth_epoch(
-    partial: list[PartyData],
+    blocks: list[PartyData],
 ) -> None:
     """K = 2 over 4 guest epochs: epochs 2 and 4 write (half the uploads of K = 1)."""
-    every, _, _ = federation(partial, config(epochs=4))
+    every, _, _ = federation(blocks, config(epochs=4))
     every.train()
-    k2, _, _ = federation(partial, config(epochs=4, period_epochs=2))
+    k2, _, _ = federation(blocks, config(epochs=4, period_epochs=2))
     k2.train()
     up_every = every.program_state.bytes_sent["guests_to_coordinator"]
     up_k2 = k2.program_state.bytes_sent["guests_to_coordinator"]
