@@ -505,8 +505,8 @@ def markdown(job: DvflJob, found: Found, png: str | None) -> str:
             f"{LABEL_PATIENCE} epochs on 20% of its labelled rows held out, best epoch restored); "
             f"split learning likewise ({LABEL_EPOCHS} epochs, the engine's early stopping, "
             f"patience {LABEL_PATIENCE}, 10% of the labelled rows held out), in two recipes, "
-            "each labelled: the paper's SGD (lr 1e-2, momentum 0.5) and ours (Adam 2e-3, weight decay 1e-5). The "
-            "guests and hosts keep their 20 epochs.",
+            "each labelled: the paper's SGD (lr 1e-2, momentum 0.5) and ours (Adam 2e-3, "
+            "weight decay 1e-5). The guests and hosts keep their 20 epochs.",
             "",
             *labels_table(job, found),
             "",
