@@ -33,7 +33,7 @@ from vfl_core.methods.dlvm.messages import (
     Stage,
     StepCall,
 )
-from vfl_core.methods.dlvm.roles import kept_experts, noise, posterior
+from vfl_core.methods.dlvm.sampling import kept_experts, noise, posterior
 from vfl_core.protocol import EmbedCall
 from vfl_core.training.alignment import Batch
 from vfl_core.training.engine import Callbacks, Federation
@@ -145,8 +145,9 @@ TRAIN = TrainConfig(method="dlvm", seed=3, epochs=2, batch_size=128, weight_deca
 
 
 def prepared(tmp: Path, p_miss: float = 0.0, **kwargs: object) -> list[PartyData]:
-    """Digits in four quadrants, 100 of the 1438 training labels kept (MAR 1 unless `p_miss`)."""
-    mar = parse_mechanism("mar1")
+    """Digits in four quadrants, 100 of the 1438 training labels kept (this project's anchor
+    MAR 1, block 0 always held, unless `p_miss`)."""
+    mar = parse_mechanism("mar1-anchor")
     args: dict = {"mechanisms": None if p_miss else {"train": mar, "test": mar}, "labels": 100}
     misses = [p_miss] * 4
     paths = prepare_parties(
@@ -177,9 +178,10 @@ def test_given_few_labels_when_trained_then_stages_in_order_deterministic_and_sc
     few_labels: list[PartyData],
 ) -> None:
     rounds: list = []
-    fed, parties = federation(few_labels, on_round=rounds.append)
+    finetune = with_dlvm(stage2="finetune")  # every party takes part in every round
+    fed, parties = federation(few_labels, finetune, on_round=rounds.append)
     fed.train()
-    again, twins = federation(few_labels)
+    again, twins = federation(few_labels, finetune)
     again.train()
 
     for block, party in parties.items():
@@ -282,10 +284,10 @@ def test_given_a_stage1_round_when_run_by_messages_then_gradients_equal_the_join
 def test_given_a_stage2_round_when_run_by_messages_then_gradients_equal_the_joint_graph(
     few_labels: list[PartyData],
 ) -> None:
-    fed, parties = federation(few_labels)
+    fed, parties = federation(few_labels, with_dlvm(stage2="finetune"))  # not the paper's
     epoch = TRAIN.epochs  # the first epoch of stage 2
     batch = max(fed.plan(epoch), key=lambda b: (len(b.pattern), len(b.index)))
-    _, reference = federation(few_labels)  # the same initial weights
+    _, reference = federation(few_labels, fed.config)  # the same initial weights
     record = fed.run_round(0, epoch, batch)
     assert record.losses.keys() == {0} and record.updated == batch.pattern
 
@@ -351,11 +353,13 @@ def test_given_unlabelled_rows_and_feature_only_samples_when_trained_then_they_c
 # ---------------------------------------------------------------- MNAR, refusals, retries
 
 
+@pytest.mark.parametrize("model", ["features", "latent"])
 def test_given_mnar_when_trained_then_parties_without_the_batch_model_their_absence(
-    tmp_path: Path,
+    tmp_path: Path, model: str
 ) -> None:
     data = prepared(tmp_path, p_miss=0.3)
-    fed, parties = federation(data, with_dlvm(mnar=True, stage2_epochs=1))
+    config = with_dlvm(mnar=True, mnar_model=model, stage2_epochs=1, stage2="finetune")
+    fed, parties = federation(data, config)
     rounds: list = []
     fed.observers[:] = [Callbacks(round=rounds.append)]
     fed.train()

@@ -1,5 +1,5 @@
 """The latent-variable VFL as real processes: a coordinator and four vfl-client processes over
-gRPC on 127.0.0.1 (digits in four quadrants, MAR 1 missingness, 200 labels).
+gRPC on 127.0.0.1 (digits in four quadrants, the anchor MAR 1 missingness, 200 labels).
 
 - The run matches the in-process simulation of the same seed bit for bit: every round record
   (both stages), every party's final weights and optimiser state, and the test metrics.
@@ -39,8 +39,8 @@ ARGS = ["--method", "dlvm", "--seed", "3", "--batch-size", "128", "--lr", "0.01"
 
 @pytest.fixture(scope="module")
 def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """Digits in four quadrants, MAR 1 (block 0 always held), 200 of 1438 labels kept."""
-    mar = parse_mechanism("mar1")
+    """Digits in four quadrants, the anchor MAR 1 (block 0 always held), 200 of 1438 labels."""
+    mar = parse_mechanism("mar1-anchor")
     out = tmp_path_factory.mktemp("dlvm-grpc")
     return prepare_parties(
         load_digits_dataset(),
@@ -161,3 +161,24 @@ def test_given_an_audited_dlvm_run_when_searching_messages_then_no_feature_id_or
     assert len(labels) > 20
     needles = [v.astype(d).tobytes() for v in labels for d in ("<i8", "<i4")]
     assert not find_needles([r.data for r in from_parties], needles), "a label vector left"
+
+
+def test_given_the_default_stage2_over_grpc_when_audited_then_no_gradient_message(
+    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+) -> None:
+    """Stage 2 alone (no stage-1 epoch), the paper's frozen default: no DlvmBackward request,
+    and no gradient in any message (the steps' replies carry none, Decode none)."""
+    audit = tmp_path / "stage2.audit"
+    extra = [*ARGS, "--dlvm-stage2-epochs", "1", "--audit-log", str(audit)]
+    coord, clients = cluster.federation(party_dirs, epochs=0, deadline=60.0, extra=extra)
+    assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
+    for client in clients:
+        assert client.wait(60) == 0, cluster.describe()
+    records = read_audit(audit)
+    kinds = {r.rpc for r in records if r.direction == "request"}
+    assert {"DlvmDecode", "DlvmStep", "LabelledRows"} <= kinds and "DlvmBackward" not in kinds
+    steps = [r for r in records if r.rpc in ("DlvmStep", "DlvmDecode") and r.direction != "error"]
+    assert steps
+    for record in steps:
+        paths = [path for path, _ in _tensors(record.message())]
+        assert not any("grad" in path for path in paths), (record.rpc, paths)

@@ -182,12 +182,14 @@ class DlvmServer:
         roles = self.party.dlvm
         assert roles is not None
         state = [self.party.last_round, self.party.parameters_vector().tobytes()]
-        opts = (roles.opt, roles.active_opt, roles.classifier_opt)
+        lead = roles.lead  # the active party's step (vfl_core.methods.dlvm.active)
+        assert lead is not None
+        opts = (roles.opt, lead.generative_opt, lead.classifier_opt)
         assert None not in opts
         state += optimizer_state(opts)
         current = roles._round
         state += [None if current is None else (current.round_id, current.stepped)]
-        state += [None if roles._step is None else roles._step[0]]
+        state += [None if lead._last is None else lead._last[0]]
         return hashlib.sha256(repr(state).encode()).hexdigest()
 
     def rows(self, r: int) -> tuple[np.ndarray, bytes]:

@@ -58,21 +58,10 @@ assert _spec is not None and _spec.loader is not None
 import_graph = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(import_graph)
 
-# The imports still known to break the layering, each with the branch of issue 28 that removes
-# it; the lead empties this after merging them (an entry that no longer occurs fails below).
-# engine: a Protocol in the methods layer that Federation satisfies, the batch-plan types moved
-#   down, and inference free of the engine; party: the methods' party side on a public Party
-#   interface below training; dlvm: the DVFL and DLVM folders read the run's config through
-#   vfl_core.methods.spec.RunConfig (or plain arguments) instead of vfl_core.config.TrainConfig
-#   (config sits above the methods: it names them).
-KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    ("vfl_core.methods.dlvm.roles", "vfl_core.config"): "dlvm",
-    ("vfl_core.methods.dlvm.spec", "vfl_core.config"): "dlvm",
-    ("vfl_core.methods.dlvm.steps", "vfl_core.config"): "dlvm",
-    ("vfl_core.methods.dvfl.roles", "vfl_core.config"): "dlvm",
-    ("vfl_core.methods.dvfl.spec", "vfl_core.config"): "dlvm",
-    ("vfl_core.methods.dvfl.steps", "vfl_core.config"): "dlvm",
-}
+# The imports known to break the layering, each with the branch that removes it: empty since the
+# engine, party and method folders were split (issue 28); an entry added here must name its
+# owner, and fails once the import is gone.
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 
 
 def _core_graph() -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:

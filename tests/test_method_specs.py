@@ -37,6 +37,7 @@ def test_given_the_registry_when_listed_then_one_frozen_spec_per_method_keyed_by
         "local",
         "ensemble",
         "svfl",
+        "vanilla",  # the DLVM paper's Vanilla VFL: svfl zero-imputing at inference (issue 30)
         "combinatorial",
         "plug",
         "zerofill",
@@ -80,7 +81,7 @@ def test_given_an_unknown_method_on_the_command_line_when_simulating_then_one_li
     lines = result.output.strip().splitlines()
     assert lines == [
         "error: invalid method: unknown method 'bogus'; choose from laser, local, ensemble, "
-        "svfl, combinatorial, plug, zerofill, stale, dvfl, dlvm"
+        "svfl, vanilla, combinatorial, plug, zerofill, stale, dvfl, dlvm"
     ]
 
 

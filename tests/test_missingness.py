@@ -62,8 +62,8 @@ def hide_missing(blocks: list[np.ndarray], observed: np.ndarray) -> list[np.ndar
     [
         ("mcar:0.2", "mcar", 0.2),
         ("MNAR:0.9", "mnar", 0.9),
-        ("mar1", "mar1", 0.7),
-        ("mar2:0.8", "mar2", 0.8),
+        ("mar1-anchor", "mar1-anchor", 0.7),
+        ("mar2-anchor:0.8", "mar2-anchor", 0.8),
     ],
 )
 def test_parse_mechanism(text: str, kind: str, p: float) -> None:
@@ -137,7 +137,9 @@ def test_mnar_uses_the_training_centres() -> None:
 # ---------------------------------------------------------------- MAR
 
 
-@pytest.mark.parametrize("spec", ["mar1", "mar2", "mar1:0.9", "mar2:0.9"])
+@pytest.mark.parametrize(
+    "spec", ["mar1-anchor", "mar2-anchor", "mar1-anchor:0.9", "mar2-anchor:0.9"]
+)
 def test_mar_depends_only_on_observed_values(spec: str) -> None:
     """The definition of MAR for a realised mask: replacing every value that went missing (and
     so could not be read) gives the same mask from the same random stream."""
@@ -151,7 +153,7 @@ def test_mar_depends_only_on_observed_values(spec: str) -> None:
 @pytest.mark.parametrize("p", [0.7, 0.9])
 def test_mar1_frequencies(p: float) -> None:
     blocks = gaussian_blocks()
-    observed = draw(f"mar1:{p}", blocks)
+    observed = draw(f"mar1-anchor:{p}", blocks)
     anchor_negative = block_means(blocks)[:, 0] < 0
     for k in range(1, K):
         for rows, expected in ((anchor_negative, p), (~anchor_negative, 1 - p)):
@@ -166,7 +168,7 @@ def test_mar1_frequencies(p: float) -> None:
 def test_mar2_reads_the_mean_of_the_observed_earlier_blocks() -> None:
     p = 0.8
     blocks = gaussian_blocks()
-    observed = draw(f"mar2:{p}", blocks)
+    observed = draw(f"mar2-anchor:{p}", blocks)
     means = block_means(blocks)
     for k in range(1, K):
         seen = observed[:, :k]
@@ -178,7 +180,7 @@ def test_mar2_reads_the_mean_of_the_observed_earlier_blocks() -> None:
 
 def test_mar_needs_two_parties() -> None:
     with pytest.raises(ConfigError, match="at least 2 parties"):
-        draw("mar1", gaussian_blocks(10, k=1))
+        draw("mar1-anchor", gaussian_blocks(10, k=1))
 
 
 # ---------------------------------------------------------------- in vfl prepare
@@ -225,7 +227,7 @@ def test_prepare_mnar_keeps_exactly_the_blocks_with_non_negative_mean(tmp_path: 
 
 
 def test_prepare_mar1_anchor_block_decides(tmp_path: Path) -> None:
-    mechanism = parse_mechanism("mar1:1")
+    mechanism = parse_mechanism("mar1-anchor:1")
     paths = prepare(tmp_path, tabular(), mechanisms={"train": mechanism, "test": mechanism})
     parties = [load_party_dir(p) for p in paths]
     anchor = parties[0].splits["train"]

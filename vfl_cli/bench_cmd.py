@@ -181,7 +181,7 @@ def dvfl(
     ),
     rejoin: Annotated[str, Opt("--rejoin-rate", help="P values of guest loss")] = "1,0.5,0.1",
     host_rejoin: Annotated[str, Opt(help="P values of host and link loss")] = "0.1",
-    periods: Annotated[str, Opt(help="DVFL communication periods (rounds)")] = "1,2,4,8,16",
+    periods: Annotated[str, Opt(help="DVFL communication periods K (guest epochs)")] = "1,5,10,20",
     labels: Annotated[str, Opt(help="labelled training rows of the few-label runs")] = "128,1024",
     fail_rate: Annotated[
         float, Opt("--fault-rate", help="R_d: an up entity fails per round")
@@ -233,7 +233,9 @@ def dlvm(
     test: Annotated[str, Opt("--missing-test", help="test mechanisms")] = (
         "mcar:0,mcar:0.2,mcar:0.5,mnar:0.7,mnar:0.9,mar1,mar2"
     ),
-    methods: Annotated[str, Opt(help="dlvm and label-only methods")] = "dlvm,laser,local,plug,svfl",
+    methods: Annotated[str, Opt(help="dlvm and label-only methods")] = (
+        "dlvm,laser,plug,vanilla,dlvm-product,dlvm-finetune,dlvm-rows"
+    ),
     seeds: Annotated[str, Opt(help="comma-separated seeds")] = "0,1,2",
     stage1_epochs: Annotated[int, Opt(help="DLVM stage 1 epochs (all samples)")] = 30,
     stage2_epochs: Annotated[

@@ -44,6 +44,9 @@ DVFL = {
     "owner_epochs": 60,
     "owner_lr": 0.08,
     "owner_momentum": 0.0,
+    "owner_patience": 0,
+    "owner_validation": 0.2,
+    "period_epochs": None,
 }
 DLVM = {
     "latent_dim": 16,
@@ -53,7 +56,10 @@ DLVM = {
     "predict_samples": 50,
     "predict": "snis",
     "stage2_epochs": 30,
+    "posterior": "mean",
+    "stage2": "frozen",
     "mnar": False,
+    "mnar_model": "features",
     "expert_dropout": 0.0,
 }
 CLIENT = {
@@ -119,6 +125,7 @@ METHODS = (
     "local",
     "ensemble",
     "svfl",
+    "vanilla",
     "combinatorial",
     "plug",
     "zerofill",

@@ -58,7 +58,8 @@ def prepare(
         str | None,
         typer.Option(
             help="Training missingness mechanism instead of --p-miss: mcar:P, mnar:P (drop "
-            "with P if the block's mean feature is negative, else 1-P), mar1[:P], mar2[:P]."
+            "with P if the block's mean feature is negative, else 1-P), mar1, mar2[:B] (the "
+            "DLVM paper's Algorithms 2 and 3), mar1-anchor[:P], mar2-anchor[:P]."
         ),
     ] = None,
     missing_test: Annotated[

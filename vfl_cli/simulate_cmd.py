@@ -68,7 +68,10 @@ def simulate(
     ] = None,
     missing: Annotated[
         str | None,
-        Opt(help="training missingness instead of --p-miss: mcar:P, mnar:P, mar1, mar2"),
+        Opt(
+            help="training missingness instead of --p-miss: mcar:P, mnar:P, mar1, mar2[:B], "
+            "mar1-anchor[:P], mar2-anchor[:P]"
+        ),
     ] = None,
     missing_test: Annotated[
         list[str] | None, Opt(help="test missingness mechanism instead of --p-miss-test (repeat)")

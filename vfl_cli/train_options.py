@@ -86,6 +86,22 @@ class TrainOptions:
             show_default=shown(DV["owner_epochs"]),
         ),
     ] = None
+    dvfl_owner_patience: Annotated[
+        int | None,
+        Opt(
+            help="dvfl: 0 off; N: stop the owner after N epochs without a better accuracy on "
+            "its held-out labelled rows (the paper's limited-label runs)",
+            show_default=shown(DV["owner_patience"]),
+        ),
+    ] = None
+    dvfl_period_epochs: Annotated[
+        int | None,
+        Opt(
+            help="dvfl: guests write to the hosts in every K-th guest epoch (the paper's "
+            "period; unset: --dvfl-period in steps)",
+            show_default=shown(DV["period_epochs"]),
+        ),
+    ] = None
     serve_feature_only: Annotated[
         bool | None,
         Opt(
@@ -151,6 +167,30 @@ class TrainOptions:
         Opt(
             help="dlvm: leave each expert out of a training posterior with P (not the paper's)",
             show_default=shown(DL["expert_dropout"]),
+        ),
+    ] = None
+    dlvm_posterior: Annotated[
+        str | None,
+        Opt(
+            help="dlvm: mean (the paper's Eq. (1): means averaged, precisions summed) | product "
+            "(product of experts, not the paper's)",
+            show_default=shown(DL["posterior"]),
+        ),
+    ] = None
+    dlvm_stage2: Annotated[
+        str | None,
+        Opt(
+            help="dlvm: frozen (the paper's: only the classifier learns, no gradient on the "
+            "wire) | finetune (the encoders learn too, not the paper's)",
+            show_default=shown(DL["stage2"]),
+        ),
+    ] = None
+    dlvm_mnar_model: Annotated[
+        str | None,
+        Opt(
+            help="dlvm --dlvm-mnar: features (the paper's p(m_k | x_k), a missing block's "
+            "features from its decoder) | latent (p(m_k | h), not the paper's)",
+            show_default=shown(DL["mnar_model"]),
         ),
     ] = None
     early_stop_patience: Annotated[

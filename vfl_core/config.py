@@ -89,6 +89,13 @@ class DvflConfig(_Frozen):
     owner_epochs: int = Field(60, ge=1)  # the label owner's epochs on the frozen hosts' outputs
     owner_lr: float = Field(8e-2, gt=0)
     owner_momentum: float = Field(0.0, ge=0, lt=1)
+    # Early stopping of the owner (the paper's limited-label runs): 0 off; N: stop after N owner
+    # epochs without a better accuracy on `owner_validation` of its labelled rows, best restored.
+    owner_patience: int = Field(0, ge=0)
+    owner_validation: float = Field(0.2, gt=0, lt=1)
+    # The communication period in guest epochs (the paper's Fig. 3/4): the guests write in every
+    # N-th epoch (all its rounds) and not in the others; None: `period` (rounds) decides.
+    period_epochs: int | None = Field(None, ge=1, le=100_000)
 
     @field_validator("guest_hidden", "host_hidden", "owner_hidden")
     @classmethod

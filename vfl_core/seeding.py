@@ -29,17 +29,17 @@ class Stream(IntEnum):
     LABELS = 21  # which training samples keep their label (vfl prepare --labels)
     # initial weights of the latent-variable VFL's networks (vfl_core.methods.dlvm.models)
     DLVM_INIT = 22
-    DLVM_NOISE = 23  # its importance samples of h and z (vfl_core.methods.dlvm.roles)
+    DLVM_NOISE = 23  # its importance samples of h and z (vfl_core.methods.dlvm.sampling)
     # Decoupled VFL (vfl_core.methods.dvfl.nets), numbered apart so other methods' streams can grow
     # below.
     DVFL_INIT_HOST = 40  # a host's autoencoder
     DVFL_INIT_OWNER = 41  # the label owner's classifier
     DVFL_REPLAY = 42  # the samples a host replays from its registers
     DVFL_OWNER_PLAN = 43  # the owner's batches over its labelled rows, per owner epoch
-    DLVM_DROPOUT = (
-        25  # the experts a training step leaves out of its posterior (vfl_core.methods.dlvm.roles)
-    )
+    # the experts a training step leaves out of its posterior (vfl_core.methods.dlvm.sampling)
+    DLVM_DROPOUT = 25
     VALIDATION = 24  # training samples held out for early stopping (vfl_core.training.early_stop)
+    ALIGNED_LABELS = 26  # the labelled samples made fully aligned (vfl_core.data.prepare)
     # the label-leak defences of a party (vfl_core.privacy.guards)
     PRIVACY_GRADIENT = 50  # noise on the gradients a label party sends
     PRIVACY_EMBEDDING = 51  # noise on the training embeddings a party sends

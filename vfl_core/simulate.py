@@ -55,6 +55,8 @@ class SimulationConfig(BaseModel):
     label_blocks: tuple[int, ...] | None = None
     # label parties keep the labels of samples whose block they miss (label-only rows)
     keep_labels: bool = False
+    # of the `labels`, this many made fully aligned (the DLVM paper's reserve: 100 / 200)
+    aligned_labels: int = Field(0, ge=0)
     secret: str = DEMO_SECRET
     train: TrainConfig = TrainConfig()
     faults: FaultConfig = FaultConfig()  # injected party failures and link loss (training only)
@@ -201,6 +203,7 @@ def party_data(config: SimulationConfig, tmp: Path) -> dict[Variant, list[PartyD
             mechanisms={"train": train, "test": test},
             labels=config.labels,
             keep_labels=config.keep_labels,
+            aligned_labels=config.aligned_labels,
         )
         variants[key] = [load_party_dir(p) for p in paths]
     if not variants:

@@ -9,10 +9,24 @@ The names follow the DLVM-VFL paper (Hong, Park, Hwang, arXiv 2505.11035):
 - ``mnar:P``  missing not at random ("MNAR 7" is ``mnar:0.7``): party k misses a sample with
   probability P if the *block's own* mean feature is negative, else with 1 - P. The mask then
   depends on the values that go missing.
-- ``mar1[:P]`` missing at random, one anchor: block 0 is always observed; every other block
-  is dropped with P if block 0's mean feature is negative, else with 1 - P (P defaults to 0.7).
-- ``mar2[:P]`` missing at random, sequential: block 0 is always observed; block k is dropped
-  with P if the mean of the *observed* blocks j < k's mean features is negative, else 1 - P.
+- ``mar1``  the DLVM paper's MAR 1 (its App. D.4, Algorithm 2): the pieces (blocks) are visited
+  in a random order per sample; each visited piece is observed; the visit stops at the first
+  piece whose variance exceeds the threshold T (1.1 at the start, lowered by 0.15 after each
+  piece that does not).
+- ``mar2[:B]`` the paper's MAR 2 (Algorithm 3): the same random visit from T = 0.5; a piece of
+  variance v > T spends v - T of the budget B (0.7, the paper's; 0.5 its ModelNet10 value); the
+  visit stops once B <= 0, else T drops by 0.15.
+- ``mar1-anchor[:P]`` (this project's earlier MAR 1, not the paper's): block 0 is always
+  observed; every other block is dropped with P if block 0's mean feature is negative, else
+  with 1 - P (P defaults to 0.7).
+- ``mar2-anchor[:P]`` (this project's earlier MAR 2, not the paper's): block 0 is always
+  observed; block k is dropped with P if the mean of the *observed* blocks j < k's mean
+  features is negative, else 1 - P.
+
+A piece's variance is the variance of its features in the sample, on the paper's normalised
+scale: divided by ``scale``, the variance of every training feature pooled (`vfl prepare`
+standardises tabular columns, so there it is about 1; MNIST's pixels in [0, 1] pool to about
+0.095).
 
 "Mean feature negative" is measured after centring: a block's per-sample mean feature minus
 its average over the training split (``centres``). Standardised tabular data (what `vfl
@@ -37,11 +51,13 @@ from vfl_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["mcar", "mnar", "mar1", "mar2"]
+Kind = Literal["mcar", "mnar", "mar1", "mar2", "mar1-anchor", "mar2-anchor"]
 KINDS: tuple[str, ...] = get_args(Kind)
-DEFAULT_P: dict[str, float] = {"mar1": 0.7, "mar2": 0.7}  # mcar and mnar need their P
+# mcar and mnar need their P; mar2's is its budget B; mar1 has none (its P is unused)
+DEFAULT_P: dict[str, float] = {"mar1": 0.0, "mar2": 0.7, "mar1-anchor": 0.7, "mar2-anchor": 0.7}
 UNLABELLED = -1  # a classification label that is not known (few-labels runs)
-ANCHOR = 0  # the block a MAR rule conditions on (always observed)
+ANCHOR = 0  # the block the anchor MAR rules condition on (always observed)
+MAR1_THRESHOLD, MAR2_THRESHOLD, MAR_DECREMENT = 1.1, 0.5, 0.15  # the paper's T and Delta
 
 
 @dataclass(frozen=True)
@@ -65,7 +81,7 @@ class Mechanism:
         """The mechanism as the CLI writes it: ``mnar:0.7``."""
         if self.per_party is not None:
             return "mcar:" + "/".join(f"{p:g}" for p in self.per_party)
-        return f"{self.kind}:{self.p:g}"
+        return self.kind if self.kind == "mar1" else f"{self.kind}:{self.p:g}"
 
     def probabilities(self, num_blocks: int) -> list[float]:
         """MCAR's per-block probabilities."""
@@ -95,6 +111,8 @@ def parse_mechanism(text: str) -> Mechanism:
         if kind not in DEFAULT_P:
             raise ConfigError(f"mechanism {kind} needs a probability, e.g. {kind}:0.5")
         return Mechanism(kind, DEFAULT_P[kind])  # type: ignore[arg-type]
+    if kind == "mar1":
+        raise ConfigError("mechanism mar1 takes no parameter (the paper's T = 1.1, delta = 0.15)")
     try:
         p = float(value)
     except ValueError:
@@ -115,31 +133,78 @@ def draw_observed(
     blocks: Sequence[np.ndarray],
     centres: np.ndarray,
     rng: np.random.Generator,
+    scale: float = 1.0,
 ) -> np.ndarray:
     """The observed mask (n, K) of samples whose feature blocks are ``blocks`` (block k:
-    (n, ...)); ``centres`` (K,) are the training split's average block means."""
+    (n, ...)); ``centres`` (K,) are the training split's average block means, ``scale`` its
+    pooled feature variance (the paper's MAR rules read variances on that scale)."""
     num_blocks, n = len(blocks), len(blocks[0])
     if mechanism.kind == "mcar":
         return draw_mcar(n, mechanism.probabilities(num_blocks), rng)
-    if mechanism.kind in ("mar1", "mar2") and num_blocks < 2:
+    if mechanism.kind in ("mar1-anchor", "mar2-anchor") and num_blocks < 2:
         raise ConfigError(f"{mechanism.kind} needs at least 2 parties (block 0 is the anchor)")
     uniform = rng.random((n, num_blocks))  # drawn before any value is read (see docstring)
-    negative = block_means(blocks) - np.asarray(centres, dtype=np.float64) < 0  # (n, K)
-    p = mechanism.p
-    if mechanism.kind == "mnar":
-        observed = uniform >= np.where(negative, p, 1.0 - p)
-    elif mechanism.kind == "mar1":
-        drop_p = np.where(negative[:, ANCHOR], p, 1.0 - p)  # (n,)
-        observed = uniform >= drop_p[:, None]
-        observed[:, ANCHOR] = True
+    if mechanism.kind in ("mar1", "mar2"):
+        variance = block_variances(blocks) / scale  # (n, K)
+        budget = None if mechanism.kind == "mar1" else mechanism.p
+        observed = visit_pieces(uniform, variance, budget)
     else:
-        observed = _mar2(uniform, block_means(blocks) - centres, p)
+        negative = block_means(blocks) - np.asarray(centres, dtype=np.float64) < 0  # (n, K)
+        observed = _anchor_rules(mechanism, uniform, negative, block_means(blocks) - centres)
     log.debug("%s: %d of %d rows observed by no party", mechanism.spec, (~observed.any(1)).sum(), n)
     return observed
 
 
+def block_variances(blocks: Sequence[np.ndarray]) -> np.ndarray:
+    """Each sample's variance of its features per block: (n, K)."""
+    return np.stack([b.reshape(len(b), -1).var(axis=1, dtype=np.float64) for b in blocks], 1)
+
+
+def visit_pieces(uniform: np.ndarray, variance: np.ndarray, budget: float | None) -> np.ndarray:
+    """The paper's Algorithms 2 (``budget`` None) and 3, for every sample at once.
+
+    ``uniform`` (n, K) orders each sample's visit (the piece of smallest draw first: a uniformly
+    random order); every visited piece is observed. Algorithm 2 stops after the first piece of
+    variance v > T; Algorithm 3 spends v - T of the budget on such a piece and stops once the
+    budget is <= 0. T starts at 1.1 (Algorithm 2) or 0.5 (3) and drops by 0.15 per piece."""
+    n, num_blocks = variance.shape
+    order = np.argsort(uniform, axis=1, kind="stable")  # (n, K) visiting order
+    rows = np.arange(n)
+    observed = np.zeros((n, num_blocks), dtype=bool)
+    visiting = np.ones(n, dtype=bool)
+    threshold = np.full(n, MAR1_THRESHOLD if budget is None else MAR2_THRESHOLD)
+    left = np.full(n, 0.0 if budget is None else budget)
+    for step in range(num_blocks):
+        piece = order[:, step]
+        observed[rows[visiting], piece[visiting]] = True
+        v = variance[rows, piece]
+        if budget is None:
+            stop = v > threshold
+        else:
+            left = np.where(v > threshold, left - (v - threshold), left)
+            stop = left <= 0
+        visiting &= ~stop
+        threshold = threshold - MAR_DECREMENT
+    return observed
+
+
+def _anchor_rules(
+    mechanism: Mechanism, uniform: np.ndarray, negative: np.ndarray, centred: np.ndarray
+) -> np.ndarray:
+    """MNAR, and this project's anchor MAR rules (not the paper's)."""
+    p = mechanism.p
+    if mechanism.kind == "mnar":
+        return uniform >= np.where(negative, p, 1.0 - p)
+    if mechanism.kind == "mar1-anchor":
+        drop_p = np.where(negative[:, ANCHOR], p, 1.0 - p)  # (n,)
+        observed = uniform >= drop_p[:, None]
+        observed[:, ANCHOR] = True
+        return observed
+    return _mar2(uniform, centred, p)
+
+
 def _mar2(uniform: np.ndarray, centred: np.ndarray, p: float) -> np.ndarray:
-    """Sequential MAR: block k's drop probability reads only the blocks j < k observed."""
+    """Sequential anchor MAR: block k's drop probability reads only the blocks j < k observed."""
     n, num_blocks = uniform.shape
     observed = np.zeros((n, num_blocks), dtype=bool)
     observed[:, ANCHOR] = True

@@ -41,6 +41,7 @@ _PURPOSES: dict[str, Stream] = {
     "miss_test": Stream.MISSING_TEST,
     "p_miss": Stream.NONUNIFORM,
     "labels": Stream.LABELS,
+    "aligned_labels": Stream.ALIGNED_LABELS,
 }
 
 
@@ -48,7 +49,8 @@ def seeded_rng(seed: int, purpose: str) -> np.random.Generator:
     """The random stream for one purpose of `vfl prepare`, derived from the single user seed.
 
     Purposes: "split" (train/test), "miss_train", "miss_test", "p_miss" (Beta(2,2) draws),
-    "labels" (which training samples keep their label with --labels).
+    "labels" (which training samples keep their label with --labels), "aligned_labels" (which of
+    them are made fully aligned).
     """
     return seeding.rng(seed, _PURPOSES[purpose])
 
@@ -120,6 +122,7 @@ def prepare_parties(
     mechanisms: Mapping[str, Mechanism] | None = None,
     labels: int | None = None,
     keep_labels: bool = False,
+    aligned_labels: int = 0,
 ) -> list[Path]:
     """Write ``out_dir/<prefix><k>/`` for k < num_blocks and ``out_dir/prepare.json``.
 
@@ -129,8 +132,10 @@ def prepare_parties(
     default) with train-split statistics only, so no test information leaks into training.
     ``mechanisms`` ("train"/"test" -> Mechanism, see vfl_core.data.missingness) replaces the MCAR
     probabilities of that split. ``labels`` N keeps the labels of N training samples (drawn
-    among those a label party holds); the others are written as UNLABELLED (-1). Returns the
-    party directories.
+    among those a label party holds, with `keep_labels` among every sample some party holds); the
+    others are written as UNLABELLED (-1). ``aligned_labels`` of the N (the DLVM paper's reserve:
+    100 tabular, 200 image) are made fully aligned: every party observes them. Returns the party
+    directories.
     """
     label_set = _check_prepare_args(
         num_blocks, p_miss_train, p_miss_test, test_fraction, label_blocks
@@ -142,7 +147,21 @@ def prepare_parties(
     rows = _train_test_indices(dataset, test_fraction, seed)
     x = _standardized(dataset.x, rows["train"]) if standardize else dataset.x
     chosen = {"train": mcar(p_miss_train), "test": mcar(p_miss_test)} | dict(mechanisms or {})
-    cut = _Cut(dataset, x, rows, chosen, num_blocks, seed, layout, label_set, labels, keep_labels)
+    if aligned_labels and (labels is None or aligned_labels > labels):
+        raise ConfigError(f"{aligned_labels} aligned labels need --labels of at least as many")
+    cut = _Cut(
+        dataset,
+        x,
+        rows,
+        chosen,
+        num_blocks,
+        seed,
+        layout,
+        label_set,
+        labels,
+        keep_labels,
+        aligned_labels,
+    )
     parties, counts = _cut_parties(cut)
     paths = _write_parties(dataset, Path(out_dir), prefix, parties, label_set, labels is not None)
     summary = {
@@ -162,6 +181,7 @@ def prepare_parties(
         "standardize": standardize,
         "label_blocks": sorted(label_set),
         "keep_labels": keep_labels,
+        "aligned_labels": aligned_labels,
         "parties": [p.name for p in paths],
         "counts": counts,
     }
@@ -224,6 +244,7 @@ class _Cut:
     label_set: set[int]
     labels: int | None  # keep this many training labels (None: all)
     keep_labels: bool = False  # label parties keep label-only rows
+    aligned_labels: int = 0  # labelled training samples made fully aligned (the paper's reserve)
 
 
 def _cut_parties(cut: _Cut) -> tuple[list[dict[str, PartySplit]], dict[str, dict[str, Any]]]:
@@ -238,13 +259,19 @@ def _cut_parties(cut: _Cut) -> tuple[list[dict[str, PartySplit]], dict[str, dict
     }
     # MNAR/MAR read a block's mean feature relative to its training average (no test leakage).
     centres = block_means(split_blocks_of["train"]).mean(axis=0)  # (K,)
+    # The paper's MAR rules read a piece's variance on the normalised scale (vfl_core.data.
+    # missingness): the training features' pooled variance.
+    train_blocks = split_blocks_of["train"]
+    flat = np.concatenate([b.reshape(len(b), -1) for b in train_blocks], axis=1)
+    scale = float(flat.var(dtype=np.float64)) or 1.0
     for name, split_rows in cut.rows.items():
         blocks = split_blocks_of[name]
         rng = seeded_rng(cut.seed, f"miss_{name}")
-        observed = draw_observed(cut.mechanisms[name], blocks, centres, rng)  # (n, K)
+        observed = draw_observed(cut.mechanisms[name], blocks, centres, rng, scale)  # (n, K)
         y = cut.dataset.y[split_rows]
         if name == "train" and cut.labels is not None:
             y = _few_labels(y, observed, cut)
+            observed = _aligned_reserve(observed, y, cut)
         label_only = (observed.any(axis=1)[:, None] & ~observed) if cut.keep_labels else None
         for k in range(num_blocks):
             keep = observed[:, k]  # rows nobody observes end up in no party
@@ -269,9 +296,25 @@ def _few_labels(y: np.ndarray, observed: np.ndarray, cut: _Cut) -> np.ndarray:
     """The training labels with all but ``cut.labels`` of the samples a label party holds
     set to UNLABELLED."""
     held = observed[:, sorted(cut.label_set)].any(axis=1)
+    if cut.keep_labels:  # a label party holds the labels of every sample some party holds
+        held = observed.any(axis=1)
     assert cut.labels is not None
     keep = choose_labelled(held, cut.labels, seeded_rng(cut.seed, "labels"))
     return np.where(keep, y, UNLABELLED)
+
+
+def _aligned_reserve(observed: np.ndarray, y: np.ndarray, cut: _Cut) -> np.ndarray:
+    """The mask with ``cut.aligned_labels`` of the labelled samples (drawn uniformly) observed by
+    every party; the other samples keep the mechanism's mask."""
+    if not cut.aligned_labels:
+        return observed
+    labelled = np.flatnonzero(y != UNLABELLED)
+    chosen = seeded_rng(cut.seed, "aligned_labels").choice(
+        labelled, size=cut.aligned_labels, replace=False
+    )
+    out = observed.copy()
+    out[chosen] = True
+    return out
 
 
 def _standardized(x: np.ndarray, train_rows: np.ndarray) -> np.ndarray:

@@ -224,6 +224,9 @@ class MethodSpec:
     replacement: Replacement
     own_block_only: bool = False  # a head sees its own block only (local predictors)
     needs_all_blocks: bool = False  # trains on and predicts for fully observed sets only
+    # ... but at inference the active party predicts for any observed set, zeros in place of
+    # the missing blocks' embeddings (the DLVM paper's Vanilla VFL, its App. D.1)
+    zero_imputes: bool = False
     # Heads also serve sets of feature-only blocks (vfl_core.methods.laser.objective): a label
     # party trains on them, also for samples it holds only the label of, and predicts for a
     # sample that no label party observes, from the others' embeddings alone.
@@ -351,7 +354,7 @@ class MethodSpec:
         `serves_feature_only`, every label party predicts for a set without one (the engine
         calls those it can reach)."""
         if self.needs_all_blocks and len(present) != num_blocks:
-            return None
+            return [active_party(label_blocks)] if self.zero_imputes else None
         if self.serves_feature_only and present and not set(present) & set(label_blocks):
             return sorted(label_blocks)
         if self.heads == "active_party":

@@ -25,7 +25,18 @@ class DlvmConfig(BaseModel):
     # one-hot on images, so SNIS predicts from about one sample: benchmarks/results/dlvm.md)
     predict: Literal["snis", "average"] = "snis"
     stage2_epochs: int = Field(30, ge=0)
-    mnar: bool = False  # each party also models whether it holds a sample, p(m_k | h)
+    # mean: the paper's Eq. (1), the observed experts' means averaged, precisions summed;
+    # product: the exact product of the Gaussian experts (means weighted by precision; not the
+    # paper's, this project's earlier default)
+    posterior: Literal["mean", "product"] = "mean"
+    # frozen: the paper's stage 2 (Algorithm 1, line 15): Theta_g fixed, only the classifier
+    # learns, no gradient leaves the active party; finetune (not the paper's): every party's
+    # encoder learns from the classifier's loss through DlvmBackward messages
+    stage2: Literal["frozen", "finetune"] = "frozen"
+    mnar: bool = False  # each party also models whether it holds a sample (FALSE-VFL-II)
+    # features: the paper's App. A.2, p(m_k | x_k) from the party's features (a missing block's
+    # features sampled from its decoder at each h); latent (not the paper's): p(m_k | h), linear
+    mnar_model: Literal["features", "latent"] = "features"
     # Not in the paper: each training step leaves each observed expert out of the posterior with
     # this probability (at least one stays). The decoders still score every observed block, so
     # the bound stays a bound; the encoders learn posteriors from fewer blocks, as at inference

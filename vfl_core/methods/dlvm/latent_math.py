@@ -8,10 +8,17 @@ Generative model, for one sample with feature blocks x_1..x_K and label y:
 encoder giving a Gaussian expert q_k(h | x_k) = N(mu_k, diag(var_k)) and the decoder p(x_k | h);
 the active party owns q(z | h), p(h | z) and p(y | h).
 
-Posterior over h for the observed blocks O: the product of the observed experts, i.e. the
-precisions add and the mean is the precision-weighted average of the means; a missing block
-drops out of both. Stage 1 maximises the importance-weighted bound (IWAE) with kappa samples
-over every sample, labelled or not:
+Posterior over h for the observed blocks O, the paper's Eq. (1): the mean is the plain average of
+the observed experts' means and the precisions add,
+
+    q(h | x_O) = N( (1/|O|) sum_{k in O} mu_k, (sum_{k in O} Sigma_k^-1)^-1 );
+
+a missing block drops out of both (App. B.1: averaging keeps the mean's scale whatever the
+number of missing parties). `product_of_experts` (DlvmConfig.posterior "product", not the
+paper's) weights the means by precision instead, the exact product of the Gaussians.
+
+Stage 1 maximises the importance-weighted bound (IWAE) with kappa samples over every sample,
+labelled or not:
 
     log p(x_O) >= E[ log (1/kappa) sum_i w_i ],
     w_i = p(z_i) p(h_i | z_i) prod_{k in O} p(x_k | h_i) / (q(h_i | x_O) q(z_i | h_i)).
@@ -52,6 +59,23 @@ def product_of_experts(
         total = total + precision
         weighted = weighted + precision * mean
     return weighted / total, -torch.log(total)
+
+
+def mean_of_experts(
+    means: list[torch.Tensor], logvars: list[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The paper's Eq. (1): experts (B, d) each -> (mean, log-variance), (B, d) each.
+
+    The mean is the unweighted average of the means; the precisions add, as in the product.
+    Summed in the order given (callers pass them by block): reproducible bit for bit."""
+    if not means or len(means) != len(logvars):
+        raise ValueError("mean_of_experts needs one log-variance per mean, at least one")
+    total = torch.exp(-clamp_logvar(logvars[0]))  # (B, d)
+    summed = means[0]
+    for mean, logvar in zip(means[1:], logvars[1:], strict=True):
+        total = total + torch.exp(-clamp_logvar(logvar))
+        summed = summed + mean
+    return summed / len(means), -torch.log(total)
 
 
 def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:

@@ -78,10 +78,18 @@ class Decoder(nn.Module):
             return dm.bernoulli_log_prob(target, out)
         return dm.gaussian_log_prob(target, out, dm.clamp_logvar(self.logvar))
 
+    def mean(self, h: torch.Tensor) -> torch.Tensor:
+        """E[x | h_s]: h (B, S, d) -> (B, S, F) (pixel probabilities, or the Gaussian mean)."""
+        flat, (b, s) = _flat(h)
+        out = self.body(flat).reshape(b, s, -1)  # (B, S, F)
+        return torch.sigmoid(out) if self.logvar is None else out
+
 
 class BlockModels(nn.Module):
     """Party k's networks: encoder q_k(h | x_k), decoder p(x_k | h), and for MNAR the
-    missingness model p(m_k = 1 | h) (a logit from h)."""
+    missingness model psi^k: a logit of p(m_k = 1) from the block's features x_k (the paper's
+    App. A.2; a missing block's features are the decoder's mean at h), or from h itself
+    (DlvmConfig.mnar_model "latent", not the paper's)."""
 
     def __init__(
         self,
@@ -98,14 +106,26 @@ class BlockModels(nn.Module):
         self.encoder = GaussianNet(encoder, d)
         body = _mlp(d, config.hidden, features, seed, block, Role.DECODER)
         self.decoder = Decoder(body, features, likelihood)
-        self.missingness = _mlp(d, (), 1, seed, block, Role.MISSINGNESS) if config.mnar else None
+        self.from_features = config.mnar_model == "features"
+        inputs = features if self.from_features else d
+        self.missingness = (
+            _mlp(inputs, (), 1, seed, block, Role.MISSINGNESS) if config.mnar else None
+        )
 
-    def missing_log_prob(self, held: bool, h: torch.Tensor) -> torch.Tensor:
-        """log p(m_k = held | h_s): (B, S, d) -> (B, S)."""
+    def missing_log_prob(self, x: torch.Tensor | None, h: torch.Tensor) -> torch.Tensor:
+        """log p(m_k | .) at the samples h (B, S, d) -> (B, S): held (x (B, F), the party's
+        features) or missing (x None). From features, a held block's term is the same at
+        every h_s; a missing block's reads the decoder's mean at h_s in place of x_k."""
         assert self.missingness is not None
-        flat, (b, s) = _flat(h)
-        logit = self.missingness(flat).reshape(b, s)
-        return nn.functional.logsigmoid(logit if held else -logit)
+        b, s = h.shape[0], h.shape[1]
+        if not self.from_features:
+            logit = self.missingness(_flat(h)[0]).reshape(b, s)
+        elif x is not None:
+            logit = self.missingness(x).reshape(b, 1).expand(b, s)
+        else:
+            imputed = self.decoder.mean(h)  # (B, S, F)
+            logit = self.missingness(imputed.reshape(b * s, -1)).reshape(b, s)
+        return nn.functional.logsigmoid(logit if x is not None else -logit)
 
 
 class ActiveModels(nn.Module):

@@ -14,8 +14,10 @@ every method:
    active party: the bound, its own update, every party's gradients), Backward (each party).
 2. `dlvm.stage2_epochs` epochs over the training samples the active party holds a label for
    (it names their rows once; the coordinator learns which samples are labelled, never a
-   label): Embed, Decode without gradients, Step (the classifier's loss; the gradients of the
-   experts), Backward (the encoders fine-tune).
+   label): Embed, Decode without gradients, Step (the classifier's loss). The paper's stage 2
+   (`dlvm.stage2` "frozen", the default) ends there: Theta_g is fixed and no gradient crosses
+   the wire. With "finetune" (not the paper's) the step returns the experts' gradients and
+   Backward follows (the encoders fine-tune).
 
 Inference: Embed, the coordinator draws L samples, Decode, and the active party's SNIS
 probabilities (DlvmPredict). The active party need not hold the sample; a sample is scored where
@@ -35,7 +37,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from vfl_core.data.batch_plan import Alignment, Batch, epoch_plan
+from vfl_core.data.batch_plan import Batch, epoch_plan
 from vfl_core.methods.combination import combine
 from vfl_core.methods.dlvm.messages import (
     DecodeCall,
@@ -46,7 +48,7 @@ from vfl_core.methods.dlvm.messages import (
     StepCall,
     StepResult,
 )
-from vfl_core.methods.dlvm.roles import latent_samples
+from vfl_core.methods.dlvm.sampling import latent_samples
 from vfl_core.methods.federation_port import FederationPort
 from vfl_core.methods.outcomes import PredictionBatch, RoundRecord, batch_prediction
 from vfl_core.methods.spec import active_party
@@ -81,8 +83,9 @@ class DlvmProgram:
         keys = self._labelled_keys()
         if keys is None:
             return []
-        al = self.fed.alignments["train"]
-        sub = Alignment(tuple(al.keys[i] for i in keys), {b: r[keys] for b, r in al.rows.items()})
+        # the subset keeps which rows are label-only: the active party may hold a sample's label
+        # and not its block (the paper's label routing), and then does not embed it
+        sub = self.fed.alignments["train"].subset(keys)
         plan = epoch_plan(sub, self.fed.config.seed, epoch, self.fed.config.batch_size)
         return [Batch(b.pattern, keys[b.index]) for b in plan]  # indices of the full alignment
 
@@ -115,8 +118,10 @@ class DlvmProgram:
         al, where = fed.alignments["train"], f"round {round_id}"
         digest = al.digest(batch.index)
         callees = tuple(b for b in batch.pattern if fed.liveness.should_call(b, fed._tick))
+        # the paper's frozen stage 2 needs no graph through the encoders: nothing flows back
+        graph = stage == Stage.BOUND or self.cfg.stage2 == "finetune"
         calls = {
-            b: EmbedCall(round_id, "train", al.rows_of(b, batch.index), digest, True, callees)
+            b: EmbedCall(round_id, "train", al.rows_of(b, batch.index), digest, graph, callees)
             for b in callees
         }
         experts = fed._accept(fed.transport.embed(calls), callees, len(batch.index), "embed", where)
@@ -132,8 +137,10 @@ class DlvmProgram:
         if result is None:
             return RoundRecord(round_id, epoch, batch.pattern, present, {}, ())
         backward = {b: DlvmBackwardCall(round_id, epoch, g) for b, g in result.grads.items()}
-        updated = set(fed.transport.step(DLVM, "DlvmBackward", backward)) if backward else set()
-        fed._record(backward, updated, "backward", where)
+        updated = {active}  # the frozen stage 2: only the classifier learned, no Backward
+        if backward:
+            updated = set(fed.transport.step(DLVM, "DlvmBackward", backward))
+            fed._record(backward, updated, "backward", where)
         return RoundRecord(
             round_id, epoch, batch.pattern, present, {active: result.loss}, tuple(sorted(updated))
         )

@@ -8,8 +8,9 @@ coordinator asks to step. What a party computes in a round (vfl_core.methods.dlv
 
 - Embed: [mean | logvar] of its expert for its rows, (B, 2d), keeping the graph in training;
 - Decode: log p(x_k | h) at the coordinator's latent samples h, (B, S), and its gradient in h;
-- Step (the active party): the bound or the classifier's loss from the experts and the decoders'
-  answers; it steps its own networks and returns every party's gradients;
+- Step (the active party, vfl_core.methods.dlvm.active): the bound or the classifier's loss from
+  the experts and the decoders' answers; it steps its own networks and returns the parties'
+  gradients (none in the paper's frozen stage 2);
 - Backward: backpropagate those gradients through its decoder and encoder, and step.
 
 Every call of the current round answers a retry with the same answer; other content for the
@@ -18,7 +19,6 @@ same round is refused, and an earlier round is stale (as for a Party's Embed/Fus
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,123 +27,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from vfl_core.data.missingness import UNLABELLED
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
-from vfl_core.methods.dlvm import latent_math as dm
+from vfl_core.methods.dlvm.active import ActiveParty
 from vfl_core.methods.dlvm.messages import (
     DecodeCall,
     Decoded,
     DlvmBackwardCall,
-    PartyGrads,
-    Stage,
     StepCall,
     StepResult,
 )
 from vfl_core.methods.dlvm.models import ActiveModels, BlockModels
+from vfl_core.methods.dlvm.sampling import content_key, from_wire, to_wire
 from vfl_core.model.model_bank import make_optimizer
 from vfl_core.protocol import EmbedCall
-from vfl_core.seeding import Stream, derive_seed, rng
 
 if TYPE_CHECKING:
-    from vfl_core.config import TrainConfig
     from vfl_core.methods.party_port import PartyPort
+    from vfl_core.methods.spec import RunConfig
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------- the posterior's samples
-
-
-def noise(seed: int, stage: int, round_id: int, shape: tuple[int, int], dims: tuple[int, int]):
-    """The standard normal draws of h and z for one step: (B, S, d) and (B, S, dz). The same
-    (seed, stage, round) gives the same draws in the coordinator and the active party.
-    Inference draws the same noise at every request (`round_id` there is the request counter):
-    a sample's predicted class is then the same each time it is asked for in the same batch
-    position (an evaluation's batches are a fixed plan), not a new Monte Carlo estimate."""
-    key = 0 if stage == Stage.PREDICT else round_id
-    gen = torch.Generator().manual_seed(derive_seed(seed, Stream.DLVM_NOISE, stage, key))
-    noise_h = torch.randn((*shape, dims[0]), generator=gen)
-    noise_z = torch.randn((*shape, dims[1]), generator=gen)
-    return noise_h, noise_z
-
-
-def kept_experts(
-    blocks: list[int], seed: int, stage: int, round_id: int, dropout: float
-) -> list[int]:
-    """The experts a step's posterior multiplies (DlvmConfig.expert_dropout): every one at
-    inference or without dropout; else each stays with 1 - dropout, and at least the one whose
-    draw was highest (the same draw in the coordinator and the active party)."""
-    if dropout == 0.0 or stage == Stage.PREDICT or len(blocks) < 2:
-        return blocks
-    draws = rng(seed, Stream.DLVM_DROPOUT, stage, round_id).random(len(blocks))  # block order
-    kept = [b for b, u in zip(blocks, draws, strict=True) if u >= dropout]
-    return kept or [blocks[int(np.argmax(draws))]]
-
-
-def posterior(experts: Mapping[int, torch.Tensor], noise_h: torch.Tensor, kept: list[int]):
-    """The product of the `kept` experts (B, 2d) each, in block order, and samples from it:
-    (mean, logvar) (B, d) each, h (B, S, d)."""
-    d = noise_h.shape[-1]
-    parts = [experts[b] for b in kept]
-    mean, logvar = dm.product_of_experts([e[:, :d] for e in parts], [e[:, d:] for e in parts])
-    return mean, logvar, dm.reparameterise(mean, logvar, noise_h)
-
-
-def latent_samples(
-    experts: Mapping[int, np.ndarray],
-    config: TrainConfig,
-    stage: int,
-    round_id: int,
-    samples: int,
-) -> np.ndarray:
-    """What the coordinator sends the decoders: S samples of h from the product of the
-    received experts, (B, S, d) float32 (the active party redraws exactly these)."""
-    tensors = {b: from_wire(e, e.shape, f"expert of block {b}") for b, e in experts.items()}
-    cfg, seed = config.dlvm, config.seed
-    batch = next(iter(tensors.values())).shape[0]
-    noise_h, _ = noise(seed, stage, round_id, (batch, samples), (cfg.latent_dim, cfg.z_dim))
-    kept = kept_experts(sorted(tensors), seed, stage, round_id, cfg.expert_dropout)
-    with torch.no_grad():
-        return to_wire(posterior(tensors, noise_h, kept)[2])
-
-
-# ---------------------------------------------------------------- wire helpers
-
-
-def to_wire(t: torch.Tensor) -> np.ndarray:
-    return t.detach().to("cpu", torch.float32).numpy().copy()
-
-
-def from_wire(array: np.ndarray, shape: tuple[int, ...], what: str) -> torch.Tensor:
-    """A received array as a fresh tensor, checked for dtype, shape and finiteness. The copy
-    lives in torch's own aligned memory: the same bits in any transport."""
-    if array.dtype != np.float32 or array.shape != tuple(shape):
-        raise ProtocolError(f"{what}: got {array.dtype} {array.shape}, expected float32 {shape}")
-    if not np.isfinite(array).all():
-        raise ProtocolError(f"{what}: contains NaN or Inf")
-    return torch.from_numpy(array.copy())
-
-
-def _content_key(*parts: object) -> bytes:
-    """A digest of a call's content, to tell an identical retry from another call."""
-    h = hashlib.sha256()
-    for part in parts:
-        if isinstance(part, np.ndarray):
-            h.update(repr((part.dtype.str, part.shape)).encode())
-            h.update(np.ascontiguousarray(part).tobytes())
-        elif isinstance(part, Mapping):
-            for k in sorted(part):
-                h.update(repr(k).encode())
-                h.update(_content_key(part[k]))
-        elif isinstance(part, Decoded):
-            h.update(_content_key(part.log_lik, part.grad))
-        else:
-            h.update(repr(part).encode())
-    return h.digest()
-
-
-def _grad(leaf: torch.Tensor) -> torch.Tensor:
-    return leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
 
 
 # ---------------------------------------------------------------- a party's round
@@ -178,24 +80,19 @@ class DlvmRoles:
                 "categorical columns are not supported (one-hot them: vfl prepare --max-onehot)"
             )
         self.party = party
-        self.config: TrainConfig = party.config
+        self.config: RunConfig = party.config
         cfg = self.config.dlvm
         likelihood = "bernoulli" if meta.kind == "image" else "gaussian"
         seed = self.config.seed
         self.models = BlockModels(cfg, meta.block, meta.feature_shape, likelihood, seed)
         self.models.to(party.device)
         self.opt = make_optimizer(self.models, self.config)
-        self.active = (
-            ActiveModels(cfg, meta.block, meta.num_classes, seed) if meta.has_labels else None
-        )
-        self.active_opt = (
-            None if self.active is None else make_optimizer(self.active.generative, self.config)
-        )
-        self.classifier_opt = (
-            None if self.active is None else make_optimizer(self.active.classifier, self.config)
-        )
+        self.active: ActiveModels | None = None
+        self.lead: ActiveParty | None = None  # the active party's step, at a label party
+        if meta.has_labels:
+            self.active = ActiveModels(cfg, meta.block, meta.num_classes, seed)
+            self.lead = ActiveParty(party, self.active)
         self._round: _Round | None = None
-        self._step: tuple[int, bytes, StepResult] | None = None  # the last training step
 
     @property
     def d(self) -> int:
@@ -246,7 +143,7 @@ class DlvmRoles:
             with torch.no_grad():
                 return Decoded(to_wire(self._terms(call, leaf, train=False)))
         state = self._decode_round(call)  # every check above: a refused call changes nothing
-        key = _content_key(call.h)
+        key = content_key(call.h)
         if state.decoded is not None:
             if key != state.decode_key:
                 raise ProtocolError(f"round {call.round_id}: decode repeated with other samples")
@@ -280,11 +177,12 @@ class DlvmRoles:
         self.models.train(train)
         with torch.set_grad_enabled(train):
             terms = torch.zeros(leaf.shape[:2], device=leaf.device)  # (B, S)
+            x = None
             if call.rows is not None:
                 x = self.party.batch(call.split, call.rows, call.digest).flatten(1)
                 terms = self.models.decoder.log_prob(x, leaf)
             if self.config.dlvm.mnar:
-                terms = terms + self.models.missing_log_prob(call.rows is not None, leaf)
+                terms = terms + self.models.missing_log_prob(x, leaf)
         return terms
 
     # ------------------------------------------------------------------ Backward
@@ -328,157 +226,18 @@ class DlvmRoles:
     # ------------------------------------------------------------------ the active party
     def labelled_rows(self) -> np.ndarray:
         """The training rows this party holds a label for (stage 2 plans over them)."""
-        labels = self.party.split("train").labels
-        if self.active is None or labels is None:
-            raise ProtocolError(f"party {self.party.party_id} holds no labels")
-        return np.flatnonzero(labels != UNLABELLED).astype(np.int64)
+        return self._lead().labelled_rows()
 
     def step(self, call: StepCall) -> StepResult:
-        """Stage 1: maximise the importance-weighted bound; stage 2: the classifier's SNIS
-        log-likelihood of the labels. Steps this party's q(z | h), p(h | z) (stage 1) or
-        classifier (stage 2); returns every party's gradients."""
-        active = self._active()
-        if call.stage == Stage.PREDICT:
-            raise ProtocolError("step: the predict stage is asked with DlvmPredict")
-        key = _content_key(call.stage, call.samples, call.experts, call.answers, call.rows)
-        if self._step is not None:
-            last, last_key, result = self._step
-            if call.round_id < last:
-                raise StaleRoundError(f"step for round {call.round_id}: party is at round {last}")
-            if call.round_id == last:
-                if key != last_key:
-                    raise ProtocolError(f"round {call.round_id}: step repeated with other content")
-                return result
-        draw = self._draw(call, train=True)
-        if call.stage == Stage.BOUND:
-            result = self._bound_step(active, call, draw)
-        else:
-            result = self._classifier_step(active, call, draw)
-        self._step = (call.round_id, key, result)
-        return result
+        return self._lead().step(call)
 
     def predict(self, call: StepCall) -> np.ndarray:
-        """SNIS class probabilities sum_l w~_l p(y | h_l), (B, C) (or, with predict "average",
-        equal weights)."""
-        active = self._active()
-        if call.stage != Stage.PREDICT:
-            raise ProtocolError(f"predict with stage {int(call.stage)}")
-        with torch.no_grad():
-            draw = self._draw(call, train=False)
-            log_w = self._log_weights(draw, call.answers, train=False)[0]  # (B, L)
-            if self.config.dlvm.predict == "average":
-                log_w = torch.zeros_like(log_w)
-            active.eval()
-            probs = torch.exp(active.class_log_probs(draw.h))  # (B, L, C)
-            # float32 rounding lifts a confident class's weighted sum up to ~2e-7 above 1, and
-            # the label parties refuse scores outside [0, 1] (the batch would go unscored)
-            return to_wire(dm.snis(log_w, probs).clamp(0.0, 1.0))
+        return self._lead().predict(call)
 
-    def _active(self) -> ActiveModels:
-        if self.active is None:
+    def _lead(self) -> ActiveParty:
+        if self.lead is None:
             raise ProtocolError(f"party {self.party.party_id} holds no labels: it is not active")
-        return self.active
-
-    def _draw(self, call: StepCall, train: bool) -> _Draw:
-        """Redraw the coordinator's latent samples from the experts, with the graph to them."""
-        if not call.experts:
-            raise ProtocolError("step: no expert")
-        batch = next(iter(call.experts.values())).shape[0]
-        cfg = self.config.dlvm
-        experts = {
-            b: from_wire(e, (batch, 2 * self.d), f"expert of block {b}").requires_grad_(train)
-            for b, e in sorted(call.experts.items())
-        }
-        if call.samples < 1:
-            raise ProtocolError(f"step: {call.samples} samples")
-        noise_h, noise_z = noise(
-            self.config.seed,
-            int(call.stage),
-            call.round_id,
-            (batch, call.samples),
-            (self.d, cfg.z_dim),
-        )
-        kept = kept_experts(
-            sorted(experts), self.config.seed, call.stage, call.round_id, cfg.expert_dropout
-        )
-        active = self._active()
-        active.train(train)
-        with torch.set_grad_enabled(train):
-            mean, logvar, h = posterior(experts, noise_h, kept)  # (B, d), (B, d), (B, S, d)
-            log_q = dm.gaussian_log_prob(h, mean.unsqueeze(1), logvar.unsqueeze(1))  # (B, S)
-            own = active.prior_terms(h, noise_z) - log_q
-        return _Draw(experts, h, own)
-
-    def _log_weights(
-        self, draw: _Draw, answers: Mapping[int, Decoded], train: bool
-    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """log w (B, S) and the decoders' log-likelihood leaves (training)."""
-        shape = tuple(draw.h.shape[:2])
-        log_w = draw.own
-        leaves: dict[int, torch.Tensor] = {}
-        for b, answer in sorted(answers.items()):
-            value = from_wire(answer.log_lik, shape, f"log-likelihood of block {b}")
-            if not train:
-                log_w = log_w + value
-                continue
-            if answer.grad is None:
-                raise ProtocolError(f"block {b}: a training answer needs its gradient")
-            grad = from_wire(answer.grad, (*shape, self.d), f"gradient of block {b}")
-            leaves[b] = value.requires_grad_(True)
-            log_w = log_w + dm.linearised(leaves[b], grad, draw.h)
-        return log_w, leaves
-
-    def _bound_step(self, active: ActiveModels, call: StepCall, draw: _Draw) -> StepResult:
-        self._known_blocks(call)
-        log_w, leaves = self._log_weights(draw, call.answers, train=True)
-        loss = -dm.iwae_bound(log_w).mean()
-        assert self.active_opt is not None
-        self.active_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.active_opt.step()
-        blocks = sorted({*draw.experts, *leaves})
-        grads = {
-            b: PartyGrads(
-                None if b not in leaves else to_wire(_grad(leaves[b])),
-                None if b not in draw.experts else to_wire(_grad(draw.experts[b])),
-            )
-            for b in blocks
-        }
-        return StepResult(float(loss.detach()), grads)
-
-    def _classifier_step(self, active: ActiveModels, call: StepCall, draw: _Draw) -> StepResult:
-        """maximise log sum_s w~_s p(y | h_s) over the batch (weights held fixed)."""
-        if call.rows is None:
-            raise ProtocolError("classifier step without the active party's rows")
-        self._known_blocks(call)
-        x_rows = call.rows
-        self.party.check_digest("train", x_rows, call.digest)
-        if len(x_rows) != draw.h.shape[0]:
-            raise ProtocolError(
-                f"classifier step: {len(x_rows)} rows for {draw.h.shape[0]} samples"
-            )
-        labels = self.party.split("train").labels
-        assert labels is not None
-        y = torch.from_numpy(labels[x_rows])
-        if (y == UNLABELLED).any():
-            raise ProtocolError("classifier step: the batch holds an unlabelled row")
-        with torch.no_grad():
-            log_w = self._log_weights(draw, call.answers, train=False)[0]
-        log_py = active.class_log_probs(draw.h)  # (B, S, C)
-        picked = log_py.gather(2, y.view(-1, 1, 1).expand(-1, draw.h.shape[1], 1)).squeeze(2)
-        loss = -torch.logsumexp(torch.log_softmax(log_w, dim=1) + picked, dim=1).mean()
-        assert self.classifier_opt is not None
-        self.classifier_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.classifier_opt.step()
-        grads = {b: PartyGrads(None, to_wire(_grad(e))) for b, e in draw.experts.items()}
-        return StepResult(float(loss.detach()), grads)
-
-    def _known_blocks(self, call: StepCall) -> None:
-        num_blocks = self.party.data.meta.num_blocks
-        blocks = {*call.experts, *call.answers}
-        if any(not 0 <= b < num_blocks for b in blocks):
-            raise ProtocolError(f"step: blocks {sorted(blocks)} outside 0..{num_blocks - 1}")
+        return self.lead
 
     # ------------------------------------------------------------------ state
     def modules(self) -> list[torch.nn.Module]:
@@ -486,30 +245,11 @@ class DlvmRoles:
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"models": self.models.state_dict(), "opt": self.opt.state_dict()}
-        if self.active is not None:
-            assert self.active_opt is not None and self.classifier_opt is not None
-            state |= {
-                "active": self.active.state_dict(),
-                "active_opt": self.active_opt.state_dict(),
-                "classifier_opt": self.classifier_opt.state_dict(),
-            }
-        return state
+        return state if self.lead is None else state | self.lead.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any], last_round: int = -1) -> None:
         self.models.load_state_dict(state["models"])
         self.opt.load_state_dict(state["opt"])
-        if self.active is not None:
-            assert self.active_opt is not None and self.classifier_opt is not None
-            self.active.load_state_dict(state["active"])
-            self.active_opt.load_state_dict(state["active_opt"])
-            self.classifier_opt.load_state_dict(state["classifier_opt"])
-        self._round, self._step = None, None
-
-
-@dataclass
-class _Draw:
-    """The active party's latent samples of a step, with the graph to the experts."""
-
-    experts: dict[int, torch.Tensor]  # block -> (B, 2d) leaves
-    h: torch.Tensor  # (B, S, d)
-    own: torch.Tensor  # (B, S): log p(z) + log p(h | z) - log q(z | h) - log q(h | x_O)
+        if self.lead is not None:
+            self.lead.load_state_dict(state)
+        self._round = None

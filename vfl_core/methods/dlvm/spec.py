@@ -15,11 +15,11 @@ from vfl_core.methods.dlvm.steps import STEPS, dims
 from vfl_core.methods.spec import MethodSpec, ProgramRounds, no_head_tasks
 
 if TYPE_CHECKING:
-    from vfl_core.config import TrainConfig
     from vfl_core.methods.dlvm.program import DlvmProgram
     from vfl_core.methods.dlvm.roles import DlvmRoles
     from vfl_core.methods.federation_port import FederationPort
     from vfl_core.methods.party_port import PartyPort
+    from vfl_core.methods.spec import RunConfig
 
 
 class DlvmRounds(ProgramRounds):
@@ -30,7 +30,7 @@ class DlvmRounds(ProgramRounds):
 
         return DlvmProgram(fed)
 
-    def epochs(self, config: TrainConfig) -> int:
+    def epochs(self, config: RunConfig) -> int:
         return config.epochs + config.dlvm.stage2_epochs  # stage 1, then stage 2
 
     def party_state(self, party: PartyPort) -> DlvmRoles:

@@ -28,9 +28,9 @@ from vfl_core.methods.schema import BATCH, INDEX, ScalarSpec, Schema, TensorSpec
 from vfl_core.methods.steps import StepSpec
 
 if TYPE_CHECKING:
-    from vfl_core.config import TrainConfig
     from vfl_core.methods.dlvm.roles import DlvmRoles
     from vfl_core.methods.party_port import PartyPort
+    from vfl_core.methods.spec import RunConfig
 
 MAX_SAMPLES = 10_000  # DlvmConfig.predict_samples' bound
 MAX_BATCH = 2**31
@@ -41,7 +41,7 @@ _LIMITS = (
 )
 
 
-def dims(config: TrainConfig) -> dict[str, int]:
+def dims(config: RunConfig) -> dict[str, int]:
     return {LATENT: config.dlvm.latent_dim, EXPERT: 2 * config.dlvm.latent_dim}
 
 

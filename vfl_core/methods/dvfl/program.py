@@ -8,7 +8,8 @@ for every method:
 
 1. `epochs` local epochs. A round takes the next batch of the plan (every sample any party holds,
    labelled or not, once per epoch). Each guest holding the batch takes one autoencoder step on
-   its rows of it; every `period`-th round is a communication round, where the guests also
+   its rows of it; every `period`-th round (or every round of every `period_epochs`-th epoch,
+   the paper's period) is a communication round, where the guests also
    return their activations and the coordinator writes them into every host's registers. Every
    host then replays `host_steps` batches from its registers. Nothing is sent back to a guest.
 2. `owner_epochs` owner epochs. Each starts with the transfer: the hosts are frozen; for
@@ -115,7 +116,7 @@ class DvflProgram:
         fed, where = self.fed, f"round {round_id}"
         al = fed.alignments["train"]
         digest = al.digest(batch.index)
-        write = (round_id + 1) % self.cfg.period == 0
+        write = self._writes(round_id, epoch)
         guests = [b for b in batch.pattern if fed.liveness.should_call(b, fed._tick)]
         calls = {
             b: GuestCall(round_id, epoch, al.rows_of(b, batch.index), digest, write) for b in guests
@@ -137,6 +138,13 @@ class DvflProgram:
             losses={b: good[b].loss for b in sorted(good)},
             updated=updated,
         )
+
+    def _writes(self, round_id: int, epoch: int) -> bool:
+        """Whether the guests write to the hosts in this round: every `period`-th round, or with
+        `period_epochs` K every round of every K-th guest epoch (the paper's period)."""
+        if self.cfg.period_epochs is not None:
+            return (epoch + 1) % self.cfg.period_epochs == 0
+        return (round_id + 1) % self.cfg.period == 0
 
     def _host_steps(
         self,

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from vfl_core.config import TrainConfig
 from vfl_core.data.learning_task import REGRESSION, output_width
 from vfl_core.errors import ProtocolError, StaleRoundError
 from vfl_core.methods.dvfl.messages import (
@@ -43,6 +42,8 @@ from vfl_core.methods.dvfl.nets import (
     concat_slots,
     reconstruction_loss,
 )
+from vfl_core.methods.dvfl.owner_stop import OwnerStop
+from vfl_core.methods.spec import RunConfig
 from vfl_core.model.model_bank import make_optimizer
 from vfl_core.protocol import EmbedCall
 from vfl_core.seeding import Stream, derive_seed, rng
@@ -96,7 +97,7 @@ class DvflRoles:
     """A party's guest and host replica, and its owner classifier once it is fed (label parties)."""
 
     party: PartyPort
-    config: TrainConfig = field(init=False)
+    config: RunConfig = field(init=False)
     guest_once: _Once = field(init=False, default_factory=lambda: _Once("guest step"))
     host_once: _Once = field(init=False, default_factory=lambda: _Once("host step"))
     owner_once: _Once = field(init=False, default_factory=lambda: _Once("owner call"))
@@ -120,6 +121,8 @@ class DvflRoles:
         # The owner's buffer: per train row and host, the code received last (zeros: none yet).
         self.owner_inputs: torch.Tensor | None = None  # (train rows, K, host_dim)
         self.owner_fed: torch.Tensor | None = None  # (train rows, K) bool
+        patience = cfg.owner_patience
+        self.owner_stop = OwnerStop(patience, cfg.owner_validation, seed) if patience > 0 else None
 
     # ------------------------------------------------------------------ guest
     def guest_step(self, call: GuestCall) -> GuestResult:
@@ -253,6 +256,11 @@ class DvflRoles:
         net, opt = self._owner()
         assert self.owner_inputs is not None and self.owner_fed is not None
         rows = np.flatnonzero(self.owner_fed.any(dim=1).cpu().numpy() & self._labelled())
+        stop = self.owner_stop
+        if stop is not None and stop.stopped:  # early stopped: the best weights stay
+            return float(self.owner_once.done(call.round_id, key, 0.0))
+        if stop is not None:
+            rows = stop.split(rows)
         order = rng(self.config.seed, Stream.DVFL_OWNER_PLAN, call.epoch).permutation(rows)
         net.train()
         losses = []
@@ -264,7 +272,21 @@ class DvflRoles:
             loss.backward()
             opt.step()
             losses.append(float(loss.detach()))
+        if stop is not None:
+            last = call.epoch + 1 >= self.config.dvfl.owner_epochs
+            stop.after_epoch(net, call.epoch, self._owner_accuracy(net, stop.validation), last)
         return float(self.owner_once.done(call.round_id, key, np.mean(losses) if losses else 0.0))
+
+    def _owner_accuracy(self, net: torch.nn.Module, rows: np.ndarray | None) -> float:
+        """The owner's accuracy on its validation rows (early stopping)."""
+        if rows is None or not len(rows) or self.party.task == REGRESSION:
+            return 0.0
+        assert self.owner_inputs is not None
+        net.eval()
+        with torch.no_grad():
+            x = self.owner_inputs[torch.as_tensor(rows, device=self.party.device)].flatten(1)
+            hits = net(x).argmax(dim=1) == self.party.targets(rows)
+        return float(hits.float().mean())
 
     def owner_predict(self, outputs: Mapping[int, np.ndarray]) -> np.ndarray:
         """Probabilities (B, C), or regression values (B, 1) in original units."""
@@ -333,6 +355,8 @@ class DvflRoles:
             state["owner_opt"] = self.owner_opt.state_dict()
             state["owner_inputs"] = self.owner_inputs
             state["owner_fed"] = self.owner_fed
+        if self.owner_stop is not None:
+            state["owner_stop"] = self.owner_stop.state_dict()
         return state
 
     def load_state_dict(self, state: dict, last_round: int) -> None:
@@ -353,6 +377,8 @@ class DvflRoles:
             assert self.owner_inputs is not None and self.owner_fed is not None
             self.owner_inputs.copy_(state["owner_inputs"])
             self.owner_fed.copy_(state["owner_fed"])
+        if self.owner_stop is not None and "owner_stop" in state:
+            self.owner_stop.load_state_dict(state["owner_stop"])
         onces = (self.guest_once, self.host_once, self.owner_once)
         for once, saved_round in zip(onces, state["rounds"], strict=True):
             once.last, once.key, once.result = min(int(saved_round), last_round), b"", None

@@ -14,11 +14,11 @@ from vfl_core.methods.dvfl.steps import STEPS, dims
 from vfl_core.methods.spec import MethodSpec, ProgramRounds, no_head_tasks
 
 if TYPE_CHECKING:
-    from vfl_core.config import TrainConfig
     from vfl_core.methods.dvfl.program import DvflProgram
     from vfl_core.methods.dvfl.roles import DvflRoles
     from vfl_core.methods.federation_port import FederationPort
     from vfl_core.methods.party_port import PartyPort
+    from vfl_core.methods.spec import RunConfig
 
 
 class DvflRounds(ProgramRounds):
@@ -29,7 +29,7 @@ class DvflRounds(ProgramRounds):
 
         return DvflProgram(fed)
 
-    def epochs(self, config: TrainConfig) -> int:
+    def epochs(self, config: RunConfig) -> int:
         return config.epochs + config.dvfl.owner_epochs
 
     def party_state(self, party: PartyPort) -> DvflRoles:

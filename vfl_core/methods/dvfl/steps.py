@@ -26,15 +26,15 @@ from vfl_core.methods.schema import BATCH, INDEX, ScalarSpec, Schema, TensorSpec
 from vfl_core.methods.steps import StepSpec
 
 if TYPE_CHECKING:
-    from vfl_core.config import TrainConfig
     from vfl_core.methods.dvfl.roles import DvflRoles
     from vfl_core.methods.party_port import PartyPort
+    from vfl_core.methods.spec import RunConfig
 
 MAX_REPLAY_STEPS = 1000  # DvflConfig.host_steps' bound
 GUEST, HOST = "guest_dim", "host_dim"
 
 
-def dims(config: TrainConfig) -> dict[str, int]:
+def dims(config: RunConfig) -> dict[str, int]:
     return {GUEST: config.dvfl.guest_dim, HOST: config.dvfl.host_dim}
 
 

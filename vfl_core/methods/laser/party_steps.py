@@ -364,10 +364,11 @@ class LaserHeads:
             return p.to_wire(torch.softmax(output, dim=1))
 
     def _serves(self, call: PredictCall) -> bool:
-        """Whether the head predicts without its own block: a set of feature-only blocks (the
-        call says which blocks hold labels), under a method whose heads serve them."""
+        """Whether the head predicts without its own block: for a set of feature-only blocks
+        (heads that serve them), or any set (a zero-imputing method: its own embedding is 0)."""
         labelled = set(call.embeddings) & set(call.label_blocks)
-        return self.spec.serves_feature_only and bool(call.label_blocks) and not labelled
+        serves = self.spec.serves_feature_only and bool(call.label_blocks) and not labelled
+        return serves or self.spec.zero_imputes
 
     # ----------------------------------------------------------------- a head's input
     def fused(

@@ -9,6 +9,8 @@ ensemble       local predictors; at inference the observing parties vote (random
 svfl           standard VFL: one head at the active party on the concatenation of all K blocks,
                trained on fully observed batches only; a sample with a missing block gets a random
                prediction, as in the paper
+vanilla        the DLVM paper's Vanilla VFL: svfl's training, but at inference the active party
+               predicts for any observed set with zeros in place of the missing embeddings
 combinatorial  one independent predictor per subset S (own representation models and a head at the
                lowest label block of S), used for exactly the observed set
 plug           PlugVFL: the active party's head on the concatenation with zeros for missing blocks,
@@ -128,6 +130,18 @@ LASER_SPECS: tuple[MethodSpec, ...] = (
         combination="heads",
         replacement="skip",
         needs_all_blocks=True,
+    ),
+    MethodSpec(
+        name="vanilla",
+        display_name="Vanilla VFL",
+        fusion="concat",
+        slots="shared",
+        heads="active_party",
+        tasks=full_set_task,
+        combination="heads",
+        replacement="skip",
+        needs_all_blocks=True,
+        zero_imputes=True,
     ),
     MethodSpec(
         name="combinatorial",
