@@ -216,19 +216,32 @@ def write_parties(table: Table, k: int, directory: Path) -> tuple[TableSource, .
     return tuple(sources)
 
 
-def run_one(table: Table, k: int, seed: int, epochs: int, known: int) -> dict[str, Any]:
+# The defences measured beside the plain protocol (`--defences`): PrivacyConfig settings.
+DEFENCES: dict[str, dict[str, Any]] = {
+    "none": {},
+    "max_norm": {"gradient_defence": "max_norm"},
+    "direction": {"gradient_defence": "direction", "direction_power": 1.0},
+    "embedding_dp": {"embedding_clip": 1.0, "embedding_noise": 1.0},
+    "label_dp": {"label_epsilon": 1.0},
+}
+
+
+def run_one(
+    table: Table, k: int, seed: int, epochs: int, known: int, defence: str = "none"
+) -> dict[str, Any]:
     """Train one federation, recording the relay, and attack each viewer's records per epoch."""
     with tempfile.TemporaryDirectory(prefix="vfl-privacy-") as tmp:
         sources = write_parties(table, k, Path(tmp))
-        config = SimulationConfig(tables=sources, clients=k, train={"seed": seed, "epochs": epochs})
+        train = {"seed": seed, "epochs": epochs, "privacy": DEFENCES[defence]}
+        config = SimulationConfig(tables=sources, clients=k, train=train)
         relayed = Relayed()
         start = time.perf_counter()
         result = run_simulation(config, wrap=lambda t: RecordingTransport(t, relayed))
         seconds = time.perf_counter() - start
-    # The label party numbers the classes in sorted order of their names (c0, c1): class 1 is
-    # the positive one. A train row's label, by ID, for each feature-only party's rows.
-    train = result.parties[LABEL_BLOCK].data.splits["train"]
-    positive = dict(zip(train.ids.tolist(), (train.labels == 1).astype(int).tolist(), strict=True))
+    # The truth, by ID, from the table itself (a label party under label DP trains on others):
+    # the positive class is the last of the sorted class names (c1).
+    positive_name = sorted(np.unique(table.label))[-1]
+    positive = {f"r{i}": int(v == positive_name) for i, v in enumerate(table.label)}
     label_of = {
         b: np.array([positive[i] for i in p.data.splits["train"].ids.tolist()])
         for b, p in result.parties.items()
@@ -245,6 +258,7 @@ def run_one(table: Table, k: int, seed: int, epochs: int, known: int) -> dict[st
         "table": table.name,
         "parties": k,
         "seed": seed,
+        "defence": defence,
         "epochs_trained": len(result.epochs),
         "accuracy": overall.accuracy,
         "auc": overall.auc,
@@ -259,16 +273,16 @@ def run_one(table: Table, k: int, seed: int, epochs: int, known: int) -> dict[st
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per table, K and viewer: each attack's AUC at the first and the last epoch and its
     maximum over epochs, as mean and sd over the seeds."""
-    groups: dict[tuple[str, int, str], list[list[dict[str, Any]]]] = defaultdict(list)
+    groups: dict[tuple[str, int, str, str], list[list[dict[str, Any]]]] = defaultdict(list)
     for run in runs:
         by_viewer: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in run["attacks"]:
             by_viewer[row["viewer"]].append(row)
         for viewer, rows in by_viewer.items():
-            groups[run["table"], run["parties"], viewer].append(rows)
+            groups[run["table"], run["parties"], run.get("defence", "none"), viewer].append(rows)
     out = []
-    for (table, k, viewer), per_seed in sorted(groups.items()):
-        line: dict[str, Any] = {"table": table, "parties": k, "viewer": viewer}
+    for (table, k, defence, viewer), per_seed in sorted(groups.items()):
+        line: dict[str, Any] = {"table": table, "parties": k, "defence": defence, "viewer": viewer}
         for attack in ATTACKS:
             first = [rows[0][attack] for rows in per_seed if rows[0][attack] is not None]
             best = [max(r[attack] for r in rows if r[attack] is not None) for rows in per_seed]
@@ -305,24 +319,25 @@ def markdown(runs: list[dict[str, Any]], command: str, known: int) -> str:
         "side by side. AUC: max(AUC, 1 - AUC), 0.5 = no leak, 1.0 = every label. `first`: the "
         "first epoch; `max`: the epoch where the attack did best. Mean ± sd over the seeds.",
         "",
-        "| table | K | viewer | norm first | norm max | direction first | direction max | "
-        "knn first | knn max |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| table | K | defence | viewer | norm first | norm max | direction first | "
+        "direction max | knn first | knn max |",
+        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in summarise(runs):
         lines.append(
-            f"| {s['table']} | {s['parties']} | {s['viewer']} | {s['norm_first']} | "
-            f"{s['norm_max']} | {s['direction_first']} | {s['direction_max']} | "
-            f"{s['knn_first']} | {s['knn_max']} |"
+            f"| {s['table']} | {s['parties']} | {s['defence']} | {s['viewer']} | "
+            f"{s['norm_first']} | {s['norm_max']} | {s['direction_first']} | "
+            f"{s['direction_max']} | {s['knn_first']} | {s['knn_max']} |"
         )
     lines += ["", "The federations attacked:", ""]
-    lines += ["| table | K | seed | epochs trained | test accuracy | test AUC | s |"]
-    lines += ["| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += ["| table | K | defence | seed | epochs trained | test accuracy | test AUC | s |"]
+    lines += ["| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in runs:
         acc = f"{100 * r['accuracy']:.2f}" if r["accuracy"] is not None else "-"
         roc = f"{r['auc']:.4f}" if r["auc"] is not None else "-"
         lines.append(
-            f"| {r['table']} | {r['parties']} | {r['seed']} | {r['epochs_trained']} | {acc} | "
+            f"| {r['table']} | {r['parties']} | {r.get('defence', 'none')} | {r['seed']} | "
+            f"{r['epochs_trained']} | {acc} | "
             f"{roc} | {r['seconds']:.1f} |"
         )
     return "\n".join(lines) + "\n"
@@ -343,6 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--known", type=int, default=20, help="known labels for the k-NN")
+    parser.add_argument("--defences", default="none", help=f"of {', '.join(DEFENCES)}")
     parser.add_argument("--out", type=Path, default=RESULTS / "privacy.md")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -351,9 +367,12 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.tables.split(","):
         for k in (int(v) for v in args.parties.split(",")):
             for seed in (int(v) for v in args.seeds.split(",")):
-                table = loaders[name](seed, False)
-                runs.append(run_one(table, k, seed, args.epochs, args.known))
-                log.warning("%s K=%d seed %d: %.1fs", name, k, seed, runs[-1]["seconds"])
+                for defence in args.defences.split(","):
+                    table = loaders[name](seed, False)
+                    runs.append(run_one(table, k, seed, args.epochs, args.known, defence))
+                    log.warning(
+                        "%s K=%d seed %d %s: %.1fs", name, k, seed, defence, runs[-1]["seconds"]
+                    )
     command = "python -m benchmarks.privacy " + " ".join(sys.argv[1:] if argv is None else argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(markdown(runs, command, args.known))

@@ -62,6 +62,14 @@ DLVM = {
     "mnar_model": "features",
     "expert_dropout": 0.0,
 }
+PRIVACY = {
+    "gradient_defence": "none",
+    "direction_power": 1.0,
+    "embedding_clip": None,
+    "embedding_noise": 0.0,
+    "delta": 1e-05,
+    "label_epsilon": None,
+}
 CLIENT = {
     "table": None,
     "coordinator": "localhost:50051",

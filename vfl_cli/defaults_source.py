@@ -17,6 +17,7 @@ from vfl_core.data.learning_task import TASKS
 from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT
 from vfl_core.data.tabular import DEFAULT_TEST_FRACTION
 from vfl_core.methods.dlvm.config import DlvmConfig
+from vfl_core.privacy.config import PrivacyConfig
 from vfl_core.training.alignment import DEMO_SECRET
 from vfl_core.training.faults import ENTITIES, FaultConfig
 from vfl_wire.security import OPERATOR
@@ -46,6 +47,7 @@ def current() -> dict[str, Any]:
         "MODEL": _fields(ModelConfig),
         "DVFL": _fields(DvflConfig),
         "DLVM": _fields(DlvmConfig),
+        "PRIVACY": _fields(PrivacyConfig),
         "CLIENT": {k: v for k, v in _fields(ClientConfig).items() if k != "data"},
         "COORDINATOR": _fields(CoordinatorConfig),
         "DEADLINES": _fields(Deadlines),

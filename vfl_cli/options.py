@@ -111,8 +111,15 @@ def train_config(base: dict[str, Any], **overrides: Any) -> TrainConfig:
         value = overrides.pop(key)
         if value is not None:
             dlvm[key.removeprefix("dlvm_")] = value
+    privacy = dict(data.pop("privacy", {}) or {})
+    for key in [k for k in overrides if k.startswith("privacy_")]:  # --privacy-* options
+        value = overrides.pop(key)
+        if value is not None:
+            privacy[key.removeprefix("privacy_")] = value
     data.update({k: v for k, v in overrides.items() if v is not None})
     data["model"] = model
+    if privacy:
+        data["privacy"] = privacy
     if dvfl:
         data["dvfl"] = dvfl
     if dlvm:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 Opt = typer.Option
 # Each option's None keeps the config file's value, else the TrainConfig default shown here.
 T, M, DV, DL = defaults.TRAIN, defaults.MODEL, defaults.DVFL, defaults.DLVM
+PV = defaults.PRIVACY
 
 Deadline = Annotated[float, Opt(help="seconds per phase before a party counts as missing")]
 
@@ -222,6 +223,45 @@ class TrainOptions:
             help="validation: each observed set predicted from its best subset of parties on "
             "the validation split | plain: from all of them (the paper)",
             show_default=shown(T["subset_choice"]),
+        ),
+    ] = None
+
+    privacy_gradient_defence: Annotated[
+        str | None,
+        Opt(
+            help="label party, on the gradients it sends: none | max_norm (Li et al. 2022) | "
+            "direction (Marvell-style noise along the class-mean difference)",
+            show_default=shown(PV["gradient_defence"]),
+        ),
+    ] = None
+    privacy_direction_power: Annotated[
+        float | None,
+        Opt(
+            help="direction noise: variance as a multiple of the squared class-mean distance",
+            show_default=shown(PV["direction_power"]),
+        ),
+    ] = None
+    privacy_embedding_clip: Annotated[
+        float | None,
+        Opt(
+            help="every party: clip each training embedding to this L2 norm (default: no clip)",
+            show_default=shown(PV["embedding_clip"]),
+        ),
+    ] = None
+    privacy_embedding_noise: Annotated[
+        float | None,
+        Opt(
+            help="Gaussian noise on the clipped embeddings, std = this x the clip (epsilon in "
+            "results.json)",
+            show_default=shown(PV["embedding_noise"]),
+        ),
+    ] = None
+    privacy_label_epsilon: Annotated[
+        float | None,
+        Opt(
+            help="label party: randomised response on its training labels, epsilon-label-DP "
+            "(default: the true labels)",
+            show_default=shown(PV["label_epsilon"]),
         ),
     ] = None
 

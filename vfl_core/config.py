@@ -24,6 +24,7 @@ from vfl_core.methods.registry import REGISTRY, method_spec, unknown_method
 from vfl_core.methods.spec import MethodSpec, ProgramHooks
 from vfl_core.model.model_config import ModelConfig as ModelConfig  # re-exported: TrainConfig.model
 from vfl_core.model.quantize import WireDtype
+from vfl_core.privacy.config import PrivacyConfig
 
 
 def _known_method(name: str) -> str:
@@ -175,6 +176,9 @@ class TrainConfig(_Frozen):
 
     dvfl: DvflConfig = DvflConfig()  # used by method "dvfl" only
     dlvm: DlvmConfig = DlvmConfig()  # used by method "dlvm" only
+    # Label-leak defences, each applied by the party it protects; all off by default (the
+    # paper's protocol). vfl_core.privacy, benchmarks/results/privacy.md.
+    privacy: PrivacyConfig = PrivacyConfig()
 
     @model_validator(mode="after")
     def _constant_lr_for_programs(self) -> TrainConfig:

@@ -30,6 +30,7 @@ from vfl_core.config import TrainConfig
 from vfl_core.inference.metrics import EvalReport, format_table, unscored_note
 from vfl_core.inference.subsets import SubsetResult, evaluate_subsets
 from vfl_core.persistence.run_log import RunLog
+from vfl_core.privacy.defences import epsilon
 from vfl_core.protocol import Transport
 from vfl_core.training.engine import EpochSummary, Federation, Observer, Pause
 from vfl_core.training.faults import FaultConfig, FaultyTransport
@@ -86,6 +87,8 @@ class RunResults:
     early_stop: dict[str, object] | None = None  # vfl_core.training.early_stop's record, when on
     # what the validation samples chose (vfl_core.inference.choice), when early stopping is on
     choice: dict[str, object] | None = None
+    # the label-leak defences applied (vfl_core.privacy) and the embeddings' epsilon, when on
+    privacy: dict[str, object] | None = None
     failure: FederationDown | None = None  # what ended the run early
     resumed: list[dict] = field(default_factory=list)  # the coordinator's restarts
     interrupted: str | None = None  # the signal that stopped the run in training (SIGINT, ...)
@@ -107,6 +110,7 @@ class RunResults:
             "subsets": [r.to_json() for r in self.subsets.get(first, [])],
             "transitions": [t.__dict__ for t in self.transitions],
             "transition_counts": self.transition_counts,
+            **({"privacy": self.privacy} if self.privacy is not None else {}),
         }
         stopped = {"status": "interrupted", "interrupted": self.interrupted}
         if self.kind == "simulate":
@@ -304,8 +308,27 @@ class _Run:
             method=fed.method_stats(),
             early_stop=None if fed.early_stop is None else fed.early_stop.to_json(),
             choice=None if fed.early_stop is None else fed.choice.to_json(),
+            privacy=privacy_record(fed),
             failure=failure,
         )
+
+
+def privacy_record(fed: Federation) -> dict[str, object] | None:
+    """The run's label-leak defences and, with noised embeddings, their (epsilon, delta): every
+    training round counted as a release by every party (a party embeds only the rounds whose
+    batch it holds: an upper bound), each of a batch over the fewest training rows any party
+    holds (the largest sampling rate: an upper bound too)."""
+    config = fed.config.privacy
+    if not config.active:
+        return None
+    out: dict[str, object] = config.model_dump()
+    train = fed.alignments.get("train")
+    if config.embedding_clip is not None and train is not None and train.rows:
+        fewest = min(int((rows >= 0).sum()) for rows in train.rows.values())
+        rate = min(1.0, fed.config.batch_size / max(1, fewest))
+        eps = epsilon(config.embedding_noise, rate, fed.round_id, config.delta)
+        out |= {"embedding_epsilon": eps, "sample_rate": rate, "releases": fed.round_id}
+    return out
 
 
 def evaluate_test(fed: Federation, evaluate_for_s: float | None) -> EvalReport:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from vfl_core.data.party_dir import PartyData, PartySplit
     from vfl_core.methods.spec import MethodSpec, RunConfig
     from vfl_core.model.model_bank import ModelBank
+    from vfl_core.privacy.guards import PartyGuard
     from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult
     from vfl_core.seeding import Stream
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 class PartyPort(Protocol):
     party_id: str
     config: RunConfig
+    guard: PartyGuard  # the label-leak defences it applies (vfl_core.privacy)
     spec: MethodSpec
     data: PartyData
     device: torch.device

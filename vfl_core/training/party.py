@@ -29,6 +29,7 @@ from vfl_core.inference.scoring import score_batch
 from vfl_core.methods.laser.party_steps import LaserSteps
 from vfl_core.methods.spec import SHARED, ProgramHooks
 from vfl_core.model.model_bank import ModelBank
+from vfl_core.privacy.guards import PartyGuard
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -68,6 +69,10 @@ class Party:
         # Most methods learn only from labels: unlabelled training rows (vfl prepare --labels)
         # take no part, as if the label party did not hold them; dvfl's guests learn from them.
         self.data = data if self.spec.unlabelled_rows else labelled_rows_only(data)
+        # The party's label-leak defences (off by default); label DP swaps its training labels
+        # once, here, so nothing downstream ever sees the true ones.
+        self.guard = PartyGuard(config.privacy, config.seed, data.meta.block)
+        self.data = _randomised_labels(self.data, self.guard)
         self.device = torch.device(device)
         self.block = data.meta.block
         self._secret = secret
@@ -359,3 +364,18 @@ def party_info(party_id: str, data: PartyData) -> PartyInfo:
         task=meta.task,
         label_only={name: s.label_only for name, s in data.splits.items() if s.label_only},
     )
+
+
+def _randomised_labels(data: PartyData, guard: PartyGuard) -> PartyData:
+    """`data` with its training labels through the guard's randomised response (classification
+    with labels only; the unlabelled rows' marks stay)."""
+    train = data.splits.get("train")
+    if (
+        guard.config.label_epsilon is None
+        or train is None
+        or train.labels is None
+        or data.meta.task == REGRESSION
+    ):
+        return data
+    labels = guard.labels(train.labels, data.meta.num_classes)
+    return replace(data, splits={**data.splits, "train": replace(train, labels=labels)})

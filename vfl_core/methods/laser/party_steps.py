@@ -103,6 +103,7 @@ class LaserSteps:
         x = p.batch(call.split, call.rows, call.digest)
         stashes = self._stashes(slots) if p.config.staleness else None
         embedding = self._embed(x, slots, train=True, stashes=stashes)  # (B, len(slots) * d)
+        embedding = p.guard.embedding(embedding)  # clipped and noised, if configured
         wire = p.to_wire(embedding)
         self._start(_Round(call.round_id, call.rows, call.digest, slots, embedding, wire, stashes))
         return wire
@@ -188,9 +189,19 @@ class LaserSteps:
         state.fuse_result = FuseResult(
             loss=loss,
             # A block in no task gets a zero gradient (it did not influence L_k).
-            grads={b: p.to_wire(_grad_or_zeros(t)) for b, t in others.items()},
+            grads={
+                b: p.to_wire(self._guarded(_grad_or_zeros(t), state)) for b, t in others.items()
+            },
         )
         return state.fuse_result
+
+    def _guarded(self, grad: torch.Tensor, state: _Round) -> torch.Tensor:
+        """A gradient for another party's embedding as it may leave: through the party's
+        gradient defence (max-norm or direction noise), which reads the batch's labels."""
+        p = self.party
+        if p.guard.config.gradient_defence == "none":
+            return grad
+        return p.guard.gradient(grad, p.targets(state.rows).reshape(-1))
 
     def _labels_only(self, call: FuseCall) -> _Round:
         """The round of a batch whose labels the party holds but not its features (rows of
