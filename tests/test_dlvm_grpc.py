@@ -99,7 +99,11 @@ def test_given_a_client_killed_mid_run_when_dlvm_trains_then_the_others_finish_a
     cluster: Cluster, party_dirs: list[Path]
 ) -> None:
     coord, clients = cluster.federation(
-        party_dirs, epochs=3, deadline=10.0, extra=[*ARGS, "--dlvm-stage2-epochs", "2"]
+        party_dirs,
+        epochs=3,
+        deadline=10.0,
+        # fine-tuning: every present party updates in stage 2 too (frozen, only the active one)
+        extra=[*ARGS, "--dlvm-stage2-epochs", "2", "--dlvm-stage2", "finetune"],
     )
     victim = clients[2]
     rounds_before = cluster.wait_rounds(coord, 15, RUN_TIMEOUT_S)
