@@ -28,12 +28,13 @@ class PartyGuard:
         self._label_rng = rng(seed, Stream.PRIVACY_LABELS, block)
         self.releases = 0  # training embedding batches sent, for the accountant
 
-    def gradient(self, grad: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The gradient for another party's embedding, as it may leave this party."""
+    def gradient(self, grad: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+        """The gradient for another party's embedding, as it may leave this party (`labels`:
+        the batch's, needed by the direction defence only)."""
         kind = self.config.gradient_defence
         if kind == "max_norm":
             return max_norm(grad, self._grad_gen)
-        if kind == "direction":
+        if kind == "direction" and labels is not None:
             return direction_noise(grad, labels, self.config.direction_power, self._grad_gen)
         return grad
 

@@ -186,22 +186,17 @@ class LaserSteps:
         )
         loss = self.heads.train(tasks, embeddings, blocks, state.rows, call.epoch)
         state.own_grad = None if own is None else _grad_or_zeros(own)
+        # the batch's labels, once, for a gradient defence that reads them (vfl_core.privacy)
+        guarded = p.guard.config.gradient_defence != "none"
+        labels = p.targets(state.rows).reshape(-1) if guarded else None
         state.fuse_result = FuseResult(
             loss=loss,
             # A block in no task gets a zero gradient (it did not influence L_k).
             grads={
-                b: p.to_wire(self._guarded(_grad_or_zeros(t), state)) for b, t in others.items()
+                b: p.to_wire(p.guard.gradient(_grad_or_zeros(t), labels)) for b, t in others.items()
             },
         )
         return state.fuse_result
-
-    def _guarded(self, grad: torch.Tensor, state: _Round) -> torch.Tensor:
-        """A gradient for another party's embedding as it may leave: through the party's
-        gradient defence (max-norm or direction noise), which reads the batch's labels."""
-        p = self.party
-        if p.guard.config.gradient_defence == "none":
-            return grad
-        return p.guard.gradient(grad, p.targets(state.rows).reshape(-1))
 
     def _labels_only(self, call: FuseCall) -> _Round:
         """The round of a batch whose labels the party holds but not its features (rows of

@@ -26,6 +26,8 @@ failed during training. The active party is the lowest block that holds labels.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from vfl_core.methods.laser.objective import head_tasks
 from vfl_core.methods.spec import (
     SHARED,
@@ -86,6 +88,21 @@ def subset_tasks(c: TaskContext) -> list[HeadTask]:
 
 # ---------------------------------------------------------------- the specs
 
+SVFL = MethodSpec(
+    name="svfl",
+    display_name="Standard VFL",
+    fusion="concat",
+    slots="shared",
+    heads="active_party",
+    tasks=full_set_task,
+    combination="heads",
+    replacement="skip",
+    needs_all_blocks=True,
+)
+# The DLVM paper's Vanilla VFL: svfl's training, zeros for missing embeddings at inference.
+VANILLA = replace(SVFL, name="vanilla", display_name="Vanilla VFL", zero_imputes=True)
+
+
 LASER_SPECS: tuple[MethodSpec, ...] = (
     MethodSpec(
         name="laser",
@@ -120,29 +137,8 @@ LASER_SPECS: tuple[MethodSpec, ...] = (
         replacement="nothing",
         own_block_only=True,
     ),
-    MethodSpec(
-        name="svfl",
-        display_name="Standard VFL",
-        fusion="concat",
-        slots="shared",
-        heads="active_party",
-        tasks=full_set_task,
-        combination="heads",
-        replacement="skip",
-        needs_all_blocks=True,
-    ),
-    MethodSpec(
-        name="vanilla",
-        display_name="Vanilla VFL",
-        fusion="concat",
-        slots="shared",
-        heads="active_party",
-        tasks=full_set_task,
-        combination="heads",
-        replacement="skip",
-        needs_all_blocks=True,
-        zero_imputes=True,
-    ),
+    SVFL,
+    VANILLA,
     MethodSpec(
         name="combinatorial",
         display_name="Combinatorial",
