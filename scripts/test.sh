@@ -26,7 +26,7 @@ if [ "$#" -gt 0 ]; then
 fi
 rc=0  # both runs always run; the script fails if either did
 echo "== pytest: all but the timed fault tests, two workers"
-.venv/bin/python -m pytest -m "not alone" -n 2 --dist loadfile || rc=$?
+.venv/bin/python -m pytest -m "not alone" -n 2 --dist loadfile --durations=15 || rc=$?
 echo "== pytest: timed fault tests on real federations, one at a time"
-.venv/bin/python -m pytest -m alone || rc=$?
+.venv/bin/python -m pytest -m alone --durations=5 || rc=$?
 exit "$rc"

@@ -84,30 +84,3 @@ class FederationPort(Protocol):
         """An inference batch's embeddings from the live parties (of `blocks`), and who was
         called."""
         ...
-
-    # The names the DVFL and DLVM programs still call (aliases of the four above); they go
-    # when those programs use the public names.
-    @property
-    def _tick(self) -> int: ...
-    def _record(
-        self,
-        expected: Iterable[int],
-        got: Container[int],
-        phase: str,
-        where: str,
-        immediate: bool = False,
-        tick: int | None = None,
-    ) -> None: ...
-    def _accept(
-        self,
-        answers: dict[int, np.ndarray],
-        callees: tuple[int, ...],
-        size: int,
-        phase: str,
-        where: str,
-        immediate: bool = False,
-        tick: int | None = None,
-    ) -> dict[int, np.ndarray]: ...
-    def _inference_embeddings(
-        self, split: str, batch: Batch, request: int, blocks: Collection[int] | None
-    ) -> tuple[dict[int, np.ndarray], tuple[int, ...]]: ...

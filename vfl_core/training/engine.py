@@ -237,15 +237,6 @@ class Federation:
         called."""
         return self.evaluator.inference_embeddings(split, batch, request, blocks)
 
-    # the names the DVFL and DLVM programs still call (FederationPort)
-    _record = record
-    _accept = accept
-    _inference_embeddings = inference_embeddings
-
-    @property
-    def _tick(self) -> int:
-        return self.tick
-
     # ------------------------------------------------------------------ inference
     def predict_batches(
         self,

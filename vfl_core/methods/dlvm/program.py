@@ -113,18 +113,18 @@ class DlvmProgram:
         """One round (the engine has polled the parties that registered again)."""
         fed, active, stage = self.fed, self.active, self.stage(epoch)
         nothing = RoundRecord(round_id, epoch, batch.pattern, (), {}, ())
-        if active is None or not fed.liveness.should_call(active, fed._tick):
+        if active is None or not fed.liveness.should_call(active, fed.tick):
             return nothing  # the bound and the classifier live at the active party
         al, where = fed.alignments["train"], f"round {round_id}"
         digest = al.digest(batch.index)
-        callees = tuple(b for b in batch.pattern if fed.liveness.should_call(b, fed._tick))
+        callees = tuple(b for b in batch.pattern if fed.liveness.should_call(b, fed.tick))
         # the paper's frozen stage 2 needs no graph through the encoders: nothing flows back
         graph = stage == Stage.BOUND or self.cfg.stage2 == "finetune"
         calls = {
             b: EmbedCall(round_id, "train", al.rows_of(b, batch.index), digest, graph, callees)
             for b in callees
         }
-        experts = fed._accept(fed.transport.embed(calls), callees, len(batch.index), "embed", where)
+        experts = fed.accept(fed.transport.embed(calls), callees, len(batch.index), "embed", where)
         if not experts:
             return nothing
         present = tuple(sorted(experts))
@@ -140,7 +140,7 @@ class DlvmProgram:
         updated = {active}  # the frozen stage 2: only the classifier learned, no Backward
         if backward:
             updated = set(fed.transport.step(DLVM, "DlvmBackward", backward))
-            fed._record(backward, updated, "backward", where)
+            fed.record(backward, updated, "backward", where)
         return RoundRecord(
             round_id, epoch, batch.pattern, present, {active: result.loss}, tuple(sorted(updated))
         )
@@ -169,13 +169,13 @@ class DlvmProgram:
         if self.cfg.mnar:  # the live parties without the batch model that they miss it
             for b in sorted(fed.infos):
                 reachable = blocks is None or b in blocks
-                if b not in batch.pattern and reachable and fed.liveness.should_call(b, fed._tick):
+                if b not in batch.pattern and reachable and fed.liveness.should_call(b, fed.tick):
                     calls[b] = DecodeCall(round_id, split, None, b"", h, train)
         answers = fed.transport.step(DLVM, "DlvmDecode", calls) if calls else {}
         good = {b: a for b, a in answers.items() if b in calls and _decoded_ok(a, h.shape, train)}
         for b in answers.keys() - good.keys():
             log.warning("%s: decode answer of block %d refused (shape/dtype/NaN)", where, b)
-        fed._record(calls, good, "decode", where, immediate=stage == Stage.PREDICT)
+        fed.record(calls, good, "decode", where, immediate=stage == Stage.PREDICT)
         return good
 
     def _step(self, active: int, call: StepCall, where: str) -> StepResult | None:
@@ -184,7 +184,7 @@ class DlvmProgram:
         if answer is not None and not _grads_ok(answer, call):
             log.warning("%s: step answer of block %d refused (shapes/NaN)", where, active)
             answer = None
-        fed._record([active], {} if answer is None else {active: answer}, "step", where)
+        fed.record([active], {} if answer is None else {active: answer}, "step", where)
         return answer
 
     # ------------------------------------------------------------------ inference
@@ -192,10 +192,10 @@ class DlvmProgram:
         self, split: str, batch: Batch, request: int, blocks: Collection[int] | None
     ) -> PredictionBatch:
         fed, active = self.fed, self.active
-        experts, _ = fed._inference_embeddings(split, batch, request, blocks)
+        experts, _ = fed.inference_embeddings(split, batch, request, blocks)
         present = tuple(sorted(experts))
         usable = active is not None and (blocks is None or active in blocks)
-        if not experts or not usable or not fed.liveness.should_call(active, fed._tick):
+        if not experts or not usable or not fed.liveness.should_call(active, fed.tick):
             return PredictionBatch(batch.index, batch.pattern, present, {}, None)
         where, samples = f"{split} request {request}", self.cfg.predict_samples
         answers = self._decode(
@@ -205,7 +205,7 @@ class DlvmProgram:
         got = fed.transport.step(DLVM, "DlvmPredict", {active: call})
         size = (len(batch.index), fed.num_classes)
         probs = {b: p for b, p in got.items() if b == active and _fits(p, size)}
-        fed._record([active], probs, "predict", where, immediate=True)
+        fed.record([active], probs, "predict", where, immediate=True)
         combined = combine(fed.spec.combination, present, probs, fed.eval_rng(batch), False)
         return batch_prediction(batch, present, probs, combined, False)
 

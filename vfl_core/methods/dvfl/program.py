@@ -117,7 +117,7 @@ class DvflProgram:
         al = fed.alignments["train"]
         digest = al.digest(batch.index)
         write = self._writes(round_id, epoch)
-        guests = [b for b in batch.pattern if fed.liveness.should_call(b, fed._tick)]
+        guests = [b for b in batch.pattern if fed.liveness.should_call(b, fed.tick)]
         calls = {
             b: GuestCall(round_id, epoch, al.rows_of(b, batch.index), digest, write) for b in guests
         }
@@ -126,7 +126,7 @@ class DvflProgram:
         good = {b: r for b, r in answers.items() if b in calls and _guest_ok(r, write, size)}
         for b in answers.keys() - good.keys():
             log.warning("%s: guest step of block %d refused (loss/shape/NaN)", where, b)
-        fed._record(guests, good, "guest step", where)
+        fed.record(guests, good, "guest step", where)
         writes = {b: r.activations for b, r in good.items() if r.activations is not None}
         self._count("guests_to_coordinator", writes.values())
         updated = self._host_steps(round_id, epoch, batch, writes, where)
@@ -159,7 +159,7 @@ class DvflProgram:
         fed = self.fed
         samples = len(fed.alignments["train"])
         index = batch.index if writes else _NO_ROWS
-        hosts = [h for h in sorted(fed.infos) if self.hosts.should_call(h, fed._tick)]
+        hosts = [h for h in sorted(fed.infos) if self.hosts.should_call(h, fed.tick)]
         calls = {
             h: HostCall(round_id, epoch, samples, index, writes, self.cfg.host_steps) for h in hosts
         }
@@ -184,12 +184,12 @@ class DvflProgram:
         outputs = self._host_outputs(round_id, "train", batch.index, None, where, False, missing)
         self._count("hosts_to_owner", outputs.values())
         fed_ok: set[int] = set()
-        if outputs and fed.liveness.should_call(owner, fed._tick):
+        if outputs and fed.liveness.should_call(owner, fed.tick):
             call = OwnerFeedCall(
                 round_id, al.rows_of(owner, batch.index), al.digest(batch.index), outputs
             )
             fed_ok = set(fed.transport.step(DVFL, "OwnerFeed", {owner: call}))
-            fed._record([owner], fed_ok, "owner feed", where)
+            fed.record([owner], fed_ok, "owner feed", where)
             if owner in fed_ok:
                 done.update(outputs)
         return RoundRecord(
@@ -200,11 +200,11 @@ class DvflProgram:
         fed, owner = self.fed, self.owner
         assert owner is not None
         losses: dict[int, float] = {}
-        if fed.liveness.should_call(owner, fed._tick):
+        if fed.liveness.should_call(owner, fed.tick):
             call = OwnerTrainCall(round_id, epoch - fed.config.epochs)
             answers = fed.transport.step(DVFL, "OwnerTrain", {owner: call})
             losses = {b: v for b, v in answers.items() if b == owner and np.isfinite(v)}
-            fed._record([owner], losses, "owner train", f"round {round_id}")
+            fed.record([owner], losses, "owner train", f"round {round_id}")
         return RoundRecord(round_id, epoch, batch.pattern, tuple(losses), losses, tuple(losses))
 
     def _host_outputs(
@@ -223,7 +223,7 @@ class DvflProgram:
         hosts = [
             h
             for h in sorted(fed.infos)
-            if (blocks is None or h in blocks) and self.hosts.should_call(h, fed._tick)
+            if (blocks is None or h in blocks) and self.hosts.should_call(h, fed.tick)
         ]
         from_registers = activations is None
         call = HostOutputCall(request, split, index, from_registers, activations or {})
@@ -242,7 +242,7 @@ class DvflProgram:
         self, split: str, batch: Batch, request: int, blocks: Collection[int] | None
     ) -> PredictionBatch:
         fed = self.fed
-        embeddings, _ = fed._inference_embeddings(split, batch, request, blocks)
+        embeddings, _ = fed.inference_embeddings(split, batch, request, blocks)
         present = tuple(sorted(embeddings))
         regression = fed.task == REGRESSION
         owner, where = self.owner, f"{split} request {request}"
@@ -251,12 +251,12 @@ class DvflProgram:
             return PredictionBatch(batch.index, batch.pattern, present, {}, None)
         outputs = self._host_outputs(request, split, batch.index, embeddings, where, True, blocks)
         probs: dict[int, np.ndarray] = {}
-        if outputs and fed.liveness.should_call(owner, fed._tick):
+        if outputs and fed.liveness.should_call(owner, fed.tick):
             call = PredictCall(request, outputs, tuple(sorted(outputs)))
             answers = fed.transport.predict({owner: call})
             size = (len(batch.index), fed.num_classes)
             probs = {b: p for b, p in answers.items() if b == owner and well_formed(p, size)}
-            fed._record([owner], probs, "predict", where, immediate=True)
+            fed.record([owner], probs, "predict", where, immediate=True)
         combined = combine(fed.spec.combination, present, probs, fed.eval_rng(batch), regression)
         return batch_prediction(batch, present, probs, combined, regression)
 
@@ -266,7 +266,7 @@ class DvflProgram:
         again at once, as a guest, a host or both, whichever was down."""
         for liveness in (self.fed.liveness, self.hosts):
             if liveness.state.get(block, UP) != UP:
-                liveness.rejoined(block, self.fed._tick)
+                liveness.rejoined(block, self.fed.tick)
 
     def _record_hosts(
         self,
@@ -278,10 +278,10 @@ class DvflProgram:
     ) -> None:
         for h in expected:
             if h in got:
-                self.hosts.answered(h, self.fed._tick)
+                self.hosts.answered(h, self.fed.tick)
             else:
                 log.info("%s: host %d missed %s", where, h, phase)
-                self.hosts.failed(h, self.fed._tick, phase, immediate)
+                self.hosts.failed(h, self.fed.tick, phase, immediate)
 
     def _count(self, leg: str, arrays: Iterable[np.ndarray]) -> None:
         self.bytes_sent[leg] += sum(a.nbytes for a in arrays)
