@@ -51,6 +51,7 @@ class CoordinatorState:
     resume_round: int = -1
     record: ServingRecord | None = None  # the serving phase, kept in results.json
     rejoin_timeout_s: float = 0.0  # how long Evaluate/Predict wait for a label party
+    interrupt: str | None = None  # a signal received in training, acted on after the round
 
     def ready_federation(self) -> Federation:
         if self.federation is None or self.phase not in ("serving", "done"):
