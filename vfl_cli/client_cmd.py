@@ -112,13 +112,17 @@ def client(
     ] = D("alignment"),
     bundle_dir: Annotated[
         Path | None,
-        Opt(help="write the party's serving bundle here when training ends (docs/serving.md)"),
+        Opt(
+            help="write the party's serving bundle here when training ends (docs/serving.md)",
+            show_default="none written",
+        ),
     ] = D("bundle_dir"),
     serve_bundle: Annotated[
         Path | None,
         Opt(
             help="serving mode: answer online requests from this bundle, with --data the "
-            "party's CSV/Parquet table keyed by --id-column (no coordinator)"
+            "party's CSV/Parquet table keyed by --id-column (no coordinator)",
+            show_default="train",
         ),
     ] = None,
     peer: Annotated[
@@ -126,11 +130,12 @@ def client(
         Opt(
             help="serving mode, label party: another serving party, BLOCK[:NAME]=HOST:PORT "
             "(repeat); makes this party the gateway",
+            show_default="none",
         ),
     ] = None,
     http: Annotated[
         str | None,
-        Opt(help="serving mode, gateway: JSON over HTTP on host:port (curl)"),
+        Opt(help="serving mode, gateway: JSON over HTTP on host:port (curl)", show_default="off"),
     ] = None,
     deadline_ms: Annotated[
         float,
