@@ -57,7 +57,7 @@ def train_bundles(
         d.meta.block: Party(f"party{d.meta.block}", d, config, secret=SECRET.encode())
         for d in load_table_federation(sources)
     }
-    fed = Federation(InProcessTransport(parties), config)
+    fed = Federation(InProcessTransport(parties), config, progress=False)
     fed.align()
     fed.train()
     dirs = [write_bundle(p, out / p.party_id) for _, p in sorted(parties.items())]
@@ -87,8 +87,10 @@ class ServingCluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start_party(self, name: str, bundle: Path, table: Path, id_column: str) -> Proc:
-        return self._spawn(name, self._args(name, bundle, table, id_column))
+    def start_party(
+        self, name: str, bundle: Path, table: Path, id_column: str, listen: str = "127.0.0.1:0"
+    ) -> Proc:
+        return self._spawn(name, self._args(name, bundle, table, id_column, listen))
 
     def start_gateway(
         self,
@@ -103,11 +105,13 @@ class ServingCluster:
         args += [a for p in peers for a in ("--peer", p)] + ["--http", "127.0.0.1:0", *extra]
         return self._spawn(name, args, http=True)
 
-    def _args(self, name: str, bundle: Path, table: Path, id_column: str) -> list[str]:
+    def _args(
+        self, name: str, bundle: Path, table: Path, id_column: str, listen: str = "127.0.0.1:0"
+    ) -> list[str]:
         return [
             sys.executable, "-m", "vfl_cli.client_cmd",
             "--serve-bundle", str(bundle), "--data", str(table), "--id-column", id_column,
-            "--party-id", name, "--listen", "127.0.0.1:0", "--secret", SECRET,
+            "--party-id", name, "--listen", listen, "--secret", SECRET,
             *self.security,
         ]  # fmt: skip
 

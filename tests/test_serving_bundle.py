@@ -36,7 +36,7 @@ def trained(paths: list[Path], id_column: str, label: str, task: str, **kw: obje
         d.meta.block: Party(f"party{d.meta.block}", d, config, secret=SECRET)
         for d in load_table_federation(sources)
     }
-    fed = Federation(InProcessTransport(parties), config)
+    fed = Federation(InProcessTransport(parties), config, progress=False)
     fed.align()
     fed.train()
     return fed, parties

@@ -138,21 +138,47 @@ def test_given_a_malformed_request_when_predicting_then_refused_naming_it(
         gateway(served).predict(ids, **kw)
 
 
-def test_given_concurrent_callers_when_batching_then_each_gets_its_own_slice() -> None:
-    sent = []
+class HeldPeer:
+    """A party whose answers the test releases: calls stay in flight until then."""
 
-    def answer(keys):
-        sent.append(list(keys))
+    def __init__(self) -> None:
+        self.name, self.block = "p", 1
+        self.calls: list[tuple[list[bytes], Future[PeerAnswer]]] = []
+
+    def embed(self, keys, deadline) -> Future[PeerAnswer]:
+        future: Future[PeerAnswer] = Future()
+        self.calls.append((list(keys), future))
+        return future
+
+    def answer(self, i: int) -> None:
+        keys, future = self.calls[i]
         held = np.array([k != b"x" for k in keys])
-        return PeerAnswer(held, np.array([[float(k[0])] for k in keys if k != b"x"], np.float32))
+        rows = [[float(k[0])] for k in keys if k != b"x"]
+        future.set_result(PeerAnswer(held, np.array(rows, np.float32).reshape(-1, 1)))
 
-    peer = BatchingPeer(LocalPeer("p", 1, answer), window_s=0.05)
+
+def wait_for(condition, seconds: float = 5.0) -> None:
+    end = time.monotonic() + seconds
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.01)
+    assert condition()
+
+
+def test_given_concurrent_callers_when_batching_then_one_call_and_each_its_own_slice() -> None:
+    held = HeldPeer()
+    peer = BatchingPeer(held, window_s=0.05)
     try:
         deadline = time.monotonic() + 5
+        lone = peer.embed([b"z"], deadline)  # nothing in flight: sent at once
+        wait_for(lambda: len(held.calls) == 1)
         futures = [peer.embed(keys, deadline) for keys in ([b"a", b"x"], [b"b"], [b"x"])]
+        wait_for(lambda: len(held.calls) == 2)  # the three merged while the first is in flight
+        held.answer(1)
         results = [f.result(timeout=5) for f in futures]
+        held.answer(0)
+        assert lone.result(timeout=5).held.tolist() == [True]
     finally:
         peer.close()
-    assert sent == [[b"a", b"x", b"b", b"x"]]  # one call for the three callers
+    assert [keys for keys, _ in held.calls] == [[b"z"], [b"a", b"x", b"b", b"x"]]
     assert [r.held.tolist() for r in results] == [[True, False], [True], [False]]
     assert [r.embeddings.ravel().tolist() for r in results] == [[97.0], [98.0], []]

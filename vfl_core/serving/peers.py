@@ -83,9 +83,11 @@ class _Pending:
 
 
 class BatchingPeer:
-    """`peer` behind a window: the requests that arrive within `window_s` of the first one
-    (up to `max_batch` keys) go out as one call, with the latest of their deadlines; each caller
-    gets its own slice of the answer (and still waits only until its own deadline)."""
+    """`peer` behind a window: while a call to the peer is in flight, the requests that arrive
+    within `window_s` of the first one (up to `max_batch` keys) go out as one call, with the
+    latest of their deadlines; each caller gets its own slice of the answer (and still waits
+    only until its own deadline). With no call in flight a request goes at once (with whatever
+    is queued already): a lone caller pays no window."""
 
     def __init__(
         self, peer: PeerPort, window_s: float = DEFAULT_WINDOW_S, max_batch: int = DEFAULT_MAX_BATCH
@@ -95,6 +97,8 @@ class BatchingPeer:
         self.window_s = window_s
         self.max_batch = max_batch
         self.calls = 0  # merged calls sent (the benchmark reports keys per call)
+        self._inflight = 0  # merged calls not answered yet
+        self._lock = threading.Lock()
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"batch-{peer.name}", daemon=True)
         self._thread.start()
@@ -115,7 +119,9 @@ class BatchingPeer:
                 return
             batch = [first]
             size = len(first.keys)
-            until = time.monotonic() + self.window_s
+            with self._lock:
+                idle = self._inflight == 0
+            until = time.monotonic() + (0.0 if idle else self.window_s)
             while size < self.max_batch:
                 left = until - time.monotonic()
                 try:
@@ -138,8 +144,15 @@ class BatchingPeer:
             return
         keys = [k for p in live for k in p.keys]
         self.calls += 1
+        with self._lock:
+            self._inflight += 1
         merged = self.peer.embed(keys, max(p.deadline for p in live))
-        merged.add_done_callback(lambda done: _split(done, live))
+        merged.add_done_callback(lambda done: self._answered(done, live))
+
+    def _answered(self, done: Future[PeerAnswer], batch: list[_Pending]) -> None:
+        with self._lock:
+            self._inflight -= 1
+        _split(done, batch)
 
 
 def _split(done: Future[PeerAnswer], batch: list[_Pending]) -> None:
