@@ -9,13 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tabular_tables import HOUSE_ID, LABEL_COLUMN, PRICE, write_linear_tables, write_tables
+from typer.testing import CliRunner
 
+from vfl_cli.app import app
 from vfl_core.config import TrainConfig
 from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.data.table_files import read_table
 from vfl_core.data.tabular import federation_sources, load_table_federation
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.model.model_config import ModelConfig
+from vfl_core.persistence.checkpoint import save_party_checkpoint
 from vfl_core.serving import predictions_with_rows
 from vfl_core.serving.bundle import META_FILE, load_bundle, write_bundle
 from vfl_core.serving.features import FeatureTable, inline_features
@@ -151,3 +154,26 @@ def test_given_a_table_when_rows_are_appended_then_refresh_serves_them(tmp_path:
     assert table.lookup(key)[0].tolist() == [True]
     with pytest.raises(DataError, match="unknown feature columns"):
         inline_features(fitted, {"b": 1})
+
+
+def test_given_an_end_checkpoint_when_exported_then_the_same_bundle_as_after_training(
+    tmp_path: Path,
+) -> None:
+    tables = write_tables(tmp_path / "data", n=200, share=0.9)
+    paths = [tables["bank"], tables["retail"]]
+    _, parties = trained(paths, "customer_id", LABEL_COLUMN, "classification")
+    saved = save_party_checkpoint(tmp_path / "ckpt", parties[0])
+    write_bundle(parties[0], tmp_path / "direct")
+    args = ["export", "--checkpoint", str(saved), "--data", str(paths[0]), "--out"]
+    args += [str(tmp_path / "exported"), "--id-column", "customer_id", "--label-column"]
+    args += [LABEL_COLUMN, "--block", "0", "--clients", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    direct, exported = load_bundle(tmp_path / "direct"), load_bundle(tmp_path / "exported")
+    assert direct.meta == exported.meta
+    x = np.random.default_rng(0).normal(size=(7, *direct.meta.feature_shape)).astype(np.float32)
+    np.testing.assert_array_equal(direct.embed(x), exported.embed(x))
+    e = {0: direct.embed(x), 1: direct.embed(x)[::-1].copy()}
+    np.testing.assert_array_equal(direct.predict(e), exported.predict(e))
+    bad = CliRunner().invoke(app, [*args[:6], str(tmp_path / "x")])  # a table without options
+    assert bad.exit_code != 0 and "--id-column" in bad.output

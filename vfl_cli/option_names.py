@@ -88,6 +88,7 @@ PANELS: dict[str, str] = {
             "split",
             "label-names",
             "serve-bundle",
+            "checkpoint",
         ],
         DATA,
     ),
