@@ -182,3 +182,15 @@ def test_given_concurrent_callers_when_batching_then_one_call_and_each_its_own_s
     assert [keys for keys, _ in held.calls] == [[b"z"], [b"a", b"x", b"b", b"x"]]
     assert [r.held.tolist() for r in results] == [[True, False], [True], [False]]
     assert [r.embeddings.ravel().tolist() for r in results] == [[97.0], [98.0], []]
+
+
+def test_given_the_cli_serving_defaults_when_compared_then_they_are_the_configs() -> None:
+    from vfl_cli import client_cmd
+    from vfl_client.serving_runner import ServeConfig
+    from vfl_core.serving.gateway import DEFAULT_DEADLINE_S
+
+    fields = ServeConfig.model_fields
+    assert (
+        client_cmd.SERVE_DEADLINE_MS == fields["deadline_ms"].default == 1000 * DEFAULT_DEADLINE_S
+    )
+    assert client_cmd.SERVE_WINDOW_MS == fields["batch_window_ms"].default
