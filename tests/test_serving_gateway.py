@@ -193,4 +193,4 @@ def test_given_the_cli_serving_defaults_when_compared_then_they_are_the_configs(
     assert (
         client_cmd.SERVE_DEADLINE_MS == fields["deadline_ms"].default == 1000 * DEFAULT_DEADLINE_S
     )
-    assert client_cmd.SERVE_WINDOW_MS == fields["batch_window_ms"].default
+    assert fields["batch_window_ms"].default == client_cmd.SERVE_WINDOW_MS
