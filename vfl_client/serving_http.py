@@ -27,6 +27,7 @@ from vfl_core.serving.gateway import Gateway
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
+DRAIN_BYTES = 16 << 20  # an oversize body up to this is read and dropped (above: closed)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -57,6 +58,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": "bad Content-Length"})
         if length > MAX_BODY_BYTES:
             self.close_connection = True
+            if length <= DRAIN_BYTES:  # read, so the caller sees the 413 and not a reset
+                self._discard(length)
             error = f"request body of {length} bytes; at most {MAX_BODY_BYTES}"
             return self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": error})
         try:
@@ -67,6 +70,13 @@ class _Handler(BaseHTTPRequestHandler):
             error = 'body: give a JSON object {"ids": [...]}'
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": error})
         self._predict(request)
+
+    def _discard(self, length: int) -> None:
+        while length > 0:
+            chunk = self.rfile.read(min(length, 1 << 16))
+            if not chunk:
+                return
+            length -= len(chunk)
 
     def _predict(self, request: dict[str, Any]) -> None:
         try:
