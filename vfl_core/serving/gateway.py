@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
@@ -124,7 +125,7 @@ class Gateway:
         wait(list(asked.values()), timeout=max(0.0, deadline - time.monotonic()))
         for block, future in asked.items():
             _collect(blocks, block, future)
-        return [self._one(i, sample_id, blocks) for i, sample_id in enumerate(ids)]
+        return self._answers(ids, blocks)
 
     # ----------------------------------------------------------------- the request
     def _checked_ids(self, ids: Sequence[str]) -> list[str]:
@@ -169,25 +170,48 @@ class Gateway:
         return PeerAnswer(held, embeddings.astype(np.float32))
 
     # ----------------------------------------------------------------- the answer
-    def _one(self, i: int, sample_id: str, blocks: _Blocks) -> OnlinePrediction:
-        present = {
-            b: e[blocks.rows[b][i]][None]  # (1, d)
-            for b, e in blocks.embeddings.items()
-            if blocks.held[b][i]
-        }
+    def _answers(self, ids: list[str], blocks: _Blocks) -> list[OnlinePrediction]:
+        """One answer per ID; the head runs once per set of blocks that answered."""
+        sets: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i in range(len(ids)):
+            sets[tuple(b for b in sorted(blocks.held) if blocks.held[b][i])].append(i)
+        out: list[OnlinePrediction | None] = [None] * len(ids)
+        for present, index in sets.items():
+            for i, answer in zip(
+                index, self._predict_set(ids, index, present, blocks), strict=True
+            ):
+                out[i] = answer
+        return [a for a in out if a is not None]
+
+    def _predict_set(
+        self, ids: list[str], index: list[int], present: tuple[int, ...], blocks: _Blocks
+    ) -> list[OnlinePrediction]:
         missing = {self.names[b]: why for b, why in blocks.missing.items()}
-        missing |= {self.names[b]: NOT_HELD for b in blocks.held if not blocks.held[b][i]}
-        used = tuple(self.names[b] for b in sorted(present))
+        missing |= {self.names[b]: NOT_HELD for b in blocks.held if b not in present}
+        used = tuple(self.names[b] for b in present)
         if not self.bundle.can_predict(present):
             why = "no party whose embedding the head can predict from holds the ID"
-            return OnlinePrediction(sample_id, used, missing, error=why)
-        output = self.bundle.predict(present)[0]  # (C,) or (1,)
+            return [OnlinePrediction(ids[i], used, dict(missing), error=why) for i in index]
+        rows = np.array(index)
+        embeddings = {b: blocks.embeddings[b][blocks.rows[b][rows]] for b in present}  # (m, d)
+        output = self.bundle.predict(embeddings)  # (m, C) or (m, 1)
         if self.bundle.meta.task == REGRESSION:
-            return OnlinePrediction(sample_id, used, missing, value=float(output[0]))
-        k = int(self.bundle.decide(output[None])[0])
-        probs = tuple(float(p) for p in output)
-        label = self.bundle.label(k)
-        return OnlinePrediction(sample_id, used, missing, probs, k, label)
+            return [
+                OnlinePrediction(ids[i], used, dict(missing), value=float(v[0]))
+                for i, v in zip(index, output, strict=True)
+            ]
+        classes = self.bundle.decide(output)
+        return [
+            OnlinePrediction(
+                ids[i],
+                used,
+                dict(missing),
+                tuple(float(p) for p in probs),
+                int(k),
+                self.bundle.label(int(k)),
+            )
+            for i, probs, k in zip(index, output, classes, strict=True)
+        ]
 
 
 def _collect(blocks: _Blocks, block: int, future: Future[PeerAnswer]) -> None:
