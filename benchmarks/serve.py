@@ -23,6 +23,7 @@ import os
 import platform
 import signal
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -145,6 +146,7 @@ def run(job: ServeJob) -> dict[str, object]:
                         cells.append(cell)
     return {
         "command": job.command,
+        "commit": _commit(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared",
         "load_before": load_before,
         "load_after": os.getloadavg(),
@@ -252,7 +254,7 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
     lines = [
         "# Online serving: latency and throughput (issue 31)",
         "",
-        f"Command: `{record['command']}`",
+        f"Command: `{record['command']}` (code at {record.get('commit', 'unknown')})",
         "",
         f"Machine: {record['machine']}; load average (1, 5, 15 min) before "
         f"{_load_text(record['load_before'])}, after {_load_text(record['load_after'])}.",
@@ -292,6 +294,18 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
     path.write_text(text)
     (results / "serve.json").write_text(json.dumps(record, indent=2, default=str))
     return path, text
+
+
+def _commit() -> str:
+    """The checkout's commit, when this runs from a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=10, cwd=Path(__file__).parent,
+        )  # fmt: skip
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() or "unknown"
 
 
 def _load_text(load: object) -> str:
