@@ -79,3 +79,24 @@ def test_given_predictions_when_sent_then_they_arrive_unchanged() -> None:
     request = cs.predict_request_to_proto(["a", "b"], 0.25, {"a": {"age": 3}})
     assert cs.predict_request_from_proto(request) == (["a", "b"], 0.25, {"a": {"age": "3"}})
     assert cs.predict_request_from_proto(cs.predict_request_to_proto(["a"]))[1] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--data", "x.csv", "--peer", "1=h:1"], "--peer and --http are for serving mode"),
+        (["--serve-bundle", "b", "--config", "c.yaml"], "--config is for training"),
+        (["--serve-bundle", "nowhere", "--insecure"], "not a serving bundle"),
+    ],
+)
+def test_given_serving_flags_out_of_place_when_starting_then_one_line_says_so(
+    tmp_path, args, message
+) -> None:
+    from typer.testing import CliRunner
+
+    from vfl_cli.client_cmd import client
+    from vfl_cli.command import single
+
+    result = CliRunner().invoke(single(client), args)
+    assert result.exit_code != 0 and message in result.output, result.output
+    assert "Traceback" not in result.output

@@ -155,6 +155,8 @@ def client(
     """Serve one party's block to the federation until the coordinator ends the run (or, with
     --serve-bundle, answer online prediction requests)."""
     if serve_bundle is not None:
+        if config is not None:
+            raise ConfigError("--config is for training; serving mode takes its options as flags")
         setup_logging(log_level)
         reason = run_serving_mode(
             {
@@ -177,6 +179,8 @@ def client(
         )
         typer.echo(f"client stopped: {reason}", err=True)
         return
+    if peer or http:
+        raise ConfigError("--peer and --http are for serving mode: give --serve-bundle")
     settings = read_config_file(config)
     if "table" in settings:
         raise ConfigError("--config: a table party takes the table options, not a `table:` key")
