@@ -87,6 +87,7 @@ def test_given_predictions_when_sent_then_they_arrive_unchanged() -> None:
         (["--data", "x.csv", "--peer", "1=h:1"], "--peer and --http are for serving mode"),
         (["--serve-bundle", "b", "--config", "c.yaml"], "--config is for training"),
         (["--serve-bundle", "nowhere", "--insecure"], "not a serving bundle"),
+        (["--serve-bundle", "b", "--device", "tpu"], "--device must be auto, cpu or cuda"),
     ],
 )
 def test_given_serving_flags_out_of_place_when_starting_then_one_line_says_so(

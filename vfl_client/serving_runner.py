@@ -19,6 +19,7 @@ import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pydantic import BaseModel, ConfigDict, Field
 
+from vfl_client.runner import resolve_device
 from vfl_client.serving_http import HttpEndpoint
 from vfl_client.serving_peers import GrpcPeer, parse_peer
 from vfl_client.serving_servicer import ServingServicer
@@ -58,7 +59,7 @@ class ServeConfig(BaseModel):
     batch_window_ms: float = Field(DEFAULT_WINDOW_S * 1000, ge=0, le=1000)
     max_ids: int = Field(DEFAULT_MAX_IDS, ge=1, le=4096)
     secret: str = "vfl-demo-secret"
-    device: str = "cpu"
+    device: str = "cpu"  # cpu | cuda[:N] (the command line's auto: cpu, the faster for small MLPs)
     threads: int = Field(1, ge=1)
     tls_dir: Path | None = Path("certs")
     insecure: bool = False
@@ -79,7 +80,7 @@ def serving_policy(peer: str, service: str, rpc: str) -> str | None:
 def run_serving(config: ServeConfig, stop: threading.Event | None = None) -> str:
     """Serve until `stop` is set or SIGTERM/SIGINT arrives; returns why serving ended."""
     torch.set_num_threads(config.threads)
-    bundle = load_bundle(config.bundle, config.device)
+    bundle = load_bundle(config.bundle, resolve_device(config.device))
     party_id = config.party_id or bundle.meta.party_id
     features = _features(config, bundle)
     security = load_security(
