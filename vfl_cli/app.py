@@ -10,6 +10,7 @@ from vfl_cli.command import VflGroup, vfl_commands
 from vfl_cli.compose_cmd import compose
 from vfl_cli.demo_cmd import demo
 from vfl_cli.errors import user_errors
+from vfl_cli.export_cmd import export
 from vfl_cli.health_cmd import health
 from vfl_cli.prepare_cmd import prepare
 from vfl_cli.remote_cmd import evaluate, predict
@@ -27,6 +28,7 @@ app.command("predict")(predict)
 app.command("certs")(certs)
 app.command("compose")(user_errors(compose))
 app.command("health")(health)
+app.command("export")(user_errors(export))
 app.command("report")(report)
 app.add_typer(bench_app, name="bench")
 vfl_commands(app)

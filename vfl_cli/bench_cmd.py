@@ -474,3 +474,38 @@ def wire_dtype(
     dtype_values = parse_variants(dtypes, mod.DTYPES, "wire dtype(s)")
     job = option_job(mod, runs, bench.results, "wire_dtype", dtype_values)
     run_and_report(mod.run, mod.write_report, job, bench)
+
+
+@bench_app.command("serve")
+@user_errors
+def serve(
+    callers: Annotated[str, Opt(help="concurrent callers per cell")] = "1,8,64",
+    rtts: Annotated[str, Opt("--rtts", help="gateway-party round-trip times in ms")] = "0,10,50",
+    modes: Annotated[str, Opt(help="up, kill (SIGKILL a party), stop (SIGSTOP a party)")] = (
+        "up,kill,stop"
+    ),
+    seconds: Annotated[float, Opt(help="seconds per cell")] = 3.0,
+    deadline_ms: Annotated[float, Opt(help="the gateway's request deadline")] = 100.0,
+    batch_window_ms: Annotated[float, Opt(help="the gateway's batching window")] = 2.0,
+    data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
+    results: Results = DEFAULT_RESULTS,
+    log_level: LogLevel = "warning",
+) -> None:
+    """Online serving latency p50/p95/p99 and throughput (Credit, K = 4); writes serve.md."""
+    setup_logging(log_level)
+    mod = bench_module("serve")
+    chosen = parse_variants(modes, ("up", "kill", "stop"), "mode(s)")
+    job = mod.ServeJob(
+        results=results,
+        data_path=data_path.resolve(),
+        command=command_line(),
+        callers=parse_ints(callers, "--callers"),
+        rtts_ms=parse_floats(rtts, "--rtts"),
+        modes=chosen,
+        seconds=seconds,
+        deadline_ms=deadline_ms,
+        window_ms=batch_window_ms,
+    )
+    path, text = mod.write_report(mod.run(job), results)
+    typer.echo(text)
+    typer.echo(f"report written to {path}")

@@ -13,7 +13,7 @@ from vfl_cli import table_options as tables
 from vfl_cli.command import run
 from vfl_cli.errors import EXIT_RUN_NOT_OK, setup_logging, user_errors
 from vfl_cli.option_groups import with_option_groups
-from vfl_cli.options import from_file, given, read_config_file, refuse_unknown_keys
+from vfl_cli.options import from_file, given, read_config_file, refuse_unknown_keys, shown
 from vfl_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 
 Opt = typer.Option
 T = TypeVar("T")
+
+# Serving mode's defaults (vfl_client.serving_runner.ServeConfig; tests/test_serving_cli.py
+# checks they agree): the per-request deadline and the batching window, in milliseconds.
+SERVE_DEADLINE_MS = 100.0
+SERVE_WINDOW_MS = 2.0
 
 # Options named apart from the ClientConfig field they set.
 FIELDS = {"register_timeout": "register_timeout_s"}
@@ -105,9 +110,77 @@ def client(
     alignment: Annotated[
         str, Opt(help="psi (never send ID hashes) | hmac (as the coordinator's --alignment)")
     ] = D("alignment"),
+    bundle_dir: Annotated[
+        Path | None,
+        Opt(
+            help="write the party's serving bundle here when training ends (docs/serving.md)",
+            show_default="none written",
+        ),
+    ] = D("bundle_dir"),
+    serve_bundle: Annotated[
+        Path | None,
+        Opt(
+            help="serving mode: answer online requests from this bundle, with --data the "
+            "party's CSV/Parquet table keyed by --id-column (no coordinator)",
+            show_default="train",
+        ),
+    ] = None,
+    peer: Annotated[
+        list[str] | None,
+        Opt(
+            help="serving mode, label party: another serving party, BLOCK[:NAME]=HOST:PORT "
+            "(repeat); makes this party the gateway",
+            show_default="none",
+        ),
+    ] = None,
+    http: Annotated[
+        str | None,
+        Opt(help="serving mode, gateway: JSON over HTTP on host:port (curl)", show_default="off"),
+    ] = None,
+    deadline_ms: Annotated[
+        float,
+        Opt(
+            help="serving mode: a request's default deadline", show_default=shown(SERVE_DEADLINE_MS)
+        ),
+    ] = SERVE_DEADLINE_MS,
+    batch_window_ms: Annotated[
+        float,
+        Opt(
+            help="serving mode: requests to a peer within this window go as one call (0: none)",
+            show_default=shown(SERVE_WINDOW_MS),
+        ),
+    ] = SERVE_WINDOW_MS,
     log_level: Annotated[str, Opt(help="debug | info | warning | error")] = "info",
 ) -> None:
-    """Serve one party's block to the federation until the coordinator ends the run."""
+    """Serve one party's block to the federation until the coordinator ends the run (or, with
+    --serve-bundle, answer online prediction requests)."""
+    if serve_bundle is not None:
+        if config is not None:
+            raise ConfigError("--config is for training; serving mode takes its options as flags")
+        setup_logging(log_level)
+        reason = run_serving_mode(
+            {
+                "bundle": serve_bundle,
+                "features": data,
+                "id_column": table_columns.id_column,
+                "party_id": party_id,
+                "listen": "127.0.0.1:0" if listen == "auto" else listen,
+                "http": http,
+                "peers": tuple(peer or ()),
+                "deadline_ms": deadline_ms,
+                "batch_window_ms": batch_window_ms,
+                "secret": secret,
+                "device": "cpu" if device == "auto" else device,
+                "threads": threads,
+                "tls_dir": tls_dir,
+                "insecure": insecure,
+                "token_file": token_file,
+            }
+        )
+        typer.echo(f"client stopped: {reason}", err=True)
+        return
+    if peer or http:
+        raise ConfigError("--peer and --http are for serving mode: give --serve-bundle")
     settings = read_config_file(config)
     if "table" in settings:
         raise ConfigError("--config: a table party takes the table options, not a `table:` key")
@@ -139,6 +212,7 @@ def client(
             "token_file": token_file,
             "insecure": insecure,
             "alignment": alignment,
+            "bundle_dir": bundle_dir,
         },
         FIELDS,
     )
@@ -159,6 +233,13 @@ def run_client(config: ClientConfig) -> str:
     from vfl_client import runner
 
     return runner.run_client(config)
+
+
+def run_serving_mode(settings: dict[str, Any]) -> str:
+    """vfl_client.serving_runner.run_serving, imported only in serving mode (torch, grpc)."""
+    from vfl_client.serving_runner import ServeConfig, run_serving
+
+    return run_serving(ServeConfig.model_validate(settings))
 
 
 def _describe_table(settings: dict[str, Any], table: dict[str, Any]) -> None:

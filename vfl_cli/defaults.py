@@ -86,6 +86,7 @@ CLIENT = {
     "insecure": False,
     "token_file": None,
     "alignment": "psi",
+    "bundle_dir": None,
 }
 COORDINATOR = {
     "listen": "0.0.0.0:50051",

@@ -55,6 +55,7 @@ class ClientConfig(BaseModel):
     insecure: bool = False  # plaintext gRPC instead of mutual TLS
     token_file: Path | None = None  # default: <tls_dir>/<party_id>/token
     alignment: Literal["psi", "hmac"] = "psi"  # psi: never hand out ID hashes (IdHashes refused)
+    bundle_dir: Path | None = None  # the serving bundle is written here when training ends
 
 
 def resolve_device(name: str) -> torch.device:
@@ -114,6 +115,10 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
         server.stop(grace=1.0).wait()  # every handler has returned: nothing changes the party now
         if config.checkpoint_dir is not None and servicer.party is not None:
             save_end_checkpoint(config.checkpoint_dir, servicer.party, run_id, reason)
+        if config.bundle_dir is not None and servicer.party is not None:
+            from vfl_core.serving.bundle import write_bundle  # torch.jit: only when asked
+
+            write_bundle(servicer.party, config.bundle_dir)
 
 
 def listen_address(listen: str, coordinator: str) -> str:

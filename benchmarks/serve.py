@@ -1,0 +1,312 @@
+"""`vfl bench serve`: online serving latency and throughput (issue 31).
+
+Credit (UCI, 30 000 rows; shared/data) cut into K = 4 party tables of 5 columns each, ID = row
+number, labels at party0; LASER-VFL with the paper's Credit MLP (5 -> 10 -> 10 -> 10, linear
+head) trained in process for a little (latency does not depend on the weights), each party's
+bundle written; then four `vfl-client --serve-bundle` processes on 127.0.0.1 (plaintext), party0
+the gateway with a --peer per other party, each peer link through a shaping proxy
+(benchmarks/netshape.py) with the cell's RTT. Callers are threads of this process, each with one
+keep-alive HTTP connection, one ID per request, back to back. Per cell: requests, throughput,
+latency p50/p95/p99, requests failed (not 200 or no prediction) and answered from a subset of
+the parties; modes: every party up, party3 SIGKILLed a third into the run (restarted after it),
+party3 SIGSTOPped a third into the run (continued after it). Beside it: rows/s of batch
+prediction, the gateway with 256 IDs a request and the federation's own batch predict in
+process (the engine `vfl predict` drives) on the same model.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from benchmarks.netshape import NetShaper, Shape
+from benchmarks.serve_cluster import ServingCluster, train_bundles
+from vfl_core.config import TrainConfig
+from vfl_core.model.model_config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+CREDIT_FILE = "UCI_Credit_Card.csv"
+LABEL = "default"
+ID = "id"
+PARTIES = 4
+COLUMNS_PER_PARTY = 5
+VICTIM = "party3"
+
+
+@dataclass(frozen=True)
+class ServeJob:
+    results: Path
+    data_path: Path
+    command: str
+    callers: tuple[int, ...] = (1, 8, 64)
+    rtts_ms: tuple[float, ...] = (0.0, 10.0, 50.0)
+    modes: tuple[str, ...] = ("up", "kill", "stop")
+    seconds: float = 3.0
+    deadline_ms: float = 100.0
+    window_ms: float = 2.0
+    epochs: int = 1
+
+
+@dataclass(frozen=True)
+class Cell:
+    rtt_ms: float
+    callers: int
+    mode: str
+    requests: int
+    per_s: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    failed: int
+    subset: int
+
+
+def credit_tables(data_path: Path, out: Path) -> list[Path]:
+    """party<k>.csv: the ID, columns 5k..5k+4 of the first 20, and at party0 the label."""
+    source = data_path / CREDIT_FILE
+    if not source.is_file():
+        raise FileNotFoundError(f"{source}: the Credit data set (shared/data) is needed")
+    table = pacsv.read_csv(source)
+    ids = pa.array([str(i) for i in range(table.num_rows)])
+    features = [n for n in table.column_names if n != LABEL][: PARTIES * COLUMNS_PER_PARTY]
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(PARTIES):
+        names = features[k * COLUMNS_PER_PARTY : (k + 1) * COLUMNS_PER_PARTY]
+        names += [LABEL] if k == 0 else []
+        columns = {ID: ids} | {n: table.column(n) for n in names}
+        if k == 0:  # a class label, not a number
+            columns[LABEL] = pc.cast(table.column(LABEL), pa.string())
+        paths.append(out / f"party{k}.csv")
+        pacsv.write_csv(pa.table(columns), paths[-1])
+    return paths
+
+
+def run(job: ServeJob) -> dict[str, object]:
+    """Every cell of the job; returns the record write_report formats."""
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="vfl-serve-") as tmp:
+        work = Path(tmp)
+        tables = credit_tables(job.data_path, work / "tables")
+        config = TrainConfig(
+            epochs=job.epochs,
+            batch_size=128,
+            lr=1e-3,
+            model=ModelConfig(representation="mlp", hidden=(10, 10), embed_dim=10, head="linear"),
+        )
+        bundles, fed, _ = train_bundles(
+            tables, work / "bundles", id_column=ID, label_column=LABEL, config=config
+        )
+        ids = [str(i) for i in range(0, 30000, 7)][:2000]
+        batch = {"in_process_rows_per_s": _in_process_rows_per_s(fed)}
+        with NetShaper() as shaper, ServingCluster(work / "procs") as cluster:
+            ports, links = {}, []
+            for k in range(1, PARTIES):
+                ports[k] = cluster.start_party(f"party{k}", bundles[k], tables[k], ID).port
+                links.append(shaper.link(Shape(), seed=k))
+            direct = [f"{k}=127.0.0.1:{ports[k]}" for k in range(1, PARTIES)]
+            shaped = [
+                f"{k}=127.0.0.1:{shaper.listen(links[k - 1], ('127.0.0.1', ports[k]))}"
+                for k in range(1, PARTIES)
+            ]
+            extra = ["--deadline-ms", str(job.deadline_ms), "--batch-window-ms", str(job.window_ms)]
+            gateways = {  # RTT 0: the peers directly; else through the shaping proxy
+                False: cluster.start_gateway("party0", bundles[0], tables[0], ID, direct, extra),
+                True: cluster.start_gateway("wan-gw", bundles[0], tables[0], ID, shaped, extra),
+            }
+            for gateway in gateways.values():
+                _warm(gateway.http_port, ids)
+            port = gateways[False].http_port
+            batch["gateway_rows_per_s"] = _gateway_rows_per_s(port, ids, job.seconds)
+            cells = []
+            for rtt in job.rtts_ms:
+                shaper.set_shape(Shape.of(rtt, None))
+                port = gateways[rtt > 0].http_port
+                for callers in job.callers:
+                    for mode in job.modes:
+                        cell = _cell(job, cluster, port, ids, rtt, callers, mode)
+                        _restore(cluster, mode, bundles[3], tables[3], ports[3])
+                        log.warning("%s", cell)
+                        cells.append(cell)
+    return {
+        "command": job.command,
+        "commit": _commit(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared",
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "job": {k: v for k, v in job.__dict__.items() if k not in ("results", "data_path")},
+        "batch": batch,
+        "cells": [c.__dict__ for c in cells],
+    }
+
+
+def _cell(job, cluster, port, ids, rtt, callers, mode) -> Cell:
+    fault = None
+    if mode != "up":
+        sig = signal.SIGKILL if mode == "kill" else signal.SIGSTOP
+        fault = threading.Timer(job.seconds / 3, cluster.signal, (VICTIM, sig))
+        fault.start()
+    replies = _load(port, ids, job.seconds, callers)
+    if fault is not None:
+        fault.join()
+    took = sorted(t for t, _, _ in replies)  # quantiles(n=100): q[94] is p95, q[98] p99
+    q = statistics.quantiles(took, n=100, method="inclusive") if len(took) > 1 else took * 99
+    return Cell(
+        rtt_ms=rtt,
+        callers=callers,
+        mode=mode,
+        requests=len(replies),
+        per_s=len(replies) / job.seconds,
+        p50_ms=1000 * statistics.median(took),
+        p95_ms=1000 * q[94],
+        p99_ms=1000 * q[98],
+        failed=sum(1 for _, ok, _ in replies if not ok),
+        subset=sum(1 for _, ok, used in replies if ok and used < PARTIES),
+    )
+
+
+def _restore(cluster: ServingCluster, mode: str, bundle: Path, table: Path, port: int) -> None:
+    """party3 back as it was: continued, or started again on its port."""
+    if mode == "stop":
+        cluster.signal(VICTIM, signal.SIGCONT)
+    elif mode == "kill":
+        cluster.procs.pop(VICTIM).popen.wait(timeout=30)
+        cluster.start_party(VICTIM, bundle, table, ID, listen=f"127.0.0.1:{port}")
+    time.sleep(0.5)  # the gateway's channel reconnects
+
+
+def _load(port: int, ids: list[str], seconds: float, callers: int) -> list[tuple[float, bool, int]]:
+    """(seconds taken, answered, parties used) of every request, `callers` threads back to back."""
+    out: list[tuple[float, bool, int]] = []
+    lock = threading.Lock()
+    end = time.monotonic() + seconds
+
+    def caller(k: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        i, mine = k, []
+        while time.monotonic() < end:
+            start = time.perf_counter()
+            status, body = _post(conn, {"ids": [ids[i % len(ids)]]})
+            took = time.perf_counter() - start
+            answer = body.get("predictions", [{}])[0] if status == 200 else {}
+            ok = status == 200 and "error" not in answer
+            mine.append((took, ok, len(answer.get("parties", ()))))
+            i += callers
+        conn.close()
+        with lock:
+            out.extend(mine)
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(callers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def _post(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict]:
+    conn.request("POST", "/predict", json.dumps(body), {"Content-Type": "application/json"})
+    reply = conn.getresponse()
+    return reply.status, json.loads(reply.read())
+
+
+def _warm(port: int, ids: list[str]) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    for i in ids[:50]:
+        _post(conn, {"ids": [i]})
+    conn.close()
+
+
+def _gateway_rows_per_s(port: int, ids: list[str], seconds: float) -> float:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    rows, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        status, body = _post(conn, {"ids": ids[:256], "deadline_ms": 1000})
+        rows += len(body.get("predictions", ())) if status == 200 else 0
+    conn.close()
+    return rows / (time.perf_counter() - start)
+
+
+def _in_process_rows_per_s(fed) -> float:
+    start = time.perf_counter()
+    rows = sum(len(b.index) for b in fed.predict_batches("test"))
+    return rows / (time.perf_counter() - start)
+
+
+def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
+    job, batch = record["job"], record["batch"]
+    lines = [
+        "# Online serving: latency and throughput (issue 31)",
+        "",
+        f"Command: `{record['command']}` (code at {record.get('commit', 'unknown')})",
+        "",
+        f"Machine: {record['machine']}; load average (1, 5, 15 min) before "
+        f"{_load_text(record['load_before'])}, after {_load_text(record['load_after'])}.",
+        "",
+        "Credit, K = 4 parties of 5 columns, the paper's MLP (5 -> 10 -> 10 -> 10, linear head); "
+        "four `vfl-client --serve-bundle` processes on 127.0.0.1, plaintext gRPC, party0 the "
+        "gateway. RTT 0: the gateway dials the parties directly; RTT > 0: a second gateway "
+        "process dials them through the shaping proxy (benchmarks/netshape.py, an asyncio relay "
+        "in the benchmark process) with that RTT on every gateway -> party link. "
+        f"Deadline {job['deadline_ms']:g} ms, batching window "
+        f"{job['window_ms']:g} ms, {job['seconds']:g} s per cell, one ID per request, callers "
+        "back to back over keep-alive HTTP from the benchmark process. kill: party3 SIGKILLed a "
+        "third into the cell; stop: SIGSTOPped a third into the cell. failed: not 200 or no "
+        "prediction; subset: answered from fewer than 4 parties.",
+        "",
+        "| RTT ms | callers | mode | requests | req/s | p50 ms | p95 ms | p99 ms | failed "
+        "| subset |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for c in record["cells"]:
+        lines.append(
+            f"| {c['rtt_ms']:g} | {c['callers']} | {c['mode']} | {c['requests']} | "
+            f"{c['per_s']:.0f} | {c['p50_ms']:.1f} | {c['p95_ms']:.1f} | {c['p99_ms']:.1f} | "
+            f"{c['failed']} | {c['subset']} |"
+        )
+    lines += [
+        "",
+        "Batch prediction on the same model, rows/s: the gateway with 256 IDs a request (1 "
+        f"caller, RTT 0): {batch['gateway_rows_per_s']:.0f}; the federation's "
+        "batch predict of the test split in process (`Federation.predict_batches`, the engine "
+        f"`vfl predict` drives, without gRPC): {batch['in_process_rows_per_s']:.0f}.",
+        "",
+    ]
+    text = "\n".join(lines)
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / "serve.md"
+    path.write_text(text)
+    (results / "serve.json").write_text(json.dumps(record, indent=2, default=str))
+    return path, text
+
+
+def _commit() -> str:
+    """The checkout's commit, when this runs from a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=10, cwd=Path(__file__).parent,
+        )  # fmt: skip
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def _load_text(load: object) -> str:
+    return ", ".join(f"{x:.2f}" for x in load)  # type: ignore[union-attr]

@@ -1,0 +1,46 @@
+"""`vfl-client --bundle-dir` in a real federation (issue 31): when the run ends each party writes
+its serving bundle, with the trained weights: the same bundle `vfl export` makes from the
+party's end checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from harness import Cluster, prepare_digits
+from typer.testing import CliRunner
+
+from vfl_cli.app import app
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.serving.bundle import load_bundle
+
+RUN_TIMEOUT_S = 240.0
+
+
+@pytest.mark.slow
+def test_given_bundle_dir_when_training_ends_then_each_party_wrote_its_trained_bundle(
+    tmp_path: Path,
+) -> None:
+    dirs = prepare_digits(tmp_path / "data", p_miss=0.1, seed=0, clients=2)
+    ckpt, bundles = tmp_path / "ckpt", tmp_path / "bundles"
+
+    def extra(d: Path) -> list[str]:
+        return ["--checkpoint-dir", str(ckpt), "--bundle-dir", str(bundles / d.name)]
+
+    with Cluster(tmp_path / "cluster") as cluster:
+        coord, clients = cluster.federation(dirs, epochs=1, client_extra=extra)
+        assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
+        for client in clients:
+            assert client.wait(30) == 0, cluster.describe()
+    for d in dirs:
+        bundle = load_bundle(bundles / d.name)
+        exported = tmp_path / "exported" / d.name
+        args = ["export", "--checkpoint", str(ckpt / f"{d.name}.pt"), "--data", str(d)]
+        result = CliRunner().invoke(app, [*args, "--out", str(exported)])
+        assert result.exit_code == 0, result.output
+        again = load_bundle(exported)
+        assert bundle.meta == again.meta and bundle.preprocessing is None
+        x = load_party_dir(d).splits["test"].features[:16]
+        np.testing.assert_array_equal(bundle.embed(x), again.embed(x))
+        assert bundle.meta.has_head == load_party_dir(d).meta.has_labels  # digits: every party

@@ -1,0 +1,158 @@
+"""JSON over HTTP for the gateway's predictions, so that `curl` works:
+
+    curl -s localhost:8080/predict -d '{"ids": ["C00017"], "deadline_ms": 100}'
+
+POST /predict with {"ids": [...], "deadline_ms": optional, "features": optional {id: {column:
+cell}}} answers 200 {"predictions": [...]} (vfl_core.serving.gateway.OnlinePrediction.to_json);
+GET /predict?id=X&deadline_ms=Y the same for one ID; GET /health 200 "ok". A malformed request
+is a 400 with {"error": "..."} naming what is wrong; a body over MAX_BODY_BYTES a 413.
+
+Plain HTTP: bind it to the loopback interface (the default) for an application on the same
+host, or put a TLS proxy in front; the parties' links are gRPC with mutual TLS.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from vfl_core.errors import DataError
+from vfl_core.serving.gateway import Gateway
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1 << 20
+DRAIN_BYTES = 16 << 20  # an oversize body up to this is read and dropped (above: closed)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: one connection (and thread) per caller
+    # headers and body leave in two writes: with Nagle's algorithm the body waits for the
+    # caller's delayed ACK of the headers (40 ms on Linux)
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        if url.path == "/health":
+            return self._reply(HTTPStatus.OK, {"status": "ok"})
+        if url.path != "/predict":
+            return self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {url.path!r}"})
+        query = parse_qs(url.query)
+        request: dict[str, Any] = {"ids": query.get("id", [])}
+        if "deadline_ms" in query:
+            request["deadline_ms"] = query["deadline_ms"][0]
+        self._predict(request)
+
+    def do_POST(self) -> None:
+        if urlsplit(self.path).path != "/predict":
+            return self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {self.path!r}"})
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            return self._reply(HTTPStatus.BAD_REQUEST, {"error": "bad Content-Length"})
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            if length <= DRAIN_BYTES:  # read, so the caller sees the 413 and not a reset
+                self._discard(length)
+            error = f"request body of {length} bytes; at most {MAX_BODY_BYTES}"
+            return self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": error})
+        try:
+            request = json.loads(self.rfile.read(length) or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            return self._reply(HTTPStatus.BAD_REQUEST, {"error": f"body is not JSON: {err}"})
+        if not isinstance(request, dict):
+            error = 'body: give a JSON object {"ids": [...]}'
+            return self._reply(HTTPStatus.BAD_REQUEST, {"error": error})
+        self._predict(request)
+
+    def _discard(self, length: int) -> None:
+        while length > 0:
+            chunk = self.rfile.read(min(length, 1 << 16))
+            if not chunk:
+                return
+            length -= len(chunk)
+
+    def _predict(self, request: dict[str, Any]) -> None:
+        try:
+            ids, deadline, features = _parse(request)
+            answers = self.server.gateway.predict(ids, deadline, features)
+        except DataError as err:
+            return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(err)})
+        except Exception:
+            log.exception("HTTP predict failed")
+            error = "internal error (see the server's log)"
+            return self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": error})
+        self._reply(HTTPStatus.OK, {"predictions": [a.to_json() for a in answers]})
+
+    def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode() + b"\n"
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http %s", format % args)
+
+
+def _parse(request: dict[str, Any]) -> tuple[Any, float | None, Any]:
+    unknown = sorted(set(request) - {"ids", "deadline_ms", "features"})
+    if unknown:
+        raise DataError(f"unknown request fields {unknown}: give ids, deadline_ms, features")
+    deadline = request.get("deadline_ms")
+    if deadline is not None:
+        try:
+            deadline = float(deadline) / 1000
+        except (TypeError, ValueError):
+            raise DataError(f"deadline_ms: {deadline!r} is not a number") from None
+    features = request.get("features")
+    if features is not None and not (
+        isinstance(features, dict) and all(isinstance(v, dict) for v in features.values())
+    ):
+        raise DataError("features: give {id: {column: cell}}")
+    return request.get("ids"), deadline, features
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default backlog of 5 drops the SYNs of callers connecting at once: each
+    # dropped one waits a second for its retransmission
+    request_queue_size = 256
+
+    def __init__(self, address: tuple[str, int], gateway: Gateway) -> None:
+        super().__init__(address, _Handler)
+        self.gateway = gateway
+
+
+class HttpEndpoint:
+    """The HTTP endpoint on `host:port` (port 0: a free one), served on one thread."""
+
+    def __init__(self, listen: str, gateway: Gateway) -> None:
+        host, _, port = listen.rpartition(":")
+        try:
+            self.server = _Server((host.strip("[]") or "127.0.0.1", int(port)), gateway)
+        except (OSError, ValueError) as err:
+            raise DataError(f"--http {listen}: cannot listen ({err})") from None
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, name="vfl-http")
+
+    def start(self) -> HttpEndpoint:
+        self._thread.start()
+        log.info(
+            "serving predictions over HTTP on %s (port %d)",
+            self.server.server_address[0],
+            self.port,
+        )
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=5.0)

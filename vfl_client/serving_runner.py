@@ -1,0 +1,186 @@
+"""`vfl-client --serve-bundle DIR`: a party in serving mode.
+
+It loads its bundle (vfl_core.serving.bundle) and its feature table (reloaded when the file
+changes), and serves `Serving/ServeEmbed` to the gateway. A label party started with `--peer`s is
+the gateway: it also serves `Serving/ServePredict` (and, with `--http`, JSON over HTTP), asking
+its peers over one long-lived channel each, through a batching window. No coordinator is
+involved. Stops on SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from pathlib import Path
+
+import grpc
+import torch
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from pydantic import BaseModel, ConfigDict, Field
+
+from vfl_client.runner import resolve_device
+from vfl_client.serving_http import HttpEndpoint
+from vfl_client.serving_peers import GrpcPeer, parse_peer
+from vfl_client.serving_servicer import ServingServicer
+from vfl_core.errors import ConfigError
+from vfl_core.serving.bundle import Bundle, load_bundle
+from vfl_core.serving.features import FeatureTable, Watcher
+from vfl_core.serving.gateway import DEFAULT_DEADLINE_S, DEFAULT_MAX_IDS, Gateway
+from vfl_core.serving.peers import DEFAULT_WINDOW_S, BatchingPeer, PeerPort
+from vfl_wire.channels import bind, make_server
+from vfl_wire.security import (
+    COORDINATOR,
+    HEALTH_SERVICE,
+    OPERATOR,
+    GuardInterceptor,
+    Security,
+    load_security,
+)
+from vfl_wire.v1 import serving_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVING_SERVICE = "vfl.v1.Serving"
+MAX_CONCURRENT_RPCS = 256  # calls served at once (a gateway holds each up to its deadline)
+
+
+class ServeConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bundle: Path
+    features: Path | None = None  # CSV/Parquet keyed by `id_column`
+    id_column: str | None = None
+    party_id: str | None = None  # default: the bundle's
+    listen: str = "127.0.0.1:0"
+    http: str | None = None  # host:port of the JSON endpoint (gateway only)
+    peers: tuple[str, ...] = ()  # BLOCK[:NAME]=HOST:PORT of the other serving parties
+    deadline_ms: float = Field(DEFAULT_DEADLINE_S * 1000, gt=0, le=10_000)
+    batch_window_ms: float = Field(DEFAULT_WINDOW_S * 1000, ge=0, le=1000)
+    max_ids: int = Field(DEFAULT_MAX_IDS, ge=1, le=4096)
+    secret: str = "vfl-demo-secret"
+    device: str = "cpu"  # cpu | cuda[:N] (the command line's auto: cpu, the faster for small MLPs)
+    threads: int = Field(1, ge=1)
+    tls_dir: Path | None = Path("certs")
+    insecure: bool = False
+    token_file: Path | None = None
+
+
+def serving_policy(peer: str, service: str, rpc: str) -> str | None:
+    """Other parties may ask for embeddings; the operator's certificate may ask predictions."""
+    if service == HEALTH_SERVICE:
+        return None
+    if service == SERVING_SERVICE and rpc == "ServeEmbed" and peer not in (COORDINATOR, OPERATOR):
+        return None
+    if service == SERVING_SERVICE and rpc == "ServePredict" and peer == OPERATOR:
+        return None
+    return f"{peer!r} may not call {service}/{rpc}"
+
+
+def run_serving(config: ServeConfig, stop: threading.Event | None = None) -> str:
+    """Serve until `stop` is set or SIGTERM/SIGINT arrives; returns why serving ended."""
+    torch.set_num_threads(config.threads)
+    bundle = load_bundle(config.bundle, resolve_device(config.device))
+    party_id = config.party_id or bundle.meta.party_id
+    features = _features(config, bundle)
+    security = load_security(
+        config.tls_dir, config.insecure, party_id, token_file=config.token_file
+    )
+    stop = stop or _stop_on_signals()
+    with contextlib.ExitStack() as stack:
+        if features is not None:
+            stack.callback(Watcher(features).start().stop)
+        gateway = _gateway(config, bundle, features, security, stack)
+        servicer = ServingServicer(bundle, features, gateway)
+        server, port = _start_server(servicer, config.listen, security)
+        stack.callback(lambda: server.stop(grace=1.0).wait())
+        if config.http is not None:
+            assert gateway is not None
+            stack.callback(HttpEndpoint(config.http, gateway).start().stop)
+        role = "gateway" if gateway is not None else "party"
+        log.info(
+            "party %s serves block %d as %s (port %d)", party_id, bundle.meta.block, role, port
+        )
+        stop.wait()
+    return "stopped by a signal"
+
+
+def _features(config: ServeConfig, bundle: Bundle) -> FeatureTable | None:
+    if config.features is None:
+        return None
+    if bundle.preprocessing is None:
+        raise ConfigError(
+            f"--features {config.features}: the bundle's party was not trained on a table (no "
+            "fitted preprocessing), so a table cannot be served for it"
+        )
+    if config.id_column is None:
+        raise ConfigError("--features needs --id-column (the table's ID column)")
+    return FeatureTable(
+        config.features, config.id_column, bundle.preprocessing, config.secret.encode()
+    )
+
+
+def _gateway(
+    config: ServeConfig,
+    bundle: Bundle,
+    features: FeatureTable | None,
+    security: Security,
+    stack: contextlib.ExitStack,
+) -> Gateway | None:
+    """The gateway of a label party (with its peers), else None (a feature party)."""
+    if not bundle.meta.has_head:
+        if config.peers or config.http:
+            raise ConfigError(
+                f"party {bundle.meta.party_id} has no head: only a label party is a gateway "
+                "(--peer, --http)"
+            )
+        return None
+    peers: list[PeerPort] = []
+    for text in config.peers:
+        block, name, address = parse_peer(text)
+        grpc_peer = GrpcPeer(name, block, address, security)
+        stack.callback(grpc_peer.close)
+        if config.batch_window_ms > 0:
+            batching = BatchingPeer(grpc_peer, config.batch_window_ms / 1000)
+            stack.callback(batching.close)
+            peers.append(batching)
+        else:
+            peers.append(grpc_peer)
+    blocks = [p.block for p in peers] + [bundle.meta.block]
+    if len(set(blocks)) != len(blocks):
+        raise ConfigError(f"--peer: blocks {sorted(blocks)} repeat a block")
+    return Gateway(
+        bundle,
+        features,
+        peers,
+        config.secret.encode(),
+        deadline_s=config.deadline_ms / 1000,
+        max_ids=config.max_ids,
+    )
+
+
+def _start_server(
+    servicer: ServingServicer, listen: str, security: Security
+) -> tuple[grpc.Server, int]:
+    guard = GuardInterceptor(
+        secure=security.secure,
+        policy=serving_policy,
+        max_inflight=MAX_CONCURRENT_RPCS,
+        readers=MAX_CONCURRENT_RPCS,
+    )
+    server = make_server(8, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+    serving_pb2_grpc.add_ServingServicer_to_server(servicer, server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = bind(server, listen, security.server_credentials())
+    server.start()
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    return server, port
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    return stop

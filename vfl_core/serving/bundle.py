@@ -1,0 +1,231 @@
+"""A party's serving bundle: what it needs to answer online requests, and nothing of any other
+party's.
+
+A bundle is a directory written after training (`vfl-client --bundle-dir`, `vfl export`):
+
+    bundle.json        BundleMeta: block, task, classes, threshold, target scale, columns
+    representation.pt  f_k as TorchScript (traced in eval mode, on CPU)
+    head.pt            g_k as TorchScript, at a party with a head
+    preprocess.json    the party's fitted table preprocessing, for a tabular party
+
+TorchScript and not eager modules or ONNX: a traced module loads without the model classes or
+the training config, and its one-row latency was the lowest measured here (docs/serving.md has
+the table and the command; onnxruntime is not a dependency).
+
+Only methods that fuse by a mean of embeddings into one shared head (LASER-VFL, its local-head
+and dropout variants) are served: a head's input is then the mean of whichever blocks answered,
+so every subset of parties is predicted exactly as in training (the paper's h_{k,I}).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import warnings
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from vfl_core.atomic_files import write_text_atomically
+from vfl_core.data.learning_task import REGRESSION
+from vfl_core.data.preprocess import TabularPreprocessor
+from vfl_core.errors import ConfigError, DataError
+from vfl_core.methods.laser.objective import fuse_mean
+from vfl_core.training.party import Party
+
+log = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = 1
+META_FILE = "bundle.json"
+REPRESENTATION_FILE = "representation.pt"
+HEAD_FILE = "head.pt"
+PREPROCESS_FILE = "preprocess.json"
+
+
+class BundleMeta(BaseModel):
+    """What the serving path needs besides the weights (bundle.json)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: int = BUNDLE_FORMAT
+    party_id: str
+    block: int = Field(ge=0)
+    num_blocks: int = Field(ge=1)
+    method: str
+    task: Literal["classification", "regression"]
+    feature_shape: tuple[int, ...]
+    embed_dim: int = Field(ge=1)
+    num_classes: int = Field(ge=1)
+    classes: tuple[str, ...] = ()  # class index -> label as written in the training table
+    has_head: bool
+    own_block_only: bool = False  # the head reads the party's own block only (local baseline)
+    # the head also predicts a sample the party does not hold, from the feature parties' blocks
+    serves_feature_only: bool = False
+    # binary classification: probability of class 1 at or above which class 1 is predicted
+    # (the validation choice, vfl_core.inference.choice); None: argmax
+    threshold: float | None = None
+    target_mean: float = 0.0  # regression: the head's standardised output in original units
+    target_std: float = 1.0
+    columns: tuple[str, ...] = ()  # a tabular party's feature columns, in its table
+
+
+def write_bundle(party: Party, directory: Path, threshold: float | None = None) -> Path:
+    """Write `party`'s serving bundle to `directory` (created; files replaced atomically)."""
+    _check_servable(party)
+    directory.mkdir(parents=True, exist_ok=True)
+    example = torch.zeros((1, *party.data.meta.feature_shape))  # (1, *feature_shape)
+    _save_traced(party.f, example, directory / REPRESENTATION_FILE)
+    head = party.g if party.data.meta.has_labels else None
+    if head is not None:
+        _save_traced(head, torch.zeros((1, party.config.model.embed_dim)), directory / HEAD_FILE)
+    pre = party.data.preprocessing
+    if pre is not None:
+        write_text_atomically(directory / PREPROCESS_FILE, json.dumps(pre, indent=2) + "\n")
+    meta = bundle_meta(party, threshold, has_head=head is not None)
+    write_text_atomically(directory / META_FILE, meta.model_dump_json(indent=2) + "\n")
+    log.info("party %s wrote its serving bundle to %s", party.party_id, directory)
+    return directory
+
+
+def bundle_meta(party: Party, threshold: float | None, *, has_head: bool) -> BundleMeta:
+    meta = party.data.meta
+    pre = party.data.preprocessing or {}
+    return BundleMeta(
+        party_id=party.party_id,
+        block=meta.block,
+        num_blocks=meta.num_blocks,
+        method=party.config.method,
+        task=meta.task,
+        feature_shape=tuple(meta.feature_shape),
+        embed_dim=party.config.model.embed_dim,
+        num_classes=meta.num_classes,
+        classes=tuple(pre.get("classes", ())),
+        has_head=has_head,
+        own_block_only=party.spec.own_block_only,
+        serves_feature_only=party.spec.serves_feature_only,
+        threshold=threshold,
+        target_mean=party.scaler.mean,
+        target_std=party.scaler.std,
+        columns=tuple(c["name"] for c in pre.get("columns", ())),
+    )
+
+
+def _check_servable(party: Party) -> None:
+    spec = party.spec
+    if party.roles is not None or spec.concatenates or spec.heads == "subset_owner":
+        raise ConfigError(
+            f"method {party.config.method!r} cannot be served from bundles: online serving "
+            "needs one representation per party fused by a mean into one head (LASER-VFL and "
+            "its mean-fusion variants)"
+        )
+
+
+def _save_traced(module: torch.nn.Module, example: torch.Tensor, path: Path) -> None:
+    """`module` traced on CPU in eval mode (a copy: the party's own keeps its mode and device)."""
+    model = copy.deepcopy(module).to("cpu").eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(model, example, check_trace=False)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.jit.save(traced, str(tmp))
+    tmp.replace(path)
+
+
+@dataclass
+class Bundle:
+    """A loaded bundle: embeds the party's feature rows and, with a head, predicts from the
+    embeddings of whichever blocks answered."""
+
+    meta: BundleMeta
+    representation: torch.jit.ScriptModule
+    head: torch.jit.ScriptModule | None
+    preprocessing: TabularPreprocessor | None
+    device: torch.device
+
+    def embed(self, features: np.ndarray) -> np.ndarray:
+        """(B, *feature_shape) float32 rows -> (B, embed_dim) float32 embeddings."""
+        shape = tuple(self.meta.feature_shape)
+        if features.dtype != np.float32 or tuple(features.shape[1:]) != shape:
+            got = f"{features.dtype} {tuple(features.shape)}"
+            raise DataError(f"features: got {got}, expected float32 (B, {shape})")
+        with torch.no_grad():
+            x = torch.from_numpy(features).to(self.device)
+            return self.representation(x).to("cpu", torch.float32).numpy()  # (B, d)
+
+    def predict(self, embeddings: Mapping[int, np.ndarray]) -> np.ndarray:
+        """The head on the mean of `embeddings` (block -> (B, d)): (B, C) class probabilities,
+        or (B, 1) values in original units. Without the party's own block only where the
+        method's heads serve feature-only sets (LASER-VFL's do)."""
+        if self.head is None:
+            raise ConfigError(f"party {self.meta.party_id} has no head: it cannot predict")
+        if not embeddings or not self.can_predict(embeddings):
+            raise DataError(f"predict: the embedding of the party's own block {self.meta.block}")
+        blocks = (self.meta.block,) if self.meta.own_block_only else tuple(sorted(embeddings))
+        tensors = {b: torch.from_numpy(embeddings[b]).to(self.device) for b in blocks}
+        with torch.no_grad():
+            output = self.head(fuse_mean(tensors, blocks))  # (B, C) or (B, 1)
+            if self.meta.task == REGRESSION:
+                output = output * self.meta.target_std + self.meta.target_mean
+            else:
+                output = torch.softmax(output, dim=1)
+        return output.to("cpu", torch.float32).numpy()
+
+    def can_predict(self, blocks: Collection[int]) -> bool:
+        """Whether the head predicts from these blocks' embeddings."""
+        if self.meta.block in blocks:
+            return True
+        return self.meta.serves_feature_only and not self.meta.own_block_only and bool(blocks)
+
+    def decide(self, probs: np.ndarray) -> np.ndarray:
+        """(B, C) probabilities -> (B,) classes, with the bundle's threshold when binary."""
+        if self.meta.threshold is not None and probs.shape[1] == 2:
+            return (probs[:, 1] >= self.meta.threshold).astype(np.int64)
+        return probs.argmax(axis=1)
+
+    def label(self, index: int) -> str:
+        """A class index as the training table wrote it (the index itself without classes)."""
+        classes = self.meta.classes
+        return classes[index] if 0 <= index < len(classes) else str(index)
+
+
+def load_bundle(directory: Path, device: torch.device | str = "cpu") -> Bundle:
+    """Read a bundle written by `write_bundle`; a missing or malformed file is a DataError."""
+    meta = _read_meta(directory / META_FILE)
+    device = torch.device(device)
+    representation = _load_module(directory / REPRESENTATION_FILE, device)
+    head = _load_module(directory / HEAD_FILE, device) if meta.has_head else None
+    pre_file = directory / PREPROCESS_FILE
+    preprocessing = None
+    if pre_file.is_file():
+        preprocessing = TabularPreprocessor.from_json(pre_file.read_text(), str(pre_file))
+    return Bundle(meta, representation, head, preprocessing, device)
+
+
+def _read_meta(path: Path) -> BundleMeta:
+    try:
+        meta = BundleMeta.model_validate_json(path.read_text())
+    except OSError as err:
+        raise DataError(f"{path}: not a serving bundle ({err.strerror})") from None
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise DataError(f"{path}: invalid bundle metadata ({where}: {first['msg']})") from None
+    if meta.format != BUNDLE_FORMAT:
+        raise DataError(f"{path}: bundle format {meta.format}, this version reads {BUNDLE_FORMAT}")
+    return meta
+
+
+def _load_module(path: Path, device: torch.device) -> torch.jit.ScriptModule:
+    if not path.is_file():
+        raise DataError(f"{path}: missing from the serving bundle")
+    try:
+        module = torch.jit.load(str(path), map_location=device)
+    except RuntimeError as err:
+        raise DataError(f"{path}: not a TorchScript module ({str(err).splitlines()[0]})") from None
+    return module.eval()

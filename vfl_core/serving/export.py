@@ -1,0 +1,48 @@
+"""`vfl export`: a party's serving bundle from its checkpoint (the `<party id>.pt` a client
+writes with --checkpoint-dir) and its data, as training read it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vfl_core.config import TrainConfig
+from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.data.preprocess import TabularPreprocessor
+from vfl_core.data.tabular import TableSource, load_table_party
+from vfl_core.errors import ConfigError
+from vfl_core.persistence.checkpoint import load_checkpoint
+from vfl_core.serving.bundle import write_bundle
+from vfl_core.training.party import Party
+
+
+def export_bundle(
+    checkpoint: Path,
+    data: Path,
+    out: Path,
+    table: TableSource | None = None,
+    threshold: float | None = None,
+) -> Path:
+    """Write the bundle of the party saved in `checkpoint` to `out`. `data`: its party
+    directory, or (with `table`) its table, read with the fitted preprocessing the checkpoint
+    holds (so the bundle transforms rows exactly as training did)."""
+    payload = load_checkpoint(checkpoint, None)
+    config = TrainConfig.model_validate_json(payload["config_json"])
+    state = payload["state"]
+    party_data = _data(data, table, state.get("preprocessing"))
+    block = payload["meta"].get("block", party_data.meta.block)
+    if block != party_data.meta.block:
+        held = party_data.meta.block
+        raise ConfigError(f"{checkpoint} is of block {block}, but {data} holds block {held}")
+    party_id = str(payload["meta"].get("party_id", f"party{block}"))
+    party = Party(party_id, party_data, config, secret=b"unused: a bundle keys no IDs")
+    party.load_state_dict(state)
+    return write_bundle(party, out, threshold)
+
+
+def _data(data: Path, table: TableSource | None, fitted: dict | None) -> PartyData:
+    if table is None:
+        return load_party_dir(data)
+    if fitted is None:
+        raise ConfigError(f"{data}: the checkpoint holds no fitted preprocessing for a table")
+    pre = TabularPreprocessor.model_validate(fitted)
+    return load_table_party(table, pre)[0]

@@ -1,0 +1,146 @@
+"""The features a serving party holds now: its CSV/Parquet table keyed by sample ID, transformed
+by the bundle's fitted preprocessing and indexed by the keyed hash of each ID (HMAC-SHA256 under
+the federation secret, vfl_core.training.alignment.hash_ids), so that a request names IDs
+without any raw ID crossing a link.
+
+The file is read again when its modification time or size changes (rows appended after
+training are served): `refresh()` checks, a `Watcher` thread calls it every `every_s` seconds,
+and a lookup reads whichever version was loaded last (swapped whole, never half-read). A file
+that no longer reads (a malformed row, a missing column) keeps the previous version served and
+says why in the log and in `problem`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vfl_core.data.columns import Table
+from vfl_core.data.preprocess import TabularPreprocessor
+from vfl_core.data.sample_ids import id_array, normalised_ids
+from vfl_core.data.table_files import read_table
+from vfl_core.errors import DataError, VflError
+from vfl_core.training.alignment import hash_ids
+
+log = logging.getLogger(__name__)
+
+WATCH_EVERY_S = 0.5
+
+
+@dataclass(frozen=True)
+class _Version:
+    stamp: tuple[int, int]  # (mtime_ns, size) of the file read
+    index: dict[bytes, int]  # keyed ID hash -> row
+    features: np.ndarray  # (n, width) float32
+
+
+class FeatureTable:
+    """A party's serving rows: `lookup(keys)` answers which it holds and their features."""
+
+    def __init__(
+        self, path: Path, id_column: str, preprocessing: TabularPreprocessor, secret: bytes
+    ) -> None:
+        self.path = path
+        self.id_column = id_column
+        self.preprocessing = preprocessing
+        self._secret = secret
+        numeric = {c.name for c in preprocessing.columns if c.kind == "numeric" and not c.dates}
+        self._holds = lambda name: name in numeric and name != id_column
+        self.problem: str | None = None  # why the newest version of the file is not served
+        self._version = self._read(self._stamp())  # a file that does not read at start: error
+
+    def __len__(self) -> int:
+        return len(self._version.features)
+
+    def lookup(self, keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """((n,) bool held, (held, width) float32 features of the held keys, in order)."""
+        version = self._version
+        rows = [version.index.get(k, -1) for k in keys]
+        held = np.array([r >= 0 for r in rows], dtype=bool)
+        return held, version.features[[r for r in rows if r >= 0]]
+
+    def refresh(self) -> bool:
+        """Read the file again if it changed; True if a new version is served."""
+        try:
+            stamp = self._stamp()
+        except DataError as err:
+            self._keep(str(err))
+            return False
+        if stamp == self._version.stamp:
+            return False
+        try:
+            self._version = self._read(stamp)
+        except VflError as err:
+            self._keep(str(err))
+            return False
+        self.problem = None
+        log.info("serving %d rows of %s (the file changed)", len(self), self.path)
+        return True
+
+    def _keep(self, why: str) -> None:
+        if why != self.problem:
+            log.error("%s; still serving the %d rows read before", why, len(self))
+        self.problem = why
+
+    def _stamp(self) -> tuple[int, int]:
+        try:
+            st = os.stat(self.path)
+        except OSError as err:
+            raise DataError(f"{self.path}: unreadable ({err.strerror})") from None
+        return st.st_mtime_ns, st.st_size
+
+    def _read(self, stamp: tuple[int, int]) -> _Version:
+        table = read_table(self.path, self._holds)
+        if self.id_column not in table.names:
+            raise DataError(
+                f"{self.path}: no ID column {self.id_column!r} (columns: {', '.join(table.names)})"
+            )
+        table = normalised_ids(table, self.id_column)
+        ids = id_array(table.column(self.id_column))
+        features = self.preprocessing.transform(table)  # (n, width)
+        index = {h: i for i, h in enumerate(hash_ids(ids.tolist(), self._secret))}
+        return _Version(stamp, index, features)
+
+
+def inline_features(
+    preprocessing: TabularPreprocessor, cells: Mapping[str, object], source: str = "request"
+) -> np.ndarray:
+    """(1, width) features of one row given inline as column -> cell (numbers or text, as the
+    table would hold them); an unknown column or a cell that does not read is a DataError."""
+    known = {c.name for c in preprocessing.columns}
+    unknown = sorted(set(cells) - known)
+    if unknown:
+        raise DataError(f"{source}: unknown feature columns {unknown} (known: {sorted(known)})")
+    text = {
+        c.name: ["" if cells.get(c.name) is None else str(cells[c.name])]
+        for c in preprocessing.columns
+    }
+    return preprocessing.transform(Table(source, text, [source]))  # (1, width)
+
+
+class Watcher:
+    """One thread that refreshes a FeatureTable every `every_s` seconds until stopped."""
+
+    def __init__(self, table: FeatureTable, every_s: float = WATCH_EVERY_S) -> None:
+        self.table = table
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vfl-features", daemon=True)
+
+    def start(self) -> Watcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.table.refresh()

@@ -1,0 +1,234 @@
+"""The online prediction endpoint's logic, at the label party (the gateway), transport-free.
+
+A request names sample IDs (and may carry the gateway's own block's features inline). The
+gateway keys the IDs with the federation secret, asks every other serving party for their
+embeddings at once (each call carries the request's deadline), embeds its own rows meanwhile,
+and at the deadline (or as soon as every party answered) predicts each ID with its head from the
+blocks whose embeddings arrived: LASER-VFL's head on the mean of any subset is the predictor
+trained for exactly that subset, so a party that is slow, down or lacks the ID shrinks the set
+instead of failing the request. Each answer names the parties used and why each other one is
+missing (vfl_core.serving.peers: timed out, down, does not hold the ID).
+
+Why the label party and not the coordinator: the heads are the label party's, so a request
+crosses each link once (gateway -> party -> gateway, in parallel); through the coordinator it
+would cross twice in sequence (coordinator -> parties, then coordinator -> label party), and the
+coordinator would need to hold or reach the models. The coordinator is not involved at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, wait
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vfl_core.data.learning_task import REGRESSION
+from vfl_core.errors import DataError
+from vfl_core.serving.bundle import Bundle
+from vfl_core.serving.features import FeatureTable, inline_features
+from vfl_core.serving.peers import NOT_HELD, TIMED_OUT, PeerAnswer, PeerFailure, PeerPort
+from vfl_core.training.alignment import hash_ids
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DEADLINE_S = 0.1  # 100 ms: two WAN round trips of 50 ms, or many on one site
+MAX_DEADLINE_S = 10.0
+DEFAULT_MAX_IDS = 256  # IDs in one request
+MAX_ID_CHARS = 256
+
+
+@dataclass(frozen=True)
+class OnlinePrediction:
+    """The answer for one ID."""
+
+    id: str
+    used: tuple[str, ...]  # parties whose embeddings the prediction is from
+    missing: dict[str, str]  # party -> why its embedding is not used
+    probabilities: tuple[float, ...] | None = None  # classification, per class
+    predicted_class: int | None = None
+    label: str | None = None  # the predicted class as the training table wrote it
+    value: float | None = None  # regression, in original units
+    error: str | None = None  # no prediction: why
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"id": self.id, "parties": list(self.used)}
+        out["missing"] = dict(self.missing)
+        for key in ("probabilities", "predicted_class", "label", "value", "error"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+@dataclass
+class _Blocks:
+    """Which keys each block answered for, and their embeddings."""
+
+    held: dict[int, np.ndarray] = field(default_factory=dict)  # block -> (n,) bool
+    rows: dict[int, np.ndarray] = field(default_factory=dict)  # block -> (n,) row in embeddings
+    embeddings: dict[int, np.ndarray] = field(default_factory=dict)  # block -> (held, d)
+    missing: dict[int, str] = field(default_factory=dict)  # block -> why it gave no answer
+
+    def add(self, block: int, answer: PeerAnswer) -> None:
+        self.held[block] = answer.held
+        self.rows[block] = np.cumsum(answer.held) - 1
+        self.embeddings[block] = answer.embeddings
+
+
+class Gateway:
+    """The label party's endpoint: its bundle, its feature table and the other parties."""
+
+    def __init__(
+        self,
+        bundle: Bundle,
+        features: FeatureTable | None,
+        peers: Sequence[PeerPort],
+        secret: bytes,
+        *,
+        deadline_s: float = DEFAULT_DEADLINE_S,
+        max_ids: int = DEFAULT_MAX_IDS,
+    ) -> None:
+        if bundle.head is None:
+            raise DataError(
+                f"the gateway's bundle (party {bundle.meta.party_id}) has no head: a label "
+                "party's bundle serves predictions"
+            )
+        self.bundle = bundle
+        self.features = features
+        self.peers = list(peers)
+        self.secret = secret
+        self.deadline_s = check_deadline(deadline_s)
+        self.max_ids = max_ids
+        self.names = {bundle.meta.block: bundle.meta.party_id} | {p.block: p.name for p in peers}
+
+    def predict(
+        self,
+        ids: Sequence[str],
+        deadline_s: float | None = None,
+        inline: Mapping[str, Mapping[str, object]] | None = None,
+    ) -> list[OnlinePrediction]:
+        """One prediction per ID from the parties that answered before the deadline (default:
+        the gateway's). `inline`: ID -> the gateway's own features of it (column -> cell),
+        used instead of its table. A malformed request is a DataError (nothing is asked)."""
+        ids = self._checked_ids(ids)
+        seconds = self.deadline_s if deadline_s is None else check_deadline(deadline_s)
+        deadline = time.monotonic() + seconds
+        own = self._own_rows(ids, inline or {})  # checked before any party is asked
+        keys = hash_ids(ids, self.secret)
+        asked = {p.block: p.embed(keys, deadline) for p in self.peers}  # in parallel
+        blocks = _Blocks()
+        blocks.add(self.bundle.meta.block, self._own_answer(keys, own))
+        wait(list(asked.values()), timeout=max(0.0, deadline - time.monotonic()))
+        for block, future in asked.items():
+            _collect(blocks, block, future)
+        return self._answers(ids, blocks)
+
+    # ----------------------------------------------------------------- the request
+    def _checked_ids(self, ids: Sequence[str]) -> list[str]:
+        if isinstance(ids, str) or not isinstance(ids, Sequence) or not ids:
+            raise DataError("ids: give a non-empty list of sample IDs")
+        if len(ids) > self.max_ids:
+            raise DataError(f"ids: {len(ids)} IDs in one request, at most {self.max_ids}")
+        for i in ids:
+            if not isinstance(i, str) or not i or len(i) > MAX_ID_CHARS:
+                raise DataError(f"ids: each ID is a string of 1 to {MAX_ID_CHARS} characters")
+        return list(ids)
+
+    def _own_rows(
+        self, ids: list[str], inline: Mapping[str, Mapping[str, object]]
+    ) -> dict[int, np.ndarray]:
+        """Index in `ids` -> (1, width) features given inline (checked now)."""
+        unknown = sorted(set(inline) - set(ids))
+        if unknown:
+            raise DataError(f"features: given for IDs not in the request: {unknown[:5]}")
+        pre = self.bundle.preprocessing
+        if inline and pre is None:
+            raise DataError("features: this party's block is not a table; no inline features")
+        assert pre is not None or not inline
+        return {
+            ids.index(i): inline_features(pre, cells, f"features of {i!r}")
+            for i, cells in inline.items()
+        }
+
+    def _own_answer(self, keys: list[bytes], inline: dict[int, np.ndarray]) -> PeerAnswer:
+        if self.features is not None:
+            held, x = self.features.lookup(keys)
+        else:
+            held = np.zeros(len(keys), dtype=bool)
+            x = np.zeros((0, *self.bundle.meta.feature_shape), dtype=np.float32)
+        if inline:  # inline rows replace or add to the table's
+            rows = {int(i): x[k] for k, i in enumerate(np.flatnonzero(held))} | {
+                i: v[0] for i, v in inline.items()
+            }
+            held = np.array([i in rows for i in range(len(keys))], dtype=bool)
+            x = np.stack([rows[i] for i in sorted(rows)]).astype(np.float32)
+        embeddings = self.bundle.embed(x) if len(x) else np.zeros((0, self.bundle.meta.embed_dim))
+        return PeerAnswer(held, embeddings.astype(np.float32))
+
+    # ----------------------------------------------------------------- the answer
+    def _answers(self, ids: list[str], blocks: _Blocks) -> list[OnlinePrediction]:
+        """One answer per ID; the head runs once per set of blocks that answered."""
+        sets: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i in range(len(ids)):
+            sets[tuple(b for b in sorted(blocks.held) if blocks.held[b][i])].append(i)
+        out: list[OnlinePrediction | None] = [None] * len(ids)
+        for present, index in sets.items():
+            for i, answer in zip(
+                index, self._predict_set(ids, index, present, blocks), strict=True
+            ):
+                out[i] = answer
+        return [a for a in out if a is not None]
+
+    def _predict_set(
+        self, ids: list[str], index: list[int], present: tuple[int, ...], blocks: _Blocks
+    ) -> list[OnlinePrediction]:
+        missing = {self.names[b]: why for b, why in blocks.missing.items()}
+        missing |= {self.names[b]: NOT_HELD for b in blocks.held if b not in present}
+        used = tuple(self.names[b] for b in present)
+        if not self.bundle.can_predict(present):
+            why = "no party whose embedding the head can predict from holds the ID"
+            return [OnlinePrediction(ids[i], used, dict(missing), error=why) for i in index]
+        rows = np.array(index)
+        embeddings = {b: blocks.embeddings[b][blocks.rows[b][rows]] for b in present}  # (m, d)
+        output = self.bundle.predict(embeddings)  # (m, C) or (m, 1)
+        if self.bundle.meta.task == REGRESSION:
+            return [
+                OnlinePrediction(ids[i], used, dict(missing), value=float(v[0]))
+                for i, v in zip(index, output, strict=True)
+            ]
+        classes = self.bundle.decide(output)
+        return [
+            OnlinePrediction(
+                ids[i],
+                used,
+                dict(missing),
+                tuple(float(p) for p in probs),
+                int(k),
+                self.bundle.label(int(k)),
+            )
+            for i, probs, k in zip(index, output, classes, strict=True)
+        ]
+
+
+def _collect(blocks: _Blocks, block: int, future: Future[PeerAnswer]) -> None:
+    if not future.done():
+        blocks.missing[block] = TIMED_OUT
+        return
+    err = future.exception()
+    if err is None:
+        blocks.add(block, future.result())
+    elif isinstance(err, PeerFailure):
+        blocks.missing[block] = err.reason
+    else:
+        log.warning("party of block %d failed to answer: %s", block, err)
+        blocks.missing[block] = f"error: {err}"
+
+
+def check_deadline(seconds: float) -> float:
+    if not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_DEADLINE_S:
+        raise DataError(f"deadline: {seconds!r} s; give more than 0 and at most {MAX_DEADLINE_S} s")
+    return float(seconds)
