@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -41,6 +42,16 @@ def post(port: int, body: object, timeout: float = 30.0) -> tuple[int, dict]:
             return reply.status, json.loads(reply.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
+
+
+def raw(port: int, data: bytes, timeout: float = 30.0) -> bytes:
+    """Send `data` on a plain socket and read until the server closes (a hostile caller)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +122,13 @@ def test_given_hostile_requests_when_sent_then_clear_errors_and_service_unaffect
     assert "features" in post(port, {"ids": ["a"], "features": {"a": {"nope": 1}}})[1]["error"]
     assert "deadline" in post(port, {"ids": ["a"], "deadline_ms": -5})[1]["error"]
     assert post(port, b"x" * (2 << 20))[0] == 413
+    # raw sockets: a negative length (read(-1) would read until the caller closes), JSON nested
+    # past Python's recursion limit, a line that is not HTTP: each one answer and closed
+    negative = raw(port, b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
+    assert negative.startswith(b"HTTP/1.1 400") and b"Content-Length" in negative, negative
+    assert "not JSON" in post(port, b"[" * 100_000)[1]["error"]
+    garbage = json.loads(raw(port, b"\x16\x03\x01 garbage\r\n\r\n"))  # no status line: HTTP/0.9
+    assert garbage["error"].startswith("400 Bad"), garbage
     # a caller without a certificate is refused at the TLS handshake
     ca = (certs / "ca.pem").read_bytes()
     options = [("grpc.ssl_target_name_override", NAMES[1])]

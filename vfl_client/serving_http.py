@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +29,11 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 DRAIN_BYTES = 16 << 20  # an oversize body up to this is read and dropped (above: closed)
+# A caller's connection costs a thread while open: one silent this long is closed, and above
+# MAX_CONNECTIONS open at once a new one is closed at once (slow or idle callers cannot take
+# every thread and the memory they hold).
+IDLE_TIMEOUT_S = 30.0
+MAX_CONNECTIONS = 512
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -35,6 +41,7 @@ class _Handler(BaseHTTPRequestHandler):
     # headers and body leave in two writes: with Nagle's algorithm the body waits for the
     # caller's delayed ACK of the headers (40 ms on Linux)
     disable_nagle_algorithm = True
+    timeout = IDLE_TIMEOUT_S  # on the socket: a read that waits longer ends the connection
     server: _Server
 
     def do_GET(self) -> None:
@@ -55,7 +62,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             length = int(self.headers.get("Content-Length", "0"))
         except ValueError:
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": "bad Content-Length"})
+            length = -1
+        if length < 0:  # read(-1) would read until the caller closes, holding all it sends
+            self.close_connection = True
+            error = "Content-Length: give the body's size in bytes"
+            return self._reply(HTTPStatus.BAD_REQUEST, {"error": error})
         if length > MAX_BODY_BYTES:
             self.close_connection = True
             if length <= DRAIN_BYTES:  # read, so the caller sees the 413 and not a reset
@@ -64,8 +75,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": error})
         try:
             request = json.loads(self.rfile.read(length) or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": f"body is not JSON: {err}"})
+        except (ValueError, RecursionError) as err:  # JSON, UTF-8, or nesting too deep
+            error = f"body is not JSON: {str(err)[:200]}"
+            return self._reply(HTTPStatus.BAD_REQUEST, {"error": error})
         if not isinstance(request, dict):
             error = 'body: give a JSON object {"ids": [...]}'
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": error})
@@ -89,6 +101,13 @@ class _Handler(BaseHTTPRequestHandler):
             error = "internal error (see the server's log)"
             return self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": error})
         self._reply(HTTPStatus.OK, {"predictions": [a.to_json() for a in answers]})
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """What http.server itself refuses (a line that is not HTTP, headers too long): JSON
+        like every other error, and the connection closed."""
+        status = HTTPStatus(code)
+        self.close_connection = True
+        self._reply(status, {"error": f"{code} {message or status.phrase}"[:300]})
 
     def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode() + b"\n"
@@ -129,6 +148,25 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], gateway: Gateway) -> None:
         super().__init__(address, _Handler)
         self.gateway = gateway
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("HTTP: %d connections open; closing a new one", MAX_CONNECTIONS)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed (reset, timed out, garbage): one line, no traceback."""
+        err = sys.exc_info()[1]
+        log.debug("HTTP connection from %s ended: %r", client_address, err)
 
 
 class HttpEndpoint:
