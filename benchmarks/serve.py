@@ -61,6 +61,7 @@ class ServeJob:
     deadline_ms: float = 100.0
     window_ms: float = 2.0
     epochs: int = 1
+    device: str = "cpu"  # the serving parties' --device
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ def run(job: ServeJob) -> dict[str, object]:
         )
         ids = [str(i) for i in range(0, 30000, 7)][:2000]
         batch = {"in_process_rows_per_s": _in_process_rows_per_s(fed)}
-        with NetShaper() as shaper, ServingCluster(work / "procs") as cluster:
+        with NetShaper() as shaper, ServingCluster(work / "procs", device=job.device) as cluster:
             ports, links = {}, []
             for k in range(1, PARTIES):
                 ports[k] = cluster.start_party(f"party{k}", bundles[k], tables[k], ID).port
@@ -260,7 +261,8 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
         f"{_load_text(record['load_before'])}, after {_load_text(record['load_after'])}.",
         "",
         "Credit, K = 4 parties of 5 columns, the paper's MLP (5 -> 10 -> 10 -> 10, linear head); "
-        "four `vfl-client --serve-bundle` processes on 127.0.0.1, plaintext gRPC, party0 the "
+        f"four `vfl-client --serve-bundle --device {job.get('device', 'cpu')}` processes on "
+        "127.0.0.1, plaintext gRPC, party0 the "
         "gateway. RTT 0: the gateway dials the parties directly; RTT > 0: a second gateway "
         "process dials them through the shaping proxy (benchmarks/netshape.py, an asyncio relay "
         "in the benchmark process) with that RTT on every gateway -> party link. "

@@ -79,6 +79,7 @@ class ServingCluster:
 
     workdir: Path
     security: Sequence[str] = ("--insecure",)
+    device: str = "cpu"  # every serving party's --device (cpu | cuda[:N])
     procs: dict[str, Proc] = field(default_factory=dict)
 
     def __enter__(self) -> ServingCluster:
@@ -112,7 +113,7 @@ class ServingCluster:
             sys.executable, "-m", "vfl_cli.client_cmd",
             "--serve-bundle", str(bundle), "--data", str(table), "--id-column", id_column,
             "--party-id", name, "--listen", listen, "--secret", SECRET,
-            *self.security,
+            "--device", self.device, *self.security,
         ]  # fmt: skip
 
     def _spawn(self, name: str, argv: list[str], http: bool = False) -> Proc:

@@ -7,6 +7,9 @@
    four parties on their device) called repeatedly while the coordinator serves: median and p95.
 3. `vfl bench throughput`: samples/s in process against over gRPC on the machine's cores (it
    needs the MNIST IDX files; skipped with a line when they are not there).
+4. `vfl bench serve --device D` for each device: online serving (the label party as gateway, one
+   ID per request) latency and throughput at 1, 8 and 64 callers, every party up and one frozen
+   (it needs UCI_Credit_Card.csv in --data-path; skipped with a line when it is not there).
 
 Every figure goes into one markdown file (default benchmarks/results/gpu.md) with the command
 that produced it and the machine it ran on. Bounded: each federation trains `--epochs` epochs,
@@ -140,6 +143,21 @@ def throughput(data_path: Path, work: Path) -> str:
     return report.read_text() if report.exists() else done.stdout
 
 
+def serving(data_path: Path, work: Path, device: str) -> str:
+    """`vfl bench serve --device DEVICE` at RTT 0 (up and stop) into `work`; its table, or why
+    not."""
+    if not (data_path / "UCI_Credit_Card.csv").exists():
+        return f"skipped: no UCI_Credit_Card.csv in {data_path}"
+    results = work / f"serve-{device}"
+    argv = [*VFL, "bench", "serve", "--data-path", str(data_path), "--device", device]
+    argv += ["--rtts", "0", "--modes", "up,stop", "--seconds", "2", "--results", str(results)]
+    done = run(argv, 300)
+    if done.returncode != 0:
+        return f"failed: {done.stderr.strip()[-500:]}"
+    report = results / "serve.md"
+    return report.read_text() if report.exists() else done.stdout
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", default="cpu,cuda", help="client devices to compare")
@@ -148,6 +166,7 @@ def main() -> None:
     parser.add_argument("--data-path", type=Path, default=Path("../shared/data"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu.md"))
     parser.add_argument("--no-throughput", action="store_true")
+    parser.add_argument("--no-serve", action="store_true", help="skip `vfl bench serve`")
     args = parser.parse_args()
     command = "bash scripts/gpu-check.sh " + " ".join(sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="vfl-gpu-") as tmp:
@@ -165,6 +184,11 @@ def main() -> None:
         bench = (
             "not run (--no-throughput)" if args.no_throughput else throughput(args.data_path, work)
         )
+        served = [
+            (d, serving(args.data_path, work, d))
+            for d in args.devices.split(",")
+            if d.strip() and not args.no_serve
+        ]
     lines = [
         "# GPU check",
         "",
@@ -188,6 +212,10 @@ def main() -> None:
             f"{r['evaluate_p50_s']:.3f} | {r['evaluate_p95_s']:.3f} | {r['predict_p50_s']:.3f} |"
         )
     lines += ["", "## In process against gRPC (`vfl bench throughput`)", "", bench, ""]
+    for device, report in served:
+        heading = f"## Online serving with --device {device} (`vfl bench serve`)"
+        body = report.split("\n", 1)[1] if report.startswith("# ") else report  # its title
+        lines += ["", heading, "", body.strip(), ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
     print(f"wrote {args.out}")

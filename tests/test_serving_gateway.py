@@ -4,6 +4,7 @@ its reason; malformed requests refused before any party is asked; batching split
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import Future
 
@@ -16,7 +17,7 @@ from vfl_core.errors import DataError
 from vfl_core.serving import predictions_with_rows
 from vfl_core.serving.bundle import load_bundle, write_bundle
 from vfl_core.serving.features import FeatureTable
-from vfl_core.serving.gateway import Gateway
+from vfl_core.serving.gateway import LAGGING_AFTER, Gateway
 from vfl_core.serving.peers import (
     DOWN,
     NOT_HELD,
@@ -104,6 +105,45 @@ def test_given_one_party_silent_and_one_down_when_predicting_then_subset_and_rea
     _, x = tables[0].lookup(hash_ids([own.id], SECRET))
     alone = bundles[0].predict({0: bundles[0].embed(x)})[0]
     np.testing.assert_allclose(own.probabilities, alone, atol=1e-6)
+
+
+class FlakyPeer:
+    """A party that is frozen (never answers) while `frozen`, else answers after `delay_s`."""
+
+    def __init__(self, peer: LocalPeer, delay_s: float) -> None:
+        self.name, self.block, self.peer, self.delay_s = peer.name, peer.block, peer, delay_s
+        self.frozen = True
+
+    def embed(self, keys, deadline) -> Future[PeerAnswer]:
+        future: Future[PeerAnswer] = Future()
+        if not self.frozen:
+            answer = self.peer.embed(keys, deadline).result()
+            threading.Timer(self.delay_s, future.set_result, (answer,)).start()
+        return future
+
+
+def test_given_a_party_frozen_for_three_requests_then_not_waited_for_until_it_answers(
+    served,
+) -> None:
+    _, _, bundles, tables = served
+    flaky = FlakyPeer(local_peer("party1", bundles[1], tables[1]), delay_s=0.05)
+    gw = gateway(served, [flaky, local_peer("party2", bundles[2], tables[2])], deadline_s=0.5)
+    candidates = [f"C{i:05d}" for i in range(1, 300)]
+    held = tables[1].lookup(hash_ids(candidates, SECRET))[0]
+    ids = [candidates[int(np.flatnonzero(held)[0])]]  # one that party1 holds
+    for _ in range(LAGGING_AFTER):  # each waits the whole deadline
+        start = time.monotonic()
+        assert gw.predict(ids)[0].missing.get("party1") == TIMED_OUT
+        assert time.monotonic() - start >= 0.5
+    start = time.monotonic()  # lagging now: answered without waiting for it
+    assert gw.predict(ids)[0].missing.get("party1") == TIMED_OUT
+    assert time.monotonic() - start < 0.5
+    flaky.frozen = False  # thawed; once the probe out ends at its deadline, the next request
+    time.sleep(0.6)  # probes again, and the answer in time clears the mark ...
+    gw.predict(ids)
+    time.sleep(0.2)
+    used = [gw.predict(ids)[0].used for _ in range(3)]  # ... so it is waited for again
+    assert all("party1" in u for u in used), used
 
 
 def test_given_an_unknown_id_when_predicting_then_an_answer_not_an_error(served) -> None:

@@ -487,6 +487,7 @@ def serve(
     seconds: Annotated[float, Opt(help="seconds per cell")] = 3.0,
     deadline_ms: Annotated[float, Opt(help="the gateway's request deadline")] = 100.0,
     batch_window_ms: Annotated[float, Opt(help="the gateway's batching window")] = 2.0,
+    device: Annotated[str, Opt(help="the serving parties' device: cpu | cuda[:N]")] = "cpu",
     data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
     results: Results = DEFAULT_RESULTS,
     log_level: LogLevel = "warning",
@@ -505,6 +506,7 @@ def serve(
         seconds=seconds,
         deadline_ms=deadline_ms,
         window_ms=batch_window_ms,
+        device=device,
     )
     path, text = mod.write_report(mod.run(job), results)
     typer.echo(text)

@@ -9,6 +9,10 @@ trained for exactly that subset, so a party that is slow, down or lacks the ID s
 instead of failing the request. Each answer names the parties used and why each other one is
 missing (vfl_core.serving.peers: timed out, down, does not hold the ID).
 
+A party that missed its last LAGGING_AFTER deadlines in a row (frozen, overloaded, a stalled
+link) is probed by one request at a time and waited for by none: requests are answered when the
+others have, and the party's first answer within a deadline makes the gateway wait for it again.
+
 Why the label party and not the coordinator: the heads are the label party's, so a request
 crosses each link once (gateway -> party -> gateway, in parallel); through the coordinator it
 would cross twice in sequence (coordinator -> parties, then coordinator -> label party), and the
@@ -18,6 +22,7 @@ coordinator would need to hold or reach the models. The coordinator is not invol
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -39,6 +44,8 @@ DEFAULT_DEADLINE_S = 0.1  # 100 ms: two WAN round trips of 50 ms, or many on one
 MAX_DEADLINE_S = 10.0
 DEFAULT_MAX_IDS = 256  # IDs in one request
 MAX_ID_CHARS = 256
+# A party that missed this many deadlines in a row is lagging: still asked, not waited for.
+LAGGING_AFTER = 3
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,47 @@ class _Blocks:
         self.embeddings[block] = answer.embeddings
 
 
+class _Lag:
+    """Which parties are lagging: a frozen or overloaded party would otherwise cost every
+    request the whole deadline (and, with many callers, hold a thread each that long). A
+    lagging party is asked by one request at a time (a probe, not every request piled on a
+    connection it does not read) and waited for by none; its first answer within a deadline
+    clears the mark, so the next requests wait for it again."""
+
+    def __init__(self) -> None:
+        self._missed: dict[int, int] = {}
+        self._probing: dict[int, float] = {}  # block -> the deadline of its probe out
+        self._lock = threading.Lock()
+
+    def lagging(self, block: int) -> bool:
+        with self._lock:
+            return self._missed.get(block, 0) >= LAGGING_AFTER
+
+    def ask(self, block: int, deadline: float) -> bool:
+        """Whether this request asks `block`: always, unless it lags and a probe is out (one
+        past its deadline is given up: a transport ends its calls there)."""
+        with self._lock:
+            if self._missed.get(block, 0) < LAGGING_AFTER:
+                return True
+            if self._probing.get(block, 0.0) > time.monotonic():
+                return False
+            self._probing[block] = deadline
+            return True
+
+    def watch(self, block: int, future: Future[PeerAnswer]) -> None:
+        def answered(done: Future[PeerAnswer]) -> None:
+            with self._lock:
+                self._probing.pop(block, None)
+                if not done.cancelled() and done.exception() is None:
+                    self._missed[block] = 0
+
+        future.add_done_callback(answered)
+
+    def missed(self, block: int) -> None:
+        with self._lock:
+            self._missed[block] = self._missed.get(block, 0) + 1
+
+
 class Gateway:
     """The label party's endpoint: its bundle, its feature table and the other parties."""
 
@@ -104,6 +152,7 @@ class Gateway:
         self.deadline_s = check_deadline(deadline_s)
         self.max_ids = max_ids
         self.names = {bundle.meta.block: bundle.meta.party_id} | {p.block: p.name for p in peers}
+        self._lag = _Lag()
 
     def predict(
         self,
@@ -119,12 +168,23 @@ class Gateway:
         deadline = time.monotonic() + seconds
         own = self._own_rows(ids, inline or {})  # checked before any party is asked
         keys = hash_ids(ids, self.secret)
-        asked = {p.block: p.embed(keys, deadline) for p in self.peers}  # in parallel
+        awaited = {p.block for p in self.peers if not self._lag.lagging(p.block)}
+        callees = [p for p in self.peers if self._lag.ask(p.block, deadline)]
+        asked = {p.block: p.embed(keys, deadline) for p in callees}
+        for block, future in asked.items():  # in parallel
+            self._lag.watch(block, future)
         blocks = _Blocks()
         blocks.add(self.bundle.meta.block, self._own_answer(keys, own))
-        wait(list(asked.values()), timeout=max(0.0, deadline - time.monotonic()))
+        waiting = [f for b, f in asked.items() if b in awaited]
+        wait(waiting, timeout=max(0.0, deadline - time.monotonic()))
+        for block in {p.block for p in self.peers} - set(asked):
+            blocks.missing[block] = TIMED_OUT  # lagging, its probe still out
         for block, future in asked.items():
             _collect(blocks, block, future)
+            # only a request that waited the deadline out counts a miss: one that did not
+            # wait says nothing of the party (it may have answered a moment later)
+            if block in awaited and blocks.missing.get(block) == TIMED_OUT:
+                self._lag.missed(block)
         return self._answers(ids, blocks)
 
     # ----------------------------------------------------------------- the request
