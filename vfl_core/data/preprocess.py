@@ -144,21 +144,24 @@ class TabularPreprocessor(_Frozen):
             for spec in self.columns:
                 if spec.name not in table.names:
                     raise DataError(f"{table.source}: column {spec.name!r} is missing")
-        # (width, n) per table: a column's values are written by its rows (fast), and its
-        # pages are taken as they are written, while the table's columns are freed
-        by_column = [np.zeros((self.width, len(table)), dtype=np.float32) for table in tables]
+        # Per table, its rows a few thousand at a time, transposed ((width, rows): a column's
+        # values are written by rows, fast; pages taken as written, while the table's columns
+        # are freed); each block copied into the (n, width) rows and freed in turn, so that
+        # the rows and their whole transpose are never held together
+        blocks = [
+            [np.zeros((self.width, min(TRANSFORM_ROWS, len(t) - i)), np.float32) for i in _at(t)]
+            for t in tables
+        ]
         at, code_at = 0, self.dense_width
         for spec in self.columns:
-            for table, transposed in zip(tables, by_column, strict=True):
-                _write_column(table, spec, transposed, at, code_at)
+            for table, parts in zip(tables, blocks, strict=True):
+                for start, part in zip(_at(table), parts, strict=True):
+                    _write_column(table.slice(start, TRANSFORM_ROWS), spec, part, at, code_at)
             at += spec.dense_width
             code_at += spec.kind == "embedding"
             if done is not None:
                 done(spec.name)
-        out = []
-        while by_column:  # each transpose freed once copied, before the next is
-            out.append(_rows(by_column.pop(0)))
-        return out
+        return [_rows(parts, self.width) for parts in blocks]
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"
@@ -173,12 +176,19 @@ class TabularPreprocessor(_Frozen):
             raise DataError(f"{source}: invalid preprocessing ({where}: {first['msg']})") from None
 
 
-def _rows(transposed: np.ndarray) -> np.ndarray:
-    """(n, width) rows of their transpose (width, n), copied a few thousand rows at a time
-    (so the copy stays in the cache)."""
-    out = np.empty(transposed.shape[::-1], dtype=np.float32)
-    for start in range(0, len(out), TRANSFORM_ROWS):
-        out[start : start + TRANSFORM_ROWS] = transposed[:, start : start + TRANSFORM_ROWS].T
+def _at(table: Table) -> range:
+    """The first row of each block of TRANSFORM_ROWS rows."""
+    return range(0, len(table), TRANSFORM_ROWS)
+
+
+def _rows(parts: list[np.ndarray], width: int) -> np.ndarray:
+    """(n, width) rows from their transposed blocks (width, rows), each freed once copied."""
+    out = np.empty((sum(p.shape[1] for p in parts), width), dtype=np.float32)
+    at = 0
+    while parts:
+        part = parts.pop(0)
+        out[at : at + part.shape[1]] = part.T
+        at += part.shape[1]
     return out
 
 

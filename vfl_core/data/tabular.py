@@ -182,6 +182,11 @@ def _label_only_last(
     out: dict[str, Table] = {}
     counts: dict[str, int] = {}
     for name, table in splits.items():
+        # a column with no empty cell in the file has none here: no row is label-only (most
+        # tables), and no missing mask of a column without gaps is made
+        if any(table.data.column(c).null_count == 0 for c in columns):
+            out[name], counts[name] = table, 0
+            continue
         empty = np.logical_and.reduce([table.missing(c) for c in columns])
         counts[name] = int(empty.sum())
         if not counts[name]:
