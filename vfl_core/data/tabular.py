@@ -97,10 +97,11 @@ def load_table_party(
             train.head(len(train) - label_only.get("train", 0)).select(columns), source.max_onehot
         )
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
+    features = _transform(fitted, splits, label_only)
+    # after the transform has freed the feature columns: the labels then add to less
     labels = _labels(splits, label_column, fitted.classes or None, source.task)
     if labels:
         fitted = fitted.model_copy(update={"classes": labels["train"].classes})
-    features = _transform(fitted, splits, label_only)
     party_splits = {
         name: PartySplit(
             ids=id_array(table.column(source.id_column)),
