@@ -44,6 +44,16 @@ SETTINGS: dict[str, list[str]] = {
     "no-ple": [],
     "ple8-head-mlp": ["--head", "mlp"],
     "head-linear": ["--head", "linear"],
+    "wide": ["--head", "wide"],
+    "resample": ["--balance", "resample"],
+    "wide-resample": ["--head", "wide", "--balance", "resample"],
+    "patience10": ["--early-stop-patience", "10"],
+    "wide-wd1e-3": ["--head", "wide", "--weight-decay", "1e-3"],
+    "batch32": ["--batch-size", "32"],
+    "val0.2": ["--validation-fraction", "0.2"],
+    "wide-val0.2": ["--head", "wide", "--validation-fraction", "0.2"],
+    "batch128": ["--batch-size", "128"],
+    "hidden512": ["--hidden", "512"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}

@@ -12,6 +12,7 @@ from vfl_core.model.models import (
     CNNRepresentation,
     MLPRepresentation,
     ResNet18Representation,
+    WideHead,
     build_head,
     build_representation,
     resolve_representation,
@@ -156,6 +157,29 @@ def test_same_seed_identical_different_seed_differs(
     c = build_representation(config, shape, 43)
     assert _same(a, b)
     assert not _same(a, c)
+
+
+def test_wide_head_adds_a_linear_path_beside_each_mlp() -> None:
+    wide = ModelConfig(representation="mlp", embed_dim=6, hidden=(16,), head="wide")
+    representation = build_representation(wide, (5,), 0)
+    head = build_head(wide, num_classes=2, generator_seed=0, tabular=True)
+    assert isinstance(head, WideHead)
+    assert representation(torch.randn(3, 5)).shape == (3, 6)
+    assert head(torch.randn(3, 6)).shape == (3, 2)
+    # with its MLPs' last layers at zero, the network is one linear map of the features
+    representation.net[-1].weight.data.zero_()
+    representation.net[-1].bias.data.zero_()
+    head.mlp[-1].weight.data.zero_()
+    head.mlp[-1].bias.data.zero_()
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    logits = head(representation(x + y))
+    assert torch.allclose(logits, head(representation(x)) + head(representation(y)), atol=1e-5)
+
+
+def test_wide_head_leaves_the_mlp_weights_of_a_seed_unchanged() -> None:
+    mlp = build_representation(ModelConfig(representation="mlp", head="mlp"), (5,), 3)
+    wide = build_representation(ModelConfig(representation="mlp", head="wide"), (5,), 3)
+    assert _same(mlp.net, wide.net)
 
 
 @pytest.mark.parametrize("head_kind", ["linear", "mlp"])

@@ -253,3 +253,29 @@ def test_given_a_late_cell_in_a_column_of_numbers_when_loaded_then_as_if_read_as
     assert fitted.columns[0].kind == "numeric" and fitted.columns[0].indicator
     assert fitted.columns[0].mean == pytest.approx(values.mean())
     assert read_table(path).columns["a"][100] == "250"  # trimmed, as before
+
+
+def test_given_two_tables_when_transformed_together_then_each_as_alone_and_columns_released_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vfl_core.data import preprocess
+
+    columns = {k: v for k, v in mixed_columns(60).items() if k != "id"}
+    fitted = TabularPreprocessor.fit(plain(columns))
+    first = plain({k: v[:45] for k, v in columns.items()})
+    second = plain({k: v[45:] for k, v in columns.items()})
+    alone = [fitted.transform(first), fitted.transform(second)]  # one block each
+    monkeypatch.setattr(preprocess, "TRANSFORM_ROWS", 7)  # several blocks, the last one short
+    released: list[str] = []
+
+    def done(name: str) -> None:
+        released.append(name)
+        for table in (first, second):
+            table.forget(name)  # what load_table_party does: the column is gone for good
+
+    together = fitted.transform_all([first, second], done)
+    assert released == [c.name for c in fitted.columns]
+    assert first.names == [] and second.names == []
+    for got, want in zip(together, alone, strict=True):
+        assert got.dtype == np.float32 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)

@@ -66,7 +66,8 @@ class TrainOptions:
     head: Annotated[
         str | None,
         Opt(
-            help="auto (tables: mlp; images: linear) | linear | mlp", show_default=shown(M["head"])
+            help="auto (tables: mlp; images: linear) | linear | mlp | wide (mlp + a linear path)",
+            show_default=shown(M["head"]),
         ),
     ] = None
     dvfl_period: Annotated[

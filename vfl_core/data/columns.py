@@ -169,6 +169,14 @@ class Table:
             known=self._known,
         )
 
+    def forget(self, name: str) -> None:
+        """Drop column `name` and what is known of it (its memory is freed once no other
+        table holds it)."""
+        self.data = self.data.drop_columns([name])
+        self._known.forget(name)
+        if self._picked is not None and self._picked[0] == name:
+            self._picked = None
+
     def with_column(self, name: str, values: pa.Array | pa.ChunkedArray) -> Table:
         """This table with column `name` replaced by `values` (one per row of this table)."""
         data = self.data if self._take is None else self.data.take(self._take)
@@ -197,6 +205,11 @@ class _Known:
         out.missing = {k: v[start:stop] for k, v in self.missing.items()}
         out.codes = {k: (c[start:stop], d) for k, (c, d) in self.codes.items()}
         return out
+
+    def forget(self, name: str) -> None:
+        self.numbers.pop(name, None)
+        self.missing.pop(name, None)
+        self.codes.pop(name, None)
 
     def without(self, name: str) -> _Known:
         out = _Known({k: v for k, v in self.numbers.items() if k != name})

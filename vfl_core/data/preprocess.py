@@ -27,6 +27,7 @@ then the code columns, so the model can cut the vector in two.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -130,42 +131,37 @@ class TabularPreprocessor(_Frozen):
     def transform(self, table: Table) -> np.ndarray:
         """(n, width) float32 rows; a column missing from `table`, or a numeric training column
         holding a non-number, is a DataError naming the file, column and row."""
-        for spec in self.columns:
-            if spec.name not in table.names:
-                raise DataError(f"{table.source}: column {spec.name!r} is missing")
-        out = np.empty((len(table), self.width), dtype=np.float32)
-        for start in range(0, len(table), TRANSFORM_ROWS):
-            part = table.slice(start, TRANSFORM_ROWS)
-            out[start : start + len(part)] = self._transposed(part).T
-        return out
+        return self.transform_all([table])[0]
 
-    def _transposed(self, table: Table) -> np.ndarray:
-        """(width, n): filled a column at a time, so by rows of the transpose (fast), for a few
-        thousand rows at a time (so the copy into (n, width) stays in the cache)."""
-        out = np.zeros((self.width, len(table)), dtype=np.float32)
+    def transform_all(
+        self, tables: Sequence[Table], done: Callable[[str], None] | None = None
+    ) -> list[np.ndarray]:
+        """`transform` of each table, a column at a time for all of them: `done(name)` is
+        called once column `name` is written for every table, so that the caller may free it
+        before the next is read (a party then never holds its whole table and its whole
+        transform at once)."""
+        for table in tables:
+            for spec in self.columns:
+                if spec.name not in table.names:
+                    raise DataError(f"{table.source}: column {spec.name!r} is missing")
+        # Per table, its rows a few thousand at a time, transposed ((width, rows): a column's
+        # values are written by rows, fast; pages taken as written, while the table's columns
+        # are freed); each block copied into the (n, width) rows and freed in turn, so that
+        # the rows and their whole transpose are never held together
+        blocks = [
+            [np.zeros((self.width, min(TRANSFORM_ROWS, len(t) - i)), np.float32) for i in _at(t)]
+            for t in tables
+        ]
         at, code_at = 0, self.dense_width
         for spec in self.columns:
-            if spec.indicator:
-                out[at] = table.missing(spec.name)
-                at += 1
-            if spec.kind == "numeric":
-                out[at] = _standardised(table, spec)
-                if spec.edges:
-                    width = len(spec.edges) - 1
-                    out[at + 1 : at + 1 + width] = piecewise_linear(out[at], spec.edges)
-                    at += width
-                at += 1
-                continue
-            # -1 missing, len(categories) unknown
-            index = cv.category_index_of(table, spec.name, spec.categories)
-            if spec.kind == "onehot":
-                rows = np.flatnonzero(index >= 0)
-                out[at + index[rows], rows] = 1.0
-                at += len(spec.categories) + 1
-            else:
-                out[code_at] = np.where(index == len(spec.categories), -1, index) + 1
-                code_at += 1
-        return out
+            for table, parts in zip(tables, blocks, strict=True):
+                for start, part in zip(_at(table), parts, strict=True):
+                    _write_column(table.slice(start, TRANSFORM_ROWS), spec, part, at, code_at)
+            at += spec.dense_width
+            code_at += spec.kind == "embedding"
+            if done is not None:
+                done(spec.name)
+        return [_rows(parts, self.width) for parts in blocks]
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"
@@ -178,6 +174,44 @@ class TabularPreprocessor(_Frozen):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "(top level)"
             raise DataError(f"{source}: invalid preprocessing ({where}: {first['msg']})") from None
+
+
+def _at(table: Table) -> range:
+    """The first row of each block of TRANSFORM_ROWS rows."""
+    return range(0, len(table), TRANSFORM_ROWS)
+
+
+def _rows(parts: list[np.ndarray], width: int) -> np.ndarray:
+    """(n, width) rows from their transposed blocks (width, rows), each freed once copied."""
+    out = np.empty((sum(p.shape[1] for p in parts), width), dtype=np.float32)
+    at = 0
+    while parts:
+        part = parts.pop(0)
+        out[at : at + part.shape[1]] = part.T
+        at += part.shape[1]
+    return out
+
+
+def _write_column(table: Table, spec: ColumnSpec, out: np.ndarray, at: int, code_at: int) -> None:
+    """Column `spec` of `table` into the transposed rows `out` (width, n), every row of it
+    set: its dense values from row `at` on, its code (an embedding column) in row
+    `code_at`."""
+    if spec.indicator:
+        out[at] = table.missing(spec.name)
+        at += 1
+    if spec.kind == "numeric":
+        out[at] = _standardised(table, spec)
+        if spec.edges:
+            out[at + 1 : at + len(spec.edges)] = piecewise_linear(out[at], spec.edges)
+        return
+    # -1 missing, len(categories) unknown
+    index = cv.category_index_of(table, spec.name, spec.categories)
+    if spec.kind == "onehot":
+        rows = np.flatnonzero(index >= 0)
+        out[at : at + len(spec.categories) + 1] = 0.0
+        out[at + index[rows], rows] = 1.0
+    else:
+        out[code_at] = np.where(index == len(spec.categories), -1, index) + 1
 
 
 def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSpec:

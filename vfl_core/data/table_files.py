@@ -151,6 +151,11 @@ def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool])
             column, numbers[name] = local_numbers(_spaced_missing_as_null(column), separator)
         held = numbers_array(numbers[name]) if hold_numbers(name) else None
         columns[name] = column if held is None else held
+        # Arrow's pool keeps freed blocks for later reads: the reader's, and a number
+        # column's chunks once its values are one array; nothing else of a party's would
+        # reuse them, so they go back to the system as they are freed
+        del column
+        pa.default_memory_pool().release_unused()
     lines = _CsvLines(path, encoding, separator)
     return Table(str(path), pa.table(columns), lines, numbers=numbers)
 

@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 # "auto": "mlp" for a party of tabular features, "linear" for image blocks (the paper's);
+# "wide": "mlp" plus a linear path from every party's features to the logits;
 # vfl_core.model.models.resolve_head, docs/tabular-defaults.md.
-HeadKind = Literal["auto", "linear", "mlp"]
+HeadKind = Literal["auto", "linear", "mlp", "wide"]
 
 
 class ModelConfig(BaseModel):

@@ -38,6 +38,7 @@ __all__ = [
     "MLPRepresentation",
     "ResNet18Representation",
     "TabularRepresentation",
+    "WideHead",
     "build_head",
     "build_representation",
     "resolve_head",
@@ -98,6 +99,7 @@ class MLPRepresentation(nn.Module):
         embed_dim: int,
         *,
         final_activation: bool,
+        skip: bool = False,
     ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
@@ -106,14 +108,20 @@ class MLPRepresentation(nn.Module):
             layers += [nn.Linear(width, size), nn.ReLU()]
             width = size
         layers.append(nn.Linear(width, embed_dim))
-        if final_activation:
+        if final_activation and not skip:
             layers.append(nn.ReLU())
         self.net = nn.Sequential(*layers)
+        # built after `net`, so that `net` has the same initial weights with or without it
+        self.skip = nn.Linear(in_features, embed_dim, bias=False) if skip else None
         self.final_activation = final_activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.flatten(1)  # (B, F) or (B, C*H*W)
-        return self.net(x)  # (B, embed_dim)
+        out = self.net(x)  # (B, embed_dim)
+        if self.skip is None:
+            return out
+        out = out + self.skip(x)  # the linear path beside the MLP ("wide and deep")
+        return torch.relu(out) if self.final_activation else out
 
 
 def embedding_dim(cardinality: int) -> int:
@@ -135,13 +143,16 @@ class TabularRepresentation(nn.Module):
         embed_dim: int,
         *,
         final_activation: bool,
+        skip: bool = False,
     ) -> None:
         super().__init__()
         self.dense_width = in_features - len(cardinalities)
         self.cardinalities = tuple(cardinalities)
         self.embeddings = nn.ModuleList(nn.Embedding(n, embedding_dim(n)) for n in cardinalities)
         width = self.dense_width + sum(e.embedding_dim for e in self.embeddings)
-        self.mlp = MLPRepresentation(width, hidden, embed_dim, final_activation=final_activation)
+        self.mlp = MLPRepresentation(
+            width, hidden, embed_dim, final_activation=final_activation, skip=skip
+        )
         self.final_activation = final_activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -154,6 +165,21 @@ class TabularRepresentation(nn.Module):
             column = codes[:, i].clamp(0, self.cardinalities[i] - 1)
             parts.append(embedding(column))  # (B, embedding_dim)
         return self.mlp(torch.cat(parts, dim=1))  # (B, embed_dim)
+
+
+class WideHead(nn.Module):
+    """A head's MLP with a linear map of the same input beside it, summed ("wide and deep",
+    Cheng et al. 2016): with the representations' own linear skips, a linear model of the
+    features is one path of the network, which tables where a linear model is hard to beat
+    (diabetes) need."""
+
+    def __init__(self, mlp: nn.Module, linear: nn.Linear) -> None:
+        super().__init__()
+        self.mlp = mlp
+        self.linear = linear
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.mlp(z) + self.linear(z)  # (B, num_classes)
 
 
 class CNNRepresentation(nn.Module):
@@ -325,6 +351,7 @@ def build_representation(
     shape = _check_feature_shape(feature_shape)
     kind = resolve_representation(config, shape)
     _check_categorical(categorical, shape, kind)
+    skip = config.head == "wide"  # the linear path from the features to the logits starts here
 
     def factory() -> nn.Module:
         if categorical:
@@ -334,10 +361,15 @@ def build_representation(
                 config.hidden,
                 config.embed_dim,
                 final_activation=final_activation,
+                skip=skip,
             )
         if kind == "mlp":
             return MLPRepresentation(
-                math.prod(shape), config.hidden, config.embed_dim, final_activation=final_activation
+                math.prod(shape),
+                config.hidden,
+                config.embed_dim,
+                final_activation=final_activation,
+                skip=skip,
             )
         channels, height, width = shape
         if kind == "cnn":
@@ -381,8 +413,8 @@ def resolve_head(config: ModelConfig, tabular: bool) -> str:
     (docs/tabular-defaults.md); "linear" for image blocks, as the LASER-VFL paper has."""
     if config.head == "auto":
         return "mlp" if tabular else "linear"
-    if config.head not in ("linear", "mlp"):
-        raise ConfigError(f"unknown model.head {config.head!r}; expected auto, linear or mlp")
+    if config.head not in ("linear", "mlp", "wide"):
+        raise ConfigError(f"unknown model.head {config.head!r}; expected auto, linear, mlp or wide")
     return config.head
 
 
@@ -398,6 +430,8 @@ def build_head(
 
     The input is the mean of embeddings (in_blocks=1) or a concatenation of `in_blocks` of them
     (baselines). "linear" is one Linear; "mlp" is Linear(in, head_hidden), ReLU, Linear(.., C);
+    "wide" is the MLP plus a Linear beside it (`WideHead`; the representations then add a linear
+    map of their input too, so the logits hold a linear model of every party's features);
     "auto" is `resolve_head`'s choice for a party of tabular features or not.
     """
     if in_blocks < 1:
@@ -407,16 +441,17 @@ def build_head(
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ConfigError(f"num_classes must be a positive integer, got {num_classes!r}")
     kind = resolve_head(config, tabular)
-    if kind == "mlp" and config.head_hidden < 1:
+    if kind in ("mlp", "wide") and config.head_hidden < 1:
         raise ConfigError(f"model.head_hidden must be >= 1, got {config.head_hidden}")
 
     def factory() -> nn.Module:
         if kind == "linear":
             return nn.Linear(width, num_classes)
-        return nn.Sequential(
+        mlp = nn.Sequential(
             nn.Linear(width, config.head_hidden),
             nn.ReLU(),
             nn.Linear(config.head_hidden, num_classes),
         )
+        return mlp if kind == "mlp" else WideHead(mlp, nn.Linear(width, num_classes, bias=False))
 
     return build_seeded(generator_seed, factory)
