@@ -25,6 +25,7 @@ TRAIN = {
     "validation_fraction": 0.1,
     "threshold": "auto",
     "subset_choice": "validation",
+    "encrypt_relay": False,
 }
 MODEL = {
     "representation": "auto",

@@ -265,6 +265,15 @@ class TrainOptions:
         ),
     ] = None
 
+    encrypt_relay: Annotated[
+        bool | None,
+        Opt(
+            help="embeddings and gradients encrypted end to end between parties (needs TLS): "
+            "the coordinator relays what it cannot read",
+            show_default=shown(T["encrypt_relay"]),
+        ),
+    ] = None
+
     def config(self, base: dict[str, Any]) -> TrainConfig:
         """The TrainConfig of a config file's mapping with these options applied over it."""
         overrides = dataclasses.asdict(self)
