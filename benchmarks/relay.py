@@ -3,9 +3,9 @@
     python -m benchmarks.relay --data-path ../shared/data --repeats 3 --epochs 2
 
 UCI Credit (4000 rows, benchmarks.tabular_tables), K parties (`--parties`, columns dealt
-round-robin): block 0 holds the labels, the others are feature-only. The parties run behind the real `PartyServicer` on gRPC servers in this process
-(their relay keys from certificates made by `vfl certs`'s code), the coordinator's round engine
-drives them through `GrpcTransport`; so the process's CPU time is the whole federation's, and an
+round-robin): block 0 holds the labels, the others are feature-only. The parties run behind the
+real `PartyServicer` on gRPC servers in this process (their relay keys from certificates made by
+`vfl certs`'s code), the coordinator's round engine drives them through `GrpcTransport`; so the process's CPU time is the whole federation's, and an
 interceptor on the coordinator's channels sees exactly what the coordinator relays. Each repeat
 trains the same federation twice, plaintext then `encrypt_relay`, side by side; reported: CPU
 milliseconds per training round (medians over the repeats and their ratio), bytes per round, and
