@@ -70,6 +70,7 @@ PRIVACY = {
     "embedding_noise": 0.0,
     "delta": 1e-05,
     "label_epsilon": None,
+    "score_epsilon": None,
 }
 CLIENT = {
     "table": None,

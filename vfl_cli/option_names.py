@@ -192,6 +192,7 @@ PANELS: dict[str, str] = {
             "privacy-embedding-clip",
             "privacy-embedding-noise",
             "privacy-label-epsilon",
+            "privacy-score-epsilon",
             "encrypt-relay",
         ],
         SECURITY,

@@ -265,6 +265,14 @@ class TrainOptions:
         ),
     ] = None
 
+    privacy_score_epsilon: Annotated[
+        float | None,
+        Opt(
+            help="label party: scores evaluations against one randomised-response copy of its "
+            "labels, epsilon-label-DP (default: the true labels)",
+            show_default=shown(PV["score_epsilon"]),
+        ),
+    ] = None
     encrypt_relay: Annotated[
         bool | None,
         Opt(

@@ -29,6 +29,11 @@ class PrivacyConfig(BaseModel):
     # At the label party, once before training: k-ary randomised response on the training labels
     # (epsilon-label-DP); None = the true labels.
     label_epsilon: float | None = Field(None, gt=0)
+    # At the label party, on what it tells the coordinator in Score: it scores every evaluation
+    # against one randomised-response copy of its labels, drawn once per split (epsilon-label-
+    # DP per row, whatever the coordinator asks), so that pairing the aggregates with the
+    # predictions the coordinator relays determines no true label; None = the true labels.
+    score_epsilon: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _noise_needs_clip(self) -> PrivacyConfig:
@@ -44,4 +49,5 @@ class PrivacyConfig(BaseModel):
             self.gradient_defence != "none"
             or self.embedding_clip is not None
             or self.label_epsilon is not None
+            or self.score_epsilon is not None
         )

@@ -213,6 +213,8 @@ class Party:
         labels = self.split(call.split).labels
         if labels is None:
             raise ProtocolError(f"party {self.party_id} holds no labels to score with")
+        if self.task != REGRESSION:  # PrivacyConfig.score_epsilon: a randomised copy
+            labels = self.guard.score_labels(call.split, labels, self.data.meta.num_classes)
         return score_batch(self.task, self.data.meta.num_classes, labels[call.rows], call)
 
     def replace_split(self, name: str, split: PartySplit | None) -> None:
