@@ -181,18 +181,21 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     runs = []
+    command = "python -m benchmarks.score_pairing " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
     for seed in map(int, args.seeds.split(",")):
         table = tables(args.data_path, False)["credit"](seed, False)
         for e in args.epsilons.split(","):
             runs.append(run_one(table, seed, args.epochs, None if e == "none" else float(e)))
-    summary = {
-        "command": "python -m benchmarks.score_pairing "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-        "seconds": round(time.perf_counter() - start, 1),
-        "runs": runs,
-        "means": _means(runs),
-    }
-    args.out.write_text(json.dumps(summary, indent=1) + "\n")
+            print(json.dumps(runs[-1]), flush=True)
+            summary = {
+                "command": command,
+                "seconds": round(time.perf_counter() - start, 1),
+                "runs": runs,
+                "means": _means(runs),
+            }
+            args.out.write_text(json.dumps(summary, indent=1) + "\n")  # kept as it grows
     print(json.dumps(summary["means"], indent=1))
 
 
