@@ -65,9 +65,12 @@ class ScoreRecorder:
         return result
 
 
-def constraints(call: ScoreCall, result: ScoreResult) -> Iterable[tuple[list[Key], np.ndarray]]:
+def constraints(
+    call: ScoreCall, result: ScoreResult, coarse: int = AUC_BINS
+) -> Iterable[tuple[list[Key], np.ndarray]]:
     """(rows, label counts among them) for every column of every confusion matrix and every
-    bin of every histogram of one Score answer."""
+    bin of every histogram of one Score answer (`coarse`: the bins the label party reports,
+    PrivacyConfig.score_bins, which the coordinator knows from the run's config)."""
     keys = [(call.split, int(r)) for r in call.rows]
     for name, confusion in result.confusion.items():
         predicted = call.predictions[name]
@@ -75,16 +78,16 @@ def constraints(call: ScoreCall, result: ScoreResult) -> Iterable[tuple[list[Key
             yield [keys[i] for i in np.flatnonzero(predicted == j)], confusion[:, j]
     for name, histogram in result.histograms.items():
         scores = call.scores[name].astype(np.float64)
-        bins = np.minimum((scores * histogram.shape[1]).astype(np.int64), histogram.shape[1] - 1)
+        width = histogram.shape[1] // coarse
+        counts = histogram.reshape(2, coarse, width).sum(axis=2)
+        bins = np.minimum((scores * coarse).astype(np.int64), coarse - 1)
         for b in np.unique(bins):
-            yield [keys[i] for i in np.flatnonzero(bins == b)], histogram[:, b]
+            yield [keys[i] for i in np.flatnonzero(bins == b)], counts[:, b]
 
 
-def deduce(scored: list[tuple[ScoreCall, ScoreResult]]) -> dict[Key, int]:
+def deduce(scored: list[tuple[ScoreCall, ScoreResult]], coarse: int = AUC_BINS) -> dict[Key, int]:
     """Every label the answers determine, propagated until nothing changes."""
-    groups = [
-        (rows, counts) for call, result in scored for rows, counts in constraints(call, result)
-    ]
+    groups = [g for call, result in scored for g in constraints(call, result, coarse)]
     known: dict[Key, int] = {}
     changed = True
     while changed:
@@ -139,10 +142,14 @@ def true_test_metrics(
     return {"accuracy": float(accuracy_from_confusion(confusion)), "auc": auc}
 
 
-def run_one(table: Any, seed: int, epochs: int, eps: float | None) -> dict[str, Any]:
+def run_one(
+    table: Any, seed: int, epochs: int, eps: float | None, bins: int = AUC_BINS
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="vfl-score-") as tmp:
         sources = write_parties(table, 2, Path(tmp))
-        privacy = {} if eps is None else {"score_epsilon": eps}
+        privacy: dict[str, Any] = {"score_bins": bins}
+        if eps is not None:
+            privacy["score_epsilon"] = eps
         train = {"seed": seed, "epochs": epochs, "privacy": privacy}
         config = SimulationConfig(tables=sources, clients=2, train=train)
         recorder: list[ScoreRecorder] = []
@@ -155,13 +162,14 @@ def run_one(table: Any, seed: int, epochs: int, eps: float | None) -> dict[str, 
     party = result.parties[LABEL_BLOCK]
     truth = {s: party.data.splits[s].labels for s in ("train", "test")}
     scored = recorder[0].scored
-    known = deduce(scored)
+    known = deduce(scored, bins)
     wrong = int(sum(known[k] != truth[k[0]][k[1]] for k in known))
     report = next(iter(result.reports.values()))
     overall = next(r for r in report.rows() if r.observed == "all")
     return {
         "seed": seed,
         "score_epsilon": eps,
+        "score_bins": bins,
         "score_calls": len(scored),
         "rows_scored": len({(c.split, int(r)) for c, _ in scored for r in c.rows}),
         "deduced": len(known),
@@ -176,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-path", type=Path, default=Path("../shared/data"))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--epsilons", default="none,1,2,4")
+    parser.add_argument("--epsilons", default="none,2,4")
+    parser.add_argument("--bins", default="1000", help="score_bins values, each with each epsilon")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/score_pairing.json"))
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -186,8 +195,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     for seed in map(int, args.seeds.split(",")):
         table = tables(args.data_path, False)["credit"](seed, False)
-        for e in args.epsilons.split(","):
-            runs.append(run_one(table, seed, args.epochs, None if e == "none" else float(e)))
+        for bins in map(int, args.bins.split(",")):
+            for e in args.epsilons.split(","):
+                eps = None if e == "none" else float(e)
+                runs.append(run_one(table, seed, args.epochs, eps, bins))
             print(json.dumps(runs[-1]), flush=True)
             summary = {
                 "command": command,
@@ -201,8 +212,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _means(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    for eps in dict.fromkeys(r["score_epsilon"] for r in runs):
-        group = [r for r in runs if r["score_epsilon"] == eps]
+    for eps, bins in dict.fromkeys((r["score_epsilon"], r["score_bins"]) for r in runs):
+        group = [r for r in runs if (r["score_epsilon"], r["score_bins"]) == (eps, bins)]
 
         def mean(get: Any, group: list[dict[str, Any]] = group) -> float:
             return round(statistics.mean(get(r) for r in group), 4)
@@ -210,6 +221,7 @@ def _means(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append(
             {
                 "score_epsilon": eps,
+                "score_bins": bins,
                 "seeds": len(group),
                 "rows_scored": mean(lambda r: r["rows_scored"]),
                 "deduced": mean(lambda r: r["deduced"]),

@@ -71,6 +71,7 @@ PRIVACY = {
     "delta": 1e-05,
     "label_epsilon": None,
     "score_epsilon": None,
+    "score_bins": 1000,
 }
 CLIENT = {
     "table": None,

@@ -193,6 +193,7 @@ PANELS: dict[str, str] = {
             "privacy-embedding-noise",
             "privacy-label-epsilon",
             "privacy-score-epsilon",
+            "privacy-score-bins",
             "encrypt-relay",
         ],
         SECURITY,

@@ -273,6 +273,13 @@ class TrainOptions:
             show_default=shown(PV["score_epsilon"]),
         ),
     ] = None
+    privacy_score_bins: Annotated[
+        int | None,
+        Opt(
+            help="label party: its AUC histograms in this many bins (a divisor of 1000)",
+            show_default=shown(PV["score_bins"]),
+        ),
+    ] = None
     encrypt_relay: Annotated[
         bool | None,
         Opt(
