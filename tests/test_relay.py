@@ -198,3 +198,15 @@ def test_given_a_fuse_exchange_when_sealed_and_opened_then_the_party_sees_plain_
     sealed = vfl_pb2.FuseRequest(round_id=4, embeddings={0: reply.embedding})
     with pytest.raises(ProtocolError, match="sealed \\(an encrypted relay\\)"):
         convert.fuse_call_from_proto(sealed)
+
+
+def test_given_encrypt_relay_on_plaintext_or_with_own_steps_when_configured_then_refused() -> None:
+    from pydantic import ValidationError
+
+    from vfl_coordinator.config import CoordinatorConfig
+    from vfl_core.config import TrainConfig
+
+    with pytest.raises(ValidationError, match="needs TLS certificates"):
+        CoordinatorConfig(insecure=True, train=TrainConfig(encrypt_relay=True))
+    with pytest.raises(ValidationError, match="runs steps of its own"):
+        TrainConfig(method="dvfl", encrypt_relay=True)
