@@ -25,6 +25,7 @@ TRAIN = {
     "validation_fraction": 0.1,
     "threshold": "auto",
     "subset_choice": "validation",
+    "encrypt_relay": False,
 }
 MODEL = {
     "representation": "auto",
@@ -69,6 +70,8 @@ PRIVACY = {
     "embedding_noise": 0.0,
     "delta": 1e-05,
     "label_epsilon": None,
+    "score_epsilon": None,
+    "score_bins": 1000,
 }
 CLIENT = {
     "table": None,

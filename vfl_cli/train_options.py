@@ -266,6 +266,30 @@ class TrainOptions:
         ),
     ] = None
 
+    privacy_score_epsilon: Annotated[
+        float | None,
+        Opt(
+            help="label party: scores evaluations against one randomised-response copy of its "
+            "labels, epsilon-label-DP (default: the true labels)",
+            show_default=shown(PV["score_epsilon"]),
+        ),
+    ] = None
+    privacy_score_bins: Annotated[
+        int | None,
+        Opt(
+            help="label party: its AUC histograms in this many bins (a divisor of 1000)",
+            show_default=shown(PV["score_bins"]),
+        ),
+    ] = None
+    encrypt_relay: Annotated[
+        bool | None,
+        Opt(
+            help="embeddings and gradients encrypted end to end between parties (needs TLS): "
+            "the coordinator relays what it cannot read",
+            show_default=shown(T["encrypt_relay"]),
+        ),
+    ] = None
+
     def config(self, base: dict[str, Any]) -> TrainConfig:
         """The TrainConfig of a config file's mapping with these options applied over it."""
         overrides = dataclasses.asdict(self)

@@ -155,6 +155,7 @@ class PartyHost:
             self.session,
             self.lease,
             party.last_round if party is not None else None,
+            self.servicer.relay.key_message if self.servicer.relay is not None else None,
         )
         reply = convert.registration_from_proto(stub.Register(request, timeout=REGISTER_TIMEOUT_S))
         self.lease = reply.lease or self.lease

@@ -28,6 +28,7 @@ from vfl_core.training.party import Party, party_info
 from vfl_core.training.retry import reconnect_backoff
 from vfl_wire import convert
 from vfl_wire.channels import bind, freeze_heap, make_server, plaintext_to_tls_hint
+from vfl_wire.relay_crypto import RelayCrypto
 from vfl_wire.security import COORDINATOR, GuardInterceptor, Security, load_security, party_policy
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -86,13 +87,15 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     )
     warm_up()  # before listening: once registered, the party is built and rejoins at once
     servicer = PartyServicer(party_id, threads=config.threads)
+    if security.identity is not None:  # its signed relay key goes with every registration
+        servicer.relay = RelayCrypto(security.identity, data.meta.block)
     listen = listen_address(config.listen, config.coordinator)
     server, port = start_server(servicer, listen, security, _refused_calls(config))
     freeze_heap()
     stop = stop or _stop_on_signals()
     run_id, reason = "", "stopped before joining a run"
     try:
-        party, run_id, lease = _join(config, data, party_id, device, port, stop, security)
+        party, run_id, lease = _join(config, data, party_id, device, port, stop, servicer, security)
         servicer.attach(party, run_id)
         host = PartyHost(  # heartbeats, resynchronisation, periodic checkpoints
             servicer,
@@ -172,14 +175,23 @@ def _join(
     device: torch.device,
     port: int,
     stop: threading.Event,
+    servicer: PartyServicer,
     security: Security,
 ) -> tuple[Party, str, str]:
     """Register with the coordinator and build the Party with the run's TrainConfig; returns it,
     the run id and this process's lease."""
     info = party_info(party_id, data)
     address = config.advertise or f":{port}"
-    reply = register(config.coordinator, info, address, config.register_timeout_s, stop, security)
+    key = servicer.relay.key_message if servicer.relay is not None else None
+    reply = register(
+        config.coordinator, info, address, config.register_timeout_s, stop, security, key
+    )
     train = TrainConfig.model_validate_json(reply.config_json)
+    if train.encrypt_relay and servicer.relay is None:
+        raise ConfigError(
+            f"run {reply.run_id} encrypts its relay (--encrypt-relay): start vfl-client with "
+            "--tls-dir (the relay keys are signed with the party's certificate)"
+        )
     log.info("party %s (block %d) joined run %s on %s", party_id, info.block, reply.run_id, device)
     party = Party(party_id, data, train, secret=config.secret.encode(), device=device)
     return party, reply.run_id, reply.lease
@@ -236,10 +248,13 @@ def register(
     timeout: float,
     stop: threading.Event,
     security: Security | None = None,
+    relay_key: vfl_pb2.RelayKey | None = None,
 ) -> vfl_pb2.RegisterReply:
     """Register, retrying with exponential backoff and jitter until the coordinator is up; a
     failure that retrying cannot heal (TLS on one side only, a refusal) stops at once."""
-    request = convert.register_request_to_proto(info, address, convert.header("", info.party_id))
+    request = convert.register_request_to_proto(
+        info, address, convert.header("", info.party_id), relay_key=relay_key
+    )
     start = time.monotonic()
     backoff = reconnect_backoff(cap=5.0)
     security = security or Security(None)

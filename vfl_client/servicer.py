@@ -27,7 +27,8 @@ from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.methods.registry import step_spec
 from vfl_core.methods.steps import decode_call, encode_result
 from vfl_core.training.party import Party
-from vfl_wire import convert, records
+from vfl_wire import convert, records, relay_messages
+from vfl_wire.relay_crypto import RelayCrypto
 from vfl_wire.status import PermissionError_, rpc_errors
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -68,6 +69,9 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         self.on_checkpoint: Callable[[Party, int], bool] | None = None
         # writes the state a party keeps for early stopping to disk (vfl_client.host); None: never
         self.on_keep: Callable[[Party, int], None] | None = None
+        # the party's end of the encrypted relay (a party with a TLS certificate has one); used
+        # when the run's config says encrypt_relay
+        self.relay: RelayCrypto | None = None
 
     def attach(self, party: Party, run_id: str) -> None:
         with self._lock:
@@ -106,6 +110,27 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
             assert self._party is not None
             return handler(self._party)
 
+    def _opened(self, p: Party, rpc: str, request) -> RelayCrypto | None:
+        """With an encrypted relay: the request's sealed tensors opened in place, and the relay
+        to seal the reply with (vfl_wire.relay_messages); else None."""
+        if not p.config.encrypt_relay:
+            return None
+        if self.relay is None:
+            raise ConfigError(
+                "this run encrypts its relay (--encrypt-relay), which needs the party's TLS "
+                "certificate: start vfl-client with --tls-dir"
+            )
+        assert self._run_id is not None
+        self.relay.start(self._run_id)
+        relay_messages.open_request(self.relay, rpc, request, p.config.wire_dtype)
+        return self.relay
+
+    @staticmethod
+    def _sealed(relay: RelayCrypto | None, rpc: str, request, reply: R) -> R:
+        if relay is not None:
+            relay_messages.seal_reply(relay, rpc, request, reply)
+        return reply
+
     def IdHashes(self, request, context):
         def run(p: Party) -> vfl_pb2.IdHashesReply:
             return convert.id_hashes_to_proto(p.id_hashes(convert.check_split(request.split)))
@@ -127,21 +152,26 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
 
     def Embed(self, request, context):
         def run(p: Party) -> vfl_pb2.EmbedReply:
+            relay = self._opened(p, "Embed", request)
             call = convert.embed_call_from_proto(request)
-            return convert.embedding_to_proto(call.round_id, p.embed(call), p.config.wire_dtype)
+            reply = convert.embedding_to_proto(call.round_id, p.embed(call), p.config.wire_dtype)
+            return self._sealed(relay, "Embed", request, reply)
 
         return self._serve(context, "Embed", request.header, run)
 
     def Fuse(self, request, context):
         def run(p: Party) -> vfl_pb2.FuseReply:
             wire = p.config.wire_dtype
+            relay = self._opened(p, "Fuse", request)
             call = convert.fuse_call_from_proto(request, wire=wire)
-            return convert.fuse_result_to_proto(p.fuse(call), call.round_id, wire)
+            reply = convert.fuse_result_to_proto(p.fuse(call), call.round_id, wire)
+            return self._sealed(relay, "Fuse", request, reply)
 
         return self._serve(context, "Fuse", request.header, run)
 
     def Backward(self, request, context):
         def run(p: Party) -> vfl_pb2.Ack:
+            self._opened(p, "Backward", request)
             p.backward(convert.backward_call_from_proto(request, wire=p.config.wire_dtype))
             return vfl_pb2.Ack()
 
@@ -150,8 +180,10 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
     def Train(self, request, context):
         def run(p: Party) -> vfl_pb2.TrainReply:
             wire = p.config.wire_dtype
+            relay = self._opened(p, "Train", request)
             call = convert.train_call_from_proto(request, wire=wire)
-            return convert.train_result_to_proto(p.train(call), wire)
+            reply = convert.train_result_to_proto(p.train(call), wire)
+            return self._sealed(relay, "Train", request, reply)
 
         return self._serve(context, "Train", request.header, run)
 
@@ -173,6 +205,7 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
 
     def Predict(self, request, context):
         def run(p: Party) -> vfl_pb2.PredictReply:
+            self._opened(p, "Predict", request)
             call = convert.predict_call_from_proto(request, wire=p.config.wire_dtype)
             return convert.probabilities_to_proto(call.request_id, p.predict(call))
 

@@ -119,4 +119,9 @@ class CoordinatorConfig(BaseModel):
     @model_validator(mode="after")
     def _faults_fit_method(self) -> CoordinatorConfig:
         check_faults(self.faults, self.train.method)
+        if self.train.encrypt_relay and self.insecure:
+            raise ValueError(
+                "--encrypt-relay needs TLS certificates (each party signs its relay key with "
+                "its certificate): drop --insecure and pass --tls-dir"
+            )
         return self

@@ -25,6 +25,7 @@ from vfl_core.protocol import (
 )
 from vfl_wire import convert, records
 from vfl_wire.channels import make_channel
+from vfl_wire.relay_box import narrow
 from vfl_wire.reply_limits import party_reply_limits, service_config
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 
@@ -62,6 +63,10 @@ class PartyClient:
         # embeddings and gradients on the wire (vfl_core.model.quantize)
         wire_dtype: str = "float32",
         rows: int = 0,  # the party's largest split: bounds its IdHashes and PsiBlind replies
+        # encrypted relay (TrainConfig.encrypt_relay): the party's block and every party's
+        # signed relay key, passed on with each call that carries sealed tensors
+        block: int = -1,
+        relay_keys: Callable[[], list[vfl_pb2.RelayKey]] | None = None,
     ) -> None:
         self.address = address
         self.reply_limits = party_reply_limits(rows)  # larger replies are refused unread
@@ -73,6 +78,23 @@ class PartyClient:
         self._stub = vfl_pb2_grpc.PartyStub(channel)
         self._header = convert.header(run_id, party_id)
         self._wire = wire_dtype
+        self._block = block
+        self._relay_keys = relay_keys
+
+    def _relay_header(self) -> vfl_pb2.Header:
+        """The header of a call that carries sealed tensors: with the relay keys, if any."""
+        if self._relay_keys is None:
+            return self._header
+        h = vfl_pb2.Header()
+        h.CopyFrom(self._header)
+        h.relay_keys.extend(self._relay_keys())
+        return h
+
+    def _narrow(self, *maps) -> None:
+        """Only this party's boxes of the sealed embeddings it is sent."""
+        if self._relay_keys is not None:
+            for tensors in maps:
+                narrow(tensors, self._block)
 
     def close(self) -> None:
         self._channel.close()
@@ -92,7 +114,7 @@ class PartyClient:
         return Pending(future, convert.class_weights_from_proto)
 
     def embed(self, call: EmbedCall, timeout: float) -> Pending[np.ndarray]:
-        request = convert.embed_call_to_proto(call, self._header)
+        request = convert.embed_call_to_proto(call, self._relay_header())
         # The width depends on the method (baselines send several slots); the engine checks it.
         shape = (len(call.rows), None)
         return Pending(
@@ -103,7 +125,8 @@ class PartyClient:
         )
 
     def fuse(self, call: FuseCall, timeout: float) -> Pending[FuseResult]:
-        request = convert.fuse_call_to_proto(call, self._header, self._wire)
+        request = convert.fuse_call_to_proto(call, self._relay_header(), self._wire)
+        self._narrow(request.embeddings)
         return Pending(
             self._stub.Fuse.future(request, timeout=timeout),
             lambda reply: convert.fuse_result_from_proto(
@@ -112,11 +135,12 @@ class PartyClient:
         )
 
     def backward(self, call: BackwardCall, timeout: float) -> Pending[None]:
-        request = convert.backward_call_to_proto(call, self._header, self._wire)
+        request = convert.backward_call_to_proto(call, self._relay_header(), self._wire)
         return Pending(self._stub.Backward.future(request, timeout=timeout), _nothing)
 
     def train(self, call: TrainCall, timeout: float) -> Pending[TrainResult]:
-        request = convert.train_call_to_proto(call, self._header, self._wire)
+        request = convert.train_call_to_proto(call, self._relay_header(), self._wire)
+        self._narrow(*(f.embeddings for f in request.fuse))
         return Pending(
             self._stub.Train.future(request, timeout=timeout),
             lambda reply: convert.train_result_from_proto(reply, call, wire=self._wire),
@@ -131,7 +155,8 @@ class PartyClient:
         )
 
     def predict(self, call: PredictCall, timeout: float) -> Pending[np.ndarray]:
-        request = convert.predict_call_to_proto(call, self._header, self._wire)
+        request = convert.predict_call_to_proto(call, self._relay_header(), self._wire)
+        self._narrow(request.embeddings)
         return Pending(
             self._stub.Predict.future(request, timeout=timeout),
             lambda reply: convert.probabilities_from_proto(reply, request_id=call.request_id),

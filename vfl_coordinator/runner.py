@@ -102,6 +102,7 @@ def run_coordinator(
             credentials=security.channel_credentials(),
             interceptors=[audit.client_interceptor()] if audit is not None else (),
             wire_dtype=config.train.wire_dtype,
+            relay_keys=state.relay_key_list if config.train.encrypt_relay else None,
         )
         unmatched = UnmatchedParties(transport)
         try:

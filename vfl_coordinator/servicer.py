@@ -52,6 +52,12 @@ class CoordinatorState:
     record: ServingRecord | None = None  # the serving phase, kept in results.json
     rejoin_timeout_s: float = 0.0  # how long Evaluate/Predict wait for a label party
     interrupt: str | None = None  # a signal received in training, acted on after the round
+    # block -> the party's signed relay key (vfl_wire.relay_keys), passed on to the others with
+    # every call that carries sealed tensors when the run encrypts its relay
+    relay_keys: dict[int, vfl_pb2.RelayKey] = field(default_factory=dict)
+
+    def relay_key_list(self) -> list[vfl_pb2.RelayKey]:
+        return [self.relay_keys[b] for b in sorted(self.relay_keys)]
 
     def ready_federation(self) -> Federation:
         if self.federation is None or self.phase not in ("serving", "done"):
@@ -86,6 +92,8 @@ class CoordinatorServicer(vfl_pb2_grpc.CoordinatorServicer):
             if synced:
                 _check_trained(s, info, convert.register_last_round_from_proto(request))
             message, lease = s.registry.register(info, address, synced, lease)
+            if request.HasField("relay_key"):
+                s.relay_keys[info.block] = convert.relay_key_from_proto(request.relay_key, info)
             reply = Registration(s.run_id, s.config_json, message, s.session, s.resume_round, lease)
             return convert.registration_to_proto(reply)
 

@@ -33,6 +33,7 @@ from vfl_core.protocol import (
     TrainResult,
 )
 from vfl_wire.channels import MAX_MESSAGE_BYTES
+from vfl_wire.v1 import vfl_pb2
 
 log = logging.getLogger(__name__)
 C = TypeVar("C")
@@ -55,8 +56,11 @@ class GrpcTransport:
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         wire_dtype: str = "float32",  # TrainConfig.wire_dtype: embeddings and gradients
+        # TrainConfig.encrypt_relay: the parties' signed relay keys, passed on to them
+        relay_keys: Callable[[], list[vfl_pb2.RelayKey]] | None = None,
     ) -> None:
         self.registry = registry
+        self.relay_keys = relay_keys
         self.wire_dtype = wire_dtype
         self._interceptors = tuple(interceptors)
         self.run_id = run_id
@@ -90,6 +94,8 @@ class GrpcTransport:
             target_name=member.info.party_id if self._credentials is not None else None,
             wire_dtype=self.wire_dtype,
             rows=max(member.info.samples.values(), default=0),
+            block=block,
+            relay_keys=self.relay_keys,
         )
         self._clients[block] = (member.generation, client)
         return client

@@ -179,6 +179,11 @@ class TrainConfig(_Frozen):
     # Label-leak defences, each applied by the party it protects; all off by default (the
     # paper's protocol). vfl_core.privacy, benchmarks/results/privacy.md.
     privacy: PrivacyConfig = PrivacyConfig()
+    # Embeddings and gradients travel encrypted end to end between the parties that produce and
+    # consume them (vfl_wire.relay_crypto): the coordinator relays sealed boxes and forwards the
+    # heads' gradients unsummed. gRPC with TLS certificates only; no effect in process (nobody
+    # relays there). docs/security.md.
+    encrypt_relay: bool = False
 
     @model_validator(mode="after")
     def _constant_lr_for_programs(self) -> TrainConfig:
@@ -189,6 +194,11 @@ class TrainConfig(_Frozen):
         # validation watch restores per-epoch weights of the Embed/Fuse/Backward engine only.
         if self.spec.program is not None and self.early_stop_patience:
             raise ValueError(f"method {self.method} has no early stopping (its stages are fixed)")
+        if self.spec.program is not None and self.encrypt_relay:
+            raise ValueError(
+                f"method {self.method} runs steps of its own, which the encrypted relay does not "
+                "cover yet (it seals Embed, Fuse, Backward and Predict): drop --encrypt-relay"
+            )
         return self
 
     @property

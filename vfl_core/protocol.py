@@ -73,6 +73,25 @@ def mismatch_hint(name: str, a: PartyInfo, b: PartyInfo) -> str:
     return ""
 
 
+_FLOAT32 = np.dtype(np.float32)
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """An embedding or gradient encrypted end to end between the party that produced it and
+    the parties that consume it (TrainConfig.encrypt_relay; the gRPC transport only, sealed and
+    opened in vfl_wire.relay_crypto). The round engine relays it without reading it: its shape
+    and dtype are in the clear for the size checks, its values are one sealed box per consumer
+    block; the consumer checks them (finite, the shape) once it has opened its box."""
+
+    shape: tuple[int, ...]
+    boxes: dict[int, bytes]  # consumer block -> box
+
+    @property
+    def dtype(self) -> np.dtype:
+        return _FLOAT32  # what the boxes hold once opened
+
+
 @dataclass(frozen=True)
 class EmbedCall:
     """Compute E_k = f_k(x_k) on the given rows of a split. `train` keeps the graph for backward."""
@@ -113,6 +132,9 @@ class BackwardCall:
     round_id: int
     epoch: int
     grad: np.ndarray | None  # (B, d), None when no other head sent a gradient
+    # Encrypted relay: the heads' sealed gradients in head order instead of `grad` (the
+    # coordinator cannot add them; the party opens and adds them in this order)
+    parts: tuple[Sealed, ...] = ()
 
 
 @dataclass(frozen=True)

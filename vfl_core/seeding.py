@@ -44,6 +44,7 @@ class Stream(IntEnum):
     PRIVACY_GRADIENT = 50  # noise on the gradients a label party sends
     PRIVACY_EMBEDDING = 51  # noise on the training embeddings a party sends
     PRIVACY_LABELS = 52  # randomised response on a label party's training labels
+    PRIVACY_SCORES = 53  # the randomised-response labels a label party scores with
 
 
 def derive_seed(seed: int, stream: Stream, *parts: int) -> int:

@@ -42,6 +42,7 @@ from vfl_wire.convert_coordinator import (
     register_session_from_proto,
     registration_from_proto,
     registration_to_proto,
+    relay_key_from_proto,
 )
 from vfl_wire.convert_fields import (
     ANY2,
@@ -172,6 +173,7 @@ __all__ = [
     "register_session_from_proto",
     "registration_from_proto",
     "registration_to_proto",
+    "relay_key_from_proto",
     "require",
     "score_call_from_proto",
     "score_call_to_proto",

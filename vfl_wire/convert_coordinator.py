@@ -91,12 +91,15 @@ def register_request_to_proto(
     session: str = "",
     lease: str = "",
     last_round: int | None = None,
+    relay_key: vfl_pb2.RelayKey | None = None,  # vfl_wire.relay_keys (parties with TLS)
 ) -> vfl_pb2.RegisterRequest:
     request = vfl_pb2.RegisterRequest(
         header=h, info=party_info_to_proto(info), address=address, session=session, lease=lease
     )
     if last_round is not None:
         request.last_round = last_round
+    if relay_key is not None:
+        request.relay_key.CopyFrom(relay_key)
     return request
 
 
@@ -107,6 +110,23 @@ def register_request_from_proto(req: vfl_pb2.RegisterRequest) -> tuple[PartyInfo
     if len(req.session) > MAX_NAME_CHARS:
         raise ProtocolError(f"register session: {len(req.session)} characters, at most 128")
     return party_info_from_proto(req.info), req.address
+
+
+MAX_RELAY_KEY_BYTES = 8192  # a relay key with its PEM certificate is about 1 kB
+
+
+def relay_key_from_proto(key: vfl_pb2.RelayKey, info: PartyInfo) -> vfl_pb2.RelayKey:
+    """A registering party's relay key, as the coordinator keeps it: of the party and block it
+    registers and of a sane size. The coordinator cannot check more (the other parties check
+    the signature, vfl_wire.relay_keys); it only passes it on."""
+    if key.party_id != info.party_id or key.block != info.block:
+        raise ProtocolError(
+            f"register relay key: of {clip(key.party_id)} block {key.block}, not of the "
+            f"registering {clip(info.party_id)} block {info.block}"
+        )
+    if key.ByteSize() > MAX_RELAY_KEY_BYTES:
+        raise ProtocolError(f"register relay key: {key.ByteSize()} bytes, at most 8192")
+    return key
 
 
 def register_session_from_proto(req: vfl_pb2.RegisterRequest) -> str:

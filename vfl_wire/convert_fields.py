@@ -13,8 +13,16 @@ from google.protobuf.message import Message
 
 from vfl_core.errors import ProtocolError, StaleRoundError
 from vfl_core.model.quantize import LOSSLESS
-from vfl_core.protocol import PROTOCOL_VERSION, SPLITS
-from vfl_wire.tensors import Shape, decode_array, decode_float, encode_array, encode_float
+from vfl_core.protocol import PROTOCOL_VERSION, SPLITS, Sealed
+from vfl_wire.relay_box import sealed_from_proto, sealed_to_proto
+from vfl_wire.tensors import (
+    MAX_TENSOR_BYTES,
+    Shape,
+    decode_array,
+    decode_float,
+    encode_array,
+    encode_float,
+)
 from vfl_wire.v1 import vfl_pb2
 
 Matrix = tuple[int | None, int | None]  # expected (rows, columns); None = any
@@ -93,13 +101,28 @@ def index_vector(t: vfl_pb2.Tensor, what: str, length: int | None = None) -> np.
     return a
 
 
-def matrix(t: vfl_pb2.Tensor, what: str, expect: Shape = ANY2, wire: str = LOSSLESS) -> np.ndarray:
-    """(B, d) float32, sent as float32 or (embeddings, gradients) in the run's wire dtype."""
+def matrix(
+    t: vfl_pb2.Tensor, what: str, expect: Shape = ANY2, wire: str = LOSSLESS, sealed: bool = False
+) -> np.ndarray:
+    """(B, d) float32, sent as float32 or (embeddings, gradients) in the run's wire dtype.
+    `sealed`: the receiver relays without reading (the coordinator with an encrypted relay), so
+    a sealed tensor comes back as a `Sealed` (vfl_wire.relay_box); anywhere else it is refused."""
+    if t.sealed:
+        if not sealed:
+            raise ProtocolError(
+                f"{what}: sealed (an encrypted relay), but this party's run does not encrypt "
+                "its relay or the box was not opened"
+            )
+        return sealed_from_proto(t, what, expect, wire, MAX_TENSOR_BYTES)  # type: ignore[return-value]
     return decode_float(t, wire, what=what, expect_shape=expect)
 
 
 def block_map(
-    m: Mapping[int, vfl_pb2.Tensor], what: str, expect: Matrix = ANY2, wire: str = LOSSLESS
+    m: Mapping[int, vfl_pb2.Tensor],
+    what: str,
+    expect: Matrix = ANY2,
+    wire: str = LOSSLESS,
+    sealed: bool = False,
 ) -> dict[int, np.ndarray]:
     """block -> (B, d) float32; every entry must have the same shape (one batch, one d)."""
     out: dict[int, np.ndarray] = {}
@@ -108,7 +131,7 @@ def block_map(
         name = f"{what} for block {block}"
         if block < 0:
             raise ProtocolError(f"{name}: negative block index")
-        out[block] = matrix(m[block], name, shape, wire)
+        out[block] = matrix(m[block], name, shape, wire, sealed)
         shape = out[block].shape
     return out
 
@@ -135,8 +158,15 @@ def decode_map(
 def encode_floats(
     arrays: Mapping[int, np.ndarray], what: str, wire: str
 ) -> dict[int, vfl_pb2.Tensor]:
-    """block -> embedding or gradient in the wire dtype."""
-    return {k: encode_float(v, wire, what=f"{what} {k}") for k, v in arrays.items()}
+    """block -> embedding or gradient in the wire dtype (a sealed one as its boxes)."""
+    return {k: encode_relayed(v, wire, f"{what} {k}") for k, v in arrays.items()}
+
+
+def encode_relayed(a: np.ndarray | Sealed, wire: str, what: str) -> vfl_pb2.Tensor:
+    """An embedding or gradient in the wire dtype, or as the boxes it was sealed in."""
+    if isinstance(a, Sealed):
+        return sealed_to_proto(a, wire)
+    return encode_float(a, wire, what=what)
 
 
 def require(msg: Message, field: str, what: str) -> None:

@@ -36,6 +36,7 @@ from vfl_wire.convert_fields import (
     matrix,
     require,
 )
+from vfl_wire.relay_box import sealed_to_proto
 from vfl_wire.tensors import decode_array, encode_array, encode_float, encode_index
 from vfl_wire.v1 import vfl_pb2
 
@@ -102,7 +103,7 @@ def embedding_from_proto(
 ) -> np.ndarray:
     """(B, d) float32 embedding of the round `round_id` (StaleRoundError for another round)."""
     check_round(reply.round_id, round_id, what="embed reply")
-    return matrix(reply.embedding, "embedding", expect_shape, wire)
+    return matrix(reply.embedding, "embedding", expect_shape, wire, sealed=True)
 
 
 def fuse_call_to_proto(
@@ -155,7 +156,7 @@ def fuse_result_from_proto(
     check_round(reply.round_id, round_id, what="fuse reply")
     if not math.isfinite(reply.loss):
         raise ProtocolError(f"fuse loss: non-finite value {reply.loss}")
-    grads = block_map(reply.grads, "gradient", expect_shape, wire)
+    grads = block_map(reply.grads, "gradient", expect_shape, wire, sealed=True)
     return FuseResult(loss=reply.loss, grads=grads)
 
 
@@ -163,6 +164,7 @@ def backward_call_to_proto(
     call: BackwardCall, h: vfl_pb2.Header | None, wire: str = LOSSLESS
 ) -> vfl_pb2.BackwardRequest:
     req = vfl_pb2.BackwardRequest(header=h, round_id=call.round_id, epoch=call.epoch)
+    req.parts.extend(sealed_to_proto(p, wire) for p in call.parts)
     if call.grad is not None:
         req.has_grad = True
         req.grad.CopyFrom(encode_float(call.grad, wire, what="backward gradient"))
@@ -173,6 +175,10 @@ def backward_call_from_proto(
     req: vfl_pb2.BackwardRequest, *, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
 ) -> BackwardCall:
     grad = None
+    if req.parts:  # vfl_wire.relay_messages opens and adds them before this
+        raise ProtocolError(
+            "backward parts: sealed gradients, but this party's run does not encrypt its relay"
+        )
     if req.has_grad:
         require(req, "grad", "backward gradient")
         grad = matrix(req.grad, "backward gradient", expect_shape, wire)

@@ -197,6 +197,9 @@ def _check_shape(shape: tuple[int, ...], what: str, expect: Shape | None) -> tup
     return shape
 
 
+check_shape = _check_shape  # the shape check of every decoder (vfl_wire.relay_box's too)
+
+
 def _check_finite(a: np.ndarray, what: str) -> None:
     bad = ~np.isfinite(a)
     if bad.any():

@@ -97,3 +97,17 @@ def _checked_scores(
     if bounds is not None and ((scores < bounds[0]) | (scores > bounds[1])).any():
         raise ProtocolError(f"scores of '{name}' outside [{bounds[0]}, {bounds[1]}]")
     return scores
+
+
+def coarsened(result: ScoreResult, bins: int) -> ScoreResult:
+    """`result` with each AUC histogram in `bins` equal bins (a divisor of its width): each
+    coarse bin's counts in its first fine bin, so the shape on the wire stays (2, AUC_BINS)."""
+    if not result.histograms or bins == AUC_BINS:
+        return result
+    out = {}
+    for name, h in result.histograms.items():
+        width = h.shape[1] // bins
+        coarse = np.zeros_like(h)
+        coarse[:, ::width] = h.reshape(2, bins, width).sum(axis=2)
+        out[name] = coarse
+    return ScoreResult(result.confusion, out, result.sums)

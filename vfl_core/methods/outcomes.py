@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from vfl_core.data.batch_plan import Batch
-from vfl_core.protocol import SamplePrediction
+from vfl_core.protocol import SamplePrediction, Sealed
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,11 @@ def batch_prediction(
     )
 
 
-def well_formed(array: np.ndarray | None, shape: tuple[int, int]) -> bool:
-    """A party's answer has the shape asked for, float32 and finite values only."""
+def well_formed(array: np.ndarray | Sealed | None, shape: tuple[int, int]) -> bool:
+    """A party's answer has the shape asked for, float32 and finite values only (a sealed one:
+    the shape; its consumer checks the values once it has opened it)."""
+    if isinstance(array, Sealed):
+        return array.shape == shape
     return (
         array is not None
         and array.dtype == np.float32

@@ -29,9 +29,21 @@ class PrivacyConfig(BaseModel):
     # At the label party, once before training: k-ary randomised response on the training labels
     # (epsilon-label-DP); None = the true labels.
     label_epsilon: float | None = Field(None, gt=0)
+    # At the label party, on what it tells the coordinator in Score: it scores every evaluation
+    # against one randomised-response copy of its labels, drawn once per split (epsilon-label-
+    # DP per row, whatever the coordinator asks), so that pairing the aggregates with the
+    # predictions the coordinator relays determines no true label; None = the true labels.
+    score_epsilon: float | None = Field(None, gt=0)
+    # At the label party: its AUC histograms in this many equal bins (a divisor of the 1000 the
+    # wire carries; each coarse bin's counts in its first fine bin), so fewer probability ranges
+    # the coordinator can pair with the probabilities it relays; the AUC counts ties within a
+    # bin as half, so it is exact to 1 / score_bins.
+    score_bins: int = Field(1000, ge=1, le=1000)
 
     @model_validator(mode="after")
     def _noise_needs_clip(self) -> PrivacyConfig:
+        if 1000 % self.score_bins:
+            raise ValueError(f"score_bins must divide 1000, not {self.score_bins}")
         if self.embedding_noise > 0 and self.embedding_clip is None:
             raise ValueError(
                 "embedding_noise needs embedding_clip: the noise is scaled to the clip norm"
@@ -44,4 +56,6 @@ class PrivacyConfig(BaseModel):
             self.gradient_defence != "none"
             or self.embedding_clip is not None
             or self.label_epsilon is not None
+            or self.score_epsilon is not None
+            or self.score_bins != 1000
         )

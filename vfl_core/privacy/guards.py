@@ -26,6 +26,8 @@ class PartyGuard:
         self._grad_gen = _generator(seed, Stream.PRIVACY_GRADIENT, block)
         self._emb_gen = _generator(seed, Stream.PRIVACY_EMBEDDING, block)
         self._label_rng = rng(seed, Stream.PRIVACY_LABELS, block)
+        self._seed, self._block = seed, block
+        self._score_labels: dict[str, np.ndarray] = {}  # split -> the labels Score uses
         self.releases = 0  # training embedding batches sent, for the accountant
 
     def gradient(self, grad: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
@@ -53,6 +55,19 @@ class PartyGuard:
             return labels
         return randomized_response(labels, eps, num_classes, self._label_rng)
 
+    def score_labels(self, split: str, labels: np.ndarray, num_classes: int) -> np.ndarray:
+        """The labels this party scores `split` with: one randomised-response copy drawn the
+        first time (so asking again averages nothing out), or the labels as they are."""
+        eps = self.config.score_epsilon
+        if eps is None:
+            return labels
+        kept = self._score_labels.get(split)
+        if kept is None or len(kept) != len(labels):
+            index = SPLIT_STREAMS.get(split, len(SPLIT_STREAMS))
+            gen = rng(self._seed, Stream.PRIVACY_SCORES, self._block, index)
+            kept = self._score_labels[split] = randomized_response(labels, eps, num_classes, gen)
+        return kept
+
     def epsilon(self, sample_rate: float) -> float | None:
         """The embeddings' (epsilon, delta) so far; None when they are not noised."""
         if self.config.embedding_clip is None:
@@ -67,6 +82,9 @@ class PartyGuard:
             out["embedding_epsilon"] = eps
             out["embedding_releases"] = self.releases
         return out
+
+
+SPLIT_STREAMS = {"train": 0, "test": 1}  # the draw of each split's scoring labels
 
 
 def _generator(seed: int, stream: Stream, block: int) -> torch.Generator:

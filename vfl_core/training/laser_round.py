@@ -5,12 +5,13 @@ party's summed gradients; and the checks on the parties' answers.
 Part of the round engine (vfl_core.training.engine.Federation composes it). A method with a
 round program of its own (DVFL, DLVM) runs its phases instead (MethodSpec.program); the
 pipelined engine (vfl_core.training.pipeline) runs the same phases with the Backward of a round
-travelling with the next round's Embed, through `fuse_calls`, `fused` and `sum_grads`.
+travelling with the next round's Embed, through `fuse_calls`, `fused` and `backward_call`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.outcomes import RoundRecord, well_formed
-from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult
+from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, Sealed
 
 if TYPE_CHECKING:
     from vfl_core.training.engine import Federation
@@ -55,7 +56,7 @@ class LaserRound:
             # head party down): the round is skipped, so no optimiser steps on zero gradients.
             return RoundRecord(round_id, epoch, batch.pattern, present, {}, ())
         fused = self._fuse(round_id, epoch, embeddings, callees, batch, holders, where)
-        backward_calls = {b: BackwardCall(round_id, epoch, sum_grads(fused, b)) for b in present}
+        backward_calls = {b: backward_call(round_id, epoch, fused, b) for b in present}
         updated = fed.transport.backward(backward_calls) if backward_calls else set()
         fed.record(present, updated, "backward", where)
         return RoundRecord(
@@ -168,12 +169,29 @@ class LaserRound:
         return good
 
 
-def sum_grads(fused: dict, block: int) -> np.ndarray | None:
-    """Sum of the other heads' gradients for `block`, in head order (same in every transport)."""
+def head_grads(fused: dict, block: int) -> list:
+    """The other heads' gradients for `block`, in head order (same in every transport)."""
+    return [fused[k].grads[block] for k in sorted(fused) if k != block and block in fused[k].grads]
+
+
+def add_in_order(grads: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The sum of `grads`, added in their order: the coordinator's sum, and with an encrypted
+    relay the party's own, which must equal it bit for bit."""
     total: np.ndarray | None = None
-    for k in sorted(fused):
-        grad = fused[k].grads.get(block)
-        if k == block or grad is None:
-            continue
+    for grad in grads:
         total = grad.copy() if total is None else total + grad
     return total
+
+
+def sum_grads(fused: dict, block: int) -> np.ndarray | None:
+    """Sum of the other heads' gradients for `block`, in head order (same in every transport)."""
+    return add_in_order(head_grads(fused, block))
+
+
+def backward_call(round_id: int, epoch: int, fused: dict, block: int) -> BackwardCall:
+    """`block`'s Backward: the heads' summed gradient, or their sealed gradients in head order
+    when the relay is encrypted (the coordinator cannot add them)."""
+    grads = head_grads(fused, block)
+    if any(isinstance(g, Sealed) for g in grads):
+        return BackwardCall(round_id, epoch, None, tuple(grads))
+    return BackwardCall(round_id, epoch, add_in_order(grads))

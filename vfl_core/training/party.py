@@ -25,7 +25,7 @@ from vfl_core.data.learning_task import REGRESSION, TargetScaler, head_loss, out
 from vfl_core.data.missingness import UNLABELLED
 from vfl_core.data.party_dir import PartyData, PartySplit, labelled_rows_only
 from vfl_core.errors import ConfigError, ProtocolError
-from vfl_core.inference.scoring import score_batch
+from vfl_core.inference.scoring import coarsened, score_batch
 from vfl_core.methods.laser.party_steps import LaserSteps
 from vfl_core.methods.spec import SHARED, ProgramHooks
 from vfl_core.model.model_bank import ModelBank
@@ -213,7 +213,10 @@ class Party:
         labels = self.split(call.split).labels
         if labels is None:
             raise ProtocolError(f"party {self.party_id} holds no labels to score with")
-        return score_batch(self.task, self.data.meta.num_classes, labels[call.rows], call)
+        if self.task != REGRESSION:  # PrivacyConfig.score_epsilon: a randomised copy
+            labels = self.guard.score_labels(call.split, labels, self.data.meta.num_classes)
+        result = score_batch(self.task, self.data.meta.num_classes, labels[call.rows], call)
+        return coarsened(result, self.config.privacy.score_bins)
 
     def replace_split(self, name: str, split: PartySplit | None) -> None:
         """Swap in another evaluation split (e.g. the same test samples with other missingness)."""

@@ -61,7 +61,7 @@ from vfl_core.protocol import (
     TrainResult,
     Transport,
 )
-from vfl_core.training.laser_round import sum_grads
+from vfl_core.training.laser_round import backward_call
 
 if TYPE_CHECKING:
     from vfl_core.training.engine import Federation
@@ -247,8 +247,7 @@ def _collect_g(
         size = len(r.batch.index)
         r.fused = fed.laser.fused(r.fuse_calls, got, r.callees, size, r.where, tick=r.tick)
         for b in r.present:
-            grad = sum_grads(r.fused, b)
-            backward[b].append((r, BackwardCall(r.round_id, r.epoch, grad)))
+            backward[b].append((r, backward_call(r.round_id, r.epoch, r.fused, b)))
 
 
 def _log_stops(answers: dict[int, TrainResult], lane: str) -> None:

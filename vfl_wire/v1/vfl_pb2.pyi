@@ -8,26 +8,51 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Tensor(_message.Message):
-    __slots__ = ("dtype", "shape", "data", "scales")
+    __slots__ = ("dtype", "shape", "data", "scales", "sealed")
+    class SealedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: bytes
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[bytes] = ...) -> None: ...
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     SCALES_FIELD_NUMBER: _ClassVar[int]
+    SEALED_FIELD_NUMBER: _ClassVar[int]
     dtype: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     data: bytes
     scales: bytes
-    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., scales: _Optional[bytes] = ...) -> None: ...
+    sealed: _containers.ScalarMap[int, bytes]
+    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., scales: _Optional[bytes] = ..., sealed: _Optional[_Mapping[int, bytes]] = ...) -> None: ...
+
+class RelayKey(_message.Message):
+    __slots__ = ("party_id", "block", "public_key", "certificate", "signature")
+    PARTY_ID_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    party_id: str
+    block: int
+    public_key: bytes
+    certificate: bytes
+    signature: bytes
+    def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., public_key: _Optional[bytes] = ..., certificate: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class Header(_message.Message):
-    __slots__ = ("protocol_version", "run_id", "party_id")
+    __slots__ = ("protocol_version", "run_id", "party_id", "relay_keys")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PARTY_ID_FIELD_NUMBER: _ClassVar[int]
+    RELAY_KEYS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     run_id: str
     party_id: str
-    def __init__(self, protocol_version: _Optional[int] = ..., run_id: _Optional[str] = ..., party_id: _Optional[str] = ...) -> None: ...
+    relay_keys: _containers.RepeatedCompositeFieldContainer[RelayKey]
+    def __init__(self, protocol_version: _Optional[int] = ..., run_id: _Optional[str] = ..., party_id: _Optional[str] = ..., relay_keys: _Optional[_Iterable[_Union[RelayKey, _Mapping]]] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ()
@@ -134,18 +159,20 @@ class FuseReply(_message.Message):
     def __init__(self, round_id: _Optional[int] = ..., loss: _Optional[float] = ..., grads: _Optional[_Mapping[int, Tensor]] = ...) -> None: ...
 
 class BackwardRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "has_grad", "grad")
+    __slots__ = ("header", "round_id", "epoch", "has_grad", "grad", "parts")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     HAS_GRAD_FIELD_NUMBER: _ClassVar[int]
     GRAD_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
     epoch: int
     has_grad: bool
     grad: Tensor
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., has_grad: _Optional[bool] = ..., grad: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    parts: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., has_grad: _Optional[bool] = ..., grad: _Optional[_Union[Tensor, _Mapping]] = ..., parts: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
 
 class TrainRequest(_message.Message):
     __slots__ = ("header", "backward", "fuse", "embed")
@@ -483,20 +510,22 @@ class PartyInfoMsg(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., block: _Optional[int] = ..., num_blocks: _Optional[int] = ..., dataset: _Optional[str] = ..., feature_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., has_labels: _Optional[bool] = ..., samples: _Optional[_Mapping[str, int]] = ..., protocol_version: _Optional[int] = ..., task: _Optional[str] = ..., label_only: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("header", "info", "address", "session", "lease", "last_round")
+    __slots__ = ("header", "info", "address", "session", "lease", "last_round", "relay_key")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     LAST_ROUND_FIELD_NUMBER: _ClassVar[int]
+    RELAY_KEY_FIELD_NUMBER: _ClassVar[int]
     header: Header
     info: PartyInfoMsg
     address: str
     session: str
     lease: str
     last_round: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., info: _Optional[_Union[PartyInfoMsg, _Mapping]] = ..., address: _Optional[str] = ..., session: _Optional[str] = ..., lease: _Optional[str] = ..., last_round: _Optional[int] = ...) -> None: ...
+    relay_key: RelayKey
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., info: _Optional[_Union[PartyInfoMsg, _Mapping]] = ..., address: _Optional[str] = ..., session: _Optional[str] = ..., lease: _Optional[str] = ..., last_round: _Optional[int] = ..., relay_key: _Optional[_Union[RelayKey, _Mapping]] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("run_id", "config_json", "message", "session", "resume_round", "lease")

@@ -1,0 +1,92 @@
+"""The Party service's messages through the encrypted relay: open the sealed tensors of a
+request before it is converted, seal the embeddings and gradients of a reply after.
+
+The requests are opened in place into the plaintext messages the converters know
+(vfl_wire.convert_party), so the party's learning code is the same with or without encryption.
+A Backward's sealed per-head gradients are opened, decoded and added in head order with the round
+engine's own `add_in_order`, then encoded in the wire dtype as the coordinator's summed gradient
+would have been: the party steps on exactly the values of a plaintext run.
+"""
+
+from __future__ import annotations
+
+from vfl_core.errors import ProtocolError
+from vfl_core.training.laser_round import add_in_order
+from vfl_wire.relay_box import EMBED, GRAD, INFER
+from vfl_wire.relay_crypto import RelayCrypto
+from vfl_wire.tensors import decode_float, encode_float
+from vfl_wire.v1 import vfl_pb2
+
+
+def open_embeddings(relay: RelayCrypto, tensors, direction: int, round_id: int, rpc: str) -> None:
+    """Each producer block's sealed embedding, opened in place."""
+    for block, t in tensors.items():
+        _, plain = relay.open(t, direction, round_id, block, f"{rpc} embedding of block {block}")
+        t.CopyFrom(plain)
+
+
+def open_backward(relay: RelayCrypto, req: vfl_pb2.BackwardRequest, wire: str) -> None:
+    """The heads' sealed gradients, opened and added in head order into `grad`."""
+    what = f"backward gradient of round {req.round_id}"
+    if req.has_grad or req.HasField("grad"):
+        raise ProtocolError(
+            f"{what}: in the clear, but this run encrypts its relay (--encrypt-relay): refused"
+        )
+    grads, heads = [], []
+    for t in req.parts:
+        head, plain = relay.open(t, GRAD, req.round_id, None, f"{what} part {len(heads)}")
+        if heads and head <= heads[-1]:
+            raise ProtocolError(f"{what}: heads {[*heads, head]} not in head order: refused")
+        heads.append(head)
+        grads.append(decode_float(plain, wire, what=f"{what} of head {head}"))
+    if grads and any(g.shape != grads[0].shape for g in grads):
+        raise ProtocolError(f"{what}: parts of shapes {[g.shape for g in grads]}")
+    total = add_in_order(grads)
+    req.ClearField("parts")
+    if total is not None:
+        req.has_grad = True
+        req.grad.CopyFrom(encode_float(total, wire, what=what))
+
+
+def open_request(relay: RelayCrypto, rpc: str, request, wire: str) -> None:
+    """Learn the relay keys of the request's header and open its sealed tensors in place."""
+    relay.learn(request.header.relay_keys)
+    if rpc == "Fuse":
+        open_embeddings(relay, request.embeddings, EMBED, request.round_id, rpc)
+    elif rpc == "Backward":
+        open_backward(relay, request, wire)
+    elif rpc == "Predict":
+        open_embeddings(relay, request.embeddings, INFER, request.request_id, rpc)
+    elif rpc == "Train":
+        for b in request.backward:
+            open_backward(relay, b, wire)
+        for f in request.fuse:
+            open_embeddings(relay, f.embeddings, EMBED, f.round_id, rpc)
+
+
+def seal_embedding(relay: RelayCrypto, reply: vfl_pb2.EmbedReply, train: bool) -> None:
+    """The embedding for every party whose key this party holds (any may be a head), itself
+    too for inference (a head predicts from its own embedding, which comes back in Predict)."""
+    direction = EMBED if train else INFER
+    consumers = [b for b in relay.peers if b != relay.block or not train]
+    reply.embedding.CopyFrom(relay.seal(reply.embedding, direction, reply.round_id, consumers))
+
+
+def seal_fused(relay: RelayCrypto, reply: vfl_pb2.FuseReply) -> None:
+    """Each gradient for the party whose embedding it is."""
+    for block, t in reply.grads.items():
+        t.CopyFrom(relay.seal(t, GRAD, reply.round_id, (block,)))
+
+
+def seal_reply(relay: RelayCrypto, rpc: str, request, reply) -> None:
+    """Seal the embeddings and gradients of `reply` in place (probabilities stay in the clear:
+    the coordinator serves them)."""
+    if rpc == "Embed":
+        seal_embedding(relay, reply, request.train)
+    elif rpc == "Fuse":
+        seal_fused(relay, reply)
+    elif rpc == "Train":
+        for f in reply.fused:
+            seal_fused(relay, f)
+        for e in reply.embeddings:
+            seal_embedding(relay, e, True)
