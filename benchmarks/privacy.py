@@ -221,6 +221,9 @@ DEFENCES: dict[str, dict[str, Any]] = {
     "none": {},
     "max_norm": {"gradient_defence": "max_norm"},
     "direction": {"gradient_defence": "direction", "direction_power": 1.0},
+    # the recommended label defence (docs/security.md): both gradient attacks <= 0.60 on Credit
+    "direction_p2": {"gradient_defence": "direction", "direction_power": 2.0},
+    "direction_p4": {"gradient_defence": "direction", "direction_power": 4.0},
     "embedding_dp": {"embedding_clip": 1.0, "embedding_noise": 1.0},
     "label_dp": {"label_epsilon": 1.0},
 }
