@@ -362,26 +362,41 @@ def _runs_summary(found: Found) -> list[str]:
     if not runs:
         return ["- No runs finished yet."]
     commands = sorted({r["command"] for r in runs})
-    loads = [r["load"][0] for r in runs if r.get("load")]
     seconds = {m: [] for m in FAULT_METHODS}
     for cell, seeds in found.items():
-        if cell.rejoin is None and cell.period == 1 and cell.labels is None:
+        plain = cell.period == 1 and cell.period_epochs is None and cell.labels is None
+        if cell.rejoin is None and plain:  # one cell per run: the period and label cells aside
             seconds[cell.method] += [v["seconds"] for v in seeds.values()]
     times = ", ".join(
         f"{NAMES[m].split(' (')[0]} {np.median(v):.0f} s" for m, v in seconds.items() if v
     )
-    first = next(iter(runs))
-    where = first.get("machine") or machine()
+    by_machine: dict[str, list[float]] = defaultdict(list)
+    for r in runs:
+        where = r.get("machine") or machine()
+        name = f"{where.get('cores')}-core CPU, torch {where.get('torch')}"
+        by_machine[name] += [r["load"][0]] if r.get("load") else []
     return [
         "- Runs made by: " + "; ".join(f"`{c}`" for c in commands),
-        f"- Machine: {where.get('cores')}-core CPU, torch {where.get('torch')}, one torch thread "
-        "per run, shared with other people's work: the 1-minute load average when each run "
-        f"finished was {min(loads):.1f} to {max(loads):.1f} (median {np.median(loads):.1f})."
-        if loads
-        else "- Machine: (load not recorded)",
+        "- Machines (one torch thread per run): "
+        + "; ".join(
+            f"{name}: {len(v)} runs, 1-minute load average when each finished {min(v):.1f} to "
+            f"{max(v):.1f} (median {np.median(v):.1f})"
+            if v
+            else f"{name} (load not recorded)"
+            for name, v in by_machine.items()
+        )
+        + f". {MACHINES}",
         f"- Time per run without faults (median): {times}." if times else "",
     ]
 
+
+# Where the runs came from (the summary counts the runs of each machine).
+MACHINES = (
+    "The 2-core machine is this project's, shared with other engineers' work; the 16-core one "
+    "is the device machine lent to one session (an H200 machine's 16 CPU cores; CPU runs, "
+    "CUDA hidden): two DVFL period runs there (seed 1, K = 10 and 20), four at a time beside "
+    "ten DLVM runs."
+)
 
 SETUP = (
     "MNIST-10k (the t10k file as a data set of its own), 8 000 train / 2 000 test split from the "
