@@ -128,10 +128,11 @@ BUDGET = (
     "which holds no Credit file. Stage 1 ran 5 epochs in every DLVM run (the benchmark's default "
     "is 30, the paper's 150), so every seed and machine has the same schedule; stage 2 30 "
     "epochs, the label-only methods 20. A run file's name does not record its stage-1 epochs, so "
-    "a longer stage 1 needs an empty runs/dlvm-paper. The runs were started by small drivers "
-    "(build/drive_*.py and .gpudata/drive.py, not committed) that hand this benchmark's own "
-    "tasks and worker to its pool in priority order; `vfl bench dlvm --seeds 0,1,2 "
-    "--stage1-epochs 5 --data-path ../shared/data` makes the same runs."
+    "a longer stage 1 needs an empty runs/dlvm-paper. The device runs came from the `vfl bench "
+    "dlvm` command listed above, the others from small drivers (build/drive_*.py and "
+    ".gpudata/drive.py, not committed) that hand this benchmark's own tasks and worker to its "
+    "pool in priority order; `vfl bench dlvm --seeds 0,1,2 --stage1-epochs 5 --data-path "
+    "../shared/data` makes the same runs."
 )
 # The machines the runs came from (the header counts the runs of each).
 MACHINES = (
