@@ -217,7 +217,11 @@ def _write_column(table: Table, spec: ColumnSpec, out: np.ndarray, at: int, code
 def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSpec:
     column = table.column(name)
     if column.null_count == len(column):
-        raise DataError(f"{table.source}: column {name!r} has no values in the training rows")
+        raise DataError(
+            f"{table.source}: column {name!r} has no values in the training rows: nothing to "
+            "learn from it; leave it out (vfl-client --features names the columns to train on; "
+            "for vfl simulate, drop it from the file)"
+        )
     indicator = column.null_count > 0
     if cv.is_number(column) or (table.guess and cv.is_text(column)):
         numbers = table.floats(name)
