@@ -30,7 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +77,14 @@ class Recorder(grpc.UnaryUnaryClientInterceptor):
 
 @contextlib.contextmanager
 def federation(
-    parties: dict[int, Party], certs: Path, recorder: Recorder, on_round: Any = None
+    parties: dict[int, Party],
+    certs: Path,
+    interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+    deadlines: Deadlines | None = None,
+    on_round: Any = None,
 ) -> Iterator[Federation]:
+    """The parties behind real servicers (each with its relay crypto), and a Federation over
+    gRPC through `interceptors` (a recorder, a rewriting coordinator); tests use it too."""
     registry, servers, keys = Registry(len(parties)), [], {}
     try:
         for block, party in parties.items():
@@ -96,8 +102,9 @@ def federation(
         transport = GrpcTransport(
             registry,
             RUN,
-            Deadlines(embed=300, fuse=300, backward=300),
-            interceptors=[recorder],
+            deadlines or Deadlines(),
+            interceptors=interceptors,
+            wire_dtype=train.wire_dtype,
             relay_keys=(lambda: [keys[b] for b in sorted(keys)]) if train.encrypt_relay else None,
         )
         try:
@@ -167,7 +174,8 @@ def run_once(data: list, certs: Path, train: dict[str, Any], encrypt: bool) -> d
     config = TrainConfig.model_validate({**train, "encrypt_relay": encrypt})
     parties = {d.meta.block: Party(f"party{d.meta.block}", d, config, secret=b"s") for d in data}
     recorder, rounds = Recorder(), []
-    with federation(parties, certs, recorder, rounds.append) as fed:
+    slow = Deadlines(embed=300, fuse=300, backward=300)  # a loaded machine: never a timeout
+    with federation(parties, certs, [recorder], slow, rounds.append) as fed:
         fed.align()
         start = time.process_time()
         fed.train()

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
 
+from benchmarks.relay import federation
 from vfl_cli.certs_cmd import create_federation
-from vfl_client.servicer import PartyServicer
-from vfl_coordinator.config import Deadlines
-from vfl_coordinator.registry import Registry
-from vfl_coordinator.transport import GrpcTransport
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_dataset
 from vfl_core.data.party_dir import load_party_dir
@@ -27,10 +24,7 @@ from vfl_core.data.prepare import prepare_parties
 from vfl_core.training.engine import Federation, RoundRecord
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
-from vfl_wire.channels import bind, make_server
-from vfl_wire.relay_crypto import RelayCrypto
-from vfl_wire.security import GuardInterceptor, load_identity, party_policy
-from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
+from vfl_wire.v1 import vfl_pb2
 
 SECRET = b"relay-test"
 RUN = "relay-run"
@@ -72,45 +66,20 @@ class _Rewriter(grpc.UnaryUnaryClientInterceptor):
         return continuation(details, self.rewrite(details.method, request))
 
 
-@contextlib.contextmanager
 def _federation(
     parties: dict[int, Party],
     certs: Path,
     rewrite: Rewrite | None = None,
     records: list[RoundRecord] | None = None,
-) -> Iterator[Federation]:
-    """The parties behind real servicers with their relay, and a Federation over gRPC."""
-    registry = Registry(len(parties))
-    servers, keys = [], {}
-    try:
-        for block, party in parties.items():
-            servicer = PartyServicer(party.party_id)
-            servicer.relay = RelayCrypto(load_identity(certs, party.party_id), block)
-            keys[block] = servicer.relay.key_message
-            servicer.attach(party, RUN)
-            server = make_server(8, [GuardInterceptor(secure=False, policy=party_policy)])
-            vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
-            port = bind(server, "127.0.0.1:0")
-            server.start()
-            servers.append(server)
-            registry.register(party.info, f"127.0.0.1:{port}")
-        transport = GrpcTransport(
-            registry,
-            RUN,
-            Deadlines(),
-            interceptors=[_Rewriter(rewrite)] if rewrite is not None else (),
-            wire_dtype=next(iter(parties.values())).config.wire_dtype,
-            relay_keys=lambda: [keys[b] for b in sorted(keys)],
-        )
-        try:
-            train = next(iter(parties.values())).config
-            on_round = records.append if records is not None else None
-            yield Federation(transport, train, progress=False, on_round=on_round)
-        finally:
-            transport.close()
-    finally:
-        for server in servers:
-            server.stop(0).wait()
+) -> contextlib.AbstractContextManager[Federation]:
+    """The parties behind real servicers with their relay, and a Federation over gRPC
+    (benchmarks.relay.federation) through a coordinator that may rewrite what it relays."""
+    return federation(
+        parties,
+        certs,
+        [_Rewriter(rewrite)] if rewrite is not None else (),
+        on_round=records.append if records is not None else None,
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
