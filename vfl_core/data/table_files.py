@@ -227,7 +227,15 @@ def _arrow_csv(
         data = pa_csv.read_csv(
             path,
             read_options=pa_csv.ReadOptions(
-                column_names=names, skip_rows=1, encoding=_ARROW_ENCODING.get(encoding, encoding)
+                column_names=names,
+                skip_rows=1,
+                encoding=_ARROW_ENCODING.get(encoding, encoding),
+                # Arrow's pool (mimalloc) keeps the blocks a reading thread took in that
+                # thread's heap, which `release_unused` (called from this thread) never hands
+                # back: read on this thread, a party's peak memory is 15-25 MB less for a
+                # 27 MB file (benchmarks/results/table_read.md). The cost: idle cores would
+                # read it faster (on the two loaded CPUs measured, the same time)
+                use_threads=False,
             ),
             parse_options=pa_csv.ParseOptions(
                 delimiter=separator,

@@ -102,14 +102,15 @@ def load_table_party(
     labels = _labels(splits, label_column, fitted.classes or None, source.task)
     if labels:
         fitted = fitted.model_copy(update={"classes": labels["train"].classes})
-    party_splits = {
-        name: PartySplit(
+    party_splits = {}
+    for name, table in splits.items():
+        _release_arrow_blocks()  # the label parse's, or the last split's ID text
+        party_splits[name] = PartySplit(
             ids=id_array(table.column(source.id_column)),
             features=features[name],
             labels=labels[name].values if labels else None,
         )
-        for name, table in splits.items()
-    }
+    _release_arrow_blocks()
     meta = _meta(source, fitted, has_labels=bool(labels))
     preprocessing = fitted.model_dump(mode="json")
     return PartyData(meta=meta, splits=party_splits, preprocessing=preprocessing), fitted
@@ -126,11 +127,16 @@ def _transform(
     def done(name: str) -> None:
         for table in [*splits.values(), *heads]:
             table.forget(name)
-        # Arrow's pool would keep the column's blocks for Arrow's later use; the transform's
-        # rows are numpy's
-        pa.default_memory_pool().release_unused()
+        _release_arrow_blocks()
 
     return dict(zip(splits, fitted.transform_all(heads, done), strict=True))
+
+
+def _release_arrow_blocks() -> None:
+    """Hand the blocks Arrow's pool holds free back to the system. The pool keeps them for
+    Arrow's later use, but what a party builds from its table (the rows, IDs and labels) is
+    numpy's: without this, the peak at the end of a load is the rows plus what Arrow freed."""
+    pa.default_memory_pool().release_unused()
 
 
 def _read_splits(
