@@ -220,7 +220,7 @@ def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSp
         raise DataError(
             f"{table.source}: column {name!r} has no values in the training rows: nothing to "
             "learn from it; leave it out (vfl-client --features names the columns to train on; "
-            "for vfl simulate, drop it from the file)"
+            "vfl simulate --features BLOCK:COLUMNS a table's)"
         )
     indicator = column.null_count > 0
     if cv.is_number(column) or (table.guess and cv.is_text(column)):

@@ -342,9 +342,11 @@ def federation_sources(
     test_fraction: float = DEFAULT_TEST_FRACTION,
     max_onehot: int = DEFAULT_MAX_ONEHOT,
     task: Task = CLASSIFICATION,
+    features: dict[int, tuple[str, ...]] | None = None,
 ) -> tuple[TableSource, ...]:
     """One TableSource per file, block k for the k-th. Label parties: `label_blocks`, or (None)
-    the files that have `label_column`."""
+    the files that have `label_column`. `features`: block -> its feature columns (a block not
+    in it: every column but the ID and label)."""
     if not paths:
         raise ConfigError("no table files given")
     if test_paths and len(test_paths) != len(paths):
@@ -369,6 +371,7 @@ def federation_sources(
             num_blocks=len(paths),
             task=task,
             max_onehot=max_onehot,
+            features=(features or {}).get(k),
         )
         for k, path in enumerate(paths)
     )
