@@ -398,12 +398,13 @@ def _read_parquet(path: Path) -> Table:
             f"{path}: reading Parquet needs pyarrow (pip install 'laser-vfl[parquet]')"
         ) from None
     try:
+        # the names first: Arrow's read of a file naming a column twice fails on the name
+        names = _check_header(path, [str(name) for name in pq.read_schema(path).names])
         data = pq.read_table(path)
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise DataError(f"{path}: unreadable Parquet ({str(exc).splitlines()[0]})") from exc
     if data.num_columns == 0:
         raise DataError(f"{path}: empty file (no columns)")
-    names = _check_header(path, [str(name) for name in data.column_names])
     if data.num_rows == 0:
         raise DataError(f"{path}: no data rows")
     raw = data.columns
