@@ -398,20 +398,24 @@ def _read_parquet(path: Path) -> Table:
             f"{path}: reading Parquet needs pyarrow (pip install 'laser-vfl[parquet]')"
         ) from None
     try:
-        # the names first: Arrow's read of a file naming a column twice fails on the name
-        names = _check_header(path, [str(name) for name in pq.read_schema(path).names])
-        data = pq.read_table(path)
+        parquet = pq.ParquetFile(path)
+        names = [str(name) for name in parquet.schema_arrow.names]
+        if not names:
+            raise DataError(f"{path}: empty file (no columns)")
+        names = _check_header(path, names)  # read by name: each name once
+        if parquet.metadata.num_rows == 0:
+            raise DataError(f"{path}: no data rows")
+        columns: dict[str, pa.ChunkedArray] = {}
+        for name in names:
+            # a column at a time, each typed and its read's blocks handed back before the next
+            # is read: a whole-file read holds every column's pages and decoded values at once
+            # (three times the table)
+            read = parquet.read(columns=[name], use_threads=False).column(0)
+            columns[name] = _typed(path, name, read)
+            del read
+            pa.default_memory_pool().release_unused()
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise DataError(f"{path}: unreadable Parquet ({str(exc).splitlines()[0]})") from exc
-    if data.num_columns == 0:
-        raise DataError(f"{path}: empty file (no columns)")
-    if data.num_rows == 0:
-        raise DataError(f"{path}: no data rows")
-    raw = data.columns
-    del data  # each column's row groups are freed once typed
-    columns: dict[str, pa.ChunkedArray] = {}
-    for i, name in enumerate(names):
-        columns[name], raw[i] = _typed(path, name, raw[i]), None
     return Table(str(path), pa.table(columns), _parquet_row, guess=False)
 
 
