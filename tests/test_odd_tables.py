@@ -256,6 +256,17 @@ def test_given_parquet_dictionary_strings_then_categories_and_ids_as_text(tmp_pa
     assert spec(fitted, "s").categories == ("x", "y") and fitted.classes == ("0", "1")
 
 
+def test_given_parquet_booleans_then_the_categories_false_and_true(tmp_path: Path) -> None:
+    columns = {"id": ["a", "b", "c"], "b": [True, False, None], "n": [1.0, 1.0, 1.0]}
+    table = pa.table({**columns, "y": [True, False, True]})
+    data, fitted = load(write(tmp_path / "t.parquet", table))
+    assert (spec(fitted, "b").categories, spec(fitted, "b").indicator) == (("False", "True"), True)
+    assert fitted.classes == ("False", "True")
+    # b's [was missing], one-hot [False, True, unknown]; n's standardised value
+    features = data.splits["train"].features
+    np.testing.assert_array_equal(features, [[0, 0, 1, 0, 0], [0, 1, 0, 0, 0], [1, 0, 0, 0, 0]])
+
+
 @pytest.mark.parametrize("kind", [pa.int64(), pa.uint64(), pa.float64()])
 def test_given_parquet_integer_ids_then_written_plainly(tmp_path: Path, kind: pa.DataType) -> None:
     largest = {"int64": 2**63 - 1, "uint64": 2**64 - 1, "double": 2**40}[str(kind)]
