@@ -102,9 +102,16 @@ def test_given_a_trailing_empty_line_then_the_same_rows_as_without(tmp_path: Pat
     np.testing.assert_array_equal(trailing.splits["train"].features, plain.splits["train"].features)
 
 
-def test_given_a_last_line_of_spaces_then_refused_naming_its_line(tmp_path: Path) -> None:
-    path = write(tmp_path / "t.csv", "id,a,y\n1,5,yes\n2,6,no\n   \n")
-    refused(path, "line 4 has 1 fields, the header has 3")
+def test_given_lines_of_spaces_then_blank_and_later_lines_named_as_an_editor_counts(
+    tmp_path: Path,
+) -> None:
+    plain, _ = load(write(tmp_path / "a.csv", "id,a,y\n1,5,yes\n2,6,no\n"))
+    spaced, _ = load(write(tmp_path / "b.csv", "id,a,y\n1,5,yes\n \t\n2,6,no\n   \n"))
+    assert spaced.splits["train"].ids.tolist() == plain.splits["train"].ids.tolist()
+    rows = "".join(f"{i};{i};no\n" for i in range(3, 14))
+    path = write(tmp_path / "c.csv", "id;a;y\n1;5;yes\n   \n2;oops;no\n" + rows)
+    refused(path, "column 'a' holds numbers but for 1 of its 13", "'oops' at line 4")  # `;` found
+    refused(write(tmp_path / "d.csv", "id,a,y\n1,5,yes\n  \n2,6\n"), "line 4 has 2 fields")
 
 
 def test_given_a_header_only_file_then_refused(tmp_path: Path) -> None:

@@ -156,7 +156,7 @@ def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool])
         # reuse them, so they go back to the system as they are freed
         del column
         pa.default_memory_pool().release_unused()
-    lines = _CsvLines(path, encoding, separator)
+    lines = _CsvLines(path, encoding, separator, len(header))
     return Table(str(path), pa.table(columns), lines, numbers=numbers)
 
 
@@ -219,7 +219,8 @@ def _arrow_csv(
     invalid: list[int] = []
 
     def on_invalid(row: pa_csv.InvalidRow) -> str:
-        invalid.append(row.actual_columns)
+        if row.text.strip():  # a line of spaces (an editor's last line) is a blank line
+            invalid.append(row.actual_columns)
         return "skip"
 
     names = [f"c{i}" for i in range(width)]
@@ -284,7 +285,7 @@ def _raise_width_error(path: Path, encoding: str, separator: str, width: int) ->
         reader = csv.reader(f, delimiter=separator)
         next(reader, None)
         for row in reader:
-            if row and len(row) != width:
+            if _is_row(row, width) and len(row) != width:
                 raise DataError(
                     f"{path}: line {reader.line_num} has {len(row)} fields, the header has "
                     f"{width} (fields separated by {_named(separator)})"
@@ -296,8 +297,9 @@ class _CsvLines:
     """Names CSV data rows by their line in the file (blank lines and quoted line breaks
     counted), read once when a message first needs one."""
 
-    def __init__(self, path: Path, encoding: str, separator: str) -> None:
+    def __init__(self, path: Path, encoding: str, separator: str, width: int) -> None:
         self._args = (path, encoding, separator)
+        self._width = width
         self._lines: list[int] | None = None
 
     def __call__(self, row: int) -> str:
@@ -306,8 +308,14 @@ class _CsvLines:
             with path.open(newline="", encoding=encoding) as f:
                 reader = csv.reader(f, delimiter=separator)
                 next(reader, None)
-                self._lines = [reader.line_num for row in reader if row]
+                self._lines = [reader.line_num for row in reader if _is_row(row, self._width)]
         return f"line {self._lines[row]}"
+
+
+def _is_row(fields: list[str], width: int) -> bool:
+    """Whether a line the csv module read is a data row: not blank, nor (in a file of more than
+    one column) only spaces, which Arrow's reader skips as blank."""
+    return bool(fields) and (width == 1 or len(fields) > 1 or bool(fields[0].strip()))
 
 
 def _missing_as_null(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -344,7 +352,7 @@ def _separator(lines: list[str]) -> str:
     if none does (the file's own error then names the line)."""
     for separator in SEPARATORS:
         try:
-            rows = [row for row in csv.reader(lines, delimiter=separator) if row]
+            rows = [row for row in csv.reader(lines, delimiter=separator) if _is_row(row, 2)]
         except csv.Error:
             continue
         if len(lines) == _SNIFF_LINES:
