@@ -263,6 +263,14 @@ def test_given_parquet_dictionary_strings_then_categories_and_ids_as_text(tmp_pa
     assert spec(fitted, "s").categories == ("x", "y") and fitted.classes == ("0", "1")
 
 
+def test_given_parquet_names_with_dots_then_each_column_read_as_itself(tmp_path: Path) -> None:
+    # a Parquet file is read a column at a time, by name: "a" must not select "a.b" too
+    columns = {"id": ["1", "2"], "a": [1.0, 3.0], "a.b": [5.0, 9.0], "é ü": ["x", "y"]}
+    _, fitted = load(write(tmp_path / "t.parquet", pa.table(columns)), label=None)
+    assert [(c.name, c.mean) for c in fitted.columns[:2]] == [("a", 2.0), ("a.b", 7.0)]
+    assert spec(fitted, "é ü").categories == ("x", "y")
+
+
 def test_given_parquet_booleans_then_the_categories_false_and_true(tmp_path: Path) -> None:
     columns = {"id": ["a", "b", "c"], "b": [True, False, None], "n": [1.0, 1.0, 1.0]}
     table = pa.table({**columns, "y": [True, False, True]})
