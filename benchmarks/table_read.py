@@ -2,7 +2,7 @@
 generated CSV against pyarrow's plain `pyarrow.csv.read_csv` of the same file.
 
     python -m benchmarks.table_read [--rows 200000] [--runs 3] [--compare /work/main]
-        [--out FILE.md] [--profile N]
+        [--out FILE.md] [--profile N] [--parquet]
 
 The table (written to a temporary directory, deleted at the end): an ID column, a label, 13
 numeric columns (one with missing cells), 4 categorical columns of a few values and 2 of a few
@@ -12,7 +12,9 @@ reported: the median wall time of `--runs` runs (interleaved: one of each kind p
 peak resident memory above what the process held once its imports were done (Linux: the peak
 VmHWM is reset through /proc/self/clear_refs after the imports; the largest run's), and the
 median CPU time (user + system, every thread: the work done, which the load other processes
-put on the machine moves less than the wall time).
+put on the machine moves less than the wall time). `--parquet` measures the same table written
+as a Parquet file too (pyarrow's `pyarrow.parquet.read_table` as its plain read); its peak is
+put beside the CSV file's size, the table's size as text.
 """
 
 from __future__ import annotations
@@ -51,7 +53,10 @@ def status(key):
 Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the resident set now
 base = status("VmRSS")
 start, cpu = time.perf_counter(), time.process_time()
-if how == "pyarrow":
+if how == "pyarrow" and path.suffix == ".parquet":
+    import pyarrow.parquet
+    pyarrow.parquet.read_table(path)
+elif how == "pyarrow":
     pyarrow.csv.read_csv(path)
 else:
     source = TableSource(path=path, id_column="id", label_column="y", block=0, num_blocks=2)
@@ -106,14 +111,14 @@ def measure(how: str, path: Path, code: Path | None) -> dict[str, float]:
 
 
 def summary(
-    what: list[tuple[str, str, Path | None]], path: Path, runs: int
+    what: list[tuple[str, str, Path | None, Path]], runs: int
 ) -> list[tuple[str, dict[str, float]]]:
-    """Per (label, how, code): the median seconds and the largest peak of `runs` runs. The runs
-    interleave (one of each, `runs` times), so a change in the machine's load between them
-    touches every row alike."""
-    results: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in what}
+    """Per (label, how, code, file): the median seconds and the largest peak of `runs` runs.
+    The runs interleave (one of each, `runs` times), so a change in the machine's load between
+    them touches every row alike."""
+    results: dict[str, list[dict[str, float]]] = {label: [] for label, _, _, _ in what}
     for _ in range(runs):
-        for label, how, code in what:
+        for label, how, code, path in what:
             results[label].append(measure(how, path, code))
     return [
         (
@@ -124,7 +129,7 @@ def summary(
                 "peak_mb": max(r["peak_mb"] for r in results[label]),
             },
         )
-        for label, _, _ in what
+        for label, _, _, _ in what
     ]
 
 
@@ -164,6 +169,30 @@ def _version(code: Path | None) -> str:
     return out.stdout.strip() or str(code)
 
 
+def _rows(
+    args: argparse.Namespace, path: Path, plain: str, kind: str
+) -> list[tuple[str, str, Path | None, Path]]:
+    """The rows measured on one file: pyarrow's plain read, this checkout's, --compare's."""
+    what = [
+        (f"{plain} (plain read)", "pyarrow", args.code, path),
+        (f"laser-vfl {_version(args.code)}: read + fit + transform{kind}", "ours", args.code, path),
+    ]
+    if args.compare is not None:
+        label = f"laser-vfl {_version(args.compare)}: read + fit + transform{kind}"
+        what.append((label, "ours", args.compare, path))
+    return what
+
+
+def _write_parquet(csv_path: Path, path: Path) -> None:
+    """The CSV's table as Parquet, as pyarrow types it (text IDs, labels and categories)."""
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    types = {"id": "string", "y": "string"}
+    options = pyarrow.csv.ConvertOptions(column_types=types)
+    pyarrow.parquet.write_table(pyarrow.csv.read_csv(csv_path, convert_options=options), path)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
@@ -178,6 +207,9 @@ def main(argv: list[str] | None = None) -> None:
         metavar="N",
         help="also print the N functions of most own time of one read + fit + transform",
     )
+    parser.add_argument(
+        "--parquet", action="store_true", help="also the same table as a Parquet file"
+    )
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,17 +218,24 @@ def main(argv: list[str] | None = None) -> None:
         size_mb = path.stat().st_size / 2**20
         if args.profile:
             profile(path, args.code, args.profile)
-        what = [
-            ("pyarrow.csv.read_csv (plain read)", "pyarrow", args.code),
-            (f"laser-vfl {_version(args.code)}: read + fit + transform", "ours", args.code),
-        ]
-        if args.compare is not None:
-            label = f"laser-vfl {_version(args.compare)}: read + fit + transform"
-            what.append((label, "ours", args.compare))
-        rows = summary(what, path, args.runs)
+        what = _rows(args, path, "pyarrow.csv.read_csv", "")
+        kept = ""
+        if args.parquet:
+            parquet = path.with_suffix(".parquet")
+            _write_parquet(path, parquet)
+            what += _rows(args, parquet, "pyarrow.parquet.read_table", " (Parquet)")
+            kept = (
+                f" (as Parquet {parquet.stat().st_size / 2**20:.1f} MB; every row's x file "
+                "size is against the CSV's)"
+            )
+        rows = summary(what, args.runs)
         plain = rows[0][1]
+        plain_of = {label: plain for label, _ in rows}
+        if args.parquet:
+            first = len(rows) // 2  # the Parquet rows, each against pyarrow's Parquet read
+            plain_of.update({label: rows[first][1] for label, _ in rows[first:]})
     lines = [
-        f"{args.rows} rows x 21 columns, {size_mb:.1f} MB CSV; median of {args.runs} runs, "
+        f"{args.rows} rows x 21 columns, {size_mb:.1f} MB CSV{kept}; median of {args.runs} runs, "
         f"each in a fresh process; {os.cpu_count()} CPUs, load average (1 min) "
         f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after",
         "",
@@ -205,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for what, r in rows:
+        plain = plain_of[what]
         lines.append(
             f"| {what} | {r['seconds']:.2f} | {r['seconds'] / plain['seconds']:.1f} | "
             f"{r['peak_mb']:.0f} | {r['peak_mb'] / size_mb:.1f} | {r['cpu']:.2f} | "

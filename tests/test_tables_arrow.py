@@ -202,3 +202,21 @@ def test_given_the_table_benchmark_when_run_small_then_it_measures_this_checkout
     seconds = [float(row.split("|")[2]) for row in rows[2:]]
     # printed to 0.01 s: pyarrow's plain read of 5,000 rows may print 0.00 (it did once in CI)
     assert all(s >= 0 for s in seconds) and seconds[1] > 0
+
+
+@pytest.mark.slow
+def test_given_the_table_benchmark_with_parquet_then_parquet_rows_against_their_plain_read(
+    tmp_path: Path,
+) -> None:
+    from benchmarks import table_read
+
+    out = tmp_path / "table_read.md"
+    table_read.main(["--rows", "2000", "--runs", "1", "--parquet", "--out", str(out)])
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[0] for row in rows[2:]] == [
+        "| pyarrow.csv.read_csv (plain read)",
+        f"| laser-vfl {table_read._version(None)}: read + fit + transform",
+        "| pyarrow.parquet.read_table (plain read)",
+        f"| laser-vfl {table_read._version(None)}: read + fit + transform (Parquet)",
+    ]
+    assert rows[4].split(" | ")[2] == "1.0"  # x pyarrow: against pyarrow's Parquet read

@@ -56,6 +56,14 @@ def simulate(
     label_column: Annotated[
         str | None, Opt(help="tables: label column (its parties: --label-blocks or those with it)")
     ] = None,
+    features: Annotated[
+        list[str] | None,
+        Opt(
+            help="tables: one party's feature columns, BLOCK:COLUMNS (block k is the k-th "
+            "--data), e.g. 1:age,city (repeat)",
+            show_default="all but ID and label",
+        ),
+    ] = None,
     max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
     task: tables.TaskOption = None,
     clients: Annotated[int, Opt(help="number of parties K")] = 4,
@@ -186,10 +194,12 @@ def _parties(o: dict[str, Any]) -> tuple[tuple[Path, ...], tuple[TableSource, ..
     if any(is_table) and not all(is_table):
         raise ConfigError("--data: give party directories or CSV/Parquet tables, not both")
     if not paths or not all(is_table):
-        if o["task"] is not None:
-            raise ConfigError(
-                "--task applies to --data tables (party directories and data sets name theirs)"
-            )
+        for option in ("task", "features"):
+            if o[option] is not None:
+                raise ConfigError(
+                    f"--{option} applies to --data tables (party directories and data sets "
+                    "hold their own features and name their task)"
+                )
         return tuple(paths), ()
     if o["id_column"] is None:
         raise ConfigError("--data tables need --id-column")
@@ -202,8 +212,14 @@ def _parties(o: dict[str, Any]) -> tuple[tuple[Path, ...], tuple[TableSource, ..
         test_fraction=o["test_fraction"],
         max_onehot=o["max_onehot"],
         task=tables.parse_task(o["task"]),
+        features=tables.party_features(_listed(o["features"]), len(paths)),
     )
     return (), tuple(sources)
+
+
+def _listed(value: Any) -> list[str] | None:
+    """A repeated option's values (a config file may give one string)."""
+    return [value] if isinstance(value, str) else value
 
 
 def render(result: SimulationResult) -> str:

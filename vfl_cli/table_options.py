@@ -99,13 +99,7 @@ def table_source(
             raise ConfigError(f"{path}: a CSV/Parquet party needs {option}")
     if clients is None:
         raise ConfigError(f"{path}: a CSV/Parquet party needs --clients (the number of parties K)")
-    features = None
-    if columns.features is not None:
-        names = columns.features  # a config file may give a list
-        names = names.split(",") if isinstance(names, str) else [str(n) for n in names]
-        features = tuple(c.strip() for c in names if c.strip())
-        if not features:
-            raise ConfigError("--features: no column names given")
+    features = None if columns.features is None else feature_names(columns.features)
     return TableSource(
         path=path,
         id_column=columns.id_column,
@@ -119,6 +113,40 @@ def table_source(
         max_onehot=encoding.max_onehot,
         task=parse_task(encoding.task),
     )
+
+
+def feature_names(value: str | list[object], option: str = "--features") -> tuple[str, ...]:
+    """The column names of a --features value: comma-separated (a config file may give a
+    list), spaces around each ignored."""
+    names = value.split(",") if isinstance(value, str) else [str(n) for n in value]
+    features = tuple(c.strip() for c in names if c.strip())
+    if not features:
+        raise ConfigError(f"{option}: no column names given")
+    return features
+
+
+def party_features(values: list[str] | None, tables: int) -> dict[int, tuple[str, ...]]:
+    """`vfl simulate --features BLOCK:COLUMNS` (repeated): block -> the feature columns of its
+    --data table (the k-th table is block k); a block not named keeps all but the ID and
+    label. The columns are given as vfl-client's --features gives them."""
+    out: dict[int, tuple[str, ...]] = {}
+    for value in values or []:
+        block, sep, columns = str(value).partition(":")
+        if not sep or not block.strip().isdigit():
+            raise ConfigError(
+                f"--features {value!r}: give BLOCK:COLUMNS, e.g. 1:age,city (block k is the "
+                "k-th --data table, from 0)"
+            )
+        k = int(block)
+        if k >= tables:
+            raise ConfigError(
+                f"--features {value!r}: block {k} out of range ({tables} --data tables: "
+                f"0..{tables - 1})"
+            )
+        if k in out:
+            raise ConfigError(f"--features: block {k} is given twice")
+        out[k] = feature_names(columns, f"--features {value!r}")
+    return out
 
 
 def refuse_table_options(

@@ -24,6 +24,8 @@ MOSTLY_NUMBERS = 0.9
 STRAY_EXAMPLES = 3  # stray cells named in the error
 
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}.*)?")
+# a date as a country writes it: 03/01/2024, 3/1/24, 01.03.2024, 01-03-2024 (a time may follow)
+_LOCAL_DATE = r"^(\d{1,2}/\d{1,2}/(\d{2}|\d{4})|\d{1,2}[.-]\d{1,2}[.-]\d{4})([ T]\d{1,2}:\d{2}.*)?$"
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _DAY_US = 86400e6
 
@@ -126,6 +128,23 @@ def refuse_stray_text(table: Table, name: str, column: pa.ChunkedArray) -> None:
         f"{table.source}: column {name!r} holds numbers but for {len(rows)} of its {present} "
         f"training cells: {shown}{more}. Write each as a number, or leave it empty where it "
         "means missing"
+    )
+
+
+def refuse_local_dates(table: Table, name: str, column: pa.ChunkedArray) -> None:
+    """A text column whose every present cell is a date written a country's way (03/01/2024,
+    01.03.2024) is refused, naming its first cell: read as categories its order and distances
+    would be lost, and whether 03/01 is March 1st or January 3rd only the user knows. ISO dates
+    (2024-03-01) are read as dates (`days`)."""
+    values = pc.unique(column.drop_null())
+    if not len(values) or not pc.all(pc.match_substring_regex(values, _LOCAL_DATE)).as_py():
+        return
+    row = int(np.flatnonzero(~missing(column))[0])
+    raise DataError(
+        f"{table.source}: column {name!r} holds dates written as {column[row].as_py()!r} "
+        f"({table.row_name(row)}): only ISO dates (2024-03-01) are read as dates, since the day "
+        "and month of another way are ambiguous; write them as ISO dates, or leave the column "
+        "out (--features)"
     )
 
 

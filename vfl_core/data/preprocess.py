@@ -220,7 +220,7 @@ def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSp
         raise DataError(
             f"{table.source}: column {name!r} has no values in the training rows: nothing to "
             "learn from it; leave it out (vfl-client --features names the columns to train on; "
-            "for vfl simulate, drop it from the file)"
+            "vfl simulate --features BLOCK:COLUMNS a table's)"
         )
     indicator = column.null_count > 0
     if cv.is_number(column) or (table.guess and cv.is_text(column)):
@@ -228,6 +228,7 @@ def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSp
         if numbers is not None:
             numbers = numbers[~np.isnan(numbers)]
             if np.isfinite(numbers).all():
+                _refuse_overflow(table.source, name, numbers)
                 return _numeric(name, indicator, numbers, bins)
     days = cv.days(column) if table.guess or cv.is_when(column) else None
     if days is not None:
@@ -239,11 +240,24 @@ def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSp
             f"{column[row or 0].as_py()!r} is not a finite number"
         )
     if table.guess:
+        cv.refuse_local_dates(table, name, column)
         cv.refuse_stray_text(table, name, column)
     categories = tuple(sorted(column.drop_null().unique().to_pylist()))
     _warn_if_identifier(table.source, name, len(categories), len(column) - column.null_count)
     kind: ColumnKind = "onehot" if len(categories) <= max_onehot else "embedding"
     return ColumnSpec(name=name, kind=kind, indicator=indicator, categories=categories)
+
+
+def _refuse_overflow(source: str, name: str, values: np.ndarray) -> None:
+    """Numbers too large for their standard deviation in float64 (beyond about 1e154) would
+    all be standardised to 0: the column's values silently lost."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = values.std() if len(values) else 0.0
+    if not np.isfinite(spread):
+        raise DataError(
+            f"{source}: column {name!r} holds numbers too large to standardise (up to "
+            f"{np.abs(values).max():.3g}): write it in larger units, or leave it out (--features)"
+        )
 
 
 def _numeric(

@@ -156,7 +156,7 @@ def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool])
         # reuse them, so they go back to the system as they are freed
         del column
         pa.default_memory_pool().release_unused()
-    lines = _CsvLines(path, encoding, separator)
+    lines = _CsvLines(path, encoding, separator, len(header))
     return Table(str(path), pa.table(columns), lines, numbers=numbers)
 
 
@@ -219,7 +219,8 @@ def _arrow_csv(
     invalid: list[int] = []
 
     def on_invalid(row: pa_csv.InvalidRow) -> str:
-        invalid.append(row.actual_columns)
+        if row.text.strip():  # a line of spaces (an editor's last line) is a blank line
+            invalid.append(row.actual_columns)
         return "skip"
 
     names = [f"c{i}" for i in range(width)]
@@ -227,7 +228,15 @@ def _arrow_csv(
         data = pa_csv.read_csv(
             path,
             read_options=pa_csv.ReadOptions(
-                column_names=names, skip_rows=1, encoding=_ARROW_ENCODING.get(encoding, encoding)
+                column_names=names,
+                skip_rows=1,
+                encoding=_ARROW_ENCODING.get(encoding, encoding),
+                # Arrow's pool (mimalloc) keeps the blocks a reading thread took in that
+                # thread's heap, which `release_unused` (called from this thread) never hands
+                # back: read on this thread, a party's peak memory is 15-25 MB less for a
+                # 27 MB file (benchmarks/results/table_read.md). The cost: idle cores would
+                # read it faster (on the two loaded CPUs measured, the same time)
+                use_threads=False,
             ),
             parse_options=pa_csv.ParseOptions(
                 delimiter=separator,
@@ -276,7 +285,7 @@ def _raise_width_error(path: Path, encoding: str, separator: str, width: int) ->
         reader = csv.reader(f, delimiter=separator)
         next(reader, None)
         for row in reader:
-            if row and len(row) != width:
+            if _is_row(row, width) and len(row) != width:
                 raise DataError(
                     f"{path}: line {reader.line_num} has {len(row)} fields, the header has "
                     f"{width} (fields separated by {_named(separator)})"
@@ -288,8 +297,9 @@ class _CsvLines:
     """Names CSV data rows by their line in the file (blank lines and quoted line breaks
     counted), read once when a message first needs one."""
 
-    def __init__(self, path: Path, encoding: str, separator: str) -> None:
+    def __init__(self, path: Path, encoding: str, separator: str, width: int) -> None:
         self._args = (path, encoding, separator)
+        self._width = width
         self._lines: list[int] | None = None
 
     def __call__(self, row: int) -> str:
@@ -298,8 +308,14 @@ class _CsvLines:
             with path.open(newline="", encoding=encoding) as f:
                 reader = csv.reader(f, delimiter=separator)
                 next(reader, None)
-                self._lines = [reader.line_num for row in reader if row]
+                self._lines = [reader.line_num for row in reader if _is_row(row, self._width)]
         return f"line {self._lines[row]}"
+
+
+def _is_row(fields: list[str], width: int) -> bool:
+    """Whether a line the csv module read is a data row: not blank, nor (in a file of more than
+    one column) only spaces, which Arrow's reader skips as blank."""
+    return bool(fields) and (width == 1 or len(fields) > 1 or bool(fields[0].strip()))
 
 
 def _missing_as_null(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -336,7 +352,7 @@ def _separator(lines: list[str]) -> str:
     if none does (the file's own error then names the line)."""
     for separator in SEPARATORS:
         try:
-            rows = [row for row in csv.reader(lines, delimiter=separator) if row]
+            rows = [row for row in csv.reader(lines, delimiter=separator) if _is_row(row, 2)]
         except csv.Error:
             continue
         if len(lines) == _SNIFF_LINES:
@@ -390,19 +406,24 @@ def _read_parquet(path: Path) -> Table:
             f"{path}: reading Parquet needs pyarrow (pip install 'laser-vfl[parquet]')"
         ) from None
     try:
-        data = pq.read_table(path)
+        parquet = pq.ParquetFile(path)
+        names = [str(name) for name in parquet.schema_arrow.names]
+        if not names:
+            raise DataError(f"{path}: empty file (no columns)")
+        names = _check_header(path, names)  # read by name: each name once
+        if parquet.metadata.num_rows == 0:
+            raise DataError(f"{path}: no data rows")
+        columns: dict[str, pa.ChunkedArray] = {}
+        for name in names:
+            # a column at a time, each typed and its read's blocks handed back before the next
+            # is read: a whole-file read holds every column's pages and decoded values at once
+            # (three times the table)
+            read = parquet.read(columns=[name], use_threads=False).column(0)
+            columns[name] = _typed(path, name, read)
+            del read
+            pa.default_memory_pool().release_unused()
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise DataError(f"{path}: unreadable Parquet ({str(exc).splitlines()[0]})") from exc
-    if data.num_columns == 0:
-        raise DataError(f"{path}: empty file (no columns)")
-    names = _check_header(path, [str(name) for name in data.column_names])
-    if data.num_rows == 0:
-        raise DataError(f"{path}: no data rows")
-    raw = data.columns
-    del data  # each column's row groups are freed once typed
-    columns: dict[str, pa.ChunkedArray] = {}
-    for i, name in enumerate(names):
-        columns[name], raw[i] = _typed(path, name, raw[i]), None
     return Table(str(path), pa.table(columns), _parquet_row, guess=False)
 
 

@@ -102,14 +102,15 @@ def load_table_party(
     labels = _labels(splits, label_column, fitted.classes or None, source.task)
     if labels:
         fitted = fitted.model_copy(update={"classes": labels["train"].classes})
-    party_splits = {
-        name: PartySplit(
+    party_splits = {}
+    for name, table in splits.items():
+        _release_arrow_blocks()  # the label parse's, or the last split's ID text
+        party_splits[name] = PartySplit(
             ids=id_array(table.column(source.id_column)),
             features=features[name],
             labels=labels[name].values if labels else None,
         )
-        for name, table in splits.items()
-    }
+    _release_arrow_blocks()
     meta = _meta(source, fitted, has_labels=bool(labels))
     preprocessing = fitted.model_dump(mode="json")
     return PartyData(meta=meta, splits=party_splits, preprocessing=preprocessing), fitted
@@ -126,11 +127,16 @@ def _transform(
     def done(name: str) -> None:
         for table in [*splits.values(), *heads]:
             table.forget(name)
-        # Arrow's pool would keep the column's blocks for Arrow's later use; the transform's
-        # rows are numpy's
-        pa.default_memory_pool().release_unused()
+        _release_arrow_blocks()
 
     return dict(zip(splits, fitted.transform_all(heads, done), strict=True))
+
+
+def _release_arrow_blocks() -> None:
+    """Hand the blocks Arrow's pool holds free back to the system. The pool keeps them for
+    Arrow's later use, but what a party builds from its table (the rows, IDs and labels) is
+    numpy's: without this, the peak at the end of a load is the rows plus what Arrow freed."""
+    pa.default_memory_pool().release_unused()
 
 
 def _read_splits(
@@ -336,9 +342,11 @@ def federation_sources(
     test_fraction: float = DEFAULT_TEST_FRACTION,
     max_onehot: int = DEFAULT_MAX_ONEHOT,
     task: Task = CLASSIFICATION,
+    features: dict[int, tuple[str, ...]] | None = None,
 ) -> tuple[TableSource, ...]:
     """One TableSource per file, block k for the k-th. Label parties: `label_blocks`, or (None)
-    the files that have `label_column`."""
+    the files that have `label_column`. `features`: block -> its feature columns (a block not
+    in it: every column but the ID and label)."""
     if not paths:
         raise ConfigError("no table files given")
     if test_paths and len(test_paths) != len(paths):
@@ -363,6 +371,7 @@ def federation_sources(
             num_blocks=len(paths),
             task=task,
             max_onehot=max_onehot,
+            features=(features or {}).get(k),
         )
         for k, path in enumerate(paths)
     )
