@@ -54,6 +54,7 @@ SETTINGS: dict[str, list[str]] = {
     "wide-val0.2": ["--head", "wide", "--validation-fraction", "0.2"],
     "batch128": ["--batch-size", "128"],
     "hidden512": ["--hidden", "512"],
+    "subset-plain": ["--subset-choice", "plain"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}

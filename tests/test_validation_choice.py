@@ -20,7 +20,8 @@ from vfl_core.config import AUTO_PATIENCE, TrainConfig
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.tabular import TableSource, load_table_federation
 from vfl_core.inference import choice
-from vfl_core.inference.metrics import brier_from_histogram
+from vfl_core.inference.choice import Candidate, best_candidate
+from vfl_core.inference.metrics import brier_error_from_histogram, brier_from_histogram
 from vfl_core.inference.scoring import AUC_BINS, auc_histogram
 from vfl_core.methods.combination import combine, decide
 from vfl_core.protocol import EmbedCall, ScoreCall, ScoreResult
@@ -173,15 +174,28 @@ def replace_threshold(fed: Federation, value: float) -> Federation:
 def test_given_subset_choice_when_evaluated_then_never_worse_than_a_subset_on_validation(
     tables: list[TableSource],
 ) -> None:
-    """Per observed pattern, the chosen subset's validation Brier score is the best candidate's
-    (no other subset is better); the plain option chooses nothing."""
-    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
+    """Per observed pattern, with `best` the chosen subset's validation Brier score is the best
+    candidate's (no other subset is better); by default (the one-standard-error rule) no
+    subset beats the kept one by more than that subset's standard error, and a subset is kept
+    only when it beats the full set by more than its own; the plain option chooses nothing."""
+    fed, _ = _trained(
+        load_table_federation(tuple(tables)), TrainConfig(**FAST, subset_choice="best")
+    )
     assert fed.choice.candidates
     for pattern, cands in fed.choice.candidates.items():
         kept = fed.choice.kept(pattern)
         value = next(c.value for c in cands if c.blocks == kept)
         scored = [c.value for c in cands if c.value is not None and c.scored >= cands[0].scored]
         assert value is not None and value <= min(scored)  # Brier: lower is better
+    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
+    assert fed.choice.candidates
+    for pattern, cands in fed.choice.candidates.items():
+        kept = next(c for c in cands if c.blocks == fed.choice.kept(pattern))
+        usable = [c for c in cands if c.value is not None and c.scored >= cands[0].scored]
+        assert kept.value is not None and all(c.error is not None for c in usable)
+        assert all(kept.value - c.value <= c.error for c in usable)
+        if kept is not cands[0]:
+            assert cands[0].value - kept.value > kept.error
     plain = TrainConfig(**FAST, subset_choice="plain", threshold=0.5)
     fed, _ = _trained(load_table_federation(tuple(tables)), plain)
     assert not fed.choice.subsets and fed.choice.threshold is None and fed.threshold is None
@@ -296,3 +310,35 @@ def test_given_a_threshold_outside_0_1_when_configured_then_a_one_line_error(bad
     with pytest.raises(ValueError, match="must be auto or a probability strictly between 0 and 1"):
         TrainConfig(threshold=bad)
     assert TrainConfig(threshold="0.3").threshold == 0.3
+
+
+def test_given_candidates_when_choosing_then_a_subset_must_beat_the_full_set_by_its_error() -> None:
+    """The one-standard-error rule of `best_candidate`: a subset whose Brier score is lower than
+    the full set's by less than its standard error leaves the full set; by more, replaces it;
+    `best` (no margin) takes any strictly better one; a higher-is-better accuracy the same way."""
+    full = Candidate((0, 1, 2), 0.1967, 217, 0.014)
+    near = Candidate((0, 2), 0.1960, 217, 0.014)
+    assert best_candidate([full, near], lower=True) is full
+    assert best_candidate([full, near], lower=True, margin=False) is near
+    far = Candidate((0, 2), 0.1700, 217, 0.014)
+    assert best_candidate([full, far], lower=True) is far
+    acc_full, acc_sub = Candidate((0, 1), 0.80, 100, 0.04), Candidate((0,), 0.83, 100, 0.0376)
+    assert best_candidate([acc_full, acc_sub], lower=False) is acc_full
+    assert best_candidate([acc_full, Candidate((0,), 0.85, 100, 0.0357)], lower=False).blocks == (
+        0,
+    )
+
+
+def test_given_histograms_when_estimating_the_brier_error_then_it_matches_the_samples() -> None:
+    """brier_error_from_histogram is the standard error of the mean squared error of the
+    probabilities, up to their bins."""
+    rng = np.random.default_rng(3)
+    p = rng.random(4000)
+    y = (rng.random(4000) < p).astype(int)
+    hist = np.zeros((2, AUC_BINS))
+    np.add.at(hist, (y, np.minimum((p * AUC_BINS).astype(int), AUC_BINS - 1)), 1)
+    loss = (p - y) ** 2
+    assert brier_error_from_histogram(hist) == pytest.approx(
+        loss.std(ddof=1) / np.sqrt(4000), rel=0.01
+    )
+    assert brier_error_from_histogram(np.zeros((2, AUC_BINS))) is None

@@ -222,7 +222,8 @@ class TrainOptions:
         str | None,
         Opt(
             help="validation: each observed set predicted from its best subset of parties on "
-            "the validation split | plain: from all of them (the paper)",
+            "the validation split when better by more than one standard error | best: the "
+            "strictly best there | plain: from all of them (the paper)",
             show_default=shown(T["subset_choice"]),
         ),
     ] = None

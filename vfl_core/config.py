@@ -151,10 +151,11 @@ class TrainConfig(_Frozen):
     # threshold on the positive-class probability, "auto" (the best accuracy on validation:
     # what a table is judged by, docs/tabular-defaults.md), "f1" (the best F1 there) or a
     # number (0.5: the plain argmax). `subset_choice`: "validation" predicts each observed set
-    # from the subset of its parties that scores best on validation (the full set on ties);
-    # "plain" from the full set, as the paper does.
+    # from the subset of its parties that scores best on validation by more than its standard
+    # error (else the full set: the one-standard-error rule); "best" from the strictly best
+    # one there (the full set on ties); "plain" from the full set, as the paper does.
     threshold: Threshold = "auto"
-    subset_choice: Literal["validation", "plain"] = "validation"
+    subset_choice: Literal["validation", "best", "plain"] = "validation"
 
     def patience(self, tabular: bool) -> int:
         """The early-stopping patience this run uses: the configured one, or by default

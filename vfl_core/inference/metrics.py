@@ -244,6 +244,40 @@ def brier_from_histogram(histogram: np.ndarray) -> float | None:
     return float((negatives @ centres**2 + positives @ (1 - centres) ** 2) / total)
 
 
+def brier_error_from_histogram(histogram: np.ndarray) -> float | None:
+    """The standard error of `brier_from_histogram`'s mean: the spread of the per-sample squared
+    errors over the root of their count (each probability at its bin's centre). None when
+    fewer than two samples were counted."""
+    negatives, positives = histogram.astype(np.float64)
+    total = negatives.sum() + positives.sum()
+    if total < 2:
+        return None
+    centres = (np.arange(len(negatives)) + 0.5) / len(negatives)  # (bins,)
+    loss_neg, loss_pos = centres**2, (1 - centres) ** 2  # per bin, by true class
+    mean = (negatives @ loss_neg + positives @ loss_pos) / total
+    second = (negatives @ loss_neg**2 + positives @ loss_pos**2) / total
+    variance = max(second - mean**2, 0.0) * total / (total - 1)
+    return float(np.sqrt(variance / total))
+
+
+def standard_error(report: EvalReport, key: str) -> float | None:
+    """The standard error of `report`'s overall `key` (a headline metric: "accuracy", "brier",
+    "rmse") as an estimate from its samples: the accuracy as a binomial proportion, the Brier
+    score from the spread of the squared errors in its histograms (per predictor, averaged over
+    predictors like the score), RMSE as RMSE / sqrt(2 n), the error of a standard deviation
+    estimated from n normal errors. None when it does not apply or fewer than 2 were scored."""
+    row = report.overall()
+    if row.samples < 2:
+        return None
+    if key == "accuracy" and row.accuracy is not None:
+        return float(np.sqrt(row.accuracy * (1 - row.accuracy) / row.samples))
+    if key == "brier":
+        return _mean_of(brier_error_from_histogram, list(report.by_pattern.values()))
+    if key == "rmse" and row.rmse is not None:
+        return float(row.rmse / np.sqrt(2 * row.samples))
+    return None
+
+
 def _regression_row(name: str, samples: int, stats: list[RegressionStats]) -> MetricRow:
     count, total, squares = sum((s.targets for s in stats), np.zeros(3))
     fed = [s.federation for s in stats if s.federation is not None]

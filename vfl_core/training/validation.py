@@ -103,8 +103,11 @@ class Validator:
         validation = fed.train_rows.validation
         if validation is None or not len(validation):
             return choice
-        if fed.config.subset_choice == "validation" and self._has_subset_predictors():
-            choice.subsets, choice.candidates = choose_subsets(fed, validation)
+        rule = fed.config.subset_choice
+        if rule != "plain" and self._has_subset_predictors():
+            choice.subsets, choice.candidates = choose_subsets(
+                fed, validation, margin=rule == "validation"
+            )
         binary = fed.task != REGRESSION and fed.num_classes == 2
         rule = fed.config.threshold
         if rule in THRESHOLD_RULES and binary and fed.spec.combination == "heads":
