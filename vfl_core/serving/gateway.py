@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vfl_core.data.learning_task import REGRESSION
-from vfl_core.errors import DataError
+from vfl_core.errors import ConfigError, DataError
 from vfl_core.serving.bundle import Bundle
 from vfl_core.serving.combine import Combiner
-from vfl_core.serving.features import FeatureTable, inline_features
+from vfl_core.serving.features import FeatureSource, inline_features
 from vfl_core.serving.peers import NOT_HELD, TIMED_OUT, PeerAnswer, PeerFailure, PeerPort
 from vfl_core.training.alignment import hash_ids
 
@@ -136,7 +136,7 @@ class Gateway:
     def __init__(
         self,
         bundle: Bundle,
-        features: FeatureTable | None,
+        features: FeatureSource | None,
         peers: Sequence[PeerPort],
         secret: bytes,
         *,
@@ -189,7 +189,11 @@ class Gateway:
         for block, future in asked.items():  # in parallel
             self._lag.watch(block, future)
         blocks = _Blocks()
-        blocks.add(self.bundle.meta.block, self._own_answer(keys, own))
+        try:
+            blocks.add(self.bundle.meta.block, self._own_answer(keys, own))
+        except ConfigError as err:  # its --lookup function failed: the others still answer
+            log.warning("the gateway's own rows: %s", err)
+            blocks.missing[self.bundle.meta.block] = f"refused: {err}"
         waiting = [f for b, f in asked.items() if b in awaited]
         wait(waiting, timeout=max(0.0, deadline - time.monotonic()))
         for block in {p.block for p in self.peers} - set(asked):
