@@ -16,7 +16,6 @@ from pathlib import Path
 
 import grpc
 import torch
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_client.runner import resolve_device
@@ -29,7 +28,7 @@ from vfl_core.serving.features import FeatureSource, FeatureTable, Watcher
 from vfl_core.serving.gateway import DEFAULT_DEADLINE_S, DEFAULT_MAX_IDS, Gateway
 from vfl_core.serving.lookup import LookupFeatures, import_lookup
 from vfl_core.serving.peers import DEFAULT_WINDOW_S, BatchingPeer, PeerPort
-from vfl_wire.channels import bind, make_server
+from vfl_wire.channels import make_server, start_with_health
 from vfl_wire.security import (
     COORDINATOR,
     HEALTH_SERVICE,
@@ -178,11 +177,7 @@ def _start_server(
     )
     server = make_server(8, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
     serving_pb2_grpc.add_ServingServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = bind(server, listen, security.server_credentials())
-    server.start()
-    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    port = start_with_health(server, listen, security.server_credentials())
     return server, port
 
 
