@@ -131,7 +131,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http %s", format % args)
+        if log.isEnabledFor(logging.DEBUG):  # formatted only when it is written: every request
+            log.debug("http %s", format % args)
 
 
 def _parse(request: dict[str, Any]) -> tuple[Any, float | None, Any]:
