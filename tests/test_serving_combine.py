@@ -1,7 +1,8 @@
 """The gateway's own work micro-batched across concurrent requests (issue 31): the combiner runs
 one call for every request queued meanwhile and hands each its own result; the gateway's
 answers from one combined head call equal the answers one request at a time; a request whose
-deadline was spent queued is answered at once from the gateway's own block."""
+deadline was spent queued is answered at once from the gateway's own block; requests already
+waiting for a party stop waiting when it is found lagging."""
 
 from __future__ import annotations
 
@@ -11,10 +12,17 @@ import time
 import numpy as np
 import pytest
 from test_serving_bundle import SECRET
-from test_serving_gateway import gateway, local_peer, served, wait_for  # noqa: F401
+from test_serving_gateway import (  # noqa: F401
+    SilentPeer,
+    gateway,
+    local_peer,
+    served,
+    wait_for,
+)
 
 from vfl_core.serving.combine import Combiner
-from vfl_core.serving.gateway import QUEUED_OUT
+from vfl_core.serving.gateway import LAGGING_AFTER, QUEUED_OUT
+from vfl_core.serving.peers import TIMED_OUT
 from vfl_core.training.alignment import hash_ids
 
 
@@ -129,3 +137,24 @@ def test_given_a_request_whose_deadline_was_spent_queued_then_answered_from_the_
     np.testing.assert_allclose([a.probabilities for a in answers], own, atol=1e-6)
     gw.predict(ids, arrived=time.monotonic())  # in time: every party asked
     assert sorted(asked) == [1, 2]
+
+
+def test_given_a_request_waiting_for_a_party_found_lagging_then_it_stops_waiting(
+    served,  # noqa: F811
+) -> None:
+    _, _, bundles, tables = served
+    peers = [SilentPeer("party1", 1), local_peer("party2", bundles[2], tables[2])]
+    gw = gateway(served, peers, deadline_s=5.0)
+    ids = ["C00001"]
+    out: list = []
+    waiting = threading.Thread(target=lambda: out.append(gw.predict(ids)))
+    start = time.monotonic()
+    waiting.start()  # waits for the silent party, up to 5 s
+    time.sleep(0.1)
+    for _ in range(LAGGING_AFTER):  # three others wait their short deadlines out: lagging
+        assert gw.predict(ids, deadline_s=0.05)[0].missing["party1"] == TIMED_OUT
+    waiting.join(timeout=10)
+    assert time.monotonic() - start < 2.5  # released when the party was found lagging
+    assert out[0][0].missing["party1"] == TIMED_OUT
+    assert gw.predict(ids)[0].missing["party1"] == TIMED_OUT  # and not waited for since
+    assert time.monotonic() - start < 2.5

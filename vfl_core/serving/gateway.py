@@ -26,7 +26,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,12 +93,14 @@ class _Lag:
     """Which parties are lagging: a frozen or overloaded party would otherwise cost every
     request the whole deadline (and, with many callers, hold a thread each that long). A
     lagging party is asked by one request at a time (a probe, not every request piled on a
-    connection it does not read) and waited for by none; its first answer within a deadline
+    connection it does not read) and waited for by none, the requests already waiting for it
+    included (they stop waiting when it is found lagging); its first answer within a deadline
     clears the mark, so the next requests wait for it again."""
 
     def __init__(self) -> None:
         self._missed: dict[int, int] = {}
         self._probing: dict[int, float] = {}  # block -> the deadline of its probe out
+        self._waiters: set[_Waiter] = set()  # the requests waiting for parties now
         self._lock = threading.Lock()
 
     def lagging(self, block: int) -> bool:
@@ -128,6 +130,40 @@ class _Lag:
     def missed(self, block: int) -> None:
         with self._lock:
             self._missed[block] = self._missed.get(block, 0) + 1
+            lagging = self._missed[block] == LAGGING_AFTER
+            waiters = list(self._waiters) if lagging else []
+        for waiter in waiters:  # found lagging: requests waiting for it stop waiting now
+            waiter.release(block)
+
+    def wait(self, awaited: Mapping[int, Future[PeerAnswer]], deadline: float) -> None:
+        """Until every awaited party answered, turned lagging meanwhile, or the deadline."""
+        waiter = _Waiter(set(awaited))
+        with self._lock:
+            self._waiters.add(waiter)
+        try:
+            for block, future in awaited.items():
+                future.add_done_callback(lambda _, b=block: waiter.release(b))
+            waiter.done.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            with self._lock:
+                self._waiters.discard(waiter)
+
+
+class _Waiter:
+    """One request's wait: over when no party it waits for is left."""
+
+    def __init__(self, blocks: set[int]) -> None:
+        self._left = blocks
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+        if not blocks:
+            self.done.set()
+
+    def release(self, block: int) -> None:
+        with self._lock:
+            self._left.discard(block)
+            if not self._left:
+                self.done.set()
 
 
 class Gateway:
@@ -194,15 +230,15 @@ class Gateway:
         except ConfigError as err:  # its --lookup function failed: the others still answer
             log.warning("the gateway's own rows: %s", err)
             blocks.missing[self.bundle.meta.block] = f"refused: {err}"
-        waiting = [f for b, f in asked.items() if b in awaited]
-        wait(waiting, timeout=max(0.0, deadline - time.monotonic()))
+        self._lag.wait({b: f for b, f in asked.items() if b in awaited}, deadline)
         for block in {p.block for p in self.peers} - set(asked):
             blocks.missing[block] = QUEUED_OUT if late else TIMED_OUT  # or its probe is out
         for block, future in asked.items():
             _collect(blocks, block, future)
             # only a request that waited the deadline out counts a miss: one that did not
-            # wait says nothing of the party (it may have answered a moment later)
-            if block in awaited and blocks.missing.get(block) == TIMED_OUT:
+            # wait (or stopped when the party was found lagging) says nothing of the party
+            timed_out = blocks.missing.get(block) == TIMED_OUT
+            if block in awaited and timed_out and time.monotonic() >= deadline:
                 self._lag.missed(block)
         return self.heads.run((ids, blocks))
 
