@@ -27,7 +27,7 @@ from vfl_core.serving.bundle import load_bundle, write_bundle
 from vfl_core.serving.features import FeatureTable
 from vfl_core.serving.gateway import Gateway
 from vfl_core.serving.lookup import LookupFeatures, import_lookup
-from vfl_core.serving.peers import LocalPeer, PeerAnswer
+from vfl_core.serving.peers import DOWN, LocalPeer, PeerAnswer, PeerFailure
 from vfl_core.training.alignment import hash_ids
 
 ID = "customer_id"
@@ -220,3 +220,21 @@ def test_given_a_lookup_module_that_does_not_import_then_the_party_exits_saying_
     assert done.returncode == 2
     assert "--lookup no_such_store_module:rows: cannot import" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_given_no_party_answers_and_the_own_lookup_fails_then_each_id_an_error(telecom) -> None:
+    _, _, bank = telecom
+
+    def broken(keys):
+        if keys:
+            raise OSError("the store is down")
+        return []
+
+    def down(keys):
+        raise PeerFailure(DOWN)
+
+    own = LookupFeatures(broken, bank.preprocessing, "store:rows")
+    gw = Gateway(bank, own, [LocalPeer("party1", 1, down)], SECRET)
+    answers = gw.predict(["C00001", "C00002"])
+    assert [a.error is not None and a.used == () for a in answers] == [True, True]
+    assert all(a.missing["party1"] == DOWN for a in answers)

@@ -311,7 +311,9 @@ class Gateway:
         """One answer per ID; the head runs once per set of blocks that answered. `why`: each
         request's reasons for the blocks that gave no answer; `owner`: (n,) each ID's request."""
         order = sorted(blocks.held)
-        held = np.stack([blocks.held[b] for b in order], axis=1)  # (n, blocks) bool
+        held = np.zeros((len(ids), len(order)), dtype=bool)  # (n, blocks): none answered
+        for column, b in enumerate(order):
+            held[:, column] = blocks.held[b]
         sets: dict[tuple[int, ...], list[int]] = defaultdict(list)
         for i, row in enumerate(held.tolist()):
             sets[tuple(b for b, h in zip(order, row, strict=True) if h)].append(i)
