@@ -188,8 +188,10 @@ def client(
         )
         typer.echo(f"client stopped: {reason}", err=True)
         return
-    if peer or http or lookup:
-        raise ConfigError("--peer, --http and --lookup are for serving mode: give --serve-bundle")
+    if peer or http:
+        raise ConfigError("--peer and --http are for serving mode: give --serve-bundle")
+    if lookup:
+        raise ConfigError("--lookup is for serving mode: give --serve-bundle")
     settings = read_config_file(config)
     if "table" in settings:
         raise ConfigError("--config: a table party takes the table options, not a `table:` key")
