@@ -5,10 +5,12 @@ number, labels at party0; LASER-VFL with the paper's Credit MLP (5 -> 10 -> 10 -
 head) trained in process for a little (latency does not depend on the weights), each party's
 bundle written; then four `vfl-client --serve-bundle` processes on 127.0.0.1 (plaintext), party0
 the gateway with a --peer per other party, each peer link through a shaping proxy
-(benchmarks/netshape.py) with the cell's RTT. Callers are threads of this process, each with one
-keep-alive HTTP connection, one ID per request, back to back. Per cell: requests, throughput,
-latency p50/p95/p99, requests failed (not 200 or no prediction) and answered from a subset of
-the parties; modes: every party up, party3 SIGKILLed a third into the run (restarted after it),
+(benchmarks/netshape.py) with the cell's RTT. Callers are threads, each with one keep-alive HTTP
+connection, one ID per request, back to back, in this process or spread over
+`caller_processes` processes (benchmarks/serve_callers.py). Per cell: requests, throughput,
+latency p50/p95/p99 as the callers saw it and p50/p99 of the gateway's own time (its
+`Server-Timing` header), requests failed (not 200 or no prediction) and answered from a subset
+of the parties; modes: every party up, party3 SIGKILLed a third into the run (restarted after it),
 party3 SIGSTOPped a third into the run (continued after it). Beside it: rows/s of batch
 prediction, the gateway with 256 IDs a request and the federation's own batch predict in
 process (the engine `vfl predict` drives) on the same model.
@@ -35,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from benchmarks.netshape import NetShaper, Shape
+from benchmarks.serve_callers import Callers, post
 from benchmarks.serve_cluster import ServingCluster, train_bundles
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig
@@ -62,6 +65,7 @@ class ServeJob:
     window_ms: float = 2.0
     epochs: int = 1
     device: str = "cpu"  # the serving parties' --device
+    caller_processes: int = 1  # the callers spread over this many processes
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class Cell:
     p99_ms: float
     failed: int
     subset: int
+    server_p50_ms: float = -1.0  # the gateway's own time (Server-Timing); -1: not reported
+    server_p99_ms: float = -1.0
 
 
 def credit_tables(data_path: Path, out: Path) -> list[Path]:
@@ -116,7 +122,11 @@ def run(job: ServeJob) -> dict[str, object]:
         )
         ids = [str(i) for i in range(0, 30000, 7)][:2000]
         batch = {"in_process_rows_per_s": _in_process_rows_per_s(fed)}
-        with NetShaper() as shaper, ServingCluster(work / "procs", device=job.device) as cluster:
+        with (
+            NetShaper() as shaper,
+            ServingCluster(work / "procs", device=job.device) as cluster,
+            Callers(job.caller_processes) as callers_,
+        ):
             ports, links = {}, []
             for k in range(1, PARTIES):
                 ports[k] = cluster.start_party(f"party{k}", bundles[k], tables[k], ID).port
@@ -141,7 +151,7 @@ def run(job: ServeJob) -> dict[str, object]:
                 port = gateways[rtt > 0].http_port
                 for callers in job.callers:
                     for mode in job.modes:
-                        cell = _cell(job, cluster, port, ids, rtt, callers, mode)
+                        cell = _cell(job, cluster, callers_, port, ids, rtt, callers, mode)
                         _restore(cluster, mode, bundles[3], tables[3], ports[3])
                         log.warning("%s", cell)
                         cells.append(cell)
@@ -157,17 +167,19 @@ def run(job: ServeJob) -> dict[str, object]:
     }
 
 
-def _cell(job, cluster, port, ids, rtt, callers, mode) -> Cell:
+def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
     fault = None
+    lead_s = 0.5 if job.caller_processes > 1 else 0.0  # the processes' common start
     if mode != "up":
         sig = signal.SIGKILL if mode == "kill" else signal.SIGSTOP
-        fault = threading.Timer(job.seconds / 3, cluster.signal, (VICTIM, sig))
+        fault = threading.Timer(lead_s + job.seconds / 3, cluster.signal, (VICTIM, sig))
         fault.start()
-    replies = _load(port, ids, job.seconds, callers)
+    replies = callers_.run(port, ids, job.seconds, callers)
     if fault is not None:
         fault.join()
-    took = sorted(t for t, _, _ in replies)  # quantiles(n=100): q[94] is p95, q[98] p99
-    q = statistics.quantiles(took, n=100, method="inclusive") if len(took) > 1 else took * 99
+    took = sorted(t for t, _, _, _ in replies)
+    q = _quantiles(took)
+    server = _quantiles(sorted(s for _, _, _, s in replies if s >= 0))
     return Cell(
         rtt_ms=rtt,
         callers=callers,
@@ -177,9 +189,18 @@ def _cell(job, cluster, port, ids, rtt, callers, mode) -> Cell:
         p50_ms=1000 * statistics.median(took),
         p95_ms=1000 * q[94],
         p99_ms=1000 * q[98],
-        failed=sum(1 for _, ok, _ in replies if not ok),
-        subset=sum(1 for _, ok, used in replies if ok and used < PARTIES),
+        failed=sum(1 for _, ok, _, _ in replies if not ok),
+        subset=sum(1 for _, ok, used, _ in replies if ok and used < PARTIES),
+        server_p50_ms=1000 * server[49] if server else -1.0,
+        server_p99_ms=1000 * server[98] if server else -1.0,
     )
+
+
+def _quantiles(values: list[float]) -> list[float]:
+    """quantiles(n=100) of sorted `values`: [49] is the median, [94] p95, [98] p99."""
+    if len(values) > 1:
+        return statistics.quantiles(values, n=100, method="inclusive")
+    return values * 99
 
 
 def _restore(cluster: ServingCluster, mode: str, bundle: Path, table: Path, port: int) -> None:
@@ -192,45 +213,10 @@ def _restore(cluster: ServingCluster, mode: str, bundle: Path, table: Path, port
     time.sleep(0.5)  # the gateway's channel reconnects
 
 
-def _load(port: int, ids: list[str], seconds: float, callers: int) -> list[tuple[float, bool, int]]:
-    """(seconds taken, answered, parties used) of every request, `callers` threads back to back."""
-    out: list[tuple[float, bool, int]] = []
-    lock = threading.Lock()
-    end = time.monotonic() + seconds
-
-    def caller(k: int) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        i, mine = k, []
-        while time.monotonic() < end:
-            start = time.perf_counter()
-            status, body = _post(conn, {"ids": [ids[i % len(ids)]]})
-            took = time.perf_counter() - start
-            answer = body.get("predictions", [{}])[0] if status == 200 else {}
-            ok = status == 200 and "error" not in answer
-            mine.append((took, ok, len(answer.get("parties", ()))))
-            i += callers
-        conn.close()
-        with lock:
-            out.extend(mine)
-
-    threads = [threading.Thread(target=caller, args=(k,)) for k in range(callers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
-
-
-def _post(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict]:
-    conn.request("POST", "/predict", json.dumps(body), {"Content-Type": "application/json"})
-    reply = conn.getresponse()
-    return reply.status, json.loads(reply.read())
-
-
 def _warm(port: int, ids: list[str]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     for i in ids[:50]:
-        _post(conn, {"ids": [i]})
+        post(conn, {"ids": [i]})
     conn.close()
 
 
@@ -238,7 +224,7 @@ def _gateway_rows_per_s(port: int, ids: list[str], seconds: float) -> float:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     rows, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        status, body = _post(conn, {"ids": ids[:256], "deadline_ms": 1000})
+        status, body, _ = post(conn, {"ids": ids[:256], "deadline_ms": 1000})
         rows += len(body.get("predictions", ())) if status == 200 else 0
     conn.close()
     return rows / (time.perf_counter() - start)
@@ -268,18 +254,22 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
         "in the benchmark process) with that RTT on every gateway -> party link. "
         f"Deadline {job['deadline_ms']:g} ms, batching window "
         f"{job['window_ms']:g} ms, {job['seconds']:g} s per cell, one ID per request, callers "
-        "back to back over keep-alive HTTP from the benchmark process. kill: party3 SIGKILLed a "
+        "back to back over keep-alive HTTP, threads spread over "
+        f"{_processes(job.get('caller_processes', 1))}. p50/p95/p99: as the callers saw it; "
+        "gateway p50/p99: the gateway's own time on a request, from its request line read to "
+        "its reply written (its `Server-Timing` header). kill: party3 SIGKILLed a "
         "third into the cell; stop: SIGSTOPped a third into the cell. failed: not 200 or no "
         "prediction; subset: answered from fewer than 4 parties.",
         "",
-        "| RTT ms | callers | mode | requests | req/s | p50 ms | p95 ms | p99 ms | failed "
-        "| subset |",
-        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| RTT ms | callers | mode | requests | req/s | p50 ms | p95 ms | p99 ms | gateway p50 "
+        "| gateway p99 | failed | subset |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for c in record["cells"]:
         lines.append(
             f"| {c['rtt_ms']:g} | {c['callers']} | {c['mode']} | {c['requests']} | "
             f"{c['per_s']:.0f} | {c['p50_ms']:.1f} | {c['p95_ms']:.1f} | {c['p99_ms']:.1f} | "
+            f"{_ms(c.get('server_p50_ms', -1))} | {_ms(c.get('server_p99_ms', -1))} | "
             f"{c['failed']} | {c['subset']} |"
         )
     lines += [
@@ -308,6 +298,14 @@ def _commit() -> str:
     except OSError:
         return "unknown"
     return out.stdout.strip() or "unknown"
+
+
+def _processes(n: int) -> str:
+    return "the benchmark process" if n <= 1 else f"{n} caller processes"
+
+
+def _ms(value: float) -> str:
+    return "-" if value < 0 else f"{value:.1f}"
 
 
 def _load_text(load: object) -> str:

@@ -89,9 +89,20 @@ class ServingCluster:
         self.close()
 
     def start_party(
-        self, name: str, bundle: Path, table: Path, id_column: str, listen: str = "127.0.0.1:0"
+        self,
+        name: str,
+        bundle: Path,
+        table: Path | None,
+        id_column: str,
+        listen: str = "127.0.0.1:0",
+        lookup: str | None = None,
     ) -> Proc:
-        return self._spawn(name, self._args(name, bundle, table, id_column, listen))
+        """A feature party serving `table`, or with `lookup` (module:function) its rows from
+        that function instead."""
+        args = self._args(name, bundle, table, id_column, listen)
+        if lookup is not None:
+            args += ["--lookup", lookup]
+        return self._spawn(name, args)
 
     def start_gateway(
         self,
@@ -107,11 +118,16 @@ class ServingCluster:
         return self._spawn(name, args, http=True)
 
     def _args(
-        self, name: str, bundle: Path, table: Path, id_column: str, listen: str = "127.0.0.1:0"
+        self,
+        name: str,
+        bundle: Path,
+        table: Path | None,
+        id_column: str,
+        listen: str = "127.0.0.1:0",
     ) -> list[str]:
+        data = [] if table is None else ["--data", str(table), "--id-column", id_column]
         return [
-            sys.executable, "-m", "vfl_cli.client_cmd",
-            "--serve-bundle", str(bundle), "--data", str(table), "--id-column", id_column,
+            sys.executable, "-m", "vfl_cli.client_cmd", "--serve-bundle", str(bundle), *data,
             "--party-id", name, "--listen", listen, "--secret", SECRET,
             "--device", self.device, *self.security,
         ]  # fmt: skip

@@ -488,6 +488,9 @@ def serve(
     deadline_ms: Annotated[float, Opt(help="the gateway's request deadline")] = 100.0,
     batch_window_ms: Annotated[float, Opt(help="the gateway's batching window")] = 2.0,
     device: Annotated[str, Opt(help="the serving parties' device: cpu | cuda[:N]")] = "cpu",
+    caller_processes: Annotated[
+        int, Opt(min=1, help="spread the callers over this many processes (1: threads here)")
+    ] = 1,
     data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
     results: Results = DEFAULT_RESULTS,
     log_level: LogLevel = "warning",
@@ -507,6 +510,7 @@ def serve(
         deadline_ms=deadline_ms,
         window_ms=batch_window_ms,
         device=device,
+        caller_processes=caller_processes,
     )
     path, text = mod.write_report(mod.run(job), results)
     typer.echo(text)

@@ -125,6 +125,14 @@ def client(
             show_default="train",
         ),
     ] = None,
+    lookup: Annotated[
+        str | None,
+        Opt(
+            help="serving mode: the party's rows from this function, module:function (keyed "
+            "IDs -> a row {column: cell} or None each), in place of --data",
+            show_default="--data",
+        ),
+    ] = None,
     peer: Annotated[
         list[str] | None,
         Opt(
@@ -162,6 +170,7 @@ def client(
             {
                 "bundle": serve_bundle,
                 "features": data,
+                "lookup": lookup,
                 "id_column": table_columns.id_column,
                 "party_id": party_id,
                 "listen": "127.0.0.1:0" if listen == "auto" else listen,
@@ -181,6 +190,8 @@ def client(
         return
     if peer or http:
         raise ConfigError("--peer and --http are for serving mode: give --serve-bundle")
+    if lookup:
+        raise ConfigError("--lookup is for serving mode: give --serve-bundle")
     settings = read_config_file(config)
     if "table" in settings:
         raise ConfigError("--config: a table party takes the table options, not a `table:` key")

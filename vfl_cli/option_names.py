@@ -161,6 +161,7 @@ PANELS: dict[str, str] = {
             "workdir",
             "peer",
             "http",
+            "lookup",
             "deadline-ms",
             "batch-window-ms",
         ],

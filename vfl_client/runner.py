@@ -11,7 +11,6 @@ from typing import Literal
 
 import grpc
 import torch
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_client.host import PartyHost, warm_up
@@ -27,7 +26,7 @@ from vfl_core.training.alignment import DEMO_SECRET, UNMATCHED
 from vfl_core.training.party import Party, party_info
 from vfl_core.training.retry import reconnect_backoff
 from vfl_wire import convert
-from vfl_wire.channels import bind, freeze_heap, make_server, plaintext_to_tls_hint
+from vfl_wire.channels import freeze_heap, make_server, plaintext_to_tls_hint, start_with_health
 from vfl_wire.relay_crypto import RelayCrypto
 from vfl_wire.security import COORDINATOR, GuardInterceptor, Security, load_security, party_policy
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
@@ -222,11 +221,7 @@ def start_server(
     )
     server = make_server(8, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
     vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = bind(server, listen, security.server_credentials())
-    server.start()
-    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    port = start_with_health(server, listen, security.server_credentials())
     return server, port
 
 

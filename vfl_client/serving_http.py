@@ -5,7 +5,11 @@
 POST /predict with {"ids": [...], "deadline_ms": optional, "features": optional {id: {column:
 cell}}} answers 200 {"predictions": [...]} (vfl_core.serving.gateway.OnlinePrediction.to_json);
 GET /predict?id=X&deadline_ms=Y the same for one ID; GET /health 200 "ok". A malformed request
-is a 400 with {"error": "..."} naming what is wrong; a body over MAX_BODY_BYTES a 413.
+is a 400 with {"error": "..."} naming what is wrong; a body over MAX_BODY_BYTES a 413. The
+deadline counts from when the request line was read (vfl_core.serving.gateway: a request whose
+deadline was spent queued is answered at once from the gateway's own block). Every reply says
+the gateway's own time on the request, from its request line read to its reply written, in a
+`Server-Timing: gateway;dur=MS` header (the benchmark sets it beside the caller's time).
 
 Plain HTTP: bind it to the loopback interface (the default) for an application on the same
 host, or put a TLS proxy in front; the parties' links are gRPC with mutual TLS.
@@ -17,6 +21,7 @@ import json
 import logging
 import sys
 import threading
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -43,6 +48,11 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     timeout = IDLE_TIMEOUT_S  # on the socket: a read that waits longer ends the connection
     server: _Server
+    arrived = 0.0  # time.monotonic() when the request line was read
+
+    def parse_request(self) -> bool:
+        self.arrived = time.monotonic()
+        return super().parse_request()
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
@@ -93,7 +103,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _predict(self, request: dict[str, Any]) -> None:
         try:
             ids, deadline, features = _parse(request)
-            answers = self.server.gateway.predict(ids, deadline, features)
+            answers = self.server.gateway.predict(ids, deadline, features, self.arrived)
         except DataError as err:
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(err)})
         except Exception:
@@ -114,11 +124,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if self.arrived:
+            took_ms = 1000 * (time.monotonic() - self.arrived)
+            self.send_header("Server-Timing", f"gateway;dur={took_ms:.3f}")
         self.end_headers()
         self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http %s", format % args)
+        if log.isEnabledFor(logging.DEBUG):  # formatted only when it is written: every request
+            log.debug("http %s", format % args)
 
 
 def _parse(request: dict[str, Any]) -> tuple[Any, float | None, Any]:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import grpc
 import torch
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_client.runner import resolve_device
@@ -25,10 +24,11 @@ from vfl_client.serving_peers import GrpcPeer, parse_peer
 from vfl_client.serving_servicer import ServingServicer
 from vfl_core.errors import ConfigError
 from vfl_core.serving.bundle import Bundle, load_bundle
-from vfl_core.serving.features import FeatureTable, Watcher
+from vfl_core.serving.features import FeatureSource, FeatureTable, Watcher
 from vfl_core.serving.gateway import DEFAULT_DEADLINE_S, DEFAULT_MAX_IDS, Gateway
+from vfl_core.serving.lookup import LookupFeatures, import_lookup
 from vfl_core.serving.peers import DEFAULT_WINDOW_S, BatchingPeer, PeerPort
-from vfl_wire.channels import bind, make_server
+from vfl_wire.channels import make_server, start_with_health
 from vfl_wire.security import (
     COORDINATOR,
     HEALTH_SERVICE,
@@ -50,6 +50,7 @@ class ServeConfig(BaseModel):
 
     bundle: Path
     features: Path | None = None  # CSV/Parquet keyed by `id_column`
+    lookup: str | None = None  # module:function giving the rows instead (vfl_core.serving.lookup)
     id_column: str | None = None
     party_id: str | None = None  # default: the bundle's
     listen: str = "127.0.0.1:0"
@@ -88,7 +89,7 @@ def run_serving(config: ServeConfig, stop: threading.Event | None = None) -> str
     )
     stop = stop or _stop_on_signals()
     with contextlib.ExitStack() as stack:
-        if features is not None:
+        if isinstance(features, FeatureTable):
             stack.callback(Watcher(features).start().stop)
         gateway = _gateway(config, bundle, features, security, stack)
         servicer = ServingServicer(bundle, features, gateway)
@@ -105,14 +106,20 @@ def run_serving(config: ServeConfig, stop: threading.Event | None = None) -> str
     return "stopped by a signal"
 
 
-def _features(config: ServeConfig, bundle: Bundle) -> FeatureTable | None:
-    if config.features is None:
+def _features(config: ServeConfig, bundle: Bundle) -> FeatureSource | None:
+    if config.features is None and config.lookup is None:
         return None
+    given = "--lookup" if config.lookup is not None else f"--features {config.features}"
+    if config.features is not None and config.lookup is not None:
+        raise ConfigError("--data and --lookup: give one source of the party's rows")
     if bundle.preprocessing is None:
         raise ConfigError(
-            f"--features {config.features}: the bundle's party was not trained on a table (no "
-            "fitted preprocessing), so a table cannot be served for it"
+            f"{given}: the bundle's party was not trained on a table (no fitted "
+            "preprocessing), so rows cannot be served for it"
         )
+    if config.lookup is not None:
+        function = import_lookup(config.lookup)
+        return LookupFeatures(function, bundle.preprocessing, config.lookup)
     if config.id_column is None:
         raise ConfigError("--features needs --id-column (the table's ID column)")
     return FeatureTable(
@@ -123,7 +130,7 @@ def _features(config: ServeConfig, bundle: Bundle) -> FeatureTable | None:
 def _gateway(
     config: ServeConfig,
     bundle: Bundle,
-    features: FeatureTable | None,
+    features: FeatureSource | None,
     security: Security,
     stack: contextlib.ExitStack,
 ) -> Gateway | None:
@@ -170,11 +177,7 @@ def _start_server(
     )
     server = make_server(8, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
     serving_pb2_grpc.add_ServingServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = bind(server, listen, security.server_credentials())
-    server.start()
-    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    port = start_with_health(server, listen, security.server_credentials())
     return server, port
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from vfl_core.errors import ConfigError, DataError, ProtocolError
 from vfl_core.serving.bundle import Bundle
-from vfl_core.serving.features import FeatureTable
+from vfl_core.serving.features import FeatureSource
 from vfl_core.serving.gateway import Gateway
 from vfl_core.serving.peers import PeerAnswer
 from vfl_wire import convert_serving
@@ -19,7 +19,7 @@ from vfl_wire.v1 import serving_pb2_grpc
 log = logging.getLogger(__name__)
 
 
-def embed_keys(bundle: Bundle, features: FeatureTable, keys: list[bytes]) -> PeerAnswer:
+def embed_keys(bundle: Bundle, features: FeatureSource, keys: list[bytes]) -> PeerAnswer:
     """This party's answer for `keys`: which it holds, and their embeddings."""
     held, x = features.lookup(keys)
     if not len(x):
@@ -29,7 +29,7 @@ def embed_keys(bundle: Bundle, features: FeatureTable, keys: list[bytes]) -> Pee
 
 class ServingServicer(serving_pb2_grpc.ServingServicer):
     def __init__(
-        self, bundle: Bundle, features: FeatureTable | None, gateway: Gateway | None
+        self, bundle: Bundle, features: FeatureSource | None, gateway: Gateway | None
     ) -> None:
         self.bundle = bundle
         self.features = features

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from concurrent import futures
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from vfl_core.errors import VflError
 
@@ -182,6 +183,19 @@ def bind(
     if port == 0:  # older grpcio reported failure as port 0
         raise BindError(f"cannot listen on {address}: port taken or address invalid")
     logger.info("listening on %s (port %d)", address, port)
+    return port
+
+
+def start_with_health(
+    server: grpc.Server, address: str, credentials: grpc.ServerCredentials | None = None
+) -> int:
+    """Add the gRPC health service to `server` (what `vfl health` and container checks ask),
+    `bind` it to `address`, start it and report it SERVING; returns the bound port."""
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = bind(server, address, credentials)
+    server.start()
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     return port
 
 

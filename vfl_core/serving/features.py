@@ -18,6 +18,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -31,6 +32,15 @@ from vfl_core.training.alignment import hash_ids
 log = logging.getLogger(__name__)
 
 WATCH_EVERY_S = 0.5
+
+
+class FeatureSource(Protocol):
+    """Where a serving party's rows come from: its table (FeatureTable) or a lookup function
+    (vfl_core.serving.lookup.LookupFeatures)."""
+
+    def lookup(self, keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """((n,) bool held, (held, width) float32 features of the held keys, in order)."""
+        ...
 
 
 @dataclass(frozen=True)

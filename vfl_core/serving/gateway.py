@@ -26,15 +26,16 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from vfl_core.data.learning_task import REGRESSION
-from vfl_core.errors import DataError
+from vfl_core.errors import ConfigError, DataError
 from vfl_core.serving.bundle import Bundle
-from vfl_core.serving.features import FeatureTable, inline_features
+from vfl_core.serving.combine import Combiner
+from vfl_core.serving.features import FeatureSource, inline_features
 from vfl_core.serving.peers import NOT_HELD, TIMED_OUT, PeerAnswer, PeerFailure, PeerPort
 from vfl_core.training.alignment import hash_ids
 
@@ -46,6 +47,8 @@ DEFAULT_MAX_IDS = 256  # IDs in one request
 MAX_ID_CHARS = 256
 # A party that missed this many deadlines in a row is lagging: still asked, not waited for.
 LAGGING_AFTER = 3
+# Why a party is missing from a request whose deadline was spent before the gateway started it.
+QUEUED_OUT = "not asked: the deadline was spent queued at the gateway"
 
 
 @dataclass(frozen=True)
@@ -90,12 +93,14 @@ class _Lag:
     """Which parties are lagging: a frozen or overloaded party would otherwise cost every
     request the whole deadline (and, with many callers, hold a thread each that long). A
     lagging party is asked by one request at a time (a probe, not every request piled on a
-    connection it does not read) and waited for by none; its first answer within a deadline
+    connection it does not read) and waited for by none, the requests already waiting for it
+    included (they stop waiting when it is found lagging); its first answer within a deadline
     clears the mark, so the next requests wait for it again."""
 
     def __init__(self) -> None:
         self._missed: dict[int, int] = {}
         self._probing: dict[int, float] = {}  # block -> the deadline of its probe out
+        self._waiters: set[_Waiter] = set()  # the requests waiting for parties now
         self._lock = threading.Lock()
 
     def lagging(self, block: int) -> bool:
@@ -125,6 +130,40 @@ class _Lag:
     def missed(self, block: int) -> None:
         with self._lock:
             self._missed[block] = self._missed.get(block, 0) + 1
+            lagging = self._missed[block] == LAGGING_AFTER
+            waiters = list(self._waiters) if lagging else []
+        for waiter in waiters:  # found lagging: requests waiting for it stop waiting now
+            waiter.release(block)
+
+    def wait(self, awaited: Mapping[int, Future[PeerAnswer]], deadline: float) -> None:
+        """Until every awaited party answered, turned lagging meanwhile, or the deadline."""
+        waiter = _Waiter(set(awaited))
+        with self._lock:
+            self._waiters.add(waiter)
+        try:
+            for block, future in awaited.items():
+                future.add_done_callback(lambda _, b=block: waiter.release(b))
+            waiter.done.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            with self._lock:
+                self._waiters.discard(waiter)
+
+
+class _Waiter:
+    """One request's wait: over when no party it waits for is left."""
+
+    def __init__(self, blocks: set[int]) -> None:
+        self._left = blocks
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+        if not blocks:
+            self.done.set()
+
+    def release(self, block: int) -> None:
+        with self._lock:
+            self._left.discard(block)
+            if not self._left:
+                self.done.set()
 
 
 class Gateway:
@@ -133,7 +172,7 @@ class Gateway:
     def __init__(
         self,
         bundle: Bundle,
-        features: FeatureTable | None,
+        features: FeatureSource | None,
         peers: Sequence[PeerPort],
         secret: bytes,
         *,
@@ -153,39 +192,55 @@ class Gateway:
         self.max_ids = max_ids
         self.names = {bundle.meta.block: bundle.meta.party_id} | {p.block: p.name for p in peers}
         self._lag = _Lag()
+        # the own embedding and the heads run once for all concurrent requests (combine.py)
+        self.embedder: Combiner[np.ndarray, np.ndarray] = Combiner(self._embed_all)
+        self.heads: Combiner[tuple[list[str], _Blocks], list[OnlinePrediction]] = Combiner(
+            self._answer_all
+        )
 
     def predict(
         self,
         ids: Sequence[str],
         deadline_s: float | None = None,
         inline: Mapping[str, Mapping[str, object]] | None = None,
+        arrived: float | None = None,
     ) -> list[OnlinePrediction]:
         """One prediction per ID from the parties that answered before the deadline (default:
-        the gateway's). `inline`: ID -> the gateway's own features of it (column -> cell),
-        used instead of its table. A malformed request is a DataError (nothing is asked)."""
+        the gateway's), counted from `arrived` (time.monotonic() when the request reached the
+        gateway; default now). `inline`: ID -> the gateway's own features of it (column ->
+        cell), used instead of its table. A malformed request is a DataError (nothing is
+        asked). A request whose deadline was spent before the gateway started it (queued behind
+        others: overloaded) asks no party and is answered at once from the gateway's own block,
+        every other party missing as QUEUED_OUT."""
         ids = self._checked_ids(ids)
         seconds = self.deadline_s if deadline_s is None else check_deadline(deadline_s)
-        deadline = time.monotonic() + seconds
+        start = time.monotonic()
+        deadline = (start if arrived is None else arrived) + seconds
         own = self._own_rows(ids, inline or {})  # checked before any party is asked
         keys = hash_ids(ids, self.secret)
-        awaited = {p.block for p in self.peers if not self._lag.lagging(p.block)}
-        callees = [p for p in self.peers if self._lag.ask(p.block, deadline)]
+        late = deadline <= start  # spent queued: answered at once from the own block
+        awaited = set() if late else {p.block for p in self.peers if not self._lag.lagging(p.block)}
+        callees = [] if late else [p for p in self.peers if self._lag.ask(p.block, deadline)]
         asked = {p.block: p.embed(keys, deadline) for p in callees}
         for block, future in asked.items():  # in parallel
             self._lag.watch(block, future)
         blocks = _Blocks()
-        blocks.add(self.bundle.meta.block, self._own_answer(keys, own))
-        waiting = [f for b, f in asked.items() if b in awaited]
-        wait(waiting, timeout=max(0.0, deadline - time.monotonic()))
+        try:
+            blocks.add(self.bundle.meta.block, self._own_answer(keys, own))
+        except ConfigError as err:  # its --lookup function failed: the others still answer
+            log.warning("the gateway's own rows: %s", err)
+            blocks.missing[self.bundle.meta.block] = f"refused: {err}"
+        self._lag.wait({b: f for b, f in asked.items() if b in awaited}, deadline)
         for block in {p.block for p in self.peers} - set(asked):
-            blocks.missing[block] = TIMED_OUT  # lagging, its probe still out
+            blocks.missing[block] = QUEUED_OUT if late else TIMED_OUT  # or its probe is out
         for block, future in asked.items():
             _collect(blocks, block, future)
             # only a request that waited the deadline out counts a miss: one that did not
-            # wait says nothing of the party (it may have answered a moment later)
-            if block in awaited and blocks.missing.get(block) == TIMED_OUT:
+            # wait (or stopped when the party was found lagging) says nothing of the party
+            timed_out = blocks.missing.get(block) == TIMED_OUT
+            if block in awaited and timed_out and time.monotonic() >= deadline:
                 self._lag.missed(block)
-        return self._answers(ids, blocks)
+        return self.heads.run((ids, blocks))
 
     # ----------------------------------------------------------------- the request
     def _checked_ids(self, ids: Sequence[str]) -> list[str]:
@@ -226,52 +281,121 @@ class Gateway:
             }
             held = np.array([i in rows for i in range(len(keys))], dtype=bool)
             x = np.stack([rows[i] for i in sorted(rows)]).astype(np.float32)
-        embeddings = self.bundle.embed(x) if len(x) else np.zeros((0, self.bundle.meta.embed_dim))
-        return PeerAnswer(held, embeddings.astype(np.float32))
+        if not len(x):
+            return PeerAnswer(held, np.zeros((0, self.bundle.meta.embed_dim), dtype=np.float32))
+        return PeerAnswer(held, self.embedder.run(x))
+
+    def _embed_all(self, rows: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The own block's embeddings of each request's rows, in one call of the model."""
+        if len(rows) == 1:
+            return [self.bundle.embed(rows[0])]
+        embeddings = self.bundle.embed(np.concatenate(rows))  # (sum of rows, d)
+        return np.split(embeddings, np.cumsum([len(x) for x in rows[:-1]]))
+
+    def _answer_all(
+        self, requests: Sequence[tuple[list[str], _Blocks]]
+    ) -> list[list[OnlinePrediction]]:
+        """Each request's answers, the head run once per set of blocks over all requests."""
+        if len(requests) == 1:
+            ids, blocks = requests[0]
+            return [self._answers(ids, blocks, [blocks.missing], np.zeros(len(ids), np.int64))]
+        ids, merged, owner = _merge(requests)
+        flat = self._answers(ids, merged, [b.missing for _, b in requests], owner)
+        ends = np.cumsum([len(i) for i, _ in requests])
+        return [flat[end - len(i) : end] for (i, _), end in zip(requests, ends, strict=True)]
 
     # ----------------------------------------------------------------- the answer
-    def _answers(self, ids: list[str], blocks: _Blocks) -> list[OnlinePrediction]:
-        """One answer per ID; the head runs once per set of blocks that answered."""
+    def _answers(
+        self, ids: list[str], blocks: _Blocks, why: list[dict[int, str]], owner: np.ndarray
+    ) -> list[OnlinePrediction]:
+        """One answer per ID; the head runs once per set of blocks that answered. `why`: each
+        request's reasons for the blocks that gave no answer; `owner`: (n,) each ID's request."""
+        order = sorted(blocks.held)
+        held = np.zeros((len(ids), len(order)), dtype=bool)  # (n, blocks): none answered
+        for column, b in enumerate(order):
+            held[:, column] = blocks.held[b]
         sets: dict[tuple[int, ...], list[int]] = defaultdict(list)
-        for i in range(len(ids)):
-            sets[tuple(b for b in sorted(blocks.held) if blocks.held[b][i])].append(i)
+        for i, row in enumerate(held.tolist()):
+            sets[tuple(b for b, h in zip(order, row, strict=True) if h)].append(i)
         out: list[OnlinePrediction | None] = [None] * len(ids)
         for present, index in sets.items():
-            for i, answer in zip(
-                index, self._predict_set(ids, index, present, blocks), strict=True
-            ):
+            missing = _Missing(self.names, blocks, present, why)
+            answers = self._predict_set(
+                ids, index, present, blocks, [missing(owner[i]) for i in index]
+            )
+            for i, answer in zip(index, answers, strict=True):
                 out[i] = answer
         return [a for a in out if a is not None]
 
     def _predict_set(
-        self, ids: list[str], index: list[int], present: tuple[int, ...], blocks: _Blocks
+        self,
+        ids: list[str],
+        index: list[int],
+        present: tuple[int, ...],
+        blocks: _Blocks,
+        missing: list[dict[str, str]],
     ) -> list[OnlinePrediction]:
-        missing = {self.names[b]: why for b, why in blocks.missing.items()}
-        missing |= {self.names[b]: NOT_HELD for b in blocks.held if b not in present}
         used = tuple(self.names[b] for b in present)
         if not self.bundle.can_predict(present):
             why = "no party whose embedding the head can predict from holds the ID"
-            return [OnlinePrediction(ids[i], used, dict(missing), error=why) for i in index]
+            return [
+                OnlinePrediction(ids[i], used, m, error=why)
+                for i, m in zip(index, missing, strict=True)
+            ]
         rows = np.array(index)
         embeddings = {b: blocks.embeddings[b][blocks.rows[b][rows]] for b in present}  # (m, d)
         output = self.bundle.predict(embeddings)  # (m, C) or (m, 1)
         if self.bundle.meta.task == REGRESSION:
             return [
-                OnlinePrediction(ids[i], used, dict(missing), value=float(v[0]))
-                for i, v in zip(index, output, strict=True)
+                OnlinePrediction(ids[i], used, m, value=v[0])
+                for i, m, v in zip(index, missing, output.tolist(), strict=True)
             ]
-        classes = self.bundle.decide(output)
+        classes = self.bundle.decide(output).tolist()
         return [
-            OnlinePrediction(
-                ids[i],
-                used,
-                dict(missing),
-                tuple(float(p) for p in probs),
-                int(k),
-                self.bundle.label(int(k)),
-            )
-            for i, probs, k in zip(index, output, classes, strict=True)
+            OnlinePrediction(ids[i], used, m, tuple(probs), k, self.bundle.label(k))
+            for i, m, probs, k in zip(index, missing, output.tolist(), classes, strict=True)
         ]
+
+
+class _Missing:
+    """Why each block is missing from one set's answers, per request (memoised: many IDs)."""
+
+    def __init__(
+        self,
+        names: Mapping[int, str],
+        blocks: _Blocks,
+        present: tuple[int, ...],
+        why: list[dict[int, str]],
+    ) -> None:
+        self._names = names
+        self._absent = {names[b]: NOT_HELD for b in blocks.held if b not in present}
+        self._why = why
+        self._seen: dict[int, dict[str, str]] = {}
+
+    def __call__(self, request: int) -> dict[str, str]:
+        """A fresh dict per ID (answers do not share one)."""
+        request = int(request)
+        if request not in self._seen:
+            given = {self._names[b]: w for b, w in self._why[request].items()}
+            self._seen[request] = self._absent | given  # a reason wins over NOT_HELD
+        return dict(self._seen[request])
+
+
+def _merge(requests: Sequence[tuple[list[str], _Blocks]]) -> tuple[list[str], _Blocks, np.ndarray]:
+    """Concurrent requests as one: their IDs in order, each block's answers concatenated (a
+    block that gave one request no answer holds none of its IDs there), and (n,) which
+    request each ID is of."""
+    ids = [i for r, _ in requests for i in r]
+    merged = _Blocks()
+    for b in sorted({b for _, blocks in requests for b in blocks.held}):
+        held = [bl.held.get(b, np.zeros(len(r), dtype=bool)) for r, bl in requests]
+        merged.held[b] = np.concatenate(held)
+        merged.rows[b] = np.cumsum(merged.held[b]) - 1
+        merged.embeddings[b] = np.concatenate(
+            [bl.embeddings[b] for _, bl in requests if b in bl.held]
+        )
+    owner = np.repeat(np.arange(len(requests)), [len(r) for r, _ in requests])
+    return ids, merged, owner
 
 
 def _collect(blocks: _Blocks, block: int, future: Future[PeerAnswer]) -> None:

@@ -1,0 +1,94 @@
+"""The callers of `vfl bench serve`: threads with one keep-alive HTTP connection each, one ID per
+request, back to back, optionally spread over several processes (real callers are separate
+applications; 64 threads of one Python process share one interpreter lock, which adds its waits
+to the latency they measure). Standard library only, so a caller process starts quickly.
+
+Each reply is (seconds the caller waited, answered, parties used, the gateway's own seconds on it
+from its `Server-Timing` header, or -1 without one).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import multiprocessing
+import re
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+Reply = tuple[float, bool, int, float]
+_SERVER_TIMING = re.compile(r"gateway;dur=([0-9.]+)")
+
+
+def post(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict, float]:
+    """(status, JSON body, the gateway's seconds or -1)."""
+    conn.request("POST", "/predict", json.dumps(body), {"Content-Type": "application/json"})
+    reply = conn.getresponse()
+    timing = _SERVER_TIMING.search(reply.getheader("Server-Timing") or "")
+    server_s = float(timing.group(1)) / 1000 if timing else -1.0
+    return reply.status, json.loads(reply.read()), server_s
+
+
+def load(
+    port: int, ids: list[str], start: float, end: float, callers: int, first: int, every: int
+) -> list[Reply]:
+    """Callers first, first + every, ... (of `every` in all), each from `start` to `end`
+    (time.monotonic(), the same clock in every process), back to back."""
+    out: list[Reply] = []
+    lock = threading.Lock()
+
+    def caller(k: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        i, mine = k, []
+        time.sleep(max(0.0, start - time.monotonic()))
+        while time.monotonic() < end:
+            begin = time.perf_counter()
+            status, body, server_s = post(conn, {"ids": [ids[i % len(ids)]]})
+            took = time.perf_counter() - begin
+            answer = body.get("predictions", [{}])[0] if status == 200 else {}
+            ok = status == 200 and "error" not in answer
+            mine.append((took, ok, len(answer.get("parties", ())), server_s))
+            i += callers
+        conn.close()
+        with lock:
+            out.extend(mine)
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(first, callers, every)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+class Callers:
+    """`processes` caller processes (spawned once, reused by every cell); 1: threads here."""
+
+    def __init__(self, processes: int) -> None:
+        self.processes = processes
+        self._pool = None
+        if processes > 1:
+            context = multiprocessing.get_context("spawn")  # no fork of a threaded process
+            self._pool = ProcessPoolExecutor(processes, mp_context=context)
+            list(self._pool.map(time.sleep, [0.0] * processes))  # started before any cell
+
+    def __enter__(self) -> Callers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def run(self, port: int, ids: list[str], seconds: float, callers: int) -> list[Reply]:
+        """Every reply of `callers` callers for `seconds`, spread over the processes."""
+        start = time.monotonic() + (0.5 if self._pool is not None else 0.0)
+        end = start + seconds
+        if self._pool is None or callers == 1:
+            return load(port, ids, start, end, callers, 0, 1)
+        every = min(self.processes, callers)
+        jobs = [
+            self._pool.submit(load, port, ids, start, end, callers, first, every)
+            for first in range(every)
+        ]
+        return [r for job in jobs for r in job.result()]
