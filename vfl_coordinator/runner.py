@@ -11,8 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
 from vfl_coordinator.admission import admission_for
 from vfl_coordinator.checkpoints import Checkpointer, Resume, load_resume, open_rounds
 from vfl_coordinator.config import CoordinatorConfig
@@ -30,7 +28,7 @@ from vfl_core.lifecycle import (
 from vfl_core.persistence.run_log import LineLog
 from vfl_core.training.engine import Federation, Observer, RoundRecord
 from vfl_wire.audit import AuditLog
-from vfl_wire.channels import bind, freeze_heap, make_server
+from vfl_wire.channels import freeze_heap, make_server, start_with_health
 from vfl_wire.security import (
     COORDINATOR,
     TOKENS_FILE,
@@ -76,11 +74,7 @@ def run_coordinator(
         max_receive_bytes=MAX_REQUEST_BYTES,
     )
     vfl_pb2_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(state), server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = bind(server, config.listen, security.server_credentials())
-    server.start()
-    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    port = start_with_health(server, config.listen, security.server_credentials())
     freeze_heap()
     log.info(
         "coordinator run %s listening on port %d; waiting for %d parties",
