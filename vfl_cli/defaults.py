@@ -33,6 +33,9 @@ MODEL = {
     "hidden": (256,),
     "head": "auto",
     "head_hidden": 64,
+    "dropout": 0.0,
+    "norm": "none",
+    "categorical_dim": 0,
 }
 DVFL = {
     "guest_hidden": (100,),
