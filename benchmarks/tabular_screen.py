@@ -41,6 +41,9 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "watch-accuracy": ({}, {}, {"watch": "accuracy"}),
     "watch-logloss": ({}, {}, {"watch": "logloss"}),
     "smooth0.1": ({}, {}, {"smoothing": 0.1}),
+    "batchnorm-dropout0.2": ({}, {"norm": "batch", "dropout": 0.2}, {}),
+    "batchnorm-cosine": ({"scheduler": "cosine"}, {"norm": "batch"}, {}),
+    "dropout0.2-cosine": ({"scheduler": "cosine"}, {"dropout": 0.2}, {}),
 }
 
 
