@@ -190,13 +190,22 @@ def test_tower_norm_and_dropout_sit_after_each_hidden_linear_and_keep_its_weight
     tower = ModelConfig(representation="mlp", hidden=(8, 8), norm=norm, dropout=0.2)
     built = build_representation(tower, (5,), 3)
     kinds = [type(m).__name__ for m in built.net]
-    normal = "LayerNorm" if norm == "layer" else "BatchNorm1d"
+    normal = "LayerNorm" if norm == "layer" else "RowSafeBatchNorm"
     assert kinds == ["Linear", normal, "ReLU", "Dropout"] * 2 + ["Linear"]
     linears = [m for m in built.net if isinstance(m, nn.Linear)]
     assert all(_same(a, b) for a, b in zip(plain.net[::2], linears, strict=True))
     built.eval()  # dropout off, batch norm on its running statistics: deterministic
     x = torch.randn(4, 5)
     assert torch.equal(built(x), built(x))
+
+
+def test_batch_norm_trains_on_a_batch_of_one_row_by_its_running_statistics() -> None:
+    tower = ModelConfig(representation="mlp", hidden=(8,), norm="batch")
+    built = build_representation(tower, (5,), 0).train()
+    x = torch.randn(1, 5)
+    one = built(x)  # a party may hold one row of a round's batch: no error
+    assert one.shape == (1, 64)
+    assert torch.equal(one, built.eval()(x))  # the running statistics, as at inference
 
 
 def test_categorical_dim_fixes_every_embedding_width() -> None:

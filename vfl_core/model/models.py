@@ -28,6 +28,7 @@ from torch import nn
 
 from vfl_core.errors import ConfigError
 from vfl_core.model.model_config import ModelConfig
+from vfl_core.model.tower import norm_layers
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class MLPRepresentation(nn.Module):
         for size in hidden:
             # LayerNorm/BatchNorm start at ones and zeros and Dropout has no weights: the
             # Linear layers draw the same initial weights with or without them.
-            layers += [nn.Linear(width, size), *_norm(norm, size), nn.ReLU()]
+            layers += [nn.Linear(width, size), *norm_layers(norm, size), nn.ReLU()]
             layers += [nn.Dropout(dropout)] if dropout else []
             width = size
         layers.append(nn.Linear(width, embed_dim))
@@ -127,14 +128,6 @@ class MLPRepresentation(nn.Module):
             return out
         out = out + self.skip(x)  # the linear path beside the MLP ("wide and deep")
         return torch.relu(out) if self.final_activation else out
-
-
-def _norm(kind: str, width: int) -> list[nn.Module]:
-    if kind == "none":
-        return []
-    if kind not in ("layer", "batch"):
-        raise ConfigError(f"unknown model.norm {kind!r}; expected none, layer or batch")
-    return [nn.LayerNorm(width) if kind == "layer" else nn.BatchNorm1d(width)]
 
 
 def embedding_dim(cardinality: int, fixed: int = 0) -> int:
