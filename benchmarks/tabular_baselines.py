@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 Row = dict[str, Any]
 # Learning-rate schedules the central MLP follows as the federation does (model_bank.set_lr);
 # another is said in the row's note, not silently replaced.
-MIRRORED_SCHEDULES = ("none", "cosine")
+MIRRORED_SCHEDULES = ("auto", "none", "cosine")
 
 
 def _row(name: str, prep: Prepared, predicted: np.ndarray, seconds: float, **extra: Any) -> Row:
@@ -215,7 +215,7 @@ def _batches(
 
 def _set_lr(opt: torch.optim.Optimizer, train: TrainConfig, epoch: int) -> None:
     factor = 1.0
-    if train.scheduler == "cosine" and train.epochs > 0:
+    if train.schedule(tabular=True) == "cosine" and train.epochs > 0:
         factor = 0.5 * (1.0 + np.cos(np.pi * min(epoch, train.epochs) / train.epochs))
     for group in opt.param_groups:
         group["lr"] = train.lr * factor

@@ -16,7 +16,7 @@ TRAIN = {
     "weight_decay": 0.0001,
     "optimizer": "adam",
     "momentum": 0.9,
-    "scheduler": "none",
+    "scheduler": "auto",
     "balance": "none",
     "serve_feature_only": True,
     "wire_dtype": "float32",

@@ -95,7 +95,8 @@ class TrainOptions:
     scheduler: Annotated[
         str | None,
         Opt(
-            help="learning rate: none (constant) | cosine (down to 0 at --epochs)",
+            help="learning rate: auto (tables: cosine; images: none) | none (constant) | "
+            "cosine (down to 0 at --epochs)",
             show_default=shown(T["scheduler"]),
         ),
     ] = None
