@@ -61,6 +61,7 @@ SETTINGS: dict[str, list[str]] = {
     "catdim2": ["--categorical-dim", "2"],
     "catdim16": ["--categorical-dim", "16"],
     "patience10-where-on": [],
+    "smooth0.1": ["--label-smoothing", "0.1"],
     "batchnorm-dropout0.2": ["--norm", "batch", "--dropout", "0.2"],
     "batchnorm-cosine": ["--norm", "batch", "--scheduler", "cosine"],
     "dropout0.2-cosine": ["--dropout", "0.2", "--scheduler", "cosine"],

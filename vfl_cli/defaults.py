@@ -19,6 +19,7 @@ TRAIN = {
     "scheduler": "auto",
     "balance": "none",
     "serve_feature_only": True,
+    "label_smoothing": 0.0,
     "wire_dtype": "float32",
     "staleness": 0,
     "early_stop_patience": None,

@@ -122,6 +122,7 @@ PANELS: dict[str, str] = {
             "weight-decay",
             "balance",
             "scheduler",
+            "label-smoothing",
             "dvfl-period",
             "dvfl-host-steps",
             "dvfl-owner-epochs",

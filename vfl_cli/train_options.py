@@ -92,6 +92,13 @@ class TrainOptions:
             show_default=shown(M["categorical_dim"]),
         ),
     ] = None
+    label_smoothing: Annotated[
+        float | None,
+        Opt(
+            help="classification: share of each label spread over the classes in the loss",
+            show_default=shown(T["label_smoothing"]),
+        ),
+    ] = None
     scheduler: Annotated[
         str | None,
         Opt(

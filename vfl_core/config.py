@@ -129,6 +129,9 @@ class TrainConfig(_Frozen):
     # train on their subsets and predict for samples no label party observes. False: the paper's
     # objective exactly. No effect when every party holds labels, or for the baselines.
     serve_feature_only: bool = True
+    # Classification heads' cross-entropy with this share of each target spread over the classes
+    # (0: the plain loss; docs/tabular-defaults.md has what 0.1 measured).
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
     model: ModelConfig = ModelConfig()
     # How embeddings and gradients travel (vfl_core.model.quantize): float32 is lossless; float16,
     # bfloat16 and int8 (one scale per row) round what crosses the wire, in both transports.
