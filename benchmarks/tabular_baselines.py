@@ -116,9 +116,8 @@ def _nan_cells(cat: np.ndarray) -> np.ndarray:
 class Fit:
     """How the central MLP trains beyond its TrainConfig (the screen's candidates)."""
 
-    watch: str = (
-        "federation"  # the validation metric: federation's (`_quality`) | accuracy | logloss
-    )
+    # the validation metric: the federation's (`_quality`) | accuracy | logloss
+    watch: str = "federation"
     smoothing: float = 0.0  # label smoothing of the classification loss
     patience: int | None = None  # None: the federation's (TrainConfig.patience and its 100 rule)
 
