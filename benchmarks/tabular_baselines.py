@@ -6,10 +6,13 @@
 - `hgb`: HistGradientBoosting with its defaults; missing cells NaN, categoricals native.
 - `central_mlp`: the federation's own representation model (vfl_core.model.models, built from
   the federation's resolved TrainConfig) on the parties' own preprocessed features side by side,
-  and a linear head: the skyline without federation. It trains with the federation's optimiser,
-  lr, weight decay, batch size, epochs, schedule, class balancing and early stopping; what
+  and the federation's head: the skyline without federation. It trains with the federation's
+  optimiser, lr, weight decay, batch size, epochs, schedule, class balancing and early stopping
+  (its patience, on where the federation's is: a validation share of 100 samples or more, and
+  its watched metric: Brier for binary tasks, RMSE, else accuracy; best epoch restored); what
   differs: one model instead of per-party models and a mean of embeddings, a missing block is
-  zeros plus a missing-block indicator, and regression targets are standardised.
+  zeros plus a missing-block indicator, no validation threshold (argmax), and regression
+  targets are standardised. `Fit` varies how it trains (benchmarks.tabular_screen).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,7 +29,7 @@ from torch import nn
 
 from benchmarks.tabular_data import Prepared, party_features, raw_columns
 from benchmarks.tabular_metrics import score_sets
-from vfl_core.config import TrainConfig
+from vfl_core.config import AUTO_MIN_VALIDATION, TrainConfig
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.model.model_bank import make_optimizer
 from vfl_core.model.models import build_head, build_representation
@@ -35,7 +39,7 @@ log = logging.getLogger(__name__)
 Row = dict[str, Any]
 # Learning-rate schedules the central MLP follows as the federation does (model_bank.set_lr);
 # another is said in the row's note, not silently replaced.
-MIRRORED_SCHEDULES = ("none", "cosine")
+MIRRORED_SCHEDULES = ("auto", "none", "cosine")
 
 
 def _row(name: str, prep: Prepared, predicted: np.ndarray, seconds: float, **extra: Any) -> Row:
@@ -108,7 +112,17 @@ def _nan_cells(cat: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- the central MLP
 
 
-def central_row(prep: Prepared, train: TrainConfig) -> Row:
+@dataclass(frozen=True)
+class Fit:
+    """How the central MLP trains beyond its TrainConfig (the screen's candidates)."""
+
+    # the validation metric: the federation's (`_quality`) | accuracy | logloss
+    watch: str = "federation"
+    smoothing: float = 0.0  # label smoothing of the classification loss
+    patience: int | None = None  # None: the federation's (TrainConfig.patience and its 100 rule)
+
+
+def central_row(prep: Prepared, train: TrainConfig, fit: Fit = Fit()) -> Row:
     """The federation's model on the joined features, trained like the federation."""
     torch.manual_seed(train.seed)
     start = time.perf_counter()
@@ -122,7 +136,7 @@ def central_row(prep: Prepared, train: TrainConfig) -> Row:
         build_representation(train.model, (x.shape[1],), train.seed, categorical=cards),
         build_head(train.model, outputs, train.seed + 1, tabular=True),
     )
-    epochs = _fit(model, x, target, train, regression)
+    epochs = _fit(model, x, target, train, regression, fit)
     seconds = time.perf_counter() - start
     test, _ = party_features(prep, prep.test_rows)
     with torch.no_grad():
@@ -138,13 +152,25 @@ def central_row(prep: Prepared, train: TrainConfig) -> Row:
     return _row("central_mlp", prep, predicted, seconds, epochs=epochs, note=note)
 
 
+def _patience(train: TrainConfig, fit: Fit, samples: int) -> int:
+    """The federation's rule (vfl_core.training.train_rows): the configured patience, or unset
+    AUTO_PATIENCE where the validation share holds AUTO_MIN_VALIDATION samples or more."""
+    if fit.patience is not None:
+        return fit.patience
+    auto = train.early_stop_patience is None
+    if auto and round(train.validation_fraction * samples) < AUTO_MIN_VALIDATION:
+        return 0
+    return train.patience(tabular=True)
+
+
 def _fit(
-    model: nn.Module, x: np.ndarray, y: np.ndarray, train: TrainConfig, regression: bool
+    model: nn.Module, x: np.ndarray, y: np.ndarray, train: TrainConfig, regression: bool, fit: Fit
 ) -> int:
     """Train as the federation would (its early stopping too); returns the epochs trained."""
     gen = np.random.default_rng(train.seed)
     order = gen.permutation(len(y))
-    held = round(train.validation_fraction * len(y)) if train.early_stop_patience else 0
+    patience = _patience(train, fit, len(y))
+    held = round(train.validation_fraction * len(y)) if patience else 0
     fit_rows, val_rows = order[held:], order[:held]
     xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype(np.float32 if regression else np.int64))
     opt = make_optimizer(model, train)
@@ -154,17 +180,17 @@ def _fit(
         model.train()
         for batch in _batches(fit_rows, y, train, gen, regression):
             opt.zero_grad(set_to_none=True)
-            _loss(model(xt[batch]), yt[batch], regression).backward()
+            _loss(model(xt[batch]), yt[batch], regression, fit.smoothing).backward()
             opt.step()
         trained = epoch + 1
         if not held:
             continue
-        quality = _quality(model, xt[val_rows], yt[val_rows], regression)
+        quality = _quality(model, xt[val_rows], yt[val_rows], regression, fit.watch)
         if quality > best:
             best, best_state, since = quality, copy.deepcopy(model.state_dict()), 0
         else:
             since += 1
-            if since >= train.early_stop_patience:
+            if since >= patience:
                 break
     if best_state is not None:
         model.load_state_dict(best_state)
@@ -188,23 +214,30 @@ def _batches(
 
 def _set_lr(opt: torch.optim.Optimizer, train: TrainConfig, epoch: int) -> None:
     factor = 1.0
-    if train.scheduler == "cosine" and train.epochs > 0:
+    if train.schedule(tabular=True) == "cosine" and train.epochs > 0:
         factor = 0.5 * (1.0 + np.cos(np.pi * min(epoch, train.epochs) / train.epochs))
     for group in opt.param_groups:
         group["lr"] = train.lr * factor
 
 
-def _loss(out: torch.Tensor, y: torch.Tensor, regression: bool) -> torch.Tensor:
+def _loss(out: torch.Tensor, y: torch.Tensor, regression: bool, smoothing: float) -> torch.Tensor:
     if regression:
         return nn.functional.mse_loss(out[:, 0], y)
-    return nn.functional.cross_entropy(out, y)
+    return nn.functional.cross_entropy(out, y, label_smoothing=smoothing)
 
 
-def _quality(model: nn.Module, x: torch.Tensor, y: torch.Tensor, regression: bool) -> float:
-    """Validation accuracy, or minus the MSE in regression (higher is better)."""
+def _quality(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, regression: bool, watch: str
+) -> float:
+    """The validation metric, higher is better: the federation's (minus the MSE in regression,
+    minus the Brier score on binary tasks, else the accuracy), or `watch`'s."""
     model.eval()
     with torch.no_grad():
         out = model(x)
     if regression:
         return -float(nn.functional.mse_loss(out[:, 0], y))
+    if watch == "logloss":
+        return -float(nn.functional.cross_entropy(out, y))
+    if watch == "federation" and out.shape[1] == 2:
+        return -float(((out.softmax(1)[:, 1] - y.float()) ** 2).mean())
     return float((out.argmax(1) == y).float().mean())

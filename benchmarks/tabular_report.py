@@ -313,12 +313,22 @@ def _reasons(runs: Runs, regression: bool, failed: list[str]) -> str:
         out.append(
             f"the same model trained centrally on the joined features scores "
             f"{central * scale:.2f} against HGB's {hgb * scale:.2f}"
+            + _whose_gap(central, hgb, regression)
         )
     if not regression:
         rate = _positive_rates(runs)
         if rate is not None:
             out.append(rate)
     return "Measured: " + "; ".join(out) + "."
+
+
+def _whose_gap(central: float, hgb: float, regression: bool) -> str:
+    """Whether the central MLP passes the HGB check the federation fails: then the gap is the
+    federation's (per-party models, a mean of embeddings, LASER-VFL's subsets), else the model's."""
+    near = central <= 1.1 * hgb if regression else central >= hgb - 0.015
+    if near:
+        return ", within the check: the gap is the federation's, not the model's"
+    return ", outside it too: the gap is the model's against gradient boosting"
 
 
 def predicted_positive_rate(accuracy: float, f1: float, positive: float) -> float:

@@ -55,9 +55,23 @@ SETTINGS: dict[str, list[str]] = {
     "batch128": ["--batch-size", "128"],
     "hidden512": ["--hidden", "512"],
     "subset-plain": ["--subset-choice", "plain"],
+    "dropout0.1": ["--dropout", "0.1"],
+    "dropout0.2": ["--dropout", "0.2"],
+    "layernorm": ["--norm", "layer"],
+    "batchnorm": ["--norm", "batch"],
+    "catdim2": ["--categorical-dim", "2"],
+    "catdim16": ["--categorical-dim", "16"],
+    "patience10-where-on": [],
+    "smooth0.1": ["--label-smoothing", "0.1"],
+    "batchnorm-dropout0.2": ["--norm", "batch", "--dropout", "0.2"],
+    "batchnorm-cosine": ["--norm", "batch", "--scheduler", "cosine"],
+    "dropout0.2-cosine": ["--dropout", "0.2", "--scheduler", "cosine"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
+# ... and vfl_core.config's AUTO_PATIENCE: the patience where early stopping is on by default
+# (validation share of 100 samples or more), leaving it off on the small tables
+AUTO_PATIENCE: dict[str, int] = {"patience10-where-on": 10}
 SEEDS = (0, 1, 2)
 
 
@@ -66,6 +80,8 @@ def describe(name: str) -> str:
     said = " ".join(SETTINGS[name])
     if name in NUMERIC_BINS:
         said += f" numeric bins (PLE) {NUMERIC_BINS[name]}"
+    if name in AUTO_PATIENCE:
+        said += f" patience {AUTO_PATIENCE[name]} where early stopping is on by default"
     return said.strip() or "the defaults"
 
 
@@ -73,16 +89,28 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
     data_path = Path(payload["data_path"]) if payload["data_path"] else None
     table = tables(data_path, False)[payload["table"]](payload["seed"], False)
     extra = list(payload["extra"])
-    if payload.get("numeric_bins") is not None:
-        from vfl_core.data import preprocess
-
-        preprocess.DEFAULT_NUMERIC_BINS = payload["numeric_bins"]
+    _set_module_defaults(payload)
     with tempfile.TemporaryDirectory(prefix="vfl-tabular-sweep-") as tmp:
         prep = prepare(table, payload["seed"], Path(tmp) / "parties")
         rows = [_row("federation", prep, list(range(K)), Path(tmp) / "fed.json", extra)]
         if payload["alone"]:
             rows.append(_row("label_alone", prep, [LABEL_BLOCK], Path(tmp) / "a.json", extra))
     return {"task": table.task, "rows_run": rows}
+
+
+def _set_module_defaults(payload: dict[str, Any]) -> None:
+    """The module-level defaults a setting changes, and back to the code's for the others (a
+    pool process runs several tasks in turn)."""
+    from vfl_core import config
+    from vfl_core.data import preprocess
+
+    original = _ORIGINAL.setdefault("", (preprocess.DEFAULT_NUMERIC_BINS, config.AUTO_PATIENCE))
+    bins, patience = payload.get("numeric_bins"), payload.get("auto_patience")
+    preprocess.DEFAULT_NUMERIC_BINS = original[0] if bins is None else bins
+    config.AUTO_PATIENCE = original[1] if patience is None else patience
+
+
+_ORIGINAL: dict[str, tuple[int, int]] = {}  # the code's own values, read before any change
 
 
 def _row(name: str, prep: Any, parties: list[int], out: Path, extra: list[str]) -> dict:
@@ -101,6 +129,7 @@ def tasks(args: argparse.Namespace) -> list[Task]:
                     "extra": SETTINGS[setting],
                     "alone": setting.endswith("+alone"),
                     "numeric_bins": NUMERIC_BINS.get(setting),
+                    "auto_patience": AUTO_PATIENCE.get(setting),
                     "data_path": str(args.data_path) if args.data_path else None,
                 }
                 path = args.out / setting / f"{table}-s{seed}.json"

@@ -182,6 +182,46 @@ def test_wide_head_leaves_the_mlp_weights_of_a_seed_unchanged() -> None:
     assert _same(mlp.net, wide.net)
 
 
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+def test_tower_norm_and_dropout_sit_after_each_hidden_linear_and_keep_its_weights(
+    norm: str,
+) -> None:
+    plain = build_representation(ModelConfig(representation="mlp", hidden=(8, 8)), (5,), 3)
+    tower = ModelConfig(representation="mlp", hidden=(8, 8), norm=norm, dropout=0.2)
+    built = build_representation(tower, (5,), 3)
+    kinds = [type(m).__name__ for m in built.net]
+    normal = "LayerNorm" if norm == "layer" else "RowSafeBatchNorm"
+    assert kinds == ["Linear", normal, "ReLU", "Dropout"] * 2 + ["Linear"]
+    linears = [m for m in built.net if isinstance(m, nn.Linear)]
+    assert all(_same(a, b) for a, b in zip(plain.net[::2], linears, strict=True))
+    built.eval()  # dropout off, batch norm on its running statistics: deterministic
+    x = torch.randn(4, 5)
+    assert torch.equal(built(x), built(x))
+
+
+def test_batch_norm_trains_on_a_batch_of_one_row_by_its_running_statistics() -> None:
+    tower = ModelConfig(representation="mlp", hidden=(8,), norm="batch")
+    built = build_representation(tower, (5,), 0).train()
+    x = torch.randn(1, 5)
+    one = built(x)  # a party may hold one row of a round's batch: no error
+    assert one.shape == (1, 64)
+    assert torch.equal(one, built.eval()(x))  # the running statistics, as at inference
+
+
+def test_categorical_dim_fixes_every_embedding_width() -> None:
+    rule = build_representation(ModelConfig(representation="mlp"), (4,), 0, categorical=(7, 500))
+    fixed = ModelConfig(representation="mlp", categorical_dim=3)
+    built = build_representation(fixed, (4,), 0, categorical=(7, 500))
+    assert [e.embedding_dim for e in rule.embeddings] == [5, 16]
+    assert [e.embedding_dim for e in built.embeddings] == [3, 3]
+    assert built(torch.tensor([[0.5, 1.0, 6.0, 499.0]])).shape == (1, 64)
+
+
+def test_unknown_norm_is_refused() -> None:
+    with pytest.raises(ValueError, match="norm"):
+        ModelConfig(norm="group")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("head_kind", ["linear", "mlp"])
 def test_head_seed_determinism(head_kind: str) -> None:
     config = ModelConfig(embed_dim=8, head=head_kind)

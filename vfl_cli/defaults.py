@@ -16,9 +16,10 @@ TRAIN = {
     "weight_decay": 0.0001,
     "optimizer": "adam",
     "momentum": 0.9,
-    "scheduler": "none",
+    "scheduler": "auto",
     "balance": "none",
     "serve_feature_only": True,
+    "label_smoothing": 0.0,
     "wire_dtype": "float32",
     "staleness": 0,
     "early_stop_patience": None,
@@ -33,6 +34,9 @@ MODEL = {
     "hidden": (256,),
     "head": "auto",
     "head_hidden": 64,
+    "dropout": 0.0,
+    "norm": "none",
+    "categorical_dim": 0,
 }
 DVFL = {
     "guest_hidden": (100,),

@@ -97,7 +97,8 @@ def train_config(base: dict[str, Any], **overrides: Any) -> TrainConfig:
 
     data = dict(base)
     model = dict(data.pop("model", {}) or {})
-    for key in ("representation", "embed_dim", "hidden", "head", "head_hidden"):
+    model_keys = ("representation", "embed_dim", "hidden", "head", "head_hidden", "dropout")
+    for key in (*model_keys, "norm", "categorical_dim"):
         value = overrides.pop(key, None)
         if value is not None:
             model[key] = value

@@ -70,6 +70,43 @@ class TrainOptions:
             show_default=shown(M["head"]),
         ),
     ] = None
+    dropout: Annotated[
+        float | None,
+        Opt(
+            help="tabular party MLPs: dropout after each hidden layer",
+            show_default=shown(M["dropout"]),
+        ),
+    ] = None
+    norm: Annotated[
+        str | None,
+        Opt(
+            help="tabular party MLPs: none | layer | batch normalisation of each hidden layer",
+            show_default=shown(M["norm"]),
+        ),
+    ] = None
+    categorical_dim: Annotated[
+        int | None,
+        Opt(
+            help="width of each categorical column's embedding (0: 1.6 x categories^0.56, "
+            "at most 16)",
+            show_default=shown(M["categorical_dim"]),
+        ),
+    ] = None
+    label_smoothing: Annotated[
+        float | None,
+        Opt(
+            help="classification: share of each label spread over the classes in the loss",
+            show_default=shown(T["label_smoothing"]),
+        ),
+    ] = None
+    scheduler: Annotated[
+        str | None,
+        Opt(
+            help="learning rate: auto (tables: cosine; images: none) | none (constant) | "
+            "cosine (down to 0 at --epochs)",
+            show_default=shown(T["scheduler"]),
+        ),
+    ] = None
     dvfl_period: Annotated[
         int | None,
         Opt(

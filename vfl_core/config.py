@@ -118,7 +118,10 @@ class TrainConfig(_Frozen):
     weight_decay: float = Field(1e-4, ge=0)
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = Field(0.9, ge=0, lt=1)
-    scheduler: Literal["none", "cosine"] = "none"
+    # The learning rate by epoch: "none" constant, "cosine" from lr down to 0 at `epochs` (the
+    # ceiling, also under early stopping). "auto": `schedule()`, cosine for tabular parties,
+    # constant for images and staged methods (docs/tabular-defaults.md, measured).
+    scheduler: Literal["auto", "none", "cosine"] = "auto"
     # "resample": class-balanced resampling of each epoch's plan (the paper's Credit setup).
     # The label party then tells the coordinator each training sample's class weight.
     balance: Literal["none", "resample"] = "none"
@@ -126,6 +129,9 @@ class TrainConfig(_Frozen):
     # train on their subsets and predict for samples no label party observes. False: the paper's
     # objective exactly. No effect when every party holds labels, or for the baselines.
     serve_feature_only: bool = True
+    # Classification heads' cross-entropy with this share of each target spread over the classes
+    # (0: the plain loss; docs/tabular-defaults.md has what 0.1 measured).
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
     model: ModelConfig = ModelConfig()
     # How embeddings and gradients travel (vfl_core.model.quantize): float32 is lossless; float16,
     # bfloat16 and int8 (one scale per row) round what crosses the wire, in both transports.
@@ -164,6 +170,14 @@ class TrainConfig(_Frozen):
             return self.early_stop_patience
         return AUTO_PATIENCE if tabular and self.spec.program is None else 0
 
+    def schedule(self, tabular: bool) -> str:
+        """The learning-rate schedule a party of tabular features (or not) follows: the
+        configured one, or by default "cosine" on tabular data and "none" on images or for a
+        method with stages (they step their own optimisers at the configured rate)."""
+        if self.scheduler != "auto":
+            return self.scheduler
+        return "cosine" if tabular and self.spec.program is None else "none"
+
     @property
     def rounds_per_call(self) -> int:
         """Rounds whose phases one pipelined call carries: 1 when exact."""
@@ -189,7 +203,7 @@ class TrainConfig(_Frozen):
     @model_validator(mode="after")
     def _constant_lr_for_programs(self) -> TrainConfig:
         # Round programs (dvfl) step their own optimisers at the configured rate.
-        if self.spec.program is not None and self.scheduler != "none":
+        if self.spec.program is not None and self.scheduler == "cosine":
             raise ValueError(f"method {self.method} trains with constant learning rates")
         # Their stages (dvfl's owner epochs, dlvm's classifier stage) end where they end: the
         # validation watch restores per-epoch weights of the Embed/Fuse/Backward engine only.

@@ -8,6 +8,7 @@ every prediction leaves the party in original units.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -24,13 +25,17 @@ REGRESSION: Task = "regression"
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def head_loss(task: str) -> LossFn:
+def head_loss(task: str, label_smoothing: float = 0.0) -> LossFn:
     """The per-task loss of one head output against the batch's targets (mean over the batch).
 
     Regression: MSE of the (B, 1) output against (B, 1) standardised targets. Every term of the
-    LASER sum uses it with the same weights a_i, so the sampled loss stays unbiased."""
+    LASER sum uses it with the same weights a_i, so the sampled loss stays unbiased.
+    Classification: cross-entropy, with `label_smoothing` (TrainConfig.label_smoothing) of each
+    target spread over the classes."""
     if task == REGRESSION:
         return nn.functional.mse_loss
+    if label_smoothing:
+        return functools.partial(nn.functional.cross_entropy, label_smoothing=label_smoothing)
     return nn.functional.cross_entropy
 
 

@@ -46,8 +46,7 @@ class BankSettings(OptimizerSettings, Protocol):
     def seed(self) -> int: ...
     @property
     def model(self) -> ModelConfig: ...
-    @property
-    def scheduler(self) -> str: ...
+    def schedule(self, tabular: bool) -> str: ...
     @property
     def epochs(self) -> int: ...
     @property
@@ -119,7 +118,8 @@ class ModelBank:
     def set_lr(self, opts: list[torch.optim.Optimizer], epoch: int) -> None:
         cfg = self.config
         factor = 1.0
-        if cfg.scheduler == "cosine" and cfg.epochs > 0:
+        # per party, as the head is (models.resolve_head): "auto" is cosine for tabular features
+        if cfg.schedule(len(self.feature_shape) == 1) == "cosine" and cfg.epochs > 0:
             factor = 0.5 * (1.0 + math.cos(math.pi * min(epoch, cfg.epochs) / cfg.epochs))
         for opt in opts:
             for group in opt.param_groups:

@@ -13,6 +13,8 @@ Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 # "wide": "mlp" plus a linear path from every party's features to the logits;
 # vfl_core.model.models.resolve_head, docs/tabular-defaults.md.
 HeadKind = Literal["auto", "linear", "mlp", "wide"]
+# Normalisation after each hidden Linear of a tabular party's MLP (before its ReLU).
+Norm = Literal["none", "layer", "batch"]
 
 
 class ModelConfig(BaseModel):
@@ -25,3 +27,9 @@ class ModelConfig(BaseModel):
     hidden: tuple[int, ...] = (256,)
     head: HeadKind = "auto"
     head_hidden: int = Field(64, ge=1)
+    # Tabular party MLPs (docs/tabular-defaults.md, measured): dropout after each hidden ReLU,
+    # a normalisation after each hidden Linear, and the width of every categorical column's
+    # embedding (0: 1.6 x cardinality^0.56, at most 16; models.embedding_dim).
+    dropout: float = Field(0.0, ge=0, lt=1)
+    norm: Norm = "none"
+    categorical_dim: int = Field(0, ge=0, le=1024)

@@ -28,6 +28,7 @@ from torch import nn
 
 from vfl_core.errors import ConfigError
 from vfl_core.model.model_config import ModelConfig
+from vfl_core.model.tower import norm_layers
 
 logger = logging.getLogger(__name__)
 
@@ -100,12 +101,17 @@ class MLPRepresentation(nn.Module):
         *,
         final_activation: bool,
         skip: bool = False,
+        dropout: float = 0.0,
+        norm: str = "none",
     ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         width = in_features
         for size in hidden:
-            layers += [nn.Linear(width, size), nn.ReLU()]
+            # LayerNorm/BatchNorm start at ones and zeros and Dropout has no weights: the
+            # Linear layers draw the same initial weights with or without them.
+            layers += [nn.Linear(width, size), *norm_layers(norm, size), nn.ReLU()]
+            layers += [nn.Dropout(dropout)] if dropout else []
             width = size
         layers.append(nn.Linear(width, embed_dim))
         if final_activation and not skip:
@@ -124,9 +130,11 @@ class MLPRepresentation(nn.Module):
         return torch.relu(out) if self.final_activation else out
 
 
-def embedding_dim(cardinality: int) -> int:
-    """Width of a categorical column's embedding: grows slowly with its cardinality (the
-    fast.ai rule of thumb 1.6 * n^0.56), capped at 16."""
+def embedding_dim(cardinality: int, fixed: int = 0) -> int:
+    """Width of a categorical column's embedding: `fixed` (model.categorical_dim) if set, else
+    growing slowly with its cardinality (the fast.ai rule of thumb 1.6 * n^0.56), capped at 16."""
+    if fixed:
+        return fixed
     return max(1, min(_EMBEDDING_MAX_DIM, round(1.6 * cardinality**0.56)))
 
 
@@ -144,14 +152,25 @@ class TabularRepresentation(nn.Module):
         *,
         final_activation: bool,
         skip: bool = False,
+        dropout: float = 0.0,
+        norm: str = "none",
+        categorical_dim: int = 0,
     ) -> None:
         super().__init__()
         self.dense_width = in_features - len(cardinalities)
         self.cardinalities = tuple(cardinalities)
-        self.embeddings = nn.ModuleList(nn.Embedding(n, embedding_dim(n)) for n in cardinalities)
+        self.embeddings = nn.ModuleList(
+            nn.Embedding(n, embedding_dim(n, categorical_dim)) for n in cardinalities
+        )
         width = self.dense_width + sum(e.embedding_dim for e in self.embeddings)
         self.mlp = MLPRepresentation(
-            width, hidden, embed_dim, final_activation=final_activation, skip=skip
+            width,
+            hidden,
+            embed_dim,
+            final_activation=final_activation,
+            skip=skip,
+            dropout=dropout,
+            norm=norm,
         )
         self.final_activation = final_activation
 
@@ -352,6 +371,7 @@ def build_representation(
     kind = resolve_representation(config, shape)
     _check_categorical(categorical, shape, kind)
     skip = config.head == "wide"  # the linear path from the features to the logits starts here
+    tower = {"dropout": config.dropout, "norm": config.norm}  # MLP towers only
 
     def factory() -> nn.Module:
         if categorical:
@@ -362,6 +382,8 @@ def build_representation(
                 config.embed_dim,
                 final_activation=final_activation,
                 skip=skip,
+                categorical_dim=config.categorical_dim,
+                **tower,
             )
         if kind == "mlp":
             return MLPRepresentation(
@@ -370,6 +392,7 @@ def build_representation(
                 config.embed_dim,
                 final_activation=final_activation,
                 skip=skip,
+                **tower,
             )
         channels, height, width = shape
         if kind == "cnn":

@@ -84,7 +84,7 @@ class Party:
         self._kept: tuple[int, dict] | None = None  # (round, state) for early stopping
         meta = data.meta
         self.task = meta.task
-        self.loss_fn = head_loss(meta.task)
+        self.loss_fn = head_loss(meta.task, config.label_smoothing)
         # Regression targets in standard units, from this party's own training labels: the
         # statistics never leave it, predictions leave in original units.
         train = data.splits.get("train")
