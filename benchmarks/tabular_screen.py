@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pool import Task, run_tasks
+from benchmarks.pool import Task
 from benchmarks.tabular_baselines import Fit, central_row
 from benchmarks.tabular_data import prepare
-from benchmarks.tabular_sweep import SEEDS, summarise
+from benchmarks.tabular_sweep import run_cli
 from benchmarks.tabular_tables import tables
 from vfl_core.config import AUTO_MIN_VALIDATION, TrainConfig
 
@@ -85,22 +85,8 @@ def tasks(args: argparse.Namespace) -> list[Task]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-path", type=Path)
-    parser.add_argument("--settings", nargs="*", default=["defaults"], choices=list(SETTINGS))
-    parser.add_argument("--tables", nargs="*")
-    parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS))
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/runs/tabular-screen"))
-    parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--summarise", type=Path)
-    parser.add_argument("--baselines", type=Path, default=Path("benchmarks/results/runs/tabular"))
-    args = parser.parse_args()
-    if args.summarise:
-        print(summarise(args.summarise, args.baselines))
-        return
-    failed = run_tasks(worker, tasks(args), args.jobs, desc="screen runs", progress=False)
-    if failed:
-        raise SystemExit(f"failed: {failed}")
+    out = Path("benchmarks/results/runs/tabular-screen")
+    run_cli(SETTINGS, worker, tasks, out, "screen", __doc__)
 
 
 if __name__ == "__main__":

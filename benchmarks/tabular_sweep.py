@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -212,13 +213,22 @@ def _paired(scores: Scores, name: str, metrics: dict[str, str]) -> str:
     return f"{better} / {worse} / {equal}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_cli(
+    settings: Iterable[str],
+    worker: Callable[[dict[str, Any]], dict[str, Any]],
+    tasks: Callable[[argparse.Namespace], list[Task]],
+    out: Path,
+    what: str,
+    doc: str,
+) -> None:
+    """The command line a settings sweep shares (this module's and benchmarks.tabular_screen's):
+    run the (setting, table, seed) tasks not cached under --out, or --summarise a directory."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--data-path", type=Path)
-    parser.add_argument("--settings", nargs="*", default=["defaults"], choices=list(SETTINGS))
+    parser.add_argument("--settings", nargs="*", default=["defaults"], choices=list(settings))
     parser.add_argument("--tables", nargs="*")
     parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS))
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/runs/tabular-sweep"))
+    parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--summarise", type=Path)
     parser.add_argument("--baselines", type=Path, default=Path("benchmarks/results/runs/tabular"))
@@ -226,9 +236,14 @@ def main() -> None:
     if args.summarise:
         print(summarise(args.summarise, args.baselines))
         return
-    failed = run_tasks(worker, tasks(args), args.jobs, desc="sweep runs", progress=False)
+    failed = run_tasks(worker, tasks(args), args.jobs, desc=f"{what} runs", progress=False)
     if failed:
         raise SystemExit(f"failed: {failed}")
+
+
+def main() -> None:
+    out = Path("benchmarks/results/runs/tabular-sweep")
+    run_cli(SETTINGS, worker, tasks, out, "sweep", __doc__)
 
 
 if __name__ == "__main__":
