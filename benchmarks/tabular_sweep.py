@@ -67,6 +67,8 @@ SETTINGS: dict[str, list[str]] = {
     "batchnorm-dropout0.2": ["--norm", "batch", "--dropout", "0.2"],
     "batchnorm-cosine": ["--norm", "batch", "--scheduler", "cosine"],
     "dropout0.2-cosine": ["--dropout", "0.2", "--scheduler", "cosine"],
+    "embed128": ["--embed-dim", "128"],
+    "head-hidden256": ["--head-hidden", "256"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}

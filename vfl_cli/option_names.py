@@ -98,6 +98,7 @@ PANELS: dict[str, str] = {
             "embed-dim",
             "hidden",
             "head",
+            "head-hidden",
             "dropout",
             "norm",
             "categorical-dim",

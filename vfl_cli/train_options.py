@@ -70,6 +70,13 @@ class TrainOptions:
             show_default=shown(M["head"]),
         ),
     ] = None
+    head_hidden: Annotated[
+        int | None,
+        Opt(
+            help="mlp and wide heads: width of the head's hidden layer",
+            show_default=shown(M["head_hidden"]),
+        ),
+    ] = None
     dropout: Annotated[
         float | None,
         Opt(
