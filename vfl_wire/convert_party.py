@@ -32,11 +32,11 @@ from vfl_wire.convert_fields import (
     decode_map,
     encode_floats,
     encode_map,
+    encode_relayed,
     index_vector,
     matrix,
     require,
 )
-from vfl_wire.relay_box import sealed_to_proto
 from vfl_wire.tensors import decode_array, encode_array, encode_float, encode_index
 from vfl_wire.v1 import vfl_pb2
 
@@ -164,7 +164,9 @@ def backward_call_to_proto(
     call: BackwardCall, h: vfl_pb2.Header | None, wire: str = LOSSLESS
 ) -> vfl_pb2.BackwardRequest:
     req = vfl_pb2.BackwardRequest(header=h, round_id=call.round_id, epoch=call.epoch)
-    req.parts.extend(sealed_to_proto(p, wire) for p in call.parts)
+    req.parts.extend(
+        encode_relayed(p, wire, f"backward gradient part {i}") for i, p in enumerate(call.parts)
+    )
     if call.grad is not None:
         req.has_grad = True
         req.grad.CopyFrom(encode_float(call.grad, wire, what="backward gradient"))
@@ -175,16 +177,21 @@ def backward_call_from_proto(
     req: vfl_pb2.BackwardRequest, *, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
 ) -> BackwardCall:
     grad = None
-    if req.parts:  # vfl_wire.relay_messages opens and adds them before this
-        raise ProtocolError(
-            "backward parts: sealed gradients, but this party's run does not encrypt its relay"
-        )
     if req.has_grad:
         require(req, "grad", "backward gradient")
         grad = matrix(req.grad, "backward gradient", expect_shape, wire)
     elif req.HasField("grad"):
         raise ProtocolError("backward gradient: present but has_grad is false")
-    return BackwardCall(round_id=req.round_id, epoch=req.epoch, grad=grad)
+    # Encrypted relay: the heads' gradients, opened by vfl_wire.relay_messages before this (a
+    # box still sealed is refused), for the party to add
+    parts: list[np.ndarray] = []
+    shape: Matrix = expect_shape
+    for i, t in enumerate(req.parts):
+        parts.append(matrix(t, f"backward gradient part {i}", shape, wire))
+        shape = (parts[-1].shape[0], parts[-1].shape[1])  # every part the first's shape
+    if grad is not None and parts:
+        raise ProtocolError("backward gradient: both a sum and its parts")
+    return BackwardCall(req.round_id, req.epoch, grad, tuple(parts))
 
 
 def train_call_to_proto(

@@ -232,9 +232,10 @@ class LaserSteps:
         if state.embedding is None:
             raise ProtocolError(f"round {call.round_id}: party embedded nothing to update")
         grad = state.own_grad
-        if call.grad is not None:
+        summed = call.summed(self.party.config.wire_dtype)  # the heads' parts added here
+        if summed is not None:
             width = state.embedding.shape[1]
-            received = self.party.from_wire(call.grad, "summed gradient", len(state.rows), width)
+            received = self.party.from_wire(summed, "summed gradient", len(state.rows), width)
             grad = received if grad is None else received + grad
         state.stepped = True
         if grad is None:
