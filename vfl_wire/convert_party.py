@@ -13,6 +13,7 @@ from vfl_core.inference.scoring import SUMS
 from vfl_core.model.quantize import LOSSLESS
 from vfl_core.protocol import (
     BackwardCall,
+    BlindPrediction,
     EmbedCall,
     FuseCall,
     FuseResult,
@@ -27,6 +28,7 @@ from vfl_wire.convert_fields import (
     Matrix,
     block_list,
     block_map,
+    check_name,
     check_round,
     check_split,
     decode_map,
@@ -268,6 +270,7 @@ def predict_call_to_proto(
         embeddings=encode_floats(call.embeddings, "embedding for block", wire),
         blocks=call.blocks,
         label_blocks=call.label_blocks,
+        seal_for=call.seal_for,
     )
 
 
@@ -279,6 +282,7 @@ def predict_call_from_proto(
         embeddings=block_map(req.embeddings, "embedding", expect_shape, wire),
         blocks=block_list(req.blocks, "predict blocks"),
         label_blocks=block_list(req.label_blocks, "predict label blocks"),
+        seal_for=block_list(req.seal_for, "predict seal_for"),
     )
 
 
@@ -289,21 +293,58 @@ def probabilities_to_proto(request_id: int, probabilities: np.ndarray) -> vfl_pb
 
 
 def probabilities_from_proto(
-    reply: vfl_pb2.PredictReply, *, request_id: int, expect_shape: Matrix = ANY2
+    reply: vfl_pb2.PredictReply,
+    *,
+    request_id: int,
+    expect_shape: Matrix = ANY2,
+    sealed: bool = False,
 ) -> np.ndarray:
-    """(B, C) float32 class probabilities of request `request_id`."""
+    """(B, C) float32 class probabilities of request `request_id` (`sealed`: an evaluation's of
+    an encrypted relay, which comes back as a `Sealed` for the label parties)."""
     check_round(reply.request_id, request_id, what="predict reply")
-    return matrix(reply.probabilities, "probabilities", expect_shape)
+    return matrix(reply.probabilities, "probabilities", expect_shape, sealed=sealed)
 
 
 def score_call_to_proto(call: ScoreCall, h: vfl_pb2.Header) -> vfl_pb2.ScoreRequest:
-    return vfl_pb2.ScoreRequest(
+    req = vfl_pb2.ScoreRequest(
         header=h,
         split=call.split,
         rows=encode_index(call.rows, what="score rows"),
         digest=call.digest,
         predictions=encode_map(call.predictions, "predictions of"),
         scores=encode_map(call.scores, "scores of"),
+    )
+    if call.blind is not None:
+        req.blind.CopyFrom(blind_to_proto(call.blind))
+    return req
+
+
+def blind_to_proto(b: BlindPrediction) -> vfl_pb2.BlindPrediction:
+    return vfl_pb2.BlindPrediction(
+        request_id=b.request_id,
+        heads=encode_floats(b.heads, "probabilities of head", LOSSLESS),
+        present=b.present,
+        first=b.first,
+        has_threshold=b.threshold is not None,
+        threshold=0.0 if b.threshold is None else b.threshold,
+        federation_scores=b.federation_scores,
+        guess=b.guess,
+    )
+
+
+def blind_from_proto(b: vfl_pb2.BlindPrediction, rows: int) -> BlindPrediction:
+    """As the label party reads it, its boxes opened (vfl_wire.relay_messages): each head's
+    (rows, C) probabilities; a box still sealed is refused."""
+    if b.first < 0 or not math.isfinite(b.threshold) or not 0.0 <= b.threshold <= 1.0:
+        raise ProtocolError("score blind prediction: negative first sample or bad threshold")
+    return BlindPrediction(
+        request_id=b.request_id,
+        heads=block_map(b.heads, "score probabilities", (rows, None)),
+        present=block_list(b.present, "score present blocks"),
+        first=b.first,
+        threshold=b.threshold if b.has_threshold else None,
+        federation_scores=b.federation_scores,
+        guess=check_name(b.guess, "score guess") if b.guess else "",
     )
 
 
@@ -313,6 +354,9 @@ def score_call_from_proto(req: vfl_pb2.ScoreRequest) -> ScoreCall:
     def scores(t: vfl_pb2.Tensor, what: str) -> np.ndarray:  # (B,) float32
         return decode_array(t, what=what, expect_dtype="float32", expect_shape=(len(rows),))
 
+    blind = blind_from_proto(req.blind, len(rows)) if req.HasField("blind") else None
+    if blind is not None and (req.predictions or req.scores):
+        raise ProtocolError("score request: both predictions and a blind prediction")
     return ScoreCall(
         split=check_split(req.split, what="score split"),
         rows=rows,
@@ -321,6 +365,7 @@ def score_call_from_proto(req: vfl_pb2.ScoreRequest) -> ScoreCall:
             req.predictions, lambda t, what: index_vector(t, what, len(rows)), "predictions of"
         ),
         scores=decode_map(req.scores, scores, "scores of"),
+        blind=blind,
     )
 
 

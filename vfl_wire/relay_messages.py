@@ -1,5 +1,7 @@
 """The Party service's messages through the encrypted relay: open the sealed tensors of a
-request before it is converted, seal the embeddings and gradients of a reply after.
+request before it is converted, seal the embeddings and gradients of a reply after (and an
+evaluation's probabilities, which only the label parties that score them open:
+vfl_core.inference.blind).
 
 The requests are opened in place into the plaintext messages the converters know
 (vfl_wire.convert_party), so the party's learning code is the same with or without encryption.
@@ -11,7 +13,7 @@ been, so it steps on exactly the values of a plaintext run. The wire does no ari
 from __future__ import annotations
 
 from vfl_core.errors import ProtocolError
-from vfl_wire.relay_box import EMBED, GRAD, INFER
+from vfl_wire.relay_box import EMBED, GRAD, INFER, PROBS
 from vfl_wire.relay_crypto import RelayCrypto
 from vfl_wire.v1 import vfl_pb2
 
@@ -49,6 +51,12 @@ def open_request(relay: RelayCrypto, rpc: str, request, wire: str) -> None:
         open_backward(relay, request)
     elif rpc == "Predict":
         open_embeddings(relay, request.embeddings, INFER, request.request_id, rpc)
+    elif rpc == "Score" and request.HasField("blind"):
+        blind = request.blind
+        for head, t in blind.heads.items():
+            what = f"Score: probabilities of head {head}, request {blind.request_id}"
+            _, plain = relay.open(t, PROBS, blind.request_id, head, what)
+            t.CopyFrom(plain)
     elif rpc == "Train":
         for b in request.backward:
             open_backward(relay, b)
@@ -71,10 +79,14 @@ def seal_fused(relay: RelayCrypto, reply: vfl_pb2.FuseReply) -> None:
 
 
 def seal_reply(relay: RelayCrypto, rpc: str, request, reply) -> None:
-    """Seal the embeddings and gradients of `reply` in place (probabilities stay in the clear:
-    the coordinator serves them)."""
+    """Seal the embeddings and gradients of `reply` in place, and an evaluation's probabilities
+    for the label parties that score them (a prediction the coordinator serves stays in the
+    clear)."""
     if rpc == "Embed":
         seal_embedding(relay, reply, request.train)
+    elif rpc == "Predict" and request.seal_for:  # an evaluation's: for the label parties only
+        sealed = relay.seal(reply.probabilities, PROBS, reply.request_id, request.seal_for)
+        reply.probabilities.CopyFrom(sealed)
     elif rpc == "Fuse":
         seal_fused(relay, reply)
     elif rpc == "Train":
