@@ -447,8 +447,8 @@ def test_given_heads_gradients_as_parts_when_backward_then_the_party_adds_them_a
     """With an encrypted relay the coordinator forwards the heads' gradients unsummed: the
     party adds them in head order and rounds the sum as the coordinator's would have been, so
     it steps to exactly the weights of a party sent the coordinator's sum."""
+    from vfl_core.methods.gradient_sum import add_in_order
     from vfl_core.model.quantize import round_trip
-    from vfl_core.protocol import add_in_order
     from vfl_core.training.inprocess import InProcessTransport
 
     config = CONFIG.model_copy(update={"wire_dtype": wire})

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from vfl_cli.certs_cmd import create_federation
 from vfl_core.errors import ProtocolError
+from vfl_core.methods.gradient_sum import received_gradient
 from vfl_core.protocol import BackwardCall, Sealed
 from vfl_core.training.laser_round import add_in_order, backward_call
 from vfl_wire import convert
@@ -171,7 +172,7 @@ def test_given_sealed_head_gradients_when_the_party_adds_them_then_bit_identical
         assert call.grad is None and call.parts == parts and isinstance(parts[0], Sealed)
         req = convert.backward_call_to_proto(call, convert.header(RUN, "party1"), wire)
         open_request(relays[1], "Backward", req, wire)
-        got = convert.backward_call_from_proto(req, wire=wire).summed(wire)  # the party's sum
+        got = received_gradient(convert.backward_call_from_proto(req, wire=wire), wire)
         plain = add_in_order([decode_float(_tensor(g, wire), wire) for g in grads.values()])
         expect = decode_float(_tensor(plain, wire), wire)  # as the coordinator would send it
         assert got is not None and got.tobytes() == expect.tobytes()

@@ -14,9 +14,6 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from vfl_core.errors import ProtocolError
-from vfl_core.model.quantize import round_trip
-
 SPLITS = ("train", "test")  # the sample splits a party holds and a round or a step names
 
 # 2: int8 scales are one exponent byte per row; row indices may travel as int32.
@@ -137,31 +134,8 @@ class BackwardCall:
     grad: np.ndarray | None  # (B, d), None when no other head sent a gradient
     # Encrypted relay: the heads' gradients in head order instead of `grad` (the coordinator
     # cannot add them): sealed as the engine relays them, opened (B, d) arrays once they reach
-    # the party, which adds them itself (`summed`)
+    # the party, which adds them itself (vfl_core.methods.gradient_sum.received_gradient)
     parts: tuple[np.ndarray | Sealed, ...] = ()
-
-    def summed(self, wire: str) -> np.ndarray | None:
-        """The other heads' gradient as the party steps on it: `grad`, or the opened `parts`
-        added in head order and rounded to the wire dtype `wire` as the coordinator's sum would
-        have been on its way (so an encrypted run steps on the plaintext run's values)."""
-        if not self.parts:
-            return self.grad
-        if any(isinstance(p, Sealed) for p in self.parts):
-            raise ProtocolError(f"backward of round {self.round_id}: gradients still sealed")
-        shapes = {p.shape for p in self.parts}
-        if len(shapes) > 1:
-            raise ProtocolError(f"backward of round {self.round_id}: parts of shapes {shapes}")
-        total = add_in_order(self.parts)  # type: ignore[arg-type]
-        return None if total is None else round_trip(total, wire)
-
-
-def add_in_order(grads: Sequence[np.ndarray]) -> np.ndarray | None:
-    """The sum of `grads`, added in their order: the coordinator's sum, and with an encrypted
-    relay the party's own, which must equal it bit for bit."""
-    total: np.ndarray | None = None
-    for grad in grads:
-        total = grad.copy() if total is None else total + grad
-    return total
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,10 @@ vfl_core.inference.blind).
 
 The requests are opened in place into the plaintext messages the converters know
 (vfl_wire.convert_party), so the party's learning code is the same with or without encryption.
-A Backward's sealed per-head gradients are opened in place and stay apart: the party adds them in
-head order (vfl_core.protocol.BackwardCall.summed), rounded as the coordinator's sum would have
-been, so it steps on exactly the values of a plaintext run. The wire does no arithmetic.
+A Backward's sealed per-head gradients are opened in place and stay apart: the party adds them
+in head order (vfl_core.methods.gradient_sum.received_gradient), rounded as the coordinator's
+sum would have been, so it steps on exactly the values of a plaintext run. The wire does no
+arithmetic.
 """
 
 from __future__ import annotations

@@ -17,15 +17,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vfl_core.data.batch_plan import Batch
+from vfl_core.methods.gradient_sum import add_in_order
 from vfl_core.methods.outcomes import RoundRecord, well_formed
-from vfl_core.protocol import (
-    BackwardCall,
-    EmbedCall,
-    FuseCall,
-    FuseResult,
-    Sealed,
-    add_in_order,
-)
+from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, Sealed
 
 if TYPE_CHECKING:
     from vfl_core.training.engine import Federation
@@ -188,7 +182,7 @@ def sum_grads(fused: dict, block: int) -> np.ndarray | None:
 def backward_call(round_id: int, epoch: int, fused: dict, block: int) -> BackwardCall:
     """`block`'s Backward: the heads' summed gradient, or their sealed gradients in head order
     when the relay is encrypted (the coordinator cannot add them: the party does,
-    BackwardCall.summed)."""
+    vfl_core.methods.gradient_sum.received_gradient)."""
     grads = head_grads(fused, block)
     if any(isinstance(g, Sealed) for g in grads):
         return BackwardCall(round_id, epoch, None, tuple(grads))
