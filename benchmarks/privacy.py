@@ -229,6 +229,8 @@ DEFENCES: dict[str, dict[str, Any]] = {
     "direction_p1_25": {"gradient_defence": "direction", "direction_power": 1.25},
     "max_norm_direction_p1": {"gradient_defence": "max_norm_direction", "direction_power": 1.0},
     "max_norm_direction_p0_5": {"gradient_defence": "max_norm_direction", "direction_power": 0.5},
+    "max_norm_direction_p2": {"gradient_defence": "max_norm_direction", "direction_power": 2.0},
+    "direction_p3": {"gradient_defence": "direction", "direction_power": 3.0},
     "embedding_dp": {"embedding_clip": 1.0, "embedding_noise": 1.0},
     "label_dp": {"label_epsilon": 1.0},
 }
