@@ -211,15 +211,14 @@ class Party:
         confusion matrices (true x predicted) and, for binary tasks, AUC histograms; error and
         target sums for regression (vfl_core.inference.scoring)."""
         self.check_digest(call.split, call.rows, call.digest)
-        labels = self.split(call.split).labels
+        labels, classes = self.split(call.split).labels, self.data.meta.num_classes
         if labels is None:
             raise ProtocolError(f"party {self.party_id} holds no labels to score with")
         if call.blind is not None:  # the heads' probabilities, combined here (encrypted relay)
-            classes, seed = self.data.meta.num_classes, self.config.seed
-            call = unblinded(call, self.spec.combination, self.task, classes, seed)
+            call = unblinded(call, self.spec.combination, self.task, classes, self.config.seed)
         if self.task != REGRESSION:  # PrivacyConfig.score_epsilon: a randomised copy
-            labels = self.guard.score_labels(call.split, labels, self.data.meta.num_classes)
-        result = score_batch(self.task, self.data.meta.num_classes, labels[call.rows], call)
+            labels = self.guard.score_labels(call.split, labels, classes)
+        result = score_batch(self.task, classes, labels[call.rows], call)
         return coarsened(result, self.config.privacy.score_bins)
 
     def replace_split(self, name: str, split: PartySplit | None) -> None:
