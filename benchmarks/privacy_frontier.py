@@ -48,11 +48,13 @@ def row(defence: str, runs: dict[int, dict[str, Any]], base: dict[int, dict[str,
     )
 
 
-def table(paths: list[Path]) -> str:
+def table(paths: list[Path], seeds: set[int] | None = None) -> str:
+    """The markdown table of every defence in `paths` (only the runs of `seeds`, if given)."""
     by: dict[str, dict[int, dict[str, Any]]] = {}
     for path in paths:
         for run in json.loads(path.read_text()):
-            by.setdefault(run.get("defence", "none"), {})[run["seed"]] = run
+            if seeds is None or run["seed"] in seeds:
+                by.setdefault(run.get("defence", "none"), {})[run["seed"]] = run
     base = by["none"]
     lines = [
         "| defence | seeds | epochs trained | test accuracy | test AUC | accuracy cost (points) "
@@ -66,8 +68,10 @@ def table(paths: list[Path]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, nargs="+", help="benchmarks.privacy .json files")
+    parser.add_argument("--seeds", help="only these seeds (comma-separated); default: all")
     args = parser.parse_args(argv)
-    print(table(args.runs))
+    seeds = None if args.seeds is None else {int(v) for v in args.seeds.split(",")}
+    print(table(args.runs, seeds))
 
 
 if __name__ == "__main__":
