@@ -20,6 +20,13 @@ it costs: the test accuracy and AUC the run reports (against the randomised labe
 ones (recomputed here from the last test evaluation's predictions and the true labels; the
 validation choices of threshold and early stopping see the randomised labels too).
 
+With `--relay encrypted` (TrainConfig.encrypt_relay) evaluation is blind
+(vfl_core.inference.blind): the heads' probabilities reach the label party sealed, it combines
+them itself, and the coordinator's Score calls name rows but no prediction. The attack then has
+only each call's rows and their class counts (any confusion matrix's row sums) to pair; in
+process the blind calls carry the probabilities in the clear, which the attack does not read
+(over gRPC they are sealed: tests/test_relay_grpc.py).
+
 UCI Credit (4000 rows), two parties (labels at block 0), the defaults, in process: the Score
 messages are the same over gRPC (tests/test_relay_grpc.py pins the transports together).
 """
@@ -40,6 +47,7 @@ import numpy as np
 
 from benchmarks.privacy import LABEL_BLOCK, write_parties
 from benchmarks.tabular_tables import tables
+from vfl_core.inference.blind import unblinded
 from vfl_core.inference.metrics import FEDERATION, accuracy_from_confusion, auc_from_histogram
 from vfl_core.inference.scoring import AUC_BINS, auc_histogram, confusion_counts
 from vfl_core.protocol import ScoreCall, ScoreResult, Transport
@@ -72,11 +80,17 @@ def constraints(
     bin of every histogram of one Score answer (`coarse`: the bins the label party reports,
     PrivacyConfig.score_bins, which the coordinator knows from the run's config)."""
     keys = [(call.split, int(r)) for r in call.rows]
+    for confusion in list(result.confusion.values())[:1]:  # the call's rows: its class counts
+        yield keys, confusion.sum(axis=1)
     for name, confusion in result.confusion.items():
+        if name not in call.predictions:  # a blind call (encrypted relay): no prediction known
+            continue
         predicted = call.predictions[name]
         for j in range(confusion.shape[1]):
             yield [keys[i] for i in np.flatnonzero(predicted == j)], confusion[:, j]
     for name, histogram in result.histograms.items():
+        if name not in call.scores:
+            continue
         scores = call.scores[name].astype(np.float64)
         width = histogram.shape[1] // coarse
         counts = histogram.reshape(2, coarse, width).sum(axis=2)
@@ -111,12 +125,12 @@ def deduce(scored: list[tuple[ScoreCall, ScoreResult]], coarse: int = AUC_BINS) 
 
 
 def true_test_metrics(
-    scored: list[tuple[ScoreCall, ScoreResult]], truth: dict[str, np.ndarray]
+    scored: list[tuple[ScoreCall, ScoreResult]], truth: dict[str, np.ndarray], seed: int = 0
 ) -> dict[str, float | None]:
     """The federation's accuracy and the heads' mean AUC on the test split against the true
     labels, from the predictions of the last test evaluation (its Score calls follow one
     another)."""
-    tests = [c for c, _ in scored if c.split == "test"]
+    tests = [plain(c, seed) for c, _ in scored if c.split == "test"]
     last: list[ScoreCall] = []
     seen: set[int] = set()
     for call in reversed(tests):  # the last evaluation: calls until a row repeats
@@ -142,15 +156,28 @@ def true_test_metrics(
     return {"accuracy": float(accuracy_from_confusion(confusion)), "auc": auc}
 
 
+def plain(call: ScoreCall, seed: int) -> ScoreCall:
+    """The predictions a blind call stands for, as the label party combines them (for the true
+    metrics only: over gRPC the coordinator holds them sealed, so the attack never sees them)."""
+    if call.blind is None:
+        return call
+    return unblinded(call, "heads", "classification", 2, seed)
+
+
 def run_one(
-    table: Any, seed: int, epochs: int, eps: float | None, bins: int = AUC_BINS
+    table: Any,
+    seed: int,
+    epochs: int,
+    eps: float | None,
+    bins: int = AUC_BINS,
+    encrypted: bool = False,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="vfl-score-") as tmp:
         sources = write_parties(table, 2, Path(tmp))
         privacy: dict[str, Any] = {"score_bins": bins}
         if eps is not None:
             privacy["score_epsilon"] = eps
-        train = {"seed": seed, "epochs": epochs, "privacy": privacy}
+        train = {"seed": seed, "epochs": epochs, "privacy": privacy, "encrypt_relay": encrypted}
         config = SimulationConfig(tables=sources, clients=2, train=train)
         recorder: list[ScoreRecorder] = []
 
@@ -170,12 +197,13 @@ def run_one(
         "seed": seed,
         "score_epsilon": eps,
         "score_bins": bins,
+        "encrypt_relay": encrypted,
         "score_calls": len(scored),
         "rows_scored": len({(c.split, int(r)) for c, _ in scored for r in c.rows}),
         "deduced": len(known),
         "wrong": wrong,
         "reported": {"accuracy": overall.accuracy, "auc": overall.auc},
-        "true": true_test_metrics(scored, truth),
+        "true": true_test_metrics(scored, truth, seed),
     }
 
 
@@ -186,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--epsilons", default="none,2,4")
     parser.add_argument("--bins", default="1000", help="score_bins values, each with each epsilon")
+    parser.add_argument("--relay", default="plain", help="plain, encrypted or both (a,b)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/score_pairing.json"))
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -198,8 +227,10 @@ def main(argv: list[str] | None = None) -> None:
         for bins in map(int, args.bins.split(",")):
             for e in args.epsilons.split(","):
                 eps = None if e == "none" else float(e)
-                runs.append(run_one(table, seed, args.epochs, eps, bins))
-            print(json.dumps(runs[-1]), flush=True)
+                for relay in args.relay.split(","):
+                    encrypted = relay == "encrypted"
+                    runs.append(run_one(table, seed, args.epochs, eps, bins, encrypted))
+                    print(json.dumps(runs[-1]), flush=True)
             summary = {
                 "command": command,
                 "seconds": round(time.perf_counter() - start, 1),
@@ -212,8 +243,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def _means(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    for eps, bins in dict.fromkeys((r["score_epsilon"], r["score_bins"]) for r in runs):
-        group = [r for r in runs if (r["score_epsilon"], r["score_bins"]) == (eps, bins)]
+
+    def setting(r: dict[str, Any]) -> tuple[Any, ...]:
+        return r["score_epsilon"], r["score_bins"], r.get("encrypt_relay", False)
+
+    for eps, bins, encrypted in dict.fromkeys(setting(r) for r in runs):
+        group = [r for r in runs if setting(r) == (eps, bins, encrypted)]
 
         def mean(get: Any, group: list[dict[str, Any]] = group) -> float:
             return round(statistics.mean(get(r) for r in group), 4)
@@ -222,6 +257,7 @@ def _means(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {
                 "score_epsilon": eps,
                 "score_bins": bins,
+                "encrypt_relay": encrypted,
                 "seeds": len(group),
                 "rows_scored": mean(lambda r: r["rows_scored"]),
                 "deduced": mean(lambda r: r["deduced"]),

@@ -435,3 +435,49 @@ def test_given_predictions_when_scoring_then_confusion_counts_match_labels(
         parties[0].score(ScoreCall("test", rows, al.digest(index), {"0": predicted + 10}))
     with pytest.raises(ProtocolError, match="digest"):
         parties[0].score(ScoreCall("test", rows, al.digest(index[::-1]), {"0": predicted}))
+
+
+# ------------------------------------------------------- the heads' parts (encrypted relay)
+
+
+@pytest.mark.parametrize("wire", ["float32", "int8"])
+def test_given_heads_gradients_as_parts_when_backward_then_the_party_adds_them_as_the_coordinator(
+    all_labels: list[PartyData], wire: str
+) -> None:
+    """With an encrypted relay the coordinator forwards the heads' gradients unsummed: the
+    party adds them in head order and rounds the sum as the coordinator's would have been, so
+    it steps to exactly the weights of a party sent the coordinator's sum."""
+    from vfl_core.methods.gradient_sum import add_in_order
+    from vfl_core.model.quantize import round_trip
+    from vfl_core.training.inprocess import InProcessTransport
+
+    config = CONFIG.model_copy(update={"wire_dtype": wire})
+    gen = np.random.default_rng(7)
+    parts = tuple(
+        round_trip(gen.normal(size=(BATCH, EMBED_DIM)).astype(np.float32), wire) for _ in range(3)
+    )
+    weights = []
+    for call in (
+        BackwardCall(0, 0, round_trip(add_in_order(parts), wire)),
+        BackwardCall(0, 0, None, parts),
+    ):
+        parties = make_parties(all_labels, config)
+        al = align(parties)
+        party = parties[1]
+        party.embed(embed_calls(al, [1], 0, INDEX)[1])
+        InProcessTransport({1: party}).backward({1: call})
+        weights.append(params(party.f))
+    assert all(torch.equal(a, b) for a, b in zip(*weights, strict=True))
+
+
+def test_given_parts_of_different_shapes_when_backward_then_protocol_error_and_no_step(
+    all_labels: list[PartyData],
+) -> None:
+    parties = make_parties(all_labels)
+    party = parties[1]
+    party.embed(embed_calls(align(parties), [1], 0, INDEX)[1])
+    f_before = params(party.f)
+    good = np.ones((BATCH, EMBED_DIM), np.float32)
+    with pytest.raises(ProtocolError, match="parts of shapes"):
+        party.backward(BackwardCall(0, 0, None, (good, good[:, :1])))
+    assert same(f_before, party.f)

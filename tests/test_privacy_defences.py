@@ -131,3 +131,16 @@ def test_given_noise_without_clip_when_config_then_refused_naming_the_setting():
 
     with pytest.raises(ValueError, match="embedding_noise needs embedding_clip"):
         PrivacyConfig(embedding_noise=1.0)
+
+
+def test_given_max_norm_direction_when_guarding_then_both_the_norm_and_the_cosine_attack_weaken():
+    from vfl_core.privacy.config import PrivacyConfig
+    from vfl_core.privacy.guards import PartyGuard
+
+    grads, labels = _leaky_batch()
+    config = PrivacyConfig(gradient_defence="max_norm_direction", direction_power=4.0)
+    out = PartyGuard(config, seed=3, block=0).gradient(grads, labels)
+    assert _auc(labels, out.norm(dim=1)) < 0.6
+    assert _cosine_auc(out, labels) < 0.75
+    alone = PartyGuard(PrivacyConfig(gradient_defence="max_norm"), seed=3, block=0)
+    assert _cosine_auc(alone.gradient(grads, labels), labels) > _cosine_auc(out, labels)

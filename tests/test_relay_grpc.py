@@ -4,8 +4,8 @@ vfl-client processes over mutual TLS, trained once with `--encrypt-relay` and on
 The two runs end with the same weights, the same round losses and the same test metrics, bit
 for bit. The coordinator's `--audit-log` of the encrypted run holds no embedding or gradient it
 can decode: every float tensor it relays is sealed, none of the plaintext run's embedding rows
-occurs anywhere in it, and the only float tensors in the clear are the heads' predicted
-probabilities (which the coordinator serves) and the scores it sends to the label party.
+occurs anywhere in it, and no evaluation prediction is in the clear either: the heads seal their
+probabilities for the label parties, which combine and score them (vfl_core.inference.blind).
 The message audits of tests/test_audit.py, run over both directions: no raw feature vector and
 no batch's label vector in any message, gradients and evaluation messages included.
 """
@@ -149,3 +149,27 @@ def test_given_either_run_when_every_message_is_searched_then_no_feature_or_labe
         if r.rpc == "Score" and r.direction == "response":
             for _, t in _tensors(r.message()):
                 assert len(t.shape) == 2 and t.dtype == "int64"
+
+
+@pytest.mark.slow
+def test_given_an_encrypted_relay_when_evaluating_then_the_coordinator_holds_no_prediction(
+    runs: dict[str, dict],
+) -> None:
+    """Evaluation is unpairable by design (vfl_core.inference.blind): every Predict reply of the
+    encrypted run is sealed for the label parties and every Score request carries them sealed,
+    with no predicted class or probability in the clear, so the coordinator never holds a
+    per-row prediction beside the per-batch label aggregates the label party answers."""
+    records = runs["encrypted"]["records"]
+    assert not _clear_floats(records)  # not even the probabilities: every float is sealed
+    scores = [r.message() for r in records if r.rpc == "Score" and r.direction == "request"]
+    predicts = [r.message() for r in records if r.rpc == "Predict" and r.direction == "response"]
+    assert len(scores) > 5 and len(predicts) > 5
+    for s in scores:
+        assert not s.predictions and not s.scores and s.HasField("blind")
+        assert s.blind.heads and all(t.sealed and not t.data for t in s.blind.heads.values())
+    assert all(p.probabilities.sealed and not p.probabilities.data for p in predicts)
+    # control: the plaintext run's Score requests name every row's predicted class
+    plain = runs["plain"]["records"]
+    assert all(
+        r.message().predictions for r in plain if r.rpc == "Score" and r.direction == "request"
+    )

@@ -276,7 +276,8 @@ class TrainOptions:
         str | None,
         Opt(
             help="label party, on the gradients it sends: none | max_norm (Li et al. 2022) | "
-            "direction (Marvell-style noise along the class-mean difference)",
+            "direction (Marvell-style noise along the class-mean difference) | "
+            "max_norm_direction (both)",
             show_default=shown(PV["gradient_defence"]),
         ),
     ] = None

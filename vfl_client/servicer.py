@@ -205,14 +205,16 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
 
     def Predict(self, request, context):
         def run(p: Party) -> vfl_pb2.PredictReply:
-            self._opened(p, "Predict", request)
+            relay = self._opened(p, "Predict", request)
             call = convert.predict_call_from_proto(request, wire=p.config.wire_dtype)
-            return convert.probabilities_to_proto(call.request_id, p.predict(call))
+            reply = convert.probabilities_to_proto(call.request_id, p.predict(call))
+            return self._sealed(relay, "Predict", request, reply)
 
         return self._serve(context, "Predict", request.header, run)
 
     def Score(self, request, context):
         def run(p: Party) -> vfl_pb2.ScoreReply:
+            self._opened(p, "Score", request)  # a blind prediction's probabilities
             return convert.score_reply_to_proto(p.score(convert.score_call_from_proto(request)))
 
         return self._serve(context, "Score", request.header, run)

@@ -159,11 +159,15 @@ class PartyClient:
         self._narrow(request.embeddings)
         return Pending(
             self._stub.Predict.future(request, timeout=timeout),
-            lambda reply: convert.probabilities_from_proto(reply, request_id=call.request_id),
+            lambda reply: convert.probabilities_from_proto(
+                reply, request_id=call.request_id, sealed=bool(call.seal_for)
+            ),
         )
 
     def score(self, call: ScoreCall, timeout: float) -> Pending[ScoreResult]:
-        request = convert.score_call_to_proto(call, self._header)
+        header = self._header if call.blind is None else self._relay_header()
+        request = convert.score_call_to_proto(call, header)
+        self._narrow(request.blind.heads)
         future = self._stub.Score.future(request, timeout=timeout)
         return Pending(future, convert.score_reply_from_proto)
 

@@ -132,9 +132,10 @@ class BackwardCall:
     round_id: int
     epoch: int
     grad: np.ndarray | None  # (B, d), None when no other head sent a gradient
-    # Encrypted relay: the heads' sealed gradients in head order instead of `grad` (the
-    # coordinator cannot add them; the party opens and adds them in this order)
-    parts: tuple[Sealed, ...] = ()
+    # Encrypted relay: the heads' gradients in head order instead of `grad` (the coordinator
+    # cannot add them): sealed as the engine relays them, opened (B, d) arrays once they reach
+    # the party, which adds them itself (vfl_core.methods.gradient_sum.received_gradient)
+    parts: tuple[np.ndarray | Sealed, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,9 @@ class PredictCall:
     embeddings: dict[int, np.ndarray]  # block -> (B, slots * d)
     blocks: tuple[int, ...] = ()  # the blocks asked to embed this batch
     label_blocks: tuple[int, ...] = ()  # the federation's label parties
+    # Encrypted relay, an evaluation: the label parties the probabilities are sealed for (they
+    # combine and score them, ScoreCall.blind); the in-process transport passes them as they are
+    seal_for: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,24 @@ class ScoreCall:
     # name -> (B,) float32: the positive-class probability (binary classification, for ROC AUC)
     # or the predicted value in original units (regression, where `predictions` is empty)
     scores: dict[str, np.ndarray] = field(default_factory=dict)
+    # Encrypted relay: instead of `predictions` and `scores`, the batch's prediction for the
+    # label party to combine and score itself (vfl_core.inference.blind)
+    blind: BlindPrediction | None = None
+
+
+@dataclass(frozen=True)
+class BlindPrediction:
+    """An evaluation batch's prediction that the coordinator relays unread (encrypted relay):
+    the heads' probabilities sealed for the label party and what the coordinator would have
+    combined them with, so that it never holds a prediction it could pair with the scores."""
+
+    request_id: int  # the Predict request the heads answered
+    heads: dict[int, np.ndarray | Sealed]  # head block -> (B, C) probabilities
+    present: tuple[int, ...]  # the observed set they predicted from
+    first: int  # the batch's first sample (key index), which keys its random draws
+    threshold: float | None = None  # binary: P(positive) threshold; None: the argmax
+    federation_scores: bool = False  # also the federation's positive-class probability
+    guess: str = ""  # standard VFL with a block missing: the name of its random guess
 
 
 @dataclass(frozen=True)

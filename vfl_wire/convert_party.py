@@ -13,6 +13,7 @@ from vfl_core.inference.scoring import SUMS
 from vfl_core.model.quantize import LOSSLESS
 from vfl_core.protocol import (
     BackwardCall,
+    BlindPrediction,
     EmbedCall,
     FuseCall,
     FuseResult,
@@ -27,16 +28,17 @@ from vfl_wire.convert_fields import (
     Matrix,
     block_list,
     block_map,
+    check_name,
     check_round,
     check_split,
     decode_map,
     encode_floats,
     encode_map,
+    encode_relayed,
     index_vector,
     matrix,
     require,
 )
-from vfl_wire.relay_box import sealed_to_proto
 from vfl_wire.tensors import decode_array, encode_array, encode_float, encode_index
 from vfl_wire.v1 import vfl_pb2
 
@@ -164,7 +166,9 @@ def backward_call_to_proto(
     call: BackwardCall, h: vfl_pb2.Header | None, wire: str = LOSSLESS
 ) -> vfl_pb2.BackwardRequest:
     req = vfl_pb2.BackwardRequest(header=h, round_id=call.round_id, epoch=call.epoch)
-    req.parts.extend(sealed_to_proto(p, wire) for p in call.parts)
+    req.parts.extend(
+        encode_relayed(p, wire, f"backward gradient part {i}") for i, p in enumerate(call.parts)
+    )
     if call.grad is not None:
         req.has_grad = True
         req.grad.CopyFrom(encode_float(call.grad, wire, what="backward gradient"))
@@ -175,16 +179,21 @@ def backward_call_from_proto(
     req: vfl_pb2.BackwardRequest, *, expect_shape: Matrix = ANY2, wire: str = LOSSLESS
 ) -> BackwardCall:
     grad = None
-    if req.parts:  # vfl_wire.relay_messages opens and adds them before this
-        raise ProtocolError(
-            "backward parts: sealed gradients, but this party's run does not encrypt its relay"
-        )
     if req.has_grad:
         require(req, "grad", "backward gradient")
         grad = matrix(req.grad, "backward gradient", expect_shape, wire)
     elif req.HasField("grad"):
         raise ProtocolError("backward gradient: present but has_grad is false")
-    return BackwardCall(round_id=req.round_id, epoch=req.epoch, grad=grad)
+    # Encrypted relay: the heads' gradients, opened by vfl_wire.relay_messages before this (a
+    # box still sealed is refused), for the party to add
+    parts: list[np.ndarray] = []
+    shape: Matrix = expect_shape
+    for i, t in enumerate(req.parts):
+        parts.append(matrix(t, f"backward gradient part {i}", shape, wire))
+        shape = (parts[-1].shape[0], parts[-1].shape[1])  # every part the first's shape
+    if grad is not None and parts:
+        raise ProtocolError("backward gradient: both a sum and its parts")
+    return BackwardCall(req.round_id, req.epoch, grad, tuple(parts))
 
 
 def train_call_to_proto(
@@ -261,6 +270,7 @@ def predict_call_to_proto(
         embeddings=encode_floats(call.embeddings, "embedding for block", wire),
         blocks=call.blocks,
         label_blocks=call.label_blocks,
+        seal_for=call.seal_for,
     )
 
 
@@ -272,6 +282,7 @@ def predict_call_from_proto(
         embeddings=block_map(req.embeddings, "embedding", expect_shape, wire),
         blocks=block_list(req.blocks, "predict blocks"),
         label_blocks=block_list(req.label_blocks, "predict label blocks"),
+        seal_for=block_list(req.seal_for, "predict seal_for"),
     )
 
 
@@ -282,21 +293,58 @@ def probabilities_to_proto(request_id: int, probabilities: np.ndarray) -> vfl_pb
 
 
 def probabilities_from_proto(
-    reply: vfl_pb2.PredictReply, *, request_id: int, expect_shape: Matrix = ANY2
+    reply: vfl_pb2.PredictReply,
+    *,
+    request_id: int,
+    expect_shape: Matrix = ANY2,
+    sealed: bool = False,
 ) -> np.ndarray:
-    """(B, C) float32 class probabilities of request `request_id`."""
+    """(B, C) float32 class probabilities of request `request_id` (`sealed`: an evaluation's of
+    an encrypted relay, which comes back as a `Sealed` for the label parties)."""
     check_round(reply.request_id, request_id, what="predict reply")
-    return matrix(reply.probabilities, "probabilities", expect_shape)
+    return matrix(reply.probabilities, "probabilities", expect_shape, sealed=sealed)
 
 
 def score_call_to_proto(call: ScoreCall, h: vfl_pb2.Header) -> vfl_pb2.ScoreRequest:
-    return vfl_pb2.ScoreRequest(
+    req = vfl_pb2.ScoreRequest(
         header=h,
         split=call.split,
         rows=encode_index(call.rows, what="score rows"),
         digest=call.digest,
         predictions=encode_map(call.predictions, "predictions of"),
         scores=encode_map(call.scores, "scores of"),
+    )
+    if call.blind is not None:
+        req.blind.CopyFrom(blind_to_proto(call.blind))
+    return req
+
+
+def blind_to_proto(b: BlindPrediction) -> vfl_pb2.BlindPrediction:
+    return vfl_pb2.BlindPrediction(
+        request_id=b.request_id,
+        heads=encode_floats(b.heads, "probabilities of head", LOSSLESS),
+        present=b.present,
+        first=b.first,
+        has_threshold=b.threshold is not None,
+        threshold=0.0 if b.threshold is None else b.threshold,
+        federation_scores=b.federation_scores,
+        guess=b.guess,
+    )
+
+
+def blind_from_proto(b: vfl_pb2.BlindPrediction, rows: int) -> BlindPrediction:
+    """As the label party reads it, its boxes opened (vfl_wire.relay_messages): each head's
+    (rows, C) probabilities; a box still sealed is refused."""
+    if b.first < 0 or not math.isfinite(b.threshold) or not 0.0 <= b.threshold <= 1.0:
+        raise ProtocolError("score blind prediction: negative first sample or bad threshold")
+    return BlindPrediction(
+        request_id=b.request_id,
+        heads=block_map(b.heads, "score probabilities", (rows, None)),
+        present=block_list(b.present, "score present blocks"),
+        first=b.first,
+        threshold=b.threshold if b.has_threshold else None,
+        federation_scores=b.federation_scores,
+        guess=check_name(b.guess, "score guess") if b.guess else "",
     )
 
 
@@ -306,6 +354,9 @@ def score_call_from_proto(req: vfl_pb2.ScoreRequest) -> ScoreCall:
     def scores(t: vfl_pb2.Tensor, what: str) -> np.ndarray:  # (B,) float32
         return decode_array(t, what=what, expect_dtype="float32", expect_shape=(len(rows),))
 
+    blind = blind_from_proto(req.blind, len(rows)) if req.HasField("blind") else None
+    if blind is not None and (req.predictions or req.scores):
+        raise ProtocolError("score request: both predictions and a blind prediction")
     return ScoreCall(
         split=check_split(req.split, what="score split"),
         rows=rows,
@@ -314,6 +365,7 @@ def score_call_from_proto(req: vfl_pb2.ScoreRequest) -> ScoreCall:
             req.predictions, lambda t, what: index_vector(t, what, len(rows)), "predictions of"
         ),
         scores=decode_map(req.scores, scores, "scores of"),
+        blind=blind,
     )
 
 

@@ -32,9 +32,15 @@ VERSION = 1
 HEADER = struct.Struct(">BBqii")
 NONCE_BYTES = 12
 TAG_BYTES = 16
-# what a box holds: a training embedding, an inference embedding, a head's gradient
-EMBED, INFER, GRAD = 1, 2, 3
-DIRECTIONS = {EMBED: "training embedding", INFER: "inference embedding", GRAD: "gradient"}
+# what a box holds: a training embedding, an inference embedding, a head's gradient, a head's
+# probabilities of an evaluation batch (for the label party that scores them)
+EMBED, INFER, GRAD, PROBS = 1, 2, 3, 4
+DIRECTIONS = {
+    EMBED: "training embedding",
+    INFER: "inference embedding",
+    GRAD: "gradient",
+    PROBS: "evaluation prediction",
+}
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}
 
 

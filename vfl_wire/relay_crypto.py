@@ -29,6 +29,7 @@ from vfl_wire.relay_box import (
     HEADER,
     INFER,
     NONCE_BYTES,
+    PROBS,
     BoxHeader,
     associated_data,
     box_bytes,
@@ -144,8 +145,10 @@ class RelayCrypto:
                 f"{what}: the {head.describe()} from party {known[0].party_id!r} does not "
                 "authenticate (tampered, or sealed under another key): refused"
             ) from None
-        if direction != INFER:  # a training box is opened once; an inference batch may be
-            self._remember(nonce, head, known[0], what)  # predicted from several subsets
+        # a training box is opened once; an inference batch may be predicted from several
+        # subsets, and an evaluation batch scored again (a retried Score call)
+        if direction not in (INFER, PROBS):
+            self._remember(nonce, head, known[0], what)
         data_bytes = len(payload) - scale_bytes(t.dtype, shape)
         plain = vfl_pb2.Tensor(dtype=t.dtype, shape=shape, data=payload[:data_bytes])
         if data_bytes < len(payload):

@@ -1,20 +1,21 @@
 """The Party service's messages through the encrypted relay: open the sealed tensors of a
-request before it is converted, seal the embeddings and gradients of a reply after.
+request before it is converted, seal the embeddings and gradients of a reply after (and an
+evaluation's probabilities, which only the label parties that score them open:
+vfl_core.inference.blind).
 
 The requests are opened in place into the plaintext messages the converters know
 (vfl_wire.convert_party), so the party's learning code is the same with or without encryption.
-A Backward's sealed per-head gradients are opened, decoded and added in head order with the round
-engine's own `add_in_order`, then encoded in the wire dtype as the coordinator's summed gradient
-would have been: the party steps on exactly the values of a plaintext run.
+A Backward's sealed per-head gradients are opened in place and stay apart: the party adds them
+in head order (vfl_core.methods.gradient_sum.received_gradient), rounded as the coordinator's
+sum would have been, so it steps on exactly the values of a plaintext run. The wire does no
+arithmetic.
 """
 
 from __future__ import annotations
 
 from vfl_core.errors import ProtocolError
-from vfl_core.training.laser_round import add_in_order
-from vfl_wire.relay_box import EMBED, GRAD, INFER
+from vfl_wire.relay_box import EMBED, GRAD, INFER, PROBS
 from vfl_wire.relay_crypto import RelayCrypto
-from vfl_wire.tensors import decode_float, encode_float
 from vfl_wire.v1 import vfl_pb2
 
 
@@ -25,27 +26,21 @@ def open_embeddings(relay: RelayCrypto, tensors, direction: int, round_id: int, 
         t.CopyFrom(plain)
 
 
-def open_backward(relay: RelayCrypto, req: vfl_pb2.BackwardRequest, wire: str) -> None:
-    """The heads' sealed gradients, opened and added in head order into `grad`."""
+def open_backward(relay: RelayCrypto, req: vfl_pb2.BackwardRequest) -> None:
+    """The heads' sealed gradients, opened in place and checked to be in head order; the party
+    adds them (BackwardCall.summed), not the wire."""
     what = f"backward gradient of round {req.round_id}"
     if req.has_grad or req.HasField("grad"):
         raise ProtocolError(
             f"{what}: in the clear, but this run encrypts its relay (--encrypt-relay): refused"
         )
-    grads, heads = [], []
+    heads: list[int] = []
     for t in req.parts:
         head, plain = relay.open(t, GRAD, req.round_id, None, f"{what} part {len(heads)}")
         if heads and head <= heads[-1]:
             raise ProtocolError(f"{what}: heads {[*heads, head]} not in head order: refused")
         heads.append(head)
-        grads.append(decode_float(plain, wire, what=f"{what} of head {head}"))
-    if grads and any(g.shape != grads[0].shape for g in grads):
-        raise ProtocolError(f"{what}: parts of shapes {[g.shape for g in grads]}")
-    total = add_in_order(grads)
-    req.ClearField("parts")
-    if total is not None:
-        req.has_grad = True
-        req.grad.CopyFrom(encode_float(total, wire, what=what))
+        t.CopyFrom(plain)
 
 
 def open_request(relay: RelayCrypto, rpc: str, request, wire: str) -> None:
@@ -54,12 +49,18 @@ def open_request(relay: RelayCrypto, rpc: str, request, wire: str) -> None:
     if rpc == "Fuse":
         open_embeddings(relay, request.embeddings, EMBED, request.round_id, rpc)
     elif rpc == "Backward":
-        open_backward(relay, request, wire)
+        open_backward(relay, request)
     elif rpc == "Predict":
         open_embeddings(relay, request.embeddings, INFER, request.request_id, rpc)
+    elif rpc == "Score" and request.HasField("blind"):
+        blind = request.blind
+        for head, t in blind.heads.items():
+            what = f"Score: probabilities of head {head}, request {blind.request_id}"
+            _, plain = relay.open(t, PROBS, blind.request_id, head, what)
+            t.CopyFrom(plain)
     elif rpc == "Train":
         for b in request.backward:
-            open_backward(relay, b, wire)
+            open_backward(relay, b)
         for f in request.fuse:
             open_embeddings(relay, f.embeddings, EMBED, f.round_id, rpc)
 
@@ -79,10 +80,14 @@ def seal_fused(relay: RelayCrypto, reply: vfl_pb2.FuseReply) -> None:
 
 
 def seal_reply(relay: RelayCrypto, rpc: str, request, reply) -> None:
-    """Seal the embeddings and gradients of `reply` in place (probabilities stay in the clear:
-    the coordinator serves them)."""
+    """Seal the embeddings and gradients of `reply` in place, and an evaluation's probabilities
+    for the label parties that score them (a prediction the coordinator serves stays in the
+    clear)."""
     if rpc == "Embed":
         seal_embedding(relay, reply, request.train)
+    elif rpc == "Predict" and request.seal_for:  # an evaluation's: for the label parties only
+        sealed = relay.seal(reply.probabilities, PROBS, reply.request_id, request.seal_for)
+        reply.probabilities.CopyFrom(sealed)
     elif rpc == "Fuse":
         seal_fused(relay, reply)
     elif rpc == "Train":

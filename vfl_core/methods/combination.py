@@ -64,6 +64,16 @@ def combine(
     return Combined(scored, federation, combined.predicted, scores)
 
 
+def scored_names(rule: Combination, present: Sequence[int], heads: Sequence[int]) -> set[str]:
+    """The names of the predictions `combine` scores for these heads (which the coordinator
+    expects back from a label party that combined them itself, vfl_core.inference.blind)."""
+    if rule == "vote":
+        return {"ensemble"}
+    if rule == "subset":
+        return {f"S{key_name(tuple(sorted(present)))}"}
+    return {str(k) for k in heads}
+
+
 def decide(probs: np.ndarray, threshold: float | None) -> np.ndarray:
     """(B,) classes of (B, C) probabilities: the argmax, or for a binary task with a threshold,
     1 where P(class 1) >= threshold."""

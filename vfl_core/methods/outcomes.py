@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from vfl_core.data.batch_plan import Batch
-from vfl_core.protocol import SamplePrediction, Sealed
+from vfl_core.protocol import BlindPrediction, SamplePrediction, Sealed
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,9 @@ class PredictionBatch:
     regression: bool = False
     # parties of the pattern that the validation choice leaves out (vfl_core.inference.choice)
     dropped: tuple[int, ...] = ()
+    # an evaluation of an encrypted relay: the prediction the label party combines and scores
+    # (vfl_core.inference.blind); `federation` and `predicted` are then None
+    blind: BlindPrediction | None = None
 
     def samples(self, keys: Sequence[bytes]) -> list[SamplePrediction]:
         """One SamplePrediction per sample of the batch."""

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-GradientDefence = Literal["none", "max_norm", "direction"]
+GradientDefence = Literal["none", "max_norm", "direction", "max_norm_direction"]
 
 
 class PrivacyConfig(BaseModel):
@@ -17,7 +17,8 @@ class PrivacyConfig(BaseModel):
 
     # At the label party, on the gradients it sends for other parties' embeddings:
     # max_norm (Li et al. 2022, Sec. 5) or direction (Marvell-style noise along the difference
-    # of the class means, `direction_power` times its squared length).
+    # of the class means, `direction_power` times its squared length), or both in that order
+    # (max_norm_direction: the norms equalised, then a milder direction noise).
     gradient_defence: GradientDefence = "none"
     direction_power: float = Field(1.0, gt=0)
     # At every party, on the embeddings it sends in training: each row clipped to L2 norm

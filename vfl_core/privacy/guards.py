@@ -34,10 +34,10 @@ class PartyGuard:
         """The gradient for another party's embedding, as it may leave this party (`labels`:
         the batch's, needed by the direction defence only)."""
         kind = self.config.gradient_defence
-        if kind == "max_norm":
-            return max_norm(grad, self._grad_gen)
-        if kind == "direction" and labels is not None:
-            return direction_noise(grad, labels, self.config.direction_power, self._grad_gen)
+        if kind in ("max_norm", "max_norm_direction"):
+            grad = max_norm(grad, self._grad_gen)
+        if kind in ("direction", "max_norm_direction") and labels is not None:
+            grad = direction_noise(grad, labels, self.config.direction_power, self._grad_gen)
         return grad
 
     def embedding(self, embedding: torch.Tensor) -> torch.Tensor:

@@ -19,13 +19,13 @@ import numpy as np
 
 from vfl_core.data.batch_plan import Batch, eval_plan
 from vfl_core.data.learning_task import REGRESSION
+from vfl_core.inference.blind import eval_rng, score_inputs
 from vfl_core.inference.metrics import FEDERATION, EvalReport
 from vfl_core.inference.scoring import result_fits
-from vfl_core.methods.combination import combine, random_guess
+from vfl_core.methods.combination import combine, random_guess, scored_names
 from vfl_core.methods.outcomes import PredictionBatch, batch_prediction, well_formed
 from vfl_core.methods.spec import active_party
-from vfl_core.protocol import EmbedCall, PredictCall, ScoreCall, ScoreResult
-from vfl_core.seeding import Stream, rng
+from vfl_core.protocol import BlindPrediction, EmbedCall, PredictCall, ScoreCall, ScoreResult
 
 if TYPE_CHECKING:
     from vfl_core.training.engine import Federation
@@ -40,22 +40,28 @@ class Evaluator:
         self.fed = fed
 
     def predict_batches(
-        self, split: str, index: np.ndarray | None, blocks: Collection[int] | None
+        self,
+        split: str,
+        index: np.ndarray | None,
+        blocks: Collection[int] | None,
+        blind: bool = False,
     ) -> Iterator[PredictionBatch]:
         """Predict every sample of `split` (or the given key indices) from the live parties, or
         only from the live parties of `blocks` (the others are not called: as if they were gone).
-        A batch that no block of `blocks` holds gets no prediction (no call either)."""
+        A batch that no block of `blocks` holds gets no prediction (no call either). `blind`:
+        the heads seal their probabilities for the label parties, which combine them
+        (vfl_core.inference.blind)."""
         al = self.fed.alignments[split]
         for batch in eval_plan(al, self.fed.config.eval_batch_size, index):
             if blocks is not None and not set(batch.pattern) & set(blocks):
                 yield PredictionBatch(batch.index, batch.pattern, (), {}, None)
                 continue
             served, dropped = self.fed.validator.served(batch.pattern, blocks)
-            pred = self._predict_batch(split, batch, served)
+            pred = self._predict_batch(split, batch, served, blind)
             yield replace(pred, dropped=dropped) if dropped else pred
 
     def _predict_batch(
-        self, split: str, batch: Batch, blocks: Collection[int] | None = None
+        self, split: str, batch: Batch, blocks: Collection[int] | None = None, blind: bool = False
     ) -> PredictionBatch:
         fed = self.fed
         fed.presence.poll_rejoins()
@@ -74,12 +80,19 @@ class Evaluator:
         if predictors is None:  # standard VFL with a block missing
             if regression:  # no prediction, unscored
                 return batch_prediction(batch, present, {}, None, regression)
+            if blind:  # the label party draws the guess: the coordinator must not know it
+                name = str(active_party(labels))
+                return self._blind(batch, request, present, {}, None, name)
             guess = random_guess(str(active_party(labels)), len(batch.index), fed.num_classes, gen)
             return batch_prediction(batch, present, {}, guess, regression)
         shared = spec.shares_embeddings
         calls = {
             k: PredictCall(
-                request, {b: e for b, e in embeddings.items() if shared or b == k}, callees, labels
+                request,
+                {b: e for b, e in embeddings.items() if shared or b == k},
+                callees,
+                labels,
+                labels if blind else (),
             )
             for k in predictors
         }
@@ -92,14 +105,28 @@ class Evaluator:
         outside = [k for k in calls if k not in present]
         fed.record(outside, probs, "predict", f"{split} request {request}", immediate=True)
         threshold = fed.validator.threshold()
+        if blind and probs:
+            return self._blind(batch, request, present, probs, threshold)
         combined = combine(spec.combination, present, probs, gen, regression, threshold)
         return batch_prediction(batch, present, probs, combined, regression)
 
     def eval_rng(self, batch: Batch) -> np.random.Generator:
         """The random draws of an inference batch (a vote's ties, a guess for a missing party),
         keyed by its samples rather than the request counter: asked again, it answers the same."""
-        first = int(batch.index[0]) if len(batch.index) else 0
-        return rng(self.fed.config.seed, Stream.EVAL_RANDOM, first, len(batch.index))
+        return eval_rng(self.fed.config.seed, _first(batch), len(batch.index))
+
+    @staticmethod
+    def _blind(
+        batch: Batch,
+        request: int,
+        present: tuple[int, ...],
+        probs: dict[int, np.ndarray],
+        threshold: float | None,
+        guess: str = "",
+    ) -> PredictionBatch:
+        """A batch whose prediction the label party makes from the heads' sealed `probs`."""
+        blind = BlindPrediction(request, probs, present, _first(batch), threshold, guess=guess)
+        return PredictionBatch(batch.index, batch.pattern, present, probs, None, blind=blind)
 
     def reachable(self, block: int, blocks: Collection[int] | None) -> bool:
         """Whether a party outside a batch's observed set may be called (live, and among
@@ -143,7 +170,9 @@ class Evaluator:
         `federation_scores` (binary tasks), the label parties also return the histogram of the
         federation's positive-class probability (vfl_core.inference.choice)."""
         report = EvalReport()
-        for pred in self.fed.predict_batches(split, index, blocks):
+        # an encrypted relay: the label party combines each batch (vfl_core.inference.blind)
+        blind = self.fed.config.encrypt_relay and self.fed.spec.program is None
+        for pred in self.predict_batches(split, index, blocks, blind):
             asked = [
                 b for b in pred.pattern if (blocks is None or b in blocks) and b not in pred.dropped
             ]
@@ -156,7 +185,7 @@ class Evaluator:
                 )
             result = (
                 self._score(split, pred, served, federation_scores)
-                if pred.predicted is not None
+                if pred.predicted is not None or pred.blind is not None
                 else None
             )
             if result is None:
@@ -175,17 +204,28 @@ class Evaluator:
     ) -> ScoreResult | None:
         """Aggregates (confusion counts, AUC histograms or error sums) from the first present
         label party that answers, else from a reachable party holding the labels only."""
-        assert pred.predicted is not None
         fed = self.fed
         al = fed.alignments[split]
-        named = {**pred.scored, FEDERATION: pred.predicted}
-        if pred.regression:
-            predictions = {}
-            scores = {name: v.astype(np.float32) for name, v in named.items()}
+        blind = pred.blind
+        if blind is not None:  # the label party combines and names the predictions
+            blind = replace(blind, federation_scores=federation_scores)
+            predictions: dict[str, np.ndarray] = {}
+            scores: dict[str, np.ndarray] = {}
+            heads = sorted(blind.heads)
+            rule = fed.spec.combination
+            named = {blind.guess} if blind.guess else scored_names(rule, blind.present, heads)
+            names = {*named, FEDERATION}
         else:
-            predictions, scores = named, {n: s.astype(np.float32) for n, s in pred.scores.items()}
-            if federation_scores and pred.federation is not None and pred.federation.shape[1] == 2:
-                scores[FEDERATION] = pred.federation[:, 1].astype(np.float32)
+            assert pred.predicted is not None
+            predictions, scores = score_inputs(
+                pred.scored,
+                pred.predicted,
+                pred.scores,
+                pred.federation,
+                pred.regression,
+                federation_scores,
+            )
+            names = {*predictions, *scores}
         digest = al.digest(pred.index)
         label_only = [
             b
@@ -194,11 +234,16 @@ class Evaluator:
         ]
         for scorer in [*(b for b in pred.present if b in fed.label_blocks), *label_only]:
             rows = al.rows_of(scorer, pred.index)
-            call = ScoreCall(split, rows, digest, predictions, scores)
+            call = ScoreCall(split, rows, digest, predictions, scores, blind)
             result = fed.transport.score(scorer, call)
             if result is None:
                 continue
-            if result_fits(result, fed.task, fed.num_classes, set(named)):
+            if result_fits(result, fed.task, fed.num_classes, names):
                 return result
             log.warning("%s: score answer of block %d refused (names/shapes)", split, scorer)
         return None
+
+
+def _first(batch: Batch) -> int:
+    """The batch's first sample (key index), which keys its random draws."""
+    return int(batch.index[0]) if len(batch.index) else 0

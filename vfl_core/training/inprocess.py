@@ -115,7 +115,10 @@ class InProcessTransport:
         return replace(call, embeddings=self._wire_map(call.embeddings))
 
     def _sent_backward(self, call: BackwardCall) -> BackwardCall:
-        return replace(call, grad=None if call.grad is None else self._wire(call.grad))
+        """The summed gradient rounded as the coordinator sends it; the heads' unsummed parts
+        (each already rounded as its head sent it) passed on as copies, for the party to add."""
+        grad = None if call.grad is None else self._wire(call.grad)
+        return replace(call, grad=grad, parts=tuple(p.copy() for p in call.parts))
 
     def _received(self, result: FuseResult) -> FuseResult:
         return FuseResult(result.loss, self._wire_map(result.grads))

@@ -11,13 +11,13 @@ travelling with the next round's Embed, through `fuse_calls`, `fused` and `backw
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vfl_core.data.batch_plan import Batch
+from vfl_core.methods.gradient_sum import add_in_order
 from vfl_core.methods.outcomes import RoundRecord, well_formed
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, Sealed
 
@@ -174,15 +174,6 @@ def head_grads(fused: dict, block: int) -> list:
     return [fused[k].grads[block] for k in sorted(fused) if k != block and block in fused[k].grads]
 
 
-def add_in_order(grads: Sequence[np.ndarray]) -> np.ndarray | None:
-    """The sum of `grads`, added in their order: the coordinator's sum, and with an encrypted
-    relay the party's own, which must equal it bit for bit."""
-    total: np.ndarray | None = None
-    for grad in grads:
-        total = grad.copy() if total is None else total + grad
-    return total
-
-
 def sum_grads(fused: dict, block: int) -> np.ndarray | None:
     """Sum of the other heads' gradients for `block`, in head order (same in every transport)."""
     return add_in_order(head_grads(fused, block))
@@ -190,7 +181,8 @@ def sum_grads(fused: dict, block: int) -> np.ndarray | None:
 
 def backward_call(round_id: int, epoch: int, fused: dict, block: int) -> BackwardCall:
     """`block`'s Backward: the heads' summed gradient, or their sealed gradients in head order
-    when the relay is encrypted (the coordinator cannot add them)."""
+    when the relay is encrypted (the coordinator cannot add them: the party does,
+    vfl_core.methods.gradient_sum.received_gradient)."""
     grads = head_grads(fused, block)
     if any(isinstance(g, Sealed) for g in grads):
         return BackwardCall(round_id, epoch, None, tuple(grads))

@@ -25,6 +25,7 @@ from vfl_core.data.learning_task import REGRESSION, TargetScaler, head_loss, out
 from vfl_core.data.missingness import UNLABELLED
 from vfl_core.data.party_dir import PartyData, PartySplit, labelled_rows_only
 from vfl_core.errors import ConfigError, ProtocolError
+from vfl_core.inference.blind import unblinded
 from vfl_core.inference.scoring import coarsened, score_batch
 from vfl_core.methods.laser.party_steps import LaserSteps
 from vfl_core.methods.spec import SHARED, ProgramHooks
@@ -210,12 +211,14 @@ class Party:
         confusion matrices (true x predicted) and, for binary tasks, AUC histograms; error and
         target sums for regression (vfl_core.inference.scoring)."""
         self.check_digest(call.split, call.rows, call.digest)
-        labels = self.split(call.split).labels
+        labels, classes = self.split(call.split).labels, self.data.meta.num_classes
         if labels is None:
             raise ProtocolError(f"party {self.party_id} holds no labels to score with")
+        if call.blind is not None:  # the heads' probabilities, combined here (encrypted relay)
+            call = unblinded(call, self.spec.combination, self.task, classes, self.config.seed)
         if self.task != REGRESSION:  # PrivacyConfig.score_epsilon: a randomised copy
-            labels = self.guard.score_labels(call.split, labels, self.data.meta.num_classes)
-        result = score_batch(self.task, self.data.meta.num_classes, labels[call.rows], call)
+            labels = self.guard.score_labels(call.split, labels, classes)
+        result = score_batch(self.task, classes, labels[call.rows], call)
         return coarsened(result, self.config.privacy.score_bins)
 
     def replace_split(self, name: str, split: PartySplit | None) -> None:

@@ -225,7 +225,7 @@ class CheckpointReply(_message.Message):
     def __init__(self, round_id: _Optional[int] = ..., saved: _Optional[bool] = ...) -> None: ...
 
 class PredictRequest(_message.Message):
-    __slots__ = ("header", "request_id", "embeddings", "blocks", "label_blocks")
+    __slots__ = ("header", "request_id", "embeddings", "blocks", "label_blocks", "seal_for")
     class EmbeddingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -238,12 +238,14 @@ class PredictRequest(_message.Message):
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     LABEL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    SEAL_FOR_FIELD_NUMBER: _ClassVar[int]
     header: Header
     request_id: int
     embeddings: _containers.MessageMap[int, Tensor]
     blocks: _containers.RepeatedScalarFieldContainer[int]
     label_blocks: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., request_id: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ..., label_blocks: _Optional[_Iterable[int]] = ...) -> None: ...
+    seal_for: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., request_id: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ..., label_blocks: _Optional[_Iterable[int]] = ..., seal_for: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PredictReply(_message.Message):
     __slots__ = ("request_id", "probabilities")
@@ -254,7 +256,7 @@ class PredictReply(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., probabilities: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("header", "split", "rows", "digest", "predictions", "scores")
+    __slots__ = ("header", "split", "rows", "digest", "predictions", "scores", "blind")
     class PredictionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -275,13 +277,42 @@ class ScoreRequest(_message.Message):
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
     SCORES_FIELD_NUMBER: _ClassVar[int]
+    BLIND_FIELD_NUMBER: _ClassVar[int]
     header: Header
     split: str
     rows: Tensor
     digest: bytes
     predictions: _containers.MessageMap[str, Tensor]
     scores: _containers.MessageMap[str, Tensor]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., predictions: _Optional[_Mapping[str, Tensor]] = ..., scores: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...
+    blind: BlindPrediction
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., predictions: _Optional[_Mapping[str, Tensor]] = ..., scores: _Optional[_Mapping[str, Tensor]] = ..., blind: _Optional[_Union[BlindPrediction, _Mapping]] = ...) -> None: ...
+
+class BlindPrediction(_message.Message):
+    __slots__ = ("request_id", "heads", "present", "first", "has_threshold", "threshold", "federation_scores", "guess")
+    class HeadsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Tensor
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    HEADS_FIELD_NUMBER: _ClassVar[int]
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    HAS_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    FEDERATION_SCORES_FIELD_NUMBER: _ClassVar[int]
+    GUESS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    heads: _containers.MessageMap[int, Tensor]
+    present: _containers.RepeatedScalarFieldContainer[int]
+    first: int
+    has_threshold: bool
+    threshold: float
+    federation_scores: bool
+    guess: str
+    def __init__(self, request_id: _Optional[int] = ..., heads: _Optional[_Mapping[int, Tensor]] = ..., present: _Optional[_Iterable[int]] = ..., first: _Optional[int] = ..., has_threshold: _Optional[bool] = ..., threshold: _Optional[float] = ..., federation_scores: _Optional[bool] = ..., guess: _Optional[str] = ...) -> None: ...
 
 class ScoreReply(_message.Message):
     __slots__ = ("confusion", "histograms", "sums")

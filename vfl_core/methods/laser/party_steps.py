@@ -20,6 +20,7 @@ import torch
 
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ProtocolError, StaleRoundError, VflError
+from vfl_core.methods.gradient_sum import received_gradient
 from vfl_core.methods.laser.objective import fuse_mean, sampled_loss
 from vfl_core.methods.laser.stale import StaleEmbeddings
 from vfl_core.methods.party_port import PartyPort
@@ -232,9 +233,10 @@ class LaserSteps:
         if state.embedding is None:
             raise ProtocolError(f"round {call.round_id}: party embedded nothing to update")
         grad = state.own_grad
-        if call.grad is not None:
+        summed = received_gradient(call, self.party.config.wire_dtype)  # parts added here
+        if summed is not None:
             width = state.embedding.shape[1]
-            received = self.party.from_wire(call.grad, "summed gradient", len(state.rows), width)
+            received = self.party.from_wire(summed, "summed gradient", len(state.rows), width)
             grad = received if grad is None else received + grad
         state.stepped = True
         if grad is None:
