@@ -14,12 +14,10 @@ Each (setting, table, seed) is one cached JSON under `--out` (delete it to rerun
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pool import Task
 from benchmarks.tabular_baselines import Fit, central_row
 from benchmarks.tabular_data import prepare
 from benchmarks.tabular_sweep import run_cli
@@ -67,26 +65,9 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
     return {"task": table.task, "rows_run": [row], "train": train.model_dump(mode="json")}
 
 
-def tasks(args: argparse.Namespace) -> list[Task]:
-    names = args.tables or list(tables(args.data_path, False))
-    out = []
-    for setting in args.settings:
-        for table in names:
-            for seed in args.seeds:
-                payload = {
-                    "table": table,
-                    "seed": seed,
-                    "setting": setting,
-                    "data_path": str(args.data_path) if args.data_path else None,
-                }
-                path = args.out / setting / f"{table}-s{seed}.json"
-                out.append(Task(f"{setting} {table} s{seed}", payload, path))
-    return out
-
-
 def main() -> None:
     out = Path("benchmarks/results/runs/tabular-screen")
-    run_cli(SETTINGS, worker, tasks, out, "screen", __doc__)
+    run_cli(SETTINGS, worker, lambda setting: {"setting": setting}, out, "screen", __doc__)
 
 
 if __name__ == "__main__":

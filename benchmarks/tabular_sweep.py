@@ -120,23 +120,29 @@ def _row(name: str, prep: Any, parties: list[int], out: Path, extra: list[str]) 
     return simulate_row(name, prep, parties, out, None, extra=tuple(extra))
 
 
-def tasks(args: argparse.Namespace) -> list[Task]:
+def setting_payload(setting: str) -> dict[str, Any]:
+    """What a sweep run of `setting` changes: the options, the label party alone beside it, and
+    the module defaults no option reaches."""
+    return {
+        "extra": SETTINGS[setting],
+        "alone": setting.endswith("+alone"),
+        "numeric_bins": NUMERIC_BINS.get(setting),
+        "auto_patience": AUTO_PATIENCE.get(setting),
+    }
+
+
+def grid_tasks(args: argparse.Namespace, payload: Callable[[str], dict[str, Any]]) -> list[Task]:
+    """A task per (setting, table, seed) of the command line, cached as
+    --out/SETTING/TABLE-sSEED.json; `payload` gives each setting's own fields."""
     names = args.tables or list(tables(args.data_path, False))
+    data_path = str(args.data_path) if args.data_path else None
     out = []
     for setting in args.settings:
         for table in names:
             for seed in args.seeds:
-                payload = {
-                    "table": table,
-                    "seed": seed,
-                    "extra": SETTINGS[setting],
-                    "alone": setting.endswith("+alone"),
-                    "numeric_bins": NUMERIC_BINS.get(setting),
-                    "auto_patience": AUTO_PATIENCE.get(setting),
-                    "data_path": str(args.data_path) if args.data_path else None,
-                }
+                fields = {"table": table, "seed": seed, "data_path": data_path, **payload(setting)}
                 path = args.out / setting / f"{table}-s{seed}.json"
-                out.append(Task(f"{setting} {table} s{seed}", payload, path))
+                out.append(Task(f"{setting} {table} s{seed}", fields, path))
     return out
 
 
@@ -218,13 +224,14 @@ def _paired(scores: Scores, name: str, metrics: dict[str, str]) -> str:
 def run_cli(
     settings: Iterable[str],
     worker: Callable[[dict[str, Any]], dict[str, Any]],
-    tasks: Callable[[argparse.Namespace], list[Task]],
+    payload: Callable[[str], dict[str, Any]],
     out: Path,
     what: str,
     doc: str,
 ) -> None:
     """The command line a settings sweep shares (this module's and benchmarks.tabular_screen's):
-    run the (setting, table, seed) tasks not cached under --out, or --summarise a directory."""
+    run the (setting, table, seed) tasks not cached under --out (`payload`: a setting's own
+    fields of a task), or --summarise a directory."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--data-path", type=Path)
     parser.add_argument("--settings", nargs="*", default=["defaults"], choices=list(settings))
@@ -238,14 +245,15 @@ def run_cli(
     if args.summarise:
         print(summarise(args.summarise, args.baselines))
         return
-    failed = run_tasks(worker, tasks(args), args.jobs, desc=f"{what} runs", progress=False)
+    tasks = grid_tasks(args, payload)
+    failed = run_tasks(worker, tasks, args.jobs, desc=f"{what} runs", progress=False)
     if failed:
         raise SystemExit(f"failed: {failed}")
 
 
 def main() -> None:
     out = Path("benchmarks/results/runs/tabular-sweep")
-    run_cli(SETTINGS, worker, tasks, out, "sweep", __doc__)
+    run_cli(SETTINGS, worker, setting_payload, out, "sweep", __doc__)
 
 
 if __name__ == "__main__":
