@@ -91,7 +91,7 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     listen = listen_address(config.listen, config.coordinator)
     server, port = start_server(servicer, listen, security, _refused_calls(config))
     freeze_heap()
-    stop = stop or _stop_on_signals()
+    stop = stop or stop_on_signals()
     run_id, reason = "", "stopped before joining a run"
     try:
         party, run_id, lease = _join(config, data, party_id, device, port, stop, servicer, security)
@@ -318,7 +318,8 @@ _RETRY = (
 )
 
 
-def _stop_on_signals() -> threading.Event:
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT (handlers only from the main thread)."""
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import grpc
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from vfl_client.runner import resolve_device
+from vfl_client.runner import resolve_device, stop_on_signals
 from vfl_client.serving_http import HttpEndpoint
 from vfl_client.serving_peers import GrpcPeer, parse_peer
 from vfl_client.serving_servicer import ServingServicer
@@ -87,7 +86,7 @@ def run_serving(config: ServeConfig, stop: threading.Event | None = None) -> str
     security = load_security(
         config.tls_dir, config.insecure, party_id, token_file=config.token_file
     )
-    stop = stop or _stop_on_signals()
+    stop = stop or stop_on_signals()
     with contextlib.ExitStack() as stack:
         if isinstance(features, FeatureTable):
             stack.callback(Watcher(features).start().stop)
@@ -179,11 +178,3 @@ def _start_server(
     serving_pb2_grpc.add_ServingServicer_to_server(servicer, server)
     port = start_with_health(server, listen, security.server_credentials())
     return server, port
-
-
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    return stop
