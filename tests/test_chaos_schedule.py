@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.alone]
 SEED = 20261126
 CLIENTS = 3
 EVERY = 20  # rounds between checkpoints
+EPOCHS = 30  # long enough for the schedule to land (about 50 s of events and rejoins)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,30 @@ def _epoch_now(coord: Coordinator) -> int:
     return rounds[-1]["epoch"] if rounds else 0
 
 
+def _until_heard_from(cluster: Cluster, coord: Coordinator, client: Client) -> None:
+    """Until a restarted client has joined the run again (or the run has ended): a new process
+    spends seconds importing torch, and epochs go by meanwhile, so the span a killed party is down
+    ends when it joins, not when its process starts."""
+    cluster.wait_for(
+        lambda: "joined run" in client.log() or not coord.alive(), 120, f"{client.name} to rejoin"
+    )
+
+
+def _membership(cluster: Cluster, landed: list[Event]) -> str:
+    """What a failed invariant needs: the events that landed, and every coordinator's account of
+    who registered and who went down or came back up."""
+    lines = [f"events landed: {landed}"]
+    for proc in cluster.procs:
+        if isinstance(proc, Coordinator):
+            lines.append(f"--- {proc.name}")
+            lines += [
+                line
+                for line in proc.log().splitlines()
+                if "liveness" in line or "registry" in line or "resum" in line
+            ]
+    return "\n".join(lines)
+
+
 def test_given_seeded_chaos_schedule_when_run_ends_then_invariants_hold(tmp_path: Path) -> None:
     parties = prepare_digits(tmp_path / "data", p_miss=0.1, seed=0, clients=CLIENTS)
     ckpt = tmp_path / "ckpt"
@@ -64,10 +89,11 @@ def test_given_seeded_chaos_schedule_when_run_ends_then_invariants_hold(tmp_path
     assert events == schedule(SEED)  # the schedule is the seed's
     touched: dict[int, list[tuple[int, int]]] = {b: [] for b in range(CLIENTS)}  # epoch spans
     restarts_at: list[int] = []  # epochs in which the coordinator restarted
+    landed: list[Event] = []  # the client events that happened before the run ended
     with Cluster(tmp_path / "cluster") as cluster:
         coord, clients = cluster.federation(
             parties,
-            epochs=14,
+            epochs=EPOCHS,
             deadline=2.0,
             extra=[
                 *("--batch-size", "16", "--align-retry", "5", "--rejoin-timeout", "60"),
@@ -96,17 +122,21 @@ def test_given_seeded_chaos_schedule_when_run_ends_then_invariants_hold(tmp_path
                 proc.wait(10)
                 time.sleep(event.hold_s)
                 procs[event.block] = cluster.restart(proc)  # type: ignore[assignment]
+                _until_heard_from(cluster, coord, procs[event.block])
             else:
                 proc.signal(signal.SIGSTOP)
                 time.sleep(event.hold_s)
                 proc.signal(signal.SIGCONT)
             # down from `start` until it is heard from again: give it to the next epoch's end
             touched[event.block].append((start, _epoch_now(coord) + 1))
+            landed.append(event)
 
         assert coord.wait(300) is not None, cluster.describe()
         results = coord.results()
         assert results is not None, cluster.describe()
         rounds = coord.rounds()
+        story = _membership(cluster, landed)
+        print(f"{len(landed)} of {len(events)} events landed in {rounds[-1]['epoch'] + 1} epochs")
 
     # never "ok" on a partial evaluation
     if results["status"] == "ok":
@@ -133,4 +163,5 @@ def test_given_seeded_chaos_schedule_when_run_ends_then_invariants_hold(tmp_path
             held = [r for r in rounds if r["epoch"] == epoch + 1 and block in r["pattern"]]
             assert not held or any(block in r["present"] for r in held), (
                 f"block {block} alive through epoch {epoch} took no part in epoch {epoch + 1}"
+                f" (spans {spans}, coordinator restarts in epochs {restarts_at})\n{story}"
             )
