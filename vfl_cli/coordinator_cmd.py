@@ -89,7 +89,9 @@ def coordinator(
         "serve"
     ),
     run_id: Annotated[str | None, Opt(help="names the run", show_default="random")] = D("run_id"),
-    progress: Annotated[bool, Opt(help="show a progress bar")] = True,
+    progress: Annotated[
+        bool, Opt(help="show a progress bar (on a terminal; logs get a line per epoch)")
+    ] = True,
     audit_log: Annotated[
         Path | None,
         Opt(

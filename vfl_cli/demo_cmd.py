@@ -258,7 +258,7 @@ def _wait_trained(
 
     from vfl_cli.coordinator_client import CoordinatorError
 
-    with tqdm(total=epochs, desc="epochs", unit="ep") as bar:
+    with tqdm(total=epochs, desc="epochs", unit="ep", disable=None) as bar:  # a terminal only
         while True:
             for name, proc in list(procs.items()):
                 # Under injected faults a killed client is expected; only the coordinator counts.

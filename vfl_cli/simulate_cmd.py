@@ -116,7 +116,9 @@ def simulate(
         int, Opt(help="with --run-dir: evaluate the test split every N epochs (0: never)")
     ] = 0,
     threads: Annotated[int, Opt(help="torch CPU threads")] = 1,
-    progress: Annotated[bool, Opt(help="show a progress bar")] = True,
+    progress: Annotated[
+        bool, Opt(help="show a progress bar (on a terminal; logs get a line per epoch)")
+    ] = True,
     log_level: Annotated[str, Opt(help="debug | info | warning | error")] = "warning",
 ) -> None:
     """Train and evaluate LASER-VFL with every party in this process."""

@@ -68,7 +68,8 @@ class RoundLoop:
             desc=f"epoch {epoch + 1}/{fed.total_epochs}",
             initial=c.position,
             total=len(plan),
-            disable=not fed.progress,
+            # None: tqdm draws only on a terminal (a log file or `docker logs` gets the epoch line)
+            disable=None if fed.progress else True,
             leave=False,
         )
         for record in bar:
