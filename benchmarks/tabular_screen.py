@@ -42,6 +42,11 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "batchnorm-dropout0.2": ({}, {"norm": "batch", "dropout": 0.2}, {}),
     "batchnorm-cosine": ({"scheduler": "cosine"}, {"norm": "batch"}, {}),
     "dropout0.2-cosine": ({"scheduler": "cosine"}, {"dropout": 0.2}, {}),
+    # issue 27's ablation: the central MLP in the federation's shape (benchmarks.tabular_towers)
+    "towers-mean": ({}, {}, {"towers": "mean"}),
+    "towers-concat": ({}, {}, {"towers": "concat"}),
+    "towers-mean-drop0.5": ({}, {}, {"towers": "mean", "drop": 0.5}),
+    "towers-concat-drop0.5": ({}, {}, {"towers": "concat", "drop": 0.5}),
 }
 
 

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.pool import Task, read_json, run_tasks
+from benchmarks.tabular_baselines import central_row, hgb_row, linear_row
 from benchmarks.tabular_data import prepare
 from benchmarks.tabular_federation import simulate_row
 from benchmarks.tabular_tables import LABEL_BLOCK, K, tables
+from vfl_core.config import TrainConfig
 
 # setting -> the options it adds to the defaults; "+alone" also runs the label party alone.
 SETTINGS: dict[str, list[str]] = {
@@ -69,12 +71,23 @@ SETTINGS: dict[str, list[str]] = {
     "dropout0.2-cosine": ["--dropout", "0.2", "--scheduler", "cosine"],
     "embed128": ["--embed-dim", "128"],
     "head-hidden256": ["--head-hidden", "256"],
+    # issue 27's ablation of the generated tables' gap: concatenating fusions (the baselines of
+    # LASER-VFL's paper) instead of LASER-VFL's mean of embeddings, and full overlap
+    "zerofill": ["--method", "zerofill"],
+    "plug": ["--method", "plug"],
+    "svfl": ["--method", "svfl"],
+    "combinatorial": ["--method", "combinatorial"],
+    "full-overlap": [],
+    "zerofill-full-overlap": ["--method", "zerofill"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
 # ... and vfl_core.config's AUTO_PATIENCE: the patience where early stopping is on by default
 # (validation share of 100 samples or more), leaving it off on the small tables
 AUTO_PATIENCE: dict[str, int] = {"patience10-where-on": 10}
+# ... and the rows the parties hold (benchmarks.tabular_tables.write_parties): "full", every party
+# holds party 0's rows; such a setting also runs the centralised baselines on its own data
+OVERLAP: dict[str, str] = {"full-overlap": "full", "zerofill-full-overlap": "full"}
 SEEDS = (0, 1, 2)
 
 
@@ -85,6 +98,8 @@ def describe(name: str) -> str:
         said += f" numeric bins (PLE) {NUMERIC_BINS[name]}"
     if name in AUTO_PATIENCE:
         said += f" patience {AUTO_PATIENCE[name]} where early stopping is on by default"
+    if name in OVERLAP:
+        said += f" {OVERLAP[name]} overlap (every party holds the label party's rows)"
     return said.strip() or "the defaults"
 
 
@@ -93,11 +108,15 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
     table = tables(data_path, False)[payload["table"]](payload["seed"], False)
     extra = list(payload["extra"])
     _set_module_defaults(payload)
+    overlap = payload.get("overlap") or "partial"
     with tempfile.TemporaryDirectory(prefix="vfl-tabular-sweep-") as tmp:
-        prep = prepare(table, payload["seed"], Path(tmp) / "parties")
+        prep = prepare(table, payload["seed"], Path(tmp) / "parties", overlap)
         rows = [_row("federation", prep, list(range(K)), Path(tmp) / "fed.json", extra)]
         if payload["alone"]:
             rows.append(_row("label_alone", prep, [LABEL_BLOCK], Path(tmp) / "a.json", extra))
+        if overlap != "partial":  # the benchmark's baselines ran on other data: run them here
+            train = TrainConfig.model_validate(rows[0]["train"])
+            rows += [linear_row(prep), hgb_row(prep), central_row(prep, train)]
     return {"task": table.task, "rows_run": rows}
 
 
@@ -128,6 +147,7 @@ def setting_payload(setting: str) -> dict[str, Any]:
         "alone": setting.endswith("+alone"),
         "numeric_bins": NUMERIC_BINS.get(setting),
         "auto_patience": AUTO_PATIENCE.get(setting),
+        "overlap": OVERLAP.get(setting),
     }
 
 
@@ -163,8 +183,7 @@ def summarise(root: Path, baselines: Path) -> str:
         table, seed = path.stem.rsplit("-s", 1)
         metric = metrics.setdefault(table, "rmse" if run["task"] == "regression" else "accuracy")
         for row in run["rows_run"]:
-            name = path.parent.name.removesuffix("+alone")
-            name += "" if row["row"] == "federation" else " (label party alone)"
+            name = path.parent.name.removesuffix("+alone") + _suffix(row["row"])
             scores.setdefault((name, table), {})[int(seed)] = _value(row, metric)
     # Without a "defaults" setting here, the benchmark's own federation and label_alone rows
     # are the defaults (the same command on the same CSVs).
@@ -193,6 +212,13 @@ def summarise(root: Path, baselines: Path) -> str:
     return "\n".join(lines)
 
 
+def _suffix(row: str) -> str:
+    """A row's name beside its setting's: none for the federation."""
+    if row == "federation":
+        return ""
+    return " (label party alone)" if row == "label_alone" else f" [{row}]"
+
+
 def _value(row: dict[str, Any], metric: str) -> float:
     value = float(row["scores"]["all"][metric])
     return value if metric == "rmse" else 100 * value
@@ -209,6 +235,8 @@ def _cell(values: dict[int, float]) -> str:
 def _paired(scores: Scores, name: str, metrics: dict[str, str]) -> str:
     """Runs (table, seed) where `name` is better / worse / equal than the defaults."""
     base = "defaults (label party alone)" if name.endswith("alone)") else "defaults"
+    if name.endswith("]"):  # a baseline run on a setting's own data, against the benchmark's
+        base = name[name.index(" [") + 1 :]
     if name == base or name.startswith("["):
         return ""
     better = worse = equal = 0
