@@ -127,6 +127,7 @@ class Fit:
     # fused (benchmarks.tabular_towers), each present feature-only party dropped with `drop`
     towers: str = ""
     drop: float = 0.0
+    head_layers: int = 1  # towers only: hidden layers of the head (the federation's has 1)
 
 
 def central_row(prep: Prepared, train: TrainConfig, fit: Fit = Fit()) -> Row:
@@ -141,7 +142,7 @@ def central_row(prep: Prepared, train: TrainConfig, fit: Fit = Fit()) -> Row:
     target = (y - centre) / scale if regression else y
     outputs = 1 if regression else len(prep.classes)
     if fit.towers:
-        model: nn.Module = towers_model(prep, train, outputs, fit.towers, fit.drop)
+        model: nn.Module = towers_model(prep, train, outputs, fit.towers, fit.drop, fit.head_layers)
     else:
         _, cards = party_features(prep, prep.train_rows[:1])
         model = nn.Sequential(

@@ -47,6 +47,9 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "towers-concat": ({}, {}, {"towers": "concat"}),
     "towers-mean-drop0.5": ({}, {}, {"towers": "mean", "drop": 0.5}),
     "towers-concat-drop0.5": ({}, {}, {"towers": "concat", "drop": 0.5}),
+    "towers-mean-head2": ({}, {}, {"towers": "mean", "head_layers": 2}),
+    "towers-mean-head256x2": ({}, {"head_hidden": 256}, {"towers": "mean", "head_layers": 2}),
+    "towers-mean-head256": ({}, {"head_hidden": 256}, {"towers": "mean"}),
 }
 
 

@@ -79,6 +79,7 @@ SETTINGS: dict[str, list[str]] = {
     "combinatorial": ["--method", "combinatorial"],
     "full-overlap": [],
     "zerofill-full-overlap": ["--method", "zerofill"],
+    "laser-concat": ["--method", "laser-concat"],  # benchmarks.laser_concat, not built in
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
@@ -107,6 +108,8 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
     data_path = Path(payload["data_path"]) if payload["data_path"] else None
     table = tables(data_path, False)[payload["table"]](payload["seed"], False)
     extra = list(payload["extra"])
+    if "laser-concat" in extra:
+        import benchmarks.laser_concat  # noqa: F401 (registers the method)
     _set_module_defaults(payload)
     overlap = payload.get("overlap") or "partial"
     with tempfile.TemporaryDirectory(prefix="vfl-tabular-sweep-") as tmp:
@@ -169,11 +172,12 @@ def grid_tasks(args: argparse.Namespace, payload: Callable[[str], dict[str, Any]
 Scores = dict[tuple[str, str], dict[int, float]]  # (row, table) -> seed -> accuracy % or RMSE
 
 
-def summarise(root: Path, baselines: Path) -> str:
+def summarise(root: Path, baselines: Path, observed: str = "all") -> str:
     """Per setting: mean test accuracy (RMSE) per table over the seeds, and against the
     defaults run by run (same table and seed): how many runs it is better, worse or equal in.
     The baselines of `vfl bench tabular` (linear, hgb, central_mlp) on the same tables and
-    seeds are listed beside them in brackets."""
+    seeds are listed beside them in brackets. `observed`: score the test rows of that observed
+    set ("0,1,2") instead of all (a run without such rows is left out)."""
     scores: Scores = {}
     metrics: dict[str, str] = {}
     for path in sorted(root.glob("*/*.json")):
@@ -184,7 +188,8 @@ def summarise(root: Path, baselines: Path) -> str:
         metric = metrics.setdefault(table, "rmse" if run["task"] == "regression" else "accuracy")
         for row in run["rows_run"]:
             name = path.parent.name.removesuffix("+alone") + _suffix(row["row"])
-            scores.setdefault((name, table), {})[int(seed)] = _value(row, metric)
+            if observed in row["scores"]:
+                scores.setdefault((name, table), {})[int(seed)] = _value(row, metric, observed)
     # Without a "defaults" setting here, the benchmark's own federation and label_alone rows
     # are the defaults (the same command on the same CSVs).
     own = {"federation": "defaults", "label_alone": "defaults (label party alone)"}
@@ -199,7 +204,9 @@ def summarise(root: Path, baselines: Path) -> str:
                     key = (own[row["row"]], table)
                 else:
                     continue
-                scores.setdefault(key, {})[run["payload"]["seed"]] = _value(row, metric)
+                if observed in row["scores"]:
+                    value = _value(row, metric, observed)
+                    scores.setdefault(key, {})[run["payload"]["seed"]] = value
     names = sorted({n for n, _ in scores}, key=lambda n: (n.startswith("["), n))
     header = " | ".join(f"{t} ({m})" for t, m in metrics.items())
     lines = [
@@ -219,8 +226,8 @@ def _suffix(row: str) -> str:
     return " (label party alone)" if row == "label_alone" else f" [{row}]"
 
 
-def _value(row: dict[str, Any], metric: str) -> float:
-    value = float(row["scores"]["all"][metric])
+def _value(row: dict[str, Any], metric: str, observed: str = "all") -> float:
+    value = float(row["scores"][observed][metric])
     return value if metric == "rmse" else 100 * value
 
 
@@ -234,10 +241,12 @@ def _cell(values: dict[int, float]) -> str:
 
 def _paired(scores: Scores, name: str, metrics: dict[str, str]) -> str:
     """Runs (table, seed) where `name` is better / worse / equal than the defaults."""
+    if name.startswith("["):
+        return ""
     base = "defaults (label party alone)" if name.endswith("alone)") else "defaults"
     if name.endswith("]"):  # a baseline run on a setting's own data, against the benchmark's
         base = name[name.index(" [") + 1 :]
-    if name == base or name.startswith("["):
+    if name == base:
         return ""
     better = worse = equal = 0
     for table, metric in metrics.items():
@@ -269,9 +278,10 @@ def run_cli(
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--summarise", type=Path)
     parser.add_argument("--baselines", type=Path, default=Path("benchmarks/results/runs/tabular"))
+    parser.add_argument("--observed", default="all", help="--summarise one observed set: 0,1,2")
     args = parser.parse_args()
     if args.summarise:
-        print(summarise(args.summarise, args.baselines))
+        print(summarise(args.summarise, args.baselines, args.observed))
         return
     tasks = grid_tasks(args, payload)
     failed = run_tasks(worker, tasks, args.jobs, desc=f"{what} runs", progress=False)

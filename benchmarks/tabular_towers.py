@@ -16,7 +16,7 @@ from torch import nn
 from benchmarks.tabular_data import Prepared, party_block
 from benchmarks.tabular_tables import LABEL_BLOCK
 from vfl_core.config import TrainConfig
-from vfl_core.model.models import build_head, build_representation
+from vfl_core.model.models import build_head, build_representation, build_seeded
 
 FUSIONS = ("mean", "concat")
 
@@ -66,7 +66,7 @@ def towers_features(prep: Prepared, rows: np.ndarray) -> np.ndarray:
 
 
 def towers_model(
-    prep: Prepared, train: TrainConfig, outputs: int, fusion: str, drop: float
+    prep: Prepared, train: TrainConfig, outputs: int, fusion: str, drop: float, head_layers: int = 1
 ) -> Towers:
     """The federation's representation models (one per party, seeded seed + k) and its head on
     the fused embedding (K embeddings wide when concatenated)."""
@@ -79,5 +79,17 @@ def towers_model(
         widths.append(width)
     blocks = len(towers) if fusion == "concat" else 1
     seed = train.seed + len(towers)
-    head = build_head(train.model, outputs, seed, in_blocks=blocks, tabular=True)
+    if head_layers > 1:  # a deeper MLP head than the federation's (the screen's candidate)
+        head = build_seeded(seed, lambda: _deep_head(train, blocks, outputs, head_layers))
+    else:
+        head = build_head(train.model, outputs, seed, in_blocks=blocks, tabular=True)
     return Towers(towers, widths, head, fusion, drop)
+
+
+def _deep_head(train: TrainConfig, blocks: int, outputs: int, layers: int) -> nn.Module:
+    """`layers` hidden layers of the head's width, ReLU after each, then the logits."""
+    width, parts = blocks * train.model.embed_dim, []
+    for _ in range(layers):
+        parts += [nn.Linear(width, train.model.head_hidden), nn.ReLU()]
+        width = train.model.head_hidden
+    return nn.Sequential(*parts, nn.Linear(width, outputs))
