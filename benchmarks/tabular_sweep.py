@@ -190,11 +190,11 @@ def summarise(root: Path, baselines: Path, observed: str = "all") -> str:
             name = path.parent.name.removesuffix("+alone") + _suffix(row["row"])
             if observed in row["scores"]:
                 scores.setdefault((name, table), {})[int(seed)] = _value(row, metric, observed)
-    # Without a "defaults" setting here, the benchmark's own federation and label_alone rows
-    # are the defaults (the same command on the same CSVs).
+    # Where no "defaults" setting ran a table here, the benchmark's own federation and
+    # label_alone rows are its defaults (the same command on the same CSVs).
     own = {"federation": "defaults", "label_alone": "defaults (label party alone)"}
-    reference = not (root / "defaults").is_dir() and not (root / "defaults+alone").is_dir()
     for table, metric in metrics.items():
+        reference = not any((name, table) in scores for name in own.values())
         for path in sorted(baselines.glob(f"{table}-s*-local.json")):
             run = read_json(path) or {"rows_run": [], "payload": {}}
             for row in run["rows_run"]:
