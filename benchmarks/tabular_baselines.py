@@ -12,7 +12,8 @@
   its watched metric: Brier for binary tasks, RMSE, else accuracy; best epoch restored); what
   differs: one model instead of per-party models and a mean of embeddings, a missing block is
   zeros plus a missing-block indicator, no validation threshold (argmax), and regression
-  targets are standardised. `Fit` varies how it trains (benchmarks.tabular_screen).
+  targets are standardised. `Fit` varies how it trains and, with `towers`, gives it the
+  federation's shape (benchmarks.tabular_towers; both for benchmarks.tabular_screen).
 """
 
 from __future__ import annotations

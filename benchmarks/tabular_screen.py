@@ -3,7 +3,8 @@ row of `vfl bench tabular` (the federation's architecture and training on the jo
 benchmarks.tabular_baselines.central_row) under each candidate, on every table and seed, before
 any candidate is run in the federation sweep (benchmarks.tabular_sweep). Seconds per run where a
 federation takes a minute; what it cannot show: anything of the federation itself (the subset
-choice, the validation threshold, the mean of the parties' embeddings).
+choice, the validation threshold), except the `towers-*` settings' per-party models met by a
+mean or a concatenation of their embeddings (benchmarks.tabular_towers).
 
     python -m benchmarks.tabular_screen --data-path ../shared/data --jobs 2 \
         --settings defaults dropout0.1 cosine --out benchmarks/results/runs/tabular-screen
