@@ -12,7 +12,8 @@
   its watched metric: Brier for binary tasks, RMSE, else accuracy; best epoch restored); what
   differs: one model instead of per-party models and a mean of embeddings, a missing block is
   zeros plus a missing-block indicator, no validation threshold (argmax), and regression
-  targets are standardised. `Fit` varies how it trains (benchmarks.tabular_screen).
+  targets are standardised. `Fit` varies how it trains and, with `towers`, gives it the
+  federation's shape (benchmarks.tabular_towers; both for benchmarks.tabular_screen).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,6 +32,7 @@ from torch import nn
 
 from benchmarks.tabular_data import Prepared, party_features, raw_columns
 from benchmarks.tabular_metrics import score_sets
+from benchmarks.tabular_towers import towers_features, towers_model
 from vfl_core.config import AUTO_MIN_VALIDATION, TrainConfig
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.model.model_bank import make_optimizer
@@ -120,25 +124,35 @@ class Fit:
     watch: str = "federation"
     smoothing: float = 0.0  # label smoothing of the classification loss
     patience: int | None = None  # None: the federation's (TrainConfig.patience and its 100 rule)
+    # "": one representation model on the joined features; "mean" | "concat": one per party,
+    # fused (benchmarks.tabular_towers), each present feature-only party dropped with `drop`
+    towers: str = ""
+    drop: float = 0.0
+    head_layers: int = 1  # towers only: hidden layers of the head (the federation's has 1)
 
 
 def central_row(prep: Prepared, train: TrainConfig, fit: Fit = Fit()) -> Row:
     """The federation's model on the joined features, trained like the federation."""
     torch.manual_seed(train.seed)
     start = time.perf_counter()
-    x, cards = party_features(prep, prep.train_rows)
+    features = partial(towers_features, prep) if fit.towers else _joined(prep)
+    x = features(prep.train_rows)
     y = prep.labels(prep.train_rows)
     regression = prep.task == REGRESSION
     centre, scale = (float(y.mean()), float(y.std() or 1.0)) if regression else (0.0, 1.0)
     target = (y - centre) / scale if regression else y
     outputs = 1 if regression else len(prep.classes)
-    model = nn.Sequential(
-        build_representation(train.model, (x.shape[1],), train.seed, categorical=cards),
-        build_head(train.model, outputs, train.seed + 1, tabular=True),
-    )
+    if fit.towers:
+        model: nn.Module = towers_model(prep, train, outputs, fit.towers, fit.drop, fit.head_layers)
+    else:
+        _, cards = party_features(prep, prep.train_rows[:1])
+        model = nn.Sequential(
+            build_representation(train.model, (x.shape[1],), train.seed, categorical=cards),
+            build_head(train.model, outputs, train.seed + 1, tabular=True),
+        )
     epochs = _fit(model, x, target, train, regression, fit)
     seconds = time.perf_counter() - start
-    test, _ = party_features(prep, prep.test_rows)
+    test = features(prep.test_rows)
     with torch.no_grad():
         out = model.eval()(torch.from_numpy(test))
     predicted = out[:, 0].numpy() * scale + centre if regression else out.softmax(1).numpy()
@@ -150,6 +164,10 @@ def central_row(prep: Prepared, train: TrainConfig, fit: Fit = Fit()) -> Row:
     if note:
         log.warning("central_mlp: %s (trained with a constant learning rate)", note)
     return _row("central_mlp", prep, predicted, seconds, epochs=epochs, note=note)
+
+
+def _joined(prep: Prepared) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda rows: party_features(prep, rows)[0]
 
 
 def _patience(train: TrainConfig, fit: Fit, samples: int) -> int:

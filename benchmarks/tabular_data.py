@@ -53,8 +53,8 @@ class Prepared:
         return [set_name(np.flatnonzero(self.split.held[:, i]).tolist()) for i in rows]
 
 
-def prepare(table: Table, seed: int, directory: Path) -> Prepared:
-    split = write_parties(table, seed, directory)
+def prepare(table: Table, seed: int, directory: Path, overlap: str = "partial") -> Prepared:
+    split = write_parties(table, seed, directory, overlap)
     sources = federation_sources(
         list(split.paths),
         None,
@@ -94,20 +94,26 @@ def party_features(prep: Prepared, rows: np.ndarray) -> tuple[np.ndarray, tuple[
     first, every party's category codes last (the order the tabular model expects); and the
     codes' cardinalities."""
     dense, codes, cards = [], [], []
-    wanted = [str(r) for r in rows]
     for k, party in enumerate(prep.parties):
-        split_rows = {}
-        for s in party.splits.values():
-            split_rows.update({i: s.features[j] for j, i in enumerate(s.ids[: len(s.features)])})
-        width = party.meta.feature_shape[0]
+        block = party_block(prep, k, rows)
         n_codes = len(party.meta.categorical)
-        block = np.zeros((len(rows), width), dtype=np.float32)
-        for j, i in enumerate(wanted):
-            if i in split_rows:
-                block[j] = split_rows[i]
-        dense.append(block[:, : width - n_codes])
-        codes.append(block[:, width - n_codes :])
+        dense.append(block[:, : block.shape[1] - n_codes])
+        codes.append(block[:, block.shape[1] - n_codes :])
         cards += list(party.meta.categorical)
         if k != LABEL_BLOCK:
             dense.append((~prep.split.held[k, rows]).astype(np.float32)[:, None])
     return np.concatenate(dense + codes, axis=1), tuple(cards)
+
+
+def party_block(prep: Prepared, k: int, rows: np.ndarray) -> np.ndarray:
+    """Party k's own preprocessed features of `rows` (dense columns, then its category codes, as
+    its representation model reads them); zeros where it misses a row."""
+    party = prep.parties[k]
+    split_rows = {}
+    for s in party.splits.values():
+        split_rows.update({i: s.features[j] for j, i in enumerate(s.ids[: len(s.features)])})
+    block = np.zeros((len(rows), party.meta.feature_shape[0]), dtype=np.float32)
+    for j, i in enumerate(str(r) for r in rows):
+        if i in split_rows:
+            block[j] = split_rows[i]
+    return block

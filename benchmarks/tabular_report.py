@@ -10,6 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks import tabular_ablation as ablation
 from benchmarks.pool import read_json
 from benchmarks.tabular import TabularJob
 from vfl_core.atomic_files import write_text_atomically
@@ -81,11 +82,13 @@ def render(job: TabularJob) -> str:
     collected = collect(found)
     missing = [t for t in job.tables if t not in collected]
     lines += _summary(collected)
+    measured = not job.quick and (job.results / "runs" / ablation.SWEEP).is_dir()
     for table, (info, runs) in collected.items():
-        lines += _table_section(table, info, runs)
+        lines += _table_section(table, info, runs, measured and table in ablation.TABLES)
     if missing:
         lines += [f"Not finished: {', '.join(missing)}.", ""]
     if not job.quick:
+        lines += ablation.section(job.results / "runs", job.runs)
         for sweep in sorted((job.results / "runs").glob("tabular-sweep*")):
             lines += _sweep_section(sweep, job.runs)
     return "\n".join(lines)
@@ -159,7 +162,7 @@ def _is_reg(info: dict[str, Any]) -> bool:
     return bool(info["task"] == REGRESSION)
 
 
-def _table_section(table: str, info: dict[str, Any], runs: Runs) -> list[str]:
+def _table_section(table: str, info: dict[str, Any], runs: Runs, measured: bool) -> list[str]:
     regression = info["task"] == REGRESSION
     metrics = REGRESSION_METRICS if regression else CLASSIFICATION_METRICS
     seeds = sorted({r["seed"] for rows in runs.values() for r in rows})
@@ -172,6 +175,7 @@ def _table_section(table: str, info: dict[str, Any], runs: Runs) -> list[str]:
         "",
         f"**Verdict:** {verdict(runs, regression)}",
         "",
+        *(_ABLATION_NOTE if measured else []),
         "| row | seeds | " + " | ".join(metrics) + " | epochs | s |",
         "| --- " * (len(metrics) + 4) + "|",
     ]
@@ -199,6 +203,13 @@ def _table_section(table: str, info: dict[str, Any], runs: Runs) -> list[str]:
             samples = _cell([s.get("samples") for s in scores], "samples")
             lines.append(f"| {name_set} | {name} | {samples} | " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+# Beside a verdict the ablation explains (benchmarks.tabular_ablation).
+_ABLATION_NOTE = [
+    f"Why it misses, measured factor by factor: [the ablation](#{ablation.ANCHOR}).",
+    "",
+]
 
 
 def _sets(runs: Runs) -> list[str]:

@@ -3,7 +3,8 @@ row of `vfl bench tabular` (the federation's architecture and training on the jo
 benchmarks.tabular_baselines.central_row) under each candidate, on every table and seed, before
 any candidate is run in the federation sweep (benchmarks.tabular_sweep). Seconds per run where a
 federation takes a minute; what it cannot show: anything of the federation itself (the subset
-choice, the validation threshold, the mean of the parties' embeddings).
+choice, the validation threshold), except the `towers-*` settings' per-party models met by a
+mean or a concatenation of their embeddings (benchmarks.tabular_towers).
 
     python -m benchmarks.tabular_screen --data-path ../shared/data --jobs 2 \
         --settings defaults dropout0.1 cosine --out benchmarks/results/runs/tabular-screen
@@ -42,6 +43,14 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "batchnorm-dropout0.2": ({}, {"norm": "batch", "dropout": 0.2}, {}),
     "batchnorm-cosine": ({"scheduler": "cosine"}, {"norm": "batch"}, {}),
     "dropout0.2-cosine": ({"scheduler": "cosine"}, {"dropout": 0.2}, {}),
+    # issue 27's ablation: the central MLP in the federation's shape (benchmarks.tabular_towers)
+    "towers-mean": ({}, {}, {"towers": "mean"}),
+    "towers-concat": ({}, {}, {"towers": "concat"}),
+    "towers-mean-drop0.5": ({}, {}, {"towers": "mean", "drop": 0.5}),
+    "towers-concat-drop0.5": ({}, {}, {"towers": "concat", "drop": 0.5}),
+    "towers-mean-head2": ({}, {}, {"towers": "mean", "head_layers": 2}),
+    "towers-mean-head256x2": ({}, {"head_hidden": 256}, {"towers": "mean", "head_layers": 2}),
+    "towers-mean-head256": ({}, {"head_hidden": 256}, {"towers": "mean"}),
 }
 
 

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.pool import Task, read_json, run_tasks
+from benchmarks.tabular_baselines import central_row, hgb_row, linear_row
 from benchmarks.tabular_data import prepare
 from benchmarks.tabular_federation import simulate_row
 from benchmarks.tabular_tables import LABEL_BLOCK, K, tables
+from vfl_core.config import TrainConfig
 
 # setting -> the options it adds to the defaults; "+alone" also runs the label party alone.
 SETTINGS: dict[str, list[str]] = {
@@ -69,12 +71,24 @@ SETTINGS: dict[str, list[str]] = {
     "dropout0.2-cosine": ["--dropout", "0.2", "--scheduler", "cosine"],
     "embed128": ["--embed-dim", "128"],
     "head-hidden256": ["--head-hidden", "256"],
+    # issue 27's ablation of the generated tables' gap: concatenating fusions (the baselines of
+    # LASER-VFL's paper) instead of LASER-VFL's mean of embeddings, and full overlap
+    "zerofill": ["--method", "zerofill"],
+    "plug": ["--method", "plug"],
+    "svfl": ["--method", "svfl"],
+    "combinatorial": ["--method", "combinatorial"],
+    "full-overlap": [],
+    "zerofill-full-overlap": ["--method", "zerofill"],
+    "laser-concat": ["--method", "laser-concat"],  # benchmarks.laser_concat, not built in
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
 # ... and vfl_core.config's AUTO_PATIENCE: the patience where early stopping is on by default
 # (validation share of 100 samples or more), leaving it off on the small tables
 AUTO_PATIENCE: dict[str, int] = {"patience10-where-on": 10}
+# ... and the rows the parties hold (benchmarks.tabular_tables.write_parties): "full", every party
+# holds party 0's rows; such a setting also runs the centralised baselines on its own data
+OVERLAP: dict[str, str] = {"full-overlap": "full", "zerofill-full-overlap": "full"}
 SEEDS = (0, 1, 2)
 
 
@@ -85,6 +99,8 @@ def describe(name: str) -> str:
         said += f" numeric bins (PLE) {NUMERIC_BINS[name]}"
     if name in AUTO_PATIENCE:
         said += f" patience {AUTO_PATIENCE[name]} where early stopping is on by default"
+    if name in OVERLAP:
+        said += f" {OVERLAP[name]} overlap (every party holds the label party's rows)"
     return said.strip() or "the defaults"
 
 
@@ -92,12 +108,18 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
     data_path = Path(payload["data_path"]) if payload["data_path"] else None
     table = tables(data_path, False)[payload["table"]](payload["seed"], False)
     extra = list(payload["extra"])
+    if "laser-concat" in extra:
+        import benchmarks.laser_concat  # noqa: F401 (registers the method)
     _set_module_defaults(payload)
+    overlap = payload.get("overlap") or "partial"
     with tempfile.TemporaryDirectory(prefix="vfl-tabular-sweep-") as tmp:
-        prep = prepare(table, payload["seed"], Path(tmp) / "parties")
+        prep = prepare(table, payload["seed"], Path(tmp) / "parties", overlap)
         rows = [_row("federation", prep, list(range(K)), Path(tmp) / "fed.json", extra)]
         if payload["alone"]:
             rows.append(_row("label_alone", prep, [LABEL_BLOCK], Path(tmp) / "a.json", extra))
+        if overlap != "partial":  # the benchmark's baselines ran on other data: run them here
+            train = TrainConfig.model_validate(rows[0]["train"])
+            rows += [linear_row(prep), hgb_row(prep), central_row(prep, train)]
     return {"task": table.task, "rows_run": rows}
 
 
@@ -128,6 +150,7 @@ def setting_payload(setting: str) -> dict[str, Any]:
         "alone": setting.endswith("+alone"),
         "numeric_bins": NUMERIC_BINS.get(setting),
         "auto_patience": AUTO_PATIENCE.get(setting),
+        "overlap": OVERLAP.get(setting),
     }
 
 
@@ -149,11 +172,12 @@ def grid_tasks(args: argparse.Namespace, payload: Callable[[str], dict[str, Any]
 Scores = dict[tuple[str, str], dict[int, float]]  # (row, table) -> seed -> accuracy % or RMSE
 
 
-def summarise(root: Path, baselines: Path) -> str:
+def summarise(root: Path, baselines: Path, observed: str = "all") -> str:
     """Per setting: mean test accuracy (RMSE) per table over the seeds, and against the
     defaults run by run (same table and seed): how many runs it is better, worse or equal in.
     The baselines of `vfl bench tabular` (linear, hgb, central_mlp) on the same tables and
-    seeds are listed beside them in brackets."""
+    seeds are listed beside them in brackets. `observed`: score the test rows of that observed
+    set ("0,1,2") instead of all (a run without such rows is left out)."""
     scores: Scores = {}
     metrics: dict[str, str] = {}
     for path in sorted(root.glob("*/*.json")):
@@ -163,14 +187,14 @@ def summarise(root: Path, baselines: Path) -> str:
         table, seed = path.stem.rsplit("-s", 1)
         metric = metrics.setdefault(table, "rmse" if run["task"] == "regression" else "accuracy")
         for row in run["rows_run"]:
-            name = path.parent.name.removesuffix("+alone")
-            name += "" if row["row"] == "federation" else " (label party alone)"
-            scores.setdefault((name, table), {})[int(seed)] = _value(row, metric)
-    # Without a "defaults" setting here, the benchmark's own federation and label_alone rows
-    # are the defaults (the same command on the same CSVs).
+            name = path.parent.name.removesuffix("+alone") + _suffix(row["row"])
+            if observed in row["scores"]:
+                scores.setdefault((name, table), {})[int(seed)] = _value(row, metric, observed)
+    # Where no "defaults" setting ran a table here, the benchmark's own federation and
+    # label_alone rows are its defaults (the same command on the same CSVs).
     own = {"federation": "defaults", "label_alone": "defaults (label party alone)"}
-    reference = not (root / "defaults").is_dir() and not (root / "defaults+alone").is_dir()
     for table, metric in metrics.items():
+        reference = not any((name, table) in scores for name in own.values())
         for path in sorted(baselines.glob(f"{table}-s*-local.json")):
             run = read_json(path) or {"rows_run": [], "payload": {}}
             for row in run["rows_run"]:
@@ -180,7 +204,9 @@ def summarise(root: Path, baselines: Path) -> str:
                     key = (own[row["row"]], table)
                 else:
                     continue
-                scores.setdefault(key, {})[run["payload"]["seed"]] = _value(row, metric)
+                if observed in row["scores"]:
+                    value = _value(row, metric, observed)
+                    scores.setdefault(key, {})[run["payload"]["seed"]] = value
     names = sorted({n for n, _ in scores}, key=lambda n: (n.startswith("["), n))
     header = " | ".join(f"{t} ({m})" for t, m in metrics.items())
     lines = [
@@ -193,8 +219,15 @@ def summarise(root: Path, baselines: Path) -> str:
     return "\n".join(lines)
 
 
-def _value(row: dict[str, Any], metric: str) -> float:
-    value = float(row["scores"]["all"][metric])
+def _suffix(row: str) -> str:
+    """A row's name beside its setting's: none for the federation."""
+    if row == "federation":
+        return ""
+    return " (label party alone)" if row == "label_alone" else f" [{row}]"
+
+
+def _value(row: dict[str, Any], metric: str, observed: str = "all") -> float:
+    value = float(row["scores"][observed][metric])
     return value if metric == "rmse" else 100 * value
 
 
@@ -208,8 +241,12 @@ def _cell(values: dict[int, float]) -> str:
 
 def _paired(scores: Scores, name: str, metrics: dict[str, str]) -> str:
     """Runs (table, seed) where `name` is better / worse / equal than the defaults."""
+    if name.startswith("["):
+        return ""
     base = "defaults (label party alone)" if name.endswith("alone)") else "defaults"
-    if name == base or name.startswith("["):
+    if name.endswith("]"):  # a baseline run on a setting's own data, against the benchmark's
+        base = name[name.index(" [") + 1 :]
+    if name == base:
         return ""
     better = worse = equal = 0
     for table, metric in metrics.items():
@@ -241,9 +278,10 @@ def run_cli(
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--summarise", type=Path)
     parser.add_argument("--baselines", type=Path, default=Path("benchmarks/results/runs/tabular"))
+    parser.add_argument("--observed", default="all", help="--summarise one observed set: 0,1,2")
     args = parser.parse_args()
     if args.summarise:
-        print(summarise(args.summarise, args.baselines))
+        print(summarise(args.summarise, args.baselines, args.observed))
         return
     tasks = grid_tasks(args, payload)
     failed = run_tasks(worker, tasks, args.jobs, desc=f"{what} runs", progress=False)

@@ -168,11 +168,17 @@ def column_blocks(table: Table) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(names[j] for j in sorted(order[k::K])) for k in range(K))
 
 
-def write_parties(table: Table, seed: int, directory: Path) -> Split:
+def write_parties(table: Table, seed: int, directory: Path, overlap: str = "partial") -> Split:
     """Party k's CSV `directory/party{k}.csv`: `id`, its columns (and at party 0 the label) for
-    the rows it holds; each party misses a random MISSING[k] of the rows (seeded)."""
+    the rows it holds; each party misses a random MISSING[k] of the rows (seeded). With
+    `overlap="full"` (an ablation, benchmarks.tabular_sweep) every party holds exactly the rows
+    party 0 holds: the same labelled training and test rows, none missing a block."""
     rng = np.random.default_rng([seed, table.rows])
     held = np.stack([rng.random(table.rows) >= MISSING[k] for k in range(K)])
+    if overlap == "full":
+        held = np.repeat(held[LABEL_BLOCK][None], K, axis=0)
+    elif overlap != "partial":
+        raise ValueError(f"overlap must be 'partial' or 'full', got {overlap!r}")
     blocks = column_blocks(table)
     directory.mkdir(parents=True, exist_ok=True)
     paths = []

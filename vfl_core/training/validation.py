@@ -126,12 +126,14 @@ class Validator:
         return choice
 
     def _has_subset_predictors(self) -> bool:
-        """LASER-VFL's shape: shared f_k, a mean fusion and a head per label party that serves
-        every subset containing it (not the baselines, not a method with a round program)."""
+        """LASER-VFL's shape: shared f_k, a mean (or, laser-concat, a zero-filled concatenation)
+        and a head per label party that serves every subset containing it (not the baselines,
+        not a method with a round program)."""
         spec = self.fed.spec
         return (
             spec.program is None
-            and spec.fusion == "mean"
+            and spec.heads == "label_parties"
+            and spec.fusion in ("mean", "concat")
             and spec.slots == "shared"
             and spec.combination == "heads"
             and not spec.own_block_only
