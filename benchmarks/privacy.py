@@ -234,6 +234,8 @@ DEFENCES: dict[str, dict[str, Any]] = {
     "direction_p3": {"gradient_defence": "direction", "direction_power": 3.0},
     # between the last power that leaks above 0.60 at full training (2) and the first that holds
     "direction_p2_5": {"gradient_defence": "direction", "direction_power": 2.5},
+    # stronger: the norm attack creeps up over the longer runs of a larger patience
+    "direction_p6": {"gradient_defence": "direction", "direction_power": 6.0},
     "embedding_dp": {"embedding_clip": 1.0, "embedding_noise": 1.0},
     "label_dp": {"label_epsilon": 1.0},
 }
