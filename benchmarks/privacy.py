@@ -236,6 +236,7 @@ DEFENCES: dict[str, dict[str, Any]] = {
     "direction_p2_5": {"gradient_defence": "direction", "direction_power": 2.5},
     # stronger: the norm attack creeps up over the longer runs of a larger patience
     "direction_p6": {"gradient_defence": "direction", "direction_power": 6.0},
+    "direction_p8": {"gradient_defence": "direction", "direction_power": 8.0},
     "embedding_dp": {"embedding_clip": 1.0, "embedding_noise": 1.0},
     "label_dp": {"label_epsilon": 1.0},
 }
