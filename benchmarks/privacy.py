@@ -230,6 +230,8 @@ DEFENCES: dict[str, dict[str, Any]] = {
     "max_norm_direction_p1": {"gradient_defence": "max_norm_direction", "direction_power": 1.0},
     "max_norm_direction_p0_5": {"gradient_defence": "max_norm_direction", "direction_power": 0.5},
     "max_norm_direction_p2": {"gradient_defence": "max_norm_direction", "direction_power": 2.0},
+    "max_norm_direction_p4": {"gradient_defence": "max_norm_direction", "direction_power": 4.0},
+    "max_norm_direction_p6": {"gradient_defence": "max_norm_direction", "direction_power": 6.0},
     # the recommended label defence (docs/security.md): both attacks <= 0.60 at full training
     "direction_p3": {"gradient_defence": "direction", "direction_power": 3.0},
     # between the last power that leaks above 0.60 at full training (2) and the first that holds
