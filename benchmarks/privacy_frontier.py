@@ -58,9 +58,14 @@ def load(paths: list[Path], seeds: set[int] | None = None) -> dict[str, dict[int
     return by
 
 
-def per_seed(paths: list[Path], seeds: set[int] | None = None, base: str = "none") -> str:
-    """One markdown row per defence and seed: the cost against `base` of the same seed, the
-    attacks' worst epoch, and the early stop (best epoch of the epochs trained, 1-based)."""
+def per_seed(
+    paths: list[Path],
+    seeds: set[int] | None = None,
+    base: str = "none",
+    only: set[str] | None = None,
+) -> str:
+    """One markdown row per defence (of `only`, if given) and seed: the cost against `base` of
+    the same seed, the attacks' worst epoch, and the early stop (best epoch, 1-based)."""
     by = load(paths, seeds)
     lines = [
         "| defence | seed | epochs trained | best epoch | test accuracy | test AUC | accuracy "
@@ -68,6 +73,8 @@ def per_seed(paths: list[Path], seeds: set[int] | None = None, base: str = "none
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for defence, runs in by.items():
+        if only is not None and defence not in only:
+            continue
         for seed, run in sorted(runs.items()):
             ref = by[base].get(seed)
             if ref is None:
@@ -87,9 +94,14 @@ def per_seed(paths: list[Path], seeds: set[int] | None = None, base: str = "none
     return "\n".join(lines)
 
 
-def table(paths: list[Path], seeds: set[int] | None = None, base: str = "none") -> str:
-    """The markdown table of every defence in `paths` (only the runs of `seeds`, if given),
-    paired with the `base` run of each seed."""
+def table(
+    paths: list[Path],
+    seeds: set[int] | None = None,
+    base: str = "none",
+    only: set[str] | None = None,
+) -> str:
+    """The markdown table of every defence in `paths` (of `only` and the runs of `seeds`, if
+    given), paired with the `base` run of each seed."""
     by = load(paths, seeds)
     base_runs = by[base]
     lines = [
@@ -97,7 +109,7 @@ def table(paths: list[Path], seeds: set[int] | None = None, base: str = "none") 
         "| AUC cost | norm max | direction max | 5-NN max | meets |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    lines += [row(d, runs, base_runs) for d, runs in by.items()]
+    lines += [row(d, runs, base_runs) for d, runs in by.items() if only is None or d in only]
     return "\n".join(lines)
 
 
@@ -107,10 +119,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", help="only these seeds (comma-separated); default: all")
     parser.add_argument("--base", default="none", help="the run each defence is paired with")
     parser.add_argument("--per-seed", action="store_true", help="one row per defence and seed")
+    parser.add_argument("--defences", help="only these defences (comma-separated); default: all")
     args = parser.parse_args(argv)
     seeds = None if args.seeds is None else {int(v) for v in args.seeds.split(",")}
+    only = None if args.defences is None else set(args.defences.split(","))
     show = per_seed if args.per_seed else table
-    print(show(args.runs, seeds, args.base))
+    print(show(args.runs, seeds, args.base, only))
 
 
 if __name__ == "__main__":
