@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data.datasets import load_dataset
+from vfl_core.data.datasets import load_dataset, load_diabetes_dataset
 from vfl_core.data.party_dir import load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ProtocolError
@@ -116,6 +116,18 @@ def test_given_an_encrypted_relay_when_evaluating_then_each_answer_covers_a_whol
     for call in coordinator.scores:
         assert sum(b.size for b in call.blind) == len(call.rows)
         assert len({b.present for b in call.blind}) == 1  # one observed set per answer
+
+
+def test_given_regression_and_an_encrypted_relay_when_evaluating_then_the_same_sums_bit_for_bit(
+    tmp_path: Path,
+) -> None:
+    """Regression sums are floats: one answer per observed set adds each predictor's sums in
+    batch order, as the coordinator adds the batch-by-batch answers of the plaintext run."""
+    dirs = prepare_parties(load_diabetes_dataset(), tmp_path, 3, [0.2] * 3, [0.2] * 3, 0.2, seed=0)
+    plain, _ = _evaluated(dirs, "laser", encrypt=False, eval_batch_size=16)
+    blind, coordinator = _evaluated(dirs, "laser", encrypt=True, eval_batch_size=16)
+    assert blind == plain and "rmse" in blind["rows"][-1]
+    assert any(len(c.blind) > 1 for c in coordinator.scores)  # several batches in one answer
 
 
 def test_given_several_blind_batches_when_scored_then_one_answer_their_sum(
