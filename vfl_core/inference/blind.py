@@ -62,7 +62,9 @@ def unblinded(
 ) -> list[ScoreCall]:
     """The plain ScoreCalls a blind one stands for, one per batch, at the label party: each
     batch's rows (its `size` of the call's rows, in order) and the heads' opened probabilities
-    checked and combined as the coordinator would have combined them."""
+    checked and combined as the coordinator would have combined them. A plain call: itself."""
+    if not call.blind:
+        return [call]
     sizes = [part.size for part in call.blind]
     if any(size <= 0 for size in sizes) or sum(sizes) != len(call.rows):
         raise ProtocolError(f"score: batch sizes {sizes[:8]} do not add up to the call's rows")

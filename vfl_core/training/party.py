@@ -207,18 +207,17 @@ class Party:
         return self.laser.predict(call)
 
     def score(self, call: ScoreCall) -> ScoreResult:
-        """Aggregates of each named prediction on this batch against the party's labels:
+        """Aggregates of each named prediction on the call's rows against the party's labels:
         confusion matrices (true x predicted) and, for binary tasks, AUC histograms; error and
-        target sums for regression (vfl_core.inference.scoring)."""
+        target sums for regression (vfl_core.inference.scoring); one answer for all batches."""
         self.check_digest(call.split, call.rows, call.digest)
         labels, classes = self.split(call.split).labels, self.data.meta.num_classes
         if labels is None:
             raise ProtocolError(f"party {self.party_id} holds no labels to score with")
         if self.task != REGRESSION:  # PrivacyConfig.score_epsilon: a randomised copy
             labels = self.guard.score_labels(call.split, labels, classes)
-        calls = [call]
-        if call.blind:  # the heads' probabilities of every batch, combined here (encrypted relay)
-            calls = unblinded(call, self.spec.combination, self.task, classes, self.config.seed)
+        # blind (encrypted relay): each batch's heads' probabilities, combined here
+        calls = unblinded(call, self.spec.combination, self.task, classes, self.config.seed)
         result = summed([score_batch(self.task, classes, labels[c.rows], c) for c in calls])
         return coarsened(result, self.config.privacy.score_bins)
 
