@@ -230,11 +230,30 @@ DEFENCES: dict[str, dict[str, Any]] = {
     "max_norm_direction_p1": {"gradient_defence": "max_norm_direction", "direction_power": 1.0},
     "max_norm_direction_p0_5": {"gradient_defence": "max_norm_direction", "direction_power": 0.5},
     "max_norm_direction_p2": {"gradient_defence": "max_norm_direction", "direction_power": 2.0},
-    # the recommended label defence (docs/security.md): both attacks <= 0.60 at full training
+    "max_norm_direction_p4": {"gradient_defence": "max_norm_direction", "direction_power": 4.0},
+    # with `_patience10` the recommended label defence (docs/security.md, privacy.md)
+    "max_norm_direction_p6": {"gradient_defence": "max_norm_direction", "direction_power": 6.0},
+    # the recommendation until stop 37: both attacks <= 0.60, but early stops cost AUC
     "direction_p3": {"gradient_defence": "direction", "direction_power": 3.0},
+    # between the last power that leaks above 0.60 at full training (2) and the first that holds
+    "direction_p2_5": {"gradient_defence": "direction", "direction_power": 2.5},
+    # stronger: the norm attack creeps up over the longer runs of a larger patience
+    "direction_p6": {"gradient_defence": "direction", "direction_power": 6.0},
+    "direction_p8": {"gradient_defence": "direction", "direction_power": 8.0},
     "embedding_dp": {"embedding_clip": 1.0, "embedding_noise": 1.0},
     "label_dp": {"label_epsilon": 1.0},
 }
+
+
+def setting(defence: str) -> dict[str, Any]:
+    """The TrainConfig fields of `defence`: a DEFENCES entry, or one with `_patienceN` after
+    it (the same defence with early stopping's patience N: the lever when a defended run stops
+    early, benchmarks/results/privacy.md)."""
+    base, _, patience = defence.partition("_patience")
+    out: dict[str, Any] = {"privacy": DEFENCES[base]}
+    if patience:
+        out["early_stop_patience"] = int(patience)
+    return out
 
 
 def run_one(
@@ -243,7 +262,7 @@ def run_one(
     """Train one federation, recording the relay, and attack each viewer's records per epoch."""
     with tempfile.TemporaryDirectory(prefix="vfl-privacy-") as tmp:
         sources = write_parties(table, k, Path(tmp))
-        train = {"seed": seed, "epochs": epochs, "privacy": DEFENCES[defence]}
+        train = {"seed": seed, "epochs": epochs, **setting(defence)}
         config = SimulationConfig(tables=sources, clients=k, train=train)
         relayed = Relayed()
         start = time.perf_counter()
@@ -271,6 +290,7 @@ def run_one(
         "seed": seed,
         "defence": defence,
         "epochs_trained": len(result.epochs),
+        "early_stop": result.early_stop,
         "accuracy": overall.accuracy,
         "auc": overall.auc,
         "seconds": seconds,

@@ -48,20 +48,68 @@ def row(defence: str, runs: dict[int, dict[str, Any]], base: dict[int, dict[str,
     )
 
 
-def table(paths: list[Path], seeds: set[int] | None = None) -> str:
-    """The markdown table of every defence in `paths` (only the runs of `seeds`, if given)."""
+def load(paths: list[Path], seeds: set[int] | None = None) -> dict[str, dict[int, dict[str, Any]]]:
+    """defence -> seed -> run, from the runs of `paths` (only those of `seeds`, if given)."""
     by: dict[str, dict[int, dict[str, Any]]] = {}
     for path in paths:
         for run in json.loads(path.read_text()):
             if seeds is None or run["seed"] in seeds:
                 by.setdefault(run.get("defence", "none"), {})[run["seed"]] = run
-    base = by["none"]
+    return by
+
+
+def per_seed(
+    paths: list[Path],
+    seeds: set[int] | None = None,
+    base: str = "none",
+    only: set[str] | None = None,
+) -> str:
+    """One markdown row per defence (of `only`, if given) and seed: the cost against `base` of
+    the same seed, the attacks' worst epoch, and the early stop (best epoch, 1-based)."""
+    by = load(paths, seeds)
+    lines = [
+        "| defence | seed | epochs trained | best epoch | test accuracy | test AUC | accuracy "
+        "cost (points) | AUC cost | norm max | direction max | within both bounds |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for defence, runs in by.items():
+        if only is not None and defence not in only:
+            continue
+        for seed, run in sorted(runs.items()):
+            ref = by[base].get(seed)
+            if ref is None:
+                continue
+            points = 100 * (ref["accuracy"] - run["accuracy"])
+            auc_cost = ref["auc"] - run["auc"]
+            norm, direction = worst(run, "norm"), worst(run, "direction")
+            ok = max(norm, direction) <= LIMIT_AUC and points <= LIMIT_POINTS
+            ok = ok and auc_cost <= LIMIT_AUC_COST
+            stop = run.get("early_stop") or {}
+            best = stop.get("best_epoch", -2) + 1
+            lines.append(
+                f"| {defence} | {seed} | {run['epochs_trained']} | {best or '-'} | "
+                f"{100 * run['accuracy']:.2f} | {run['auc']:.4f} | {points:+.2f} | "
+                f"{auc_cost:+.4f} | {norm:.3f} | {direction:.3f} | {'yes' if ok else 'no'} |"
+            )
+    return "\n".join(lines)
+
+
+def table(
+    paths: list[Path],
+    seeds: set[int] | None = None,
+    base: str = "none",
+    only: set[str] | None = None,
+) -> str:
+    """The markdown table of every defence in `paths` (of `only` and the runs of `seeds`, if
+    given), paired with the `base` run of each seed."""
+    by = load(paths, seeds)
+    base_runs = by[base]
     lines = [
         "| defence | seeds | epochs trained | test accuracy | test AUC | accuracy cost (points) "
         "| AUC cost | norm max | direction max | 5-NN max | meets |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    lines += [row(d, runs, base) for d, runs in by.items()]
+    lines += [row(d, runs, base_runs) for d, runs in by.items() if only is None or d in only]
     return "\n".join(lines)
 
 
@@ -69,9 +117,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, nargs="+", help="benchmarks.privacy .json files")
     parser.add_argument("--seeds", help="only these seeds (comma-separated); default: all")
+    parser.add_argument("--base", default="none", help="the run each defence is paired with")
+    parser.add_argument("--per-seed", action="store_true", help="one row per defence and seed")
+    parser.add_argument("--defences", help="only these defences (comma-separated); default: all")
     args = parser.parse_args(argv)
     seeds = None if args.seeds is None else {int(v) for v in args.seeds.split(",")}
-    print(table(args.runs, seeds))
+    only = None if args.defences is None else set(args.defences.split(","))
+    show = per_seed if args.per_seed else table
+    print(show(args.runs, seeds, args.base, only))
 
 
 if __name__ == "__main__":

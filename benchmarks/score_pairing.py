@@ -130,7 +130,7 @@ def true_test_metrics(
     """The federation's accuracy and the heads' mean AUC on the test split against the true
     labels, from the predictions of the last test evaluation (its Score calls follow one
     another)."""
-    tests = [plain(c, seed) for c, _ in scored if c.split == "test"]
+    tests = [p for c, _ in scored if c.split == "test" for p in plain(c, seed)]
     last: list[ScoreCall] = []
     seen: set[int] = set()
     for call in reversed(tests):  # the last evaluation: calls until a row repeats
@@ -156,11 +156,12 @@ def true_test_metrics(
     return {"accuracy": float(accuracy_from_confusion(confusion)), "auc": auc}
 
 
-def plain(call: ScoreCall, seed: int) -> ScoreCall:
-    """The predictions a blind call stands for, as the label party combines them (for the true
-    metrics only: over gRPC the coordinator holds them sealed, so the attack never sees them)."""
-    if call.blind is None:
-        return call
+def plain(call: ScoreCall, seed: int) -> list[ScoreCall]:
+    """The predictions a blind call stands for, one call per batch, as the label party combines
+    them (for the true metrics only: over gRPC the coordinator holds them sealed, so the attack
+    never sees them)."""
+    if not call.blind:
+        return [call]
     return unblinded(call, "heads", "classification", 2, seed)
 
 

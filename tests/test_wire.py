@@ -22,6 +22,7 @@ from vfl_core.inference.metrics import ROW_METRICS, MetricRow
 from vfl_core.protocol import (
     PROTOCOL_VERSION,
     BackwardCall,
+    BlindPrediction,
     EmbedCall,
     FuseCall,
     FuseResult,
@@ -284,6 +285,24 @@ def test_score_call_and_reply_round_trip(n):
     assert convert.score_reply_from_proto(wire(convert.score_reply_to_proto(ScoreResult()))) == (
         ScoreResult()
     )
+
+
+def test_blind_score_call_of_several_batches_round_trips_and_sizes_must_add_up():
+    p = np.full((5, 2), 0.5, np.float32)
+    parts = (
+        BlindPrediction(7, {0: p[:2]}, (0, 1), 0, 0.4, size=2),
+        BlindPrediction(9, {0: p[2:], 1: p[2:]}, (0, 1), 2, size=3),
+    )
+    call = ScoreCall(split="test", rows=rows(5), digest=b"d", predictions={}, blind=parts)
+    back = convert.score_call_from_proto(wire(convert.score_call_to_proto(call, HDR)))
+    assert [(b.request_id, b.first, b.threshold, b.size) for b in back.blind] == [
+        (7, 0, 0.4, 2),
+        (9, 2, None, 3),
+    ]
+    np.testing.assert_array_equal(back.blind[1].heads[1], p[2:])
+    short = ScoreCall("test", rows(4), b"d", {}, blind=parts)
+    with pytest.raises(ProtocolError, match="do not add up"):
+        convert.score_call_from_proto(wire(convert.score_call_to_proto(short, HDR)))
 
 
 def test_score_call_with_no_predictions_round_trips():

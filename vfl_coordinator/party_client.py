@@ -165,9 +165,10 @@ class PartyClient:
         )
 
     def score(self, call: ScoreCall, timeout: float) -> Pending[ScoreResult]:
-        header = self._header if call.blind is None else self._relay_header()
+        header = self._relay_header() if call.blind else self._header
         request = convert.score_call_to_proto(call, header)
-        self._narrow(request.blind.heads)
+        for blind in request.blind:
+            self._narrow(blind.heads)
         future = self._stub.Score.future(request, timeout=timeout)
         return Pending(future, convert.score_reply_from_proto)
 

@@ -198,9 +198,10 @@ class ScoreCall:
     # name -> (B,) float32: the positive-class probability (binary classification, for ROC AUC)
     # or the predicted value in original units (regression, where `predictions` is empty)
     scores: dict[str, np.ndarray] = field(default_factory=dict)
-    # Encrypted relay: instead of `predictions` and `scores`, the batch's prediction for the
-    # label party to combine and score itself (vfl_core.inference.blind)
-    blind: BlindPrediction | None = None
+    # Encrypted relay: instead of `predictions` and `scores`, the predictions of the batches
+    # whose rows `rows` holds, in order (BlindPrediction.size rows each), for the label party to
+    # combine and score itself and answer once for all (vfl_core.inference.blind)
+    blind: tuple[BlindPrediction, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,7 @@ class BlindPrediction:
     threshold: float | None = None  # binary: P(positive) threshold; None: the argmax
     federation_scores: bool = False  # also the federation's positive-class probability
     guess: str = ""  # standard VFL with a block missing: the name of its random guess
+    size: int = 0  # the batch's rows (its share of ScoreCall.rows)
 
 
 @dataclass(frozen=True)

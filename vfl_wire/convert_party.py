@@ -314,8 +314,7 @@ def score_call_to_proto(call: ScoreCall, h: vfl_pb2.Header) -> vfl_pb2.ScoreRequ
         predictions=encode_map(call.predictions, "predictions of"),
         scores=encode_map(call.scores, "scores of"),
     )
-    if call.blind is not None:
-        req.blind.CopyFrom(blind_to_proto(call.blind))
+    req.blind.extend(blind_to_proto(b) for b in call.blind)
     return req
 
 
@@ -329,22 +328,26 @@ def blind_to_proto(b: BlindPrediction) -> vfl_pb2.BlindPrediction:
         threshold=0.0 if b.threshold is None else b.threshold,
         federation_scores=b.federation_scores,
         guess=b.guess,
+        size=b.size,
     )
 
 
-def blind_from_proto(b: vfl_pb2.BlindPrediction, rows: int) -> BlindPrediction:
+def blind_from_proto(b: vfl_pb2.BlindPrediction) -> BlindPrediction:
     """As the label party reads it, its boxes opened (vfl_wire.relay_messages): each head's
-    (rows, C) probabilities; a box still sealed is refused."""
+    (size, C) probabilities; a box still sealed is refused."""
     if b.first < 0 or not math.isfinite(b.threshold) or not 0.0 <= b.threshold <= 1.0:
         raise ProtocolError("score blind prediction: negative first sample or bad threshold")
+    if b.size <= 0:
+        raise ProtocolError(f"score blind prediction: {b.size} rows")
     return BlindPrediction(
         request_id=b.request_id,
-        heads=block_map(b.heads, "score probabilities", (rows, None)),
+        heads=block_map(b.heads, "score probabilities", (b.size, None)),
         present=block_list(b.present, "score present blocks"),
         first=b.first,
         threshold=b.threshold if b.has_threshold else None,
         federation_scores=b.federation_scores,
         guess=check_name(b.guess, "score guess") if b.guess else "",
+        size=b.size,
     )
 
 
@@ -354,9 +357,11 @@ def score_call_from_proto(req: vfl_pb2.ScoreRequest) -> ScoreCall:
     def scores(t: vfl_pb2.Tensor, what: str) -> np.ndarray:  # (B,) float32
         return decode_array(t, what=what, expect_dtype="float32", expect_shape=(len(rows),))
 
-    blind = blind_from_proto(req.blind, len(rows)) if req.HasField("blind") else None
-    if blind is not None and (req.predictions or req.scores):
+    blind = tuple(blind_from_proto(b) for b in req.blind)
+    if blind and (req.predictions or req.scores):
         raise ProtocolError("score request: both predictions and a blind prediction")
+    if blind and sum(b.size for b in blind) != len(rows):
+        raise ProtocolError(f"score request: its batches' sizes do not add up to {len(rows)} rows")
     return ScoreCall(
         split=check_split(req.split, what="score split"),
         rows=rows,

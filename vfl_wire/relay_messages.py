@@ -52,12 +52,12 @@ def open_request(relay: RelayCrypto, rpc: str, request, wire: str) -> None:
         open_backward(relay, request)
     elif rpc == "Predict":
         open_embeddings(relay, request.embeddings, INFER, request.request_id, rpc)
-    elif rpc == "Score" and request.HasField("blind"):
-        blind = request.blind
-        for head, t in blind.heads.items():
-            what = f"Score: probabilities of head {head}, request {blind.request_id}"
-            _, plain = relay.open(t, PROBS, blind.request_id, head, what)
-            t.CopyFrom(plain)
+    elif rpc == "Score":
+        for blind in request.blind:
+            for head, t in blind.heads.items():
+                what = f"Score: probabilities of head {head}, request {blind.request_id}"
+                _, plain = relay.open(t, PROBS, blind.request_id, head, what)
+                t.CopyFrom(plain)
     elif rpc == "Train":
         for b in request.backward:
             open_backward(relay, b)

@@ -7,11 +7,18 @@ confusion column, an AUC bin), and pairing them names labels (benchmarks/score_p
 an encrypted relay the heads seal an evaluation's probabilities for the label parties, the
 coordinator relays them unread in the Score call (ScoreCall.blind), and the label party combines
 them here exactly as the coordinator would have (the same `combine`, the same random draws, the
-same threshold) before scoring them. The coordinator's view of a batch is its rows and their
-aggregates: no per-row prediction. The metrics are the plaintext run's, bit for bit.
+same threshold) before scoring them. The metrics are the plaintext run's, bit for bit.
+
+The coordinator scores an evaluation blind in one Score call per observed set (and set of
+predictors: vfl_core.training.blind_scores), carrying the predictions of all its batches, and the
+label party answers with their sum: the coordinator never holds a per-row prediction, nor an
+aggregate over fewer rows than every row of the evaluation that the observed set predicted, so a
+batch whose rows are all of one class no longer names that class.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -20,7 +27,7 @@ from vfl_core.errors import ProtocolError
 from vfl_core.inference.metrics import FEDERATION
 from vfl_core.methods.combination import combine, random_guess
 from vfl_core.methods.spec import Combination
-from vfl_core.protocol import ScoreCall
+from vfl_core.protocol import BlindPrediction, ScoreCall
 from vfl_core.seeding import Stream, rng
 
 
@@ -50,11 +57,33 @@ def score_inputs(
     return named, out
 
 
-def unblinded(call: ScoreCall, rule: Combination, task: str, classes: int, seed: int) -> ScoreCall:
-    """The plain ScoreCall a blind one stands for, at the label party: the heads' opened
-    probabilities checked and combined as the coordinator would have combined them."""
-    blind = call.blind
-    assert blind is not None
+def unblinded(
+    call: ScoreCall, rule: Combination, task: str, classes: int, seed: int
+) -> list[ScoreCall]:
+    """The plain ScoreCalls a blind one stands for, one per batch, at the label party: each
+    batch's rows (its `size` of the call's rows, in order) and the heads' opened probabilities
+    checked and combined as the coordinator would have combined them. A plain call: itself."""
+    if not call.blind:
+        return [call]
+    sizes = [part.size for part in call.blind]
+    if any(size <= 0 for size in sizes) or sum(sizes) != len(call.rows):
+        raise ProtocolError(f"score: batch sizes {sizes[:8]} do not add up to the call's rows")
+    starts = np.cumsum([0, *sizes[:-1]])
+    batches = [replace(call, rows=call.rows[s : s + n]) for s, n in zip(starts, sizes, strict=True)]
+    return [
+        _unblinded_batch(batch, part, rule, task, classes, seed)
+        for batch, part in zip(batches, call.blind, strict=True)
+    ]
+
+
+def _unblinded_batch(
+    call: ScoreCall,
+    blind: BlindPrediction,
+    rule: Combination,
+    task: str,
+    classes: int,
+    seed: int,
+) -> ScoreCall:
     size = len(call.rows)
     regression = task == REGRESSION
     heads: dict[int, np.ndarray] = {}

@@ -62,23 +62,45 @@ def auc_from_histogram(histogram: np.ndarray) -> float | None:
 @dataclass
 class RegressionStats:
     """Sums for the regression metrics of one observed set (vfl_core.inference.scoring.SUMS
-    order)."""
+    order): each predictor's (5,) sums added batch by batch, kept apart per set of predictors
+    and combined only when read, so that one answer for several batches (a blind evaluation's,
+    vfl_core.inference.blind) gives the metrics of their batch-by-batch answers bit for bit."""
 
-    squared_error: float = 0.0  # sum over samples of the mean squared error of the heads
-    absolute_error: float = 0.0  # the same for the absolute error
-    targets: np.ndarray = field(default_factory=lambda: np.zeros(3))  # count, sum, sum of squares
-    federation: np.ndarray | None = None  # (5,) sums of the federation prediction
+    # the predictors' names (sorted) -> name -> (5,) sums over the batches they predicted
+    by_names: dict[tuple[str, ...], dict[str, np.ndarray]] = field(default_factory=dict)
 
     def add(self, sums: dict[str, np.ndarray]) -> None:
-        heads = [v for name, v in sums.items() if name != FEDERATION]
-        if heads:
-            self.squared_error += sum(float(v[0]) for v in heads) / len(heads)
-            self.absolute_error += sum(float(v[1]) for v in heads) / len(heads)
-        any_sums = next(iter(sums.values()))
-        self.targets = self.targets + any_sums[2:5]  # the same targets under every name
-        if FEDERATION in sums:
-            fed = sums[FEDERATION]
-            self.federation = fed if self.federation is None else self.federation + fed
+        kept = self.by_names.setdefault(tuple(sorted(sums)), {})
+        for name, v in sums.items():
+            kept[name] = v if name not in kept else kept[name] + v
+
+    def _heads(self, column: int) -> float:
+        """Sum over samples of the heads' mean of a SUMS column."""
+        total = 0.0
+        for kept in self.by_names.values():
+            heads = [float(v[column]) for name, v in kept.items() if name != FEDERATION]
+            total += sum(heads) / len(heads) if heads else 0.0
+        return total
+
+    @property
+    def squared_error(self) -> float:
+        """Sum over samples of the mean squared error of the heads."""
+        return self._heads(0)
+
+    @property
+    def absolute_error(self) -> float:
+        return self._heads(1)
+
+    @property
+    def targets(self) -> np.ndarray:
+        """(3,) count, sum and sum of squares of the targets (the same under every name)."""
+        return sum((next(iter(k.values()))[2:5] for k in self.by_names.values()), np.zeros(3))
+
+    @property
+    def federation(self) -> np.ndarray | None:
+        """(5,) sums of the federation prediction, or None."""
+        fed = [k[FEDERATION] for k in self.by_names.values() if FEDERATION in k]
+        return sum(fed[1:], fed[0]) if fed else None
 
 
 @dataclass
@@ -87,11 +109,18 @@ class PatternStats:
     per head party and for the federation, or the regression sums."""
 
     samples: int = 0
-    correct: float = 0.0  # sum over samples of the mean correctness of the observing heads
+    # number of heads -> the sum of their confusions' traces (whole numbers, so exact however
+    # the batches are grouped into answers); `correct` divides each by its number of heads
+    traces: dict[int, float] = field(default_factory=dict)
     heads: dict[str, np.ndarray] = field(default_factory=dict)  # predictor -> confusion
     federation: np.ndarray | None = None
     histograms: dict[str, np.ndarray] = field(default_factory=dict)  # predictor -> (2, bins)
     regression: RegressionStats | None = None
+
+    @property
+    def correct(self) -> float:
+        """Sum over samples of the mean correctness of the observing heads."""
+        return sum(t / n for n, t in sorted(self.traces.items()))
 
     def add(self, samples: int, result: ScoreResult) -> None:
         self.samples += samples
@@ -100,7 +129,8 @@ class PatternStats:
             self.regression.add(result.sums)
         heads = [c for name, c in result.confusion.items() if name != FEDERATION]
         if heads:
-            self.correct += sum(float(np.trace(c)) for c in heads) / len(heads)
+            n = len(heads)
+            self.traces[n] = self.traces.get(n, 0.0) + sum(float(np.trace(c)) for c in heads)
         for name, conf in result.confusion.items():
             if name == FEDERATION:
                 self.federation = conf if self.federation is None else self.federation + conf

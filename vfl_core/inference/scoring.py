@@ -72,6 +72,25 @@ def score_batch(task: str, num_classes: int, truth: np.ndarray, call: ScoreCall)
     return ScoreResult(confusion=confusion, histograms=histograms)
 
 
+def summed(results: list[ScoreResult]) -> ScoreResult:
+    """One answer for several batches of the same predictors: each aggregate added batch by
+    batch, in order (the counts exactly; the regression sums as the coordinator would have
+    added them, vfl_core.inference.metrics.RegressionStats)."""
+    first, *rest = results
+    confusion, histograms, sums = dict(first.confusion), dict(first.histograms), dict(first.sums)
+    for result in rest:
+        if result.names() != first.names():
+            raise ProtocolError("score: batches of one answer name different predictions")
+        for into, part in (
+            (confusion, result.confusion),
+            (histograms, result.histograms),
+            (sums, result.sums),
+        ):
+            for name, value in part.items():
+                into[name] = into[name] + value
+    return ScoreResult(confusion, histograms, sums)
+
+
 def result_fits(result: ScoreResult, task: str, num_classes: int, names: set[str]) -> bool:
     """Whether a label party's answer has exactly the aggregates the coordinator asked for, in
     their shapes (one that does not is treated as no answer, never added to the metrics)."""

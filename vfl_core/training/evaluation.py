@@ -26,6 +26,7 @@ from vfl_core.methods.combination import combine, random_guess, scored_names
 from vfl_core.methods.outcomes import PredictionBatch, batch_prediction, well_formed
 from vfl_core.methods.spec import active_party
 from vfl_core.protocol import BlindPrediction, EmbedCall, PredictCall, ScoreCall, ScoreResult
+from vfl_core.training.blind_scores import BlindGroup, BlindScores
 
 if TYPE_CHECKING:
     from vfl_core.training.engine import Federation
@@ -170,8 +171,10 @@ class Evaluator:
         `federation_scores` (binary tasks), the label parties also return the histogram of the
         federation's positive-class probability (vfl_core.inference.choice)."""
         report = EvalReport()
-        # an encrypted relay: the label party combines each batch (vfl_core.inference.blind)
+        # an encrypted relay: the label party combines each batch (vfl_core.inference.blind),
+        # and scores the batches of an observed set together once all are predicted
         blind = self.fed.config.encrypt_relay and self.fed.spec.program is None
+        pending = BlindScores()
         for pred in self.predict_batches(split, index, blocks, blind):
             asked = [
                 b for b in pred.pattern if (blocks is None or b in blocks) and b not in pred.dropped
@@ -183,16 +186,27 @@ class Evaluator:
                 served = (set(self.fed.infos) if blocks is None else set(blocks)) - set(
                     pred.dropped
                 )
+            # by observed set: the parties that answered and those the choice left out
+            pattern = tuple(sorted({*pred.present, *pred.dropped}))
+            if pred.blind is not None:
+                pending.add(pattern, pred, served)
+                continue
             result = (
                 self._score(split, pred, served, federation_scores)
-                if pred.predicted is not None or pred.blind is not None
+                if pred.predicted is not None
                 else None
             )
             if result is None:
                 report.unscored += len(pred.index)
                 continue
-            # by observed set: the parties that answered and those the choice left out
-            report.add(tuple(sorted({*pred.present, *pred.dropped})), len(pred.index), result)
+            report.add(pattern, len(pred.index), result)
+        for group in pending:
+            group_index = group.index
+            result = self._score_blind(split, group, federation_scores)
+            if result is None:
+                report.unscored += len(group_index)
+            else:
+                report.add(group.pattern, len(group_index), result)
         return report
 
     def _score(
@@ -202,38 +216,57 @@ class Evaluator:
         blocks: Collection[int] | None = None,
         federation_scores: bool = False,
     ) -> ScoreResult | None:
-        """Aggregates (confusion counts, AUC histograms or error sums) from the first present
-        label party that answers, else from a reachable party holding the labels only."""
+        """Aggregates (confusion counts, AUC histograms or error sums) of a batch the
+        coordinator combined."""
+        assert pred.predicted is not None
+        predictions, scores = score_inputs(
+            pred.scored,
+            pred.predicted,
+            pred.scores,
+            pred.federation,
+            pred.regression,
+            federation_scores,
+        )
+        names = {*predictions, *scores}
+        return self._scored(split, pred.index, pred.present, blocks, names, predictions, scores)
+
+    def _score_blind(
+        self, split: str, group: BlindGroup, federation_scores: bool
+    ) -> ScoreResult | None:
+        """The aggregates of a group of blind batches, from one answer: the label party
+        combines and names the predictions (vfl_core.inference.blind)."""
+        first = group.batches[0].blind
+        assert first is not None
+        rule = self.fed.spec.combination
+        heads = sorted(first.heads)
+        named = {first.guess} if first.guess else scored_names(rule, first.present, heads)
+        parts = group.parts(federation_scores)
+        names = {*named, FEDERATION}
+        return self._scored(split, group.index, group.present, group.served, names, {}, {}, parts)
+
+    def _scored(
+        self,
+        split: str,
+        index: np.ndarray,
+        present: tuple[int, ...],
+        blocks: Collection[int] | None,
+        names: set[str],
+        predictions: dict[str, np.ndarray],
+        scores: dict[str, np.ndarray],
+        blind: tuple[BlindPrediction, ...] = (),
+    ) -> ScoreResult | None:
+        """The answer of the first present label party that gives one, else of a reachable
+        party holding the labels only, to a ScoreCall on the samples `index`."""
         fed = self.fed
         al = fed.alignments[split]
-        blind = pred.blind
-        if blind is not None:  # the label party combines and names the predictions
-            blind = replace(blind, federation_scores=federation_scores)
-            predictions: dict[str, np.ndarray] = {}
-            scores: dict[str, np.ndarray] = {}
-            heads = sorted(blind.heads)
-            rule = fed.spec.combination
-            named = {blind.guess} if blind.guess else scored_names(rule, blind.present, heads)
-            names = {*named, FEDERATION}
-        else:
-            assert pred.predicted is not None
-            predictions, scores = score_inputs(
-                pred.scored,
-                pred.predicted,
-                pred.scores,
-                pred.federation,
-                pred.regression,
-                federation_scores,
-            )
-            names = {*predictions, *scores}
-        digest = al.digest(pred.index)
+        digest = al.digest(index)
         label_only = [
             b
             for b, mask in sorted(al.label_only.items())
-            if mask[pred.index].all() and self.reachable(b, blocks)
+            if mask[index].all() and self.reachable(b, blocks)
         ]
-        for scorer in [*(b for b in pred.present if b in fed.label_blocks), *label_only]:
-            rows = al.rows_of(scorer, pred.index)
+        for scorer in [*(b for b in present if b in fed.label_blocks), *label_only]:
+            rows = al.rows_of(scorer, index)
             call = ScoreCall(split, rows, digest, predictions, scores, blind)
             result = fed.transport.score(scorer, call)
             if result is None:

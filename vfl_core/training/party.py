@@ -26,7 +26,7 @@ from vfl_core.data.missingness import UNLABELLED
 from vfl_core.data.party_dir import PartyData, PartySplit, labelled_rows_only
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.inference.blind import unblinded
-from vfl_core.inference.scoring import coarsened, score_batch
+from vfl_core.inference.scoring import coarsened, score_batch, summed
 from vfl_core.methods.laser.party_steps import LaserSteps
 from vfl_core.methods.spec import SHARED, ProgramHooks
 from vfl_core.model.model_bank import ModelBank
@@ -207,18 +207,18 @@ class Party:
         return self.laser.predict(call)
 
     def score(self, call: ScoreCall) -> ScoreResult:
-        """Aggregates of each named prediction on this batch against the party's labels:
+        """Aggregates of each named prediction on the call's rows against the party's labels:
         confusion matrices (true x predicted) and, for binary tasks, AUC histograms; error and
-        target sums for regression (vfl_core.inference.scoring)."""
+        target sums for regression (vfl_core.inference.scoring); one answer for all batches."""
         self.check_digest(call.split, call.rows, call.digest)
         labels, classes = self.split(call.split).labels, self.data.meta.num_classes
         if labels is None:
             raise ProtocolError(f"party {self.party_id} holds no labels to score with")
-        if call.blind is not None:  # the heads' probabilities, combined here (encrypted relay)
-            call = unblinded(call, self.spec.combination, self.task, classes, self.config.seed)
         if self.task != REGRESSION:  # PrivacyConfig.score_epsilon: a randomised copy
             labels = self.guard.score_labels(call.split, labels, classes)
-        result = score_batch(self.task, classes, labels[call.rows], call)
+        # blind (encrypted relay): each batch's heads' probabilities, combined here
+        calls = unblinded(call, self.spec.combination, self.task, classes, self.config.seed)
+        result = summed([score_batch(self.task, classes, labels[c.rows], c) for c in calls])
         return coarsened(result, self.config.privacy.score_bins)
 
     def replace_split(self, name: str, split: PartySplit | None) -> None:

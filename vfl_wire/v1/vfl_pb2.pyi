@@ -284,11 +284,11 @@ class ScoreRequest(_message.Message):
     digest: bytes
     predictions: _containers.MessageMap[str, Tensor]
     scores: _containers.MessageMap[str, Tensor]
-    blind: BlindPrediction
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., predictions: _Optional[_Mapping[str, Tensor]] = ..., scores: _Optional[_Mapping[str, Tensor]] = ..., blind: _Optional[_Union[BlindPrediction, _Mapping]] = ...) -> None: ...
+    blind: _containers.RepeatedCompositeFieldContainer[BlindPrediction]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., predictions: _Optional[_Mapping[str, Tensor]] = ..., scores: _Optional[_Mapping[str, Tensor]] = ..., blind: _Optional[_Iterable[_Union[BlindPrediction, _Mapping]]] = ...) -> None: ...
 
 class BlindPrediction(_message.Message):
-    __slots__ = ("request_id", "heads", "present", "first", "has_threshold", "threshold", "federation_scores", "guess")
+    __slots__ = ("request_id", "heads", "present", "first", "has_threshold", "threshold", "federation_scores", "guess", "size")
     class HeadsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -304,6 +304,7 @@ class BlindPrediction(_message.Message):
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_SCORES_FIELD_NUMBER: _ClassVar[int]
     GUESS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     heads: _containers.MessageMap[int, Tensor]
     present: _containers.RepeatedScalarFieldContainer[int]
@@ -312,7 +313,8 @@ class BlindPrediction(_message.Message):
     threshold: float
     federation_scores: bool
     guess: str
-    def __init__(self, request_id: _Optional[int] = ..., heads: _Optional[_Mapping[int, Tensor]] = ..., present: _Optional[_Iterable[int]] = ..., first: _Optional[int] = ..., has_threshold: _Optional[bool] = ..., threshold: _Optional[float] = ..., federation_scores: _Optional[bool] = ..., guess: _Optional[str] = ...) -> None: ...
+    size: int
+    def __init__(self, request_id: _Optional[int] = ..., heads: _Optional[_Mapping[int, Tensor]] = ..., present: _Optional[_Iterable[int]] = ..., first: _Optional[int] = ..., has_threshold: _Optional[bool] = ..., threshold: _Optional[float] = ..., federation_scores: _Optional[bool] = ..., guess: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
 
 class ScoreReply(_message.Message):
     __slots__ = ("confusion", "histograms", "sums")
