@@ -204,6 +204,7 @@ class Gateway:
         deadline_s: float | None = None,
         inline: Mapping[str, Mapping[str, object]] | None = None,
         arrived: float | None = None,
+        phases: dict[str, float] | None = None,
     ) -> list[OnlinePrediction]:
         """One prediction per ID from the parties that answered before the deadline (default:
         the gateway's), counted from `arrived` (time.monotonic() when the request reached the
@@ -211,7 +212,8 @@ class Gateway:
         cell), used instead of its table. A malformed request is a DataError (nothing is
         asked). A request whose deadline was spent before the gateway started it (queued behind
         others: overloaded) asks no party and is answered at once from the gateway's own block,
-        every other party missing as QUEUED_OUT."""
+        every other party missing as QUEUED_OUT. `phases`, when given, gets the seconds spent
+        in each step: own (the own block's embedding), parties (waiting for them), heads."""
         ids = self._checked_ids(ids)
         seconds = self.deadline_s if deadline_s is None else check_deadline(deadline_s)
         start = time.monotonic()
@@ -230,7 +232,9 @@ class Gateway:
         except ConfigError as err:  # its --lookup function failed: the others still answer
             log.warning("the gateway's own rows: %s", err)
             blocks.missing[self.bundle.meta.block] = f"refused: {err}"
+        embedded = time.monotonic()
         self._lag.wait({b: f for b, f in asked.items() if b in awaited}, deadline)
+        waited = time.monotonic()
         for block in {p.block for p in self.peers} - set(asked):
             blocks.missing[block] = QUEUED_OUT if late else TIMED_OUT  # or its probe is out
         for block, future in asked.items():
@@ -240,7 +244,11 @@ class Gateway:
             timed_out = blocks.missing.get(block) == TIMED_OUT
             if block in awaited and timed_out and time.monotonic() >= deadline:
                 self._lag.missed(block)
-        return self.heads.run((ids, blocks))
+        answers = self.heads.run((ids, blocks))
+        if phases is not None:
+            done = time.monotonic()
+            phases.update(own=embedded - start, parties=waited - embedded, heads=done - waited)
+        return answers
 
     # ----------------------------------------------------------------- the request
     def _checked_ids(self, ids: Sequence[str]) -> list[str]:
