@@ -18,6 +18,7 @@ process (the engine `vfl predict` drives) on the same model.
 
 from __future__ import annotations
 
+import gc
 import http.client
 import json
 import logging
@@ -37,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from benchmarks.netshape import NetShaper, Shape
-from benchmarks.serve_callers import Callers, post
+from benchmarks.serve_callers import Callers, Reply, post
 from benchmarks.serve_cluster import ServingCluster, train_bundles
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig
@@ -82,6 +83,16 @@ class Cell:
     subset: int
     server_p50_ms: float = -1.0  # the gateway's own time (Server-Timing); -1: not reported
     server_p99_ms: float = -1.0
+    at_fault: int = 0  # kill/stop: requests in flight when the signal was sent
+    settled_p99_ms: float = -1.0  # kill/stop: p99 of the requests sent from SETTLE_S after it
+    median_steps: dict[str, float] | None = None  # ms in each step, mean over the middle 10%
+    tail_steps: dict[str, float] | None = None  # ... over the slowest 1%
+
+
+SETTLE_S = 0.5
+# where a request's time went: queue (the caller's time less the gateway's: before the gateway
+# read its request line, and the reply's way back), then the gateway's steps (Server-Timing)
+STEPS = ("queue", "read", "own", "parties", "heads")
 
 
 def credit_tables(data_path: Path, out: Path) -> list[Path]:
@@ -143,6 +154,10 @@ def run(job: ServeJob) -> dict[str, object]:
             }
             for gateway in gateways.values():
                 _warm(gateway.http_port, ids)
+            # the callers may be threads of this process: its trained federation and torch
+            # would otherwise cost them full collections of ~100 ms inside the timed cells
+            gc.collect()
+            gc.freeze()
             port = gateways[False].http_port
             batch["gateway_rows_per_s"] = _gateway_rows_per_s(port, ids, job.seconds)
             cells = []
@@ -168,18 +183,23 @@ def run(job: ServeJob) -> dict[str, object]:
 
 
 def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
-    fault = None
+    fault, fault_at = None, []
     lead_s = 0.5 if job.caller_processes > 1 else 0.0  # the processes' common start
     if mode != "up":
         sig = signal.SIGKILL if mode == "kill" else signal.SIGSTOP
-        fault = threading.Timer(lead_s + job.seconds / 3, cluster.signal, (VICTIM, sig))
+
+        def send() -> None:
+            fault_at.append(time.monotonic())
+            cluster.signal(VICTIM, sig)
+
+        fault = threading.Timer(lead_s + job.seconds / 3, send)
         fault.start()
     replies = callers_.run(port, ids, job.seconds, callers)
     if fault is not None:
         fault.join()
-    took = sorted(t for t, _, _, _ in replies)
+    took = sorted(r.took for r in replies)
     q = _quantiles(took)
-    server = _quantiles(sorted(s for _, _, _, s in replies if s >= 0))
+    server = _quantiles(sorted(r.server_s for r in replies if r.server_s >= 0))
     return Cell(
         rtt_ms=rtt,
         callers=callers,
@@ -189,11 +209,43 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
         p50_ms=1000 * statistics.median(took),
         p95_ms=1000 * q[94],
         p99_ms=1000 * q[98],
-        failed=sum(1 for _, ok, _, _ in replies if not ok),
-        subset=sum(1 for _, ok, used, _ in replies if ok and used < PARTIES),
+        failed=sum(1 for r in replies if not r.ok),
+        subset=sum(1 for r in replies if r.ok and r.used < PARTIES),
         server_p50_ms=1000 * server[49] if server else -1.0,
         server_p99_ms=1000 * server[98] if server else -1.0,
+        **_fault_figures(replies, fault_at[0] if fault_at else None),
+        **_where_time_went(replies),
     )
+
+
+def _fault_figures(replies: list[Reply], at: float | None) -> dict[str, object]:
+    """How many requests the fault caught in flight (each may wait for the party up to its
+    deadline), and the p99 of those sent once the gateway had SETTLE_S to adapt."""
+    if at is None:
+        return {}
+    settled = sorted(r.took for r in replies if r.sent >= at + SETTLE_S)
+    return {
+        "at_fault": sum(1 for r in replies if r.sent <= at < r.sent + r.took),
+        "settled_p99_ms": 1000 * _quantiles(settled)[98] if settled else -1.0,
+    }
+
+
+def _where_time_went(replies: list[Reply]) -> dict[str, object]:
+    """Mean ms in each of STEPS over the middle 10% and over the slowest 1% of the requests."""
+    timed = sorted((r for r in replies if r.server_s >= 0), key=lambda r: r.took)
+    if not timed:
+        return {}
+    n = len(timed)
+
+    def mean_steps(part: list[Reply]) -> dict[str, float]:
+        def step(r: Reply, name: str) -> float:
+            return r.took - r.server_s if name == "queue" else r.steps.get(name, 0.0)
+
+        return {k: 1000 * statistics.fmean(step(r, k) for r in part) for k in STEPS}
+
+    middle = timed[n // 2 - n // 20 : n // 2 + n // 20 + 1]
+    slowest = timed[-max(1, n // 100) :]
+    return {"median_steps": mean_steps(middle), "tail_steps": mean_steps(slowest)}
 
 
 def _quantiles(values: list[float]) -> list[float]:
@@ -272,6 +324,7 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
             f"{_ms(c.get('server_p50_ms', -1))} | {_ms(c.get('server_p99_ms', -1))} | "
             f"{c['failed']} | {c['subset']} |"
         )
+    lines += _steps_table(record["cells"])
     lines += [
         "",
         "Batch prediction on the same model, rows/s: the gateway with 256 IDs a request (1 "
@@ -286,6 +339,38 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
     path.write_text(text)
     (results / "serve.json").write_text(json.dumps(record, indent=2, default=str))
     return path, text
+
+
+def _steps_table(cells: list[dict]) -> list[str]:
+    """Where the time of the middle 10% and of the slowest 1% went, and what a fault caught."""
+    rows = [c for c in cells if c.get("tail_steps")]
+    if not rows:
+        return []
+    head = " | ".join(f"{k} mid / slow" for k in STEPS)
+    lines = [
+        "",
+        "Where the time went, mean ms over the middle 10% of each cell's requests / over its "
+        "slowest 1%: queue = the caller's time less the gateway's (before the gateway read the "
+        "request line, and the reply's way back), read = its headers, body and JSON, own = the "
+        "gateway's own embedding, parties = waiting for the other parties, heads = the head "
+        "(its `Server-Timing` steps). in flight at fault: requests sent before the signal and "
+        f"answered after it (% of the cell); settled p99: requests sent {SETTLE_S:g} s or more "
+        "after it.",
+        "",
+        f"| RTT ms | callers | mode | {head} | in flight at fault | settled p99 |",
+        "| ---: | ---: | --- |" + " ---: |" * (len(STEPS) + 2),
+    ]
+    for c in rows:
+        mid, slow = c["median_steps"], c["tail_steps"]
+        steps = " | ".join(f"{mid[k]:.1f} / {slow[k]:.1f}" for k in STEPS)
+        fault = "-"
+        if c["mode"] != "up":
+            fault = f"{c['at_fault']} ({100 * c['at_fault'] / max(1, c['requests']):.1f}%)"
+        lines.append(
+            f"| {c['rtt_ms']:g} | {c['callers']} | {c['mode']} | {steps} | {fault} | "
+            f"{_ms(c.get('settled_p99_ms', -1))} |"
+        )
+    return lines
 
 
 def _commit() -> str:

@@ -3,8 +3,9 @@ request, back to back, optionally spread over several processes (real callers ar
 applications; 64 threads of one Python process share one interpreter lock, which adds its waits
 to the latency they measure). Standard library only, so a caller process starts quickly.
 
-Each reply is (seconds the caller waited, answered, parties used, the gateway's own seconds on it
-from its `Server-Timing` header, or -1 without one).
+Each reply is a `Reply`: seconds the caller waited, answered, parties used, the gateway's own
+seconds on it from its `Server-Timing` header (-1 without one), when it was sent, and the
+gateway's seconds in each step of it (the header's other metrics: read, own, parties, heads).
 """
 
 from __future__ import annotations
@@ -16,18 +17,32 @@ import re
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from typing import NamedTuple
 
-Reply = tuple[float, bool, int, float]
-_SERVER_TIMING = re.compile(r"gateway;dur=([0-9.]+)")
+_METRIC = re.compile(r"(\w+);dur=([0-9.]+)")
+
+
+class Reply(NamedTuple):
+    took: float  # seconds the caller waited
+    ok: bool
+    used: int  # parties the answer is from
+    server_s: float  # the gateway's own seconds on it, -1 without a Server-Timing header
+    sent: float = 0.0  # time.monotonic() when sent
+    steps: dict[str, float] = {}  # noqa: RUF012 (never mutated) the gateway's seconds per step
 
 
 def post(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict, float]:
     """(status, JSON body, the gateway's seconds or -1)."""
+    status, answer, steps = post_timed(conn, body)
+    return status, answer, steps.get("gateway", -1.0)
+
+
+def post_timed(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict, dict[str, float]]:
+    """(status, JSON body, the seconds of each Server-Timing metric)."""
     conn.request("POST", "/predict", json.dumps(body), {"Content-Type": "application/json"})
     reply = conn.getresponse()
-    timing = _SERVER_TIMING.search(reply.getheader("Server-Timing") or "")
-    server_s = float(timing.group(1)) / 1000 if timing else -1.0
-    return reply.status, json.loads(reply.read()), server_s
+    timing = _METRIC.findall(reply.getheader("Server-Timing") or "")
+    return reply.status, json.loads(reply.read()), {k: float(ms) / 1000 for k, ms in timing}
 
 
 def load(
@@ -40,15 +55,17 @@ def load(
 
     def caller(k: int) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.connect()  # before the cell: its first request does not time the TCP handshake
         i, mine = k, []
         time.sleep(max(0.0, start - time.monotonic()))
         while time.monotonic() < end:
-            begin = time.perf_counter()
-            status, body, server_s = post(conn, {"ids": [ids[i % len(ids)]]})
+            sent, begin = time.monotonic(), time.perf_counter()
+            status, body, steps = post_timed(conn, {"ids": [ids[i % len(ids)]]})
             took = time.perf_counter() - begin
             answer = body.get("predictions", [{}])[0] if status == 200 else {}
             ok = status == 200 and "error" not in answer
-            mine.append((took, ok, len(answer.get("parties", ())), server_s))
+            server_s = steps.pop("gateway", -1.0)
+            mine.append(Reply(took, ok, len(answer.get("parties", ())), server_s, sent, steps))
             i += callers
         conn.close()
         with lock:

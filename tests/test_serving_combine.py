@@ -21,7 +21,8 @@ from test_serving_gateway import (  # noqa: F401
 )
 
 from vfl_core.serving.combine import Combiner
-from vfl_core.serving.gateway import LAGGING_AFTER, QUEUED_OUT
+from vfl_core.serving.gateway import QUEUED_OUT
+from vfl_core.serving.lag import LAGGING_AFTER
 from vfl_core.serving.peers import TIMED_OUT
 from vfl_core.training.alignment import hash_ids
 

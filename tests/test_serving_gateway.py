@@ -17,7 +17,8 @@ from vfl_core.errors import DataError
 from vfl_core.serving import predictions_with_rows
 from vfl_core.serving.bundle import load_bundle, write_bundle
 from vfl_core.serving.features import FeatureTable
-from vfl_core.serving.gateway import LAGGING_AFTER, Gateway
+from vfl_core.serving.gateway import Gateway
+from vfl_core.serving.lag import LAGGING_AFTER
 from vfl_core.serving.peers import (
     DOWN,
     NOT_HELD,
@@ -144,6 +145,56 @@ def test_given_a_party_frozen_for_three_requests_then_not_waited_for_until_it_an
     time.sleep(0.2)
     used = [gw.predict(ids)[0].used for _ in range(3)]  # ... so it is waited for again
     assert all("party1" in u for u in used), used
+
+
+def _at_once(gw: Gateway, ids: list[str], offsets: list[float]) -> list[tuple[float, object]]:
+    """(seconds taken, the answer) of one request per offset, each sent that long after the
+    first, concurrently."""
+    out: list[tuple[float, object]] = [(0.0, None)] * len(offsets)
+
+    def one(k: int) -> None:
+        time.sleep(offsets[k])
+        start = time.monotonic()
+        (answer,) = gw.predict(ids)
+        out[k] = (time.monotonic() - start, answer)
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(len(offsets))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return out
+
+
+def test_given_requests_piled_on_a_frozen_party_then_they_stop_waiting_at_half_the_deadline(
+    served,
+) -> None:
+    _, _, bundles, tables = served
+    peers = [SilentPeer("party1", 1), local_peer("party2", bundles[2], tables[2])]
+    gw = gateway(served, peers, deadline_s=2.0)
+    replies = _at_once(gw, ["C00001"], [0.0] * (LAGGING_AFTER + 1))
+    for took, answer in replies:  # found lagging at their midpoints, not their deadlines
+        assert 0.9 <= took < 2.0, took
+        assert answer.missing["party1"] == TIMED_OUT
+    start = time.monotonic()
+    assert gw.predict(["C00001"])[0].missing["party1"] == TIMED_OUT  # not waited for since
+    assert time.monotonic() - start < 1.0
+
+
+def test_given_a_party_slow_but_answering_under_load_then_it_is_never_found_lagging(
+    served,
+) -> None:
+    _, _, bundles, tables = served
+    slow = FlakyPeer(local_peer("party1", bundles[1], tables[1]), delay_s=1.5)
+    slow.frozen = False  # each answer past the request's midpoint, inside its deadline
+    gw = gateway(served, [slow, local_peer("party2", bundles[2], tables[2])], deadline_s=2.0)
+    candidates = [f"C{i:05d}" for i in range(1, 300)]
+    held = tables[1].lookup(hash_ids(candidates, SECRET))[0]
+    ids = [candidates[int(np.flatnonzero(held)[0])]]  # one that party1 holds
+    # at 2.8 s the requests sent at 1.6, 1.7 and 1.8 s are all past their midpoints, still
+    # waiting; but the party answered (at 2.1 s) since they asked: slow, not silent
+    replies = _at_once(gw, ids, [0.0, 0.6, 1.6, 1.7, 1.8, 1.9])
+    assert all("party1" in answer.used for _, answer in replies), replies
 
 
 def test_given_an_unknown_id_when_predicting_then_an_answer_not_an_error(served) -> None:

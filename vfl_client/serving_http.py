@@ -49,9 +49,11 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = IDLE_TIMEOUT_S  # on the socket: a read that waits longer ends the connection
     server: _Server
     arrived = 0.0  # time.monotonic() when the request line was read
+    phases: dict[str, float] | None = None  # seconds per step of the last request (Server-Timing)
 
     def parse_request(self) -> bool:
         self.arrived = time.monotonic()
+        self.phases = None
         return super().parse_request()
 
     def do_GET(self) -> None:
@@ -103,7 +105,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _predict(self, request: dict[str, Any]) -> None:
         try:
             ids, deadline, features = _parse(request)
-            answers = self.server.gateway.predict(ids, deadline, features, self.arrived)
+            self.phases = {"read": time.monotonic() - self.arrived}
+            answers = self.server.gateway.predict(
+                ids, deadline, features, self.arrived, self.phases
+            )
         except DataError as err:
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(err)})
         except Exception:
@@ -125,10 +130,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         if self.arrived:
-            took_ms = 1000 * (time.monotonic() - self.arrived)
-            self.send_header("Server-Timing", f"gateway;dur={took_ms:.3f}")
+            self.send_header("Server-Timing", self._server_timing())
         self.end_headers()
         self.wfile.write(data)
+
+    def _server_timing(self) -> str:
+        """gateway: the whole request so far; then each step of a prediction (read: its
+        headers, body and JSON; own, parties, heads: vfl_core.serving.gateway's steps)."""
+        took = {"gateway": time.monotonic() - self.arrived} | (self.phases or {})
+        return ", ".join(f"{name};dur={1000 * s:.3f}" for name, s in took.items())
 
     def log_message(self, format: str, *args: Any) -> None:
         if log.isEnabledFor(logging.DEBUG):  # formatted only when it is written: every request

@@ -9,6 +9,7 @@ involved. Stops on SIGTERM or SIGINT."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
 from pathlib import Path
@@ -97,12 +98,24 @@ def run_serving(config: ServeConfig, stop: threading.Event | None = None) -> str
         if config.http is not None:
             assert gateway is not None
             stack.callback(HttpEndpoint(config.http, gateway).start().stop)
+        freeze_loaded_objects()
         role = "gateway" if gateway is not None else "party"
         log.info(
             "party %s serves block %d as %s (port %d)", party_id, bundle.meta.block, role, port
         )
         stop.wait()
     return "stopped by a signal"
+
+
+def freeze_loaded_objects() -> None:
+    """Leave everything loaded so far (torch, the bundle, the table) out of garbage collection.
+
+    Measured at 64 callers: a full collection of the gateway process scanned every object torch
+    and the bundle made at start, and paused every request in flight for 80-88 ms (twice in 6 s
+    of load, 1.7% of the requests each time); frozen, a full collection scans only what was made
+    since. Called once the party is ready: what it allocates while serving is collected as usual."""
+    gc.collect()
+    gc.freeze()
 
 
 def _features(config: ServeConfig, bundle: Bundle) -> FeatureSource | None:

@@ -9,8 +9,9 @@ trained for exactly that subset, so a party that is slow, down or lacks the ID s
 instead of failing the request. Each answer names the parties used and why each other one is
 missing (vfl_core.serving.peers: timed out, down, does not hold the ID).
 
-A party that missed its last LAGGING_AFTER deadlines in a row (frozen, overloaded, a stalled
-link) is probed by one request at a time and waited for by none: requests are answered when the
+A party found lagging (vfl_core.serving.lag: it missed its last LAGGING_AFTER deadlines in a
+row, or that many requests wait for it past half their deadlines with no answer from it since)
+is probed by one request at a time and waited for by none: requests are answered when the
 others have, and the party's first answer within a deadline makes the gateway wait for it again.
 
 Why the label party and not the coordinator: the heads are the label party's, so a request
@@ -22,7 +23,6 @@ coordinator would need to hold or reach the models. The coordinator is not invol
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -36,6 +36,7 @@ from vfl_core.errors import ConfigError, DataError
 from vfl_core.serving.bundle import Bundle
 from vfl_core.serving.combine import Combiner
 from vfl_core.serving.features import FeatureSource, inline_features
+from vfl_core.serving.lag import Lag
 from vfl_core.serving.peers import NOT_HELD, TIMED_OUT, PeerAnswer, PeerFailure, PeerPort
 from vfl_core.training.alignment import hash_ids
 
@@ -45,8 +46,6 @@ DEFAULT_DEADLINE_S = 0.1  # 100 ms: two WAN round trips of 50 ms, or many on one
 MAX_DEADLINE_S = 10.0
 DEFAULT_MAX_IDS = 256  # IDs in one request
 MAX_ID_CHARS = 256
-# A party that missed this many deadlines in a row is lagging: still asked, not waited for.
-LAGGING_AFTER = 3
 # Why a party is missing from a request whose deadline was spent before the gateway started it.
 QUEUED_OUT = "not asked: the deadline was spent queued at the gateway"
 
@@ -89,83 +88,6 @@ class _Blocks:
         self.embeddings[block] = answer.embeddings
 
 
-class _Lag:
-    """Which parties are lagging: a frozen or overloaded party would otherwise cost every
-    request the whole deadline (and, with many callers, hold a thread each that long). A
-    lagging party is asked by one request at a time (a probe, not every request piled on a
-    connection it does not read) and waited for by none, the requests already waiting for it
-    included (they stop waiting when it is found lagging); its first answer within a deadline
-    clears the mark, so the next requests wait for it again."""
-
-    def __init__(self) -> None:
-        self._missed: dict[int, int] = {}
-        self._probing: dict[int, float] = {}  # block -> the deadline of its probe out
-        self._waiters: set[_Waiter] = set()  # the requests waiting for parties now
-        self._lock = threading.Lock()
-
-    def lagging(self, block: int) -> bool:
-        with self._lock:
-            return self._missed.get(block, 0) >= LAGGING_AFTER
-
-    def ask(self, block: int, deadline: float) -> bool:
-        """Whether this request asks `block`: always, unless it lags and a probe is out (one
-        past its deadline is given up: a transport ends its calls there)."""
-        with self._lock:
-            if self._missed.get(block, 0) < LAGGING_AFTER:
-                return True
-            if self._probing.get(block, 0.0) > time.monotonic():
-                return False
-            self._probing[block] = deadline
-            return True
-
-    def watch(self, block: int, future: Future[PeerAnswer]) -> None:
-        def answered(done: Future[PeerAnswer]) -> None:
-            with self._lock:
-                self._probing.pop(block, None)
-                if not done.cancelled() and done.exception() is None:
-                    self._missed[block] = 0
-
-        future.add_done_callback(answered)
-
-    def missed(self, block: int) -> None:
-        with self._lock:
-            self._missed[block] = self._missed.get(block, 0) + 1
-            lagging = self._missed[block] == LAGGING_AFTER
-            waiters = list(self._waiters) if lagging else []
-        for waiter in waiters:  # found lagging: requests waiting for it stop waiting now
-            waiter.release(block)
-
-    def wait(self, awaited: Mapping[int, Future[PeerAnswer]], deadline: float) -> None:
-        """Until every awaited party answered, turned lagging meanwhile, or the deadline."""
-        waiter = _Waiter(set(awaited))
-        with self._lock:
-            self._waiters.add(waiter)
-        try:
-            for block, future in awaited.items():
-                future.add_done_callback(lambda _, b=block: waiter.release(b))
-            waiter.done.wait(max(0.0, deadline - time.monotonic()))
-        finally:
-            with self._lock:
-                self._waiters.discard(waiter)
-
-
-class _Waiter:
-    """One request's wait: over when no party it waits for is left."""
-
-    def __init__(self, blocks: set[int]) -> None:
-        self._left = blocks
-        self._lock = threading.Lock()
-        self.done = threading.Event()
-        if not blocks:
-            self.done.set()
-
-    def release(self, block: int) -> None:
-        with self._lock:
-            self._left.discard(block)
-            if not self._left:
-                self.done.set()
-
-
 class Gateway:
     """The label party's endpoint: its bundle, its feature table and the other parties."""
 
@@ -191,7 +113,7 @@ class Gateway:
         self.deadline_s = check_deadline(deadline_s)
         self.max_ids = max_ids
         self.names = {bundle.meta.block: bundle.meta.party_id} | {p.block: p.name for p in peers}
-        self._lag = _Lag()
+        self._lag = Lag()
         # the own embedding and the heads run once for all concurrent requests (combine.py)
         self.embedder: Combiner[np.ndarray, np.ndarray] = Combiner(self._embed_all)
         self.heads: Combiner[tuple[list[str], _Blocks], list[OnlinePrediction]] = Combiner(
@@ -204,6 +126,7 @@ class Gateway:
         deadline_s: float | None = None,
         inline: Mapping[str, Mapping[str, object]] | None = None,
         arrived: float | None = None,
+        phases: dict[str, float] | None = None,
     ) -> list[OnlinePrediction]:
         """One prediction per ID from the parties that answered before the deadline (default:
         the gateway's), counted from `arrived` (time.monotonic() when the request reached the
@@ -211,7 +134,8 @@ class Gateway:
         cell), used instead of its table. A malformed request is a DataError (nothing is
         asked). A request whose deadline was spent before the gateway started it (queued behind
         others: overloaded) asks no party and is answered at once from the gateway's own block,
-        every other party missing as QUEUED_OUT."""
+        every other party missing as QUEUED_OUT. `phases`, when given, gets the seconds spent
+        in each step: own (the own block's embedding), parties (waiting for them), heads."""
         ids = self._checked_ids(ids)
         seconds = self.deadline_s if deadline_s is None else check_deadline(deadline_s)
         start = time.monotonic()
@@ -223,14 +147,17 @@ class Gateway:
         callees = [] if late else [p for p in self.peers if self._lag.ask(p.block, deadline)]
         asked = {p.block: p.embed(keys, deadline) for p in callees}
         for block, future in asked.items():  # in parallel
-            self._lag.watch(block, future)
+            self._lag.watch(block, future, deadline)
+        midpoint = (time.monotonic() + deadline) / 2
         blocks = _Blocks()
         try:
             blocks.add(self.bundle.meta.block, self._own_answer(keys, own))
         except ConfigError as err:  # its --lookup function failed: the others still answer
             log.warning("the gateway's own rows: %s", err)
             blocks.missing[self.bundle.meta.block] = f"refused: {err}"
-        self._lag.wait({b: f for b, f in asked.items() if b in awaited}, deadline)
+        embedded = time.monotonic()
+        self._lag.wait({b: f for b, f in asked.items() if b in awaited}, midpoint, deadline)
+        waited = time.monotonic()
         for block in {p.block for p in self.peers} - set(asked):
             blocks.missing[block] = QUEUED_OUT if late else TIMED_OUT  # or its probe is out
         for block, future in asked.items():
@@ -240,7 +167,11 @@ class Gateway:
             timed_out = blocks.missing.get(block) == TIMED_OUT
             if block in awaited and timed_out and time.monotonic() >= deadline:
                 self._lag.missed(block)
-        return self.heads.run((ids, blocks))
+        answers = self.heads.run((ids, blocks))
+        if phases is not None:
+            done = time.monotonic()
+            phases.update(own=embedded - start, parties=waited - embedded, heads=done - waited)
+        return answers
 
     # ----------------------------------------------------------------- the request
     def _checked_ids(self, ids: Sequence[str]) -> list[str]:
