@@ -66,7 +66,9 @@ class ServeJob:
     window_ms: float = 2.0
     epochs: int = 1
     device: str = "cpu"  # the serving parties' --device
-    caller_processes: int = 1  # the callers spread over this many processes
+    # The callers spread over this many processes: real callers are other applications, and 64
+    # threads of one Python process measure that process's interpreter lock (serve.md, stop 38)
+    caller_processes: int = 4
 
 
 @dataclass(frozen=True)

@@ -489,8 +489,13 @@ def serve(
     batch_window_ms: Annotated[float, Opt(help="the gateway's batching window")] = 2.0,
     device: Annotated[str, Opt(help="the serving parties' device: cpu | cuda[:N]")] = "cpu",
     caller_processes: Annotated[
-        int, Opt(min=1, help="spread the callers over this many processes (1: threads here)")
-    ] = 1,
+        int,
+        Opt(
+            min=1,
+            help="spread the callers over this many processes (1: threads of the benchmark, "
+            "whose own interpreter lock then bounds 64 callers)",
+        ),
+    ] = 4,
     data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
     results: Results = DEFAULT_RESULTS,
     log_level: LogLevel = "warning",
