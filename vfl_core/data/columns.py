@@ -79,6 +79,21 @@ class Table:
             known[name] = self.data.column(name).is_null().to_numpy(zero_copy_only=False)
         return known[name] if self._take is None else known[name][self._take]
 
+    def null_count(self, name: str) -> int:
+        """How many cells of column `name` are missing in these rows (no copy of the cells)."""
+        if self._take is None:
+            return self.data.column(name).null_count
+        return int(np.count_nonzero(self.missing(name)))
+
+    def value_counts(self, name: str) -> tuple[pa.Array, np.ndarray]:
+        """Text column `name`'s distinct present cells in these rows and how many times each
+        occurs ((k,) int64), counted on its dictionary codes: the rows' cells are not copied,
+        and the column is hashed once for the fit and every transform."""
+        codes, values = self.codes(name)
+        counts = np.bincount(codes[codes >= 0], minlength=len(values))
+        present = counts > 0
+        return values.filter(pa.array(present)), counts[present]
+
     def codes(self, name: str) -> tuple[np.ndarray, pa.Array]:
         """Text column `name` dictionary-encoded: (n,) int32 codes, -1 where a cell is
         missing, and the distinct cells they index (one hash of the file's column, not one

@@ -215,55 +215,80 @@ def _write_column(table: Table, spec: ColumnSpec, out: np.ndarray, at: int, code
 
 
 def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSpec:
-    column = table.column(name)
-    if column.null_count == len(column):
+    kind = table.data.column(name)  # for its type: this table's rows are not copied
+    missing = table.null_count(name)
+    if missing == len(table):
         raise DataError(
             f"{table.source}: column {name!r} has no values in the training rows: nothing to "
             "learn from it; leave it out (vfl-client --features names the columns to train on; "
             "vfl simulate --features BLOCK:COLUMNS a table's)"
         )
-    indicator = column.null_count > 0
-    if cv.is_number(column) or (table.guess and cv.is_text(column)):
+    indicator = missing > 0
+    if cv.is_number(kind) or (table.guess and cv.is_text(kind)):
         numbers = table.floats(name)
         if numbers is not None:
-            numbers = numbers[~np.isnan(numbers)]
+            gaps = np.isnan(numbers)
+            numbers = numbers[~gaps] if gaps.any() else numbers
             if np.isfinite(numbers).all():
-                _refuse_overflow(table.source, name, numbers)
-                return _numeric(name, indicator, numbers, bins)
+                spread = _refuse_overflow(table.source, name, numbers)
+                return _numeric(name, indicator, numbers, bins, spread)
+    if cv.is_text(kind):
+        return _text_column(table, name, indicator, max_onehot, bins)
+    column = table.column(name)
     days = cv.days(column) if table.guess or cv.is_when(column) else None
     if days is not None:
         return _numeric(name, indicator, days[~np.isnan(days)], bins, dates=True)
-    if not cv.is_text(column):  # a Parquet number column holding inf
-        row = cv.first_bad_row(column, cv.finite_number)
-        raise DataError(
-            f"{table.source}: {table.row_name(row or 0)}, column {name!r}: "
-            f"{column[row or 0].as_py()!r} is not a finite number"
-        )
+    # a Parquet number column holding inf
+    row = cv.first_bad_row(column, cv.finite_number)
+    raise DataError(
+        f"{table.source}: {table.row_name(row or 0)}, column {name!r}: "
+        f"{column[row or 0].as_py()!r} is not a finite number"
+    )
+
+
+def _text_column(
+    table: Table, name: str, indicator: bool, max_onehot: int, bins: int
+) -> ColumnSpec:
+    """A text column that is not numbers: ISO dates (a CSV file's), else categories. Decided on
+    its distinct cells (Table.value_counts), not a copy of its training rows."""
+    values, counts = table.value_counts(name)
+    cells = values.to_pylist()
     if table.guess:
-        cv.refuse_local_dates(table, name, column)
-        cv.refuse_stray_text(table, name, column)
-    categories = tuple(sorted(column.drop_null().unique().to_pylist()))
-    _warn_if_identifier(table.source, name, len(categories), len(column) - column.null_count)
+        days = cv.days(table.column(name)) if cv.may_be_days(cells) else None
+        if days is not None:
+            return _numeric(name, indicator, days[~np.isnan(days)], bins, dates=True)
+        cv.refuse_local_dates(table, name, values)
+        cv.refuse_stray_text(table, name, values, counts)
+    categories = tuple(sorted(cells))
+    _warn_if_identifier(table.source, name, len(categories), int(counts.sum()))
     kind: ColumnKind = "onehot" if len(categories) <= max_onehot else "embedding"
     return ColumnSpec(name=name, kind=kind, indicator=indicator, categories=categories)
 
 
-def _refuse_overflow(source: str, name: str, values: np.ndarray) -> None:
-    """Numbers too large for their standard deviation in float64 (beyond about 1e154) would
-    all be standardised to 0: the column's values silently lost."""
+def _refuse_overflow(source: str, name: str, values: np.ndarray) -> float:
+    """The values' standard deviation; numbers too large for it in float64 (beyond about
+    1e154) are refused: they would all be standardised to 0, the column's values silently
+    lost."""
     with np.errstate(over="ignore", invalid="ignore"):
-        spread = values.std() if len(values) else 0.0
+        spread = float(values.std()) if len(values) else 0.0
     if not np.isfinite(spread):
         raise DataError(
             f"{source}: column {name!r} holds numbers too large to standardise (up to "
             f"{np.abs(values).max():.3g}): write it in larger units, or leave it out (--features)"
         )
+    return spread
 
 
 def _numeric(
-    name: str, indicator: bool, values: np.ndarray, bins: int, dates: bool = False
+    name: str,
+    indicator: bool,
+    values: np.ndarray,
+    bins: int,
+    spread: float | None = None,
+    dates: bool = False,
 ) -> ColumnSpec:
-    std = float(values.std())
+    """`spread`: the values' standard deviation where it is known."""
+    std = float(values.std()) if spread is None or not len(values) else spread
     mean = float(values.mean())
     std = std if std > 0 else 1.0  # a constant column would divide by zero
     return ColumnSpec(
