@@ -18,6 +18,7 @@ from vfl_core.data.local_numbers import floats
 
 Cell = str | None  # None: a missing cell
 RowNamer = Callable[[int], str]  # a row's position in the file -> its name in messages
+_FIRST_CELLS = 64  # cells of a text column tried as numbers before all of them
 
 
 class Table:
@@ -81,8 +82,9 @@ class Table:
 
     def null_count(self, name: str) -> int:
         """How many cells of column `name` are missing in these rows (no copy of the cells)."""
-        if self._take is None:
-            return self.data.column(name).null_count
+        whole = self.data.column(name).null_count
+        if self._take is None or not whole:  # a column without gaps has none in any rows
+            return whole
         return int(np.count_nonzero(self.missing(name)))
 
     def value_counts(self, name: str) -> tuple[pa.Array, np.ndarray]:
@@ -125,7 +127,11 @@ class Table:
             return values
         if values is not None:
             return values[self._take]
-        return floats(self.column(name))  # these rows may be numbers where others are not
+        # these rows may be numbers where others are not; their first cells tell most text
+        # columns apart without a copy of all their cells
+        if floats(self.data.column(name).take(self._take[:_FIRST_CELLS])) is None:
+            return None
+        return floats(self.column(name))
 
     @property
     def held_as_numbers(self) -> list[str]:

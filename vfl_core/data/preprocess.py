@@ -27,7 +27,7 @@ then the code columns, so the model can cut the vector in two.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
 import numpy as np
@@ -155,8 +155,8 @@ class TabularPreprocessor(_Frozen):
         at, code_at = 0, self.dense_width
         for spec in self.columns:
             for table, parts in zip(tables, blocks, strict=True):
-                for start, part in zip(_at(table), parts, strict=True):
-                    _write_column(table.slice(start, TRANSFORM_ROWS), spec, part, at, code_at)
+                if parts:  # a table without rows has nothing to write (or to refuse)
+                    _write_column(table, spec, parts, at, code_at)
             at += spec.dense_width
             code_at += spec.kind == "embedding"
             if done is not None:
@@ -192,26 +192,43 @@ def _rows(parts: list[np.ndarray], width: int) -> np.ndarray:
     return out
 
 
-def _write_column(table: Table, spec: ColumnSpec, out: np.ndarray, at: int, code_at: int) -> None:
-    """Column `spec` of `table` into the transposed rows `out` (width, n), every row of it
-    set: its dense values from row `at` on, its code (an embedding column) in row
-    `code_at`."""
+def _write_column(
+    table: Table, spec: ColumnSpec, parts: list[np.ndarray], at: int, code_at: int
+) -> None:
+    """Column `spec` of `table` into its rows' transposed blocks `parts` ((width, rows) each,
+    zeros until written, in row order), every row of them set: its dense values from row `at`
+    on, its code (an embedding column) in row `code_at`. The column's values are worked out
+    for the whole table at once (one pass of numpy, Arrow, over it), then cut into blocks."""
     if spec.indicator:
-        out[at] = table.missing(spec.name)
+        _spread(table.missing(spec.name), parts, at)
         at += 1
     if spec.kind == "numeric":
-        out[at] = _standardised(table, spec)
-        if spec.edges:
-            out[at + 1 : at + len(spec.edges)] = piecewise_linear(out[at], spec.edges)
+        _spread(_standardised(table, spec), parts, at)
+        for part in parts if spec.edges else ():
+            part[at + 1 : at + len(spec.edges)] = piecewise_linear(part[at], spec.edges)
         return
     # -1 missing, len(categories) unknown
     index = cv.category_index_of(table, spec.name, spec.categories)
-    if spec.kind == "onehot":
-        rows = np.flatnonzero(index >= 0)
-        out[at : at + len(spec.categories) + 1] = 0.0
-        out[at + index[rows], rows] = 1.0
-    else:
-        out[code_at] = np.where(index == len(spec.categories), -1, index) + 1
+    if spec.kind == "embedding":
+        _spread(np.where(index == len(spec.categories), -1, index) + 1, parts, code_at)
+        return
+    for part, some in zip(parts, _cut(index, parts), strict=True):
+        rows = np.flatnonzero(some >= 0)
+        part[at + some[rows], rows] = 1.0  # the block's other one-hot values are zeros
+
+
+def _spread(values: np.ndarray, parts: list[np.ndarray], row: int) -> None:
+    """(n,) values into row `row` of the blocks `parts` that hold their n rows."""
+    for part, some in zip(parts, _cut(values, parts), strict=True):
+        part[row] = some
+
+
+def _cut(values: np.ndarray, parts: list[np.ndarray]) -> Iterator[np.ndarray]:
+    """(n,) values cut as the blocks `parts` ((width, rows) each) cut the n rows (views)."""
+    start = 0
+    for part in parts:
+        yield values[start : start + part.shape[1]]
+        start += part.shape[1]
 
 
 def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSpec:
