@@ -33,9 +33,7 @@ def normalised_ids(table: Table, id_column: str, unique: bool = True) -> Table:
         if cv.is_text(column)
         else pa.chunked_array([pa.array(cv.text_cells(column), pa.string())])
     )
-    if pc.any(pc.match_substring(text, ".")).as_py():  # most ID columns hold no dot at all
-        text = pc.replace_substring_regex(text, _ZERO_FRACTION, r"\1")
-    table = table.with_column(id_column, text)
+    table = table.with_column(id_column, zero_fractions_dropped(text))
     ids = table.column(id_column)
     if ids.null_count:
         row = int(np.flatnonzero(cv.missing(ids))[0])
@@ -43,6 +41,13 @@ def normalised_ids(table: Table, id_column: str, unique: bool = True) -> Table:
     if unique:
         check_unique(table, id_column)
     return table
+
+
+def zero_fractions_dropped(text: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Text IDs with the zero fraction of numbers among them dropped (`12345.0` as `12345`)."""
+    if pc.any(pc.match_substring(text, ".")).as_py():  # most ID columns hold no dot at all
+        text = pc.replace_substring_regex(text, _ZERO_FRACTION, r"\1")
+    return text
 
 
 def check_unique(table: Table, id_column: str, keys: np.ndarray | None = None) -> None:
