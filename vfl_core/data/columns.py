@@ -116,6 +116,16 @@ class Table:
         read through `column`)."""
         return {name: self.cells(name) for name in self.names}
 
+    def file_floats(self, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Column `name`'s numbers in every row of the Arrow table these rows are picked from
+        ((N,) float64, NaN where missing; None if a present cell there is not a number), worked
+        out once and shared by every table picking rows from it, and which of them are these
+        rows ((n,) int64; None: all, in order)."""
+        known = self._known.numbers
+        if name not in known:
+            known[name] = floats(self.data.column(name))
+        return known[name], self._take
+
     def floats(self, name: str) -> np.ndarray | None:
         """Column `name` as (n,) float64, NaN where missing; None if a present cell is not a
         number (text, dates)."""

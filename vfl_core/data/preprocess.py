@@ -154,9 +154,10 @@ class TabularPreprocessor(_Frozen):
         ]
         at, code_at = 0, self.dense_width
         for spec in self.columns:
+            shared: dict[int, np.ndarray | None] = {}  # see _write_numbers
             for table, parts in zip(tables, blocks, strict=True):
                 if parts:  # a table without rows has nothing to write (or to refuse)
-                    _write_column(table, spec, parts, at, code_at)
+                    _write_column(table, spec, parts, (at, code_at), shared)
             at += spec.dense_width
             code_at += spec.kind == "embedding"
             if done is not None:
@@ -193,17 +194,23 @@ def _rows(parts: list[np.ndarray], width: int) -> np.ndarray:
 
 
 def _write_column(
-    table: Table, spec: ColumnSpec, parts: list[np.ndarray], at: int, code_at: int
+    table: Table,
+    spec: ColumnSpec,
+    parts: list[np.ndarray],
+    rows: tuple[int, int],
+    shared: dict[int, np.ndarray | None],
 ) -> None:
     """Column `spec` of `table` into its rows' transposed blocks `parts` ((width, rows) each,
-    zeros until written, in row order), every row of them set: its dense values from row `at`
-    on, its code (an embedding column) in row `code_at`. The column's values are worked out
-    for the whole table at once (one pass of numpy, Arrow, over it), then cut into blocks."""
+    zeros until written, in row order), every row of them set: its dense values from row
+    `rows[0]` on, its code (an embedding column) in row `rows[1]`. The column's values are
+    worked out for the whole table at once (one pass of numpy, Arrow, over it), then cut into
+    blocks. `shared`: what _write_numbers keeps for the other tables of the same file."""
+    at, code_at = rows
     if spec.indicator:
         _spread(table.missing(spec.name), parts, at)
         at += 1
     if spec.kind == "numeric":
-        _spread(_standardised(table, spec), parts, at)
+        _write_numbers(table, spec, parts, at, shared)
         for part in parts if spec.edges else ():
             part[at + 1 : at + len(spec.edges)] = piecewise_linear(part[at], spec.edges)
         return
@@ -213,8 +220,33 @@ def _write_column(
         _spread(np.where(index == len(spec.categories), -1, index) + 1, parts, code_at)
         return
     for part, some in zip(parts, _cut(index, parts), strict=True):
-        rows = np.flatnonzero(some >= 0)
-        part[at + some[rows], rows] = 1.0  # the block's other one-hot values are zeros
+        for value in range(len(spec.categories) + 1):  # a row each: no scattered writes
+            part[at + value] = some == value  # a missing cell (-1): no value
+
+
+def _write_numbers(
+    table: Table,
+    spec: ColumnSpec,
+    parts: list[np.ndarray],
+    at: int,
+    shared: dict[int, np.ndarray | None],
+) -> None:
+    """Numeric column `spec` of `table` standardised into row `at` of its blocks. Where the
+    table's rows are picked from a file's column of finite numbers (a split's, most), the
+    file's column is standardised once for every table picking from it (kept in `shared`, by
+    the identity of its values: the same float32 values) and each block takes its rows of it;
+    else the table's own values are standardised."""
+    whole, rows = (None, None) if spec.dates else table.file_floats(spec.name)
+    if whole is not None and rows is not None:
+        if id(whole) not in shared:
+            finite = not np.isinf(whole).any()  # NaN is missing, not infinite
+            shared[id(whole)] = _standardise(whole, spec).astype(np.float32) if finite else None
+        standard = shared[id(whole)]
+        if standard is not None:
+            for part, some in zip(parts, _cut(rows, parts), strict=True):
+                np.take(standard, some, out=part[at])
+            return
+    _spread(_standardised(table, spec), parts, at)
 
 
 def _spread(values: np.ndarray, parts: list[np.ndarray], row: int) -> None:
@@ -362,6 +394,12 @@ def _standardised(table: Table, spec: ColumnSpec) -> np.ndarray:
     if values is None or np.isinf(values).any():  # NaN is missing, not infinite
         _raise_not_numeric(table, spec, table.column(spec.name))
     assert values is not None
+    return _standardise(values, spec)
+
+
+def _standardise(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
+    """(n,) float64 values standardised with the column's training statistics; NaN (missing)
+    as 0, the mean."""
     out = (values - spec.mean) / spec.std
     out[np.isnan(values)] = 0.0
     return out
