@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from types import TracebackType
 
 import numpy as np
@@ -25,7 +24,6 @@ from vfl_core.data.sample_ids import split_keys, zero_fractions_dropped
 
 log = logging.getLogger(__name__)
 
-_HASHED_AT_ONCE = 1024  # IDs hashed between two offers of Python's lock to the reading thread
 _RESTART = object()  # queued: the file is read again from its start
 _DONE = object()  # queued: no more pieces
 
@@ -99,13 +97,5 @@ class SplitKeysWhileReading:
         if ids.null_count:  # a missing ID: the caller's check names its row
             self._failed = True
             return
-        keys: list[np.ndarray] = []
-        for start in range(0, len(ids), _HASHED_AT_ONCE):
-            keys.append(split_keys(ids.slice(start, _HASHED_AT_ONCE)))
-            # Python's lock, held while hashing, goes to a thread asking for it only after
-            # 5 ms: the reading thread, back from parsing a piece, would wait that long each
-            # time. Offered here (about every 0.3 ms), it waits a fraction of that (a
-            # synthetic check on the 2 loaded CPUs: a median wait of 8.4 ms without, 0.1 with)
-            time.sleep(0)
         chunk = ids.chunk(0) if ids.num_chunks == 1 else ids.combine_chunks()
-        self._hashed.append((chunk, np.concatenate(keys)))
+        self._hashed.append((chunk, split_keys(ids)))
