@@ -135,16 +135,24 @@ def _read_in_pieces(
         bounds = _bounds(f, path.stat().st_size)
     pieces: list[pa.Table] = []
     with pa.OSFile(str(path)) as f:
-        for start, stop in bounds:
-            f.seek(start)
-            # read into Arrow's pool, not a Python bytes object: freeing a few MB that malloc
-            # took would raise malloc's threshold for mapping memory of its own, and numpy's
-            # zeroed blocks of the transform would then be taken (and written) whole at once
-            text = f.read_buffer(stop - start)
-            pieces.append(read(pa.BufferReader(text), 1 if start == 0 else 0))
-            del text  # one piece's text is held at a time
+        texts = [_piece(f, *bounds[0])]  # the next piece's text: one is held at a time
+        for k, (start, _) in enumerate(bounds):
+            pieces.append(read(pa.BufferReader(texts.pop()), 1 if start == 0 else 0))
+            # the next piece's text read before this one's cells are handed on: reading lets
+            # go of Python's lock, which the watch's thread, busy with the cells, would keep
+            # for up to 5 ms once it has it
+            if k + 1 < len(bounds):
+                texts.append(_piece(f, *bounds[k + 1]))
             on_cells(pieces[-1].column(index))
     return pa.concat_tables(pieces)
+
+
+def _piece(f: pa.NativeFile, start: int, stop: int) -> pa.Buffer:
+    """Bytes start .. stop - 1 of the file, in Arrow's pool: not a Python bytes object, whose
+    few MB freed through malloc would raise malloc's threshold for mapping memory of its own
+    (numpy's zeroed blocks of the transform would then be taken, and written, whole at once)."""
+    f.seek(start)
+    return f.read_buffer(stop - start)
 
 
 def _bounds(f: BinaryIO, size: int) -> list[tuple[int, int]]:
