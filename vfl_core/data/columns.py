@@ -33,6 +33,7 @@ class Table:
         guess: bool = True,
         index: np.ndarray | None = None,
         numbers: dict[str, np.ndarray | None] | None = None,
+        codes: dict[str, tuple[np.ndarray, pa.Array]] | None = None,
         take: np.ndarray | None = None,
         known: _Known | None = None,
     ) -> None:
@@ -54,7 +55,7 @@ class Table:
         self._take = take
         # what is known of `data`'s columns, shared by every table picking rows from it: each
         # column is parsed once, not for the fit and again for each transform
-        self._known = known if known is not None else _Known(numbers)
+        self._known = known if known is not None else _Known(numbers, codes)
         self._picked: tuple[str, pa.ChunkedArray] | None = None  # see `column`
 
     def __len__(self) -> int:
@@ -102,7 +103,7 @@ class Table:
         per transformed part)."""
         known = self._known.codes
         if name not in known:
-            known[name] = _dictionary_codes(self.data.column(name))
+            known[name] = dictionary_codes(self.data.column(name))
         codes, values = known[name]
         return (codes if self._take is None else codes[self._take]), values
 
@@ -224,10 +225,14 @@ class _Known:
     ((n,) float64, NaN where missing, or None: not numbers there, though some rows may be),
     its missing cells ((n,) bool) and its dictionary codes (Table.codes)."""
 
-    def __init__(self, numbers: dict[str, np.ndarray | None] | None = None) -> None:
+    def __init__(
+        self,
+        numbers: dict[str, np.ndarray | None] | None = None,
+        codes: dict[str, tuple[np.ndarray, pa.Array]] | None = None,
+    ) -> None:
         self.numbers: dict[str, np.ndarray | None] = dict(numbers or {})
         self.missing: dict[str, np.ndarray] = {}
-        self.codes: dict[str, tuple[np.ndarray, pa.Array]] = {}
+        self.codes: dict[str, tuple[np.ndarray, pa.Array]] = dict(codes or {})
 
     def rows(self, start: int, stop: int) -> _Known:
         """What is known of rows start .. stop - 1 (views, no copies)."""
@@ -293,7 +298,7 @@ def numbers_array(values: np.ndarray | None) -> pa.Array | None:
     return pa.array(values, mask=missing if missing.any() else None)
 
 
-def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     """(n,) int32 codes (-1 where missing) into one dictionary of a text column's cells."""
     if column.num_chunks == 0:
         return np.zeros(0, dtype=np.int32), pa.array([], column.type)

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vfl_core.data.columns import Table, numbers_array
+from vfl_core.data.columns import Table, dictionary_codes, numbers_array
 from vfl_core.data.csv_pieces import ColumnWatch, CsvLayout, WrongEncoding, read_rows
 from vfl_core.data.local_numbers import floats, local_numbers
 from vfl_core.errors import DataError
@@ -148,11 +148,14 @@ def _read_csv_as(
     # name -> its values ((n,) float64, NaN where missing) or None (not numbers): each column
     # is parsed once here, not again for the fit and each transform
     numbers: dict[str, np.ndarray | None] = {}
+    codes: dict[str, tuple[np.ndarray, pa.Array]] = {}  # feature text columns' (Table.codes)
     for i, name in named:
         column, raw[i] = raw[i], None
         numbers[name] = floats(column)
         if numbers[name] is None:  # most number columns need no cleaning
-            column, numbers[name] = local_numbers(_spaced_missing_as_null(column), separator)
+            column, numbers[name], found = _text_column(column, separator, hold_numbers(name))
+            if found is not None:
+                codes[name] = found
         held = numbers_array(numbers[name]) if hold_numbers(name) else None
         columns[name] = column if held is None else held
         # Arrow's pool keeps freed blocks for later reads: the reader's, and a number
@@ -161,7 +164,24 @@ def _read_csv_as(
         del column
         pa.default_memory_pool().release_unused()
     lines = _CsvLines(path, encoding, separator, len(header))
-    return Table(str(path), pa.table(columns), lines, numbers=numbers)
+    return Table(str(path), pa.table(columns), lines, numbers=numbers, codes=codes)
+
+
+def _text_column(
+    column: pa.ChunkedArray, separator: str, feature: bool
+) -> tuple[pa.ChunkedArray, np.ndarray | None, tuple[np.ndarray, pa.Array] | None]:
+    """A text column as the preprocessing reads it (local_numbers of its cells without the
+    spaces around them, spaced missing marks as nulls), its values where those are numbers, and
+    a feature column's dictionary codes (Table.codes) where it stays as read: a feature column's
+    cells to clean are looked for among its distinct cells (the codes the fit needs anyway),
+    not among all of them."""
+    if feature:
+        codes = dictionary_codes(column)
+        if not _may_be_spaced(codes[1]):
+            plain, values = local_numbers(column, separator)
+            return plain, values, codes if plain is column else None
+    plain, values = local_numbers(_spaced_missing_as_null(column), separator)
+    return plain, values, None
 
 
 def _first_lines(path: Path, encoding: str) -> list[str]:
