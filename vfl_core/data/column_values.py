@@ -65,6 +65,12 @@ def days(column: pa.ChunkedArray) -> np.ndarray | None:
     return out
 
 
+def may_be_days(cells: Sequence[str]) -> bool:
+    """Whether every cell is written as an ISO date or time (`days` then tells whether each is
+    one): a column's distinct cells tell most columns apart without a pass over its rows."""
+    return all(_ISO_DATE.fullmatch(cell) for cell in cells)
+
+
 def day(cell: str) -> float | None:
     """An ISO date or time as days since 1970-01-01 (UTC where it names no zone), or None."""
     if not _ISO_DATE.fullmatch(cell):
@@ -97,19 +103,18 @@ def first_bad_row(column: pa.ChunkedArray, fits: Callable[[str], bool]) -> int |
     return None
 
 
-def refuse_stray_text(table: Table, name: str, column: pa.ChunkedArray) -> None:
+def refuse_stray_text(table: Table, name: str, values: pa.Array, counts: np.ndarray) -> None:
     """A text column whose present cells are numbers but for a few (under 1 - MOSTLY_NUMBERS of
     them: 'forty thousand' among incomes, '-', 'inf') is refused, naming the cells: read as
     categories it would have a category per distinct number, and read as numbers the cells
-    would be lost. Each must be written as a number, or left empty where it means missing."""
-    counts = pc.value_counts(column.drop_null())
-    present = len(column) - column.null_count
+    would be lost. Each must be written as a number, or left empty where it means missing.
+    `values`, `counts`: the column's distinct present cells in `table` and how often each
+    occurs (Table.value_counts)."""
+    present = int(counts.sum())
     allowed = (1 - MOSTLY_NUMBERS) * present
     stray: list[str] = []
     cells = 0
-    for value, count in zip(
-        counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
-    ):
+    for value, count in zip(values.to_pylist(), counts.tolist(), strict=True):
         if not finite_number(value):
             stray.append(value)
             cells += count
@@ -117,6 +122,7 @@ def refuse_stray_text(table: Table, name: str, column: pa.ChunkedArray) -> None:
                 return  # a text column, with some numbers among its categories
     if not stray:
         return
+    column = table.column(name)
     rows = np.flatnonzero(
         pc.is_in(column, value_set=pa.array(stray, pa.string())).to_numpy(zero_copy_only=False)
     )
@@ -131,14 +137,15 @@ def refuse_stray_text(table: Table, name: str, column: pa.ChunkedArray) -> None:
     )
 
 
-def refuse_local_dates(table: Table, name: str, column: pa.ChunkedArray) -> None:
+def refuse_local_dates(table: Table, name: str, values: pa.Array) -> None:
     """A text column whose every present cell is a date written a country's way (03/01/2024,
     01.03.2024) is refused, naming its first cell: read as categories its order and distances
     would be lost, and whether 03/01 is March 1st or January 3rd only the user knows. ISO dates
-    (2024-03-01) are read as dates (`days`)."""
-    values = pc.unique(column.drop_null())
+    (2024-03-01) are read as dates (`days`). `values`: the column's distinct present cells in
+    `table`."""
     if not len(values) or not pc.all(pc.match_substring_regex(values, _LOCAL_DATE)).as_py():
         return
+    column = table.column(name)
     row = int(np.flatnonzero(~missing(column))[0])
     raise DataError(
         f"{table.source}: column {name!r} holds dates written as {column[row].as_py()!r} "

@@ -18,6 +18,7 @@ from vfl_core.data.local_numbers import floats
 
 Cell = str | None  # None: a missing cell
 RowNamer = Callable[[int], str]  # a row's position in the file -> its name in messages
+_FIRST_CELLS = 64  # cells of a text column tried as numbers before all of them
 
 
 class Table:
@@ -32,6 +33,7 @@ class Table:
         guess: bool = True,
         index: np.ndarray | None = None,
         numbers: dict[str, np.ndarray | None] | None = None,
+        codes: dict[str, tuple[np.ndarray, pa.Array]] | None = None,
         take: np.ndarray | None = None,
         known: _Known | None = None,
     ) -> None:
@@ -53,7 +55,7 @@ class Table:
         self._take = take
         # what is known of `data`'s columns, shared by every table picking rows from it: each
         # column is parsed once, not for the fit and again for each transform
-        self._known = known if known is not None else _Known(numbers)
+        self._known = known if known is not None else _Known(numbers, codes)
         self._picked: tuple[str, pa.ChunkedArray] | None = None  # see `column`
 
     def __len__(self) -> int:
@@ -79,13 +81,29 @@ class Table:
             known[name] = self.data.column(name).is_null().to_numpy(zero_copy_only=False)
         return known[name] if self._take is None else known[name][self._take]
 
+    def null_count(self, name: str) -> int:
+        """How many cells of column `name` are missing in these rows (no copy of the cells)."""
+        whole = self.data.column(name).null_count
+        if self._take is None or not whole:  # a column without gaps has none in any rows
+            return whole
+        return int(np.count_nonzero(self.missing(name)))
+
+    def value_counts(self, name: str) -> tuple[pa.Array, np.ndarray]:
+        """Text column `name`'s distinct present cells in these rows and how many times each
+        occurs ((k,) int64), counted on its dictionary codes: the rows' cells are not copied,
+        and the column is hashed once for the fit and every transform."""
+        codes, values = self.codes(name)
+        counts = np.bincount(codes[codes >= 0], minlength=len(values))
+        present = counts > 0
+        return values.filter(pa.array(present)), counts[present]
+
     def codes(self, name: str) -> tuple[np.ndarray, pa.Array]:
         """Text column `name` dictionary-encoded: (n,) int32 codes, -1 where a cell is
         missing, and the distinct cells they index (one hash of the file's column, not one
         per transformed part)."""
         known = self._known.codes
         if name not in known:
-            known[name] = _dictionary_codes(self.data.column(name))
+            known[name] = dictionary_codes(self.data.column(name))
         codes, values = known[name]
         return (codes if self._take is None else codes[self._take]), values
 
@@ -99,6 +117,16 @@ class Table:
         read through `column`)."""
         return {name: self.cells(name) for name in self.names}
 
+    def file_floats(self, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Column `name`'s numbers in every row of the Arrow table these rows are picked from
+        ((N,) float64, NaN where missing; None if a present cell there is not a number), worked
+        out once and shared by every table picking rows from it, and which of them are these
+        rows ((n,) int64; None: all, in order)."""
+        known = self._known.numbers
+        if name not in known:
+            known[name] = floats(self.data.column(name))
+        return known[name], self._take
+
     def floats(self, name: str) -> np.ndarray | None:
         """Column `name` as (n,) float64, NaN where missing; None if a present cell is not a
         number (text, dates)."""
@@ -110,7 +138,11 @@ class Table:
             return values
         if values is not None:
             return values[self._take]
-        return floats(self.column(name))  # these rows may be numbers where others are not
+        # these rows may be numbers where others are not; their first cells tell most text
+        # columns apart without a copy of all their cells
+        if floats(self.data.column(name).take(self._take[:_FIRST_CELLS])) is None:
+            return None
+        return floats(self.column(name))
 
     @property
     def held_as_numbers(self) -> list[str]:
@@ -193,10 +225,14 @@ class _Known:
     ((n,) float64, NaN where missing, or None: not numbers there, though some rows may be),
     its missing cells ((n,) bool) and its dictionary codes (Table.codes)."""
 
-    def __init__(self, numbers: dict[str, np.ndarray | None] | None = None) -> None:
+    def __init__(
+        self,
+        numbers: dict[str, np.ndarray | None] | None = None,
+        codes: dict[str, tuple[np.ndarray, pa.Array]] | None = None,
+    ) -> None:
         self.numbers: dict[str, np.ndarray | None] = dict(numbers or {})
         self.missing: dict[str, np.ndarray] = {}
-        self.codes: dict[str, tuple[np.ndarray, pa.Array]] = {}
+        self.codes: dict[str, tuple[np.ndarray, pa.Array]] = dict(codes or {})
 
     def rows(self, start: int, stop: int) -> _Known:
         """What is known of rows start .. stop - 1 (views, no copies)."""
@@ -262,7 +298,7 @@ def numbers_array(values: np.ndarray | None) -> pa.Array | None:
     return pa.array(values, mask=missing if missing.any() else None)
 
 
-def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     """(n,) int32 codes (-1 where missing) into one dictionary of a text column's cells."""
     if column.num_chunks == 0:
         return np.zeros(0, dtype=np.int32), pa.array([], column.type)

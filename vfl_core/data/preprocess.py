@@ -27,7 +27,7 @@ then the code columns, so the model can cut the vector in two.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
 import numpy as np
@@ -154,9 +154,10 @@ class TabularPreprocessor(_Frozen):
         ]
         at, code_at = 0, self.dense_width
         for spec in self.columns:
+            shared: dict[int, np.ndarray | None] = {}  # see _write_numbers
             for table, parts in zip(tables, blocks, strict=True):
-                for start, part in zip(_at(table), parts, strict=True):
-                    _write_column(table.slice(start, TRANSFORM_ROWS), spec, part, at, code_at)
+                if parts:  # a table without rows has nothing to write (or to refuse)
+                    _write_column(table, spec, parts, (at, code_at), shared)
             at += spec.dense_width
             code_at += spec.kind == "embedding"
             if done is not None:
@@ -192,78 +193,151 @@ def _rows(parts: list[np.ndarray], width: int) -> np.ndarray:
     return out
 
 
-def _write_column(table: Table, spec: ColumnSpec, out: np.ndarray, at: int, code_at: int) -> None:
-    """Column `spec` of `table` into the transposed rows `out` (width, n), every row of it
-    set: its dense values from row `at` on, its code (an embedding column) in row
-    `code_at`."""
+def _write_column(
+    table: Table,
+    spec: ColumnSpec,
+    parts: list[np.ndarray],
+    rows: tuple[int, int],
+    shared: dict[int, np.ndarray | None],
+) -> None:
+    """Column `spec` of `table` into its rows' transposed blocks `parts` ((width, rows) each,
+    zeros until written, in row order), every row of them set: its dense values from row
+    `rows[0]` on, its code (an embedding column) in row `rows[1]`. The column's values are
+    worked out for the whole table at once (one pass of numpy, Arrow, over it), then cut into
+    blocks. `shared`: what _write_numbers keeps for the other tables of the same file."""
+    at, code_at = rows
     if spec.indicator:
-        out[at] = table.missing(spec.name)
+        _spread(table.missing(spec.name), parts, at)
         at += 1
     if spec.kind == "numeric":
-        out[at] = _standardised(table, spec)
-        if spec.edges:
-            out[at + 1 : at + len(spec.edges)] = piecewise_linear(out[at], spec.edges)
+        _write_numbers(table, spec, parts, at, shared)
+        for part in parts if spec.edges else ():
+            part[at + 1 : at + len(spec.edges)] = piecewise_linear(part[at], spec.edges)
         return
     # -1 missing, len(categories) unknown
     index = cv.category_index_of(table, spec.name, spec.categories)
-    if spec.kind == "onehot":
-        rows = np.flatnonzero(index >= 0)
-        out[at : at + len(spec.categories) + 1] = 0.0
-        out[at + index[rows], rows] = 1.0
-    else:
-        out[code_at] = np.where(index == len(spec.categories), -1, index) + 1
+    if spec.kind == "embedding":
+        _spread(np.where(index == len(spec.categories), -1, index) + 1, parts, code_at)
+        return
+    for part, some in zip(parts, _cut(index, parts), strict=True):
+        for value in range(len(spec.categories) + 1):  # a row each: no scattered writes
+            part[at + value] = some == value  # a missing cell (-1): no value
+
+
+def _write_numbers(
+    table: Table,
+    spec: ColumnSpec,
+    parts: list[np.ndarray],
+    at: int,
+    shared: dict[int, np.ndarray | None],
+) -> None:
+    """Numeric column `spec` of `table` standardised into row `at` of its blocks. Where the
+    table's rows are picked from a file's column of finite numbers (a split's, most), the
+    file's column is standardised once for every table picking from it (kept in `shared`, by
+    the identity of its values: the same float32 values) and each block takes its rows of it;
+    else the table's own values are standardised."""
+    whole, rows = (None, None) if spec.dates else table.file_floats(spec.name)
+    if whole is not None and rows is not None:
+        if id(whole) not in shared:
+            finite = not np.isinf(whole).any()  # NaN is missing, not infinite
+            shared[id(whole)] = _standardise(whole, spec).astype(np.float32) if finite else None
+        standard = shared[id(whole)]
+        if standard is not None:
+            for part, some in zip(parts, _cut(rows, parts), strict=True):
+                np.take(standard, some, out=part[at])
+            return
+    _spread(_standardised(table, spec), parts, at)
+
+
+def _spread(values: np.ndarray, parts: list[np.ndarray], row: int) -> None:
+    """(n,) values into row `row` of the blocks `parts` that hold their n rows."""
+    for part, some in zip(parts, _cut(values, parts), strict=True):
+        part[row] = some
+
+
+def _cut(values: np.ndarray, parts: list[np.ndarray]) -> Iterator[np.ndarray]:
+    """(n,) values cut as the blocks `parts` ((width, rows) each) cut the n rows (views)."""
+    start = 0
+    for part in parts:
+        yield values[start : start + part.shape[1]]
+        start += part.shape[1]
 
 
 def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSpec:
-    column = table.column(name)
-    if column.null_count == len(column):
+    kind = table.data.column(name)  # for its type: this table's rows are not copied
+    missing = table.null_count(name)
+    if missing == len(table):
         raise DataError(
             f"{table.source}: column {name!r} has no values in the training rows: nothing to "
             "learn from it; leave it out (vfl-client --features names the columns to train on; "
             "vfl simulate --features BLOCK:COLUMNS a table's)"
         )
-    indicator = column.null_count > 0
-    if cv.is_number(column) or (table.guess and cv.is_text(column)):
+    indicator = missing > 0
+    if cv.is_number(kind) or (table.guess and cv.is_text(kind)):
         numbers = table.floats(name)
         if numbers is not None:
-            numbers = numbers[~np.isnan(numbers)]
+            gaps = np.isnan(numbers)
+            numbers = numbers[~gaps] if gaps.any() else numbers
             if np.isfinite(numbers).all():
-                _refuse_overflow(table.source, name, numbers)
-                return _numeric(name, indicator, numbers, bins)
+                spread = _refuse_overflow(table.source, name, numbers)
+                return _numeric(name, indicator, numbers, bins, spread)
+    if cv.is_text(kind):
+        return _text_column(table, name, indicator, max_onehot, bins)
+    column = table.column(name)
     days = cv.days(column) if table.guess or cv.is_when(column) else None
     if days is not None:
         return _numeric(name, indicator, days[~np.isnan(days)], bins, dates=True)
-    if not cv.is_text(column):  # a Parquet number column holding inf
-        row = cv.first_bad_row(column, cv.finite_number)
-        raise DataError(
-            f"{table.source}: {table.row_name(row or 0)}, column {name!r}: "
-            f"{column[row or 0].as_py()!r} is not a finite number"
-        )
+    # a Parquet number column holding inf
+    row = cv.first_bad_row(column, cv.finite_number)
+    raise DataError(
+        f"{table.source}: {table.row_name(row or 0)}, column {name!r}: "
+        f"{column[row or 0].as_py()!r} is not a finite number"
+    )
+
+
+def _text_column(
+    table: Table, name: str, indicator: bool, max_onehot: int, bins: int
+) -> ColumnSpec:
+    """A text column that is not numbers: ISO dates (a CSV file's), else categories. Decided on
+    its distinct cells (Table.value_counts), not a copy of its training rows."""
+    values, counts = table.value_counts(name)
+    cells = values.to_pylist()
     if table.guess:
-        cv.refuse_local_dates(table, name, column)
-        cv.refuse_stray_text(table, name, column)
-    categories = tuple(sorted(column.drop_null().unique().to_pylist()))
-    _warn_if_identifier(table.source, name, len(categories), len(column) - column.null_count)
+        days = cv.days(table.column(name)) if cv.may_be_days(cells) else None
+        if days is not None:
+            return _numeric(name, indicator, days[~np.isnan(days)], bins, dates=True)
+        cv.refuse_local_dates(table, name, values)
+        cv.refuse_stray_text(table, name, values, counts)
+    categories = tuple(sorted(cells))
+    _warn_if_identifier(table.source, name, len(categories), int(counts.sum()))
     kind: ColumnKind = "onehot" if len(categories) <= max_onehot else "embedding"
     return ColumnSpec(name=name, kind=kind, indicator=indicator, categories=categories)
 
 
-def _refuse_overflow(source: str, name: str, values: np.ndarray) -> None:
-    """Numbers too large for their standard deviation in float64 (beyond about 1e154) would
-    all be standardised to 0: the column's values silently lost."""
+def _refuse_overflow(source: str, name: str, values: np.ndarray) -> float:
+    """The values' standard deviation; numbers too large for it in float64 (beyond about
+    1e154) are refused: they would all be standardised to 0, the column's values silently
+    lost."""
     with np.errstate(over="ignore", invalid="ignore"):
-        spread = values.std() if len(values) else 0.0
+        spread = float(values.std()) if len(values) else 0.0
     if not np.isfinite(spread):
         raise DataError(
             f"{source}: column {name!r} holds numbers too large to standardise (up to "
             f"{np.abs(values).max():.3g}): write it in larger units, or leave it out (--features)"
         )
+    return spread
 
 
 def _numeric(
-    name: str, indicator: bool, values: np.ndarray, bins: int, dates: bool = False
+    name: str,
+    indicator: bool,
+    values: np.ndarray,
+    bins: int,
+    spread: float | None = None,
+    dates: bool = False,
 ) -> ColumnSpec:
-    std = float(values.std())
+    """`spread`: the values' standard deviation where it is known."""
+    std = float(values.std()) if spread is None or not len(values) else spread
     mean = float(values.mean())
     std = std if std > 0 else 1.0  # a constant column would divide by zero
     return ColumnSpec(
@@ -320,6 +394,12 @@ def _standardised(table: Table, spec: ColumnSpec) -> np.ndarray:
     if values is None or np.isinf(values).any():  # NaN is missing, not infinite
         _raise_not_numeric(table, spec, table.column(spec.name))
     assert values is not None
+    return _standardise(values, spec)
+
+
+def _standardise(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
+    """(n,) float64 values standardised with the column's training statistics; NaN (missing)
+    as 0, the mean."""
     out = (values - spec.mean) / spec.std
     out[np.isnan(values)] = 0.0
     return out

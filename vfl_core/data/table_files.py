@@ -25,7 +25,6 @@ import codecs
 import csv
 import itertools
 import logging
-import mmap
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -33,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
 
-from vfl_core.data.columns import Table, numbers_array
+from vfl_core.data.columns import Table, dictionary_codes, numbers_array
+from vfl_core.data.csv_pieces import ColumnWatch, CsvLayout, WrongEncoding, read_rows
 from vfl_core.data.local_numbers import floats, local_numbers
 from vfl_core.errors import DataError
 
@@ -68,17 +67,22 @@ def is_table_file(path: Path) -> bool:
     return Path(path).suffix.lower() in TABLE_SUFFIXES
 
 
-def read_table(path: Path, hold_numbers: Callable[[str], bool] | None = None) -> Table:
+def read_table(
+    path: Path,
+    hold_numbers: Callable[[str], bool] | None = None,
+    watch: ColumnWatch | None = None,
+) -> Table:
     """Every column of a CSV file (text) or a Parquet file (typed), None where a cell is missing.
     A CSV column for which `hold_numbers(name)` is true and whose every present cell is a finite
     number is held as those numbers instead (Table.hold_numbers), its text freed as soon as it
-    is parsed."""
+    is parsed. `watch`: given the cells of its column of a CSV file as the file is read
+    (vfl_core.data.csv_pieces), before they are cleaned; a Parquet file gives it none."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
-        return _read_csv(path, hold_numbers or _never)
+        return _read_csv(path, hold_numbers or _never, watch)
     if suffix in (".parquet", ".pq"):
         return _read_parquet(path)
     raise DataError(f"{path}: unknown table format (expected {', '.join(TABLE_SUFFIXES)})")
@@ -91,12 +95,12 @@ def _never(name: str) -> bool:
     return False
 
 
-def _read_csv(path: Path, hold_numbers: Callable[[str], bool]) -> Table:
+def _read_csv(path: Path, hold_numbers: Callable[[str], bool], watch: ColumnWatch | None) -> Table:
     first = _encoding(path)
     for encoding in [first] if first == "utf-16" else [first, *_FALLBACKS]:
         try:
-            table = _read_csv_as(path, encoding, hold_numbers)
-        except _WrongEncoding:
+            table = _read_csv_as(path, encoding, hold_numbers, watch)
+        except WrongEncoding:
             continue
         if encoding in _FALLBACKS:
             log.warning(
@@ -107,10 +111,6 @@ def _read_csv(path: Path, hold_numbers: Callable[[str], bool]) -> Table:
             )
         return table
     raise AssertionError("Latin-1 reads any byte")  # pragma: no cover
-
-
-class _WrongEncoding(Exception):
-    """The file does not decode in the encoding tried."""
 
 
 def _encoding(path: Path) -> str:
@@ -124,7 +124,9 @@ def _encoding(path: Path) -> str:
     return "utf-16" if start in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
 
 
-def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool]) -> Table:
+def _read_csv_as(
+    path: Path, encoding: str, hold_numbers: Callable[[str], bool], watch: ColumnWatch | None
+) -> Table:
     lines = _first_lines(path, encoding)
     separator = _separator(lines)
     header = next(csv.reader(lines, delimiter=separator), None)
@@ -132,9 +134,11 @@ def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool])
         raise DataError(f"{path}: empty file (no header line)")
     names = [n.strip() for n in header]
     typed = _number_columns(lines, separator, names, hold_numbers)
-    data = _arrow_csv(path, encoding, separator, len(header), typed)
+    layout = CsvLayout(path, encoding, separator, len(header))
+    watched = (names.index(watch.column), watch) if watch and watch.column in names else None
+    data = _rows(layout, typed, watched)
     if typed and not _numbers_as_read(data, typed):
-        data = _arrow_csv(path, encoding, separator, len(header))
+        data = _rows(layout, set(), watched)
     if data.num_rows == 0:
         raise DataError(f"{path}: no data rows after the header")
     named = _named_columns(path, names, data)
@@ -144,11 +148,14 @@ def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool])
     # name -> its values ((n,) float64, NaN where missing) or None (not numbers): each column
     # is parsed once here, not again for the fit and each transform
     numbers: dict[str, np.ndarray | None] = {}
+    codes: dict[str, tuple[np.ndarray, pa.Array]] = {}  # feature text columns' (Table.codes)
     for i, name in named:
         column, raw[i] = raw[i], None
         numbers[name] = floats(column)
         if numbers[name] is None:  # most number columns need no cleaning
-            column, numbers[name] = local_numbers(_spaced_missing_as_null(column), separator)
+            column, numbers[name], found = _text_column(column, separator, hold_numbers(name))
+            if found is not None:
+                codes[name] = found
         held = numbers_array(numbers[name]) if hold_numbers(name) else None
         columns[name] = column if held is None else held
         # Arrow's pool keeps freed blocks for later reads: the reader's, and a number
@@ -157,18 +164,35 @@ def _read_csv_as(path: Path, encoding: str, hold_numbers: Callable[[str], bool])
         del column
         pa.default_memory_pool().release_unused()
     lines = _CsvLines(path, encoding, separator, len(header))
-    return Table(str(path), pa.table(columns), lines, numbers=numbers)
+    return Table(str(path), pa.table(columns), lines, numbers=numbers, codes=codes)
+
+
+def _text_column(
+    column: pa.ChunkedArray, separator: str, feature: bool
+) -> tuple[pa.ChunkedArray, np.ndarray | None, tuple[np.ndarray, pa.Array] | None]:
+    """A text column as the preprocessing reads it (local_numbers of its cells without the
+    spaces around them, spaced missing marks as nulls), its values where those are numbers, and
+    a feature column's dictionary codes (Table.codes) where it stays as read: a feature column's
+    cells to clean are looked for among its distinct cells (the codes the fit needs anyway),
+    not among all of them."""
+    if feature:
+        codes = dictionary_codes(column)
+        if not _may_be_spaced(codes[1]):
+            plain, values = local_numbers(column, separator)
+            return plain, values, codes if plain is column else None
+    plain, values = local_numbers(_spaced_missing_as_null(column), separator)
+    return plain, values, None
 
 
 def _first_lines(path: Path, encoding: str) -> list[str]:
-    """Up to _SNIFF_LINES lines from the file's start; _WrongEncoding if they do not decode."""
+    """Up to _SNIFF_LINES lines from the file's start; WrongEncoding if they do not decode."""
     try:
         with path.open("rb") as f:
             block = f.read(_SNIFF_BYTES)
             final = not f.read(1)
         text = codecs.getincrementaldecoder(encoding)().decode(block, final=final)
     except UnicodeDecodeError:
-        raise _WrongEncoding from None
+        raise WrongEncoding from None
     except OSError as exc:
         raise DataError(f"{path}: unreadable CSV ({exc})") from exc
     lines = text.splitlines(keepends=True)
@@ -210,72 +234,13 @@ def _numbers_as_read(data: pa.Table, typed: set[int]) -> bool:
     )
 
 
-def _arrow_csv(
-    path: Path, encoding: str, separator: str, width: int, numbers: set[int] = frozenset()
-) -> pa.Table:
-    """The data rows as text columns c0, c1 ... (missing marks without spaces around them as
-    nulls), the columns `numbers` as float64 (if a cell of one is not a number, the file is
-    read again, all as text); a row of another width is an error naming its line."""
-    invalid: list[int] = []
-
-    def on_invalid(row: pa_csv.InvalidRow) -> str:
-        if row.text.strip():  # a line of spaces (an editor's last line) is a blank line
-            invalid.append(row.actual_columns)
-        return "skip"
-
-    names = [f"c{i}" for i in range(width)]
-    try:
-        data = pa_csv.read_csv(
-            path,
-            read_options=pa_csv.ReadOptions(
-                column_names=names,
-                skip_rows=1,
-                encoding=_ARROW_ENCODING.get(encoding, encoding),
-                # Arrow's pool (mimalloc) keeps the blocks a reading thread took in that
-                # thread's heap, which `release_unused` (called from this thread) never hands
-                # back: read on this thread, a party's peak memory is 15-25 MB less for a
-                # 27 MB file (benchmarks/results/table_read.md). The cost: idle cores would
-                # read it faster (on the two loaded CPUs measured, the same time)
-                use_threads=False,
-            ),
-            parse_options=pa_csv.ParseOptions(
-                delimiter=separator,
-                newlines_in_values=_has_quotes(path, encoding),
-                invalid_row_handler=on_invalid,
-            ),
-            convert_options=pa_csv.ConvertOptions(
-                column_types={
-                    n: pa.float64() if i in numbers else pa.string() for i, n in enumerate(names)
-                },
-                null_values=_MISSING.to_pylist(),  # the marks without spaces around them
-                strings_can_be_null=True,
-            ),
-        )
-    except UnicodeDecodeError:
-        raise _WrongEncoding from None
-    except (OSError, pa.ArrowInvalid) as exc:
-        if "UTF8" in str(exc):
-            raise _WrongEncoding from None
-        if numbers and "conversion error" in str(exc):  # a later cell is not a number
-            return _arrow_csv(path, encoding, separator, width)
-        raise DataError(f"{path}: unreadable CSV ({str(exc).splitlines()[0]})") from exc
+def _rows(layout: CsvLayout, numbers: set[int], watch: tuple[int, ColumnWatch] | None) -> pa.Table:
+    """read_rows of the file (the missing marks without spaces around them as nulls); a row of
+    another width than the header's is an error naming its line."""
+    data, invalid = read_rows(layout, numbers, _MISSING.to_pylist(), watch)
     if invalid:
-        _raise_width_error(path, encoding, separator, width)
+        _raise_width_error(layout.path, layout.encoding, layout.separator, layout.width)
     return data
-
-
-def _has_quotes(path: Path, encoding: str) -> bool:
-    """Whether a quoted value could hold a line break: Arrow reads faster knowing none does."""
-    if encoding == "utf-16":
-        return True
-    try:
-        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return data.find(b'"') >= 0
-    except (OSError, ValueError):  # an empty file cannot be mapped
-        return True
-
-
-_ARROW_ENCODING = {"utf-8-sig": "utf8"}  # the byte-order mark is in the header line it skips
 
 
 def _raise_width_error(path: Path, encoding: str, separator: str, width: int) -> None:

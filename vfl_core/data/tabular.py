@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_core.atomic_files import write_text_atomically
 from vfl_core.data.columns import Table
+from vfl_core.data.csv_pieces import ColumnWatch
+from vfl_core.data.id_hashing import SplitKeysWhileReading
 from vfl_core.data.labels import Labels, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
 from vfl_core.data.party_dir import PartyData, PartyMeta, PartySplit
@@ -33,7 +35,6 @@ from vfl_core.data.sample_ids import (
     id_array,
     in_test,
     normalised_ids,
-    split_keys,
 )
 from vfl_core.data.table_files import read_table
 from vfl_core.errors import ConfigError, DataError
@@ -143,16 +144,20 @@ def _read_splits(
     source: TableSource, label_column: str | None, fitted: TabularPreprocessor | None
 ) -> dict[str, Table]:
     holds = _holds_numbers(source, label_column, fitted)
-    split = source.test_path is None  # by ID hash: the hashes find duplicated IDs
-    table = _checked_table(source.path, source.id_column, label_column, holds, unique=not split)
     if source.test_path is not None:
+        table = _checked_table(source.path, source.id_column, label_column, holds)
         # a column of numbers in every training row is fitted as numbers
         held = set(table.held_as_numbers)
         test_holds = holds if fitted is not None else held.__contains__
         test = _checked_table(source.test_path, source.id_column, label_column, test_holds)
         _check_disjoint(table, test, source.id_column)
         return {"train": table, "test": test}
-    keys = split_keys(table.column(source.id_column))
+    # split by ID hash, the IDs hashed while the file is read; the hashes find duplicated IDs
+    with SplitKeysWhileReading(source.id_column) as hashing:
+        table = _checked_table(
+            source.path, source.id_column, label_column, holds, unique=False, watch=hashing
+        )
+        keys = hashing.keys(table.column(source.id_column))
     check_unique(table, source.id_column, keys)
     test = in_test(keys, source.test_fraction)
     if not test.any():
@@ -212,8 +217,9 @@ def _checked_table(
     label_column: str | None,
     holds: Callable[[str], bool],
     unique: bool = True,
+    watch: ColumnWatch | None = None,
 ) -> Table:
-    table = read_table(path, holds)
+    table = read_table(path, holds, watch)
     for column, what in ((id_column, "ID"), (label_column, "label")):
         if column is not None and column not in table.names:
             raise DataError(
