@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.alone]
 SEED = 20261126
 CLIENTS = 3
 EVERY = 20  # rounds between checkpoints
-EPOCHS = 30  # long enough for the schedule to land (about 50 s of events and rejoins)
+EPOCHS = 45  # long enough for most of the schedule to land (about 50 s of events and rejoins)
 
 
 @dataclass(frozen=True)
