@@ -123,15 +123,17 @@ def test_given_a_lookup_that_does_not_import_then_an_error_naming_it(spec, messa
     assert import_lookup("json:dumps") is json.dumps
 
 
+def _store_down(keys):
+    """A user's lookup whose store is down: it fails for any ID asked."""
+    if keys:
+        raise OSError("the store is down")
+    return []
+
+
 def test_given_a_gateway_whose_own_lookup_fails_then_the_others_still_answer(telecom) -> None:
     _, _, bank = telecom
 
-    def broken(keys):
-        if keys:
-            raise OSError("the store is down")
-        return []
-
-    own = LookupFeatures(broken, bank.preprocessing, "store:rows")
+    own = LookupFeatures(_store_down, bank.preprocessing, "store:rows")
     calls = []
 
     def answer(keys):
@@ -225,15 +227,10 @@ def test_given_a_lookup_module_that_does_not_import_then_the_party_exits_saying_
 def test_given_no_party_answers_and_the_own_lookup_fails_then_each_id_an_error(telecom) -> None:
     _, _, bank = telecom
 
-    def broken(keys):
-        if keys:
-            raise OSError("the store is down")
-        return []
-
     def down(keys):
         raise PeerFailure(DOWN)
 
-    own = LookupFeatures(broken, bank.preprocessing, "store:rows")
+    own = LookupFeatures(_store_down, bank.preprocessing, "store:rows")
     gw = Gateway(bank, own, [LocalPeer("party1", 1, down)], SECRET)
     answers = gw.predict(["C00001", "C00002"])
     assert [a.error is not None and a.used == () for a in answers] == [True, True]
