@@ -141,6 +141,52 @@ def _generated(name: str, positive: float | None) -> Callable[[int, bool], Table
     return load
 
 
+def _interaction(seed: int, quick: bool) -> Table:
+    """Nine normal columns; the label is the sign of f0 * f1 + 0.5 f6 plus noise. column_blocks
+    deals f0 to party 2, f1 to party 1 and f6 to party 0: the signal is a product of two
+    feature-only parties' columns, which no party and no linear model sees alone."""
+    n = 750 if quick else 3000
+    rng = np.random.default_rng([seed, 31])
+    columns: dict[str, Column] = {f"f{j}": rng.normal(size=n) for j in range(9)}
+    z = columns["f0"] * columns["f1"] + 0.5 * columns["f6"] + 0.3 * rng.normal(size=n)
+    return Table("gen_interaction", CLASSIFICATION, columns, np.where(z > 0, "yes", "no"))
+
+
+def _high_cardinality(seed: int, quick: bool) -> Table:
+    """A churn-like table: two categorical columns with 60 and 25 values (past --max-onehot, so
+    the parties embed them), skewed numbers, 10% empty spend cells; the label a logistic model of
+    the categories' effects (fixed across seeds) and the numbers."""
+    n = 1000 if quick else 4000
+    rng = np.random.default_rng([seed, 37])
+    effects = np.random.default_rng(37)
+    city_effect, plan_effect = effects.normal(size=60), effects.normal(size=25)
+    city, plan = rng.integers(0, 60, n), rng.integers(0, 25, n)
+    tenure, spend = rng.exponential(20, n), rng.lognormal(3, 1, n)
+    z = city_effect[city] + plan_effect[plan] - 0.04 * tenure + 0.3 * np.log(spend) - 1.6
+    z = z + 0.5 * rng.normal(size=n)
+    columns: dict[str, Column] = {
+        "city": np.array([f"city{c:02d}" for c in city], dtype=object),
+        "plan": np.array([f"P{p}" for p in plan], dtype=object),
+        "tenure": tenure,
+        "spend": np.where(rng.random(n) < 0.1, np.nan, spend),
+        "calls": rng.poisson(5, n).astype(np.float64),
+        "age": rng.integers(18, 80, n).astype(np.float64),
+    }
+    label = np.where(z > 0, "churn", "stay")
+    return Table("gen_highcard", CLASSIFICATION, columns, label, ("city", "plan"))
+
+
+def _friedman(seed: int, quick: bool) -> Table:
+    """scikit-learn's Friedman #1 regression (a sine of a product, a square, linear terms; 5 of
+    its 9 columns carry signal), noise 1."""
+    from sklearn.datasets import make_friedman1
+
+    x, y = make_friedman1(
+        n_samples=500 if quick else 2000, n_features=9, noise=1.0, random_state=seed
+    )
+    return Table("friedman", REGRESSION, {f"x{j}": x[:, j] for j in range(9)}, y)
+
+
 def tables(data_path: Path | None, quick: bool) -> dict[str, Callable[[int, bool], Table]]:
     """Every benchmark table by name: a loader of (seed, quick). Credit needs `data_path`."""
     out: dict[str, Callable[[int, bool], Table]] = {}
@@ -151,6 +197,9 @@ def tables(data_path: Path | None, quick: bool) -> dict[str, Callable[[int, bool
     out["diabetes"] = _sklearn("diabetes")
     out["gen_categorical"] = _generated("gen_categorical", None)
     out["gen_skewed"] = _generated("gen_skewed", 0.12)
+    out["gen_interaction"] = _interaction
+    out["gen_highcard"] = _high_cardinality
+    out["friedman"] = _friedman
     return out
 
 

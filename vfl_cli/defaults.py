@@ -152,6 +152,7 @@ METHODS = (
 FAULT_ENTITIES = ("guest", "host", "link")
 TASKS = ("classification", "regression")
 MAX_ONEHOT = 16
+AUTO_PATIENCE = 10
 TEST_FRACTION = 0.2
 DEMO_SECRET = "vfl-demo-secret"
 OPERATOR = "operator"

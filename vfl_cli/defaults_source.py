@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from vfl_client.runner import ClientConfig
 from vfl_coordinator.config import CoordinatorConfig, Deadlines
-from vfl_core.config import METHODS, DvflConfig, ModelConfig, TrainConfig
+from vfl_core.config import AUTO_PATIENCE, METHODS, DvflConfig, ModelConfig, TrainConfig
 from vfl_core.data.learning_task import TASKS
 from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT
 from vfl_core.data.tabular import DEFAULT_TEST_FRACTION
@@ -56,6 +56,7 @@ def current() -> dict[str, Any]:
         "FAULT_ENTITIES": tuple(ENTITIES),
         "TASKS": tuple(TASKS),
         "MAX_ONEHOT": DEFAULT_MAX_ONEHOT,
+        "AUTO_PATIENCE": AUTO_PATIENCE,
         "TEST_FRACTION": DEFAULT_TEST_FRACTION,
         "DEMO_SECRET": DEMO_SECRET,
         "OPERATOR": OPERATOR,

@@ -243,7 +243,8 @@ class TrainOptions:
         int | None,
         Opt(
             help="0: off; N: stop after N epochs without a better validation metric and "
-            "restore the best epoch's weights (unset: 5 on tables, off on images)",
+            f"restore the best epoch's weights (unset: {defaults.AUTO_PATIENCE} on tables, "
+            "off on images)",
             show_default=shown(T["early_stop_patience"]),
         ),
     ] = None
