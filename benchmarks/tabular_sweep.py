@@ -64,6 +64,8 @@ SETTINGS: dict[str, list[str]] = {
     "batchnorm": ["--norm", "batch"],
     "catdim2": ["--categorical-dim", "2"],
     "catdim16": ["--categorical-dim", "16"],
+    "onehot64": ["--max-onehot", "64"],
+    "wide-onehot64": ["--head", "wide", "--max-onehot", "64"],
     "patience10-where-on": [],
     "smooth0.1": ["--label-smoothing", "0.1"],
     "batchnorm-dropout0.2": ["--norm", "batch", "--dropout", "0.2"],
