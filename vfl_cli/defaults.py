@@ -26,6 +26,7 @@ TRAIN = {
     "validation_fraction": 0.1,
     "threshold": "auto",
     "subset_choice": "validation",
+    "concat_head": False,
     "encrypt_relay": False,
 }
 MODEL = {

@@ -139,6 +139,7 @@ PANELS: dict[str, str] = {
             "validation-fraction",
             "threshold",
             "subset-choice",
+            "concat-head",
             "device",
             "threads",
             "pipeline",

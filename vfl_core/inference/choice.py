@@ -23,6 +23,12 @@ label, and never a test row.
   by more than one standard error, the label party alone included. A subset that leaves some
   of P's samples unscored (no head in it) is no candidate. A pattern with fewer than
   MIN_CHOICE_SAMPLES validation samples keeps the full set.
+- **The concatenating head** (TrainConfig.concat_head). Where the label parties also trained a
+  head on the zero-filled concatenation of the present embeddings, it is one more candidate of
+  each pattern that holds a label party (a single party's pattern included): P from all its
+  parties through that head. By the same rule it replaces LASER-VFL's heads only when it beats
+  the full set by more than its own standard error, and never on a pattern with fewer than
+  MIN_CHOICE_SAMPLES validation samples.
 - **Threshold.** With the subsets chosen, the federation's positive-class probabilities of the
   validation samples come back as histograms (vfl_core.inference.scoring.AUC_BINS bins); the
   threshold is the bin edge with the best accuracy ("auto") or F1 ("f1") of the federation's
@@ -42,6 +48,7 @@ from vfl_core.inference.headline import LOWER_IS_BETTER, watched
 from vfl_core.inference.metrics import FEDERATION, EvalReport, Pattern, standard_error
 from vfl_core.inference.scoring import AUC_BINS
 from vfl_core.inference.subsets import observed_subsets
+from vfl_core.methods.spec import CONCAT
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,7 @@ class Candidate:
     value: float | None  # the headline metric on the pattern's validation samples (None: unscored)
     scored: int
     error: float | None = None  # the value's standard error (metrics.standard_error)
+    head: str = ""  # the heads that predicted it (PredictCall.head; "": the method's own)
 
 
 @dataclass
@@ -73,6 +81,7 @@ class ValidationChoice:
     threshold: float | None = None  # binary: P(positive) threshold; None: the argmax (0.5)
     subsets: dict[Pattern, Pattern] = field(default_factory=dict)  # observed set -> kept parties
     candidates: dict[Pattern, list[Candidate]] = field(default_factory=dict)  # for the record
+    heads: dict[Pattern, str] = field(default_factory=dict)  # observed set -> PredictCall.head
     # the rule's validation score (THRESHOLD_METRIC) at 0.5 and at the threshold
     threshold_f1: tuple[float, float] | None = None
     threshold_metric: str = "f1"
@@ -81,6 +90,10 @@ class ValidationChoice:
         """The parties of an observed set that predict it (all of them where nothing was
         chosen)."""
         return self.subsets.get(available, available)
+
+    def head(self, available: Pattern) -> str:
+        """The heads that predict an observed set ("": the method's own)."""
+        return self.heads.get(available, "")
 
     def to_json(self) -> dict[str, object]:
         """What results.json and the coordinator's checkpoint hold."""
@@ -91,6 +104,7 @@ class ValidationChoice:
             "subsets": [
                 {"observed": list(p), "kept": list(s)} for p, s in sorted(self.subsets.items())
             ],
+            "heads": [{"observed": list(p), "head": h} for p, h in sorted(self.heads.items())],
             "candidates": [
                 {
                     "observed": list(p),
@@ -100,6 +114,7 @@ class ValidationChoice:
                             "value": c.value,
                             "scored": c.scored,
                             "error": c.error,
+                            **({"head": c.head} if c.head else {}),
                         }
                         for c in cands
                     ],
@@ -116,52 +131,81 @@ class ValidationChoice:
             subsets={tuple(s["observed"]): tuple(s["kept"]) for s in saved.get("subsets", [])},
             candidates={
                 tuple(c["observed"]): [
-                    Candidate(tuple(x["blocks"]), x["value"], int(x["scored"]), x.get("error"))
+                    Candidate(
+                        tuple(x["blocks"]),
+                        x["value"],
+                        int(x["scored"]),
+                        x.get("error"),
+                        x.get("head", ""),
+                    )
                     for x in c["scores"]
                 ]
                 for c in saved.get("candidates", [])
             },
             threshold_f1=None if f1 is None else (float(f1[0]), float(f1[1])),
             threshold_metric=saved.get("threshold_metric", "f1"),  # older files: the F1 rule
+            heads={tuple(h["observed"]): str(h["head"]) for h in saved.get("heads", [])},
         )
 
 
 def choose_subsets(
     fed: EvaluatingFederation, validation: np.ndarray, margin: bool = True
-) -> tuple[dict[Pattern, Pattern], dict[Pattern, list[Candidate]]]:
+) -> tuple[dict[Pattern, Pattern], dict[Pattern, str], dict[Pattern, list[Candidate]]]:
     """For each observed pattern of the validation samples (key indices of the train
-    alignment), the subset of its parties with the best headline metric on them: by the
-    one-standard-error rule (`margin`), or strictly the best."""
+    alignment), the subset of its parties, or the concatenating head on all of them, with the
+    best headline metric on them: by the one-standard-error rule (`margin`), or strictly the
+    best. Returns the patterns given a subset, those given other heads, and every candidate."""
     key = watched(fed.task, fed.num_classes)
     lower = key in LOWER_IS_BETTER
     al = fed.alignments["train"]
     chosen: dict[Pattern, Pattern] = {}
+    heads: dict[Pattern, str] = {}
     record: dict[Pattern, list[Candidate]] = {}
     for pattern, index in sorted(al.patterns().items()):
         rows = np.intersect1d(index, validation)  # (n,) ascending
-        if len(pattern) < 2 or len(rows) < MIN_CHOICE_SAMPLES:
+        concat = fed.spec.concat_head and bool(set(pattern) & set(fed.label_blocks))
+        if (len(pattern) < 2 and not concat) or len(rows) < MIN_CHOICE_SAMPLES:
             continue
         everyone = set(fed.infos)
         cands = []
         for subset in observed_subsets(pattern):
             served = everyone - (set(pattern) - set(subset))  # the pattern's others not called
-            report = fed.evaluate("train", blocks=served, index=rows)
-            value = getattr(report.overall(), key) if report.scored else None
-            error = standard_error(report, key) if report.scored else None
-            cands.append(Candidate(subset, value, report.scored, error))
+            cands.append(_candidate(fed, key, subset, served, rows))
+        if concat:  # every party of the pattern, through the concatenating heads
+            cands.append(_candidate(fed, key, tuple(pattern), everyone, rows, CONCAT))
         record[pattern] = cands
         best = best_candidate(cands, lower, margin)
-        if best is not None and best.blocks != tuple(pattern):
+        if best is None or best is cands[0]:
+            continue
+        if best.head:
+            heads[pattern] = best.head
+        else:
             chosen[pattern] = best.blocks
-            log.info(
-                "validation: observed set %s predicted from %s (%s %.4f, all of them %s)",
-                list(pattern),
-                list(best.blocks),
-                key,
-                best.value,
-                cands[0].value,
-            )
-    return chosen, record
+        log.info(
+            "validation: observed set %s predicted from %s%s (%s %.4f, all of them %s)",
+            list(pattern),
+            list(best.blocks),
+            f" with the {best.head} heads" if best.head else "",
+            key,
+            best.value,
+            cands[0].value,
+        )
+    return chosen, heads, record
+
+
+def _candidate(
+    fed: EvaluatingFederation,
+    key: str,
+    subset: Pattern,
+    served: set[int],
+    rows: np.ndarray,
+    head: str = "",
+) -> Candidate:
+    """`subset` of a pattern scored on its validation `rows`, only the parties `served` called."""
+    report = fed.evaluate("train", blocks=served, index=rows, head=head)
+    value = getattr(report.overall(), key) if report.scored else None
+    error = standard_error(report, key) if report.scored else None
+    return Candidate(subset, value, report.scored, error, head)
 
 
 def best_candidate(cands: list[Candidate], lower: bool, margin: bool = True) -> Candidate | None:
