@@ -83,6 +83,7 @@ SETTINGS: dict[str, list[str]] = {
     # LASER-VFL's heads and a zero-filled concatenating head on the same towers, chosen per
     # observed set on validation (TrainConfig.concat_head)
     "concat-head": ["--concat-head"],
+    "concat-head-all": ["--concat-head", "--concat-choice", "all"],
     "concat-head-always": ["--concat-head"],
     "concat-head-never": ["--concat-head"],
 }

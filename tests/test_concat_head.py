@@ -156,6 +156,36 @@ def test_given_concat_head_when_choosing_then_only_validation_rows_and_by_the_ru
             assert chosen.head(pattern) == ""
 
 
+def test_given_concat_choice_all_when_choosing_then_once_on_all_validation_rows_by_the_rule(
+    tables: list[TableSource],
+) -> None:
+    """One choice for every observed set holding the bank: on all their validation rows, the
+    concatenating heads replace LASER-VFL's (and the subsets chosen there) only when better by
+    more than their standard error; no per-set candidate of the concatenating head."""
+    fed, transport = _trained(tables, TrainConfig(**FAST, concat_choice="all"))
+    transport.embeds.clear()
+    transport.scores.clear()
+    chosen = fed.choose_on_validation()
+    al, validation = fed.alignments["train"], fed._validation
+    assert validation is not None
+    for block, call in [*transport.embeds, *transport.scores]:
+        assert call.split == "train"
+        allowed = set(al.rows[block][validation].tolist()) - {-1}
+        assert set(call.rows.tolist()) <= allowed, f"block {block} read a non-validation row"
+    assert all(not c.head for cands in chosen.candidates.values() for c in cands)
+    laser, concat = chosen.pooled
+    assert laser.head == "" and concat.head == CONCAT and laser.scored == concat.scored > 0
+    assert laser.value is not None and concat.value is not None and concat.error is not None
+    holding = {p for p in al.patterns() if 0 in p}
+    if laser.value - concat.value > concat.error:  # Brier: lower is better
+        assert chosen.heads == dict.fromkeys(holding, CONCAT)
+        assert not set(chosen.subsets) & holding
+    else:
+        assert chosen.heads == {}
+    again = choice.ValidationChoice.from_json(json.loads(json.dumps(chosen.to_json())))
+    assert again == chosen
+
+
 def _forced(fed: Federation) -> tuple[int, ...]:
     """Choose the concatenating heads for the fully observed set (whatever validation said), so
     that what follows does not depend on the small table's scores."""

@@ -27,6 +27,7 @@ TRAIN = {
     "threshold": "auto",
     "subset_choice": "validation",
     "concat_head": False,
+    "concat_choice": "sets",
     "encrypt_relay": False,
 }
 MODEL = {

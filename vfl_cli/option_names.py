@@ -140,6 +140,7 @@ PANELS: dict[str, str] = {
             "threshold",
             "subset-choice",
             "concat-head",
+            "concat-choice",
             "device",
             "threads",
             "pipeline",

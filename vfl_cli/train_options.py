@@ -280,6 +280,14 @@ class TrainOptions:
             show_default=shown(T["concat_head"]),
         ),
     ] = None
+    concat_choice: Annotated[
+        str | None,
+        Opt(
+            help="with --concat-head: sets (chosen per observed set on its validation samples) "
+            "| all (once for every set holding a label party, on all their samples together)",
+            show_default=shown(T["concat_choice"]),
+        ),
+    ] = None
 
     privacy_gradient_defence: Annotated[
         str | None,

@@ -167,6 +167,10 @@ class TrainConfig(_Frozen):
     # observed set with it where it beats the LASER heads by more than its standard error
     # (vfl_core.inference.choice; docs/tabular-defaults.md has what it measured).
     concat_head: bool = False
+    # How the validation chooses the concatenating head: "sets", per observed set (a set with
+    # fewer than MIN_CHOICE_SAMPLES validation samples keeps LASER-VFL's heads); "all", once for
+    # every set holding a label party, on all their validation samples together.
+    concat_choice: Literal["sets", "all"] = "sets"
 
     def patience(self, tabular: bool) -> int:
         """The early-stopping patience this run uses: the configured one, or by default

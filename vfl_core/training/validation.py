@@ -17,6 +17,7 @@ from vfl_core.data.learning_task import REGRESSION
 from vfl_core.inference.choice import (
     THRESHOLD_METRIC,
     ValidationChoice,
+    choose_heads_pooled,
     choose_subsets,
     choose_threshold,
 )
@@ -106,8 +107,13 @@ class Validator:
         rule = fed.config.subset_choice
         if rule != "plain" and self._has_subset_predictors():
             choice.subsets, choice.heads, choice.candidates = choose_subsets(
-                fed, validation, margin=rule == "validation"
+                fed,
+                validation,
+                margin=rule == "validation",
+                per_set=fed.config.concat_choice == "sets",
             )
+            if fed.spec.concat_head and fed.config.concat_choice == "all":
+                choose_heads_pooled(fed, validation, choice)
         binary = fed.task != REGRESSION and fed.num_classes == 2
         rule = fed.config.threshold
         if rule in THRESHOLD_RULES and binary and fed.spec.combination == "heads":
