@@ -113,7 +113,9 @@ def describe(name: str) -> str:
     if name in OVERLAP:
         said += f" {OVERLAP[name]} overlap (every party holds the label party's rows)"
     if name in CONCAT_RULE:
-        said += f" the concatenating head {CONCAT_RULE[name]} chosen"
+        said += (
+            f" (the concatenating head {CONCAT_RULE[name]} chosen: a fixed rule, not validation's)"
+        )
     return said.strip() or "the defaults"
 
 
