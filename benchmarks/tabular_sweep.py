@@ -84,6 +84,8 @@ SETTINGS: dict[str, list[str]] = {
     # observed set on validation (TrainConfig.concat_head)
     "concat-head": ["--concat-head"],
     "concat-head-all": ["--concat-head", "--concat-choice", "all"],
+    "concat-head-all-accuracy": ["--concat-head", "--concat-choice", "all"],
+    "concat-head-all-best": ["--concat-head", "--concat-choice", "all", "--subset-choice", "best"],
     "concat-head-always": ["--concat-head"],
     "concat-head-never": ["--concat-head"],
 }
@@ -100,6 +102,9 @@ OVERLAP: dict[str, str] = {"full-overlap": "full", "zerofill-full-overlap": "ful
 # (whatever validation says), "never" chooses among LASER-VFL's subsets only (both trained as
 # `concat-head`: what the choice gains or costs against either fixed head)
 CONCAT_RULE: dict[str, str] = {"concat-head-always": "always", "concat-head-never": "never"}
+# ... and the metric the validation choice compares binary tasks' candidates by (Brier score by
+# default, vfl_core.inference.headline.watched): the test tables are judged by the accuracy
+CHOICE_METRIC: dict[str, str] = {"concat-head-all-accuracy": "accuracy"}
 SEEDS = (0, 1, 2)
 
 
@@ -112,6 +117,8 @@ def describe(name: str) -> str:
         said += f" patience {AUTO_PATIENCE[name]} where early stopping is on by default"
     if name in OVERLAP:
         said += f" {OVERLAP[name]} overlap (every party holds the label party's rows)"
+    if name in CHOICE_METRIC:
+        said += f" (the validation choice by {CHOICE_METRIC[name]})"
     if name in CONCAT_RULE:
         said += (
             f" (the concatenating head {CONCAT_RULE[name]} chosen: a fixed rule, not validation's)"
@@ -149,10 +156,23 @@ def _set_module_defaults(payload: dict[str, Any]) -> None:
     bins, patience = payload.get("numeric_bins"), payload.get("auto_patience")
     preprocess.DEFAULT_NUMERIC_BINS = original[0] if bins is None else bins
     config.AUTO_PATIENCE = original[1] if patience is None else patience
-    rule = _CHOICE.setdefault("", (choice.best_candidate, choice.MIN_CHOICE_SAMPLES))
+    rule = _CHOICE.setdefault(
+        "", (choice.best_candidate, choice.MIN_CHOICE_SAMPLES, choice.watched)
+    )
     fixed = payload.get("concat_rule")
     choice.best_candidate = rule[0] if fixed is None else _fixed_head(fixed, rule[0])
     choice.MIN_CHOICE_SAMPLES = 1 if fixed == "always" else rule[1]
+    metric = payload.get("choice_metric")
+    choice.watched = rule[2] if metric is None else _watched(metric, rule[2])
+
+
+def _watched(metric: str, default: Callable[[str, int], str]) -> Callable[[str, int], str]:
+    """`choice.watched` with `metric` for classification tasks (regression keeps RMSE)."""
+
+    def key(task: str, num_classes: int) -> str:
+        return default(task, num_classes) if task == "regression" else metric
+
+    return key
 
 
 def _fixed_head(rule: str, chooser: Callable[..., Any]) -> Callable[..., Any]:
@@ -169,7 +189,7 @@ def _fixed_head(rule: str, chooser: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _ORIGINAL: dict[str, tuple[int, int]] = {}  # the code's own values, read before any change
-_CHOICE: dict[str, tuple[Callable[..., Any], int]] = {}  # vfl_core.inference.choice's own
+_CHOICE: dict[str, tuple[Any, ...]] = {}  # vfl_core.inference.choice's own
 
 
 def _row(name: str, prep: Any, parties: list[int], out: Path, extra: list[str]) -> dict:
@@ -186,6 +206,7 @@ def setting_payload(setting: str) -> dict[str, Any]:
         "auto_patience": AUTO_PATIENCE.get(setting),
         "overlap": OVERLAP.get(setting),
         "concat_rule": CONCAT_RULE.get(setting),
+        "choice_metric": CHOICE_METRIC.get(setting),
     }
 
 

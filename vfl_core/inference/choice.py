@@ -195,12 +195,13 @@ def choose_subsets(
 
 
 def choose_heads_pooled(
-    fed: EvaluatingFederation, validation: np.ndarray, chosen: ValidationChoice
+    fed: EvaluatingFederation, validation: np.ndarray, chosen: ValidationChoice, margin: bool = True
 ) -> None:
     """concat_choice "all": the concatenating heads for every pattern that holds a label party
     (dropping the subsets chosen there), if on all those patterns' validation samples together
-    they beat LASER-VFL's heads with `chosen`'s subsets by more than their standard error;
-    `chosen` is the run's choice in effect (fed.choice), changed in place."""
+    they beat LASER-VFL's heads with `chosen`'s subsets by more than their standard error
+    (`margin`; else if better at all); `chosen` is the run's choice in effect (fed.choice),
+    changed in place."""
     key = watched(fed.task, fed.num_classes)
     patterns = [
         (p, i)
@@ -215,7 +216,7 @@ def choose_heads_pooled(
     concat = _candidate(fed, key, (), set(fed.infos), rows, CONCAT)
     chosen.subsets = subsets
     chosen.pooled = [laser, concat]
-    if best_candidate(chosen.pooled, key in LOWER_IS_BETTER) is concat:
+    if best_candidate(chosen.pooled, key in LOWER_IS_BETTER, margin) is concat:
         mine = {p for p, _ in patterns}
         chosen.heads = dict.fromkeys(mine, CONCAT)
         chosen.subsets = {p: s for p, s in subsets.items() if p not in mine}

@@ -113,7 +113,7 @@ class Validator:
                 per_set=fed.config.concat_choice == "sets",
             )
             if fed.spec.concat_head and fed.config.concat_choice == "all":
-                choose_heads_pooled(fed, validation, choice)
+                choose_heads_pooled(fed, validation, choice, margin=rule == "validation")
         binary = fed.task != REGRESSION and fed.num_classes == 2
         rule = fed.config.threshold
         if rule in THRESHOLD_RULES and binary and fed.spec.combination == "heads":
