@@ -8,6 +8,7 @@ choice and the heads survive a save and predict as chosen, in process and over t
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -184,6 +185,31 @@ def test_given_concat_choice_all_when_choosing_then_once_on_all_validation_rows_
         assert chosen.heads == {}
     again = choice.ValidationChoice.from_json(json.loads(json.dumps(chosen.to_json())))
     assert again == chosen
+
+
+def test_given_other_test_labels_and_features_when_trained_then_the_same_head_choice(
+    tables: list[TableSource],
+) -> None:
+    """Every test label flipped and every test feature replaced: the same choice of heads and
+    subsets, per set and pooled, and the same validation record."""
+    for how in ("sets", "all"):
+        train = TrainConfig(**FAST, concat_choice=how)
+        parties = _parties(tables, train)
+        fed = Federation(InProcessTransport(parties), train, progress=False)
+        fed.align()
+        fed.train()
+        other_parties = _parties(tables, train)
+        for party in other_parties.values():
+            test = party.data.splits["test"]
+            rng = np.random.default_rng(7)
+            labels = None if test.labels is None else 1 - test.labels
+            features = rng.normal(size=test.features.shape).astype(np.float32)
+            party.data.splits["test"] = replace(test, labels=labels, features=features)
+        other = Federation(InProcessTransport(other_parties), train, progress=False)
+        other.align()
+        other.train()
+        assert fed.choice.to_json() == other.choice.to_json()
+        assert fed.evaluate("test").to_json() != other.evaluate("test").to_json()
 
 
 def _forced(fed: Federation) -> tuple[int, ...]:
