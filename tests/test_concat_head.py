@@ -275,3 +275,12 @@ def test_given_a_predict_call_naming_a_head_when_sent_over_grpc_then_it_arrives(
     plain = PredictCall(3, {0: np.ones((2, 4), dtype=np.float32)})
     wire = convert_party.predict_call_to_proto(plain, header("run", "coordinator"))
     assert convert_party.predict_call_from_proto(wire).head == ""
+
+
+def test_given_a_head_choice_when_simulate_prints_the_choice_then_it_names_the_sets() -> None:
+    from vfl_cli.simulate_cmd import _choice_lines
+
+    saved = {"heads": [{"observed": [0, 1, 2], "head": CONCAT}], "subsets": []}
+    assert _choice_lines(saved) == [
+        "observed set 0,1,2 predicted with the concat heads (validation)"
+    ]
