@@ -80,6 +80,8 @@ def simulate_row(
         "train": result["config"]["train"],
         "epochs": len(result["epochs"]),
         "early_stop": result.get("early_stop"),
+        # the observed sets the validation predicts with other heads (TrainConfig.concat_head)
+        "heads": (result.get("validation_choice") or {}).get("heads", []),
         "command": "vfl " + " ".join(args),
         "curve": _curve(run_dir / "epochs.jsonl") if curve_every else [],
     }

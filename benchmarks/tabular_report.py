@@ -101,7 +101,8 @@ def _sweep_section(sweep: Path, baselines: Path) -> list[str]:
     names = sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name in SETTINGS)
     options = "; ".join(f"`{name}`: {describe(name)}" for name in names)
     codes = sorted({(read_json(f) or {}).get("code", "?") for f in sweep.glob("*/*.json")})
-    own = not any(n.startswith("defaults") for n in names)
+    ran = set().union(*(_tables_run(sweep / n) for n in names if n.startswith("defaults")))
+    others = sorted(_tables_run(sweep, "*/*.json") - ran)
     return [
         f"## The settings the defaults were chosen from: `{sweep.name}`",
         "",
@@ -112,8 +113,9 @@ def _sweep_section(sweep: Path, baselines: Path) -> list[str]:
         f"({', '.join(codes)}). "
         + (
             "The `defaults` rows are this benchmark's own federation and label_alone rows. "
-            if own
-            else "The `defaults` rows are that code's defaults, run beside the others. "
+            if not ran
+            else "The `defaults` rows are that code's defaults, run beside the others"
+            + (f" (on {', '.join(others)}: this benchmark's own rows). " if others else ". ")
         )
         + "Test accuracy (%) or RMSE, mean ± sd over seeds 0-2; the last column counts the "
         "(table, seed) runs better / worse / equal than the defaults'; bracketed rows are this "
@@ -122,6 +124,11 @@ def _sweep_section(sweep: Path, baselines: Path) -> list[str]:
         summarise(sweep, baselines),
         "",
     ]
+
+
+def _tables_run(directory: Path, pattern: str = "*.json") -> set[str]:
+    """The tables with a cached run under `directory` (TABLE-sSEED.json)."""
+    return {p.stem.rsplit("-s", 1)[0] for p in directory.glob(pattern)}
 
 
 def _provenance(job: TabularJob, found: list[dict[str, Any]]) -> list[str]:

@@ -82,6 +82,14 @@ SETTINGS: dict[str, list[str]] = {
     "full-overlap": [],
     "zerofill-full-overlap": ["--method", "zerofill"],
     "laser-concat": ["--method", "laser-concat"],  # benchmarks.laser_concat, not built in
+    # LASER-VFL's heads and a zero-filled concatenating head on the same towers, chosen per
+    # observed set on validation (TrainConfig.concat_head)
+    "concat-head": ["--concat-head"],
+    "concat-head-all": ["--concat-head", "--concat-choice", "all"],
+    "concat-head-all-accuracy": ["--concat-head", "--concat-choice", "all"],
+    "concat-head-all-best": ["--concat-head", "--concat-choice", "all", "--subset-choice", "best"],
+    "concat-head-always": ["--concat-head"],
+    "concat-head-never": ["--concat-head"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
@@ -91,6 +99,14 @@ AUTO_PATIENCE: dict[str, int] = {"patience10-where-on": 10}
 # ... and the rows the parties hold (benchmarks.tabular_tables.write_parties): "full", every party
 # holds party 0's rows; such a setting also runs the centralised baselines on its own data
 OVERLAP: dict[str, str] = {"full-overlap": "full", "zerofill-full-overlap": "full"}
+# ... and the validation choice's rule for the concatenating head (vfl_core.inference.choice), a
+# fixed one instead: "always" predicts every observed set that holds the label party with it
+# (whatever validation says), "never" chooses among LASER-VFL's subsets only (both trained as
+# `concat-head`: what the choice gains or costs against either fixed head)
+CONCAT_RULE: dict[str, str] = {"concat-head-always": "always", "concat-head-never": "never"}
+# ... and the metric the validation choice compares binary tasks' candidates by (Brier score by
+# default, vfl_core.inference.headline.watched): the test tables are judged by the accuracy
+CHOICE_METRIC: dict[str, str] = {"concat-head-all-accuracy": "accuracy"}
 SEEDS = (0, 1, 2)
 
 
@@ -103,6 +119,12 @@ def describe(name: str) -> str:
         said += f" patience {AUTO_PATIENCE[name]} where early stopping is on by default"
     if name in OVERLAP:
         said += f" {OVERLAP[name]} overlap (every party holds the label party's rows)"
+    if name in CHOICE_METRIC:
+        said += f" (the validation choice by {CHOICE_METRIC[name]})"
+    if name in CONCAT_RULE:
+        said += (
+            f" (the concatenating head {CONCAT_RULE[name]} chosen: a fixed rule, not validation's)"
+        )
     return said.strip() or "the defaults"
 
 
@@ -130,14 +152,46 @@ def _set_module_defaults(payload: dict[str, Any]) -> None:
     pool process runs several tasks in turn)."""
     from vfl_core import config
     from vfl_core.data import preprocess
+    from vfl_core.inference import choice
 
     original = _ORIGINAL.setdefault("", (preprocess.DEFAULT_NUMERIC_BINS, config.AUTO_PATIENCE))
     bins, patience = payload.get("numeric_bins"), payload.get("auto_patience")
     preprocess.DEFAULT_NUMERIC_BINS = original[0] if bins is None else bins
     config.AUTO_PATIENCE = original[1] if patience is None else patience
+    rule = _CHOICE.setdefault(
+        "", (choice.best_candidate, choice.MIN_CHOICE_SAMPLES, choice.watched)
+    )
+    fixed = payload.get("concat_rule")
+    choice.best_candidate = rule[0] if fixed is None else _fixed_head(fixed, rule[0])
+    choice.MIN_CHOICE_SAMPLES = 1 if fixed == "always" else rule[1]
+    metric = payload.get("choice_metric")
+    choice.watched = rule[2] if metric is None else _watched(metric, rule[2])
+
+
+def _watched(metric: str, default: Callable[[str, int], str]) -> Callable[[str, int], str]:
+    """`choice.watched` with `metric` for classification tasks (regression keeps RMSE)."""
+
+    def key(task: str, num_classes: int) -> str:
+        return default(task, num_classes) if task == "regression" else metric
+
+    return key
+
+
+def _fixed_head(rule: str, chooser: Callable[..., Any]) -> Callable[..., Any]:
+    """A `choice.best_candidate` with a fixed rule for the concatenating head: its candidate
+    wherever there is one ("always", scores ignored), or never (`chooser` among the others)."""
+
+    def best(cands: list[Any], lower: bool, margin: bool = True) -> Any:
+        concat = [c for c in cands if c.head]
+        if rule == "always":
+            return concat[0] if concat else cands[0]
+        return chooser([c for c in cands if not c.head], lower, margin)
+
+    return best
 
 
 _ORIGINAL: dict[str, tuple[int, int]] = {}  # the code's own values, read before any change
+_CHOICE: dict[str, tuple[Any, ...]] = {}  # vfl_core.inference.choice's own
 
 
 def _row(name: str, prep: Any, parties: list[int], out: Path, extra: list[str]) -> dict:
@@ -153,6 +207,8 @@ def setting_payload(setting: str) -> dict[str, Any]:
         "numeric_bins": NUMERIC_BINS.get(setting),
         "auto_patience": AUTO_PATIENCE.get(setting),
         "overlap": OVERLAP.get(setting),
+        "concat_rule": CONCAT_RULE.get(setting),
+        "choice_metric": CHOICE_METRIC.get(setting),
     }
 
 

@@ -26,6 +26,8 @@ TRAIN = {
     "validation_fraction": 0.1,
     "threshold": "auto",
     "subset_choice": "validation",
+    "concat_head": False,
+    "concat_choice": "sets",
     "encrypt_relay": False,
 }
 MODEL = {

@@ -139,6 +139,8 @@ PANELS: dict[str, str] = {
             "validation-fraction",
             "threshold",
             "subset-choice",
+            "concat-head",
+            "concat-choice",
             "device",
             "threads",
             "pipeline",

@@ -279,6 +279,11 @@ def _choice_lines(choice: dict | None) -> list[str]:
     for pick in choice.get("subsets", []):
         observed, kept = ",".join(map(str, pick["observed"])), ",".join(map(str, pick["kept"]))
         lines.append(f"observed set {observed} predicted from parties {kept} (validation)")
+    for pick in choice.get("heads", []):
+        observed = ",".join(map(str, pick["observed"]))
+        lines.append(
+            f"observed set {observed} predicted with the {pick['head']} heads (validation)"
+        )
     return lines
 
 

@@ -272,6 +272,23 @@ class TrainOptions:
             show_default=shown(T["subset_choice"]),
         ),
     ] = None
+    concat_head: Annotated[
+        bool | None,
+        Opt(
+            help="LASER-VFL: label parties also train a head on the zero-filled concatenation "
+            "of the present embeddings; the validation split chooses it per observed set where "
+            "it beats LASER-VFL's heads by more than one standard error",
+            show_default=shown(T["concat_head"]),
+        ),
+    ] = None
+    concat_choice: Annotated[
+        str | None,
+        Opt(
+            help="with --concat-head: sets (chosen per observed set on its validation samples) "
+            "| all (once for every set holding a label party, on all their samples together)",
+            show_default=shown(T["concat_choice"]),
+        ),
+    ] = None
 
     privacy_gradient_defence: Annotated[
         str | None,

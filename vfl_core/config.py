@@ -165,6 +165,15 @@ class TrainConfig(_Frozen):
     # one there (the full set on ties); "plain" from the full set, as the paper does.
     threshold: Threshold = "auto"
     subset_choice: Literal["validation", "best", "plain"] = "validation"
+    # LASER-VFL: each label party also trains a head on the zero-filled concatenation of the
+    # blocks a batch has (zerofill's), on the same f_k, and the validation choice predicts an
+    # observed set with it where it beats the LASER heads by more than its standard error
+    # (vfl_core.inference.choice; docs/tabular-defaults.md has what it measured).
+    concat_head: bool = False
+    # How the validation chooses the concatenating head: "sets", per observed set (a set with
+    # fewer than MIN_CHOICE_SAMPLES validation samples keeps LASER-VFL's heads); "all", once for
+    # every set holding a label party, on all their validation samples together.
+    concat_choice: Literal["sets", "all"] = "sets"
 
     def patience(self, tabular: bool) -> int:
         """The early-stopping patience this run uses: the configured one, or by default
@@ -212,6 +221,11 @@ class TrainConfig(_Frozen):
         # validation watch restores per-epoch weights of the Embed/Fuse/Backward engine only.
         if self.spec.program is not None and self.early_stop_patience:
             raise ValueError(f"method {self.method} has no early stopping (its stages are fixed)")
+        if self.concat_head and not method_spec(self.method).has_subset_predictors:
+            raise ValueError(
+                f"concat_head needs LASER-VFL's shape (a head per label party serving every "
+                f"subset); method {self.method} has none: drop --concat-head"
+            )
         if self.spec.program is not None and self.encrypt_relay:
             raise ValueError(
                 f"method {self.method} runs steps of its own, which the encrypted relay does not "
@@ -230,5 +244,7 @@ class TrainConfig(_Frozen):
         """The method's spec as this config runs it (what Party and the engine ask)."""
         spec = method_spec(self.method)
         if spec.serves_feature_only and not self.serve_feature_only:
-            return replace(spec, serves_feature_only=False)
+            spec = replace(spec, serves_feature_only=False)
+        if self.concat_head and spec.has_subset_predictors:
+            spec = replace(spec, concat_head=True)
         return spec

@@ -175,6 +175,9 @@ class PredictCall:
     # Encrypted relay, an evaluation: the label parties the probabilities are sealed for (they
     # combine and score them, ScoreCall.blind); the in-process transport passes them as they are
     seal_for: tuple[int, ...] = ()
+    # Which of the party's heads predicts: "" its method's own, or a head the method's spec names
+    # (MethodSpec.head_names: "concat", LASER-VFL's concatenating head), as the validation chose
+    head: str = ""
 
 
 @dataclass(frozen=True)

@@ -271,6 +271,7 @@ def predict_call_to_proto(
         blocks=call.blocks,
         label_blocks=call.label_blocks,
         seal_for=call.seal_for,
+        head=call.head,
     )
 
 
@@ -283,6 +284,7 @@ def predict_call_from_proto(
         blocks=block_list(req.blocks, "predict blocks"),
         label_blocks=block_list(req.label_blocks, "predict label blocks"),
         seal_for=block_list(req.seal_for, "predict seal_for"),
+        head=req.head[:64],
     )
 
 

@@ -23,6 +23,15 @@ label, and never a test row.
   by more than one standard error, the label party alone included. A subset that leaves some
   of P's samples unscored (no head in it) is no candidate. A pattern with fewer than
   MIN_CHOICE_SAMPLES validation samples keeps the full set.
+- **The concatenating head** (TrainConfig.concat_head). Where the label parties also trained a
+  head on the zero-filled concatenation of the present embeddings, it is one more candidate of
+  each pattern that holds a label party (a single party's pattern included): P from all its
+  parties through that head. By the same rule it replaces LASER-VFL's heads only when it beats
+  the full set by more than its own standard error, and never on a pattern with fewer than
+  MIN_CHOICE_SAMPLES validation samples. With TrainConfig.concat_choice "all", it is chosen
+  once for every pattern holding a label party instead: on all their validation samples
+  together, the concatenating heads on each pattern against LASER-VFL's heads with the subsets
+  chosen per pattern, by the same rule (a pattern's few samples no longer decide alone).
 - **Threshold.** With the subsets chosen, the federation's positive-class probabilities of the
   validation samples come back as histograms (vfl_core.inference.scoring.AUC_BINS bins); the
   threshold is the bin edge with the best accuracy ("auto") or F1 ("f1") of the federation's
@@ -42,6 +51,7 @@ from vfl_core.inference.headline import LOWER_IS_BETTER, watched
 from vfl_core.inference.metrics import FEDERATION, EvalReport, Pattern, standard_error
 from vfl_core.inference.scoring import AUC_BINS
 from vfl_core.inference.subsets import observed_subsets
+from vfl_core.methods.spec import CONCAT
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +74,7 @@ class Candidate:
     value: float | None  # the headline metric on the pattern's validation samples (None: unscored)
     scored: int
     error: float | None = None  # the value's standard error (metrics.standard_error)
+    head: str = ""  # the heads that predicted it (PredictCall.head; "": the method's own)
 
 
 @dataclass
@@ -73,6 +84,10 @@ class ValidationChoice:
     threshold: float | None = None  # binary: P(positive) threshold; None: the argmax (0.5)
     subsets: dict[Pattern, Pattern] = field(default_factory=dict)  # observed set -> kept parties
     candidates: dict[Pattern, list[Candidate]] = field(default_factory=dict)  # for the record
+    heads: dict[Pattern, str] = field(default_factory=dict)  # observed set -> PredictCall.head
+    # concat_choice "all": LASER-VFL's heads (with the subsets), then the concatenating heads,
+    # scored on the validation samples of every pattern holding a label party
+    pooled: list[Candidate] = field(default_factory=list)
     # the rule's validation score (THRESHOLD_METRIC) at 0.5 and at the threshold
     threshold_f1: tuple[float, float] | None = None
     threshold_metric: str = "f1"
@@ -81,6 +96,10 @@ class ValidationChoice:
         """The parties of an observed set that predict it (all of them where nothing was
         chosen)."""
         return self.subsets.get(available, available)
+
+    def head(self, available: Pattern) -> str:
+        """The heads that predict an observed set ("": the method's own)."""
+        return self.heads.get(available, "")
 
     def to_json(self) -> dict[str, object]:
         """What results.json and the coordinator's checkpoint hold."""
@@ -91,18 +110,12 @@ class ValidationChoice:
             "subsets": [
                 {"observed": list(p), "kept": list(s)} for p, s in sorted(self.subsets.items())
             ],
+            "heads": [{"observed": list(p), "head": h} for p, h in sorted(self.heads.items())],
+            "pooled": [_candidate_json(c) for c in self.pooled],
             "candidates": [
                 {
                     "observed": list(p),
-                    "scores": [
-                        {
-                            "blocks": list(c.blocks),
-                            "value": c.value,
-                            "scored": c.scored,
-                            "error": c.error,
-                        }
-                        for c in cands
-                    ],
+                    "scores": [_candidate_json(c) for c in cands],
                 }
                 for p, cands in sorted(self.candidates.items())
             ],
@@ -115,53 +128,121 @@ class ValidationChoice:
             threshold=saved.get("threshold"),
             subsets={tuple(s["observed"]): tuple(s["kept"]) for s in saved.get("subsets", [])},
             candidates={
-                tuple(c["observed"]): [
-                    Candidate(tuple(x["blocks"]), x["value"], int(x["scored"]), x.get("error"))
-                    for x in c["scores"]
-                ]
+                tuple(c["observed"]): [_candidate_of(x) for x in c["scores"]]
                 for c in saved.get("candidates", [])
             },
             threshold_f1=None if f1 is None else (float(f1[0]), float(f1[1])),
             threshold_metric=saved.get("threshold_metric", "f1"),  # older files: the F1 rule
+            heads={tuple(h["observed"]): str(h["head"]) for h in saved.get("heads", [])},
+            pooled=[_candidate_of(x) for x in saved.get("pooled", [])],
         )
 
 
+def _candidate_json(c: Candidate) -> dict[str, object]:
+    out = {"blocks": list(c.blocks), "value": c.value, "scored": c.scored, "error": c.error}
+    return {**out, "head": c.head} if c.head else out
+
+
+def _candidate_of(x: dict) -> Candidate:
+    blocks = tuple(x["blocks"])
+    return Candidate(blocks, x["value"], int(x["scored"]), x.get("error"), x.get("head", ""))
+
+
 def choose_subsets(
-    fed: EvaluatingFederation, validation: np.ndarray, margin: bool = True
-) -> tuple[dict[Pattern, Pattern], dict[Pattern, list[Candidate]]]:
+    fed: EvaluatingFederation, validation: np.ndarray, margin: bool = True, per_set: bool = True
+) -> tuple[dict[Pattern, Pattern], dict[Pattern, str], dict[Pattern, list[Candidate]]]:
     """For each observed pattern of the validation samples (key indices of the train
-    alignment), the subset of its parties with the best headline metric on them: by the
-    one-standard-error rule (`margin`), or strictly the best."""
+    alignment), the subset of its parties, or (`per_set`) the concatenating head on all of them,
+    with the best headline metric on them: by the one-standard-error rule (`margin`), or
+    strictly the best. Returns the patterns given a subset, those given other heads, and every
+    candidate."""
     key = watched(fed.task, fed.num_classes)
     lower = key in LOWER_IS_BETTER
     al = fed.alignments["train"]
     chosen: dict[Pattern, Pattern] = {}
+    heads: dict[Pattern, str] = {}
     record: dict[Pattern, list[Candidate]] = {}
     for pattern, index in sorted(al.patterns().items()):
         rows = np.intersect1d(index, validation)  # (n,) ascending
-        if len(pattern) < 2 or len(rows) < MIN_CHOICE_SAMPLES:
+        concat = per_set and fed.spec.concat_head and bool(set(pattern) & set(fed.label_blocks))
+        if (len(pattern) < 2 and not concat) or len(rows) < MIN_CHOICE_SAMPLES:
             continue
         everyone = set(fed.infos)
         cands = []
         for subset in observed_subsets(pattern):
             served = everyone - (set(pattern) - set(subset))  # the pattern's others not called
-            report = fed.evaluate("train", blocks=served, index=rows)
-            value = getattr(report.overall(), key) if report.scored else None
-            error = standard_error(report, key) if report.scored else None
-            cands.append(Candidate(subset, value, report.scored, error))
+            cands.append(_candidate(fed, key, subset, served, rows))
+        if concat:  # every party of the pattern, through the concatenating heads
+            cands.append(_candidate(fed, key, tuple(pattern), everyone, rows, CONCAT))
         record[pattern] = cands
         best = best_candidate(cands, lower, margin)
-        if best is not None and best.blocks != tuple(pattern):
+        if best is None or best is cands[0]:
+            continue
+        if best.head:
+            heads[pattern] = best.head
+        else:
             chosen[pattern] = best.blocks
-            log.info(
-                "validation: observed set %s predicted from %s (%s %.4f, all of them %s)",
-                list(pattern),
-                list(best.blocks),
-                key,
-                best.value,
-                cands[0].value,
-            )
-    return chosen, record
+        log.info(
+            "validation: observed set %s predicted from %s%s (%s %.4f, all of them %s)",
+            list(pattern),
+            list(best.blocks),
+            f" with the {best.head} heads" if best.head else "",
+            key,
+            best.value,
+            cands[0].value,
+        )
+    return chosen, heads, record
+
+
+def choose_heads_pooled(
+    fed: EvaluatingFederation, validation: np.ndarray, chosen: ValidationChoice, margin: bool = True
+) -> None:
+    """concat_choice "all": the concatenating heads for every pattern that holds a label party
+    (dropping the subsets chosen there), if on all those patterns' validation samples together
+    they beat LASER-VFL's heads with `chosen`'s subsets by more than their standard error
+    (`margin`; else if better at all); `chosen` is the run's choice in effect (fed.choice),
+    changed in place."""
+    key = watched(fed.task, fed.num_classes)
+    patterns = [
+        (p, i)
+        for p, i in sorted(fed.alignments["train"].patterns().items())
+        if set(p) & set(fed.label_blocks)
+    ]
+    rows = np.intersect1d(np.concatenate([i for _, i in patterns] or [[]]), validation)
+    if len(rows) < MIN_CHOICE_SAMPLES:
+        return
+    laser = _candidate(fed, key, (), set(fed.infos), rows)  # the per-pattern subsets in effect
+    subsets, chosen.subsets = chosen.subsets, {}
+    concat = _candidate(fed, key, (), set(fed.infos), rows, CONCAT)
+    chosen.subsets = subsets
+    chosen.pooled = [laser, concat]
+    if best_candidate(chosen.pooled, key in LOWER_IS_BETTER, margin) is concat:
+        mine = {p for p, _ in patterns}
+        chosen.heads = dict.fromkeys(mine, CONCAT)
+        chosen.subsets = {p: s for p, s in subsets.items() if p not in mine}
+        log.info(
+            "validation: every observed set holding a label party predicted with the %s heads "
+            "(%s %.4f, LASER-VFL's %s)",
+            CONCAT,
+            key,
+            concat.value,
+            laser.value,
+        )
+
+
+def _candidate(
+    fed: EvaluatingFederation,
+    key: str,
+    subset: Pattern,
+    served: set[int],
+    rows: np.ndarray,
+    head: str = "",
+) -> Candidate:
+    """`subset` of a pattern scored on its validation `rows`, only the parties `served` called."""
+    report = fed.evaluate("train", blocks=served, index=rows, head=head)
+    value = getattr(report.overall(), key) if report.scored else None
+    error = standard_error(report, key) if report.scored else None
+    return Candidate(subset, value, report.scored, error, head)
 
 
 def best_candidate(cands: list[Candidate], lower: bool, margin: bool = True) -> Candidate | None:

@@ -22,7 +22,9 @@ class EvaluatingFederation(FederationPort, Protocol):
         blocks: Collection[int] | None = None,
         index: np.ndarray | None = None,
         federation_scores: bool = False,
+        head: str | None = None,
     ) -> EvalReport:
         """Metrics of `split` (or of its key indices `index`) by observed set, from every live
-        party or only those of `blocks`."""
+        party or only those of `blocks`, with the heads `head` names (PredictCall.head; None:
+        those the validation chose)."""
         ...

@@ -31,6 +31,7 @@ from vfl_core.errors import ProtocolError
 from vfl_core.methods.steps import StepSpec
 
 # re-exported: the slot key of a party's one f_k / g_k, and the subsets' type
+from vfl_core.model.slots import CONCAT_HEAD as CONCAT_HEAD
 from vfl_core.model.slots import SHARED as SHARED
 from vfl_core.model.slots import Subset as Subset
 
@@ -75,6 +76,8 @@ HeadsAt = Literal["label_parties", "active_party", "subset_owner"]
 # heads: each predicting head is scored and the federation averages their probabilities;
 # vote: only the majority vote of the heads is scored; subset: one predictor named by its subset.
 Combination = Literal["heads", "vote", "subset"]
+# PredictCall.head naming a label party's concatenating head (MethodSpec.concat_head)
+CONCAT = "concat"
 # What stands in for a party that failed during training: nothing (the subset shrinks), zeros,
 # the last embedding received for the sample, or nothing trains (the round is skipped).
 Replacement = Literal["nothing", "zeros", "stale", "skip"]
@@ -243,6 +246,11 @@ class MethodSpec:
     # {"guest_dim": 8}); a method of Embed/Fuse/Backward has none.
     steps: tuple[StepSpec, ...] = ()
     dims: Callable[[RunConfig], Mapping[str, int]] | None = None
+    # Each label party also trains a second head (key CONCAT_HEAD) on the zero-filled
+    # concatenation of the blocks a batch has (zerofill's head), on the same f_k, beside its own;
+    # the validation choice may predict an observed set with it (TrainConfig.concat_head,
+    # vfl_core.inference.choice). Only for LASER-VFL's shape (`has_subset_predictors`).
+    concat_head: bool = False
 
     def step(self, name: str) -> StepSpec:
         """The method's step `name`; another is a ProtocolError (INVALID_ARGUMENT on the wire)."""
@@ -274,11 +282,27 @@ class MethodSpec:
 
     def head_input_blocks(self, head: Subset, num_blocks: int) -> int:
         """How many embeddings of size d a head's input holds."""
-        if self.fusion == "concat":
+        if self.fusion == "concat" or head == CONCAT_HEAD:
             return num_blocks
         if self.fusion == "concat_slots":
             return len(head)
         return 1
+
+    @property
+    def has_subset_predictors(self) -> bool:
+        """LASER-VFL's shape: shared f_k, a mean (or a zero-filled concatenation) into a head
+        per label party that serves every subset containing it, combined as heads (not the
+        baselines, not a method with a round program): the shape whose subset predictors the
+        validation choice chooses among, beside which a concatenating head may train."""
+        return (
+            self.program is None
+            and self.heads == "label_parties"
+            and self.fusion in ("mean", "concat")
+            and self.slots == "shared"
+            and self.combination == "heads"
+            and not self.own_block_only
+            and not self.needs_all_blocks
+        )
 
     @property
     def shares_embeddings(self) -> bool:
@@ -343,7 +367,10 @@ class MethodSpec:
             rng,
             tuple(sorted(unlabelled)) if self.serves_feature_only else (),
         )
-        return self.tasks(context)
+        tasks = self.tasks(context)
+        if self.concat_head and block in context.present:  # zerofill's term, on its own head
+            tasks.append(HeadTask(CONCAT_HEAD, context.present, 1.0))
+        return tasks
 
     # ------------------------------------------------------------ inference
     def predictors(
@@ -365,9 +392,16 @@ class MethodSpec:
             return [o] if o is not None else []
         return [b for b in sorted(present) if b in label_blocks]
 
-    def predict_subset(self, block: int, present: Sequence[int]) -> tuple[Subset, Subset]:
-        """(head, subset of embeddings) party `block` predicts with when `present` answered."""
+    def predict_subset(
+        self, block: int, present: Sequence[int], head: str = ""
+    ) -> tuple[Subset, Subset]:
+        """(head, subset of embeddings) party `block` predicts with when `present` answered;
+        `head` as PredictCall names it ("": the method's own)."""
         present = tuple(sorted(present))
+        if head:
+            if head != CONCAT or not self.concat_head:
+                raise ProtocolError(f"method {self.name} has no head {head[:64]!r}")
+            return CONCAT_HEAD, present
         if self.own_block_only:
             return SHARED, (block,)
         if self.heads == "subset_owner":

@@ -15,7 +15,7 @@ from torch import nn
 
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.models import build_head, build_representation
-from vfl_core.model.slots import SHARED, Subset
+from vfl_core.model.slots import CONCAT_HEAD, SHARED, Subset
 from vfl_core.seeding import Stream, derive_seed
 
 
@@ -54,7 +54,10 @@ class BankSettings(OptimizerSettings, Protocol):
 
 
 def subset_code(key: Subset) -> tuple[int, ...]:
-    """Seed parts of a key: nothing for the shared slot (so its seed is just (seed, block))."""
+    """Seed parts of a key: nothing for the shared slot (so its seed is just (seed, block)), 0 for
+    the concatenating head (a subset's code is 2 or more)."""
+    if key == CONCAT_HEAD:
+        return (0,)
     return () if key == SHARED else (1 + sum(1 << b for b in key),)
 
 

@@ -10,3 +10,6 @@ from __future__ import annotations
 Subset = tuple[int, ...]
 
 SHARED: Subset = ()  # the slot key of a party's one shared representation model / head
+# The key of a LASER-VFL label party's second head, on the zero-filled concatenation of the present
+# embeddings (TrainConfig.concat_head); no subset of blocks has a negative block.
+CONCAT_HEAD: Subset = (-1,)

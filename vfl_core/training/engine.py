@@ -258,10 +258,12 @@ class Federation:
         blocks: Collection[int] | None = None,
         index: np.ndarray | None = None,
         federation_scores: bool = False,
+        head: str | None = None,
     ) -> EvalReport:
         """Metrics of `split` (or of its key indices `index`) by observed set, from every live
-        party or only those of `blocks` (vfl_core.training.evaluation)."""
-        return self.evaluator.evaluate(split, blocks, index, federation_scores)
+        party or only those of `blocks`, with the heads `head` names (None: those the validation
+        chose; vfl_core.training.evaluation)."""
+        return self.evaluator.evaluate(split, blocks, index, federation_scores, head)
 
     def method_stats(self) -> dict[str, object] | None:
         """What a round program reports of its run (results.json), if the method has one."""

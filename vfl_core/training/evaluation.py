@@ -46,23 +46,31 @@ class Evaluator:
         index: np.ndarray | None,
         blocks: Collection[int] | None,
         blind: bool = False,
+        head: str | None = None,
     ) -> Iterator[PredictionBatch]:
         """Predict every sample of `split` (or the given key indices) from the live parties, or
         only from the live parties of `blocks` (the others are not called: as if they were gone).
         A batch that no block of `blocks` holds gets no prediction (no call either). `blind`:
         the heads seal their probabilities for the label parties, which combine them
-        (vfl_core.inference.blind)."""
+        (vfl_core.inference.blind). `head`: the heads' name (PredictCall.head) for every batch;
+        None: the one the validation chose for its observed set."""
         al = self.fed.alignments[split]
         for batch in eval_plan(al, self.fed.config.eval_batch_size, index):
             if blocks is not None and not set(batch.pattern) & set(blocks):
                 yield PredictionBatch(batch.index, batch.pattern, (), {}, None)
                 continue
             served, dropped = self.fed.validator.served(batch.pattern, blocks)
-            pred = self._predict_batch(split, batch, served, blind)
+            named = self.fed.validator.head(batch.pattern, blocks) if head is None else head
+            pred = self._predict_batch(split, batch, served, blind, named)
             yield replace(pred, dropped=dropped) if dropped else pred
 
     def _predict_batch(
-        self, split: str, batch: Batch, blocks: Collection[int] | None = None, blind: bool = False
+        self,
+        split: str,
+        batch: Batch,
+        blocks: Collection[int] | None = None,
+        blind: bool = False,
+        head: str = "",
     ) -> PredictionBatch:
         fed = self.fed
         fed.presence.poll_rejoins()
@@ -94,6 +102,7 @@ class Evaluator:
                 callees,
                 labels,
                 labels if blind else (),
+                head,
             )
             for k in predictors
         }
@@ -165,17 +174,19 @@ class Evaluator:
         blocks: Collection[int] | None,
         index: np.ndarray | None,
         federation_scores: bool,
+        head: str | None = None,
     ) -> EvalReport:
         """Metrics of `split` (or of its key indices `index`) by observed set, from every live
         party or only those of `blocks` (samples that none of them holds are unscored). With
         `federation_scores` (binary tasks), the label parties also return the histogram of the
-        federation's positive-class probability (vfl_core.inference.choice)."""
+        federation's positive-class probability (vfl_core.inference.choice). `head`: as in
+        `predict_batches`."""
         report = EvalReport()
         # an encrypted relay: the label party combines each batch (vfl_core.inference.blind),
         # and scores the batches of an observed set together once all are predicted
         blind = self.fed.config.encrypt_relay and self.fed.spec.program is None
         pending = BlindScores()
-        for pred in self.predict_batches(split, index, blocks, blind):
+        for pred in self.predict_batches(split, index, blocks, blind, head):
             asked = [
                 b for b in pred.pattern if (blocks is None or b in blocks) and b not in pred.dropped
             ]

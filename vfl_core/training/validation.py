@@ -17,6 +17,7 @@ from vfl_core.data.learning_task import REGRESSION
 from vfl_core.inference.choice import (
     THRESHOLD_METRIC,
     ValidationChoice,
+    choose_heads_pooled,
     choose_subsets,
     choose_threshold,
 )
@@ -105,9 +106,14 @@ class Validator:
             return choice
         rule = fed.config.subset_choice
         if rule != "plain" and self._has_subset_predictors():
-            choice.subsets, choice.candidates = choose_subsets(
-                fed, validation, margin=rule == "validation"
+            choice.subsets, choice.heads, choice.candidates = choose_subsets(
+                fed,
+                validation,
+                margin=rule == "validation",
+                per_set=fed.config.concat_choice == "sets",
             )
+            if fed.spec.concat_head and fed.config.concat_choice == "all":
+                choose_heads_pooled(fed, validation, choice, margin=rule == "validation")
         binary = fed.task != REGRESSION and fed.num_classes == 2
         rule = fed.config.threshold
         if rule in THRESHOLD_RULES and binary and fed.spec.combination == "heads":
@@ -126,19 +132,8 @@ class Validator:
         return choice
 
     def _has_subset_predictors(self) -> bool:
-        """LASER-VFL's shape: shared f_k, a mean (or, laser-concat, a zero-filled concatenation)
-        and a head per label party that serves every subset containing it (not the baselines,
-        not a method with a round program)."""
-        spec = self.fed.spec
-        return (
-            spec.program is None
-            and spec.heads == "label_parties"
-            and spec.fusion in ("mean", "concat")
-            and spec.slots == "shared"
-            and spec.combination == "heads"
-            and not spec.own_block_only
-            and not spec.needs_all_blocks
-        )
+        """LASER-VFL's shape: a head per label party that serves every subset containing it."""
+        return self.fed.spec.has_subset_predictors
 
     def threshold(self) -> float | None:
         """The decision threshold of binary predictions: a configured number (0.5: the plain
@@ -156,13 +151,27 @@ class Validator:
         fed = self.fed
         if not fed.choice.subsets:
             return blocks, ()
-        available = tuple(
-            b
-            for b in pattern
-            if (blocks is None or b in blocks) and fed.liveness.should_call(b, fed.tick)
-        )
+        available = self._available(pattern, blocks)
         dropped = tuple(sorted(set(available) - set(fed.choice.kept(available))))
         if not dropped:
             return blocks, ()
         base = set(fed.infos) if blocks is None else set(blocks)
         return base - set(dropped), dropped
+
+    def head(self, pattern: tuple[int, ...], blocks: Collection[int] | None) -> str:
+        """The heads (PredictCall.head) a batch of `pattern` is predicted with, for the set of
+        its parties that is live now: "" (the method's own) unless the validation chose another."""
+        if not self.fed.choice.heads:
+            return ""
+        return self.fed.choice.head(self._available(pattern, blocks))
+
+    def _available(
+        self, pattern: tuple[int, ...], blocks: Collection[int] | None
+    ) -> tuple[int, ...]:
+        """The parties of `pattern` (among `blocks`) that would be called now."""
+        fed = self.fed
+        return tuple(
+            b
+            for b in pattern
+            if (blocks is None or b in blocks) and fed.liveness.should_call(b, fed.tick)
+        )

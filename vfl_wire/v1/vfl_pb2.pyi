@@ -225,7 +225,7 @@ class CheckpointReply(_message.Message):
     def __init__(self, round_id: _Optional[int] = ..., saved: _Optional[bool] = ...) -> None: ...
 
 class PredictRequest(_message.Message):
-    __slots__ = ("header", "request_id", "embeddings", "blocks", "label_blocks", "seal_for")
+    __slots__ = ("header", "request_id", "embeddings", "blocks", "label_blocks", "seal_for", "head")
     class EmbeddingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -239,13 +239,15 @@ class PredictRequest(_message.Message):
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     LABEL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     SEAL_FOR_FIELD_NUMBER: _ClassVar[int]
+    HEAD_FIELD_NUMBER: _ClassVar[int]
     header: Header
     request_id: int
     embeddings: _containers.MessageMap[int, Tensor]
     blocks: _containers.RepeatedScalarFieldContainer[int]
     label_blocks: _containers.RepeatedScalarFieldContainer[int]
     seal_for: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., request_id: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ..., label_blocks: _Optional[_Iterable[int]] = ..., seal_for: _Optional[_Iterable[int]] = ...) -> None: ...
+    head: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., request_id: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ..., label_blocks: _Optional[_Iterable[int]] = ..., seal_for: _Optional[_Iterable[int]] = ..., head: _Optional[str] = ...) -> None: ...
 
 class PredictReply(_message.Message):
     __slots__ = ("request_id", "probabilities")

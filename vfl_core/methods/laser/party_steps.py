@@ -24,7 +24,7 @@ from vfl_core.methods.gradient_sum import received_gradient
 from vfl_core.methods.laser.objective import fuse_mean, sampled_loss
 from vfl_core.methods.laser.stale import StaleEmbeddings
 from vfl_core.methods.party_port import PartyPort
-from vfl_core.methods.spec import SHARED, HeadTask, Subset
+from vfl_core.methods.spec import CONCAT_HEAD, SHARED, HeadTask, Subset
 from vfl_core.model import stash
 from vfl_core.protocol import (
     BackwardCall,
@@ -72,6 +72,8 @@ class LaserSteps:
             party.models.rep(SHARED)
         if build_models and meta.has_labels and self.spec.label_parties_hold_head:
             party.models.head(SHARED)
+            if self.spec.concat_head:
+                party.models.head(CONCAT_HEAD)
         self.stale: StaleEmbeddings | None = None
         if self.spec.replacement == "stale" and meta.has_labels and "train" in party.data.splits:
             rows = len(party.data.splits["train"])
@@ -362,7 +364,7 @@ class LaserHeads:
             b: p.from_wire(e, f"embedding of block {b}", batch, self.width(b, blocks))
             for b, e in sorted(call.embeddings.items())
         }
-        head_key, subset = self.spec.predict_subset(p.block, sorted(embeddings))
+        head_key, subset = self.spec.predict_subset(p.block, sorted(embeddings), call.head)
         head = p.models.head(head_key)
         head.eval()
         with torch.no_grad():
@@ -387,9 +389,10 @@ class LaserHeads:
         blocks: Sequence[int],
     ) -> torch.Tensor:
         """A head's input: the mean of the subset's embeddings (laser.fuse_mean), or
-        (baselines) a concatenation: of all K blocks with zeros for the absent ones (svfl, plug),
-        or of the subset's own slot of each member (combinatorial)."""
-        if not self.spec.concatenates:
+        (baselines, and LASER-VFL's CONCAT_HEAD) a concatenation: of all K blocks with zeros for
+        the absent ones (svfl, plug), or of the subset's own slot of each member
+        (combinatorial)."""
+        if not self.spec.concatenates and head != CONCAT_HEAD:
             return fuse_mean(embeddings, subset)  # (B, d)
         d = self.party.config.model.embed_dim
         if self.spec.fusion == "concat_slots":

@@ -1,0 +1,91 @@
+"""LASER-VFL with the concatenating head (TrainConfig.concat_head) over real processes: three
+parties from their own CSV files train with it beside LASER-VFL's heads; the validation split
+scores it as a candidate of each observed set holding the bank (PredictRequest.head on the wire),
+and the coordinator's choice and test table are the in-process federation's, bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import SECRET, Cluster
+from tabular_tables import LABEL_COLUMN, write_tables
+
+from vfl_core.config import TrainConfig
+from vfl_core.data.tabular import TableSource, load_table_federation
+from vfl_core.methods.spec import CONCAT
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
+
+RUN_TIMEOUT_S = 240.0
+BLOCKS = {"bank": 0, "retail": 1, "telecom": 2}
+ID_COLUMN = "customer_id"
+EPOCHS = 6  # the ceiling; the default patience may stop before it
+
+
+def _sources(paths: dict[str, Path]) -> tuple[TableSource, ...]:
+    return tuple(
+        TableSource(
+            path=paths[name],
+            id_column=ID_COLUMN,
+            label_column=LABEL_COLUMN if name == "bank" else None,
+            block=block,
+            num_blocks=3,
+        )
+        for name, block in BLOCKS.items()
+    )
+
+
+def _client_args(path: Path) -> list[str]:
+    args = ["--id-column", ID_COLUMN, "--block", str(BLOCKS[path.stem]), "--clients", "3"]
+    return args + (["--label-column", LABEL_COLUMN] if path.stem == "bank" else [])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    root = tmp_path_factory.mktemp("concat-head")
+    paths = write_tables(root / "tables", n=2000, share=0.85)
+    with Cluster(root / "cluster") as cluster:
+        coord, clients = cluster.federation(
+            [paths[name] for name in BLOCKS],
+            epochs=EPOCHS,
+            serve=True,
+            extra=["--concat-head"],
+            client_extra=_client_args,
+        )
+        cluster.wait_serving(coord, RUN_TIMEOUT_S)
+        results = coord.results()
+        config = json.loads((coord.out / "config.json").read_text())
+        coord.signal(signal.SIGTERM)
+        assert coord.wait(30) == 0, cluster.describe()
+        for client in clients:
+            assert client.wait(30) == 0, cluster.describe()
+    yield {"paths": paths, "results": results, "train": TrainConfig.model_validate(config["train"])}
+
+
+@pytest.mark.slow
+def test_given_concat_head_when_trained_over_grpc_then_the_choice_and_test_are_in_process_ones(
+    run: dict,
+) -> None:
+    results, train = run["results"], run["train"]
+    assert results is not None and results["status"] == "ok"
+    assert train.concat_head and train.spec.concat_head
+    choice = results["validation_choice"]
+    heads = {
+        tuple(c["observed"]): [s.get("head", "") for s in c["scores"]] for c in choice["candidates"]
+    }
+    assert heads and all(h.count(CONCAT) == 1 for p, h in heads.items() if 0 in p)
+    data = load_table_federation(_sources(run["paths"]))
+    parties = {
+        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
+    }
+    fed = Federation(InProcessTransport(parties), train, progress=False)
+    fed.align()
+    fed.train()
+    assert choice == json.loads(json.dumps(fed.choice.to_json()))
+    assert results["test"] == json.loads(json.dumps(fed.evaluate("test").to_json()))
