@@ -40,7 +40,7 @@ def parse_labels(
     if task == REGRESSION:
         return Labels(_regression_targets(table, column, text), ())
     if classes is None:
-        classes = _sorted_classes(text.unique().to_pylist())
+        classes = _sorted_classes(table.source, column, text.unique().to_pylist())
         if len(classes) < 2:
             raise DataError(
                 f"{table.source}: label column {column!r} has a single class {classes[0]!r} "
@@ -88,7 +88,24 @@ def _regression_targets(table: Table, column: str, text: pa.ChunkedArray) -> np.
     return values.astype(np.float32)
 
 
-def _sorted_classes(labels: list[str]) -> tuple[str, ...]:
+def _sorted_classes(source: str, column: str, labels: list[str]) -> tuple[str, ...]:
     if cv.all_finite_numbers(labels):
+        _refuse_one_number_two_ways(source, column, labels)
         return tuple(sorted(labels, key=lambda label: (float(label), label)))
     return tuple(sorted(labels))
+
+
+def _refuse_one_number_two_ways(source: str, column: str, labels: list[str]) -> None:
+    """Labels that are all numbers but write one number two ways ("1" and "1.0", as two
+    systems' exports do) would be two classes: a binary task silently learned as three. Refused,
+    naming the spellings, rather than guessing which one a class is called."""
+    spellings: dict[float, list[str]] = {}
+    for label in labels:
+        spellings.setdefault(float(label), []).append(label)
+    same = [sorted(s) for s in spellings.values() if len(s) > 1]
+    if same:
+        raise DataError(
+            f"{source}: label column {column!r} writes the same number in different ways "
+            f"({'; '.join(' and '.join(map(repr, s)) for s in same)}): each would be a class "
+            "of its own; write every class one way"
+        )

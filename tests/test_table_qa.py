@@ -1,0 +1,62 @@
+"""Odd but realistic tables found by the issue-27 screen of tables nobody here wrote
+(docs/tabular-defaults.md): each is read as the user meant or refused with one line naming the
+file, the column and what is wrong. Tiny files, fast checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vfl_cli.app import app
+from vfl_core.data.tabular import TableSource, load_table_party
+from vfl_core.errors import DataError
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def classes(path: Path) -> tuple[str, ...]:
+    source = TableSource(
+        path=path, id_column="id", label_column="y", block=0, num_blocks=2, test_fraction=0.0
+    )
+    data, _ = load_table_party(source)
+    return tuple((data.preprocessing or {})["classes"])
+
+
+def test_given_one_label_number_written_two_ways_then_refused_naming_both(
+    tmp_path: Path,
+) -> None:
+    # two systems' exports: "1" from one, "1.0" from the other; three classes would be wrong
+    path = write(tmp_path / "t.csv", "id,a,y\n1,5,0\n2,6,1\n3,7,1.0\n4,8,0\n")
+    with pytest.raises(DataError) as caught:
+        classes(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: label column 'y' writes the same number"), message
+    assert "'1' and '1.0'" in message and "\n" not in message
+
+
+def test_given_labels_written_one_way_then_classes_as_before(tmp_path: Path) -> None:
+    assert classes(write(tmp_path / "a.csv", "id,a,y\n1,5,0.0\n2,6,1.0\n")) == ("0.0", "1.0")
+    assert classes(write(tmp_path / "b.csv", "id,a,y\n1,5,10\n2,6,9\n3,7,-1\n")) == (
+        "-1",
+        "9",
+        "10",
+    )
+
+
+def test_given_one_label_number_two_ways_when_simulated_then_one_error_line(
+    tmp_path: Path,
+) -> None:
+    rows = "".join(f"{i},{i % 7},{'1.0' if i % 3 == 0 else i % 2}\n" for i in range(40))
+    label = write(tmp_path / "p0.csv", "id,a,y\n" + rows)
+    other = write(tmp_path / "p1.csv", "id,b\n" + "".join(f"{i},{i}\n" for i in range(40)))
+    args = ["simulate", "--data", str(label), "--data", str(other), "--id-column", "id"]
+    args += ["--label-column", "y", "--epochs", "1", "--out", str(tmp_path / "r.json")]
+    result = CliRunner().invoke(app, args)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: ") and "'1' and '1.0'" in lines[0], result.output
