@@ -60,3 +60,33 @@ def test_given_one_label_number_two_ways_when_simulated_then_one_error_line(
     lines = result.output.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert lines[0].startswith("error: ") and "'1' and '1.0'" in lines[0], result.output
+
+
+def test_given_prices_without_task_regression_then_warned_and_the_error_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a regression target read as classes: 80 training prices, a test price none of them
+    train = "".join(f"{i},{i % 5},{100_000 + 250 * i}.0\n" for i in range(80))
+    path = write(tmp_path / "t.csv", "id,a,y\n" + train)
+    with caplog.at_level("WARNING"):
+        assert len(classes(path)) == 80
+    assert "label column 'y' has 80 classes, all numbers" in caplog.text
+    assert "--task regression" in caplog.text
+    # as a user runs it: the test split (by ID hash) holds prices no training row has
+    args = ["prepare", "--data", str(path), "--id-column", "id", "--label-column", "y"]
+    args += ["--block", "0", "--clients", "2", "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines[-1]) < 400, result.output
+    assert "is not one of the training classes (" in lines[-1], result.output
+    assert ", ...); the labels are numbers" in lines[-1], result.output
+    assert lines[-1].endswith("for a regression target give --task regression")
+
+
+def test_given_few_numeric_classes_then_no_regression_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write(tmp_path / "t.csv", "id,a,y\n" + "".join(f"{i},{i},{i % 10}\n" for i in range(40)))
+    with caplog.at_level("WARNING"):
+        assert len(classes(path)) == 10
+    assert "--task regression" not in caplog.text

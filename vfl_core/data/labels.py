@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,13 @@ from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
 from vfl_core.data.local_numbers import floats
 from vfl_core.errors import DataError
 
+log = logging.getLogger(__name__)
+
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+# Numeric labels with more classes than this are probably a regression target read as classes.
+MANY_NUMERIC_CLASSES = 50
+# How many classes an error lists (a regression target read as classes has hundreds).
+LISTED_CLASSES = 10
 
 
 @dataclass(frozen=True)
@@ -46,12 +53,14 @@ def parse_labels(
                 f"{table.source}: label column {column!r} has a single class {classes[0]!r} "
                 f"(need at least two)"
             )
+        _warn_if_regression_target(table.source, column, classes)
     index = pc.index_in(text, value_set=pa.array(list(classes), pa.string()))
     if index.null_count:
         row = int(np.flatnonzero(index.is_null().to_numpy(zero_copy_only=False))[0])
         raise DataError(
             f"{table.source}: {table.row_name(row)}, column {column!r}: label "
-            f"{text[row].as_py()!r} is not one of the training classes {list(classes)}"
+            f"{text[row].as_py()!r} is not one of the training classes"
+            f"{_listed(classes)}{_regression_hint([text[row].as_py(), *classes])}"
         )
     return Labels(index.to_numpy(zero_copy_only=False).astype(np.int64), classes)
 
@@ -108,4 +117,31 @@ def _refuse_one_number_two_ways(source: str, column: str, labels: list[str]) -> 
             f"{source}: label column {column!r} writes the same number in different ways "
             f"({'; '.join(' and '.join(map(repr, s)) for s in same)}): each would be a class "
             "of its own; write every class one way"
+        )
+
+
+def _listed(classes: tuple[str, ...]) -> str:
+    """ " ['a', 'b']", or the first LISTED_CLASSES and how many there are."""
+    if len(classes) <= LISTED_CLASSES:
+        return f" {list(classes)}"
+    return f" ({len(classes)}: {', '.join(map(repr, classes[:LISTED_CLASSES]))}, ...)"
+
+
+def _regression_hint(labels: list[str]) -> str:
+    """Said where the labels are all numbers and many: a price read as classes."""
+    if len(labels) > MANY_NUMERIC_CLASSES and cv.all_finite_numbers(labels):
+        return "; the labels are numbers: for a regression target give --task regression"
+    return ""
+
+
+def _warn_if_regression_target(source: str, column: str, classes: tuple[str, ...]) -> None:
+    """Many classes, all numbers: probably a regression target without --task regression,
+    which would be learned as that many classes. Said, not refused (codes can be classes)."""
+    if len(classes) > MANY_NUMERIC_CLASSES and cv.all_finite_numbers(list(classes)):
+        log.warning(
+            "%s: label column %r has %d classes, all numbers: a regression target needs "
+            "--task regression (else every distinct value is a class of its own)",
+            source,
+            column,
+            len(classes),
         )
