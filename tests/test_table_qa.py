@@ -90,3 +90,13 @@ def test_given_few_numeric_classes_then_no_regression_warning(
     with caplog.at_level("WARNING"):
         assert len(classes(path)) == 10
     assert "--task regression" not in caplog.text
+
+
+def test_given_classes_differing_only_in_case_then_warned_naming_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = "".join(f"{i},{i},{['yes', 'no', 'Yes'][i % 3]}\n" for i in range(30))
+    path = write(tmp_path / "t.csv", "id,a,y\n" + rows)
+    with caplog.at_level("WARNING"):
+        assert classes(path) == ("Yes", "no", "yes")
+    assert "classes 'Yes' and 'yes' that differ only in case" in caplog.text

@@ -54,6 +54,7 @@ def parse_labels(
                 f"(need at least two)"
             )
         _warn_if_regression_target(table.source, column, classes)
+        _warn_of_case_variants(table.source, column, classes)
     index = pc.index_in(text, value_set=pa.array(list(classes), pa.string()))
     if index.null_count:
         row = int(np.flatnonzero(index.is_null().to_numpy(zero_copy_only=False))[0])
@@ -144,4 +145,21 @@ def _warn_if_regression_target(source: str, column: str, classes: tuple[str, ...
             source,
             column,
             len(classes),
+        )
+
+
+def _warn_of_case_variants(source: str, column: str, classes: tuple[str, ...]) -> None:
+    """Classes that differ only in case ("yes", "Yes": two exports, or a hand-typed row) are
+    classes of their own, so a binary task would be learned as three. Said, not merged: the
+    table's owner knows whether they are one class."""
+    spellings: dict[str, list[str]] = {}
+    for label in classes:
+        spellings.setdefault(label.casefold(), []).append(label)
+    for same in (s for s in spellings.values() if len(s) > 1):
+        log.warning(
+            "%s: label column %r has classes %s that differ only in case: each is a class of "
+            "its own; write them one way if they are one class",
+            source,
+            column,
+            " and ".join(map(repr, same)),
         )
