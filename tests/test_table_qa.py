@@ -7,11 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tabular_tables import LABEL_COLUMN, write_tables
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.data.tabular import TableSource, load_table_party
+from vfl_core.config import TrainConfig
+from vfl_core.data.tabular import TableSource, load_table_federation, load_table_party
 from vfl_core.errors import DataError
+from vfl_core.inference import choice
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
 
 
 def write(path: Path, text: str) -> Path:
@@ -100,3 +106,33 @@ def test_given_classes_differing_only_in_case_then_warned_naming_them(
     with caplog.at_level("WARNING"):
         assert classes(path) == ("Yes", "no", "yes")
     assert "classes 'Yes' and 'yes' that differ only in case" in caplog.text
+
+
+def test_given_too_few_validation_positives_then_the_unapplied_threshold_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a rare positive class: 3000 rows at 2.5 % leave about 5 positives in the validation split,
+    # under MIN_CLASS_SAMPLES (raised here so that a small table is as short of them)
+    monkeypatch.setattr(choice, "MIN_CLASS_SAMPLES", 10**6)
+    paths = write_tables(tmp_path, n=400)
+    sources = tuple(
+        TableSource(
+            path=paths[name],
+            id_column="customer_id",
+            label_column=LABEL_COLUMN if k == 0 else None,
+            block=k,
+            num_blocks=2,
+        )
+        for k, name in enumerate(("bank", "retail"))
+    )
+    data = load_table_federation(sources)
+    train = TrainConfig(epochs=2, seed=0, early_stop_patience=2, threshold="f1")
+    parties = {d.meta.block: Party(f"p{d.meta.block}", d, train, secret=b"s") for d in data}
+    fed = Federation(InProcessTransport(parties), train, progress=False)
+    fed.align()
+    with caplog.at_level("WARNING"):
+        fed.train()  # ends with the validation choice
+    assert fed.choice is not None and fed.choice.threshold is None
+    said = [r.getMessage() for r in caplog.records if "threshold left at 0.5" in r.getMessage()]
+    assert len(said) == 1 and "--threshold f1 not applied" in said[0], caplog.text
+    assert "positives and" in said[0] and f"needs {10**6} of each class" in said[0]
