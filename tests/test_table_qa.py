@@ -136,3 +136,25 @@ def test_given_too_few_validation_positives_then_the_unapplied_threshold_is_said
     said = [r.getMessage() for r in caplog.records if "threshold left at 0.5" in r.getMessage()]
     assert len(said) == 1 and "--threshold f1 not applied" in said[0], caplog.text
     assert "positives and" in said[0] and f"needs {10**6} of each class" in said[0]
+
+
+def test_given_regression_targets_float32_rounds_then_warned_with_the_cure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # seconds since 1970 (1.7e9) that differ by tens: float32 steps are 128 there
+    def regression(path: Path) -> TableSource:
+        return TableSource(
+            path=path, id_column="id", label_column="y", block=0, num_blocks=2,
+            test_fraction=0.0, task="regression",
+        )  # fmt: skip
+
+    rows = "".join(f"{i},{i},{1_700_000_000 + 37 * (i % 9)}\n" for i in range(40))
+    with caplog.at_level("WARNING"):
+        load_table_party(regression(write(tmp_path / "t.csv", "id,a,y\n" + rows)))
+    assert "label column 'y': as 32-bit floats" in caplog.text, caplog.text
+    assert "subtract a constant near their mean 1.7e+09" in caplog.text, caplog.text
+    caplog.clear()
+    prices = "".join(f"{i},{i},{1_000_000 + 25_000.5 * (i % 9)}\n" for i in range(40))
+    with caplog.at_level("WARNING"):
+        load_table_party(regression(write(tmp_path / "p.csv", "id,a,y\n" + prices)))
+    assert "32-bit" not in caplog.text

@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Numeric labels with more classes than this are probably a regression target read as classes.
 MANY_NUMERIC_CLASSES = 50
+# A regression target rounded by float32 by more than this share of its standard deviation is
+# warned about.
+ROUNDING_SHARE = 1e-3
 # How many classes an error lists (a regression target read as classes has hundreds).
 LISTED_CLASSES = 10
 
@@ -95,7 +98,29 @@ def _regression_targets(table: Table, column: str, text: pa.ChunkedArray) -> np.
             f"{table.source}: {table.row_name(row)}, column {column!r}: {text[row].as_py()!r} is "
             f"not a finite number (a regression label must be one)"
         )
-    return values.astype(np.float32)
+    targets = values.astype(np.float32)
+    _warn_if_rounded(table.source, column, values, targets)
+    return targets
+
+
+def _warn_if_rounded(source: str, column: str, values: np.ndarray, targets: np.ndarray) -> None:
+    """Targets far from 0 for their spread (a timestamp, 1.7e9 +- 100) lose their differences
+    as float32 (steps of 128 there): the federation learns and is scored on rounded labels.
+    Said with the size of the rounding and the cure, not silently."""
+    spread = float(values.std())
+    rounded = float(np.abs(targets.astype(np.float64) - values).max())
+    if spread > 0 and rounded > ROUNDING_SHARE * spread:
+        log.warning(
+            "%s: label column %r: as 32-bit floats (what the model trains on) its values are "
+            "rounded by up to %.3g, %.1f%% of their standard deviation %.3g; subtract a "
+            "constant near their mean %.6g (or change units) to keep them",
+            source,
+            column,
+            rounded,
+            100 * rounded / spread,
+            spread,
+            float(values.mean()),
+        )
 
 
 def _sorted_classes(source: str, column: str, labels: list[str]) -> tuple[str, ...]:
