@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,16 @@ from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
 from vfl_core.data.local_numbers import floats
 from vfl_core.errors import DataError
 
+log = logging.getLogger(__name__)
+
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+# Numeric labels with more classes than this are probably a regression target read as classes.
+MANY_NUMERIC_CLASSES = 50
+# A regression target rounded by float32 by more than this share of its standard deviation is
+# warned about.
+ROUNDING_SHARE = 1e-3
+# How many classes an error lists (a regression target read as classes has hundreds).
+LISTED_CLASSES = 10
 
 
 @dataclass(frozen=True)
@@ -40,18 +50,21 @@ def parse_labels(
     if task == REGRESSION:
         return Labels(_regression_targets(table, column, text), ())
     if classes is None:
-        classes = _sorted_classes(text.unique().to_pylist())
+        classes = _sorted_classes(table.source, column, text.unique().to_pylist())
         if len(classes) < 2:
             raise DataError(
                 f"{table.source}: label column {column!r} has a single class {classes[0]!r} "
                 f"(need at least two)"
             )
+        _warn_if_regression_target(table.source, column, classes)
+        _warn_of_case_variants(table.source, column, classes)
     index = pc.index_in(text, value_set=pa.array(list(classes), pa.string()))
     if index.null_count:
         row = int(np.flatnonzero(index.is_null().to_numpy(zero_copy_only=False))[0])
         raise DataError(
             f"{table.source}: {table.row_name(row)}, column {column!r}: label "
-            f"{text[row].as_py()!r} is not one of the training classes {list(classes)}"
+            f"{text[row].as_py()!r} is not one of the training classes"
+            f"{_listed(classes)}{_regression_hint([text[row].as_py(), *classes])}"
         )
     return Labels(index.to_numpy(zero_copy_only=False).astype(np.int64), classes)
 
@@ -85,10 +98,93 @@ def _regression_targets(table: Table, column: str, text: pa.ChunkedArray) -> np.
             f"{table.source}: {table.row_name(row)}, column {column!r}: {text[row].as_py()!r} is "
             f"not a finite number (a regression label must be one)"
         )
-    return values.astype(np.float32)
+    targets = values.astype(np.float32)
+    _warn_if_rounded(table.source, column, values, targets)
+    return targets
 
 
-def _sorted_classes(labels: list[str]) -> tuple[str, ...]:
+def _warn_if_rounded(source: str, column: str, values: np.ndarray, targets: np.ndarray) -> None:
+    """Targets far from 0 for their spread (a timestamp, 1.7e9 +- 100) lose their differences
+    as float32 (steps of 128 there): the federation learns and is scored on rounded labels.
+    Said with the size of the rounding and the cure, not silently."""
+    spread = float(values.std())
+    rounded = float(np.abs(targets.astype(np.float64) - values).max())
+    if spread > 0 and rounded > ROUNDING_SHARE * spread:
+        log.warning(
+            "%s: label column %r: as 32-bit floats (what the model trains on) its values are "
+            "rounded by up to %.3g, %.1f%% of their standard deviation %.3g; subtract a "
+            "constant near their mean %.6g (or change units) to keep them",
+            source,
+            column,
+            rounded,
+            100 * rounded / spread,
+            spread,
+            float(values.mean()),
+        )
+
+
+def _sorted_classes(source: str, column: str, labels: list[str]) -> tuple[str, ...]:
     if cv.all_finite_numbers(labels):
+        _refuse_one_number_two_ways(source, column, labels)
         return tuple(sorted(labels, key=lambda label: (float(label), label)))
     return tuple(sorted(labels))
+
+
+def _refuse_one_number_two_ways(source: str, column: str, labels: list[str]) -> None:
+    """Labels that are all numbers but write one number two ways ("1" and "1.0", as two
+    systems' exports do) would be two classes: a binary task silently learned as three. Refused,
+    naming the spellings, rather than guessing which one a class is called."""
+    spellings: dict[float, list[str]] = {}
+    for label in labels:
+        spellings.setdefault(float(label), []).append(label)
+    same = [sorted(s) for s in spellings.values() if len(s) > 1]
+    if same:
+        raise DataError(
+            f"{source}: label column {column!r} writes the same number in different ways "
+            f"({'; '.join(' and '.join(map(repr, s)) for s in same)}): each would be a class "
+            "of its own; write every class one way"
+        )
+
+
+def _listed(classes: tuple[str, ...]) -> str:
+    """ " ['a', 'b']", or the first LISTED_CLASSES and how many there are."""
+    if len(classes) <= LISTED_CLASSES:
+        return f" {list(classes)}"
+    return f" ({len(classes)}: {', '.join(map(repr, classes[:LISTED_CLASSES]))}, ...)"
+
+
+def _regression_hint(labels: list[str]) -> str:
+    """Said where the labels are all numbers and many: a price read as classes."""
+    if len(labels) > MANY_NUMERIC_CLASSES and cv.all_finite_numbers(labels):
+        return "; the labels are numbers: for a regression target give --task regression"
+    return ""
+
+
+def _warn_if_regression_target(source: str, column: str, classes: tuple[str, ...]) -> None:
+    """Many classes, all numbers: probably a regression target without --task regression,
+    which would be learned as that many classes. Said, not refused (codes can be classes)."""
+    if len(classes) > MANY_NUMERIC_CLASSES and cv.all_finite_numbers(list(classes)):
+        log.warning(
+            "%s: label column %r has %d classes, all numbers: a regression target needs "
+            "--task regression (else every distinct value is a class of its own)",
+            source,
+            column,
+            len(classes),
+        )
+
+
+def _warn_of_case_variants(source: str, column: str, classes: tuple[str, ...]) -> None:
+    """Classes that differ only in case ("yes", "Yes": two exports, or a hand-typed row) are
+    classes of their own, so a binary task would be learned as three. Said, not merged: the
+    table's owner knows whether they are one class."""
+    spellings: dict[str, list[str]] = {}
+    for label in classes:
+        spellings.setdefault(label.casefold(), []).append(label)
+    for same in (s for s in spellings.values() if len(s) > 1):
+        log.warning(
+            "%s: label column %r has classes %s that differ only in case: each is a class of "
+            "its own; write them one way if they are one class",
+            source,
+            column,
+            " and ".join(map(repr, same)),
+        )

@@ -298,5 +298,16 @@ def choose_threshold(
     histogram = np.sum(pooled, axis=0)  # (2, AUC_BINS)
     negatives, positives = histogram.sum(axis=1)
     if negatives + positives < MIN_CHOICE_SAMPLES or min(negatives, positives) < MIN_CLASS_SAMPLES:
+        # said, not silent: a rare positive class is where a chosen threshold matters most
+        log.warning(
+            "validation: decision threshold left at 0.5 (--threshold %s not applied): the "
+            "validation samples hold %d positives and %d negatives, a threshold needs %d of each "
+            "class and %d in all (a larger --validation-fraction gives it more)",
+            rule,
+            positives,
+            negatives,
+            MIN_CLASS_SAMPLES,
+            MIN_CHOICE_SAMPLES,
+        )
         return None
     return best_threshold(histogram, THRESHOLD_METRIC[rule])

@@ -1,0 +1,160 @@
+"""Odd but realistic tables found by the issue-27 screen of tables nobody here wrote
+(docs/tabular-defaults.md): each is read as the user meant or refused with one line naming the
+file, the column and what is wrong. Tiny files, fast checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tabular_tables import LABEL_COLUMN, write_tables
+from typer.testing import CliRunner
+
+from vfl_cli.app import app
+from vfl_core.config import TrainConfig
+from vfl_core.data.tabular import TableSource, load_table_federation, load_table_party
+from vfl_core.errors import DataError
+from vfl_core.inference import choice
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def classes(path: Path) -> tuple[str, ...]:
+    source = TableSource(
+        path=path, id_column="id", label_column="y", block=0, num_blocks=2, test_fraction=0.0
+    )
+    data, _ = load_table_party(source)
+    return tuple((data.preprocessing or {})["classes"])
+
+
+def test_given_one_label_number_written_two_ways_then_refused_naming_both(
+    tmp_path: Path,
+) -> None:
+    # two systems' exports: "1" from one, "1.0" from the other; three classes would be wrong
+    path = write(tmp_path / "t.csv", "id,a,y\n1,5,0\n2,6,1\n3,7,1.0\n4,8,0\n")
+    with pytest.raises(DataError) as caught:
+        classes(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: label column 'y' writes the same number"), message
+    assert "'1' and '1.0'" in message and "\n" not in message
+
+
+def test_given_labels_written_one_way_then_classes_as_before(tmp_path: Path) -> None:
+    assert classes(write(tmp_path / "a.csv", "id,a,y\n1,5,0.0\n2,6,1.0\n")) == ("0.0", "1.0")
+    assert classes(write(tmp_path / "b.csv", "id,a,y\n1,5,10\n2,6,9\n3,7,-1\n")) == (
+        "-1",
+        "9",
+        "10",
+    )
+
+
+def test_given_one_label_number_two_ways_when_simulated_then_one_error_line(
+    tmp_path: Path,
+) -> None:
+    rows = "".join(f"{i},{i % 7},{'1.0' if i % 3 == 0 else i % 2}\n" for i in range(40))
+    label = write(tmp_path / "p0.csv", "id,a,y\n" + rows)
+    other = write(tmp_path / "p1.csv", "id,b\n" + "".join(f"{i},{i}\n" for i in range(40)))
+    args = ["simulate", "--data", str(label), "--data", str(other), "--id-column", "id"]
+    args += ["--label-column", "y", "--epochs", "1", "--out", str(tmp_path / "r.json")]
+    result = CliRunner().invoke(app, args)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: ") and "'1' and '1.0'" in lines[0], result.output
+
+
+def test_given_prices_without_task_regression_then_warned_and_the_error_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a regression target read as classes: 80 training prices, a test price none of them
+    train = "".join(f"{i},{i % 5},{100_000 + 250 * i}.0\n" for i in range(80))
+    path = write(tmp_path / "t.csv", "id,a,y\n" + train)
+    with caplog.at_level("WARNING"):
+        assert len(classes(path)) == 80
+    assert "label column 'y' has 80 classes, all numbers" in caplog.text
+    assert "--task regression" in caplog.text
+    # as a user runs it: the test split (by ID hash) holds prices no training row has
+    args = ["prepare", "--data", str(path), "--id-column", "id", "--label-column", "y"]
+    args += ["--block", "0", "--clients", "2", "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines[-1]) < 400, result.output
+    assert "is not one of the training classes (" in lines[-1], result.output
+    assert ", ...); the labels are numbers" in lines[-1], result.output
+    assert lines[-1].endswith("for a regression target give --task regression")
+
+
+def test_given_few_numeric_classes_then_no_regression_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write(tmp_path / "t.csv", "id,a,y\n" + "".join(f"{i},{i},{i % 10}\n" for i in range(40)))
+    with caplog.at_level("WARNING"):
+        assert len(classes(path)) == 10
+    assert "--task regression" not in caplog.text
+
+
+def test_given_classes_differing_only_in_case_then_warned_naming_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = "".join(f"{i},{i},{['yes', 'no', 'Yes'][i % 3]}\n" for i in range(30))
+    path = write(tmp_path / "t.csv", "id,a,y\n" + rows)
+    with caplog.at_level("WARNING"):
+        assert classes(path) == ("Yes", "no", "yes")
+    assert "classes 'Yes' and 'yes' that differ only in case" in caplog.text
+
+
+def test_given_too_few_validation_positives_then_the_unapplied_threshold_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a rare positive class: 3000 rows at 2.5 % leave about 5 positives in the validation split,
+    # under MIN_CLASS_SAMPLES (raised here so that a small table is as short of them)
+    monkeypatch.setattr(choice, "MIN_CLASS_SAMPLES", 10**6)
+    paths = write_tables(tmp_path, n=400)
+    sources = tuple(
+        TableSource(
+            path=paths[name],
+            id_column="customer_id",
+            label_column=LABEL_COLUMN if k == 0 else None,
+            block=k,
+            num_blocks=2,
+        )
+        for k, name in enumerate(("bank", "retail"))
+    )
+    data = load_table_federation(sources)
+    train = TrainConfig(epochs=2, seed=0, early_stop_patience=2, threshold="f1")
+    parties = {d.meta.block: Party(f"p{d.meta.block}", d, train, secret=b"s") for d in data}
+    fed = Federation(InProcessTransport(parties), train, progress=False)
+    fed.align()
+    with caplog.at_level("WARNING"):
+        fed.train()  # ends with the validation choice
+    assert fed.choice is not None and fed.choice.threshold is None
+    said = [r.getMessage() for r in caplog.records if "threshold left at 0.5" in r.getMessage()]
+    assert len(said) == 1 and "--threshold f1 not applied" in said[0], caplog.text
+    assert "positives and" in said[0] and f"needs {10**6} of each class" in said[0]
+
+
+def test_given_regression_targets_float32_rounds_then_warned_with_the_cure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # seconds since 1970 (1.7e9) that differ by tens: float32 steps are 128 there
+    def regression(path: Path) -> TableSource:
+        return TableSource(
+            path=path, id_column="id", label_column="y", block=0, num_blocks=2,
+            test_fraction=0.0, task="regression",
+        )  # fmt: skip
+
+    rows = "".join(f"{i},{i},{1_700_000_000 + 37 * (i % 9)}\n" for i in range(40))
+    with caplog.at_level("WARNING"):
+        load_table_party(regression(write(tmp_path / "t.csv", "id,a,y\n" + rows)))
+    assert "label column 'y': as 32-bit floats" in caplog.text, caplog.text
+    assert "subtract a constant near their mean 1.7e+09" in caplog.text, caplog.text
+    caplog.clear()
+    prices = "".join(f"{i},{i},{1_000_000 + 25_000.5 * (i % 9)}\n" for i in range(40))
+    with caplog.at_level("WARNING"):
+        load_table_party(regression(write(tmp_path / "p.csv", "id,a,y\n" + prices)))
+    assert "32-bit" not in caplog.text
