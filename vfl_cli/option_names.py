@@ -69,6 +69,7 @@ PANELS: dict[str, str] = {
             "num-classes",
             "max-onehot",
             "task",
+            "positive-class",
             "p-miss",
             "p-miss-test",
             "p-miss-per-party",

@@ -66,6 +66,7 @@ def simulate(
     ] = None,
     max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
     task: tables.TaskOption = None,
+    positive_class: tables.PositiveClass = None,
     clients: Annotated[int, Opt(help="number of parties K")] = 4,
     p_miss: Annotated[
         float,
@@ -196,11 +197,11 @@ def _parties(o: dict[str, Any]) -> tuple[tuple[Path, ...], tuple[TableSource, ..
     if any(is_table) and not all(is_table):
         raise ConfigError("--data: give party directories or CSV/Parquet tables, not both")
     if not paths or not all(is_table):
-        for option in ("task", "features"):
+        for option in ("task", "features", "positive_class"):
             if o[option] is not None:
                 raise ConfigError(
-                    f"--{option} applies to --data tables (party directories and data sets "
-                    "hold their own features and name their task)"
+                    f"--{option.replace('_', '-')} applies to --data tables (party "
+                    "directories and data sets hold their own features and name their task)"
                 )
         return tuple(paths), ()
     if o["id_column"] is None:
@@ -215,6 +216,7 @@ def _parties(o: dict[str, Any]) -> tuple[tuple[Path, ...], tuple[TableSource, ..
         max_onehot=o["max_onehot"],
         task=tables.parse_task(o["task"]),
         features=tables.party_features(_listed(o["features"]), len(paths)),
+        positive_class=o["positive_class"],
     )
     return (), tuple(sources)
 

@@ -50,6 +50,13 @@ TaskOption = Annotated[
 MaxOnehot = Annotated[
     int, Opt(help="table: categorical columns with more values get a learned embedding")
 ]
+PositiveClass = Annotated[
+    str | None,
+    Opt(
+        help="table, binary label: the class F1, AUC, Brier and the threshold are about",
+        show_default="the class that sorts last (yes of no/yes, 1 of 0/1)",
+    ),
+]
 DEFAULTS = {"test_fraction": defaults.TEST_FRACTION, "max_onehot": defaults.MAX_ONEHOT}
 
 
@@ -79,6 +86,7 @@ class TableEncoding:
     num_classes: NumClasses = None
     max_onehot: MaxOnehot = defaults.MAX_ONEHOT
     task: TaskOption = None
+    positive_class: PositiveClass = None
 
 
 def table_source(
@@ -112,6 +120,7 @@ def table_source(
         num_classes=encoding.num_classes,
         max_onehot=encoding.max_onehot,
         task=parse_task(encoding.task),
+        positive_class=encoding.positive_class,
     )
 
 

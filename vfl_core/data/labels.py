@@ -13,7 +13,7 @@ from vfl_core.data import column_values as cv
 from vfl_core.data.columns import Table
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
 from vfl_core.data.local_numbers import floats
-from vfl_core.errors import DataError
+from vfl_core.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +38,15 @@ def parse_labels(
     column: str,
     classes: tuple[str, ...] | None = None,
     task: Task = CLASSIFICATION,
+    positive: str | None = None,
 ) -> Labels:
     """The one place labels are read: class indices, or regression targets, for a label column.
 
     Classification without `classes` (training rows): the classes are the distinct labels, sorted
     numerically when all are numbers (so "0"/"1" keep their meaning) and as text otherwise
-    ("no" < "yes"). With `classes` (inference rows) a label outside them is an error.
+    ("no" < "yes"), except that a binary task's `positive` class (TableSource.positive_class) is
+    index 1, the class F1, AUC, the Brier score and the decision threshold are about. With
+    `classes` (inference rows) a label outside them is an error.
     Regression: every label is a finite number (float32 targets, `classes` unused).
     """
     text = _present_labels(table, column)
@@ -58,6 +61,8 @@ def parse_labels(
             )
         _warn_if_regression_target(table.source, column, classes)
         _warn_of_case_variants(table.source, column, classes)
+        if positive is not None:
+            classes = positive_last(table.source, column, classes, positive)
     index = pc.index_in(text, value_set=pa.array(list(classes), pa.string()))
     if index.null_count:
         row = int(np.flatnonzero(index.is_null().to_numpy(zero_copy_only=False))[0])
@@ -67,6 +72,24 @@ def parse_labels(
             f"{_listed(classes)}{_regression_hint([text[row].as_py(), *classes])}"
         )
     return Labels(index.to_numpy(zero_copy_only=False).astype(np.int64), classes)
+
+
+def positive_last(
+    source: str, column: str, classes: tuple[str, ...], positive: str
+) -> tuple[str, ...]:
+    """A binary task's classes with `positive` as index 1 (the positive class of every binary
+    metric and of the threshold)."""
+    if len(classes) != 2:
+        raise ConfigError(
+            f"--positive-class {positive!r}: {source}: label column {column!r} has "
+            f"{len(classes)} classes; it applies to a binary label"
+        )
+    if positive not in classes:
+        raise ConfigError(
+            f"--positive-class {positive!r}: {source}: label column {column!r} has the classes "
+            f"{classes[0]!r} and {classes[1]!r}"
+        )
+    return (classes[0] if classes[1] == positive else classes[1], positive)
 
 
 def _present_labels(table: Table, column: str) -> pa.ChunkedArray:

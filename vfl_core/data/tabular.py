@@ -65,6 +65,9 @@ class TableSource(BaseModel):
     num_classes: int | None = Field(None, ge=2)
     dataset: str = DEFAULT_DATASET  # every party of a federation must use the same name
     max_onehot: int = Field(DEFAULT_MAX_ONEHOT, ge=1)
+    # A binary label's positive class (index 1: what F1, AUC, Brier and the threshold are
+    # about); None: the class that sorts last ("yes" of no/yes, "1" of 0/1).
+    positive_class: str | None = None
 
 
 # ---------------------------------------------------------------- building the party
@@ -100,7 +103,8 @@ def load_table_party(
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
     features = _transform(fitted, splits, label_only)
     # after the transform has freed the feature columns: the labels then add to less
-    labels = _labels(splits, label_column, fitted.classes or None, source.task)
+    _check_positive(source, fitted)
+    labels = _labels(splits, label_column, fitted.classes or None, source)
     if labels:
         fitted = fitted.model_copy(update={"classes": labels["train"].classes})
     party_splits = {}
@@ -254,16 +258,33 @@ def _feature_columns(source: TableSource, table: Table) -> list[str]:
 
 
 def _labels(
-    splits: dict[str, Table], column: str | None, classes: tuple[str, ...] | None, task: Task
+    splits: dict[str, Table],
+    column: str | None,
+    classes: tuple[str, ...] | None,
+    source: TableSource,
 ) -> dict[str, Labels]:
     if column is None:
         return {}
-    train = parse_labels(splits["train"], column, classes, task)
+    task = source.task
+    train = parse_labels(splits["train"], column, classes, task, source.positive_class)
     out = {"train": train}
     for name, table in splits.items():
         if name != "train":
             out[name] = parse_labels(table, column, train.classes, task)
     return out
+
+
+def _check_positive(source: TableSource, fitted: TabularPreprocessor) -> None:
+    """A reused preprocessing keeps its classes' order: a --positive-class it does not have as
+    its positive class is refused rather than silently ignored."""
+    positive = source.positive_class
+    if positive is None or not fitted.classes:
+        return
+    if len(fitted.classes) != 2 or fitted.classes[1] != positive:
+        raise ConfigError(
+            f"--positive-class {positive!r}: the fitted preprocessing's classes are "
+            f"{list(fitted.classes)} (its positive class is the last); refit to change it"
+        )
 
 
 def _meta(source: TableSource, fitted: TabularPreprocessor, has_labels: bool) -> PartyMeta:
@@ -349,6 +370,7 @@ def federation_sources(
     max_onehot: int = DEFAULT_MAX_ONEHOT,
     task: Task = CLASSIFICATION,
     features: dict[int, tuple[str, ...]] | None = None,
+    positive_class: str | None = None,
 ) -> tuple[TableSource, ...]:
     """One TableSource per file, block k for the k-th. Label parties: `label_blocks`, or (None)
     the files that have `label_column`. `features`: block -> its feature columns (a block not
@@ -378,6 +400,7 @@ def federation_sources(
             task=task,
             max_onehot=max_onehot,
             features=(features or {}).get(k),
+            positive_class=positive_class if k in label_blocks else None,
         )
         for k, path in enumerate(paths)
     )
