@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -41,14 +43,19 @@ def each_column(
     if rows < MIN_ROWS or len(items) < 2:
         yield from map(work, items)
         return
+    todo = iter(items)
     try:
         with ThreadPoolExecutor(THREADS, thread_name_prefix="table-column") as pool:
-            futures = [pool.submit(work, item) for item in items]
+            # THREADS items in hand at a time: threads that ran ahead of a caller kept from its
+            # thread (a loaded machine) would hold the work of every column at once
+            pending = deque(pool.submit(work, item) for item in itertools.islice(todo, THREADS))
             try:
-                for future in futures:
-                    yield future.result()
+                while pending:
+                    result = pending.popleft().result()
+                    pending.extend(pool.submit(work, item) for item in itertools.islice(todo, 1))
+                    yield result
             finally:
-                for future in futures:  # an error or a caller that stopped: no more work
+                for future in pending:  # an error or a caller that stopped: no more work
                     future.cancel()
     finally:
         release_free_memory()  # the threads have ended

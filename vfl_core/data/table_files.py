@@ -154,14 +154,16 @@ def _read_csv_as(
 
     def typed(at: tuple[int, str]) -> _Typed:
         i, name = at
-        column, raw[i] = raw[i], None  # the list's hold on the file's column let go
-        return _typed_column(column, separator, hold_numbers(name))
+        return _typed_column(raw[i], separator, hold_numbers(name))
 
-    for (_, name), (columns[name], numbers[name], found) in zip(
+    for (i, name), (columns[name], numbers[name], found) in zip(
         named, each_column(typed, named, rows), strict=True
     ):
         if found is not None:
             codes[name] = found
+        # the file's column freed on this thread, which read it: Arrow's pool (mimalloc)
+        # hands back a block freed on another thread only once this one collects
+        raw[i] = None
         # Arrow's pool keeps freed blocks for later reads: the reader's, and a number
         # column's chunks once its values are one array; nothing else of a party's would
         # reuse them, so they go back to the system as they are freed
