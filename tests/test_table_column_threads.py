@@ -9,10 +9,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
 import pytest
 
 from vfl_core.data import column_threads
 from vfl_core.data.column_threads import each_column
+from vfl_core.data.preprocess import threaded_rows
+from vfl_core.data.table_files import read_table
 from vfl_core.data.tabular import TableSource, load_table_party
 from vfl_core.errors import DataError
 
@@ -105,3 +109,11 @@ def test_given_work_of_uneven_length_when_on_two_threads_then_in_order_and_the_f
         each_column(lambda i: (names.add(threading.current_thread().name), i)[1], [1, 2], 9)
     ) == [1, 2]
     assert names == {threading.current_thread().name}  # a small table: the caller's thread
+
+
+def test_given_a_parquet_table_when_fitted_then_on_one_thread(tmp_path: Path) -> None:
+    csv_path = write(tmp_path / "t.csv")
+    parquet_path = tmp_path / "t.parquet"
+    pq.write_table(pa_csv.read_csv(csv_path), parquet_path)
+    assert threaded_rows([read_table(csv_path)]) == ROWS
+    assert threaded_rows([read_table(parquet_path)]) == 0

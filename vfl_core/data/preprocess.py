@@ -130,7 +130,7 @@ class TabularPreprocessor(_Frozen):
         def fit_column(name: str) -> ColumnSpec:
             return _fit_column(table, name, max_onehot, bins)
 
-        return cls(columns=tuple(each_column(fit_column, table.names, len(table))))
+        return cls(columns=tuple(each_column(fit_column, table.names, threaded_rows([table]))))
 
     def transform(self, table: Table) -> np.ndarray:
         """(n, width) float32 rows; a column missing from `table`, or a numeric training column
@@ -172,7 +172,7 @@ class TabularPreprocessor(_Frozen):
             return spec.name
 
         # columns write rows of their own in the blocks: two may be written at once
-        for name in each_column(write, places, sum(len(t) for t in tables)):
+        for name in each_column(write, places, threaded_rows(tables)):
             if done is not None:  # on this thread, in the columns' order
                 done(name)
         return [_rows(parts, self.width) for parts in blocks]
@@ -188,6 +188,14 @@ class TabularPreprocessor(_Frozen):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "(top level)"
             raise DataError(f"{source}: invalid preprocessing ({where}: {first['msg']})") from None
+
+
+def threaded_rows(tables: Sequence[Table]) -> int:
+    """The rows whose per-column work may go on two threads (column_threads): a CSV file's.
+    A Parquet file's columns are first worked out into numbers in the fit, which on two
+    threads raised the peak of a 27 MB CSV's table as Parquet from 74-75 to 78.5-81.4 MB
+    (each thread's allocator keeps its own; benchmarks/results/table_read.md): 0 there."""
+    return sum(len(t) for t in tables) if all(t.guess for t in tables) else 0
 
 
 def _at(table: Table) -> range:
