@@ -70,11 +70,9 @@ class Table:
         if self._take is None:
             return column
         # the last column picked is kept: the fit reads a column's cells, then its numbers
-        # (read into a local first: another thread may pick another column meanwhile)
-        picked = self._picked
-        if picked is None or picked[0] != name:
-            picked = self._picked = (name, column.take(self._take))
-        return picked[1]
+        if self._picked is None or self._picked[0] != name:
+            self._picked = (name, column.take(self._take))
+        return self._picked[1]
 
     def missing(self, name: str) -> np.ndarray:
         """(n,) bool: True where a cell of column `name` is missing (no copy of the cells)."""

@@ -26,7 +26,6 @@ then the code columns, so the model can cut the vector in two.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
@@ -36,7 +35,6 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vfl_core.data import column_values as cv
-from vfl_core.data.column_threads import each_column
 from vfl_core.data.columns import Cell, Table
 from vfl_core.data.labels import Labels, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, Task
@@ -126,11 +124,9 @@ class TabularPreprocessor(_Frozen):
         if not table.names:
             raise DataError(f"{table.source}: no feature columns to train on")
         bins = DEFAULT_NUMERIC_BINS if numeric_bins is None else numeric_bins
-
-        def fit_column(name: str) -> ColumnSpec:
-            return _fit_column(table, name, max_onehot, bins)
-
-        return cls(columns=tuple(each_column(fit_column, table.names, threaded_rows([table]))))
+        return cls(
+            columns=tuple(_fit_column(table, name, max_onehot, bins) for name in table.names)
+        )
 
     def transform(self, table: Table) -> np.ndarray:
         """(n, width) float32 rows; a column missing from `table`, or a numeric training column
@@ -156,25 +152,16 @@ class TabularPreprocessor(_Frozen):
             [np.zeros((self.width, min(TRANSFORM_ROWS, len(t) - i)), np.float32) for i in _at(t)]
             for t in tables
         ]
-        # each column's rows in the blocks: its first dense row, and its code row
-        at = itertools.accumulate((c.dense_width for c in self.columns), initial=0)
-        code_at = itertools.accumulate(
-            (c.kind == "embedding" for c in self.columns), initial=self.dense_width
-        )
-        places = list(zip(self.columns, at, code_at, strict=False))
-
-        def write(place: tuple[ColumnSpec, int, int]) -> str:
-            spec, rows = place[0], place[1:]
+        at, code_at = 0, self.dense_width
+        for spec in self.columns:
             shared: dict[int, np.ndarray | None] = {}  # see _write_numbers
             for table, parts in zip(tables, blocks, strict=True):
                 if parts:  # a table without rows has nothing to write (or to refuse)
-                    _write_column(table, spec, parts, rows, shared)
-            return spec.name
-
-        # columns write rows of their own in the blocks: two may be written at once
-        for name in each_column(write, places, threaded_rows(tables)):
-            if done is not None:  # on this thread, in the columns' order
-                done(name)
+                    _write_column(table, spec, parts, (at, code_at), shared)
+            at += spec.dense_width
+            code_at += spec.kind == "embedding"
+            if done is not None:
+                done(spec.name)
         return [_rows(parts, self.width) for parts in blocks]
 
     def to_json(self) -> str:
@@ -188,14 +175,6 @@ class TabularPreprocessor(_Frozen):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "(top level)"
             raise DataError(f"{source}: invalid preprocessing ({where}: {first['msg']})") from None
-
-
-def threaded_rows(tables: Sequence[Table]) -> int:
-    """The rows whose per-column work may go on two threads (column_threads): a CSV file's.
-    A Parquet file's columns are first worked out into numbers in the fit, which on two
-    threads raised the peak of a 27 MB CSV's table as Parquet from 74-75 to 78.5-81.4 MB
-    (each thread's allocator keeps its own; benchmarks/results/table_read.md): 0 there."""
-    return sum(len(t) for t in tables) if all(t.guess for t in tables) else 0
 
 
 def _at(table: Table) -> range:

@@ -33,7 +33,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vfl_core.data.column_threads import each_column
 from vfl_core.data.columns import Table, dictionary_codes, numbers_array
 from vfl_core.data.csv_pieces import ColumnWatch, CsvLayout, WrongEncoding, read_rows
 from vfl_core.data.local_numbers import floats, local_numbers
@@ -144,48 +143,28 @@ def _read_csv_as(
         raise DataError(f"{path}: no data rows after the header")
     named = _named_columns(path, names, data)
     raw = data.columns
-    rows = data.num_rows
     del data  # a column's text is freed once it is held as numbers
     columns: dict[str, pa.ChunkedArray | pa.Array] = {}
     # name -> its values ((n,) float64, NaN where missing) or None (not numbers): each column
     # is parsed once here, not again for the fit and each transform
     numbers: dict[str, np.ndarray | None] = {}
     codes: dict[str, tuple[np.ndarray, pa.Array]] = {}  # feature text columns' (Table.codes)
-
-    def typed(at: tuple[int, str]) -> _Typed:
-        i, name = at
-        return _typed_column(raw[i], separator, hold_numbers(name))
-
-    for (i, name), (columns[name], numbers[name], found) in zip(
-        named, each_column(typed, named, rows), strict=True
-    ):
-        if found is not None:
-            codes[name] = found
-        # the file's column freed on this thread, which read it: Arrow's pool (mimalloc)
-        # hands back a block freed on another thread only once this one collects
-        raw[i] = None
+    for i, name in named:
+        column, raw[i] = raw[i], None
+        numbers[name] = floats(column)
+        if numbers[name] is None:  # most number columns need no cleaning
+            column, numbers[name], found = _text_column(column, separator, hold_numbers(name))
+            if found is not None:
+                codes[name] = found
+        held = numbers_array(numbers[name]) if hold_numbers(name) else None
+        columns[name] = column if held is None else held
         # Arrow's pool keeps freed blocks for later reads: the reader's, and a number
         # column's chunks once its values are one array; nothing else of a party's would
         # reuse them, so they go back to the system as they are freed
+        del column
         pa.default_memory_pool().release_unused()
     lines = _CsvLines(path, encoding, separator, len(header))
     return Table(str(path), pa.table(columns), lines, numbers=numbers, codes=codes)
-
-
-# a column as the table holds it, its values (or None) and its dictionary codes (or None)
-_Typed = tuple[pa.ChunkedArray | pa.Array, np.ndarray | None, tuple[np.ndarray, pa.Array] | None]
-
-
-def _typed_column(column: pa.ChunkedArray, separator: str, hold_numbers: bool) -> _Typed:
-    """A column as read_table holds it (its numbers where `hold_numbers` and it is finite
-    numbers, else its text as the preprocessing reads it), its values ((n,) float64, NaN where
-    missing; None: not numbers) and a feature text column's dictionary codes (Table.codes)."""
-    values = floats(column)
-    found = None
-    if values is None:  # most number columns need no cleaning
-        column, values, found = _text_column(column, separator, hold_numbers)
-    held = numbers_array(values) if hold_numbers else None
-    return (column if held is None else held), values, found
 
 
 def _text_column(
