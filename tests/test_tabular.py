@@ -259,6 +259,21 @@ def test_given_windows_encodings_when_read_then_decoded_and_warned(
     assert "read as Latin-1" in caplog.records[-1].getMessage()
 
 
+def test_given_a_utf8_bom_on_a_windows_1252_body_when_read_then_the_first_column_is_id(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + "id,city\nu1,Zürich\nu2,São Paulo\n".encode("cp1252"))
+    with caplog.at_level("WARNING"):
+        columns = read_table(path).columns
+    assert columns == {"id": ["u1", "u2"], "city": ["Zürich", "São Paulo"]}
+    assert "is not UTF-8: read as Windows-1252" in caplog.records[-1].getMessage()
+    party, _ = load_table_party(
+        TableSource(path=path, id_column="id", test_fraction=0.0, block=0, num_blocks=1)
+    )
+    assert party.splits["train"].ids.tolist() == ["u1", "u2"]
+
+
 def test_given_separator_ending_every_line_when_read_then_the_empty_column_is_left_out(
     tmp_path: Path,
 ) -> None:

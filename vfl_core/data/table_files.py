@@ -185,11 +185,15 @@ def _text_column(
 
 
 def _first_lines(path: Path, encoding: str) -> list[str]:
-    """Up to _SNIFF_LINES lines from the file's start; WrongEncoding if they do not decode."""
+    """Up to _SNIFF_LINES lines from the file's start; WrongEncoding if they do not decode.
+    A UTF-8 byte-order mark is left out in a fallback encoding too (a file saved as UTF-8
+    whose body is not): its bytes would be the first column's name's first letters ("ï»¿id")."""
     try:
         with path.open("rb") as f:
             block = f.read(_SNIFF_BYTES)
             final = not f.read(1)
+        if encoding in _FALLBACKS and block.startswith(codecs.BOM_UTF8):
+            block = block[len(codecs.BOM_UTF8) :]
         text = codecs.getincrementaldecoder(encoding)().decode(block, final=final)
     except UnicodeDecodeError:
         raise WrongEncoding from None
