@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from vfl_core.config import ModelConfig, TrainConfig
+from vfl_core.config import DvflConfig, ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.prepare import prepare_parties
@@ -396,9 +396,16 @@ def test_given_local_predictors_when_other_embeddings_change_then_predictions_do
 # ------------------------------------------------------------------------ determinism
 
 
+# DVFL's label owner trains 60 epochs after the parties' by default (the paper's); two run its
+# epoch loop (seeded by epoch) twice, as the other methods' checks run theirs once, and save ~25 s.
+# tests/test_dvfl.py checks the same determinism with 3 owner epochs.
+SHORT_OWNER = DvflConfig(owner_epochs=2)
+
+
 def _simulate(method: str, seed: int, data_dirs: tuple[Path, ...]) -> dict:
+    train = config(method, seed, dvfl=SHORT_OWNER)
     sim = run_simulation(
-        SimulationConfig(party_dirs=data_dirs, secret=SECRET.decode(), train=config(method, seed))
+        SimulationConfig(party_dirs=data_dirs, secret=SECRET.decode(), train=train)
     )
     params = {b: p.parameters_vector() for b, p in sim.parties.items()}
     losses = [e.mean_loss for e in sim.epochs]
