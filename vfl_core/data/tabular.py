@@ -54,6 +54,8 @@ class TableSource(BaseModel):
     id_column: str
     label_column: str | None = None  # None: a feature-only party
     features: tuple[str, ...] | None = None  # None: every column but the ID and label
+    ignore_columns: tuple[str, ...] = ()  # left out of the features (not with `features`)
+    categorical: tuple[str, ...] = ()  # categories whatever their cells (codes written as numbers)
     test_path: Path | None = None  # None: split `path` by ID hash with test_fraction
     test_fraction: float = Field(DEFAULT_TEST_FRACTION, ge=0, lt=1)
     block: int = Field(ge=0)
@@ -95,7 +97,9 @@ def load_table_party(
         train = splits["train"]
         # a temporary: the numbers it parses for the fit are freed before the transform
         fitted = TabularPreprocessor.fit(
-            train.head(len(train) - label_only.get("train", 0)).select(columns), source.max_onehot
+            train.head(len(train) - label_only.get("train", 0)).select(columns),
+            source.max_onehot,
+            categorical=source.categorical,
         )
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
     features = _transform(fitted, splits, label_only)
@@ -179,10 +183,11 @@ def _holds_numbers(
     reserved = {source.id_column, label_column}
     if fitted is not None:
         names = {c.name for c in fitted.columns if c.kind == "numeric" and not c.dates}
-    elif source.features is not None:
-        names = set(source.features)
     else:
-        return lambda name: name not in reserved
+        reserved |= {*source.categorical, *source.ignore_columns}  # categorical: text as written
+        if source.features is None:
+            return lambda name: name not in reserved
+        names = set(source.features)
     return lambda name: name in names and name not in reserved
 
 
@@ -240,17 +245,39 @@ def _check_disjoint(train: Table, test: Table, id_column: str) -> None:
 
 def _feature_columns(source: TableSource, table: Table) -> list[str]:
     reserved = {source.id_column, source.label_column}
+    for option, names in (
+        ("--features", source.features or ()),
+        ("--ignore-columns", source.ignore_columns),
+        ("--categorical", source.categorical),
+    ):
+        _check_named(table, option, names, reserved)
+    if source.features is not None and source.ignore_columns:
+        raise ConfigError("give --features (the columns to keep) or --ignore-columns, not both")
     if source.features is None:
-        columns = [name for name in table.names if name not in reserved]
+        left_out = reserved | set(source.ignore_columns)
+        columns = [name for name in table.names if name not in left_out]
         if not columns:
             raise DataError(f"{table.source}: no feature columns besides the ID and label")
-        return columns
-    for name in source.features:
-        if name not in table.names:
-            raise DataError(f"{table.source}: no feature column {name!r}")
+    else:
+        columns = list(dict.fromkeys(source.features))
+    unused = [name for name in source.categorical if name not in columns]
+    if unused:
+        raise ConfigError(f"--categorical: {', '.join(map(repr, unused))} left out of the features")
+    return columns
+
+
+def _check_named(table: Table, option: str, names: tuple[str, ...], reserved: set) -> None:
+    """Every column `option` names is in the file and is neither the ID nor the label."""
+    unknown = [name for name in names if name not in table.names]
+    if unknown:
+        what = "feature column" if option == "--features" else "column"
+        raise DataError(
+            f"{table.source}: no {what} {', '.join(map(repr, unknown))} ({option}; the file's "
+            f"columns: {', '.join(table.names)})"
+        )
+    for name in names:
         if name in reserved:
-            raise ConfigError(f"--features: {name!r} is the ID or label column")
-    return list(dict.fromkeys(source.features))
+            raise ConfigError(f"{option}: {name!r} is the ID or label column")
 
 
 def _labels(
@@ -349,10 +376,13 @@ def federation_sources(
     max_onehot: int = DEFAULT_MAX_ONEHOT,
     task: Task = CLASSIFICATION,
     features: dict[int, tuple[str, ...]] | None = None,
+    ignore_columns: dict[int, tuple[str, ...]] | None = None,
+    categorical: dict[int, tuple[str, ...]] | None = None,
 ) -> tuple[TableSource, ...]:
     """One TableSource per file, block k for the k-th. Label parties: `label_blocks`, or (None)
     the files that have `label_column`. `features`: block -> its feature columns (a block not
-    in it: every column but the ID and label)."""
+    in it: every column but the ID and label); `ignore_columns`, `categorical`: block -> its
+    TableSource's."""
     if not paths:
         raise ConfigError("no table files given")
     if test_paths and len(test_paths) != len(paths):
@@ -378,6 +408,8 @@ def federation_sources(
             task=task,
             max_onehot=max_onehot,
             features=(features or {}).get(k),
+            ignore_columns=(ignore_columns or {}).get(k, ()),
+            categorical=(categorical or {}).get(k, ()),
         )
         for k, path in enumerate(paths)
     )
