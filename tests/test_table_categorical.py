@@ -138,6 +138,19 @@ def test_given_prepare_categorical_when_reused_on_new_rows_then_the_zip_stays_ca
     features = load_party_dir(reused).splits["train"].features
     onehot = features[:, :5]  # 13003 69002 75001 75001.0, unknown
     np.testing.assert_array_equal(onehot.argmax(axis=1), [1, 3, 4])
+    fitted_file = ["--preprocessing", str(out / PREPROCESS_FILE), "--out", str(tmp_path / "x")]
+    for extra, message in [
+        (["--categorical", "zip"], None),  # as fitted: a restarted party repeats its options
+        (["--categorical", "amount"], "--categorical: 'amount' is not a categorical column of"),
+        (["--ignore-columns", "zip"], "--ignore-columns: 'zip' is a column of the fitted"),
+    ]:
+        result = CliRunner().invoke(
+            app, ["prepare", "--id-column", "id", "--clients", "2", *args, *fitted_file, *extra]
+        )
+        if message is None:
+            assert result.exit_code == 0, result.output
+        else:
+            assert result.exit_code == 2 and message in result.output, result.output
 
 
 def test_given_an_unknown_categorical_when_prepared_then_one_error_line(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_core.atomic_files import write_text_atomically
+from vfl_core.data.chosen_columns import check_fitted_columns, feature_columns
 from vfl_core.data.columns import Table
 from vfl_core.data.csv_pieces import ColumnWatch
 from vfl_core.data.id_hashing import SplitKeysWhileReading
@@ -83,12 +84,14 @@ def load_table_party(
         raise ConfigError(
             f"the fitted preprocessing is for a {fitted.task} task, not {source.task} (--task)"
         )
+    if fitted is not None:
+        check_fitted_columns(source, fitted)
     label_column = fitted.label_column if fitted is not None else source.label_column
     splits = _read_splits(source, label_column, fitted)
     columns = (
         [c.name for c in fitted.columns]
         if fitted is not None
-        else _feature_columns(source, splits["train"])
+        else feature_columns(source, splits["train"])
     )
     label_only: dict[str, int] = {}
     if label_column is not None:  # a label party's rows without any feature: label-only, last
@@ -241,43 +244,6 @@ def _check_disjoint(train: Table, test: Table, id_column: str) -> None:
                 f"{test.source}: {test.row_name(row)}: ID {cell!r} is also a training row "
                 f"in {train.source}"
             )
-
-
-def _feature_columns(source: TableSource, table: Table) -> list[str]:
-    reserved = {source.id_column, source.label_column}
-    for option, names in (
-        ("--features", source.features or ()),
-        ("--ignore-columns", source.ignore_columns),
-        ("--categorical", source.categorical),
-    ):
-        _check_named(table, option, names, reserved)
-    if source.features is not None and source.ignore_columns:
-        raise ConfigError("give --features (the columns to keep) or --ignore-columns, not both")
-    if source.features is None:
-        left_out = reserved | set(source.ignore_columns)
-        columns = [name for name in table.names if name not in left_out]
-        if not columns:
-            raise DataError(f"{table.source}: no feature columns besides the ID and label")
-    else:
-        columns = list(dict.fromkeys(source.features))
-    unused = [name for name in source.categorical if name not in columns]
-    if unused:
-        raise ConfigError(f"--categorical: {', '.join(map(repr, unused))} left out of the features")
-    return columns
-
-
-def _check_named(table: Table, option: str, names: tuple[str, ...], reserved: set) -> None:
-    """Every column `option` names is in the file and is neither the ID nor the label."""
-    unknown = [name for name in names if name not in table.names]
-    if unknown:
-        what = "feature column" if option == "--features" else "column"
-        raise DataError(
-            f"{table.source}: no {what} {', '.join(map(repr, unknown))} ({option}; the file's "
-            f"columns: {', '.join(table.names)})"
-        )
-    for name in names:
-        if name in reserved:
-            raise ConfigError(f"{option}: {name!r} is the ID or label column")
 
 
 def _labels(
