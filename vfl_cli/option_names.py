@@ -66,6 +66,8 @@ PANELS: dict[str, str] = {
             "id-column",
             "label-column",
             "features",
+            "ignore-columns",
+            "categorical",
             "num-classes",
             "max-onehot",
             "task",

@@ -64,6 +64,22 @@ def simulate(
             show_default="all but ID and label",
         ),
     ] = None,
+    ignore_columns: Annotated[
+        list[str] | None,
+        Opt(
+            help="tables: columns a party leaves out, BLOCK:COLUMNS, e.g. 1:notes (repeat; not "
+            "with the block's --features)",
+            show_default="none",
+        ),
+    ] = None,
+    categorical: Annotated[
+        list[str] | None,
+        Opt(
+            help="tables: a party's columns that are categories whatever their cells (codes "
+            "written as numbers), BLOCK:COLUMNS, e.g. 1:zip (repeat)",
+            show_default="text columns",
+        ),
+    ] = None,
     max_onehot: tables.MaxOnehot = tables.DEFAULTS["max_onehot"],
     task: tables.TaskOption = None,
     positive_class: tables.PositiveClass = None,
@@ -197,11 +213,11 @@ def _parties(o: dict[str, Any]) -> tuple[tuple[Path, ...], tuple[TableSource, ..
     if any(is_table) and not all(is_table):
         raise ConfigError("--data: give party directories or CSV/Parquet tables, not both")
     if not paths or not all(is_table):
-        for option in ("task", "features", "positive_class"):
+        for option in ("task", "features", "ignore_columns", "categorical", "positive_class"):
             if o[option] is not None:
                 raise ConfigError(
-                    f"--{option.replace('_', '-')} applies to --data tables (party "
-                    "directories and data sets hold their own features and name their task)"
+                    f"--{option.replace('_', '-')} applies to --data tables (party directories "
+                    "and data sets hold their own features and name their task)"
                 )
         return tuple(paths), ()
     if o["id_column"] is None:
@@ -217,6 +233,10 @@ def _parties(o: dict[str, Any]) -> tuple[tuple[Path, ...], tuple[TableSource, ..
         task=tables.parse_task(o["task"]),
         features=tables.party_features(_listed(o["features"]), len(paths)),
         positive_class=o["positive_class"],
+        ignore_columns=tables.party_features(
+            _listed(o["ignore_columns"]), len(paths), "--ignore-columns"
+        ),
+        categorical=tables.party_features(_listed(o["categorical"]), len(paths), "--categorical"),
     )
     return (), tuple(sources)
 

@@ -27,6 +27,21 @@ Features = Annotated[
     str | None,
     Opt(help="table: feature columns, e.g. age,city", show_default="all but ID and label"),
 ]
+IgnoreColumns = Annotated[
+    str | None,
+    Opt(
+        help="table: columns to leave out, e.g. notes,zip (not with --features)",
+        show_default="none",
+    ),
+]
+Categorical = Annotated[
+    str | None,
+    Opt(
+        help="table: columns that are categories whatever their cells, e.g. zip,product (codes "
+        "written as numbers; each cell as written)",
+        show_default="text columns",
+    ),
+]
 TestFraction = Annotated[
     float,
     Opt(help="table without a test file: share of IDs in the test split (chosen by ID hash)"),
@@ -76,6 +91,8 @@ class TableColumns:
     id_column: IdColumn = None
     label_column: LabelColumn = None
     features: Features = None
+    ignore_columns: IgnoreColumns = None
+    categorical: Categorical = None
 
 
 @dataclass(frozen=True)
@@ -108,11 +125,15 @@ def table_source(
     if clients is None:
         raise ConfigError(f"{path}: a CSV/Parquet party needs --clients (the number of parties K)")
     features = None if columns.features is None else feature_names(columns.features)
+    if features is not None and columns.ignore_columns is not None:
+        raise ConfigError("give --features (the columns to keep) or --ignore-columns, not both")
     return TableSource(
         path=path,
         id_column=columns.id_column,
         label_column=columns.label_column,
         features=features,
+        ignore_columns=_names(columns.ignore_columns, "--ignore-columns"),
+        categorical=_names(columns.categorical, "--categorical"),
         test_path=test_path,
         test_fraction=test_fraction,
         block=block,
@@ -122,6 +143,10 @@ def table_source(
         task=parse_task(encoding.task),
         positive_class=encoding.positive_class,
     )
+
+
+def _names(value: str | list[object] | None, option: str) -> tuple[str, ...]:
+    return () if value is None else feature_names(value, option)
 
 
 def feature_names(value: str | list[object], option: str = "--features") -> tuple[str, ...]:
@@ -134,27 +159,30 @@ def feature_names(value: str | list[object], option: str = "--features") -> tupl
     return features
 
 
-def party_features(values: list[str] | None, tables: int) -> dict[int, tuple[str, ...]]:
-    """`vfl simulate --features BLOCK:COLUMNS` (repeated): block -> the feature columns of its
-    --data table (the k-th table is block k); a block not named keeps all but the ID and
-    label. The columns are given as vfl-client's --features gives them."""
+def party_features(
+    values: list[str] | None, tables: int, option: str = "--features"
+) -> dict[int, tuple[str, ...]]:
+    """`vfl simulate --features BLOCK:COLUMNS` (repeated; so --ignore-columns and
+    --categorical): block -> the columns of its --data table (the k-th table is block k); a
+    block not named keeps all but the ID and label. The columns are given as vfl-client's
+    option gives them."""
     out: dict[int, tuple[str, ...]] = {}
     for value in values or []:
         block, sep, columns = str(value).partition(":")
         if not sep or not block.strip().isdigit():
             raise ConfigError(
-                f"--features {value!r}: give BLOCK:COLUMNS, e.g. 1:age,city (block k is the "
+                f"{option} {value!r}: give BLOCK:COLUMNS, e.g. 1:age,city (block k is the "
                 "k-th --data table, from 0)"
             )
         k = int(block)
         if k >= tables:
             raise ConfigError(
-                f"--features {value!r}: block {k} out of range ({tables} --data tables: "
+                f"{option} {value!r}: block {k} out of range ({tables} --data tables: "
                 f"0..{tables - 1})"
             )
         if k in out:
-            raise ConfigError(f"--features: block {k} is given twice")
-        out[k] = feature_names(columns, f"--features {value!r}")
+            raise ConfigError(f"{option}: block {k} is given twice")
+        out[k] = feature_names(columns, f"{option} {value!r}")
     return out
 
 

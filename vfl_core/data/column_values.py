@@ -157,7 +157,7 @@ def refuse_local_dates(table: Table, name: str, values: pa.Array) -> None:
 
 def category_index(column: pa.ChunkedArray, categories: Sequence[str]) -> np.ndarray:
     """Per cell: the category's index, len(categories) if unknown, -1 if missing."""
-    text = column if is_text(column) else _as_text(column)
+    text = column if is_text(column) else as_text(column)
     found = pc.index_in(text, value_set=pa.array(list(categories), pa.string()))
     index = pc.fill_null(found, len(categories)).to_numpy(zero_copy_only=False).astype(np.int64)
     index[missing(column)] = -1
@@ -176,5 +176,6 @@ def category_index_of(table: Table, name: str, categories: Sequence[str]) -> np.
     return np.append(per_value.astype(np.int64), -1)[codes]
 
 
-def _as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+def as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A typed column's cells as text (columns.text_cells: an integer's decimal digits)."""
     return pa.chunked_array([pa.array(text_cells(column), pa.string())])

@@ -13,7 +13,8 @@ Per column, decided on the training rows:
 - dates (every non-missing cell an ISO date or time, 2024-03-01 or 2024-03-01T09:30:00+01:00,
   as spreadsheets write them, or a Parquet date or timestamp column): numeric, in days since
   1970-01-01 (UTC where a time names no zone);
-- categorical (any other text column; a Parquet text column always) with at most `max_onehot`
+- categorical (any other text column; a Parquet text column always; a column the party names
+  categorical, its cells as written, a Parquet number's as its text) with at most `max_onehot`
   distinct values: one-hot, plus an "unknown" column for categories first seen at inference;
 - categorical with more: one integer code (0 = unknown, 1.. = the sorted training categories),
   which the representation model embeds (`vfl_core.model.models.TabularRepresentation`).
@@ -27,7 +28,7 @@ then the code columns, so the model can cut the vector in two.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Literal
 
 import numpy as np
@@ -118,14 +119,22 @@ class TabularPreprocessor(_Frozen):
 
     @classmethod
     def fit(
-        cls, table: Table, max_onehot: int = DEFAULT_MAX_ONEHOT, numeric_bins: int | None = None
+        cls,
+        table: Table,
+        max_onehot: int = DEFAULT_MAX_ONEHOT,
+        numeric_bins: int | None = None,
+        categorical: Collection[str] = (),
     ) -> TabularPreprocessor:
-        """`numeric_bins` None: DEFAULT_NUMERIC_BINS."""
+        """`numeric_bins` None: DEFAULT_NUMERIC_BINS. `categorical`: columns fitted as
+        categories whatever their cells (numbers that are codes: zip codes, product IDs)."""
         if not table.names:
             raise DataError(f"{table.source}: no feature columns to train on")
         bins = DEFAULT_NUMERIC_BINS if numeric_bins is None else numeric_bins
         return cls(
-            columns=tuple(_fit_column(table, name, max_onehot, bins) for name in table.names)
+            columns=tuple(
+                _fit_column(table, name, max_onehot, bins, name in categorical)
+                for name in table.names
+            )
         )
 
     def transform(self, table: Table) -> np.ndarray:
@@ -263,16 +272,23 @@ def _cut(values: np.ndarray, parts: list[np.ndarray]) -> Iterator[np.ndarray]:
         start += part.shape[1]
 
 
-def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSpec:
+def _fit_column(
+    table: Table, name: str, max_onehot: int, bins: int, categorical: bool = False
+) -> ColumnSpec:
     kind = table.data.column(name)  # for its type: this table's rows are not copied
     missing = table.null_count(name)
     if missing == len(table):
         raise DataError(
             f"{table.source}: column {name!r} has no values in the training rows: nothing to "
-            "learn from it; leave it out (vfl-client --features names the columns to train on; "
-            "vfl simulate --features BLOCK:COLUMNS a table's)"
+            f"learn from it; leave it out (vfl-client --ignore-columns {name}, or --features "
+            f"naming the columns to train on; vfl simulate --ignore-columns BLOCK:{name}, or "
+            "vfl simulate --features BLOCK:COLUMNS)"
         )
     indicator = missing > 0
+    if categorical:  # its cells as written (a Parquet number's text), never numbers or dates
+        if not cv.is_text(kind):
+            table = table.select([name]).with_column(name, cv.as_text(table.column(name)))
+        return _text_column(table, name, indicator, max_onehot, bins, as_written=True)
     if cv.is_number(kind) or (table.guess and cv.is_text(kind)):
         numbers = table.floats(name)
         if numbers is not None:
@@ -296,13 +312,14 @@ def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSp
 
 
 def _text_column(
-    table: Table, name: str, indicator: bool, max_onehot: int, bins: int
+    table: Table, name: str, indicator: bool, max_onehot: int, bins: int, as_written: bool = False
 ) -> ColumnSpec:
-    """A text column that is not numbers: ISO dates (a CSV file's), else categories. Decided on
-    its distinct cells (Table.value_counts), not a copy of its training rows."""
+    """A text column that is not numbers: ISO dates (a CSV file's), else categories (always,
+    `as_written`). Decided on its distinct cells (Table.value_counts), not a copy of its
+    training rows."""
     values, counts = table.value_counts(name)
     cells = values.to_pylist()
-    if table.guess:
+    if table.guess and not as_written:
         days = cv.days(table.column(name)) if cv.may_be_days(cells) else None
         if days is not None:
             return _numeric(name, indicator, days[~np.isnan(days)], bins, dates=True)

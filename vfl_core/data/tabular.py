@@ -23,6 +23,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_core.atomic_files import write_text_atomically
+from vfl_core.data.chosen_columns import check_fitted_columns, feature_columns
 from vfl_core.data.columns import Table
 from vfl_core.data.csv_pieces import ColumnWatch
 from vfl_core.data.id_hashing import SplitKeysWhileReading
@@ -54,6 +55,8 @@ class TableSource(BaseModel):
     id_column: str
     label_column: str | None = None  # None: a feature-only party
     features: tuple[str, ...] | None = None  # None: every column but the ID and label
+    ignore_columns: tuple[str, ...] = ()  # left out of the features (not with `features`)
+    categorical: tuple[str, ...] = ()  # categories whatever their cells (codes written as numbers)
     test_path: Path | None = None  # None: split `path` by ID hash with test_fraction
     test_fraction: float = Field(DEFAULT_TEST_FRACTION, ge=0, lt=1)
     block: int = Field(ge=0)
@@ -84,12 +87,14 @@ def load_table_party(
         raise ConfigError(
             f"the fitted preprocessing is for a {fitted.task} task, not {source.task} (--task)"
         )
+    if fitted is not None:
+        check_fitted_columns(source, fitted)
     label_column = fitted.label_column if fitted is not None else source.label_column
     splits = _read_splits(source, label_column, fitted)
     columns = (
         [c.name for c in fitted.columns]
         if fitted is not None
-        else _feature_columns(source, splits["train"])
+        else feature_columns(source, splits["train"])
     )
     label_only: dict[str, int] = {}
     if label_column is not None:  # a label party's rows without any feature: label-only, last
@@ -98,7 +103,9 @@ def load_table_party(
         train = splits["train"]
         # a temporary: the numbers it parses for the fit are freed before the transform
         fitted = TabularPreprocessor.fit(
-            train.head(len(train) - label_only.get("train", 0)).select(columns), source.max_onehot
+            train.head(len(train) - label_only.get("train", 0)).select(columns),
+            source.max_onehot,
+            categorical=source.categorical,
         )
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
     features = _transform(fitted, splits, label_only)
@@ -183,10 +190,11 @@ def _holds_numbers(
     reserved = {source.id_column, label_column}
     if fitted is not None:
         names = {c.name for c in fitted.columns if c.kind == "numeric" and not c.dates}
-    elif source.features is not None:
-        names = set(source.features)
     else:
-        return lambda name: name not in reserved
+        reserved |= {*source.categorical, *source.ignore_columns}  # categorical: text as written
+        if source.features is None:
+            return lambda name: name not in reserved
+        names = set(source.features)
     return lambda name: name in names and name not in reserved
 
 
@@ -240,21 +248,6 @@ def _check_disjoint(train: Table, test: Table, id_column: str) -> None:
                 f"{test.source}: {test.row_name(row)}: ID {cell!r} is also a training row "
                 f"in {train.source}"
             )
-
-
-def _feature_columns(source: TableSource, table: Table) -> list[str]:
-    reserved = {source.id_column, source.label_column}
-    if source.features is None:
-        columns = [name for name in table.names if name not in reserved]
-        if not columns:
-            raise DataError(f"{table.source}: no feature columns besides the ID and label")
-        return columns
-    for name in source.features:
-        if name not in table.names:
-            raise DataError(f"{table.source}: no feature column {name!r}")
-        if name in reserved:
-            raise ConfigError(f"--features: {name!r} is the ID or label column")
-    return list(dict.fromkeys(source.features))
 
 
 def _labels(
@@ -371,10 +364,13 @@ def federation_sources(
     task: Task = CLASSIFICATION,
     features: dict[int, tuple[str, ...]] | None = None,
     positive_class: str | None = None,
+    ignore_columns: dict[int, tuple[str, ...]] | None = None,
+    categorical: dict[int, tuple[str, ...]] | None = None,
 ) -> tuple[TableSource, ...]:
     """One TableSource per file, block k for the k-th. Label parties: `label_blocks`, or (None)
     the files that have `label_column`. `features`: block -> its feature columns (a block not
-    in it: every column but the ID and label)."""
+    in it: every column but the ID and label); `ignore_columns`, `categorical`: block -> its
+    TableSource's."""
     if not paths:
         raise ConfigError("no table files given")
     if test_paths and len(test_paths) != len(paths):
@@ -401,6 +397,8 @@ def federation_sources(
             max_onehot=max_onehot,
             features=(features or {}).get(k),
             positive_class=positive_class if k in label_blocks else None,
+            ignore_columns=(ignore_columns or {}).get(k, ()),
+            categorical=(categorical or {}).get(k, ()),
         )
         for k, path in enumerate(paths)
     )
