@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vfl_core.data.tabular import TableSource
+
 # Distinctive strings, so that a search of the wire traffic for them cannot match by chance.
 REGIONS = ("Northshire", "Southmoor", "Eastwold", "Westmarch", "Centrebury")
 CHANNELS = ("web-shop", "in-store", "mobile-app")
@@ -21,6 +23,9 @@ COLUMNS = {
 }
 LABEL_COLUMN = "defaulted"
 LABELS = ("no", "yes")
+# The bank / retail / telecom tables as a federation's blocks (tests over real processes)
+BLOCKS = {"bank": 0, "retail": 1, "telecom": 2}
+ID_COLUMN = "customer_id"
 HOUSE_ID = "house_id"  # the regression tables
 PRICE = "price"
 
@@ -110,6 +115,26 @@ def write_linear_tables(
             held = np.flatnonzero(rng.random(n) < share)
             writer.writerows(rows[k] for k in rng.permutation(held))  # rows in any order
     return paths
+
+
+def bank_sources(paths: dict[str, Path]) -> tuple[TableSource, ...]:
+    """The in-process federation's sources for write_tables' files: labels at the bank."""
+    return tuple(
+        TableSource(
+            path=paths[name],
+            id_column=ID_COLUMN,
+            label_column=LABEL_COLUMN if name == "bank" else None,
+            block=block,
+            num_blocks=len(BLOCKS),
+        )
+        for name, block in BLOCKS.items()
+    )
+
+
+def bank_client_args(path: Path) -> list[str]:
+    """A vfl-client's table options for one of write_tables' files."""
+    args = ["--id-column", ID_COLUMN, "--block", str(BLOCKS[path.stem]), "--clients", "3"]
+    return args + (["--label-column", LABEL_COLUMN] if path.stem == "bank" else [])
 
 
 def _pick(rng: np.random.Generator, values: tuple[str, ...]) -> str:

@@ -9,41 +9,25 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from harness import SECRET, Cluster
-from tabular_tables import LABEL_COLUMN, write_tables
+from tabular_tables import (
+    BLOCKS,
+    bank_client_args,
+    bank_sources,
+    write_tables,
+)
 
 from vfl_core.config import TrainConfig
-from vfl_core.data.tabular import TableSource, load_table_federation
+from vfl_core.data.tabular import load_table_federation
 from vfl_core.methods.spec import CONCAT
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
 
 RUN_TIMEOUT_S = 240.0
-BLOCKS = {"bank": 0, "retail": 1, "telecom": 2}
-ID_COLUMN = "customer_id"
 EPOCHS = 6  # the ceiling; the default patience may stop before it
-
-
-def _sources(paths: dict[str, Path]) -> tuple[TableSource, ...]:
-    return tuple(
-        TableSource(
-            path=paths[name],
-            id_column=ID_COLUMN,
-            label_column=LABEL_COLUMN if name == "bank" else None,
-            block=block,
-            num_blocks=3,
-        )
-        for name, block in BLOCKS.items()
-    )
-
-
-def _client_args(path: Path) -> list[str]:
-    args = ["--id-column", ID_COLUMN, "--block", str(BLOCKS[path.stem]), "--clients", "3"]
-    return args + (["--label-column", LABEL_COLUMN] if path.stem == "bank" else [])
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +40,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             epochs=EPOCHS,
             serve=True,
             extra=["--concat-head"],
-            client_extra=_client_args,
+            client_extra=bank_client_args,
         )
         cluster.wait_serving(coord, RUN_TIMEOUT_S)
         results = coord.results()
@@ -80,7 +64,7 @@ def test_given_concat_head_when_trained_over_grpc_then_the_choice_and_test_are_i
         tuple(c["observed"]): [s.get("head", "") for s in c["scores"]] for c in choice["candidates"]
     }
     assert heads and all(h.count(CONCAT) == 1 for p, h in heads.items() if 0 in p)
-    data = load_table_federation(_sources(run["paths"]))
+    data = load_table_federation(bank_sources(run["paths"]))
     parties = {
         d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
     }

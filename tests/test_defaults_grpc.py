@@ -14,38 +14,23 @@ from pathlib import Path
 
 import pytest
 from harness import SECRET, Cluster
-from tabular_tables import LABEL_COLUMN, write_tables
+from tabular_tables import (
+    BLOCKS,
+    bank_client_args,
+    bank_sources,
+    write_tables,
+)
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
 from vfl_core.config import AUTO_PATIENCE, TrainConfig
-from vfl_core.data.tabular import TableSource, load_table_federation
+from vfl_core.data.tabular import load_table_federation
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
 
 RUN_TIMEOUT_S = 240.0
-BLOCKS = {"bank": 0, "retail": 1, "telecom": 2}
-ID_COLUMN = "customer_id"
 EPOCHS = 6  # the ceiling; the default patience may stop before it
-
-
-def _sources(paths: dict[str, Path]) -> tuple[TableSource, ...]:
-    return tuple(
-        TableSource(
-            path=paths[name],
-            id_column=ID_COLUMN,
-            label_column=LABEL_COLUMN if name == "bank" else None,
-            block=block,
-            num_blocks=3,
-        )
-        for name, block in BLOCKS.items()
-    )
-
-
-def _client_args(path: Path) -> list[str]:
-    args = ["--id-column", ID_COLUMN, "--block", str(BLOCKS[path.stem]), "--clients", "3"]
-    return args + (["--label-column", LABEL_COLUMN] if path.stem == "bank" else [])
 
 
 def _predict(address: str, ids: list[str], out: Path) -> dict[str, dict[str, str]]:
@@ -60,14 +45,14 @@ def _predict(address: str, ids: list[str], out: Path) -> dict[str, dict[str, str
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     root = tmp_path_factory.mktemp("defaults")
     paths = write_tables(root / "tables", n=2000, share=0.85)
-    data = load_table_federation(_sources(paths))
+    data = load_table_federation(bank_sources(paths))
     test_ids = sorted(data[0].splits["test"].ids.tolist())[:40]  # the bank's test customers
     with Cluster(root / "cluster") as cluster:
         coord, clients = cluster.federation(
             [paths[name] for name in BLOCKS],
             epochs=EPOCHS,
             serve=True,
-            client_extra=_client_args,
+            client_extra=bank_client_args,
         )
         cluster.wait_serving(coord, RUN_TIMEOUT_S)
         predicted = _predict(coord.address, test_ids, root / "predictions.csv")
@@ -89,7 +74,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 def in_process(run: dict) -> Federation:
     """The same federation in one process, with the coordinator's TrainConfig."""
     train = run["train"]
-    data = load_table_federation(_sources(run["paths"]))
+    data = load_table_federation(bank_sources(run["paths"]))
     parties = {
         d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
     }
