@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from recording import RecordingTransport
 from tabular_tables import LABEL_COLUMN, write_tables
 
 from vfl_core.config import TrainConfig
@@ -22,7 +23,7 @@ from vfl_core.inference import choice
 from vfl_core.inference.choice import Candidate, best_candidate
 from vfl_core.methods.registry import method_spec
 from vfl_core.methods.spec import CONCAT, CONCAT_HEAD
-from vfl_core.protocol import EmbedCall, PredictCall, ScoreCall, ScoreResult
+from vfl_core.protocol import PredictCall
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
@@ -53,28 +54,6 @@ def small_splits(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let the small test tables' validation split choose (its patterns hold a few dozen)."""
     monkeypatch.setattr(choice, "MIN_CHOICE_SAMPLES", 5)
     monkeypatch.setattr(choice, "MIN_CLASS_SAMPLES", 2)
-
-
-class RecordingTransport(InProcessTransport):
-    """The in-process transport, keeping every Embed, Score and Predict call."""
-
-    def __init__(self, parties: dict[int, Party]) -> None:
-        super().__init__(parties)
-        self.embeds: list[tuple[int, EmbedCall]] = []
-        self.scores: list[tuple[int, ScoreCall]] = []
-        self.predicts: list[tuple[int, PredictCall]] = []
-
-    def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
-        self.embeds += list(calls.items())
-        return super().embed(calls)
-
-    def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
-        self.scores.append((block, call))
-        return super().score(block, call)
-
-    def predict(self, calls: dict[int, PredictCall]) -> dict[int, np.ndarray]:
-        self.predicts += list(calls.items())
-        return super().predict(calls)
 
 
 def _parties(tables: list[TableSource], train: TrainConfig) -> dict[int, Party]:

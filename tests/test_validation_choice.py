@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from recording import RecordingTransport
 from tabular_tables import LABEL_COLUMN, write_linear_tables, write_tables
 
 from vfl_core.config import AUTO_PATIENCE, TrainConfig
@@ -24,7 +25,6 @@ from vfl_core.inference.choice import Candidate, best_candidate
 from vfl_core.inference.metrics import brier_error_from_histogram, brier_from_histogram
 from vfl_core.inference.scoring import AUC_BINS, auc_histogram
 from vfl_core.methods.combination import combine, decide
-from vfl_core.protocol import EmbedCall, ScoreCall, ScoreResult
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
@@ -53,23 +53,6 @@ def small_splits(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let the small test tables' validation split choose (its patterns hold a few dozen)."""
     monkeypatch.setattr(choice, "MIN_CHOICE_SAMPLES", 5)
     monkeypatch.setattr(choice, "MIN_CLASS_SAMPLES", 2)
-
-
-class RecordingTransport(InProcessTransport):
-    """The in-process transport, keeping every Embed and Score call."""
-
-    def __init__(self, parties: dict[int, Party]) -> None:
-        super().__init__(parties)
-        self.embeds: list[tuple[int, EmbedCall]] = []
-        self.scores: list[tuple[int, ScoreCall]] = []
-
-    def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
-        self.embeds += list(calls.items())
-        return super().embed(calls)
-
-    def score(self, block: int, call: ScoreCall) -> ScoreResult | None:
-        self.scores.append((block, call))
-        return super().score(block, call)
 
 
 def _trained(data: list[PartyData], train: TrainConfig) -> tuple[Federation, RecordingTransport]:
