@@ -153,7 +153,7 @@ def _interaction(seed: int, quick: bool) -> Table:
 
 
 def _high_cardinality(seed: int, quick: bool) -> Table:
-    """A churn-like table: two categorical columns with 60 and 25 values (past --max-onehot, so
+    """A churn table: two categorical columns with 60 and 25 values (past --max-onehot, so
     the parties embed them), skewed numbers, 10% empty spend cells; the label a logistic model of
     the categories' effects (fixed across seeds) and the numbers."""
     n = 1000 if quick else 4000
@@ -172,7 +172,7 @@ def _high_cardinality(seed: int, quick: bool) -> Table:
         "calls": rng.poisson(5, n).astype(np.float64),
         "age": rng.integers(18, 80, n).astype(np.float64),
     }
-    label = np.where(z > 0, "churn", "stay")
+    label = np.where(z > 0, "yes", "no")  # churned: the positive class (sorts last)
     return Table("gen_highcard", CLASSIFICATION, columns, label, ("city", "plan"))
 
 
