@@ -285,8 +285,8 @@ def _fit_column(table: Table, name: str, max_onehot: int, bins: int) -> ColumnSp
     if cv.is_number(kind) or (table.guess and cv.is_text(kind)):
         numbers = table.floats(name)
         if numbers is not None:
-            if not np.isfinite(numbers).all():  # gaps (NaN) left out; inf refused below
-                numbers = numbers[~np.isnan(numbers)]
+            gaps = np.isnan(numbers)
+            numbers = numbers[~gaps] if gaps.any() else numbers
             if np.isfinite(numbers).all():
                 spread = _refuse_overflow(table.source, name, numbers)
                 return _numeric(name, indicator, numbers, bins, spread)
@@ -356,8 +356,7 @@ def _numeric(
         mean=mean,
         std=std,
         dates=dates,
-        # the standardised values worked out only where there are bins to place
-        edges=quantile_edges((values - mean) / std, bins) if bins > 0 else (),
+        edges=quantile_edges((values - mean) / std, bins),
     )
 
 
