@@ -202,9 +202,10 @@ def _write_column(
 ) -> None:
     """Column `spec` of `table` into its rows' transposed blocks `parts` ((width, rows) each,
     zeros until written, in row order), every row of them set: its dense values from row
-    `rows[0]` on, its code (an embedding column) in row `rows[1]`. The column's values are
-    worked out for the whole table at once (one pass of numpy, Arrow, over it), then cut into
-    blocks. `shared`: what _write_numbers keeps for the other tables of the same file."""
+    `rows[0]` on, its code (an embedding column) in row `rows[1]`. A categorical column's
+    categories are looked up once per distinct cell, then written block by block from its codes;
+    a numeric column's values block by block (_write_numbers). `shared`: what _write_numbers
+    keeps for the other tables of the same file."""
     at, code_at = rows
     if spec.indicator:
         _spread(table.missing(spec.name), parts, at)
