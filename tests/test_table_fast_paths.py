@@ -198,7 +198,8 @@ def test_given_parquet_dictionary_and_timestamp_columns_when_split_then_as_plain
 
 
 def test_given_ids_in_pieces_when_copied_to_numpy_then_as_python_would_write_them() -> None:
-    for cells in (["a", "bcd", "x y ", ""], ["é€", "a"], [], ["12345", "7", "000012"]):
+    one_length = ["c01", "c02", "x y", "999"]  # copied as rows of the bytes
+    for cells in (["a", "bcd", "x y ", ""], ["é€", "a"], [], ["12345", "7", "000012"], one_length):
         column = pa.chunked_array(
             [pa.array(cells[:2], pa.string()), pa.array(cells[2:], pa.string())]
         )
@@ -206,6 +207,8 @@ def test_given_ids_in_pieces_when_copied_to_numpy_then_as_python_would_write_the
         assert got.dtype == want.dtype and got.tolist() == want.tolist()
     sliced = pa.chunked_array([pa.array(["zz", "abc", "de"]).slice(1)])
     assert id_array(sliced).tolist() == ["abc", "de"]
+    sliced = pa.chunked_array([pa.array(["zz", "ab", "cd"]).slice(1)])
+    assert id_array(sliced).tolist() == ["ab", "cd"]
 
 
 def test_given_marks_and_spaces_when_read_then_as_the_full_pass_of_every_cell(

@@ -164,16 +164,21 @@ def category_index(column: pa.ChunkedArray, categories: Sequence[str]) -> np.nda
     return index
 
 
-def category_index_of(table: Table, name: str, categories: Sequence[str]) -> np.ndarray:
-    """`category_index` of column `name` of `table`, through its dictionary codes where it is
-    text: the categories are looked up once per distinct cell, not once per cell."""
+def category_lookup(
+    table: Table, name: str, categories: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Column `name` of `table` as (codes, index): (n,) a code per cell and, per code, the
+    category's index (len(categories) if unknown, -1 if missing), so that index[codes] is the
+    column's `category_index`. A text column's codes are its dictionary codes: the categories
+    are looked up once per distinct cell, not once per cell."""
     if not is_text(table.data.column(name)):
-        return category_index(table.column(name), categories)
+        index = category_index(table.column(name), categories)
+        return index, np.append(np.arange(len(categories) + 1), -1)  # each its own; -1 last
     codes, values = table.codes(name)
     found = pc.index_in(values, value_set=pa.array(list(categories), pa.string()))
     per_value = pc.fill_null(found, len(categories)).to_numpy(zero_copy_only=False)
     # code -1 (missing) picks the -1 appended at the end
-    return np.append(per_value.astype(np.int64), -1)[codes]
+    return codes, np.append(per_value.astype(np.int64), -1)
 
 
 def as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:

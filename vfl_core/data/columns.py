@@ -139,8 +139,9 @@ class Table:
         if values is not None:
             return values[self._take]
         # these rows may be numbers where others are not; their first cells tell most text
-        # columns apart without a copy of all their cells
-        if floats(self.data.column(name).take(self._take[:_FIRST_CELLS])) is None:
+        # columns apart without a copy of all their cells (nor of a chunked column's, which
+        # Arrow joins into one to take from: from the first chunk where it holds them)
+        if floats(_first_cells(self.data.column(name), self._take[:_FIRST_CELLS])) is None:
             return None
         return floats(self.column(name))
 
@@ -284,6 +285,13 @@ def _text(value: object) -> Cell:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def _first_cells(column: pa.ChunkedArray, rows: np.ndarray) -> pa.Array | pa.ChunkedArray:
+    """The cells of `column` in `rows` (a few)."""
+    if column.num_chunks and len(rows) and int(rows.max()) < len(column.chunk(0)):
+        return column.chunk(0).take(rows)
+    return column.take(rows)
 
 
 def numbers_array(values: np.ndarray | None) -> pa.Array | None:

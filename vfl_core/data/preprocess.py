@@ -163,7 +163,7 @@ class TabularPreprocessor(_Frozen):
         ]
         at, code_at = 0, self.dense_width
         for spec in self.columns:
-            shared: dict[int, np.ndarray | None] = {}  # see _write_numbers
+            shared: dict[int, tuple[bool, bool]] = {}  # see _write_numbers
             for table, parts in zip(tables, blocks, strict=True):
                 if parts:  # a table without rows has nothing to write (or to refuse)
                     _write_column(table, spec, parts, (at, code_at), shared)
@@ -207,13 +207,14 @@ def _write_column(
     spec: ColumnSpec,
     parts: list[np.ndarray],
     rows: tuple[int, int],
-    shared: dict[int, np.ndarray | None],
+    shared: dict[int, tuple[bool, bool]],
 ) -> None:
     """Column `spec` of `table` into its rows' transposed blocks `parts` ((width, rows) each,
     zeros until written, in row order), every row of them set: its dense values from row
-    `rows[0]` on, its code (an embedding column) in row `rows[1]`. The column's values are
-    worked out for the whole table at once (one pass of numpy, Arrow, over it), then cut into
-    blocks. `shared`: what _write_numbers keeps for the other tables of the same file."""
+    `rows[0]` on, its code (an embedding column) in row `rows[1]`. A categorical column's
+    categories are looked up once per distinct cell, then written block by block from its codes;
+    a numeric column's values block by block (_write_numbers). `shared`: what _write_numbers
+    keeps for the other tables of the same file."""
     at, code_at = rows
     if spec.indicator:
         _spread(table.missing(spec.name), parts, at)
@@ -223,14 +224,16 @@ def _write_column(
         for part in parts if spec.edges else ():
             part[at + 1 : at + len(spec.edges)] = piecewise_linear(part[at], spec.edges)
         return
-    # -1 missing, len(categories) unknown
-    index = cv.category_index_of(table, spec.name, spec.categories)
-    if spec.kind == "embedding":
-        _spread(np.where(index == len(spec.categories), -1, index) + 1, parts, code_at)
+    # per code: the category's index, -1 missing, len(categories) unknown
+    codes, index = cv.category_lookup(table, spec.name, spec.categories)
+    if spec.kind == "embedding":  # per code the code written: 0 unknown or missing, 1.. known
+        written = (np.where(index == len(spec.categories), -1, index) + 1).astype(np.float32)
+        for part, some in zip(parts, _cut(codes, parts), strict=True):
+            np.take(written, some, out=part[code_at], mode="wrap")  # -1 wraps to the last
         return
-    for part, some in zip(parts, _cut(index, parts), strict=True):
-        for value in range(len(spec.categories) + 1):  # a row each: no scattered writes
-            part[at + value] = some == value  # a missing cell (-1): no value
+    values = np.arange(len(spec.categories) + 1)[:, None]  # a row each: no scattered writes
+    for part, some in zip(parts, _cut(codes, parts), strict=True):
+        np.equal(values, index[some], out=part[at : at + len(values)])  # missing (-1): none
 
 
 def _write_numbers(
@@ -238,24 +241,31 @@ def _write_numbers(
     spec: ColumnSpec,
     parts: list[np.ndarray],
     at: int,
-    shared: dict[int, np.ndarray | None],
+    shared: dict[int, tuple[bool, bool]],
 ) -> None:
-    """Numeric column `spec` of `table` standardised into row `at` of its blocks. Where the
-    table's rows are picked from a file's column of finite numbers (a split's, most), the
-    file's column is standardised once for every table picking from it (kept in `shared`, by
-    the identity of its values: the same float32 values) and each block takes its rows of it;
-    else the table's own values are standardised."""
+    """Numeric column `spec` of `table` standardised into row `at` of its blocks, a block at a
+    time (its values picked, standardised and written as float32 while they are in the cache:
+    one pass over the column, not one per step). Where the table's rows are picked from a
+    file's column of finite numbers (a split's, most), each block takes its rows of the file's
+    values (whether they are finite, and have gaps, kept in `shared` by the identity of the
+    values for every table picking from them); else the table's own values, checked, are
+    standardised."""
     whole, rows = (None, None) if spec.dates else table.file_floats(spec.name)
     if whole is not None and rows is not None:
-        if id(whole) not in shared:
-            finite = not np.isinf(whole).any()  # NaN is missing, not infinite
-            shared[id(whole)] = _standardise(whole, spec).astype(np.float32) if finite else None
-        standard = shared[id(whole)]
-        if standard is not None:
+        if id(whole) not in shared:  # (no inf, no NaN); NaN is missing, not infinite
+            numbers = bool(np.isfinite(whole).all())
+            shared[id(whole)] = (True, False) if numbers else (not np.isinf(whole).any(), True)
+        finite, gaps = shared[id(whole)]
+        if finite:
+            scratch = np.empty(TRANSFORM_ROWS)
             for part, some in zip(parts, _cut(rows, parts), strict=True):
-                np.take(standard, some, out=part[at])
+                # "clip": the rows are in range, and the output not buffered as for "raise"
+                picked = np.take(whole, some, out=scratch[: len(some)], mode="clip")
+                _standardise_into(picked, spec, part[at], gaps)
             return
-    _spread(_standardised(table, spec), parts, at)
+    values = _checked_numbers(table, spec)
+    for part, some in zip(parts, _cut(values, parts), strict=True):
+        _standardise_into(some.copy(), spec, part[at], gaps=True)
 
 
 def _spread(values: np.ndarray, parts: list[np.ndarray], row: int) -> None:
@@ -405,21 +415,24 @@ def _warn_if_identifier(source: str, name: str, distinct: int, present: int) -> 
         )
 
 
-def _standardised(table: Table, spec: ColumnSpec) -> np.ndarray:
-    """(n,) the column's values standardised; missing cells 0 (the mean)."""
+def _checked_numbers(table: Table, spec: ColumnSpec) -> np.ndarray:
+    """(n,) the column's values as float64, NaN where missing; a cell that is not a number (not
+    an ISO date) or is infinite raised."""
     values = cv.days(table.column(spec.name)) if spec.dates else table.floats(spec.name)
     if values is None or np.isinf(values).any():  # NaN is missing, not infinite
         _raise_not_numeric(table, spec, table.column(spec.name))
     assert values is not None
-    return _standardise(values, spec)
+    return values
 
 
-def _standardise(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
-    """(n,) float64 values standardised with the column's training statistics; NaN (missing)
-    as 0, the mean."""
-    out = (values - spec.mean) / spec.std
-    out[np.isnan(values)] = 0.0
-    return out
+def _standardise_into(values: np.ndarray, spec: ColumnSpec, out: np.ndarray, gaps: bool) -> None:
+    """float64 `values` (overwritten) standardised with the column's training statistics into
+    `out` (float32: each value rounded once, as a float64 result cast); NaN (missing) as 0, the
+    mean, looked for only where there may be `gaps`."""
+    np.subtract(values, spec.mean, out=values)
+    np.divide(values, spec.std, out=out)
+    if gaps:
+        np.copyto(out, 0.0, where=np.isnan(out))
 
 
 def _raise_not_numeric(table: Table, spec: ColumnSpec, column: pa.ChunkedArray) -> None:

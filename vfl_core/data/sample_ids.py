@@ -124,6 +124,9 @@ def id_array(column: pa.ChunkedArray) -> np.ndarray:
     width = max(int(lengths.max()), 1)
     # numpy text is UCS-4: an ASCII byte is its own code point, one uint32 each (a cast of
     # bytes to text, `S` to `U`, decodes each ID in turn: four times slower)
-    padded = np.zeros((len(text), width), dtype=np.uint32)
-    padded[np.arange(width) < lengths[:, None]] = data  # row by row, each ID then NULs
+    if (lengths == width).all():  # IDs of one length (most): each its row of the bytes
+        padded = data.reshape(len(text), width).astype(np.uint32)
+    else:
+        padded = np.zeros((len(text), width), dtype=np.uint32)
+        padded[np.arange(width) < lengths[:, None]] = data  # row by row, each ID then NULs
     return padded.view(f"U{width}").ravel()

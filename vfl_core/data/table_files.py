@@ -125,20 +125,23 @@ def _encoding(path: Path) -> str:
 
 
 def _read_csv_as(
-    path: Path, encoding: str, hold_numbers: Callable[[str], bool], watch: ColumnWatch | None
+    path: Path,
+    encoding: str,
+    hold_numbers: Callable[[str], bool],
+    watch: ColumnWatch | None,
+    typed_ok: bool = True,
 ) -> Table:
+    """`typed_ok` False: every column read as text (one read as numbers held "inf")."""
     lines = _first_lines(path, encoding)
     separator = _separator(lines)
     header = next(csv.reader(lines, delimiter=separator), None)
     if header is None:
         raise DataError(f"{path}: empty file (no header line)")
     names = [n.strip() for n in header]
-    typed = _number_columns(lines, separator, names, hold_numbers)
+    typed = _number_columns(lines, separator, names, hold_numbers) if typed_ok else set()
     layout = CsvLayout(path, encoding, separator, len(header))
     watched = (names.index(watch.column), watch) if watch and watch.column in names else None
     data = _rows(layout, typed, watched)
-    if typed and not _numbers_as_read(data, typed):
-        data = _rows(layout, set(), watched)
     if data.num_rows == 0:
         raise DataError(f"{path}: no data rows after the header")
     named = _named_columns(path, names, data)
@@ -152,6 +155,12 @@ def _read_csv_as(
     for i, name in named:
         column, raw[i] = raw[i], None
         numbers[name] = floats(column)
+        if i in typed and _infinite(column, numbers[name]):
+            # "inf" is text to the fit, which names it as a stray cell: the file read again
+            # with every column as text (looked for here, in the values at hand, not in a
+            # pass of Arrow's over each number column before)
+            del raw, columns, numbers, codes, column  # freed before the read
+            return _read_csv_as(path, encoding, hold_numbers, watch, typed_ok=False)
         if numbers[name] is None:  # most number columns need no cleaning
             column, numbers[name], found = _text_column(column, separator, hold_numbers(name))
             if found is not None:
@@ -228,14 +237,10 @@ def _number_columns(
     return out
 
 
-def _numbers_as_read(data: pa.Table, typed: set[int]) -> bool:
-    """Whether the columns read as numbers are finite numbers: "inf" is text to the fit,
-    which names it as a stray cell."""
-    return not any(
-        # text where the reader fell back to text (a cell was not a number)
-        pa.types.is_floating(data.column(i).type) and pc.any(pc.is_inf(data.column(i))).as_py()
-        for i in typed
-    )
+def _infinite(column: pa.ChunkedArray, values: np.ndarray | None) -> bool:
+    """Whether a column read as numbers (not text: the reader falls back to text where a cell
+    is not a number) holds an infinite one."""
+    return pa.types.is_floating(column.type) and values is not None and bool(np.isinf(values).any())
 
 
 def _rows(layout: CsvLayout, numbers: set[int], watch: tuple[int, ColumnWatch] | None) -> pa.Table:
