@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from recording import RecordingTransport
-from tabular_tables import LABEL_COLUMN, write_tables
+from tabular_tables import bank_sources, write_tables
 
 from vfl_core.config import TrainConfig
 from vfl_core.data.tabular import TableSource, load_table_federation
@@ -30,23 +30,13 @@ from vfl_core.training.party import Party
 from vfl_wire import convert_party
 from vfl_wire.convert import header
 
-BLOCKS = {"bank": 0, "retail": 1, "telecom": 2}
 FAST = {"epochs": 4, "lr": 5e-3, "seed": 0, "concat_head": True}
 
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory) -> list[TableSource]:
     paths = write_tables(tmp_path_factory.mktemp("tables"), n=1500, share=0.85)
-    return [
-        TableSource(
-            path=paths[name],
-            id_column="customer_id",
-            label_column=LABEL_COLUMN if name == "bank" else None,
-            block=block,
-            num_blocks=3,
-        )
-        for name, block in BLOCKS.items()
-    ]
+    return list(bank_sources(paths))
 
 
 @pytest.fixture(autouse=True)

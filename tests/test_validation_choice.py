@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from recording import RecordingTransport
-from tabular_tables import LABEL_COLUMN, write_linear_tables, write_tables
+from tabular_tables import bank_sources, write_linear_tables, write_tables
 
 from vfl_core.config import AUTO_PATIENCE, TrainConfig
 from vfl_core.data.party_dir import PartyData, load_party_dir
@@ -29,23 +29,13 @@ from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
 
-BLOCKS = {"bank": 0, "retail": 1, "telecom": 2}
 FAST = {"epochs": 4, "lr": 5e-3, "seed": 0}
 
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory) -> list[TableSource]:
     paths = write_tables(tmp_path_factory.mktemp("tables"), n=1500, share=0.85)
-    return [
-        TableSource(
-            path=paths[name],
-            id_column="customer_id",
-            label_column=LABEL_COLUMN if name == "bank" else None,
-            block=block,
-            num_blocks=3,
-        )
-        for name, block in BLOCKS.items()
-    ]
+    return list(bank_sources(paths))
 
 
 @pytest.fixture
