@@ -40,6 +40,7 @@ import torch
 
 from vfl_client.servicer import PartyServicer
 from vfl_core.errors import ConfigError, DataError
+from vfl_core.model.eager_optim import EagerAdam
 from vfl_core.persistence.checkpoint_store import RoundCheckpoints
 from vfl_core.protocol import PartyInfo, Registration
 from vfl_core.training.party import Party
@@ -267,7 +268,11 @@ class PartyHost:
 
 
 def warm_up() -> None:
-    """Pay torch's lazy imports (the first optimiser imports torch._dynamo: seconds on a loaded
-    machine) before the client listens and registers, so that a restarted client that has
-    registered builds its party and rejoins at once."""
-    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    """Pay torch's lazy first-use costs of an optimiser before the client listens and
+    registers, so that a restarted client that has registered builds its party and rejoins at
+    once (torch's own optimisers imported torch._dynamo there: seconds on a loaded machine;
+    vfl_core.model.eager_optim's do not)."""
+    weight = torch.zeros(1, requires_grad=True)
+    optimiser = EagerAdam([weight])
+    weight.sum().backward()
+    optimiser.step()

@@ -13,6 +13,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from vfl_core.model.eager_optim import EagerAdam, EagerSGD
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.models import build_head, build_representation
 from vfl_core.model.slots import CONCAT_HEAD, SHARED, Subset
@@ -152,11 +153,13 @@ class ModelBank:
 
 
 def make_optimizer(module: nn.Module, config: OptimizerSettings) -> torch.optim.Optimizer:
+    """torch's SGD or Adam, as `EagerSGD` / `EagerAdam` (vfl_core.model.eager_optim: the same
+    updates, without torch._dynamo's second of imports)."""
     if config.optimizer == "sgd":
-        return torch.optim.SGD(
+        return EagerSGD(
             module.parameters(),
             lr=config.lr,
             momentum=config.momentum,
             weight_decay=config.weight_decay,
         )
-    return torch.optim.Adam(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    return EagerAdam(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)

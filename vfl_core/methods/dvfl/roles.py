@@ -44,6 +44,7 @@ from vfl_core.methods.dvfl.nets import (
 )
 from vfl_core.methods.dvfl.owner_stop import OwnerStop
 from vfl_core.methods.spec import RunConfig
+from vfl_core.model.eager_optim import EagerSGD
 from vfl_core.model.model_bank import make_optimizer
 from vfl_core.protocol import EmbedCall
 from vfl_core.seeding import Stream, derive_seed, rng
@@ -315,7 +316,7 @@ class DvflRoles:
             classes = output_width(p.task, p.data.meta.num_classes)
             seed = derive_seed(self.config.seed, Stream.DVFL_INIT_OWNER, p.block)
             self.owner = build_classifier(width, cfg.owner_hidden, classes, seed).to(p.device)
-            self.owner_opt = torch.optim.SGD(
+            self.owner_opt = EagerSGD(
                 self.owner.parameters(), lr=cfg.owner_lr, momentum=cfg.owner_momentum
             )
             rows = len(p.split("train"))
