@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
+from vfl_core.data.fitted_options import check_against_fit
 from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.data.tabular import TableSource, load_table_party
 from vfl_core.errors import ConfigError
@@ -62,6 +63,44 @@ def test_given_features_with_a_fit_when_the_columns_differ_then_refused_naming_e
     message = str(caught.value)
     assert message.startswith("--features differs from the fitted preprocessing's columns")
     assert said in message and "\n" not in message
+
+
+def test_given_every_option_as_when_fitted_then_the_one_check_passes(tmp_path: Path) -> None:
+    """A restarted party repeats its options: none of them is refused."""
+    path = write_table(tmp_path / "t.csv")
+    options: dict[str, Any] = {"features": ("a", "b"), "categorical": ("b",)}
+    _, fitted = load_table_party(source(path, positive_class="0", **options))
+    assert fitted.classes == ("1", "0")
+    check_against_fit(source(path, positive_class="0", **options), fitted)
+    check_against_fit(source(path, label_column=None), fitted)  # the fit's label is read
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"task": "regression"}, "the fitted preprocessing is for a classification task, not"),
+        ({"label_column": "c"}, "--label-column 'c': the fitted preprocessing has the label "),
+        ({"positive_class": "0"}, "--positive-class '0': the fitted preprocessing's classes are"),
+        ({"features": ("a",)}, "--features differs from the fitted preprocessing's columns"),
+        ({"categorical": ("a",)}, "--categorical: 'a' is not a categorical column of the fitted"),
+        ({"ignore_columns": ("c",)}, "--ignore-columns: 'c' is a column of the fitted"),
+    ],
+)
+def test_given_an_option_the_fit_fixes_otherwise_then_refused_by_name(
+    tmp_path: Path, options: dict[str, Any], said: str
+) -> None:
+    path = write_table(tmp_path / "t.csv")
+    _, fitted = load_table_party(source(path))
+    with pytest.raises(ConfigError) as caught:
+        check_against_fit(source(path, **options), fitted)
+    assert str(caught.value).startswith(said) and "\n" not in str(caught.value)
+
+
+def test_given_a_label_column_with_a_feature_only_fit_then_refused(tmp_path: Path) -> None:
+    path = write_table(tmp_path / "t.csv")
+    _, fitted = load_table_party(source(path, label_column=None, num_classes=2, block=1))
+    with pytest.raises(ConfigError, match="--label-column 'y': the fitted preprocessing has no"):
+        load_table_party(source(path), fitted)
 
 
 def test_given_prepare_with_preprocessing_and_other_features_then_one_error_line(

@@ -1,5 +1,6 @@
 """Which columns of a party's table are its features, from its options (--features,
---ignore-columns, --categorical): every name checked against the file's columns."""
+--ignore-columns, --categorical): every name checked against the file's columns. Against a
+saved fitted preprocessing they are checked in vfl_core.data.fitted_options."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from vfl_core.data.columns import Table
 from vfl_core.errors import ConfigError, DataError
 
 if TYPE_CHECKING:  # tabular imports this module
-    from vfl_core.data.preprocess import TabularPreprocessor
     from vfl_core.data.tabular import TableSource
 
 
@@ -38,47 +38,6 @@ def feature_columns(source: TableSource, table: Table) -> list[str]:
     if unused:
         raise ConfigError(f"--categorical: {', '.join(map(repr, unused))} left out of the features")
     return columns
-
-
-def check_fitted_columns(source: TableSource, fitted: TabularPreprocessor) -> None:
-    """--features, --categorical and --ignore-columns given with a fitted preprocessing must
-    agree with it (a restarted party gives the same options): the fit, not the options,
-    decides."""
-    kinds = {c.name: c.kind for c in fitted.columns}
-    if source.features is not None:
-        _check_same_features(source.features, list(kinds))
-    for name in source.categorical:
-        if kinds.get(name, "numeric") == "numeric":
-            raise ConfigError(
-                f"--categorical: {name!r} is not a categorical column of the fitted "
-                "preprocessing (it decides the columns; fit again without it to change them)"
-            )
-    for name in source.ignore_columns:
-        if name in kinds:
-            raise ConfigError(
-                f"--ignore-columns: {name!r} is a column of the fitted preprocessing (it decides "
-                "the columns; fit again without it to change them)"
-            )
-
-
-def _check_same_features(given: tuple[str, ...], fitted: list[str]) -> None:
-    """--features names the fitted columns, in any order; a column on one side only is named
-    with its side (the fit's columns are what the party's weights were trained on)."""
-    only_given = [name for name in dict.fromkeys(given) if name not in fitted]
-    only_fitted = [name for name in fitted if name not in given]
-    sides = [
-        f"{', '.join(map(repr, names))} only in {side}"
-        for names, side in (
-            (only_given, "--features"),
-            (only_fitted, "the fitted preprocessing"),
-        )
-        if names
-    ]
-    if sides:
-        raise ConfigError(
-            f"--features differs from the fitted preprocessing's columns: {'; '.join(sides)} "
-            "(it decides the columns; fit again to change them)"
-        )
 
 
 def _check_named(

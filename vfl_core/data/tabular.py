@@ -23,9 +23,10 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_core.atomic_files import write_text_atomically
-from vfl_core.data.chosen_columns import check_fitted_columns, feature_columns
+from vfl_core.data.chosen_columns import feature_columns
 from vfl_core.data.columns import Table
 from vfl_core.data.csv_pieces import ColumnWatch
+from vfl_core.data.fitted_options import check_against_fit
 from vfl_core.data.id_hashing import SplitKeysWhileReading
 from vfl_core.data.labels import Labels, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
@@ -83,12 +84,8 @@ def load_table_party(
     training rows."""
     if source.block >= source.num_blocks:
         raise ConfigError(f"block {source.block} out of range (num_blocks is {source.num_blocks})")
-    if fitted is not None and fitted.task != source.task:
-        raise ConfigError(
-            f"the fitted preprocessing is for a {fitted.task} task, not {source.task} (--task)"
-        )
     if fitted is not None:
-        check_fitted_columns(source, fitted)
+        check_against_fit(source, fitted)
     label_column = fitted.label_column if fitted is not None else source.label_column
     splits = _read_splits(source, label_column, fitted)
     columns = (
@@ -110,7 +107,6 @@ def load_table_party(
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
     features = _transform(fitted, splits, label_only)
     # after the transform has freed the feature columns: the labels then add to less
-    _check_positive(source, fitted)
     labels = _labels(splits, label_column, fitted.classes or None, source)
     if labels:
         fitted = fitted.model_copy(update={"classes": labels["train"].classes})
@@ -265,19 +261,6 @@ def _labels(
         if name != "train":
             out[name] = parse_labels(table, column, train.classes, task)
     return out
-
-
-def _check_positive(source: TableSource, fitted: TabularPreprocessor) -> None:
-    """A reused preprocessing keeps its classes' order: a --positive-class it does not have as
-    its positive class is refused rather than silently ignored."""
-    positive = source.positive_class
-    if positive is None or not fitted.classes:
-        return
-    if len(fitted.classes) != 2 or fitted.classes[1] != positive:
-        raise ConfigError(
-            f"--positive-class {positive!r}: the fitted preprocessing's classes are "
-            f"{list(fitted.classes)} (its positive class is the last); refit to change it"
-        )
 
 
 def _meta(source: TableSource, fitted: TabularPreprocessor, has_labels: bool) -> PartyMeta:
