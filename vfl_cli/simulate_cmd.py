@@ -180,6 +180,9 @@ def simulate(
     result = run_simulation(
         sim, progress=o["progress"], run_dir=run_dir, subsets=True, eval_every=eval_every
     )
+    for party in result.parties.values():  # numbers that look like codes
+        for warning in party.data.warnings:
+            typer.echo(f"warning: {warning}", err=True)
     typer.echo(render(result))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result.to_json(), indent=2))

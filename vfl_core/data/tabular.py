@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_core.atomic_files import write_text_atomically
 from vfl_core.data.chosen_columns import feature_columns
+from vfl_core.data.code_columns import code_columns_warning, code_like_columns
 from vfl_core.data.columns import Table
 from vfl_core.data.csv_pieces import ColumnWatch
 from vfl_core.data.fitted_options import check_against_fit
@@ -96,15 +97,17 @@ def load_table_party(
     label_only: dict[str, int] = {}
     if label_column is not None:  # a label party's rows without any feature: label-only, last
         splits, label_only = _label_only_last(splits, columns)
+    warnings: tuple[str, ...] = ()
     if fitted is None:
         train = splits["train"]
         # a temporary: the numbers it parses for the fit are freed before the transform
-        fitted = TabularPreprocessor.fit(
-            train.head(len(train) - label_only.get("train", 0)).select(columns),
-            source.max_onehot,
-            categorical=source.categorical,
-        )
+        fitting = train.head(len(train) - label_only.get("train", 0)).select(columns)
+        fitted = TabularPreprocessor.fit(fitting, source.max_onehot, categorical=source.categorical)
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
+        codes = code_like_columns(fitting, fitted)
+        del fitting
+        if codes:
+            warnings = (code_columns_warning(str(source.path), codes, source.block),)
     features = _transform(fitted, splits, label_only)
     # after the transform has freed the feature columns: the labels then add to less
     labels = _labels(splits, label_column, fitted.classes or None, source)
@@ -121,7 +124,8 @@ def load_table_party(
     _release_arrow_blocks()
     meta = _meta(source, fitted, has_labels=bool(labels))
     preprocessing = fitted.model_dump(mode="json")
-    return PartyData(meta=meta, splits=party_splits, preprocessing=preprocessing), fitted
+    data = PartyData(meta=meta, splits=party_splits, preprocessing=preprocessing, warnings=warnings)
+    return data, fitted
 
 
 def _transform(
