@@ -250,6 +250,7 @@ def _listed(value: Any) -> list[str] | None:
 
 
 def render(result: SimulationResult) -> str:
+    from vfl_core.data.label_summary import describe_mapping
     from vfl_core.inference.headline import headline
     from vfl_core.inference.metrics import format_table, unscored_note
 
@@ -262,6 +263,7 @@ def render(result: SimulationResult) -> str:
         + (f"; last epoch mean head loss {last.mean_loss:.4f}" if last else "")
         + f"; {result.seconds:.1f}s",
     ]
+    lines += [describe_mapping(mapping) for mapping in result.class_mappings]
     lines += _choice_lines(result.choice)
     if result.fault_counts is not None:
         counts = ", ".join(f"{k} {v}" for k, v in result.fault_counts.items())
