@@ -49,8 +49,28 @@ def _check_named(
         what = "feature column" if option == "--features" else "column"
         raise DataError(
             f"{table.source}: no {what} {', '.join(map(repr, unknown))} ({option}; the file's "
-            f"columns: {', '.join(table.names)})"
+            f"columns: {', '.join(table.names)}){_comma_hint(table.names, names, unknown)}"
         )
     for name in names:
         if name in reserved:
             raise ConfigError(f"{option}: {name!r} is the ID or label column")
+
+
+def _comma_hint(columns: list[str], names: tuple[str, ...], unknown: list[str]) -> str:
+    """Where the file has a column whose name holds a comma and the option's list was cut
+    there ("b,c" given as b and c), how to write it."""
+    cut = [
+        column
+        for column in columns
+        if "," in column
+        and set(_parts(column)) <= set(names)
+        and set(_parts(column)) & set(unknown)
+    ]
+    if not cut:
+        return ""
+    written = ", ".join(column.replace("\\", "\\\\").replace(",", "\\,") for column in cut)
+    return f"; a comma inside a name is written \\, ({written})"
+
+
+def _parts(name: str) -> list[str]:
+    return [part.strip() for part in name.split(",") if part.strip()]
