@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
+from vfl_core.data.label_summary import class_mapping
 from vfl_core.data.tabular import TableSource, load_table_party
 from vfl_core.errors import ConfigError
 
@@ -104,3 +105,41 @@ def test_given_positive_class_on_party_directories_then_refused(tmp_path: Path) 
     result = CliRunner().invoke(app, ["simulate", "--positive-class", "x", "--epochs", "1"])
     lines = result.output.strip().splitlines()
     assert result.exit_code == 2 and lines[-1].startswith("error: --positive-class applies to")
+
+
+def test_given_simulate_then_it_prints_and_writes_which_class_is_positive(
+    tmp_path: Path,
+) -> None:
+    label = table(tmp_path / "p0.csv", ["fraud", "ok", "ok", "ok"])
+    other = tmp_path / "p1.csv"
+    other.write_text("id,b\n" + "".join(f"{i},{i % 5}\n" for i in range(60)), encoding="utf-8")
+    base = ["simulate", "--data", str(label), "--data", str(other), "--id-column", "id"]
+    base += ["--label-column", "y", "--epochs", "1", "--no-progress"]
+    train_rows = len(load_table_party(source(label, None))[0].splits["train"])
+    for extra, classes, positive in [
+        ([], ["fraud", "ok"], "ok"),
+        (["--positive-class", "fraud"], ["ok", "fraud"], "fraud"),
+    ]:
+        out = tmp_path / "sim.json"
+        result = CliRunner().invoke(app, [*base, *extra, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        (mapping,) = json.loads(out.read_text())["labels"]
+        assert mapping["classes"] == classes and mapping["positive_class"] == positive
+        assert mapping["block"] == 0 and mapping["column"] == "y"
+        assert sum(mapping["train_rows"]) == train_rows
+        said = [line for line in result.stdout.splitlines() if " labels from " in line]
+        rows = mapping["train_rows"]
+        assert said == [
+            f"block 0 labels from 'y' (training rows per class): 0 ({classes[0]!r}): {rows[0]}, "
+            f"1 ({classes[1]!r}): {rows[1]}; positive class {positive!r} (F1, AUC, Brier and "
+            "the threshold are about it)"
+        ], result.stdout
+
+
+def test_given_regression_or_feature_only_party_then_no_class_mapping(tmp_path: Path) -> None:
+    path = table(tmp_path / "t.csv", ["1.5", "2.5", "7"])
+    regression, _ = load_table_party(source(path, None).model_copy(update={"task": "regression"}))
+    features, _ = load_table_party(
+        source(path, None).model_copy(update={"label_column": None, "num_classes": 2})
+    )
+    assert class_mapping(regression) is None and class_mapping(features) is None

@@ -190,6 +190,8 @@ def _echo_table_summary(out: Path, data: PartyData, fitted: TabularPreprocessor)
         detail = " (dates, in days since 1970-01-01)" if spec.dates else detail
         missing = ", missing indicator" if spec.indicator else ""
         typer.echo(f"  {spec.name}: {spec.kind}{detail}{missing}")
+    for warning in data.warnings:  # numbers that look like codes
+        typer.echo(f"warning: {warning}", err=True)
     if fitted.task == "regression" and fitted.label_column is not None:
         typer.echo(f"  regression targets from {fitted.label_column!r}")
     if fitted.classes:

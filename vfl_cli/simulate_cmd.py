@@ -180,6 +180,9 @@ def simulate(
     result = run_simulation(
         sim, progress=o["progress"], run_dir=run_dir, subsets=True, eval_every=eval_every
     )
+    for party in result.parties.values():  # numbers that look like codes
+        for warning in party.data.warnings:
+            typer.echo(f"warning: {warning}", err=True)
     typer.echo(render(result))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result.to_json(), indent=2))
@@ -247,6 +250,7 @@ def _listed(value: Any) -> list[str] | None:
 
 
 def render(result: SimulationResult) -> str:
+    from vfl_core.data.label_summary import describe_mapping
     from vfl_core.inference.headline import headline
     from vfl_core.inference.metrics import format_table, unscored_note
 
@@ -259,6 +263,7 @@ def render(result: SimulationResult) -> str:
         + (f"; last epoch mean head loss {last.mean_loss:.4f}" if last else "")
         + f"; {result.seconds:.1f}s",
     ]
+    lines += [describe_mapping(mapping) for mapping in result.class_mappings]
     lines += _choice_lines(result.choice)
     if result.fault_counts is not None:
         counts = ", ".join(f"{k} {v}" for k, v in result.fault_counts.items())

@@ -25,7 +25,10 @@ LabelColumn = Annotated[
 ]
 Features = Annotated[
     str | None,
-    Opt(help="table: feature columns, e.g. age,city", show_default="all but ID and label"),
+    Opt(
+        help="table: feature columns, e.g. age,city (a comma inside a name written \\,)",
+        show_default="all but ID and label",
+    ),
 ]
 IgnoreColumns = Annotated[
     str | None,
@@ -72,6 +75,7 @@ PositiveClass = Annotated[
         show_default="the class that sorts last (yes of no/yes, 1 of 0/1)",
     ),
 ]
+ESCAPE = "\\"  # before a comma: a comma inside a column name
 DEFAULTS = {"test_fraction": defaults.TEST_FRACTION, "max_onehot": defaults.MAX_ONEHOT}
 
 
@@ -150,13 +154,32 @@ def _names(value: str | list[object] | None, option: str) -> tuple[str, ...]:
 
 
 def feature_names(value: str | list[object], option: str = "--features") -> tuple[str, ...]:
-    """The column names of a --features value: comma-separated (a config file may give a
-    list), spaces around each ignored."""
-    names = value.split(",") if isinstance(value, str) else [str(n) for n in value]
+    """The column names of a --features value: comma-separated, `\\,` a comma inside a name
+    (a config file may give a list, each item one name), spaces around each ignored."""
+    names = split_names(value) if isinstance(value, str) else [str(n) for n in value]
     features = tuple(c.strip() for c in names if c.strip())
     if not features:
         raise ConfigError(f"{option}: no column names given")
     return features
+
+
+def split_names(text: str) -> list[str]:
+    """A comma-separated list of names, where `\\,` is a comma inside a name and `\\\\` a
+    backslash (`a,b\\,c` is `a` and `b,c`); any other backslash is itself."""
+    names, name = [], ""
+    at = 0
+    while at < len(text):
+        pair = text[at : at + 2]
+        if pair in (ESCAPE + ",", ESCAPE + ESCAPE):
+            name, at = name + pair[1], at + 2
+            continue
+        if text[at] == ",":
+            names.append(name)
+            name = ""
+        else:
+            name += text[at]
+        at += 1
+    return [*names, name]
 
 
 def party_features(

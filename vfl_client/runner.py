@@ -160,7 +160,10 @@ def _load_data(config: ClientConfig) -> PartyData:
         keep = None
         if config.checkpoint_dir is not None:
             keep = config.checkpoint_dir / f"{party_id}.{PREPROCESS_FILE}"
-        return load_table_party_kept(config.table, keep)
+        data = load_table_party_kept(config.table, keep)
+        for warning in data.warnings:  # numbers that look like codes
+            log.warning("%s", warning)
+        return data
     data = load_party_dir(config.data)
     if config.block is not None and config.block != data.meta.block:
         raise ConfigError(f"--block {config.block} but {config.data} holds block {data.meta.block}")

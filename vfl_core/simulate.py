@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vfl_core.config import TrainConfig
 from vfl_core.data.datasets import load_dataset
+from vfl_core.data.label_summary import class_mapping
 from vfl_core.data.missingness import Mechanism, mcar, parse_mechanism
 from vfl_core.data.party_dir import PartyData, check_federation, load_party_dir
 from vfl_core.data.prepare import prepare_parties
@@ -102,7 +103,16 @@ class SimulationResult:
             out["early_stop"] = self.early_stop
         if self.choice is not None:
             out["validation_choice"] = self.choice
+        if self.class_mappings:
+            out["labels"] = self.class_mappings
         return out
+
+    @property
+    def class_mappings(self) -> list[dict[str, object]]:
+        """Each label party's classes as written in its table (vfl_core.data.label_summary), in
+        block order; [] where no party names its classes (a built-in data set, regression)."""
+        found = (class_mapping(party.data) for _, party in sorted(self.parties.items()))
+        return [mapping for mapping in found if mapping is not None]
 
 
 def run_simulation(

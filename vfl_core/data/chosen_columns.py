@@ -1,5 +1,6 @@
 """Which columns of a party's table are its features, from its options (--features,
---ignore-columns, --categorical): every name checked against the file's columns."""
+--ignore-columns, --categorical): every name checked against the file's columns. Against a
+saved fitted preprocessing they are checked in vfl_core.data.fitted_options."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from vfl_core.data.columns import Table
 from vfl_core.errors import ConfigError, DataError
 
 if TYPE_CHECKING:  # tabular imports this module
-    from vfl_core.data.preprocess import TabularPreprocessor
     from vfl_core.data.tabular import TableSource
 
 
@@ -40,24 +40,6 @@ def feature_columns(source: TableSource, table: Table) -> list[str]:
     return columns
 
 
-def check_fitted_columns(source: TableSource, fitted: TabularPreprocessor) -> None:
-    """--categorical and --ignore-columns given with a fitted preprocessing must agree with it
-    (a restarted party gives the same options): the fit, not the options, decides."""
-    kinds = {c.name: c.kind for c in fitted.columns}
-    for name in source.categorical:
-        if kinds.get(name, "numeric") == "numeric":
-            raise ConfigError(
-                f"--categorical: {name!r} is not a categorical column of the fitted "
-                "preprocessing (it decides the columns; fit again without it to change them)"
-            )
-    for name in source.ignore_columns:
-        if name in kinds:
-            raise ConfigError(
-                f"--ignore-columns: {name!r} is a column of the fitted preprocessing (it decides "
-                "the columns; fit again without it to change them)"
-            )
-
-
 def _check_named(
     table: Table, option: str, names: tuple[str, ...], reserved: set[str | None]
 ) -> None:
@@ -67,8 +49,28 @@ def _check_named(
         what = "feature column" if option == "--features" else "column"
         raise DataError(
             f"{table.source}: no {what} {', '.join(map(repr, unknown))} ({option}; the file's "
-            f"columns: {', '.join(table.names)})"
+            f"columns: {', '.join(table.names)}){_comma_hint(table.names, names, unknown)}"
         )
     for name in names:
         if name in reserved:
             raise ConfigError(f"{option}: {name!r} is the ID or label column")
+
+
+def _comma_hint(columns: list[str], names: tuple[str, ...], unknown: list[str]) -> str:
+    """Where the file has a column whose name holds a comma and the option's list was cut
+    there ("b,c" given as b and c), how to write it."""
+    cut = [
+        column
+        for column in columns
+        if "," in column
+        and set(_parts(column)) <= set(names)
+        and set(_parts(column)) & set(unknown)
+    ]
+    if not cut:
+        return ""
+    written = ", ".join(column.replace("\\", "\\\\").replace(",", "\\,") for column in cut)
+    return f"; a comma inside a name is written \\, ({written})"
+
+
+def _parts(name: str) -> list[str]:
+    return [part.strip() for part in name.split(",") if part.strip()]

@@ -40,6 +40,43 @@ def class_counts(data: PartyData) -> list[ClassCount]:
     ]
 
 
+def class_mapping(data: PartyData) -> dict[str, object] | None:
+    """A classification label party's classes as written in its table: its block, label column,
+    each class index's name and training rows, and (binary) the positive class, index 1, what
+    F1, AUC, the Brier score and the decision threshold are about. None for a party without
+    named classes (feature-only, regression, a built-in data set)."""
+    counts = class_counts(data)
+    preprocessing = data.preprocessing or {}
+    if not counts or not preprocessing.get("classes"):
+        return None
+    mapping: dict[str, object] = {
+        "block": data.meta.block,
+        "column": preprocessing.get("label_column"),
+        "classes": [c.name for c in counts],
+        "train_rows": [c.rows for c in counts],
+    }
+    if len(counts) == 2:
+        mapping["positive_class"] = counts[1].name
+    return mapping
+
+
+def describe_mapping(mapping: dict[str, object]) -> str:
+    """ "block 0 labels from 'default' (training rows per class): 0 ('no'): 523, 1 ('yes'): 130;
+    positive class 'yes' (F1, AUC, Brier and the threshold are about it)"."""
+    classes, rows = mapping["classes"], mapping["train_rows"]
+    assert isinstance(classes, list) and isinstance(rows, list)
+    pairs = enumerate(zip(classes, rows, strict=True))
+    listed = ", ".join(str(ClassCount(i, name, n)) for i, (name, n) in pairs)
+    text = f"block {mapping['block']} labels from {mapping['column']!r} (training rows per class)"
+    text += f": {listed}"
+    if "positive_class" in mapping:
+        text += (
+            f"; positive class {mapping['positive_class']!r} (F1, AUC, Brier and the threshold "
+            "are about it)"
+        )
+    return text
+
+
 def describe_classes(counts: list[ClassCount]) -> str:
     """ "2 classes in the train split (rows per class): 0 ('no'): 523, 1 ('yes'): 130"."""
     listed = ", ".join(map(str, counts))

@@ -88,6 +88,9 @@ class PartyData:
     # A tabular party's fitted preprocessing as JSON-ready data (vfl_core.data.preprocess); it goes
     # into the party's checkpoints with its weights.
     preprocessing: dict | None = None
+    # What reading a table found worth telling its party (vfl_core.data.code_columns): shown by
+    # vfl prepare and vfl simulate as "warning: " lines, logged by vfl-client. Not saved.
+    warnings: tuple[str, ...] = ()
 
 
 SPLIT_NAMES = ("train", "test")

@@ -23,9 +23,11 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_core.atomic_files import write_text_atomically
-from vfl_core.data.chosen_columns import check_fitted_columns, feature_columns
+from vfl_core.data.chosen_columns import feature_columns
+from vfl_core.data.code_columns import code_columns_warning, code_like_columns
 from vfl_core.data.columns import Table
 from vfl_core.data.csv_pieces import ColumnWatch
+from vfl_core.data.fitted_options import check_against_fit
 from vfl_core.data.id_hashing import SplitKeysWhileReading
 from vfl_core.data.labels import Labels, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
@@ -83,12 +85,8 @@ def load_table_party(
     training rows."""
     if source.block >= source.num_blocks:
         raise ConfigError(f"block {source.block} out of range (num_blocks is {source.num_blocks})")
-    if fitted is not None and fitted.task != source.task:
-        raise ConfigError(
-            f"the fitted preprocessing is for a {fitted.task} task, not {source.task} (--task)"
-        )
     if fitted is not None:
-        check_fitted_columns(source, fitted)
+        check_against_fit(source, fitted)
     label_column = fitted.label_column if fitted is not None else source.label_column
     splits = _read_splits(source, label_column, fitted)
     columns = (
@@ -99,18 +97,19 @@ def load_table_party(
     label_only: dict[str, int] = {}
     if label_column is not None:  # a label party's rows without any feature: label-only, last
         splits, label_only = _label_only_last(splits, columns)
+    warnings: tuple[str, ...] = ()
     if fitted is None:
         train = splits["train"]
         # a temporary: the numbers it parses for the fit are freed before the transform
-        fitted = TabularPreprocessor.fit(
-            train.head(len(train) - label_only.get("train", 0)).select(columns),
-            source.max_onehot,
-            categorical=source.categorical,
-        )
+        fitting = train.head(len(train) - label_only.get("train", 0)).select(columns)
+        fitted = TabularPreprocessor.fit(fitting, source.max_onehot, categorical=source.categorical)
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
+        codes = code_like_columns(fitting, fitted)
+        del fitting
+        if codes:
+            warnings = (code_columns_warning(str(source.path), codes, source.block),)
     features = _transform(fitted, splits, label_only)
     # after the transform has freed the feature columns: the labels then add to less
-    _check_positive(source, fitted)
     labels = _labels(splits, label_column, fitted.classes or None, source)
     if labels:
         fitted = fitted.model_copy(update={"classes": labels["train"].classes})
@@ -125,7 +124,8 @@ def load_table_party(
     _release_arrow_blocks()
     meta = _meta(source, fitted, has_labels=bool(labels))
     preprocessing = fitted.model_dump(mode="json")
-    return PartyData(meta=meta, splits=party_splits, preprocessing=preprocessing), fitted
+    data = PartyData(meta=meta, splits=party_splits, preprocessing=preprocessing, warnings=warnings)
+    return data, fitted
 
 
 def _transform(
@@ -265,19 +265,6 @@ def _labels(
         if name != "train":
             out[name] = parse_labels(table, column, train.classes, task)
     return out
-
-
-def _check_positive(source: TableSource, fitted: TabularPreprocessor) -> None:
-    """A reused preprocessing keeps its classes' order: a --positive-class it does not have as
-    its positive class is refused rather than silently ignored."""
-    positive = source.positive_class
-    if positive is None or not fitted.classes:
-        return
-    if len(fitted.classes) != 2 or fitted.classes[1] != positive:
-        raise ConfigError(
-            f"--positive-class {positive!r}: the fitted preprocessing's classes are "
-            f"{list(fitted.classes)} (its positive class is the last); refit to change it"
-        )
 
 
 def _meta(source: TableSource, fitted: TabularPreprocessor, has_labels: bool) -> PartyMeta:
