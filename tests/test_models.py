@@ -191,7 +191,7 @@ def test_tower_norm_and_dropout_sit_after_each_hidden_linear_and_keep_its_weight
     built = build_representation(tower, (5,), 3)
     kinds = [type(m).__name__ for m in built.net]
     normal = "LayerNorm" if norm == "layer" else "RowSafeBatchNorm"
-    assert kinds == ["Linear", normal, "ReLU", "Dropout"] * 2 + ["Linear"]
+    assert kinds == ["Linear", normal, "ReLU", "SeededDropout"] * 2 + ["Linear"]
     linears = [m for m in built.net if isinstance(m, nn.Linear)]
     assert all(_same(a, b) for a, b in zip(plain.net[::2], linears, strict=True))
     built.eval()  # dropout off, batch norm on its running statistics: deterministic

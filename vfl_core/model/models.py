@@ -28,7 +28,7 @@ from torch import nn
 
 from vfl_core.errors import ConfigError
 from vfl_core.model.model_config import ModelConfig
-from vfl_core.model.tower import norm_layers
+from vfl_core.model.tower import SeededDropout, norm_layers
 
 logger = logging.getLogger(__name__)
 
@@ -103,15 +103,16 @@ class MLPRepresentation(nn.Module):
         skip: bool = False,
         dropout: float = 0.0,
         norm: str = "none",
+        dropout_seed: int = 0,
     ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         width = in_features
-        for size in hidden:
+        for k, size in enumerate(hidden):
             # LayerNorm/BatchNorm start at ones and zeros and Dropout has no weights: the
             # Linear layers draw the same initial weights with or without them.
             layers += [nn.Linear(width, size), *norm_layers(norm, size), nn.ReLU()]
-            layers += [nn.Dropout(dropout)] if dropout else []
+            layers += [SeededDropout(dropout, dropout_seed, k)] if dropout else []
             width = size
         layers.append(nn.Linear(width, embed_dim))
         if final_activation and not skip:
@@ -154,6 +155,7 @@ class TabularRepresentation(nn.Module):
         skip: bool = False,
         dropout: float = 0.0,
         norm: str = "none",
+        dropout_seed: int = 0,
         categorical_dim: int = 0,
     ) -> None:
         super().__init__()
@@ -171,6 +173,7 @@ class TabularRepresentation(nn.Module):
             skip=skip,
             dropout=dropout,
             norm=norm,
+            dropout_seed=dropout_seed,
         )
         self.final_activation = final_activation
 
@@ -371,7 +374,8 @@ def build_representation(
     kind = resolve_representation(config, shape)
     _check_categorical(categorical, shape, kind)
     skip = config.head == "wide"  # the linear path from the features to the logits starts here
-    tower = {"dropout": config.dropout, "norm": config.norm}  # MLP towers only
+    # MLP towers only; the dropout masks' seed is the weights' (SeededDropout draws apart)
+    tower = {"dropout": config.dropout, "norm": config.norm, "dropout_seed": generator_seed}
 
     def factory() -> nn.Module:
         if categorical:
