@@ -34,6 +34,9 @@ SHAPES: dict[str, tuple[int, int, int]] = {
     "w200x2k": (2000, 200, 20),
     "w100": (1000, 100, 20),
     "dense200": (1000, 200, 100),
+    # few rows, mostly informative columns: where a rule on rows per column would also fire
+    "s30x300": (300, 30, 20),
+    "s60x400": (400, 60, 40),
 }
 SETTINGS: dict[str, list[str]] = {
     "defaults": [],
