@@ -231,6 +231,35 @@ _REASONS = {
         "[tabular-sweep-highcard](#the-settings-the-defaults-were-chosen-from-tabular-sweep-highcard).",
         "",
     ],
+    "gen_wide": [
+        'Why it misses HGB (docs/tabular-defaults.md, "Why gen_wide and gen_multiclass miss '
+        "HGB\"): each party's MLP sees 66-67 columns, about 9 in 10 of them noise, on 555-722 "
+        "training rows (8-11 rows a column, 71-73 validation samples: early stopping stays off) "
+        "and fits its training rows by epoch 20 whatever its width; HGB on the label party's 67 "
+        "columns alone (76.63) beats the federation on all 200. The gap is the MLP's against "
+        "gradient boosting at each party, not the federation's (the central MLP on the joined "
+        "columns is further below). Weight decay is what moves it, but the value that gains "
+        "here (0.1: 78.69) collapses a 400-column table to the majority class, and 3e-2 "
+        "(76.21) costs wine 2.76 points and a 300-row, 30-column table of informative columns "
+        "2.19 at 15 rows a column: no rule on rows and columns chose it "
+        "([tabular-sweep-tabwide](#the-settings-the-defaults-were-chosen-from-"
+        "tabular-sweep-tabwide); "
+        "benchmarks/tabular_wide_shapes.py).",
+        "",
+    ],
+    "gen_multiclass": [
+        "Passes in process, within one seed: seed 0 is 3.14 points below HGB, and over gRPC "
+        "(another batch plan) the federation is 3.84 below. The measured reason is "
+        "gen_categorical's: on the fully observed rows the central MLP scores 81.81 and the "
+        "federation 75.65. Trained with one head on the zero-filled concatenation of the "
+        "parties' embeddings instead (`--method zerofill`) the federation scores 72.55 in all "
+        "(80.36 on those rows; 3 / 0 / 0 runs better): LASER-VFL's head on the mean of the "
+        "embeddings, which also serves every subset, costs the full set, and a linear head on "
+        "that mean (no interaction between parties' columns) loses 6.48 points "
+        "([tabular-sweep-tabwide](#the-settings-the-defaults-were-chosen-from-"
+        "tabular-sweep-tabwide)).",
+        "",
+    ],
 }
 
 

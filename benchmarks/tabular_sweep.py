@@ -90,6 +90,23 @@ SETTINGS: dict[str, list[str]] = {
     "concat-head-all-best": ["--concat-head", "--concat-choice", "all", "--subset-choice", "best"],
     "concat-head-always": ["--concat-head"],
     "concat-head-never": ["--concat-head"],
+    # issue 27, the QA tables (gen_wide: 67 columns a party on ~720 rows; gen_multiclass)
+    "hidden64": ["--hidden", "64"],
+    "hidden32": ["--hidden", "32"],
+    "wd1e-2": ["--weight-decay", "1e-2"],
+    "dropout0.5": ["--dropout", "0.5"],
+    "embed16": ["--embed-dim", "16"],
+    "hidden64-dropout0.2": ["--hidden", "64", "--dropout", "0.2"],
+    "val-on": ["--early-stop-patience", "10"],
+    "val0.2-on": ["--early-stop-patience", "10", "--validation-fraction", "0.2"],
+    "patience20": ["--early-stop-patience", "20"],
+    "dropout0.7": ["--dropout", "0.7"],
+    "wd1e-1": ["--weight-decay", "1e-1"],
+    "dropout0.5-wd1e-2": ["--dropout", "0.5", "--weight-decay", "1e-2"],
+    "dropout0.5-head-linear": ["--dropout", "0.5", "--head", "linear"],
+    "wd3e-2": ["--weight-decay", "3e-2"],
+    "wd3e-1": ["--weight-decay", "3e-1"],
+    "wd1": ["--weight-decay", "1"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}

@@ -187,6 +187,44 @@ def _friedman(seed: int, quick: bool) -> Table:
     return Table("friedman", REGRESSION, {f"x{j}": x[:, j] for j in range(9)}, y)
 
 
+def _wide(seed: int, quick: bool) -> Table:
+    """200 numeric columns on 1000 rows (about 720 labelled training rows, 67 columns a party):
+    make_classification with 20 informative and 10 redundant columns, the other 170 noise (a
+    table with more columns than rows per column, found by QA where the defaults lost to HGB)."""
+    from sklearn.datasets import make_classification
+
+    x, y = make_classification(
+        n_samples=250 if quick else 1000,
+        n_features=200,
+        n_informative=20,
+        n_redundant=10,
+        flip_y=0.02,
+        class_sep=1.0,
+        random_state=seed,
+    )
+    columns: dict[str, Column] = {f"w{j:03d}": x[:, j] for j in range(x.shape[1])}
+    return Table("gen_wide", CLASSIFICATION, columns, np.array([f"c{int(v)}" for v in y]))
+
+
+def _multiclass(seed: int, quick: bool) -> Table:
+    """Three balanced classes from make_classification on 9 numeric columns, 6 informative (no
+    categories, unlike gen_categorical; found by QA where the defaults lost to HGB)."""
+    from sklearn.datasets import make_classification
+
+    x, y = make_classification(
+        n_samples=750 if quick else 3000,
+        n_features=9,
+        n_informative=6,
+        n_redundant=0,
+        n_classes=3,
+        flip_y=0.02,
+        class_sep=0.8,
+        random_state=seed,
+    )
+    columns: dict[str, Column] = {f"x{j}": x[:, j] for j in range(x.shape[1])}
+    return Table("gen_multiclass", CLASSIFICATION, columns, np.array([f"c{int(v)}" for v in y]))
+
+
 def tables(data_path: Path | None, quick: bool) -> dict[str, Callable[[int, bool], Table]]:
     """Every benchmark table by name: a loader of (seed, quick). Credit needs `data_path`."""
     out: dict[str, Callable[[int, bool], Table]] = {}
@@ -200,6 +238,8 @@ def tables(data_path: Path | None, quick: bool) -> dict[str, Callable[[int, bool
     out["gen_interaction"] = _interaction
     out["gen_highcard"] = _high_cardinality
     out["friedman"] = _friedman
+    out["gen_wide"] = _wide
+    out["gen_multiclass"] = _multiclass
     return out
 
 
