@@ -40,6 +40,7 @@ from vfl_core.data.sample_ids import (
     normalised_ids,
 )
 from vfl_core.data.table_files import read_table
+from vfl_core.data.unit_columns import unit_columns, unit_columns_warning
 from vfl_core.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,8 @@ def load_table_party(
         del fitting
         if codes:
             warnings = (code_columns_warning(str(source.path), codes, source.block),)
+        if units := unit_columns(fitted, source.categorical):
+            warnings += (unit_columns_warning(str(source.path), units, source.block),)
     features = _transform(fitted, splits, label_only)
     # after the transform has freed the feature columns: the labels then add to less
     labels = _labels(splits, label_column, fitted.classes or None, source)
