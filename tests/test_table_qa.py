@@ -158,3 +158,19 @@ def test_given_regression_targets_float32_rounds_then_warned_with_the_cure(
     with caplog.at_level("WARNING"):
         load_table_party(regression(write(tmp_path / "p.csv", "id,a,y\n" + prices)))
     assert "32-bit" not in caplog.text
+
+
+def test_given_a_two_row_table_with_no_test_row_when_simulated_then_one_error_line(
+    tmp_path: Path,
+) -> None:
+    # stop-40 QA: IDs 0 and 1 both hash into the training split; the evaluation had no test
+    # split and ended in a KeyError traceback
+    label = write(tmp_path / "p0.csv", "id,a,y\n0,1.5,yes\n1,2.5,no\n")
+    other = write(tmp_path / "p1.csv", "id,b\n0,3\n1,4\n")
+    args = ["simulate", "--data", str(label), "--data", str(other), "--id-column", "id"]
+    args += ["--label-column", "y", "--epochs", "1", "--out", str(tmp_path / "r.json")]
+    result = CliRunner().invoke(app, args)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: {label}: no test rows among the label parties' 2 rows")
+    assert "--test-fraction 0.2" in lines[0] and "(--test-data)" in lines[0]
