@@ -174,3 +174,25 @@ def test_given_a_two_row_table_with_no_test_row_when_simulated_then_one_error_li
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert lines[0].startswith(f"error: {label}: no test rows among the label parties' 2 rows")
     assert "--test-fraction 0.2" in lines[0] and "(--test-data)" in lines[0]
+
+
+def test_given_a_feature_partys_own_column_named_like_the_label_then_the_error_names_the_cure(
+    tmp_path: Path,
+) -> None:
+    # stop-40 QA: a shop's column 'y' (its channel) made it a label party; the run ended in
+    # "parties disagree on num_classes: block 0 has 2, block 1 has 3"
+    rows = "".join(f"{i},{i % 5},{'yes' if i % 3 else 'no'}\n" for i in range(40))
+    bank = write(tmp_path / "bank.csv", "id,a,y\n" + rows)
+    channels = ("web", "app", "branch")
+    cells = "".join(f"{i},{i % 7},{channels[i % 3]}\n" for i in range(40))
+    shop = write(tmp_path / "shop.csv", "id,b,y\n" + cells)
+    args = ["simulate", "--data", str(bank), "--data", str(shop), "--id-column", "id"]
+    args += ["--label-column", "y", "--epochs", "1", "--out", str(tmp_path / "r.json")]
+    result = CliRunner().invoke(app, args)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: the tables with the label column 'y' disagree on its")
+    assert f"{bank} has 'no', 'yes'; {shop} has 'app', 'branch', 'web'" in lines[0]
+    assert lines[0].endswith("(e.g. --label-blocks 0)")
+    told = CliRunner().invoke(app, [*args, "--label-blocks", "0", "--no-progress"])
+    assert told.exit_code == 0, told.output  # the shop's 'y' is then a feature of its own

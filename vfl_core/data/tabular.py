@@ -401,6 +401,7 @@ def load_table_federation(sources: tuple[TableSource, ...]) -> list[PartyData]:
     labelled = [load_table_party(s)[0] for s in sources if s.label_column is not None]
     if not labelled:
         raise ConfigError("no table has the label column: at least one party needs labels")
+    _check_label_parties_agree([s for s in sources if s.label_column is not None], labelled)
     meta = labelled[0].meta
     told = {"num_classes": meta.num_classes} if meta.task == CLASSIFICATION else {}
     unlabelled = [
@@ -409,6 +410,27 @@ def load_table_federation(sources: tuple[TableSource, ...]) -> list[PartyData]:
     parties = sorted(labelled + unlabelled, key=lambda d: d.meta.block)
     _warn_if_ids_differ(sources, parties)
     return parties
+
+
+def _check_label_parties_agree(sources: list[TableSource], labelled: list[PartyData]) -> None:
+    """Without --label-blocks every table with the label column is a label party: a feature
+    party's own column of that name (a shop's product 'label') made it one, and the run ended in
+    "parties disagree on num_classes" (stop-40 QA). Label parties whose classes differ are
+    named, with their classes and the option that leaves the others' column a feature."""
+    found = [tuple((d.preprocessing or {}).get("classes") or ()) for d in labelled]
+    if len(set(found)) < 2:
+        return
+    listed = "; ".join(
+        f"{s.path} has {', '.join(map(repr, c[:5]))}{', ...' if len(c) > 5 else ''}"
+        for s, c in zip(sources, found, strict=True)
+    )
+    first = sources[0]
+    raise DataError(
+        f"the tables with the label column {first.label_column!r} disagree on its classes: "
+        f"{listed}. Every table with that column is a label party unless --label-blocks names "
+        f"them: where another table's {first.label_column!r} is a column of its own, give "
+        f"--label-blocks with the label parties' blocks only (e.g. --label-blocks {first.block})"
+    )
 
 
 def _warn_if_ids_differ(sources: tuple[TableSource, ...], parties: list[PartyData]) -> None:
