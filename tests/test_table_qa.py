@@ -196,3 +196,24 @@ def test_given_a_feature_partys_own_column_named_like_the_label_then_the_error_n
     assert lines[0].endswith("(e.g. --label-blocks 0)")
     told = CliRunner().invoke(app, [*args, "--label-blocks", "0", "--no-progress"])
     assert told.exit_code == 0, told.output  # the shop's 'y' is then a feature of its own
+
+
+def test_given_a_class_only_in_the_test_split_then_the_error_says_where_it_is(
+    tmp_path: Path,
+) -> None:
+    # stop-40 QA: the few 'yes' rows all hash into the test split (IDs 3 and 6 do at 0.2);
+    # the error said the file "has a single class 'no'"
+    rows = "".join(f"{i},{i % 5},{'yes' if i in (3, 6) else 'no'}\n" for i in range(10))
+    path = write(tmp_path / "t.csv", "id,a,y\n" + rows)
+    source = TableSource(path=path, id_column="id", label_column="y", block=0, num_blocks=2)
+    with pytest.raises(DataError) as caught:
+        load_table_party(source)
+    message = str(caught.value)
+    assert message.startswith(
+        f"{path}: label column 'y' has a single class 'no' in its 8 training rows (need at least"
+    )
+    assert "--test-fraction 0.2) holds 'yes' in 2 of its rows: every class needs" in message
+    one = write(tmp_path / "u.csv", "id,a,y\n" + "".join(f"{i},{i},no\n" for i in range(10)))
+    with pytest.raises(DataError) as caught:
+        load_table_party(source.model_copy(update={"path": one}))
+    assert str(caught.value).endswith("in its 8 training rows (need at least two)")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_core.atomic_files import write_text_atomically
@@ -29,7 +30,7 @@ from vfl_core.data.columns import Table
 from vfl_core.data.csv_pieces import ColumnWatch
 from vfl_core.data.fitted_options import check_against_fit
 from vfl_core.data.id_hashing import SplitKeysWhileReading
-from vfl_core.data.labels import Labels, parse_labels
+from vfl_core.data.labels import Labels, SingleClassError, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
 from vfl_core.data.party_dir import PartyData, PartyMeta, PartySplit
 from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT, TabularPreprocessor
@@ -262,12 +263,35 @@ def _labels(
     if column is None:
         return {}
     task = source.task
-    train = parse_labels(splits["train"], column, classes, task, source.positive_class)
+    try:
+        train = parse_labels(splits["train"], column, classes, task, source.positive_class)
+    except SingleClassError as error:
+        raise DataError(f"{error}{_only_in_test(splits, column, source)}") from None
     out = {"train": train}
     for name, table in splits.items():
         if name != "train":
             out[name] = parse_labels(table, column, train.classes, task)
     return out
+
+
+def _only_in_test(splits: dict[str, Table], column: str, source: TableSource) -> str:
+    """What to add where the training rows' labels are one class but the test rows hold others
+    (a rare class whose few rows all fell in the test split, stop-40 QA)."""
+    if "test" not in splits or source.test_path is not None:
+        return ""
+    cells = splits["test"].column(column).drop_null()
+    if not len(cells):
+        return ""
+    values, counts = (x.to_pylist() for x in pc.value_counts(cells).flatten())
+    if set(values) <= set(splits["train"].column(column).unique().to_pylist()):
+        return ""  # the whole file is one class
+    shown = ", ".join(f"{v!r} in {c}" for v, c in zip(values, counts, strict=True))
+    return (
+        f"; the test split (a row is a test row when a hash of its ID falls below "
+        f"--test-fraction {source.test_fraction:g}) holds {shown} of its rows: every class needs "
+        "training rows, so give more rows of the others, or the test rows in a file of their "
+        "own (--test-data)"
+    )
 
 
 def _meta(source: TableSource, fitted: TabularPreprocessor, has_labels: bool) -> PartyMeta:
