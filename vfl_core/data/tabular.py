@@ -29,6 +29,7 @@ from vfl_core.data.code_columns import code_columns_warning, code_like_columns
 from vfl_core.data.columns import Table
 from vfl_core.data.csv_pieces import ColumnWatch
 from vfl_core.data.fitted_options import check_against_fit
+from vfl_core.data.formatted_numbers import formatted_columns, formatted_columns_warning
 from vfl_core.data.id_hashing import SplitKeysWhileReading
 from vfl_core.data.labels import Labels, SingleClassError, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
@@ -41,7 +42,6 @@ from vfl_core.data.sample_ids import (
     normalised_ids,
 )
 from vfl_core.data.table_files import read_table
-from vfl_core.data.unit_columns import unit_columns, unit_columns_warning
 from vfl_core.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -110,8 +110,8 @@ def load_table_party(
         del fitting
         if codes:
             warnings = (code_columns_warning(str(source.path), codes, source.block),)
-        if units := unit_columns(fitted, source.categorical):
-            warnings += (unit_columns_warning(str(source.path), units, source.block),)
+        if formatted := formatted_columns(fitted, source.categorical):
+            warnings += (formatted_columns_warning(str(source.path), formatted, source.block),)
     features = _transform(fitted, splits, label_only)
     # after the transform has freed the feature columns: the labels then add to less
     labels = _labels(splits, label_column, fitted.classes or None, source)
