@@ -42,6 +42,7 @@ from vfl_core.data.sample_ids import (
     normalised_ids,
 )
 from vfl_core.data.table_files import read_table
+from vfl_core.data.total_rows import total_row_warnings
 from vfl_core.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ def load_table_party(
             warnings = (code_columns_warning(str(source.path), codes, source.block),)
         if formatted := formatted_columns(fitted, source.categorical):
             warnings += (formatted_columns_warning(str(source.path), formatted, source.block),)
+        warnings += total_row_warnings(splits, fitted, source.id_column)
     features = _transform(fitted, splits, label_only)
     # after the transform has freed the feature columns: the labels then add to less
     labels = _labels(splits, label_column, fitted.classes or None, source)
