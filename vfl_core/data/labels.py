@@ -57,7 +57,8 @@ def parse_labels(
         if len(classes) < 2:
             raise SingleClassError(
                 f"{table.source}: label column {column!r} has a single class {classes[0]!r} "
-                f"in its {len(text)} training rows (need at least two)"
+                f"in its {len(text)} training row{'s' if len(text) != 1 else ''} "
+                "(need at least two)"
             )
         _warn_if_regression_target(table.source, column, classes)
         _warn_of_case_variants(table.source, column, classes)
