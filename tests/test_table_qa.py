@@ -235,3 +235,25 @@ def test_given_a_totals_row_at_the_foot_of_a_file_then_fitting_names_it(tmp_path
     rows_only = write(tmp_path / "u.csv", "id,spend,visits,y\n" + "\n".join(rows) + "\n")
     clean, _ = load_table_party(source.model_copy(update={"path": rows_only, "num_classes": 2}))
     assert clean.warnings == ()
+
+
+def test_given_another_key_as_a_numeric_column_then_fitting_says_it_looks_like_an_id(
+    tmp_path: Path,
+) -> None:
+    # stop-40 QA: a party keyed by 'customer' kept its row numbers in 'id'; `--id-column id`
+    # joined row numbers to the others' customers (76.24% against 83.98%), unsaid
+    rows = [f"{i + 1},{3 * i + 7},{(i * 7) % 13}.5" for i in range(60)]
+    path = write(tmp_path / "t.csv", "id,customer,spend\n" + "\n".join(rows) + "\n")
+    source = TableSource(
+        path=path, id_column="id", label_column=None, block=1, num_blocks=2, num_classes=2
+    )
+    data, _ = load_table_party(source)
+    (warning,) = data.warnings
+    assert warning.startswith(
+        f"{path}: column 'customer' (60 values) holds a different whole number in every row, "
+        "like an identifier"
+    )
+    assert "(--ignore-columns customer; vfl simulate: --ignore-columns 1:customer)" in warning
+    assert warning.endswith("(the ID column read is 'id')")
+    left_out, _ = load_table_party(source.model_copy(update={"ignore_columns": ("customer",)}))
+    assert left_out.warnings == ()

@@ -25,11 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_core.atomic_files import write_text_atomically
 from vfl_core.data.chosen_columns import feature_columns
-from vfl_core.data.code_columns import code_columns_warning, code_like_columns
 from vfl_core.data.columns import Table
 from vfl_core.data.csv_pieces import ColumnWatch
+from vfl_core.data.fit_warnings import fit_warnings
 from vfl_core.data.fitted_options import check_against_fit
-from vfl_core.data.formatted_numbers import formatted_columns, formatted_columns_warning
 from vfl_core.data.id_hashing import SplitKeysWhileReading
 from vfl_core.data.labels import Labels, SingleClassError, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
@@ -42,7 +41,6 @@ from vfl_core.data.sample_ids import (
     normalised_ids,
 )
 from vfl_core.data.table_files import read_table
-from vfl_core.data.total_rows import total_row_warnings
 from vfl_core.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -107,13 +105,8 @@ def load_table_party(
         fitting = train.head(len(train) - label_only.get("train", 0)).select(columns)
         fitted = TabularPreprocessor.fit(fitting, source.max_onehot, categorical=source.categorical)
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
-        codes = code_like_columns(fitting, fitted)
+        warnings = fit_warnings(source, fitting, fitted, splits)
         del fitting
-        if codes:
-            warnings = (code_columns_warning(str(source.path), codes, source.block),)
-        if formatted := formatted_columns(fitted, source.categorical):
-            warnings += (formatted_columns_warning(str(source.path), formatted, source.block),)
-        warnings += total_row_warnings(splits, fitted, source.id_column)
     features = _transform(fitted, splits, label_only)
     # after the transform has freed the feature columns: the labels then add to less
     labels = _labels(splits, label_column, fitted.classes or None, source)
