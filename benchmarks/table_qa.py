@@ -3,7 +3,7 @@ in three parties, written the ways a bank's or retailer's spreadsheet exports it
 through `vfl simulate` with defaults. Results and the cases' outcomes:
 benchmarks/results/table_qa.md.
 
-    python -m benchmarks.table_qa --out /tmp/table_qa [--seed 0] [CASE ...] [-- SIMULATE OPTIONS]
+    python -m benchmarks.table_qa --out DIR [--table-seed 0] [CASE ...] [-- SIMULATE OPTIONS]
 
 Writes OUT/clean{seed}/ (the benchmark's clean party CSVs and `baselines.json`: logistic
 regression and HistGradientBoosting on the joined columns of the same split), then per case
@@ -407,15 +407,16 @@ def run_case(out: Path, name: str, seed: int, extra: list[str]) -> dict[str, obj
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--table-seed", type=int, default=0, help="the table's rows and split")
     parser.add_argument("cases", nargs="*", metavar="CASE", help=", ".join(CASES))
-    args, extra = parser.parse_known_args(argv)
-    extra = [a for a in extra if a != "--"]
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = parser.parse_args(argv[:cut]), argv[cut + 1 :]
     unknown = [name for name in args.cases if name not in CASES]
     if unknown:
         parser.error(f"no case {', '.join(unknown)} (cases: {', '.join(CASES)})")
     for name in args.cases or list(CASES):
-        record = run_case(args.out, name, args.seed, extra)
+        record = run_case(args.out, name, args.table_seed, extra)
         with (args.out / "results.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         print(json.dumps(record), flush=True)
