@@ -257,3 +257,24 @@ def test_given_another_key_as_a_numeric_column_then_fitting_says_it_looks_like_a
     assert warning.endswith("(the ID column read is 'id')")
     left_out, _ = load_table_party(source.model_copy(update={"ignore_columns": ("customer",)}))
     assert left_out.warnings == ()
+
+
+def test_given_a_feature_partys_two_valued_column_named_like_the_label_then_the_cure_is_named(
+    tmp_path: Path,
+) -> None:
+    # the same classes at both tables: refused on the first ID whose labels disagree
+    bank = write(
+        tmp_path / "bank.csv",
+        "id,a,y\n" + "".join(f"{i},{i % 5},{'yes' if i % 3 else 'no'}\n" for i in range(40)),
+    )
+    shop = write(
+        tmp_path / "shop.csv",
+        "id,b,y\n" + "".join(f"{i},{i % 7},{'yes' if i % 2 else 'no'}\n" for i in range(40)),
+    )
+    args = ["simulate", "--data", str(bank), "--data", str(shop), "--id-column", "id"]
+    args += ["--label-column", "y", "--epochs", "1", "--out", str(tmp_path / "r.json")]
+    result = CliRunner().invoke(app, args)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: labels disagree in split 'train' for ID ")
+    assert lines[0].endswith("if only some of them hold the labels, name those with --label-blocks")
