@@ -13,8 +13,9 @@ an identifier warning (which names the wrong cause) said anything, and only for 
 Said when a party fits its preprocessing, never changed: converting is the reader's typing, not
 this module's, and a column of a few such values may be meant as categories (discount tiers). A
 categorical column (not named by --categorical) is named when it has at least MIN_VALUES
-training categories, every one of them a number written plainly or one of these ways, and at
-least one written one of these ways.
+training categories, every one of them (of at most MAX_LOOKED, evenly spread over the sorted
+categories) a number written plainly or one of these ways, and at least one written one of
+these ways.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from vfl_core.data.preprocess import TabularPreprocessor
 
 MIN_VALUES = 5
+MAX_LOOKED = 2000  # categories looked at, evenly spread: 7 ms, where all 200,000 took 0.4 s
 UNIT = "a currency sign or '%'"
 PARENTHESES = "parentheses for negatives"
 GROUPS = "digit groups alone"
@@ -72,18 +74,29 @@ def formatted_columns(
         values = spec.categories
         if spec.kind == "numeric" or spec.name in categorical or len(values) < MIN_VALUES:
             continue
-        ways = [number_format(value) for value in values]
-        if any(w is None for w in ways):
-            continue
-        formatted = [(v, w) for v, w in zip(values, ways, strict=True) if w]
+        step = max(1, len(values) // MAX_LOOKED)  # sorted: a spread of them
+        formatted = _formatted(values[::step])
         if formatted:
-            seen = sorted({way for _, w in formatted for way in w or ()}, key=_ORDER.index)
+            seen = sorted({way for _, w in formatted for way in w}, key=_ORDER.index)
             example = formatted[len(formatted) // 2][0]
             found.append((spec.name, len(values), example, tuple(seen)))
     return found
 
 
 _ORDER = [UNIT, PARENTHESES, GROUPS, DECIMAL_COMMA]
+
+
+def _formatted(values: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
+    """The formatted numbers among `values` and their ways, or [] where one is not a number
+    (stopping there: a text column's first category mostly tells)."""
+    found = []
+    for value in values:
+        ways = number_format(value)
+        if ways is None:
+            return []
+        if ways:
+            found.append((value, ways))
+    return found
 
 
 def formatted_columns_warning(
