@@ -53,8 +53,14 @@ class Prepared:
         return [set_name(np.flatnonzero(self.split.held[:, i]).tolist()) for i in rows]
 
 
-def prepare(table: Table, seed: int, directory: Path, overlap: str = "partial") -> Prepared:
-    split = write_parties(table, seed, directory, overlap)
+def prepare(
+    table: Table,
+    seed: int,
+    directory: Path,
+    overlap: str = "partial",
+    blocks: tuple[tuple[str, ...], ...] | None = None,
+) -> Prepared:
+    split = write_parties(table, seed, directory, overlap, blocks)
     sources = federation_sources(
         list(split.paths),
         None,

@@ -257,18 +257,25 @@ def column_blocks(table: Table) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(names[j] for j in sorted(order[k::K])) for k in range(K))
 
 
-def write_parties(table: Table, seed: int, directory: Path, overlap: str = "partial") -> Split:
+def write_parties(
+    table: Table,
+    seed: int,
+    directory: Path,
+    overlap: str = "partial",
+    blocks: tuple[tuple[str, ...], ...] | None = None,
+) -> Split:
     """Party k's CSV `directory/party{k}.csv`: `id`, its columns (and at party 0 the label) for
     the rows it holds; each party misses a random MISSING[k] of the rows (seeded). With
     `overlap="full"` (an ablation, benchmarks.tabular_sweep) every party holds exactly the rows
-    party 0 holds: the same labelled training and test rows, none missing a block."""
+    party 0 holds: the same labelled training and test rows, none missing a block. `blocks`:
+    each party's columns (benchmarks.table_qa), else `column_blocks`."""
     rng = np.random.default_rng([seed, table.rows])
     held = np.stack([rng.random(table.rows) >= MISSING[k] for k in range(K)])
     if overlap == "full":
         held = np.repeat(held[LABEL_BLOCK][None], K, axis=0)
     elif overlap != "partial":
         raise ValueError(f"overlap must be 'partial' or 'full', got {overlap!r}")
-    blocks = column_blocks(table)
+    blocks = blocks or column_blocks(table)
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for k, columns in enumerate(blocks):

@@ -149,6 +149,18 @@ def test_given_dates_written_a_countrys_way_then_refused_naming_the_column(
     refused(path, "column 'd' holds dates written as", repr(cell), "line 2", "ISO dates")
 
 
+def test_given_iso_dates_and_dates_written_a_countrys_way_in_one_column_then_refused(
+    tmp_path: Path,
+) -> None:
+    # two systems' exports in one column (stop-40 QA): before, 940 categories and exit 0
+    rows = "1,2024-03-01,yes\n2,,no\n3,2024-03-05,no\n4,05/03/2024,yes\n5,2024-03-09,no\n"
+    path = write(tmp_path / "t.csv", "id,d,y\n" + rows)
+    refused(path, "column 'd' holds dates written as '05/03/2024' (line 5), beside ISO dates")
+    text = write(tmp_path / "u.csv", "id,d,y\n1,2024-03-01,yes\n2,soon,no\n3,05/03/2024,no\n")
+    _, fitted = load(text)  # not every cell a date: a text column, as before
+    assert spec(fitted, "d").kind == "onehot"
+
+
 def test_given_a_column_of_one_value_then_kept_without_dividing_by_zero(tmp_path: Path) -> None:
     path = write(tmp_path / "t.csv", "id,a,b,y\n1,5,k,yes\n2,5,k,no\n3,5,k,no\n")
     data, fitted = load(path)

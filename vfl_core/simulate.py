@@ -179,6 +179,24 @@ def _install_test(parties: dict[int, Party], data: list[PartyData]) -> None:
         parties[d.meta.block].replace_split("test", d.splits.get("test"))
 
 
+def _check_test_rows(tables: tuple[TableSource, ...], data: list[PartyData]) -> None:
+    """A small table split by ID hash may put none of its rows in the test split (a 2-row
+    table, stop-40 QA): with no label party's test row there is nothing to score, and the
+    evaluation failed with a KeyError. Said before training instead, naming the tables."""
+    labelled = [d for d in data if d.meta.has_labels]
+    if not tables or any(len(d.splits["test"].ids) for d in labelled if "test" in d.splits):
+        return
+    paths = {t.block: str(t.path) for t in tables}
+    named = ", ".join(paths[d.meta.block] for d in labelled)
+    rows = sum(len(d.splits["train"].ids) for d in labelled)
+    raise DataError(
+        f"{named}: no test rows among the label parties' {rows} rows (a row is a test row when "
+        f"a hash of its ID falls below --test-fraction {tables[0].test_fraction:g}), so nothing "
+        "can be scored: give each table's test rows in a file of their own (--test-data), a "
+        "larger --test-fraction, or more rows"
+    )
+
+
 def party_data(config: SimulationConfig, tmp: Path) -> dict[Variant, list[PartyData]]:
     """Party data per test variant (p_miss or mechanism). The train split is the same in every
     variant (same seed). Data sets are prepared into `tmp` (benchmarks use it to see exactly
@@ -189,6 +207,7 @@ def party_data(config: SimulationConfig, tmp: Path) -> dict[Variant, list[PartyD
         else:
             data = [load_party_dir(p) for p in config.party_dirs]
         check_federation(data)
+        _check_test_rows(config.tables, data)
         return {None: data}
     dataset = load_dataset(config.dataset, config.data_path)
     tests: list[tuple[Variant, Mechanism]] = [

@@ -139,19 +139,25 @@ def refuse_stray_text(table: Table, name: str, values: pa.Array, counts: np.ndar
 
 def refuse_local_dates(table: Table, name: str, values: pa.Array) -> None:
     """A text column whose every present cell is a date written a country's way (03/01/2024,
-    01.03.2024) is refused, naming its first cell: read as categories its order and distances
-    would be lost, and whether 03/01 is March 1st or January 3rd only the user knows. ISO dates
-    (2024-03-01) are read as dates (`days`). `values`: the column's distinct present cells in
+    01.03.2024), or some that way and the rest ISO dates, is refused, naming its first such
+    cell: read as categories its order and distances would be lost, and whether 03/01 is March
+    1st or January 3rd only the user knows. ISO dates (2024-03-01) alone are read as dates
+    (`days`). `values`: the column's distinct present cells in
     `table`."""
-    if not len(values) or not pc.all(pc.match_substring_regex(values, _LOCAL_DATE)).as_py():
+    local = pc.match_substring_regex(values, _LOCAL_DATE)
+    # ISO dates beside them (one column of two systems' exports) are refused alike
+    iso = pc.match_substring_regex(values, f"^{_ISO_DATE.pattern}$")
+    if not len(values) or not pc.any(local).as_py() or not pc.all(pc.or_(local, iso)).as_py():
         return
     column = table.column(name)
-    row = int(np.flatnonzero(~missing(column))[0])
+    found = pc.fill_null(pc.match_substring_regex(column, _LOCAL_DATE), False)
+    row = int(np.flatnonzero(found.to_numpy(zero_copy_only=False))[0])
+    mixed = "" if pc.all(local).as_py() else ", beside ISO dates"
     raise DataError(
         f"{table.source}: column {name!r} holds dates written as {column[row].as_py()!r} "
-        f"({table.row_name(row)}): only ISO dates (2024-03-01) are read as dates, since the day "
-        "and month of another way are ambiguous; write them as ISO dates, or leave the column "
-        "out (--features)"
+        f"({table.row_name(row)}){mixed}: only ISO dates (2024-03-01) are read as dates, since "
+        "the day and month of another way are ambiguous; write them as ISO dates, or leave the "
+        "column out (--features)"
     )
 
 

@@ -55,9 +55,10 @@ def parse_labels(
     if classes is None:
         classes = _sorted_classes(table.source, column, text.unique().to_pylist())
         if len(classes) < 2:
-            raise DataError(
+            raise SingleClassError(
                 f"{table.source}: label column {column!r} has a single class {classes[0]!r} "
-                f"(need at least two)"
+                f"in its {len(text)} training row{'s' if len(text) != 1 else ''} "
+                "(need at least two)"
             )
         _warn_if_regression_target(table.source, column, classes)
         _warn_of_case_variants(table.source, column, classes)
@@ -90,6 +91,11 @@ def positive_last(
             f"{classes[0]!r} and {classes[1]!r}"
         )
     return (classes[0] if classes[1] == positive else classes[1], positive)
+
+
+class SingleClassError(DataError):
+    """The training rows' labels are one class (vfl_core.data.tabular says what the test split
+    holds)."""
 
 
 def _present_labels(table: Table, column: str) -> pa.ChunkedArray:

@@ -435,7 +435,9 @@ def _check_labels_agree(parties: list[PartyData]) -> None:
                 if known[0] != label:
                     raise DataError(
                         f"labels disagree in split {split_name!r} for ID {sample_id!r}: "
-                        f"block {known[1]} says {known[0]}, block {block} says {label}"
+                        f"block {known[1]} says {known[0]}, block {block} says {label} (class "
+                        "indices); if only some of them hold the labels, name those with "
+                        "--label-blocks"
                     )
 
 

@@ -20,16 +20,17 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_core.atomic_files import write_text_atomically
 from vfl_core.data.chosen_columns import feature_columns
-from vfl_core.data.code_columns import code_columns_warning, code_like_columns
 from vfl_core.data.columns import Table
 from vfl_core.data.csv_pieces import ColumnWatch
+from vfl_core.data.fit_warnings import fit_warnings
 from vfl_core.data.fitted_options import check_against_fit
 from vfl_core.data.id_hashing import SplitKeysWhileReading
-from vfl_core.data.labels import Labels, parse_labels
+from vfl_core.data.labels import Labels, SingleClassError, parse_labels
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION, Task
 from vfl_core.data.party_dir import PartyData, PartyMeta, PartySplit
 from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT, TabularPreprocessor
@@ -104,10 +105,8 @@ def load_table_party(
         fitting = train.head(len(train) - label_only.get("train", 0)).select(columns)
         fitted = TabularPreprocessor.fit(fitting, source.max_onehot, categorical=source.categorical)
         fitted = fitted.model_copy(update={"label_column": label_column, "task": source.task})
-        codes = code_like_columns(fitting, fitted)
+        warnings = fit_warnings(source, fitting, fitted, splits)
         del fitting
-        if codes:
-            warnings = (code_columns_warning(str(source.path), codes, source.block),)
     features = _transform(fitted, splits, label_only)
     # after the transform has freed the feature columns: the labels then add to less
     labels = _labels(splits, label_column, fitted.classes or None, source)
@@ -259,12 +258,35 @@ def _labels(
     if column is None:
         return {}
     task = source.task
-    train = parse_labels(splits["train"], column, classes, task, source.positive_class)
+    try:
+        train = parse_labels(splits["train"], column, classes, task, source.positive_class)
+    except SingleClassError as error:
+        raise DataError(f"{error}{_only_in_test(splits, column, source)}") from None
     out = {"train": train}
     for name, table in splits.items():
         if name != "train":
             out[name] = parse_labels(table, column, train.classes, task)
     return out
+
+
+def _only_in_test(splits: dict[str, Table], column: str, source: TableSource) -> str:
+    """What to add where the training rows' labels are one class but the test rows hold others
+    (a rare class whose few rows all fell in the test split, stop-40 QA)."""
+    if "test" not in splits or source.test_path is not None:
+        return ""
+    cells = splits["test"].column(column).drop_null()
+    if not len(cells):
+        return ""
+    values, counts = (x.to_pylist() for x in pc.value_counts(cells).flatten())
+    if set(values) <= set(splits["train"].column(column).unique().to_pylist()):
+        return ""  # the whole file is one class
+    shown = ", ".join(f"{v!r} in {c}" for v, c in zip(values, counts, strict=True))
+    return (
+        f"; the test split (a row is a test row when a hash of its ID falls below "
+        f"--test-fraction {source.test_fraction:g}) holds {shown} of its rows: every class needs "
+        "training rows, so give more rows of the others, or the test rows in a file of their "
+        "own (--test-data)"
+    )
 
 
 def _meta(source: TableSource, fitted: TabularPreprocessor, has_labels: bool) -> PartyMeta:
@@ -398,6 +420,7 @@ def load_table_federation(sources: tuple[TableSource, ...]) -> list[PartyData]:
     labelled = [load_table_party(s)[0] for s in sources if s.label_column is not None]
     if not labelled:
         raise ConfigError("no table has the label column: at least one party needs labels")
+    _check_label_parties_agree([s for s in sources if s.label_column is not None], labelled)
     meta = labelled[0].meta
     told = {"num_classes": meta.num_classes} if meta.task == CLASSIFICATION else {}
     unlabelled = [
@@ -406,6 +429,27 @@ def load_table_federation(sources: tuple[TableSource, ...]) -> list[PartyData]:
     parties = sorted(labelled + unlabelled, key=lambda d: d.meta.block)
     _warn_if_ids_differ(sources, parties)
     return parties
+
+
+def _check_label_parties_agree(sources: list[TableSource], labelled: list[PartyData]) -> None:
+    """Without --label-blocks every table with the label column is a label party: a feature
+    party's own column of that name (a shop's product 'label') made it one, and the run ended in
+    "parties disagree on num_classes" (stop-40 QA). Label parties whose classes differ are
+    named, with their classes and the option that leaves the others' column a feature."""
+    found = [tuple((d.preprocessing or {}).get("classes") or ()) for d in labelled]
+    if len(set(found)) < 2:
+        return
+    listed = "; ".join(
+        f"{s.path} has {', '.join(map(repr, c[:5]))}{', ...' if len(c) > 5 else ''}"
+        for s, c in zip(sources, found, strict=True)
+    )
+    first = sources[0]
+    raise DataError(
+        f"the tables with the label column {first.label_column!r} disagree on its classes: "
+        f"{listed}. Every table with that column is a label party unless --label-blocks names "
+        f"them: where another table's {first.label_column!r} is a column of its own, give "
+        f"--label-blocks with the label parties' blocks only (e.g. --label-blocks {first.block})"
+    )
 
 
 def _warn_if_ids_differ(sources: tuple[TableSource, ...], parties: list[PartyData]) -> None:
