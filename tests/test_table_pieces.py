@@ -9,10 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from vfl_core.data import csv_pieces
+from vfl_core.data.columns import dictionary_codes
 from vfl_core.data.id_hashing import SplitKeysWhileReading
+from vfl_core.data.piece_codes import PieceCodes
 from vfl_core.data.sample_ids import held_out, split_keys
 from vfl_core.data.tabular import TableSource, load_table_party
 from vfl_core.errors import DataError
@@ -142,3 +145,40 @@ def test_given_a_windows_1252_id_in_a_late_piece_when_loaded_then_read_again_and
     path.write_bytes(path.read_text().encode("cp1252"))  # not UTF-8 from line 352 on
     party_ids, _, _ = loaded(path)
     assert_split(party_ids, ids)
+
+
+def test_given_a_column_encoded_piece_by_piece_when_unified_then_codes_as_encoded_whole() -> None:
+    column = pa.chunked_array(
+        [pa.array(["b", None, "a"]), pa.array(["c", "a"]), pa.array(["d", "b"])]
+    )
+    pieces = [pa.chunked_array(column.chunks[:2]), pa.chunked_array(column.chunks[2:])]
+    encoded = pa.chunked_array([c for p in pieces for c in pc.dictionary_encode(p).chunks])
+    codes, values = dictionary_codes(column, encoded)
+    whole_codes, whole_values = dictionary_codes(column)
+    assert codes.tolist() == whole_codes.tolist() == [0, -1, 1, 2, 1, 3, 0]
+    assert values.equals(whole_values)
+
+
+def test_given_pieces_watched_when_codes_taken_then_only_the_last_reads_pieces_encoded() -> None:
+    def piece(ids: list[str], cities: list[str | None]) -> pa.Table:
+        return pa.table({"c0": pa.array(ids), "c1": pa.array(cities, pa.string())})
+
+    cities = pa.chunked_array([pa.array(["Lyon", None]), pa.array(["Paris"])])
+    with SplitKeysWhileReading("id") as hashing:
+        codes = PieceCodes(0, hashing, [1])
+        codes.restart()
+        codes(piece(["x"], ["Nice"]))  # a read given up: read again from the start
+        codes.restart()
+        codes(piece(["a", "b"], ["Lyon", None]))
+        codes(piece(["c"], ["Paris"]))
+        encoded = codes.take(1, 3)
+        assert encoded is not None
+        assert dictionary_codes(cities, encoded)[0].tolist() == [0, -1, 1]
+        assert codes.take(1, 3) is None  # given once
+        assert hashing.keys(pa.chunked_array([pa.array(["a", "b", "c"])])).tolist() == (
+            split_keys(pa.chunked_array([pa.array(["a", "b", "c"])])).tolist()
+        )
+    with SplitKeysWhileReading("id") as hashing:
+        codes = PieceCodes(0, hashing, [1])
+        codes(piece(["a", "b"], ["Lyon", None]))
+        assert codes.take(1, 5) is None  # not the rows the table ends up with
