@@ -5,6 +5,8 @@ them, the same rows, the same errors naming the same lines."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -159,26 +161,56 @@ def test_given_a_column_encoded_piece_by_piece_when_unified_then_codes_as_encode
     assert values.equals(whole_values)
 
 
-def test_given_pieces_watched_when_codes_taken_then_only_the_last_reads_pieces_encoded() -> None:
-    def piece(ids: list[str], cities: list[str | None]) -> pa.Table:
-        return pa.table({"c0": pa.array(ids), "c1": pa.array(cities, pa.string())})
+class _Watch:
+    """A ColumnWatch that runs its jobs at once, on the caller's thread."""
 
+    column = "id"
+
+    def __init__(self) -> None:
+        self.given: list[list[str]] = []
+
+    def restart(self) -> None:
+        self.given.clear()
+
+    def __call__(self, cells: pa.ChunkedArray) -> None:
+        self.given.append(cells.to_pylist())
+
+    def then(self, job: Callable[[], None]) -> None:
+        job()
+
+
+def _piece(ids: list[str], cities: list[str | None]) -> pa.Table:
+    return pa.table({"c0": pa.array(ids), "c1": pa.array(cities, pa.string())})
+
+
+def test_given_pieces_watched_when_codes_taken_then_only_the_last_reads_pieces_encoded() -> None:
+    watch = _Watch()
+    codes = PieceCodes(0, watch, [1])
+    codes.restart()
+    codes(_piece(["x"], ["Nice"]))  # a read given up: the file read again from its start
+    codes.restart()
+    codes(_piece(["a", "b"], ["Lyon", None]))
+    codes(_piece(["c"], ["Paris"]))
+    assert watch.given == [["a", "b"], ["c"]]
+    encoded = codes.take(1, 3)
+    assert encoded is not None
     cities = pa.chunked_array([pa.array(["Lyon", None]), pa.array(["Paris"])])
+    assert dictionary_codes(cities, encoded)[0].tolist() == [0, -1, 1]
+    assert codes.take(1, 3) is None  # given once
+    other = PieceCodes(0, _Watch(), [1])
+    other(_piece(["a", "b"], ["Lyon", None]))
+    assert other.take(1, 5) is None  # not the rows the table ends up with
+
+
+def test_given_jobs_for_the_hashing_thread_when_ids_given_then_run_after_them_in_order() -> None:
+    ids = pa.chunked_array([pa.array([f"c{i}" for i in range(50)])])
+    ran: list[tuple[int, str]] = []
+    done = threading.Event()
     with SplitKeysWhileReading("id") as hashing:
-        codes = PieceCodes(0, hashing, [1])
-        codes.restart()
-        codes(piece(["x"], ["Nice"]))  # a read given up: read again from the start
-        codes.restart()
-        codes(piece(["a", "b"], ["Lyon", None]))
-        codes(piece(["c"], ["Paris"]))
-        encoded = codes.take(1, 3)
-        assert encoded is not None
-        assert dictionary_codes(cities, encoded)[0].tolist() == [0, -1, 1]
-        assert codes.take(1, 3) is None  # given once
-        assert hashing.keys(pa.chunked_array([pa.array(["a", "b", "c"])])).tolist() == (
-            split_keys(pa.chunked_array([pa.array(["a", "b", "c"])])).tolist()
-        )
-    with SplitKeysWhileReading("id") as hashing:
-        codes = PieceCodes(0, hashing, [1])
-        codes(piece(["a", "b"], ["Lyon", None]))
-        assert codes.take(1, 5) is None  # not the rows the table ends up with
+        hashing(ids)
+        hashing.then(lambda: ran.append((1, threading.current_thread().name)))
+        hashing.then(lambda: ran.append((2, threading.current_thread().name)))
+        hashing.then(done.set)
+        assert done.wait(timeout=30)
+        assert ran == [(1, "id-hashing"), (2, "id-hashing")]
+        assert hashing.keys(ids).tolist() == split_keys(ids).tolist()

@@ -12,7 +12,6 @@ the whole column encoded at once (the cells' first appearances give the same ord
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from functools import partial
 
@@ -24,50 +23,62 @@ from vfl_core.data.csv_pieces import ColumnWatch
 
 class PieceCodes:
     """A csv_pieces.PieceWatch: each piece's cells of column `index` to `watch`, and its
-    columns `encode` dictionary-encoded on `watch`'s thread (`encoded` gives them)."""
+    columns `encode` dictionary-encoded on `watch`'s thread (`take` gives them)."""
 
     def __init__(self, index: int, watch: ColumnWatch, encode: Sequence[int]) -> None:
         self._index = index
         self._watch = watch
         self._encode = list(encode)
-        # column index -> the pieces' encoded cells, in the file's order (on the watch's thread)
+        # on the watch's thread: column index -> the pieces' encoded cells in the file's
+        # order, how many pieces are encoded, and the read they are of (restarts so far)
         self._parts: dict[int, list[pa.ChunkedArray]] = {}
         self._failed = False
-        self._done: threading.Event | None = None  # set once the thread is done with them
+        self._encoded = 0
+        self._read = 0
+        # on the caller's thread: the read (restarts so far) and how many pieces it gave
+        self._reads = 0
+        self._given = 0
 
     def restart(self) -> None:
         self._watch.restart()
-        self._watch.then(self._clear)  # after the jobs queued before: theirs are not kept
+        self._reads += 1
+        self._given = 0
+        # after the jobs queued before: theirs are not kept
+        self._watch.then(partial(self._clear, self._reads))
 
     def __call__(self, piece: pa.Table) -> None:
         self._watch(piece.column(self._index))
         if self._encode:
+            self._given += 1
             self._watch.then(partial(self._encode_piece, piece))
 
     def take(self, index: int, rows: int) -> pa.ChunkedArray | None:
         """Column `index`'s cells dictionary-encoded a piece at a time (each piece its own
         dictionary), given once: None where it was not encoded, the encoding failed or the
-        pieces do not hold `rows` rows (the file read another way). The first call waits
-        for the watch's thread to be done with every piece given."""
-        if self._done is None:
-            self._done = threading.Event()
-            self._watch.then(self._done.set)
-            self._done.wait()
+        pieces do not hold `rows` rows (the file read another way), or the watch's thread is
+        not yet done with every piece given: the caller then encodes the column itself rather
+        than wait for a thread that a loaded machine may be keeping from a core (on two free
+        cores it is done before the parse is)."""
+        if self._read != self._reads or self._encoded != self._given or self._failed:
+            return None
         parts = self._parts.pop(index, None)
-        if self._failed or parts is None:
+        if parts is None:
             return None
         cells = pa.chunked_array([chunk for part in parts for chunk in part.chunks])
         return cells if len(cells) == rows else None
 
-    def _clear(self) -> None:
+    def _clear(self, read: int) -> None:
         self._parts.clear()
         self._failed = False
+        self._encoded = 0
+        self._read = read
 
     def _encode_piece(self, piece: pa.Table) -> None:
-        if self._failed:
-            return
         try:
-            for i in self._encode:
-                self._parts.setdefault(i, []).append(pc.dictionary_encode(piece.column(i)))
+            if not self._failed:
+                for i in self._encode:
+                    self._parts.setdefault(i, []).append(pc.dictionary_encode(piece.column(i)))
         except Exception:  # whatever it is, the codes are worked out after the read instead
             self._failed = True
+        finally:
+            self._encoded += 1
