@@ -200,6 +200,9 @@ def test_given_pieces_watched_when_codes_taken_then_only_the_last_reads_pieces_e
     other = PieceCodes(0, _Watch(), [1])
     other(_piece(["a", "b"], ["Lyon", None]))
     assert other.take(1, 5) is None  # not the rows the table ends up with
+    whole = PieceCodes(0, _Watch(), [1])
+    whole(_piece(["a", "b"], ["Lyon", None]), whole=True)  # read whole: encoded by the caller
+    assert whole.take(1, 2) is None
 
 
 def test_given_jobs_for_the_hashing_thread_when_ids_given_then_run_after_them_in_order() -> None:

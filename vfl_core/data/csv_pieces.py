@@ -55,8 +55,9 @@ class PieceWatch(Protocol):
     def restart(self) -> None:
         """The file is read again from its start: the pieces given so far are not its."""
 
-    def __call__(self, piece: pa.Table) -> None:
-        """The file's next piece, columns c0, c1 ... (called on the reading thread)."""
+    def __call__(self, piece: pa.Table, whole: bool = False) -> None:
+        """The file's next piece, columns c0, c1 ... (called on the reading thread); `whole`:
+        the file read whole, no piece parsed after it."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def read_rows(
         elif quotes:
             watch.restart()
             data = read(layout.path, 1)
-            watch(data)
+            watch(data, whole=True)
         else:
             data = _read_in_pieces(layout.path, read, watch)
     except UnicodeDecodeError:

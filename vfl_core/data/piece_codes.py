@@ -46,9 +46,11 @@ class PieceCodes:
         # after the jobs queued before: theirs are not kept
         self._watch.then(partial(self._clear, self._reads))
 
-    def __call__(self, piece: pa.Table) -> None:
+    def __call__(self, piece: pa.Table, whole: bool = False) -> None:
         self._watch(piece.column(self._index))
-        if self._encode:
+        # a file read whole has no parse left for the encoding to go beside: the caller's
+        # thread would encode its columns before the watch's thread is done (twice the work)
+        if self._encode and not whole:
             self._given += 1
             self._watch.then(partial(self._encode_piece, piece))
 
