@@ -5,14 +5,19 @@ them, the same rows, the same errors naming the same lines."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from vfl_core.data import csv_pieces
+from vfl_core.data.columns import dictionary_codes
 from vfl_core.data.id_hashing import SplitKeysWhileReading
+from vfl_core.data.piece_codes import PieceCodes
 from vfl_core.data.sample_ids import held_out, split_keys
 from vfl_core.data.tabular import TableSource, load_table_party
 from vfl_core.errors import DataError
@@ -142,3 +147,73 @@ def test_given_a_windows_1252_id_in_a_late_piece_when_loaded_then_read_again_and
     path.write_bytes(path.read_text().encode("cp1252"))  # not UTF-8 from line 352 on
     party_ids, _, _ = loaded(path)
     assert_split(party_ids, ids)
+
+
+def test_given_a_column_encoded_piece_by_piece_when_unified_then_codes_as_encoded_whole() -> None:
+    column = pa.chunked_array(
+        [pa.array(["b", None, "a"]), pa.array(["c", "a"]), pa.array(["d", "b"])]
+    )
+    pieces = [pa.chunked_array(column.chunks[:2]), pa.chunked_array(column.chunks[2:])]
+    encoded = pa.chunked_array([c for p in pieces for c in pc.dictionary_encode(p).chunks])
+    codes, values = dictionary_codes(column, encoded)
+    whole_codes, whole_values = dictionary_codes(column)
+    assert codes.tolist() == whole_codes.tolist() == [0, -1, 1, 2, 1, 3, 0]
+    assert values.equals(whole_values)
+
+
+class _Watch:
+    """A ColumnWatch that runs its jobs at once, on the caller's thread."""
+
+    column = "id"
+
+    def __init__(self) -> None:
+        self.given: list[list[str]] = []
+
+    def restart(self) -> None:
+        self.given.clear()
+
+    def __call__(self, cells: pa.ChunkedArray) -> None:
+        self.given.append(cells.to_pylist())
+
+    def then(self, job: Callable[[], None]) -> None:
+        job()
+
+
+def _piece(ids: list[str], cities: list[str | None]) -> pa.Table:
+    return pa.table({"c0": pa.array(ids), "c1": pa.array(cities, pa.string())})
+
+
+def test_given_pieces_watched_when_codes_taken_then_only_the_last_reads_pieces_encoded() -> None:
+    watch = _Watch()
+    codes = PieceCodes(0, watch, [1])
+    codes.restart()
+    codes(_piece(["x"], ["Nice"]))  # a read given up: the file read again from its start
+    codes.restart()
+    codes(_piece(["a", "b"], ["Lyon", None]))
+    codes(_piece(["c"], ["Paris"]))
+    assert watch.given == [["a", "b"], ["c"]]
+    encoded = codes.take(1, 3)
+    assert encoded is not None
+    cities = pa.chunked_array([pa.array(["Lyon", None]), pa.array(["Paris"])])
+    assert dictionary_codes(cities, encoded)[0].tolist() == [0, -1, 1]
+    assert codes.take(1, 3) is None  # given once
+    other = PieceCodes(0, _Watch(), [1])
+    other(_piece(["a", "b"], ["Lyon", None]))
+    assert other.take(1, 5) is None  # not the rows the table ends up with
+    whole = PieceCodes(0, _Watch(), [1])
+    whole(_piece(["a", "b"], ["Lyon", None]), whole=True)  # read whole: encoded by the caller
+    assert whole.take(1, 2) is None
+
+
+def test_given_jobs_for_the_hashing_thread_when_ids_given_then_run_after_them_in_order() -> None:
+    ids = pa.chunked_array([pa.array([f"c{i}" for i in range(50)])])
+    ran: list[tuple[int, str]] = []
+    done = threading.Event()
+    with SplitKeysWhileReading("id") as hashing:
+        hashing(ids)
+        hashing.then(lambda: ran.append((1, threading.current_thread().name)))
+        hashing.then(lambda: ran.append((2, threading.current_thread().name)))
+        hashing.then(done.set)
+        assert done.wait(timeout=30)
+        assert ran == [(1, "id-hashing"), (2, "id-hashing")]
+        assert hashing.keys(ids).tolist() == split_keys(ids).tolist()

@@ -306,11 +306,17 @@ def numbers_array(values: np.ndarray | None) -> pa.Array | None:
     return pa.array(values, mask=missing if missing.any() else None)
 
 
-def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
-    """(n,) int32 codes (-1 where missing) into one dictionary of a text column's cells."""
+def dictionary_codes(
+    column: pa.ChunkedArray, encoded: pa.ChunkedArray | None = None
+) -> tuple[np.ndarray, pa.Array]:
+    """(n,) int32 codes (-1 where missing) into one dictionary of a text column's cells.
+    `encoded`: the column's cells dictionary-encoded already, a chunk or more at a time
+    (vfl_core.data.piece_codes), one dictionary each: only unified here."""
     if column.num_chunks == 0:
         return np.zeros(0, dtype=np.int32), pa.array([], column.type)
-    encoded = pc.dictionary_encode(column).unify_dictionaries()
+    if encoded is None:
+        encoded = pc.dictionary_encode(column)
+    encoded = encoded.unify_dictionaries()
     codes = [pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False) for c in encoded.chunks]
     return np.concatenate(codes).astype(np.int32, copy=False), encoded.chunk(0).dictionary
 

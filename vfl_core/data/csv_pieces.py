@@ -3,11 +3,11 @@
 Arrow's pool (mimalloc) keeps the blocks a reading thread took in that thread's heap, which
 `release_unused`, called from the party's thread, never hands back: read on the party's own
 thread, the peak memory of a 27 MB file's load is 15-25 MB less (benchmarks/results/
-table_read.md). That leaves a second core idle while the file is parsed. A `ColumnWatch` puts
-it to work: the file is then read in pieces of whole lines, and each piece's cells of the
-watched column are handed to it as soon as the piece is parsed (sample_ids.
-SplitKeysWhileReading hashes the sample IDs on a second thread while the next piece is parsed:
-Arrow's parse holds no Python lock). A file whose quoted values may hold line breaks, or that is
+table_read.md). That leaves a second core idle while the file is parsed. A `PieceWatch` puts
+it to work: the file is then read in pieces of whole lines, and each piece is handed to it as
+soon as it is parsed (vfl_core.data.piece_codes: the sample IDs hashed and the feature text
+columns dictionary-encoded on a second thread while the next piece is parsed: Arrow's parse
+holds no Python lock). A file whose quoted values may hold line breaks, or that is
 UTF-16, is read whole: only there may a line break fall inside a value or a character.
 """
 
@@ -45,6 +45,20 @@ class ColumnWatch(Protocol):
     def __call__(self, cells: pa.ChunkedArray) -> None:
         """The column's cells in the file's next piece (called on the reading thread)."""
 
+    def then(self, job: Callable[[], None]) -> None:
+        """Run `job` on the watch's thread once the cells given so far are worked out."""
+
+
+class PieceWatch(Protocol):
+    """Given each piece of a file's rows, as the file is read."""
+
+    def restart(self) -> None:
+        """The file is read again from its start: the pieces given so far are not its."""
+
+    def __call__(self, piece: pa.Table, whole: bool = False) -> None:
+        """The file's next piece, columns c0, c1 ... (called on the reading thread); `whole`:
+        the file read whole, no piece parsed after it."""
+
 
 @dataclass(frozen=True)
 class CsvLayout:
@@ -60,12 +74,12 @@ def read_rows(
     layout: CsvLayout,
     numbers: Sequence[int] | set[int] = frozenset(),
     null_values: Sequence[str] = (),
-    watch: tuple[int, ColumnWatch] | None = None,
+    watch: PieceWatch | None = None,
 ) -> tuple[pa.Table, bool]:
     """The data rows as text columns c0, c1 ... (`null_values` as nulls), the columns
     `numbers` as float64 (if a cell of one is not a number, the file is read again, all as
-    text); and whether a row of another width than the header's was skipped. `watch`: (the
-    watched column's index, the watch)."""
+    text); and whether a row of another width than the header's was skipped. `watch`: given
+    the rows piece by piece (the whole file at once where it may hold quoted line breaks)."""
     invalid: list[int] = []
 
     def on_invalid(row: pa_csv.InvalidRow) -> str:
@@ -104,9 +118,9 @@ def read_rows(
         if watch is None:
             data = read(layout.path, 1)
         elif quotes:
-            watch[1].restart()
+            watch.restart()
             data = read(layout.path, 1)
-            watch[1](data.column(watch[0]))
+            watch(data, whole=True)
         else:
             data = _read_in_pieces(layout.path, read, watch)
     except UnicodeDecodeError:
@@ -125,12 +139,11 @@ def read_rows(
 def _read_in_pieces(
     path: Path,
     read: Callable[[pa.NativeFile, int], pa.Table],
-    watch: tuple[int, ColumnWatch],
+    watch: PieceWatch,
 ) -> pa.Table:
-    """The file read a piece of whole lines at a time (`read(piece, rows to skip)`), the
-    watched column of each piece handed to the watch once the piece is read."""
-    index, on_cells = watch
-    on_cells.restart()
+    """The file read a piece of whole lines at a time (`read(piece, rows to skip)`), each
+    piece handed to the watch once it is read."""
+    watch.restart()
     with path.open("rb") as f:
         bounds = _bounds(f, path.stat().st_size)
     pieces: list[pa.Table] = []
@@ -138,12 +151,12 @@ def _read_in_pieces(
         texts = [_piece(f, *bounds[0])]  # the next piece's text: one is held at a time
         for k, (start, _) in enumerate(bounds):
             pieces.append(read(pa.BufferReader(texts.pop()), 1 if start == 0 else 0))
-            # the next piece's text read before this one's cells are handed on: reading lets
-            # go of Python's lock, which the watch's thread, busy with the cells, would keep
-            # for up to 5 ms once it has it
+            # the next piece's text read before this one is handed on: reading lets go of
+            # Python's lock, which the watch's thread, busy with the piece, would keep for up
+            # to 5 ms once it has it
             if k + 1 < len(bounds):
                 texts.append(_piece(f, *bounds[k + 1]))
-            on_cells(pieces[-1].column(index))
+            watch(pieces[-1])
     return pa.concat_tables(pieces)
 
 

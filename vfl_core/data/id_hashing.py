@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 import numpy as np
@@ -55,12 +56,23 @@ class SplitKeysWhileReading:
         self._queue.put(_RESTART)
 
     def __call__(self, cells: pa.ChunkedArray) -> None:
+        self._start()
+        for chunk in cells.chunks:
+            self._queue.put(chunk)
+
+    def then(self, job: Callable[[], None]) -> None:
+        """Run `job` on the hashing thread once the IDs given so far are hashed: more work
+        on each piece while the next is parsed, on the same thread (a thread of its own would
+        wait for Python's lock, which the hashing holds, at each of its calls). Its errors
+        are its own to catch."""
+        self._start()
+        self._queue.put(job)
+
+    def _start(self) -> None:
         if self._thread is None:
             # a daemon: an interpreter exiting mid-read does not wait for it
             self._thread = threading.Thread(target=self._work, name="id-hashing", daemon=True)
             self._thread.start()
-        for chunk in cells.chunks:
-            self._queue.put(chunk)
 
     def keys(self, ids: pa.ChunkedArray) -> np.ndarray:
         """split_keys(ids): those hashed while the file was read where they are of these IDs,
@@ -85,6 +97,8 @@ class SplitKeysWhileReading:
             if item is _RESTART:
                 self._hashed.clear()
                 self._failed = False
+            elif callable(item):
+                item()
             elif not self._failed:
                 assert isinstance(item, pa.Array)
                 try:

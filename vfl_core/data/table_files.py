@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from vfl_core.data.columns import Table, dictionary_codes, numbers_array
 from vfl_core.data.csv_pieces import ColumnWatch, CsvLayout, WrongEncoding, read_rows
 from vfl_core.data.local_numbers import floats, local_numbers
+from vfl_core.data.piece_codes import PieceCodes
 from vfl_core.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -140,8 +141,8 @@ def _read_csv_as(
     names = [n.strip() for n in header]
     typed = _number_columns(lines, separator, names, hold_numbers) if typed_ok else set()
     layout = CsvLayout(path, encoding, separator, len(header))
-    watched = (names.index(watch.column), watch) if watch and watch.column in names else None
-    data = _rows(layout, typed, watched)
+    pieces = _piece_codes(names, typed, hold_numbers, watch)
+    data = _rows(layout, typed, pieces)
     if data.num_rows == 0:
         raise DataError(f"{path}: no data rows after the header")
     named = _named_columns(path, names, data)
@@ -159,10 +160,12 @@ def _read_csv_as(
             # "inf" is text to the fit, which names it as a stray cell: the file read again
             # with every column as text (looked for here, in the values at hand, not in a
             # pass of Arrow's over each number column before)
-            del raw, columns, numbers, codes, column  # freed before the read
+            del raw, columns, numbers, codes, column, pieces  # freed before the read
             return _read_csv_as(path, encoding, hold_numbers, watch, typed_ok=False)
         if numbers[name] is None:  # most number columns need no cleaning
-            column, numbers[name], found = _text_column(column, separator, hold_numbers(name))
+            feature = hold_numbers(name)
+            encoded = pieces.take(i, len(column)) if pieces is not None and feature else None
+            column, numbers[name], found = _text_column(column, separator, feature, encoded)
             if found is not None:
                 codes[name] = found
         held = numbers_array(numbers[name]) if hold_numbers(name) else None
@@ -177,20 +180,38 @@ def _read_csv_as(
 
 
 def _text_column(
-    column: pa.ChunkedArray, separator: str, feature: bool
+    column: pa.ChunkedArray,
+    separator: str,
+    feature: bool,
+    encoded: pa.ChunkedArray | None = None,
 ) -> tuple[pa.ChunkedArray, np.ndarray | None, tuple[np.ndarray, pa.Array] | None]:
     """A text column as the preprocessing reads it (local_numbers of its cells without the
     spaces around them, spaced missing marks as nulls), its values where those are numbers, and
     a feature column's dictionary codes (Table.codes) where it stays as read: a feature column's
     cells to clean are looked for among its distinct cells (the codes the fit needs anyway),
-    not among all of them."""
+    not among all of them. `encoded`: its cells dictionary-encoded as the file was read."""
     if feature:
-        codes = dictionary_codes(column)
+        codes = dictionary_codes(column, encoded)
         if not _may_be_spaced(codes[1]):
             plain, values = local_numbers(column, separator)
             return plain, values, codes if plain is column else None
     plain, values = local_numbers(_spaced_missing_as_null(column), separator)
     return plain, values, None
+
+
+def _piece_codes(
+    names: list[str],
+    typed: set[int],
+    hold_numbers: Callable[[str], bool],
+    watch: ColumnWatch | None,
+) -> PieceCodes | None:
+    """What is given the file's pieces as they are read: their IDs to `watch`, and the
+    feature columns read as text dictionary-encoded on its thread (their codes are made for
+    every such column: Table.codes)."""
+    if watch is None or watch.column not in names:
+        return None
+    text = [i for i, n in enumerate(names) if n and i not in typed and hold_numbers(n)]
+    return PieceCodes(names.index(watch.column), watch, text)
 
 
 def _first_lines(path: Path, encoding: str) -> list[str]:
@@ -243,7 +264,7 @@ def _infinite(column: pa.ChunkedArray, values: np.ndarray | None) -> bool:
     return pa.types.is_floating(column.type) and values is not None and bool(np.isinf(values).any())
 
 
-def _rows(layout: CsvLayout, numbers: set[int], watch: tuple[int, ColumnWatch] | None) -> pa.Table:
+def _rows(layout: CsvLayout, numbers: set[int], watch: PieceCodes | None) -> pa.Table:
     """read_rows of the file (the missing marks without spaces around them as nulls); a row of
     another width than the header's is an error naming its line."""
     data, invalid = read_rows(layout, numbers, _MISSING.to_pylist(), watch)
