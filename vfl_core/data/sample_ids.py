@@ -11,6 +11,7 @@ where they differ).
 from __future__ import annotations
 
 import hashlib
+import logging
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,8 @@ import pyarrow.compute as pc
 from vfl_core.data import column_values as cv
 from vfl_core.data.columns import Table
 from vfl_core.errors import DataError
+
+log = logging.getLogger(__name__)
 
 _ZERO_FRACTION = r"^([+-]?[0-9]+)\.0*$"
 
@@ -34,6 +37,8 @@ def normalised_ids(table: Table, id_column: str, unique: bool = True) -> Table:
         else pa.chunked_array([pa.array(cv.text_cells(column), pa.string())])
     )
     table = table.with_column(id_column, zero_fractions_dropped(text))
+    if table.column(id_column).null_count:
+        table = without_empty_rows(table, id_column)
     ids = table.column(id_column)
     if ids.null_count:
         row = int(np.flatnonzero(cv.missing(ids))[0])
@@ -41,6 +46,26 @@ def normalised_ids(table: Table, id_column: str, unique: bool = True) -> Table:
     if unique:
         check_unique(table, id_column)
     return table
+
+
+def without_empty_rows(table: Table, id_column: str) -> Table:
+    """`table` without its rows of no cell at all, skipped as blank lines are (a spreadsheet
+    writes a formatted empty row as a line of separators: ",,,,"), and said in the log."""
+    empty = cv.missing(table.column(id_column))
+    for name in table.names:
+        if name != id_column and empty.any():
+            empty &= table.missing(name)
+    if not empty.any():
+        return table
+    rows = np.flatnonzero(empty)
+    log.warning(
+        "%s: %d rows with no cell at all skipped, as blank lines are (%s%s)",
+        table.source,
+        len(rows),
+        table.row_name(rows[0]),
+        f" to {table.row_name(rows[-1])}" if len(rows) > 1 else "",
+    )
+    return table.rows(np.flatnonzero(~empty))
 
 
 def zero_fractions_dropped(text: pa.ChunkedArray) -> pa.ChunkedArray:

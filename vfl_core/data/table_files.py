@@ -86,7 +86,12 @@ def read_table(
         return _read_csv(path, hold_numbers or _never, watch)
     if suffix in (".parquet", ".pq"):
         return _read_parquet(path)
-    raise DataError(f"{path}: unknown table format (expected {', '.join(TABLE_SUFFIXES)})")
+    hint = (
+        " (a text export with separators reads as .csv or .tsv: rename it)"
+        if suffix == ".txt"
+        else ""
+    )
+    raise DataError(f"{path}: unknown table format (expected {', '.join(TABLE_SUFFIXES)}){hint}")
 
 
 # ---------------------------------------------------------------- CSV
@@ -114,6 +119,16 @@ def _read_csv(path: Path, hold_numbers: Callable[[str], bool], watch: ColumnWatc
     raise AssertionError("Latin-1 reads any byte")  # pragma: no cover
 
 
+def _refuse_separator_hint(path: Path, lines: list[str]) -> None:
+    """A spreadsheet's "sep=;" first line is not a header: said, where its cells would
+    otherwise be named a row of the wrong width."""
+    if lines and re.fullmatch(r"sep=.", lines[0].strip(), flags=re.IGNORECASE):
+        raise DataError(
+            f"{path}: line 1 is a spreadsheet's separator hint ({lines[0].strip()!r}), not a "
+            "header: delete that line (the separator is found without it)"
+        )
+
+
 def _encoding(path: Path) -> str:
     """UTF-16 where the file starts with its byte-order mark (spreadsheets' "Unicode text"),
     else UTF-8 with or without one."""
@@ -134,6 +149,7 @@ def _read_csv_as(
 ) -> Table:
     """`typed_ok` False: every column read as text (one read as numbers held "inf")."""
     lines = _first_lines(path, encoding)
+    _refuse_separator_hint(path, lines)
     separator = _separator(lines)
     header = next(csv.reader(lines, delimiter=separator), None)
     if header is None:
