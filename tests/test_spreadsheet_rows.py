@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vfl_core.data.table_files import column_names, read_table
 from vfl_core.data.tabular import TableSource, load_table_party
 from vfl_core.errors import DataError
 
@@ -61,3 +62,31 @@ def test_given_a_txt_export_then_the_format_error_says_to_rename_it(tmp_path: Pa
     path = write(tmp_path / "t.txt", [r.replace(",", "\t") for r in ROWS], "id\ta\tb\tc\ty")
     with pytest.raises(DataError, match=r"unknown table format .* rename it"):
         load_table_party(source(path))
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "encoding"),
+    [
+        ("plain.csv", "id,a,y\n1,2,3\n", "utf-8"),
+        ("bom.csv", "id;a;y\n1;2;3\n", "utf-8-sig"),
+        ("u16.csv", "id\ta\ty\n1\t2\t3\n", "utf-16"),
+        ("latin.csv", "id,Région,y\n1,2,3\n", "cp1252"),
+        ("quoted.tsv", 'id\t"a b"\ty\n1\t2\t3\n', "utf-8"),
+    ],
+)
+def test_column_names_from_the_header_alone_are_the_read_tables(
+    tmp_path: Path, name: str, text: str, encoding: str
+) -> None:
+    """vfl simulate finds its label parties by the header (column_names), not a whole read."""
+    path = tmp_path / name
+    path.write_bytes(text.encode(encoding))
+    assert column_names(path) == read_table(path).names
+
+
+def test_column_names_of_a_parquet_file_are_its_schemas(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "label": ["a", "b"]}), path)
+    assert column_names(path) == ["id", "label"] == read_table(path).names

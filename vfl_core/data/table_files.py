@@ -94,6 +94,29 @@ def read_table(
     raise DataError(f"{path}: unknown table format (expected {', '.join(TABLE_SUFFIXES)}){hint}")
 
 
+def column_names(path: Path) -> list[str]:
+    """A table file's column names, from its header (or Parquet schema) alone: what a caller
+    that only looks for a column needs, without reading the rows."""
+    path = Path(path)
+    if path.suffix.lower() in (".parquet", ".pq") and path.is_file():
+        import pyarrow.parquet as pq
+
+        try:
+            return [str(name) for name in pq.read_schema(path).names]
+        except (OSError, pa.ArrowException):
+            pass  # read_table says what is wrong with the file
+    elif path.suffix.lower() in (".csv", ".tsv") and path.is_file():
+        first = _encoding(path)
+        for encoding in [first] if first == "utf-16" else [first, *_FALLBACKS]:
+            try:
+                lines = _first_lines(path, encoding)
+            except WrongEncoding:
+                continue
+            header = next(csv.reader(lines, delimiter=_separator(lines)), None) if lines else None
+            return [n.strip() for n in header or []]
+    return read_table(path).names  # its errors name what is wrong
+
+
 # ---------------------------------------------------------------- CSV
 
 

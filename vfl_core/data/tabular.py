@@ -40,7 +40,7 @@ from vfl_core.data.sample_ids import (
     in_test,
     normalised_ids,
 )
-from vfl_core.data.table_files import read_table
+from vfl_core.data.table_files import column_names, read_table
 from vfl_core.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -388,7 +388,7 @@ def federation_sources(
         raise ConfigError("a federation of tables needs --label-column")
     if label_blocks is None:
         label_blocks = tuple(
-            k for k, path in enumerate(paths) if label_column in read_table(path).names
+            k for k, path in enumerate(paths) if label_column in column_names(path)
         )
     for block in label_blocks:
         if not 0 <= block < len(paths):
