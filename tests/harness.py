@@ -357,7 +357,8 @@ class Coordinator(Proc):
     def rounds(self) -> list[dict]:
         """The round records written so far (complete lines only). Only lines added since the
         last call are parsed; a file that no longer starts with what was read (a resumed run
-        rewrote it) is parsed again from the start."""
+        rewrote it) is parsed again from the start. Each call returns new dicts (callers pop
+        keys from them); the lists and dicts inside are shared between calls."""
         try:
             data = (self.out / "rounds.jsonl").read_bytes()
         except FileNotFoundError:
@@ -370,7 +371,7 @@ class Coordinator(Proc):
             records = records + [json.loads(line) for line in data[len(seen) : end].splitlines()]
             seen = data[:end]
         self._read = (seen, records)
-        return list(records)
+        return [dict(record) for record in records]
 
     def results(self) -> dict | None:
         try:
