@@ -325,6 +325,10 @@ class Coordinator(Proc):
     port_file: Path = Path()
     run_id: str = ""
     alignment: str = "hmac"  # its --alignment, which its clients must share
+    # rounds.jsonl's complete lines read so far and their records: tests poll rounds() every
+    # 50 ms while thousands of rounds accumulate, and parsing them all again each time took a
+    # share of a core from the federation they wait for (not copied by Cluster.restart)
+    _read: tuple[bytes, list[dict]] = field(default=(b"", []), init=False, repr=False)
 
     @property
     def planned_address(self) -> str:
@@ -351,12 +355,23 @@ class Coordinator(Proc):
         return f"127.0.0.1:{self.port()}"
 
     def rounds(self) -> list[dict]:
-        """The round records written so far (complete lines only)."""
+        """The round records written so far (complete lines only). Only lines added since the
+        last call are parsed; a file that no longer starts with what was read (a resumed run
+        rewrote it) is parsed again from the start. Each call returns new dicts (callers pop
+        keys from them); the lists and dicts inside are shared between calls."""
         try:
-            text = (self.out / "rounds.jsonl").read_text()
+            data = (self.out / "rounds.jsonl").read_bytes()
         except FileNotFoundError:
             return []
-        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+        seen, records = self._read
+        if not data.startswith(seen):
+            seen, records = b"", []
+        end = data.rfind(b"\n") + 1  # past the last complete line
+        if end > len(seen):
+            records = records + [json.loads(line) for line in data[len(seen) : end].splitlines()]
+            seen = data[:end]
+        self._read = (seen, records)
+        return [dict(record) for record in records]
 
     def results(self) -> dict | None:
         try:
@@ -414,7 +429,9 @@ class Cluster:
         """Run `proc`'s command again (same argv, out and data directories; a new log file),
         with `more_args` appended (a later option overrides an earlier one)."""
         base = {f.name for f in fields(Proc)}
-        extra = {f.name: getattr(proc, f.name) for f in fields(proc) if f.name not in base}
+        extra = {
+            f.name: getattr(proc, f.name) for f in fields(proc) if f.init and f.name not in base
+        }
         argv = [*proc.argv, *more_args]
         return self._spawn(type(proc), f"{proc.name}-r{len(self.procs)}", argv, **extra)
 

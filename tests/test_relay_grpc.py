@@ -12,6 +12,7 @@ no batch's label vector in any message, gradients and evaluation messages includ
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -35,16 +36,20 @@ IN_THE_CLEAR = {("Predict", "response"), ("Score", "request")}  # probabilities 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """The same federation trained with and without --encrypt-relay (one epoch, TLS)."""
+    """The same federation trained with and without --encrypt-relay (one epoch, TLS). The two
+    run side by side: each spends most of its time starting processes and waiting on round
+    trips, and a 60 s deadline leaves no round to the machine's speed (same weights either way)."""
     base = tmp_path_factory.getbasetemp()
     dirs = prepare_digits(base, p_miss=0.1, seed=0, clients=K)
     certs = tmp_path_factory.mktemp("relay-grpc-certs") / "certs"
     create_federation(certs, [f"party{k}" for k in range(K)], [])
     out = {}
-    for name, extra in (("plain", []), ("encrypted", ["--encrypt-relay"])):
-        root = tmp_path_factory.mktemp(f"relay-{name}")
-        audit, ckpt = root / "messages.audit", root / "checkpoints"
-        with Cluster(root / "cluster", tls_dir=certs) as cluster:
+    with contextlib.ExitStack() as stack:
+        started = {}
+        for name, extra in (("plain", []), ("encrypted", ["--encrypt-relay"])):
+            root = tmp_path_factory.mktemp(f"relay-{name}")
+            audit, ckpt = root / "messages.audit", root / "checkpoints"
+            cluster = stack.enter_context(Cluster(root / "cluster", tls_dir=certs))
             coord, clients = cluster.federation(
                 dirs,
                 epochs=1,
@@ -52,6 +57,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
                 extra=["--audit-log", str(audit), *extra],
                 client_extra=lambda d, c=ckpt: ["--checkpoint-dir", str(c)],
             )
+            started[name] = (cluster, coord, clients, audit, ckpt)
+        for name, (cluster, coord, clients, audit, ckpt) in started.items():
             assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
             for client in clients:
                 assert client.wait(60) == 0, cluster.describe()
