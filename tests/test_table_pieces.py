@@ -80,6 +80,25 @@ def test_given_a_table_in_pieces_when_loaded_then_split_and_rows_as_read_whole(
     assert in_pieces[2] == whole[2]
 
 
+@pytest.mark.parametrize("pieces", [3, 7])
+def test_given_an_odd_count_of_pieces_when_loaded_then_as_read_whole_and_no_thread_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pieces: int
+) -> None:
+    """Pieces are parsed two at a time: a last piece without a pair is parsed too, the pieces
+    are handed on in the file's order, and the second parsing thread ends with the read."""
+    monkeypatch.setattr(csv_pieces, "MIN_PIECE_BYTES", 64)
+    path = write(tmp_path / "t.csv", [f"c{i}" for i in range(ROWS)])
+    monkeypatch.setattr(csv_pieces, "PIECES", pieces)
+    in_pieces = loaded(path)
+    assert not [t for t in threading.enumerate() if t.name.startswith("vfl-csv-piece")]
+    monkeypatch.setattr(csv_pieces, "PIECES", 1)
+    whole = loaded(path)
+    for name in ("train", "test"):
+        assert in_pieces[0][name].tolist() == whole[0][name].tolist()
+        np.testing.assert_array_equal(in_pieces[1][name], whole[1][name])
+    assert in_pieces[2] == whole[2]
+
+
 @pytest.mark.usefixtures("small_pieces")
 def test_given_ids_cleaned_after_the_read_when_loaded_then_split_by_the_cleaned_ids(
     tmp_path: Path,

@@ -1,14 +1,16 @@
-"""Arrow's CSV reader over a party's file: on the party's own thread, in pieces of whole lines.
+"""Arrow's CSV reader over a party's file: in pieces of whole lines, two parsed at once.
 
-Arrow's pool (mimalloc) keeps the blocks a reading thread took in that thread's heap, which
-`release_unused`, called from the party's thread, never hands back: read on the party's own
-thread, the peak memory of a 27 MB file's load is 15-25 MB less (benchmarks/results/
-table_read.md). That leaves a second core idle while the file is parsed. A `PieceWatch` puts
-it to work: the file is then read in pieces of whole lines, and each piece is handed to it as
-soon as it is parsed (vfl_core.data.piece_codes: the sample IDs hashed and the feature text
-columns dictionary-encoded on a second thread while the next piece is parsed: Arrow's parse
-holds no Python lock). A file whose quoted values may hold line breaks, or that is
-UTF-16, is read whole: only there may a line break fall inside a value or a character.
+Arrow's pool (mimalloc) keeps the blocks a thread took in that thread's heap: only a
+`release_unused` called from that thread gives them back. Arrow's own reading threads never
+call it, and the peak memory of a 27 MB file's load with them is 15-25 MB more
+(benchmarks/results/table_read.md). Read with a `PieceWatch`, the file is read in pieces of
+whole lines instead, parsed on two threads of our own: the party's and a second one that lives
+as long as the read, each giving its heap's unused blocks back after each piece. Each piece is
+handed on, in the file's order, as soon as it is parsed (vfl_core.data.piece_codes: the sample
+IDs hashed and the feature text columns dictionary-encoded on a third thread while the next
+pieces are parsed: Arrow's parse holds no Python lock). A file whose quoted values may hold
+line breaks, or that is UTF-16, is read whole on the party's thread: only there may a line
+break fall inside a value or a character.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import itertools
 import mmap
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -112,7 +115,9 @@ def read_rows(
         read_options = pa_csv.ReadOptions(
             column_names=names, skip_rows=skip_rows, encoding=encoding, use_threads=False
         )
-        return pa_csv.read_csv(source, read_options=read_options, **options)
+        table = pa_csv.read_csv(source, read_options=read_options, **options)
+        pa.default_memory_pool().release_unused()  # this thread's heap (see the module's doc)
+        return table
 
     try:
         if watch is None:
@@ -141,22 +146,29 @@ def _read_in_pieces(
     read: Callable[[pa.NativeFile, int], pa.Table],
     watch: PieceWatch,
 ) -> pa.Table:
-    """The file read a piece of whole lines at a time (`read(piece, rows to skip)`), each
-    piece handed to the watch once it is read."""
+    """The file read a piece of whole lines at a time (`read(piece, rows to skip)`), two pieces
+    at once (this thread the first of each pair, a second thread the other), each piece handed
+    to the watch, in the file's order, once it is read."""
     watch.restart()
     with path.open("rb") as f:
         bounds = _bounds(f, path.stat().st_size)
+
+    def parse(k: int) -> pa.Table:
+        with pa.OSFile(str(path)) as f:  # a handle per piece: each thread reads its own
+            text = _piece(f, *bounds[k])
+        return read(pa.BufferReader(text), 1 if k == 0 else 0)
+
     pieces: list[pa.Table] = []
-    with pa.OSFile(str(path)) as f:
-        texts = [_piece(f, *bounds[0])]  # the next piece's text: one is held at a time
-        for k, (start, _) in enumerate(bounds):
-            pieces.append(read(pa.BufferReader(texts.pop()), 1 if start == 0 else 0))
-            # the next piece's text read before this one is handed on: reading lets go of
-            # Python's lock, which the watch's thread, busy with the piece, would keep for up
-            # to 5 ms once it has it
-            if k + 1 < len(bounds):
-                texts.append(_piece(f, *bounds[k + 1]))
+    # the second thread ends with the read: what its heap still holds is then the party
+    # thread's to give back (mimalloc hands an ended thread's heap on)
+    with ThreadPoolExecutor(1, thread_name_prefix="vfl-csv-piece") as second:
+        for k in range(0, len(bounds), 2):
+            other = second.submit(parse, k + 1) if k + 1 < len(bounds) else None
+            pieces.append(parse(k))
             watch(pieces[-1])
+            if other is not None:
+                pieces.append(other.result())
+                watch(pieces[-1])
     return pa.concat_tables(pieces)
 
 
