@@ -269,6 +269,7 @@ def test_given_two_tables_when_transformed_together_then_each_as_alone_and_colum
     second = plain({k: v[45:] for k, v in columns.items()})
     alone = [fitted.transform(first), fitted.transform(second)]  # one block each
     monkeypatch.setattr(preprocess, "TRANSFORM_ROWS", 7)  # several blocks, the last one short
+    monkeypatch.setattr(preprocess, "TRANSFORM_BLOCK_BYTES", 0)
     released: list[str] = []
 
     def done(name: str) -> None:

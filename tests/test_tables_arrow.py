@@ -166,6 +166,7 @@ def test_given_rows_transformed_in_pieces_when_compared_then_the_same_rows_and_l
     path.write_text("id,a,c,d\n" + "".join(f"u{i},{i % 7},{'xyz'[i % 3]},{i}\n" for i in range(9)))
     whole, fitted = load_table_party(source(path, max_onehot=2))
     monkeypatch.setattr(preprocess, "TRANSFORM_ROWS", 2)
+    monkeypatch.setattr(preprocess, "TRANSFORM_BLOCK_BYTES", 0)
     pieces, _ = load_table_party(source(path, max_onehot=2), fitted)
     np.testing.assert_array_equal(pieces.splits["train"].features, whole.splits["train"].features)
     assert pieces.splits["train"].features.flags.c_contiguous

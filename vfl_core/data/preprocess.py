@@ -55,7 +55,11 @@ DEFAULT_NUMERIC_BINS = 0
 # worth a warning: an identifier or a timestamp, not a category
 IDENTIFIER_SHARE = 0.9
 IDENTIFIER_MIN_ROWS = 50
-TRANSFORM_ROWS = 1 << 14  # rows transformed at a time
+TRANSFORM_ROWS = 1 << 14  # rows transformed at a time, at least ...
+# ... or as many as fill this many bytes: numpy asks the kernel for huge pages for an array of
+# 4 MB or more, each taken with one page fault where small pages take 512 (about 2 us each
+# here: a third of a large table's transform was its page faults)
+TRANSFORM_BLOCK_BYTES = 8 << 20
 PREPROCESS_VERSION = 1
 
 ColumnKind = Literal["numeric", "onehot", "embedding"]
@@ -157,8 +161,9 @@ class TabularPreprocessor(_Frozen):
         # values are written by rows, fast; pages taken as written, while the table's columns
         # are freed); each block copied into the (n, width) rows and freed in turn, so that
         # the rows and their whole transpose are never held together
+        step = max(TRANSFORM_ROWS, TRANSFORM_BLOCK_BYTES // (4 * max(1, self.width)))
         blocks = [
-            [np.zeros((self.width, min(TRANSFORM_ROWS, len(t) - i)), np.float32) for i in _at(t)]
+            [np.zeros((self.width, min(step, len(t) - i)), np.float32) for i in _at(t, step)]
             for t in tables
         ]
         at, code_at = 0, self.dense_width
@@ -186,9 +191,9 @@ class TabularPreprocessor(_Frozen):
             raise DataError(f"{source}: invalid preprocessing ({where}: {first['msg']})") from None
 
 
-def _at(table: Table) -> range:
-    """The first row of each block of TRANSFORM_ROWS rows."""
-    return range(0, len(table), TRANSFORM_ROWS)
+def _at(table: Table, step: int) -> range:
+    """The first row of each block of `step` rows."""
+    return range(0, len(table), step)
 
 
 def _rows(parts: list[np.ndarray], width: int) -> np.ndarray:
@@ -257,7 +262,7 @@ def _write_numbers(
             shared[id(whole)] = (True, False) if numbers else (not np.isinf(whole).any(), True)
         finite, gaps = shared[id(whole)]
         if finite:
-            scratch = np.empty(TRANSFORM_ROWS)
+            scratch = np.empty(max(part.shape[1] for part in parts))
             for part, some in zip(parts, _cut(rows, parts), strict=True):
                 # "clip": the rows are in range, and the output not buffered as for "raise"
                 picked = np.take(whole, some, out=scratch[: len(some)], mode="clip")
