@@ -11,7 +11,8 @@ none; a feature-only party by default to any party's certificate (only label par
 gateways), or with `--embed-for` only to those named.
 
 Why the limits. One certificate could hold all of a server's calls at once (its in-flight limit
-was the server's) with stalled bodies, and so take a party out of every prediction; and the
+was the server's, 256) with stalled bodies, and so take a party out of every prediction; now the
+server takes twice what one caller may hold (a gateway keeps its 256); and the
 server read requests of up to the channel's 128 MiB where the largest honest one is a few
 hundred KiB (a 100 MiB ServeEmbed raised a feature party's resident memory by 400 MB)."""
 
@@ -23,8 +24,12 @@ from dataclasses import dataclass
 from vfl_wire.security import COORDINATOR, HEALTH_SERVICE, OPERATOR
 
 SERVING_SERVICE = "vfl.v1.Serving"
-MAX_CONCURRENT_RPCS = 256  # calls served at once (a gateway holds each up to its deadline)
-MAX_INFLIGHT_PER_PEER = 64  # calls one certificate (with --insecure: one connection) may hold
+# Calls one certificate (with --insecure: one connection) may hold at once: a gateway (or an
+# application with the operator's certificate) holds each up to its deadline, as many as it has
+# callers (or, batching, its peer's round trip over the batching window).
+MAX_INFLIGHT_PER_PEER = 256
+# Calls served at once: twice what one caller may hold, so that one caller leaves half.
+MAX_CONCURRENT_RPCS = 2 * MAX_INFLIGHT_PER_PEER
 # The largest request: a ServeEmbed of 4096 keys is 139 KiB, a ServePredict as large as the
 # HTTP endpoint takes (1 MiB of JSON) a little less.
 MAX_REQUEST_BYTES = 1024 * 1024
