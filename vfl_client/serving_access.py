@@ -1,20 +1,20 @@
 """Who may call a serving party, and how much each caller may claim of it.
 
-Why a label party answers embeddings only to its own peers. Its embeddings are a representation
+Why a label party answers embeddings to no one unless told. Its embeddings are a representation
 of its features trained towards its labels; in training they reach only the heads (the parties
-with labels), never a feature-only party. Any party certificate could once ask a label party's
-`ServeEmbed` for any keyed ID (every party knows the federation secret): measured in stop 41's
-outsider pass, a feature party collected the gateway's embeddings of all its rows and with 20
-known labels read the others' labels better than chance. A label party now answers `ServeEmbed`
-only to the parties named with `--embed-for` (another label party's gateway), by default to
-none; a feature-only party by default to any party's certificate (only label parties are
-gateways), or with `--embed-for` only to those named.
+with labels), never a feature-only party. Any party's certificate could once ask a label
+party's `ServeEmbed` for any keyed ID (every party knows the federation secret): in stop 41's
+outsider pass a feature party collected the gateway's embeddings of all 514 IDs it keyed and,
+with 20 known labels, scored label AUC 0.667 (0.562 from its own block). A label party now
+answers `ServeEmbed` only to the parties named with `--embed-for` (another label party's
+gateway), by default to none; a feature-only party by default to any party's certificate
+(only label parties are gateways), or with `--embed-for` only to those named.
 
 Why the limits. One certificate could hold all of a server's calls at once (its in-flight limit
-was the server's, 256) with stalled bodies, and so take a party out of every prediction; now the
-server takes twice what one caller may hold (a gateway keeps its 256); and the
-server read requests of up to the channel's 128 MiB where the largest honest one is a few
-hundred KiB (a 100 MiB ServeEmbed raised a feature party's resident memory by 400 MB)."""
+was the server's, 256) with stalled bodies, and so take a party out of every prediction: the
+server now takes twice what one caller may hold (a gateway keeps its 256). And it read requests
+of up to the channel's 128 MiB where the largest honest one is a few hundred KiB: two 100 MiB
+`ServeEmbed`s left a feature party 260-330 MB larger; now refused from the length prefix."""
 
 from __future__ import annotations
 
