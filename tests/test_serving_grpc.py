@@ -151,6 +151,31 @@ def test_given_hostile_requests_when_sent_then_clear_errors_and_service_unaffect
     assert status == 200 and all(a["parties"] == list(NAMES) for a in body["predictions"])
 
 
+def test_given_a_feature_party_when_it_asks_the_label_partys_embeddings_then_refused(
+    served,
+) -> None:
+    """Stop 41: any party's certificate could collect the gateway's embeddings of every ID (a
+    representation trained towards the labels, which in training reaches only heads); the
+    refusal is one log line at the gateway, and the feature party still answers the gateway."""
+    cluster, gateway, _, held, certs = served
+    keys = hash_ids(everywhere(held)[:4], SECRET.encode())
+    security = load_security(certs, False, NAMES[1])
+    with security.channel(f"127.0.0.1:{gateway.port}", NAMES[0]) as channel:
+        stub = serving_pb2_grpc.ServingStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ServeEmbed(convert_serving.embed_request_to_proto(keys), timeout=10)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "--embed-for" in err.value.details()
+    log = gateway.log.read_text()
+    assert "may not call ServeEmbed" in log and "Traceback" not in log
+    security = load_security(certs, False, NAMES[0])  # the gateway's own call still answered
+    with security.channel(f"127.0.0.1:{cluster.procs[NAMES[1]].port}", NAMES[1]) as channel:
+        reply = serving_pb2_grpc.ServingStub(channel).ServeEmbed(
+            convert_serving.embed_request_to_proto(keys), timeout=10
+        )
+    assert convert_serving.embed_reply_from_proto(reply, 4, 1, width=8).held.all()
+
+
 def test_given_rows_appended_after_training_when_predicting_then_served(served) -> None:
     _, gateway, tables, _, _ = served
     with tables[0].open("a") as f:

@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
+import urllib.error
 import urllib.request
 
+import pytest
 from test_serving_gateway import gateway, served  # noqa: F401 (the fixture)
 
-from vfl_client.serving_http import HttpEndpoint
+from vfl_client.serving_http import HttpEndpoint, refusals
+from vfl_wire.log_budget import LineBudget
 
 _METRIC = re.compile(r"(\w+);dur=([0-9.]+)")
 
@@ -30,3 +34,24 @@ def test_given_a_prediction_when_answered_then_server_timing_names_each_step(ser
     assert list(steps) == ["gateway", "read", "own", "parties", "heads"]
     assert all(ms >= 0 for ms in steps.values())
     assert sum(v for k, v in steps.items() if k != "gateway") <= steps["gateway"]
+
+
+def test_given_refused_requests_when_answered_then_one_budgeted_line_each(served, caplog) -> None:  # noqa: F811
+    """Stop 41: a 4xx was answered but never logged (gRPC refusals are, one line each)."""
+    endpoint = HttpEndpoint("127.0.0.1:0", gateway(served)).start()
+    bodies = [b'{"ids": [1]}', b"{not json", b'{"ids": ["a"], "deadline_ms": -5}']
+    try:
+        with caplog.at_level(logging.WARNING, logger="vfl_client.serving_http.refused"):
+            for body in bodies:
+                request = urllib.request.Request(f"http://127.0.0.1:{endpoint.port}/predict", body)
+                with pytest.raises(urllib.error.HTTPError) as err:
+                    urllib.request.urlopen(request, timeout=30)
+                assert err.value.code == 400
+    finally:
+        endpoint.stop()
+    lines = [r.getMessage() for r in caplog.records if r.name.endswith(".refused")]
+    assert len(lines) == 3
+    assert all(line.startswith("HTTP request refused (400): ") for line in lines)
+    assert "ids" in lines[0] and "not JSON" in lines[1] and "deadline" in lines[2]
+    assert all("Traceback" not in line for line in lines)
+    assert any(isinstance(f, LineBudget) for f in refusals.filters)  # a flood writes a few

@@ -87,6 +87,8 @@ def test_given_predictions_when_sent_then_they_arrive_unchanged() -> None:
         (["--data", "x.csv", "--peer", "1=h:1"], "--peer and --http are for serving mode"),
         (["--serve-bundle", "b", "--config", "c.yaml"], "--config is for training"),
         (["--serve-bundle", "nowhere", "--insecure"], "not a serving bundle"),
+        (["--serve-bundle", "nowhere", "--insecure", "--embed-for", "p1"], "not a serving bundle"),
+        (["--data", "x.csv", "--embed-for", "party0"], "--embed-for is for serving mode"),
         (["--serve-bundle", "b", "--device", "tpu"], "--device must be auto, cpu or cuda"),
     ],
 )

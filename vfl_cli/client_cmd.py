@@ -141,6 +141,14 @@ def client(
             show_default="none",
         ),
     ] = None,
+    embed_for: Annotated[
+        list[str] | None,
+        Opt(
+            help="serving mode: a party whose gateway may ask this party's embeddings (repeat); "
+            "give it to a label party asked by another label party's gateway",
+            show_default="a label party: none; a feature party: any party",
+        ),
+    ] = None,
     http: Annotated[
         str | None,
         Opt(help="serving mode, gateway: JSON over HTTP on host:port (curl)", show_default="off"),
@@ -176,6 +184,7 @@ def client(
                 "listen": "127.0.0.1:0" if listen == "auto" else listen,
                 "http": http,
                 "peers": tuple(peer or ()),
+                "embed_for": None if embed_for is None else tuple(embed_for),
                 "deadline_ms": deadline_ms,
                 "batch_window_ms": batch_window_ms,
                 "secret": secret,
@@ -190,6 +199,8 @@ def client(
         return
     if peer or http:
         raise ConfigError("--peer and --http are for serving mode: give --serve-bundle")
+    if embed_for:
+        raise ConfigError("--embed-for is for serving mode: give --serve-bundle")
     if lookup:
         raise ConfigError("--lookup is for serving mode: give --serve-bundle")
     settings = read_config_file(config)

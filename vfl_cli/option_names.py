@@ -171,6 +171,7 @@ PANELS: dict[str, str] = {
             "timeout",
             "workdir",
             "peer",
+            "embed-for",
             "http",
             "lookup",
             "deadline-ms",

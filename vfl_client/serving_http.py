@@ -29,8 +29,12 @@ from urllib.parse import parse_qs, urlsplit
 
 from vfl_core.errors import DataError
 from vfl_core.serving.gateway import Gateway
+from vfl_wire.log_budget import budget
 
 log = logging.getLogger(__name__)
+# one line per refused request, as the gRPC servers write (callers cause them: budgeted)
+refusals = budget(logging.getLogger(f"{__name__}.refused"))
+REFUSAL_CHARS = 200  # of the error quoted in the line (a 404 quotes the caller's path)
 
 MAX_BODY_BYTES = 1 << 20
 DRAIN_BYTES = 16 << 20  # an oversize body up to this is read and dropped (above: closed)
@@ -125,6 +129,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(status, {"error": f"{code} {message or status.phrase}"[:300]})
 
     def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
+        if 400 <= status < 500:  # a 500 logged its traceback already
+            error = str(body.get("error", ""))
+            quoted = error if len(error) <= REFUSAL_CHARS else f"{error[:REFUSAL_CHARS]}..."
+            refusals.warning("HTTP request refused (%d): %s", status.value, quoted)
         data = json.dumps(body).encode() + b"\n"
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

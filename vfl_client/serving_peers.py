@@ -14,6 +14,8 @@ import grpc
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.serving.peers import DOWN, TIMED_OUT, PeerAnswer, PeerFailure
 from vfl_wire import convert_serving
+from vfl_wire.channels import make_channel
+from vfl_wire.reply_limits import service_config
 from vfl_wire.security import Security
 from vfl_wire.v1 import serving_pb2_grpc
 
@@ -21,13 +23,21 @@ log = logging.getLogger(__name__)
 
 
 class GrpcPeer:
-    """Another serving party over gRPC (mutual TLS unless the security is plaintext)."""
+    """Another serving party over gRPC (mutual TLS unless the security is plaintext). Its
+    answers must be rows of `embed_dim` (the gateway's bundle's), and a reply larger than
+    MAX_KEYS such rows is refused from its length prefix, unread."""
 
-    def __init__(self, name: str, block: int, address: str, security: Security) -> None:
+    def __init__(
+        self, name: str, block: int, address: str, security: Security, embed_dim: int
+    ) -> None:
         self.name = name
         self.block = block
         self.address = address
-        self._channel = security.channel(address, name)
+        self.embed_dim = embed_dim
+        limit = {"ServeEmbed": convert_serving.embed_reply_bytes(embed_dim)}
+        config = service_config(limit, service="vfl.v1.Serving")
+        credentials = security.channel_credentials()
+        self._channel = make_channel(address, credentials, security.target_name(name), config)
         self._stub = serving_pb2_grpc.ServingStub(self._channel)
 
     def embed(self, keys: Sequence[bytes], deadline: float) -> Future[PeerAnswer]:
@@ -44,7 +54,9 @@ class GrpcPeer:
     def _answered(self, call: grpc.Future, out: Future[PeerAnswer], keys: int) -> None:
         try:
             reply = call.result()
-            out.set_result(convert_serving.embed_reply_from_proto(reply, keys, self.block))
+            out.set_result(
+                convert_serving.embed_reply_from_proto(reply, keys, self.block, self.embed_dim)
+            )
         except grpc.RpcError as err:
             out.set_exception(PeerFailure(_reason(err)))
         except ProtocolError as err:

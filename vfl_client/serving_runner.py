@@ -19,6 +19,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from vfl_client.runner import resolve_device, stop_on_signals
+from vfl_client.serving_access import (
+    MAX_CONCURRENT_RPCS,
+    MAX_INFLIGHT_PER_PEER,
+    MAX_REQUEST_BYTES,
+    ServingPolicy,
+)
 from vfl_client.serving_http import HttpEndpoint
 from vfl_client.serving_peers import GrpcPeer, parse_peer
 from vfl_client.serving_servicer import ServingServicer
@@ -29,20 +35,10 @@ from vfl_core.serving.gateway import DEFAULT_DEADLINE_S, DEFAULT_MAX_IDS, Gatewa
 from vfl_core.serving.lookup import LookupFeatures, import_lookup
 from vfl_core.serving.peers import DEFAULT_WINDOW_S, BatchingPeer, PeerPort
 from vfl_wire.channels import make_server, start_with_health
-from vfl_wire.security import (
-    COORDINATOR,
-    HEALTH_SERVICE,
-    OPERATOR,
-    GuardInterceptor,
-    Security,
-    load_security,
-)
+from vfl_wire.security import GuardInterceptor, Security, load_security
 from vfl_wire.v1 import serving_pb2_grpc
 
 log = logging.getLogger(__name__)
-
-SERVING_SERVICE = "vfl.v1.Serving"
-MAX_CONCURRENT_RPCS = 256  # calls served at once (a gateway holds each up to its deadline)
 
 
 class ServeConfig(BaseModel):
@@ -56,6 +52,8 @@ class ServeConfig(BaseModel):
     listen: str = "127.0.0.1:0"
     http: str | None = None  # host:port of the JSON endpoint (gateway only)
     peers: tuple[str, ...] = ()  # BLOCK[:NAME]=HOST:PORT of the other serving parties
+    # parties whose ServeEmbed calls are answered; None: a label party none, a feature party any
+    embed_for: tuple[str, ...] | None = None
     deadline_ms: float = Field(DEFAULT_DEADLINE_S * 1000, gt=0, le=10_000)
     batch_window_ms: float = Field(DEFAULT_WINDOW_S * 1000, ge=0, le=1000)
     max_ids: int = Field(DEFAULT_MAX_IDS, ge=1, le=4096)
@@ -65,17 +63,6 @@ class ServeConfig(BaseModel):
     tls_dir: Path | None = Path("certs")
     insecure: bool = False
     token_file: Path | None = None
-
-
-def serving_policy(peer: str, service: str, rpc: str) -> str | None:
-    """Other parties may ask for embeddings; the operator's certificate may ask predictions."""
-    if service == HEALTH_SERVICE:
-        return None
-    if service == SERVING_SERVICE and rpc == "ServeEmbed" and peer not in (COORDINATOR, OPERATOR):
-        return None
-    if service == SERVING_SERVICE and rpc == "ServePredict" and peer == OPERATOR:
-        return None
-    return f"{peer!r} may not call {service}/{rpc}"
 
 
 def run_serving(config: ServeConfig, stop: threading.Event | None = None) -> str:
@@ -93,7 +80,8 @@ def run_serving(config: ServeConfig, stop: threading.Event | None = None) -> str
             stack.callback(Watcher(features).start().stop)
         gateway = _gateway(config, bundle, features, security, stack)
         servicer = ServingServicer(bundle, features, gateway)
-        server, port = _start_server(servicer, config.listen, security)
+        policy = ServingPolicy.of(party_id, bundle.meta.has_head, config.embed_for)
+        server, port = _start_server(servicer, config.listen, security, policy)
         stack.callback(lambda: server.stop(grace=1.0).wait())
         if config.http is not None:
             assert gateway is not None
@@ -157,7 +145,7 @@ def _gateway(
     peers: list[PeerPort] = []
     for text in config.peers:
         block, name, address = parse_peer(text)
-        grpc_peer = GrpcPeer(name, block, address, security)
+        grpc_peer = GrpcPeer(name, block, address, security, bundle.meta.embed_dim)
         stack.callback(grpc_peer.close)
         if config.batch_window_ms > 0:
             batching = BatchingPeer(grpc_peer, config.batch_window_ms / 1000)
@@ -179,15 +167,17 @@ def _gateway(
 
 
 def _start_server(
-    servicer: ServingServicer, listen: str, security: Security
+    servicer: ServingServicer, listen: str, security: Security, policy: ServingPolicy
 ) -> tuple[grpc.Server, int]:
     guard = GuardInterceptor(
         secure=security.secure,
-        policy=serving_policy,
-        max_inflight=MAX_CONCURRENT_RPCS,
+        policy=policy,
+        max_inflight=MAX_INFLIGHT_PER_PEER,
         readers=MAX_CONCURRENT_RPCS,
     )
-    server = make_server(8, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+    server = make_server(
+        8, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS, max_receive_bytes=MAX_REQUEST_BYTES
+    )
     serving_pb2_grpc.add_ServingServicer_to_server(servicer, server)
     port = start_with_health(server, listen, security.server_credentials())
     return server, port

@@ -18,6 +18,9 @@ from vfl_wire.v1 import serving_pb2
 KEY_BYTES = 32  # HMAC-SHA256
 MAX_KEYS = 4096  # keys in one ServeEmbed (a gateway's merged batch)
 MAX_INLINE_CELLS = 1024
+# The most a ServeEmbed reply may carry besides its embeddings: the held flags, tags, lengths,
+# the tensor's dtype and shape.
+EMBED_REPLY_FRAMING = 64 * 1024
 
 
 # ---------------------------------------------------------------- ServeEmbed
@@ -42,8 +45,18 @@ def embed_reply_to_proto(block: int, answer: PeerAnswer) -> serving_pb2.ServeEmb
     )
 
 
-def embed_reply_from_proto(reply: serving_pb2.ServeEmbedReply, keys: int, block: int) -> PeerAnswer:
-    """A party's answer for `keys` keys, checked: one flag per key, one row per held key."""
+def embed_reply_bytes(embed_dim: int) -> int:
+    """The largest ServeEmbed reply an honest party sends: MAX_KEYS float32 rows of `embed_dim`
+    (the gateway's channel refuses a larger one from its length prefix, unread)."""
+    return MAX_KEYS * (embed_dim * 4 + 1) + EMBED_REPLY_FRAMING
+
+
+def embed_reply_from_proto(
+    reply: serving_pb2.ServeEmbedReply, keys: int, block: int, width: int | None = None
+) -> PeerAnswer:
+    """A party's answer for `keys` keys, checked: one flag per key, one row per held key, each
+    `width` wide (the gateway's embed_dim: a row of another width once failed every request
+    the gateway answered with it, at its head)."""
     if reply.block != block:
         raise ProtocolError(f"ServeEmbed: block {reply.block} answered for block {block}")
     held = np.frombuffer(reply.held, dtype=np.uint8)
@@ -53,7 +66,7 @@ def embed_reply_from_proto(reply: serving_pb2.ServeEmbedReply, keys: int, block:
         reply.embeddings,
         what="embeddings",
         expect_dtype="float32",
-        expect_shape=(int(held.sum()), None),
+        expect_shape=(int(held.sum()), width),
     )
     return PeerAnswer(held.astype(bool), embeddings)
 
