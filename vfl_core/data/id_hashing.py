@@ -105,6 +105,8 @@ class SplitKeysWhileReading:
                     self._hash(item)
                 except Exception:  # whatever it is, `keys` hashes the IDs again, and the
                     self._failed = True  # caller's own checks of them name what is wrong
+            # not kept while the next is awaited: a job's cells, a chunk of IDs
+            del item
 
     def _hash(self, chunk: pa.Array) -> None:
         ids = zero_fractions_dropped(pa.chunked_array([chunk]))

@@ -52,7 +52,11 @@ class PieceCodes:
         # thread would encode its columns before the watch's thread is done (twice the work)
         if self._encode and not whole:
             self._given += 1
-            self._watch.then(partial(self._encode_piece, piece))
+            # only the columns to encode: a queued job holding the whole piece would keep
+            # its number columns' cells from being freed after the read, while that thread
+            # is behind (a loaded machine)
+            cells = {i: piece.column(i) for i in self._encode}
+            self._watch.then(partial(self._encode_piece, cells))
 
     def take(self, index: int, rows: int) -> pa.ChunkedArray | None:
         """Column `index`'s cells dictionary-encoded a piece at a time (each piece its own
@@ -75,11 +79,11 @@ class PieceCodes:
         self._encoded = 0
         self._read = read
 
-    def _encode_piece(self, piece: pa.Table) -> None:
+    def _encode_piece(self, cells: dict[int, pa.ChunkedArray]) -> None:
         try:
             if not self._failed:
-                for i in self._encode:
-                    self._parts.setdefault(i, []).append(pc.dictionary_encode(piece.column(i)))
+                for i, column in cells.items():
+                    self._parts.setdefault(i, []).append(pc.dictionary_encode(column))
         except Exception:  # whatever it is, the codes are worked out after the read instead
             self._failed = True
         finally:
