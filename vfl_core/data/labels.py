@@ -33,6 +33,11 @@ LISTED_CLASSES = 10
 FAR_MADS = 20.0
 FAR_TARGETS_SHARE = 0.05
 FAR_VARIANCE_SHARE = 0.5
+# A binary label whose positive class (index 1: the later of the sorted classes unless
+# --positive-class names it) holds at least this share of the training rows is warned about:
+# F1 is then about the common class (the third outsider pass: fraud/ok made "ok", 96% of the
+# rows, the positive class, F1 97.8 with nothing said of the frauds).
+COMMON_POSITIVE_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ def parse_labels(
         if classes is None:  # the training rows (with `classes`: inference rows, said once)
             _warn_of_far_targets(table.source, column, targets)
         return Labels(targets, ())
+    fresh = classes is None  # the training rows: the classes are found here
     if classes is None:
         classes = _sorted_classes(table.source, column, text.unique().to_pylist())
         if len(classes) < 2:
@@ -83,7 +89,31 @@ def parse_labels(
             f"{text[row].as_py()!r} is not one of the training classes"
             f"{_listed(classes)}{_regression_hint([text[row].as_py(), *classes])}"
         )
-    return Labels(index.to_numpy(zero_copy_only=False).astype(np.int64), classes)
+    values = index.to_numpy(zero_copy_only=False).astype(np.int64)
+    if fresh and positive is None and len(classes) == 2:
+        _warn_if_positive_is_common(table.source, column, classes, values)
+    return Labels(values, classes)
+
+
+def _warn_if_positive_is_common(
+    source: str, column: str, classes: tuple[str, ...], values: np.ndarray
+) -> None:
+    share = float(np.mean(values == 1))
+    if share < COMMON_POSITIVE_SHARE:
+        return
+    log.warning(
+        "%s: label column %r: the positive class %r (the later of the sorted classes, what F1, "
+        "AUC, the Brier score and the decision threshold are about) holds %.1f%% of the "
+        "training rows, %r %.1f%%: F1 is about the common class; --positive-class %s makes "
+        "them about the rare one",
+        source,
+        column,
+        classes[1],
+        100 * share,
+        classes[0],
+        100 * (1 - share),
+        classes[0],
+    )
 
 
 def positive_last(
