@@ -108,3 +108,46 @@ def test_given_a_class_of_one_training_row_when_simulated_then_warned(
         result = CliRunner().invoke(app, [*args, "--no-progress"])
     assert result.exit_code == 0, result.output
     assert "block 0: class 4 ('k9') has only 1 training row" in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--p-miss", "0.3"], "--p-miss cuts a built-in data set"),
+        (["--p-miss-test", "0.5"], "--p-miss-test cuts"),
+        (["--missing", "mcar:0.3", "--labels", "50"], "--missing, --labels cut"),
+        (["--keep-labels"], "--keep-labels cuts"),
+    ],
+)
+def test_given_tables_when_a_data_set_option_is_given_then_refused_not_ignored(
+    tmp_path: Path, extra: list[str], named: str
+) -> None:
+    # they were silently not applied (the same loss to the last digit) while the summary line
+    # said "train p_miss 0.3" or "train missing mcar:0.3, 50 labels"
+    from typer.testing import CliRunner
+
+    from vfl_cli.app import app
+
+    p0 = write_labels(tmp_path / "p0.csv", ["yes" if i % 3 else "no" for i in range(60)])
+    p1 = tmp_path / "p1.csv"
+    p1.write_text("id,b\n" + "".join(f"{i},{i % 5}\n" for i in range(60)), encoding="utf-8")
+    args = ["simulate", "--data", str(p0), "--data", str(p1), "--id-column", "id"]
+    args += ["--label-column", "y", "--epochs", "1", "--no-progress"]
+    args += ["--out", str(tmp_path / "r.json")]
+    refused = CliRunner().invoke(app, [*args, *extra])
+    assert refused.exit_code == 2, refused.output
+    assert named in refused.output and "tables (--data) bring their own rows" in refused.output
+    assert "Traceback" not in refused.output
+    ran = CliRunner().invoke(app, args)
+    assert ran.exit_code == 0, ran.output
+    summary = ran.stdout.splitlines()[0]
+    assert summary.startswith("trained 1 epochs on tables with K=2, seed 0;"), summary
+
+
+def test_given_party_directories_when_labels_are_cut_then_refused(tmp_path: Path) -> None:
+    from vfl_core.errors import ConfigError
+    from vfl_core.simulate import SimulationConfig
+
+    with pytest.raises(ConfigError, match=r"^--labels cuts a built-in data set .* party dir"):
+        SimulationConfig(party_dirs=(tmp_path / "p0", tmp_path / "p1"), labels=5)
+    SimulationConfig(dataset="digits", labels=5, p_miss_train=0.3, p_miss_test=(0.5,))

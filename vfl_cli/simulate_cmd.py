@@ -259,7 +259,7 @@ def render(result: SimulationResult) -> str:
     source = "tables" if cfg.tables else "party dirs" if cfg.party_dirs else cfg.dataset
     lines = [
         f"trained {_epochs_trained(result)} on {source}"
-        f" with K={len(result.parties)}, train {_train_missing(cfg)}, seed {cfg.train.seed}"
+        f" with K={len(result.parties)},{_train_missing(cfg)} seed {cfg.train.seed}"
         + (f"; last epoch mean head loss {last.mean_loss:.4f}" if last else "")
         + f"; {result.seconds:.1f}s",
     ]
@@ -315,8 +315,12 @@ def _choice_lines(choice: dict | None) -> list[str]:
 
 
 def _train_missing(cfg: SimulationConfig) -> str:
+    """ " train p_miss 0.1," for a built-in data set; "" for tables and party directories,
+    whose gaps are their own rows (SimulationConfig refuses these options for them)."""
+    if cfg.tables or cfg.party_dirs:
+        return ""
     text = f"missing {cfg.missing_train}" if cfg.missing_train else f"p_miss {cfg.p_miss_train}"
-    return text if cfg.labels is None else f"{text}, {cfg.labels} labels"
+    return f" train {text}," if cfg.labels is None else f" train {text}, {cfg.labels} labels,"
 
 
 def drop_one_lines(subsets: list[SubsetResult], metric: Metric) -> list[str]:
