@@ -113,17 +113,19 @@ def test_given_a_class_of_one_training_row_when_simulated_then_warned(
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        (["--p-miss", "0.3"], "--p-miss cuts a built-in data set"),
+        (["--p-miss", "0.3"], "--p-miss cuts a built-in data set (--dataset); tables (--data)"),
         (["--p-miss-test", "0.5"], "--p-miss-test cuts"),
         (["--missing", "mcar:0.3", "--labels", "50"], "--missing, --labels cut"),
         (["--keep-labels"], "--keep-labels cuts"),
+        (["--clients", "5"], "--clients 5: K is the number of --data (2)"),
     ],
 )
 def test_given_tables_when_a_data_set_option_is_given_then_refused_not_ignored(
     tmp_path: Path, extra: list[str], named: str
 ) -> None:
     # they were silently not applied (the same loss to the last digit) while the summary line
-    # said "train p_miss 0.3" or "train missing mcar:0.3, 50 labels"
+    # said "train p_miss 0.3" or "train missing mcar:0.3, 50 labels"; K stayed the tables'
+    # number whatever --clients said
     from typer.testing import CliRunner
 
     from vfl_cli.app import app
@@ -136,7 +138,7 @@ def test_given_tables_when_a_data_set_option_is_given_then_refused_not_ignored(
     args += ["--out", str(tmp_path / "r.json")]
     refused = CliRunner().invoke(app, [*args, *extra])
     assert refused.exit_code == 2, refused.output
-    assert named in refused.output and "tables (--data) bring their own rows" in refused.output
+    assert named in refused.output and len(refused.output.strip().splitlines()) == 1
     assert "Traceback" not in refused.output
     ran = CliRunner().invoke(app, args)
     assert ran.exit_code == 0, ran.output
