@@ -287,25 +287,61 @@ def main() -> None:
             print(name, seed, f"{result['wall']:.0f} s", flush=True)
 
 
-METRICS = {CLASSIFICATION: ("accuracy", "f1", "auc", "brier"), REGRESSION: ("rmse", "mae", "r2")}
+ROWS = ("linear", "hgb", "label_alone", "federation")
+HEADLINE = {CLASSIFICATION: ("accuracy", 100.0), REGRESSION: ("rmse", 1.0)}
+SECOND = {CLASSIFICATION: ("f1", 100.0), REGRESSION: ("mae", 1.0)}
 
 
 def summarise(out: Path) -> str:
-    lines = []
-    for path in sorted(out.glob("*-s*.json")):
+    """One markdown row per table: each row's headline metric (accuracy % or RMSE) and its
+    second (F1 or MAE), mean +- sd over the seeds, the federation's epochs and seconds."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(out.glob("*-s[0-9]*.json")):
+        if path.name.startswith("grpc-"):
+            continue
         r = json.loads(path.read_text())
-        for row in r["rows_run"]:
-            if "error" in row:
-                lines.append(f"{r['table']} s{r['seed']} {row['row']}: ERROR {row['error']}")
-                continue
-            s = row["scores"]["all"]
-            cells = " ".join(
-                f"{m}={s[m]:.4f}" if isinstance(s.get(m), float) else f"{m}={s.get(m)}"
-                for m in METRICS[r["task"]]
+        runs.setdefault(r["table"], []).append(r)
+    head = (
+        "| table | seeds | metric | " + " | ".join(ROWS) + " | federation epochs | s (hgb / fed.) |"
+    )
+    lines = [head, "|" + " --- |" * (len(ROWS) + 5)]
+    for name in TABLES:
+        if name not in runs:
+            continue
+        seeds = runs[name]
+        task = seeds[0]["task"]
+        for metric, scale in (HEADLINE[task], SECOND[task]):
+            cells = [_cell([_metric(r, row, metric, scale) for r in seeds]) for row in ROWS]
+            fed = [_row(r, "federation") for r in seeds]
+            epochs = "/".join(str(f.get("epochs", "-")) for f in fed)
+            hgb = [_row(r, "hgb").get("seconds", float("nan")) for r in seeds]
+            secs = f"{np.mean(hgb):.1f} / {np.mean([f.get('seconds', np.nan) for f in fed]):.1f}"
+            lines.append(
+                f"| {name} | {len(seeds)} | {metric} | "
+                + " | ".join(cells)
+                + f" | {epochs} | {secs} |"
             )
-            extra = f" epochs={row['epochs']}" if "epochs" in row else ""
-            lines.append(f"{r['table']} s{r['seed']} {row['row']}: {cells}{extra}")
     return "\n".join(lines)
+
+
+def _row(run: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(r for r in run["rows_run"] if r["row"] == name)
+
+
+def _metric(run: dict[str, Any], row: str, metric: str, scale: float) -> float:
+    found = _row(run, row)
+    if "error" in found:
+        return float("nan")
+    value = found["scores"]["all"].get(metric)
+    return float("nan") if value is None else scale * value
+
+
+def _cell(values: list[float]) -> str:
+    if any(np.isnan(values)):
+        return "error"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}"
 
 
 if __name__ == "__main__":
