@@ -83,6 +83,7 @@ def simulate_row(
         # the observed sets the validation predicts with other heads (TrainConfig.concat_head)
         "heads": (result.get("validation_choice") or {}).get("heads", []),
         "command": "vfl " + " ".join(args),
+        "printed": printed.getvalue(),
         "curve": _curve(run_dir / "epochs.jsonl") if curve_every else [],
     }
 

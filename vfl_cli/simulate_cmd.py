@@ -13,7 +13,14 @@ from vfl_cli import table_options as tables
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.fault_options import FaultOptions
 from vfl_cli.option_groups import with_option_groups
-from vfl_cli.options import from_file, parse_ints, read_config_file, refuse_unknown_keys, samples
+from vfl_cli.options import (
+    from_file,
+    given,
+    parse_ints,
+    read_config_file,
+    refuse_unknown_keys,
+    samples,
+)
 from vfl_cli.train_options import TrainOptions
 from vfl_core.errors import ConfigError
 
@@ -142,6 +149,7 @@ def simulate(
     own = {k: v for k, v in locals().items() if k not in ("ctx", "config", "train", "faults")}
     settings = read_config_file(config)
     refuse_unknown_keys(config, settings, {*own, *TRAIN_KEYS, "faults"})
+    named = {*given(ctx, own), *settings}  # on the command line or in the config file
     o = from_file(ctx, settings, own)
     fault_config = _fault_config(ctx, faults, settings.pop("faults", None) or {})
     setup_logging(o["log_level"])
@@ -152,6 +160,12 @@ def simulate(
     torch.set_num_threads(o["threads"])
     train_config = train.config(settings)
     party_dirs, sources = _parties(o)
+    if "clients" in named and party_dirs + sources and o["clients"] != len(party_dirs + sources):
+        # K is the number of --data; another --clients was silently not applied (outsider pass)
+        raise ConfigError(
+            f"--clients {o['clients']}: K is the number of --data ({len(party_dirs + sources)}) "
+            "with tables or party directories; leave --clients out"
+        )
     p_miss_test = o["p_miss_test"]
     label_blocks = parse_ints(o["label_blocks"], "--label-blocks")
     sim = SimulationConfig(
@@ -259,7 +273,7 @@ def render(result: SimulationResult) -> str:
     source = "tables" if cfg.tables else "party dirs" if cfg.party_dirs else cfg.dataset
     lines = [
         f"trained {_epochs_trained(result)} on {source}"
-        f" with K={len(result.parties)}, train {_train_missing(cfg)}, seed {cfg.train.seed}"
+        f" with K={len(result.parties)},{_train_missing(cfg)} seed {cfg.train.seed}"
         + (f"; last epoch mean head loss {last.mean_loss:.4f}" if last else "")
         + f"; {result.seconds:.1f}s",
     ]
@@ -315,8 +329,12 @@ def _choice_lines(choice: dict | None) -> list[str]:
 
 
 def _train_missing(cfg: SimulationConfig) -> str:
+    """ " train p_miss 0.1," for a built-in data set; "" for tables and party directories,
+    whose gaps are their own rows (SimulationConfig refuses these options for them)."""
+    if cfg.tables or cfg.party_dirs:
+        return ""
     text = f"missing {cfg.missing_train}" if cfg.missing_train else f"p_miss {cfg.p_miss_train}"
-    return text if cfg.labels is None else f"{text}, {cfg.labels} labels"
+    return f" train {text}," if cfg.labels is None else f" train {text}, {cfg.labels} labels,"
 
 
 def drop_one_lines(subsets: list[SubsetResult], metric: Metric) -> list[str]:

@@ -15,12 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vfl_core.config import TrainConfig
 from vfl_core.data.datasets import load_dataset
-from vfl_core.data.label_summary import class_mapping
+from vfl_core.data.label_summary import class_counts, class_mapping, rare_class_warnings
 from vfl_core.data.missingness import Mechanism, mcar, parse_mechanism
 from vfl_core.data.party_dir import PartyData, check_federation, load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.data.tabular import TableSource, load_table_federation
-from vfl_core.errors import DataError
+from vfl_core.errors import ConfigError, DataError
 from vfl_core.inference.metrics import EvalReport
 from vfl_core.inference.subsets import SubsetResult
 from vfl_core.lifecycle import Variant, run_federation, variants_json
@@ -65,6 +65,37 @@ class SimulationConfig(BaseModel):
     @model_validator(mode="after")
     def _faults_fit_method(self) -> SimulationConfig:
         check_faults(self.faults, self.train.method)
+        return self
+
+    @model_validator(mode="after")
+    def _own_rows_keep_their_gaps(self) -> SimulationConfig:
+        """Tables and prepared party directories bring their own rows, gaps and labels: the
+        options that cut a built-in data set were silently not applied to them, and the summary
+        still said "train p_miss 0.3" (the third outsider pass). Refused, naming them."""
+        if not (self.tables or self.party_dirs):
+            return self
+        given = [
+            option
+            for option, on in (
+                ("--p-miss", self.p_miss_train != 0.0),
+                # the CLI's --p-miss-test defaults to --p-miss
+                ("--p-miss-test", self.p_miss_test not in ((0.0,), (self.p_miss_train,))),
+                ("--missing", self.missing_train is not None),
+                ("--missing-test", bool(self.missing_test)),
+                ("--labels", self.labels is not None),
+                ("--keep-labels", self.keep_labels),
+                ("--aligned-labels", self.aligned_labels != 0),
+            )
+            if on
+        ]
+        if given:
+            own = f"{'tables' if self.tables else 'party directories'} (--data)"
+            raise ConfigError(
+                f"{', '.join(given)} cut{'s' * (len(given) == 1)} a built-in data set "
+                f"(--dataset); {own} bring their own rows: a party misses the samples its "
+                "table lacks, and a label party's labels are the ones it holds. Leave "
+                f"{'it' if len(given) == 1 else 'them'} out"
+            )
         return self
 
 
@@ -197,6 +228,14 @@ def _check_test_rows(tables: tuple[TableSource, ...], data: list[PartyData]) -> 
     )
 
 
+def _warn_of_rare_classes(data: list[PartyData]) -> None:
+    """What vfl-client and vfl prepare say of a class with very few training rows, said by
+    vfl simulate too (the third outsider pass: a class of 1 training row passed unsaid)."""
+    for d in data:
+        for warning in rare_class_warnings(class_counts(d)):
+            log.warning("block %d: %s", d.meta.block, warning)
+
+
 def party_data(config: SimulationConfig, tmp: Path) -> dict[Variant, list[PartyData]]:
     """Party data per test variant (p_miss or mechanism). The train split is the same in every
     variant (same seed). Data sets are prepared into `tmp` (benchmarks use it to see exactly
@@ -204,6 +243,7 @@ def party_data(config: SimulationConfig, tmp: Path) -> dict[Variant, list[PartyD
     if config.party_dirs or config.tables:
         if config.tables:
             data = load_table_federation(config.tables)
+            _warn_of_rare_classes(data)
         else:
             data = [load_party_dir(p) for p in config.party_dirs]
         check_federation(data)
