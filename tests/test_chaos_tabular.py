@@ -51,18 +51,16 @@ def test_given_label_party_frozen_in_validation_and_killed_in_the_choice_then_be
                 *("--checkpoint-dir", str(ckpt / "coordinator"), "--checkpoint-every", "20"),
             ],
         )
-        common = ["--id-column", ID_COLUMN, "--clients", "2"]
+        common = ["--id-column", ID_COLUMN, "--clients", "2", "--checkpoint-dir"]
         bank = cluster.client(
             coord,
             tables["bank"],
-            [*common, "--block", "0", "--label-column", LABEL_COLUMN]
-            + ["--checkpoint-dir", str(ckpt / "bank")],
+            [*common, str(ckpt / "bank"), "--block", "0", "--label-column", LABEL_COLUMN],
         )
         cluster.client(
             coord,
             tables["retail"],
-            [*common, "--block", "1", "--num-classes", "2"]
-            + ["--checkpoint-dir", str(ckpt / "retail")],
+            [*common, str(ckpt / "retail"), "--block", "1", "--num-classes", "2"],
         )
         cluster.wait_for(lambda: "epoch 2: " in coord.log(), 120, "epoch 2's rounds")
         time.sleep(0.2)  # its validation pass has started
