@@ -131,22 +131,26 @@ class Validator:
         while True:
             seen = len(fed.liveness.transitions)
             report = self._choose_once(validation)
-            lost = {t.block for t in fed.liveness.transitions[seen:] if t.new == DOWN}
-            whole = self._whole(report) and not lost & set(fed.label_blocks)
-            if (whole and not lost) or time.monotonic() >= give_up:
+            # a party that went down or came back during it: its candidates are not comparable
+            moved = {t.block for t in fed.liveness.transitions[seen:]}
+            whole = self._whole(report) and not moved & set(fed.label_blocks)
+            if (whole and not moved) or time.monotonic() >= give_up:
                 break
-            pause = 0.0 if whole else backoff.next()  # a feature party lost: again without it
+            pause = 0.0 if whole else backoff.next()  # a feature party: again at once
             log.warning(
                 "validation: the choice of subsets and threshold scored %d of %d samples (%s): "
                 "choosing again in %.0fs, for at most %.0fs more",
                 report.scored,
                 report.scored + report.unscored,
-                f"block(s) {sorted(lost)} went down during it" if whole else self._why(report),
+                f"block(s) {sorted(moved)} went down or came back during it"
+                if whole
+                else self._why(report),
                 pause,
                 give_up - time.monotonic(),
             )
             time.sleep(pause)
             fed.align_again_if_due("choosing again")  # a party back since: called again
+            fed.liveness.retry_now(fed.tick + 1)  # a down party is asked at the next batch
         if not whole:
             fed.choice = ValidationChoice()
             log.warning(
@@ -176,7 +180,7 @@ class Validator:
             return "no label party answered"
         if heads_left(self.fed, report):
             return "every label party stopped answering during it"
-        return "a label party went down during it"
+        return "a label party went down or came back during it"
 
     def _whole(self, report: EvalReport) -> bool:
         """Whether a validation evaluation is the split's: not cut short, not unanswered."""
