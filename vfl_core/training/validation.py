@@ -58,8 +58,8 @@ class Validator:
         value = getattr(report.overall(), stop.metric) if report.scored and not cut else None
         if cut:  # the batches scored before the label parties went: no epoch's figure
             log.warning(
-                "epoch %d: the validation was cut short (%d of %d samples scored before every "
-                "label party stopped answering): the epoch counts as none scored",
+                "epoch %d: the validation was cut short (%d of %d samples scored: no label "
+                "party answered all of it): the epoch counts as none scored",
                 epoch + 1,
                 report.scored,
                 report.scored + report.unscored,
