@@ -177,3 +177,39 @@ def test_given_an_end_checkpoint_when_exported_then_the_same_bundle_as_after_tra
     np.testing.assert_array_equal(direct.predict(e), exported.predict(e))
     bad = CliRunner().invoke(app, [*args[:6], str(tmp_path / "x")])  # a table without options
     assert bad.exit_code != 0 and "--id-column" in bad.output
+
+
+def test_given_a_row_appended_in_two_writes_when_refreshed_between_then_its_cut_cell_is_not_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stop 41's outsider pass: a serving party read its table between the two writes of one
+    appended row and served the cut cell (`plus-pl` for `plus-plan`: another category, a wrong
+    prediction without a word). The change now waits for the line's newline; a line left cut
+    (its writer killed mid-row) is served after INCOMPLETE_GRACE_S, said in the log."""
+    path = tmp_path / "t.csv"
+    path.write_text("id,a,c\nu1,1,plus-plan\nu2,3,basic\n")
+    fitted = TabularPreprocessor.fit(read_table(path).select(["a", "c"]))
+    table = FeatureTable(path, "id", fitted, SECRET)
+    key = hash_ids(["u3"], SECRET)
+    with path.open("a") as f:
+        f.write("u3,45")  # the first write of the row "u3,450.5,plus-plan"
+    assert not table.refresh()  # (too few fields: refused on 935edf2 too)
+    assert table.lookup(key)[0].tolist() == [False]
+    with path.open("a") as f:
+        f.write("0.5,plus-pl")
+    assert not table.refresh()  # on 935edf2: True, u3 served with the category "plus-pl"
+    with path.open("a") as f:
+        f.write("an\n")
+    assert table.refresh()
+    held, x = table.lookup(key)
+    assert held.tolist() == [True]
+    np.testing.assert_array_equal(x, inline_features(fitted, {"a": 450.5, "c": "plus-plan"}))
+    # a writer that stopped mid-row: the cut line is served once it has stayed so a while
+    from vfl_core.serving import features
+
+    monkeypatch.setattr(features, "INCOMPLETE_GRACE_S", 0.0)
+    with path.open("a") as f:
+        f.write("u4,7,bas")
+    assert not table.refresh()  # first seen cut: waits
+    assert table.refresh()  # still cut at the next look, past the grace: served as it is
+    assert table.lookup(hash_ids(["u4"], SECRET))[0].tolist() == [True]

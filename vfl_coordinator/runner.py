@@ -26,6 +26,7 @@ from vfl_core.lifecycle import (
     run_federation,
 )
 from vfl_core.persistence.run_log import LineLog
+from vfl_core.protocol import RUN_FINISHED
 from vfl_core.training.engine import Federation, Observer, RoundRecord
 from vfl_wire.audit import AuditLog
 from vfl_wire.channels import freeze_heap, make_server, start_with_health
@@ -104,7 +105,7 @@ def run_coordinator(
         except KeyboardInterrupt:
             ending = "run interrupted"
             raise
-        ending = "run finished"
+        ending = RUN_FINISHED
         if config.serve:
             assert state.federation is not None
             state.record = ServingRecord(Path(config.out), results, state.federation)

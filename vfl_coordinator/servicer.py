@@ -19,9 +19,10 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.serving_record import ServingRecord
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.inference.metrics import EvalReport
-from vfl_core.lifecycle import evaluate_waiting, heads_left, no_head_answered
+from vfl_core.lifecycle import evaluate_waiting
 from vfl_core.protocol import PartyInfo, Registration
 from vfl_core.serving import predict_waiting, refuse_unanswered
+from vfl_core.training.cut_short import heads_left, no_head_answered
 from vfl_core.training.engine import Federation
 from vfl_wire import convert
 from vfl_wire.security import current_peer

@@ -32,6 +32,7 @@ from vfl_core.inference.subsets import SubsetResult, evaluate_subsets
 from vfl_core.persistence.run_log import RunLog
 from vfl_core.privacy.defences import epsilon
 from vfl_core.protocol import Transport
+from vfl_core.training.cut_short import heads_left, no_head_answered
 from vfl_core.training.engine import EpochSummary, Federation, Observer, Pause
 from vfl_core.training.faults import FaultConfig, FaultyTransport
 from vfl_core.training.liveness import FederationDown, Transition
@@ -391,11 +392,6 @@ def evaluate_waiting(
     return report
 
 
-def no_head_answered(fed: Federation, report: EvalReport) -> bool:
-    """Whether the evaluation scored nothing because no label party answered a batch."""
-    return not report.scored and not _heads_answered(fed, report)
-
-
 def missing_blocks(
     fed: Federation, split: str, live: Sequence[int], never_called: Set[int] = frozenset()
 ) -> list[int]:
@@ -419,21 +415,6 @@ def _say_who_was_missing(fed: Federation, report: EvalReport) -> None:
             ", ".join(map(str, missing)),
             ", ".join(map(str, sorted(live))) or "none",
         )
-
-
-def heads_left(fed: Federation, report: EvalReport) -> bool:
-    """Whether the evaluation was cut short: samples went unscored, and of the label parties
-    asked, none answered every batch it was asked for (they went away during it). Scored this
-    way, a table holds the batches answered before, not the split: training would pause here."""
-    asked = [b for b in fed.label_blocks if report.answers.get(b, [0, 0])[0]]
-    return bool(report.unscored and report.scored and asked) and not any(
-        report.answers[b][1] == report.answers[b][0] for b in asked
-    )
-
-
-def _heads_answered(fed: Federation, report: EvalReport) -> bool:
-    """Whether a label party answered a batch of the evaluation (then waiting changes nothing)."""
-    return any(report.answers.get(b, [0, 0])[1] for b in fed.label_blocks)
 
 
 def variants_json(

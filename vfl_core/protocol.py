@@ -19,6 +19,10 @@ SPLITS = ("train", "test")  # the sample splits a party holds and a round or a s
 # 2: int8 scales are one exponent byte per row; row indices may travel as int32.
 PROTOCOL_VERSION = 2
 
+# What the coordinator tells every party (Shutdown) when training ended as planned; a party
+# writes its serving bundle only then (vfl_client.runner)
+RUN_FINISHED = "run finished"
+
 
 @dataclass(frozen=True)
 class PartyInfo:

@@ -285,12 +285,17 @@ def best_threshold(histogram: np.ndarray, metric: str = "f1") -> tuple[float, fl
 
 
 def choose_threshold(
-    fed: EvaluatingFederation, validation: np.ndarray, rule: str = "auto"
+    fed: EvaluatingFederation,
+    validation: np.ndarray,
+    rule: str = "auto",
+    report: EvalReport | None = None,
 ) -> tuple[float, float, float] | None:
     """The threshold with the best validation score of the federation's prediction (the rule's
     THRESHOLD_METRIC), as `best_threshold` returns it; None when fewer than MIN_CHOICE_SAMPLES
-    were scored, or MIN_CLASS_SAMPLES of a class."""
-    report: EvalReport = fed.evaluate("train", index=validation, federation_scores=True)
+    were scored, or MIN_CLASS_SAMPLES of a class. `report`: the validation samples' evaluation
+    with the federation's scores, when the caller made it (else made here)."""
+    if report is None:
+        report = fed.evaluate("train", index=validation, federation_scores=True)
     stats = report.by_pattern.values()
     pooled = [s.histograms[FEDERATION] for s in stats if FEDERATION in s.histograms]
     if not pooled:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ from vfl_core.training.alignment import hash_ids
 log = logging.getLogger(__name__)
 
 WATCH_EVERY_S = 0.5
+# A CSV whose last line stays without a newline this long is read as it is (vfl_core.serving).
+INCOMPLETE_GRACE_S = 5.0
 
 
 class FeatureSource(Protocol):
@@ -63,6 +66,7 @@ class FeatureTable:
         numeric = {c.name for c in preprocessing.columns if c.kind == "numeric" and not c.dates}
         self._holds = lambda name: name in numeric and name != id_column
         self.problem: str | None = None  # why the newest version of the file is not served
+        self._cut: tuple[tuple[int, int], float] | None = None  # a cut last line: when first seen
         self._version = self._read(self._stamp())  # a file that does not read at start: error
 
     def __len__(self) -> int:
@@ -82,7 +86,7 @@ class FeatureTable:
         except DataError as err:
             self._keep(str(err))
             return False
-        if stamp == self._version.stamp:
+        if stamp == self._version.stamp or not self._whole_lines(stamp):
             return False
         try:
             self._version = self._read(stamp)
@@ -91,6 +95,35 @@ class FeatureTable:
             return False
         self.problem = None
         log.info("serving %d rows of %s (the file changed)", len(self), self.path)
+        return True
+
+    def _whole_lines(self, stamp: tuple[int, int]) -> bool:
+        """Whether the version `stamp` of a CSV file ends with a whole line: a newline at its
+        end, or the same cut line for INCOMPLETE_GRACE_S (then served, and said)."""
+        if self.path.suffix.lower() not in (".csv", ".tsv") or stamp[1] == 0:
+            return True
+        try:
+            with self.path.open("rb") as f:
+                f.seek(-min(2, stamp[1]), os.SEEK_END)
+                tail = f.read()  # two bytes: a UTF-16 newline is one of them
+        except OSError:
+            return True  # _read says what is wrong
+        if b"\n" in tail or b"\r" in tail:
+            self._cut = None
+            return True
+        now = time.monotonic()
+        if self._cut is None or self._cut[0] != stamp:
+            self._cut = (stamp, now)
+            log.info("%s: its last line has no newline yet: waiting for the rest", self.path)
+            return False
+        if now - self._cut[1] < INCOMPLETE_GRACE_S:
+            return False
+        log.warning(
+            "%s: its last line has had no newline for %.0fs (saved without one, or its writer "
+            "stopped mid-row): served as it is",
+            self.path,
+            now - self._cut[1],
+        )
         return True
 
     def _keep(self, why: str) -> None:

@@ -47,13 +47,15 @@ class RoundLoop:
             if fed.validator.stop_early():
                 break
         restored = fed.validator.restore_best()
-        fed.choose_on_validation()
         # the end's checkpoint holds the weights the parties end on (a party restarted while
-        # the coordinator serves predicts with them): after going back to the best epoch, again
+        # the coordinator serves predicts with them): after going back to the best epoch, again,
+        # and before the validation choice, so that a party restarted during the choice (or
+        # later) rolls back to its best epoch's weights, not to its last periodic checkpoint
         if fed.checkpoint_every is not None and (
             restored or fed.round_id - 1 > fed.last_checkpoint
         ):
             self.checkpoint()
+        fed.choose_on_validation()
         return list(fed.cursor.summaries)
 
     def train_epoch(self, epoch: int) -> EpochSummary:

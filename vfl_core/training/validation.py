@@ -9,8 +9,11 @@ Part of the round engine (vfl_core.training.engine.Federation composes it).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from vfl_core.config import THRESHOLD_RULES
 from vfl_core.data.learning_task import REGRESSION
@@ -21,12 +24,18 @@ from vfl_core.inference.choice import (
     choose_subsets,
     choose_threshold,
 )
+from vfl_core.inference.metrics import EvalReport
 from vfl_core.methods.liveness import DOWN
+from vfl_core.training.cut_short import heads_left, no_head_answered
+from vfl_core.training.retry import Backoff
 
 if TYPE_CHECKING:
     from vfl_core.training.engine import Federation
 
 log = logging.getLogger(__name__)
+
+# How often a validation choice that no label party answered whole is made again.
+CHOOSE_AGAIN_S = 2.0
 
 
 class Validator:
@@ -45,7 +54,16 @@ class Validator:
             return False
         epoch, last_round = fed.cursor.epoch - 1, fed.round_id - 1
         report = fed.evaluate("train", index=validation)
-        value = getattr(report.overall(), stop.metric) if report.scored else None
+        cut = heads_left(fed, report)
+        value = getattr(report.overall(), stop.metric) if report.scored and not cut else None
+        if cut:  # the batches scored before the label parties went: no epoch's figure
+            log.warning(
+                "epoch %d: the validation was cut short (%d of %d samples scored: no label "
+                "party answered all of it): the epoch counts as none scored",
+                epoch + 1,
+                report.scored,
+                report.scored + report.unscored,
+            )
         if stop.observe(epoch, value, last_round):
             blocks = [b for b in sorted(fed.infos) if fed.liveness.state.get(b) != DOWN]
             stop.kept = sorted(fed.transport.snapshot(last_round, blocks, restore=False))
@@ -98,12 +116,81 @@ class Validator:
         """After training: the subsets and the threshold the validation samples choose
         (TrainConfig.subset_choice, .threshold; vfl_core.inference.choice). Nothing is chosen
         without validation samples (early stopping off), or for a method without LASER-VFL's
-        subset predictors."""
+        subset predictors. Every candidate must be scored by the same parties: a choice during
+        which a feature party went down is made again at once without it; one that no label
+        party answered whole (killed, frozen or cut off during it) is made again once one is
+        back, as training waits for one, for up to the run's rejoin timeout; without one by
+        then nothing is chosen, and that is said."""
+        fed = self.fed
+        fed.choice = ValidationChoice()
+        validation = fed.train_rows.validation
+        if validation is None or not len(validation) or not self._chooses():
+            return fed.choice
+        give_up = time.monotonic() + (fed.rejoin_timeout_s or 0.0)
+        backoff = Backoff(CHOOSE_AGAIN_S)
+        while True:
+            seen = len(fed.liveness.transitions)
+            report = self._choose_once(validation)
+            # a party that went down or came back during it: its candidates are not comparable
+            moved = {t.block for t in fed.liveness.transitions[seen:]}
+            whole = self._whole(report) and not moved & set(fed.label_blocks)
+            if (whole and not moved) or time.monotonic() >= give_up:
+                break
+            pause = 0.0 if whole else backoff.next()  # a feature party: again at once
+            log.warning(
+                "validation: the choice of subsets and threshold scored %d of %d samples (%s): "
+                "choosing again in %.0fs, for at most %.0fs more",
+                report.scored,
+                report.scored + report.unscored,
+                f"block(s) {sorted(moved)} went down or came back during it"
+                if whole
+                else self._why(report),
+                pause,
+                give_up - time.monotonic(),
+            )
+            time.sleep(pause)
+            fed.align_again_if_due("choosing again")  # a party back since: called again
+            fed.liveness.retry_now(fed.tick + 1)  # a down party is asked at the next batch
+        if not whole:
+            fed.choice = ValidationChoice()
+            log.warning(
+                "validation: nothing chosen (every observed set predicted from all its parties, "
+                "decision threshold 0.5): no label party answered the whole validation split "
+                "within %.0fs",
+                fed.rejoin_timeout_s or 0.0,
+            )
+        return fed.choice
+
+    def _chooses(self) -> bool:
+        """Whether the run chooses anything on validation: subsets, heads or a threshold."""
+        fed = self.fed
+        return (fed.config.subset_choice != "plain" and self._has_subset_predictors()) or (
+            self._binary_threshold()
+        )
+
+    def _binary_threshold(self) -> bool:
+        fed = self.fed
+        binary = fed.task != REGRESSION and fed.num_classes == 2
+        return (
+            fed.config.threshold in THRESHOLD_RULES and binary and fed.spec.combination == "heads"
+        )
+
+    def _why(self, report: EvalReport) -> str:
+        if no_head_answered(self.fed, report):
+            return "no label party answered"
+        if heads_left(self.fed, report):
+            return "every label party stopped answering during it"
+        return "a label party went down or came back during it"
+
+    def _whole(self, report: EvalReport) -> bool:
+        """Whether a validation evaluation is the split's: not cut short, not unanswered."""
+        return not heads_left(self.fed, report) and not no_head_answered(self.fed, report)
+
+    def _choose_once(self, validation: np.ndarray) -> EvalReport:
+        """One choice into fed.choice; returns the validation evaluation with the choice in
+        effect (the threshold's), which tells whether the label parties answered it whole."""
         fed = self.fed
         fed.choice = choice = ValidationChoice()
-        validation = fed.train_rows.validation
-        if validation is None or not len(validation):
-            return choice
         rule = fed.config.subset_choice
         if rule != "plain" and self._has_subset_predictors():
             choice.subsets, choice.heads, choice.candidates = choose_subsets(
@@ -114,10 +201,11 @@ class Validator:
             )
             if fed.spec.concat_head and fed.config.concat_choice == "all":
                 choose_heads_pooled(fed, validation, choice, margin=rule == "validation")
-        binary = fed.task != REGRESSION and fed.num_classes == 2
-        rule = fed.config.threshold
-        if rule in THRESHOLD_RULES and binary and fed.spec.combination == "heads":
-            found = choose_threshold(fed, validation, str(rule))
+        binary = self._binary_threshold()
+        report = fed.evaluate("train", index=validation, federation_scores=binary)
+        if binary and self._whole(report):
+            rule = fed.config.threshold
+            found = choose_threshold(fed, validation, str(rule), report)
             if found is not None:
                 choice.threshold, tuned, plain = found
                 choice.threshold_f1 = (plain, tuned)
@@ -129,7 +217,7 @@ class Validator:
                     tuned,
                     plain,
                 )
-        return choice
+        return report
 
     def _has_subset_predictors(self) -> bool:
         """LASER-VFL's shape: a head per label party that serves every subset containing it."""
