@@ -263,7 +263,21 @@ class DvflProgram:
     # ------------------------------------------------------------------ liveness
     def rejoined(self, block: int) -> None:
         """A party that registered again (or came back from an injected failure) is called
-        again at once, as a guest, a host or both, whichever was down."""
+        again at once, as a guest, a host or both, whichever was down.
+
+        A restarted party rolls back to its checkpoint, which may predate transfers the
+        coordinator counts as delivered: a restarted owner would otherwise train on codes it no
+        longer holds (none, after a guest-stage checkpoint), and a restarted host's codes would
+        not be those of the weights it now predicts with. So the next transfer asks again: every
+        host for a returning owner, the returning host otherwise (the hosts are frozen, so a
+        party that lost nothing gets the same codes again)."""
+        if any(self.delivered.values()):
+            who = "every host's codes" if block == self.owner else f"host {block}'s codes"
+            log.info("block %d is back: the next transfer sends %s again", block, who)
+        for done in self.delivered.values():
+            if block == self.owner:
+                done.clear()
+            done.discard(block)
         for liveness in (self.fed.liveness, self.hosts):
             if liveness.state.get(block, UP) != UP:
                 liveness.rejoined(block, self.fed.tick)
