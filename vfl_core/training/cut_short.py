@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vfl_core.inference.metrics import EvalReport
+from vfl_core.methods.spec import active_party
 
 if TYPE_CHECKING:
     from vfl_core.training.engine import Federation
@@ -24,7 +25,7 @@ def heads_left(fed: Federation, report: EvalReport) -> bool:
     """Whether the evaluation was cut short: samples went unscored, and of the label parties
     asked, none answered every batch it was asked for (they went away during it). Scored this
     way, a table holds the batches answered before, not the split: training would pause here."""
-    asked = [b for b in fed.label_blocks if report.answers.get(b, [0, 0])[0]]
+    asked = [b for b in _predictors(fed) if report.answers.get(b, [0, 0])[0]]
     return bool(report.unscored and report.scored and asked) and not any(
         report.answers[b][1] == report.answers[b][0] for b in asked
     )
@@ -32,4 +33,13 @@ def heads_left(fed: Federation, report: EvalReport) -> bool:
 
 def _heads_answered(fed: Federation, report: EvalReport) -> bool:
     """Whether a label party answered a batch of the evaluation (then waiting changes nothing)."""
-    return any(report.answers.get(b, [0, 0])[1] for b in fed.label_blocks)
+    return any(report.answers.get(b, [0, 0])[1] for b in _predictors(fed))
+
+
+def _predictors(fed: Federation) -> tuple[int, ...]:
+    """The label parties that predict: under DVFL and DLVM only the active party (the owner);
+    the other label parties' embeddings answer nothing without it."""
+    if fed.spec.heads == "active_party":
+        active = active_party(fed.label_blocks)
+        return () if active is None else (active,)
+    return tuple(fed.label_blocks)

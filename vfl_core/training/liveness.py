@@ -134,7 +134,7 @@ class Presence:
                 raise FederationDown(
                     f"no label party came back within {timeout:g}s (training "
                     f"waited {waited:.1f}s at round {fed.round_id}, epoch {epoch + 1} of "
-                    f"{fed.config.epochs}): the run stops"
+                    f"{fed.total_epochs}): the run stops"
                 )
             time.sleep(min(PAUSE_POLL_S, timeout - waited))
             self.poll_rejoins()

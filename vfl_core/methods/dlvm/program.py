@@ -55,6 +55,7 @@ from vfl_core.methods.spec import active_party
 from vfl_core.protocol import EmbedCall
 
 log = logging.getLogger(__name__)
+_NO_ROWS = np.zeros(0, dtype=np.int64)
 DLVM = "dlvm"  # the method's name in the registry, which its steps travel under
 
 
@@ -82,7 +83,7 @@ class DlvmProgram:
             return None
         keys = self._labelled_keys()
         if keys is None:
-            return []
+            return self._await_active()
         # the subset keeps which rows are label-only: the active party may hold a sample's label
         # and not its block (the paper's label routing), and then does not embed it
         sub = self.fed.alignments["train"].subset(keys)
@@ -102,6 +103,18 @@ class DlvmProgram:
         log.info("stage 2: %d labelled training samples at block %d", len(self.labelled), active)
         return self.labelled
 
+    def _await_active(self) -> list[Batch]:
+        """The epoch of an active party that did not name its labelled rows (down, frozen or cut
+        off as stage 2 began): it is marked down, and the epoch is one round without samples,
+        before which the engine pauses until it is back (or fails the run after
+        --rejoin-timeout), so that stage 2 does not pass by without the classifier. Before,
+        every epoch of stage 2 ran no round and the run ended `ok` with an untrained one."""
+        active = self.active
+        if active is None:
+            return []
+        self.fed.record([active], (), "labelled rows", "stage 2", immediate=True)
+        return [Batch((active,), _NO_ROWS)]
+
     def _labelled_rows(self, block: int) -> np.ndarray | None:
         """The training rows `block` holds a label for (None: it did not answer)."""
         samples = self.fed.infos[block].samples.get("train", 0)
@@ -113,6 +126,11 @@ class DlvmProgram:
         """One round (the engine has polled the parties that registered again)."""
         fed, active, stage = self.fed, self.active, self.stage(epoch)
         nothing = RoundRecord(round_id, epoch, batch.pattern, (), {}, ())
+        if not len(batch.index):  # the wait for the active party (_await_active): ask again
+            if active is not None and fed.liveness.should_call(active, fed.tick):
+                named = (active,) if self._labelled_keys() is not None else ()
+                fed.record([active], named, "labelled rows", f"round {round_id}")
+            return nothing
         if active is None or not fed.liveness.should_call(active, fed.tick):
             return nothing  # the bound and the classifier live at the active party
         al, where = fed.alignments["train"], f"round {round_id}"
