@@ -12,10 +12,12 @@ every host's codes again and the owner trains on them.
 from __future__ import annotations
 
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
-from harness import Cluster, prepare_digits
+from harness import BIN, Cluster, prepare_digits
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]  # a fault timed against training
 
@@ -70,3 +72,57 @@ def test_given_dvfl_owner_restarted_in_owner_epochs_when_run_ends_then_it_traine
     assert results is not None and results["status"] == "ok", results
     accuracy = results["test"]["rows"][-1]["accuracy"]
     assert accuracy > 0.4, results["test"]  # 66.30 % measured; before the fix 11.14 %
+
+
+DLVM = [
+    *("--method", "dlvm", "--seed", "3", "--batch-size", "128", "--lr", "0.01"),
+    *("--dlvm-latent-dim", "8", "--dlvm-hidden", "32", "--dlvm-predict-samples", "8"),
+    *("--dlvm-stage2-epochs", "3"),
+]
+STAGE1_ROUNDS = 45  # 3 epochs of 15 batches of 128
+
+
+def test_given_dlvm_active_party_lost_at_stage_2_and_while_serving_when_back_then_used(
+    cluster: Cluster, parties: list[Path], tmp_path: Path
+) -> None:
+    """DLVM's active party (block 0) frozen across the start of stage 2: it cannot name its
+    labelled rows. Before, every epoch of stage 2 then ran no round and the run served an
+    untrained classifier; now training pauses until it is back. Then, while serving, it is
+    killed and restarted during an `Evaluate`: before, the evaluation did not wait for it (the
+    other label parties' embeddings counted as a label party answering) and no sample was
+    scored; now it waits and answers with every party."""
+    ckpt = tmp_path / "ckpt"
+    coord, clients = cluster.federation(
+        parties,
+        epochs=3,
+        deadline=1.0,  # the frozen party's missed rounds last 1 s each
+        serve=True,
+        extra=[
+            *DLVM,
+            *("--checkpoint-dir", str(ckpt / "coordinator"), "--checkpoint-every", "20"),
+            *("--rejoin-timeout", "60", "--down-after", "20"),  # down at stage 2, not before
+        ],
+        client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],
+    )
+    active = clients[0]
+    cluster.wait_rounds(coord, STAGE1_ROUNDS - 8, 120)
+    active.signal(signal.SIGSTOP)  # its last rounds of stage 1 and its labelled rows missed
+    cluster.wait_for(
+        lambda: "did not name its labelled rows" in coord.log(), 60, "the stage-2 start"
+    )
+    active.signal(signal.SIGCONT)
+    cluster.wait_serving(coord, 120)
+    assert "training resumes at round" in coord.log(), coord.tail()
+    stage2 = [r for r in coord.rounds() if r["epoch"] >= 3 and r["losses"]]
+    assert len(stage2) >= 2 * 12, stage2  # 12 batches an epoch; before the fix none
+    assert all("0" in r["losses"] for r in stage2)
+
+    active.signal(signal.SIGKILL)
+    active.wait(10)
+    argv = [str(BIN / "vfl"), "evaluate", "--coordinator", coord.address, "--insecure"]
+    evaluating = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # the evaluation finds no active party
+    cluster.restart(active)
+    out, err = evaluating.communicate(timeout=120)
+    assert evaluating.returncode == 0, out + err
+    assert "live blocks: 0,1,2" in out, out

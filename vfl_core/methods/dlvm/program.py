@@ -96,7 +96,7 @@ class DlvmProgram:
         fed, active = self.fed, self.active
         rows = None if active is None else self._labelled_rows(active)
         if active is None or rows is None:
-            log.warning("stage 2: the active party did not name its labelled rows; no rounds")
+            log.warning("stage 2: the active party did not name its labelled rows: waiting for it")
             return None
         held = fed.alignments["train"].rows[active]
         self.labelled = np.flatnonzero((held >= 0) & np.isin(held, rows))
