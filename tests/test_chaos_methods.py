@@ -6,7 +6,8 @@ with the same command. It rolls back to its checkpoint of the guest stage, which
 the hosts' codes. Before the fix the coordinator still counted every transfer as delivered, so
 the owner trained on no row for the rest of the run (loss 0.0 in every owner round) and the run
 ended `ok` at chance (11.14 % against 69.08 % without the fault); now the next transfer sends
-every host's codes again and the owner trains on them.
+every host's codes again and the owner trains on them. The owner frozen and thawed there: the
+pause that followed never ended (below).
 """
 
 from __future__ import annotations
@@ -72,6 +73,36 @@ def test_given_dvfl_owner_restarted_in_owner_epochs_when_run_ends_then_it_traine
     assert results is not None and results["status"] == "ok", results
     accuracy = results["test"]["rows"][-1]["accuracy"]
     assert accuracy > 0.4, results["test"]  # 66.30 % measured; before the fix 11.14 %
+
+
+def test_given_dvfl_owner_frozen_in_owner_epochs_when_thawed_then_training_resumes(
+    cluster: Cluster, parties: list[Path], tmp_path: Path
+) -> None:
+    """The owner frozen (or its link cut) during its owner epochs and thawed: it registers no
+    more, and the transfer rounds the paused engine retried called nobody, so the pause lasted
+    to --rejoin-timeout and the run failed (a link cut 8 s in network namespaces: `no label
+    party came back within 60s`); now the retry feeds it nothing and training resumes."""
+    coord, clients = cluster.federation(
+        parties,
+        epochs=GUEST_EPOCHS,
+        deadline=1.0,
+        extra=[*DVFL, "--rejoin-timeout", "60"],
+    )
+    owner = clients[0]
+
+    def in_owner_epochs() -> bool:
+        rounds = coord.rounds()
+        return bool(rounds) and rounds[-1]["epoch"] > GUEST_EPOCHS
+
+    cluster.wait_for(lambda: in_owner_epochs() or not coord.alive(), 120, "the owner's epochs")
+    owner.signal(signal.SIGSTOP)
+    cluster.wait_for(lambda: "training pauses" in coord.log(), 30, "the pause")
+    owner.signal(signal.SIGCONT)
+    cluster.wait_for(lambda: "training resumes" in coord.log(), 30, "the thawed owner")
+    assert coord.wait(120) == 0, cluster.describe()
+    results = coord.results()
+    assert results is not None and results["status"] == "ok", results
+    assert results["test"]["rows"][-1]["accuracy"] > 0.4, results["test"]
 
 
 DLVM = [

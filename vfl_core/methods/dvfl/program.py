@@ -179,12 +179,17 @@ class DvflProgram:
         al = fed.alignments["train"]
         done = self.delivered.setdefault(int(batch.index[0]), set())
         missing = frozenset(fed.infos) - done
-        if not missing:
-            return RoundRecord(round_id, epoch, batch.pattern, (), {}, ())
-        outputs = self._host_outputs(round_id, "train", batch.index, None, where, False, missing)
-        self._count("hosts_to_owner", outputs.values())
+        outputs: dict[int, np.ndarray] = {}
+        if missing:
+            index = batch.index
+            outputs = self._host_outputs(round_id, "train", index, None, where, False, missing)
+            self._count("hosts_to_owner", outputs.values())
+        # A down owner is fed even nothing when the engine retries it (a pause): a thawed or
+        # reconnected owner registers no more, and a transfer that calls nobody would keep
+        # training paused until --rejoin-timeout.
+        retry = fed.liveness.state.get(owner, UP) != UP
         fed_ok: set[int] = set()
-        if outputs and fed.liveness.should_call(owner, fed.tick):
+        if (outputs or retry) and fed.liveness.should_call(owner, fed.tick):
             call = OwnerFeedCall(
                 round_id, al.rows_of(owner, batch.index), al.digest(batch.index), outputs
             )
