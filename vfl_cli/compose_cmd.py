@@ -31,8 +31,9 @@ MAX_CLIENTS = 64
 
 HEADER = """\
 # A LASER-VFL federation on one Docker host: a coordinator and {k} parties, each party seeing
-# only its own strip of the images. Written by `vfl compose --clients {k}` (edit that, not
-# this: a test keeps the checked-in file equal to its output). See docs/deployment.md.
+# only its own part of each digit image (a quadrant for 4 parties, else a vertical strip).
+# Written by `vfl compose --clients {k}` (edit that, not this: a test keeps the checked-in file
+# equal to its output). See docs/deployment.md.
 #
 #   vfl compose --clients {k}          # this file, docker-compose.gpu.yml and .env (your uid/gid)
 #   mkdir -p data certs && docker compose run --rm prepare   # ./data/quadrant0..{last}
