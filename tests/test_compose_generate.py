@@ -24,7 +24,7 @@ def test_checked_in_files_are_the_generators_output_for_four_parties() -> None:
     assert (ROOT / "docker-compose.gpu.yml").read_text() == gpu_override_text(4)
 
 
-@pytest.mark.parametrize("k", [1, 2, 6, 9])
+@pytest.mark.parametrize("k", [1, 2, 6, 8])
 def test_k_parties_are_wired_alike(k: int) -> None:
     services: dict[str, Any] = yaml.safe_load(compose_text(k))["services"]
     assert client_names(services) == sorted(f"client{b}" for b in range(k))
@@ -66,6 +66,12 @@ def test_gpu_override_builds_a_cuda_image_for_the_clients_only() -> None:
 def test_k_out_of_range_is_refused(k: int) -> None:
     with pytest.raises(ConfigError, match="--clients must be between 1 and 64"):
         compose_text(k)
+
+
+def test_more_parties_than_digits_has_columns_are_refused_before_prepare_would() -> None:
+    with pytest.raises(ConfigError, match=r"--clients 9: .* at most 8 parties"):
+        compose_text(9)
+    assert "client7:" in compose_text(8)
 
 
 def test_command_writes_the_files_and_keeps_an_existing_env(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from vfl_cli.remote_cmd import _write_csv
-from vfl_client.runner import _tls_reason, listen_address
+from vfl_client.runner import _tls_reason, advertised_address, listen_address
 from vfl_coordinator.registry import Registry
+from vfl_coordinator.servicer import _peer_address
 from vfl_core.protocol import PartyInfo
 
 
@@ -80,3 +81,23 @@ def test_given_first_registration_when_logged_then_resynchronising_only_on_a_res
     with caplog.at_level(logging.INFO, logger="vfl_coordinator.registry"):
         registry.register(_info(0), "127.0.0.1:1", synced=False)
     assert f"party party0 registered ({said}) for block 0" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("advertise", "listen", "expected"),
+    [
+        (None, "127.0.0.1:0", "127.0.0.1:40483"),  # `--coordinator localhost:...` may dial ::1
+        (None, "[::1]:0", "[::1]:40483"),
+        (None, "0.0.0.0:0", ":40483"),  # the coordinator takes the host it sees
+        ("client2:50061", "0.0.0.0:50061", "client2:50061"),  # as given
+    ],
+)
+def test_given_no_advertise_when_listening_on_loopback_then_that_address_is_advertised(
+    advertise: str | None, listen: str, expected: str
+) -> None:
+    assert advertised_address(advertise, listen, 40483) == expected
+
+
+def test_given_an_ipv6_peer_as_grpc_writes_it_when_called_back_then_one_pair_of_brackets() -> None:
+    assert _peer_address("ipv6:%5B::1%5D:56526", ":40483") == "[::1]:40483"
+    assert _peer_address("ipv4:127.0.0.1:39888", ":40483") == "127.0.0.1:40483"

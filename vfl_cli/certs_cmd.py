@@ -311,7 +311,7 @@ def certs(
     days: Annotated[int, Opt(help="validity of the certificates in days")] = DEFAULT_DAYS,
     force: Annotated[bool, Opt(help="rewrite identities that exist (new keys and tokens)")] = False,
 ) -> None:
-    """Create the federation's CA, certificates and tokens (see README, Security)."""
+    """Create the federation's CA, certificates and tokens (see docs/security.md)."""
     from vfl_wire.security import OPERATOR
 
     pins = parse_pins(parties)

@@ -80,7 +80,10 @@ def client(
     ] = D("listen"),
     advertise: Annotated[
         str | None,
-        Opt(help="host:port the coordinator calls back", show_default="as the coordinator sees it"),
+        Opt(
+            help="host:port the coordinator calls back",
+            show_default="a loopback --listen as it is, else the host as the coordinator sees it",
+        ),
     ] = D("advertise"),
     device: Annotated[str, Opt(help="auto | cpu | cuda[:N]")] = D("device"),
     secret: Annotated[str, Opt(envvar="VFL_SECRET", help="federation secret for ID hashing")] = D(

@@ -28,11 +28,15 @@ COMPOSE_FILE = "docker-compose.yml"
 GPU_FILE = "docker-compose.gpu.yml"
 ENV_FILE = ".env"
 MAX_CLIENTS = 64
+# the compose file's `prepare` cuts digits' 8-pixel-wide images into K vertical strips (4:
+# quadrants); `vfl prepare` refuses more strips than columns, so compose refuses them first
+MAX_DIGITS_CLIENTS = 8
 
 HEADER = """\
 # A LASER-VFL federation on one Docker host: a coordinator and {k} parties, each party seeing
-# only its own strip of the images. Written by `vfl compose --clients {k}` (edit that, not
-# this: a test keeps the checked-in file equal to its output). See docs/deployment.md.
+# only its own part of each digit image (a quadrant for 4 parties, else a vertical strip).
+# Written by `vfl compose --clients {k}` (edit that, not this: a test keeps the checked-in file
+# equal to its output). See docs/deployment.md.
 #
 #   vfl compose --clients {k}          # this file, docker-compose.gpu.yml and .env (your uid/gid)
 #   mkdir -p data certs && docker compose run --rm prepare   # ./data/quadrant0..{last}
@@ -251,6 +255,11 @@ def env_text(uid: int, gid: int) -> str:
 def _check(clients: int) -> None:
     if not 1 <= clients <= MAX_CLIENTS:
         raise ConfigError(f"--clients must be between 1 and {MAX_CLIENTS}, not {clients}")
+    if clients > MAX_DIGITS_CLIENTS:
+        raise ConfigError(
+            f"--clients {clients}: the compose file's prepare service cuts digits' 8-pixel-wide "
+            f"images into one strip per party, so at most {MAX_DIGITS_CLIENTS} parties"
+        )
 
 
 def compose(

@@ -91,16 +91,19 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
         servicer.relay = RelayCrypto(security.identity, data.meta.block)
     listen = listen_address(config.listen, config.coordinator)
     server, port = start_server(servicer, listen, security, _refused_calls(config))
+    address = advertised_address(config.advertise, listen, port)
     freeze_heap()
     stop = stop or stop_on_signals()
     run_id, reason = "", "stopped before joining a run"
     try:
-        party, run_id, lease = _join(config, data, party_id, device, port, stop, servicer, security)
+        party, run_id, lease = _join(
+            config, data, party_id, device, address, stop, servicer, security
+        )
         servicer.attach(party, run_id)
         host = PartyHost(  # heartbeats, resynchronisation, periodic checkpoints
             servicer,
             party.info,
-            config.advertise or f":{port}",
+            address,
             run_id,
             lambda: security.channel(config.coordinator, COORDINATOR),
             secret=config.secret,
@@ -150,6 +153,17 @@ def listen_address(listen: str, coordinator: str) -> str:
     return "127.0.0.1:0" if coordinator_on_this_host(coordinator) else "0.0.0.0:0"
 
 
+def advertised_address(advertise: str | None, listen: str, port: int) -> str:
+    """host:port the coordinator is told to call: --advertise, else the loopback address the
+    party listens on, else ":port" (the coordinator takes the host it sees the call from). A
+    loopback listener is named: `localhost` may reach the coordinator over ::1, where a party
+    listening on 127.0.0.1 cannot be called back."""
+    if advertise:
+        return advertise
+    host = listen.rpartition(":")[0]
+    return f"{host}:{port}" if coordinator_on_this_host(listen) and host else f":{port}"
+
+
 def coordinator_on_this_host(coordinator: str) -> bool:
     host = coordinator.rpartition(":")[0].strip("[]") or "localhost"
     return host == "localhost" or host == "::1" or host.startswith("127.")
@@ -193,7 +207,7 @@ def _join(
     data: PartyData,
     party_id: str,
     device: torch.device,
-    port: int,
+    address: str,
     stop: threading.Event,
     servicer: PartyServicer,
     security: Security,
@@ -201,7 +215,6 @@ def _join(
     """Register with the coordinator and build the Party with the run's TrainConfig; returns it,
     the run id and this process's lease."""
     info = party_info(party_id, data)
-    address = config.advertise or f":{port}"
     key = servicer.relay.key_message if servicer.relay is not None else None
     reply = register(
         config.coordinator, info, address, config.register_timeout_s, stop, security, key

@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -209,6 +210,7 @@ def _peer_address(peer: str, advertised: str) -> str:
     host: the peer's IP address plus the port the party listens on."""
     port = advertised.rsplit(":", 1)[-1] if advertised else ""
     kind, _, rest = peer.partition(":")
+    rest = unquote(rest)  # gRPC writes an IPv6 peer as ipv6:%5B::1%5D:port
     host = rest.rsplit(":", 1)[0]
     if kind == "ipv6":
         host = host if host.startswith("[") else f"[{host}]"
