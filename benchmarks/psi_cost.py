@@ -204,10 +204,9 @@ def _align(n: int, parties: int, overlap: float, certs: Path, port_of: dict) -> 
         total = time.perf_counter() - start
     finally:
         transport.close()
-    private = Alignment.build(keys, order="rows")
+    private = Alignment.build(keys)
     plain = Alignment.build(
-        {k: [i.encode() for i in _ids(k, n, parties, overlap)] for k in range(parties)},
-        order="rows",
+        {k: [i.encode() for i in _ids(k, n, parties, overlap)] for k in range(parties)}
     )
     # a party the PSI left out (it failed a step: on a loaded machine, a connection that timed
     # out) makes the two differ: reported as such, not compared

@@ -3,7 +3,8 @@
 An `Alignment` is the union of the parties' samples by key (a keyed ID hash or a PSI value): key
 i is held by block b at row rows[b][i]. From it and the shared seed, `epoch_plan` cuts every
 epoch into single-pattern batches and `eval_plan` cuts a split for inference. The plan is a pure
-function of (seed, epoch, alignment). This is the data layer's vocabulary: the methods and the
+function of (seed, epoch, alignment), and the alignment's order is one of the parties' rows, not
+of the keys: how the samples were matched (PSI or keyed hashes, which secret) changes no plan. This is the data layer's vocabulary: the methods and the
 round engine above it both speak it (vfl_core.training.aligner builds the alignments).
 """
 
@@ -42,10 +43,17 @@ class Alignment:
     label_only: Mapping[int, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, hashes: Mapping[int, Sequence[bytes]], order: str = "keys") -> Alignment:
-        """`order` "keys": samples sorted by key; "rows": by the rows that hold them (block 0's
-        row first), which does not depend on the key values (PSI keys are new every run)."""
-        keys = tuple(sorted(set().union(*(set(h) for h in hashes.values())))) if hashes else ()
+    def build(cls, hashes: Mapping[int, Sequence[bytes]]) -> Alignment:
+        """The union of the blocks' key lists (block -> its rows' keys, in row order).
+
+        Samples are ordered by the rows that hold them: by block 0's row, then (for samples
+        block 0 lacks, which come first) by block 1's, and so on. Never by the key values: those
+        depend on how the set was found (an HMAC secret, or PSI values drawn afresh every run),
+        while the rows are the same in every run and for both transports, so the batch plan and
+        the validation split (both drawn in this order) are the same for a PSI alignment over
+        gRPC and a keyed-hash alignment in process (tests/test_alignment_order.py).
+        """
+        keys = tuple(set().union(*(set(h) for h in hashes.values()))) if hashes else ()
         index = {key: i for i, key in enumerate(keys)}
         rows: dict[int, np.ndarray] = {}
         for block, block_hashes in sorted(hashes.items()):
@@ -54,11 +62,14 @@ class Alignment:
             r = np.full(len(keys), -1, dtype=np.int64)
             r[[index[h] for h in block_hashes]] = np.arange(len(block_hashes), dtype=np.int64)
             rows[block] = r
-        if order == "rows" and rows:
-            by_rows = np.lexsort([rows[b] for b in sorted(rows, reverse=True)])
-            keys = tuple(keys[i] for i in by_rows)
-            rows = {b: r[by_rows] for b, r in rows.items()}
-        return cls(keys=keys, rows=rows)
+        if not rows:
+            return cls(keys=keys, rows=rows)
+        # np.lexsort's last key is the primary one: the lowest block's row decides first. No two
+        # samples have equal rows at every block (each is held by some block, at its own row).
+        by_rows = np.lexsort([rows[b] for b in sorted(rows, reverse=True)])
+        return cls(
+            keys=tuple(keys[i] for i in by_rows), rows={b: r[by_rows] for b, r in rows.items()}
+        )
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -92,8 +103,8 @@ class Alignment:
         return [b for b, h in sorted(held.items()) if h.any() and not (holders[h] > 1).any()]
 
     def patterns(self) -> dict[Pattern, np.ndarray]:
-        """Key indices grouped by observed pattern (the blocks holding features), in key order
-        within each group. A sample whose only holders hold just its label is in none."""
+        """Key indices grouped by observed pattern (the blocks holding features), in the
+        alignment's order within each group. A sample whose only holders hold just its label is in none."""
         groups: dict[Pattern, np.ndarray] = {}
         codes = self._codes(self._features())
         for code in np.unique(codes[codes > 0]):
@@ -101,7 +112,8 @@ class Alignment:
         return groups
 
     def groups(self) -> dict[Group, np.ndarray]:
-        """Key indices grouped by (observed pattern, label-only holders), in key order."""
+        """Key indices grouped by (observed pattern, label-only holders), in the alignment's
+        order."""
         if not self.label_only:
             return {(p, ()): index for p, index in self.patterns().items()}
         codes = self._codes(self._features())

@@ -89,10 +89,10 @@ class Aligner:
             return []
         if fed.alignment == "psi":
             keys = psi.psi_align(fed.transport, split, blocks)
-            fed.alignments[split] = Alignment.build(self._sound(split, keys), order="rows")
         else:
-            hashes = fed.transport.id_hashes(split, blocks)
-            fed.alignments[split] = Alignment.build(self._sound(split, hashes))
+            keys = fed.transport.id_hashes(split, blocks)
+        # ordered by the parties' rows, not by the keys: PSI and keyed hashes plan alike
+        fed.alignments[split] = Alignment.build(self._sound(split, keys))
         al = fed.alignments[split] = fed.alignments[split].with_label_only(
             self._feature_rows(split)
         )
