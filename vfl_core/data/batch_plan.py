@@ -4,8 +4,9 @@ An `Alignment` is the union of the parties' samples by key (a keyed ID hash or a
 i is held by block b at row rows[b][i]. From it and the shared seed, `epoch_plan` cuts every
 epoch into single-pattern batches and `eval_plan` cuts a split for inference. The plan is a pure
 function of (seed, epoch, alignment), and the alignment's order is one of the parties' rows, not
-of the keys: how the samples were matched (PSI or keyed hashes, which secret) changes no plan. This is the data layer's vocabulary: the methods and the
-round engine above it both speak it (vfl_core.training.aligner builds the alignments).
+of the keys: how the samples were matched (PSI or keyed hashes, which secret) changes no plan.
+This is the data layer's vocabulary: the methods and the round engine above it both speak it
+(vfl_core.training.aligner builds the alignments).
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class Alignment:
 
     def patterns(self) -> dict[Pattern, np.ndarray]:
         """Key indices grouped by observed pattern (the blocks holding features), in the
-        alignment's order within each group. A sample whose only holders hold just its label is in none."""
+        alignment's order within each group. A sample whose only holders hold just its label is
+        in none."""
         groups: dict[Pattern, np.ndarray] = {}
         codes = self._codes(self._features())
         for code in np.unique(codes[codes > 0]):
