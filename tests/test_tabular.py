@@ -19,7 +19,12 @@ from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.party_dir import PREPROCESS_FILE, load_party_dir
 from vfl_core.data.preprocess import Table, TabularPreprocessor, parse_labels
 from vfl_core.data.table_files import read_table
-from vfl_core.data.tabular import TableSource, load_table_party, load_table_party_kept
+from vfl_core.data.tabular import (
+    TableSource,
+    load_table_party,
+    load_table_party_kept,
+    split_row_ids,
+)
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.model.models import TabularRepresentation, build_representation
 from vfl_core.persistence.checkpoint import load_checkpoint, save_party_checkpoint
@@ -618,3 +623,22 @@ def test_given_bad_client_table_options_then_one_error_line_and_exit_2(tmp_path:
         assert result.exit_code == 2, result.output
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+
+
+def test_given_a_table_when_its_row_ids_are_read_then_they_are_the_served_rows_order(
+    tmp_path: Path,
+) -> None:
+    # label-only rows (a label, no feature cell) are served last: the IDs follow that order
+    def row(i: int) -> str:
+        a, b = ("", "") if i % 7 == 0 else (str(i % 5), "ab"[i % 2])
+        return f"u{i},{a},{b},{'yes' if i % 3 else 'no'}\n"
+
+    rows = "".join(row(i) for i in range(80))
+    path = write_csv(tmp_path / "bank.csv", "id,a,b,y\n" + rows)
+    source = TableSource(path=path, id_column="id", label_column="y", block=0, num_blocks=2)
+    served, _ = load_table_party(source)
+    ids = split_row_ids(source)
+    assert set(ids) == set(served.splits) == {"train", "test"}
+    for split, data in served.splits.items():
+        assert ids[split] == [str(i) for i in data.ids]
+    assert ids["train"][-1] in {f"u{i}" for i in range(0, 80, 7)}

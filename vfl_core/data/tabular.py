@@ -127,6 +127,15 @@ def load_table_party(
     return data, fitted
 
 
+def split_row_ids(source: TableSource) -> dict[str, list[str]]:
+    """Each split's IDs in the row order a party serving this table holds them (what the
+    coordinator's row numbers of the party point at), without fitting its preprocessing."""
+    splits = _read_splits(source, source.label_column, None)
+    if source.label_column is not None:  # label-only rows last, as load_table_party puts them
+        splits, _ = _label_only_last(splits, feature_columns(source, splits["train"]))
+    return {name: id_array(t.column(source.id_column)).tolist() for name, t in splits.items()}
+
+
 def _transform(
     fitted: TabularPreprocessor, splits: dict[str, Table], label_only: dict[str, int]
 ) -> dict[str, np.ndarray]:
