@@ -18,6 +18,7 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.serving_record import ServingRecord
 from vfl_coordinator.transport import GrpcTransport
+from vfl_core.errors import ConfigError
 from vfl_core.lifecycle import (
     PhaseObserver,
     RunResults,
@@ -87,9 +88,9 @@ def run_coordinator(
         on_port(port)
     transport = None
     ending = "run failed"  # what the parties are told when the run ends
-    try:
-        registry.wait(config.clients, config.quorum, config.register_timeout_s)
-        transport = GrpcTransport(
+
+    def connect() -> GrpcTransport:
+        return GrpcTransport(
             registry,
             run_id,
             config.deadlines,
@@ -98,6 +99,18 @@ def run_coordinator(
             wire_dtype=config.train.wire_dtype,
             relay_keys=state.relay_key_list if config.train.encrypt_relay else None,
         )
+
+    try:
+        try:
+            registry.wait(config.clients, config.quorum, config.register_timeout_s)
+        except KeyboardInterrupt:  # the parties gathered so far would wait for this process
+            _tell_gathered(registry, connect, "run interrupted")
+            raise
+        except ConfigError:
+            if registry.refusal is None:  # too few parties (a refusal is told by heartbeat)
+                _tell_gathered(registry, connect, ending)
+            raise
+        transport = connect()
         try:
             results = _train(config, state, transport, progress, resume)
         except KeyboardInterrupt:
@@ -129,6 +142,20 @@ def run_coordinator(
             server.stop(grace=1.0).wait()
             if audit is not None:
                 audit.close()
+
+
+def _tell_gathered(registry: Registry, connect: Callable[[], GrpcTransport], ending: str) -> None:
+    """The run ended before it started (a signal, too few parties): tell the parties that
+    registered so far, which would otherwise wait for this process for their whole
+    --register-timeout, its port silent."""
+    if not registry.members():
+        return
+    transport = connect()
+    try:
+        told = transport.shutdown(registry.members(), ending)
+        log.info("block(s) %s told: %s", ", ".join(map(str, sorted(told))) or "none", ending)
+    finally:
+        transport.close()
 
 
 def _tell_refusal(registry: Registry) -> None:
