@@ -20,7 +20,8 @@ HISTORY = re.compile(
     r"|\b(?:before|until|since|after) stop\b"
     r"|\bQA\b"
     r"|\boutsider(?:'s)? (?:chaos )?pass(?:es)?\b"
-    r"|/tmp/",
+    r"|/tmp/"
+    r"|\bthe lead's\b|\bhelpers'",  # who ran what: the project's sessions
     re.IGNORECASE,
 )
 
@@ -41,6 +42,7 @@ def test_the_pattern_catches_history_and_spares_behaviour(tmp_path: Path) -> Non
         "Measured in stop 41.\n(before the fifth stop)\nthe QA pass\nan outsider pass\n"
         "`--out /tmp/x`\nstops at the handshake; early stopping; `--early-stop-patience`\n"
         "an outsider gets no further than the handshake\nthe stop-40 bank table\n"
+        "a helper thread parses; the lead's idle run\n"
     )
     assert history_lines(page, tmp_path) == [
         "page.md:1: stop 41",
@@ -49,6 +51,7 @@ def test_the_pattern_catches_history_and_spares_behaviour(tmp_path: Path) -> Non
         "page.md:4: outsider pass",
         "page.md:5: /tmp/",
         "page.md:8: stop-40",
+        "page.md:9: the lead's",
     ]
 
 
