@@ -85,7 +85,9 @@ def per_seed(
             ok = max(norm, direction) <= LIMIT_AUC and points <= LIMIT_POINTS
             ok = ok and auc_cost <= LIMIT_AUC_COST
             stop = run.get("early_stop") or {}
-            best = stop.get("best_epoch", -2) + 1
+            best = stop.get("best_epoch")
+            if best is not None and stop.get("epochs_from") != 1:
+                best += 1  # earlier results wrote it 0-based
             lines.append(
                 f"| {defence} | {seed} | {run['epochs_trained']} | {best or '-'} | "
                 f"{100 * run['accuracy']:.2f} | {run['auc']:.4f} | {points:+.2f} | "

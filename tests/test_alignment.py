@@ -19,9 +19,12 @@ from vfl_core.errors import ProtocolError
 from vfl_core.protocol import PsiCall
 from vfl_core.training import engine
 from vfl_core.training.alignment import (
+    UNMATCHED,
     Alignment,
     Batch,
+    UnmatchedIds,
     batch_digest,
+    check_shared,
     epoch_plan,
     eval_plan,
     hash_ids,
@@ -364,3 +367,17 @@ def test_given_label_party_sending_bad_class_weights_when_resampling_then_others
         summaries = fed.train()
     assert said in caplog.text
     assert summaries[0].rounds > 0 and np.isfinite(fed._weights).all()
+
+
+def test_given_a_block_sharing_no_sample_when_checked_then_refused_naming_it() -> None:
+    shared = Alignment.build({b: hash_ids(i, SECRET) for b, i in enumerate([["a", "b"], ["b"]])})
+    check_shared(shared, {0: "bank", 1: "shop"})  # partial overlap: nothing to refuse
+    apart = Alignment.build(
+        {b: hash_ids(i, SECRET) for b, i in enumerate([["a", "b"], ["b", "c"], ["007", "x"]])}
+    )
+    with pytest.raises(UnmatchedIds) as err:
+        check_shared(apart, {0: "bank", 1: "shop", 2: "telco"})
+    said = str(err.value)
+    assert said.startswith(UNMATCHED)
+    assert "block 2 (telco) shares none of its 2 train IDs with another party" in said
+    assert "block 0" not in said and "leading zeros" in said

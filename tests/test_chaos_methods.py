@@ -1,5 +1,5 @@
-"""Stop 41's chaos pass on the methods other than LASER-VFL (docs/fault-tolerance.md, "Stop 41,
-DVFL and DLVM"), as real processes on digits in three parties.
+"""Faults injected into the methods other than LASER-VFL (docs/fault-tolerance.md, "Faults
+injected into DVFL and DLVM"), as real processes on digits in three parties.
 
 DVFL: the label owner (block 0) frozen, then SIGKILLed, during its owner epochs and started again
 with the same command. It rolls back to its checkpoint of the guest stage, which holds none of

@@ -1,7 +1,8 @@
-"""Stop 41's outsider chaos pass on the tabular path: parties of their own CSV tables, PSI,
+"""Faults injected on the tabular path: parties of their own CSV tables, PSI,
 early stopping on by default, the validation choice of threshold and subsets.
 
-One run, three faults, found by that pass (docs/fault-tolerance.md, "Stop 41 outsider pass"):
+One run, three faults, found by that schedule (docs/fault-tolerance.md, "Faults injected on
+the tabular path"):
 
 - the label party frozen during an epoch's validation: that epoch was scored on the batches
   answered before the freeze and could become the best epoch (on 935edf2 it did: a brier of

@@ -205,6 +205,20 @@ def test_given_a_yaml_with_an_unknown_key_when_started_then_one_line_names_it_an
     assert known in line
 
 
+def test_given_a_coordinator_yaml_with_an_unknown_train_key_then_the_file_key_and_known_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write_yaml(tmp_path / "c.yaml", {"clients": 3, "train": {"epoch": 2}})
+    result, cfg = configured(monkeypatch, coordinator_cmd, ["--config", str(config)])
+    assert result.exit_code == 2 and cfg is None
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: config {config}: unknown key 'epoch' in train: (known keys: ")
+    assert "epochs" in line and "early_stop_patience" in line and "Extra inputs" not in line
+    config = write_yaml(tmp_path / "c.yaml", {"clients": 3, "train": [1, 2]})
+    result, cfg = configured(monkeypatch, coordinator_cmd, ["--config", str(config)])
+    assert result.output.strip() == f"error: config {config}: train: must hold a mapping, not list"
+
+
 def test_given_a_simulate_yaml_with_an_unknown_key_when_run_then_refused_naming_it(
     tmp_path: Path,
 ) -> None:

@@ -7,6 +7,7 @@ without a better validation accuracy, and every party goes back to its state of 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -178,3 +179,20 @@ def test_given_a_coordinator_checkpoint_when_resumed_then_the_best_epoch_so_far_
     again.restore(saved)
     assert again.early_stop == fed.early_stop
     assert again.early_stop is not None and again.early_stop.waited == 1
+
+
+def test_given_an_early_stop_record_when_written_then_epochs_count_from_1_and_read_back() -> None:
+    stop = EarlyStop(patience=2, metric="brier")
+    for epoch, value in enumerate([0.3, 0.2, 0.25, 0.26]):
+        stop.observe(epoch, value, last_round=10 * epoch + 9)
+    stop.stopped_epoch = 3
+    saved = stop.to_json()
+    assert saved["history"] == [[1, 0.3], [2, 0.2], [3, 0.25], [4, 0.26]]
+    assert saved["best_epoch"] == 2 and saved["stopped_epoch"] == 4 and saved["epochs_from"] == 1
+    again = EarlyStop.from_json(json.loads(json.dumps(saved)))
+    assert (again.best_epoch, again.stopped_epoch, again.history) == (1, 3, stop.history)
+    # a checkpoint written with 0-based best and stopped epochs is read as it was meant
+    old = {k: v for k, v in saved.items() if k != "epochs_from"}
+    old.update(best_epoch=1, stopped_epoch=3)
+    assert (EarlyStop.from_json(old).best_epoch, EarlyStop.from_json(old).stopped_epoch) == (1, 3)
+    assert EarlyStop(patience=2).to_json()["best_epoch"] is None  # nothing scored yet

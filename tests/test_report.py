@@ -12,6 +12,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from harness import Cluster, prepare_digits
@@ -222,3 +223,79 @@ def test_given_real_federation_run_when_reporting_then_epoch_log_subsets_and_rep
     html = (coord.out / "report" / "report.html").read_text()
     assert_pngs_decode_at_stated_size(html, coord.out / "report", {"curves", "subsets", "drop_one"})
     assert f"Run {coord.run_id}" in html and "<td>deadlines.embed</td>" in html
+
+
+def _binary_tables(root: Path, rows: int = 1500) -> list[Path]:
+    """Three parties' CSVs of a binary label about 25% positive, block 0 holding it."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(rows, 6))
+    y = rng.random(rows) < 1 / (1 + np.exp(-(x[:, 0] + x[:, 2] - x[:, 4] - 1.5)))
+    paths = []
+    for block, cols in enumerate([(0, 1), (2, 3), (4, 5)]):
+        head = ["id", *(f"f{c}" for c in cols), *(["y"] if block == 0 else [])]
+        lines = [",".join(head)]
+        for i in range(rows):
+            cells = [f"c{i:04d}", *(f"{x[i, c]:.3f}" for c in cols)]
+            lines.append(",".join(cells + (["yes" if y[i] else "no"] if block == 0 else [])))
+        paths.append(root / f"party{block}.csv")
+        paths[-1].write_text("\n".join(lines) + "\n")
+    return paths
+
+
+@needs_matplotlib
+def test_given_a_binary_run_with_a_rare_class_when_reporting_then_f1_auc_and_brier_are_shown(
+    tmp_path: Path,
+) -> None:
+    args = ["simulate", "--id-column", "id", "--label-column", "y", "--epochs", "3"]
+    for path in _binary_tables(tmp_path):
+        args += ["--data", str(path)]
+    args += ["--no-progress", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "s.json")]
+    simulated = CliRunner().invoke(app, args)
+    assert simulated.exit_code == 0, simulated.output
+    assert invoke(str(tmp_path / "run")).exit_code == 0
+    html = (tmp_path / "run" / "report" / "report.html").read_text()
+    summary = re.search(r"<p>3 epochs;.*?</p>", html)
+    assert summary is not None, html[:2000]
+    for shown in ("test accuracy ", "F1 ", "ROC AUC 0.", "Brier score 0."):
+        assert shown in summary.group(0), summary.group(0)
+    assert "<th>Brier score</th>" in html  # a column of the test table
+    # results.json counts the best epoch from 1, as its history and the printed line do
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    stop = results["early_stop"]
+    assert stop["epochs_from"] == 1 and [e for e, _ in stop["history"]] == [1, 2, 3]
+    assert 1 <= stop["best_epoch"] <= 3
+    assert f"best validation epoch {stop['best_epoch']}, restored" in simulated.output
+    choice = results["validation_choice"]
+    assert choice["threshold"] is not None and choice["threshold_metric"] in ("f1", "accuracy")
+
+
+@needs_matplotlib
+def test_given_three_parties_and_long_notes_when_drawn_then_none_runs_under_the_colour_bar() -> (
+    None
+):
+    from vfl_cli.report_plots import pyplot, subsets_figure
+    from vfl_core.inference.headline import METRICS
+
+    blocks = [[0, 1, 2], [0, 1], [0, 2], [1, 2], [0], [1], [2]]
+    subsets = [
+        {"blocks": b, "samples": 156, "unscored": 1234, "accuracy": 0.7 + 0.01 * i}
+        for i, b in enumerate(blocks)
+    ]
+    subsets[3] = {"blocks": [1, 2], "samples": 0, "unscored": 156}
+    fig = subsets_figure(subsets, METRICS["accuracy"])
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        heat, bar = fig.axes[0], fig.axes[-1]
+        notes = [t for t in heat.child_axes[0].get_yticklabels() if t.get_text()]
+        assert [t.get_text() for t in notes][:2] == [
+            "70.00% (1234 unscored)",
+            "71.00% (1234 unscored)",
+        ]
+        bar_left = bar.get_window_extent(renderer).x0
+        width = fig.get_size_inches()[0] * fig.dpi
+        for note in notes:
+            box = note.get_window_extent(renderer)
+            assert box.x1 < bar_left and box.x1 <= width, note.get_text()
+    finally:
+        pyplot().close(fig)

@@ -278,7 +278,7 @@ def test_given_every_process_killed_after_the_best_epoch_when_restarted_then_all
     assert [r["round"] for r in results["resumed"]] == [resumed_from + 1]
     _assert_every_round_once(restarted, len(results["epochs"]))
     stop = results["early_stop"]
-    assert stop["best_epoch"] == 0 and stop["stopped_epoch"] is not None, stop
+    assert stop["best_epoch"] == 1 and stop["stopped_epoch"] is not None, stop  # 1-based
     assert stop["restored"] == [0, 1, 2, 3], stop
     train = json.loads((coord.out / "config.json").read_text())["train"]
     for client in back:

@@ -19,10 +19,16 @@ from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.party_dir import PREPROCESS_FILE, load_party_dir
 from vfl_core.data.preprocess import Table, TabularPreprocessor, parse_labels
 from vfl_core.data.table_files import read_table
-from vfl_core.data.tabular import TableSource, load_table_party, load_table_party_kept
+from vfl_core.data.tabular import (
+    TableSource,
+    load_table_party,
+    load_table_party_kept,
+    split_row_ids,
+)
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.model.models import TabularRepresentation, build_representation
 from vfl_core.persistence.checkpoint import load_checkpoint, save_party_checkpoint
+from vfl_core.training.alignment import UNMATCHED
 from vfl_core.training.party import Party
 
 
@@ -541,8 +547,8 @@ def test_given_three_tables_when_simulated_then_trains_and_predicts_partial_over
     assert all(r["samples"] > 0 for r in rows)
 
 
-def test_given_ids_written_differently_when_simulated_then_warned_with_an_example(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_given_ids_written_differently_when_simulated_then_refused_with_examples_of_both(
+    tmp_path: Path,
 ) -> None:
     rng = np.random.default_rng(0)
     bank = "".join(f"C-{i:04d},{rng.normal():.3f},{'yes' if i % 3 else 'no'}\n" for i in range(60))
@@ -551,15 +557,49 @@ def test_given_ids_written_differently_when_simulated_then_warned_with_an_exampl
     paths += [write_csv(tmp_path / "shop.csv", "id,b\n" + shop)]
     args = ["simulate", "--id-column", "id", "--label-column", "y", "--epochs", "1"]
     args += ["--data", str(paths[0]), "--data", str(paths[1]), "--no-progress"]
-    with caplog.at_level("WARNING"):
-        result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "sim.json")])
-    assert result.exit_code == 0, result.output  # each block still trains on its own
-    warned = [r.getMessage() for r in caplog.records]
-    hint = [w for w in warned if "share 0 sample IDs as written, but 60 once" in w]
-    assert len(hint) == 1 and "('C-0000' and 'c0')" in hint[0], warned
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "sim.json")])
+    assert result.exit_code == 2, result.output  # before training: no run, no results
+    assert "share 0 sample IDs as written, but 60 once" in result.output
+    assert "('C-0000' and 'c0', 'C-0001' and 'c1', 'C-0010' and 'c10')" in result.output
+    assert "refused before training" in result.output
+    assert not (tmp_path / "sim.json").exists()
+
+
+def test_given_ids_that_match_nothing_when_simulated_then_refused_before_training(
+    tmp_path: Path,
+) -> None:
+    rng = np.random.default_rng(0)
+    bank = "".join(f"b{i},{rng.normal():.3f},{'yes' if i % 3 else 'no'}\n" for i in range(60))
+    shop = "".join(f"s{i},{rng.normal():.3f}\n" for i in range(60))
+    paths = [write_csv(tmp_path / "bank.csv", "id,a,y\n" + bank)]
+    paths += [write_csv(tmp_path / "shop.csv", "id,b\n" + shop)]
+    args = ["simulate", "--id-column", "id", "--label-column", "y", "--epochs", "1"]
+    args += ["--data", str(paths[0]), "--data", str(paths[1]), "--no-progress"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "sim.json")])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert UNMATCHED in said, said
     for block, party in ((0, "party0"), (1, "party1")):
-        said = [w for w in warned if f"train: block {block} ({party}) shares none of its" in w]
-        assert len(said) == 1, warned
+        assert f"block {block} ({party}) shares none of its" in said, said
+    assert "epoch" not in said.lower(), said  # refused before the first epoch
+
+
+def test_given_ids_with_spaces_around_them_then_they_align_as_if_written_without(
+    tmp_path: Path,
+) -> None:
+    bank = "".join(f"C{i:03d},{i % 7},{'yes' if i % 3 else 'no'}\n" for i in range(40))
+    shop = "".join(f"  C{i:03d} ,{i % 5}\n" for i in range(40))  # padded by a spreadsheet
+    paths = [write_csv(tmp_path / "bank.csv", "id,a,y\n" + bank)]
+    paths += [write_csv(tmp_path / "shop.csv", "id,b\n" + shop)]
+    sources = [
+        TableSource(path=paths[0], id_column="id", label_column="y", block=0, num_blocks=2),
+        TableSource(path=paths[1], id_column="id", block=1, num_blocks=2, num_classes=2),
+    ]
+    ids = [
+        {str(i) for split in load_table_party(s)[0].splits.values() for i in split.ids}
+        for s in sources
+    ]
+    assert ids[0] == ids[1] and "C007" in ids[1]
 
 
 def test_given_bad_client_table_options_then_one_error_line_and_exit_2(tmp_path: Path) -> None:
@@ -583,3 +623,22 @@ def test_given_bad_client_table_options_then_one_error_line_and_exit_2(tmp_path:
         assert result.exit_code == 2, result.output
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+
+
+def test_given_a_table_when_its_row_ids_are_read_then_they_are_the_served_rows_order(
+    tmp_path: Path,
+) -> None:
+    # label-only rows (a label, no feature cell) are served last: the IDs follow that order
+    def row(i: int) -> str:
+        a, b = ("", "") if i % 7 == 0 else (str(i % 5), "ab"[i % 2])
+        return f"u{i},{a},{b},{'yes' if i % 3 else 'no'}\n"
+
+    rows = "".join(row(i) for i in range(80))
+    path = write_csv(tmp_path / "bank.csv", "id,a,b,y\n" + rows)
+    source = TableSource(path=path, id_column="id", label_column="y", block=0, num_blocks=2)
+    served, _ = load_table_party(source)
+    ids = split_row_ids(source)
+    assert set(ids) == set(served.splits) == {"train", "test"}
+    for split, data in served.splits.items():
+        assert ids[split] == [str(i) for i in data.ids]
+    assert ids["train"][-1] in {f"u{i}" for i in range(0, 80, 7)}

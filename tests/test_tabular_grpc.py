@@ -73,11 +73,18 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         )
         cluster.wait_serving(coord, RUN_TIMEOUT_S)
         predicted = _predict(coord, paths, ckpt, root)
+        own_ids = _predict_own_ids(coord, paths["retail"], root)
         coord.signal(signal.SIGTERM)
         assert coord.wait(30) == 0, cluster.describe()
         for client in clients:
             assert client.wait(30) == 0, cluster.describe()
-    yield {"paths": paths, "predicted": predicted, "audit": audit, "ckpt": ckpt}
+    yield {
+        "paths": paths,
+        "predicted": predicted,
+        "own_ids": own_ids,
+        "audit": audit,
+        "ckpt": ckpt,
+    }
 
 
 def _test_ids(paths: dict[str, Path]) -> dict[str, set[int]]:
@@ -111,7 +118,43 @@ def _predict(
     return {i: (pattern, rows.get(i, {})) for i, pattern in wanted.items()}
 
 
+def _predict_own_ids(coord: Coordinator, table: Path, root: Path) -> dict[str, list[dict]]:
+    """`vfl predict --data` of every test row, named by the retailer's own IDs: from its own
+    table as it trained on it (no vfl prepare), and from the party directory `vfl prepare`
+    writes of the same table."""
+    base = ["predict", "--coordinator", coord.address, "--secret", SECRET, "--insecure"]
+    party_dir = root / "retail-dir"
+    args = ["prepare", "--data", str(table), "--id-column", ID_COLUMN, "--block", "1"]
+    args += ["--clients", "3", "--num-classes", "2", "--out", str(party_dir)]
+    prepared = CliRunner().invoke(app, args)
+    assert prepared.exit_code == 0, prepared.output
+    out = {}
+    for name, data in (
+        ("table", ["--data", str(table), "--id-column", ID_COLUMN, "--block", "1"]),
+        ("directory", ["--data", str(party_dir)]),
+    ):
+        path = root / f"own-{name}.csv"
+        result = CliRunner().invoke(app, [*base, *data, "--out", str(path)])
+        assert result.exit_code == 0, result.output
+        with path.open() as f:
+            out[name] = list(csv.DictReader(f))
+    return out
+
+
 # ------------------------------------------------------------------------------ predictions
+
+
+@pytest.mark.slow
+def test_given_a_csv_party_when_predicting_with_its_table_then_rows_carry_its_own_ids(
+    run: dict,
+) -> None:
+    from_table, from_dir = run["own_ids"]["table"], run["own_ids"]["directory"]
+    assert from_table == from_dir  # no `vfl prepare` needed: the same IDs, rows and classes
+    held = [row for row in from_table if "1" in row["observed_blocks"].split("+")]
+    assert held and all(row["id"] for row in held)
+    test_ids = set(_local_party(run["paths"]["retail"])[0].splits["test"].ids.tolist())
+    assert {row["id"] for row in held} <= test_ids
+    assert all(not row["id"] for row in from_table if row not in held)  # others' samples
 
 
 @pytest.mark.slow

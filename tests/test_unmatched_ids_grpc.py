@@ -1,9 +1,9 @@
-"""A party whose sample IDs match nobody's learns it in its own log and exits with the cause
-(issue 27 item 6), over gRPC with real processes.
+"""A party whose sample IDs match nobody's: the run is refused before training, and every
+party exits with the cause, each showing a few of its own IDs (which never leave it), over gRPC
+with real processes.
 
 Parties from their own CSV files; one writes its customer IDs in lower case (`c00001` where the
-others write `C00001`), so none of its IDs matches. Before this, it served the whole run and
-exited 0, its log silent; the coordinator alone warned.
+others write `C00001`), so none of its IDs matches.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _args(path: Path, blocks: int = 3) -> list[str]:
 
 
 @pytest.mark.slow
-def test_given_a_party_whose_ids_match_nothing_when_training_starts_then_it_exits_saying_why(
+def test_given_a_party_whose_ids_match_nothing_when_aligned_then_every_party_is_refused(
     tmp_path: Path,
 ) -> None:
     paths = write_tables(tmp_path / "tables", n=200)
@@ -50,33 +50,15 @@ def test_given_a_party_whose_ids_match_nothing_when_training_starts_then_it_exit
         coord, clients = cluster.federation(
             [paths[name] for name in BLOCKS], epochs=1, client_extra=_args
         )
-        bank, retail, telecom = clients
-        assert telecom.wait(120) == 2, cluster.describe()
-        log = telecom.log()
-        assert f"{UNMATCHED} (" in log, log[-3000:]  # its own log says it, as an error
-        assert "12345.0 is read as 12345" in log
-        assert "error: " + UNMATCHED in log  # the command's one-line error, exit code 2
-        assert coord.wait(120) == 0, cluster.describe()
-        for client in (bank, retail):  # the others trained and were told the run ended
-            assert client.wait(60) == 0, cluster.describe()
-            assert UNMATCHED not in client.log()
-        assert "block 2 (party2) matched no sample of another party" in coord.log()
-
-
-@pytest.mark.slow
-def test_given_a_label_party_that_shares_nothing_when_the_run_ends_then_it_exits_saying_why(
-    tmp_path: Path,
-) -> None:
-    paths = write_tables(tmp_path / "tables", n=200)
-    _lower_ids(paths["retail"])
-    with Cluster(tmp_path / "cluster") as cluster:
-        coord, (bank, retail) = cluster.federation(
-            [paths["bank"], paths["retail"]],
-            epochs=1,
-            client_extra=lambda path: _args(path, blocks=2),
-        )
-        assert retail.wait(120) == 2, cluster.describe()  # let go when training starts
-        assert coord.wait(120) == 0, cluster.describe()
-        # the bank trained its own head on its own rows, and is told at the end why alone
-        assert bank.wait(60) == 2, cluster.describe()
-        assert "error: " + UNMATCHED in bank.log()
+        for client in clients:  # every party hears why, before any training round
+            assert client.wait(120) == 2, cluster.describe()
+            log = client.log()
+            assert "error: " + UNMATCHED in log, log[-3000:]
+            assert "block 2 (party2) shares none of its" in log
+            assert "This party's training IDs begin 'C" in log or "begin 'c" in log
+        assert "This party's training IDs begin 'c" in clients[2].log()  # its own, lower case
+        assert "This party's training IDs begin 'C" in clients[0].log()
+        assert "12345.0 is read as 12345" in clients[2].log()
+        assert coord.wait(120) == 2, cluster.describe()
+        assert "error: " + UNMATCHED in coord.log()
+        assert "Traceback" not in coord.log()

@@ -315,3 +315,13 @@ def test_given_histograms_when_estimating_the_brier_error_then_it_matches_the_sa
         loss.std(ddof=1) / np.sqrt(4000), rel=0.01
     )
     assert brier_error_from_histogram(np.zeros((2, AUC_BINS))) is None
+
+
+def test_given_no_threshold_when_the_choice_is_written_then_it_names_no_threshold_metric() -> None:
+    # a regression run (or more than two classes) chooses no decision threshold
+    assert choice.ValidationChoice().to_json()["threshold_metric"] is None
+    # results written before named "f1" whatever the task: read as no rule
+    old = {**choice.ValidationChoice().to_json(), "threshold_metric": "f1"}
+    assert choice.ValidationChoice.from_json(old).threshold_metric is None
+    chosen = {**old, "threshold": 0.4, "threshold_f1": [0.5, 0.6]}
+    assert choice.ValidationChoice.from_json(chosen).threshold_metric == "f1"

@@ -550,6 +550,23 @@ def test_given_port_held_by_plain_socket_when_bound_then_bind_error():
             server.stop(grace=None)
 
 
+def test_given_a_port_in_use_when_bound_then_one_error_names_listen_and_no_grpc_line(capfd):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
+        server = channels.make_server(max_workers=1)
+        try:
+            with pytest.raises(channels.BindError) as info:
+                channels.bind(server, address)
+        finally:
+            server.stop(grace=None)
+    assert str(info.value).startswith(
+        f"cannot listen on {address} (--listen): Address already in use; "
+    )
+    assert "add_port.cc" not in capfd.readouterr().err  # grpc's raw line is not shown
+
+
 def test_make_channel_accepts_credentials():
     with channels.make_channel("127.0.0.1:1", grpc.ssl_channel_credentials()) as channel:
         assert isinstance(channel, grpc.Channel)

@@ -282,3 +282,4 @@ def compose(
         written.append(ENV_FILE)
     typer.echo(f"wrote {', '.join(written)} in {out} for {clients} parties")
     typer.echo("next: mkdir -p data certs && docker compose run --rm prepare && docker compose up")
+    typer.echo("      (with Compose v1: docker-compose for docker compose)")

@@ -14,7 +14,14 @@ from vfl_cli.command import run
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.fault_options import FaultOptions
 from vfl_cli.option_groups import with_option_groups
-from vfl_cli.options import from_file, given, read_config_file, refuse_unknown_keys
+from vfl_cli.options import (
+    from_file,
+    given,
+    read_config_file,
+    refuse_unknown_keys,
+    section,
+    train_keys,
+)
 from vfl_cli.train_options import Deadline, TrainOptions
 
 if TYPE_CHECKING:
@@ -148,7 +155,9 @@ def coordinator(
     from vfl_coordinator.admission import parse_parties  # torch and grpc: not for --help
     from vfl_coordinator.config import CoordinatorConfig
 
-    train_config = train.config(settings.pop("train", {}) or {})
+    train_settings = section(config, settings, "train")
+    refuse_unknown_keys(config, train_settings, train_keys(), "train")
+    train_config = train.config(train_settings)
     flags = given(
         ctx,
         {

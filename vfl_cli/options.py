@@ -67,14 +67,34 @@ def from_file(
     return merged
 
 
-def refuse_unknown_keys(path: Path | None, settings: dict[str, Any], known: set[str]) -> None:
+def refuse_unknown_keys(
+    path: Path | None, settings: dict[str, Any], known: set[str], section: str | None = None
+) -> None:
     """A config file's key that no option or config field of the command reads would be silently
-    ignored: refuse it, naming the keys the command knows."""
+    ignored: refuse it, naming the keys the command knows (in `section`, a mapping of the file
+    such as `train:`, the keys that mapping knows)."""
     unknown = sorted(set(settings) - known)
     if unknown:
+        inside = f" in {section}:" if section is not None else ""
         raise ConfigError(
-            f"config {path}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(known))})"
+            f"config {path}: unknown key {unknown[0]!r}{inside} "
+            f"(known keys: {', '.join(sorted(known))})"
         )
+
+
+def section(path: Path | None, settings: dict[str, Any], name: str) -> dict[str, Any]:
+    """The mapping under a config file's key `name` (popped from `settings`; {} if absent)."""
+    value = settings.pop(name, None) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"config {path}: {name}: must hold a mapping, not {type(value).__name__}")
+    return value
+
+
+def train_keys() -> set[str]:
+    """The keys a config file's `train:` mapping may hold: TrainConfig's fields."""
+    from vfl_core.config import TrainConfig  # torch: not for --help
+
+    return set(TrainConfig.model_fields)
 
 
 def _source(ctx: typer.Context, name: str) -> str | None:

@@ -9,11 +9,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from vfl_cli import defaults
+from vfl_cli import table_options as tables
 from vfl_cli.errors import user_errors
+from vfl_cli.option_groups import with_option_groups
 from vfl_core.errors import ConfigError, DataError
 
 if TYPE_CHECKING:  # grpc, numpy and torch: imported when a command runs, not for --help
     from vfl_cli.coordinator_client import Evaluation
+    from vfl_core.data.tabular import TableSource
     from vfl_core.protocol import SamplePrediction
     from vfl_wire.security import Security
 
@@ -71,6 +74,7 @@ def render_evaluation(ev: Evaluation, title: str) -> str:
 
 
 @user_errors
+@with_option_groups
 def predict(
     coordinator: Annotated[str, Opt(help="coordinator host:port")] = "localhost:50051",
     split: Annotated[str, Opt(help="train | test")] = "test",
@@ -88,10 +92,21 @@ def predict(
     data: Annotated[
         Path | None,
         Opt(
-            help="this party's directory (vfl prepare): names each sample it holds by its own "
-            "ID, from the row the coordinator sends (works after a PSI alignment)"
+            help="this party's directory or its own CSV/Parquet table (with --id-column and "
+            "--block, as given to vfl-client): names each sample it holds by its own ID, from "
+            "the row the coordinator sends (works after a PSI alignment)"
         ),
     ] = None,
+    block: Annotated[int | None, Opt(help="table: this party's block")] = None,
+    table_columns: tables.TableColumns = tables.TableColumns(),
+    test_data: Annotated[
+        Path | None,
+        Opt(
+            help="table: its test rows' file, as given to vfl-client",
+            show_default="split --data by ID",
+        ),
+    ] = None,
+    test_fraction: tables.TestFraction = tables.DEFAULTS["test_fraction"],
     timeout: Annotated[float, Opt(help="seconds to wait for the answer")] = 120.0,
     tls_dir: TlsDir = Path("certs"),
     identity: Identity = OPERATOR,
@@ -108,7 +123,10 @@ def predict(
     security = operator_security(tls_dir, identity, insecure)
     names = _read_ids(ids, ids_file)
     classes = _read_classes(label_names) if label_names is not None else None
-    own = _own_ids(data, split) if data is not None else None
+    own = None
+    if data is not None:
+        table = _table(data, block, table_columns, test_data, test_fraction)
+        own = _own_ids(data, split) if table is None else _table_ids(table, split)
     hashes = hash_ids(names, secret.encode()) if names is not None else None
     by_hash = dict(zip(hashes, names, strict=True)) if names is not None and hashes else {}
     with CoordinatorClient(coordinator, timeout, security) as client:
@@ -145,6 +163,42 @@ def _own_ids(party_dir: Path, split: str) -> tuple[int, list[str]]:
     if split not in data.splits:
         raise DataError(f"{party_dir}: no {split!r} split")
     return data.meta.block, [str(i) for i in data.splits[split].ids]
+
+
+def _table(
+    data: Path,
+    block: int | None,
+    columns: tables.TableColumns,
+    test_data: Path | None,
+    test_fraction: float,
+) -> TableSource | None:
+    """The table `data` names, read as vfl-client reads it (None: a party directory)."""
+    from vfl_core.data.table_files import is_table_file
+
+    if not is_table_file(data):
+        tables.refuse_table_options(
+            data, columns, tables.TableEncoding(), block=block, test_data=test_data
+        )
+        return None
+    return tables.table_source(
+        data,
+        columns,
+        tables.TableEncoding(),
+        test_path=test_data,
+        test_fraction=test_fraction,
+        block=block,
+        clients=None if block is None else block + 1,  # K only bounds the block here
+    )
+
+
+def _table_ids(source: TableSource, split: str) -> tuple[int, list[str]]:
+    """(block, ID of each row of `split`) of a party that serves its own table."""
+    from vfl_core.data.tabular import split_row_ids
+
+    ids = split_row_ids(source)
+    if split not in ids:
+        raise DataError(f"{source.path}: no {split!r} rows (the test split is empty)")
+    return source.block, ids[split]
 
 
 def _sample_id(

@@ -44,7 +44,8 @@ def report(
     metric: Annotated[
         str | None,
         typer.Option(
-            help="classification: accuracy (default) | federation_accuracy | f1 | auc (binary); "
+            help="classification: accuracy (default) | federation_accuracy | f1 | auc | brier "
+            "(binary); "
             "regression: rmse (default) | mae | r2 | federation_rmse"
         ),
     ] = None,

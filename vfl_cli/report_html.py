@@ -68,7 +68,15 @@ def _summary(run: RunFiles, metric: Metric) -> str:
         facts.append(f"last mean training loss {float(epochs[-1].get('mean_loss', 0)):.4f}")
     value = overall.get(metric.key) if overall is not None else None
     if overall is not None and isinstance(value, int | float):
-        facts.append(f"test {metric.label} {metric.format(value)} on {overall['samples']} samples")
+        others = [
+            f"{m.label} {m.format(float(v))}"
+            for m in task_metrics(run.task)
+            if m != metric and isinstance(v := overall.get(m.key), int | float)
+        ]
+        also = f" ({', '.join(others)})" if others else ""
+        facts.append(
+            f"test {metric.label} {metric.format(value)} on {overall['samples']} samples{also}"
+        )
     return f"<p>{_e('; '.join(facts))}.</p>"
 
 

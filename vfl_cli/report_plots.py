@@ -95,13 +95,29 @@ def subsets_plot(subsets: list[dict[str, Any]], metric: Metric) -> Plot | None:
     every metric: the colour scale is reversed for errors (lower is better)."""
     if not subsets:
         return None
+    fig = subsets_figure(subsets, metric)
+    caption = (
+        f"Test {metric.label} when only the coloured parties are called (grey: left out). "
+        "Samples that none of them holds are unscored."
+    )
+    if metric.lower_is_better:
+        caption += f" Lower is better: the lowest {metric.label} is yellow."
+    return _save(fig, "subsets", f"Test {metric.label} by set of parties", caption)
+
+
+def subsets_figure(subsets: list[dict[str, Any]], metric: Metric) -> Any:
+    """The heat map's matplotlib figure (subsets_plot's), before it is saved."""
     plt = pyplot()
     parties, values, grid = _subset_grid(subsets, metric)
-    height = 1.4 + 0.3 * len(subsets)
-    fig, ax = plt.subplots(figsize=(2.6 + 0.75 * len(parties), height))
+    scored = values[~np.isnan(values)]
+    reference = float(np.median(scored)) if len(scored) else 0.0
+    notes = [_subset_note(s, metric, reference) for s in subsets]
+    # the notes are the right-hand axis' labels, so the layout keeps the colour bar clear of
+    # them however long they are (text drawn beside the axes ran under the bar)
+    width = 2.8 + 0.75 * len(parties) + 0.065 * max(len(n) for n in notes)
+    fig, ax = plt.subplots(figsize=(width, 1.4 + 0.3 * len(subsets)), layout="constrained")
     colours = "viridis_r" if metric.lower_is_better else "viridis"
     cmap = plt.get_cmap(colours).with_extremes(bad="#eeeeee")  # grey: party left out
-    scored = values[~np.isnan(values)]
     lo, hi = (float(scored.min()), float(scored.max())) if len(scored) else (0.0, 100.0)
     image = ax.imshow(
         np.ma.masked_invalid(grid), cmap=cmap, vmin=lo, vmax=max(hi, lo + 1e-6), aspect="auto"
@@ -117,25 +133,23 @@ def subsets_plot(subsets: list[dict[str, Any]], metric: Metric) -> Plot | None:
     ax.set_yticks(np.arange(-0.5, len(subsets)), minor=True)
     ax.grid(which="minor", color="white", lw=1.5)
     ax.tick_params(which="minor", length=0)
-    reference = float(np.median(scored)) if len(scored) else 0.0
-    for i, s in enumerate(subsets):
-        value = _metric(s, metric)
-        note = "nothing scored" if value is None else metric.format(value, reference)
-        note += f" ({s['unscored']} unscored)" if s.get("unscored") and s.get("samples") else ""
-        ax.text(len(parties) - 0.4, i, note, va="center", fontsize=8)
-    bar = fig.colorbar(image, ax=ax, label=_scale_label(metric), pad=0.32, fraction=0.08)
+    right = ax.secondary_yaxis("right")
+    right.set_yticks(range(len(subsets)), notes, fontsize=8)
+    right.tick_params(length=0)
+    bar = fig.colorbar(image, ax=ax, label=_scale_label(metric), pad=0.04, fraction=0.08)
     if metric.lower_is_better:
         bar.ax.invert_yaxis()  # better (lower) at the top, as for the other metrics
     ax.set_ylabel("parties called")
     fig.suptitle(f"test {metric.label} with only the coloured parties", fontsize=10)
-    fig.tight_layout()
-    caption = (
-        f"Test {metric.label} when only the coloured parties are called (grey: left out). "
-        "Samples that none of them holds are unscored."
-    )
-    if metric.lower_is_better:
-        caption += f" Lower is better: the lowest {metric.label} is yellow."
-    return _save(fig, "subsets", f"Test {metric.label} by set of parties", caption)
+    return fig
+
+
+def _subset_note(entry: dict[str, Any], metric: Metric, reference: float) -> str:
+    """The value written beside a set's row: its metric, how many samples went unscored."""
+    value = _metric(entry, metric)
+    note = "nothing scored" if value is None else metric.format(value, reference)
+    unscored = entry.get("unscored") and entry.get("samples")
+    return note + (f" ({entry['unscored']} unscored)" if unscored else "")
 
 
 def _scale_label(metric: Metric) -> str:

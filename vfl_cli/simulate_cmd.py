@@ -300,7 +300,7 @@ def _epochs_trained(result: SimulationResult) -> str:
     stop = result.early_stop
     if stop is None:
         return f"{ran} epochs"
-    best = int(stop["best_epoch"]) + 1  # type: ignore[call-overload]
+    best = stop["best_epoch"]  # 1-based, as in the log (vfl_core.training.early_stop)
     why = "early stop" if stop["stopped_epoch"] is not None else "no early stop"
     return f"{ran} of at most {ceiling} epochs ({why}: best validation epoch {best}, restored)"
 

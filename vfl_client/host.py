@@ -128,10 +128,19 @@ class PartyHost:
             if err.code() not in _TRANSIENT:
                 raise ConfigError(f"coordinator refused registration: {err.details()}") from None
             now = time.monotonic()
+            if self._lost_since is None:  # said once: a party waiting in silence looks hung
+                log.warning(
+                    "coordinator unreachable (%s): waiting up to %.0fs (--register-timeout) for "
+                    "it to come back, then exiting",
+                    err.code().name,
+                    self.unreachable_timeout_s,
+                )
             self._lost_since = self._lost_since or now
             if now - self._lost_since > self.unreachable_timeout_s:
                 return None
             return self._backoff.next()
+        if self._lost_since is not None:
+            log.info("coordinator reachable again")
         self._backoff.reset()
         self._lost_since = None
         return 0.0 if self._follow(reply) else HEARTBEAT_S

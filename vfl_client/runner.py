@@ -113,9 +113,8 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
         )
         reason = "interrupted"  # kept if serving ends with an exception
         reason = host.serve(stop)
-        if reason.startswith(UNMATCHED):  # the coordinator let this party go: say why, fail
-            log.error("%s", reason)
-            raise DataError(reason)
+        if reason.startswith(UNMATCHED):  # refused before training: say why, with own IDs
+            raise DataError(f"{reason}. This party's training IDs begin {_first_ids(data)}")
         return reason
     finally:
         server.stop(grace=1.0).wait()  # every handler has returned: nothing changes the party now
@@ -123,6 +122,14 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
             save_end_checkpoint(config.checkpoint_dir, servicer.party, run_id, reason)
         if config.bundle_dir is not None and servicer.party is not None:
             write_bundle_if_finished(servicer.party, config.bundle_dir, reason)
+
+
+def _first_ids(data: PartyData, count: int = 3) -> str:
+    """A few of this party's training IDs, for its own error (they never leave it): beside
+    another party's, they show how the two write their IDs."""
+    split = data.splits.get("train")
+    ids = [] if split is None else [str(i) for i in split.ids[:count]]
+    return ", ".join(map(repr, ids)) or "(none)"
 
 
 def write_bundle_if_finished(party: Party, directory: Path, reason: str) -> None:

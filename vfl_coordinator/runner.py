@@ -18,7 +18,7 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.serving_record import ServingRecord
 from vfl_coordinator.transport import GrpcTransport
-from vfl_coordinator.unmatched import UnmatchedParties
+from vfl_core.errors import ConfigError
 from vfl_core.lifecycle import (
     PhaseObserver,
     RunResults,
@@ -27,6 +27,7 @@ from vfl_core.lifecycle import (
 )
 from vfl_core.persistence.run_log import LineLog
 from vfl_core.protocol import RUN_FINISHED
+from vfl_core.training.alignment import UnmatchedIds
 from vfl_core.training.engine import Federation, Observer, RoundRecord
 from vfl_wire.audit import AuditLog
 from vfl_wire.channels import freeze_heap, make_server, start_with_health
@@ -86,11 +87,10 @@ def run_coordinator(
     if on_port is not None:
         on_port(port)
     transport = None
-    unmatched = None  # the parties let go when training starts (their IDs matched nothing)
     ending = "run failed"  # what the parties are told when the run ends
-    try:
-        registry.wait(config.clients, config.quorum, config.register_timeout_s)
-        transport = GrpcTransport(
+
+    def connect() -> GrpcTransport:
+        return GrpcTransport(
             registry,
             run_id,
             config.deadlines,
@@ -99,11 +99,25 @@ def run_coordinator(
             wire_dtype=config.train.wire_dtype,
             relay_keys=state.relay_key_list if config.train.encrypt_relay else None,
         )
-        unmatched = UnmatchedParties(transport)
+
+    try:
         try:
-            results = _train(config, state, transport, progress, resume, unmatched)
+            registry.wait(config.clients, config.quorum, config.register_timeout_s)
+        except KeyboardInterrupt:  # the parties gathered so far would wait for this process
+            _tell_gathered(registry, connect, "run interrupted")
+            raise
+        except ConfigError:
+            if registry.refusal is None:  # too few parties (a refusal is told by heartbeat)
+                _tell_gathered(registry, connect, ending)
+            raise
+        transport = connect()
+        try:
+            results = _train(config, state, transport, progress, resume)
         except KeyboardInterrupt:
             ending = "run interrupted"
+            raise
+        except UnmatchedIds as err:  # every party is told why, and adds its own IDs to it
+            ending = str(err)
             raise
         ending = RUN_FINISHED
         if config.serve:
@@ -119,10 +133,7 @@ def run_coordinator(
             if registry.refusal is not None and not stop.is_set():
                 _tell_refusal(registry)
             if transport is not None:
-                told = (
-                    unmatched.tell_the_rest() | unmatched.told if unmatched is not None else set()
-                )
-                told |= transport.shutdown([b for b in registry.members() if b not in told], ending)
+                told = transport.shutdown(registry.members(), ending)
                 if not stop.is_set():  # an operator's signal ends it at once
                     _farewell(registry, transport, told, ending, config.farewell_s)
         finally:
@@ -131,6 +142,20 @@ def run_coordinator(
             server.stop(grace=1.0).wait()
             if audit is not None:
                 audit.close()
+
+
+def _tell_gathered(registry: Registry, connect: Callable[[], GrpcTransport], ending: str) -> None:
+    """The run ended before it started (a signal, too few parties): tell the parties that
+    registered so far, which would otherwise wait for this process for their whole
+    --register-timeout, its port silent."""
+    if not registry.members():
+        return
+    transport = connect()
+    try:
+        told = transport.shutdown(registry.members(), ending)
+        log.info("block(s) %s told: %s", ", ".join(map(str, sorted(told))) or "none", ending)
+    finally:
+        transport.close()
 
 
 def _tell_refusal(registry: Registry) -> None:
@@ -180,7 +205,6 @@ def _train(
     transport: GrpcTransport,
     progress: bool,
     resume: Resume | None = None,
-    unmatched: UnmatchedParties | None = None,
 ) -> dict[str, object]:
     """The run (vfl_core.lifecycle) over the gRPC transport, with the round log, the
     checkpointer and the phases the servicer reports; results.json, and FederationDown when the
@@ -190,8 +214,6 @@ def _train(
     checkpointer = Checkpointer(config, state, resume) if config.checkpoint_dir else None
     with LineLog(open_rounds(out / "rounds.jsonl", resume), "round log") as rounds_file:
         observers: list[Observer] = [_Progress(state, rounds_file)]
-        if unmatched is not None:
-            observers.append(unmatched)
         if checkpointer is not None:
             observers.append(checkpointer)
         try:

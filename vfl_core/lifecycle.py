@@ -32,6 +32,7 @@ from vfl_core.inference.subsets import SubsetResult, evaluate_subsets
 from vfl_core.persistence.run_log import RunLog
 from vfl_core.privacy.defences import epsilon
 from vfl_core.protocol import Transport
+from vfl_core.training.alignment import check_shared
 from vfl_core.training.cut_short import heads_left, no_head_answered
 from vfl_core.training.engine import EpochSummary, Federation, Observer, Pause
 from vfl_core.training.faults import FaultConfig, FaultyTransport
@@ -200,6 +201,8 @@ def run_federation(
         run = _Run(fed, kind, run_id, config, faulty)
         _phase(fed, "aligning")
         fed.align()
+        if "train" in fed.alignments:  # a party that shares nothing is refused, not trained on
+            check_shared(fed.alignments["train"], {b: i.party_id for b, i in fed.infos.items()})
         if resume is not None:
             resume(fed)
         _phase(fed, "training")

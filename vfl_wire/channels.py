@@ -26,12 +26,17 @@ request is refused (UNIMPLEMENTED, "... is disabled") and a compressed reply fai
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+import os
+import re
 import resource
 import socket
 import ssl
-from collections.abc import Sequence
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
 from concurrent import futures
 
 import grpc
@@ -171,19 +176,53 @@ def bind(
 ) -> int:
     """Listen on `address` ("host:port"; port 0 picks a free one) and return the bound port.
 
-    Raises BindError if the address cannot be bound, e.g. when the port is taken.
+    Raises BindError if the address cannot be bound, e.g. when the port is taken, with the
+    reason grpc's C core gives (it writes it to the process's stderr, where it would come as a
+    raw `add_port.cc` line before our error: it is read from there instead).
     """
-    try:
-        if credentials is None:
-            port = server.add_insecure_port(address)
-        else:
-            port = server.add_secure_port(address, credentials)
-    except RuntimeError as exc:  # grpcio raises RuntimeError("Failed to bind to address ...")
-        raise BindError(f"cannot listen on {address}: port taken or address invalid") from exc
+    with _stderr_read() as lines:
+        try:
+            if credentials is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, credentials)
+        except RuntimeError:  # grpcio raises RuntimeError("Failed to bind to address ...")
+            port = 0
+    reason = next((m.group(1) for m in map(_BIND_REASON.search, lines) if m), None)
+    for line in lines:  # anything else written meanwhile (another thread's log) goes on
+        if "add_port.cc" not in line:
+            sys.stderr.write(line + "\n")
     if port == 0:  # older grpcio reported failure as port 0
-        raise BindError(f"cannot listen on {address}: port taken or address invalid")
+        raise BindError(
+            f"cannot listen on {address} (--listen): {reason or 'port taken or address invalid'}"
+            "; stop the process that holds it, or give --listen another address (port 0 picks "
+            "a free one)"
+        )
     logger.info("listening on %s (port %d)", address, port)
     return port
+
+
+# grpc's reason in its add_port.cc line: "(Error in bind for address '...': Address already in use)"
+_BIND_REASON = re.compile(r"Error in bind for address '[^']*': ([^)]*)\)")
+
+
+@contextlib.contextmanager
+def _stderr_read() -> Iterator[list[str]]:
+    """Send what is written to file descriptor 2 (the C core's log) to a temporary file while
+    the block runs; yields a list that holds its lines once the block is done."""
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            lines += caught.read().decode("utf-8", "replace").splitlines()
 
 
 def start_with_health(

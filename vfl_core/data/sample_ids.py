@@ -3,9 +3,10 @@
 IDs align across parties only as written (their keyed hashes or PSI points are compared, never
 the IDs). A number with a zero fraction is written without it, `12345.0` as `12345`: what a
 spreadsheet or pandas writes for an integer ID column that had a gap (a float column) then
-matches the other parties' `12345`. Nothing else is changed: leading zeros (`007`), case,
-spaces and prefixes are the parties' to agree on (vfl_core.data.tabular warns in a simulation
-where they differ).
+matches the other parties' `12345`; the spaces around every cell are stripped when the table
+is read. Nothing else is changed: leading zeros (`007`), case, spaces inside and prefixes are
+the parties' to agree on (a run where they differ is refused before training:
+vfl_core.data.tabular in a simulation, vfl_core.training.alignment.check_shared in any run).
 """
 
 from __future__ import annotations

@@ -127,6 +127,15 @@ def load_table_party(
     return data, fitted
 
 
+def split_row_ids(source: TableSource) -> dict[str, list[str]]:
+    """Each split's IDs in the row order a party serving this table holds them (what the
+    coordinator's row numbers of the party point at), without fitting its preprocessing."""
+    splits = _read_splits(source, source.label_column, None)
+    if source.label_column is not None:  # label-only rows last, as load_table_party puts them
+        splits, _ = _label_only_last(splits, feature_columns(source, splits["train"]))
+    return {name: id_array(t.column(source.id_column)).tolist() for name, t in splits.items()}
+
+
 def _transform(
     fitted: TabularPreprocessor, splits: dict[str, Table], label_only: dict[str, int]
 ) -> dict[str, np.ndarray]:
@@ -427,7 +436,7 @@ def load_table_federation(sources: tuple[TableSource, ...]) -> list[PartyData]:
         load_table_party(s.model_copy(update=told))[0] for s in sources if s.label_column is None
     ]
     parties = sorted(labelled + unlabelled, key=lambda d: d.meta.block)
-    _warn_if_ids_differ(sources, parties)
+    _refuse_if_ids_differ(sources, parties)
     return parties
 
 
@@ -452,27 +461,24 @@ def _check_label_parties_agree(sources: list[TableSource], labelled: list[PartyD
     )
 
 
-def _warn_if_ids_differ(sources: tuple[TableSource, ...], parties: list[PartyData]) -> None:
+def _refuse_if_ids_differ(sources: tuple[TableSource, ...], parties: list[PartyData]) -> None:
     """Two tables that share few of their IDs as written but many once IDs are normalised
     (case, separators, leading zeros): the parties write their IDs differently, and only IDs
-    written alike align. Said, not fixed: which form is right is the parties' to decide."""
+    written alike align. Refused before training with examples from both tables, not
+    normalised: which form is right is the parties' to decide (over gRPC no one sees both)."""
     ids = [{str(i) for split in d.splits.values() for i in split.ids} for d in parties]
     normal = [{_normalised(i): i for i in sorted(some)} for some in ids]
     for a, b in itertools.combinations(range(len(parties)), 2):
         shared = len(ids[a] & ids[b])
         alike = sorted(normal[a].keys() & normal[b].keys())
         if len(alike) > 2 * shared + 10:
-            x, y = next((normal[a][n], normal[b][n]) for n in alike if normal[a][n] != normal[b][n])
-            log.warning(
-                "%s and %s share %d sample IDs as written, but %d once case, separators and "
-                "leading zeros are ignored (%r and %r): write the IDs alike at every party; "
-                "only IDs written alike align",
-                sources[a].path,
-                sources[b].path,
-                shared,
-                len(alike),
-                x,
-                y,
+            pairs = [(normal[a][n], normal[b][n]) for n in alike if normal[a][n] != normal[b][n]]
+            examples = ", ".join(f"{x!r} and {y!r}" for x, y in pairs[:3])
+            raise DataError(
+                f"{sources[a].path} and {sources[b].path} share {shared} sample IDs as written, "
+                f"but {len(alike)} once case, separators and leading zeros are ignored "
+                f"({examples}): write the IDs alike at every party (only IDs written alike "
+                "align); refused before training"
             )
 
 

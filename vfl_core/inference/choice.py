@@ -90,7 +90,7 @@ class ValidationChoice:
     pooled: list[Candidate] = field(default_factory=list)
     # the rule's validation score (THRESHOLD_METRIC) at 0.5 and at the threshold
     threshold_f1: tuple[float, float] | None = None
-    threshold_metric: str = "f1"
+    threshold_metric: str | None = None  # the rule's metric, once a threshold is chosen
 
     def kept(self, available: Pattern) -> Pattern:
         """The parties of an observed set that predict it (all of them where nothing was
@@ -132,7 +132,8 @@ class ValidationChoice:
                 for c in saved.get("candidates", [])
             },
             threshold_f1=None if f1 is None else (float(f1[0]), float(f1[1])),
-            threshold_metric=saved.get("threshold_metric", "f1"),  # older files: the F1 rule
+            # older files wrote "f1" whether or not a threshold was chosen (the F1 rule)
+            threshold_metric=saved.get("threshold_metric") if saved.get("threshold") else None,
             heads={tuple(h["observed"]): str(h["head"]) for h in saved.get("heads", [])},
             pooled=[_candidate_of(x) for x in saved.get("pooled", [])],
         )

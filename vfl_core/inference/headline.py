@@ -68,12 +68,17 @@ METRICS: dict[str, Metric] = {
         Metric("federation_accuracy", "federation accuracy", CLASSIFICATION, percent=True),
         Metric("f1", "F1", CLASSIFICATION, percent=True),
         Metric("auc", "ROC AUC", CLASSIFICATION, decimals=3),
+        Metric("brier", "Brier score", CLASSIFICATION, lower_is_better=True, decimals=4),
         Metric("rmse", "RMSE", REGRESSION, lower_is_better=True),
         Metric("mae", "MAE", REGRESSION, lower_is_better=True),
         Metric("r2", "R²", REGRESSION, decimals=3),
         Metric("federation_rmse", "federation RMSE", REGRESSION, lower_is_better=True),
     )
 }
+
+
+# Metrics of binary classification only (a run of more classes records neither).
+BINARY_ONLY = ("auc", "brier")
 
 
 def headline(task: str) -> Metric:
@@ -99,10 +104,14 @@ def choose_metric(task: str, name: str | None, has_auc: bool) -> Metric:
     if metric is None:
         raise ConfigError(f"--metric must be one of {', '.join(METRICS)}, not {name!r}")
     if metric.task != task:
-        choices = ", ".join(m.key for m in task_metrics(task) if m.key != "auc" or has_auc)
+        choices = ", ".join(
+            m.key for m in task_metrics(task) if m.key not in BINARY_ONLY or has_auc
+        )
         raise ConfigError(f"--metric {name} is for {metric.task}; this {task} run has {choices}")
-    if name == "auc" and not has_auc:
-        raise ConfigError("--metric auc: this run has no ROC AUC (binary classification only)")
+    if name in BINARY_ONLY and not has_auc:
+        raise ConfigError(
+            f"--metric {name}: this run has no {metric.label} (binary classification only)"
+        )
     return metric
 
 

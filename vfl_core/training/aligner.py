@@ -103,7 +103,7 @@ class Aligner:
             log.warning(
                 "aligned %s: block %d (%s) shares none of its %d samples with another party: "
                 "are the sample IDs written alike at every party (leading zeros, case, spaces, "
-                "prefixes)? IDs match only as written; nothing of this block is federated",
+                "prefixes)? Nothing of this block would be federated",
                 split,
                 block,
                 fed.infos[block].party_id,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from vfl_core.data.batch_plan import (
     Alignment,
@@ -23,6 +23,7 @@ from vfl_core.data.batch_plan import (
     epoch_plan,
     eval_plan,
 )
+from vfl_core.errors import DataError
 
 __all__ = [  # the batch plan's names, for the callers that import them from here
     "DEMO_SECRET",
@@ -32,12 +33,13 @@ __all__ = [  # the batch plan's names, for the callers that import them from her
     "Batch",
     "Group",
     "Pattern",
+    "UnmatchedIds",
     "batch_digest",
+    "check_shared",
     "epoch_plan",
     "eval_plan",
     "hash_ids",
     "key_list_fault",
-    "unmatched_reason",
 ]
 
 # The secret that the demo, the simulation and a client without --secret share. Real federations
@@ -51,17 +53,32 @@ def hash_ids(ids: Iterable[str], secret: bytes) -> list[bytes]:
     return [hmac.new(secret, str(i).encode("utf-8"), hashlib.sha256).digest() for i in ids]
 
 
-# How a Shutdown's reason starts when it tells a party that none of its sample IDs matched
-# another party's (vfl_coordinator.unmatched sends it; the party exits with it as an error).
-UNMATCHED = "none of this party's sample IDs matched another party's"
+# How the error starts when, before training, a party's sample IDs matched no other party's:
+# the run is refused (the coordinator tells every party so as the run's end; each party adds a
+# few of its own IDs to the error it prints, which never leave it).
+UNMATCHED = "refused before training: sample IDs that match no other party's"
 
 
-def unmatched_reason(split: str, rows: int) -> str:
-    """What a party whose `rows` sample IDs of `split` matched no other party's is told."""
-    return (
-        f"{UNMATCHED} ({rows} IDs of its {split} rows): nothing of it can be federated. Are "
-        "the IDs written alike at every party (leading zeros, case, spaces, prefixes)? They "
-        "match only as written, but for numbers with a zero fraction (12345.0 is read as 12345)"
+class UnmatchedIds(DataError):
+    """Some party's training IDs match no other party's: it would add nothing to the run."""
+
+
+def check_shared(alignment: Alignment, party_ids: Mapping[int, str], split: str = "train") -> None:
+    """Raise UnmatchedIds naming each block of `alignment` that shares none of its samples with
+    another block (IDs written differently by the parties, almost always), before training."""
+    unshared = alignment.unshared()
+    if not unshared:
+        return
+    blocks = "; ".join(
+        f"block {b} ({party_ids.get(b, '?')}) shares none of its "
+        f"{int((alignment.rows[b] >= 0).sum())} {split} IDs with another party"
+        for b in unshared
+    )
+    raise UnmatchedIds(
+        f"{UNMATCHED}: {blocks}, so it would add nothing to the federation. Are the IDs "
+        "written alike at every party (leading zeros, case, spaces inside, prefixes)? They "
+        "match as written, but for the spaces around a cell and a number's zero fraction "
+        "(12345.0 is read as 12345)"
     )
 
 

@@ -84,10 +84,14 @@ class EarlyStop:
         return self.waited >= self.patience
 
     def to_json(self) -> dict[str, object]:
-        """What results.json and the coordinator's checkpoint record (epochs 1-based in
-        `history`, as the logs name them)."""
+        """What results.json and the coordinator's checkpoint record: epochs 1-based, as the
+        logs name them (`history`, `best_epoch`, None before any epoch is scored, and
+        `stopped_epoch`; `epochs_from: 1` says so)."""
         out = asdict(self)
         out["history"] = [[e + 1, a] for e, a in self.history]
+        out["best_epoch"] = self.best_epoch + 1 if self.best_epoch >= 0 else None
+        out["stopped_epoch"] = None if self.stopped_epoch is None else self.stopped_epoch + 1
+        out["epochs_from"] = 1
         return out
 
     @classmethod
@@ -96,4 +100,8 @@ class EarlyStop:
         saved = dict(saved)
         if "best_accuracy" in saved:  # checkpoints written before regression early stopping
             saved["best_value"] = saved.pop("best_accuracy")
+        if saved.pop("epochs_from", 0) == 1:  # else a checkpoint that wrote them 0-based
+            best, stopped = saved["best_epoch"], saved["stopped_epoch"]
+            saved["best_epoch"] = -1 if best is None else int(best) - 1
+            saved["stopped_epoch"] = None if stopped is None else int(stopped) - 1
         return cls(**{**saved, "history": history})
