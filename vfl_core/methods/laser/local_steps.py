@@ -50,7 +50,7 @@ class FuseCache:
 class Cache:
     """The tensors of one round a party reuses in its local steps, and nothing else."""
 
-    x: torch.Tensor | None  # (B, *feature_shape) its features of the round's rows; None: labels only
+    x: torch.Tensor | None  # (B, *feature_shape) its features of the rows; None: labels only
     sent: torch.Tensor | None  # (B, len(slots) * d) its embedding at Embed, detached, undefended
     fuse: FuseCache | None = None  # label party, once it fused the round
     done: bool = field(default=False, init=False)
