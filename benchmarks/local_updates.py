@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import io
 import json
+import re
 import shlex
 import statistics
 import sys
@@ -154,26 +155,46 @@ def workload_table(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def _verdicts(by_steps: dict[int, list[dict[str, Any]]]) -> list[str]:
-    """Each R's difference from R = 0 per metric, in units of R = 0's seed-sd."""
+    """Each R's difference from R = 0 per metric: in R = 0's seed-sd, in the pooled sd of the
+    two, and per seed (the same seed's data and plan at both R)."""
     if 0 not in by_steps or len(by_steps[0]) < 2:
         return []
-    base = {m: _mean_sd([r["scores"][m] for r in by_steps[0]]) for m in ("accuracy", "f1", "auc")}
     lines = []
     for steps in sorted(s for s in by_steps if s):
         parts = []
-        for metric, (mean0, sd0) in base.items():
-            mean = statistics.mean(r["scores"][metric] for r in by_steps[steps])
-            ratio = (mean - mean0) / sd0 if sd0 else float("inf")
-            parts.append(f"{metric} {ratio:+.2f} sd")
+        lower: list[str] = []
+        for metric, scale in (("accuracy", 100), ("f1", 100), ("auc", 1)):
+            base = {r["payload"]["seed"]: r["scores"][metric] * scale for r in by_steps[0]}
+            got = {r["payload"]["seed"]: r["scores"][metric] * scale for r in by_steps[steps]}
+            (mean0, sd0), (mean, sd) = _mean_sd(list(base.values())), _mean_sd(list(got.values()))
+            pooled = ((sd0**2 + sd**2) / 2) ** 0.5
+            paired = [got[k] - base[k] for k in sorted(got.keys() & base.keys())]
+            if mean0 - mean > sd0:
+                lower.append(metric)
+            digits = 2 if scale == 100 else 4
+            seeds = ", ".join(f"{d:+.{digits}f}" for d in paired)
+            parts.append(
+                f"{metric} {mean - mean0:+.{digits}f}{' points' if scale == 100 else ''} "
+                f"({(mean - mean0) / sd0:+.2f} R = 0 sd, {(mean - mean0) / pooled:+.2f} "
+                f"pooled sd; per seed {seeds})"
+            )
         rounds0 = statistics.mean(r["rounds_to_model"] for r in by_steps[0])
         rounds = statistics.mean(r["rounds_to_model"] for r in by_steps[steps])
-        within = all(abs(float(p.split()[1])) <= 1 for p in parts)
+        verdict = (
+            f"lower by more than one R = 0 seed-sd: {', '.join(lower)}"
+            if lower
+            else "none lower by more than one R = 0 seed-sd"
+        )
         lines.append(
-            f"- R = {steps} against R = 0: {', '.join(parts)} "
-            f"({'all within one seed-sd' if within else 'not all within one seed-sd'}); "
+            f"- R = {steps} against R = 0: {'; '.join(parts)}. {verdict}; "
             f"rounds to the model x{rounds / rounds0:.2f}."
         )
     return lines
+
+
+def _clean(command: str) -> str:
+    """A run's command with its temporary directory named DIR."""
+    return re.sub(r"/\S*/vfl-bench-local-[^/\s]+/", "DIR/", command)
 
 
 def report() -> str:
@@ -182,7 +203,7 @@ def report() -> str:
     lines = [
         "# Local updates on cached tensors: quality and rounds to the model",
         "",
-        "`--local-steps R` ([docs](/docs/local-updates.md)): after each round every party takes R "
+        "`--local-steps R` (docs/local-updates.md): after each round every party takes R "
         "more steps on the round's cached embeddings and gradients. Defaults otherwise (batch 64, "
         "cosine schedule over the 60-epoch ceiling, early stopping with patience 10 on 10% of "
         "the training rows); accuracy, F1 (positive class) and ROC AUC on every test row, "
@@ -202,17 +223,40 @@ def report() -> str:
         loads = [x for r in group for x in r["load_average"][:1]]
         first, last = min(r["started"] for r in group), max(r["finished"] for r in group)
         codes = sorted({r["code"] for r in group})
+        main = [r for r in group if r["payload"]["seed"] in SEEDS]
         lines += [
             f"## {workload}",
             "",
-            f"`{group[0]['command']}` (seed and R varied). {len(group)} runs, "
-            f"{first} to {last} UTC, code {', '.join(codes)}, 1-minute load at the end of "
-            f"each run {min(loads):.1f}-{max(loads):.1f} on {group[0]['machine']['cores']} "
-            "cores (other work on the machine).",
+            f"`{_clean(group[0]['command'])}` (seed and R varied; DIR: a temporary directory). "
+            f"{len(group)} runs, {first} to {last} UTC, code {', '.join(codes)}, 1-minute load "
+            f"at the end of each run {min(loads):.1f}-{max(loads):.1f} on "
+            f"{group[0]['machine']['cores']} cores (other work on the machine).",
             "",
-            *workload_table(group),
+            f"Seeds {', '.join(map(str, SEEDS))}:",
+            "",
+            *workload_table(main),
             "",
         ]
+        more = sorted({r["payload"]["seed"] for r in group} - set(SEEDS))
+        if more:
+            both = [
+                r
+                for r in group
+                if all(
+                    any(
+                        o["payload"]["steps"] == r["payload"]["steps"] and o["payload"]["seed"] == s
+                        for o in group
+                    )
+                    for s in more
+                )
+            ]
+            seeds = sorted({r["payload"]["seed"] for r in both})
+            lines += [
+                f"Seeds {', '.join(map(str, seeds))} (the R values run on every seed):",
+                "",
+                *workload_table(both),
+                "",
+            ]
     old = REPORT.read_text() if REPORT.exists() else ""
     if NOTES in old:
         lines.append(old[old.index(NOTES) :].rstrip())
