@@ -25,8 +25,12 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
 
 from benchmarks import census_like
 from benchmarks.pool import Task, read_json, run_tasks
@@ -69,7 +73,47 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
             prep = prepare(table, seed, Path(tmp) / "parties")
             args = simulate_args(prep, list(prep.split.paths), out, None)
         args += ["--local-steps", str(steps)]
-        return {**_simulate(args), "command": "vfl " + shlex.join(args)}
+        if not payload.get("weights"):
+            return {**_simulate(args), "command": "vfl " + shlex.join(args)}
+        with _recorded_weights() as seen:
+            result = _simulate(args)
+        return {**result, "command": "vfl " + shlex.join(args), "weights": _summary(seen)}
+
+
+@contextlib.contextmanager
+def _recorded_weights() -> Iterator[list[np.ndarray]]:
+    """Every row weight the local steps compute while inside (a diagnostic run)."""
+    from vfl_core.methods.laser import local_steps
+
+    seen: list[np.ndarray] = []
+    original = local_steps.cosine_weights
+
+    def recording(fresh: torch.Tensor, cached: torch.Tensor) -> torch.Tensor:
+        weights = original(fresh, cached)
+        seen.append(weights.numpy().copy())
+        return weights
+
+    local_steps.cosine_weights = recording  # type: ignore[assignment]
+    try:
+        yield seen
+    finally:
+        local_steps.cosine_weights = original  # type: ignore[assignment]
+
+
+def _summary(seen: list[np.ndarray]) -> dict[str, float]:
+    weights = np.concatenate(seen) if seen else np.zeros(0)
+    if not weights.size:
+        return {"rows": 0}
+    return {
+        "rows": int(weights.size),
+        "mean": float(weights.mean()),
+        "p1": float(np.quantile(weights, 0.01)),
+        "p5": float(np.quantile(weights, 0.05)),
+        "min": float(weights.min()),
+        "max": float(weights.max()),
+        "below_half": float((weights < 0.5).mean()),
+        "zero": float((weights == 0).mean()),
+    }
 
 
 def _simulate(args: list[str]) -> dict[str, Any]:
@@ -98,12 +142,21 @@ def _simulate(args: list[str]) -> dict[str, Any]:
     }
 
 
-def tasks(workloads: tuple[str, ...], seeds: tuple[int, ...], steps: tuple[int, ...], data: Path):
+def tasks(
+    workloads: tuple[str, ...],
+    seeds: tuple[int, ...],
+    steps: tuple[int, ...],
+    data: Path,
+    weights: bool = False,
+) -> list[Task]:
+    """A run per (workload, seed, R); `weights`: diagnostic runs that also record every row
+    weight of the local steps (their own files; training is the same)."""
+    prefix = "weights-" if weights else ""
     return [
         Task(
-            f"{w} s{s} R{r}",
-            {"workload": w, "seed": s, "steps": r, "data_path": str(data)},
-            RUNS / f"{w}-s{s}-r{r}.json",
+            f"{prefix}{w} s{s} R{r}",
+            {"workload": w, "seed": s, "steps": r, "data_path": str(data), "weights": weights},
+            RUNS / f"{prefix}{w}-s{s}-r{r}.json",
         )
         for w in workloads
         for s in seeds
@@ -192,13 +245,55 @@ def _verdicts(by_steps: dict[int, list[dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def weights_section(diagnostics: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
+    """The row weights the diagnostic runs recorded, each beside the plain run it repeats."""
+    if not diagnostics:
+        return []
+    lines = [
+        "## The row weights",
+        "",
+        "Every weight w_i = max(0, cos(fresh, sent)) the feature parts of the local steps "
+        "computed, recorded by repeating one run per workload with `--weights`; the repeat "
+        "trains the same model as the plain run (same accuracy and rounds: a check of "
+        "determinism).",
+        "",
+        "| workload | seed | R | rows weighed | mean | 1st pct | 5th pct | min | share < 0.5 "
+        "| share 0 | same as the plain run |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for d in diagnostics:
+        key = (d["payload"]["workload"], d["payload"]["seed"], d["payload"]["steps"])
+        plain = [
+            r
+            for r in runs
+            if (r["payload"]["workload"], r["payload"]["seed"], r["payload"]["steps"]) == key
+        ]
+        same = (
+            "-"
+            if not plain
+            else (
+                "yes"
+                if plain[0]["scores"] == d["scores"] and plain[0]["rounds"] == d["rounds"]
+                else "no"
+            )
+        )
+        w = d["weights"]
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {w['rows']} | {w['mean']:.4f} | {w['p1']:.4f} "
+            f"| {w['p5']:.4f} | {w['min']:.4f} | {w['below_half']:.4f} | {w['zero']:.4f} "
+            f"| {same} |"
+        )
+    return [*lines, ""]
+
+
 def _clean(command: str) -> str:
     """A run's command with its temporary directory named DIR."""
     return re.sub(r"/\S*/vfl-bench-local-[^/\s]+/", "DIR/", command)
 
 
 def report() -> str:
-    runs = [r for p in sorted(RUNS.glob("*.json")) if (r := read_json(p))]
+    every = [r for p in sorted(RUNS.glob("*.json")) if (r := read_json(p))]
+    runs = [r for r in every if not r["payload"].get("weights")]
     invocations = sorted({r.get("invocation", "") for r in runs} - {""})
     lines = [
         "# Local updates on cached tensors: quality and rounds to the model",
@@ -257,6 +352,7 @@ def report() -> str:
                 *workload_table(both),
                 "",
             ]
+    lines += weights_section([r for r in every if r["payload"].get("weights")], runs)
     old = REPORT.read_text() if REPORT.exists() else ""
     if NOTES in old:
         lines.append(old[old.index(NOTES) :].rstrip())
@@ -270,6 +366,9 @@ def main() -> None:
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     parser.add_argument("--steps", default=",".join(map(str, STEPS)))
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument(
+        "--weights", action="store_true", help="diagnostic runs recording the row weights"
+    )
     args = parser.parse_args()
     command = "python -m benchmarks.local_updates " + shlex.join(sys.argv[1:])
     if not args.report_only:
@@ -278,6 +377,7 @@ def main() -> None:
             tuple(int(s) for s in args.seeds.split(",")),
             tuple(int(s) for s in args.steps.split(",")),
             args.data_path,
+            args.weights,
         )
         meta = {"parties": K, "invocation": command}
         failed = run_tasks(worker, todo, 0, desc="local-update runs", meta=meta)

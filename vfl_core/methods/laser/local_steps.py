@@ -19,7 +19,7 @@ local steps are done (or the round is forgotten): a cached tensor never meets an
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -53,7 +53,6 @@ class Cache:
     x: torch.Tensor | None  # (B, *feature_shape) its features of the rows; None: labels only
     sent: torch.Tensor | None  # (B, len(slots) * d) its embedding at Embed, detached, undefended
     fuse: FuseCache | None = None  # label party, once it fused the round
-    done: bool = field(default=False, init=False)
 
 
 def cosine_weights(fresh: torch.Tensor, cached: torch.Tensor) -> torch.Tensor:
@@ -88,10 +87,7 @@ class LocalSteps:
         epoch: int,
     ) -> None:
         """R local steps on the round's cache (`received`: the other heads' summed gradient for
-        the party's embedding, None if none came); once per round."""
-        if cache.done:
-            return
-        cache.done = True
+        the party's embedding, None if none came); the caller runs them once per round."""
         for step in range(1, self.steps + 1):
             self._step(round_id, step, rows, slots, cache, received, epoch)
         cache.x = cache.sent = cache.fuse = None  # the round's tensors go with it

@@ -5,7 +5,9 @@ The method spec (vfl_core.methods.registry) decides which representation slots a
 party uses; with LASER-VFL it is one f_k and, if the party holds labels, one g_k. Every call is
 checked against the party's own state (round, rows, digest, shapes) and refused with a
 ProtocolError rather than corrupting the model. Calls of a training round are idempotent: a
-retried Embed or Fuse returns the cached answer and a retried Backward does nothing.
+retried Embed or Fuse returns the cached answer and a retried Backward does nothing. With
+TrainConfig.local_steps the round's exact update is followed by its local steps
+(vfl_core.methods.laser.local_steps), once.
 """
 
 from __future__ import annotations
