@@ -294,7 +294,7 @@ def _clean(command: str) -> str:
 def report() -> str:
     every = [r for p in sorted(RUNS.glob("*.json")) if (r := read_json(p))]
     runs = [r for r in every if not r["payload"].get("weights")]
-    invocations = sorted({r.get("invocation", "") for r in runs} - {""})
+    invocations = sorted({r.get("invocation", "") for r in every} - {""})
     lines = [
         "# Local updates on cached tensors: quality and rounds to the model",
         "",
