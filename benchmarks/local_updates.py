@@ -73,11 +73,12 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
             prep = prepare(table, seed, Path(tmp) / "parties")
             args = simulate_args(prep, list(prep.split.paths), out, None)
         args += ["--local-steps", str(steps)]
+        command = _clean("vfl " + shlex.join(args))
         if not payload.get("weights"):
-            return {**_simulate(args), "command": "vfl " + shlex.join(args)}
+            return {**_simulate(args), "command": command}
         with _recorded_weights() as seen:
             result = _simulate(args)
-        return {**result, "command": "vfl " + shlex.join(args), "weights": _summary(seen)}
+        return {**result, "command": command, "weights": _summary(seen)}
 
 
 @contextlib.contextmanager
