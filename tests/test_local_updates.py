@@ -169,6 +169,35 @@ def test_given_a_label_party_then_its_local_steps_sample_tasks_per_round_and_ste
     assert not any(state.local is not None for state in label.laser.rounds.values())
 
 
+def test_given_a_labels_only_round_then_the_label_party_steps_its_heads_at_fuse(
+    tmp_path: Path,
+) -> None:
+    """A batch whose labels party 0 holds without its features: no Backward reaches it, so its
+    local steps (heads only, on the others' embeddings) run once its Fuse is done."""
+    steps = 2
+    train = _config(local_steps=steps)
+    parties = digits_parties(tmp_path, train, keep_labels=True)
+    label = parties[0]
+    fed = Federation(InProcessTransport(parties), train, progress=False, pipeline=False)
+    fed.align()
+    batch = next(b for b in fed.plan(0) if b.label_only == (0,) and len(b.pattern) > 1)
+    head = [p.detach().clone() for p in label.g.parameters()]
+    drawn: list[tuple[int, ...]] = []
+    stream = label.stream
+
+    def spy(which: Stream, *parts: int) -> np.random.Generator:
+        if which == Stream.LOCAL_TASKS:
+            drawn.append(parts)
+        return stream(which, *parts)
+
+    label.stream = spy  # type: ignore[method-assign]
+    record = fed.run_round(0, 0, batch)
+    assert 0 in record.losses and 0 not in record.present  # it fused, embedded nothing
+    assert drawn == [(0, s) for s in range(1, steps + 1)]
+    assert label.laser.rounds[0].local is None
+    assert any(not torch.equal(a, b) for a, b in zip(head, label.g.parameters(), strict=True))
+
+
 def test_cosine_weights_lie_in_zero_one() -> None:
     gen = torch.Generator().manual_seed(0)
     cached = torch.randn(64, 8, generator=gen)
