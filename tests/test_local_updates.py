@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from harness import resume_after_crash
 
 from vfl_core.config import TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
@@ -196,6 +197,17 @@ def test_given_a_labels_only_round_then_the_label_party_steps_its_heads_at_fuse(
     assert drawn == [(0, s) for s in range(1, steps + 1)]
     assert label.laser.rounds[0].local is None
     assert any(not torch.equal(a, b) for a, b in zip(head, label.g.parameters(), strict=True))
+
+
+def test_given_local_steps_when_resumed_from_a_checkpoint_then_as_the_run_that_never_stopped(
+    tmp_path: Path,
+) -> None:
+    """Each round's local steps end within the round: a checkpoint between rounds holds them,
+    and a run resumed from it is bit-identical to the one that never crashed."""
+    train = TrainConfig(epochs=3, batch_size=256, seed=5, local_steps=2)
+    parties = digits_parties(tmp_path, train)
+    data = [parties[b].data for b in sorted(parties)]
+    resume_after_crash(data, train, crash_at=9, secret=b"s")
 
 
 def test_cosine_weights_lie_in_zero_one() -> None:
