@@ -130,7 +130,9 @@ def _simulate(args: list[str]) -> dict[str, Any]:
     rows = {r["observed"]: r for r in result["results"][0]["rows"]}
     epochs = [e["rounds"] for e in result["epochs"]]
     stop = result.get("early_stop") or {}
-    best = int(stop.get("best_epoch", len(epochs) - 1))
+    # the best epoch, 0-based (results.json writes it 1-based where it says `epochs_from: 1`)
+    best = stop.get("best_epoch")
+    best = len(epochs) - 1 if best is None else int(best) - int(stop.get("epochs_from", 0))
     return {
         "scores": {k: rows["all"][k] for k in METRIC_KEYS if k in rows["all"]},
         "epochs": len(epochs),
