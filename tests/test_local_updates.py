@@ -91,6 +91,18 @@ def test_given_local_steps_when_trained_twice_then_bit_identical_and_not_the_exa
     assert not np.array_equal(first, exact)
 
 
+@pytest.mark.parametrize("method", ["svfl", "combinatorial", "stale", "local"])
+def test_given_a_baseline_then_it_takes_local_steps_too(tmp_path: Path, method: str) -> None:
+    """The baselines share LASER-VFL's party steps: concatenating heads (svfl), one slot per
+    subset (combinatorial), remembered embeddings of absent blocks (stale), no shared ones
+    (local) all take local steps."""
+    exact = _weights(_train(tmp_path / "a", _config(method=method), keep_labels=True))
+    local = _weights(
+        _train(tmp_path / "b", _config(method=method, local_steps=1), keep_labels=True)
+    )
+    assert np.isfinite(local).all() and not np.array_equal(exact, local)
+
+
 def test_given_local_steps_when_pipelined_then_as_the_sequential_engine(tmp_path: Path) -> None:
     train = _config(local_steps=2)
     sequential = _weights(_train(tmp_path / "a", train, pipeline=False))
