@@ -22,6 +22,7 @@ TRAIN = {
     "label_smoothing": 0.0,
     "wire_dtype": "float32",
     "staleness": 0,
+    "local_steps": 0,
     "early_stop_patience": None,
     "validation_fraction": 0.1,
     "threshold": "auto",

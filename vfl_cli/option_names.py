@@ -135,6 +135,7 @@ PANELS: dict[str, str] = {
             "serve-feature-only",
             "wire-dtype",
             "staleness",
+            "local-steps",
             "dlvm-stage2-epochs",
             "dlvm-expert-dropout",
             "dlvm-stage2",

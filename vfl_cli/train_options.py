@@ -169,6 +169,14 @@ class TrainOptions:
             show_default=shown(T["staleness"]),
         ),
     ] = None
+    local_steps: Annotated[
+        int | None,
+        Opt(
+            help="R >= 1: after each round every party takes R more steps on the round's cached "
+            "embeddings and gradients (compute per round x (R + 1); docs/local-updates.md)",
+            show_default=shown(T["local_steps"]),
+        ),
+    ] = None
     dlvm_stage2_epochs: Annotated[
         int | None,
         Opt(

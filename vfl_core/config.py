@@ -145,6 +145,14 @@ class TrainConfig(_Frozen):
     # the math: (S + 1) // 2 rounds per call and two calls in flight per party, so an embedding
     # may miss up to S earlier rounds of its party's updates (bounded staleness).
     staleness: int = Field(0, ge=0, le=63)
+    # Local updates on cached tensors (vfl_core.methods.laser.local_steps; CELU-VFL, FedBCD).
+    # 0: none, every update needs a round trip (the paper's Algorithm 1). R >= 1 changes the
+    # math: after its exact update of a round, every party takes R more steps on that round's
+    # batch alone: a party re-runs f_k and applies the gradient it received, each row weighted
+    # by the cosine between its fresh and its sent embedding (0 below 0); a label party also
+    # re-trains its heads on the others' embeddings it received and its own fresh one, tasks
+    # sampled per local step. Compute per round rises about (R + 1)-fold; docs/local-updates.md.
+    local_steps: int = Field(0, ge=0, le=64)
     # Early stopping (vfl_core.training.early_stop). 0: off (every epoch runs; nothing is held out).
     # N >= 1: `validation_fraction` of the aligned training samples, drawn from the seed, are left
     # out of the plan and scored by the label parties after every epoch; training stops after N
@@ -225,6 +233,16 @@ class TrainConfig(_Frozen):
             raise ValueError(
                 f"concat_head needs LASER-VFL's shape (a head per label party serving every "
                 f"subset); method {self.method} has none: drop --concat-head"
+            )
+        if self.local_steps and self.spec.program is not None:
+            raise ValueError(
+                f"method {self.method} runs steps of its own: local steps (--local-steps) are "
+                "for LASER-VFL and its baselines"
+            )
+        if self.local_steps and self.staleness:
+            raise ValueError(
+                "local steps reuse the round's own tensors and need exact rounds: use "
+                "--local-steps or --staleness, not both"
             )
         if self.spec.program is not None and self.encrypt_relay:
             raise ValueError(

@@ -40,6 +40,8 @@ class Stream(IntEnum):
     DLVM_DROPOUT = 25
     VALIDATION = 24  # training samples held out for early stopping (vfl_core.training.early_stop)
     ALIGNED_LABELS = 26  # the labelled samples made fully aligned (vfl_core.data.prepare)
+    # a label party's task samples in its local steps (vfl_core.methods.laser.local_steps)
+    LOCAL_TASKS = 27
     # the label-leak defences of a party (vfl_core.privacy.guards)
     PRIVACY_GRADIENT = 50  # noise on the gradients a label party sends
     PRIVACY_EMBEDDING = 51  # noise on the training embeddings a party sends

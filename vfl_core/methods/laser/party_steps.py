@@ -5,7 +5,9 @@ The method spec (vfl_core.methods.registry) decides which representation slots a
 party uses; with LASER-VFL it is one f_k and, if the party holds labels, one g_k. Every call is
 checked against the party's own state (round, rows, digest, shapes) and refused with a
 ProtocolError rather than corrupting the model. Calls of a training round are idempotent: a
-retried Embed or Fuse returns the cached answer and a retried Backward does nothing.
+retried Embed or Fuse returns the cached answer and a retried Backward does nothing. With
+TrainConfig.local_steps the round's exact update is followed by its local steps
+(vfl_core.methods.laser.local_steps), once.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ProtocolError, StaleRoundError, VflError
 from vfl_core.methods.gradient_sum import received_gradient
+from vfl_core.methods.laser.local_steps import Cache, FuseCache, LocalSteps
 from vfl_core.methods.laser.objective import fuse_mean, sampled_loss
 from vfl_core.methods.laser.stale import StaleEmbeddings
 from vfl_core.methods.party_port import PartyPort
@@ -54,6 +57,7 @@ class _Round:
     fuse_result: FuseResult | None = None
     own_grad: torch.Tensor | None = None  # dL_k/dE_k from the party's own heads
     stepped: bool = False
+    local: Cache | None = None  # with local steps: the round's tensors they reuse
 
 
 class LaserSteps:
@@ -67,6 +71,7 @@ class LaserSteps:
         self._stash: tuple[tuple[int, tuple[Subset, ...]], list[stash.Stash]] | None = None
         self._f_steps = 0
         self.heads = LaserHeads(party)
+        self.local = LocalSteps(party, self.heads, partial(self._embed, train=True))
         meta = party.data.meta
         if build_models:  # the shared f_k and, at a label party whose method has one, g_k
             party.models.rep(SHARED)
@@ -106,9 +111,12 @@ class LaserSteps:
         x = p.batch(call.split, call.rows, call.digest)
         stashes = self._stashes(slots) if p.config.staleness else None
         embedding = self._embed(x, slots, train=True, stashes=stashes)  # (B, len(slots) * d)
+        local = Cache(x, embedding.detach()) if self.local.steps else None
         embedding = p.guard.embedding(embedding)  # clipped and noised, if configured
         wire = p.to_wire(embedding)
-        self._start(_Round(call.round_id, call.rows, call.digest, slots, embedding, wire, stashes))
+        state = _Round(call.round_id, call.rows, call.digest, slots, embedding, wire, stashes)
+        state.local = local
+        self._start(state)
         return wire
 
     def _start(self, state: _Round) -> _Round:
@@ -199,6 +207,16 @@ class LaserSteps:
                 b: p.to_wire(p.guard.gradient(_grad_or_zeros(t), labels)) for b, t in others.items()
             },
         )
+        if state.local is not None:
+            own_key = () if own is None else (p.block,)
+            state.local.fuse = FuseCache(
+                {b: e.detach() for b, e in embeddings.items() if b not in own_key},
+                tuple(blocks),
+                tuple(call.label_blocks or (p.block,)),
+                _unlabelled(call.label_blocks, meta.num_blocks),
+            )
+            if state.embedding is None:  # a labels-only round has no Backward: its steps now
+                self._local_steps(state, None, call.epoch)
         return state.fuse_result
 
     def _labels_only(self, call: FuseCall) -> _Round:
@@ -225,7 +243,9 @@ class LaserSteps:
                 f"round {call.round_id}: party {p.party_id} holds features of some rows of "
                 f"this batch; it embeds them instead of fusing on labels only"
             )
-        return self._start(_Round(call.round_id, call.rows, call.digest, [], None, None))
+        state = _Round(call.round_id, call.rows, call.digest, [], None, None)
+        state.local = Cache(None, None) if self.local.steps else None
+        return self._start(state)
 
     # ----------------------------------------------------------------- Backward and Train
     def backward(self, call: BackwardCall) -> None:
@@ -234,7 +254,7 @@ class LaserSteps:
             return
         if state.embedding is None:
             raise ProtocolError(f"round {call.round_id}: party embedded nothing to update")
-        grad = state.own_grad
+        grad, received = state.own_grad, None
         summed = received_gradient(call, self.party.config.wire_dtype)  # parts added here
         if summed is not None:
             width = state.embedding.shape[1]
@@ -242,6 +262,7 @@ class LaserSteps:
             grad = received if grad is None else received + grad
         state.stepped = True
         if grad is None:
+            state.local = None
             return
         models = self.party.models
         opts = [models.rep_opts[k] for k in state.slots]
@@ -256,6 +277,14 @@ class LaserSteps:
         for opt in opts:
             opt.step()
         self._f_steps += 1
+        self._local_steps(state, received, call.epoch)
+
+    def _local_steps(self, state: _Round, received: torch.Tensor | None, epoch: int) -> None:
+        """The round's local steps (TrainConfig.local_steps), after its exact update; then its
+        cached tensors are dropped."""
+        if state.local is not None:
+            self.local.run(state.round_id, state.rows, state.slots, state.local, received, epoch)
+            state.local = None
 
     def train(self, call: TrainCall) -> TrainResult:
         """A pipelined call (vfl_core.training.pipeline): its backwards, fuses and embeds in that
