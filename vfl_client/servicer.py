@@ -39,6 +39,10 @@ R = TypeVar("R")
 
 # How long an RPC that arrives between registration and the party's construction waits for it.
 READY_WAIT_S = 30.0
+# How long a direct Round call waits for the call of the round before it (RoundCall.after):
+# the two leave the coordinator back to back (vfl_core.training.direct); a previous call that
+# is not here by then is not coming (lost, or meant for a process that has since restarted).
+TURN_WAIT_S = 1.0
 
 
 def class_weights_refusal(balance: str, split: str) -> str | None:
@@ -293,7 +297,7 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
             self.links.start(peers, call.round_id)
             return convert_direct.round_result_to_proto(run_round(p, call, self.links))
 
-        self._await_turn(request.after, request.embed_wait_s + request.grad_wait_s)
+        self._await_turn(request.after, min(TURN_WAIT_S, context.time_remaining() or 0.0))
         return self._serve(context, "Round", request.header, run, self._handed(request.round_id))
 
     def _await_turn(self, after: int, timeout: float) -> None:
