@@ -11,11 +11,12 @@ evaluations still go through it, docs/data-plane.md).
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import SECRET, Cluster, prepare_digits, train_in_process
+from harness import BIN, SECRET, Cluster, prepare_digits, train_in_process
 from test_equivalence import _assert_same_tensors
 
 from vfl_cli.certs_cmd import create_federation
@@ -40,8 +41,19 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+def every_label(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Every party holds labels: three heads, each party's gradient the sum of two others'."""
     return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0, clients=K)
+
+
+@pytest.fixture(scope="module")
+def one_label(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Labels at block 0 only: two feature parties, one head."""
+    out = tmp_path_factory.mktemp("direct-one-label")
+    argv = [str(BIN / "vfl"), "prepare", "--out", str(out), "--dataset", "digits"]
+    argv += ["--clients", str(K), "--p-miss", "0.1", "--seed", "0", "--label-blocks", "0"]
+    subprocess.run(argv, check=True, capture_output=True, timeout=300)
+    return [out / f"party{k}" for k in range(K)]
 
 
 def _float_tensors(message, path: str = "") -> list[str]:
@@ -63,17 +75,31 @@ def _float_tensors(message, path: str = "") -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("wire", ["float32", "int8"])
+PRIVACY = ["--privacy-embedding-clip", "4", "--privacy-embedding-noise", "0.1"]
+
+
+@pytest.mark.parametrize(
+    ("data", "options"),
+    [
+        ("every_label", []),
+        ("one_label", ["--wire-dtype", "int8", *PRIVACY]),
+    ],
+    ids=["three-heads", "one-head-int8-privacy"],
+)
 def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordinator_sees_no_tensor(
-    tmp_path: Path, certs: Path, dirs: list[Path], wire: str
+    tmp_path: Path, certs: Path, data: str, options: list[str], request: pytest.FixtureRequest
 ) -> None:
+    """Three label parties (each party steps on the sum of two heads' gradients, added in head
+    order), and one label party with two feature parties, the int8 wire dtype and the
+    embedding defence (clipped, noised as they leave each party)."""
+    dirs = request.getfixturevalue(data)
     audit, ckpt = tmp_path / "messages.audit", tmp_path / "checkpoints"
     with Cluster(tmp_path / "cluster", tls_dir=certs) as cluster:
         coord, clients = cluster.federation(
             dirs,
             epochs=EPOCHS,
             deadline=60.0,
-            extra=["--data-plane", "direct", "--wire-dtype", wire, "--audit-log", str(audit)],
+            extra=["--data-plane", "direct", *options, "--audit-log", str(audit)],
             client_extra=lambda d: ["--checkpoint-dir", str(ckpt)],
         )
         assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
@@ -82,6 +108,8 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
         config = json.loads((coord.out / "config.json").read_text())
         train = TrainConfig.model_validate(config["train"])
         assert train.data_plane == "direct"  # in the run record
+        assert (train.wire_dtype == "int8") == ("int8" in options)
+        assert (train.privacy.embedding_noise > 0) == bool(options)
         grpc_rounds = coord.rounds()
         results = coord.results()
         records = read_audit(audit)
