@@ -4,8 +4,9 @@ travelling between the parties.
 
 The run trains bit-identically to the in-process federation (per-round losses, participants and
 updates, final parameters and optimiser state, test metrics), and the coordinator's message
-audit holds no training tensor at all: it sent Round calls and read status replies only (the
-evaluations still go through it, docs/data-plane.md).
+audit holds no training tensor at all: it sent Round calls and read status replies only. The
+evaluations still go through it (docs/data-plane.md); with `--encrypt-relay` they are sealed,
+and the coordinator reads no tensor of the run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 from harness import BIN, SECRET, Cluster, prepare_digits, train_in_process
 from test_equivalence import _assert_same_tensors
+from test_relay_grpc import IN_THE_CLEAR, _clear_floats
 
 from vfl_cli.certs_cmd import create_federation
 from vfl_core.config import TrainConfig
@@ -81,7 +83,7 @@ PRIVACY = ["--privacy-embedding-clip", "4", "--privacy-embedding-noise", "0.1"]
 @pytest.mark.parametrize(
     ("data", "options"),
     [
-        ("every_label", []),
+        ("every_label", ["--encrypt-relay"]),
         ("one_label", ["--wire-dtype", "int8", *PRIVACY]),
     ],
     ids=["three-heads", "one-head-int8-privacy"],
@@ -90,8 +92,9 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
     tmp_path: Path, certs: Path, data: str, options: list[str], request: pytest.FixtureRequest
 ) -> None:
     """Three label parties (each party steps on the sum of two heads' gradients, added in head
-    order), and one label party with two feature parties, the int8 wire dtype and the
-    embedding defence (clipped, noised as they leave each party)."""
+    order) with the evaluations through the encrypted relay, and one label party with two
+    feature parties, the int8 wire dtype and the embedding defence (clipped, noised as they
+    leave each party)."""
     dirs = request.getfixturevalue(data)
     audit, ckpt = tmp_path / "messages.audit", tmp_path / "checkpoints"
     with Cluster(tmp_path / "cluster", tls_dir=certs) as cluster:
@@ -109,7 +112,7 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
         train = TrainConfig.model_validate(config["train"])
         assert train.data_plane == "direct"  # in the run record
         assert (train.wire_dtype == "int8") == ("int8" in options)
-        assert (train.privacy.embedding_noise > 0) == bool(options)
+        assert (train.privacy.embedding_noise > 0) == ("int8" in options)
         grpc_rounds = coord.rounds()
         results = coord.results()
         records = read_audit(audit)
@@ -146,3 +149,7 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
             assert _float_tensors(r.message()) == [], r
         if r.rpc == "Embed" and r.direction == "request":
             assert not r.message().train  # an evaluation's
+    if train.encrypt_relay:  # and the evaluations' tensors sealed: the coordinator reads none
+        assert _clear_floats(records) <= IN_THE_CLEAR
+    else:
+        assert ("Embed", "response") in _clear_floats(records)  # (control)
