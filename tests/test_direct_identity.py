@@ -161,9 +161,9 @@ def test_given_a_party_when_it_calls_another_partys_party_service_then_permissio
     vfl_pb2_grpc.add_PartyServicer_to_server(vfl_pb2_grpc.PartyServicer(), server)
     port = start_with_health(server, "127.0.0.1:0", security.server_credentials())
     try:
-        with _as(certs, "party1").channel(f"127.0.0.1:{port}", "party0") as channel:
-            with pytest.raises(grpc.RpcError) as err:
-                vfl_pb2_grpc.PartyStub(channel).Round(vfl_pb2.RoundRequest(), timeout=10)
+        channel = _as(certs, "party1").channel(f"127.0.0.1:{port}", "party0")
+        with channel, pytest.raises(grpc.RpcError) as err:
+            vfl_pb2_grpc.PartyStub(channel).Round(vfl_pb2.RoundRequest(), timeout=10)
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     finally:
         server.stop(0).wait()

@@ -20,7 +20,6 @@ import logging
 import threading
 import time
 from collections.abc import Collection
-from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
@@ -81,9 +80,9 @@ class Mailbox:
 
 
 class PeerLinks:
-    """A party's links to the others of its run: Pushes out on a small thread pool (a send
-    never waits for the receiver), what arrived from the mailbox, each checked against the
-    round's holder of the block."""
+    """A party's links to the others of its run: Pushes out as gRPC futures (a send never
+    waits for the receiver), what arrived from the mailbox, each checked against the round's
+    holder of the block."""
 
     def __init__(self, party_id: str, block: int, security: Security, mailbox: Mailbox) -> None:
         self.party_id = party_id
@@ -95,7 +94,6 @@ class PeerLinks:
         self.peers: dict[int, PeerAddress] = {}  # block -> its party, as the last Round said
         self._stubs: dict[PeerAddress, tuple[grpc.Channel, vfl_pb2_grpc.DataPlaneStub]] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"{party_id}-push")
 
     def attach(self, run_id: str, wire: str) -> None:
         """The run the party joined: Pushes must name it; tensors travel in its wire dtype."""
@@ -120,7 +118,11 @@ class PeerLinks:
             header = convert.header(self.run_id, peer.party_id)
             wire = self.wire
         request = push_to_proto(header, Push(round_id, self.block, kind, tensor), wire)
-        self._pool.submit(self._push, peer, request, f"{kind} of round {round_id} to block {to}")
+        what = f"{kind} of round {round_id} to block {to}"
+        # a future, not a thread per push: a push waits a whole round trip for its Ack, and
+        # the round's next pushes must not wait for it
+        future = self._stub(peer).Push.future(request, timeout=SEND_TIMEOUT_S)
+        future.add_done_callback(lambda f: _log_failure(f, what))
 
     def receive(
         self, kind: str, round_id: int, senders: Collection[int], timeout: float
@@ -141,12 +143,6 @@ class PeerLinks:
             out[block] = tensor
         return out
 
-    def _push(self, peer: PeerAddress, request: vfl_pb2.PushRequest, what: str) -> None:
-        try:
-            self._stub(peer).Push(request, timeout=SEND_TIMEOUT_S)
-        except grpc.RpcError as err:
-            log.warning("%s: %s %s", what, err.code().name, (err.details() or "")[:200])
-
     def _stub(self, peer: PeerAddress) -> vfl_pb2_grpc.DataPlaneStub:
         with self._lock:
             cached = self._stubs.get(peer)
@@ -156,11 +152,18 @@ class PeerLinks:
             return cached[1]
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             for channel, _ in self._stubs.values():
                 channel.close()
             self._stubs.clear()
+
+
+def _log_failure(future: grpc.Future, what: str) -> None:
+    err = future.exception()
+    if err is not None:
+        code = err.code().name if isinstance(err, grpc.RpcError) else type(err).__name__
+        details = err.details() if isinstance(err, grpc.RpcError) else str(err)
+        log.warning("%s: %s %s", what, code, (details or "")[:200])
 
 
 class DataPlaneServicer(vfl_pb2_grpc.DataPlaneServicer):

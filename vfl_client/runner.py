@@ -246,6 +246,10 @@ def _refused_calls(config: ClientConfig) -> dict[str, str]:
 
 
 MAX_CONCURRENT_RPCS = 32  # calls a party accepts at once (each gets a thread at once)
+# Worker threads of a party's server. On the direct data plane a party holds up to three Round
+# calls (vfl_core.training.direct.AHEAD + 1, each waiting for its round) while its peers' pushes
+# arrive (one per peer and direction): a push must not wait for a free thread.
+SERVER_THREADS = 16
 
 
 def start_server(
@@ -258,7 +262,7 @@ def start_server(
     guard = GuardInterceptor(
         secure=security.secure, policy=party_policy, refuse=refuse, readers=MAX_CONCURRENT_RPCS
     )
-    server = make_server(8, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+    server = make_server(SERVER_THREADS, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
     vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
     if servicer.links is not None:  # other parties push embeddings and gradients here
         vfl_pb2_grpc.add_DataPlaneServicer_to_server(DataPlaneServicer(servicer.links), server)

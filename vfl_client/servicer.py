@@ -40,8 +40,8 @@ R = TypeVar("R")
 # How long an RPC that arrives between registration and the party's construction waits for it.
 READY_WAIT_S = 30.0
 # How long a direct Round call waits for the call of the round before it (RoundCall.after):
-# the two leave the coordinator back to back (vfl_core.training.direct); a previous call that
-# is not here by then is not coming (lost, or meant for a process that has since restarted).
+# they leave the coordinator back to back or a round apart (vfl_core.training.direct); a call
+# not here by then is not coming (lost, or meant for a process that has since restarted).
 TURN_WAIT_S = 1.0
 
 

@@ -136,7 +136,7 @@ class GrpcTransport:
         returned waits for the parties' reports. Each party is told who holds the blocks it
         sends to and hears from, and how long to wait for them: an embedding within the Embed
         deadline, a gradient within Embed + Fuse. A call may wait for the party's previous
-        round first (the engine sends one round ahead), so its deadline covers two rounds."""
+        rounds first (the engine sends AHEAD rounds ahead): its deadline covers AHEAD + 1 rounds."""
         d = self.deadlines
         waits = {"embed_wait_s": d.embed, "grad_wait_s": d.embed + d.fuse}
         timeout = (AHEAD + 1) * (d.embed + d.fuse + d.backward)

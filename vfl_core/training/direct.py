@@ -8,12 +8,14 @@ exchange the embeddings and gradients among themselves (vfl_core.training.direct
 engine receives only what each party reports: whether it embedded, its head's loss, whether
 it stepped. It never holds a tensor.
 
-Round t + 1's calls leave before round t's reports are back (one round ahead): a party runs
-them in order (RoundCall.after), so its round t + 1 starts as soon as its round t ends, and an
-exact round costs its compute and one round trip between the parties, the coordinator's round
-trip overlapping. As in the pipelined relay (vfl_core.training.pipeline), the cost is that
-liveness lags: who is called in round t + 1 is chosen before round t's misses are known, so
-under failures a transition can be registered one round apart from the sequential engine's.
+Rounds t + 1 and t + 2's calls leave before round t's reports are back (AHEAD rounds ahead): a
+party runs them in order (RoundCall.after), so its round t + 1 starts as soon as its round t
+ends, and an exact round costs its compute and one round trip between the parties, the
+coordinator's round trips overlapping (one round ahead is not enough: a call would reach the
+party one round trip after the report of the round before left it, just when it is due). As in
+the pipelined relay (vfl_core.training.pipeline), the cost is that liveness lags: who is called
+in round t + 2 is chosen before round t's misses are known, so under failures a transition can
+be registered up to two rounds apart from the sequential engine's.
 Without failures nothing differs: the parties compute what they compute through the relay, in
 the same order, on the same values (tests/test_direct_grpc.py).
 
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-AHEAD = 1  # rounds whose calls leave before the oldest round's reports are collected
+AHEAD = 2  # rounds whose calls leave before the oldest round's reports are collected
 Collect = Callable[[], dict[int, RoundResult]]
 
 
