@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from vfl_cli.certs_cmd import create_federation
-from vfl_client.data_plane import DataPlaneServicer, Mailbox, PeerLinks
+from vfl_client.data_plane import PER_BLOCK, WINDOW, DataPlaneServicer, Mailbox, PeerLinks
 from vfl_core.training.direct_party import EMBEDDING, GRADIENT
 from vfl_wire import convert
 from vfl_wire.channels import make_channel, make_server, start_with_health
-from vfl_wire.convert_direct import PeerAddress, Push, push_to_proto
+from vfl_wire.convert_direct import KINDS, PeerAddress, Push, push_to_proto
 from vfl_wire.security import (
     COORDINATOR,
     OPERATOR,
@@ -49,7 +49,7 @@ def party0(certs: Path) -> Iterator[tuple[str, PeerLinks]]:
     """party0's DataPlane server on 127.0.0.1:0 with mutual TLS; its links."""
     security = Security(load_identity(certs, "party0"))
     links = PeerLinks("party0", 0, security, Mailbox())
-    links.attach(RUN, "float32")
+    links.attach(RUN, "float32", enabled=True)
     server = make_server(4, [GuardInterceptor(secure=True, policy=party_policy)])
     vfl_pb2_grpc.add_DataPlaneServicer_to_server(DataPlaneServicer(links), server)
     port = start_with_health(server, "127.0.0.1:0", security.server_credentials())
@@ -61,12 +61,17 @@ def party0(certs: Path) -> Iterator[tuple[str, PeerLinks]]:
 
 
 def _push(
-    address: str, caller: Security, block: int, kind: str = EMBEDDING, run: str = RUN
+    address: str,
+    caller: Security,
+    block: int,
+    kind: str = EMBEDDING,
+    round_id: int = 7,
+    run: str = RUN,
 ) -> grpc.StatusCode:
     channel = caller.channel(address, "party0") if caller.secure else make_channel(address)
     with channel:
         request = push_to_proto(
-            convert.header(run, "party0"), Push(7, block, kind, TENSOR), "float32"
+            convert.header(run, "party0"), Push(round_id, block, kind, TENSOR), "float32"
         )
         try:
             vfl_pb2_grpc.DataPlaneStub(channel).Push(request, timeout=10)
@@ -150,6 +155,31 @@ def test_given_a_push_before_its_round_when_the_round_names_another_holder_then_
     _round(links)
     got = links.receive(EMBEDDING, 7, [1, 2], timeout=0.5)
     assert got.keys() == {2}  # party2's own block only
+
+
+def test_given_a_run_on_the_relay_when_a_party_pushes_then_refused(
+    certs: Path, party0: tuple[str, PeerLinks]
+) -> None:
+    """The DataPlane service answers only in a run on the direct data plane."""
+    address, links = party0
+    _round(links)
+    links.attach(RUN, "float32", enabled=False)
+    assert _push(address, _as(certs, "party1"), 1) == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_given_a_peer_when_it_pushes_far_ahead_or_too_much_then_refused(
+    certs: Path, party0: tuple[str, PeerLinks]
+) -> None:
+    """Pushes for rounds long past or too far ahead, and more than a block may have kept, are
+    refused: a peer cannot fill the party's memory."""
+    address, links = party0
+    _round(links)  # round 7
+    party1 = _as(certs, "party1")
+    assert _push(address, party1, 1, round_id=6) == grpc.StatusCode.INVALID_ARGUMENT
+    assert _push(address, party1, 1, round_id=7 + WINDOW + 1) == grpc.StatusCode.INVALID_ARGUMENT
+    codes = [_push(address, party1, 1, kind, 7 + r) for r in range(WINDOW + 1) for kind in KINDS]
+    assert codes == [grpc.StatusCode.OK] * PER_BLOCK
+    assert _push(address, party1, 1, round_id=8) == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_given_a_party_when_it_calls_another_partys_party_service_then_permission_denied(

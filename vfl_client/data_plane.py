@@ -24,7 +24,7 @@ from collections.abc import Collection
 import grpc
 import numpy as np
 
-from vfl_core.errors import ProtocolError
+from vfl_core.errors import ConfigError, ProtocolError
 from vfl_wire import convert
 from vfl_wire.convert_direct import PeerAddress, Push, push_from_proto, push_to_proto
 from vfl_wire.security import Security, current_peer
@@ -34,7 +34,8 @@ from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
 log = logging.getLogger(__name__)
 
 WINDOW = 8  # rounds ahead of the oldest one still wanted that a Push may be for
-MAX_ITEMS = 512  # pushes kept at once (a peer cannot fill the party's memory)
+MAX_ITEMS = 512  # pushes kept at once (peers cannot fill the party's memory)
+PER_BLOCK = 2 * (WINDOW + 1)  # of them from one block (an embedding and a gradient per round)
 SEND_TIMEOUT_S = 30.0  # a Push that is not through by then is given up (its round has moved on)
 
 
@@ -49,11 +50,14 @@ class Mailbox:
     def put(self, push: Push, sender: str | None) -> None:
         with self._cond:
             ahead = self._floor < 0 or push.round_id <= self._floor + WINDOW
-            if push.round_id < self._floor or not ahead or len(self._items) >= MAX_ITEMS:
+            if push.round_id < self._floor or not ahead:
                 raise ProtocolError(
                     f"push for round {push.round_id}: this party takes rounds "
                     f"{self._floor}..{self._floor + WINDOW} now"
                 )
+            mine = sum(1 for k in self._items if k[2] == push.block)
+            if len(self._items) >= MAX_ITEMS or mine >= PER_BLOCK:
+                raise ProtocolError(f"push of block {push.block}: too many pushes kept already")
             self._items[(push.kind, push.round_id, push.block)] = (push.tensor, sender)
             self._cond.notify_all()
 
@@ -91,14 +95,16 @@ class PeerLinks:
         self.mailbox = mailbox
         self.run_id = ""
         self.wire = "float32"
+        self.enabled = False  # the run trains on the direct data plane
         self.peers: dict[int, PeerAddress] = {}  # block -> its party, as the last Round said
         self._stubs: dict[PeerAddress, tuple[grpc.Channel, vfl_pb2_grpc.DataPlaneStub]] = {}
         self._lock = threading.Lock()
 
-    def attach(self, run_id: str, wire: str) -> None:
-        """The run the party joined: Pushes must name it; tensors travel in its wire dtype."""
+    def attach(self, run_id: str, wire: str, enabled: bool) -> None:
+        """The run the party joined: Pushes must name it, and are taken only if it trains on
+        the direct data plane (`enabled`); tensors travel in its wire dtype."""
         with self._lock:
-            self.run_id, self.wire = run_id, wire
+            self.run_id, self.wire, self.enabled = run_id, wire, enabled
 
     def start(self, peers: dict[int, PeerAddress], round_id: int) -> None:
         """A Round call begins: who holds the blocks it sends to and hears from."""
@@ -179,8 +185,8 @@ class DataPlaneServicer(vfl_pb2_grpc.DataPlaneServicer):
                 convert.check_header(request.header, run_id=links.run_id, party_id=links.party_id)
             except ProtocolError as err:
                 raise PermissionError_(str(err)) from None
-            if not links.run_id:
-                raise ProtocolError("push: this party has no direct round yet")
+            if not links.enabled:
+                raise ConfigError("push: this party's run does not use the direct data plane")
             sender = current_peer()
             holder = links.holder(request.block)
             if links.security.secure and holder is not None and sender != holder:

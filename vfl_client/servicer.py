@@ -88,7 +88,8 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         with self._lock:
             self._party, self._run_id = party, run_id
         if self.links is not None:
-            self.links.attach(run_id, party.config.wire_dtype)
+            direct = party.config.data_plane == "direct"
+            self.links.attach(run_id, party.config.wire_dtype, direct)
         self._ready.set()
 
     @property
