@@ -215,6 +215,7 @@ PANELS: dict[str, str] = {
             "privacy-score-epsilon",
             "privacy-score-bins",
             "encrypt-relay",
+            "data-plane",
         ],
         SECURITY,
     ),

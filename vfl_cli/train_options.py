@@ -361,6 +361,14 @@ class TrainOptions:
             show_default=shown(T["encrypt_relay"]),
         ),
     ] = None
+    data_plane: Annotated[
+        str | None,
+        Opt(
+            help="relay: tensors through the coordinator; direct: party to party over mutual "
+            "TLS, the coordinator sees none (docs/data-plane.md)",
+            show_default=shown(T["data_plane"]),
+        ),
+    ] = None
 
     def config(self, base: dict[str, Any]) -> TrainConfig:
         """The TrainConfig of a config file's mapping with these options applied over it."""

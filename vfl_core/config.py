@@ -219,6 +219,11 @@ class TrainConfig(_Frozen):
     # heads' gradients unsummed. gRPC with TLS certificates only; no effect in process (nobody
     # relays there). docs/security.md.
     encrypt_relay: bool = False
+    # Where a training round's embeddings and gradients travel (docs/data-plane.md): "relay"
+    # through the coordinator (Embed/Fuse/Backward or pipelined Train calls), "direct" between
+    # the parties that produce and consume them over mutual TLS, the coordinator sending each
+    # party one Round call and reading only status (gRPC only; in process, nobody relays).
+    data_plane: Literal["relay", "direct"] = "relay"
 
     @model_validator(mode="after")
     def _constant_lr_for_programs(self) -> TrainConfig:
@@ -249,6 +254,13 @@ class TrainConfig(_Frozen):
                 f"method {self.method} runs steps of its own, which the encrypted relay does not "
                 "cover yet (it seals Embed, Fuse, Backward and Predict): drop --encrypt-relay"
             )
+        if self.data_plane == "direct" and self.spec.program is not None:
+            raise ValueError(
+                f"method {self.method} runs steps of its own, which the direct data plane does "
+                "not carry (it carries Embed, Fuse and Backward): drop --data-plane direct"
+            )
+        if self.data_plane == "direct" and self.staleness:
+            raise ValueError("the direct data plane runs exact rounds: drop --staleness")
         return self
 
     @property

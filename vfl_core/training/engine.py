@@ -38,6 +38,7 @@ from vfl_core.methods.liveness import Liveness
 from vfl_core.methods.outcomes import PredictionBatch, RoundRecord, batch_prediction, well_formed
 from vfl_core.methods.spec import MethodSpec, ProgramHooks
 from vfl_core.protocol import PartyInfo, Transport, disagreement, mismatch_hint
+from vfl_core.training import direct
 from vfl_core.training.aligner import Aligner
 from vfl_core.training.early_stop import EarlyStop
 from vfl_core.training.evaluation import Evaluator
@@ -191,6 +192,8 @@ class Federation:
         self.presence.poll_rejoins()
         if self.spec.program is not None:  # a method with phases of its own
             return self.spec.program.train_round(self, round_id, epoch, batch)
+        if direct.supported(self):  # tensors between the parties, not through the engine
+            return direct.run_one(self, round_id, epoch, batch)
         return self.laser.run(round_id, epoch, batch)
 
     # ------------------------------------------------------------------ the methods' port

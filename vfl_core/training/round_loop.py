@@ -20,7 +20,7 @@ from tqdm import tqdm
 from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.liveness import DOWN
 from vfl_core.methods.outcomes import RoundRecord
-from vfl_core.training import pipeline
+from vfl_core.training import direct, pipeline
 from vfl_core.training.records import Cursor, EpochSummary
 
 if TYPE_CHECKING:
@@ -123,7 +123,8 @@ class RoundLoop:
                 start += 1
                 continue
             end = start + (every - fed.round_id % every)  # up to the next checkpoint round
-            rounds = pipeline.run(
+            engine = direct if direct.supported(fed) else pipeline
+            rounds = engine.run(
                 fed, epoch, batches[start:end], fed.round_id, stop=presence.pause_due
             )
             for record in rounds:
