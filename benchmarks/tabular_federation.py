@@ -128,6 +128,7 @@ def grpc_row(prep: Prepared, workdir: Path, epochs: int | None) -> Row:
         "unscored": result["test"].get("unscored", 0),
         "epochs": len(result["epochs"]),
         "early_stop": result.get("early_stop"),
+        "rounds": [e.get("trained_rounds", e["rounds"]) for e in result["epochs"]],
     }
 
 

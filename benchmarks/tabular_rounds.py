@@ -32,8 +32,9 @@ QUALITY = {
 
 
 def to_model(row: dict[str, Any]) -> dict[str, float]:
-    """Epochs, rounds and CPU seconds to the model and to within 0.2 points of it."""
-    rounds, cpu = row["rounds"], row["epoch_cpu_seconds"]
+    """Epochs, rounds and CPU seconds to the model and to within 0.2 points of it (no CPU
+    seconds where the row has none: over gRPC they are in other processes)."""
+    rounds, cpu = row["rounds"], row.get("epoch_cpu_seconds")
     stop = row.get("early_stop") or {}
     best = stop.get("best_epoch", -1)
     best = best if best >= 0 else len(rounds) - 1  # no early stopping: the last epoch
@@ -41,12 +42,14 @@ def to_model(row: dict[str, Any]) -> dict[str, float]:
         "epochs": float(len(rounds)),
         "best_epoch": float(best + 1),
         "rounds": float(sum(rounds)),
-        "cpu": float(sum(cpu)),
     }
+    if cpu is not None:
+        out["cpu"] = float(sum(cpu))
     within = _first_within(row.get("curve") or [], best + 1)
     if within is not None:
         out["rounds_within"] = float(sum(rounds[:within]))
-        out["cpu_within"] = float(sum(cpu[:within]))
+        if cpu is not None:
+            out["cpu_within"] = float(sum(cpu[:within]))
     return out
 
 
@@ -125,7 +128,7 @@ def summarise_rounds(root: Path, reference: str = "today") -> str:
                 *quality,
                 epochs,
                 _mean(rounds),
-                _mean([f["cpu"] for f in figures], 1),
+                _mean([f["cpu"] for f in figures if "cpu" in f], 1),
                 _mean([f["rounds_within"] for f in figures if "rounds_within" in f]),
                 _mean([f["cpu_within"] for f in figures if "cpu_within" in f], 1),
                 ratio,

@@ -127,6 +127,16 @@ SETTINGS: dict[str, list[str]] = {
     "r8-lr3e-3-hl8-p5-mi0.002": ["--lr", "3e-3", "--min-improvement", "0.002"],
     "r4-lr1e-2-hl8-p6-mi0.002": ["--lr", "1e-2", "--min-improvement", "0.002"],
     "r16-lr3e-3-hl4-p5-mi0.002": ["--lr", "3e-3", "--min-improvement", "0.002"],
+    "r4-lr1e-2-hl8-p5-mi0.002": ["--lr", "1e-2", "--min-improvement", "0.002"],
+    "r4-lr1e-2-hl8-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr3e-3-hl8-p6-mi0.002": ["--lr", "3e-3", "--min-improvement", "0.002"],
+    "r4-lr1e-2-hl16-p6-mi0.002": ["--lr", "1e-2", "--min-improvement", "0.002"],
+    "r4-lr1e-2-hl12-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr1e-2-hl16-p8-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr1e-2-hl16-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr1e-2-hl6-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr1e-2-hl4-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr2e-2-hl8-p6-mi0.01": ["--lr", "2e-2", "--min-improvement", "0.01"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
@@ -152,6 +162,16 @@ AUTO_PATIENCE: dict[str, int] = {
     "r8-lr3e-3-hl8-p5-mi0.002": 5,
     "r4-lr1e-2-hl8-p6-mi0.002": 6,
     "r16-lr3e-3-hl4-p5-mi0.002": 5,
+    "r4-lr1e-2-hl8-p5-mi0.002": 5,
+    "r4-lr1e-2-hl8-p6-mi0.01": 6,
+    "r4-lr3e-3-hl8-p6-mi0.002": 6,
+    "r4-lr1e-2-hl16-p6-mi0.002": 6,
+    "r4-lr1e-2-hl12-p6-mi0.01": 6,
+    "r4-lr1e-2-hl16-p8-mi0.01": 8,
+    "r4-lr1e-2-hl16-p6-mi0.01": 6,
+    "r4-lr1e-2-hl6-p6-mi0.01": 6,
+    "r4-lr1e-2-hl4-p6-mi0.01": 6,
+    "r4-lr2e-2-hl8-p6-mi0.01": 6,
 }
 # ... and vfl_core.config's AUTO_ROUNDS_PER_EPOCH (the "auto" batch: training rows / this) and
 # vfl_core.model.lr_schedule's DECAY_HALF_LIFE (epochs), named in the setting (r8, hl2, ...)

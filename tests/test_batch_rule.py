@@ -9,16 +9,22 @@ import math
 
 import pytest
 
-from vfl_core.config import AUTO_ROUNDS_PER_EPOCH, DEFAULT_BATCH, TrainConfig
+from vfl_core.config import AUTO_MAX_BATCH, AUTO_ROUNDS_PER_EPOCH, DEFAULT_BATCH, TrainConfig
 
 
-@pytest.mark.parametrize("rows", [1, 100, 1023, 1024, 1025, 2600, 4321, 21_700, 300_000])
+@pytest.mark.parametrize(
+    "rows", [1, 100, 255, 256, 257, 2600, 4321, 21_700, 300_000, 16_384, 16_385, 2_000_000]
+)
 def test_given_a_table_when_batch_is_auto_then_an_epoch_is_a_bounded_number_of_rounds(
     rows: int,
 ) -> None:
     size = TrainConfig().batch_rows(rows, tabular=True)
-    assert size == max(DEFAULT_BATCH, math.ceil(rows / AUTO_ROUNDS_PER_EPOCH))
-    assert math.ceil(rows / size) <= AUTO_ROUNDS_PER_EPOCH  # rounds of one pattern's epoch
+    wanted = max(DEFAULT_BATCH, math.ceil(rows / AUTO_ROUNDS_PER_EPOCH))
+    assert size == min(AUTO_MAX_BATCH, wanted)
+    if rows <= AUTO_MAX_BATCH * AUTO_ROUNDS_PER_EPOCH:  # up to a million rows
+        assert math.ceil(rows / size) <= AUTO_ROUNDS_PER_EPOCH  # rounds of one pattern's epoch
+    else:  # the cap: a round's tensors stay bounded, the rounds grow with the rows
+        assert size == AUTO_MAX_BATCH
     if rows <= DEFAULT_BATCH * AUTO_ROUNDS_PER_EPOCH:
         assert size == DEFAULT_BATCH  # a small table keeps the batch it had
 

@@ -87,22 +87,24 @@ def _auto_or(kind: type, floor: float) -> object:
 Threshold = Annotated[Literal["auto", "f1"] | float, BeforeValidator(_threshold)]
 # Early stopping's patience when the config leaves it to the data (TrainConfig.patience), and
 # the validation samples it then needs: on a smaller split the watched metric is mostly noise and
-# stopped too early (docs/tabular-defaults.md: breast cancer, 47 validation samples). With the
-# schedule below and a minimum relative improvement, PATIENCE_TBD epochs
-# (docs/tabular-defaults.md, "Time to a model").
-AUTO_PATIENCE = 10
+# stopped too early (docs/tabular-defaults.md: breast cancer, 47 validation samples). 6 epochs
+# of about AUTO_ROUNDS_PER_EPOCH rounds, each of which must beat the last that restarted it by
+# TrainConfig.early_stop_min_improvement (docs/tabular-defaults.md, "Time to a model").
+AUTO_PATIENCE = 6
 AUTO_MIN_VALIDATION = 100
 # What "auto" batch size and learning rate are where the tabular defaults do not apply (images,
 # methods with stages): the values every run had before the tabular ones (the digits demo's).
 DEFAULT_BATCH = 64
 DEFAULT_LR = 1e-3
-# Tables: the batch holds about 1 / AUTO_ROUNDS_PER_EPOCH of the training samples, never fewer
-# than DEFAULT_BATCH (so a small table keeps its batch of 64), so an epoch is about that many
-# rounds whatever the table's size: every round crosses the network, an epoch's samples do not.
-AUTO_ROUNDS_PER_EPOCH = 16
+# Tables: the batch holds about 1 / AUTO_ROUNDS_PER_EPOCH of the training samples, between
+# DEFAULT_BATCH (a table of 256 rows or fewer keeps its batch of 64) and AUTO_MAX_BATCH (a
+# round's tensors stay about 1 MB a party at 64 float32 a row), so an epoch is about that many
+# rounds up to a million rows: every round crosses the network, an epoch's samples do not.
+AUTO_ROUNDS_PER_EPOCH = 4
+AUTO_MAX_BATCH = 4096
 # Tables: the learning rate at epoch 0 (the "decay" schedule then halves it every
 # vfl_core.model.lr_schedule.DECAY_HALF_LIFE epochs; neither depends on the epoch ceiling).
-AUTO_TABLE_LR = 3e-3
+AUTO_TABLE_LR = 1e-2
 # A method is a name in the registry of method specs (vfl_core.methods.registry); others are
 # refused.
 Method = Annotated[str, AfterValidator(_known_method)]
@@ -248,14 +250,15 @@ class TrainConfig(_Frozen):
 
     def batch_rows(self, rows: int, tabular: bool = False) -> int:
         """Samples per training round for a plan of `rows` training samples: the configured
-        size, or by default rows / AUTO_ROUNDS_PER_EPOCH (rounded up, at least DEFAULT_BATCH)
-        on tabular data and DEFAULT_BATCH on images or for a method with stages. A pure
-        function of what every side knows, so both transports cut the same plan."""
+        size, or by default rows / AUTO_ROUNDS_PER_EPOCH (rounded up, within DEFAULT_BATCH and
+        AUTO_MAX_BATCH) on tabular data and DEFAULT_BATCH on images or for a method with
+        stages. A pure function of what every side knows, so both transports cut the same
+        plan."""
         if self.batch_size != "auto":
             return self.batch_size
         if not self._table_defaults(tabular):
             return DEFAULT_BATCH
-        return max(DEFAULT_BATCH, -(-rows // AUTO_ROUNDS_PER_EPOCH))
+        return min(AUTO_MAX_BATCH, max(DEFAULT_BATCH, -(-rows // AUTO_ROUNDS_PER_EPOCH)))
 
     def _table_defaults(self, tabular: bool) -> bool:
         """Whether the tabular defaults apply: tabular features, and a method without stages."""

@@ -7,7 +7,7 @@ import math
 
 # "decay": the learning rate halves every this many epochs, whatever the epoch ceiling (the
 # tabular default: docs/tabular-defaults.md, "Time to a model").
-DECAY_HALF_LIFE = 4.0
+DECAY_HALF_LIFE = 16.0
 
 
 def lr_at(lr: float, schedule: str, epoch: int, epochs: int) -> float:
