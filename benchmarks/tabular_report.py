@@ -113,7 +113,8 @@ def _sweep_section(sweep: Path, baselines: Path) -> list[str]:
         f"## The settings the defaults were chosen from: `{sweep.name}`",
         "",
         f"`python -m benchmarks.tabular_sweep --data-path ../shared/data --out {sweep} "
-        f"--settings ...`, then `--summarise {sweep}`: the `federation` row (the label party "
+        f"--settings {' '.join(names)} --tables {' '.join(sorted(_tables_run(sweep, '*/*.json')))}`"
+        f", then `--summarise {sweep}`: the `federation` row (the label party "
         "alone where a setting ends in `+alone`) on the same tables, seeds and party CSVs as "
         "above, in process, with options added to the defaults of the code the runs record "
         f"({', '.join(codes)}). "

@@ -109,20 +109,18 @@ SETTINGS: dict[str, list[str]] = {
     "wd1": ["--weight-decay", "1"],
     # issue 43: time to a model. "today": the defaults before it, given explicitly (batch 64,
     # lr 1e-3, cosine to the 60-epoch ceiling, patience 10, any gain resets it); the others
-    # change the batch rule (ROUNDS_PER_EPOCH), the rate, the half-life (HALF_LIFE), the
-    # patience (AUTO_PATIENCE) and the minimum improvement from the new defaults
+    # (rRR-lrLR-hlHL-pP[-miMI]) set the batch rule (ROUNDS_PER_EPOCH: rows / RR), the rate,
+    # the decay's half-life (HALF_LIFE; "const": none), the patience (AUTO_PATIENCE) and the
+    # minimum improvement (1 % where unnamed)
     "today": [
         *("--batch-size", "64", "--lr", "1e-3", "--scheduler", "cosine"),
         *("--min-improvement", "0"),
     ],
-    "r16-lr3e-3-hl4-p5": [],
-    "r16-lr3e-3-hl4-p3": [],
+    "r16-lr3e-3-hl4-p5": ["--lr", "3e-3"],
+    "r16-lr3e-3-hl4-p3": ["--lr", "3e-3"],
     "r16-lr1e-2-hl4-p3": ["--lr", "1e-2"],
     "r8-lr1e-2-hl4-p3": ["--lr", "1e-2"],
-    "r8-lr1e-2-hl2-p3": ["--lr", "1e-2"],
-    "r16-lr3e-3-const-p3": ["--scheduler", "none"],
-    "r16-lr3e-3-hl4-p3-mi0": ["--min-improvement", "0"],
-    "r32-lr3e-3-hl4-p3": [],
+    "r16-lr3e-3-const-p3": ["--lr", "3e-3", "--scheduler", "none"],
     "r8-lr1e-2-hl4-p5-mi0.002": ["--lr", "1e-2", "--min-improvement", "0.002"],
     "r8-lr3e-3-hl8-p5-mi0.002": ["--lr", "3e-3", "--min-improvement", "0.002"],
     "r4-lr1e-2-hl8-p6-mi0.002": ["--lr", "1e-2", "--min-improvement", "0.002"],
@@ -152,10 +150,7 @@ AUTO_PATIENCE: dict[str, int] = {
             "r16-lr3e-3-hl4-p3",
             "r16-lr1e-2-hl4-p3",
             "r8-lr1e-2-hl4-p3",
-            "r8-lr1e-2-hl2-p3",
             "r16-lr3e-3-const-p3",
-            "r16-lr3e-3-hl4-p3-mi0",
-            "r32-lr3e-3-hl4-p3",
         )
     },
     "r8-lr1e-2-hl4-p5-mi0.002": 5,
