@@ -140,6 +140,7 @@ PANELS: dict[str, str] = {
             "dlvm-expert-dropout",
             "dlvm-stage2",
             "early-stop-patience",
+            "min-improvement",
             "validation-fraction",
             "threshold",
             "subset-choice",

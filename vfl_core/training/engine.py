@@ -101,6 +101,8 @@ class Federation:
     liveness: Liveness = field(init=False)
     spec: MethodSpec = field(init=False)  # the method: the engine asks it, never its name
     round_id: int = field(init=False, default=0)
+    # every party sends feature vectors (F,), not images (C, H, W): the tabular defaults apply
+    tabular: bool = field(init=False, default=False)
     request_id: int = field(init=False, default=0)
     # What a method's round program keeps for this run
     # (vfl_core.methods.spec.ProgramHooks).
@@ -128,10 +130,14 @@ class Federation:
             raise ConfigError("staleness needs the pipelined engine (pipeline=True)")
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
         # tabular parties send feature vectors (F,); images (C, H, W)
-        tabular = all(len(i.feature_shape) == 1 for i in self.infos.values())
-        patience = self.config.patience(tabular)
+        self.tabular = all(len(i.feature_shape) == 1 for i in self.infos.values())
+        patience = self.config.patience(self.tabular)
         if patience:
-            self.early_stop = EarlyStop(patience, metric=watched(self.task, self.num_classes))
+            self.early_stop = EarlyStop(
+                patience,
+                metric=watched(self.task, self.num_classes),
+                min_improvement=self.config.early_stop_min_improvement,
+            )
         # the parts, each acting on this run's state
         self.aligner = Aligner(self)
         self.train_rows = TrainRows(self)

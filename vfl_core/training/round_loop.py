@@ -64,6 +64,7 @@ class RoundLoop:
             fed.cursor = Cursor(epoch=epoch, summaries=fed.cursor.summaries)
         c = fed.cursor
         start = time.perf_counter() - c.seconds
+        cpu_start = time.process_time() - c.cpu_seconds
         plan = fed.plan(epoch)  # a pure function of (seed, epoch): a resumed run skips its head
         bar = tqdm(
             self._rounds(epoch, plan[c.position :]),
@@ -87,7 +88,9 @@ class RoundLoop:
                 batch.pattern, fed.num_blocks, fed.label_blocks, batch.label_only
             )
             c.incomplete += trainable and record.present != record.pattern
+            c.trained += trainable
             c.seconds = time.perf_counter() - start
+            c.cpu_seconds = time.process_time() - cpu_start
             for observer in fed.observers:
                 observer.round_done(fed, record)
             if fed.checkpoint_every and fed.round_id % fed.checkpoint_every == 0:
@@ -140,6 +143,8 @@ class RoundLoop:
             seconds=seconds,
             incomplete_rounds=c.incomplete,
             head_losses={k: float(np.mean(v)) for k, v in sorted(c.head_losses.items())},
+            trained_rounds=c.trained,
+            cpu_seconds=c.cpu_seconds,
         )
         log.info(
             "epoch %d: %d rounds, mean head loss %.4f, %d incomplete, %.1fs",
