@@ -60,7 +60,8 @@ def train_bundles(
     fed = Federation(InProcessTransport(parties), config, progress=False)
     fed.align()
     fed.train()
-    dirs = [write_bundle(p, out / p.party_id) for _, p in sorted(parties.items())]
+    choice = fed.serving_choice()  # the threshold and subsets chosen on validation
+    dirs = [write_bundle(p, out / p.party_id, choice=choice) for _, p in sorted(parties.items())]
     return dirs, fed, parties
 
 

@@ -123,7 +123,11 @@ def _features(config: ServeConfig, bundle: Bundle) -> FeatureSource | None:
     if config.id_column is None:
         raise ConfigError("--features needs --id-column (the table's ID column)")
     return FeatureTable(
-        config.features, config.id_column, bundle.preprocessing, config.secret.encode()
+        config.features,
+        config.id_column,
+        bundle.preprocessing,
+        config.secret.encode(),
+        label_party=bundle.meta.has_head,
     )
 
 

@@ -20,6 +20,7 @@ from vfl_core.protocol import (
     PsiCall,
     ScoreCall,
     ScoreResult,
+    ServingChoice,
     TrainCall,
     TrainResult,
 )
@@ -172,8 +173,12 @@ class PartyClient:
         future = self._stub.Score.future(request, timeout=timeout)
         return Pending(future, convert.score_reply_from_proto)
 
-    def shutdown(self, reason: str, timeout: float) -> Pending[None]:
+    def shutdown(
+        self, reason: str, timeout: float, choice: ServingChoice | None = None
+    ) -> Pending[None]:
         req = vfl_pb2.ShutdownRequest(header=self._header, reason=reason)
+        if choice is not None:
+            req.choice.CopyFrom(convert.serving_choice_to_proto(choice))
         return Pending(self._stub.Shutdown.future(req, timeout=timeout), _nothing)
 
     # PSI alignment (vfl_core.training.psi)

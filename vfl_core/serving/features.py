@@ -57,9 +57,18 @@ class FeatureTable:
     """A party's serving rows: `lookup(keys)` answers which it holds and their features."""
 
     def __init__(
-        self, path: Path, id_column: str, preprocessing: TabularPreprocessor, secret: bytes
+        self,
+        path: Path,
+        id_column: str,
+        preprocessing: TabularPreprocessor,
+        secret: bytes,
+        *,
+        label_party: bool = False,
     ) -> None:
         self.path = path
+        # a label party's row with every feature cell empty holds the sample's label only: in
+        # training it is no observed block (vfl_core.data.tabular), so it is not served either
+        self.label_party = label_party
         self.id_column = id_column
         self.preprocessing = preprocessing
         self._secret = secret
@@ -147,7 +156,13 @@ class FeatureTable:
         table = normalised_ids(table, self.id_column)
         ids = id_array(table.column(self.id_column))
         features = self.preprocessing.transform(table)  # (n, width)
-        index = {h: i for i, h in enumerate(hash_ids(ids.tolist(), self._secret))}
+        keys = hash_ids(ids.tolist(), self._secret)
+        columns = [c.name for c in self.preprocessing.columns]
+        if self.label_party and columns:
+            empty = np.logical_and.reduce([table.missing(c) for c in columns])  # (n,)
+            keys = [k for k, e in zip(keys, empty.tolist(), strict=True) if not e]
+            features = features[~empty]
+        index = {h: i for i, h in enumerate(keys)}
         return _Version(stamp, index, features)
 
 

@@ -48,6 +48,9 @@ DEFAULT_MAX_IDS = 256  # IDs in one request
 MAX_ID_CHARS = 256
 # Why a party is missing from a request whose deadline was spent before the gateway started it.
 QUEUED_OUT = "not asked: the deadline was spent queued at the gateway"
+# Why a party that answered is not used: the validation split chose to predict this observed
+# set without it (vfl_core.inference.choice; the bundle's subsets), as the federation does.
+LEFT_OUT = "left out by the validation choice for this set of parties"
 
 
 @dataclass(frozen=True)
@@ -250,9 +253,10 @@ class Gateway:
             sets[tuple(b for b, h in zip(order, row, strict=True) if h)].append(i)
         out: list[OnlinePrediction | None] = [None] * len(ids)
         for present, index in sets.items():
-            missing = _Missing(self.names, blocks, present, why)
+            kept = self.bundle.kept(present)  # the validation choice: as `vfl predict` decides
+            missing = _Missing(self.names, blocks, present, why, set(present) - set(kept))
             answers = self._predict_set(
-                ids, index, present, blocks, [missing(owner[i]) for i in index]
+                ids, index, kept, blocks, [missing(owner[i]) for i in index]
             )
             for i, answer in zip(index, answers, strict=True):
                 out[i] = answer
@@ -297,9 +301,11 @@ class _Missing:
         blocks: _Blocks,
         present: tuple[int, ...],
         why: list[dict[int, str]],
+        left_out: set[int] | None = None,
     ) -> None:
         self._names = names
         self._absent = {names[b]: NOT_HELD for b in blocks.held if b not in present}
+        self._absent |= {names[b]: LEFT_OUT for b in sorted(left_out or ())}
         self._why = why
         self._seen: dict[int, dict[str, str]] = {}
 
