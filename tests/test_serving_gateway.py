@@ -21,6 +21,7 @@ from vfl_core.serving.gateway import Gateway
 from vfl_core.serving.lag import LAGGING_AFTER
 from vfl_core.serving.peers import (
     DOWN,
+    LAGGING,
     NOT_HELD,
     TIMED_OUT,
     BatchingPeer,
@@ -137,7 +138,7 @@ def test_given_a_party_frozen_for_three_requests_then_not_waited_for_until_it_an
         assert gw.predict(ids)[0].missing.get("party1") == TIMED_OUT
         assert time.monotonic() - start >= 0.5
     start = time.monotonic()  # lagging now: answered without waiting for it
-    assert gw.predict(ids)[0].missing.get("party1") == TIMED_OUT
+    assert gw.predict(ids)[0].missing.get("party1") == LAGGING
     assert time.monotonic() - start < 0.5
     flaky.frozen = False  # thawed; once the probe out ends at its deadline, the next request
     time.sleep(0.6)  # probes again, and the answer in time clears the mark ...
@@ -175,9 +176,9 @@ def test_given_requests_piled_on_a_frozen_party_then_they_stop_waiting_at_half_t
     replies = _at_once(gw, ["C00001"], [0.0] * (LAGGING_AFTER + 1))
     for took, answer in replies:  # found lagging at their midpoints, not their deadlines
         assert 0.9 <= took < 2.0, took
-        assert answer.missing["party1"] == TIMED_OUT
+        assert answer.missing["party1"] == LAGGING  # released: found lagging meanwhile
     start = time.monotonic()
-    assert gw.predict(["C00001"])[0].missing["party1"] == TIMED_OUT  # not waited for since
+    assert gw.predict(["C00001"])[0].missing["party1"] == LAGGING  # not waited for since
     assert time.monotonic() - start < 1.0
 
 

@@ -125,10 +125,11 @@ def test_given_hostile_requests_when_sent_then_clear_errors_and_service_unaffect
     # raw sockets: a negative length (read(-1) would read until the caller closes), JSON nested
     # past Python's recursion limit, a line that is not HTTP: each one answer and closed
     negative = raw(port, b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
-    assert negative.startswith(b"HTTP/1.1 400") and b"Content-Length" in negative, negative
+    assert negative.startswith(b"HTTP/1.1 400") and b"malformed HTTP" in negative, negative
     assert "not JSON" in post(port, b"[" * 100_000)[1]["error"]
-    garbage = json.loads(raw(port, b"\x16\x03\x01 garbage\r\n\r\n"))  # no status line: HTTP/0.9
-    assert garbage["error"].startswith("400 Bad"), garbage
+    garbage = raw(port, b"\x16\x03\x01 garbage\r\n\r\n")  # a TLS hello: no request line
+    assert garbage.startswith(b"HTTP/1.1 400"), garbage
+    assert json.loads(garbage.partition(b"\r\n\r\n")[2])["error"].startswith("400 malformed")
     # a caller without a certificate is refused at the TLS handshake
     ca = (certs / "ca.pem").read_bytes()
     options = [("grpc.ssl_target_name_override", NAMES[1])]
@@ -232,15 +233,17 @@ def test_given_a_party_stopped_under_load_when_predicting_then_none_waits_past_i
         replies = _load(gateway.http_port, ids, 3.0)
     finally:
         cluster.signal(NAMES[2], signal.SIGCONT)
-    assert replies and all(status == 200 for _, _, status, _ in replies)
+    # answered, or shed at once by admission control (a request whose deadline its queue spent)
+    assert replies and all(status in (200, 429) for _, _, status, _ in replies)
     # a generous bound (a loaded 2-core machine): the frozen party holds nobody for long
     assert max(took for _, took, _, _ in replies) < DEADLINE_MS / 1000 + 1.5
-    answers = [body["predictions"][0] for *_, body in replies]
+    answers = [body["predictions"][0] for *_, status, body in replies if status == 200]
     assert all("error" not in a for a in answers)
     late = [a for a in answers if a["parties"] == ["party0", "party1"]]
-    # timed out; or down once grpc gave the frozen connection up (keepalive, a handshake that a
-    # stopped process cannot answer)
-    assert late and all(a["missing"]["party2"] in ("timed out", "down") for a in late)
+    # timed out; lagging once found so (not waited for); or down once grpc gave the frozen
+    # connection up (keepalive, a handshake that a stopped process cannot answer)
+    reasons = ("timed out", "lagging", "down")
+    assert late and all(a["missing"]["party2"] in reasons for a in late)
     assert all(set(a["missing"]) == {"party2"} for a in late)
 
 
@@ -252,10 +255,10 @@ def test_given_a_party_killed_under_load_when_predicting_then_no_request_fails(s
     timer.start()
     replies = _load(gateway.http_port, ids, 3.0)
     timer.join()
-    assert replies and all(status == 200 for _, _, status, _ in replies)
-    answers = [body["predictions"][0] for *_, body in replies]
+    assert replies and all(status in (200, 429) for _, _, status, _ in replies)
+    answers = [body["predictions"][0] for *_, status, body in replies if status == 200]
     assert all("error" not in a for a in answers)
     assert any(a["parties"] == list(NAMES) for a in answers[:20])  # before the kill
     after = answers[-5:]  # party2 may also time out on a loaded machine: party1 must be gone
     assert all("party1" not in a["parties"] and a["parties"][0] == "party0" for a in after)
-    assert all(a["missing"]["party1"] in ("down", "timed out") for a in after)
+    assert all(a["missing"]["party1"] == "down" for a in after), after  # killed: not "timed out"

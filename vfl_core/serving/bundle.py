@@ -248,6 +248,11 @@ def load_bundle(directory: Path, device: torch.device | str = "cpu") -> Bundle:
     return Bundle(meta, representation, head, preprocessing, device)
 
 
+def read_bundle_meta(directory: Path) -> BundleMeta:
+    """A bundle's metadata alone (no model loaded): a DataError as load_bundle's."""
+    return _read_meta(directory / META_FILE)
+
+
 def _read_meta(path: Path) -> BundleMeta:
     try:
         meta = BundleMeta.model_validate_json(path.read_text())
