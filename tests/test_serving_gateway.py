@@ -42,6 +42,9 @@ class SilentPeer:
         return Future()
 
 
+ROW = {"yearly_income": 41000, "age_years": 37, "home_region": "Southmoor"}  # every column
+
+
 def local_peer(name, bundle, table) -> LocalPeer:
     def answer(keys):
         held, x = table.lookup(keys)
@@ -219,7 +222,9 @@ def test_given_inline_features_when_the_gateway_lacks_the_id_then_they_are_used(
         ([17], {}, "each ID is a string"),
         (["C00001"], {"deadline_s": 0}, "deadline"),
         (["C00001"], {"inline": {"C00001": {"favourite_colour": "red"}}}, "unknown feature"),
-        (["C00001"], {"inline": {"C00001": {"yearly_income": "lots"}}}, "lots"),
+        (["C00001"], {"inline": {"C00001": {**ROW, "yearly_income": "lots"}}}, "lots"),
+        (["C00001"], {"inline": {"C00001": {"yearly_income": 3}}}, "'age_years', 'home_region'"),
+        (["C00001"], {"inline": {"C00001": {**ROW, "age_years": float("nan")}}}, "'age_years'"),
         (["C00001"], {"inline": {"C9": {"age_years": 3}}}, "not in the request"),
     ],
 )

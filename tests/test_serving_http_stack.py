@@ -193,3 +193,19 @@ def test_given_a_peer_that_never_answers_then_not_ready_while_warming_then_ready
             assert status == 200 and ready["peers"]["party1"]["state"] in ("timed out", "down")
     finally:
         hole.close()
+
+
+def test_given_inline_features_with_nan_or_a_missing_column_then_400_naming_the_column(
+    gateway,
+) -> None:
+    _, proc = gateway
+    row = {"yearly_income": 41000, "age_years": 37, "home_region": "Southmoor"}
+    ok = predict_body(["new-1"], features={"new-1": row})
+    assert request(proc.http_port, "POST", "/predict", ok)[0] == 200
+    nan = b'{"ids": ["new-1"], "features": {"new-1": {"yearly_income": NaN, "age_years": 37, '
+    nan += b'"home_region": "Southmoor"}}}'
+    status, _, payload = request(proc.http_port, "POST", "/predict", nan)
+    assert status == 400 and "column 'yearly_income'" in json.loads(payload)["error"]
+    partial = predict_body(["new-1"], features={"new-1": {"age_years": 37, "home_region": "x"}})
+    status, _, payload = request(proc.http_port, "POST", "/predict", partial)
+    assert status == 400 and "['yearly_income'] are missing" in json.loads(payload)["error"]

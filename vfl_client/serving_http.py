@@ -50,7 +50,7 @@ MAX_PER_CLIENT = 256
 MAX_HEAD_BYTES = 16 * 1024  # a request line and headers larger than this: 400
 BACKLOG = 1024
 START_TIMEOUT_S = 30.0
-BAD_REQUEST = "malformed HTTP/1.1 (or ambiguous body framing)"
+BAD_REQUEST = "malformed HTTP request (or ambiguous body framing)"
 
 
 class ConnectionGuard:
@@ -135,7 +135,7 @@ class _Protocol(H11Protocol):
     def send_400_response(self, msg: str) -> None:
         """What h11 refuses (not HTTP, a bad or repeated Content-Length, bad chunks, a head
         over MAX_HEAD_BYTES): a JSON 400 like every other error, and the connection closed."""
-        body = json.dumps({"error": f"400 {BAD_REQUEST}: {msg}"}).encode() + b"\n"
+        body = json.dumps({"error": f"400 {BAD_REQUEST}; connection closed"}).encode() + b"\n"
         headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
         for event in (
             h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),

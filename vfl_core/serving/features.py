@@ -13,6 +13,7 @@ says why in the log and in `problem`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -170,16 +171,38 @@ def inline_features(
     preprocessing: TabularPreprocessor, cells: Mapping[str, object], source: str = "request"
 ) -> np.ndarray:
     """(1, width) features of one row given inline as column -> cell (numbers or text, as the
-    table would hold them); an unknown column or a cell that does not read is a DataError."""
-    known = {c.name for c in preprocessing.columns}
-    unknown = sorted(set(cells) - known)
+    table would hold them; None or "" an empty cell). An unknown or missing column, a NaN or
+    infinite number, or a cell that does not read is a DataError naming the column."""
+    known = [c.name for c in preprocessing.columns]
+    unknown = sorted(set(cells) - set(known))
     if unknown:
         raise DataError(f"{source}: unknown feature columns {unknown} (known: {sorted(known)})")
+    absent = [name for name in known if name not in cells]
+    if absent:
+        raise DataError(
+            f"{source}: columns {absent} are missing (give every column of the party's table; "
+            'null or "" for an empty cell)'
+        )
+    for name, cell in cells.items():  # NaN and infinities as numbers or as text, alike
+        if not _finite(cell):
+            raise DataError(f"{source}, column {name!r}: {cell!r} is not a finite number")
     text = {
         c.name: ["" if cells.get(c.name) is None else str(cells[c.name])]
         for c in preprocessing.columns
     }
     return preprocessing.transform(Table(source, text, [source]))  # (1, width)
+
+
+def _finite(cell: object) -> bool:
+    """False for a NaN or infinite number, or text that reads as one ("nan", "-Infinity")."""
+    if isinstance(cell, float):
+        return math.isfinite(cell)
+    if isinstance(cell, str):
+        try:
+            return math.isfinite(float(cell))
+        except ValueError:
+            return True  # not a number at all: the preprocessing says what it makes of it
+    return True
 
 
 class Watcher:
