@@ -10,6 +10,7 @@ import json
 import shutil
 import signal
 import socket
+import ssl
 import threading
 import time
 import urllib.error
@@ -262,3 +263,46 @@ def test_given_a_party_killed_under_load_when_predicting_then_no_request_fails(s
     after = answers[-5:]  # party2 may also time out on a loaded machine: party1 must be gone
     assert all("party1" not in a["parties"] and a["parties"][0] == "party0" for a in after)
     assert all(a["missing"]["party1"] == "down" for a in after), after  # killed: not "timed out"
+
+
+def test_given_a_spent_deadline_when_calling_grpc_then_resource_exhausted(served) -> None:
+    _, gateway, _, held, certs = served
+    security = load_security(certs, False, OPERATOR)
+    with security.channel(f"127.0.0.1:{gateway.port}", NAMES[0]) as channel:
+        stub = serving_pb2_grpc.ServingStub(channel)
+        request = convert_serving.predict_request_to_proto(everywhere(held)[:1], 1e-6)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ServePredict(request, timeout=30)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "deadline spent" in err.value.details()
+
+
+def _https(port: int, context: ssl.SSLContext, path: str, body: bytes | None = None) -> int:
+    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", data=body)
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as reply:
+            return reply.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_given_mtls_http_when_calling_then_only_the_operator_certificate_may_predict(
+    served, tmp_path
+) -> None:
+    """--http-auth mtls (what `auto` means beyond the loopback interface): HTTPS with the
+    party's certificate; /predict answers the operator's certificate only, and probes without
+    a certificate still reach /health/*."""
+    cluster, _, tables, held, certs = served
+    bundle = cluster.procs[NAMES[0]].popen.args[4]  # --serve-bundle DIR
+    peers = [f"{k}=127.0.0.1:{cluster.procs[NAMES[k]].port}" for k in (1, 2)]
+    body = json.dumps({"ids": everywhere(held)[:1], "deadline_ms": 2000}).encode()
+    late = ServingCluster(tmp_path / "mtls", security=("--tls-dir", str(certs)))
+    with late:
+        gw = late.start_gateway(NAMES[0], bundle, tables[0], ID, peers, ["--http-auth", "mtls"])
+        anonymous = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        assert _https(gw.http_port, anonymous, "/health/live") == 200
+        assert _https(gw.http_port, anonymous, "/predict", body) == 401
+        for name, want in (("party1", 401), (OPERATOR, 200)):
+            context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+            context.load_cert_chain(certs / name / "cert.pem", certs / name / "key.pem")
+            assert _https(gw.http_port, context, "/predict", body) == want, name

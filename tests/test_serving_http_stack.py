@@ -11,7 +11,9 @@ import socket
 import time
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tabular_tables import LABEL_COLUMN, write_tables
 
 from benchmarks.serve_cluster import ServingCluster, train_bundles
@@ -72,6 +74,13 @@ def request(
         key, _, value = line.partition(":")
         headers[key.strip().lower()] = value.strip()
     return int(status_line.split()[1]), headers, payload
+
+
+def grpc_health(port: int) -> str:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
 def predict_body(ids: list[str], **extra: object) -> bytes:
@@ -183,6 +192,7 @@ def test_given_a_peer_that_never_answers_then_not_ready_while_warming_then_ready
             status, _, payload = request(gw.http_port, "GET", "/health/ready", token=None)
             assert status == 503 and json.loads(payload)["phase"] in ("loading", "warming")
             assert request(gw.http_port, "GET", "/health/live", token=None)[0] == 200
+            assert grpc_health(gw.port) == "NOT_SERVING"
             end = time.monotonic() + 30
             while time.monotonic() < end:
                 status, _, payload = request(gw.http_port, "GET", "/health/ready", token=None)
@@ -191,6 +201,7 @@ def test_given_a_peer_that_never_answers_then_not_ready_while_warming_then_ready
                 time.sleep(0.2)
             ready = json.loads(payload)
             assert status == 200 and ready["peers"]["party1"]["state"] in ("timed out", "down")
+            assert grpc_health(gw.port) == "SERVING"
     finally:
         hole.close()
 

@@ -75,7 +75,7 @@ class ServingServicer(serving_pb2_grpc.ServingServicer):
                 deadline = max(left, 1e-3)
             phases: dict[str, float] = {}
             try:
-                answers = self.gateway.predict(ids, deadline, inline, phases=phases)
+                answers = self.gateway.predict(ids, deadline, inline, started, phases)
             except DataError as err:
                 raise ProtocolError(str(err)) from None
             except Overloaded as err:
