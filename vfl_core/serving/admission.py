@@ -15,6 +15,10 @@ The rule, checked when the gateway comes to start a request (after any queue):
   all in (requests that waited for no party, or whose awaited parties did not all answer, are
   not counted: they say nothing of how long a whole answer takes). Until MIN_SAMPLES are known
   nothing is shed by this rule.
+And when the answer is ready more than LATE_GRACE_S past its deadline (an overloaded
+interpreter between the wait for the parties and the head), it is shed (`LATE`) instead of
+sent late. The HTTP endpoint also sheds a request at once when too many wait for a thread
+(`QUEUE_FULL`, vfl_client.serving_app).
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ WINDOW = 64  # recent whole answers the estimate is the median of
 MIN_SAMPLES = 8
 SPENT = "deadline spent queued at the gateway"
 CANNOT_MEET = "deadline cannot be met"
+LATE = "deadline passed while answering"
+QUEUE_FULL = "too many requests waiting at the gateway"
+# An answer ready later than its deadline by more than this is shed instead of sent: the head
+# runs after the wait for the parties, which ends at the deadline at the latest.
+LATE_GRACE_S = 0.010
 
 
 class Overloaded(VflError):
@@ -62,6 +71,11 @@ class Admission:
         needed = self.needed()
         if left < needed:
             raise Overloaded(CANNOT_MEET, f"{1000 * left:.0f} ms left, {1000 * needed:.0f} needed")
+
+    def check_late(self, now: float, deadline: float) -> None:
+        """Raise Overloaded when an answer ready at `now` is late past LATE_GRACE_S."""
+        if now > deadline + LATE_GRACE_S:
+            raise Overloaded(LATE, f"{1000 * (now - deadline):.0f} ms past it")
 
     def record(self, seconds: float) -> None:
         """A request's time from start to its awaited parties' answers all in."""

@@ -180,11 +180,12 @@ class Gateway:
             if block in awaited and timed_out and time.monotonic() >= deadline:
                 self._lag.missed(block)
         answers = self.heads.run((ids, blocks))
+        done = time.monotonic()
+        if done > deadline and phases is not None:
+            phases["overrun"] = done - deadline
+        self.admission.check_late(done, deadline)
         if phases is not None:
-            done = time.monotonic()
             phases.update(own=embedded - start, parties=waited - embedded, heads=done - waited)
-            if done > deadline:
-                phases["overrun"] = done - deadline
         return answers
 
     def warm_up(self, timeout_s: float) -> None:
