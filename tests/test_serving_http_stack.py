@@ -43,7 +43,7 @@ def gateway(tmp_path_factory):
         for k in (1, 2):
             proc = cluster.start_party(NAMES[k], bundles[k], tables[k], ID)
             peers.append(f"{k}=127.0.0.1:{proc.port}")
-        extra = ["--http-auth", "token", "--http-token-file", str(tokens), "--deadline-ms", "300"]
+        extra = ["--http-auth", "token", "--http-token-file", str(tokens), "--deadline-ms", "2000"]
         proc = cluster.start_gateway(NAMES[0], bundles[0], tables[0], ID, peers, extra)
         yield cluster, proc
 

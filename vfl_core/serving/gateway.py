@@ -103,6 +103,7 @@ class Gateway:
         *,
         deadline_s: float = DEFAULT_DEADLINE_S,
         max_ids: int = DEFAULT_MAX_IDS,
+        admission: Admission | None = None,
     ) -> None:
         if bundle.head is None:
             raise DataError(
@@ -118,7 +119,7 @@ class Gateway:
         self.names = {bundle.meta.block: bundle.meta.party_id} | {p.block: p.name for p in peers}
         self._lag = Lag()
         self.peer_states = PeerStates({p.block: p.name for p in peers})
-        self.admission = Admission()
+        self.admission = admission or Admission()
         # the own embedding and the heads run once for all concurrent requests (combine.py)
         self.embedder: Combiner[np.ndarray, np.ndarray] = Combiner(self._embed_all)
         self.heads: Combiner[tuple[list[str], _Blocks], list[OnlinePrediction]] = Combiner(
