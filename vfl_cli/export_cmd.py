@@ -38,7 +38,8 @@ def export(
         Path | None,
         Opt(
             help="the run's results.json: its validation choice (threshold, subsets) goes in "
-            "a label party's bundle, so serving decides as `vfl predict` does"
+            "a label party's bundle, so serving decides as `vfl predict` does",
+            show_default="every party, the argmax",
         ),
     ] = None,
 ) -> None:
