@@ -81,8 +81,11 @@ class Cell:
     p50_ms: float
     p95_ms: float
     p99_ms: float
-    failed: int
+    failed: int  # neither answered nor shed (a 429), or an answer without a prediction
     subset: int
+    shed: int = 0  # 429: shed by admission control
+    live_missing: int = 0  # answers missing a party that was alive (any but the faulted one)
+    answered_p99_ms: float = -1.0  # p99 of the answered requests (200), as the callers saw it
     server_p50_ms: float = -1.0  # the gateway's own time (Server-Timing); -1: not reported
     server_p99_ms: float = -1.0
     at_fault: int = 0  # kill/stop: requests in flight when the signal was sent
@@ -201,6 +204,8 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
         fault.join()
     took = sorted(r.took for r in replies)
     q = _quantiles(took)
+    answered = _quantiles(sorted(r.took for r in replies if r.status == 200))
+    faulted = set() if mode == "up" else {VICTIM}
     server = _quantiles(sorted(r.server_s for r in replies if r.server_s >= 0))
     return Cell(
         rtt_ms=rtt,
@@ -211,8 +216,11 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
         p50_ms=1000 * statistics.median(took),
         p95_ms=1000 * q[94],
         p99_ms=1000 * q[98],
-        failed=sum(1 for r in replies if not r.ok),
+        failed=sum(1 for r in replies if not r.ok and r.status != 429),
         subset=sum(1 for r in replies if r.ok and r.used < PARTIES),
+        shed=sum(1 for r in replies if r.status == 429),
+        live_missing=sum(1 for r in replies if r.ok and set(r.missing) - faulted),
+        answered_p99_ms=1000 * answered[98] if answered else -1.0,
         server_p50_ms=1000 * server[49] if server else -1.0,
         server_p99_ms=1000 * server[98] if server else -1.0,
         **_fault_figures(replies, fault_at[0] if fault_at else None),
@@ -293,7 +301,7 @@ def _in_process_rows_per_s(fed) -> float:
 def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
     job, batch = record["job"], record["batch"]
     lines = [
-        "# Online serving: latency and throughput (issue 31)",
+        "# Online serving: latency and throughput",
         "",
         f"Command: `{record['command']}` (code at {record.get('commit', 'unknown')})",
         "",
@@ -312,19 +320,23 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
         f"{_processes(job.get('caller_processes', 1))}. p50/p95/p99: as the callers saw it; "
         "gateway p50/p99: the gateway's own time on a request, from its request line read to "
         "its reply written (its `Server-Timing` header). kill: party3 SIGKILLed a "
-        "third into the cell; stop: SIGSTOPped a third into the cell. failed: not 200 or no "
-        "prediction; subset: answered from fewer than 4 parties.",
+        "third into the cell; stop: SIGSTOPped a third into the cell. shed: 429 (admission "
+        "control); answered p99: of the 200s; failed: neither answered nor shed, or no "
+        "prediction; subset: answered from fewer than 4 parties; live missing: answers "
+        "missing a party that was alive (any but party3 in kill and stop).",
         "",
         "| RTT ms | callers | mode | requests | req/s | p50 ms | p95 ms | p99 ms | gateway p50 "
-        "| gateway p99 | failed | subset |",
-        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| gateway p99 | shed | answered p99 | failed | subset | live missing |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | ---: | ---: |",
     ]
     for c in record["cells"]:
         lines.append(
             f"| {c['rtt_ms']:g} | {c['callers']} | {c['mode']} | {c['requests']} | "
             f"{c['per_s']:.0f} | {c['p50_ms']:.1f} | {c['p95_ms']:.1f} | {c['p99_ms']:.1f} | "
             f"{_ms(c.get('server_p50_ms', -1))} | {_ms(c.get('server_p99_ms', -1))} | "
-            f"{c['failed']} | {c['subset']} |"
+            f"{c.get('shed', 0)} | {_ms(c.get('answered_p99_ms', -1))} | "
+            f"{c['failed']} | {c['subset']} | {c.get('live_missing', 0)} |"
         )
     lines += _steps_table(record["cells"])
     lines += [

@@ -4,8 +4,9 @@ applications; 64 threads of one Python process share one interpreter lock, which
 to the latency they measure). Standard library only, so a caller process starts quickly.
 
 Each reply is a `Reply`: seconds the caller waited, answered, parties used, the gateway's own
-seconds on it from its `Server-Timing` header (-1 without one), when it was sent, and the
-gateway's seconds in each step of it (the header's other metrics: read, own, parties, heads).
+seconds on it from its `Server-Timing` header (-1 without one), when it was sent, the
+gateway's seconds in each step of it (the header's other metrics: read, own, parties, heads),
+the HTTP status (429: shed by admission control) and the parties the answer names as missing.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class Reply(NamedTuple):
     server_s: float  # the gateway's own seconds on it, -1 without a Server-Timing header
     sent: float = 0.0  # time.monotonic() when sent
     steps: dict[str, float] = {}  # noqa: RUF012 (never mutated) the gateway's seconds per step
+    status: int = 200
+    missing: tuple[str, ...] = ()  # the parties the answer names as missing
 
 
 def post(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict, float]:
@@ -65,7 +68,8 @@ def load(
             answer = body.get("predictions", [{}])[0] if status == 200 else {}
             ok = status == 200 and "error" not in answer
             server_s = steps.pop("gateway", -1.0)
-            mine.append(Reply(took, ok, len(answer.get("parties", ())), server_s, sent, steps))
+            used, missing = len(answer.get("parties", ())), tuple(answer.get("missing", {}))
+            mine.append(Reply(took, ok, used, server_s, sent, steps, status, missing))
             i += callers
         conn.close()
         with lock:

@@ -30,7 +30,8 @@ from vfl_core.training.party import Party
 SECRET = "vfl-serving-secret"
 START_TIMEOUT_S = 90.0
 _GRPC_PORT = re.compile(r"listening on \S+ \(port (\d+)\)")
-_HTTP_PORT = re.compile(r"over HTTP on \S+ \(port (\d+)\)")
+_HTTP_PORT = re.compile(r"over HTTPS? on \S+ \(port (\d+)\)")
+_READY = re.compile(r"serves block (\d+) as")  # logged once loaded and warmed up
 
 
 def train_bundles(
@@ -60,7 +61,8 @@ def train_bundles(
     fed = Federation(InProcessTransport(parties), config, progress=False)
     fed.align()
     fed.train()
-    dirs = [write_bundle(p, out / p.party_id) for _, p in sorted(parties.items())]
+    choice = fed.serving_choice()  # the threshold and subsets chosen on validation
+    dirs = [write_bundle(p, out / p.party_id, choice=choice) for _, p in sorted(parties.items())]
     return dirs, fed, parties
 
 
@@ -112,10 +114,13 @@ class ServingCluster:
         id_column: str,
         peers: Sequence[str],
         extra: Sequence[str] = (),
+        wait_ready: bool = True,
     ) -> Proc:
+        """The gateway; returned once ready (warmed up), or with `wait_ready` False as soon
+        as its HTTP port is open."""
         args = self._args(name, bundle, table, id_column)
         args += [a for p in peers for a in ("--peer", p)] + ["--http", "127.0.0.1:0", *extra]
-        return self._spawn(name, args, http=True)
+        return self._spawn(name, args, http=True, wait_ready=wait_ready)
 
     def _args(
         self,
@@ -132,7 +137,9 @@ class ServingCluster:
             "--device", self.device, *self.security,
         ]  # fmt: skip
 
-    def _spawn(self, name: str, argv: list[str], http: bool = False) -> Proc:
+    def _spawn(
+        self, name: str, argv: list[str], http: bool = False, wait_ready: bool = True
+    ) -> Proc:
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = self.workdir / f"{name}.log"
         with log.open("wb") as out:
@@ -144,6 +151,8 @@ class ServingCluster:
         proc.port = self._wait_for(proc, _GRPC_PORT)
         if http:
             proc.http_port = self._wait_for(proc, _HTTP_PORT)
+        if wait_ready:
+            self._wait_for(proc, _READY)
         return proc
 
     def _wait_for(self, proc: Proc, pattern: re.Pattern[str]) -> int:

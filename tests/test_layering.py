@@ -28,8 +28,10 @@ for package in {packages!r}:
 """
 
 LAYERS = {
-    # the servers expose run_client / run_coordinator; their commands live in vfl_cli
-    "servers without the CLI": (["vfl_client", "vfl_coordinator"], ["vfl_cli", "typer", "click"]),
+    # the servers expose run_client / run_coordinator; their commands live in vfl_cli (click is
+    # not blocked here: uvicorn, the serving gateway's HTTP server, imports it for its own
+    # command line; typer, ours, is)
+    "servers without the CLI": (["vfl_client", "vfl_coordinator"], ["vfl_cli", "typer"]),
     # one implementation of the algorithm, transport-free
     "core without gRPC": (
         ["vfl_core"],

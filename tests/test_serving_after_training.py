@@ -28,15 +28,26 @@ def test_given_bundle_dir_when_training_ends_then_each_party_wrote_its_trained_b
     def extra(d: Path) -> list[str]:
         return ["--checkpoint-dir", str(ckpt), "--bundle-dir", str(bundles / d.name)]
 
+    # a validation split and the strict subset rule: the run chooses subsets on validation,
+    # and the coordinator tells them to the parties with the end of the run
+    choose = ["--early-stop-patience", "5", "--validation-fraction", "0.3"]
+    choose += ["--subset-choice", "best"]
     with Cluster(tmp_path / "cluster") as cluster:
-        coord, clients = cluster.federation(dirs, epochs=1, client_extra=extra)
+        coord, clients = cluster.federation(dirs, epochs=1, client_extra=extra, extra=choose)
         assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
         for client in clients:
             assert client.wait(30) == 0, cluster.describe()
+        results, results_file = coord.results(), coord.out / "results.json"
+    assert results is not None
+    chosen = {
+        tuple(c["observed"]): tuple(c["kept"]) for c in results["validation_choice"]["subsets"]
+    }
+    assert chosen, "the test needs a subset choice"
     for d in dirs:
         bundle = load_bundle(bundles / d.name)
         exported = tmp_path / "exported" / d.name
         args = ["export", "--checkpoint", str(ckpt / f"{d.name}.pt"), "--data", str(d)]
+        args += ["--choice", str(results_file)]  # the same decision as told at the end
         result = CliRunner().invoke(app, [*args, "--out", str(exported)])
         assert result.exit_code == 0, result.output
         again = load_bundle(exported)
@@ -44,3 +55,6 @@ def test_given_bundle_dir_when_training_ends_then_each_party_wrote_its_trained_b
         x = load_party_dir(d).splits["test"].features[:16]
         np.testing.assert_array_equal(bundle.embed(x), again.embed(x))
         assert bundle.meta.has_head == load_party_dir(d).meta.has_labels  # digits: every party
+        rules = {r.observed: r.kept for r in bundle.meta.subsets}
+        assert rules == {o: k for o, k in chosen.items() if o != k}  # told with the end
+        assert bundle.meta.threshold is None  # ten classes: the argmax

@@ -80,7 +80,7 @@ class _Answers(serving_pb2_grpc.ServingServicer):
 def serving_port() -> Iterator[int]:
     policy = ServingPolicy.of("party1", has_head=False, embed_for=None)
     servicer: Any = _Answers()  # a stand-in for ServingServicer: no bundle needed here
-    server, port = _start_server(servicer, "127.0.0.1:0", Security(None), policy)
+    server, port, _ = _start_server(servicer, "127.0.0.1:0", Security(None), policy)
     try:
         yield port
     finally:

@@ -154,6 +154,12 @@ def test_given_a_table_when_rows_are_appended_then_refresh_serves_them(tmp_path:
     assert table.lookup(key)[0].tolist() == [True]
     with pytest.raises(DataError, match="unknown feature columns"):
         inline_features(fitted, {"b": 1})
+    # NaN as "" and inf are: refused naming the column; a column not given: named as missing
+    for bad in (float("nan"), "NaN", float("inf"), "-inf"):
+        with pytest.raises(DataError, match=r"column 'a': .* is not a finite number"):
+            inline_features(fitted, {"a": bad, "c": "x"})
+    with pytest.raises(DataError, match=r"columns \['a'\] are missing"):
+        inline_features(fitted, {"c": "x"})
 
 
 def test_given_an_end_checkpoint_when_exported_then_the_same_bundle_as_after_training(

@@ -1,7 +1,7 @@
 """The gateway's own work micro-batched across concurrent requests (issue 31): the combiner runs
 one call for every request queued meanwhile and hands each its own result; the gateway's
 answers from one combined head call equal the answers one request at a time; a request whose
-deadline was spent queued is answered at once from the gateway's own block; requests already
+deadline was spent queued is shed without asking any party; requests already
 waiting for a party stop waiting when it is found lagging."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 import pytest
-from test_serving_bundle import SECRET
 from test_serving_gateway import (  # noqa: F401
     SilentPeer,
     gateway,
@@ -20,11 +19,10 @@ from test_serving_gateway import (  # noqa: F401
     wait_for,
 )
 
+from vfl_core.serving.admission import SPENT, Overloaded
 from vfl_core.serving.combine import Combiner
-from vfl_core.serving.gateway import QUEUED_OUT
 from vfl_core.serving.lag import LAGGING_AFTER
-from vfl_core.serving.peers import TIMED_OUT
-from vfl_core.training.alignment import hash_ids
+from vfl_core.serving.peers import LAGGING, TIMED_OUT
 
 
 def run_concurrently(run, items: list, release: threading.Event, leading, queued) -> list:
@@ -108,7 +106,7 @@ def test_given_concurrent_requests_when_the_head_runs_once_then_answers_as_one_b
                 np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-6)
 
 
-def test_given_a_request_whose_deadline_was_spent_queued_then_answered_from_the_own_block(
+def test_given_a_request_whose_deadline_was_spent_queued_then_shed_without_asking(
     served,  # noqa: F811
 ) -> None:
     _, _, bundles, tables = served
@@ -124,18 +122,11 @@ def test_given_a_request_whose_deadline_was_spent_queued_then_answered_from_the_
 
     peers = [Counting(local_peer(f"party{b}", bundles[b], tables[b])) for b in (1, 2)]
     gw = gateway(served, peers, deadline_s=0.1)
-    candidates = [f"C{i:05d}" for i in range(1, 40)]
-    held = tables[0].lookup(hash_ids(candidates, SECRET))[0]
-    ids = [candidates[i] for i in np.flatnonzero(held)[:2]]  # the gateway holds them
+    ids = ["C00001", "C00002"]
     start = time.monotonic()
-    answers = gw.predict(ids, arrived=start - 0.2)  # queued twice its deadline
-    assert time.monotonic() - start < 0.1 and asked == []
-    _, x = tables[0].lookup(hash_ids(ids, SECRET))
-    own = bundles[0].predict({0: bundles[0].embed(x)})
-    for a in answers:
-        assert a.missing == {"party1": QUEUED_OUT, "party2": QUEUED_OUT}
-        assert a.used == ("party0",)
-    np.testing.assert_allclose([a.probabilities for a in answers], own, atol=1e-6)
+    with pytest.raises(Overloaded) as err:
+        gw.predict(ids, arrived=start - 0.2)  # queued twice its deadline
+    assert err.value.reason == SPENT and time.monotonic() - start < 0.1 and asked == []
     gw.predict(ids, arrived=time.monotonic())  # in time: every party asked
     assert sorted(asked) == [1, 2]
 
@@ -156,6 +147,6 @@ def test_given_a_request_waiting_for_a_party_found_lagging_then_it_stops_waiting
         assert gw.predict(ids, deadline_s=0.05)[0].missing["party1"] == TIMED_OUT
     waiting.join(timeout=10)
     assert time.monotonic() - start < 2.5  # released when the party was found lagging
-    assert out[0][0].missing["party1"] == TIMED_OUT
-    assert gw.predict(ids)[0].missing["party1"] == TIMED_OUT  # and not waited for since
+    assert out[0][0].missing["party1"] == LAGGING
+    assert gw.predict(ids)[0].missing["party1"] == LAGGING  # and not waited for since
     assert time.monotonic() - start < 2.5

@@ -6,22 +6,36 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 import urllib.error
 import urllib.request
 
 import pytest
 from test_serving_gateway import gateway, served  # noqa: F401 (the fixture)
 
-from vfl_client.serving_http import HttpEndpoint, refusals
+from vfl_client.serving_app import ServingApp, refusals
+from vfl_client.serving_auth import Authorizer
+from vfl_client.serving_health import READY, Readiness
+from vfl_client.serving_http import HttpEndpoint
+from vfl_client.serving_metrics import ServingMetrics
 from vfl_wire.log_budget import LineBudget
 
 _METRIC = re.compile(r"(\w+);dur=([0-9.]+)")
 
 
+def endpoint_of(gw) -> HttpEndpoint:
+    """The gateway's HTTP endpoint, ready, open to anyone (loopback)."""
+    readiness = Readiness("party0")
+    readiness.gateway = gw
+    readiness.set(READY)
+    app = ServingApp(readiness, ServingMetrics(gw.peer_health), Authorizer("none"))
+    return HttpEndpoint("127.0.0.1:0", app)
+
+
 def test_given_a_prediction_when_answered_then_server_timing_names_each_step(served) -> None:  # noqa: F811
     _, parties, _, _ = served
     some_id = parties[0].split("test").ids[0]
-    endpoint = HttpEndpoint("127.0.0.1:0", gateway(served)).start()
+    endpoint = endpoint_of(gateway(served)).start()
     try:
         url = f"http://127.0.0.1:{endpoint.port}/predict?id={some_id}"
         with urllib.request.urlopen(url, timeout=30) as reply:
@@ -38,10 +52,10 @@ def test_given_a_prediction_when_answered_then_server_timing_names_each_step(ser
 
 def test_given_refused_requests_when_answered_then_one_budgeted_line_each(served, caplog) -> None:  # noqa: F811
     """Stop 41: a 4xx was answered but never logged (gRPC refusals are, one line each)."""
-    endpoint = HttpEndpoint("127.0.0.1:0", gateway(served)).start()
+    endpoint = endpoint_of(gateway(served)).start()
     bodies = [b'{"ids": [1]}', b"{not json", b'{"ids": ["a"], "deadline_ms": -5}']
     try:
-        with caplog.at_level(logging.WARNING, logger="vfl_client.serving_http.refused"):
+        with caplog.at_level(logging.WARNING, logger="vfl_client.serving_app.refused"):
             for body in bodies:
                 request = urllib.request.Request(f"http://127.0.0.1:{endpoint.port}/predict", body)
                 with pytest.raises(urllib.error.HTTPError) as err:
@@ -55,3 +69,13 @@ def test_given_refused_requests_when_answered_then_one_budgeted_line_each(served
     assert "ids" in lines[0] and "not JSON" in lines[1] and "deadline" in lines[2]
     assert all("Traceback" not in line for line in lines)
     assert any(isinstance(f, LineBudget) for f in refusals.filters)  # a flood writes a few
+
+
+def test_given_the_endpoint_then_its_socket_is_tcp_so_asyncio_turns_nagle_off(served) -> None:  # noqa: F811
+    """asyncio sets TCP_NODELAY on accepted sockets only where the listening socket's proto
+    says TCP; with Nagle on, a reply's body waited 40 ms for the caller's delayed ACK."""
+    endpoint = endpoint_of(gateway(served))
+    try:
+        assert endpoint._sock.proto == socket.IPPROTO_TCP
+    finally:
+        endpoint._sock.close()

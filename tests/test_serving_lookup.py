@@ -140,7 +140,9 @@ def test_given_a_gateway_whose_own_lookup_fails_then_the_others_still_answer(tel
         calls.append(len(keys))
         return PeerAnswer(np.zeros(len(keys), bool), np.zeros((0, bank.meta.embed_dim)))
 
-    (got,) = Gateway(bank, own, [LocalPeer("party1", 1, answer)], SECRET).predict(["C00001"])
+    (got,) = Gateway(bank, own, [LocalPeer("party1", 1, answer)], SECRET, deadline_s=5.0).predict(
+        ["C00001"]
+    )
     assert calls == [1] and got.missing["party1"] == "does not hold the ID"
     assert got.missing["party0"].startswith("refused: --lookup store:rows raised OSError")
 
@@ -192,7 +194,7 @@ def test_given_a_party_serving_through_its_function_then_as_from_its_table(
         return LocalPeer(f"party{b}", b, answer)
 
     expected = Gateway(
-        local[0], feature_tables[0], [peer(1), peer(2)], CLUSTER_SECRET.encode()
+        local[0], feature_tables[0], [peer(1), peer(2)], CLUSTER_SECRET.encode(), deadline_s=5.0
     ).predict(ids)
     assert any("party2" in a["parties"] for a in served)
     for got, want in zip(served, expected, strict=True):
@@ -231,7 +233,7 @@ def test_given_no_party_answers_and_the_own_lookup_fails_then_each_id_an_error(t
         raise PeerFailure(DOWN)
 
     own = LookupFeatures(_store_down, bank.preprocessing, "store:rows")
-    gw = Gateway(bank, own, [LocalPeer("party1", 1, down)], SECRET)
+    gw = Gateway(bank, own, [LocalPeer("party1", 1, down)], SECRET, deadline_s=5.0)
     answers = gw.predict(["C00001", "C00002"])
     assert [a.error is not None and a.used == () for a in answers] == [True, True]
     assert all(a.missing["party1"] == DOWN for a in answers)

@@ -84,7 +84,7 @@ def test_given_predictions_when_sent_then_they_arrive_unchanged() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--data", "x.csv", "--peer", "1=h:1"], "--peer and --http are for serving mode"),
+        (["--data", "x.csv", "--peer", "1=h:1"], "--peer and --http* are for serving mode"),
         (["--serve-bundle", "b", "--config", "c.yaml"], "--config is for training"),
         (["--serve-bundle", "nowhere", "--insecure"], "not a serving bundle"),
         (["--serve-bundle", "nowhere", "--insecure", "--embed-for", "p1"], "not a serving bundle"),

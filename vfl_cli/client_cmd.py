@@ -156,6 +156,28 @@ def client(
         str | None,
         Opt(help="serving mode, gateway: JSON over HTTP on host:port (curl)", show_default="off"),
     ] = None,
+    http_auth: Annotated[
+        str,
+        Opt(
+            help="serving mode, gateway: who may ask --http for predictions: mtls (a "
+            "certificate of --http-client), token (Authorization: Bearer), none, or auto: none "
+            "on a loopback address, else mtls (docs/serving.md)",
+        ),
+    ] = "auto",
+    http_token_file: Annotated[
+        Path | None,
+        Opt(
+            help="serving mode, --http-auth token: the accepted bearer tokens, one a line",
+            show_default="<tls-dir>/operator/token",
+        ),
+    ] = None,
+    http_client: Annotated[
+        list[str] | None,
+        Opt(
+            help="serving mode, --http-auth mtls: a certificate name allowed to ask (repeat)",
+            show_default="operator",
+        ),
+    ] = None,
     deadline_ms: Annotated[
         float,
         Opt(
@@ -186,6 +208,9 @@ def client(
                 "party_id": party_id,
                 "listen": "127.0.0.1:0" if listen == "auto" else listen,
                 "http": http,
+                "http_auth": http_auth,
+                "http_token_file": http_token_file,
+                "http_clients": tuple(http_client or ("operator",)),
                 "peers": tuple(peer or ()),
                 "embed_for": None if embed_for is None else tuple(embed_for),
                 "deadline_ms": deadline_ms,
@@ -200,8 +225,8 @@ def client(
         )
         typer.echo(f"client stopped: {reason}", err=True)
         return
-    if peer or http:
-        raise ConfigError("--peer and --http are for serving mode: give --serve-bundle")
+    if peer or http or http_token_file or http_client or http_auth != "auto":
+        raise ConfigError("--peer and --http* are for serving mode: give --serve-bundle")
     if embed_for:
         raise ConfigError("--embed-for is for serving mode: give --serve-bundle")
     if lookup:

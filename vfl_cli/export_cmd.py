@@ -29,13 +29,24 @@ def export(
     clients: tables.Clients = None,
     threshold: Annotated[
         float | None,
-        Opt(help="binary: predict class 1 from this probability", show_default="argmax"),
+        Opt(
+            help="binary: predict class 1 from this probability (overrides --choice's)",
+            show_default="argmax",
+        ),
+    ] = None,
+    choice: Annotated[
+        Path | None,
+        Opt(
+            help="the run's results.json: its validation choice (threshold, subsets) goes in "
+            "a label party's bundle, so serving decides as `vfl predict` does",
+            show_default="every party, the argmax",
+        ),
     ] = None,
 ) -> None:
     """Write a party's serving bundle (its models, preprocessing and metadata) from its
     checkpoint and data."""
     from vfl_core.data.table_files import is_table_file
-    from vfl_core.serving.export import export_bundle
+    from vfl_core.serving.export import export_bundle, read_choice
 
     table = None
     if is_table_file(data):
@@ -48,5 +59,6 @@ def export(
             block=block,
             clients=clients,
         )
-    path = export_bundle(checkpoint, data, out, table, threshold)
+    decided = read_choice(choice) if choice is not None else None
+    path = export_bundle(checkpoint, data, out, table, threshold, decided)
     typer.echo(f"serving bundle written to {path}")

@@ -22,7 +22,7 @@ from vfl_core.data.party_dir import PREPROCESS_FILE, PartyData, load_party_dir
 from vfl_core.data.tabular import TableSource, load_table_party_kept
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.persistence.checkpoint import party_checkpoint_path, save_party_checkpoint
-from vfl_core.protocol import RUN_FINISHED
+from vfl_core.protocol import RUN_FINISHED, ServingChoice
 from vfl_core.training import psi_workers
 from vfl_core.training.alignment import DEMO_SECRET, UNMATCHED
 from vfl_core.training.party import Party, party_info
@@ -126,7 +126,8 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
         if config.checkpoint_dir is not None and servicer.party is not None:
             save_end_checkpoint(config.checkpoint_dir, servicer.party, run_id, reason)
         if config.bundle_dir is not None and servicer.party is not None:
-            write_bundle_if_finished(servicer.party, config.bundle_dir, reason)
+            choice = servicer.serving_choice
+            write_bundle_if_finished(servicer.party, config.bundle_dir, reason, choice)
 
 
 def _first_ids(data: PartyData, count: int = 3) -> str:
@@ -137,7 +138,9 @@ def _first_ids(data: PartyData, count: int = 3) -> str:
     return ", ".join(map(repr, ids)) or "(none)"
 
 
-def write_bundle_if_finished(party: Party, directory: Path, reason: str) -> None:
+def write_bundle_if_finished(
+    party: Party, directory: Path, reason: str, choice: ServingChoice | None = None
+) -> None:
     """The serving bundle, once the coordinator said the run finished: a party stopped before
     (a signal, a lost coordinator, a failed run) holds weights of part of the training, which
     served beside the others' trained ones would answer silently wrong (a bundle from an
@@ -153,7 +156,7 @@ def write_bundle_if_finished(party: Party, directory: Path, reason: str) -> None
         return
     from vfl_core.serving.bundle import write_bundle  # torch.jit: only when asked
 
-    write_bundle(party, directory)
+    write_bundle(party, directory, choice=choice)
 
 
 def listen_address(listen: str, coordinator: str) -> str:

@@ -27,6 +27,7 @@ from vfl_client.data_plane import PeerLinks
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.methods.registry import step_spec
 from vfl_core.methods.steps import decode_call, encode_result
+from vfl_core.protocol import ServingChoice
 from vfl_core.training.direct_party import run_round
 from vfl_core.training.party import Party
 from vfl_wire import convert, convert_direct, records, relay_messages
@@ -61,6 +62,7 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         self.party_id = party_id
         self.shutdown = threading.Event()
         self.shutdown_reason = ""
+        self.serving_choice: ServingChoice | None = None  # told with a finished run's Shutdown
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._worker = ThreadPoolExecutor(
@@ -240,6 +242,8 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
     def Shutdown(self, request, context):
         def run(p: Party) -> vfl_pb2.Ack:
             log.info("coordinator asked to shut down: %s", request.reason)
+            if request.HasField("choice"):  # a finished run: for the serving bundle
+                self.serving_choice = convert.serving_choice_from_proto(request.choice)
             self.shutdown_reason = request.reason
             self.shutdown.set()
             return vfl_pb2.Ack()

@@ -1,228 +1,255 @@
-"""JSON over HTTP for the gateway's predictions, so that `curl` works:
+"""The gateway's HTTP endpoint: the ASGI app of vfl_client.serving_app served by uvicorn with
+h11, on one thread of its own (an asyncio event loop: an open connection costs no thread).
 
     curl -s localhost:8080/predict -d '{"ids": ["C00017"], "deadline_ms": 100}'
 
-POST /predict with {"ids": [...], "deadline_ms": optional, "features": optional {id: {column:
-cell}}} answers 200 {"predictions": [...]} (vfl_core.serving.gateway.OnlinePrediction.to_json);
-GET /predict?id=X&deadline_ms=Y the same for one ID; GET /health 200 "ok". A malformed request
-is a 400 with {"error": "..."} naming what is wrong; a body over MAX_BODY_BYTES a 413. The
-deadline counts from when the request line was read (vfl_core.serving.gateway: a request whose
-deadline was spent queued is answered at once from the gateway's own block). Every reply says
-the gateway's own time on the request, from its request line read to its reply written, in a
-`Server-Timing: gateway;dur=MS` header (the benchmark sets it beside the caller's time).
+Why uvicorn and h11 rather than a hand-written `http.server`: h11 parses HTTP/1.1 strictly and
+refuses what request smuggling needs (a request with both Content-Length and
+Transfer-Encoding, two Content-Lengths, malformed chunks: a 400 and the connection closed), and
+the connection handling is maintained elsewhere. What uvicorn leaves to its user is added here
+(`_Protocol`, `ConnectionGuard`):
 
-Plain HTTP: bind it to the loopback interface (the default) for an application on the same
-host, or put a TLS proxy in front; the parties' links are gRPC with mutual TLS.
+- a request head (its line and headers) must be complete within HEAD_TIMEOUT_S of the
+  connection opening or of its previous reply (uvicorn's keep-alive timer restarts on every
+  byte, so one header a second held a connection forever); the connection is closed otherwise;
+- at most MAX_PER_CLIENT connections per client address and MAX_CONNECTIONS in all: beyond,
+  the longest-idle connection (no request in flight) of that client, or of all, is closed, so
+  that idle or slow callers cannot lock a new caller out (with a thread per connection, 512
+  idle connections once did, for 29 s);
+- with TLS, the name of the certificate a caller presented, for vfl_client.serving_auth.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
-import sys
+import resource
+import socket
+import ssl
 import threading
 import time
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from vfl_client.serving_app import ServingApp
 from vfl_core.errors import DataError
-from vfl_core.serving.gateway import Gateway
 from vfl_wire.log_budget import budget
 
 log = logging.getLogger(__name__)
-# one line per refused request, as the gRPC servers write (callers cause them: budgeted)
-refusals = budget(logging.getLogger(f"{__name__}.refused"))
-REFUSAL_CHARS = 200  # of the error quoted in the line (a 404 quotes the caller's path)
 
-MAX_BODY_BYTES = 1 << 20
-DRAIN_BYTES = 16 << 20  # an oversize body up to this is read and dropped (above: closed)
-# A caller's connection costs a thread while open: one silent this long is closed, and above
-# MAX_CONNECTIONS open at once a new one is closed at once (slow or idle callers cannot take
-# every thread and the memory they hold).
-IDLE_TIMEOUT_S = 30.0
-MAX_CONNECTIONS = 512
+HEAD_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 4096
+MAX_PER_CLIENT = 256
+MAX_HEAD_BYTES = 16 * 1024  # a request line and headers larger than this: 400
+BACKLOG = 1024
+START_TIMEOUT_S = 30.0
+BAD_REQUEST = "malformed HTTP request (or ambiguous body framing)"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: one connection (and thread) per caller
-    # headers and body leave in two writes: with Nagle's algorithm the body waits for the
-    # caller's delayed ACK of the headers (40 ms on Linux)
-    disable_nagle_algorithm = True
-    timeout = IDLE_TIMEOUT_S  # on the socket: a read that waits longer ends the connection
-    server: _Server
-    arrived = 0.0  # time.monotonic() when the request line was read
-    phases: dict[str, float] | None = None  # seconds per step of the last request (Server-Timing)
+class ConnectionGuard:
+    """The open connections of one endpoint, by client address and by idleness (used on the
+    event loop's thread only)."""
 
-    def parse_request(self) -> bool:
-        self.arrived = time.monotonic()
-        self.phases = None
-        return super().parse_request()
+    def __init__(self, max_total: int = MAX_CONNECTIONS, per_client: int = MAX_PER_CLIENT) -> None:
+        self.max_total = max_total
+        self.per_client = per_client
+        self.evicted = 0  # connections closed to make room
+        self._idle: dict[_Protocol, float] = {}  # in the order they became idle
+        self._clients: dict[str, set[_Protocol]] = defaultdict(set)
+        self._open = 0
+        self.names: dict[tuple[str, int], str | None] = {}  # (host, port) -> certificate name
 
-    def do_GET(self) -> None:
-        url = urlsplit(self.path)
-        if url.path == "/health":
-            return self._reply(HTTPStatus.OK, {"status": "ok"})
-        if url.path != "/predict":
-            return self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {url.path!r}"})
-        query = parse_qs(url.query)
-        request: dict[str, Any] = {"ids": query.get("id", [])}
-        if "deadline_ms" in query:
-            request["deadline_ms"] = query["deadline_ms"][0]
-        self._predict(request)
+    def opened(self, conn: _Protocol) -> None:
+        self._open += 1
+        self._clients[conn.host].add(conn)
+        self._idle[conn] = time.monotonic()
+        if len(self._clients[conn.host]) > self.per_client:
+            self._evict(conn, lambda c: c.host == conn.host)
+        if self._open > self.max_total:
+            self._evict(conn, lambda c: True)
 
-    def do_POST(self) -> None:
-        if urlsplit(self.path).path != "/predict":
-            return self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {self.path!r}"})
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if length < 0:  # read(-1) would read until the caller closes, holding all it sends
-            self.close_connection = True
-            error = "Content-Length: give the body's size in bytes"
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": error})
-        if length > MAX_BODY_BYTES:
-            self.close_connection = True
-            if length <= DRAIN_BYTES:  # read, so the caller sees the 413 and not a reset
-                self._discard(length)
-            error = f"request body of {length} bytes; at most {MAX_BODY_BYTES}"
-            return self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": error})
-        try:
-            request = json.loads(self.rfile.read(length) or b"null")
-        except (ValueError, RecursionError) as err:  # JSON, UTF-8, or nesting too deep
-            error = f"body is not JSON: {str(err)[:200]}"
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": error})
-        if not isinstance(request, dict):
-            error = 'body: give a JSON object {"ids": [...]}'
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": error})
-        self._predict(request)
+    def busy(self, conn: _Protocol) -> None:
+        self._idle.pop(conn, None)
 
-    def _discard(self, length: int) -> None:
-        while length > 0:
-            chunk = self.rfile.read(min(length, 1 << 16))
-            if not chunk:
-                return
-            length -= len(chunk)
+    def idle(self, conn: _Protocol) -> None:
+        self._idle.pop(conn, None)
+        self._idle[conn] = time.monotonic()
 
-    def _predict(self, request: dict[str, Any]) -> None:
-        try:
-            ids, deadline, features = _parse(request)
-            self.phases = {"read": time.monotonic() - self.arrived}
-            answers = self.server.gateway.predict(
-                ids, deadline, features, self.arrived, self.phases
-            )
-        except DataError as err:
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(err)})
-        except Exception:
-            log.exception("HTTP predict failed")
-            error = "internal error (see the server's log)"
-            return self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": error})
-        self._reply(HTTPStatus.OK, {"predictions": [a.to_json() for a in answers]})
+    def closed(self, conn: _Protocol) -> None:
+        if conn in self._clients.get(conn.host, ()):
+            self._open -= 1
+            self._clients[conn.host].discard(conn)
+            if not self._clients[conn.host]:
+                del self._clients[conn.host]
+        self._idle.pop(conn, None)
+        self.names.pop(conn.address, None)
 
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """What http.server itself refuses (a line that is not HTTP, headers too long): JSON
-        like every other error, and the connection closed."""
-        status = HTTPStatus(code)
-        self.close_connection = True
-        self._reply(status, {"error": f"{code} {message or status.phrase}"[:300]})
-
-    def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
-        if 400 <= status < 500:  # a 500 logged its traceback already
-            error = str(body.get("error", ""))
-            quoted = error if len(error) <= REFUSAL_CHARS else f"{error[:REFUSAL_CHARS]}..."
-            refusals.warning("HTTP request refused (%d): %s", status.value, quoted)
-        data = json.dumps(body).encode() + b"\n"
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if self.arrived:
-            self.send_header("Server-Timing", self._server_timing())
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _server_timing(self) -> str:
-        """gateway: the whole request so far; then each step of a prediction (read: its
-        headers, body and JSON; own, parties, heads: vfl_core.serving.gateway's steps)."""
-        took = {"gateway": time.monotonic() - self.arrived} | (self.phases or {})
-        return ", ".join(f"{name};dur={1000 * s:.3f}" for name, s in took.items())
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if log.isEnabledFor(logging.DEBUG):  # formatted only when it is written: every request
-            log.debug("http %s", format % args)
+    def _evict(self, new: _Protocol, which: Any) -> None:
+        victim = next((c for c in self._idle if c is not new and which(c)), None)
+        if victim is None:  # every other one has a request in flight: refuse the new one
+            victim = new
+        self.evicted += 1
+        log.debug("HTTP: closing an idle connection of %s to make room", victim.host)
+        self.closed(victim)
+        victim.transport.close()
 
 
-def _parse(request: dict[str, Any]) -> tuple[Any, float | None, Any]:
-    unknown = sorted(set(request) - {"ids", "deadline_ms", "features"})
-    if unknown:
-        raise DataError(f"unknown request fields {unknown}: give ids, deadline_ms, features")
-    deadline = request.get("deadline_ms")
-    if deadline is not None:
-        try:
-            deadline = float(deadline) / 1000
-        except (TypeError, ValueError):
-            raise DataError(f"deadline_ms: {deadline!r} is not a number") from None
-    features = request.get("features")
-    if features is not None and not (
-        isinstance(features, dict) and all(isinstance(v, dict) for v in features.values())
-    ):
-        raise DataError("features: give {id: {column: cell}}")
-    return request.get("ids"), deadline, features
+class _Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a request-head timeout and the connection guard."""
 
+    guard: ConnectionGuard  # set on the subclass made for each endpoint
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # socketserver's default backlog of 5 drops the SYNs of callers connecting at once: each
-    # dropped one waits a second for its retransmission
-    request_queue_size = 256
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.host, self.address = str(peer[0]), (str(peer[0]), int(peer[1]))
+        self.guard.names[self.address] = _certificate_name(transport.get_extra_info("peercert"))
+        self._cycle_seen: Any = None
+        self._head_timer: asyncio.TimerHandle | None = None
+        self.guard.opened(self)
+        self._arm()
 
-    def __init__(self, address: tuple[str, int], gateway: Gateway) -> None:
-        super().__init__(address, _Handler)
-        self.gateway = gateway
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self.guard.closed(self)
+        super().connection_lost(exc)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            log.warning("HTTP: %d connections open; closing a new one", MAX_CONNECTIONS)
-            self.shutdown_request(request)
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._check_started()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # may start a pipelined request
+        if self._check_started():
             return
-        super().process_request(request, client_address)
+        self.guard.idle(self)
+        self._arm()
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+    def send_400_response(self, msg: str) -> None:
+        """What h11 refuses (not HTTP, a bad or repeated Content-Length, bad chunks, a head
+        over MAX_HEAD_BYTES): a JSON 400 like every other error, and the connection closed."""
+        body = json.dumps({"error": f"400 {BAD_REQUEST}; connection closed"}).encode() + b"\n"
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        for event in (
+            h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+            h11.Data(data=body),
+            h11.EndOfMessage(),
+        ):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A connection that failed (reset, timed out, garbage): one line, no traceback."""
-        err = sys.exc_info()[1]
-        log.debug("HTTP connection from %s ended: %r", client_address, err)
+    def _check_started(self) -> bool:
+        """A request head was parsed since the last check: stop the head timer."""
+        cycle = self.cycle
+        if cycle is not None and cycle is not self._cycle_seen and not cycle.response_complete:
+            self._cycle_seen = cycle
+            self._disarm()
+            self.guard.busy(self)
+            return True
+        return False
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timeout)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timeout(self) -> None:
+        self._head_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a request is being answered
+        log.debug("HTTP: no request head from %s in %.0fs: closed", self.host, HEAD_TIMEOUT_S)
+        self.transport.close()
+
+
+def _certificate_name(cert: dict | None) -> str | None:
+    """The commonName of a peer certificate (ssl's getpeercert() form), or None."""
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
 
 
 class HttpEndpoint:
-    """The HTTP endpoint on `host:port` (port 0: a free one), served on one thread."""
+    """`app` on `listen` (host:port; port 0: a free one), served on one thread. `tls`: (cert,
+    key, ca) PEM files for HTTPS asking callers for a certificate of that CA."""
 
-    def __init__(self, listen: str, gateway: Gateway) -> None:
+    def __init__(
+        self,
+        listen: str,
+        app: ServingApp,
+        tls: tuple[Path, Path, Path] | None = None,
+        guard: ConnectionGuard | None = None,
+    ) -> None:
         host, _, port = listen.rpartition(":")
+        self.host = host.strip("[]") or "127.0.0.1"
+        self.app = app
+        self.guard = guard or ConnectionGuard()
+        _raise_file_limit()
         try:
-            self.server = _Server((host.strip("[]") or "127.0.0.1", int(port)), gateway)
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            # IPPROTO_TCP named: asyncio turns Nagle's algorithm off only on sockets whose
+            # proto says TCP, and a reply's head and body leave in two writes (with Nagle, the
+            # body waited 40 ms for the caller's delayed ACK of the head)
+            self._sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind((self.host, int(port)))
         except (OSError, ValueError) as err:
             raise DataError(f"--http {listen}: cannot listen ({err})") from None
-        self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="vfl-http")
+        self.port = self._sock.getsockname()[1]
+        protocol = type("Protocol", (_Protocol,), {"guard": self.guard})
+        tls_options: dict[str, Any] = {}
+        if tls is not None:
+            cert, key, ca = tls
+            tls_options = {"ssl_certfile": str(cert), "ssl_keyfile": str(key),
+                           "ssl_ca_certs": str(ca), "ssl_cert_reqs": ssl.CERT_OPTIONAL}  # fmt: skip
+        config = uvicorn.Config(
+            app, http=protocol, lifespan="off", access_log=False, log_config=None,
+            server_header=False, date_header=False, timeout_keep_alive=int(HEAD_TIMEOUT_S),
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES, backlog=BACKLOG, **tls_options,
+        )  # fmt: skip
+        budget(logging.getLogger("uvicorn.error"))  # a flood of bad requests: a few lines
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._run, name="vfl-http", daemon=True)
+
+    def _run(self) -> None:
+        self.server.run(sockets=[self._sock])
 
     def start(self) -> HttpEndpoint:
         self._thread.start()
-        log.info(
-            "serving predictions over HTTP on %s (port %d)",
-            self.server.server_address[0],
-            self.port,
-        )
+        end = time.monotonic() + START_TIMEOUT_S
+        while not self.server.started and self._thread.is_alive() and time.monotonic() < end:
+            time.sleep(0.01)
+        if not self.server.started:
+            raise DataError(f"--http {self.host}:{self.port}: the server did not start")
+        scheme = "HTTPS" if self.server.config.ssl is not None else "HTTP"
+        log.info("serving predictions over %s on %s (port %d)", scheme, self.host, self.port)
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.should_exit = True
         self._thread.join(timeout=5.0)
+        self.app.close()
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+def _raise_file_limit() -> None:
+    """Open connections are file descriptors: the soft limit up to MAX_CONNECTIONS and some."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = MAX_CONNECTIONS + 1024
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))

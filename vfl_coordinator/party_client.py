@@ -22,6 +22,7 @@ from vfl_core.protocol import (
     RoundResult,
     ScoreCall,
     ScoreResult,
+    ServingChoice,
     TrainCall,
     TrainResult,
 )
@@ -185,8 +186,12 @@ class PartyClient:
         future = self._stub.Score.future(request, timeout=timeout)
         return Pending(future, convert.score_reply_from_proto)
 
-    def shutdown(self, reason: str, timeout: float) -> Pending[None]:
+    def shutdown(
+        self, reason: str, timeout: float, choice: ServingChoice | None = None
+    ) -> Pending[None]:
         req = vfl_pb2.ShutdownRequest(header=self._header, reason=reason)
+        if choice is not None:
+            req.choice.CopyFrom(convert.serving_choice_to_proto(choice))
         return Pending(self._stub.Shutdown.future(req, timeout=timeout), _nothing)
 
     # PSI alignment (vfl_core.training.psi)

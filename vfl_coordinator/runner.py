@@ -120,6 +120,8 @@ def run_coordinator(
             ending = str(err)
             raise
         ending = RUN_FINISHED
+        if state.federation is not None:  # told with RUN_FINISHED, for the serving bundles
+            transport.serving_choice = state.federation.serving_choice()
         if config.serve:
             assert state.federation is not None
             state.record = ServingRecord(Path(config.out), results, state.federation)

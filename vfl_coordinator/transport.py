@@ -21,6 +21,7 @@ from vfl_coordinator.registry import Registry
 from vfl_core.errors import VflError
 from vfl_core.methods.registry import step_spec
 from vfl_core.protocol import (
+    RUN_FINISHED,
     BackwardCall,
     EmbedCall,
     FuseCall,
@@ -32,6 +33,7 @@ from vfl_core.protocol import (
     RoundResult,
     ScoreCall,
     ScoreResult,
+    ServingChoice,
     TrainCall,
     TrainResult,
 )
@@ -70,6 +72,8 @@ class GrpcTransport:
         self._interceptors = tuple(interceptors)
         self.run_id = run_id
         self.deadlines = deadlines
+        # told to the parties with RUN_FINISHED (set by the runner once training chose it)
+        self.serving_choice: ServingChoice | None = None
         self._credentials = credentials
         self._clients: dict[int, tuple[int, PartyClient]] = {}
         # registry generation of each block when last reported by rejoined()
@@ -222,8 +226,14 @@ class GrpcTransport:
         return self._fan_out(calls, lambda c, call: c.step(method, step, call, t), t, step)
 
     def shutdown(self, blocks: Iterable[int], reason: str) -> set[int]:
-        """Tell `blocks` the run ended; returns those that heard it."""
-        return set(self._call("Shutdown", dict.fromkeys(blocks, reason), PartyClient.shutdown))
+        """Tell `blocks` the run ended; returns those that heard it. A finished run's
+        `serving_choice` (when set) goes with it, for the label parties' serving bundles."""
+        choice = self.serving_choice if reason == RUN_FINISHED else None
+
+        def tell(client: PartyClient, why: str, timeout: float) -> Pending[None]:
+            return client.shutdown(why, timeout, choice)
+
+        return set(self._call("Shutdown", dict.fromkeys(blocks, reason), tell))
 
     # ------------------------------------------------------------------ fan-out
     def _call(

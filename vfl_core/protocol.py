@@ -25,6 +25,17 @@ RUN_FINISHED = "run finished"
 
 
 @dataclass(frozen=True)
+class ServingChoice:
+    """How the federation decides, for a label party's serving bundle (told with RUN_FINISHED):
+    a binary task's decision threshold (None: the argmax) and the subset of parties each observed
+    set is predicted from (vfl_core.inference.choice.ValidationChoice; a set not named: all of
+    its parties)."""
+
+    threshold: float | None = None
+    subsets: Mapping[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PartyInfo:
     """What a party says about itself when it joins (never features, IDs or labels)."""
 

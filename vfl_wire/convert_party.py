@@ -20,6 +20,7 @@ from vfl_core.protocol import (
     PredictCall,
     ScoreCall,
     ScoreResult,
+    ServingChoice,
     TrainCall,
     TrainResult,
 )
@@ -411,3 +412,28 @@ def _sums(t: vfl_pb2.Tensor, what: str) -> np.ndarray:
     if (sums[[0, 1, 2, 4]] < 0).any():
         raise ProtocolError(f"{what}: negative sum of non-negative terms")
     return sums
+
+
+# ---------------------------------------------------------------- Shutdown's serving choice
+def serving_choice_to_proto(choice: ServingChoice) -> vfl_pb2.ServingChoice:
+    out = vfl_pb2.ServingChoice(has_threshold=choice.threshold is not None)
+    if choice.threshold is not None:
+        out.threshold = choice.threshold
+    for observed, kept in sorted(choice.subsets.items()):
+        out.subsets.add(observed=list(observed), kept=list(kept))
+    return out
+
+
+def serving_choice_from_proto(message: vfl_pb2.ServingChoice) -> ServingChoice:
+    """A ServingChoice; a threshold outside [0, 1] or a kept set that is not a non-empty part of
+    its observed set is a ProtocolError."""
+    threshold = message.threshold if message.has_threshold else None
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise ProtocolError(f"ServingChoice: threshold {threshold} outside [0, 1]")
+    subsets: dict[tuple[int, ...], tuple[int, ...]] = {}
+    for s in message.subsets:
+        observed, kept = tuple(sorted(s.observed)), tuple(sorted(s.kept))
+        if not kept or not set(kept) <= set(observed):
+            raise ProtocolError(f"ServingChoice: kept {list(kept)} of observed {list(observed)}")
+        subsets[observed] = kept
+    return ServingChoice(threshold, subsets)

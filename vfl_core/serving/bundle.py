@@ -37,15 +37,27 @@ from vfl_core.data.learning_task import REGRESSION
 from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.methods.laser.objective import fuse_mean
+from vfl_core.protocol import ServingChoice
 from vfl_core.training.party import Party
 
 log = logging.getLogger(__name__)
 
-BUNDLE_FORMAT = 1
+# 2: the validation choice of subsets (BundleMeta.subsets); format 1 bundles still load
+BUNDLE_FORMAT = 2
+READABLE_FORMATS = (1, 2)
 META_FILE = "bundle.json"
 REPRESENTATION_FILE = "representation.pt"
 HEAD_FILE = "head.pt"
 PREPROCESS_FILE = "preprocess.json"
+
+
+class SubsetRule(BaseModel):
+    """An observed set of blocks and the blocks it is predicted from (the validation choice)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    observed: tuple[int, ...]
+    kept: tuple[int, ...]
 
 
 class BundleMeta(BaseModel):
@@ -69,14 +81,24 @@ class BundleMeta(BaseModel):
     serves_feature_only: bool = False
     # binary classification: probability of class 1 at or above which class 1 is predicted
     # (the validation choice, vfl_core.inference.choice); None: argmax
-    threshold: float | None = None
+    threshold: float | None = Field(None, ge=0.0, le=1.0)
+    # the validation choice of parties per observed set (vfl_core.inference.choice); a set not
+    # named is predicted from all of its parties
+    subsets: tuple[SubsetRule, ...] = ()
     target_mean: float = 0.0  # regression: the head's standardised output in original units
     target_std: float = 1.0
     columns: tuple[str, ...] = ()  # a tabular party's feature columns, in its table
 
 
-def write_bundle(party: Party, directory: Path, threshold: float | None = None) -> Path:
-    """Write `party`'s serving bundle to `directory` (created; files replaced atomically)."""
+def write_bundle(
+    party: Party,
+    directory: Path,
+    threshold: float | None = None,
+    choice: ServingChoice | None = None,
+) -> Path:
+    """Write `party`'s serving bundle to `directory` (created; files replaced atomically).
+    A label party's bundle holds how the federation decides: `choice` (the threshold and
+    subsets the validation split chose), `threshold` overriding the choice's."""
     _check_servable(party)
     directory.mkdir(parents=True, exist_ok=True)
     example = torch.zeros((1, *party.data.meta.feature_shape))  # (1, *feature_shape)
@@ -87,13 +109,22 @@ def write_bundle(party: Party, directory: Path, threshold: float | None = None) 
     pre = party.data.preprocessing
     if pre is not None:
         write_text_atomically(directory / PREPROCESS_FILE, json.dumps(pre, indent=2) + "\n")
-    meta = bundle_meta(party, threshold, has_head=head is not None)
+    if head is not None and choice is not None:
+        threshold = choice.threshold if threshold is None else threshold
+    rules = choice.subsets if head is not None and choice is not None else {}
+    meta = bundle_meta(party, threshold, has_head=head is not None, subsets=rules)
     write_text_atomically(directory / META_FILE, meta.model_dump_json(indent=2) + "\n")
     log.info("party %s wrote its serving bundle to %s", party.party_id, directory)
     return directory
 
 
-def bundle_meta(party: Party, threshold: float | None, *, has_head: bool) -> BundleMeta:
+def bundle_meta(
+    party: Party,
+    threshold: float | None,
+    *,
+    has_head: bool,
+    subsets: Mapping[tuple[int, ...], tuple[int, ...]] | None = None,
+) -> BundleMeta:
     meta = party.data.meta
     pre = party.data.preprocessing or {}
     return BundleMeta(
@@ -110,6 +141,9 @@ def bundle_meta(party: Party, threshold: float | None, *, has_head: bool) -> Bun
         own_block_only=party.spec.own_block_only,
         serves_feature_only=party.spec.serves_feature_only,
         threshold=threshold,
+        subsets=tuple(
+            SubsetRule(observed=o, kept=k) for o, k in sorted((subsets or {}).items()) if o != k
+        ),
         target_mean=party.scaler.mean,
         target_std=party.scaler.std,
         columns=tuple(c["name"] for c in pre.get("columns", ())),
@@ -182,6 +216,13 @@ class Bundle:
             return True
         return self.meta.serves_feature_only and not self.meta.own_block_only and bool(blocks)
 
+    def kept(self, present: tuple[int, ...]) -> tuple[int, ...]:
+        """The blocks of an observed set that predict it: the validation choice's, else all."""
+        for rule in self.meta.subsets:
+            if rule.observed == present:
+                return rule.kept
+        return present
+
     def decide(self, probs: np.ndarray) -> np.ndarray:
         """(B, C) probabilities -> (B,) classes, with the bundle's threshold when binary."""
         if self.meta.threshold is not None and probs.shape[1] == 2:
@@ -207,6 +248,11 @@ def load_bundle(directory: Path, device: torch.device | str = "cpu") -> Bundle:
     return Bundle(meta, representation, head, preprocessing, device)
 
 
+def read_bundle_meta(directory: Path) -> BundleMeta:
+    """A bundle's metadata alone (no model loaded): a DataError as load_bundle's."""
+    return _read_meta(directory / META_FILE)
+
+
 def _read_meta(path: Path) -> BundleMeta:
     try:
         meta = BundleMeta.model_validate_json(path.read_text())
@@ -216,8 +262,9 @@ def _read_meta(path: Path) -> BundleMeta:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise DataError(f"{path}: invalid bundle metadata ({where}: {first['msg']})") from None
-    if meta.format != BUNDLE_FORMAT:
-        raise DataError(f"{path}: bundle format {meta.format}, this version reads {BUNDLE_FORMAT}")
+    if meta.format not in READABLE_FORMATS:
+        readable = " and ".join(map(str, READABLE_FORMATS))
+        raise DataError(f"{path}: bundle format {meta.format}, this version reads {readable}")
     return meta
 
 

@@ -3,14 +3,17 @@ writes with --checkpoint-dir) and its data, as training read it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from vfl_core.config import TrainConfig
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.data.tabular import TableSource, load_table_party
-from vfl_core.errors import ConfigError
+from vfl_core.errors import ConfigError, DataError
+from vfl_core.inference.choice import ValidationChoice
 from vfl_core.persistence.checkpoint import load_checkpoint
+from vfl_core.protocol import ServingChoice
 from vfl_core.serving.bundle import write_bundle
 from vfl_core.training.party import Party
 
@@ -21,6 +24,7 @@ def export_bundle(
     out: Path,
     table: TableSource | None = None,
     threshold: float | None = None,
+    choice: ServingChoice | None = None,
 ) -> Path:
     """Write the bundle of the party saved in `checkpoint` to `out`. `data`: its party
     directory, or (with `table`) its table, read with the fitted preprocessing the checkpoint
@@ -36,7 +40,7 @@ def export_bundle(
     party_id = str(payload["meta"].get("party_id", f"party{block}"))
     party = Party(party_id, party_data, config, secret=b"unused: a bundle keys no IDs")
     party.load_state_dict(state)
-    return write_bundle(party, out, threshold)
+    return write_bundle(party, out, threshold, choice)
 
 
 def _data(data: Path, table: TableSource | None, fitted: dict | None) -> PartyData:
@@ -46,3 +50,22 @@ def _data(data: Path, table: TableSource | None, fitted: dict | None) -> PartyDa
         raise ConfigError(f"{data}: the checkpoint holds no fitted preprocessing for a table")
     pre = TabularPreprocessor.model_validate(fitted)
     return load_table_party(table, pre)[0]
+
+
+def read_choice(results: Path) -> ServingChoice:
+    """How a finished run decides, from its results.json: the threshold its config fixed or
+    its validation split chose, and the subsets chosen per observed set (as the federation's
+    `serving_choice()`; vfl_core.training.validation.Validator.threshold)."""
+    try:
+        saved = json.loads(results.read_text())
+        configured = saved["config"].get("threshold", "auto")
+        chosen = ValidationChoice.from_json(saved.get("validation_choice") or {})
+    except OSError as err:
+        raise DataError(f"--choice {results}: unreadable ({err.strerror})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise DataError(f"--choice {results}: not a run's results.json ({err!r})") from None
+    if isinstance(configured, str):  # a rule: the validation split chose it
+        threshold = chosen.threshold
+    else:
+        threshold = None if float(configured) == 0.5 else float(configured)
+    return ServingChoice(threshold, dict(chosen.subsets))

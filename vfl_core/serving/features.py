@@ -13,6 +13,7 @@ says why in the log and in `problem`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -57,9 +58,18 @@ class FeatureTable:
     """A party's serving rows: `lookup(keys)` answers which it holds and their features."""
 
     def __init__(
-        self, path: Path, id_column: str, preprocessing: TabularPreprocessor, secret: bytes
+        self,
+        path: Path,
+        id_column: str,
+        preprocessing: TabularPreprocessor,
+        secret: bytes,
+        *,
+        label_party: bool = False,
     ) -> None:
         self.path = path
+        # a label party's row with every feature cell empty holds the sample's label only: in
+        # training it is no observed block (vfl_core.data.tabular), so it is not served either
+        self.label_party = label_party
         self.id_column = id_column
         self.preprocessing = preprocessing
         self._secret = secret
@@ -147,7 +157,13 @@ class FeatureTable:
         table = normalised_ids(table, self.id_column)
         ids = id_array(table.column(self.id_column))
         features = self.preprocessing.transform(table)  # (n, width)
-        index = {h: i for i, h in enumerate(hash_ids(ids.tolist(), self._secret))}
+        keys = hash_ids(ids.tolist(), self._secret)
+        columns = [c.name for c in self.preprocessing.columns]
+        if self.label_party and columns:
+            empty = np.logical_and.reduce([table.missing(c) for c in columns])  # (n,)
+            keys = [k for k, e in zip(keys, empty.tolist(), strict=True) if not e]
+            features = features[~empty]
+        index = {h: i for i, h in enumerate(keys)}
         return _Version(stamp, index, features)
 
 
@@ -155,16 +171,38 @@ def inline_features(
     preprocessing: TabularPreprocessor, cells: Mapping[str, object], source: str = "request"
 ) -> np.ndarray:
     """(1, width) features of one row given inline as column -> cell (numbers or text, as the
-    table would hold them); an unknown column or a cell that does not read is a DataError."""
-    known = {c.name for c in preprocessing.columns}
-    unknown = sorted(set(cells) - known)
+    table would hold them; None or "" an empty cell). An unknown or missing column, a NaN or
+    infinite number, or a cell that does not read is a DataError naming the column."""
+    known = [c.name for c in preprocessing.columns]
+    unknown = sorted(set(cells) - set(known))
     if unknown:
         raise DataError(f"{source}: unknown feature columns {unknown} (known: {sorted(known)})")
+    absent = [name for name in known if name not in cells]
+    if absent:
+        raise DataError(
+            f"{source}: columns {absent} are missing (give every column of the party's table; "
+            'null or "" for an empty cell)'
+        )
+    for name, cell in cells.items():  # NaN and infinities as numbers or as text, alike
+        if not _finite(cell):
+            raise DataError(f"{source}, column {name!r}: {cell!r} is not a finite number")
     text = {
         c.name: ["" if cells.get(c.name) is None else str(cells[c.name])]
         for c in preprocessing.columns
     }
     return preprocessing.transform(Table(source, text, [source]))  # (1, width)
+
+
+def _finite(cell: object) -> bool:
+    """False for a NaN or infinite number, or text that reads as one ("nan", "-Infinity")."""
+    if isinstance(cell, float):
+        return math.isfinite(cell)
+    if isinstance(cell, str):
+        try:
+            return math.isfinite(float(cell))
+        except ValueError:
+            return True  # not a number at all: the preprocessing says what it makes of it
+    return True
 
 
 class Watcher:

@@ -26,17 +26,19 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError, DataError
+from vfl_core.serving.admission import Admission
 from vfl_core.serving.bundle import Bundle
 from vfl_core.serving.combine import Combiner
 from vfl_core.serving.features import FeatureSource, inline_features
 from vfl_core.serving.lag import Lag
+from vfl_core.serving.peer_state import PeerStates
 from vfl_core.serving.peers import NOT_HELD, TIMED_OUT, PeerAnswer, PeerFailure, PeerPort
 from vfl_core.training.alignment import hash_ids
 
@@ -46,8 +48,9 @@ DEFAULT_DEADLINE_S = 0.1  # 100 ms: two WAN round trips of 50 ms, or many on one
 MAX_DEADLINE_S = 10.0
 DEFAULT_MAX_IDS = 256  # IDs in one request
 MAX_ID_CHARS = 256
-# Why a party is missing from a request whose deadline was spent before the gateway started it.
-QUEUED_OUT = "not asked: the deadline was spent queued at the gateway"
+# Why a party that answered is not used: the validation split chose to predict this observed
+# set without it (vfl_core.inference.choice; the bundle's subsets), as the federation does.
+LEFT_OUT = "left out by the validation choice for this set of parties"
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class Gateway:
         *,
         deadline_s: float = DEFAULT_DEADLINE_S,
         max_ids: int = DEFAULT_MAX_IDS,
+        admission: Admission | None = None,
     ) -> None:
         if bundle.head is None:
             raise DataError(
@@ -114,6 +118,8 @@ class Gateway:
         self.max_ids = max_ids
         self.names = {bundle.meta.block: bundle.meta.party_id} | {p.block: p.name for p in peers}
         self._lag = Lag()
+        self.peer_states = PeerStates({p.block: p.name for p in peers})
+        self.admission = admission or Admission()
         # the own embedding and the heads run once for all concurrent requests (combine.py)
         self.embedder: Combiner[np.ndarray, np.ndarray] = Combiner(self._embed_all)
         self.heads: Combiner[tuple[list[str], _Blocks], list[OnlinePrediction]] = Combiner(
@@ -132,22 +138,24 @@ class Gateway:
         the gateway's), counted from `arrived` (time.monotonic() when the request reached the
         gateway; default now). `inline`: ID -> the gateway's own features of it (column ->
         cell), used instead of its table. A malformed request is a DataError (nothing is
-        asked). A request whose deadline was spent before the gateway started it (queued behind
-        others: overloaded) asks no party and is answered at once from the gateway's own block,
-        every other party missing as QUEUED_OUT. `phases`, when given, gets the seconds spent
-        in each step: own (the own block's embedding), parties (waiting for them), heads."""
+        asked). A request whose deadline cannot be met (spent queued, or less left than a whole
+        answer takes now: vfl_core.serving.admission) is Overloaded, asking no party.
+        `phases`, when given, gets the seconds spent in each step: own (the own block's
+        embedding), parties (waiting for them), heads; and `overrun` when answered past the
+        deadline."""
         ids = self._checked_ids(ids)
         seconds = self.deadline_s if deadline_s is None else check_deadline(deadline_s)
         start = time.monotonic()
         deadline = (start if arrived is None else arrived) + seconds
         own = self._own_rows(ids, inline or {})  # checked before any party is asked
+        self.admission.admit(start, deadline)
         keys = hash_ids(ids, self.secret)
-        late = deadline <= start  # spent queued: answered at once from the own block
-        awaited = set() if late else {p.block for p in self.peers if not self._lag.lagging(p.block)}
-        callees = [] if late else [p for p in self.peers if self._lag.ask(p.block, deadline)]
+        awaited = {p.block for p in self.peers if not self._lag.lagging(p.block)}
+        callees = [p for p in self.peers if self._lag.ask(p.block, deadline)]
         asked = {p.block: p.embed(keys, deadline) for p in callees}
         for block, future in asked.items():  # in parallel
             self._lag.watch(block, future, deadline)
+            self.peer_states.watch(block, future)
         midpoint = (time.monotonic() + deadline) / 2
         blocks = _Blocks()
         try:
@@ -156,22 +164,53 @@ class Gateway:
             log.warning("the gateway's own rows: %s", err)
             blocks.missing[self.bundle.meta.block] = f"refused: {err}"
         embedded = time.monotonic()
-        self._lag.wait({b: f for b, f in asked.items() if b in awaited}, midpoint, deadline)
+        waiting = {b: f for b, f in asked.items() if b in awaited}
+        self._lag.wait(waiting, midpoint, deadline)
         waited = time.monotonic()
-        for block in {p.block for p in self.peers} - set(asked):
-            blocks.missing[block] = QUEUED_OUT if late else TIMED_OUT  # or its probe is out
+        if waiting and all(f.done() and f.exception() is None for f in waiting.values()):
+            self.admission.record(waited - start)  # a whole answer's time
+        for block in {p.block for p in self.peers} - set(asked):  # lagging, its probe is out
+            blocks.missing[block] = self.peer_states.why_missing(block, lagging=True)
         for block, future in asked.items():
-            _collect(blocks, block, future)
+            timed_out = _collect(blocks, block, future)
+            if timed_out:  # named by what is known of the party (peer_state.py)
+                lagging = block not in awaited or self._lag.lagging(block)
+                blocks.missing[block] = self.peer_states.why_missing(block, lagging)
             # only a request that waited the deadline out counts a miss: one that did not
             # wait (or stopped when the party was found lagging) says nothing of the party
-            timed_out = blocks.missing.get(block) == TIMED_OUT
             if block in awaited and timed_out and time.monotonic() >= deadline:
                 self._lag.missed(block)
         answers = self.heads.run((ids, blocks))
+        done = time.monotonic()
+        if done > deadline and phases is not None:
+            phases["overrun"] = done - deadline
+        self.admission.check_late(done, deadline)
         if phases is not None:
-            done = time.monotonic()
             phases.update(own=embedded - start, parties=waited - embedded, heads=done - waited)
         return answers
+
+    def warm_up(self, timeout_s: float) -> None:
+        """Before the gateway is ready: run its own model and head once (torch's first calls
+        are slow: measured 185 ms for the first request), and ask every peer once for a key
+        no one holds, waiting at most `timeout_s`, so that their connections are set up and
+        their states known. An error of the own model or head propagates."""
+        meta = self.bundle.meta
+        own = self.bundle.embed(np.zeros((1, *meta.feature_shape), dtype=np.float32))  # (1, d)
+        self.bundle.predict({meta.block: own})
+        self.bundle.predict({meta.block: own} | {p.block: np.zeros_like(own) for p in self.peers})
+        keys = hash_ids(["vfl-warm-up: held by no one"], self.secret)
+        deadline = time.monotonic() + timeout_s
+        asked = {p.block: p.embed(keys, deadline) for p in self.peers}
+        for block, future in asked.items():
+            self.peer_states.watch(block, future)
+        wait(list(asked.values()), timeout=timeout_s)
+
+    def peer_health(self) -> dict[str, dict[str, object]]:
+        """Each other party's state now (readiness body, metrics): name -> its description."""
+        return {
+            p.name: self.peer_states.describe(p.block, self._lag.lagging(p.block))
+            for p in self.peers
+        }
 
     # ----------------------------------------------------------------- the request
     def _checked_ids(self, ids: Sequence[str]) -> list[str]:
@@ -250,9 +289,10 @@ class Gateway:
             sets[tuple(b for b, h in zip(order, row, strict=True) if h)].append(i)
         out: list[OnlinePrediction | None] = [None] * len(ids)
         for present, index in sets.items():
-            missing = _Missing(self.names, blocks, present, why)
+            kept = self.bundle.kept(present)  # the validation choice: as `vfl predict` decides
+            missing = _Missing(self.names, blocks, present, why, set(present) - set(kept))
             answers = self._predict_set(
-                ids, index, present, blocks, [missing(owner[i]) for i in index]
+                ids, index, kept, blocks, [missing(owner[i]) for i in index]
             )
             for i, answer in zip(index, answers, strict=True):
                 out[i] = answer
@@ -297,9 +337,11 @@ class _Missing:
         blocks: _Blocks,
         present: tuple[int, ...],
         why: list[dict[int, str]],
+        left_out: set[int] | None = None,
     ) -> None:
         self._names = names
         self._absent = {names[b]: NOT_HELD for b in blocks.held if b not in present}
+        self._absent |= {names[b]: LEFT_OUT for b in sorted(left_out or ())}
         self._why = why
         self._seen: dict[int, dict[str, str]] = {}
 
@@ -329,18 +371,21 @@ def _merge(requests: Sequence[tuple[list[str], _Blocks]]) -> tuple[list[str], _B
     return ids, merged, owner
 
 
-def _collect(blocks: _Blocks, block: int, future: Future[PeerAnswer]) -> None:
+def _collect(blocks: _Blocks, block: int, future: Future[PeerAnswer]) -> bool:
+    """Add the party's answer, or why it gave none; True when it gave none in time."""
     if not future.done():
         blocks.missing[block] = TIMED_OUT
-        return
+        return True
     err = future.exception()
     if err is None:
         blocks.add(block, future.result())
     elif isinstance(err, PeerFailure):
         blocks.missing[block] = err.reason
+        return err.reason == TIMED_OUT
     else:
         log.warning("party of block %d failed to answer: %s", block, err)
         blocks.missing[block] = f"error: {err}"
+    return False
 
 
 def check_deadline(seconds: float) -> float:

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 TIMED_OUT = "timed out"
 DOWN = "down"
 NOT_HELD = "does not hold the ID"
+# not waited for: it missed its recent deadlines (vfl_core.serving.lag); asked by a probe only
+LAGGING = "lagging"
 
 DEFAULT_WINDOW_S = 0.002
 DEFAULT_MAX_BATCH = 1024  # keys in one merged call

@@ -37,7 +37,13 @@ from vfl_core.inference.metrics import EvalReport
 from vfl_core.methods.liveness import Liveness
 from vfl_core.methods.outcomes import PredictionBatch, RoundRecord, batch_prediction, well_formed
 from vfl_core.methods.spec import MethodSpec, ProgramHooks
-from vfl_core.protocol import PartyInfo, Transport, disagreement, mismatch_hint
+from vfl_core.protocol import (
+    PartyInfo,
+    ServingChoice,
+    Transport,
+    disagreement,
+    mismatch_hint,
+)
 from vfl_core.training import direct
 from vfl_core.training.aligner import Aligner
 from vfl_core.training.early_stop import EarlyStop
@@ -288,6 +294,10 @@ class Federation:
     def threshold(self) -> float | None:
         """The decision threshold of binary predictions (None: the plain argmax)."""
         return self.validator.threshold()
+
+    def serving_choice(self) -> ServingChoice:
+        """How this federation decides (threshold, subsets), for the serving bundles."""
+        return ServingChoice(self.threshold, dict(self.choice.subsets))
 
     @property
     def _training(self) -> np.ndarray | None:

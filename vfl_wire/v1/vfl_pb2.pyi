@@ -467,12 +467,32 @@ class PsiKeysRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., session: _Optional[str] = ..., keys: _Optional[bytes] = ...) -> None: ...
 
 class ShutdownRequest(_message.Message):
-    __slots__ = ("header", "reason")
+    __slots__ = ("header", "reason", "choice")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    CHOICE_FIELD_NUMBER: _ClassVar[int]
     header: Header
     reason: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+    choice: ServingChoice
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., reason: _Optional[str] = ..., choice: _Optional[_Union[ServingChoice, _Mapping]] = ...) -> None: ...
+
+class ServingChoice(_message.Message):
+    __slots__ = ("has_threshold", "threshold", "subsets")
+    HAS_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    SUBSETS_FIELD_NUMBER: _ClassVar[int]
+    has_threshold: bool
+    threshold: float
+    subsets: _containers.RepeatedCompositeFieldContainer[SubsetChoice]
+    def __init__(self, has_threshold: _Optional[bool] = ..., threshold: _Optional[float] = ..., subsets: _Optional[_Iterable[_Union[SubsetChoice, _Mapping]]] = ...) -> None: ...
+
+class SubsetChoice(_message.Message):
+    __slots__ = ("observed", "kept")
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    KEPT_FIELD_NUMBER: _ClassVar[int]
+    observed: _containers.RepeatedScalarFieldContainer[int]
+    kept: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, observed: _Optional[_Iterable[int]] = ..., kept: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StepRequest(_message.Message):
     __slots__ = ("header", "method", "step", "round_id", "split", "rows", "digest", "tensors", "maps", "scalars")
