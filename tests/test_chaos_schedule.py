@@ -2,6 +2,7 @@
 that mixes the events the independent chaos runs used, and the invariants they must leave:
 
 - no round run twice or lost: rounds.jsonl holds rounds 0..R-1 once each, R = results' rounds;
+- no epoch logged twice or lost: epochs.jsonl holds results' epochs once each, with their rounds;
 - every checkpoint loads, and holds the round its name says;
 - every party alive for a whole epoch takes part in the next epoch's rounds that hold its samples;
 - the run ends `ok` with a whole test table, or not `ok` (never `ok` on a partial evaluation).
@@ -22,6 +23,8 @@ import numpy as np
 import pytest
 import torch
 from harness import Client, Cluster, Coordinator, prepare_digits
+
+from vfl_core.persistence.run_log import EPOCHS_FILE, read_epochs
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
@@ -146,6 +149,10 @@ def test_given_seeded_chaos_schedule_when_run_ends_then_invariants_hold(tmp_path
         assert "PARTIAL" not in coord.log()
     # no round twice, none lost
     assert [r["round"] for r in rounds] == list(range(results["rounds"])), "rounds lost or doubled"
+    # epochs.jsonl: each resume cut the epochs it repeats and appended them again, once each
+    logged = read_epochs(coord.out / EPOCHS_FILE)
+    assert [e["epoch"] for e in logged] == list(range(len(results["epochs"]))), story
+    assert [e["rounds"] for e in logged] == [e["rounds"] for e in results["epochs"]], story
     # every checkpoint loads and holds the round its name says
     files = sorted(ckpt.rglob("*-round-*.pt"))
     assert files, "no checkpoint written"
