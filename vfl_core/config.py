@@ -107,8 +107,8 @@ AUTO_MAX_BATCH = 4096
 AUTO_TABLE_LR = 1e-2
 # The linear scaling rule (Goyal et al. 2017, "Accurate, Large Minibatch SGD", s. 2.1) for a
 # table's "auto" rate: DEFAULT_LR at DEFAULT_BATCH, scaled with the batch the party's own
-# training rows give (`batch_rows`' rule), up to AUTO_TABLE_LR. Measured against the fixed rate
-# in docs/tabular-defaults.md ("Time to a model"); on while True.
+# training rows give (`table_batch`), up to AUTO_TABLE_LR. Tried, not kept: off; on while True
+# (docs/tabular-defaults.md, "Time to a model": diabetes better, breast cancer and wine not).
 SCALED_TABLE_LR = False
 # A method is a name in the registry of method specs (vfl_core.methods.registry); others are
 # refused.

@@ -107,7 +107,9 @@ class ModelBank:
                 self.config.model, self.feature_shape, seed, categorical=self.categorical
             )
             self.reps[key] = model.to(self.device)
-            self.rep_opts[key] = make_optimizer(self.reps[key], self.config, self.tabular, self.train_rows)
+            self.rep_opts[key] = make_optimizer(
+                self.reps[key], self.config, self.tabular, self.train_rows
+            )
         return self.reps[key]
 
     def head(self, key: Subset) -> nn.Module:
@@ -118,7 +120,9 @@ class ModelBank:
                 self.config.model, self.num_classes, seed, in_blocks=width, tabular=self.tabular
             )
             self.heads[key] = model.to(self.device)
-            self.head_opts[key] = make_optimizer(self.heads[key], self.config, self.tabular, self.train_rows)
+            self.head_opts[key] = make_optimizer(
+                self.heads[key], self.config, self.tabular, self.train_rows
+            )
         return self.heads[key]
 
     @property
