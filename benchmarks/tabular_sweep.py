@@ -135,6 +135,9 @@ SETTINGS: dict[str, list[str]] = {
     "r4-lr1e-2-hl6-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
     "r4-lr1e-2-hl4-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
     "r4-lr2e-2-hl8-p6-mi0.01": ["--lr", "2e-2", "--min-improvement", "0.01"],
+    # the defaults with the linear scaling rule for the "auto" rate (vfl_core.config
+    # SCALED_TABLE_LR: 0.001 x batch / 64 from each party's own training rows, at most 0.01)
+    "lr-linear-scaling": [],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
@@ -168,6 +171,8 @@ AUTO_PATIENCE: dict[str, int] = {
     "r4-lr1e-2-hl4-p6-mi0.01": 6,
     "r4-lr2e-2-hl8-p6-mi0.01": 6,
 }
+# ... and vfl_core.config's SCALED_TABLE_LR: the "auto" rate of a table follows the party's batch
+SCALED_LR: set[str] = {"lr-linear-scaling"}
 # ... and vfl_core.config's AUTO_ROUNDS_PER_EPOCH (the "auto" batch: training rows / this) and
 # vfl_core.model.lr_schedule's DECAY_HALF_LIFE (epochs), named in the setting (r8, hl2, ...)
 ROUNDS_PER_EPOCH: dict[str, int] = {
@@ -246,6 +251,7 @@ def _set_module_defaults(payload: dict[str, Any]) -> None:
             config.AUTO_PATIENCE,
             config.AUTO_ROUNDS_PER_EPOCH,
             lr_schedule.DECAY_HALF_LIFE,
+            config.SCALED_TABLE_LR,
         ),
     )
     bins, patience = payload.get("numeric_bins"), payload.get("auto_patience")
@@ -254,6 +260,8 @@ def _set_module_defaults(payload: dict[str, Any]) -> None:
     per_epoch, half_life = payload.get("rounds_per_epoch"), payload.get("half_life")
     config.AUTO_ROUNDS_PER_EPOCH = original[2] if per_epoch is None else per_epoch
     lr_schedule.DECAY_HALF_LIFE = original[3] if half_life is None else half_life
+    scaled = payload.get("scaled_lr")
+    config.SCALED_TABLE_LR = original[4] if scaled is None else scaled
     rule = _CHOICE.setdefault(
         "", (choice.best_candidate, choice.MIN_CHOICE_SAMPLES, choice.watched)
     )
@@ -306,6 +314,7 @@ def setting_payload(setting: str) -> dict[str, Any]:
         "auto_patience": AUTO_PATIENCE.get(setting),
         "rounds_per_epoch": ROUNDS_PER_EPOCH.get(setting),
         "half_life": HALF_LIFE.get(setting),
+        "scaled_lr": True if setting in SCALED_LR else None,
         "overlap": OVERLAP.get(setting),
         "concat_rule": CONCAT_RULE.get(setting),
         "choice_metric": CHOICE_METRIC.get(setting),

@@ -105,9 +105,27 @@ AUTO_MAX_BATCH = 4096
 # Tables: the learning rate at epoch 0 (the "decay" schedule then halves it every
 # vfl_core.model.lr_schedule.DECAY_HALF_LIFE epochs; neither depends on the epoch ceiling).
 AUTO_TABLE_LR = 1e-2
+# The linear scaling rule (Goyal et al. 2017, "Accurate, Large Minibatch SGD", s. 2.1) for a
+# table's "auto" rate: DEFAULT_LR at DEFAULT_BATCH, scaled with the batch the party's own
+# training rows give (`table_batch`), up to AUTO_TABLE_LR. Tried, not kept: off; on while True
+# (docs/tabular-defaults.md, "Time to a model": diabetes better, breast cancer and wine not).
+SCALED_TABLE_LR = False
 # A method is a name in the registry of method specs (vfl_core.methods.registry); others are
 # refused.
 Method = Annotated[str, AfterValidator(_known_method)]
+
+
+def table_batch(rows: int) -> int:
+    """The "auto" batch of a table of `rows` training samples: rows / AUTO_ROUNDS_PER_EPOCH
+    rounded up, within DEFAULT_BATCH and AUTO_MAX_BATCH."""
+    return min(AUTO_MAX_BATCH, max(DEFAULT_BATCH, -(-rows // AUTO_ROUNDS_PER_EPOCH)))
+
+
+def scaled_table_lr(rows: int) -> float:
+    """The linear scaling rule (Goyal et al. 2017, s. 2.1): DEFAULT_LR x batch / DEFAULT_BATCH
+    for the batch `table_batch(rows)`, at least DEFAULT_LR and at most AUTO_TABLE_LR (10x)."""
+    factor = min(AUTO_TABLE_LR / DEFAULT_LR, table_batch(rows) / DEFAULT_BATCH)
+    return DEFAULT_LR * max(1.0, factor)
 
 
 class _Frozen(BaseModel):
@@ -249,12 +267,16 @@ class TrainConfig(_Frozen):
             return self.scheduler
         return "decay" if self._table_defaults(tabular) else "none"
 
-    def learning_rate(self, tabular: bool) -> float:
+    def learning_rate(self, tabular: bool, rows: int | None = None) -> float:
         """The learning rate at epoch 0: the configured one, or by default AUTO_TABLE_LR on
-        tabular data and DEFAULT_LR on images or for a method with stages."""
+        tabular data and DEFAULT_LR on images or for a method with stages. With SCALED_TABLE_LR
+        a table's rate follows its batch (`scaled_table_lr`) from the party's own training
+        `rows`: what it knows in both transports when its optimiser is built."""
         if self.lr != "auto":
             return self.lr
-        return AUTO_TABLE_LR if self._table_defaults(tabular) else DEFAULT_LR
+        if not self._table_defaults(tabular):
+            return DEFAULT_LR
+        return AUTO_TABLE_LR if rows is None or not SCALED_TABLE_LR else scaled_table_lr(rows)
 
     def batch_rows(self, rows: int, tabular: bool = False) -> int:
         """Samples per training round for a plan of `rows` training samples: the configured
@@ -266,7 +288,7 @@ class TrainConfig(_Frozen):
             return self.batch_size
         if not self._table_defaults(tabular):
             return DEFAULT_BATCH
-        return min(AUTO_MAX_BATCH, max(DEFAULT_BATCH, -(-rows // AUTO_ROUNDS_PER_EPOCH)))
+        return table_batch(rows)
 
     def _table_defaults(self, tabular: bool) -> bool:
         """Whether the tabular defaults apply: tabular features, and a method without stages."""

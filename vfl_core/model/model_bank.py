@@ -25,7 +25,7 @@ class OptimizerSettings(Protocol):
 
     @property
     def optimizer(self) -> str: ...
-    def learning_rate(self, tabular: bool) -> float: ...
+    def learning_rate(self, tabular: bool, rows: int | None = None) -> float: ...
     @property
     def momentum(self) -> float: ...
     @property
@@ -80,8 +80,12 @@ class ModelBank:
         device: torch.device,
         *,
         categorical: tuple[int, ...] = (),
+        train_rows: int | None = None,
     ) -> None:
         self.config = config
+        # the party's own training rows: the "auto" rate of a table may follow them
+        # (TrainConfig.learning_rate), the same in both transports
+        self.train_rows = train_rows
         self.spec = config.spec
         self.block = block
         self.num_blocks = num_blocks
@@ -103,7 +107,9 @@ class ModelBank:
                 self.config.model, self.feature_shape, seed, categorical=self.categorical
             )
             self.reps[key] = model.to(self.device)
-            self.rep_opts[key] = make_optimizer(self.reps[key], self.config, self.tabular)
+            self.rep_opts[key] = make_optimizer(
+                self.reps[key], self.config, self.tabular, self.train_rows
+            )
         return self.reps[key]
 
     def head(self, key: Subset) -> nn.Module:
@@ -114,7 +120,9 @@ class ModelBank:
                 self.config.model, self.num_classes, seed, in_blocks=width, tabular=self.tabular
             )
             self.heads[key] = model.to(self.device)
-            self.head_opts[key] = make_optimizer(self.heads[key], self.config, self.tabular)
+            self.head_opts[key] = make_optimizer(
+                self.heads[key], self.config, self.tabular, self.train_rows
+            )
         return self.heads[key]
 
     @property
@@ -125,7 +133,8 @@ class ModelBank:
     def set_lr(self, opts: list[torch.optim.Optimizer], epoch: int) -> None:
         # per party, as the head is (models.resolve_head): "auto" is decay for tabular features
         cfg = self.config
-        rate = lr_at(cfg.learning_rate(self.tabular), cfg.schedule(self.tabular), epoch, cfg.epochs)
+        start = cfg.learning_rate(self.tabular, self.train_rows)
+        rate = lr_at(start, cfg.schedule(self.tabular), epoch, cfg.epochs)
         for opt in opts:
             for group in opt.param_groups:
                 group["lr"] = rate
@@ -154,12 +163,15 @@ class ModelBank:
 
 
 def make_optimizer(
-    module: nn.Module, config: OptimizerSettings, tabular: bool = False
+    module: nn.Module,
+    config: OptimizerSettings,
+    tabular: bool = False,
+    rows: int | None = None,
 ) -> torch.optim.Optimizer:
     """torch's SGD or Adam, as `EagerSGD` / `EagerAdam` (vfl_core.model.eager_optim: the same
     updates, without torch._dynamo's second of imports), at the run's learning rate for a party
-    of tabular features (or not)."""
-    lr = config.learning_rate(tabular)
+    of tabular features (or not) holding `rows` training rows."""
+    lr = config.learning_rate(tabular, rows)
     if config.optimizer == "sgd":
         return EagerSGD(
             module.parameters(),

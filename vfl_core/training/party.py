@@ -99,6 +99,7 @@ class Party:
             output_width(meta.task, meta.num_classes),
             self.device,
             categorical=tuple(meta.categorical),
+            train_rows=_train_rows(self.data),
         )
         # A method with a round program may keep models of its own here (dvfl: its guest, host
         # replica and owner, vfl_core.methods.dvfl.roles) instead of f_k and g_k: an object
@@ -385,3 +386,10 @@ def _randomised_labels(data: PartyData, guard: PartyGuard) -> PartyData:
         return data
     labels = guard.labels(train.labels, data.meta.num_classes)
     return replace(data, splits={**data.splits, "train": replace(train, labels=labels)})
+
+
+def _train_rows(data: PartyData) -> int | None:
+    """The training rows this party holds (those it trains on): its own data, read the same way
+    by `vfl simulate` and a gRPC client, so the rate they give is the same in both."""
+    train = data.splits.get("train")
+    return None if train is None else len(train.ids)
