@@ -295,7 +295,9 @@ class TrainOptions:
         Opt(
             help="label party, on the gradients it sends: none | max_norm (Li et al. 2022) | "
             "direction (Marvell-style noise along the class-mean difference) | "
-            "max_norm_direction (both)",
+            "max_norm_direction (both) | max_norm_direction_per_row (both, each row's noise "
+            "the same every epoch: the recommended label defence) | withhold (no gradient "
+            "to the other parties)",
             show_default=shown(PV["gradient_defence"]),
         ),
     ] = None

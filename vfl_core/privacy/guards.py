@@ -13,6 +13,7 @@ from vfl_core.privacy.defences import (
     epsilon,
     max_norm,
     randomized_response,
+    row_noise,
 )
 from vfl_core.seeding import Stream, derive_seed, rng
 
@@ -30,10 +31,29 @@ class PartyGuard:
         self._score_labels: dict[str, np.ndarray] = {}  # split -> the labels Score uses
         self.releases = 0  # training embedding batches sent, for the accountant
 
-    def gradient(self, grad: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+    def gradient(
+        self,
+        grad: torch.Tensor,
+        labels: torch.Tensor | None,
+        rows: np.ndarray | None = None,
+        target: int = 0,
+    ) -> torch.Tensor:
         """The gradient for another party's embedding, as it may leave this party (`labels`:
-        the batch's, needed by the direction defence only)."""
+        the batch's, needed by the direction defences; `rows`: its train rows and `target`
+        the block whose embedding it is, needed by the per-row defence)."""
         kind = self.config.gradient_defence
+        if kind == "withhold":
+            return torch.zeros_like(grad)
+        if kind == "max_norm_direction_per_row":
+            if rows is None or labels is None:
+                raise ValueError("max_norm_direction_per_row needs the batch's rows and labels")
+            draws = row_noise(
+                derive_seed(self._seed, Stream.PRIVACY_ROWS, self._block, target),
+                rows,
+                grad.shape[1],
+            ).to(grad.device)
+            grad = max_norm(grad, noise=draws[:, :-1])
+            return direction_noise(grad, labels, self.config.direction_power, z=draws[:, -1:])
         if kind in ("max_norm", "max_norm_direction"):
             grad = max_norm(grad, self._grad_gen)
         if kind in ("direction", "max_norm_direction") and labels is not None:
