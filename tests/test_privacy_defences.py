@@ -197,7 +197,7 @@ def test_given_per_row_noise_when_a_row_comes_in_another_batch_order_then_its_no
     again = PartyGuard(config, seed=3, block=0).gradient(
         grads[flip], labels[flip], rows[flip], target=1
     )
-    assert torch.allclose(first[flip], again)
+    assert torch.allclose(first[flip], again, atol=1e-5)  # the class means summed in another order
     other = PartyGuard(config, seed=3, block=0).gradient(grads, labels, rows, target=2)
     assert not torch.allclose(first, other)  # each receiving party its own draws
 

@@ -40,12 +40,14 @@ def max_norm(
     grads: torch.Tensor,
     generator: torch.Generator | None = None,
     noise: torch.Tensor | None = None,
+    floor: float = 0.0,
 ) -> torch.Tensor:
-    """`grads` (B, d) with noise topping each row's expected squared norm up to the batch max.
-    `noise`: the standard normal (B, d) draws to scale (per-row defences pass each row's own,
-    the same every epoch); None draws them from `generator`."""
+    """`grads` (B, d) with noise topping each row's expected squared norm up to the batch max
+    times sqrt(1 + `floor`^2) (so that even the largest row gets noise of `floor` times its
+    norm). `noise`: the standard normal (B, d) draws to scale (per-row defences pass each row's
+    own, the same every epoch); None draws them from `generator`."""
     sq = grads.pow(2).sum(dim=1, keepdim=True)
-    var = (sq.max() - sq).clamp_min(0) / grads.shape[1]
+    var = ((1 + floor**2) * sq.max() - sq).clamp_min(0) / grads.shape[1]
     if noise is None:
         noise = torch.randn(
             grads.shape, generator=generator, dtype=grads.dtype, device=grads.device

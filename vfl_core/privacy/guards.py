@@ -17,6 +17,10 @@ from vfl_core.privacy.defences import (
 )
 from vfl_core.seeding import Stream, derive_seed, rng
 
+# max_norm_direction_per_row: each row's max-norm noise at least this times the batch's largest
+# gradient norm (issue 44; benchmarks/results/privacy.md).
+ROW_NOISE_FLOOR = 1.0
+
 
 class PartyGuard:
     """One party's defences: its outgoing gradients (label party), its outgoing training
@@ -52,7 +56,11 @@ class PartyGuard:
                 rows,
                 grad.shape[1],
             ).to(grad.device)
-            grad = max_norm(grad, noise=draws[:, :-1])
+            # Every row's own noise at least the batch's largest norm: a row's direction is then
+            # its draw's as much as its gradient's in every epoch, whatever its class, so the
+            # sum over epochs is as steady for one class as for the other (with the top-up
+            # alone, the small gradients' rows were steadier: summed norms ranked them).
+            grad = max_norm(grad, noise=draws[:, :-1], floor=ROW_NOISE_FLOOR)
             return direction_noise(grad, labels, self.config.direction_power, z=draws[:, -1:])
         if kind in ("max_norm", "max_norm_direction"):
             grad = max_norm(grad, self._grad_gen)
