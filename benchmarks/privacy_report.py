@@ -4,11 +4,14 @@ against the undefended run of the same seed; the coordinator's view apart."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import platform
 import statistics
 import subprocess
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 # The acceptance of issue 44: every attack at every feature-only party at most LIMIT_AUC, model
@@ -20,6 +23,12 @@ LIMIT_POINTS = 1.0
 LIMIT_AUC_COST = 0.01
 ATTACKS = ("norm", "direction", "xdirection", "knn", "fit", "sum_norm", "sum_pca", "sum_fit")
 COMPLETION_KNOWN = ("40", "300")
+# The attack families of docs/security.md, each the worst of its attacks.
+FAMILIES = {
+    "batch (norm, direction)": ("norm", "direction"),
+    "known labels (xdirection, knn, fit)": ("xdirection", "knn", "fit"),
+    "summed over epochs (sum_norm, sum_pca, sum_fit)": ("sum_norm", "sum_pca", "sum_fit"),
+}
 
 Run = dict[str, Any]
 
@@ -86,6 +95,36 @@ def acceptance(runs: list[Run]) -> list[str]:
     return lines
 
 
+def families(runs: list[Run]) -> list[str]:
+    """Per table and defence, over K, the seeds and the feature-only parties: each attack
+    family's worst AUC, the largest completion gain and the mean cost."""
+    groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[run["table"], run["defence"]].append(run)
+    base = {(r["table"], r["parties"], r["seed"]): r for r in runs if r["defence"] == "none"}
+    lines = [
+        "| table | defence | runs | " + " | ".join(FAMILIES) + " | completion gain (40 / 300) "
+        "| accuracy cost (points) | AUC cost |",
+        "| --- | --- | ---: |" + " ---: |" * (len(FAMILIES) + 3),
+    ]
+    for (table, defence), group in sorted(
+        groups.items(), key=lambda i: _order(((i[0][0], 0, i[0][1]), 0))
+    ):
+        worst = [
+            max(worst_attacks(r, party=True).get(a, 0.0) for r in group for a in f)
+            for f in FAMILIES.values()
+        ]
+        gains = [max(worst_gain(r, n) for r in group) for n in COMPLETION_KNOWN]
+        paid = [costs(r, base.get((table, r["parties"], r["seed"]))) for r in group]
+        lines.append(
+            f"| {table} | {defence} | {len(group)} | "
+            + " | ".join(_mark(w, LIMIT_AUC) for w in worst)
+            + f" | {' / '.join(_mark(g, LIMIT_GAIN, signed=True) for g in gains)} | "
+            f"{_cost([p for p, _a in paid], '.2f')} | {_cost([a for _p, a in paid], '.4f')} |"
+        )
+    return lines
+
+
 def coordinator(runs: list[Run]) -> list[str]:
     """The coordinator's view (every feature-only party's gradients side by side), worst seed."""
     groups: dict[tuple[str, int, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -122,14 +161,14 @@ def federations(runs: list[Run]) -> list[str]:
     return lines
 
 
-def markdown(runs: list[Run], command: str, known: int) -> str:
+def markdown(runs: list[Run], command: str, known: int, how: str = "") -> str:
     train = runs[0]["train"] if runs else {}
     lines = [
         "# Label leakage: what a feature-only party and the coordinator learn "
         "(`vfl bench privacy`)",
         "",
         f"Command: `{command}`. Machine: {platform.node()}, code {_code()}; "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Training: the defaults "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.{how} Training: the defaults "
         f"(at most {train.get('epochs')} epochs, batch size {train.get('batch_size')}, early "
         f"stopping patience {train.get('patience')}); every attack reads the epochs the run "
         "really trained.",
@@ -160,6 +199,13 @@ def markdown(runs: list[Run], command: str, known: int) -> str:
         "measured frontier of protection against cost.",
         "",
         *acceptance(runs),
+        "",
+        "## By attack family",
+        "",
+        "The same runs, each family's worst AUC over K, the seeds and the feature-only "
+        "parties; completion: the largest gain; cost: mean over the runs (worst in brackets).",
+        "",
+        *families(runs),
         "",
         "## The coordinator",
         "",
@@ -204,3 +250,20 @@ def _code() -> str:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     )
     return done.stdout.strip() or "?"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="the page of `vfl bench privacy`'s runs")
+    parser.add_argument("runs", type=Path, help="the .json `benchmarks.privacy` wrote")
+    parser.add_argument("--command", required=True, help="the command that measured them")
+    parser.add_argument("--how", default="", help="a sentence on how it ran (load, threads)")
+    parser.add_argument("--known", type=int, default=40)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    runs = json.loads(args.runs.read_text())
+    how = f" {args.how}" if args.how else ""
+    args.out.write_text(markdown(runs, args.command, args.known, how))
+
+
+if __name__ == "__main__":
+    main()
