@@ -30,6 +30,7 @@ so its view is every feature-only party's gradient of a sample side by side (con
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import sys
@@ -82,6 +83,8 @@ class Relayed:
     rows: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     grads: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     epochs: dict[int, int] = field(default_factory=dict)  # round -> epoch
+    # each party's bottom model before training (what a party holds without any gradient)
+    initial: dict[int, torch.nn.Module] = field(default_factory=dict)
 
 
 class RecordingTransport:
@@ -91,6 +94,8 @@ class RecordingTransport:
     def __init__(self, inner: Transport, relayed: Relayed) -> None:
         self._inner = inner
         self.relayed = relayed
+        for block, party in getattr(inner, "parties", {}).items():  # in process: before training
+            relayed.initial[block] = copy.deepcopy(party.f)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -226,22 +231,31 @@ def attack_view(view: View, known: int, seed: int) -> list[dict[str, Any]]:
     return rows
 
 
-def completion(party: Any, labels: np.ndarray, seed: int) -> dict[str, Any]:
+def completion(
+    party: Any, initial: torch.nn.Module | None, labels: np.ndarray, seed: int
+) -> dict[str, Any]:
     """Model completion at a feature-only party: its bottom model as training left it, on its
-    train rows with features, against its raw (prepared) features, per number of known labels."""
+    train rows with features, against its raw (prepared) features and against its bottom model
+    as initialised (`initial`: random features it held before any gradient), per number of
+    known labels."""
     raw = party.split("train").features
-    model = party.f
+    flat = raw.reshape(len(raw), -1)
+    truth = labels[: len(raw)]
+    trained = _outputs(party.f, raw, party.device)
+    untrained = None if initial is None else _outputs(initial, raw, party.device)
+    return {
+        str(n): completion_attack(trained, flat, truth, known_rows(truth, n, seed), untrained)
+        for n in COMPLETION_KNOWN
+    }
+
+
+def _outputs(model: torch.nn.Module, features: np.ndarray, device: Any) -> np.ndarray:
     was = model.training
     model.eval()
     with torch.no_grad():
-        embedded = model(torch.from_numpy(raw).to(party.device)).cpu().numpy()
+        out = model(torch.from_numpy(features).to(device)).cpu().numpy()
     model.train(was)
-    flat = raw.reshape(len(raw), -1)
-    truth = labels[: len(raw)]
-    return {
-        str(n): completion_attack(embedded, flat, truth, known_rows(truth, n, seed))
-        for n in COMPLETION_KNOWN
-    }
+    return out
 
 
 # ---------------------------------------------------------------- one run
@@ -368,7 +382,8 @@ def run_one(
         for row in attack_view(view, known, seed)
     ]
     completed = {
-        f"party {b}": completion(result.parties[b], label_of[b], seed) for b in sorted(label_of)
+        f"party {b}": completion(result.parties[b], relayed.initial.get(b), label_of[b], seed)
+        for b in sorted(label_of)
     }
     report = next(iter(result.reports.values()))
     overall = next(r for r in report.rows() if r.observed == "all")

@@ -136,11 +136,28 @@ def cross_batch_direction_attack(
 
 
 def completion_attack(
-    embedded: np.ndarray, raw: np.ndarray, labels: np.ndarray, chosen: np.ndarray
+    embedded: np.ndarray,
+    raw: np.ndarray,
+    labels: np.ndarray,
+    chosen: np.ndarray,
+    untrained: np.ndarray | None = None,
 ) -> dict[str, float | None]:
-    """Model completion: the classifier on the bottom model's outputs (`embedded`) and on the
-    raw features, both fitted on the same `chosen` rows; `gain` is the first minus the second."""
+    """Model completion: the classifier on the trained bottom model's outputs (`embedded`), on
+    the raw features and (if given) on the same bottom model's outputs before training, each
+    fitted on the same `chosen` rows. `gain`: the trained model's AUC minus the raw features'
+    (Fu et al.'s comparison); `taught`: minus the better of the raw features and the untrained
+    model, which the party held without any gradient (a random network's features can beat the
+    raw ones with few labels: that is not a leak)."""
     completed = fitted_attack(embedded, labels, chosen)
     baseline = fitted_attack(raw, labels, chosen)
+    before = None if untrained is None else fitted_attack(untrained, labels, chosen)
     gain = None if completed is None or baseline is None else completed - baseline
-    return {"completed": completed, "raw": baseline, "gain": gain}
+    held = [v for v in (baseline, before) if v is not None]
+    taught = None if completed is None or not held else completed - max(held)
+    return {
+        "completed": completed,
+        "raw": baseline,
+        "untrained": before,
+        "gain": gain,
+        "taught": taught,
+    }
