@@ -429,6 +429,9 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.tables.split(","):
         if name not in loaders:
             raise SystemExit(f"error: no table '{name}' (Credit needs --data-path)")
+    for defence in args.defences.split(","):
+        if defence.partition("_patience")[0] not in DEFENCES:
+            raise SystemExit(f"error: no defence '{defence}' (of {', '.join(DEFENCES)})")
     store = args.out.with_suffix(".json")
     runs = json.loads(store.read_text()) if args.resume and store.is_file() else []
     done = {(r["table"], r["parties"], r["seed"], r["defence"]) for r in runs}

@@ -104,3 +104,10 @@ def test_given_a_viewer_when_attacked_then_every_epoch_has_every_attack():
         assert all(0.5 <= r[attack] <= 1.0 for r in rows), attack
     assert rows[-1]["sum_pca"] > rows[0]["sum_pca"]  # the sums grow apart with the epochs
     assert rows[0]["sum_fit"] == pytest.approx(rows[0]["fit"], abs=0.1)
+
+
+def test_given_an_unknown_defence_when_the_meter_starts_then_one_line_names_it():
+    from benchmarks.privacy import main
+
+    with pytest.raises(SystemExit, match="no defence 'bogus'"):
+        main(["--tables", "breast_cancer", "--defences", "none,bogus"])
