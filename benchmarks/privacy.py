@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> None:
                         continue
                     table = loaders[name](seed, False)
                     runs.append(run_one(table, k, seed, args.epochs, args.known, defence))
-                    store.write_text(json.dumps(runs, indent=1))  # a run at a time
+                    store.write_text(json.dumps(runs, separators=(",", ":")))  # a run at a time
                     log.warning(
                         "%s K=%d seed %d %s: %.1fs", name, k, seed, defence, runs[-1]["seconds"]
                     )
