@@ -314,9 +314,9 @@ DEFENCES: dict[str, dict[str, Any]] = {
     "max_norm_direction_p0_5": {"gradient_defence": "max_norm_direction", "direction_power": 0.5},
     "max_norm_direction_p2": {"gradient_defence": "max_norm_direction", "direction_power": 2.0},
     "max_norm_direction_p4": {"gradient_defence": "max_norm_direction", "direction_power": 4.0},
-    # with `_patience10` the recommended label defence (docs/security.md, privacy.md)
+    # the recommendation before issue 44 (its fresh noise averages out over the epochs: privacy.md)
     "max_norm_direction_p6": {"gradient_defence": "max_norm_direction", "direction_power": 6.0},
-    # the recommendation until stop 37: both attacks <= 0.60, but early stops cost AUC
+    # an earlier recommendation: both batch attacks <= 0.60, but early stops cost AUC
     "direction_p3": {"gradient_defence": "direction", "direction_power": 3.0},
     # between the last power that leaks above 0.60 at full training (2) and the first that holds
     "direction_p2_5": {"gradient_defence": "direction", "direction_power": 2.5},
