@@ -1,33 +1,38 @@
 """`vfl bench privacy`: how much a feature-only party and the coordinator learn about the labels.
 
-Issue 32, item 1 (the leak meters). A binary table is cut into K parties (labels at block 0, the
-others feature-only, every party holding every row); the federation trains with the defaults in
-process, behind a transport that records what a coordinator relays: each party's embedding rows
-(EmbedCall) and the gradient each feature-only party receives for its embedding (BackwardCall, in
-the pipelined Train messages as well). From those records, per epoch, the attacks of
+Issues 32 and 44 (the leak meter). A binary table is cut into K parties (labels at block 0, the
+others feature-only, every party holding every row); the federation trains with the project's
+defaults in process (whatever they are: the meter reads the epochs and rounds from what it
+recorded), behind a transport that records what a coordinator relays: each party's embedding
+rows (EmbedCall) and the gradient each feature-only party receives for its embedding
+(BackwardCall, in the pipelined Train messages as well). From those records, per viewer:
 
-  Li et al., "Label Leakage and Protection in Two-party Split Learning", ICLR 2022:
-  - norm: the score of a sample is the L2 norm of its gradient (Sec. 3.1: the minority class's
-    gradients are larger); AUC of that score against the labels.
-  - direction: in each batch one sample whose label the attacker knows (the first positive one);
-    the score of the others is the cosine of their gradient with its gradient (Sec. 3.2).
-and a known-label k-NN (`knn`): the attacker knows the labels of `--known` training samples and
-labels the rest by its 5 nearest neighbours in gradient space (the AUC of the neighbours' vote).
+Per epoch, the batch attacks of Li et al., "Label Leakage and Protection in Two-party Split
+Learning", ICLR 2022:
+  - norm: the score of a sample is the L2 norm of its gradient (Sec. 3.1).
+  - direction: in each batch one sample whose label the attacker knows (the first positive
+    one); the score of the others is the cosine of their gradient with its gradient (Sec. 3.2).
+and, with `--known` labels known (the same rows throughout the run):
+  - xdirection: the reference from the other batches of the epoch (benchmarks.privacy_attacks).
+  - knn: the 5 nearest neighbours' vote in gradient space.
+  - fit: a logistic regression on the epoch's gradients.
+Cumulative, on each row's unit gradients summed over epochs 1..e (benchmarks.privacy_attacks):
+  - sum_norm and sum_pca (no label known), sum_fit (the logistic regression).
+At the end, model completion (Fu et al., USENIX Security 2022) at each feature-only party: its
+trained bottom model completed by a logistic regression on 40 and on 300 known labels, against
+the same regression on its raw features (`gain`).
 
 A feature-only party sees its own gradients. The coordinator relays every party's in the clear,
-so its view is every feature-only party's gradient of a sample side by side (concatenated); the
-table reports both. AUC 0.5 is no leak, 1.0 a perfect one; an AUC under 0.5 is as informative as
-its mirror (an attacker who knows the sign flips it), so the table reports max(AUC, 1 - AUC).
+so its view is every feature-only party's gradient of a sample side by side (concatenated). AUC
+0.5 is no leak, 1.0 a perfect one; the table reports max(AUC, 1 - AUC).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
-import platform
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,9 +43,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
+import torch
 from sklearn.neighbors import KNeighborsClassifier
 
+from benchmarks.privacy_attacks import (
+    accumulate,
+    auc,
+    completion_attack,
+    cross_batch_direction_attack,
+    fitted_attack,
+    known_rows,
+    sum_norm_attack,
+    sum_pca_attack,
+)
+from benchmarks.privacy_report import markdown
 from benchmarks.tabular_tables import Table, tables
 from vfl_core.data.tabular import TableSource
 from vfl_core.protocol import BackwardCall, EmbedCall, TrainCall, Transport
@@ -48,8 +64,11 @@ from vfl_core.simulate import SimulationConfig, run_simulation
 
 log = logging.getLogger(__name__)
 
-TABLES = ("credit", "breast_cancer")
-ATTACKS = ("norm", "direction", "knn")
+TABLES = ("credit", "gen_skewed")
+EPOCH_ATTACKS = ("norm", "direction", "xdirection", "knn", "fit")
+CUMULATIVE_ATTACKS = ("sum_norm", "sum_pca", "sum_fit")
+ATTACKS = EPOCH_ATTACKS + CUMULATIVE_ATTACKS
+COMPLETION_KNOWN = (40, 300)
 RESULTS = Path("benchmarks/results")
 LABEL_BLOCK = 0
 
@@ -64,6 +83,8 @@ class Relayed:
     rows: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     grads: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     epochs: dict[int, int] = field(default_factory=dict)  # round -> epoch
+    # each party's bottom model before training (what a party holds without any gradient)
+    initial: dict[int, torch.nn.Module] = field(default_factory=dict)
 
 
 class RecordingTransport:
@@ -73,6 +94,8 @@ class RecordingTransport:
     def __init__(self, inner: Transport, relayed: Relayed) -> None:
         self._inner = inner
         self.relayed = relayed
+        for block, party in getattr(inner, "parties", {}).items():  # in process: before training
+            relayed.initial[block] = copy.deepcopy(party.f)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -105,15 +128,7 @@ class RecordingTransport:
             self.relayed.epochs[call.round_id] = call.epoch
 
 
-# ---------------------------------------------------------------- the attacks
-
-
-def auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
-    """max(AUC, 1 - AUC): None when one class is absent."""
-    if len(np.unique(labels)) < 2:
-        return None
-    a = float(roc_auc_score(labels, scores))
-    return max(a, 1.0 - a)
+# ---------------------------------------------------------------- the batch attacks
 
 
 def norm_attack(grads: np.ndarray, labels: np.ndarray) -> float | None:
@@ -139,52 +154,111 @@ def direction_attack(batches: list[tuple[np.ndarray, np.ndarray]]) -> float | No
 
 def knn_attack(grads: np.ndarray, labels: np.ndarray, known: int, seed: int) -> float | None:
     """k-NN (k = 5) on `known` samples with known labels (both classes among them)."""
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(labels))
-    first = [order[np.flatnonzero(labels[order] == c)[0]] for c in (0, 1) if (labels == c).any()]
-    chosen = np.unique(np.concatenate([first, order[:known]]))
-    if len(np.unique(labels[chosen])) < 2:
+    return knn_on(grads, labels, known_rows(labels, known, seed))
+
+
+def knn_on(grads: np.ndarray, labels: np.ndarray, chosen: np.ndarray) -> float | None:
+    """k-NN (k = 5) fitted on the `chosen` rows (a mask), scored on the others."""
+    if len(np.unique(labels[chosen])) < 2 or chosen.all():
         return None
-    rest = np.setdiff1d(np.arange(len(labels)), chosen)
-    knn = KNeighborsClassifier(n_neighbors=min(5, len(chosen))).fit(grads[chosen], labels[chosen])
-    return auc(labels[rest], knn.predict_proba(grads[rest])[:, 1])
+    knn = KNeighborsClassifier(n_neighbors=min(5, int(chosen.sum()))).fit(
+        grads[chosen], labels[chosen]
+    )
+    return auc(labels[~chosen], knn.predict_proba(grads[~chosen])[:, 1])
 
 
-# ---------------------------------------------------------------- one run
+# ---------------------------------------------------------------- one viewer's records
+
+Batch = tuple[np.ndarray, np.ndarray]  # (row indices into the viewer's train rows, gradients)
+
+
+@dataclass
+class View:
+    """What one viewer received: per epoch its batches, and the truth of every train row."""
+
+    labels: np.ndarray
+    epochs: dict[int, list[Batch]] = field(default_factory=lambda: defaultdict(list))
 
 
 def views(
     relayed: Relayed, label_of: Mapping[int, np.ndarray], blocks: list[int]
-) -> dict[str, dict[int, list[tuple[np.ndarray, np.ndarray]]]]:
-    """Per viewer ("party k", "coordinator") and epoch, the (gradients, labels) batches it sees.
-    `label_of[block]`: the label (0/1) of each of that party's train rows."""
-    out: dict[str, dict[int, list[tuple[np.ndarray, np.ndarray]]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    rounds = sorted({r for (_b, r) in relayed.grads})
-    for r in rounds:
+) -> dict[str, View]:
+    """Per viewer ("party k", "coordinator"), its view. `label_of[block]`: the label (0/1) of
+    each of that party's train rows. The coordinator's rows are numbered as the first
+    feature-only party's."""
+    out = {f"party {b}": View(label_of[b]) for b in blocks}
+    out["coordinator"] = View(label_of[blocks[0]])
+    for r in sorted({r for (_b, r) in relayed.grads}):
         epoch = relayed.epochs[r]
         got = {b: relayed.grads.get((b, r)) for b in blocks}
         for b, g in got.items():
             if g is not None:
-                out[f"party {b}"][epoch].append((g, label_of[b][relayed.rows[b, r]]))
+                out[f"party {b}"].epochs[epoch].append((relayed.rows[b, r], g))
         if all(g is not None for g in got.values()):  # every feature-only party, side by side
-            b0 = blocks[0]
             joined = np.concatenate([got[b] for b in blocks], axis=1)
-            out["coordinator"][epoch].append((joined, label_of[b0][relayed.rows[b0, r]]))
+            out["coordinator"].epochs[epoch].append((relayed.rows[blocks[0], r], joined))
     return out
 
 
-def attack_all(
-    batches: list[tuple[np.ndarray, np.ndarray]], known: int, seed: int
-) -> dict[str, float | None]:
-    grads = np.concatenate([g for g, _ in batches])
-    labels = np.concatenate([y for _, y in batches])
+def attack_view(view: View, known: int, seed: int) -> list[dict[str, Any]]:
+    """Every attack of every epoch of `view`: the batch attacks on that epoch's gradients, the
+    cumulative ones on the sums over the epochs so far."""
+    labels = view.labels
+    chosen = known_rows(labels, known, seed)
+    rows: list[dict[str, Any]] = []
+    sums = np.zeros(0)
+    seen = np.zeros(len(labels), dtype=bool)
+    for epoch, batches in sorted(view.epochs.items()):
+        index = np.concatenate([i for i, _g in batches])
+        grads = np.concatenate([g for _i, g in batches]).astype(np.float64)
+        truth = labels[index]
+        add, here = accumulate(batches, len(labels))
+        sums = add if not sums.size else sums + add
+        seen |= here
+        rows.append(
+            {
+                "epoch": epoch,
+                "norm": norm_attack(grads, truth),
+                "direction": direction_attack([(g, labels[i]) for i, g in batches]),
+                "xdirection": cross_batch_direction_attack(batches, labels, chosen),
+                "knn": knn_on(grads, truth, chosen[index]),
+                "fit": fitted_attack(grads, truth, chosen[index]),
+                "sum_norm": sum_norm_attack(sums[seen], labels[seen]),
+                "sum_pca": sum_pca_attack(sums[seen], labels[seen]),
+                "sum_fit": fitted_attack(sums[seen], labels[seen], chosen[seen]),
+            }
+        )
+    return rows
+
+
+def completion(
+    party: Any, initial: torch.nn.Module | None, labels: np.ndarray, seed: int
+) -> dict[str, Any]:
+    """Model completion at a feature-only party: its bottom model as training left it, on its
+    train rows with features, against its raw (prepared) features and against its bottom model
+    as initialised (`initial`: random features it held before any gradient), per number of
+    known labels."""
+    raw = party.split("train").features
+    flat = raw.reshape(len(raw), -1)
+    truth = labels[: len(raw)]
+    trained = _outputs(party.f, raw, party.device)
+    untrained = None if initial is None else _outputs(initial, raw, party.device)
     return {
-        "norm": norm_attack(grads, labels),
-        "direction": direction_attack(batches),
-        "knn": knn_attack(grads, labels, known, seed),
+        str(n): completion_attack(trained, flat, truth, known_rows(truth, n, seed), untrained)
+        for n in COMPLETION_KNOWN
     }
+
+
+def _outputs(model: torch.nn.Module, features: np.ndarray, device: Any) -> np.ndarray:
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        out = model(torch.from_numpy(features).to(device)).cpu().numpy()
+    model.train(was)
+    return out
+
+
+# ---------------------------------------------------------------- one run
 
 
 def write_parties(table: Table, k: int, directory: Path) -> tuple[TableSource, ...]:
@@ -198,7 +272,7 @@ def write_parties(table: Table, k: int, directory: Path) -> tuple[TableSource, .
         header = ["id", *cols] + (["label"] if block == LABEL_BLOCK else [])
         lines = [",".join(header)]
         for i in range(table.rows):
-            cells = [ids[i], *(repr(float(table.columns[c][i])) for c in cols)]
+            cells = [ids[i], *(_cell(table.columns[c][i]) for c in cols)]
             if block == LABEL_BLOCK:
                 cells.append(str(table.label[i]))
             lines.append(",".join(cells))
@@ -216,6 +290,15 @@ def write_parties(table: Table, k: int, directory: Path) -> tuple[TableSource, .
     return tuple(sources)
 
 
+def _cell(value: Any) -> str:
+    """A CSV cell: a number as Python writes a float, a category as its name ('' if empty)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return repr(float(value))
+
+
 # The defences measured beside the plain protocol (`--defences`): PrivacyConfig settings.
 DEFENCES: dict[str, dict[str, Any]] = {
     "none": {},
@@ -231,9 +314,9 @@ DEFENCES: dict[str, dict[str, Any]] = {
     "max_norm_direction_p0_5": {"gradient_defence": "max_norm_direction", "direction_power": 0.5},
     "max_norm_direction_p2": {"gradient_defence": "max_norm_direction", "direction_power": 2.0},
     "max_norm_direction_p4": {"gradient_defence": "max_norm_direction", "direction_power": 4.0},
-    # with `_patience10` the recommended label defence (docs/security.md, privacy.md)
+    # the recommendation before issue 44 (its fresh noise averages out over the epochs: privacy.md)
     "max_norm_direction_p6": {"gradient_defence": "max_norm_direction", "direction_power": 6.0},
-    # the recommendation until stop 37: both attacks <= 0.60, but early stops cost AUC
+    # an earlier recommendation: both batch attacks <= 0.60, but early stops cost AUC
     "direction_p3": {"gradient_defence": "direction", "direction_power": 3.0},
     # between the last power that leaks above 0.60 at full training (2) and the first that holds
     "direction_p2_5": {"gradient_defence": "direction", "direction_power": 2.5},
@@ -242,6 +325,19 @@ DEFENCES: dict[str, dict[str, Any]] = {
     "direction_p8": {"gradient_defence": "direction", "direction_power": 8.0},
     "embedding_dp": {"embedding_clip": 1.0, "embedding_noise": 1.0},
     "label_dp": {"label_epsilon": 1.0},
+    # issue 44: each row's noise drawn once, the same every epoch (docs/security.md)
+    **{
+        f"per_row_p{p}".replace(".", "_"): {
+            "gradient_defence": "max_norm_direction_per_row",
+            "direction_power": float(p),
+        }
+        for p in (1, 2, 4, 6, 8, 12, 16, 24)
+    },
+    # issue 44: the feature-only parties get no gradient (their bottom models stay as drawn)
+    "withhold": {"gradient_defence": "withhold"},
+    # label DP at milder budgets (randomised once, before training: epochs do not compose)
+    "label_dp_e2": {"label_epsilon": 2.0},
+    "label_dp_e3": {"label_epsilon": 3.0},
 }
 
 
@@ -257,17 +353,20 @@ def setting(defence: str) -> dict[str, Any]:
 
 
 def run_one(
-    table: Table, k: int, seed: int, epochs: int, known: int, defence: str = "none"
+    table: Table, k: int, seed: int, epochs: int | None, known: int, defence: str = "none"
 ) -> dict[str, Any]:
-    """Train one federation, recording the relay, and attack each viewer's records per epoch."""
+    """Train one federation, recording the relay, and attack each viewer's records per epoch
+    (`epochs`: the ceiling; None = the defaults')."""
     with tempfile.TemporaryDirectory(prefix="vfl-privacy-") as tmp:
         sources = write_parties(table, k, Path(tmp))
-        train = {"seed": seed, "epochs": epochs, **setting(defence)}
+        train = {"seed": seed, **setting(defence)}
+        if epochs is not None:
+            train["epochs"] = epochs
         config = SimulationConfig(tables=sources, clients=k, train=train)
         relayed = Relayed()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = run_simulation(config, wrap=lambda t: RecordingTransport(t, relayed))
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     # The truth, by ID, from the table itself (a label party under label DP trains on others):
     # the positive class is the last of the sorted class names (c1).
     positive_name = sorted(np.unique(table.label))[-1]
@@ -278,136 +377,79 @@ def run_one(
         if b != LABEL_BLOCK
     }
     rows = [
-        {"viewer": viewer, "epoch": epoch} | attack_all(batches, known, seed)
-        for viewer, by_epoch in views(relayed, label_of, sorted(label_of)).items()
-        for epoch, batches in sorted(by_epoch.items())
+        {"viewer": viewer, **row}
+        for viewer, view in views(relayed, label_of, sorted(label_of)).items()
+        for row in attack_view(view, known, seed)
     ]
+    completed = {
+        f"party {b}": completion(result.parties[b], relayed.initial.get(b), label_of[b], seed)
+        for b in sorted(label_of)
+    }
     report = next(iter(result.reports.values()))
     overall = next(r for r in report.rows() if r.observed == "all")
+    used = config.train
     return {
         "table": table.name,
         "parties": k,
         "seed": seed,
         "defence": defence,
+        "train": {
+            "epochs": used.epochs,
+            "batch_size": used.batch_size,
+            "patience": used.patience(True),
+        },
         "epochs_trained": len(result.epochs),
+        "rounds": len({r for (_b, r) in relayed.grads}),
         "early_stop": result.early_stop,
         "accuracy": overall.accuracy,
         "auc": overall.auc,
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "attacks": rows,
+        "completion": completed,
     }
-
-
-# ---------------------------------------------------------------- the report
-
-
-def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per table, K and viewer: each attack's AUC at the first and the last epoch and its
-    maximum over epochs, as mean and sd over the seeds."""
-    groups: dict[tuple[str, int, str, str], list[list[dict[str, Any]]]] = defaultdict(list)
-    for run in runs:
-        by_viewer: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for row in run["attacks"]:
-            by_viewer[row["viewer"]].append(row)
-        for viewer, rows in by_viewer.items():
-            groups[run["table"], run["parties"], run.get("defence", "none"), viewer].append(rows)
-    out = []
-    for (table, k, defence, viewer), per_seed in sorted(groups.items()):
-        line: dict[str, Any] = {"table": table, "parties": k, "defence": defence, "viewer": viewer}
-        for attack in ATTACKS:
-            first = [rows[0][attack] for rows in per_seed if rows[0][attack] is not None]
-            best = [max(r[attack] for r in rows if r[attack] is not None) for rows in per_seed]
-            line[f"{attack}_first"] = _mean_sd(first)
-            line[f"{attack}_max"] = _mean_sd(best)
-        out.append(line)
-    return out
-
-
-def _mean_sd(values: list[float]) -> str:
-    if not values:
-        return "-"
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.3f} ± {sd:.3f}"
-
-
-def markdown(runs: list[dict[str, Any]], command: str, known: int) -> str:
-    lines = [
-        "# Label leakage: what a feature-only party and the coordinator learn "
-        "(`vfl bench privacy`)",
-        "",
-        f"Command: `{command}`. Machine: {platform.node()}, code {_code()}; "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
-        "",
-        "Each table is cut into K parties (columns dealt round-robin, labels at block 0, the "
-        "others feature-only, every party holding every row; the project's ID-hash test split), "
-        "trained in process with the defaults, behind a transport that records what a "
-        "coordinator relays. Attacks (Li et al., ICLR 2022, 'Label Leakage and Protection in "
-        "Two-party Split Learning'): `norm` scores a training sample by the L2 norm of the "
-        "gradient its party receives for its embedding; `direction` by the cosine with the "
-        "gradient of one sample of the batch whose label the attacker knows; `knn` labels the "
-        f"samples by a 5-NN vote over {known} samples of known label. A feature-only party sees "
-        "its own gradients; the coordinator relays every party's in the clear and attacks them "
-        "side by side. AUC: max(AUC, 1 - AUC), 0.5 = no leak, 1.0 = every label. `first`: the "
-        "first epoch; `max`: the epoch where the attack did best. Mean ± sd over the seeds.",
-        "",
-        "| table | K | defence | viewer | norm first | norm max | direction first | "
-        "direction max | knn first | knn max |",
-        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for s in summarise(runs):
-        lines.append(
-            f"| {s['table']} | {s['parties']} | {s['defence']} | {s['viewer']} | "
-            f"{s['norm_first']} | {s['norm_max']} | {s['direction_first']} | "
-            f"{s['direction_max']} | {s['knn_first']} | {s['knn_max']} |"
-        )
-    lines += ["", "The federations attacked:", ""]
-    lines += ["| table | K | defence | seed | epochs trained | test accuracy | test AUC | s |"]
-    lines += ["| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
-    for r in runs:
-        acc = f"{100 * r['accuracy']:.2f}" if r["accuracy"] is not None else "-"
-        roc = f"{r['auc']:.4f}" if r["auc"] is not None else "-"
-        lines.append(
-            f"| {r['table']} | {r['parties']} | {r.get('defence', 'none')} | {r['seed']} | "
-            f"{r['epochs_trained']} | {acc} | "
-            f"{roc} | {r['seconds']:.1f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _code() -> str:
-    done = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    )
-    return done.stdout.strip() or "?"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-path", type=Path, default=Path("../shared/data"))
     parser.add_argument("--tables", default=",".join(TABLES))
-    parser.add_argument("--parties", default="2,4", help="K values")
+    parser.add_argument("--parties", default="2,3", help="K values")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--known", type=int, default=20, help="known labels for the k-NN")
+    parser.add_argument("--epochs", type=int, help="the ceiling; default: the defaults'")
+    parser.add_argument("--known", type=int, default=40, help="labels the attacker knows")
     parser.add_argument("--defences", default="none", help=f"of {', '.join(DEFENCES)}")
     parser.add_argument("--out", type=Path, default=RESULTS / "privacy.md")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the runs already in the --out .json"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     loaders = tables(args.data_path, quick=False)
-    runs = []
+    for name in args.tables.split(","):
+        if name not in loaders:
+            raise SystemExit(f"error: no table '{name}' (Credit needs --data-path)")
+    for defence in args.defences.split(","):
+        if defence.partition("_patience")[0] not in DEFENCES:
+            raise SystemExit(f"error: no defence '{defence}' (of {', '.join(DEFENCES)})")
+    store = args.out.with_suffix(".json")
+    runs = json.loads(store.read_text()) if args.resume and store.is_file() else []
+    done = {(r["table"], r["parties"], r["seed"], r["defence"]) for r in runs}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.tables.split(","):
         for k in (int(v) for v in args.parties.split(",")):
             for seed in (int(v) for v in args.seeds.split(",")):
                 for defence in args.defences.split(","):
+                    if (name, k, seed, defence) in done:
+                        continue
                     table = loaders[name](seed, False)
                     runs.append(run_one(table, k, seed, args.epochs, args.known, defence))
+                    store.write_text(json.dumps(runs, separators=(",", ":")))  # a run at a time
                     log.warning(
                         "%s K=%d seed %d %s: %.1fs", name, k, seed, defence, runs[-1]["seconds"]
                     )
     command = "python -m benchmarks.privacy " + " ".join(sys.argv[1:] if argv is None else argv)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(markdown(runs, command, args.known))
-    args.out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
 
 
 if __name__ == "__main__":

@@ -144,3 +144,70 @@ def test_given_max_norm_direction_when_guarding_then_both_the_norm_and_the_cosin
     assert _cosine_auc(out, labels) < 0.75
     alone = PartyGuard(PrivacyConfig(gradient_defence="max_norm"), seed=3, block=0)
     assert _cosine_auc(alone.gradient(grads, labels), labels) > _cosine_auc(out, labels)
+
+
+def _summed_over_epochs(defence: str, epochs: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's unit gradients summed over `epochs` shuffled epochs of batches of 64, as a
+    feature-only party that keeps what it receives would (issue 44)."""
+    from vfl_core.privacy.config import PrivacyConfig
+    from vfl_core.privacy.guards import PartyGuard
+
+    grads, labels = _leaky_batch(n=1280)
+    guard = PartyGuard(
+        PrivacyConfig(gradient_defence=defence, direction_power=6.0), seed=3, block=0
+    )
+    sums = torch.zeros_like(grads, dtype=torch.float64)
+    order_gen = np.random.default_rng(0)
+    for _ in range(epochs):
+        order = order_gen.permutation(len(labels))
+        for start in range(0, len(order), 64):
+            rows = order[start : start + 64]
+            out = guard.gradient(grads[rows], labels[rows], rows, target=1).double()
+            sums[rows] += out / out.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return sums, labels
+
+
+def _first_component_auc(sums: torch.Tensor, labels: torch.Tensor) -> float:
+    centred = sums - sums.mean(dim=0)
+    _values, vectors = torch.linalg.eigh(centred.T @ centred)
+    return _auc(labels, centred @ vectors[:, -1])
+
+
+def test_given_fresh_noise_when_summed_over_epochs_then_the_sums_rank_the_classes_again():
+    sums, labels = _summed_over_epochs("max_norm_direction")
+    assert _first_component_auc(sums, labels) > 0.8
+
+
+def test_given_per_row_noise_when_summed_over_epochs_then_the_sums_stay_as_noisy_as_one_epoch():
+    sums, labels = _summed_over_epochs("max_norm_direction_per_row")
+    fresh, _ = _summed_over_epochs("max_norm_direction")
+    assert _first_component_auc(sums, labels) < 0.7
+    assert _first_component_auc(sums, labels) < _first_component_auc(fresh, labels) - 0.15
+
+
+def test_given_per_row_noise_when_a_row_comes_in_another_batch_order_then_its_noise_is_the_same():
+    from vfl_core.privacy.config import PrivacyConfig
+    from vfl_core.privacy.guards import PartyGuard
+
+    grads, labels = _leaky_batch(n=64)
+    config = PrivacyConfig(gradient_defence="max_norm_direction_per_row", direction_power=2.0)
+    rows = np.arange(100, 164)
+    flip = np.arange(63, -1, -1)
+    first = PartyGuard(config, seed=3, block=0).gradient(grads, labels, rows, target=1)
+    again = PartyGuard(config, seed=3, block=0).gradient(
+        grads[flip], labels[flip], rows[flip], target=1
+    )
+    assert torch.allclose(first[flip], again, atol=1e-5)  # the class means summed in another order
+    other = PartyGuard(config, seed=3, block=0).gradient(grads, labels, rows, target=2)
+    assert not torch.allclose(first, other)  # each receiving party its own draws
+
+
+def test_given_withhold_when_guarding_then_the_gradient_leaving_is_zero():
+    from vfl_core.privacy.config import PrivacyConfig
+    from vfl_core.privacy.guards import PartyGuard
+
+    grads, labels = _leaky_batch(n=64)
+    out = PartyGuard(PrivacyConfig(gradient_defence="withhold"), seed=3, block=0).gradient(
+        grads, labels
+    )
+    assert out.shape == grads.shape and not out.any()

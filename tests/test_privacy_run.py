@@ -54,3 +54,26 @@ def test_given_a_privacy_section_when_the_config_loads_then_the_party_guard_foll
 def test_given_noise_without_clip_when_the_config_loads_then_it_is_refused():
     with pytest.raises(ValueError, match="embedding_noise needs embedding_clip"):
         TrainConfig.model_validate({"privacy": {"embedding_noise": 1.0}})
+
+
+@pytest.mark.slow
+def test_given_withhold_when_training_then_no_attack_at_a_feature_party_reads_anything(
+    breast_cancer,
+):
+    run = run_one(breast_cancer, k=2, seed=0, epochs=2, known=40, defence="withhold")
+    party = [r for r in run["attacks"] if r["viewer"] == "party 1"]
+    assert len(party) == 2  # one row per epoch
+    for attack in ("norm", "direction", "xdirection", "knn", "fit", "sum_norm", "sum_pca"):
+        assert all(r[attack] == pytest.approx(0.5) for r in party), attack
+    assert set(run["completion"]["party 1"]) == {"40", "300"}
+    assert run["accuracy"] > 0.8  # the label party still learns on the others' embeddings
+
+
+@pytest.mark.slow
+def test_given_per_row_noise_when_training_then_it_trains_and_the_summed_attacks_are_recorded(
+    breast_cancer,
+):
+    run = run_one(breast_cancer, k=2, seed=0, epochs=2, known=40, defence="per_row_p12")
+    last = [r for r in run["attacks"] if r["viewer"] == "party 1"][-1]
+    assert last["sum_pca"] is not None and last["sum_fit"] is not None
+    assert run["accuracy"] > 0.8

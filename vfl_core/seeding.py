@@ -47,6 +47,7 @@ class Stream(IntEnum):
     PRIVACY_EMBEDDING = 51  # noise on the training embeddings a party sends
     PRIVACY_LABELS = 52  # randomised response on a label party's training labels
     PRIVACY_SCORES = 53  # the randomised-response labels a label party scores with
+    PRIVACY_ROWS = 54  # a row's gradient noise, the same in every epoch (per-row defences)
     TOWER_DROPOUT = 60  # a party MLP's dropout masks (vfl_core.model.tower.SeededDropout)
 
 

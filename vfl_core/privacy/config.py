@@ -9,7 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-GradientDefence = Literal["none", "max_norm", "direction", "max_norm_direction"]
+GradientDefence = Literal[
+    "none", "max_norm", "direction", "max_norm_direction", "max_norm_direction_per_row", "withhold"
+]
 
 
 class PrivacyConfig(BaseModel):
@@ -18,7 +20,12 @@ class PrivacyConfig(BaseModel):
     # At the label party, on the gradients it sends for other parties' embeddings:
     # max_norm (Li et al. 2022, Sec. 5) or direction (Marvell-style noise along the difference
     # of the class means, `direction_power` times its squared length), or both in that order
-    # (max_norm_direction: the norms equalised, then a milder direction noise).
+    # (max_norm_direction: the norms equalised, then a milder direction noise). Their noise is
+    # drawn afresh every round, so a party that sums a row's gradients over the epochs averages
+    # it out (issue 44); max_norm_direction_per_row draws each row's noise once (the same
+    # direction and multiplier in every epoch, scaled to the round's batch), so the sum keeps
+    # it. withhold: the label party sends zero gradients to the other parties (their bottom
+    # models stay as initialised; nothing about a label reaches them through training).
     gradient_defence: GradientDefence = "none"
     direction_power: float = Field(1.0, gt=0)
     # At every party, on the embeddings it sends in training: each row clipped to L2 norm

@@ -13,8 +13,13 @@ from vfl_core.privacy.defences import (
     epsilon,
     max_norm,
     randomized_response,
+    row_noise,
 )
 from vfl_core.seeding import Stream, derive_seed, rng
+
+# max_norm_direction_per_row: each row's max-norm noise at least this times the batch's largest
+# gradient norm (issue 44; benchmarks/results/privacy.md).
+ROW_NOISE_FLOOR = 1.0
 
 
 class PartyGuard:
@@ -30,10 +35,33 @@ class PartyGuard:
         self._score_labels: dict[str, np.ndarray] = {}  # split -> the labels Score uses
         self.releases = 0  # training embedding batches sent, for the accountant
 
-    def gradient(self, grad: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+    def gradient(
+        self,
+        grad: torch.Tensor,
+        labels: torch.Tensor | None,
+        rows: np.ndarray | None = None,
+        target: int = 0,
+    ) -> torch.Tensor:
         """The gradient for another party's embedding, as it may leave this party (`labels`:
-        the batch's, needed by the direction defence only)."""
+        the batch's, needed by the direction defences; `rows`: its train rows and `target`
+        the block whose embedding it is, needed by the per-row defence)."""
         kind = self.config.gradient_defence
+        if kind == "withhold":
+            return torch.zeros_like(grad)
+        if kind == "max_norm_direction_per_row":
+            if rows is None or labels is None:
+                raise ValueError("max_norm_direction_per_row needs the batch's rows and labels")
+            draws = row_noise(
+                derive_seed(self._seed, Stream.PRIVACY_ROWS, self._block, target),
+                rows,
+                grad.shape[1],
+            ).to(grad.device)
+            # Every row's own noise at least the batch's largest norm: a row's direction is then
+            # its draw's as much as its gradient's in every epoch, whatever its class, so the
+            # sum over epochs is as steady for one class as for the other (with the top-up
+            # alone, the small gradients' rows were steadier: summed norms ranked them).
+            grad = max_norm(grad, noise=draws[:, :-1], floor=ROW_NOISE_FLOOR)
+            return direction_noise(grad, labels, self.config.direction_power, z=draws[:, -1:])
         if kind in ("max_norm", "max_norm_direction"):
             grad = max_norm(grad, self._grad_gen)
         if kind in ("direction", "max_norm_direction") and labels is not None:

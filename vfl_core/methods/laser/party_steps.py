@@ -204,7 +204,8 @@ class LaserSteps:
             loss=loss,
             # A block in no task gets a zero gradient (it did not influence L_k).
             grads={
-                b: p.to_wire(p.guard.gradient(_grad_or_zeros(t), labels)) for b, t in others.items()
+                b: p.to_wire(p.guard.gradient(_grad_or_zeros(t), labels, state.rows, b))
+                for b, t in others.items()
             },
         )
         if state.local is not None:
