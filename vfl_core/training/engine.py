@@ -120,7 +120,7 @@ class Federation:
     choice: ValidationChoice = field(init=False, default_factory=ValidationChoice)
     # who follows the run (vfl_core.persistence.run_log.RunLog, the coordinator's checkpointer and
     # round log)
-    observers: list[Observer] = field(default_factory=list)
+    observers: list[Observer[Federation]] = field(default_factory=list)
 
     def __post_init__(self, on_round: Callable[[RoundRecord], None] | None) -> None:
         if on_round is not None:
