@@ -52,8 +52,7 @@ def test_given_a_layer_when_every_module_is_imported_then_it_needs_nothing_above
 
 # ---------------------------------------------------------------- inside vfl_core (issue 28)
 # The graph is scripts/import_graph.py's: every import, at any depth, those under
-# `if TYPE_CHECKING:` included (a type-only import still ties the layers together), except for
-# the module-level cycle check, which follows the imports that run.
+# `if TYPE_CHECKING:` included (a type-only import still ties the modules and layers together).
 
 _spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
 assert _spec is not None and _spec.loader is not None
