@@ -44,3 +44,10 @@ def test_given_the_repository_when_counted_then_one_line_of_counts() -> None:
         check=True,
     )
     assert "modules;" in done.stdout and "cycle(s) holding" in done.stdout
+    # issue 48: no circle in vfl_core, the imports under `if TYPE_CHECKING:` included
+    assert " 0 cycle(s) holding 0 modules;" in done.stdout, done.stdout
+
+
+def test_given_the_repository_when_every_import_is_followed_then_vfl_core_has_no_cycle() -> None:
+    edges, _ = import_graph.graph(typing_too=True)
+    assert import_graph.cycles(edges) == []

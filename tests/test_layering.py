@@ -52,8 +52,7 @@ def test_given_a_layer_when_every_module_is_imported_then_it_needs_nothing_above
 
 # ---------------------------------------------------------------- inside vfl_core (issue 28)
 # The graph is scripts/import_graph.py's: every import, at any depth, those under
-# `if TYPE_CHECKING:` included (a type-only import still ties the layers together), except for
-# the module-level cycle check, which follows the imports that run.
+# `if TYPE_CHECKING:` included (a type-only import still ties the modules and layers together).
 
 _spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
 assert _spec is not None and _spec.loader is not None
@@ -81,9 +80,9 @@ def test_given_vfl_core_when_every_module_is_placed_then_each_has_a_layer() -> N
 
 
 def test_given_vfl_core_when_its_imports_are_followed_then_no_module_is_in_a_cycle() -> None:
-    # Modules: the imports that run (a type-only back reference, such as an engine part typed
-    # with the Federation that composes it, runs nothing and is checked by the layers below).
-    edges, _ = import_graph.graph(typing_too=False)
+    # Modules: every import, type-only ones included (issue 48): an engine part is typed with
+    # the narrow protocol it uses (vfl_core.training.ports), not the Federation that composes it.
+    edges, _ = _core_graph()
     found = import_graph.cycles(_without_known(edges))
     assert not found, f"import cycles in vfl_core: {found}"
 

@@ -10,7 +10,7 @@ from vfl_core.data.columns import Table
 from vfl_core.errors import ConfigError, DataError
 
 if TYPE_CHECKING:  # tabular imports this module
-    from vfl_core.data.tabular import TableSource
+    from vfl_core.data.table_source import TableSource
 
 
 def feature_columns(source: TableSource, table: Table) -> list[str]:

@@ -17,7 +17,7 @@ from vfl_core.data.total_rows import total_row_warnings
 if TYPE_CHECKING:
     from vfl_core.data.columns import Table
     from vfl_core.data.preprocess import TabularPreprocessor
-    from vfl_core.data.tabular import TableSource
+    from vfl_core.data.table_source import TableSource
 
 
 def fit_warnings(

@@ -12,7 +12,7 @@ from vfl_core.errors import ConfigError
 
 if TYPE_CHECKING:  # tabular imports this module
     from vfl_core.data.preprocess import TabularPreprocessor
-    from vfl_core.data.tabular import TableSource
+    from vfl_core.data.table_source import TableSource
 
 REFIT = "it decides the columns; fit again without it to change them"
 

@@ -25,8 +25,7 @@ import numpy as np
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ProtocolError
 from vfl_core.inference.metrics import FEDERATION
-from vfl_core.methods.combination import combine, random_guess
-from vfl_core.methods.spec import Combination
+from vfl_core.methods.combination import Combination, combine, random_guess
 from vfl_core.protocol import BlindPrediction, ScoreCall
 from vfl_core.seeding import Stream, rng
 

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
-from vfl_core.methods.spec import Combination
 from vfl_core.model.model_bank import key_name
+
+# heads: each predicting head is scored and the federation averages their probabilities;
+# vote: only the majority vote of the heads is scored; subset: one predictor named by its subset.
+Combination = Literal["heads", "vote", "subset"]
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,23 @@ import numpy as np
 
 if TYPE_CHECKING:
     from vfl_core.data.batch_plan import Alignment, Batch
+    from vfl_core.methods.combination import Combination
     from vfl_core.methods.liveness import Liveness
-    from vfl_core.methods.spec import MethodSpec
     from vfl_core.protocol import PartyInfo, Transport
+
+
+class MethodFacts(Protocol):
+    """What a round program reads of its method through the port (vfl_core.methods.spec.MethodSpec
+    is one): how the heads' answers combine."""
+
+    @property
+    def combination(self) -> Combination: ...
 
 
 class FederationPort(Protocol):
     """The round engine as a method's program sees it."""
 
     config: Any  # the run's vfl_core.config.TrainConfig (a layer above this one)
-    spec: MethodSpec
     transport: Transport
     infos: dict[int, PartyInfo]
     alignments: dict[str, Alignment]
@@ -34,6 +41,8 @@ class FederationPort(Protocol):
     down_after: int
     retry_every: int
 
+    @property
+    def spec(self) -> MethodFacts: ...
     @property
     def label_blocks(self) -> tuple[int, ...]: ...
     @property

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 
 from vfl_core.errors import ProtocolError
+from vfl_core.methods.combination import Combination as Combination
 from vfl_core.methods.steps import StepSpec
 
 # re-exported: the slot key of a party's one f_k / g_k, and the subsets' type
@@ -72,9 +73,6 @@ Slots = Literal["shared", "per_subset"]  # one f_k, or one per subset that conta
 # label_parties: every label party holds one head g_k; active_party: only the lowest label
 # block holds one; subset_owner: one head per subset, at the subset's lowest label block.
 HeadsAt = Literal["label_parties", "active_party", "subset_owner"]
-# heads: each predicting head is scored and the federation averages their probabilities;
-# vote: only the majority vote of the heads is scored; subset: one predictor named by its subset.
-Combination = Literal["heads", "vote", "subset"]
 # PredictCall.head naming a label party's concatenating head (MethodSpec.concat_head)
 CONCAT = "concat"
 # What stands in for a party that failed during training: nothing (the subset shrinks), zeros,

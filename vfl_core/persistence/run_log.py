@@ -108,7 +108,7 @@ class LineLog:
         self.close()
 
 
-class RunLog(Observer):
+class RunLog(Observer[Federation]):
     """Writes an `EpochRecord` per finished epoch of the federation it observes. With
     `eval_every` N > 0 it also evaluates `split` after every N-th epoch and after the last one."""
 

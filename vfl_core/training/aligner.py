@@ -22,7 +22,7 @@ from vfl_core.training.alignment import key_list_fault
 from vfl_core.training.retry import Backoff, retry_until
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+    from vfl_core.training.ports import AlignerRun
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ ALIGN_RETRY_PAUSE_S = 2.0  # between attempts to align a party that did not answ
 class Aligner:
     """Aligns a run's splits with the parties that answer, and again when one comes back."""
 
-    def __init__(self, fed: Federation) -> None:
+    def __init__(self, fed: AlignerRun) -> None:
         self.fed = fed
         # a party missing from the alignment was heard from again: align again at the next
         # epoch's start (or before the test table or a prediction)

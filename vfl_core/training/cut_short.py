@@ -11,17 +11,17 @@ from vfl_core.inference.metrics import EvalReport
 from vfl_core.methods.spec import active_party
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+    from vfl_core.training.ports import Run
 
 __all__ = ["heads_left", "no_head_answered"]
 
 
-def no_head_answered(fed: Federation, report: EvalReport) -> bool:
+def no_head_answered(fed: Run, report: EvalReport) -> bool:
     """Whether the evaluation scored nothing because no label party answered a batch."""
     return not report.scored and not _heads_answered(fed, report)
 
 
-def heads_left(fed: Federation, report: EvalReport) -> bool:
+def heads_left(fed: Run, report: EvalReport) -> bool:
     """Whether the evaluation was cut short: samples went unscored, and of the label parties
     asked, none answered every batch it was asked for (they went away during it). Scored this
     way, a table holds the batches answered before, not the split: training would pause here."""
@@ -31,12 +31,12 @@ def heads_left(fed: Federation, report: EvalReport) -> bool:
     )
 
 
-def _heads_answered(fed: Federation, report: EvalReport) -> bool:
+def _heads_answered(fed: Run, report: EvalReport) -> bool:
     """Whether a label party answered a batch of the evaluation (then waiting changes nothing)."""
     return any(report.answers.get(b, [0, 0])[1] for b in _predictors(fed))
 
 
-def _predictors(fed: Federation) -> tuple[int, ...]:
+def _predictors(fed: Run) -> tuple[int, ...]:
     """The label parties that predict: under DVFL and DLVM only the active party (the owner);
     the other label parties' embeddings answer nothing without it."""
     if fed.spec.heads == "active_party":

@@ -38,7 +38,7 @@ from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.protocol import EmbedCall, FuseCall, RoundCall, RoundResult
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+    from vfl_core.training.ports import RoundRun
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class DirectTransport(Protocol):
         ...
 
 
-def supported(fed: Federation) -> bool:
+def supported(fed: RoundRun) -> bool:
     """Whether this run's rounds go over the direct data plane."""
     return fed.config.data_plane == "direct" and hasattr(fed.transport, "direct")
 
@@ -70,7 +70,7 @@ class _Round:
 
 
 def run(
-    fed: Federation,
+    fed: RoundRun,
     epoch: int,
     batches: Sequence[Batch],
     first_round: int,
@@ -93,12 +93,12 @@ def run(
         yield _finish(fed, flight.popleft())
 
 
-def run_one(fed: Federation, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
+def run_one(fed: RoundRun, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
     """One round on its own (a round of a pause, vfl_core.training.liveness)."""
     return next(iter(run(fed, epoch, [batch], round_id)))
 
 
-def _start(fed: Federation, r: _Round, sent: dict[int, int]) -> None:
+def _start(fed: RoundRun, r: _Round, sent: dict[int, int]) -> None:
     fed.presence.poll_rejoins(r.tick)
     spec, labels, batch = fed.spec, fed.label_blocks, r.batch
     if not spec.trainable(batch.pattern, fed.num_blocks, labels, batch.label_only):
@@ -116,7 +116,7 @@ def _start(fed: Federation, r: _Round, sent: dict[int, int]) -> None:
     r.collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
 
 
-def round_calls(fed: Federation, r: _Round, holders: tuple[int, ...]) -> dict[int, RoundCall]:
+def round_calls(fed: RoundRun, r: _Round, holders: tuple[int, ...]) -> dict[int, RoundCall]:
     """Every party's RoundCall of round `r`: the relay's Embed and Fuse calls, as they are when
     every callee answers, with the embeddings left to travel between the parties."""
     al = fed.alignments["train"]
@@ -147,7 +147,7 @@ def round_calls(fed: Federation, r: _Round, holders: tuple[int, ...]) -> dict[in
     return calls
 
 
-def _finish(fed: Federation, r: _Round) -> RoundRecord:
+def _finish(fed: RoundRun, r: _Round) -> RoundRecord:
     """The round's record from the parties' reports; who answered what into the liveness."""
     if r.collect is None:
         return RoundRecord(r.round_id, r.epoch, r.batch.pattern, r.callees, {}, ())

@@ -15,7 +15,8 @@ composes the parts that act on it, each a module and a class of its own:
 
 A party that does not answer a phase in time is absent from the transport's result; the engine
 then runs the round on the blocks that remain, which is exactly the situation LASER-VFL is built
-for. A method's round program sees the engine through vfl_core.methods.federation_port.
+for. A method's round program sees the engine through vfl_core.methods.federation_port, and
+each part sees the run through its protocol in vfl_core.training.ports (none imports this module).
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class Federation:
     choice: ValidationChoice = field(init=False, default_factory=ValidationChoice)
     # who follows the run (vfl_core.persistence.run_log.RunLog, the coordinator's checkpointer and
     # round log)
-    observers: list[Observer] = field(default_factory=list)
+    observers: list[Observer[Federation]] = field(default_factory=list)
 
     def __post_init__(self, on_round: Callable[[RoundRecord], None] | None) -> None:
         if on_round is not None:

@@ -29,7 +29,7 @@ from vfl_core.protocol import BlindPrediction, EmbedCall, PredictCall, ScoreCall
 from vfl_core.training.blind_scores import BlindGroup, BlindScores
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+    from vfl_core.training.ports import EvaluatorRun
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 class Evaluator:
     """Predicts and scores the batches of a split through the transport."""
 
-    def __init__(self, fed: Federation) -> None:
+    def __init__(self, fed: EvaluatorRun) -> None:
         self.fed = fed
 
     def predict_batches(

@@ -22,7 +22,7 @@ from vfl_core.methods.outcomes import RoundRecord, well_formed
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, Sealed
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+    from vfl_core.training.ports import Run
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 class LaserRound:
     """Runs a training round through the transport: Embed, Fuse, Backward."""
 
-    def __init__(self, fed: Federation) -> None:
+    def __init__(self, fed: Run) -> None:
         self.fed = fed
 
     def run(self, round_id: int, epoch: int, batch: Batch) -> RoundRecord:

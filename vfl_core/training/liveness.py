@@ -31,7 +31,7 @@ from vfl_core.methods.spec import active_party
 from vfl_core.training.records import Pause
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+    from vfl_core.training.ports import PresenceRun
 
 __all__ = [
     "DOWN",
@@ -57,7 +57,7 @@ PAUSE_PROBE_S = 5.0
 class Presence:
     """Rejoins and pauses: which parties the rounds call, kept current between rounds."""
 
-    def __init__(self, fed: Federation) -> None:
+    def __init__(self, fed: PresenceRun) -> None:
         self.fed = fed
         self.paused_since: float | None = None  # monotonic time the current pause began
 

@@ -64,7 +64,7 @@ from vfl_core.protocol import (
 from vfl_core.training.laser_round import backward_call
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+    from vfl_core.training.ports import RoundRun
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class _Lane:
 
 
 def run(
-    fed: Federation,
+    fed: RoundRun,
     epoch: int,
     batches: Sequence[Batch],
     first_round: int,
@@ -170,7 +170,7 @@ def _finished(queue: deque[_Round]) -> Iterator[RoundRecord]:
 
 
 def _start_f(
-    fed: Federation, block: list[_Round], backward: dict[int, list[tuple[_Round, BackwardCall]]]
+    fed: RoundRun, block: list[_Round], backward: dict[int, list[tuple[_Round, BackwardCall]]]
 ) -> _Lane:
     """The f-lane call to every party with a Backward due or an Embed in `block`."""
     al = fed.alignments["train"]
@@ -196,7 +196,7 @@ def _start_f(
     return _Lane(fed.transport.train(calls), block, stepping)
 
 
-def _collect_f(fed: Federation, lane: _Lane) -> None:
+def _collect_f(fed: RoundRun, lane: _Lane) -> None:
     """Backward outcomes first, then the embeddings, each in round order (as the sequential
     engine records them)."""
     answers = lane.collect()
@@ -221,7 +221,7 @@ def _collect_f(fed: Federation, lane: _Lane) -> None:
             r.done = True  # too few answered for this method: no Fuse, no Backward
 
 
-def _start_g(fed: Federation, block: list[_Round]) -> _Lane:
+def _start_g(fed: RoundRun, block: list[_Round]) -> _Lane:
     """The g-lane call to every head party of `block`'s rounds."""
     fuses: dict[int, list[FuseCall]] = defaultdict(list)
     live = [r for r in block if not r.done]
@@ -236,7 +236,7 @@ def _start_g(fed: Federation, block: list[_Round]) -> _Lane:
 
 
 def _collect_g(
-    fed: Federation, lane: _Lane, backward: dict[int, list[tuple[_Round, BackwardCall]]]
+    fed: RoundRun, lane: _Lane, backward: dict[int, list[tuple[_Round, BackwardCall]]]
 ) -> None:
     """The heads' answers, and each present party's summed gradient, due with its next f-lane
     call."""

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Generic, TypeVar
 
 from vfl_core.methods.outcomes import RoundRecord
 
-if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+# The run an observer is told about: vfl_core.training.engine.Federation (which imports this
+# module, so it is a parameter here, not an import).
+Fed = TypeVar("Fed")
 
 
 @dataclass(frozen=True)
@@ -64,37 +65,37 @@ class Cursor:
     summaries: list[EpochSummary] = field(default_factory=list)  # finished epochs
 
 
-class Observer:
+class Observer(Generic[Fed]):
     """Follows a run (the run log, the coordinator's checkpointer and round log): the engine
     calls every observer of its list, in order, after each round, epoch and checkpoint. Nothing
     outside the engine writes its fields."""
 
-    def round_done(self, fed: Federation, record: RoundRecord) -> None:
+    def round_done(self, fed: Fed, record: RoundRecord) -> None:
         """After each training round, in round order."""
 
-    def epoch_done(self, fed: Federation, summary: EpochSummary) -> None:
+    def epoch_done(self, fed: Fed, summary: EpochSummary) -> None:
         """After each finished epoch (a resumed run's cut epoch included)."""
 
-    def checkpoint_done(self, fed: Federation, round_id: int, saved: set[int]) -> None:
+    def checkpoint_done(self, fed: Fed, round_id: int, saved: set[int]) -> None:
         """After the parties saved their state after `round_id` (`saved`: those that did)."""
 
 
 @dataclass
-class Callbacks(Observer):
+class Callbacks(Observer[Any]):
     """An observer made of plain functions (tests and scripts that record rounds)."""
 
     round: Callable[[RoundRecord], None] | None = None
     epoch: Callable[[EpochSummary], None] | None = None
     checkpoint: Callable[[int, set[int]], None] | None = None
 
-    def round_done(self, fed: Federation, record: RoundRecord) -> None:
+    def round_done(self, fed: Any, record: RoundRecord) -> None:
         if self.round is not None:
             self.round(record)
 
-    def epoch_done(self, fed: Federation, summary: EpochSummary) -> None:
+    def epoch_done(self, fed: Any, summary: EpochSummary) -> None:
         if self.epoch is not None:
             self.epoch(summary)
 
-    def checkpoint_done(self, fed: Federation, round_id: int, saved: set[int]) -> None:
+    def checkpoint_done(self, fed: Any, round_id: int, saved: set[int]) -> None:
         if self.checkpoint is not None:
             self.checkpoint(round_id, saved)

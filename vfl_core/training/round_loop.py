@@ -24,7 +24,7 @@ from vfl_core.training import direct, pipeline
 from vfl_core.training.records import Cursor, EpochSummary
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+    from vfl_core.training.ports import LoopRun
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class RoundLoop:
     """Runs the epochs of a run, round by round, from the cursor."""
 
-    def __init__(self, fed: Federation) -> None:
+    def __init__(self, fed: LoopRun) -> None:
         self.fed = fed
 
     def train(self, start_epoch: int) -> list[EpochSummary]:

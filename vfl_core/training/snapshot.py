@@ -25,7 +25,7 @@ from vfl_core.training.early_stop import EarlyStop
 from vfl_core.training.records import Cursor, Pause, saved_summary
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+    from vfl_core.training.ports import SnapshotRun
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 class Snapshots:
     """Takes a run's snapshot and restores a run from one."""
 
-    def __init__(self, fed: Federation) -> None:
+    def __init__(self, fed: SnapshotRun) -> None:
         self.fed = fed
 
     def take(self) -> dict[str, object]:

@@ -20,7 +20,7 @@ from vfl_core.errors import ConfigError
 from vfl_core.training.early_stop import hold_out
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+    from vfl_core.training.ports import RowsRun
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 class TrainRows:
     """The train alignment's key indices that train and that validate, and their weights."""
 
-    def __init__(self, fed: Federation) -> None:
+    def __init__(self, fed: RowsRun) -> None:
         self.fed = fed
         # With TrainConfig.early_stop_patience: the train alignment's key indices that train
         # and that are held out for validation (None: every sample trains).

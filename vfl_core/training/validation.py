@@ -30,7 +30,7 @@ from vfl_core.training.cut_short import heads_left, no_head_answered
 from vfl_core.training.retry import Backoff
 
 if TYPE_CHECKING:
-    from vfl_core.training.engine import Federation
+    from vfl_core.training.ports import ValidatorRun
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ CHOOSE_AGAIN_S = 2.0
 class Validator:
     """Early stopping after each epoch, and the validation choice after training."""
 
-    def __init__(self, fed: Federation) -> None:
+    def __init__(self, fed: ValidatorRun) -> None:
         self.fed = fed
 
     # ------------------------------------------------------------------ early stopping

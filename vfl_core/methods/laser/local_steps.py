@@ -18,19 +18,32 @@ local steps are done (or the round is forgotten): a cached tensor never meets an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from vfl_core.methods.party_port import PartyPort
-from vfl_core.methods.spec import Subset
+from vfl_core.methods.spec import HeadTask, MethodSpec, Subset
 from vfl_core.seeding import Stream
 
-if TYPE_CHECKING:
-    from vfl_core.methods.laser.party_steps import LaserHeads
+
+class Heads(Protocol):
+    """What the local steps use of a party's heads (party_steps.LaserHeads is one): the method
+    that samples the tasks and the loss of those tasks."""
+
+    spec: MethodSpec
+
+    def tasks_loss(
+        self,
+        tasks: list[HeadTask],
+        embeddings: Mapping[int, torch.Tensor],
+        blocks: Sequence[int],
+        target: torch.Tensor,
+    ) -> torch.Tensor: ...
+
 
 # (features, slots) -> the party's embedding of them in training mode, (B, len(slots) * d)
 Embed = Callable[[torch.Tensor, list[Subset]], torch.Tensor]
@@ -68,7 +81,7 @@ def cosine_weights(fresh: torch.Tensor, cached: torch.Tensor) -> torch.Tensor:
 class LocalSteps:
     """One party's local steps on the cache of the round it just finished."""
 
-    def __init__(self, party: PartyPort, heads: LaserHeads, embed: Embed) -> None:
+    def __init__(self, party: PartyPort, heads: Heads, embed: Embed) -> None:
         self.party = party
         self.heads = heads
         self.embed = embed
