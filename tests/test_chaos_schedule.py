@@ -85,8 +85,15 @@ def _membership(cluster: Cluster, landed: list[Event]) -> str:
     return "\n".join(lines)
 
 
-def test_given_seeded_chaos_schedule_when_run_ends_then_invariants_hold(tmp_path: Path) -> None:
-    parties = prepare_digits(tmp_path / "data", p_miss=0.1, seed=0, clients=CLIENTS)
+@pytest.fixture(scope="module")
+def parties(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    # the session's copy: test_chaos_methods' parties are the same files, prepared once
+    return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0, clients=CLIENTS)
+
+
+def test_given_seeded_chaos_schedule_when_run_ends_then_invariants_hold(
+    tmp_path: Path, parties: list[Path]
+) -> None:
     ckpt = tmp_path / "ckpt"
     events = schedule(SEED)
     assert events == schedule(SEED)  # the schedule is the seed's

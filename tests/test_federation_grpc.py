@@ -25,7 +25,9 @@ from vfl_wire import convert
 from vfl_wire.tensors import encode_array
 from vfl_wire.v1 import vfl_pb2
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+# the kills and freezes are timed against training (`alone`: one at a time on idle cores); the
+# bad-message tests only send requests to a serving federation and run on a worker
+pytestmark = pytest.mark.slow
 
 DEADLINE_S = 2.0
 RUN_TIMEOUT_S = 180.0
@@ -91,6 +93,7 @@ def _assert_survivors_exit_after_shutdown(
 # ------------------------------------------------------------------------------ (a) SIGKILL
 
 
+@pytest.mark.alone
 def test_given_client_killed_mid_training_when_run_continues_then_survivors_finish_with_metrics(
     cluster: Cluster, party_dirs: list[Path]
 ) -> None:
@@ -124,6 +127,7 @@ def test_given_client_killed_mid_training_when_run_continues_then_survivors_fini
     assert all(dead not in _observed(row["observed"]) for row in test["rows"])
 
 
+@pytest.mark.alone
 def test_given_client_killed_while_serving_when_evaluate_and_predict_then_answer_within_deadline(
     cluster: Cluster, party_dirs: list[Path], tmp_path: Path
 ) -> None:
@@ -208,6 +212,7 @@ def _check_cli_predict_and_evaluate(
 # ------------------------------------------------------------------------------ (c) SIGSTOP
 
 
+@pytest.mark.alone
 def test_given_client_frozen_mid_training_when_deadline_passes_then_rounds_go_on_and_it_rejoins(
     cluster: Cluster, party_dirs: list[Path]
 ) -> None:

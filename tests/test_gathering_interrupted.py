@@ -13,12 +13,17 @@ from harness import Cluster, prepare_digits
 from vfl_cli.errors import EXIT_RUN_NOT_OK
 
 
+@pytest.fixture(scope="module")
+def parties(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    # prepared once for both signals (and for any module on this worker that asks the same)
+    return prepare_digits(tmp_path_factory.getbasetemp(), clients=3)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_given_a_coordinator_gathering_parties_when_signalled_then_registered_parties_exit(
-    tmp_path: Path, sig: signal.Signals
+    tmp_path: Path, parties: list[Path], sig: signal.Signals
 ) -> None:
-    parties = prepare_digits(tmp_path / "data", clients=3)
     with Cluster(tmp_path / "cluster") as cluster:
         coord = cluster.coordinator(clients=3)  # two of them never come
         client = cluster.client(coord, parties[0])

@@ -619,8 +619,7 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
         proc.wait(timeout=30)
 
 
-@pytest.mark.slow
-@pytest.mark.alone
+@pytest.mark.slow  # no fault and no bound but a 120 s wait for the probes: runs on a worker
 def test_manifest_commands_run_and_their_probes_pass(
     docs: list[Doc], tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:

@@ -16,9 +16,10 @@ RUN_TIMEOUT_S = 180.0
 
 @pytest.mark.slow
 def test_given_clients_on_the_localhost_default_when_run_then_training_finishes(
-    tmp_path: Path,
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    parties = prepare_digits(tmp_path / "data", clients=2)
+    # the worker's copy of these files (other modules on it prepare the same), made once
+    parties = prepare_digits(tmp_path_factory.getbasetemp(), clients=2)
     port = reserved_port()
     with Cluster(tmp_path / "cluster") as cluster:
         coord = cluster.coordinator(clients=2, epochs=1, extra=["--listen", f"0.0.0.0:{port}"])

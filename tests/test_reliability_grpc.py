@@ -41,7 +41,9 @@ from vfl_core.data.party_dir import load_party_dir
 from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+# `alone` (one at a time on idle cores) for the tests that time a fault or a reply against the
+# clock; the fenced-off second process only waits for events, so it runs on a worker
+pytestmark = pytest.mark.slow
 
 BATCH = ["--batch-size", "16"]  # ~95 rounds per epoch with two parties
 DEADLINE_S = 2.0
@@ -70,6 +72,7 @@ def _kill_everyone_mid_training(cluster: Cluster, two_parties: list[Path], timeo
     return coord, clients
 
 
+@pytest.mark.alone
 def test_given_every_party_killed_when_nobody_comes_back_then_coordinator_fails_loudly(
     cluster: Cluster, two_parties: list[Path]
 ) -> None:
@@ -93,6 +96,7 @@ def test_given_every_party_killed_when_nobody_comes_back_then_coordinator_fails_
     assert len(empty) < 6  # only the rounds that found them gone before they were marked down
 
 
+@pytest.mark.alone
 def test_given_every_party_killed_when_one_restarts_then_training_resumes_uncounted(
     cluster: Cluster, two_parties: list[Path]
 ) -> None:
@@ -113,6 +117,7 @@ def test_given_every_party_killed_when_one_restarts_then_training_resumes_uncoun
     assert results["test"]["rows"][-1]["samples"] > 0
 
 
+@pytest.mark.alone
 def test_given_coordinator_frozen_past_every_deadline_when_thawed_then_all_train_on_and_finish(
     cluster: Cluster, two_parties: list[Path]
 ) -> None:
@@ -186,6 +191,7 @@ def _refusal(call, request) -> grpc.RpcError:
 HUGE = "x" * 1_000_000
 
 
+@pytest.mark.alone
 def test_given_megabyte_strings_when_sent_to_either_server_then_replies_and_logs_stay_short(
     waiting: Waiting,
 ) -> None:
@@ -234,6 +240,7 @@ def test_given_megabyte_strings_when_sent_to_either_server_then_replies_and_logs
 # ------------------------------------------------------------------------------ item 8
 
 
+@pytest.mark.alone
 def test_given_run_without_balancing_when_coordinator_asks_class_weights_then_refused(
     waiting: Waiting,
 ) -> None:
@@ -277,6 +284,7 @@ def test_given_second_process_of_a_party_when_it_registers_then_older_is_fenced_
 # ------------------------------------------------------------------------------ item 5
 
 
+@pytest.mark.alone
 def test_given_party_back_mid_evaluation_when_evaluated_then_live_set_is_per_batch(
     cluster: Cluster, two_parties: list[Path]
 ) -> None:
@@ -344,6 +352,7 @@ def tls_serving(
 STALLED = 40  # per connection; the servers' worker pools had 16 (coordinator) and 8 (party)
 
 
+@pytest.mark.alone
 def test_given_stalled_request_bodies_when_tls_federation_serves_then_evaluation_works(
     tls_serving: Serving,
 ) -> None:
@@ -375,6 +384,7 @@ def test_given_stalled_request_bodies_when_tls_federation_serves_then_evaluation
 # ------------------------------------------------------------------------------ item 11
 
 
+@pytest.mark.alone
 def test_given_tls_coordinator_when_insecure_client_or_operator_calls_then_told_at_once(
     tls_serving: Serving, two_parties: list[Path]
 ) -> None:
@@ -392,6 +402,7 @@ def test_given_tls_coordinator_when_insecure_client_or_operator_calls_then_told_
 # ------------------------------------------------------------------------------ item 12
 
 
+@pytest.mark.alone
 def test_given_psi_federation_when_party_predicts_with_its_dir_then_rows_carry_its_ids(
     tls_serving: Serving, two_parties: list[Path], tmp_path: Path
 ) -> None:
@@ -419,6 +430,7 @@ def test_given_psi_federation_when_party_predicts_with_its_dir_then_rows_carry_i
 # ------------------------------------------------------------------------------ item 6, plaintext
 
 
+@pytest.mark.alone
 def test_given_stalled_request_bodies_when_plaintext_servers_wait_then_they_still_answer(
     waiting: Waiting,
 ) -> None:
@@ -444,6 +456,7 @@ def test_given_stalled_request_bodies_when_plaintext_servers_wait_then_they_stil
 # ------------------------------------------------------------------------------ item 4
 
 
+@pytest.mark.alone
 def test_given_party_silent_while_restarted_coordinator_aligns_when_back_then_it_rejoins(
     cluster: Cluster, two_parties: list[Path], tmp_path: Path
 ) -> None:

@@ -104,9 +104,10 @@ main()
 
 @pytest.mark.slow
 def test_given_a_party_sending_an_oversize_embedding_when_evaluating_then_refused_naming_it(
-    tmp_path: Path,
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    parties = prepare_digits(tmp_path, p_miss=0.1, seed=0, clients=2)
+    # the worker's copy of these files (other modules on it prepare the same), made once
+    parties = prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0, clients=2)
     with Cluster(tmp_path / "cluster") as cluster:
         coord = cluster.coordinator(clients=2, epochs=1)
         cluster.client(coord, parties[0])

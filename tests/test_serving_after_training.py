@@ -20,9 +20,10 @@ RUN_TIMEOUT_S = 240.0
 
 @pytest.mark.slow
 def test_given_bundle_dir_when_training_ends_then_each_party_wrote_its_trained_bundle(
-    tmp_path: Path,
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    dirs = prepare_digits(tmp_path / "data", p_miss=0.1, seed=0, clients=2)
+    # the worker's copy of these files (other modules on it prepare the same), made once
+    dirs = prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0, clients=2)
     ckpt, bundles = tmp_path / "ckpt", tmp_path / "bundles"
 
     def extra(d: Path) -> list[str]:
