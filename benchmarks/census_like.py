@@ -47,9 +47,20 @@ MARITAL = (" Married-civ-spouse", " Never-married", " Divorced", " Widowed")
 COUNTRY = (" United-States", " Mexico", " ?", " Philippines", " Germany", " India")
 
 
-def write(out: Path, seed: int = 7) -> None:
-    rng = np.random.default_rng(seed)
-    n = ROWS
+# The three organisations' columns (the bank's label aside), as `write` cuts them.
+BLOCKS = (
+    ("age", "workclass", "education"),
+    ("hours-per-week", "occupation", "capital-gain"),
+    ("sex", "marital-status", "native-country"),
+)
+
+
+def columns(seed: int = 7, rows: int = ROWS) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The whole table: every column by name (numbers int, categories str) and the label."""
+    return _draw(np.random.default_rng(seed), rows)
+
+
+def _draw(rng: np.random.Generator, n: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
     age = rng.integers(17, 90, n)
     edu = rng.choice(len(EDUCATION), n, p=EDUCATION_SHARE / EDUCATION_SHARE.sum())
     work = rng.choice(len(WORK), n, p=[0.70, 0.08, 0.07, 0.06, 0.05, 0.04])
@@ -72,38 +83,37 @@ def write(out: Path, seed: int = 7) -> None:
         + 0.4 * (work == 1) * (edu > 12)
     )
     rich = rng.random(n) < 1 / (1 + np.exp(-z))
+    table = {
+        "age": age,
+        "workclass": np.array(WORK, dtype=object)[work],
+        "education": np.array([" " + e for e in EDUCATION], dtype=object)[edu],
+        "hours-per-week": hours,
+        "occupation": np.array([f"occ-{o}" for o in range(14)], dtype=object)[occupation],
+        "capital-gain": gain,
+        "sex": np.where(male, " Male", " Female").astype(object),
+        "marital-status": np.array(MARITAL, dtype=object)[marital],
+        "native-country": np.array(COUNTRY, dtype=object)[country],
+    }
+    return table, np.where(rich, " >50K", " <=50K").astype(object)
+
+
+def write(out: Path, seed: int = 7) -> None:
+    rng = np.random.default_rng(seed)
+    table, income = _draw(rng, ROWS)
+    n = len(income)
     ids = rng.permutation(10**6)[:n] + 100000
     test = rng.random(n) < 0.2
-    parties = {
-        "bank": (
-            ["age", "workclass", "education", "income"],
-            lambda i: [
-                age[i],
-                WORK[work[i]],
-                " " + EDUCATION[edu[i]],
-                " >50K" if rich[i] else " <=50K",
-            ],
-            0.1,
-        ),
-        "retail": (
-            ["hours-per-week", "occupation", "capital-gain"],
-            lambda i: [hours[i], f"occ-{occupation[i]}", gain[i]],
-            0.3,
-        ),
-        "registry": (
-            ["sex", "marital-status", "native-country"],
-            lambda i: [" Male" if male[i] else " Female", MARITAL[marital[i]], COUNTRY[country[i]]],
-            0.3,
-        ),
-    }
+    parties = {"bank": (*BLOCKS[0], "income"), "retail": BLOCKS[1], "registry": BLOCKS[2]}
+    misses = {"bank": 0.1, "retail": 0.3, "registry": 0.3}
     out.mkdir(parents=True, exist_ok=True)
-    for name, (columns, row, miss) in parties.items():
-        held = rng.random(n) >= miss
+    for name, names in parties.items():
+        held = rng.random(n) >= misses[name]
+        cells = [income if c == "income" else table[c] for c in names]
         for suffix, part in (("", ~test), ("_test", test)):
             with (out / f"{name}{suffix}.csv").open("w", newline="") as f:
                 w = csv.writer(f)
-                w.writerow(["id", *columns])
-                w.writerows([ids[i], *row(i)] for i in np.flatnonzero(held & part))
+                w.writerow(["id", *names])
+                w.writerows([ids[i], *(c[i] for c in cells)] for i in np.flatnonzero(held & part))
 
 
 def main() -> None:

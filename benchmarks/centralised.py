@@ -65,7 +65,8 @@ def train_model(data: Joined, train: TrainConfig, num_classes: int, key: int) ->
         build_representation(train.model, (x.shape[1],), seed),
         build_head(train.model, num_classes, seed + 1),
     )
-    opt = torch.optim.Adam(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
+    lr = train.learning_rate(False)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=train.weight_decay)
     weights = None
     if train.balance == "resample":
         counts = np.bincount(data[1], minlength=num_classes).astype(np.float64)
@@ -77,8 +78,9 @@ def train_model(data: Joined, train: TrainConfig, num_classes: int, key: int) ->
         order = (
             gen.permutation(len(y)) if weights is None else gen.choice(len(y), len(y), p=weights)
         )
-        for start in range(0, len(order), train.batch_size):
-            batch = torch.from_numpy(order[start : start + train.batch_size])
+        size = train.batch_rows(len(order))
+        for start in range(0, len(order), size):
+            batch = torch.from_numpy(order[start : start + size])
             opt.zero_grad(set_to_none=True)
             nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
             opt.step()

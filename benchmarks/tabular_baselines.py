@@ -35,6 +35,7 @@ from benchmarks.tabular_metrics import score_sets
 from benchmarks.tabular_towers import towers_features, towers_model
 from vfl_core.config import AUTO_MIN_VALIDATION, TrainConfig
 from vfl_core.data.learning_task import REGRESSION
+from vfl_core.model.lr_schedule import lr_at
 from vfl_core.model.model_bank import make_optimizer
 from vfl_core.model.models import build_head, build_representation
 
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 Row = dict[str, Any]
 # Learning-rate schedules the central MLP follows as the federation does (model_bank.set_lr);
 # another is said in the row's note, not silently replaced.
-MIRRORED_SCHEDULES = ("auto", "none", "cosine")
+MIRRORED_SCHEDULES = ("auto", "none", "cosine", "decay")
 
 
 def _row(name: str, prep: Prepared, predicted: np.ndarray, seconds: float, **extra: Any) -> Row:
@@ -191,8 +192,9 @@ def _fit(
     held = round(train.validation_fraction * len(y)) if patience else 0
     fit_rows, val_rows = order[held:], order[:held]
     xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype(np.float32 if regression else np.int64))
-    opt = make_optimizer(model, train)
+    opt = make_optimizer(model, train, tabular=True)
     best, best_state, since, trained = -np.inf, None, 0, 0
+    reference: float | None = None  # the quality that last restarted the patience
     for epoch in range(train.epochs):
         _set_lr(opt, train, epoch)
         model.train()
@@ -205,7 +207,10 @@ def _fit(
             continue
         quality = _quality(model, xt[val_rows], yt[val_rows], regression, fit.watch)
         if quality > best:
-            best, best_state, since = quality, copy.deepcopy(model.state_dict()), 0
+            best, best_state = quality, copy.deepcopy(model.state_dict())
+        margin = 0.0 if reference is None else train.early_stop_min_improvement * abs(reference)
+        if reference is None or quality > reference + margin:
+            reference, since = quality, 0
         else:
             since += 1
             if since >= patience:
@@ -224,18 +229,14 @@ def _batches(
         rows = gen.choice(rows, len(rows), p=weights / weights.sum())
     else:
         rows = gen.permutation(rows)
-    return [
-        torch.from_numpy(rows[i : i + train.batch_size])
-        for i in range(0, len(rows), train.batch_size)
-    ]
+    size = train.batch_rows(len(rows), tabular=True)
+    return [torch.from_numpy(rows[i : i + size]) for i in range(0, len(rows), size)]
 
 
 def _set_lr(opt: torch.optim.Optimizer, train: TrainConfig, epoch: int) -> None:
-    factor = 1.0
-    if train.schedule(tabular=True) == "cosine" and train.epochs > 0:
-        factor = 0.5 * (1.0 + np.cos(np.pi * min(epoch, train.epochs) / train.epochs))
+    rate = lr_at(train.learning_rate(True), train.schedule(tabular=True), epoch, train.epochs)
     for group in opt.param_groups:
-        group["lr"] = train.lr * factor
+        group["lr"] = rate
 
 
 def _loss(out: torch.Tensor, y: torch.Tensor, regression: bool, smoothing: float) -> torch.Tensor:

@@ -65,16 +65,21 @@ def simulate_row(
     if curve_every:
         args += ["--run-dir", str(run_dir), "--eval-every", str(curve_every)]
     printed = io.StringIO()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(printed):
         typer.main.get_command(app).main(args, standalone_mode=False)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     result = json.loads(out.read_text())
     report = result["results"][0]
     return {
         "row": name,
         "seconds": result["seconds"],
         "wall_seconds": wall,
+        # the whole command's process CPU time (every party: one process), and each epoch's
+        # rounds (those that called parties) and its rounds' CPU time, from the engine's records
+        "cpu_seconds": cpu,
+        "rounds": [e.get("trained_rounds", e["rounds"]) for e in result["epochs"]],
+        "epoch_cpu_seconds": [e.get("cpu_seconds", 0.0) for e in result["epochs"]],
         "scores": _scores(report["rows"]),
         "unscored": report.get("unscored", 0),
         "train": result["config"]["train"],
@@ -123,6 +128,7 @@ def grpc_row(prep: Prepared, workdir: Path, epochs: int | None) -> Row:
         "unscored": result["test"].get("unscored", 0),
         "epochs": len(result["epochs"]),
         "early_stop": result.get("early_stop"),
+        "rounds": [e.get("trained_rounds", e["rounds"]) for e in result["epochs"]],
     }
 
 

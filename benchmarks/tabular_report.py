@@ -13,6 +13,7 @@ from typing import Any
 from benchmarks import tabular_ablation as ablation
 from benchmarks.pool import read_json
 from benchmarks.tabular import TabularJob
+from benchmarks.tabular_rounds import to_model
 from vfl_core.atomic_files import write_text_atomically
 from vfl_core.data.learning_task import REGRESSION
 
@@ -71,6 +72,11 @@ def render(job: TabularJob) -> str:
         "differs from `federation` by seed noise). "
         "Cells: mean +- sd over the seeds; `s` is the time to the model (fit; the federation's "
         "includes reading the CSVs and the test evaluation, gRPC's the processes' start). "
+        "`rounds`: the federation's rounds that called parties, to the model (every epoch "
+        "trained, early stopping's wait included); `CPU s`: the process CPU seconds of those "
+        "rounds (in process: every party's; '-' over gRPC); `to 0.2`: the same up to the first "
+        "epoch whose test accuracy (logged every epoch, a diagnostic) is within 0.2 points of "
+        "the model's, RMSE within 0.2 %; means over the seeds. "
         "Per observed set: the parties holding the test row ('label_alone' is scored on all "
         "rows only). '-': not reported by that row (the federation reports no multi-class "
         "Brier score or AUC). Brier: binary, the mean squared error of the positive-class "
@@ -107,7 +113,8 @@ def _sweep_section(sweep: Path, baselines: Path) -> list[str]:
         f"## The settings the defaults were chosen from: `{sweep.name}`",
         "",
         f"`python -m benchmarks.tabular_sweep --data-path ../shared/data --out {sweep} "
-        f"--settings ...`, then `--summarise {sweep}`: the `federation` row (the label party "
+        f"--settings {' '.join(names)} --tables {' '.join(sorted(_tables_run(sweep, '*/*.json')))}`"
+        f", then `--summarise {sweep}`: the `federation` row (the label party "
         "alone where a setting ends in `+alone`) on the same tables, seeds and party CSVs as "
         "above, in process, with options added to the defaults of the code the runs record "
         f"({', '.join(codes)}). "
@@ -123,7 +130,31 @@ def _sweep_section(sweep: Path, baselines: Path) -> list[str]:
         "",
         summarise(sweep, baselines),
         "",
+        *_rounds_section(sweep),
     ]
+
+
+def _rounds_section(sweep: Path) -> list[str]:
+    """Where a sweep's runs recorded their rounds (benchmarks.tabular_rounds): per table, each
+    setting's quality beside its rounds and CPU seconds to the model and to within 0.2 points."""
+    from benchmarks.tabular_rounds import summarise_rounds
+
+    if not any("rounds" in row for f in sweep.glob("*/*.json") for row in _rows(f)):
+        return []
+    return [
+        f"Rounds and CPU seconds to the model (`--summarise {sweep} --rounds`): the rounds that "
+        "called parties, every epoch trained (early stopping's wait included), and the process "
+        "CPU seconds of those rounds (every party: one process); to within 0.2 points: up to "
+        "the first epoch whose test accuracy (logged every epoch, a diagnostic) is within 0.2 "
+        "points of the model's (RMSE within 0.2 %); quality: mean ± sd over the seeds, the "
+        "federation in process.",
+        "",
+        summarise_rounds(sweep),
+    ]
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return (read_json(path) or {}).get("rows_run", [])
 
 
 def _tables_run(directory: Path, pattern: str = "*.json") -> set[str]:
@@ -184,8 +215,9 @@ def _table_section(table: str, info: dict[str, Any], runs: Runs, measured: bool)
         "",
         *(_ABLATION_NOTE if measured else []),
         *_REASONS.get(table, []),
-        "| row | seeds | " + " | ".join(metrics) + " | epochs | s |",
-        "| --- " * (len(metrics) + 4) + "|",
+        "| row | seeds | " + " | ".join(metrics) + " | epochs | s | rounds | CPU s | rounds to "
+        "0.2 | CPU s to 0.2 |",
+        "| --- " * (len(metrics) + 8) + "|",
     ]
     for name in ROWS:
         if name not in runs:
@@ -195,7 +227,7 @@ def _table_section(table: str, info: dict[str, Any], runs: Runs, measured: bool)
         epochs = _cell([r.get("epochs") for r in row], "epochs")
         lines.append(
             f"| {name} | {len(row)} | " + " | ".join(cells) + f" | {epochs} | "
-            f"{_cell([r['seconds'] for r in row], 's')} |"
+            f"{_cell([r['seconds'] for r in row], 's')} | {_rounds_cells(row)} |"
         )
     notes = sorted({f"{n}: {r['note']}" for n, rows in runs.items() for r in rows if r.get("note")})
     lines += [f"\nNote: {note}." for note in notes]
@@ -355,6 +387,14 @@ def _figures(runs: Runs, regression: bool) -> str:
         if value is not None:
             parts.append(f"{row} {format(value * scale, fmt)}")
     return f"mean {unit}: " + ", ".join(parts)
+
+
+def _rounds_cells(row: list[dict[str, Any]]) -> str:
+    """Rounds and CPU seconds to the model and to within 0.2 points of it, means over the seeds
+    (benchmarks.tabular_rounds; '-' where a row has no rounds, or no CPU or curve recorded)."""
+    figures = [to_model(r) for r in row if r.get("rounds")]
+    kinds = (("rounds", "epochs"), ("cpu", "s"), ("rounds_within", "epochs"), ("cpu_within", "s"))
+    return " | ".join(_cell([f.get(k) for f in figures], kind).split(" ±")[0] for k, kind in kinds)
 
 
 def _reasons(runs: Runs, regression: bool, failed: list[str]) -> str:

@@ -107,12 +107,75 @@ SETTINGS: dict[str, list[str]] = {
     "wd3e-2": ["--weight-decay", "3e-2"],
     "wd3e-1": ["--weight-decay", "3e-1"],
     "wd1": ["--weight-decay", "1"],
+    # issue 43: time to a model. "today": the defaults before it, given explicitly (batch 64,
+    # lr 1e-3, cosine to the 60-epoch ceiling, patience 10, any gain resets it); the others
+    # (rRR-lrLR-hlHL-pP[-miMI]) set the batch rule (ROUNDS_PER_EPOCH: rows / RR), the rate,
+    # the decay's half-life (HALF_LIFE; "const": none), the patience (AUTO_PATIENCE) and the
+    # minimum improvement (1 % where unnamed)
+    "today": [
+        *("--batch-size", "64", "--lr", "1e-3", "--scheduler", "cosine"),
+        *("--min-improvement", "0"),
+    ],
+    "r16-lr3e-3-hl4-p5": ["--lr", "3e-3"],
+    "r16-lr3e-3-hl4-p3": ["--lr", "3e-3"],
+    "r16-lr1e-2-hl4-p3": ["--lr", "1e-2"],
+    "r8-lr1e-2-hl4-p3": ["--lr", "1e-2"],
+    "r16-lr3e-3-const-p3": ["--lr", "3e-3", "--scheduler", "none"],
+    "r8-lr1e-2-hl4-p5-mi0.002": ["--lr", "1e-2", "--min-improvement", "0.002"],
+    "r8-lr3e-3-hl8-p5-mi0.002": ["--lr", "3e-3", "--min-improvement", "0.002"],
+    "r4-lr1e-2-hl8-p6-mi0.002": ["--lr", "1e-2", "--min-improvement", "0.002"],
+    "r16-lr3e-3-hl4-p5-mi0.002": ["--lr", "3e-3", "--min-improvement", "0.002"],
+    "r4-lr1e-2-hl8-p5-mi0.002": ["--lr", "1e-2", "--min-improvement", "0.002"],
+    "r4-lr1e-2-hl8-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr3e-3-hl8-p6-mi0.002": ["--lr", "3e-3", "--min-improvement", "0.002"],
+    "r4-lr1e-2-hl16-p6-mi0.002": ["--lr", "1e-2", "--min-improvement", "0.002"],
+    "r4-lr1e-2-hl12-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr1e-2-hl16-p8-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr1e-2-hl16-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr1e-2-hl6-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr1e-2-hl4-p6-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr2e-2-hl8-p6-mi0.01": ["--lr", "2e-2", "--min-improvement", "0.01"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
 # ... and vfl_core.config's AUTO_PATIENCE: the patience where early stopping is on by default
 # (validation share of 100 samples or more), leaving it off on the small tables
-AUTO_PATIENCE: dict[str, int] = {"patience10-where-on": 10}
+AUTO_PATIENCE: dict[str, int] = {
+    "patience10-where-on": 10,
+    "today": 10,
+    "r16-lr3e-3-hl4-p5": 5,
+    **{
+        s: 3
+        for s in (
+            "r16-lr3e-3-hl4-p3",
+            "r16-lr1e-2-hl4-p3",
+            "r8-lr1e-2-hl4-p3",
+            "r16-lr3e-3-const-p3",
+        )
+    },
+    "r8-lr1e-2-hl4-p5-mi0.002": 5,
+    "r8-lr3e-3-hl8-p5-mi0.002": 5,
+    "r4-lr1e-2-hl8-p6-mi0.002": 6,
+    "r16-lr3e-3-hl4-p5-mi0.002": 5,
+    "r4-lr1e-2-hl8-p5-mi0.002": 5,
+    "r4-lr1e-2-hl8-p6-mi0.01": 6,
+    "r4-lr3e-3-hl8-p6-mi0.002": 6,
+    "r4-lr1e-2-hl16-p6-mi0.002": 6,
+    "r4-lr1e-2-hl12-p6-mi0.01": 6,
+    "r4-lr1e-2-hl16-p8-mi0.01": 8,
+    "r4-lr1e-2-hl16-p6-mi0.01": 6,
+    "r4-lr1e-2-hl6-p6-mi0.01": 6,
+    "r4-lr1e-2-hl4-p6-mi0.01": 6,
+    "r4-lr2e-2-hl8-p6-mi0.01": 6,
+}
+# ... and vfl_core.config's AUTO_ROUNDS_PER_EPOCH (the "auto" batch: training rows / this) and
+# vfl_core.model.lr_schedule's DECAY_HALF_LIFE (epochs), named in the setting (r8, hl2, ...)
+ROUNDS_PER_EPOCH: dict[str, int] = {
+    s: int(s.split("-")[0][1:]) for s in SETTINGS if s.startswith("r") and s[1].isdigit()
+}
+HALF_LIFE: dict[str, float] = {
+    s: float(p[2:]) for s in ROUNDS_PER_EPOCH for p in s.split("-") if p.startswith("hl")
+}
 # ... and the rows the parties hold (benchmarks.tabular_tables.write_parties): "full", every party
 # holds party 0's rows; such a setting also runs the centralised baselines on its own data
 OVERLAP: dict[str, str] = {"full-overlap": "full", "zerofill-full-overlap": "full"}
@@ -134,6 +197,10 @@ def describe(name: str) -> str:
         said += f" numeric bins (PLE) {NUMERIC_BINS[name]}"
     if name in AUTO_PATIENCE:
         said += f" patience {AUTO_PATIENCE[name]} where early stopping is on by default"
+    if name in ROUNDS_PER_EPOCH:
+        said += f" batch auto at {ROUNDS_PER_EPOCH[name]} rounds an epoch"
+    if name in HALF_LIFE:
+        said += f" decay half-life {HALF_LIFE[name]:g} epochs"
     if name in OVERLAP:
         said += f" {OVERLAP[name]} overlap (every party holds the label party's rows)"
     if name in CHOICE_METRIC:
@@ -170,11 +237,23 @@ def _set_module_defaults(payload: dict[str, Any]) -> None:
     from vfl_core import config
     from vfl_core.data import preprocess
     from vfl_core.inference import choice
+    from vfl_core.model import lr_schedule
 
-    original = _ORIGINAL.setdefault("", (preprocess.DEFAULT_NUMERIC_BINS, config.AUTO_PATIENCE))
+    original = _ORIGINAL.setdefault(
+        "",
+        (
+            preprocess.DEFAULT_NUMERIC_BINS,
+            config.AUTO_PATIENCE,
+            config.AUTO_ROUNDS_PER_EPOCH,
+            lr_schedule.DECAY_HALF_LIFE,
+        ),
+    )
     bins, patience = payload.get("numeric_bins"), payload.get("auto_patience")
     preprocess.DEFAULT_NUMERIC_BINS = original[0] if bins is None else bins
     config.AUTO_PATIENCE = original[1] if patience is None else patience
+    per_epoch, half_life = payload.get("rounds_per_epoch"), payload.get("half_life")
+    config.AUTO_ROUNDS_PER_EPOCH = original[2] if per_epoch is None else per_epoch
+    lr_schedule.DECAY_HALF_LIFE = original[3] if half_life is None else half_life
     rule = _CHOICE.setdefault(
         "", (choice.best_candidate, choice.MIN_CHOICE_SAMPLES, choice.watched)
     )
@@ -207,12 +286,14 @@ def _fixed_head(rule: str, chooser: Callable[..., Any]) -> Callable[..., Any]:
     return best
 
 
-_ORIGINAL: dict[str, tuple[int, int]] = {}  # the code's own values, read before any change
+_ORIGINAL: dict[str, tuple[Any, ...]] = {}  # the code's own values, read before any change
 _CHOICE: dict[str, tuple[Any, ...]] = {}  # vfl_core.inference.choice's own
 
 
 def _row(name: str, prep: Any, parties: list[int], out: Path, extra: list[str]) -> dict:
-    return simulate_row(name, prep, parties, out, None, extra=tuple(extra))
+    # the test curve of every epoch (a diagnostic: training is the same without it) for the
+    # rounds to within 0.2 points of the model (benchmarks.tabular_rounds)
+    return simulate_row(name, prep, parties, out, None, curve_every=1, extra=tuple(extra))
 
 
 def setting_payload(setting: str) -> dict[str, Any]:
@@ -223,6 +304,8 @@ def setting_payload(setting: str) -> dict[str, Any]:
         "alone": setting.endswith("+alone"),
         "numeric_bins": NUMERIC_BINS.get(setting),
         "auto_patience": AUTO_PATIENCE.get(setting),
+        "rounds_per_epoch": ROUNDS_PER_EPOCH.get(setting),
+        "half_life": HALF_LIFE.get(setting),
         "overlap": OVERLAP.get(setting),
         "concat_rule": CONCAT_RULE.get(setting),
         "choice_metric": CHOICE_METRIC.get(setting),
@@ -354,7 +437,15 @@ def run_cli(
     parser.add_argument("--summarise", type=Path)
     parser.add_argument("--baselines", type=Path, default=Path("benchmarks/results/runs/tabular"))
     parser.add_argument("--observed", default="all", help="--summarise one observed set: 0,1,2")
+    parser.add_argument(
+        "--rounds", action="store_true", help="--summarise rounds and CPU s to the model"
+    )
     args = parser.parse_args()
+    if args.summarise and args.rounds:
+        from benchmarks.tabular_rounds import summarise_rounds
+
+        print(summarise_rounds(args.summarise))
+        return
     if args.summarise:
         print(summarise(args.summarise, args.baselines, args.observed))
         return

@@ -40,6 +40,9 @@ class Table:
     columns: dict[str, Column]  # feature columns, in a fixed order
     label: np.ndarray  # (n,) class names (str) or real numbers
     categorical: tuple[str, ...] = ()  # the string-valued columns
+    # each party's columns where the table names them (as organisations hold them), else
+    # `column_blocks` deals them
+    blocks: tuple[tuple[str, ...], ...] | None = None
 
     @property
     def rows(self) -> int:
@@ -225,6 +228,21 @@ def _multiclass(seed: int, quick: bool) -> Table:
     return Table("gen_multiclass", CLASSIFICATION, columns, np.array([f"c{int(v)}" for v in y]))
 
 
+def _census(_seed: int, quick: bool) -> Table:
+    """benchmarks.census_like's table (the same people for every seed: its own seed 7), cut as
+    it cuts it: a bank (age, workclass, education, the label), a retailer, a registry."""
+    from benchmarks import census_like
+
+    table, income = census_like.columns(rows=census_like.ROWS // (4 if quick else 1))
+    numeric = ("age", "hours-per-week", "capital-gain")
+    columns: dict[str, Column] = {
+        name: values.astype(np.float64) if name in numeric else values
+        for name, values in table.items()
+    }
+    categorical = tuple(c for c in columns if c not in numeric)
+    return Table("census_like", CLASSIFICATION, columns, income, categorical, census_like.BLOCKS)
+
+
 def tables(data_path: Path | None, quick: bool) -> dict[str, Callable[[int, bool], Table]]:
     """Every benchmark table by name: a loader of (seed, quick). Credit needs `data_path`."""
     out: dict[str, Callable[[int, bool], Table]] = {}
@@ -240,6 +258,7 @@ def tables(data_path: Path | None, quick: bool) -> dict[str, Callable[[int, bool
     out["friedman"] = _friedman
     out["gen_wide"] = _wide
     out["gen_multiclass"] = _multiclass
+    out["census_like"] = _census
     return out
 
 
@@ -252,6 +271,8 @@ QUICK_TABLES = ("breast_cancer", "diabetes", "gen_skewed")
 def column_blocks(table: Table) -> tuple[tuple[str, ...], ...]:
     """The columns of each party: a fixed shuffle of the table's columns dealt round-robin (the
     same for every seed, so the seeds vary the rows, not who holds what)."""
+    if table.blocks is not None:
+        return table.blocks
     names = list(table.columns)
     order = np.random.default_rng(len(names) * 7919 + table.rows).permutation(len(names))
     return tuple(tuple(names[j] for j in sorted(order[k::K])) for k in range(K))

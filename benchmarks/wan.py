@@ -87,6 +87,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "stale15": ("--staleness", "15"),
     "int8": ("--wire-dtype", "int8"),
     "stale7-int8": ("--staleness", "7", "--wire-dtype", "int8"),
+    # embeddings and gradients party to party (docs/data-plane.md): one round trip per round
+    "direct": ("--data-plane", "direct"),
 }
 
 

@@ -23,7 +23,7 @@ from tabular_tables import (
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.config import AUTO_PATIENCE, TrainConfig
+from vfl_core.config import AUTO_PATIENCE, AUTO_ROUNDS_PER_EPOCH, DEFAULT_BATCH, TrainConfig
 from vfl_core.data.tabular import load_table_federation
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
@@ -109,6 +109,23 @@ def test_given_the_same_seed_when_trained_in_process_then_the_same_choice_and_te
     assert results["early_stop"] == json.loads(json.dumps(in_process.early_stop.to_json()))
     assert results["validation_choice"] == json.loads(json.dumps(in_process.choice.to_json()))
     assert results["test"] == json.loads(json.dumps(in_process.evaluate("test").to_json()))
+
+
+@pytest.mark.slow
+def test_given_batch_auto_when_trained_over_grpc_then_both_cut_the_same_rounds(
+    run: dict, in_process: Federation
+) -> None:
+    """The "auto" batch is resolved by the coordinator from the samples the plan holds: the
+    table rule (not the 64 of images) and the same size, epochs and rounds in both transports."""
+    assert run["train"].batch_size == "auto"
+    training = in_process._training
+    assert training is not None
+    size = in_process.train_rows.batch_size()
+    assert size == max(DEFAULT_BATCH, -(-len(training) // AUTO_ROUNDS_PER_EPOCH)) > DEFAULT_BATCH
+    epochs = run["results"]["epochs"]
+    assert [e["rounds"] for e in epochs] == [s.rounds for s in in_process.cursor.summaries]
+    trained = [s.trained_rounds for s in in_process.cursor.summaries]
+    assert [e["trained_rounds"] for e in epochs] == trained and all(trained)
 
 
 @pytest.mark.slow

@@ -122,7 +122,8 @@ def test_given_no_patience_when_planned_then_nothing_is_held_out(party_dirs: lis
     fed, _ = federation(party_dirs, epochs=1)
     fed.align()
     assert fed.early_stop is None and fed._training is None
-    want = epoch_plan(fed.alignments["train"], 0, 0, fed.config.batch_size)
+    rows = len(fed.alignments["train"])
+    want = epoch_plan(fed.alignments["train"], 0, 0, fed.config.batch_rows(rows, fed.tabular))
     got = fed.plan(0)
     assert [b.index.tolist() for b in got] == [b.index.tolist() for b in want]
 
@@ -196,3 +197,47 @@ def test_given_an_early_stop_record_when_written_then_epochs_count_from_1_and_re
     old.update(best_epoch=1, stopped_epoch=3)
     assert (EarlyStop.from_json(old).best_epoch, EarlyStop.from_json(old).stopped_epoch) == (1, 3)
     assert EarlyStop(patience=2).to_json()["best_epoch"] is None  # nothing scored yet
+
+
+def _watch(metric: str, values: list[float], min_improvement: float, patience: int) -> EarlyStop:
+    """An EarlyStop fed `values` epoch by epoch until it is due."""
+    stop = EarlyStop(patience, metric=metric, min_improvement=min_improvement)
+    for epoch, value in enumerate(values):
+        stop.observe(epoch, value, 10 * epoch + 9)
+        if stop.due:
+            stop.stopped_epoch = epoch
+            break
+    return stop
+
+
+def test_given_tiny_gains_when_a_minimum_improvement_is_set_then_they_do_not_extend_training() -> (
+    None
+):
+    """Brier scores that keep falling by 0.1 % an epoch: with a 1 % minimum the patience runs
+    out 3 epochs after the first, and the best epoch (whose weights are restored) is still the
+    last and smallest; with 0 every tiny gain resets it and training never stops."""
+    brier = [0.1126 * (1 - 0.001 * e) for e in range(30)]
+    stop = _watch("brier", brier, 0.01, 3)
+    assert stop.stopped_epoch == 3 and stop.best_epoch == 3
+    assert stop.reference == brier[0] and stop.best_value == brier[3]
+    assert _watch("brier", brier, 0.0, 3).stopped_epoch is None
+
+
+def test_given_a_large_gain_when_a_minimum_improvement_is_set_then_the_patience_restarts() -> None:
+    rmse = [10.0, 9.95, 9.0, 8.99, 8.98, 8.97, 8.0]  # epoch 2 gains 10 %, then 0.1 % steps
+    stop = _watch("rmse", rmse, 0.01, 3)
+    assert stop.stopped_epoch == 5 and stop.reference == 9.0 and stop.best_epoch == 5
+    accuracy = [0.70, 0.705, 0.72, 0.721, 0.722, 0.723]  # higher is better: the same rule
+    stop = _watch("accuracy", accuracy, 0.01, 2)
+    assert stop.stopped_epoch == 4 and stop.reference == 0.72 and stop.best_epoch == 4
+
+
+def test_given_a_record_from_before_the_minimum_improvement_when_read_then_any_gain_counts() -> (
+    None
+):
+    saved = EarlyStop(2, metric="brier").to_json()
+    saved.pop("reference"), saved.pop("min_improvement")
+    saved |= {"best_value": 0.2, "best_epoch": 0, "history": [[1, 0.2]]}
+    stop = EarlyStop.from_json(saved)
+    assert stop.min_improvement == 0.0 and stop.reference == 0.2
+    assert stop.observe(1, 0.1999, 19) and stop.waited == 0

@@ -10,9 +10,9 @@ TRAIN = {
     "method": "laser",
     "seed": 0,
     "epochs": 60,
-    "batch_size": 64,
+    "batch_size": "auto",
     "eval_batch_size": 512,
-    "lr": 0.001,
+    "lr": "auto",
     "weight_decay": 0.0001,
     "optimizer": "adam",
     "momentum": 0.9,
@@ -24,12 +24,14 @@ TRAIN = {
     "staleness": 0,
     "local_steps": 0,
     "early_stop_patience": None,
+    "early_stop_min_improvement": 0.01,
     "validation_fraction": 0.1,
     "threshold": "auto",
     "subset_choice": "validation",
     "concat_head": False,
     "concat_choice": "sets",
     "encrypt_relay": False,
+    "data_plane": "relay",
 }
 MODEL = {
     "representation": "auto",
@@ -155,7 +157,12 @@ METHODS = (
 FAULT_ENTITIES = ("guest", "host", "link")
 TASKS = ("classification", "regression")
 MAX_ONEHOT = 16
-AUTO_PATIENCE = 10
+AUTO_PATIENCE = 6
+AUTO_ROUNDS_PER_EPOCH = 4
+AUTO_TABLE_LR = 0.01
+DEFAULT_BATCH = 64
+DEFAULT_LR = 0.001
+DECAY_HALF_LIFE = 16.0
 TEST_FRACTION = 0.2
 DEMO_SECRET = "vfl-demo-secret"
 OPERATOR = "operator"

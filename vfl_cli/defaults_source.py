@@ -12,11 +12,22 @@ from pydantic import BaseModel
 
 from vfl_client.runner import ClientConfig
 from vfl_coordinator.config import CoordinatorConfig, Deadlines
-from vfl_core.config import AUTO_PATIENCE, METHODS, DvflConfig, ModelConfig, TrainConfig
+from vfl_core.config import (
+    AUTO_PATIENCE,
+    AUTO_ROUNDS_PER_EPOCH,
+    AUTO_TABLE_LR,
+    DEFAULT_BATCH,
+    DEFAULT_LR,
+    METHODS,
+    DvflConfig,
+    ModelConfig,
+    TrainConfig,
+)
 from vfl_core.data.learning_task import TASKS
 from vfl_core.data.preprocess import DEFAULT_MAX_ONEHOT
 from vfl_core.data.tabular import DEFAULT_TEST_FRACTION
 from vfl_core.methods.dlvm.config import DlvmConfig
+from vfl_core.model.lr_schedule import DECAY_HALF_LIFE
 from vfl_core.privacy.config import PrivacyConfig
 from vfl_core.training.alignment import DEMO_SECRET
 from vfl_core.training.faults import ENTITIES, FaultConfig
@@ -57,6 +68,11 @@ def current() -> dict[str, Any]:
         "TASKS": tuple(TASKS),
         "MAX_ONEHOT": DEFAULT_MAX_ONEHOT,
         "AUTO_PATIENCE": AUTO_PATIENCE,
+        "AUTO_ROUNDS_PER_EPOCH": AUTO_ROUNDS_PER_EPOCH,
+        "AUTO_TABLE_LR": AUTO_TABLE_LR,
+        "DEFAULT_BATCH": DEFAULT_BATCH,
+        "DEFAULT_LR": DEFAULT_LR,
+        "DECAY_HALF_LIFE": DECAY_HALF_LIFE,
         "TEST_FRACTION": DEFAULT_TEST_FRACTION,
         "DEMO_SECRET": DEMO_SECRET,
         "OPERATOR": OPERATOR,

@@ -37,11 +37,21 @@ class TrainOptions:
         int | None, Opt(help="passes over the training samples", show_default=shown(T["epochs"]))
     ] = None
     batch_size: Annotated[
-        int | None, Opt(help="samples per training round", show_default=shown(T["batch_size"]))
+        str | None,
+        Opt(
+            help="samples per training round: N | auto (tables: the training rows / "
+            f"{defaults.AUTO_ROUNDS_PER_EPOCH}, at least {defaults.DEFAULT_BATCH}; images: "
+            f"{defaults.DEFAULT_BATCH})",
+            show_default=shown(T["batch_size"]),
+        ),
     ] = None
     lr: Annotated[
-        float | None,
-        Opt(help="learning rate of every party's optimizer", show_default=shown(T["lr"])),
+        str | None,
+        Opt(
+            help="learning rate of every party's optimizer: a number | auto (tables: "
+            f"{defaults.AUTO_TABLE_LR:g}; images: {defaults.DEFAULT_LR:g})",
+            show_default=shown(T["lr"]),
+        ),
     ] = None
     weight_decay: Annotated[
         float | None,
@@ -109,8 +119,9 @@ class TrainOptions:
     scheduler: Annotated[
         str | None,
         Opt(
-            help="learning rate: auto (tables: cosine; images: none) | none (constant) | "
-            "cosine (down to 0 at --epochs)",
+            help="learning rate: auto (tables: decay; images: none) | none (constant) | "
+            f"decay (halved every {defaults.DECAY_HALF_LIFE:g} epochs) | cosine (down to 0 at "
+            "--epochs)",
             show_default=shown(T["scheduler"]),
         ),
     ] = None
@@ -256,6 +267,15 @@ class TrainOptions:
             show_default=shown(T["early_stop_patience"]),
         ),
     ] = None
+    early_stop_min_improvement: Annotated[
+        float | None,
+        Opt(
+            "--min-improvement",
+            help="with early stopping: an epoch restarts the patience only if it beats the last "
+            "one that did by this share of its validation metric (0: any gain)",
+            show_default=shown(T["early_stop_min_improvement"]),
+        ),
+    ] = None
     validation_fraction: Annotated[
         float | None,
         Opt(
@@ -359,6 +379,14 @@ class TrainOptions:
             help="embeddings and gradients encrypted end to end between parties (needs TLS): "
             "the coordinator relays what it cannot read",
             show_default=shown(T["encrypt_relay"]),
+        ),
+    ] = None
+    data_plane: Annotated[
+        str | None,
+        Opt(
+            help="relay: tensors through the coordinator; direct: party to party over mutual "
+            "TLS, the coordinator sees none (docs/data-plane.md)",
+            show_default=shown(T["data_plane"]),
         ),
     ] = None
 

@@ -13,6 +13,7 @@ import grpc
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from vfl_client.data_plane import DataPlaneServicer, Mailbox, PeerLinks
 from vfl_client.host import PartyHost, warm_up
 from vfl_client.servicer import PartyServicer
 from vfl_core.config import TrainConfig
@@ -89,6 +90,8 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
     servicer = PartyServicer(party_id, threads=config.threads)
     if security.identity is not None:  # its signed relay key goes with every registration
         servicer.relay = RelayCrypto(security.identity, data.meta.block)
+    # the direct data plane's end (used when the run says so), served beside Party
+    servicer.links = PeerLinks(party_id, data.meta.block, security, Mailbox())
     listen = listen_address(config.listen, config.coordinator)
     server, port = start_server(servicer, listen, security, _refused_calls(config))
     address = advertised_address(config.advertise, listen, port)
@@ -118,6 +121,8 @@ def run_client(config: ClientConfig, stop: threading.Event | None = None) -> str
         return reason
     finally:
         server.stop(grace=1.0).wait()  # every handler has returned: nothing changes the party now
+        if servicer.links is not None:
+            servicer.links.close()
         if config.checkpoint_dir is not None and servicer.party is not None:
             save_end_checkpoint(config.checkpoint_dir, servicer.party, run_id, reason)
         if config.bundle_dir is not None and servicer.party is not None:
@@ -248,6 +253,10 @@ def _refused_calls(config: ClientConfig) -> dict[str, str]:
 
 
 MAX_CONCURRENT_RPCS = 32  # calls a party accepts at once (each gets a thread at once)
+# Worker threads of a party's server. On the direct data plane a party holds up to three Round
+# calls (vfl_core.training.direct.AHEAD + 1, each waiting for its round) while its peers' pushes
+# arrive (one per peer and direction): a push must not wait for a free thread.
+SERVER_THREADS = 16
 
 
 def start_server(
@@ -260,8 +269,10 @@ def start_server(
     guard = GuardInterceptor(
         secure=security.secure, policy=party_policy, refuse=refuse, readers=MAX_CONCURRENT_RPCS
     )
-    server = make_server(8, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+    server = make_server(SERVER_THREADS, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
     vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)
+    if servicer.links is not None:  # other parties push embeddings and gradients here
+        vfl_pb2_grpc.add_DataPlaneServicer_to_server(DataPlaneServicer(servicer.links), server)
     port = start_with_health(server, listen, security.server_credentials())
     return server, port
 

@@ -23,11 +23,13 @@ from typing import TypeVar
 import grpc
 import torch
 
+from vfl_client.data_plane import PeerLinks
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.methods.registry import step_spec
 from vfl_core.methods.steps import decode_call, encode_result
+from vfl_core.training.direct_party import run_round
 from vfl_core.training.party import Party
-from vfl_wire import convert, records, relay_messages
+from vfl_wire import convert, convert_direct, records, relay_messages
 from vfl_wire.relay_crypto import RelayCrypto
 from vfl_wire.status import PermissionError_, rpc_errors
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
@@ -37,6 +39,10 @@ R = TypeVar("R")
 
 # How long an RPC that arrives between registration and the party's construction waits for it.
 READY_WAIT_S = 30.0
+# How long a direct Round call waits for the call of the round before it (RoundCall.after):
+# they leave the coordinator back to back or a round apart (vfl_core.training.direct); a call
+# not here by then is not coming (lost, or meant for a process that has since restarted).
+TURN_WAIT_S = 1.0
 
 
 def class_weights_refusal(balance: str, split: str) -> str | None:
@@ -72,10 +78,18 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         # the party's end of the encrypted relay (a party with a TLS certificate has one); used
         # when the run's config says encrypt_relay
         self.relay: RelayCrypto | None = None
+        # the party's end of the direct data plane (vfl_client.data_plane); used when the run's
+        # config says data_plane "direct"
+        self.links: PeerLinks | None = None
+        self._submitted = -1  # the last direct round handed to the worker (RoundCall.after)
+        self._turn = threading.Condition()
 
     def attach(self, party: Party, run_id: str) -> None:
         with self._lock:
             self._party, self._run_id = party, run_id
+        if self.links is not None:
+            direct = party.config.data_plane == "direct"
+            self.links.attach(run_id, party.config.wire_dtype, direct)
         self._ready.set()
 
     @property
@@ -94,6 +108,7 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         rpc: str,
         header: vfl_pb2.Header,
         handler: Callable[[Party], R],
+        submitted: Callable[[], None] | None = None,
     ) -> R:
         with rpc_errors(context, rpc):
             if not self._ready.wait(READY_WAIT_S):
@@ -102,7 +117,10 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
                 convert.check_header(header, run_id=self._run_id, party_id=self.party_id)
             except ProtocolError as err:
                 raise PermissionError_(str(err)) from None
-            return self._worker.submit(self._call, handler).result()
+            future = self._worker.submit(self._call, handler)
+            if submitted is not None:
+                submitted()
+            return future.result()
         raise AssertionError("unreachable: rpc_errors aborts")  # pragma: no cover
 
     def _call(self, handler: Callable[[Party], R]) -> R:
@@ -264,3 +282,33 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
             return records.step_reply(request, encode_result(step, result))
 
         return self._serve(context, "Step", request.header, run)
+
+    # ------------------------------------------------------------------ the direct data plane
+    def Round(self, request, context):
+        """A direct round (vfl_core.training.direct_party): the party's tensors go to and come
+        from the other parties over the links; the reply is status only. Rounds run in the
+        order the coordinator sent them: this one after the round `after` was handed over."""
+
+        def run(p: Party) -> vfl_pb2.RoundReply:
+            if not context.is_active():  # the coordinator gave up on it (a thawed party)
+                raise ProtocolError(f"round {request.round_id}: its deadline has passed")
+            if self.links is None or p.config.data_plane != "direct":
+                raise ProtocolError("this run does not train on the direct data plane")
+            call, peers = convert_direct.round_call_from_proto(request)
+            self.links.start(peers, call.round_id)
+            return convert_direct.round_result_to_proto(run_round(p, call, self.links))
+
+        self._await_turn(request.after, min(TURN_WAIT_S, context.time_remaining() or 0.0))
+        return self._serve(context, "Round", request.header, run, self._handed(request.round_id))
+
+    def _await_turn(self, after: int, timeout: float) -> None:
+        with self._turn:
+            self._turn.wait_for(lambda: after < 0 or self._submitted == after, timeout)
+
+    def _handed(self, round_id: int) -> Callable[[], None]:
+        def done() -> None:
+            with self._turn:
+                self._submitted = round_id
+                self._turn.notify_all()
+
+        return done

@@ -124,4 +124,9 @@ class CoordinatorConfig(BaseModel):
                 "--encrypt-relay needs TLS certificates (each party signs its relay key with "
                 "its certificate): drop --insecure and pass --tls-dir"
             )
+        if self.faults.active and self.train.data_plane == "direct":
+            raise ValueError(
+                "injected faults (--fault-rate, --link-loss) act on the relay's calls: drop "
+                "them or --data-plane direct"
+            )
         return self

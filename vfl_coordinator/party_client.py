@@ -3,7 +3,7 @@ vfl_core types in and out (no protobuf leaks to the caller)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import grpc
@@ -18,13 +18,16 @@ from vfl_core.protocol import (
     FuseResult,
     PredictCall,
     PsiCall,
+    RoundCall,
+    RoundResult,
     ScoreCall,
     ScoreResult,
     TrainCall,
     TrainResult,
 )
-from vfl_wire import convert, records
+from vfl_wire import convert, convert_direct, records
 from vfl_wire.channels import make_channel
+from vfl_wire.convert_direct import PeerAddress
 from vfl_wire.relay_box import narrow
 from vfl_wire.reply_limits import party_reply_limits, service_config
 from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
@@ -144,6 +147,16 @@ class PartyClient:
         return Pending(
             self._stub.Train.future(request, timeout=timeout),
             lambda reply: convert.train_result_from_proto(reply, call, wire=self._wire),
+        )
+
+    def round(
+        self, call: RoundCall, peers: Mapping[int, PeerAddress], timeout: float
+    ) -> Pending[RoundResult]:
+        """A direct-plane round: status comes back, the tensors go between the parties."""
+        request = convert_direct.round_call_to_proto(call, self._header, peers)
+        return Pending(
+            self._stub.Round.future(request, timeout=timeout),
+            lambda reply: convert_direct.round_result_from_proto(reply, round_id=call.round_id),
         )
 
     def checkpoint(self, round_id: int, timeout: float, kind: str = "save") -> Pending[bool]:

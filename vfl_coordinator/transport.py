@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
@@ -27,12 +28,16 @@ from vfl_core.protocol import (
     PartyInfo,
     PredictCall,
     PsiCall,
+    RoundCall,
+    RoundResult,
     ScoreCall,
     ScoreResult,
     TrainCall,
     TrainResult,
 )
+from vfl_core.training.direct import AHEAD
 from vfl_wire.channels import MAX_MESSAGE_BYTES
+from vfl_wire.convert_direct import PeerAddress
 from vfl_wire.v1 import vfl_pb2
 
 log = logging.getLogger(__name__)
@@ -125,6 +130,32 @@ class GrpcTransport:
         pending = self._start(calls, lambda c, call: c.train(call, self._timeout(call)), "Train")
         longest = max((self._timeout(c) for c in calls.values()), default=0.0)
         return lambda: self._collect(pending, longest, "Train")
+
+    def direct(self, calls: dict[int, RoundCall]) -> Callable[[], dict[int, RoundResult]]:
+        """Start the direct-plane round calls now (vfl_core.training.direct); the function
+        returned waits for the parties' reports. Each party is told who holds the blocks it
+        sends to and hears from, and how long to wait for them: an embedding within the Embed
+        deadline, a gradient within Embed + Fuse. A call may wait for the party's previous
+        rounds first (the engine sends AHEAD rounds ahead): its deadline covers AHEAD + 1 rounds."""
+        d = self.deadlines
+        waits = {"embed_wait_s": d.embed, "grad_wait_s": d.embed + d.fuse}
+        timeout = (AHEAD + 1) * (d.embed + d.fuse + d.backward)
+        members = self.registry.members()
+
+        def peers(call: RoundCall) -> dict[int, PeerAddress]:
+            blocks = {*call.send_to, *call.expect, *call.grads_from}
+            return {
+                b: PeerAddress(members[b].info.party_id, members[b].address)
+                for b in blocks
+                if b in members
+            }
+
+        pending = self._start(
+            {b: replace(c, **waits) for b, c in calls.items()},
+            lambda c, call: c.round(call, peers(call), timeout),
+            "Round",
+        )
+        return lambda: self._collect(pending, timeout, "Round")
 
     def _timeout(self, call: TrainCall) -> float:
         return self.deadlines.pipelined(len(call.embed), len(call.fuse), len(call.backward))

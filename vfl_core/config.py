@@ -54,17 +54,57 @@ def _threshold(value: object) -> object:
     return number
 
 
+def _auto_or(kind: type, floor: float) -> object:
+    """A validator of 'auto' or a number of `kind` (its text too) above `floor` (int: at least
+    it), with one readable message for anything else."""
+
+    def check(value: object) -> object:
+        if value == "auto":
+            return value
+        try:
+            number = kind(value)  # type: ignore[call-arg]
+            whole = kind is not int or float(value) == number  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            number, whole = None, False
+        if number is None or not whole or isinstance(value, bool):
+            ok = False
+        else:
+            ok = number >= floor if kind is int else number > floor
+        if not ok:
+            what = f"a whole number >= {floor:g}" if kind is int else f"a number > {floor:g}"
+            raise PydanticCustomError(
+                "auto_or_number",
+                "must be auto or {what}, not {value}",
+                {"what": what, "value": repr(value)},
+            )
+        return number
+
+    return BeforeValidator(check)
+
+
 # A binary task's decision threshold: chosen on validation ("auto": the best accuracy there,
 # "f1": the best F1) or P(positive) at or above which the positive class is predicted.
 Threshold = Annotated[Literal["auto", "f1"] | float, BeforeValidator(_threshold)]
 # Early stopping's patience when the config leaves it to the data (TrainConfig.patience), and
 # the validation samples it then needs: on a smaller split the watched metric is mostly noise and
-# stopped too early (docs/tabular-defaults.md: breast cancer, 47 validation samples). 10, not 5:
-# under the cosine schedule a run stopped 5 epochs after its best still had most of its learning
-# rate left, and waiting 10 gained on 4 of 12 runs and lost none (docs/tabular-defaults.md,
-# "Patience 10").
-AUTO_PATIENCE = 10
+# stopped too early (docs/tabular-defaults.md: breast cancer, 47 validation samples). 6 epochs
+# of about AUTO_ROUNDS_PER_EPOCH rounds, each of which must beat the last that restarted it by
+# TrainConfig.early_stop_min_improvement (docs/tabular-defaults.md, "Time to a model").
+AUTO_PATIENCE = 6
 AUTO_MIN_VALIDATION = 100
+# What "auto" batch size and learning rate are where the tabular defaults do not apply (images,
+# methods with stages): the values every run had before the tabular ones (the digits demo's).
+DEFAULT_BATCH = 64
+DEFAULT_LR = 1e-3
+# Tables: the batch holds about 1 / AUTO_ROUNDS_PER_EPOCH of the training samples, between
+# DEFAULT_BATCH (a table of 256 rows or fewer keeps its batch of 64) and AUTO_MAX_BATCH (a
+# round's tensors stay about 1 MB a party at 64 float32 a row), so an epoch is about that many
+# rounds up to a million rows: every round crosses the network, an epoch's samples do not.
+AUTO_ROUNDS_PER_EPOCH = 4
+AUTO_MAX_BATCH = 4096
+# Tables: the learning rate at epoch 0 (the "decay" schedule then halves it every
+# vfl_core.model.lr_schedule.DECAY_HALF_LIFE epochs; neither depends on the epoch ceiling).
+AUTO_TABLE_LR = 1e-2
 # A method is a name in the registry of method specs (vfl_core.methods.registry); others are
 # refused.
 Method = Annotated[str, AfterValidator(_known_method)]
@@ -115,16 +155,23 @@ class TrainConfig(_Frozen):
     method: Method = "laser"
     seed: int = 0
     epochs: int = Field(60, ge=0)
-    batch_size: int = Field(64, ge=1)
+    # Samples per training round; "auto": `batch_rows()`, from the training-row count on tables
+    # (AUTO_ROUNDS_PER_EPOCH), DEFAULT_BATCH otherwise. Resolved by the coordinator where the
+    # batch plan is built, from the aligned training rows every side agrees on.
+    batch_size: Annotated[int | Literal["auto"], _auto_or(int, 1)] = "auto"
     eval_batch_size: int = Field(512, ge=1)
-    lr: float = Field(1e-3, gt=0)
+    # "auto": `learning_rate()`, AUTO_TABLE_LR for a party of tabular features, DEFAULT_LR for
+    # images and methods with stages (each party resolves its own, as its head: it knows its
+    # features' shape).
+    lr: Annotated[float | Literal["auto"], _auto_or(float, 0)] = "auto"
     weight_decay: float = Field(1e-4, ge=0)
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = Field(0.9, ge=0, lt=1)
     # The learning rate by epoch: "none" constant, "cosine" from lr down to 0 at `epochs` (the
-    # ceiling, also under early stopping). "auto": `schedule()`, cosine for tabular parties,
-    # constant for images and staged methods (docs/tabular-defaults.md, measured).
-    scheduler: Literal["auto", "none", "cosine"] = "auto"
+    # ceiling, also under early stopping), "decay" halved every DECAY_HALF_LIFE epochs
+    # (vfl_core.model.lr_schedule: no ceiling in it). "auto": `schedule()`, decay for tabular
+    # parties, constant for images and staged methods (docs/tabular-defaults.md, measured).
+    scheduler: Literal["auto", "none", "cosine", "decay"] = "auto"
     # "resample": class-balanced resampling of each epoch's plan (the paper's Credit setup).
     # The label party then tells the coordinator each training sample's class weight.
     balance: Literal["none", "resample"] = "none"
@@ -162,6 +209,10 @@ class TrainConfig(_Frozen):
     # share holds AUTO_MIN_VALIDATION samples or more, off for images (the digits demo and the
     # image benchmarks keep the paper's plain run): `patience()`.
     early_stop_patience: int | None = Field(None, ge=0)
+    # An epoch resets the patience only if its validation metric beats the one that last reset
+    # it by this share of that value (0.01: 1 %; smaller gains still update the best epoch whose
+    # weights are restored, but do not extend training). 0: any gain resets it.
+    early_stop_min_improvement: float = Field(0.01, ge=0, lt=1)
     validation_fraction: float = Field(0.1, gt=0, lt=1)
     # What the validation split chooses after training (vfl_core.inference.choice); both need
     # one (early stopping on) and read only its rows. `threshold`: a binary task's decision
@@ -192,11 +243,34 @@ class TrainConfig(_Frozen):
 
     def schedule(self, tabular: bool) -> str:
         """The learning-rate schedule a party of tabular features (or not) follows: the
-        configured one, or by default "cosine" on tabular data and "none" on images or for a
+        configured one, or by default "decay" on tabular data and "none" on images or for a
         method with stages (they step their own optimisers at the configured rate)."""
         if self.scheduler != "auto":
             return self.scheduler
-        return "cosine" if tabular and self.spec.program is None else "none"
+        return "decay" if self._table_defaults(tabular) else "none"
+
+    def learning_rate(self, tabular: bool) -> float:
+        """The learning rate at epoch 0: the configured one, or by default AUTO_TABLE_LR on
+        tabular data and DEFAULT_LR on images or for a method with stages."""
+        if self.lr != "auto":
+            return self.lr
+        return AUTO_TABLE_LR if self._table_defaults(tabular) else DEFAULT_LR
+
+    def batch_rows(self, rows: int, tabular: bool = False) -> int:
+        """Samples per training round for a plan of `rows` training samples: the configured
+        size, or by default rows / AUTO_ROUNDS_PER_EPOCH (rounded up, within DEFAULT_BATCH and
+        AUTO_MAX_BATCH) on tabular data and DEFAULT_BATCH on images or for a method with
+        stages. A pure function of what every side knows, so both transports cut the same
+        plan."""
+        if self.batch_size != "auto":
+            return self.batch_size
+        if not self._table_defaults(tabular):
+            return DEFAULT_BATCH
+        return min(AUTO_MAX_BATCH, max(DEFAULT_BATCH, -(-rows // AUTO_ROUNDS_PER_EPOCH)))
+
+    def _table_defaults(self, tabular: bool) -> bool:
+        """Whether the tabular defaults apply: tabular features, and a method without stages."""
+        return tabular and self.spec.program is None
 
     @property
     def rounds_per_call(self) -> int:
@@ -219,11 +293,16 @@ class TrainConfig(_Frozen):
     # heads' gradients unsummed. gRPC with TLS certificates only; no effect in process (nobody
     # relays there). docs/security.md.
     encrypt_relay: bool = False
+    # Where a training round's embeddings and gradients travel (docs/data-plane.md): "relay"
+    # through the coordinator (Embed/Fuse/Backward or pipelined Train calls), "direct" between
+    # the parties that produce and consume them over mutual TLS, the coordinator sending each
+    # party one Round call and reading only status (gRPC only; in process, nobody relays).
+    data_plane: Literal["relay", "direct"] = "relay"
 
     @model_validator(mode="after")
     def _constant_lr_for_programs(self) -> TrainConfig:
         # Round programs (dvfl) step their own optimisers at the configured rate.
-        if self.spec.program is not None and self.scheduler == "cosine":
+        if self.spec.program is not None and self.scheduler in ("cosine", "decay"):
             raise ValueError(f"method {self.method} trains with constant learning rates")
         # Their stages (dvfl's owner epochs, dlvm's classifier stage) end where they end: the
         # validation watch restores per-epoch weights of the Embed/Fuse/Backward engine only.
@@ -249,6 +328,13 @@ class TrainConfig(_Frozen):
                 f"method {self.method} runs steps of its own, which the encrypted relay does not "
                 "cover yet (it seals Embed, Fuse, Backward and Predict): drop --encrypt-relay"
             )
+        if self.data_plane == "direct" and self.spec.program is not None:
+            raise ValueError(
+                f"method {self.method} runs steps of its own, which the direct data plane does "
+                "not carry (it carries Embed, Fuse and Backward): drop --data-plane direct"
+            )
+        if self.data_plane == "direct" and self.staleness:
+            raise ValueError("the direct data plane runs exact rounds: drop --staleness")
         return self
 
     @property

@@ -329,7 +329,7 @@ def privacy_record(fed: Federation) -> dict[str, object] | None:
     train = fed.alignments.get("train")
     if config.embedding_clip is not None and train is not None and train.rows:
         fewest = min(int((rows >= 0).sum()) for rows in train.rows.values())
-        rate = min(1.0, fed.config.batch_size / max(1, fewest))
+        rate = min(1.0, fed.train_rows.batch_size() / max(1, fewest))
         eps = epsilon(config.embedding_noise, rate, fed.round_id, config.delta)
         out |= {"embedding_epsilon": eps, "sample_rate": rate, "releases": fed.round_id}
     return out

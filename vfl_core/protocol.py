@@ -168,6 +168,40 @@ class TrainResult:
 
 
 @dataclass(frozen=True)
+class RoundCall:
+    """One party's part of a training round on the direct data plane
+    (vfl_core.training.direct_party): the coordinator sends it and nothing else; the party
+    embeds, sends its embedding to the heads in `send_to`, fuses on the embeddings of `expect`
+    (a head), sends each its gradient, and steps f_k on the gradients of `grads_from`. The
+    calls of one round, built from the plan as the relay's are, carry no tensor."""
+
+    round_id: int
+    epoch: int
+    embed: EmbedCall | None = None  # the party's embedding of the batch (train=True)
+    send_to: tuple[int, ...] = ()  # head blocks its embedding goes to
+    fuse: FuseCall | None = None  # the head's Fuse, its `embeddings` empty (they come direct)
+    expect: tuple[int, ...] = ()  # blocks whose embeddings the Fuse trains on
+    grads_from: tuple[int, ...] = ()  # head blocks whose gradient for its embedding it awaits
+    holders: tuple[int, ...] = ()  # the round's live label-only holders (the heads' check)
+    after: int = -1  # the round this party was sent before this one (-1: none): it runs first
+    # Seconds the party waits for a peer's embedding and for a head's gradient (the transport
+    # sets them from its deadlines; a peer that misses them is left out, as in the relay)
+    embed_wait_s: float = 0.0
+    grad_wait_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What a party reports of its RoundCall: status and its head's loss, never a tensor."""
+
+    round_id: int
+    embedded: bool = False  # its embedding was computed and sent
+    used: tuple[int, ...] = ()  # blocks whose embeddings its Fuse trained on (a head)
+    loss: float | None = None  # its head's sampled loss L_k; None: it did not fuse
+    stepped: bool = False  # it applied the round's Backward
+
+
+@dataclass(frozen=True)
 class PredictCall:
     """Predict h_{k,O} from the embeddings of the observed set O (which includes the party, or
     for LASER-VFL holds no label party at all: then the party's head serves the others)."""

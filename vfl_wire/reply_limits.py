@@ -14,7 +14,8 @@ What each call may carry (the wire's own caps, vfl_wire.tensors and vfl_wire.con
 - the party's own rows (IdHashes: 32-byte hashes; PsiBlind: 32-byte points) of its largest split,
   as it registered them;
 - another party's PSI list (PsiApply): MAX_PSI_POINTS points, as a request may carry;
-- an acknowledgement or a few scalars (Backward, Shutdown, PsiKeys, Checkpoint, ClassWeights);
+- an acknowledgement or a few scalars (Backward, Shutdown, PsiKeys, Checkpoint, ClassWeights,
+  Round: the direct data plane's status);
 - several tensors (Fuse, Train, Score, Step): the channel's limit, MAX_MESSAGE_BYTES.
 """
 
@@ -37,7 +38,7 @@ HASH_ON_WIRE = 32 + 2  # one repeated 32-byte field: tag, length, value
 def party_reply_limits(rows: int) -> dict[str, int]:
     """Bytes each Party call's reply may take, for a party whose largest split has `rows` rows."""
     tensor = MAX_TENSOR_BYTES + FRAMING
-    small = {m: SMALL_REPLY for m in ("Backward", "Shutdown", "PsiKeys", "Checkpoint")}
+    small = {m: SMALL_REPLY for m in ("Backward", "Shutdown", "PsiKeys", "Checkpoint", "Round")}
     return {
         **small,
         "ClassWeights": SMALL_REPLY,

@@ -54,6 +54,7 @@ BLOCKS_FILE = "blocks.json"  # in the coordinator's directory: party id -> the b
 HEALTH_SERVICE = "grpc.health.v1.Health"
 PARTY_SERVICE = "vfl.v1.Party"
 COORDINATOR_SERVICE = "vfl.v1.Coordinator"
+DATA_PLANE_SERVICE = "vfl.v1.DataPlane"
 DEFAULT_MAX_INFLIGHT = 8  # calls in flight per peer identity (per connection when insecure)
 BODY_TIMEOUT_S = 30.0  # a request body must arrive in full this soon after its headers
 
@@ -284,8 +285,12 @@ def coordinator_policy(parties: Mapping[str, object]) -> Policy:
 
 
 def party_policy(peer: str, service: str, rpc: str) -> str | None:
-    """A party serves only the coordinator (and the health service to any certificate holder)."""
+    """A party serves the coordinator, the other parties on the direct data plane (which
+    checks the block a caller claims, vfl_client.data_plane), and the health service to any
+    certificate holder."""
     if service == HEALTH_SERVICE or (service == PARTY_SERVICE and peer == COORDINATOR):
+        return None
+    if service == DATA_PLANE_SERVICE and peer not in (COORDINATOR, OPERATOR):
         return None
     return f"{peer!r} may not call {service}/{rpc}: parties answer only the coordinator"
 

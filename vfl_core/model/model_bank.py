@@ -7,13 +7,13 @@ each one's initial weights come from (seed, block, key), whatever the order of c
 
 from __future__ import annotations
 
-import math
 from typing import Protocol
 
 import torch
 from torch import nn
 
 from vfl_core.model.eager_optim import EagerAdam, EagerSGD
+from vfl_core.model.lr_schedule import lr_at
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.models import build_head, build_representation
 from vfl_core.model.slots import CONCAT_HEAD, SHARED, Subset
@@ -25,8 +25,7 @@ class OptimizerSettings(Protocol):
 
     @property
     def optimizer(self) -> str: ...
-    @property
-    def lr(self) -> float: ...
+    def learning_rate(self, tabular: bool) -> float: ...
     @property
     def momentum(self) -> float: ...
     @property
@@ -104,30 +103,32 @@ class ModelBank:
                 self.config.model, self.feature_shape, seed, categorical=self.categorical
             )
             self.reps[key] = model.to(self.device)
-            self.rep_opts[key] = make_optimizer(self.reps[key], self.config)
+            self.rep_opts[key] = make_optimizer(self.reps[key], self.config, self.tabular)
         return self.reps[key]
 
     def head(self, key: Subset) -> nn.Module:
         if key not in self.heads:
             seed = derive_seed(self.config.seed, Stream.INIT_HEAD, self.block, *subset_code(key))
             width = self.spec.head_input_blocks(key, self.num_blocks)
-            tabular = len(self.feature_shape) == 1
             model = build_head(
-                self.config.model, self.num_classes, seed, in_blocks=width, tabular=tabular
+                self.config.model, self.num_classes, seed, in_blocks=width, tabular=self.tabular
             )
             self.heads[key] = model.to(self.device)
-            self.head_opts[key] = make_optimizer(self.heads[key], self.config)
+            self.head_opts[key] = make_optimizer(self.heads[key], self.config, self.tabular)
         return self.heads[key]
 
+    @property
+    def tabular(self) -> bool:
+        """Whether this party's features are vectors (a table's row), not images."""
+        return len(self.feature_shape) == 1
+
     def set_lr(self, opts: list[torch.optim.Optimizer], epoch: int) -> None:
+        # per party, as the head is (models.resolve_head): "auto" is decay for tabular features
         cfg = self.config
-        factor = 1.0
-        # per party, as the head is (models.resolve_head): "auto" is cosine for tabular features
-        if cfg.schedule(len(self.feature_shape) == 1) == "cosine" and cfg.epochs > 0:
-            factor = 0.5 * (1.0 + math.cos(math.pi * min(epoch, cfg.epochs) / cfg.epochs))
+        rate = lr_at(cfg.learning_rate(self.tabular), cfg.schedule(self.tabular), epoch, cfg.epochs)
         for opt in opts:
             for group in opt.param_groups:
-                group["lr"] = cfg.lr * factor
+                group["lr"] = rate
 
     def parameters_vector(self) -> torch.Tensor:
         modules = [self.reps[k] for k in sorted(self.reps)] + [
@@ -152,14 +153,18 @@ class ModelBank:
             self.head_opts[name_key(name)].load_state_dict(state["head_opts"][name])
 
 
-def make_optimizer(module: nn.Module, config: OptimizerSettings) -> torch.optim.Optimizer:
+def make_optimizer(
+    module: nn.Module, config: OptimizerSettings, tabular: bool = False
+) -> torch.optim.Optimizer:
     """torch's SGD or Adam, as `EagerSGD` / `EagerAdam` (vfl_core.model.eager_optim: the same
-    updates, without torch._dynamo's second of imports)."""
+    updates, without torch._dynamo's second of imports), at the run's learning rate for a party
+    of tabular features (or not)."""
+    lr = config.learning_rate(tabular)
     if config.optimizer == "sgd":
         return EagerSGD(
             module.parameters(),
-            lr=config.lr,
+            lr=lr,
             momentum=config.momentum,
             weight_decay=config.weight_decay,
         )
-    return EagerAdam(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    return EagerAdam(module.parameters(), lr=lr, weight_decay=config.weight_decay)

@@ -45,6 +45,8 @@ class EpochRecord:
             "mean_loss": s.mean_loss,
             "head_losses": {str(k): v for k, v in s.head_losses.items()},
             "seconds": s.seconds,
+            "cpu_seconds": s.cpu_seconds,
+            "trained_rounds": s.trained_rounds,
             "incomplete_rounds": s.incomplete_rounds,
             "parties": self.parties,
             "transitions": self.transitions,

@@ -7,7 +7,9 @@ whose validation metric (vfl_core.inference.metrics.watched: accuracy, Brier sco
 RMSE for regression) beats every earlier one is the best so far: every party keeps a copy of its
 state in memory (`Party.keep_snapshot`; a client with a checkpoint directory also on disk, so
 that it survives a restart: vfl_client.host). After `patience` epochs without a better one
-training stops, and at the end every party goes back to its copy of the best epoch
+training stops (an epoch resets that count only if it beats the value that last reset it by
+`min_improvement` of that value: smaller gains update the best epoch, not the waiting), and at
+the end every party goes back to its copy of the best epoch
 (`Party.restore_snapshot`), so the weights a run ends with are those of its best epoch. The same
 samples then choose the subsets and the decision threshold (vfl_core.inference.choice).
 """
@@ -53,7 +55,11 @@ class EarlyStop:
     best_value: float = float("nan")
     metric: str = "accuracy"  # a MetricRow field: `watched`
     best_round: int = -1  # the last round of the best epoch: the parties' kept state
-    waited: int = 0  # epochs since the best one
+    waited: int = 0  # epochs since one beat `reference` by `min_improvement`
+    # an epoch resets `waited` only if it beats `reference` (the value of the last epoch that
+    # did) by this share of it; 0: any better epoch does (strictly)
+    min_improvement: float = 0.0
+    reference: float = float("nan")
     stopped_epoch: int | None = None  # the epoch after which training stopped (None: ran all)
     kept: list[int] = field(default_factory=list)  # blocks that kept their best state
     restored: list[int] = field(default_factory=list)  # blocks that went back to it at the end
@@ -65,18 +71,28 @@ class EarlyStop:
 
     def observe(self, epoch: int, value: float | None, last_round: int) -> bool:
         """Record an epoch's validation value (None: nothing was scored); True when it beats
-        every earlier epoch (strictly: a tie keeps the earlier, shorter-trained weights)."""
+        every earlier epoch (strictly: a tie keeps the earlier, shorter-trained weights). The
+        patience starts again only where it beats `reference` by `min_improvement`."""
         self.history.append((epoch, value))
-        if value is not None and (self.best_epoch < 0 or self._better(value)):
+        if value is None:
+            self.waited += 1
+            return False
+        first = self.best_epoch < 0
+        if first or self._better(value, self.reference, self.min_improvement):
+            self.reference, self.waited = value, 0
+        else:
+            self.waited += 1
+        if first or self._better(value, self.best_value, 0.0):
             self.best_epoch, self.best_value, self.best_round = epoch, value, last_round
-            self.waited = 0
             return True
-        self.waited += 1
         return False
 
-    def _better(self, value: float) -> bool:
-        lower = self.metric in LOWER_IS_BETTER
-        return value < self.best_value if lower else value > self.best_value
+    def _better(self, value: float, than: float, share: float) -> bool:
+        """Whether `value` beats `than` by more than `share` of it (strictly when 0)."""
+        margin = share * abs(than)
+        if self.metric in LOWER_IS_BETTER:
+            return value < than - margin
+        return value > than + margin
 
     @property
     def due(self) -> bool:
@@ -104,4 +120,6 @@ class EarlyStop:
             best, stopped = saved["best_epoch"], saved["stopped_epoch"]
             saved["best_epoch"] = -1 if best is None else int(best) - 1
             saved["stopped_epoch"] = None if stopped is None else int(stopped) - 1
+        if "reference" not in saved:  # written before the minimum improvement: any gain
+            saved["reference"] = saved["best_value"]
         return cls(**{**saved, "history": history})

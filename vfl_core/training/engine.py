@@ -38,6 +38,7 @@ from vfl_core.methods.liveness import Liveness
 from vfl_core.methods.outcomes import PredictionBatch, RoundRecord, batch_prediction, well_formed
 from vfl_core.methods.spec import MethodSpec, ProgramHooks
 from vfl_core.protocol import PartyInfo, Transport, disagreement, mismatch_hint
+from vfl_core.training import direct
 from vfl_core.training.aligner import Aligner
 from vfl_core.training.early_stop import EarlyStop
 from vfl_core.training.evaluation import Evaluator
@@ -100,6 +101,8 @@ class Federation:
     liveness: Liveness = field(init=False)
     spec: MethodSpec = field(init=False)  # the method: the engine asks it, never its name
     round_id: int = field(init=False, default=0)
+    # every party sends feature vectors (F,), not images (C, H, W): the tabular defaults apply
+    tabular: bool = field(init=False, default=False)
     request_id: int = field(init=False, default=0)
     # What a method's round program keeps for this run
     # (vfl_core.methods.spec.ProgramHooks).
@@ -127,10 +130,14 @@ class Federation:
             raise ConfigError("staleness needs the pipelined engine (pipeline=True)")
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
         # tabular parties send feature vectors (F,); images (C, H, W)
-        tabular = all(len(i.feature_shape) == 1 for i in self.infos.values())
-        patience = self.config.patience(tabular)
+        self.tabular = all(len(i.feature_shape) == 1 for i in self.infos.values())
+        patience = self.config.patience(self.tabular)
         if patience:
-            self.early_stop = EarlyStop(patience, metric=watched(self.task, self.num_classes))
+            self.early_stop = EarlyStop(
+                patience,
+                metric=watched(self.task, self.num_classes),
+                min_improvement=self.config.early_stop_min_improvement,
+            )
         # the parts, each acting on this run's state
         self.aligner = Aligner(self)
         self.train_rows = TrainRows(self)
@@ -191,6 +198,8 @@ class Federation:
         self.presence.poll_rejoins()
         if self.spec.program is not None:  # a method with phases of its own
             return self.spec.program.train_round(self, round_id, epoch, batch)
+        if direct.supported(self):  # tensors between the parties, not through the engine
+            return direct.run_one(self, round_id, epoch, batch)
         return self.laser.run(round_id, epoch, batch)
 
     # ------------------------------------------------------------------ the methods' port

@@ -35,6 +35,11 @@ class EpochSummary:
     seconds: float
     incomplete_rounds: int  # rounds where some block of the pattern was absent
     head_losses: dict[int, float] = field(default_factory=dict)  # head block -> its mean loss
+    # rounds that called parties (a batch no label party can train on calls nobody: it crosses
+    # no network), and the process CPU seconds of the epoch's rounds (in process: every party's;
+    # over gRPC: the coordinator's). A resumed epoch counts from where it resumed.
+    trained_rounds: int = 0
+    cpu_seconds: float = 0.0
 
 
 def saved_summary(saved: dict) -> EpochSummary:
@@ -54,6 +59,8 @@ class Cursor:
     head_losses: dict[int, list[float]] = field(default_factory=dict)  # the same, by head
     incomplete: int = 0
     seconds: float = 0.0  # time spent in the epoch so far
+    trained: int = 0  # rounds of the epoch so far that called parties (not checkpointed)
+    cpu_seconds: float = 0.0  # process CPU time of the epoch so far (not checkpointed)
     summaries: list[EpochSummary] = field(default_factory=list)  # finished epochs
 
 

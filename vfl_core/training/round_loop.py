@@ -20,7 +20,7 @@ from tqdm import tqdm
 from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.liveness import DOWN
 from vfl_core.methods.outcomes import RoundRecord
-from vfl_core.training import pipeline
+from vfl_core.training import direct, pipeline
 from vfl_core.training.records import Cursor, EpochSummary
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class RoundLoop:
             fed.cursor = Cursor(epoch=epoch, summaries=fed.cursor.summaries)
         c = fed.cursor
         start = time.perf_counter() - c.seconds
+        cpu_start = time.process_time() - c.cpu_seconds
         plan = fed.plan(epoch)  # a pure function of (seed, epoch): a resumed run skips its head
         bar = tqdm(
             self._rounds(epoch, plan[c.position :]),
@@ -87,7 +88,9 @@ class RoundLoop:
                 batch.pattern, fed.num_blocks, fed.label_blocks, batch.label_only
             )
             c.incomplete += trainable and record.present != record.pattern
+            c.trained += trainable
             c.seconds = time.perf_counter() - start
+            c.cpu_seconds = time.process_time() - cpu_start
             for observer in fed.observers:
                 observer.round_done(fed, record)
             if fed.checkpoint_every and fed.round_id % fed.checkpoint_every == 0:
@@ -123,7 +126,8 @@ class RoundLoop:
                 start += 1
                 continue
             end = start + (every - fed.round_id % every)  # up to the next checkpoint round
-            rounds = pipeline.run(
+            engine = direct if direct.supported(fed) else pipeline
+            rounds = engine.run(
                 fed, epoch, batches[start:end], fed.round_id, stop=presence.pause_due
             )
             for record in rounds:
@@ -139,6 +143,8 @@ class RoundLoop:
             seconds=seconds,
             incomplete_rounds=c.incomplete,
             head_losses={k: float(np.mean(v)) for k, v in sorted(c.head_losses.items())},
+            trained_rounds=c.trained,
+            cpu_seconds=c.cpu_seconds,
         )
         log.info(
             "epoch %d: %d rounds, mean head loss %.4f, %d incomplete, %.1fs",

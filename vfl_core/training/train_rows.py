@@ -105,11 +105,18 @@ class TrainRows:
         log.warning("class weights of block %d refused: %s", block, fault)
         return False
 
+    def batch_size(self) -> int:
+        """Samples per round (TrainConfig.batch_rows): "auto" from the samples the plan holds,
+        which both transports agree on (the same alignment and validation hold-out)."""
+        fed = self.fed
+        rows = len(fed.alignments["train"]) if self.training is None else len(self.training)
+        return fed.config.batch_rows(rows, fed.tabular)
+
     def plan(self, epoch: int) -> list[Batch]:
         """Every training sample once, in single-pattern batches (weighted if resampling);
         without the samples held out for validation (vfl_core.training.early_stop)."""
         al, weights, keep = self.fed.alignments["train"], self.weights, self.training
-        seed, size = self.fed.config.seed, self.fed.config.batch_size
+        seed, size = self.fed.config.seed, self.batch_size()
         if keep is None:
             return epoch_plan(al, seed, epoch, size, weights)
         # Without the validation samples; batch indices back into the whole train alignment.

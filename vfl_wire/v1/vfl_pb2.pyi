@@ -58,6 +58,83 @@ class Ack(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class Peer(_message.Message):
+    __slots__ = ("party_id", "address")
+    PARTY_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    party_id: str
+    address: str
+    def __init__(self, party_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+
+class RoundRequest(_message.Message):
+    __slots__ = ("header", "round_id", "epoch", "embed", "send_to", "fuse", "expect", "grads_from", "holders", "after", "embed_wait_s", "grad_wait_s", "peers")
+    class PeersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Peer
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Peer, _Mapping]] = ...) -> None: ...
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EMBED_FIELD_NUMBER: _ClassVar[int]
+    SEND_TO_FIELD_NUMBER: _ClassVar[int]
+    FUSE_FIELD_NUMBER: _ClassVar[int]
+    EXPECT_FIELD_NUMBER: _ClassVar[int]
+    GRADS_FROM_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    EMBED_WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    GRAD_WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    round_id: int
+    epoch: int
+    embed: EmbedRequest
+    send_to: _containers.RepeatedScalarFieldContainer[int]
+    fuse: FuseRequest
+    expect: _containers.RepeatedScalarFieldContainer[int]
+    grads_from: _containers.RepeatedScalarFieldContainer[int]
+    holders: _containers.RepeatedScalarFieldContainer[int]
+    after: int
+    embed_wait_s: float
+    grad_wait_s: float
+    peers: _containers.MessageMap[int, Peer]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., send_to: _Optional[_Iterable[int]] = ..., fuse: _Optional[_Union[FuseRequest, _Mapping]] = ..., expect: _Optional[_Iterable[int]] = ..., grads_from: _Optional[_Iterable[int]] = ..., holders: _Optional[_Iterable[int]] = ..., after: _Optional[int] = ..., embed_wait_s: _Optional[float] = ..., grad_wait_s: _Optional[float] = ..., peers: _Optional[_Mapping[int, Peer]] = ...) -> None: ...
+
+class RoundReply(_message.Message):
+    __slots__ = ("round_id", "embedded", "used", "fused", "loss", "stepped")
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDED_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    FUSED_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    STEPPED_FIELD_NUMBER: _ClassVar[int]
+    round_id: int
+    embedded: bool
+    used: _containers.RepeatedScalarFieldContainer[int]
+    fused: bool
+    loss: float
+    stepped: bool
+    def __init__(self, round_id: _Optional[int] = ..., embedded: _Optional[bool] = ..., used: _Optional[_Iterable[int]] = ..., fused: _Optional[bool] = ..., loss: _Optional[float] = ..., stepped: _Optional[bool] = ...) -> None: ...
+
+class PushRequest(_message.Message):
+    __slots__ = ("header", "round_id", "block", "kind", "empty", "tensor")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    EMPTY_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    round_id: int
+    block: int
+    kind: str
+    empty: bool
+    tensor: Tensor
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., block: _Optional[int] = ..., kind: _Optional[str] = ..., empty: _Optional[bool] = ..., tensor: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
 class IdHashesRequest(_message.Message):
     __slots__ = ("header", "split")
     HEADER_FIELD_NUMBER: _ClassVar[int]

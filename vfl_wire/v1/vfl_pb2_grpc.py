@@ -108,6 +108,11 @@ class PartyStub:
                 request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.StepRequest.SerializeToString,
                 response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.StepReply.FromString,
                 _registered_method=True)
+        self.Round = channel.unary_unary(
+                '/vfl.v1.Party/Round',
+                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.RoundRequest.SerializeToString,
+                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.RoundReply.FromString,
+                _registered_method=True)
 
 
 class PartyServicer:
@@ -220,6 +225,15 @@ class PartyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Round(self, request, context):
+        """A training round on the direct data plane (TrainConfig.data_plane "direct"): the party
+        embeds, fuses and steps, its embeddings and gradients travelling to and from the other
+        parties over `DataPlane`; the reply is status only (vfl_core.training.direct_party).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PartyServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -292,6 +306,11 @@ def add_PartyServicer_to_server(servicer, server):
                     servicer.Step,
                     request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.StepRequest.FromString,
                     response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.StepReply.SerializeToString,
+            ),
+            'Round': grpc.unary_unary_rpc_method_handler(
+                    servicer.Round,
+                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.RoundRequest.FromString,
+                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.RoundReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -676,6 +695,119 @@ class Party:
             '/vfl.v1.Party/Step',
             vfl__wire_dot_v1_dot_vfl__pb2.StepRequest.SerializeToString,
             vfl__wire_dot_v1_dot_vfl__pb2.StepReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Round(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Party/Round',
+            vfl__wire_dot_v1_dot_vfl__pb2.RoundRequest.SerializeToString,
+            vfl__wire_dot_v1_dot_vfl__pb2.RoundReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class DataPlaneStub:
+    """---------------------------------------------------------------------------------------------
+    DataPlane: served by each vfl-client beside `Party`, called by the other parties of its run
+    ---------------------------------------------------------------------------------------------
+
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Push = channel.unary_unary(
+                '/vfl.v1.DataPlane/Push',
+                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.PushRequest.SerializeToString,
+                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
+                _registered_method=True)
+
+
+class DataPlaneServicer:
+    """---------------------------------------------------------------------------------------------
+    DataPlane: served by each vfl-client beside `Party`, called by the other parties of its run
+    ---------------------------------------------------------------------------------------------
+
+    """
+
+    def Push(self, request, context):
+        """One embedding (to a head) or one head's gradient (to the party that embedded) of a round.
+        The caller's certificate must be the party's that holds `block` (PERMISSION_DENIED else).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_DataPlaneServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Push': grpc.unary_unary_rpc_method_handler(
+                    servicer.Push,
+                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.PushRequest.FromString,
+                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'vfl.v1.DataPlane', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('vfl.v1.DataPlane', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class DataPlane:
+    """---------------------------------------------------------------------------------------------
+    DataPlane: served by each vfl-client beside `Party`, called by the other parties of its run
+    ---------------------------------------------------------------------------------------------
+
+    """
+
+    @staticmethod
+    def Push(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.DataPlane/Push',
+            vfl__wire_dot_v1_dot_vfl__pb2.PushRequest.SerializeToString,
+            vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
             options,
             channel_credentials,
             insecure,

@@ -87,7 +87,8 @@ class DlvmProgram:
         # the subset keeps which rows are label-only: the active party may hold a sample's label
         # and not its block (the paper's label routing), and then does not embed it
         sub = self.fed.alignments["train"].subset(keys)
-        plan = epoch_plan(sub, self.fed.config.seed, epoch, self.fed.config.batch_size)
+        size = self.fed.config.batch_rows(len(keys))  # a method with stages: no table rule
+        plan = epoch_plan(sub, self.fed.config.seed, epoch, size)
         return [Batch(b.pattern, keys[b.index]) for b in plan]  # indices of the full alignment
 
     def _labelled_keys(self) -> np.ndarray | None:

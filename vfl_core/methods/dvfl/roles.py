@@ -184,7 +184,8 @@ class DvflRoles:
         if filled.size == 0:
             return None
         gen = rng(self.config.seed, Stream.DVFL_REPLAY, round_id, self.party.block, step)
-        batch = np.sort(gen.choice(filled, size=min(self.config.batch_size, filled.size)))
+        size = min(self.config.batch_rows(filled.size), filled.size)
+        batch = np.sort(gen.choice(filled, size=size))
         x, mask = registers.inputs(batch)  # (B, K * guest_dim) each
         self.host.train()
         self.host_opt.zero_grad(set_to_none=True)
@@ -265,8 +266,9 @@ class DvflRoles:
         order = rng(self.config.seed, Stream.DVFL_OWNER_PLAN, call.epoch).permutation(rows)
         net.train()
         losses = []
-        for start in range(0, len(order), self.config.batch_size):
-            batch = np.sort(order[start : start + self.config.batch_size])
+        size = self.config.batch_rows(len(order))  # a method with stages: no table rule
+        for start in range(0, len(order), size):
+            batch = np.sort(order[start : start + size])
             x = self.owner_inputs[torch.as_tensor(batch, device=self.party.device)].flatten(1)
             opt.zero_grad(set_to_none=True)
             loss = self.party.loss_fn(net(x), self.party.targets(batch))  # (B, C) vs targets

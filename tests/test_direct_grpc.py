@@ -1,0 +1,155 @@
+"""The direct data plane in a real federation (issue 43 item 2): vfl-coordinator and three
+vfl-client processes over mutual TLS with `--data-plane direct`, the embeddings and gradients
+travelling between the parties.
+
+The run trains bit-identically to the in-process federation (per-round losses, participants and
+updates, final parameters and optimiser state, test metrics), and the coordinator's message
+audit holds no training tensor at all: it sent Round calls and read status replies only. The
+evaluations still go through it (docs/data-plane.md); with `--encrypt-relay` they are sealed,
+and the coordinator reads no tensor of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from harness import BIN, SECRET, Cluster, prepare_digits, train_in_process
+from test_equivalence import _assert_same_tensors
+from test_relay_grpc import IN_THE_CLEAR, _clear_floats
+
+from vfl_cli.certs_cmd import create_federation
+from vfl_core.config import TrainConfig
+from vfl_core.persistence.checkpoint import load_checkpoint
+from vfl_core.training.party import Party
+from vfl_wire.audit import read_audit
+
+pytestmark = pytest.mark.slow
+
+K = 3
+EPOCHS = 2
+RUN_TIMEOUT_S = 240.0
+FLOATS = {"float32", "float16", "bfloat16", "int8", "float64"}
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("direct-certs") / "certs"
+    create_federation(root, [f"party{k}" for k in range(K)], [])
+    return root
+
+
+@pytest.fixture(scope="module")
+def every_label(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Every party holds labels: three heads, each party's gradient the sum of two others'."""
+    return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0, clients=K)
+
+
+@pytest.fixture(scope="module")
+def one_label(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Labels at block 0 only: two feature parties, one head."""
+    out = tmp_path_factory.mktemp("direct-one-label")
+    argv = [str(BIN / "vfl"), "prepare", "--out", str(out), "--dataset", "digits"]
+    argv += ["--clients", str(K), "--p-miss", "0.1", "--seed", "0", "--label-blocks", "0"]
+    subprocess.run(argv, check=True, capture_output=True, timeout=300)
+    return [out / f"party{k}" for k in range(K)]
+
+
+def _float_tensors(message, path: str = "") -> list[str]:
+    """Where a message holds a float tensor (any depth)."""
+    found = []
+    for field, value in message.ListFields():
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            values = list(value.values())
+        elif field.is_repeated:
+            values = list(value)
+        else:
+            values = [value]
+        for v in values:
+            if not hasattr(v, "ListFields"):
+                continue
+            if v.DESCRIPTOR.name == "Tensor" and (v.dtype in FLOATS or v.sealed):
+                found.append(f"{path}{field.name}")
+            found.extend(_float_tensors(v, f"{path}{field.name}."))
+    return found
+
+
+PRIVACY = ["--privacy-embedding-clip", "4", "--privacy-embedding-noise", "0.1"]
+
+
+@pytest.mark.parametrize(
+    ("data", "options"),
+    [
+        ("every_label", ["--encrypt-relay"]),
+        ("one_label", ["--wire-dtype", "int8", *PRIVACY]),
+    ],
+    ids=["three-heads", "one-head-int8-privacy"],
+)
+def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordinator_sees_no_tensor(
+    tmp_path: Path, certs: Path, data: str, options: list[str], request: pytest.FixtureRequest
+) -> None:
+    """Three label parties (each party steps on the sum of two heads' gradients, added in head
+    order) with the evaluations through the encrypted relay, and one label party with two
+    feature parties, the int8 wire dtype and the embedding defence (clipped, noised as they
+    leave each party)."""
+    dirs = request.getfixturevalue(data)
+    audit, ckpt = tmp_path / "messages.audit", tmp_path / "checkpoints"
+    with Cluster(tmp_path / "cluster", tls_dir=certs) as cluster:
+        coord, clients = cluster.federation(
+            dirs,
+            epochs=EPOCHS,
+            deadline=60.0,
+            extra=["--data-plane", "direct", *options, "--audit-log", str(audit)],
+            client_extra=lambda d: ["--checkpoint-dir", str(ckpt)],
+        )
+        assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
+        for client in clients:
+            assert client.wait(60) == 0, cluster.describe()
+        config = json.loads((coord.out / "config.json").read_text())
+        train = TrainConfig.model_validate(config["train"])
+        assert train.data_plane == "direct"  # in the run record
+        assert (train.wire_dtype == "int8") == ("int8" in options)
+        assert (train.privacy.embedding_noise > 0) == ("int8" in options)
+        grpc_rounds = coord.rounds()
+        results = coord.results()
+        records = read_audit(audit)
+
+    parties, want_rounds, report = train_in_process(dirs, train)
+    assert len(grpc_rounds) == len(want_rounds) > 0
+    for got, want in zip(grpc_rounds, want_rounds, strict=True):
+        assert got == json.loads(json.dumps(want.to_json())), f"round {want.round_id} differs"
+
+    for block, party in parties.items():
+        saved = load_checkpoint(ckpt / f"party{block}.pt", train.model_dump_json())
+        _assert_same_tensors(saved["state"], party.state_dict(), f"party{block}")
+        restored = Party(party.party_id, party.data, train, secret=SECRET.encode())
+        restored.load_state_dict(saved["state"])
+        np.testing.assert_array_equal(restored.parameters_vector(), party.parameters_vector())
+
+    assert results is not None
+    want_rows = json.loads(json.dumps(report.to_json(), default=str))["rows"]
+    got_rows = results["test"]["rows"]
+    assert [(r["observed"], r["samples"]) for r in got_rows] == [
+        (r["observed"], r["samples"]) for r in want_rows
+    ]
+    for g, w in zip(got_rows, want_rows, strict=True):
+        assert g["accuracy"] == pytest.approx(w["accuracy"], abs=1e-9), g["observed"]
+
+    # the coordinator's messages: training is Round calls out and status back, no tensor at
+    # all; only the evaluations (Embed with train false, Predict, Score) still go through it
+    rpcs = {r.rpc for r in records}
+    assert "Round" in rpcs and not rpcs & {"Fuse", "Backward", "Train"}, rpcs
+    for r in records:
+        if r.direction == "error":
+            continue
+        if r.rpc == "Round":
+            assert _float_tensors(r.message()) == [], r
+        if r.rpc == "Embed" and r.direction == "request":
+            assert not r.message().train  # an evaluation's
+    if train.encrypt_relay:  # and the evaluations' tensors sealed: the coordinator reads none
+        assert _clear_floats(records) <= IN_THE_CLEAR
+    else:
+        assert ("Embed", "response") in _clear_floats(records)  # (control)

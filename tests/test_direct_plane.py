@@ -1,0 +1,204 @@
+"""The direct data plane's logic in one process (vfl_core/training/direct.py, direct_party.py):
+the engine's Round calls and the parties' exchanges, with a threaded test transport whose links
+are in memory (a working fake with fault injection), against the relay's in-process federation;
+and the wire and config checks of the direct plane.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from harness import digits_parties
+
+from vfl_coordinator.config import CoordinatorConfig
+from vfl_core.config import TrainConfig
+from vfl_core.errors import ProtocolError
+from vfl_core.model.quantize import round_trip
+from vfl_core.protocol import EmbedCall, FuseCall, RoundCall, RoundResult
+from vfl_core.training.direct_party import EMBEDDING, GRADIENT, run_round
+from vfl_core.training.engine import Federation, RoundRecord
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
+from vfl_wire import convert
+from vfl_wire.convert_direct import (
+    PeerAddress,
+    Push,
+    push_from_proto,
+    push_to_proto,
+    round_call_from_proto,
+    round_call_to_proto,
+    round_result_from_proto,
+    round_result_to_proto,
+)
+
+K = 3
+WAIT_S = 1.0  # a head's wait for an embedding; a gradient is waited for twice as long
+Drop = Callable[[str, int, int, int], bool]  # (kind, round, from, to) -> lost?
+
+
+class MemoryLinks:
+    """One party's links in a shared in-memory mailbox; tensors travel rounded to the wire
+    dtype, as a Push carries them."""
+
+    def __init__(self, block: int, net: ThreadedDirect) -> None:
+        self.block, self.net = block, net
+
+    def send(self, kind: str, round_id: int, to: int, tensor: np.ndarray | None) -> None:
+        if self.net.drop(kind, round_id, self.block, to):
+            return
+        sent = None if tensor is None else round_trip(tensor, self.net.wire_dtype).copy()
+        with self.net.cond:
+            self.net.box[(to, kind, round_id, self.block)] = sent
+            self.net.cond.notify_all()
+
+    def receive(
+        self, kind: str, round_id: int, senders: Collection[int], timeout: float
+    ) -> dict[int, np.ndarray | None]:
+        keys = {(self.block, kind, round_id, b) for b in senders}
+        with self.net.cond:
+            self.net.cond.wait_for(lambda: keys <= self.net.box.keys(), timeout)
+            return {k[3]: self.net.box.pop(k) for k in keys if k in self.net.box}
+
+
+class ThreadedDirect(InProcessTransport):
+    """The in-process transport with `direct`: each party's Rounds on its own thread, in the
+    order the engine starts them (several rounds are in flight: vfl_core.training.direct)."""
+
+    def __init__(self, parties: dict[int, Party], drop: Drop | None = None) -> None:
+        super().__init__(parties)
+        self.drop: Drop = drop or (lambda *_: False)
+        self.box: dict[tuple[int, str, int, int], np.ndarray | None] = {}
+        self.cond = threading.Condition()
+        # one worker per party, as vfl_client's servicer: a party runs its rounds in order
+        self.workers = {
+            b: ThreadPoolExecutor(1, initializer=torch.set_num_threads, initargs=(1,))
+            for b in parties
+        }
+        self.calls: list[dict[int, RoundCall]] = []
+
+    def direct(self, calls: dict[int, RoundCall]) -> Callable[[], dict[int, RoundResult]]:
+        self.calls.append(calls)
+        waited = {
+            b: replace(c, embed_wait_s=WAIT_S, grad_wait_s=2 * WAIT_S) for b, c in calls.items()
+        }
+        futures = {
+            b: self.workers[b].submit(run_round, self.parties[b], c, MemoryLinks(b, self))
+            for b, c in waited.items()
+        }
+        return lambda: {b: f.result() for b, f in futures.items()}
+
+
+def _train(parties: dict[int, Party], transport, train: TrainConfig) -> list[RoundRecord]:
+    records: list[RoundRecord] = []
+    fed = Federation(transport, train, progress=False, on_round=records.append)
+    fed.align()
+    fed.train()
+    return records
+
+
+@pytest.mark.parametrize("wire", ["float32", "int8"])
+def test_given_the_direct_plane_in_process_when_trained_then_the_relays_numbers(
+    tmp_path: Path, wire: str
+) -> None:
+    train = TrainConfig(seed=0, epochs=1, wire_dtype=wire, data_plane="direct")
+    relay = digits_parties(tmp_path / "a", K, train, p_miss=0.2)
+    want = _train(relay, InProcessTransport(relay), train)
+    direct = digits_parties(tmp_path / "b", K, train, p_miss=0.2)
+    transport = ThreadedDirect(direct)
+    got = _train(direct, transport, train)
+
+    assert transport.calls, "the rounds went through `direct`"
+    assert [r.to_json() for r in got] == [r.to_json() for r in want]
+    for block, party in relay.items():
+        np.testing.assert_array_equal(direct[block].parameters_vector(), party.parameters_vector())
+
+
+def test_given_a_lost_embedding_when_the_head_waits_then_it_fuses_without_it(
+    tmp_path: Path,
+) -> None:
+    """Block 2's embedding of round 3 never reaches head 0: head 0 fuses on what it has after
+    the wait and sends block 2 nothing, block 1 its gradient in time (a gradient is waited for
+    longer than an embedding, as the deadlines make it); the run goes on, nothing left over."""
+    train = TrainConfig(seed=0, epochs=1, data_plane="direct")
+    parties = digits_parties(tmp_path, K, train)
+    lost = (EMBEDDING, 3, 2, 0)
+    transport = ThreadedDirect(parties, drop=lambda *key: key == lost)
+    records = _train(parties, transport, train)
+
+    assert len(records) > 5 and all(r.losses for r in records)
+    assert records[3].present == (0, 1, 2) and records[3].updated == (0, 1, 2), records[3]
+    assert not transport.box, sorted(transport.box)  # nothing left over
+
+
+def test_given_round_messages_when_converted_then_they_round_trip() -> None:
+    rows = np.array([3, 1, 2])
+    call = RoundCall(
+        round_id=7,
+        epoch=1,
+        embed=EmbedCall(7, "train", rows, b"d" * 32, True, (0, 1)),
+        send_to=(0,),
+        fuse=FuseCall(7, 1, {}, (0, 1), (0,)),
+        expect=(1,),
+        grads_from=(0,),
+        holders=(),
+        after=6,
+        embed_wait_s=2.0,
+        grad_wait_s=4.0,
+    )
+    peers = {0: PeerAddress("party0", "h:1"), 1: PeerAddress("party1", "h:2")}
+    got, got_peers = round_call_from_proto(
+        round_call_to_proto(call, convert.header("r", "party1"), peers)
+    )
+    assert got_peers == peers
+    assert got.embed is not None and (got.embed.rows == rows).all()
+    assert (got.round_id, got.send_to, got.expect, got.grads_from, got.after) == (
+        7,
+        (0,),
+        (1,),
+        (0,),
+        6,
+    )
+    result = RoundResult(7, True, (1,), 0.25, True)
+    assert round_result_from_proto(round_result_to_proto(result), round_id=7) == result
+    tensor = np.ones((3, 4), np.float32)
+    push = push_from_proto(push_to_proto(convert.header("r", "p"), Push(7, 1, GRADIENT, tensor)))
+    assert (push.round_id, push.block, push.kind) == (7, 1, GRADIENT)
+    np.testing.assert_array_equal(push.tensor, tensor)
+
+
+def test_given_bad_direct_messages_when_decoded_then_refused_with_a_line() -> None:
+    h = convert.header("r", "p")
+    req = round_call_to_proto(
+        RoundCall(1, 0, embed=EmbedCall(1, "train", np.array([0]), b"", True), send_to=(2,)), h, {}
+    )
+    with pytest.raises(ProtocolError, match="no address for blocks"):
+        round_call_from_proto(req)
+    bad = push_to_proto(h, Push(1, 0, EMBEDDING, np.ones((2, 2), np.float32)))
+    bad.kind = "labels"
+    with pytest.raises(ProtocolError, match="push kind"):
+        push_from_proto(bad)
+    nan = push_to_proto(h, Push(1, 0, EMBEDDING, np.full((2, 2), np.nan, np.float32)))
+    with pytest.raises(ProtocolError):
+        push_from_proto(nan)
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [
+        ({"train": {"data_plane": "direct", "staleness": 3}}, "exact rounds"),
+        ({"train": {"data_plane": "direct", "method": "dvfl"}}, "steps of its own"),
+        ({"train": {"data_plane": "direct"}, "faults": {"fail_rate": 0.1}}, "injected faults"),
+    ],
+)
+def test_given_what_the_direct_plane_does_not_carry_when_configured_then_refused(
+    config: dict, why: str
+) -> None:
+    with pytest.raises(ValueError, match=why):
+        CoordinatorConfig.model_validate(config)

@@ -1,0 +1,199 @@
+"""The party's end of the direct data plane: the `DataPlane` service that receives the other
+parties' embeddings and gradients, and the links that send its own (vfl_core.training.
+direct_party.Links over gRPC). No learning logic: messages in, arrays out.
+
+Identity. With mutual TLS every Push arrives with the sender's certificate name (the guard,
+vfl_wire.security, refuses a caller without a certificate of the federation's CA, and the
+coordinator's and operator's certificates). The block a Push claims must be held by that name:
+the coordinator's Round calls say which party holds each block of the round, and a Push whose
+certificate is not that block's party is refused with PERMISSION_DENIED (a Push that arrives
+before its round's call is kept with its sender's name and checked when the round takes it).
+A party sends only to the name the Round call gives (`grpc.ssl_target_name_override`), so its
+tensors reach that party's certificate or nobody. Plaintext (--insecure): there is no identity
+to check; the run id in the header is all a Push must match, and anyone who can reach the port
+could inject tensors (as anyone could act as a party on the relay).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Collection
+
+import grpc
+import numpy as np
+
+from vfl_core.errors import ConfigError, ProtocolError
+from vfl_wire import convert
+from vfl_wire.convert_direct import PeerAddress, Push, push_from_proto, push_to_proto
+from vfl_wire.security import Security, current_peer
+from vfl_wire.status import PermissionError_, rpc_errors
+from vfl_wire.v1 import vfl_pb2, vfl_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+WINDOW = 8  # rounds ahead of the oldest one still wanted that a Push may be for
+MAX_ITEMS = 512  # pushes kept at once (peers cannot fill the party's memory)
+PER_BLOCK = 2 * (WINDOW + 1)  # of them from one block (an embedding and a gradient per round)
+SEND_TIMEOUT_S = 30.0  # a Push that is not through by then is given up (its round has moved on)
+
+
+class Mailbox:
+    """What the other parties pushed, by (kind, round, block), until the round takes it."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[str, int, int], tuple[np.ndarray | None, str | None]] = {}
+        self._floor = -1  # rounds below it are over: their pushes are refused
+        self._cond = threading.Condition()
+
+    def put(self, push: Push, sender: str | None) -> None:
+        with self._cond:
+            ahead = self._floor < 0 or push.round_id <= self._floor + WINDOW
+            if push.round_id < self._floor or not ahead:
+                raise ProtocolError(
+                    f"push for round {push.round_id}: this party takes rounds "
+                    f"{self._floor}..{self._floor + WINDOW} now"
+                )
+            mine = sum(1 for k in self._items if k[2] == push.block)
+            if len(self._items) >= MAX_ITEMS or mine >= PER_BLOCK:
+                raise ProtocolError(f"push of block {push.block}: too many pushes kept already")
+            self._items[(push.kind, push.round_id, push.block)] = (push.tensor, sender)
+            self._cond.notify_all()
+
+    def start(self, round_id: int) -> None:
+        """Round `round_id` begins: earlier rounds' pushes are dropped and refused."""
+        with self._cond:
+            self._floor = max(self._floor, round_id)
+            for key in [k for k in self._items if k[1] < self._floor]:
+                del self._items[key]
+
+    def take(
+        self, kind: str, round_id: int, senders: Collection[int], timeout: float
+    ) -> dict[int, tuple[np.ndarray | None, str | None]]:
+        """The pushes of `senders` for the round that arrive within `timeout` seconds."""
+        end = time.monotonic() + timeout
+        wanted = {(kind, round_id, b) for b in senders}
+        with self._cond:
+            while not wanted <= self._items.keys():
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            return {key[2]: self._items.pop(key) for key in wanted if key in self._items}
+
+
+class PeerLinks:
+    """A party's links to the others of its run: Pushes out as gRPC futures (a send never
+    waits for the receiver), what arrived from the mailbox, each checked against the round's
+    holder of the block."""
+
+    def __init__(self, party_id: str, block: int, security: Security, mailbox: Mailbox) -> None:
+        self.party_id = party_id
+        self.block = block
+        self.security = security
+        self.mailbox = mailbox
+        self.run_id = ""
+        self.wire = "float32"
+        self.enabled = False  # the run trains on the direct data plane
+        self.peers: dict[int, PeerAddress] = {}  # block -> its party, as the last Round said
+        self._stubs: dict[PeerAddress, tuple[grpc.Channel, vfl_pb2_grpc.DataPlaneStub]] = {}
+        self._lock = threading.Lock()
+
+    def attach(self, run_id: str, wire: str, enabled: bool) -> None:
+        """The run the party joined: Pushes must name it, and are taken only if it trains on
+        the direct data plane (`enabled`); tensors travel in its wire dtype."""
+        with self._lock:
+            self.run_id, self.wire, self.enabled = run_id, wire, enabled
+
+    def start(self, peers: dict[int, PeerAddress], round_id: int) -> None:
+        """A Round call begins: who holds the blocks it sends to and hears from."""
+        with self._lock:
+            self.peers.update(peers)
+        self.mailbox.start(round_id)
+
+    def holder(self, block: int) -> str | None:
+        with self._lock:
+            peer = self.peers.get(block)
+        return None if peer is None else peer.party_id
+
+    # ------------------------------------------------------------------ Links
+    def send(self, kind: str, round_id: int, to: int, tensor: np.ndarray | None) -> None:
+        with self._lock:
+            peer = self.peers[to]
+            header = convert.header(self.run_id, peer.party_id)
+            wire = self.wire
+        request = push_to_proto(header, Push(round_id, self.block, kind, tensor), wire)
+        what = f"{kind} of round {round_id} to block {to}"
+        # a future, not a thread per push: a push waits a whole round trip for its Ack, and
+        # the round's next pushes must not wait for it
+        future = self._stub(peer).Push.future(request, timeout=SEND_TIMEOUT_S)
+        future.add_done_callback(lambda f: _log_failure(f, what))
+
+    def receive(
+        self, kind: str, round_id: int, senders: Collection[int], timeout: float
+    ) -> dict[int, np.ndarray | None]:
+        out = {}
+        for block, (tensor, sender) in self.mailbox.take(kind, round_id, senders, timeout).items():
+            holder = self.holder(block)
+            if self.security.secure and sender != holder:
+                log.warning(
+                    "round %d: %s claimed by %r, block %d is %r's: dropped",
+                    round_id,
+                    kind,
+                    sender,
+                    block,
+                    holder,
+                )
+                continue
+            out[block] = tensor
+        return out
+
+    def _stub(self, peer: PeerAddress) -> vfl_pb2_grpc.DataPlaneStub:
+        with self._lock:
+            cached = self._stubs.get(peer)
+            if cached is None:
+                channel = self.security.channel(peer.address, peer.party_id)
+                cached = self._stubs[peer] = (channel, vfl_pb2_grpc.DataPlaneStub(channel))
+            return cached[1]
+
+    def close(self) -> None:
+        with self._lock:
+            for channel, _ in self._stubs.values():
+                channel.close()
+            self._stubs.clear()
+
+
+def _log_failure(future: grpc.Future, what: str) -> None:
+    err = future.exception()
+    if err is not None:
+        code = err.code().name if isinstance(err, grpc.RpcError) else type(err).__name__
+        details = err.details() if isinstance(err, grpc.RpcError) else str(err)
+        log.warning("%s: %s %s", what, code, (details or "")[:200])
+
+
+class DataPlaneServicer(vfl_pb2_grpc.DataPlaneServicer):
+    """Receives Pushes into the mailbox; never runs learning code or waits on the party."""
+
+    def __init__(self, links: PeerLinks) -> None:
+        self.links = links
+
+    def Push(self, request, context):
+        with rpc_errors(context, "Push"):
+            links = self.links
+            try:
+                convert.check_header(request.header, run_id=links.run_id, party_id=links.party_id)
+            except ProtocolError as err:
+                raise PermissionError_(str(err)) from None
+            if not links.enabled:
+                raise ConfigError("push: this party's run does not use the direct data plane")
+            sender = current_peer()
+            holder = links.holder(request.block)
+            if links.security.secure and holder is not None and sender != holder:
+                raise PermissionError_(
+                    f"push for block {request.block} from {sender!r}: block "
+                    f"{request.block} is {holder!r}'s"
+                )
+            links.mailbox.put(push_from_proto(request, links.wire), sender)
+            return vfl_pb2.Ack()
+        raise AssertionError("unreachable: rpc_errors aborts")  # pragma: no cover

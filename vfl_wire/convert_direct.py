@@ -1,0 +1,164 @@
+"""Messages of the direct data plane (TrainConfig.data_plane "direct"): the coordinator's Round
+call and its status reply, and the DataPlane Push of one embedding or gradient between parties.
+
+As in `vfl_wire.convert`: `*_to_proto` builds from trusted local values, `*_from_proto` checks
+an untrusted message and raises ProtocolError naming the field. A Round message carries row
+indices (as Embed does) and no float tensor; a Push carries one (B, width) tensor in the run's
+wire dtype, decoded to float32 here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from vfl_core.errors import ProtocolError
+from vfl_core.model.quantize import LOSSLESS
+from vfl_core.protocol import RoundCall, RoundResult
+from vfl_core.training.direct_party import EMBEDDING, GRADIENT
+from vfl_wire.convert_fields import block_list, check_name, check_round
+from vfl_wire.convert_party import (
+    embed_call_from_proto,
+    embed_call_to_proto,
+    fuse_call_from_proto,
+    fuse_call_to_proto,
+)
+from vfl_wire.tensors import decode_float, encode_float
+from vfl_wire.v1 import vfl_pb2
+
+KINDS = (EMBEDDING, GRADIENT)
+MAX_WAIT_S = 3600.0
+
+
+@dataclass(frozen=True)
+class PeerAddress:
+    """Another party of the run: its certificate's name and where its server listens."""
+
+    party_id: str
+    address: str
+
+
+@dataclass(frozen=True)
+class Push:
+    """One tensor (or, `tensor` None, nothing) of a round from the party holding `block`."""
+
+    round_id: int
+    block: int
+    kind: str
+    tensor: np.ndarray | None
+
+
+def round_call_to_proto(
+    call: RoundCall, h: vfl_pb2.Header, peers: Mapping[int, PeerAddress]
+) -> vfl_pb2.RoundRequest:
+    req = vfl_pb2.RoundRequest(
+        header=h,
+        round_id=call.round_id,
+        epoch=call.epoch,
+        send_to=call.send_to,
+        expect=call.expect,
+        grads_from=call.grads_from,
+        holders=call.holders,
+        after=call.after,
+        embed_wait_s=call.embed_wait_s,
+        grad_wait_s=call.grad_wait_s,
+    )
+    if call.embed is not None:
+        req.embed.CopyFrom(embed_call_to_proto(call.embed, None))
+    if call.fuse is not None:
+        req.fuse.CopyFrom(fuse_call_to_proto(call.fuse, None))
+    for block, peer in sorted(peers.items()):
+        req.peers[block].CopyFrom(vfl_pb2.Peer(party_id=peer.party_id, address=peer.address))
+    return req
+
+
+def round_call_from_proto(
+    req: vfl_pb2.RoundRequest,
+) -> tuple[RoundCall, dict[int, PeerAddress]]:
+    embed = embed_call_from_proto(req.embed) if req.HasField("embed") else None
+    fuse = fuse_call_from_proto(req.fuse) if req.HasField("fuse") else None
+    if embed is not None and (not embed.train or embed.round_id != req.round_id):
+        raise ProtocolError("round embed: a training embed of the round's id expected")
+    if fuse is not None and (fuse.embeddings or fuse.round_id != req.round_id):
+        raise ProtocolError("round fuse: no embeddings and the round's id expected")
+    if embed is None and fuse is None:
+        raise ProtocolError("round: neither embed nor fuse")
+    if embed is None and fuse is not None and fuse.rows is None:
+        raise ProtocolError("round: a fuse without an embed (label-only rows) needs its rows")
+    waits = (req.embed_wait_s, req.grad_wait_s)
+    if not all(math.isfinite(w) and 0 <= w <= MAX_WAIT_S for w in waits):
+        raise ProtocolError(f"round waits: {waits} outside 0..{MAX_WAIT_S:g} s")
+    call = RoundCall(
+        round_id=req.round_id,
+        epoch=req.epoch,
+        embed=embed,
+        send_to=block_list(req.send_to, "round send_to"),
+        fuse=fuse,
+        expect=block_list(req.expect, "round expect"),
+        grads_from=block_list(req.grads_from, "round grads_from"),
+        holders=block_list(req.holders, "round holders"),
+        after=req.after,
+        embed_wait_s=req.embed_wait_s,
+        grad_wait_s=req.grad_wait_s,
+    )
+    needed = {*call.send_to, *call.expect, *call.grads_from}
+    peers = {
+        b: PeerAddress(check_name(p.party_id, "peer party id"), check_name(p.address, "peer"))
+        for b, p in req.peers.items()
+    }
+    if missing := sorted(needed - peers.keys()):
+        raise ProtocolError(f"round peers: no address for blocks {missing}")
+    return call, peers
+
+
+def round_result_to_proto(result: RoundResult) -> vfl_pb2.RoundReply:
+    return vfl_pb2.RoundReply(
+        round_id=result.round_id,
+        embedded=result.embedded,
+        used=result.used,
+        fused=result.loss is not None,
+        loss=0.0 if result.loss is None else result.loss,
+        stepped=result.stepped,
+    )
+
+
+def round_result_from_proto(reply: vfl_pb2.RoundReply, *, round_id: int) -> RoundResult:
+    check_round(reply.round_id, round_id, what="round reply")
+    if reply.fused and not math.isfinite(reply.loss):
+        raise ProtocolError(f"round loss: non-finite value {reply.loss}")
+    return RoundResult(
+        round_id=reply.round_id,
+        embedded=reply.embedded,
+        used=block_list(reply.used, "round used"),
+        loss=reply.loss if reply.fused else None,
+        stepped=reply.stepped,
+    )
+
+
+def push_to_proto(h: vfl_pb2.Header, push: Push, wire: str = LOSSLESS) -> vfl_pb2.PushRequest:
+    req = vfl_pb2.PushRequest(
+        header=h,
+        round_id=push.round_id,
+        block=push.block,
+        kind=push.kind,
+        empty=push.tensor is None,
+    )
+    if push.tensor is not None:
+        req.tensor.CopyFrom(encode_float(push.tensor, wire, what=push.kind))
+    return req
+
+
+def push_from_proto(req: vfl_pb2.PushRequest, wire: str = LOSSLESS) -> Push:
+    if req.kind not in KINDS:
+        raise ProtocolError(f"push kind: {req.kind[:40]!r} is not one of {', '.join(KINDS)}")
+    if req.block < 0:
+        raise ProtocolError(f"push block: negative block {req.block}")
+    if req.empty:
+        if req.HasField("tensor"):
+            raise ProtocolError("push: a tensor in an empty push")
+        return Push(req.round_id, req.block, req.kind, None)
+    tensor = decode_float(req.tensor, wire, what=req.kind, expect_shape=(None, None))
+    return Push(req.round_id, req.block, req.kind, tensor)
