@@ -141,6 +141,7 @@ def summarise(results: dict[str, Any], times: list[float], sent: list[int]) -> d
     return {
         "epochs": len(epochs),
         "best_epoch": best,
+        "stopped_epoch": stop.get("stopped_epoch"),  # None: ran to the ceiling (--epochs)
         "rounds_to_model": sum(rounds[:best]),
         "rounds": sum(rounds),
         "to_model_s": times[best - 1] - start,
