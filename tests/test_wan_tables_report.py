@@ -105,3 +105,17 @@ def test_given_a_record_when_rendered_then_rows_hgb_and_checks_are_in_its_sectio
     assert "| `defaults` | 50 | 40 | 8 / 14 | 12.0 | 1.20 |" in text
     assert "+20.0 (0.40 RTT)" in text and "HistGradientBoosting (central)" in text
     assert "credit `direct` RTT 100 seed 0" in text and "1.20x RTT 0's" in text
+
+
+def test_given_bad_table_options_when_bench_wan_runs_then_one_error_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vfl_cli.app import app
+
+    base = ["bench", "wan", "--results", str(tmp_path)]
+    result = CliRunner().invoke(app, [*base, "--tables", "credit,mnist"])
+    assert result.exit_code == 2 and "unknown table(s) ['mnist']" in result.output
+    result = CliRunner().invoke(app, [*base, "--tables", "credit", "--recipes", "fast"])
+    assert result.exit_code == 2 and "unknown recipe(s)" in result.output
+    result = CliRunner().invoke(app, [*base, "--tables", "credit", "--bandwidths", "100,10"])
+    assert result.exit_code == 2 and "one positive --bandwidths" in result.output
