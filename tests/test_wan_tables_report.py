@@ -115,7 +115,9 @@ def test_given_bad_table_options_when_bench_wan_runs_then_one_error_line(tmp_pat
     base = ["bench", "wan", "--results", str(tmp_path)]
     result = CliRunner().invoke(app, [*base, "--tables", "credit,mnist"])
     assert result.exit_code == 2 and "unknown table(s) ['mnist']" in result.output
-    result = CliRunner().invoke(app, [*base, "--tables", "credit", "--recipes", "fast"])
+    result = CliRunner().invoke(app, [*base, "--tables", "census_like", "--recipes", "fast"])
     assert result.exit_code == 2 and "unknown recipe(s)" in result.output
-    result = CliRunner().invoke(app, [*base, "--tables", "credit", "--bandwidths", "100,10"])
+    result = CliRunner().invoke(app, [*base, "--tables", "census_like", "--bandwidths", "100,10"])
     assert result.exit_code == 2 and "one positive --bandwidths" in result.output
+    result = CliRunner().invoke(app, [*base, "--tables", "credit", "--data-path", str(tmp_path)])
+    assert result.exit_code == 2 and "no data for table(s) ['credit']" in result.output

@@ -115,6 +115,9 @@ def _wan_tables(
 ) -> None:
     mod = bench_module("wan_tables")
     chosen = parse_variants(names, mod.TABLES, "table(s)")
+    found = bench_module("tabular_tables").tables(data_path, quick=False)
+    if missing := [t for t in chosen if t not in found]:
+        raise ConfigError(f"no data for table(s) {missing} under --data-path {data_path}")
     mbit = parse_floats(bandwidth, "--bandwidths")
     rtt_ms = parse_floats(rtts, "--rtts")
     if len(mbit) != 1 or mbit[0] <= 0 or any(r < 0 for r in rtt_ms):
