@@ -15,8 +15,9 @@ From outside the processes: a thread follows the coordinator's epochs.jsonl and 
 and the links' bytes as each epoch's line appears (after the epoch's validation scoring).
 `to_model_s`, the wall time to the model, runs from the start of the first epoch (its line's time
 less its own training seconds: its validation is the only piece not counted) to the line of the
-best epoch; `trained_s` to the last epoch's line (the epochs after the best that early stopping
-waits for included). Rounds come from the run record (`trained_rounds`), the round time from the
+best epoch, `rounds_s_to_model` the engine's timer of those epochs' training rounds (the rest is
+each epoch's validation scoring and record); `trained_s` to the last epoch's line (the epochs
+after the best that early stopping waits for included). Rounds come from the run record (`trained_rounds`), the round time from the
 engine's epoch timer (training rounds only, validation not), the scores from the test evaluation
 of the restored model (all test rows). The centralised HistGradientBoosting row (no network) is
 `vfl bench tabular`'s (benchmarks.tabular_baselines.hgb_row).
@@ -145,6 +146,7 @@ def summarise(results: dict[str, Any], times: list[float], sent: list[int]) -> d
         "rounds_to_model": sum(rounds[:best]),
         "rounds": sum(rounds),
         "to_model_s": times[best - 1] - start,
+        "rounds_s_to_model": sum(seconds[:best]),  # the rest: validation and epoch ends
         "trained_s": times[-1] - start,
         "ms_per_round": 1000 * sum(seconds) / sum(rounds),
         "bytes_per_round": per_round_bytes,

@@ -12,7 +12,8 @@ from benchmarks.report import md_table
 
 Row = dict[str, Any]
 FIELDS = (
-    "rounds_to_model", "best_epoch", "epochs", "to_model_s", "trained_s", "ms_per_round",
+    "rounds_to_model", "best_epoch", "epochs", "to_model_s", "rounds_s_to_model", "trained_s",
+    "ms_per_round",
     "bytes_to_model",
 )  # fmt: skip
 SCORES = ("accuracy", "f1", "auc")
@@ -134,6 +135,7 @@ def _table(means: dict[tuple[str, str, float], Row], table: str, hgb: list[Row])
                 f"{cell['best_epoch']:.0f} / {cell['epochs']:.0f}",
                 f"{cell['to_model_s']:.1f}",
                 "-" if ratio is None else f"{ratio:.2f}",
+                _num1(cell.get("rounds_s_to_model")),
                 f"{cell['trained_s']:.1f}",
                 f"{cell['ms_per_round']:.1f}",
                 "-" if extra is None else f"{extra:+.1f} ({added:.2f} RTT)",
@@ -147,7 +149,7 @@ def _table(means: dict[tuple[str, str, float], Row], table: str, hgb: list[Row])
         s = h["scores"]
         cells = [_pct(s.get("accuracy")), _pct(s.get("f1")), _num(s.get("auc"))]
         body.append(["HistGradientBoosting (central)", "-", "-", "-", f"{h['fit_s']:.1f}"])
-        body[-1] += ["-"] * 4 + [*cells, "-"]
+        body[-1] += ["-"] * 5 + [*cells, "-"]
     return md_table(
         [
             "recipe",
@@ -156,6 +158,7 @@ def _table(means: dict[tuple[str, str, float], Row], table: str, hgb: list[Row])
             "best / epochs",
             "s to the model",
             "x RTT 0",
+            "of which rounds s",
             "s trained",
             "ms / round",
             "vs RTT 0 ms / round",
@@ -174,6 +177,10 @@ def _verdict(ok: bool) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}"
+
+
+def _num1(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _num(value: float | None) -> str:

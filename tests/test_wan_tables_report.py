@@ -15,7 +15,8 @@ def _row(recipe: str, rtt: float, to_model: float, ms: float, seed: int = 0, acc
     return {
         "table": "credit", "recipe": recipe, "rtt_ms": rtt, "seed": seed,
         "rounds_to_model": 40, "best_epoch": 8, "epochs": 14, "to_model_s": to_model,
-        "trained_s": 2 * to_model, "ms_per_round": ms, "bytes_to_model": 2**20,
+        "trained_s": 2 * to_model, "rounds_s_to_model": to_model / 2, "ms_per_round": ms,
+        "bytes_to_model": 2**20,
         "scores": {"accuracy": acc, "f1": 0.5, "auc": 0.75},
     }  # fmt: skip
 
@@ -37,7 +38,7 @@ def test_given_a_run_record_and_epoch_marks_when_summarised_then_it_stops_at_the
     out = summarise(results, [10.0, 14.0, 18.0], [1000, 1400, 1800])
     assert out["rounds_to_model"] == 8 and out["rounds"] == 12 and out["best_epoch"] == 2
     assert out["to_model_s"] == pytest.approx(6.0)  # from 8 s, the first epoch's start
-    assert out["trained_s"] == pytest.approx(10.0)
+    assert out["trained_s"] == pytest.approx(10.0) and out["rounds_s_to_model"] == 5.0
     assert out["ms_per_round"] == pytest.approx(1000 * 8 / 12)
     assert out["bytes_per_round"] == pytest.approx(100) and out["bytes_to_model"] == 800
     assert out["scores"]["accuracy"] == 0.8 and out["scores"]["auc"] is None
@@ -102,7 +103,7 @@ def test_given_a_record_when_rendered_then_rows_hgb_and_checks_are_in_its_sectio
         "not_run": [["credit", "direct", 100.0, 0]],
     }  # fmt: skip
     text = "\n".join(section(record))
-    assert "| `defaults` | 50 | 40 | 8 / 14 | 12.0 | 1.20 |" in text
+    assert "| `defaults` | 50 | 40 | 8 / 14 | 12.0 | 1.20 | 6.0 | 24.0 |" in text
     assert "+20.0 (0.40 RTT)" in text and "HistGradientBoosting (central)" in text
     assert "credit `direct` RTT 100 seed 0" in text and "1.20x RTT 0's" in text
 
