@@ -19,8 +19,9 @@ best epoch, `rounds_s_to_model` the engine's timer of those epochs' training rou
 each epoch's validation scoring and record); `trained_s` to the last epoch's line (the epochs
 after the best that early stopping waits for included). Rounds come from the run record
 (`trained_rounds`), the round time from the engine's epoch timer (training rounds only,
-validation not), the scores from the test evaluation of the restored model (all test rows). The centralised HistGradientBoosting row (no network) is
-`vfl bench tabular`'s (benchmarks.tabular_baselines.hgb_row).
+validation not), the scores from the test evaluation of the restored model (all test rows).
+The centralised HistGradientBoosting row (no network) is `vfl bench tabular`'s
+(benchmarks.tabular_baselines.hgb_row).
 """
 
 from __future__ import annotations
