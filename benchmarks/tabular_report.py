@@ -443,7 +443,7 @@ def predicted_positive_rate(accuracy: float, f1: float, positive: float) -> floa
 
 
 def _curve_note(runs: Runs, regression: bool) -> str | None:
-    """From the federation's test scores logged every few epochs (a diagnostic): per seed the
+    """From the federation's test scores logged during training (a diagnostic): per seed the
     best one and its epoch, against the final one."""
     metric = "rmse" if regression else "accuracy"
     pick = min if regression else max
@@ -459,7 +459,7 @@ def _curve_note(runs: Runs, regression: bool) -> str | None:
         final.append(scale * r["scores"]["all"][metric])
     unit = "RMSE" if regression else "accuracy"
     return (
-        f"its test {unit} logged every few epochs (a diagnostic, never used to choose) was at "
+        f"its test {unit} logged during training (a diagnostic, never used to choose) was at "
         f"best {statistics.fmean(best):.2f} (epochs {at}) against {statistics.fmean(final):.2f} "
         f"at the end"
     )

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from vfl_client.runner import ClientConfig
 from vfl_coordinator.config import CoordinatorConfig, Deadlines
 from vfl_core.config import (
+    AUTO_MAX_BATCH,
     AUTO_PATIENCE,
     AUTO_ROUNDS_PER_EPOCH,
     AUTO_TABLE_LR,
@@ -69,6 +70,7 @@ def current() -> dict[str, Any]:
         "MAX_ONEHOT": DEFAULT_MAX_ONEHOT,
         "AUTO_PATIENCE": AUTO_PATIENCE,
         "AUTO_ROUNDS_PER_EPOCH": AUTO_ROUNDS_PER_EPOCH,
+        "AUTO_MAX_BATCH": AUTO_MAX_BATCH,
         "AUTO_TABLE_LR": AUTO_TABLE_LR,
         "DEFAULT_BATCH": DEFAULT_BATCH,
         "DEFAULT_LR": DEFAULT_LR,

@@ -40,8 +40,8 @@ class TrainOptions:
         str | None,
         Opt(
             help="samples per training round: N | auto (tables: the training rows / "
-            f"{defaults.AUTO_ROUNDS_PER_EPOCH}, at least {defaults.DEFAULT_BATCH}; images: "
-            f"{defaults.DEFAULT_BATCH})",
+            f"{defaults.AUTO_ROUNDS_PER_EPOCH}, at least {defaults.DEFAULT_BATCH} and at most "
+            f"{defaults.AUTO_MAX_BATCH}; images: {defaults.DEFAULT_BATCH})",
             show_default=shown(T["batch_size"]),
         ),
     ] = None
