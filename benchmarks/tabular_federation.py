@@ -134,24 +134,23 @@ def grpc_row(prep: Prepared, workdir: Path, epochs: int | None) -> Row:
 
 def _client_args(prep: Prepared) -> Callable[[int, int], list[str]]:
     """procs.federation's per-client options: loopback plus what a party's table needs."""
-    num_classes = len(prep.classes)
 
     def args(k: int, port: int) -> list[str]:
         out = ["--coordinator", f"127.0.0.1:{port}", "--listen", "127.0.0.1:0"]
-        out += [
-            "--id-column",
-            ID_COLUMN,
-            "--block",
-            str(k),
-            "--clients",
-            str(len(prep.split.paths)),
-        ]
-        if k == LABEL_BLOCK:
-            out += ["--label-column", LABEL_COLUMN]
-        if prep.task == REGRESSION:
-            out += ["--task", REGRESSION]
-        elif k != LABEL_BLOCK:
-            out += ["--num-classes", str(num_classes)]
-        return out
+        return out + table_client_args(prep, k)
 
     return args
+
+
+def table_client_args(prep: Prepared, k: int) -> list[str]:
+    """The `vfl-client` options party k's CSV needs (its ID column, its block, the labels at
+    the label party; the task or the class count), whatever network it reaches the
+    coordinator over (benchmarks.wan_tables shapes it)."""
+    out = ["--id-column", ID_COLUMN, "--block", str(k), "--clients", str(len(prep.split.paths))]
+    if k == LABEL_BLOCK:
+        out += ["--label-column", LABEL_COLUMN]
+    if prep.task == REGRESSION:
+        out += ["--task", REGRESSION]
+    elif k != LABEL_BLOCK:
+        out += ["--num-classes", str(len(prep.classes))]
+    return out

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import procs
+from benchmarks import procs, wan_tables_report
 from benchmarks.netshape import HOST, NetShaper, Shape, free_port
 from benchmarks.pool import invocation, read_json, write_json
 from benchmarks.report import kept_notes, md_table
@@ -395,12 +395,28 @@ def write_report(results: Path) -> tuple[Path, str]:
         "reported to show what each option costs, not the converged accuracy. `KiB / round`: "
         "bytes both ways over all four links per training round.",
         "",
+        "Sections marked *tables to a model* (`vfl bench wan --tables ...`, "
+        "benchmarks/wan_tables.py) measure instead what a user waits for: K = 3 parties of a "
+        "table (labels at party 0, partial overlap, the party CSVs of `vfl bench tabular`), each "
+        "behind its own link, trained to the model (with the defaults, early stopping and the "
+        "restored best epoch). `rounds to the model` and `s to the model` run to the best "
+        "epoch (wall time from the first epoch's start to the best epoch's validation; process "
+        "start-up, alignment and the final test evaluation not counted), `s trained` to the "
+        "last epoch (the epochs early stopping waits for included); `ms / round` is the "
+        "engine's timer over the training rounds (validation not), and `vs RTT 0` what the "
+        "links add to it, also in RTTs. Scores: the restored model on every test row. "
+        "`MiB to the model`: the links' bytes per round (both ways, all links, validation "
+        "included) times the rounds to the model. On the direct data plane a party's pushes "
+        "cross the receiving party's link, so a feature party and a label party are one RTT "
+        "apart.",
+        "",
         "Reproduce: `vfl bench wan --data-path ../shared/data --label LABEL` (options in each "
         "section's command).",
         "",
     ]
     for record in found:
-        lines += record_section(record)
+        tabled = record["job"].get("kind") == "tables"
+        lines += wan_tables_report.section(record) if tabled else record_section(record)
     lines += staleness_accuracy(results)
     path = results / "wan.md"
     text = "\n".join(lines) + "\n" + kept_notes(path, NOTES)

@@ -389,59 +389,6 @@ def throughput(
     typer.echo(f"report written to {path}")
 
 
-@bench_app.command("wan")
-@user_errors
-@with_option_groups
-def wan(
-    label: Annotated[str, Opt(help="names this invocation's results: wan-LABEL.json")] = "default",
-    workloads: Annotated[str, Opt(help="mnist-mlp, mnist-cnn, credit-mlp")] = (
-        "mnist-mlp,mnist-cnn,credit-mlp"
-    ),
-    variants: Annotated[str, Opt(help="named sets of coordinator options (benchmarks/wan.py)")] = (
-        "default"
-    ),
-    rtts: Annotated[str, Opt("--rtts", help="round-trip times in ms")] = "0,10,50,100",
-    bandwidths: Annotated[str, Opt(help="link bandwidths in Mbit/s")] = "1000,100",
-    jitter: Annotated[float, Opt(help="jitter in ms (uniform +- per chunk, each way)")] = 0.0,
-    epochs: Annotated[int, Opt(help="epochs per run")] = 3,
-    warmup: Annotated[int, Opt(help="untimed epochs per run")] = 1,
-    seed: Annotated[int, Opt(help="seeds data, model and faults")] = 0,
-    data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
-    bench: BenchRun = BenchRun(),
-) -> None:
-    """Epoch time and accuracy over shaped links (RTT, bandwidth, jitter), K = 4; wan.md."""
-    setup_logging(bench.log_level)
-    mod = bench_module("wan")
-    chosen = parse_variants(workloads, tuple(mod.WORKLOADS), "workload(s)")
-    variant_names = parse_variants(variants, tuple(mod.VARIANTS), "variant(s)")
-    if not 0 <= warmup < epochs:
-        raise ConfigError(f"--warmup must be below --epochs ({epochs}), got {warmup}")
-    if not label.replace("-", "").replace("_", "").isalnum():
-        raise ConfigError(f"--label must be letters, digits, - and _, got {label!r}")
-    mbits = parse_floats(bandwidths, "--bandwidths")
-    if not mbits or any(b <= 0 for b in mbits) or any(r < 0 for r in parse_floats(rtts, "--rtts")):
-        raise ConfigError("--bandwidths must be positive and --rtts non-negative")
-    job = mod.WanJob(
-        results=bench.results,
-        data_path=data_path.resolve(),
-        label=label,
-        workloads=chosen,
-        variants=variant_names,
-        rtts_ms=parse_floats(rtts, "--rtts"),
-        mbits=mbits,
-        jitter_ms=jitter,
-        epochs=epochs,
-        warmup=warmup,
-        seed=seed,
-        command=command_line(),
-    )
-    if not bench.report_only:
-        mod.run(job, progress=bench.progress)
-    path, text = mod.write_report(bench.results)
-    typer.echo(text)
-    typer.echo(f"report written to {path}")
-
-
 @bench_app.command("staleness")
 @user_errors
 @with_option_groups

@@ -1,0 +1,254 @@
+"""`vfl bench wan --tables`: what a user waits for, a table's model, over shaped links.
+
+Per table (benchmarks.tabular_tables: UCI Credit and the census-like table, cut into K = 3 party
+CSVs with the labels at party 0 and partial overlap exactly as `vfl bench tabular` cuts them:
+benchmarks.tabular_data.prepare), recipe (coordinator options, `RECIPES`), RTT and seed, one real
+federation (`vfl-coordinator` and 3 `vfl-client --data partyK.csv`, options as
+benchmarks.tabular_federation gives them) trains the way a user runs it: with the defaults, it
+trains until early stopping and ends with the weights of its best epoch. Every party reaches the
+coordinator over its own `netshape.Link` (one RTT and bandwidth for every link, as
+benchmarks.wan sets them up); a party's advertised address is its link's port, so on the direct
+data plane a push to a party crosses that party's link: a feature party and a label party are
+one RTT apart, as each party and the coordinator are.
+
+From outside the processes: a thread follows the coordinator's epochs.jsonl and notes the time
+and the links' bytes as each epoch's line appears (after the epoch's validation scoring).
+`to_model_s`, the wall time to the model, runs from the start of the first epoch (its line's time
+less its own training seconds: its validation is the only piece not counted) to the line of the
+best epoch, `rounds_s_to_model` the engine's timer of those epochs' training rounds (the rest is
+each epoch's validation scoring and record); `trained_s` to the last epoch's line (the epochs
+after the best that early stopping waits for included). Rounds come from the run record
+(`trained_rounds`), the round time from the engine's epoch timer (training rounds only,
+validation not), the scores from the test evaluation of the restored model (all test rows).
+The centralised HistGradientBoosting row (no network) is `vfl bench tabular`'s
+(benchmarks.tabular_baselines.hgb_row).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks import procs
+from benchmarks.netshape import HOST, NetShaper, Shape, free_port
+from benchmarks.pool import invocation, read_json, write_json
+from benchmarks.tabular_baselines import hgb_row
+from benchmarks.tabular_data import Prepared, prepare
+from benchmarks.tabular_federation import table_client_args
+from benchmarks.tabular_tables import tables
+
+log = logging.getLogger(__name__)
+
+TABLES = ("credit", "census_like")
+# Extra vfl-coordinator options of each recipe ("defaults": the code's own).
+RECIPES: dict[str, tuple[str, ...]] = {
+    "defaults": (),
+    "direct": ("--data-plane", "direct"),
+    "local4": ("--local-steps", "4"),
+    "local4-direct": ("--local-steps", "4", "--data-plane", "direct"),
+    # a plain split network's recipe on the same towers: batch 256, constant Adam 1e-2,
+    # 5 epochs, no early stopping (the model is the last epoch's), relayed
+    "split-nn": (
+        "--batch-size", "256", "--lr", "0.01", "--scheduler", "none", "--epochs", "5",
+        "--early-stop-patience", "0",
+    ),
+}  # fmt: skip
+FIRST_RTTS = (0.0, 50.0)  # the cells the acceptance reads run first
+MARK_POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class TablesJob:
+    results: Path
+    data_path: Path
+    label: str = "tables"
+    tables: Sequence[str] = TABLES
+    recipes: Sequence[str] = tuple(RECIPES)
+    rtts_ms: Sequence[float] = (0.0, 10.0, 50.0, 100.0)
+    mbit: float = 100.0
+    seeds: Sequence[int] = (0,)
+    max_minutes: float = 0.0  # 0: no limit; else no cell starts after this many minutes
+    command: str = ""
+
+
+Cell = tuple[str, str, float, int]  # table, recipe, RTT ms, seed
+
+
+def cells(job: TablesJob) -> list[Cell]:
+    """Every (table, recipe, RTT, seed), the ones that answer most first: the exact recipes at
+    RTT 0 and 50, then local updates there, then the other RTTs (exact, then local); seed by
+    seed, table by table within each stage."""
+
+    def stage(recipe: str, rtt: float) -> int:
+        local = recipe.startswith("local")
+        return (0 if rtt in FIRST_RTTS else 2) + local
+
+    found = [
+        (t, r, rtt, s) for s in job.seeds for t in job.tables for rtt in job.rtts_ms
+        for r in job.recipes
+    ]  # fmt: skip
+    return sorted(found, key=lambda c: stage(c[1], c[2]))  # stable: the order above within
+
+
+@dataclass
+class EpochMarks:
+    """The time and the links' bytes as each line of <out>/epochs.jsonl appears (a thread)."""
+
+    net: NetShaper
+    times: list[float] = field(default_factory=list)
+    bytes: list[int] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self, out: Path) -> None:
+        self._thread = threading.Thread(target=self._follow, args=(out,), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _follow(self, out: Path) -> None:
+        path = out / "epochs.jsonl"
+        while not self._stop.wait(MARK_POLL_S):
+            try:
+                lines = path.read_text().count("\n")
+            except FileNotFoundError:
+                continue
+            while len(self.times) < lines:
+                self.times.append(time.perf_counter())
+                self.bytes.append(self.net.bytes())
+
+
+def summarise(results: dict[str, Any], times: list[float], sent: list[int]) -> dict[str, Any]:
+    """A run's figures from its run record and the epoch marks (module docstring)."""
+    epochs = results["epochs"]
+    rounds = [e.get("trained_rounds", e["rounds"]) for e in epochs]
+    seconds = [e["seconds"] for e in epochs]
+    stop = results.get("early_stop") or {}
+    best = stop.get("best_epoch") or len(epochs)  # 1-based; no early stopping: the last
+    start = times[0] - seconds[0]
+    per_round_bytes = (
+        (sent[-1] - sent[0]) / sum(rounds[1:]) if len(sent) > 1 and sum(rounds[1:]) else None
+    )
+    overall = next(r for r in results["test"]["rows"] if r["observed"] == "all")
+    return {
+        "epochs": len(epochs),
+        "best_epoch": best,
+        "stopped_epoch": stop.get("stopped_epoch"),  # None: ran to the ceiling (--epochs)
+        "rounds_to_model": sum(rounds[:best]),
+        "rounds": sum(rounds),
+        "to_model_s": times[best - 1] - start,
+        "rounds_s_to_model": sum(seconds[:best]),  # the rest: validation and epoch ends
+        "trained_s": times[-1] - start,
+        "ms_per_round": 1000 * sum(seconds) / sum(rounds),
+        "bytes_per_round": per_round_bytes,
+        "bytes_to_model": None if per_round_bytes is None else per_round_bytes * sum(rounds[:best]),
+        "batch_size": results["config"]["train"].get("batch_size"),
+        "scores": {k: overall.get(k) for k in ("accuracy", "f1", "auc")},
+    }
+
+
+def run_one(job: TablesJob, prep: Prepared, cell: Cell, tmp: Path) -> dict[str, Any]:
+    """One federation of a table's parties over shaped links, trained to its model."""
+    table, recipe, rtt, seed = cell
+    shape = Shape.of(rtt, job.mbit)
+    args = ["--seed", str(seed), "--deadline", "300", *RECIPES[recipe]]
+    workdir = tmp / f"{table}-{recipe}-rtt{rtt:g}-s{seed}"
+    load = os.getloadavg()[0]
+    began = time.perf_counter()
+    with NetShaper() as net:
+
+        def network(k: int, coordinator_port: int) -> list[str]:
+            link = net.link(shape, seed=k)
+            party_port = free_port()
+            via = net.listen(link, (HOST, party_port))  # the coordinator and peers dial it
+            up = net.listen(link, (HOST, coordinator_port), reverse=True)  # it registers
+            return [
+                "--coordinator", f"{HOST}:{up}", "--listen", f"{HOST}:{party_port}",
+                "--advertise", f"{HOST}:{via}", *table_client_args(prep, k),
+            ]  # fmt: skip
+
+        marks = EpochMarks(net)
+        with procs.federation(prep.split.paths, workdir, args, network) as out:
+            marks.start(out)
+        marks.stop()
+        total_bytes = net.bytes()
+    figures = summarise(procs.results(out), marks.times, marks.bytes)
+    return {
+        "table": table,
+        "recipe": recipe,
+        "rtt_ms": rtt,
+        "seed": seed,
+        "mbit": job.mbit,
+        **figures,
+        "run_s": time.perf_counter() - began,
+        "run_bytes": total_bytes,
+        "load_average": [load, os.getloadavg()[0]],
+    }
+
+
+def _hgb(prep: Prepared, table: str, seed: int) -> dict[str, Any]:
+    row = hgb_row(prep)
+    overall = row["scores"]["all"]
+    return {
+        "table": table,
+        "seed": seed,
+        "fit_s": row["seconds"],
+        "scores": {k: overall.get(k) for k in ("accuracy", "f1", "auc")},
+    }
+
+
+def run(job: TablesJob, progress: bool = True) -> dict[str, Any]:
+    """Every cell in `cells` order; wan-<label>.json after each (partial until the end), resuming
+    a stopped invocation of the same label and job; cells not started within `max_minutes` are
+    listed in the record as not run."""
+    from tqdm import tqdm
+
+    started, load_before = time.perf_counter(), os.getloadavg()[0]
+    path = job.results / f"wan-{job.label}.json"
+    info = {
+        "kind": "tables",
+        "mbit": job.mbit,
+        "recipes": {r: list(RECIPES[r]) for r in job.recipes},
+    }
+    found = read_json(path)
+    old = found if found and found.get("partial") and found.get("job") == info else {}
+    rows, hgb = list(old.get("rows", [])), list(old.get("hgb", []))
+    if old:
+        started -= old["seconds"]
+        load_before = old["load_average"][0]
+    done = {(r["table"], r["recipe"], r["rtt_ms"], r["seed"]) for r in rows}
+    todo = [c for c in cells(job) if c not in done]
+    record: dict[str, Any] = {"label": job.label, "job": info, "resumed": len(rows)}
+    loaders = tables(job.data_path, quick=False)
+    not_run: list[Cell] = []
+    with tempfile.TemporaryDirectory(prefix="vfl-wan-tables-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        prepared: dict[tuple[str, int], Prepared] = {}
+        for cell in tqdm(todo, desc="wan tables", unit="run", disable=not progress):
+            table, _, _, seed = cell
+            if job.max_minutes and time.perf_counter() - started > 60 * job.max_minutes:
+                not_run.append(cell)
+                continue
+            if (table, seed) not in prepared:
+                prep = prepare(loaders[table](seed, False), seed, tmp / f"data-{table}-s{seed}")
+                prepared[table, seed] = prep
+                if not any(h["table"] == table and h["seed"] == seed for h in hgb):
+                    hgb.append(_hgb(prep, table, seed))
+            log.info("wan tables %s %s RTT %g ms seed %d", *cell)
+            rows.append(run_one(job, prepared[table, seed], cell, tmp))
+            record.update(invocation(started, load_before, job.command), rows=rows, hgb=hgb)
+            write_json(path, {**record, "partial": True})
+    record.update(invocation(started, load_before, job.command), rows=rows, hgb=hgb)
+    record.update(partial=False, not_run=[list(c) for c in not_run])
+    write_json(path, record)
+    return record
