@@ -33,7 +33,7 @@ NO_DEFAULT = {
     "--num-classes", "--block", "--missing", "--missing-test", "--ids", "--ids-file", "--out",
     "--label-names", "--port-file", "--checkpoint-dir", "--hosts", "--parties", "--identity",
     "--server-name", "--p-miss-per-party", "--preprocessing", "--epochs", "--metric",
-    "--run-dir", "--checkpoint",
+    "--run-dir", "--checkpoint", "--tables", "--bandwidths",
 }  # fmt: skip
 
 
