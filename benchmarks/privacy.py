@@ -338,6 +338,30 @@ DEFENCES: dict[str, dict[str, Any]] = {
     # label DP at milder budgets (randomised once, before training: epochs do not compose)
     "label_dp_e2": {"label_epsilon": 2.0},
     "label_dp_e3": {"label_epsilon": 3.0},
+    "label_dp_e4": {"label_epsilon": 4.0},
+    # binary randomised response keeps a label with e^eps / (e^eps + 1): 0.60 at eps 0.405, the
+    # largest budget whose randomised labels alone an attack cannot turn into AUC above 0.60
+    "label_dp_e0_4": {"label_epsilon": 0.4},
+    # RR-with-prior in two stages (LP-2ST, Ghazi et al. 2021): the prior from a logistic
+    # regression on the label party's own features, fitted on half the rows' randomised labels
+    **{
+        f"label_prior_e{e}".replace(".", "_"): {
+            "label_epsilon": float(e),
+            "label_prior": "own_features",
+        }
+        for e in (0.4, 1, 2, 4)
+    },
+    # the same with per-row gradient noise on top
+    **{
+        f"label_prior_e{e}_per_row_p{p}": {
+            "label_epsilon": float(e),
+            "label_prior": "own_features",
+            "gradient_defence": "max_norm_direction_per_row",
+            "direction_power": float(p),
+        }
+        for e in (1, 2)
+        for p in (8,)
+    },
 }
 
 

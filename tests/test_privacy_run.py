@@ -77,3 +77,12 @@ def test_given_per_row_noise_when_training_then_it_trains_and_the_summed_attacks
     last = [r for r in run["attacks"] if r["viewer"] == "party 1"][-1]
     assert last["sum_pca"] is not None and last["sum_fit"] is not None
     assert run["accuracy"] > 0.8
+
+
+@pytest.mark.slow
+def test_given_label_prior_when_training_then_it_trains_and_the_attacks_are_recorded(
+    breast_cancer,
+):
+    run = run_one(breast_cancer, k=2, seed=0, epochs=1, known=20, defence="label_prior_e2")
+    assert run["defence"] == "label_prior_e2" and run["accuracy"] > 0.8
+    assert next(r for r in run["attacks"] if r["viewer"] == "party 1")["norm"] is not None

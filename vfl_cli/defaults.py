@@ -79,6 +79,7 @@ PRIVACY = {
     "embedding_noise": 0.0,
     "delta": 1e-05,
     "label_epsilon": None,
+    "label_prior": "uniform",
     "score_epsilon": None,
     "score_bins": 1000,
 }

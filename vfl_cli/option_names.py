@@ -217,6 +217,7 @@ PANELS: dict[str, str] = {
             "privacy-embedding-clip",
             "privacy-embedding-noise",
             "privacy-label-epsilon",
+            "privacy-label-prior",
             "privacy-score-epsilon",
             "privacy-score-bins",
             "encrypt-relay",

@@ -359,6 +359,15 @@ class TrainOptions:
             show_default=shown(PV["label_epsilon"]),
         ),
     ] = None
+    privacy_label_prior: Annotated[
+        str | None,
+        Opt(
+            help="label party: the prior of that randomised response: uniform (plain) | "
+            "class_frequency | own_features (RR-with-prior in two stages, Ghazi et al. 2021, "
+            "the prior from a logistic regression on its own features; docs/security.md)",
+            show_default=shown(PV["label_prior"]),
+        ),
+    ] = None
 
     privacy_score_epsilon: Annotated[
         float | None,

@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from vfl_core.privacy.label_prior import LabelPrior
+
 GradientDefence = Literal[
     "none", "max_norm", "direction", "max_norm_direction", "max_norm_direction_per_row", "withhold"
 ]
@@ -37,6 +39,13 @@ class PrivacyConfig(BaseModel):
     # At the label party, once before training: k-ary randomised response on the training labels
     # (epsilon-label-DP); None = the true labels.
     label_epsilon: float | None = Field(None, gt=0)
+    # The prior of that randomised response (Ghazi et al., NeurIPS 2021, RRWithPrior in two
+    # stages, LP-2ST: vfl_core.privacy.label_prior): uniform = plain k-ary randomised response;
+    # class_frequency or own_features = half the rows through it, the rest through
+    # randomised response restricted to the labels a prior fitted on the first half's
+    # randomised labels ranks highest (a constant, or a logistic regression on the label
+    # party's own features). epsilon-label-DP as well, each label randomised once.
+    label_prior: LabelPrior = "uniform"
     # At the label party, on what it tells the coordinator in Score: it scores every evaluation
     # against one randomised-response copy of its labels, drawn once per split (epsilon-label-
     # DP per row, whatever the coordinator asks), so that pairing the aggregates with the
@@ -52,6 +61,10 @@ class PrivacyConfig(BaseModel):
     def _noise_needs_clip(self) -> PrivacyConfig:
         if 1000 % self.score_bins:
             raise ValueError(f"score_bins must divide 1000, not {self.score_bins}")
+        if self.label_prior != "uniform" and self.label_epsilon is None:
+            raise ValueError(
+                "label_prior needs label_epsilon: it is the prior of its randomised response"
+            )
         if self.embedding_noise > 0 and self.embedding_clip is None:
             raise ValueError(
                 "embedding_noise needs embedding_clip: the noise is scaled to the clip norm"

@@ -15,6 +15,7 @@ from vfl_core.privacy.defences import (
     randomized_response,
     row_noise,
 )
+from vfl_core.privacy.label_prior import two_stage_labels
 from vfl_core.seeding import Stream, derive_seed, rng
 
 # max_norm_direction_per_row: each row's max-norm noise at least this times the batch's largest
@@ -76,12 +77,18 @@ class PartyGuard:
         self.releases += 1
         return clip_and_noise(embedding, clip, self.config.embedding_noise, self._emb_gen)
 
-    def labels(self, labels: np.ndarray, num_classes: int) -> np.ndarray:
-        """The training labels this party trains with (randomised response, or as they are)."""
-        eps = self.config.label_epsilon
+    def labels(
+        self, labels: np.ndarray, num_classes: int, features: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The training labels this party trains with (randomised response, with the prior
+        the config names, or as they are); `features`: its own, for the own_features prior."""
+        eps, prior = self.config.label_epsilon, self.config.label_prior
         if eps is None:
             return labels
-        return randomized_response(labels, eps, num_classes, self._label_rng)
+        if prior == "uniform":
+            return randomized_response(labels, eps, num_classes, self._label_rng)
+        own = features if prior == "own_features" else None
+        return two_stage_labels(labels, own, num_classes, eps, prior, self._label_rng)
 
     def score_labels(self, split: str, labels: np.ndarray, num_classes: int) -> np.ndarray:
         """The labels this party scores `split` with: one randomised-response copy drawn the

@@ -384,7 +384,7 @@ def _randomised_labels(data: PartyData, guard: PartyGuard) -> PartyData:
         or data.meta.task == REGRESSION
     ):
         return data
-    labels = guard.labels(train.labels, data.meta.num_classes)
+    labels = guard.labels(train.labels, data.meta.num_classes, train.features)
     return replace(data, splits={**data.splits, "train": replace(train, labels=labels)})
 
 
