@@ -40,6 +40,7 @@ import pyarrow.csv as pacsv
 from benchmarks.netshape import NetShaper, Shape
 from benchmarks.serve_callers import Callers, Reply, post
 from benchmarks.serve_cluster import ServingCluster, train_bundles
+from benchmarks.serve_scale import measure, report_lines, start_replicas, warm
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig
 
@@ -69,6 +70,9 @@ class ServeJob:
     # The callers spread over this many processes: real callers are other applications, and 64
     # threads of one Python process measure that process's interpreter lock (serve.md, stop 38)
     caller_processes: int = 4
+    # gateway processes side by side, e.g. (1, 2, 4); () = not measured (benchmarks/serve_scale.py)
+    gateways: tuple[int, ...] = ()
+    scale_rounds: int = 2
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,7 @@ def run(job: ServeJob) -> dict[str, object]:
                         _restore(cluster, mode, bundles[3], tables[3], ports[3])
                         log.warning("%s", cell)
                         cells.append(cell)
+            scale = _scale_out(job, cluster, callers_, gateways[False], bundles, tables, ids)
     return {
         "command": job.command,
         "commit": _commit(),
@@ -184,7 +189,30 @@ def run(job: ServeJob) -> dict[str, object]:
         "job": {k: v for k, v in job.__dict__.items() if k not in ("results", "data_path")},
         "batch": batch,
         "cells": [c.__dict__ for c in cells],
+        "scale": scale,
     }
+
+
+def _scale_out(job, cluster, callers_, first, bundles, tables, ids) -> dict[str, object]:
+    """Throughput with 1, 2, 4 ... gateway processes (benchmarks/serve_scale.py)."""
+    if not job.gateways:
+        return {"cells": []}
+    peers = [f"{k}=127.0.0.1:{cluster.procs[f'party{k}'].port}" for k in range(1, PARTIES)]
+    extra = ["--deadline-ms", str(job.deadline_ms), "--batch-window-ms", str(job.window_ms)]
+    replicas = start_replicas(
+        cluster, max(job.gateways) - 1, bundles[0], tables[0], ID, peers, extra
+    )
+    for replica in replicas:
+        warm(replica.http_port, ids)
+    parties = [cluster.procs[f"party{k}"] for k in range(1, PARTIES)]
+    before = os.getloadavg()
+    cells = measure(
+        callers_, [first, *replicas], parties, ids, job.gateways, job.callers, job.seconds,
+        job.scale_rounds,
+    )  # fmt: skip
+    for cell in cells:
+        log.warning("%s", cell)
+    return {"cells": [c.__dict__ for c in cells], "before": before, "after": os.getloadavg()}
 
 
 def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
@@ -339,6 +367,8 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
             f"{c['failed']} | {c['subset']} | {c.get('live_missing', 0)} |"
         )
     lines += _steps_table(record["cells"])
+    scale = record.get("scale") or {"cells": []}
+    lines += report_lines(scale["cells"], scale)
     lines += [
         "",
         "Batch prediction on the same model, rows/s: the gateway with 256 IDs a request (1 "
