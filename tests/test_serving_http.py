@@ -7,13 +7,14 @@ import json
 import logging
 import re
 import socket
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 from test_serving_gateway import gateway, served  # noqa: F401 (the fixture)
 
-from vfl_client.serving_app import ServingApp, refusals
+from vfl_client.serving_app import READ_AT, ServingApp, refusals
 from vfl_client.serving_auth import Authorizer
 from vfl_client.serving_health import READY, Readiness
 from vfl_client.serving_http import HttpEndpoint
@@ -79,3 +80,28 @@ def test_given_the_endpoint_then_its_socket_is_tcp_so_asyncio_turns_nagle_off(se
         assert endpoint._sock.proto == socket.IPPROTO_TCP
     finally:
         endpoint._sock.close()
+
+
+class _EchoReadAt:
+    """An ASGI app answering when the event loop read its request, and when it ran."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        ran = time.monotonic()
+        body = json.dumps({"read_at": scope["state"].get(READ_AT), "ran": ran}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    def close(self) -> None:
+        pass
+
+
+def test_given_a_request_when_read_then_the_app_learns_when_its_bytes_were_read() -> None:
+    endpoint = HttpEndpoint("127.0.0.1:0", _EchoReadAt()).start()  # type: ignore[arg-type]
+    try:
+        sent = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/x", timeout=30) as reply:
+            seen = json.loads(reply.read())
+    finally:
+        endpoint.stop()
+    # the deadline counts from the read, before the request's task waited for the loop
+    assert sent <= seen["read_at"] <= seen["ran"]

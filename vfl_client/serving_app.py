@@ -15,7 +15,8 @@ a 413 (the connection closed), a request whose deadline cannot be met a 429 with
 one a 401 (vfl_client.serving_auth). /health/* and /metrics need no credentials: they hold no
 customer's data and probes and scrapers ask them. Every reply to /predict carries the gateway's
 own time on it (`Server-Timing: gateway;dur=MS, read;dur=..., own, parties, heads`), counted
-from when its request head was parsed.
+from when the event loop read its request's bytes (READ_AT, set by the protocol), so that the
+time it then waited in the loop's queue of ready tasks counts against its deadline too.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ MAX_BODY_BYTES = 1 << 20
 # answered at once and its caller asks again); 64 threads shed none.
 DEFAULT_WORKERS = 64
 WAITING_PER_WORKER = 4
+# scope["state"] key: time.monotonic() when the event loop read the request (serving_http)
+READ_AT = "vfl.read_at"
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -88,7 +91,7 @@ class ServingApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        arrived = time.monotonic()
+        arrived = scope.get("state", {}).get(READ_AT) or time.monotonic()
         path, method = scope["path"], scope["method"]
         framing = _ambiguous_framing(scope["headers"])
         if framing is not None:  # h11 reads such a body by its chunks; a proxy may not
