@@ -101,7 +101,7 @@ class Cell:
 SETTLE_S = 0.5
 # where a request's time went: queue (the caller's time less the gateway's: before the gateway
 # read its request line, and the reply's way back), then the gateway's steps (Server-Timing)
-STEPS = ("queue", "read", "own", "parties", "heads")
+STEPS = ("queue", "loop", "read", "own", "parties", "heads")
 
 
 def credit_tables(data_path: Path, out: Path) -> list[Path]:
@@ -395,7 +395,9 @@ def _steps_table(cells: list[dict]) -> list[str]:
         "",
         "Where the time went, mean ms over the middle 10% of each cell's requests / over its "
         "slowest 1%: queue = the caller's time less the gateway's (before the gateway read the "
-        "request line, and the reply's way back), read = its headers, body and JSON, own = the "
+        "request line, and the reply's way back), loop = of the queue, the wait between the "
+        "gateway's event loop reading the request and its handler starting, read = its "
+        "headers, body and JSON, own = the "
         "gateway's own embedding, parties = waiting for the other parties, heads = the head "
         "(its `Server-Timing` steps). in flight at fault: requests sent before the signal and "
         f"answered after it (% of the cell); settled p99: requests sent {SETTLE_S:g} s or more "
