@@ -346,7 +346,7 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
         f"{job['window_ms']:g} ms, {job['seconds']:g} s per cell, one ID per request, callers "
         "back to back over keep-alive HTTP, threads spread over "
         f"{_processes(job.get('caller_processes', 1))}. p50/p95/p99: as the callers saw it; "
-        "gateway p50/p99: the gateway's own time on a request, from its request line read to "
+        "gateway p50/p99: the gateway's own time on a request, from its handler's start to "
         "its reply written (its `Server-Timing` header). kill: party3 SIGKILLed a "
         "third into the cell; stop: SIGSTOPped a third into the cell. shed: 429 (admission "
         "control); answered p99: of the 200s; failed: neither answered nor shed, or no "
