@@ -40,6 +40,7 @@ import pyarrow.csv as pacsv
 from benchmarks.netshape import NetShaper, Shape
 from benchmarks.serve_callers import Callers, Reply, post
 from benchmarks.serve_cluster import ServingCluster, train_bundles
+from benchmarks.serve_scale import measure, report_lines, start_replicas, warm
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig
 
@@ -69,6 +70,9 @@ class ServeJob:
     # The callers spread over this many processes: real callers are other applications, and 64
     # threads of one Python process measure that process's interpreter lock (serve.md, stop 38)
     caller_processes: int = 4
+    # gateway processes side by side, e.g. (1, 2, 4); () = not measured (benchmarks/serve_scale.py)
+    gateways: tuple[int, ...] = ()
+    scale_rounds: int = 2
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class Cell:
 SETTLE_S = 0.5
 # where a request's time went: queue (the caller's time less the gateway's: before the gateway
 # read its request line, and the reply's way back), then the gateway's steps (Server-Timing)
-STEPS = ("queue", "read", "own", "parties", "heads")
+STEPS = ("queue", "loop", "read", "own", "parties", "heads")
 
 
 def credit_tables(data_path: Path, out: Path) -> list[Path]:
@@ -175,6 +179,7 @@ def run(job: ServeJob) -> dict[str, object]:
                         _restore(cluster, mode, bundles[3], tables[3], ports[3])
                         log.warning("%s", cell)
                         cells.append(cell)
+            scale = _scale_out(job, cluster, callers_, gateways[False], bundles, tables, ids)
     return {
         "command": job.command,
         "commit": _commit(),
@@ -184,7 +189,30 @@ def run(job: ServeJob) -> dict[str, object]:
         "job": {k: v for k, v in job.__dict__.items() if k not in ("results", "data_path")},
         "batch": batch,
         "cells": [c.__dict__ for c in cells],
+        "scale": scale,
     }
+
+
+def _scale_out(job, cluster, callers_, first, bundles, tables, ids) -> dict[str, object]:
+    """Throughput with 1, 2, 4 ... gateway processes (benchmarks/serve_scale.py)."""
+    if not job.gateways:
+        return {"cells": []}
+    peers = [f"{k}=127.0.0.1:{cluster.procs[f'party{k}'].port}" for k in range(1, PARTIES)]
+    extra = ["--deadline-ms", str(job.deadline_ms), "--batch-window-ms", str(job.window_ms)]
+    replicas = start_replicas(
+        cluster, max(job.gateways) - 1, bundles[0], tables[0], ID, peers, extra
+    )
+    for replica in replicas:
+        warm(replica.http_port, ids)
+    parties = [cluster.procs[f"party{k}"] for k in range(1, PARTIES)]
+    before = os.getloadavg()
+    cells = measure(
+        callers_, [first, *replicas], parties, ids, job.gateways, job.callers, job.seconds,
+        job.scale_rounds,
+    )  # fmt: skip
+    for cell in cells:
+        log.warning("%s", cell)
+    return {"cells": [c.__dict__ for c in cells], "before": before, "after": os.getloadavg()}
 
 
 def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
@@ -318,7 +346,7 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
         f"{job['window_ms']:g} ms, {job['seconds']:g} s per cell, one ID per request, callers "
         "back to back over keep-alive HTTP, threads spread over "
         f"{_processes(job.get('caller_processes', 1))}. p50/p95/p99: as the callers saw it; "
-        "gateway p50/p99: the gateway's own time on a request, from its request line read to "
+        "gateway p50/p99: the gateway's own time on a request, from its handler's start to "
         "its reply written (its `Server-Timing` header). kill: party3 SIGKILLed a "
         "third into the cell; stop: SIGSTOPped a third into the cell. shed: 429 (admission "
         "control); answered p99: of the 200s; failed: neither answered nor shed, or no "
@@ -339,6 +367,8 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
             f"{c['failed']} | {c['subset']} | {c.get('live_missing', 0)} |"
         )
     lines += _steps_table(record["cells"])
+    scale = record.get("scale") or {"cells": []}
+    lines += report_lines(scale["cells"], scale)
     lines += [
         "",
         "Batch prediction on the same model, rows/s: the gateway with 256 IDs a request (1 "
@@ -365,7 +395,9 @@ def _steps_table(cells: list[dict]) -> list[str]:
         "",
         "Where the time went, mean ms over the middle 10% of each cell's requests / over its "
         "slowest 1%: queue = the caller's time less the gateway's (before the gateway read the "
-        "request line, and the reply's way back), read = its headers, body and JSON, own = the "
+        "request line, and the reply's way back), loop = of the queue, the wait between the "
+        "gateway's event loop reading the request and its handler starting, read = its "
+        "headers, body and JSON, own = the "
         "gateway's own embedding, parties = waiting for the other parties, heads = the head "
         "(its `Server-Timing` steps). in flight at fault: requests sent before the signal and "
         f"answered after it (% of the cell); settled p99: requests sent {SETTLE_S:g} s or more "

@@ -17,6 +17,7 @@ import multiprocessing
 import re
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import NamedTuple
 
@@ -49,15 +50,23 @@ def post_timed(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict,
 
 
 def load(
-    port: int, ids: list[str], start: float, end: float, callers: int, first: int, every: int
+    port: int | Sequence[int],
+    ids: list[str],
+    start: float,
+    end: float,
+    callers: int,
+    first: int,
+    every: int,
 ) -> list[Reply]:
     """Callers first, first + every, ... (of `every` in all), each from `start` to `end`
-    (time.monotonic(), the same clock in every process), back to back."""
+    (time.monotonic(), the same clock in every process), back to back; with several ports
+    (gateway replicas), caller k asks the one at port[k mod their number]."""
     out: list[Reply] = []
     lock = threading.Lock()
+    ports = [port] if isinstance(port, int) else list(port)
 
     def caller(k: int) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", ports[k % len(ports)], timeout=30)
         conn.connect()  # before the cell: its first request does not time the TCP handshake
         i, mine = k, []
         time.sleep(max(0.0, start - time.monotonic()))
@@ -101,7 +110,9 @@ class Callers:
         if self._pool is not None:
             self._pool.shutdown()
 
-    def run(self, port: int, ids: list[str], seconds: float, callers: int) -> list[Reply]:
+    def run(
+        self, port: int | Sequence[int], ids: list[str], seconds: float, callers: int
+    ) -> list[Reply]:
         """Every reply of `callers` callers for `seconds`, spread over the processes."""
         start = time.monotonic() + (0.5 if self._pool is not None else 0.0)
         end = start + seconds

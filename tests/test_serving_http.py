@@ -7,13 +7,14 @@ import json
 import logging
 import re
 import socket
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 from test_serving_gateway import gateway, served  # noqa: F401 (the fixture)
 
-from vfl_client.serving_app import ServingApp, refusals
+from vfl_client.serving_app import READ_AT, ServingApp, refusals
 from vfl_client.serving_auth import Authorizer
 from vfl_client.serving_health import READY, Readiness
 from vfl_client.serving_http import HttpEndpoint
@@ -45,9 +46,10 @@ def test_given_a_prediction_when_answered_then_server_timing_names_each_step(ser
         endpoint.stop()
     assert body["predictions"][0]["id"] == some_id
     steps = {name: float(ms) for name, ms in _METRIC.findall(timing)}
-    assert list(steps) == ["gateway", "read", "own", "parties", "heads"]
+    assert list(steps) == ["gateway", "read", "own", "parties", "heads", "loop"]
     assert all(ms >= 0 for ms in steps.values())
-    assert sum(v for k, v in steps.items() if k != "gateway") <= steps["gateway"]
+    # loop: before the handler started, outside the gateway's time
+    assert sum(v for k, v in steps.items() if k not in ("gateway", "loop")) <= steps["gateway"]
 
 
 def test_given_refused_requests_when_answered_then_one_budgeted_line_each(served, caplog) -> None:  # noqa: F811
@@ -79,3 +81,28 @@ def test_given_the_endpoint_then_its_socket_is_tcp_so_asyncio_turns_nagle_off(se
         assert endpoint._sock.proto == socket.IPPROTO_TCP
     finally:
         endpoint._sock.close()
+
+
+class _EchoReadAt:
+    """An ASGI app answering when the event loop read its request, and when it ran."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        ran = time.monotonic()
+        body = json.dumps({"read_at": scope["state"].get(READ_AT), "ran": ran}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    def close(self) -> None:
+        pass
+
+
+def test_given_a_request_when_read_then_the_app_learns_when_its_bytes_were_read() -> None:
+    endpoint = HttpEndpoint("127.0.0.1:0", _EchoReadAt()).start()  # type: ignore[arg-type]
+    try:
+        sent = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/x", timeout=30) as reply:
+            seen = json.loads(reply.read())
+    finally:
+        endpoint.stop()
+    # the read is stamped before the request's task waited for the loop (Server-Timing's loop)
+    assert sent <= seen["read_at"] <= seen["ran"]

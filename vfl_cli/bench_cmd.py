@@ -443,6 +443,17 @@ def serve(
             "whose own interpreter lock then bounds 64 callers)",
         ),
     ] = 4,
+    gateways: Annotated[
+        str,
+        Opt(
+            help="also measure throughput with this many gateway processes side by side, e.g. "
+            "1,2,4 (each its own port, the callers spread over them; every party up, RTT 0)",
+            show_default="not measured",
+        ),
+    ] = "",
+    scale_rounds: Annotated[
+        int, Opt(min=1, help="--gateways: rounds of the counts, alternating their order")
+    ] = 2,
     data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
     results: Results = DEFAULT_RESULTS,
     log_level: LogLevel = "warning",
@@ -451,6 +462,9 @@ def serve(
     setup_logging(log_level)
     mod = bench_module("serve")
     chosen = parse_variants(modes, ("up", "kill", "stop"), "mode(s)")
+    counts = parse_ints(gateways, "--gateways") if gateways.strip() else ()
+    if counts and (min(counts) < 1 or 1 not in counts):
+        raise ConfigError(f"--gateways {gateways!r}: counts of at least 1, and 1 among them")
     job = mod.ServeJob(
         results=results,
         data_path=data_path.resolve(),
@@ -463,6 +477,8 @@ def serve(
         window_ms=batch_window_ms,
         device=device,
         caller_processes=caller_processes,
+        gateways=counts,
+        scale_rounds=scale_rounds,
     )
     path, text = mod.write_report(mod.run(job), results)
     typer.echo(text)

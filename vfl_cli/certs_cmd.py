@@ -38,6 +38,7 @@ Opt = typer.Option
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")  # a DNS label: usable as a certificate name
 PARTY_NUMBER = re.compile(r"party(\d+)")
 DEFAULT_DAYS = 825
+OPERATOR_NAME = "operator"  # vfl_wire.security.OPERATOR, not imported here (fast --help)
 
 
 def check_name(name: str) -> str:
@@ -90,10 +91,13 @@ def create_federation(
     days: int = DEFAULT_DAYS,
     force: bool = False,
     pins: Mapping[str, list[int] | None] | None = None,
+    http_callers: list[str] = (OPERATOR_NAME,),  # type: ignore[assignment]
 ) -> list[str]:
     """Write (or complete) the federation's TLS directory; returns the identities written.
     `pins`: the blocks each party may hold (default: its place in `parties`), merged into
-    coordinator/blocks.json, which the coordinator enforces unless told otherwise."""
+    coordinator/blocks.json, which the coordinator enforces unless told otherwise.
+    `http_callers`: who gets a bearer token for a gateway's HTTP endpoint (`<caller>/http-token`);
+    every party's directory gets their digests (`http-tokens.json`), never the tokens."""
     from vfl_wire.security import COORDINATOR, OPERATOR, TOKEN_FILE
 
     out = Path(out)
@@ -109,6 +113,7 @@ def create_federation(
             _write_secret(directory / TOKEN_FILE, secrets.token_urlsafe(32).encode() + b"\n")
         written.append(name)
     _write_token_digests(out)
+    _write_http_tokens(out, parties, http_callers, force=force)
     _write_pins(out, pins if pins is not None else dict.fromkeys(parties))
     log.info("federation certificates in %s: wrote %s", out, ", ".join(written) or "nothing new")
     return written
@@ -265,6 +270,43 @@ def _write_token_digests(out: Path) -> None:
     (out / COORDINATOR / TOKENS_FILE).write_text(json.dumps(digests, indent=2) + "\n")
 
 
+def _write_http_tokens(
+    out: Path, parties: list[str], callers: list[str], *, force: bool = False
+) -> None:
+    """A bearer token for each HTTP caller (`<caller>/http-token`, owner-only; kept when it exists
+    unless `force`), and in each party's directory `http-tokens.json`: caller -> SHA-256 of every
+    HTTP caller's token under `out`, what a gateway started with `--http-auth token` accepts. A
+    gateway so holds no caller's token, and the HTTP token is not the caller's gRPC token: one
+    who reads it can ask a gateway for predictions, not drive training or `vfl predict`."""
+    from vfl_wire.security import HTTP_TOKEN_FILE, HTTP_TOKENS_FILE, token_digest
+
+    for caller in callers:
+        path = out / caller / HTTP_TOKEN_FILE
+        if force or not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_secret(path, secrets.token_urlsafe(32).encode() + b"\n")
+    digests = {
+        p.parent.name: token_digest(p.read_bytes())
+        for p in sorted(out.glob(f"*/{HTTP_TOKEN_FILE}"))
+    }
+    for party in parties:
+        (out / party / HTTP_TOKENS_FILE).write_text(json.dumps(digests, indent=2) + "\n")
+
+
+def parse_http_callers(text: str, parties: list[str]) -> list[str]:
+    """--http-callers: names of the gateway's HTTP callers (the operator, applications)."""
+    from vfl_wire.security import COORDINATOR
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        check_name(name)
+        if name == COORDINATOR or name in parties:
+            raise ConfigError(f"--http-callers: {name!r} is the coordinator or a party")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--http-callers: duplicated names in {text!r}")
+    return names
+
+
 def _write_pins(out: Path, pins: Mapping[str, list[int] | None]) -> None:
     """coordinator/blocks.json: which blocks each party may hold, so that by default no party
     takes another's block (one that registered first as block 0 kept party0 out). A party given
@@ -310,6 +352,13 @@ def certs(
     ] = "",
     days: Annotated[int, Opt(help="validity of the certificates in days")] = DEFAULT_DAYS,
     force: Annotated[bool, Opt(help="rewrite identities that exist (new keys and tokens)")] = False,
+    http_callers: Annotated[
+        str,
+        Opt(
+            help="who gets a bearer token for a gateway's HTTP endpoint (--http-auth token), "
+            "comma-separated; written to <out>/<caller>/http-token"
+        ),
+    ] = OPERATOR_NAME,
 ) -> None:
     """Create the federation's CA, certificates and tokens (see docs/security.md)."""
     from vfl_wire.security import OPERATOR
@@ -319,10 +368,14 @@ def certs(
     extra = [h.strip() for h in hosts.split(",") if h.strip()]
     if days < 1:
         raise ConfigError("--days must be at least 1")
-    written = create_federation(out, names, extra, days=days, force=force, pins=pins)
+    callers = parse_http_callers(http_callers, names)
+    written = create_federation(
+        out, names, extra, days=days, force=force, pins=pins, http_callers=callers
+    )
     typer.echo(f"wrote {', '.join(written) or 'nothing (all identities exist)'} in {out}")
     typer.echo(
         f"give each process only its own directory: {out}/coordinator to vfl-coordinator, "
-        f"{out}/<party> to that party's vfl-client, {out}/{OPERATOR} to vfl evaluate/predict; "
+        f"{out}/<party> to that party's vfl-client, {out}/{OPERATOR} to vfl evaluate/predict, "
+        f"{out}/<caller>/http-token to each caller of a gateway's HTTP endpoint; "
         f"keep {out}/ca.key offline"
     )

@@ -168,7 +168,7 @@ def client(
         Path | None,
         Opt(
             help="serving mode, --http-auth token: the accepted bearer tokens, one a line",
-            show_default="<tls-dir>/operator/token",
+            show_default="the digests of <tls-dir>/<party>/http-tokens.json (vfl certs)",
         ),
     ] = None,
     http_client: Annotated[

@@ -209,6 +209,7 @@ PANELS: dict[str, str] = {
             "server-name",
             "parties",
             "hosts",
+            "http-callers",
             "days",
             "force",
             "audit-log",

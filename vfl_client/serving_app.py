@@ -14,8 +14,10 @@ a 413 (the connection closed), a request whose deadline cannot be met a 429 with
 (vfl_core.serving.admission), a request before the gateway is ready a 503, an unauthenticated
 one a 401 (vfl_client.serving_auth). /health/* and /metrics need no credentials: they hold no
 customer's data and probes and scrapers ask them. Every reply to /predict carries the gateway's
-own time on it (`Server-Timing: gateway;dur=MS, read;dur=..., own, parties, heads`), counted
-from when its request head was parsed.
+own time on it (`Server-Timing: gateway;dur=MS, read;dur=..., own, parties, heads, loop`),
+counted from when its handler started; `loop`, outside that: how long the request waited
+between the event loop reading its bytes (READ_AT, set by the protocol) and its handler
+starting, in the loop's queue of ready tasks.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ MAX_BODY_BYTES = 1 << 20
 # answered at once and its caller asks again); 64 threads shed none.
 DEFAULT_WORKERS = 64
 WAITING_PER_WORKER = 4
+# scope["state"] key: time.monotonic() when the event loop read the request (serving_http)
+READ_AT = "vfl.read_at"
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -164,7 +168,7 @@ class ServingApp:
             self.metrics.shed.labels("http", err.reason).inc()
             if err.reason == LATE:
                 self.metrics.overruns.labels("http").inc()
-            retry = [(b"retry-after", b"1"), _timing(arrived, phases)]
+            retry = [(b"retry-after", b"1"), _timing(arrived, phases, scope)]
             return _Reply(HTTPStatus.TOO_MANY_REQUESTS, {"error": str(err)}, retry)
         except DataError as err:
             return _Reply(HTTPStatus.BAD_REQUEST, {"error": str(err)})
@@ -178,7 +182,7 @@ class ServingApp:
         self.metrics.answered("http", took, answers, "overrun" in phases)
         phases.pop("overrun", None)
         body = {"predictions": [a.to_json() for a in answers]}
-        return _Reply(HTTPStatus.OK, body, [_timing(arrived, phases)])
+        return _Reply(HTTPStatus.OK, body, [_timing(arrived, phases, scope)])
 
     async def _refuse(self, send: Send, reply: _Reply) -> None:
         outcome = {429: "shed", 503: "not_ready"}.get(reply.status.value)
@@ -241,9 +245,11 @@ async def _read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-def _timing(arrived: float, phases: dict[str, float]) -> tuple[bytes, bytes]:
-    """Server-Timing: gateway (the whole request so far), then each step of a prediction."""
-    took = {"gateway": time.monotonic() - arrived} | phases
+def _timing(arrived: float, phases: dict[str, float], scope: Scope) -> tuple[bytes, bytes]:
+    """Server-Timing: gateway (the whole request so far), then each step of a prediction, then
+    loop: the wait before the handler started, after the event loop read the request."""
+    loop = arrived - scope.get("state", {}).get(READ_AT, arrived)
+    took = {"gateway": time.monotonic() - arrived} | phases | {"loop": max(0.0, loop)}
     return b"server-timing", ", ".join(f"{k};dur={1000 * s:.3f}" for k, s in took.items()).encode()
 
 

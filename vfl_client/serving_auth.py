@@ -4,9 +4,10 @@
   the federation's CA whose name is one of `--http-client` (default: `operator`, the identity
   `vfl certs` writes for the application). Probes and scrapers without one still reach /health/*
   and /metrics (the handshake asks for a certificate but does not require one).
-- `token`: `Authorization: Bearer TOKEN`, TOKEN one of the lines of `--http-token-file`
-  (default: the operator's token that `vfl certs` wrote, certs/operator/token), compared by
-  SHA-256 digest in constant time.
+- `token`: `Authorization: Bearer TOKEN`, compared by SHA-256 digest in constant time with the
+  digests `vfl certs` wrote in the party's directory (`http-tokens.json`: one per HTTP caller,
+  whose tokens are `<caller>/http-token`; the gateway holds no token), or with the tokens of
+  `--http-token-file` (one a line) when given.
 - `none`: anyone who reaches the port.
 - `auto` (the default): `none` on a loopback address (only this host reaches it), else `mtls`
   when the party has a TLS identity (--tls-dir), else refused at start: a gateway reachable
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vfl_core.errors import ConfigError
-from vfl_wire.security import OPERATOR, TOKEN_FILE
+from vfl_wire.security import HTTP_TOKENS_FILE, OPERATOR, identity_dir, load_token_digests
 
 AuthMode = Literal["auto", "none", "token", "mtls"]
 
@@ -56,11 +57,22 @@ def resolve_mode(mode: AuthMode, host: str, has_identity: bool, token_file: Path
     )
 
 
-def token_file_default(tls_dir: Path | None) -> Path | None:
-    return None if tls_dir is None else tls_dir / OPERATOR / TOKEN_FILE
+def token_file_default(tls_dir: Path | None, party_id: str) -> Path | None:
+    """The party's `http-tokens.json` from `vfl certs`, when there is one."""
+    if tls_dir is None:
+        return None
+    path = identity_dir(tls_dir, party_id) / HTTP_TOKENS_FILE
+    return path if path.is_file() else None
 
 
 def read_token_digests(path: Path) -> frozenset[bytes]:
+    """SHA-256 digests of the accepted tokens: a `vfl certs` http-tokens.json (caller -> hex
+    digest), or any other file as tokens, one a line."""
+    if path.suffix == ".json":
+        digests = load_token_digests(path).values()
+        if not digests:
+            raise ConfigError(f"{path}: no caller's token digest in it (vfl certs --http-callers)")
+        return frozenset(bytes.fromhex(d) for d in digests)
     try:
         lines = path.read_bytes().splitlines()
     except OSError as err:
@@ -110,4 +122,4 @@ class Authorizer:
         # every digest compared, in constant time each: the time says nothing of which matched
         if any([hmac.compare_digest(digest, d) for d in self._digests]):
             return None
-        return "unauthenticated: the bearer token is not one of --http-token-file's"
+        return "unauthenticated: the bearer token is not one this gateway accepts"

@@ -38,7 +38,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from vfl_client.serving_app import ServingApp
+from vfl_client.serving_app import READ_AT, ServingApp
 from vfl_core.errors import DataError
 from vfl_wire.log_budget import budget
 
@@ -122,12 +122,13 @@ class _Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        read_at = time.monotonic()
         super().data_received(data)
-        self._check_started()
+        self._check_started(read_at)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # may start a pipelined request
-        if self._check_started():
+        if self._check_started(time.monotonic()):
             return
         self.guard.idle(self)
         self._arm()
@@ -145,11 +146,14 @@ class _Protocol(H11Protocol):
             self.transport.write(self.conn.send(event))
         self.transport.close()
 
-    def _check_started(self) -> bool:
-        """A request head was parsed since the last check: stop the head timer."""
+    def _check_started(self, read_at: float) -> bool:
+        """A request head was parsed since the last check: stop the head timer, and tell the
+        app when its bytes were read (its task runs later, after the loop's other ready work:
+        at 256 callers that wait is part of the request's time, and of its deadline)."""
         cycle = self.cycle
         if cycle is not None and cycle is not self._cycle_seen and not cycle.response_complete:
             self._cycle_seen = cycle
+            cycle.scope.setdefault("state", {})[READ_AT] = read_at
             self._disarm()
             self.guard.busy(self)
             return True

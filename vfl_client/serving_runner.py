@@ -137,9 +137,13 @@ def start_http(
     """The gateway's HTTP endpoint, with the authentication --http-auth resolves to."""
     assert config.http is not None
     host = config.http.rpartition(":")[0].strip("[]")
-    token_file = config.http_token_file or token_file_default(config.tls_dir)
+    party_id = readiness.party
+    token_file = config.http_token_file or token_file_default(config.tls_dir, party_id)
     if config.http_auth == "token" and token_file is None:
-        raise ConfigError("--http-auth token: give --http-token-file")
+        raise ConfigError(
+            f"--http-auth token: no http-tokens.json for {party_id} in {config.tls_dir} "
+            "(`vfl certs --http-callers`): give --http-token-file"
+        )
     mode = resolve_mode(config.http_auth, host, security.identity is not None, token_file)
     guard = ConnectionGuard()
     tls = None

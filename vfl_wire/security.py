@@ -10,6 +10,8 @@ dials. Layout (`--tls-dir certs/` with `--party-id party0`, or `--tls-dir certs/
     certs/<name>/ca.pem, cert.pem, key.pem
     certs/<name>/token                   the second factor of a party or the operator
     certs/coordinator/tokens.json        SHA-256 of every token, by identity
+    certs/<caller>/http-token            a caller's bearer token for a gateway's HTTP endpoint
+    certs/<party>/http-tokens.json       SHA-256 of every HTTP caller's token, by caller
 
 Servers. Every call is checked by `GuardInterceptor` before any servicer sees it: the peer's
 certificate (mutual TLS: the server refuses a client without a certificate of the CA), the calls
@@ -50,6 +52,8 @@ COORDINATOR = "coordinator"
 OPERATOR = "operator"
 TOKEN_FILE = "token"
 TOKENS_FILE = "tokens.json"
+HTTP_TOKEN_FILE = "http-token"  # a gateway HTTP caller's bearer token (not its gRPC token)
+HTTP_TOKENS_FILE = "http-tokens.json"  # in each party's directory: caller -> SHA-256 hex
 BLOCKS_FILE = "blocks.json"  # in the coordinator's directory: party id -> the blocks it may hold
 HEALTH_SERVICE = "grpc.health.v1.Health"
 PARTY_SERVICE = "vfl.v1.Party"
