@@ -138,6 +138,13 @@ SETTINGS: dict[str, list[str]] = {
     # the defaults with the linear scaling rule for the "auto" rate (vfl_core.config
     # SCALED_TABLE_LR: 0.001 x batch / 64 from each party's own training rows, at most 0.01)
     "lr-linear-scaling": [],
+    # issue 45: numeric embeddings inside each party and TabM-mini ensembles (model.num_embedding,
+    # model.ensemble), on the code's defaults otherwise
+    "ple": ["--num-embedding", "ple"],
+    "periodic": ["--num-embedding", "periodic"],
+    "ens4": ["--ensemble", "4"],
+    "ple-ens4": ["--num-embedding", "ple", "--ensemble", "4"],
+    "ens4-embed128": ["--ensemble", "4", "--embed-dim", "128"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}

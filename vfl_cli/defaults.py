@@ -42,6 +42,8 @@ MODEL = {
     "dropout": 0.0,
     "norm": "none",
     "categorical_dim": 0,
+    "num_embedding": "none",
+    "ensemble": 1,
 }
 DVFL = {
     "guest_hidden": (100,),

@@ -105,6 +105,8 @@ PANELS: dict[str, str] = {
             "dropout",
             "norm",
             "categorical-dim",
+            "num-embedding",
+            "ensemble",
             "dlvm-latent-dim",
             "dlvm-hidden",
             "dlvm-mnar",

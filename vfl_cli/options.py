@@ -118,7 +118,7 @@ def train_config(base: dict[str, Any], **overrides: Any) -> TrainConfig:
     data = dict(base)
     model = dict(data.pop("model", {}) or {})
     model_keys = ("representation", "embed_dim", "hidden", "head", "head_hidden", "dropout")
-    for key in (*model_keys, "norm", "categorical_dim"):
+    for key in (*model_keys, "norm", "categorical_dim", "num_embedding", "ensemble"):
         value = overrides.pop(key, None)
         if value is not None:
             model[key] = value

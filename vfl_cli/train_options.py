@@ -109,6 +109,22 @@ class TrainOptions:
             show_default=shown(M["categorical_dim"]),
         ),
     ] = None
+    num_embedding: Annotated[
+        str | None,
+        Opt(
+            help="tabular parties: embeddings of numeric columns: none | ple (piecewise-linear "
+            "on quantile bins of the party's training rows) | periodic",
+            show_default=shown(M["num_embedding"]),
+        ),
+    ] = None
+    ensemble: Annotated[
+        int | None,
+        Opt(
+            help="tabular parties: members of a TabM-mini ensemble sharing each party's MLP "
+            "(--embed-dim must divide by it); 1: none",
+            show_default=shown(M["ensemble"]),
+        ),
+    ] = None
     label_smoothing: Annotated[
         float | None,
         Opt(

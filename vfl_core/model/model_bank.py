@@ -16,6 +16,7 @@ from vfl_core.model.eager_optim import EagerAdam, EagerSGD
 from vfl_core.model.lr_schedule import lr_at
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.models import build_head, build_representation
+from vfl_core.model.num_embeddings import NumericFit
 from vfl_core.model.slots import CONCAT_HEAD, SHARED, Subset
 from vfl_core.seeding import Stream, derive_seed
 
@@ -81,6 +82,7 @@ class ModelBank:
         *,
         categorical: tuple[int, ...] = (),
         train_rows: int | None = None,
+        numeric: NumericFit | None = None,
     ) -> None:
         self.config = config
         # the party's own training rows: the "auto" rate of a table may follow them
@@ -92,6 +94,7 @@ class ModelBank:
         self.feature_shape = feature_shape
         self.num_classes = num_classes
         self.categorical = categorical  # code columns' cardinalities (tabular parties)
+        self.numeric = numeric  # numeric columns fitted on the training rows (num_embedding)
         self.device = device
         self.reps: dict[Subset, nn.Module] = {}
         self.heads: dict[Subset, nn.Module] = {}
@@ -104,7 +107,11 @@ class ModelBank:
                 self.config.seed, Stream.INIT_REPRESENTATION, self.block, *subset_code(key)
             )
             model = build_representation(
-                self.config.model, self.feature_shape, seed, categorical=self.categorical
+                self.config.model,
+                self.feature_shape,
+                seed,
+                categorical=self.categorical,
+                numeric=self.numeric,
             )
             self.reps[key] = model.to(self.device)
             self.rep_opts[key] = make_optimizer(

@@ -15,6 +15,8 @@ Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 HeadKind = Literal["auto", "linear", "mlp", "wide"]
 # Normalisation after each hidden Linear of a tabular party's MLP (before its ReLU).
 Norm = Literal["none", "layer", "batch"]
+# Embeddings of a tabular party's numeric columns (vfl_core.model.num_embeddings).
+NumEmbedding = Literal["none", "ple", "periodic"]
 
 
 class ModelConfig(BaseModel):
@@ -33,3 +35,11 @@ class ModelConfig(BaseModel):
     dropout: float = Field(0.0, ge=0, lt=1)
     norm: Norm = "none"
     categorical_dim: int = Field(0, ge=0, le=1024)
+    # Opt-in (docs/tabular-defaults.md has what they measured): numeric columns' embeddings
+    # ("ple": piecewise-linear on `num_bins` training quantile bins; "periodic"), each
+    # `num_embedding_dim` wide, and a TabM-mini ensemble of `ensemble` members sharing the
+    # party's MLP (vfl_core.model.ensemble; embed_dim must divide by it). Tabular parties only.
+    num_embedding: NumEmbedding = "none"
+    num_embedding_dim: int = Field(16, ge=1, le=256)
+    num_bins: int = Field(16, ge=2, le=256)
+    ensemble: int = Field(1, ge=1, le=64)

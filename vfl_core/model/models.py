@@ -28,6 +28,7 @@ from torch import nn
 
 from vfl_core.errors import ConfigError
 from vfl_core.model.model_config import ModelConfig
+from vfl_core.model.num_embeddings import NumericFit
 from vfl_core.model.tower import SeededDropout, norm_layers
 
 logger = logging.getLogger(__name__)
@@ -361,18 +362,27 @@ def build_representation(
     *,
     final_activation: bool = DEFAULT_FINAL_ACTIVATION,
     categorical: tuple[int, ...] = (),
+    numeric: NumericFit | None = None,
 ) -> nn.Module:
     """Representation model f_k: (B, *feature_shape) float32 -> (B, config.embed_dim).
 
     "auto" picks "mlp" for (F,) blocks and "cnn" for (C, H, W) blocks. ``categorical`` (tabular
     blocks only) gives the cardinalities of the code columns that end each row: the MLP then
-    embeds them first (``TabularRepresentation``). Weights depend only on ``generator_seed``;
-    the caller's global RNG state is left untouched.
+    embeds them first (``TabularRepresentation``). ``numeric``: the party's numeric columns
+    fitted on its training rows, for ``config.num_embedding`` (vfl_core.model.tabular_tower).
+    Weights depend only on ``generator_seed``; the caller's global RNG state is left untouched.
     """
     _check_model_config(config)
     shape = _check_feature_shape(feature_shape)
     kind = resolve_representation(config, shape)
     _check_categorical(categorical, shape, kind)
+    from vfl_core.model import tabular_tower  # it builds on this module's classes
+
+    if tabular_tower.extended(config):
+        if kind != "mlp" or len(shape) != 1:
+            raise ConfigError("--num-embedding and --ensemble need tabular parties (mlp)")
+        extra = {"numeric": numeric, "final_activation": final_activation}
+        return tabular_tower.build_tower(config, shape[0], generator_seed, categorical, **extra)
     skip = config.head == "wide"  # the linear path from the features to the logits starts here
     # MLP towers only; the dropout masks' seed is the weights' (SeededDropout draws apart)
     tower = {"dropout": config.dropout, "norm": config.norm, "dropout_seed": generator_seed}
@@ -470,6 +480,10 @@ def build_head(
     kind = resolve_head(config, tabular)
     if kind in ("mlp", "wide") and config.head_hidden < 1:
         raise ConfigError(f"model.head_hidden must be >= 1, got {config.head_hidden}")
+    if config.ensemble > 1:
+        from vfl_core.model.tabular_tower import build_ensemble_head
+
+        return build_ensemble_head(config, kind, num_classes, generator_seed, in_blocks)
 
     def factory() -> nn.Module:
         if kind == "linear":

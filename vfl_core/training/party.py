@@ -29,7 +29,10 @@ from vfl_core.inference.blind import unblinded
 from vfl_core.inference.scoring import coarsened, score_batch, summed
 from vfl_core.methods.laser.party_steps import LaserSteps
 from vfl_core.methods.spec import SHARED, ProgramHooks
+from vfl_core.model.ensemble import member_loss
 from vfl_core.model.model_bank import ModelBank
+from vfl_core.model.model_config import ModelConfig
+from vfl_core.model.num_embeddings import NumericFit, fit_numeric
 from vfl_core.privacy.guards import PartyGuard
 from vfl_core.protocol import (
     BackwardCall,
@@ -85,7 +88,8 @@ class Party:
         self._kept: tuple[int, dict] | None = None  # (round, state) for early stopping
         meta = data.meta
         self.task = meta.task
-        self.loss_fn = head_loss(meta.task, config.label_smoothing)
+        # an ensemble's heads return each member's output in training (model.ensemble)
+        self.loss_fn = member_loss(head_loss(meta.task, config.label_smoothing))
         # Regression targets in standard units, from this party's own training labels: the
         # statistics never leave it, predictions leave in original units.
         train = data.splits.get("train")
@@ -100,6 +104,7 @@ class Party:
             self.device,
             categorical=tuple(meta.categorical),
             train_rows=_train_rows(self.data),
+            numeric=_numeric_fit(self.data, config.model),
         )
         # A method with a round program may keep models of its own here (dvfl: its guest, host
         # replica and owner, vfl_core.methods.dvfl.roles) instead of f_k and g_k: an object
@@ -386,6 +391,17 @@ def _randomised_labels(data: PartyData, guard: PartyGuard) -> PartyData:
         return data
     labels = guard.labels(train.labels, data.meta.num_classes, train.features)
     return replace(data, splits={**data.splits, "train": replace(train, labels=labels)})
+
+
+def _numeric_fit(data: PartyData, model: ModelConfig) -> NumericFit | None:
+    """The numeric columns of this party's TRAINING rows and their quantile bins, for
+    model.num_embedding (None: off, an image party, or no training split); the test rows take
+    no part, and both transports read the same rows."""
+    train = data.splits.get("train")
+    if model.num_embedding == "none" or train is None or len(data.meta.feature_shape) != 1:
+        return None
+    dense = train.features[:, : data.meta.feature_shape[0] - len(data.meta.categorical)]
+    return fit_numeric(model.num_embedding, dense, model.num_bins)
 
 
 def _train_rows(data: PartyData) -> int | None:
