@@ -43,6 +43,8 @@ MODEL = {
     "norm": "none",
     "categorical_dim": 0,
     "num_embedding": "none",
+    "num_embedding_dim": 16,
+    "num_bins": 16,
     "ensemble": 1,
 }
 DVFL = {
