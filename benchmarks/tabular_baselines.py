@@ -110,6 +110,28 @@ def hgb_row(prep: Prepared) -> Row:
     return _row("hgb", prep, _predict(model, x, prep.task), seconds)
 
 
+def lgbm_row(prep: Prepared) -> Row:
+    """LightGBM with its default settings (a measurement extra: `pip install lightgbm`) on the
+    same joined columns as `hgb_row`: categorical columns as its categorical features."""
+    from lightgbm import LGBMClassifier, LGBMRegressor
+    from sklearn.preprocessing import OrdinalEncoder
+
+    start = time.perf_counter()
+    codes = OrdinalEncoder(
+        handle_unknown="use_encoded_value", unknown_value=np.nan, encoded_missing_value=np.nan
+    )
+    num, cat = raw_columns(prep, prep.train_rows)
+    categorical = list(range(num.shape[1], num.shape[1] + cat.shape[1]))
+    x = _stack(num, codes.fit_transform(_nan_cells(cat)) if cat.shape[1] else cat)
+    kind = LGBMRegressor if prep.task == REGRESSION else LGBMClassifier
+    model = kind(random_state=prep.seed, verbose=-1)
+    model.fit(x, prep.labels(prep.train_rows), categorical_feature=categorical or "auto")
+    seconds = time.perf_counter() - start
+    num, cat = raw_columns(prep, prep.test_rows)
+    x = _stack(num, codes.transform(_nan_cells(cat)) if cat.shape[1] else cat)
+    return _row("lgbm", prep, _predict(model, x, prep.task), seconds)
+
+
 def _nan_cells(cat: np.ndarray) -> np.ndarray:
     return np.where(cat == None, np.nan, cat)  # noqa: E711 (elementwise)
 

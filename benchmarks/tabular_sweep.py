@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,9 @@ SETTINGS: dict[str, list[str]] = {
     "ens4": ["--ensemble", "4"],
     "ple-ens4": ["--num-embedding", "ple", "--ensemble", "4"],
     "ens4-embed128": ["--ensemble", "4", "--embed-dim", "128"],
+    # no federation: HistGradientBoosting and LightGBM (defaults) on the joined columns of the
+    # same party CSVs, with the process CPU seconds of each fit
+    "gbdt": [],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
@@ -232,6 +236,8 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
         import benchmarks.laser_concat  # noqa: F401 (registers the method)
     _set_module_defaults(payload)
     overlap = payload.get("overlap") or "partial"
+    if payload.get("gbdt"):
+        return {"task": table.task, "rows_run": _gbdt_rows(table, payload["seed"])}
     with tempfile.TemporaryDirectory(prefix="vfl-tabular-sweep-") as tmp:
         prep = prepare(table, payload["seed"], Path(tmp) / "parties", overlap)
         rows = [_row("federation", prep, list(range(K)), Path(tmp) / "fed.json", extra)]
@@ -241,6 +247,20 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
             train = TrainConfig.model_validate(rows[0]["train"])
             rows += [linear_row(prep), hgb_row(prep), central_row(prep, train)]
     return {"task": table.task, "rows_run": rows}
+
+
+def _gbdt_rows(table: Any, seed: int) -> list[dict[str, Any]]:
+    """The gradient-boosting rows of a `gbdt` setting, each with the CPU seconds of its fit."""
+    from benchmarks.tabular_baselines import lgbm_row
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="vfl-tabular-sweep-") as tmp:
+        prep = prepare(table, seed, Path(tmp) / "parties", "partial")
+        for fit in (hgb_row, lgbm_row):
+            start = time.process_time()
+            row = fit(prep)
+            rows.append({**row, "cpu_seconds": time.process_time() - start})
+    return rows
 
 
 def _set_module_defaults(payload: dict[str, Any]) -> None:
@@ -325,6 +345,7 @@ def setting_payload(setting: str) -> dict[str, Any]:
         "overlap": OVERLAP.get(setting),
         "concat_rule": CONCAT_RULE.get(setting),
         "choice_metric": CHOICE_METRIC.get(setting),
+        "gbdt": setting == "gbdt",
     }
 
 
