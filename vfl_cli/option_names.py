@@ -106,6 +106,8 @@ PANELS: dict[str, str] = {
             "norm",
             "categorical-dim",
             "num-embedding",
+            "num-bins",
+            "num-embedding-dim",
             "ensemble",
             "dlvm-latent-dim",
             "dlvm-hidden",

@@ -118,7 +118,8 @@ def train_config(base: dict[str, Any], **overrides: Any) -> TrainConfig:
     data = dict(base)
     model = dict(data.pop("model", {}) or {})
     model_keys = ("representation", "embed_dim", "hidden", "head", "head_hidden", "dropout")
-    for key in (*model_keys, "norm", "categorical_dim", "num_embedding", "ensemble"):
+    embeddings = ("num_embedding", "num_bins", "num_embedding_dim", "ensemble")
+    for key in (*model_keys, "norm", "categorical_dim", *embeddings):
         value = overrides.pop(key, None)
         if value is not None:
             model[key] = value

@@ -117,6 +117,20 @@ class TrainOptions:
             show_default=shown(M["num_embedding"]),
         ),
     ] = None
+    num_bins: Annotated[
+        int | None,
+        Opt(
+            help="--num-embedding ple: quantile bins of each numeric column",
+            show_default=shown(M["num_bins"]),
+        ),
+    ] = None
+    num_embedding_dim: Annotated[
+        int | None,
+        Opt(
+            help="--num-embedding: values of each numeric column's embedding",
+            show_default=shown(M["num_embedding_dim"]),
+        ),
+    ] = None
     ensemble: Annotated[
         int | None,
         Opt(
