@@ -84,6 +84,7 @@ def summarise_rounds(root: Path, reference: str = "today") -> str:
     epochs, rounds and CPU seconds to the model and to within 0.2 points, and its rounds
     against `reference`'s (the same table and seeds)."""
     runs: dict[str, dict[str, list[tuple[dict[str, Any], str]]]] = {}
+    fits: dict[str, dict[str, list[dict[str, Any]]]] = {}  # baselines with their CPU seconds
     for path in sorted(root.glob("*/*.json")):
         run = read_json(path)
         if run is None:
@@ -94,6 +95,9 @@ def summarise_rounds(root: Path, reference: str = "today") -> str:
                 runs.setdefault(table, {}).setdefault(path.parent.name, []).append(
                     (row, run["task"])
                 )
+            elif "cpu_seconds" in row:
+                name = f"{path.parent.name} [{row['row']}]"
+                fits.setdefault(table, {}).setdefault(name, []).append(row)
     out = []
     for table in sorted(runs):
         settings = runs[table]
@@ -134,5 +138,12 @@ def summarise_rounds(root: Path, reference: str = "today") -> str:
                 ratio,
             ]
             out.append(f"| {name} | " + " | ".join(cells) + " |")
+        for name, rows in sorted(fits.get(table, {}).items()):
+            quality = [
+                _mean_sd([scale * r["scores"]["all"][m] for r in rows if m in r["scores"]["all"]])
+                for m, scale in QUALITY[task]
+            ]
+            cpu = _mean([r["cpu_seconds"] for r in rows], 1)
+            out.append(f"| {name} | " + " | ".join([*quality, "-", "-", cpu, "-", "-", ""]) + " |")
         out.append("")
     return "\n".join(out)
