@@ -124,7 +124,9 @@ def lgbm_row(prep: Prepared) -> Row:
     categorical = list(range(num.shape[1], num.shape[1] + cat.shape[1]))
     x = _stack(num, codes.fit_transform(_nan_cells(cat)) if cat.shape[1] else cat)
     kind = LGBMRegressor if prep.task == REGRESSION else LGBMClassifier
-    model = kind(random_state=prep.seed, verbose=-1)
+    # one thread: on a shared machine LightGBM's OpenMP threads spin for each other (a fit of
+    # seconds took minutes), and its CPU seconds are then the fit's, not the waiting's
+    model = kind(random_state=prep.seed, verbose=-1, n_jobs=1)
     model.fit(x, prep.labels(prep.train_rows), categorical_feature=categorical or "auto")
     seconds = time.perf_counter() - start
     num, cat = raw_columns(prep, prep.test_rows)

@@ -148,6 +148,7 @@ SETTINGS: dict[str, list[str]] = {
     "ens4-embed128": ["--ensemble", "4", "--embed-dim", "128"],
     "ple8-d8": ["--num-embedding", "ple", "--num-bins", "8", "--num-embedding-dim", "8"],
     "periodic-ens4": ["--num-embedding", "periodic", "--ensemble", "4"],
+    "ens2": ["--ensemble", "2"],
     # no federation: HistGradientBoosting and LightGBM (defaults) on the joined columns of the
     # same party CSVs, with the process CPU seconds of each fit
     "gbdt": [],
