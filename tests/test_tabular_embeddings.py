@@ -2,7 +2,7 @@
 the party's training quantiles, periodic) and TabM-mini ensembles. Given a party of the bank /
 retail / telecom tables: the embeddings' bins come from its training rows only; the ensemble's
 members differ and its eval output is their mean; a trained federation's serving bundles predict
-what the federation predicts, with each option."""
+what the federation predicts, with each option, and a party restored from its state is the same."""
 
 from __future__ import annotations
 
@@ -123,3 +123,8 @@ def test_given_the_options_when_bundles_predict_then_equal_the_federation(
     got, want = bundle_predictions(tmp_path, fed, parties, paths, "customer_id")
     assert len(got) > 20 and got.shape[1] == 2
     np.testing.assert_allclose(got, want, atol=1e-5)
+    # a party restarted from its state (a checkpoint's) takes the bins and members back as saved
+    for party in parties.values():
+        restored = Party(party.party_id, party.data, config, secret=SECRET)
+        restored.load_state_dict(party.state_dict())
+        np.testing.assert_array_equal(restored.parameters_vector(), party.parameters_vector())
