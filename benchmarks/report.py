@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.grid import CellKey, Stat
+from benchmarks.paper import CellKey, Stat
 from benchmarks.setups import METHOD_NAMES, P_MISS, Setup, metric_label
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import throughput
-from benchmarks.grid import (
+from benchmarks.paper import (
     collect,
     grid_runs,
     grid_tasks,
@@ -40,6 +39,7 @@ from benchmarks.grid import (
 )
 from benchmarks.pool import code_version, machine, read_json, run_tasks, write_json
 from benchmarks.report import kept_notes, md_table
+from benchmarks.scale import throughput
 from benchmarks.setups import P_MISS, SETUPS, Setup, metric_label
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.label_only import (
+from benchmarks.paper.label_only import (
     CENTRAL,
     OTHER_SETS,
     WITH_LABELS,

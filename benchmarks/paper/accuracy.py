@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.grid import (
+from benchmarks.paper import (
     collect,
     grid_runs,
     grid_tasks,

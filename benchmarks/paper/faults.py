@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.grid import Stat, simulate_worker
+from benchmarks.paper import Stat, simulate_worker
 from benchmarks.pool import Task, machine, read_json, run_tasks
 from benchmarks.report import md_table, pyplot, save_figure, write_job_report
 from benchmarks.setups import SETUPS

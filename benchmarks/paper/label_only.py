@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.grid import simulate_worker
+from benchmarks.paper import simulate_worker
 from benchmarks.pool import Task, read_json, run_tasks
 from benchmarks.setups import PAPER_MODEL, PAPER_PLAIN, SETUPS, paper_plain
 
@@ -117,7 +117,7 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
 def centralised_worker(payload: dict[str, Any]) -> dict[str, Any]:
     """The centralised model of every observed set without block 0, on the data the `ours`
     run of this seed trains and is tested on."""
-    from benchmarks.centralised import evaluate, joined, train_model
+    from benchmarks.paper.centralised import evaluate, joined, train_model
     from vfl_core.simulate import SimulationConfig, party_data
 
     config = SimulationConfig.model_validate(payload["config"])

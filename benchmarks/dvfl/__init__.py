@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.faults import stat
-from benchmarks.grid import Stat, simulate_worker
+from benchmarks.paper import Stat, simulate_worker
+from benchmarks.paper.faults import stat
 from benchmarks.pool import Task, machine, read_json, run_tasks
 from benchmarks.report import md_table, pyplot, save_figure, write_job_report
 

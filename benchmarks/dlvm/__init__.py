@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.dlvm_paper import STANDS_FOR, TABLE, paper_lead, paper_rows
+from benchmarks.dlvm.paper import STANDS_FOR, TABLE, paper_lead, paper_rows
 from benchmarks.pool import Task, read_json, run_tasks
 
 log = logging.getLogger(__name__)
