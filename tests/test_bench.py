@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks import paper as grid
-from benchmarks import pool, report
+from benchmarks import pool
 from benchmarks import scale as scaling
-from benchmarks.paper.accuracy import AccuracyJob, run_grid, write_report
+from benchmarks.paper import AccuracyJob, report, run_grid, write_report
 from benchmarks.scale import throughput
 from benchmarks.setups import COLUMNS, SETUPS
 from vfl_cli.app import app

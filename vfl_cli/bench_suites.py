@@ -75,7 +75,7 @@ def accuracy(
 ) -> None:
     """Methods x train p_miss x test p_miss x seeds, cached per run; writes the report."""
     setup_logging(bench.log_level)
-    acc, setups = bench_module("paper.accuracy"), bench_module("setups")
+    acc, setups = bench_module("paper"), bench_module("setups")
     if dataset not in setups.SETUPS:
         raise ConfigError(f"unknown dataset {dataset!r}; choose from {', '.join(setups.SETUPS)}")
     job = acc.AccuracyJob(
@@ -111,7 +111,7 @@ def label_only(
         raise ConfigError(f"--dataset must be credit or digits, got {dataset!r}")
     if not 0 < p_miss < 1:
         raise ConfigError(f"--p-miss must be in (0, 1), got {p_miss}")
-    mod, report = bench_module("paper.label_only"), bench_module("paper.label_only_report")
+    mod = bench_module("paper.label_only")
     job = mod.LabelOnlyJob(
         seeds=parse_ints(seeds, "--seeds"),
         results=bench.results,
@@ -122,7 +122,7 @@ def label_only(
         jobs=jobs,
         command=command_line(),
     )
-    run_and_report(mod.run, report.write_report, job, bench)
+    run_and_report(mod.run, mod.write_report, job, bench)
 
 
 @paper_app.command("faults")

@@ -1,4 +1,7 @@
-"""The accuracy grid of the paper's Table 1: methods x train p_miss x test p_miss x seeds.
+"""The paper suite (`vfl bench paper`): LASER-VFL beside the paper's baselines on the paper's
+setups. This module holds the accuracy grid of the paper's Table 1 (`vfl bench paper accuracy`):
+methods x train p_miss x test p_miss x seeds, run by the other experiments of the suite too
+(paper.label_only, paper.faults) and by the option sweeps (benchmarks.wire_dtype).
 
 One training run per (method, train p_miss, seed); every test p_miss is evaluated after that same
 run (`run_simulation` prepares one test variant per test p_miss with the same train split). Each
@@ -22,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.pool import Task, read_json
-from benchmarks.setups import P_MISS, Setup, paper_plain
+from benchmarks.paper.report import AccuracyContext, CellKey, Stat, accuracy_markdown, accuracy_plot
+from benchmarks.pool import Task, machine, read_json, run_tasks
+from benchmarks.setups import P_MISS, SETUPS, Setup, paper_plain
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
-CellKey = tuple[str, float, float]  # (method, train p_miss, test p_miss)
 
 
 @dataclass(frozen=True)
@@ -180,13 +183,6 @@ def collect(
     return dict(cells)
 
 
-@dataclass(frozen=True)
-class Stat:
-    mean: float
-    std: float  # sample standard deviation (ddof 1); 0 for a single seed
-    n: int
-
-
 def summarize(cells: dict[CellKey, dict[int, float]]) -> dict[CellKey, Stat]:
     out = {}
     for key, by_seed in cells.items():
@@ -194,3 +190,77 @@ def summarize(cells: dict[CellKey, dict[int, float]]) -> dict[CellKey, Stat]:
         std = float(values.std(ddof=1)) if len(values) > 1 else 0.0
         out[key] = Stat(float(values.mean()), std, len(values))
     return out
+
+
+# ---------------------------------------------------------------- vfl bench paper accuracy
+
+
+@dataclass(frozen=True)
+class AccuracyJob:
+    dataset: str
+    methods: Sequence[str]
+    seeds: Sequence[int]
+    p_train: Sequence[float]
+    p_test: Sequence[float]
+    results: Path  # benchmarks/results
+    data_path: Path | None = None
+    epochs: int | None = None
+    jobs: int = 2
+    command: str = ""
+
+    @property
+    def setup(self) -> Setup:
+        return SETUPS[self.dataset]
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.results / "runs"
+
+
+def run_grid(job: AccuracyJob, progress: bool = True) -> list[str]:
+    """Run every run of the grid that is not cached; returns the labels of failed runs."""
+    runs = grid_runs(job.methods, job.p_train, job.seeds)
+    tasks = grid_tasks(
+        job.setup,
+        runs,
+        job.runs_dir,
+        data_path=job.data_path,
+        p_test=job.p_test,
+        epochs=job.epochs,
+    )
+    desc = f"{job.dataset} grid"
+    meta = {"command": job.command}
+    return run_tasks(simulate_worker, tasks, job.jobs, desc=desc, progress=progress, meta=meta)
+
+
+def write_report(job: AccuracyJob) -> tuple[Path, str]:
+    """Write accuracy_<dataset>.md (+ .png) from the cached runs; returns the path and text."""
+    setup = job.setup
+    probe = simulation_config(
+        setup,
+        grid_runs(job.methods[:1], job.p_train[:1], job.seeds[:1])[0],
+        p_test=job.p_test,
+        epochs=job.epochs,
+    )
+    digest = setup_digest(setup, json.loads(probe.model_dump_json()))
+    records = load_runs(job.runs_dir, setup, digest)
+    records = [r for r in records if r["run"]["seed"] in job.seeds]
+    stats = summarize(collect(records, setup.metric, job.p_test))
+    ctx = AccuracyContext(
+        command=job.command,
+        machine=records[0]["machine"] if records else machine(),
+        methods=job.methods,
+        seeds=job.seeds,
+        p_train=job.p_train,
+        p_test=job.p_test,
+        epochs=job.epochs,
+        digest=digest,
+        run_commands=sorted({r.get("command", "(not recorded)") for r in records}),
+    )
+    md_path = job.results / f"accuracy_{setup.dataset}.md"
+    png = accuracy_plot(stats, setup, ctx, md_path.with_suffix(".png"))
+    text = accuracy_markdown(stats, setup, ctx, png.name if png else None)
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(text)
+    log.info("wrote %s from %d runs", md_path, len(records))
+    return md_path, text
