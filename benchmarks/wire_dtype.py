@@ -1,4 +1,4 @@
-"""`vfl bench wire-dtype`: what each wire dtype of embeddings and gradients
+"""`vfl bench paper wire-dtype`: what each wire dtype of embeddings and gradients
 (vfl_core.model.quantize)
 costs in accuracy and saves in bytes.
 
@@ -10,7 +10,7 @@ federation's numbers (tests/test_wire_dtype.py pins the bit-identity). Runs are 
 grid's, in results/runs/wire_dtype/<dataset>/ (the wire dtype is part of the setup digest).
 
 Bytes: one audited epoch of the real federation per (data set, wire dtype) (vfl-coordinator
---audit-log, as `vfl bench throughput` does): the serialized training calls (Train, Fuse)
+--audit-log, as `vfl bench scale throughput` does): the serialized training calls (Train, Fuse)
 messages to and from the coordinator, per round.
 """
 

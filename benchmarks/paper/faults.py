@@ -1,4 +1,4 @@
-"""`vfl bench faults`: training through party failures, in the setting of the DVFL paper.
+"""`vfl bench paper faults`: training through party failures, in the setting of the DVFL paper.
 
 Amalanshu, Sirvi, Inouye, "Decoupled Vertical Federated Learning" (guest loss): MNIST as four
 28x7 strips, at every training round each party that is up fails with probability R_d and each

@@ -1,4 +1,5 @@
-"""`vfl bench scaling`: accuracy and time per epoch against the number of parties K (paper Fig. 2).
+"""The scale suite. `vfl bench scale parties`: accuracy and time per epoch against the number of
+parties K (paper Fig. 2); `vfl bench scale throughput`: benchmarks.scale.throughput.
 
 MNIST-10k cut into K vertical strips (K = 2..8), every party missing 10% of the train and test
 samples. Combinatorial trains one predictor per subset (2^K - 1; 255 at K = 8) and every party

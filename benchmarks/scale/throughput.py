@@ -1,5 +1,5 @@
-"""`vfl bench throughput`: training samples per second in-process and over gRPC on loopback, and
-the bytes a training round sends against the minimum the algorithm needs.
+"""`vfl bench scale throughput`: training samples per second in-process and over gRPC on loopback,
+and the bytes a training round sends against the minimum the algorithm needs.
 
 Workload: LASER-VFL, K = 4 parties holding the four 14x14 quadrants of a subset of MNIST-10k,
 nothing missing (every batch has all four blocks, every party holds labels), MLP or CNN parties,
