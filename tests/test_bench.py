@@ -195,18 +195,8 @@ def test_given_laser_just_below_the_best_when_checked_then_the_best_methods_std_
 
 
 def test_given_the_cli_when_bench_accuracy_runs_then_it_writes_the_report(tmp_path: Path) -> None:
-    args = [
-        "bench",
-        "paper",
-        "accuracy",
-        "--dataset",
-        "digits",
-        "--seeds",
-        "0",
-        "--methods",
-        "local",
-    ]
-    args += ["--p-train", "0", "--p-test", "0", "--jobs", "0", "--results", str(tmp_path)]
+    args = ["bench", "paper", "accuracy", "--dataset", "digits", "--seeds", "0", "--methods"]
+    args += ["local", "--p-train", "0", "--p-test", "0", "--jobs", "0", "--results", str(tmp_path)]
     result = CliRunner().invoke(app, [*args, "--no-progress"])
     assert result.exit_code == 0, result.output
     assert "| Local |" in result.output
@@ -220,6 +210,15 @@ def test_given_bad_options_when_bench_accuracy_runs_then_one_error_line() -> Non
     assert result.exit_code == 2 and "unknown method" in result.output
     result = CliRunner().invoke(app, ["bench", "paper", "accuracy", "--dataset", "cifar"])
     assert result.exit_code == 2 and "unknown dataset" in result.output
+
+
+def test_given_a_name_from_before_the_suites_when_run_then_the_suites_command_runs() -> None:
+    result = CliRunner().invoke(app, ["bench", "accuracy", "--dataset", "cifar"])
+    assert result.exit_code == 2 and "unknown dataset 'cifar'" in result.output
+    assert "warning: vfl bench accuracy is now vfl bench paper accuracy" in result.output
+    result = CliRunner().invoke(app, ["bench", "scaling", "--model", "rnn"])
+    assert result.exit_code == 2 and "--representation must be one of" in result.output
+    assert "--model is deprecated, use --representation" in result.output
 
 
 # ------------------------------------------------------------------------ scaling, throughput

@@ -11,6 +11,8 @@ benchmarks.dlvm), imported only when a benchmark runs.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -37,6 +39,7 @@ from vfl_cli.bench_options import (
     rejoin_rates,
     run_and_report,
 )
+from vfl_cli.command import REMOVED_IN
 from vfl_cli.errors import setup_logging, user_errors
 from vfl_cli.option_groups import with_option_groups
 from vfl_core.errors import ConfigError
@@ -211,7 +214,7 @@ def scaling(
     setup_logging(bench.log_level)
     mod = bench_module("scale")
     if model not in mod.MODELS:
-        raise ConfigError(f"--model must be one of {', '.join(mod.MODELS)}, got {model!r}")
+        raise ConfigError(f"--representation must be one of {', '.join(mod.MODELS)}, got {model!r}")
     job = mod.ScalingJob(
         ks=parse_ints(ks, "--ks"),
         methods=parse_methods(methods),
@@ -380,3 +383,34 @@ def dlvm(
         reference=reference,
     )
     run_and_report(mod.run, mod.write_report, job, bench)
+
+
+# ---------------------------------------------------------------- the names before the suites
+
+
+def _moved(old: str, new: str, command: Callable[..., None]) -> Callable[..., None]:
+    """`vfl bench OLD`, hidden: runs `vfl bench NEW` after a one-line notice on stderr."""
+
+    @functools.wraps(command)
+    def run(**kwargs: object) -> None:
+        typer.echo(
+            f"warning: vfl bench {old} is now vfl bench {new} (accepted until release "
+            f"{REMOVED_IN})",
+            err=True,
+        )
+        command(**kwargs)
+
+    return run
+
+
+# Accepted for a release, as the old spellings of options are (vfl_cli.option_names).
+MOVED = {
+    "accuracy": ("paper accuracy", accuracy),
+    "label-only": ("paper label-only", label_only),
+    "faults": ("paper faults", faults),
+    "wire-dtype": ("paper wire-dtype", wire_dtype),
+    "scaling": ("scale parties", scaling),
+    "throughput": ("scale throughput", throughput),
+}
+for _old, (_new, _command) in MOVED.items():
+    bench_app.command(_old, hidden=True)(_moved(_old, _new, _command))
