@@ -29,6 +29,10 @@ from vfl_core.methods.party_port import PartyPort
 from vfl_core.methods.spec import HeadTask, MethodSpec, Subset
 from vfl_core.seeding import Stream
 
+# A local step's learning rate, as a share of the round's exact step's (ModelBank.set_lr): the
+# cached tensors are stale, so their steps may be taken shorter (1.0: the same rate).
+LOCAL_LR_SCALE = 1.0
+
 
 class Heads(Protocol):
     """What the local steps use of a party's heads (party_steps.LaserHeads is one): the method
@@ -134,6 +138,10 @@ class LocalSteps:
         if fresh is not None:
             opts += [models.rep_opts[k] for k in slots]
         models.set_lr(opts, epoch)
+        if LOCAL_LR_SCALE != 1.0:  # the exact step of the next round sets its own rate again
+            for opt in opts:
+                for group in opt.param_groups:
+                    group["lr"] *= LOCAL_LR_SCALE
         for opt in opts:
             opt.zero_grad(set_to_none=True)
         sum(terms[1:], terms[0]).backward()
