@@ -146,6 +146,7 @@ SETTINGS: dict[str, list[str]] = {
     "r4-lr5e-3-hl16-p6-mi0.01": ["--lr", "5e-3", "--min-improvement", "0.01"],
     "r4-lr1e-2-hl16-p5-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
     "local4": ["--local-steps", "4"],
+    "local4-lr1": ["--local-steps", "4"],
     "local4-lr0.5": ["--local-steps", "4"],
     "local4-lr0.25": ["--local-steps", "4"],
     "r4-lr5e-3-hl16-p6-mi0.01-local4": [
@@ -203,7 +204,12 @@ WARMUP: dict[str, int] = {
     s: int(p[2:]) for s in ROUNDS_PER_EPOCH for p in s.split("-") if p.startswith("wu")
 }
 # ... and vfl_core.methods.laser.local_steps's LOCAL_LR_SCALE
-LOCAL_LR: dict[str, float] = {"local4-lr0.5": 0.5, "local4-lr0.25": 0.25}
+LOCAL_LR: dict[str, float] = {
+    "local4-lr1": 1.0,
+    "local4-lr0.5": 0.5,
+    "local4-lr0.25": 0.25,
+    "r4-lr5e-3-hl16-p6-mi0.01-local4": 1.0,
+}
 # ... and the rows the parties hold (benchmarks.tabular_tables.write_parties): "full", every party
 # holds party 0's rows; such a setting also runs the centralised baselines on its own data
 OVERLAP: dict[str, str] = {"full-overlap": "full", "zerofill-full-overlap": "full"}
