@@ -183,8 +183,9 @@ class TrainOptions:
     local_steps: Annotated[
         int | None,
         Opt(
-            help="R >= 1: after each round every party takes R more steps on the round's cached "
-            "embeddings and gradients (compute per round x (R + 1); docs/local-updates.md)",
+            help="R >= 1: after each round every party takes R more steps, at half the rate, on "
+            "the round's cached embeddings and gradients (compute per round x (R + 1); "
+            "docs/local-updates.md)",
             show_default=shown(T["local_steps"]),
         ),
     ] = None
