@@ -2,7 +2,7 @@
 generated CSV against pyarrow's plain `pyarrow.csv.read_csv` of the same file.
 
     python -m benchmarks.table_read [--rows 200000] [--runs 3] [--compare /work/main]
-        [--out FILE.md] [--profile N] [--parquet] [--libraries scikit-learn skrub]
+        [--out FILE.md] [--profile N] [--parquet] [--dates N] [--libraries scikit-learn skrub]
 
 The table (written to a temporary directory, deleted at the end): an ID column, a label, 13
 numeric columns (one with missing cells), 4 categorical columns of a few values and 2 of a few
@@ -14,7 +14,9 @@ VmHWM is reset through /proc/self/clear_refs after the imports; the largest run'
 median CPU time (user + system, every thread: the work done, which the load other processes
 put on the machine moves less than the wall time). `--parquet` measures the same table written
 as a Parquet file too (pyarrow's `pyarrow.parquet.read_table` as its plain read); its peak is
-put beside the CSV file's size, the table's size as text.
+put beside the CSV file's size, the table's size as text. `--dates N` adds N columns of ISO
+dates and times. `--libraries` measures the same job done by scikit-learn's ColumnTransformer or
+skrub's TableVectorizer after pyarrow's plain read (`library_route`).
 """
 
 from __future__ import annotations
@@ -130,8 +132,9 @@ def library_route(path: Path, how: str) -> None:
     assert len(rows) + len(test_rows) == len(labels)
 
 
-def write_table(path: Path, rows: int, seed: int = 0) -> None:
-    """The benchmark's CSV: 21 columns, some categorical, one numeric column with gaps."""
+def write_table(path: Path, rows: int, seed: int = 0, dates: int = 0) -> None:
+    """The benchmark's CSV: 21 columns, some categorical, one numeric column with gaps; and
+    `dates` columns of ISO dates and times (`--dates`) before the label."""
     gen = np.random.default_rng(seed)
     columns: dict[str, list[str]] = {"id": [f"c{i:08d}" for i in range(rows)]}
     for j in range(13):
@@ -147,6 +150,11 @@ def write_table(path: Path, rows: int, seed: int = 0) -> None:
         columns[f"cat{j}"] = [names[i] for i in gen.integers(0, len(names), rows)]
     for j in range(2):
         columns[f"shop{j}"] = [f"shop-{i}" for i in gen.integers(0, 300, rows)]
+    start = np.datetime64("2015-01-01T00:00:00")
+    for j in range(dates):  # a second each over ten years, written as spreadsheets write them
+        when = start + gen.integers(0, 10 * 365 * 86400, rows).astype("timedelta64[s]")
+        columns[f"when{j}"] = np.datetime_as_string(when).astype(object).tolist()
+        columns[f"when{j}"] = [c.replace("T", " ") for c in columns[f"when{j}"]]
     columns["y"] = [("no", "yes")[i] for i in gen.integers(0, 2, rows)]
     with path.open("w") as f:
         f.write(",".join(columns) + "\n")
@@ -277,6 +285,9 @@ def main(argv: list[str] | None = None) -> None:
         "--parquet", action="store_true", help="also the same table as a Parquet file"
     )
     parser.add_argument(
+        "--dates", type=int, default=0, help="also this many columns of ISO dates and times"
+    )
+    parser.add_argument(
         "--libraries",
         nargs="*",
         choices=("scikit-learn", "skrub"),
@@ -287,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "table.csv"
-        write_table(path, args.rows)
+        write_table(path, args.rows, dates=args.dates)
         size_mb = path.stat().st_size / 2**20
         if args.profile:
             profile(path, args.code, args.profile)
@@ -308,7 +319,8 @@ def main(argv: list[str] | None = None) -> None:
             first = len(rows) // 2  # the Parquet rows, each against pyarrow's Parquet read
             plain_of.update({label: rows[first][1] for label, _ in rows[first:]})
     lines = [
-        f"{args.rows} rows x 21 columns, {size_mb:.1f} MB CSV{kept}; median of {args.runs} runs, "
+        f"{args.rows} rows x {21 + args.dates} columns, {size_mb:.1f} MB CSV{kept}; median of "
+        f"{args.runs} runs, "
         f"each in a fresh process; {os.cpu_count()} CPUs, load average (1 min) "
         f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after",
         "",
