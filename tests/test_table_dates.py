@@ -95,3 +95,19 @@ def test_given_many_random_times_then_the_same_days_as_cell_by_cell() -> None:
     zoned = [None if c is None else c + "+02:00" for c in cells if c is None or ":" in c]
     for column in (cells, zoned):
         assert same(cv.days(pa.chunked_array([column])), by_cell(column))
+
+
+@pytest.mark.parametrize("cell", ["２０２４-03-01", "2024-03-0١"])
+def test_given_other_digits_than_ascii_then_no_date_as_before(cell: str) -> None:
+    # Python's \d takes any Unicode digit, Arrow's regular expressions 0-9 only: fromisoformat
+    # reads neither kind as a date, so the column is no dates column either way
+    cells = [cell, "2024-03-02"]
+    assert by_cell(cells) is None
+    assert not cv.may_be_days(pa.array(cells))
+    assert cv.days(pa.chunked_array([cells])) is None
+
+
+def test_given_distinct_cells_then_may_be_days_as_the_regular_expression_says() -> None:
+    cells = ["2024-03-01", "2024-03-01T09:30:00+01:00", "2024-03-01 09:30 CET"]
+    assert cv.may_be_days(pa.array(cells))
+    assert not cv.may_be_days(pa.array([*cells, "03/01/2024"]))

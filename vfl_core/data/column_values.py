@@ -94,10 +94,13 @@ def _arrow_days(column: pa.ChunkedArray) -> np.ndarray | None:
     return None
 
 
-def may_be_days(cells: Sequence[str]) -> bool:
+def may_be_days(values: pa.Array) -> bool:
     """Whether every cell is written as an ISO date or time (`days` then tells whether each is
-    one): a column's distinct cells tell most columns apart without a pass over its rows."""
-    return all(_ISO_DATE.fullmatch(cell) for cell in cells)
+    one): a column's distinct cells tell most columns apart without a pass over its rows. (Any
+    Unicode digit is `_ISO_DATE`'s `\\d`, Arrow's only 0-9: a cell of other digits is no date to
+    `fromisoformat` either.)"""
+    ascii_iso = _ISO_DATE.pattern.replace("\\d", "[0-9]")
+    return bool(pc.all(pc.match_substring_regex(values, f"^{ascii_iso}$")).as_py())
 
 
 def day(cell: str) -> float | None:
