@@ -1,6 +1,8 @@
-"""ISO dates and times of a CSV column read by Arrow's cast (vfl_core.data.column_values.days):
-the same float64 days, bit for bit, as Python's `fromisoformat` cell by cell (`day`), and the
-same cells refused; a column Arrow does not read alike is read cell by cell as before."""
+"""Where vfl_core.data uses Arrow in place of per-cell Python: ISO dates and times of a CSV
+column read by Arrow's cast (column_values.days), the same float64 days, bit for bit, as
+Python's `fromisoformat` cell by cell (`day`), and the same cells refused (a column Arrow does
+not read alike is read cell by cell as before); a text column's dictionary codes joined by
+Arrow's concatenation (columns.dictionary_codes)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ import datetime
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from vfl_core.data import column_values as cv
+from vfl_core.data.columns import dictionary_codes
 
 
 def by_cell(cells: list[str | None]) -> np.ndarray | None:
@@ -111,3 +115,16 @@ def test_given_distinct_cells_then_may_be_days_as_the_regular_expression_says() 
     cells = ["2024-03-01", "2024-03-01T09:30:00+01:00", "2024-03-01 09:30 CET"]
     assert cv.may_be_days(pa.array(cells))
     assert not cv.may_be_days(pa.array([*cells, "03/01/2024"]))
+
+
+def test_given_a_column_in_many_chunks_when_encoded_then_codes_as_one_chunk_encoded() -> None:
+    # dictionary_codes joins the chunks by Arrow's concatenation (unify_dictionaries took
+    # seconds for a column of many distinct cells in many chunks): the same codes, in the
+    # order of first appearance, as the column encoded in one chunk
+    gen = np.random.default_rng(5)
+    cells = [None if i % 97 == 0 else f"v{i}" for i in gen.integers(0, 5000, 20_000)]
+    column = pa.chunked_array([cells[i : i + 300] for i in range(0, len(cells), 300)], pa.string())
+    codes, values = dictionary_codes(column)
+    one = pc.dictionary_encode(pa.array(cells, pa.string()))
+    assert codes.tolist() == pc.fill_null(one.indices, -1).to_pylist()
+    assert values.equals(one.dictionary) and codes.dtype == np.int32
