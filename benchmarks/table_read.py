@@ -22,6 +22,7 @@ skrub's TableVectorizer after pyarrow's plain read (`library_route`).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -295,6 +296,9 @@ def main(argv: list[str] | None = None) -> None:
         help="also the same job by these libraries (skrub must be installed)",
     )
     args = parser.parse_args(argv)
+    for library in args.libraries:  # measured, never a dependency of laser-vfl
+        if importlib.util.find_spec({"scikit-learn": "sklearn"}.get(library, library)) is None:
+            parser.error(f"--libraries {library}: not installed (pip install {library})")
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "table.csv"
