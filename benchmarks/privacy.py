@@ -372,6 +372,12 @@ SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
     "withhold_concat": ("withhold", {"concat_head": True}),
     "withhold_head256": ("withhold", {"model": {"head_hidden": 256}}),
     "withhold_concat_head256": ("withhold", {"concat_head": True, "model": {"head_hidden": 256}}),
+    # wider embeddings (every party's): more random features from a fixed tower
+    "withhold_e256": ("withhold", {"model": {"embed_dim": 256}}),
+    "withhold_concat_e256_h256": (
+        "withhold",
+        {"concat_head": True, "model": {"embed_dim": 256, "head_hidden": 256}},
+    ),
 }
 
 
