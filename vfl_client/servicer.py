@@ -28,7 +28,7 @@ from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.methods.registry import step_spec
 from vfl_core.methods.steps import decode_call, encode_result
 from vfl_core.protocol import ServingChoice
-from vfl_core.training.direct_party import run_round
+from vfl_core.training.direct_eval_party import run_call
 from vfl_core.training.party import Party
 from vfl_wire import convert, convert_direct, records, relay_messages
 from vfl_wire.relay_crypto import RelayCrypto
@@ -300,7 +300,9 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
                 raise ProtocolError("this run does not train on the direct data plane")
             call, peers = convert_direct.round_call_from_proto(request)
             self.links.start(peers, call.round_id)
-            return convert_direct.round_result_to_proto(run_round(p, call, self.links))
+            if call.evaluation is not None and call.evaluation.batches:
+                self.links.mailbox.start_validation(call.evaluation.batches[0].embed.round_id)
+            return convert_direct.round_result_to_proto(run_call(p, call, self.links))
 
         self._await_turn(request.after, min(TURN_WAIT_S, context.time_remaining() or 0.0))
         return self._serve(context, "Round", request.header, run, self._handed(request.round_id))

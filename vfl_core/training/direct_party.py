@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 EMBEDDING = "embedding"
 GRADIENT = "gradient"
+VALIDATION = "validation"  # a validation batch's embedding (keyed by its request id)
 
 
 class Links(Protocol):
