@@ -165,13 +165,33 @@ class PeerLinks:
             out[block] = tensor
         return out
 
+    def reach(self, blocks: Collection[int], timeout: float) -> tuple[int, ...]:
+        """The blocks whose party this one connects to (TLS handshake included) in time."""
+        with self._lock:
+            peers = {b: self.peers[b] for b in blocks if b in self.peers}
+        futures = {b: grpc.channel_ready_future(self._channel(p)) for b, p in peers.items()}
+        end, reached = time.monotonic() + timeout, []
+        for block, future in sorted(futures.items()):
+            try:
+                future.result(timeout=max(0.0, end - time.monotonic()))
+                reached.append(block)
+            except grpc.FutureTimeoutError:
+                future.cancel()
+                log.warning("probe: block %d (%s) not reached", block, peers[block].address)
+        return tuple(reached)
+
     def _stub(self, peer: PeerAddress) -> vfl_pb2_grpc.DataPlaneStub:
+        self._channel(peer)
+        with self._lock:
+            return self._stubs[peer][1]
+
+    def _channel(self, peer: PeerAddress) -> grpc.Channel:
         with self._lock:
             cached = self._stubs.get(peer)
             if cached is None:
                 channel = self.security.channel(peer.address, peer.party_id)
                 cached = self._stubs[peer] = (channel, vfl_pb2_grpc.DataPlaneStub(channel))
-            return cached[1]
+            return cached[0]
 
     def close(self) -> None:
         with self._lock:

@@ -44,6 +44,9 @@ READY_WAIT_S = 30.0
 # they leave the coordinator back to back or a round apart (vfl_core.training.direct); a call
 # not here by then is not coming (lost, or meant for a process that has since restarted).
 TURN_WAIT_S = 1.0
+# The run's data planes under which the party serves Round calls and takes pushes ("auto": the
+# coordinator chooses at run start, vfl_coordinator.plane_choice)
+DIRECT_PLANES = ("direct", "auto")
 
 
 def class_weights_refusal(balance: str, split: str) -> str | None:
@@ -90,7 +93,7 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         with self._lock:
             self._party, self._run_id = party, run_id
         if self.links is not None:
-            direct = party.config.data_plane == "direct"
+            direct = party.config.data_plane in DIRECT_PLANES
             self.links.attach(run_id, party.config.wire_dtype, direct)
         self._ready.set()
 
@@ -296,7 +299,7 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         def run(p: Party) -> vfl_pb2.RoundReply:
             if not context.is_active():  # the coordinator gave up on it (a thawed party)
                 raise ProtocolError(f"round {request.round_id}: its deadline has passed")
-            if self.links is None or p.config.data_plane != "direct":
+            if self.links is None or p.config.data_plane not in DIRECT_PLANES:
                 raise ProtocolError("this run does not train on the direct data plane")
             call, peers = convert_direct.round_call_from_proto(request)
             self.links.start(peers, call.round_id)

@@ -202,6 +202,9 @@ class RoundCall:
     # set: a validation on the direct plane instead of a training round (no embed, no fuse;
     # vfl_core.training.direct_eval): `send_to` is the scorer, `expect` the scorer's senders
     evaluation: Evaluation | None = None
+    # True: only a probe (data_plane "auto"): the party connects to every block of `send_to`
+    # within `embed_wait_s` and reports those it reached (RoundResult.reached)
+    probe: bool = False
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,7 @@ class RoundResult:
     loss: float | None = None  # its head's sampled loss L_k; None: it did not fuse
     stepped: bool = False  # it applied the round's Backward
     evaluated: tuple[EvalAnswer, ...] = ()  # a validation's answers (RoundCall.evaluation)
+    reached: tuple[int, ...] = ()  # a probe's answer: the peers it connected to
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ def round_call_to_proto(
         after=call.after,
         embed_wait_s=call.embed_wait_s,
         grad_wait_s=call.grad_wait_s,
+        probe=call.probe,
     )
     if call.embed is not None:
         req.embed.CopyFrom(embed_call_to_proto(call.embed, None))
@@ -91,7 +92,9 @@ def round_call_from_proto(
     evaluation = _evaluation_from_proto(req) if req.HasField("evaluation") else None
     if evaluation is not None and (embed is not None or fuse is not None):
         raise ProtocolError("round: a validation carries no training embed or fuse")
-    if embed is None and fuse is None and evaluation is None:
+    if req.probe and (embed is not None or fuse is not None or evaluation is not None):
+        raise ProtocolError("round: a probe carries nothing else")
+    if embed is None and fuse is None and evaluation is None and not req.probe:
         raise ProtocolError("round: neither embed nor fuse")
     if embed is None and fuse is not None and fuse.rows is None:
         raise ProtocolError("round: a fuse without an embed (label-only rows) needs its rows")
@@ -111,6 +114,7 @@ def round_call_from_proto(
         embed_wait_s=req.embed_wait_s,
         grad_wait_s=req.grad_wait_s,
         evaluation=evaluation,
+        probe=req.probe,
     )
     needed = {*call.send_to, *call.expect, *call.grads_from}
     peers = {
@@ -159,6 +163,7 @@ def round_result_to_proto(result: RoundResult) -> vfl_pb2.RoundReply:
         fused=result.loss is not None,
         loss=0.0 if result.loss is None else result.loss,
         stepped=result.stepped,
+        reached=result.reached,
     )
     for a in result.evaluated:
         answer = reply.evaluated.add(request_id=a.request_id, present=a.present)
@@ -186,6 +191,7 @@ def round_result_from_proto(reply: vfl_pb2.RoundReply, *, round_id: int) -> Roun
             )
             for a in reply.evaluated
         ),
+        reached=block_list(reply.reached, "probe reached"),
     )
 
 

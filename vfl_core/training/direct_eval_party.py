@@ -39,7 +39,9 @@ log = logging.getLogger(__name__)
 
 
 def run_call(party: Party, call: RoundCall, links: Links) -> RoundResult:
-    """A direct Round call: a validation (RoundCall.evaluation) or a training round."""
+    """A direct Round call: a probe, a validation (RoundCall.evaluation) or a training round."""
+    if call.probe:  # data_plane "auto": can this party reach the peers it would push to?
+        return RoundResult(call.round_id, reached=links.reach(call.send_to, call.embed_wait_s))
     if call.evaluation is None:
         return run_round(party, call, links)
     return RoundResult(call.round_id, evaluated=run_evaluation(party, call, links))

@@ -50,6 +50,10 @@ class Links(Protocol):
         (a sender absent from the answer sent nothing in time)."""
         ...
 
+    def reach(self, blocks: Collection[int], timeout: float) -> tuple[int, ...]:
+        """The blocks of `blocks` whose party it connects to within `timeout` seconds."""
+        ...
+
 
 def run_round(party: Party, call: RoundCall, links: Links) -> RoundResult:
     """Embed, fuse (a head), backward: the party's round, its tensors through `links`."""
