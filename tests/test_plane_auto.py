@@ -54,7 +54,7 @@ def test_given_auto_when_a_peer_is_unreachable_then_relay_else_direct(
             clients=K,
             epochs=1,
             deadline=30.0,
-            extra=["--early-stop-patience", "3", "--audit-log", str(audit)],
+            extra=["--early-stop-patience", "3", "--audit-log", str(audit), "--data-plane", "auto"],
         )
         for d in one_label[:2]:
             cluster.client(coord, d)
