@@ -396,8 +396,9 @@ class TrainOptions:
     data_plane: Annotated[
         str | None,
         Opt(
-            help="relay: tensors through the coordinator; direct: party to party over mutual "
-            "TLS, the coordinator sees none (docs/data-plane.md)",
+            help="auto: direct where every party reaches its peers, else relay; relay: tensors "
+            "through the coordinator; direct: party to party over mutual TLS, the coordinator "
+            "sees none (docs/data-plane.md)",
             show_default=shown(T["data_plane"]),
         ),
     ] = None

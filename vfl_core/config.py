@@ -318,8 +318,10 @@ class TrainConfig(_Frozen):
     # Where a training round's embeddings and gradients travel (docs/data-plane.md): "relay"
     # through the coordinator (Embed/Fuse/Backward or pipelined Train calls), "direct" between
     # the parties that produce and consume them over mutual TLS, the coordinator sending each
-    # party one Round call and reading only status (gRPC only; in process, nobody relays).
-    data_plane: Literal["relay", "direct"] = "relay"
+    # party one Round call and reading only status (gRPC only; in process, nobody relays);
+    # "auto" (the default): direct where every party reaches the peers it pushes to and the
+    # run needs nothing only the relay carries, else relay (vfl_coordinator.plane_choice).
+    data_plane: Literal["auto", "relay", "direct"] = "auto"
 
     @model_validator(mode="after")
     def _constant_lr_for_programs(self) -> TrainConfig:
