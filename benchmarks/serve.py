@@ -73,6 +73,10 @@ class ServeJob:
     # gateway processes side by side, e.g. (1, 2, 4); () = not measured (benchmarks/serve_scale.py)
     gateways: tuple[int, ...] = ()
     scale_rounds: int = 2
+    # the callers stamp each request with their own deadline (X-Deadline-At, deadline_ms from
+    # when they send it), so that time before the gateway reads it counts against it; a cell
+    # per choice, e.g. (True, False) side by side
+    stamps: tuple[bool, ...] = (True,)
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,7 @@ class Cell:
     settled_p99_ms: float = -1.0  # kill/stop: p99 of the requests sent from SETTLE_S after it
     median_steps: dict[str, float] | None = None  # ms in each step, mean over the middle 10%
     tail_steps: dict[str, float] | None = None  # ... over the slowest 1%
+    stamped: bool = False  # the callers stamped their own deadline on each request
 
 
 SETTLE_S = 0.5
@@ -175,10 +180,12 @@ def run(job: ServeJob) -> dict[str, object]:
                 port = gateways[rtt > 0].http_port
                 for callers in job.callers:
                     for mode in job.modes:
-                        cell = _cell(job, cluster, callers_, port, ids, rtt, callers, mode)
-                        _restore(cluster, mode, bundles[3], tables[3], ports[3])
-                        log.warning("%s", cell)
-                        cells.append(cell)
+                        for stamp in job.stamps:
+                            cell = _cell(job, cluster, callers_, port, ids, rtt, callers, mode,
+                                         stamp)  # fmt: skip
+                            _restore(cluster, mode, bundles[3], tables[3], ports[3])
+                            log.warning("%s", cell)
+                            cells.append(cell)
             scale = _scale_out(job, cluster, callers_, gateways[False], bundles, tables, ids)
     return {
         "command": job.command,
@@ -215,7 +222,7 @@ def _scale_out(job, cluster, callers_, first, bundles, tables, ids) -> dict[str,
     return {"cells": [c.__dict__ for c in cells], "before": before, "after": os.getloadavg()}
 
 
-def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
+def _cell(job, cluster, callers_, port, ids, rtt, callers, mode, stamp=True) -> Cell:
     fault, fault_at = None, []
     lead_s = 0.5 if job.caller_processes > 1 else 0.0  # the processes' common start
     if mode != "up":
@@ -227,7 +234,8 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
 
         fault = threading.Timer(lead_s + job.seconds / 3, send)
         fault.start()
-    replies = callers_.run(port, ids, job.seconds, callers)
+    stamp_s = job.deadline_ms / 1000 if stamp else None
+    replies = callers_.run(port, ids, job.seconds, callers, stamp_s)
     if fault is not None:
         fault.join()
     took = sorted(r.took for r in replies)
@@ -239,6 +247,7 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
         rtt_ms=rtt,
         callers=callers,
         mode=mode,
+        stamped=stamp,
         requests=len(replies),
         per_s=len(replies) / job.seconds,
         p50_ms=1000 * statistics.median(took),
@@ -351,7 +360,11 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
         "third into the cell; stop: SIGSTOPped a third into the cell. shed: 429 (admission "
         "control); answered p99: of the 200s; failed: neither answered nor shed, or no "
         "prediction; subset: answered from fewer than 4 parties; live missing: answers "
-        "missing a party that was alive (any but party3 in kill and stop).",
+        "missing a party that was alive (any but party3 in kill and stop). Mode with "
+        "`stamped`: each caller stamps its request with its own deadline when sending it "
+        "(the `X-Deadline-At` header, the deadline from then), so the time before the "
+        "gateway reads it counts against it; `unstamped`: the deadline runs from the "
+        "gateway's handler starting.",
         "",
         "| RTT ms | callers | mode | requests | req/s | p50 ms | p95 ms | p99 ms | gateway p50 "
         "| gateway p99 | shed | answered p99 | failed | subset | live missing |",
@@ -360,7 +373,7 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
     ]
     for c in record["cells"]:
         lines.append(
-            f"| {c['rtt_ms']:g} | {c['callers']} | {c['mode']} | {c['requests']} | "
+            f"| {c['rtt_ms']:g} | {c['callers']} | {_mode(c)} | {c['requests']} | "
             f"{c['per_s']:.0f} | {c['p50_ms']:.1f} | {c['p95_ms']:.1f} | {c['p99_ms']:.1f} | "
             f"{_ms(c.get('server_p50_ms', -1))} | {_ms(c.get('server_p99_ms', -1))} | "
             f"{c.get('shed', 0)} | {_ms(c.get('answered_p99_ms', -1))} | "
@@ -413,7 +426,7 @@ def _steps_table(cells: list[dict]) -> list[str]:
         if c["mode"] != "up":
             fault = f"{c['at_fault']} ({100 * c['at_fault'] / max(1, c['requests']):.1f}%)"
         lines.append(
-            f"| {c['rtt_ms']:g} | {c['callers']} | {c['mode']} | {steps} | {fault} | "
+            f"| {c['rtt_ms']:g} | {c['callers']} | {_mode(c)} | {steps} | {fault} | "
             f"{_ms(c.get('settled_p99_ms', -1))} |"
         )
     return lines
@@ -429,6 +442,11 @@ def _commit() -> str:
     except OSError:
         return "unknown"
     return out.stdout.strip() or "unknown"
+
+
+def _mode(cell: dict) -> str:
+    stamped = cell.get("stamped")
+    return cell["mode"] if stamped is None else f"{cell['mode']}, {'un' * (not stamped)}stamped"
 
 
 def _processes(n: int) -> str:

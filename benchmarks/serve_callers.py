@@ -41,9 +41,15 @@ def post(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict, float
     return status, answer, steps.get("gateway", -1.0)
 
 
-def post_timed(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict, dict[str, float]]:
-    """(status, JSON body, the seconds of each Server-Timing metric)."""
-    conn.request("POST", "/predict", json.dumps(body), {"Content-Type": "application/json"})
+def post_timed(
+    conn: http.client.HTTPConnection, body: dict, deadline_s: float | None = None
+) -> tuple[int, dict, dict[str, float]]:
+    """(status, JSON body, the seconds of each Server-Timing metric). `deadline_s`: stamp the
+    request with the caller's own deadline, that long from now (the X-Deadline-At header)."""
+    headers = {"Content-Type": "application/json"}
+    if deadline_s is not None:
+        headers["X-Deadline-At"] = f"{time.time() + deadline_s:.6f}"
+    conn.request("POST", "/predict", json.dumps(body), headers)
     reply = conn.getresponse()
     timing = _METRIC.findall(reply.getheader("Server-Timing") or "")
     return reply.status, json.loads(reply.read()), {k: float(ms) / 1000 for k, ms in timing}
@@ -57,10 +63,12 @@ def load(
     callers: int,
     first: int,
     every: int,
+    deadline_s: float | None = None,
 ) -> list[Reply]:
     """Callers first, first + every, ... (of `every` in all), each from `start` to `end`
     (time.monotonic(), the same clock in every process), back to back; with several ports
-    (gateway replicas), caller k asks the one at port[k mod their number]."""
+    (gateway replicas), caller k asks the one at port[k mod their number]. `deadline_s`: each
+    request stamped with the caller's deadline, that long after it is sent."""
     out: list[Reply] = []
     lock = threading.Lock()
     ports = [port] if isinstance(port, int) else list(port)
@@ -72,7 +80,7 @@ def load(
         time.sleep(max(0.0, start - time.monotonic()))
         while time.monotonic() < end:
             sent, begin = time.monotonic(), time.perf_counter()
-            status, body, steps = post_timed(conn, {"ids": [ids[i % len(ids)]]})
+            status, body, steps = post_timed(conn, {"ids": [ids[i % len(ids)]]}, deadline_s)
             took = time.perf_counter() - begin
             answer = body.get("predictions", [{}])[0] if status == 200 else {}
             ok = status == 200 and "error" not in answer
@@ -111,16 +119,22 @@ class Callers:
             self._pool.shutdown()
 
     def run(
-        self, port: int | Sequence[int], ids: list[str], seconds: float, callers: int
+        self,
+        port: int | Sequence[int],
+        ids: list[str],
+        seconds: float,
+        callers: int,
+        deadline_s: float | None = None,
     ) -> list[Reply]:
-        """Every reply of `callers` callers for `seconds`, spread over the processes."""
+        """Every reply of `callers` callers for `seconds`, spread over the processes;
+        `deadline_s`: the deadline each caller stamps on its requests (None: none)."""
         start = time.monotonic() + (0.5 if self._pool is not None else 0.0)
         end = start + seconds
         if self._pool is None or callers == 1:
-            return load(port, ids, start, end, callers, 0, 1)
+            return load(port, ids, start, end, callers, 0, 1, deadline_s)
         every = min(self.processes, callers)
         jobs = [
-            self._pool.submit(load, port, ids, start, end, callers, first, every)
+            self._pool.submit(load, port, ids, start, end, callers, first, every, deadline_s)
             for first in range(every)
         ]
         return [r for job in jobs for r in job.result()]

@@ -454,6 +454,13 @@ def serve(
     scale_rounds: Annotated[
         int, Opt(min=1, help="--gateways: rounds of the counts, alternating their order")
     ] = 2,
+    stamps: Annotated[
+        str,
+        Opt(
+            help="the callers stamp their own deadline on each request (X-Deadline-At): "
+            "stamped, unstamped, or both (a cell each)"
+        ),
+    ] = "stamped",
     data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
     results: Results = DEFAULT_RESULTS,
     log_level: LogLevel = "warning",
@@ -479,6 +486,9 @@ def serve(
         caller_processes=caller_processes,
         gateways=counts,
         scale_rounds=scale_rounds,
+        stamps=tuple(
+            s == "stamped" for s in parse_variants(stamps, ("stamped", "unstamped"), "stamp(s)")
+        ),
     )
     path, text = mod.write_report(mod.run(job), results)
     typer.echo(text)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -57,6 +58,8 @@ DEFAULT_WORKERS = 64
 WAITING_PER_WORKER = 4
 # scope["state"] key: time.monotonic() when the event loop read the request (serving_http)
 READ_AT = "vfl.read_at"
+# a request header: the caller's deadline in seconds since the epoch (it stamps it when sending)
+DEADLINE_HEADER = b"x-deadline-at"
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -150,11 +153,12 @@ class ServingApp:
         def predict() -> list[OnlinePrediction]:
             with self._lock:
                 self._waiting -= 1
-            return gateway.predict(ids, deadline, features, arrived, phases)
+            return gateway.predict(ids, deadline, features, arrived, phases, not_after)
 
         self.metrics.inflight.inc()
         try:
             ids, deadline, features = parse_request(request)
+            not_after = caller_deadline(scope["headers"])
             with self._lock:
                 full = self._waiting >= self.max_waiting
                 self._waiting += 0 if full else 1
@@ -163,7 +167,8 @@ class ServingApp:
             answers = await loop.run_in_executor(self.pool, predict)
             # the event loop's own delay in taking the answer back counts too
             seconds = gateway.deadline_s if deadline is None else deadline
-            gateway.admission.check_late(time.monotonic(), arrived + seconds)
+            due = arrived + seconds if not_after is None else min(arrived + seconds, not_after)
+            gateway.admission.check_late(time.monotonic(), due)
         except Overloaded as err:
             self.metrics.shed.labels("http", err.reason).inc()
             if err.reason == LATE:
@@ -215,6 +220,24 @@ def parse_request(request: dict[str, Any]) -> tuple[Any, float | None, Any]:
     ):
         raise DataError("features: give {id: {column: cell}}")
     return request.get("ids"), deadline, features
+
+
+def caller_deadline(headers: list[tuple[bytes, bytes]]) -> float | None:
+    """The caller's own deadline from its DEADLINE_HEADER (seconds since the epoch, the wall
+    clock), as time.monotonic(); None without the header. The gateway uses it when earlier
+    than its own (counted from when its handler started), so the time a request waited before
+    the gateway read it counts too; a clock skew between caller and gateway moves it by as much."""
+    value = next((v for k, v in headers if k == DEADLINE_HEADER), None)
+    if value is None:
+        return None
+    try:
+        at = float(value.decode("latin-1"))
+    except ValueError:
+        at = math.nan
+    if not math.isfinite(at):
+        shown = value[:40].decode("latin-1")
+        raise DataError(f"X-Deadline-At: {shown!r} is not a time in seconds since the epoch")
+    return time.monotonic() + (at - time.time())
 
 
 def _ambiguous_framing(headers: list[tuple[bytes, bytes]]) -> str | None:

@@ -33,7 +33,7 @@ import numpy as np
 
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.serving.admission import Admission
+from vfl_core.serving.admission import SLOW_PEER, Admission, Overloaded
 from vfl_core.serving.bundle import Bundle
 from vfl_core.serving.combine import Combiner
 from vfl_core.serving.features import FeatureSource, inline_features
@@ -133,13 +133,17 @@ class Gateway:
         inline: Mapping[str, Mapping[str, object]] | None = None,
         arrived: float | None = None,
         phases: dict[str, float] | None = None,
+        not_after: float | None = None,
     ) -> list[OnlinePrediction]:
         """One prediction per ID from the parties that answered before the deadline (default:
         the gateway's), counted from `arrived` (time.monotonic() when the request reached the
         gateway; default now). `inline`: ID -> the gateway's own features of it (column ->
         cell), used instead of its table. A malformed request is a DataError (nothing is
         asked). A request whose deadline cannot be met (spent queued, or less left than a whole
-        answer takes now: vfl_core.serving.admission) is Overloaded, asking no party.
+        answer takes now: vfl_core.serving.admission) is Overloaded, asking no party; so is one
+        that a party it waited for did not answer in time while that party answered others
+        since (alive, only slow: SLOW_PEER). `not_after`: the caller's own deadline
+        (time.monotonic()), used when earlier than the one counted from `arrived`.
         `phases`, when given, gets the seconds spent in each step: own (the own block's
         embedding), parties (waiting for them), heads; and `overrun` when answered past the
         deadline."""
@@ -147,6 +151,8 @@ class Gateway:
         seconds = self.deadline_s if deadline_s is None else check_deadline(deadline_s)
         start = time.monotonic()
         deadline = (start if arrived is None else arrived) + seconds
+        if not_after is not None:
+            deadline = min(deadline, not_after)
         own = self._own_rows(ids, inline or {})  # checked before any party is asked
         self.admission.admit(start, deadline)
         keys = hash_ids(ids, self.secret)
@@ -180,6 +186,7 @@ class Gateway:
             # wait (or stopped when the party was found lagging) says nothing of the party
             if block in awaited and timed_out and time.monotonic() >= deadline:
                 self._lag.missed(block)
+        self._shed_if_slow(blocks, awaited, start)
         answers = self.heads.run((ids, blocks))
         done = time.monotonic()
         if done > deadline and phases is not None:
@@ -188,6 +195,20 @@ class Gateway:
         if phases is not None:
             phases.update(own=embedded - start, parties=waited - embedded, heads=done - waited)
         return answers
+
+    def _shed_if_slow(self, blocks: _Blocks, awaited: set[int], asked_at: float) -> None:
+        """Overloaded (SLOW_PEER) when a party this request waited for timed out although it
+        answered other requests since this one asked it: alive, only late (the machine, the
+        queues), so an answer without it would be a weaker prediction for no fault of the
+        party. A party that answered nothing since (frozen), is down or lagging is left out as
+        before, with its reason."""
+        slow = [
+            self.names[b]
+            for b in sorted(awaited)
+            if blocks.missing.get(b) == TIMED_OUT and self.peer_states.answered_since(b, asked_at)
+        ]
+        if slow:
+            raise Overloaded(SLOW_PEER, f"{', '.join(slow)} answered others meanwhile")
 
     def warm_up(self, timeout_s: float) -> None:
         """Before the gateway is ready: run its own model and head once (torch's first calls
