@@ -101,6 +101,8 @@ class Cell:
     median_steps: dict[str, float] | None = None  # ms in each step, mean over the middle 10%
     tail_steps: dict[str, float] | None = None  # ... over the slowest 1%
     stamped: bool = False  # the callers stamped their own deadline on each request
+    live_missing_why: dict[str, int] | None = None  # reason -> live parties missing for it
+    shed_why: dict[str, int] | None = None  # reason -> requests shed for it
 
 
 SETTLE_S = 0.5
@@ -257,12 +259,33 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode, stamp=True) -> 
         subset=sum(1 for r in replies if r.ok and r.used < PARTIES),
         shed=sum(1 for r in replies if r.status == 429),
         live_missing=sum(1 for r in replies if r.ok and set(r.missing) - faulted),
+        live_missing_why=_live_missing_why(replies, faulted),
+        shed_why=_shed_why(replies),
         answered_p99_ms=1000 * answered[98] if answered else -1.0,
         server_p50_ms=1000 * server[49] if server else -1.0,
         server_p99_ms=1000 * server[98] if server else -1.0,
         **_fault_figures(replies, fault_at[0] if fault_at else None),
         **_where_time_went(replies),
     )
+
+
+def _live_missing_why(replies: list[Reply], faulted: set[str]) -> dict[str, int]:
+    """Why the live parties missing from answers were missing: reason -> how many."""
+    why: dict[str, int] = {}
+    for r in replies:
+        for name, reason in zip(r.missing, r.why, strict=False):
+            if r.ok and name not in faulted:
+                why[reason] = why.get(reason, 0) + 1
+    return why
+
+
+def _shed_why(replies: list[Reply]) -> dict[str, int]:
+    """The 429s by admission control's reason (the text between "overloaded: " and "(")."""
+    why: dict[str, int] = {}
+    for r in replies:
+        if r.status == 429:
+            why[r.shed_reason] = why.get(r.shed_reason, 0) + 1
+    return why
 
 
 def _fault_figures(replies: list[Reply], at: float | None) -> dict[str, object]:
@@ -379,6 +402,7 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
             f"{c.get('shed', 0)} | {_ms(c.get('answered_p99_ms', -1))} | "
             f"{c['failed']} | {c['subset']} | {c.get('live_missing', 0)} |"
         )
+    lines += _why_table(record["cells"])
     lines += _steps_table(record["cells"])
     scale = record.get("scale") or {"cells": []}
     lines += report_lines(scale["cells"], scale)
@@ -396,6 +420,31 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
     path.write_text(text)
     (results / "serve.json").write_text(json.dumps(record, indent=2, default=str))
     return path, text
+
+
+def _why_table(cells: list[dict]) -> list[str]:
+    """Each cell's 429s by admission control's reason, and why live parties were missing."""
+    rows = [c for c in cells if c.get("shed_why") is not None]
+    if not rows:
+        return []
+
+    def text(counts: dict[str, int]) -> str:
+        return "; ".join(f"{k}: {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+    lines = [
+        "",
+        "Why: the 429s by admission control's reason, and the live parties missing from "
+        "answers by the reason the answer gave.",
+        "",
+        "| RTT ms | callers | mode | shed, by reason | live missing, by reason |",
+        "| ---: | ---: | --- | --- | --- |",
+    ]
+    for c in rows:
+        lines.append(
+            f"| {c['rtt_ms']:g} | {c['callers']} | {_mode(c)} | {text(c['shed_why']) or '-'} "
+            f"| {text(c.get('live_missing_why') or {}) or '-'} |"
+        )
+    return lines
 
 
 def _steps_table(cells: list[dict]) -> list[str]:

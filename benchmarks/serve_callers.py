@@ -33,6 +33,8 @@ class Reply(NamedTuple):
     steps: dict[str, float] = {}  # noqa: RUF012 (never mutated) the gateway's seconds per step
     status: int = 200
     missing: tuple[str, ...] = ()  # the parties the answer names as missing
+    why: tuple[str, ...] = ()  # ... and why each is missing, in the same order
+    shed_reason: str = ""  # a 429: admission control's reason
 
 
 def post(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict, float]:
@@ -85,8 +87,10 @@ def load(
             answer = body.get("predictions", [{}])[0] if status == 200 else {}
             ok = status == 200 and "error" not in answer
             server_s = steps.pop("gateway", -1.0)
-            used, missing = len(answer.get("parties", ())), tuple(answer.get("missing", {}))
-            mine.append(Reply(took, ok, used, server_s, sent, steps, status, missing))
+            used, missing = len(answer.get("parties", ())), answer.get("missing", {})
+            names, why = tuple(missing), tuple(missing.values())
+            shed = _shed_reason(body) if status == 429 else ""
+            mine.append(Reply(took, ok, used, server_s, sent, steps, status, names, why, shed))
             i += callers
         conn.close()
         with lock:
@@ -98,6 +102,12 @@ def load(
     for t in threads:
         t.join()
     return out
+
+
+def _shed_reason(body: dict) -> str:
+    """ "overloaded: REASON (detail); retry ..." -> REASON."""
+    error = str(body.get("error", ""))
+    return error.removeprefix("overloaded: ").split(" (")[0]
 
 
 class Callers:

@@ -40,7 +40,7 @@ from vfl_client.serving_health import Readiness
 from vfl_client.serving_metrics import CONTENT_TYPE, ServingMetrics
 from vfl_core.errors import DataError
 from vfl_core.serving.admission import LATE, QUEUE_FULL, Overloaded
-from vfl_core.serving.gateway import OnlinePrediction
+from vfl_core.serving.gateway import OnlinePrediction, check_deadline
 from vfl_wire.log_budget import budget
 
 log = logging.getLogger(__name__)
@@ -159,6 +159,11 @@ class ServingApp:
         try:
             ids, deadline, features = parse_request(request)
             not_after = caller_deadline(scope["headers"])
+            seconds = gateway.deadline_s if deadline is None else check_deadline(deadline)
+            due = arrived + seconds if not_after is None else min(arrived + seconds, not_after)
+            # shed here, on the event loop, what cannot be met already: a thread is not taken
+            # (nor waited for) to say so; the thread checks again when it starts
+            gateway.admission.admit(time.monotonic(), due)
             with self._lock:
                 full = self._waiting >= self.max_waiting
                 self._waiting += 0 if full else 1
@@ -166,8 +171,6 @@ class ServingApp:
                 raise Overloaded(QUEUE_FULL, f"{self.max_waiting} waiting for a thread")
             answers = await loop.run_in_executor(self.pool, predict)
             # the event loop's own delay in taking the answer back counts too
-            seconds = gateway.deadline_s if deadline is None else deadline
-            due = arrived + seconds if not_after is None else min(arrived + seconds, not_after)
             gateway.admission.check_late(time.monotonic(), due)
         except Overloaded as err:
             self.metrics.shed.labels("http", err.reason).inc()
