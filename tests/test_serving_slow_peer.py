@@ -5,6 +5,7 @@ party that answers nothing (frozen) is still left out of the answer, named "time
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 
 import numpy as np
@@ -12,7 +13,8 @@ from test_serving_bundle import SECRET
 from test_serving_gateway import gateway, local_peer, served  # noqa: F401 (the fixture)
 
 from vfl_core.serving.admission import SLOW_PEER, Overloaded
-from vfl_core.serving.peers import TIMED_OUT, PeerAnswer
+from vfl_core.serving.lag import LAGGING_AFTER
+from vfl_core.serving.peers import LAGGING, TIMED_OUT, PeerAnswer
 from vfl_core.training.alignment import hash_ids
 
 
@@ -72,3 +74,32 @@ def test_given_a_party_answering_nothing_then_answered_without_it_as_timed_out(
     answer = gw.predict([late])[0]  # nothing from party1 since it was asked: frozen, not slow
     assert answer.missing["party1"] == TIMED_OUT
     assert "party1" not in answer.used and answer.error is None
+
+
+def test_given_a_party_found_lagging_then_shed_while_it_answered_within_a_deadline(
+    served,  # noqa: F811
+) -> None:
+    """Found lagging (three requests waiting for it past their midpoints), a party that
+    answered within the last deadline is alive: the requests are shed; once it has answered
+    nothing for a whole deadline it is taken for frozen, and answered without, "lagging"."""
+    _, peers, late, other = _setup(served)
+    gw = gateway(served, peers, deadline_s=2.0)
+    assert "party1" in gw.predict([other])[0].used  # it answers: alive
+    out: list[object] = []
+
+    def ask_late() -> None:
+        try:
+            out.append(gw.predict([late]))
+        except Overloaded as err:
+            out.append(err)
+
+    waiting = [threading.Thread(target=ask_late) for _ in range(LAGGING_AFTER)]
+    for t in waiting:
+        t.start()
+    for t in waiting:
+        t.join(30)
+    assert len(out) == LAGGING_AFTER and all(isinstance(e, Overloaded) for e in out), out
+    assert all(e.reason == SLOW_PEER for e in out if isinstance(e, Overloaded))
+    time.sleep(2.1)  # a whole deadline with no answer from it: frozen, as far as one can tell
+    answer = gw.predict([late])[0]
+    assert answer.missing["party1"] == LAGGING and answer.error is None

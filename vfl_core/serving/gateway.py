@@ -39,7 +39,14 @@ from vfl_core.serving.combine import Combiner
 from vfl_core.serving.features import FeatureSource, inline_features
 from vfl_core.serving.lag import Lag
 from vfl_core.serving.peer_state import PeerStates
-from vfl_core.serving.peers import NOT_HELD, TIMED_OUT, PeerAnswer, PeerFailure, PeerPort
+from vfl_core.serving.peers import (
+    LAGGING,
+    NOT_HELD,
+    TIMED_OUT,
+    PeerAnswer,
+    PeerFailure,
+    PeerPort,
+)
 from vfl_core.training.alignment import hash_ids
 
 log = logging.getLogger(__name__)
@@ -186,7 +193,7 @@ class Gateway:
             # wait (or stopped when the party was found lagging) says nothing of the party
             if block in awaited and timed_out and time.monotonic() >= deadline:
                 self._lag.missed(block)
-        self._shed_if_slow(blocks, awaited, start)
+        self._shed_if_slow(blocks, start, seconds)
         answers = self.heads.run((ids, blocks))
         done = time.monotonic()
         if done > deadline and phases is not None:
@@ -196,17 +203,20 @@ class Gateway:
             phases.update(own=embedded - start, parties=waited - embedded, heads=done - waited)
         return answers
 
-    def _shed_if_slow(self, blocks: _Blocks, awaited: set[int], asked_at: float) -> None:
-        """Overloaded (SLOW_PEER) when a party this request waited for timed out although it
-        answered other requests since this one asked it: alive, only late (the machine, the
-        queues), so an answer without it would be a weaker prediction for no fault of the
-        party. A party that answered nothing since (frozen), is down or lagging is left out as
-        before, with its reason."""
+    def _shed_if_slow(self, blocks: _Blocks, asked_at: float, seconds: float) -> None:
+        """Overloaded (SLOW_PEER) when a party gave this request no answer although it is
+        alive: timed out, but it answered other requests since this one asked it; or lagging,
+        but it answered within the last `seconds` (a deadline) before this request asked.
+        Such a party is only late (the machine or the queues under load), and an answer
+        without it would be a weaker prediction for no fault of the party. A party that
+        answered nothing for that long (frozen) or is down is left out, with its reason."""
+        since = {TIMED_OUT: asked_at, LAGGING: asked_at - seconds}
         slow = [
             self.names[b]
-            for b in sorted(awaited)
-            if blocks.missing.get(b) == TIMED_OUT and self.peer_states.answered_since(b, asked_at)
-        ]
+            for b, why in sorted(blocks.missing.items())
+            if why in since and b in self.peer_states.names()
+            and self.peer_states.answered_since(b, since[why])
+        ]  # fmt: skip
         if slow:
             raise Overloaded(SLOW_PEER, f"{', '.join(slow)} answered others meanwhile")
 
