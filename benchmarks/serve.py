@@ -77,6 +77,9 @@ class ServeJob:
     # when they send it), so that time before the gateway reads it counts against it; a cell
     # per choice, e.g. (True, False) side by side
     stamps: tuple[bool, ...] = (True,)
+    # a caller shed (429) waits the reply's Retry-After (1 s) before asking again, as an HTTP
+    # client with back-off does; False: at once. A cell per choice
+    retries: tuple[bool, ...] = (False,)
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class Cell:
     median_steps: dict[str, float] | None = None  # ms in each step, mean over the middle 10%
     tail_steps: dict[str, float] | None = None  # ... over the slowest 1%
     stamped: bool = False  # the callers stamped their own deadline on each request
+    honour_retry: bool = False  # a caller shed waited the reply's Retry-After
     live_missing_why: dict[str, int] | None = None  # reason -> live parties missing for it
     shed_why: dict[str, int] | None = None  # reason -> requests shed for it
 
@@ -182,9 +186,9 @@ def run(job: ServeJob) -> dict[str, object]:
                 port = gateways[rtt > 0].http_port
                 for callers in job.callers:
                     for mode in job.modes:
-                        for stamp in job.stamps:
+                        for stamp, retry in [(s, r) for s in job.stamps for r in job.retries]:
                             cell = _cell(job, cluster, callers_, port, ids, rtt, callers, mode,
-                                         stamp)  # fmt: skip
+                                         stamp, retry)  # fmt: skip
                             _restore(cluster, mode, bundles[3], tables[3], ports[3])
                             log.warning("%s", cell)
                             cells.append(cell)
@@ -224,7 +228,7 @@ def _scale_out(job, cluster, callers_, first, bundles, tables, ids) -> dict[str,
     return {"cells": [c.__dict__ for c in cells], "before": before, "after": os.getloadavg()}
 
 
-def _cell(job, cluster, callers_, port, ids, rtt, callers, mode, stamp=True) -> Cell:
+def _cell(job, cluster, callers_, port, ids, rtt, callers, mode, stamp=True, retry=False) -> Cell:
     fault, fault_at = None, []
     lead_s = 0.5 if job.caller_processes > 1 else 0.0  # the processes' common start
     if mode != "up":
@@ -237,7 +241,7 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode, stamp=True) -> 
         fault = threading.Timer(lead_s + job.seconds / 3, send)
         fault.start()
     stamp_s = job.deadline_ms / 1000 if stamp else None
-    replies = callers_.run(port, ids, job.seconds, callers, stamp_s)
+    replies = callers_.run(port, ids, job.seconds, callers, stamp_s, retry)
     if fault is not None:
         fault.join()
     took = sorted(r.took for r in replies)
@@ -250,6 +254,7 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode, stamp=True) -> 
         callers=callers,
         mode=mode,
         stamped=stamp,
+        honour_retry=retry,
         requests=len(replies),
         per_s=len(replies) / job.seconds,
         p50_ms=1000 * statistics.median(took),
@@ -387,7 +392,9 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
         "`stamped`: each caller stamps its request with its own deadline when sending it "
         "(the `X-Deadline-At` header, the deadline from then), so the time before the "
         "gateway reads it counts against it; `unstamped`: the deadline runs from the "
-        "gateway's handler starting.",
+        "gateway's handler starting. `Retry-After`: a caller shed waits the 429's "
+        "Retry-After (1 s) before asking again, as an HTTP client with back-off does; "
+        "without it, it asks again at once.",
         "",
         "| RTT ms | callers | mode | requests | req/s | p50 ms | p95 ms | p99 ms | gateway p50 "
         "| gateway p99 | shed | answered p99 | failed | subset | live missing |",
@@ -495,7 +502,8 @@ def _commit() -> str:
 
 def _mode(cell: dict) -> str:
     stamped = cell.get("stamped")
-    return cell["mode"] if stamped is None else f"{cell['mode']}, {'un' * (not stamped)}stamped"
+    out = cell["mode"] if stamped is None else f"{cell['mode']}, {'un' * (not stamped)}stamped"
+    return out + (", Retry-After" if cell.get("honour_retry") else "")
 
 
 def _processes(n: int) -> str:

@@ -461,6 +461,13 @@ def serve(
             "stamped, unstamped, or both (a cell each)"
         ),
     ] = "stamped",
+    retry_after: Annotated[
+        str,
+        Opt(
+            help="a caller shed (429) honours the reply's Retry-After before asking again, or "
+            "ignores it and asks at once: honour, ignore, or both (a cell each)"
+        ),
+    ] = "ignore",
     data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
     results: Results = DEFAULT_RESULTS,
     log_level: LogLevel = "warning",
@@ -488,6 +495,10 @@ def serve(
         scale_rounds=scale_rounds,
         stamps=tuple(
             s == "stamped" for s in parse_variants(stamps, ("stamped", "unstamped"), "stamp(s)")
+        ),
+        retries=tuple(
+            r == "honour"
+            for r in parse_variants(retry_after, ("honour", "ignore"), "--retry-after choice(s)")
         ),
     )
     path, text = mod.write_report(mod.run(job), results)

@@ -37,7 +37,7 @@ from vfl_core.serving.admission import SLOW_PEER, Admission, Overloaded
 from vfl_core.serving.bundle import Bundle
 from vfl_core.serving.combine import Combiner
 from vfl_core.serving.features import FeatureSource, inline_features
-from vfl_core.serving.lag import Lag
+from vfl_core.serving.lag import LAGGING_AFTER, Lag
 from vfl_core.serving.peer_state import PeerStates
 from vfl_core.serving.peers import (
     LAGGING,
@@ -206,11 +206,13 @@ class Gateway:
     def _shed_if_slow(self, blocks: _Blocks, asked_at: float, seconds: float) -> None:
         """Overloaded (SLOW_PEER) when a party gave this request no answer although it is
         alive: timed out, but it answered other requests since this one asked it; or lagging,
-        but it answered within the last `seconds` (a deadline) before this request asked.
+        but it answered within the last LAGGING_AFTER deadlines (`seconds` each) before this
+        request asked (the parties of a loaded 2-core machine were measured silent for more
+        than one deadline of 100 ms while alive).
         Such a party is only late (the machine or the queues under load), and an answer
         without it would be a weaker prediction for no fault of the party. A party that
         answered nothing for that long (frozen) or is down is left out, with its reason."""
-        since = {TIMED_OUT: asked_at, LAGGING: asked_at - seconds}
+        since = {TIMED_OUT: asked_at, LAGGING: asked_at - LAGGING_AFTER * seconds}
         slow = [
             self.names[b]
             for b, why in sorted(blocks.missing.items())
