@@ -41,6 +41,7 @@ from benchmarks.netshape import NetShaper, Shape
 from benchmarks.serve_callers import Callers, Reply, post
 from benchmarks.serve_cluster import ServingCluster, train_bundles
 from benchmarks.serve_scale import measure, report_lines, start_replicas, warm
+from benchmarks.serve_why import live_missing_why, mode_text, shed_why, why_table
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig
 
@@ -264,33 +265,14 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode, stamp=True, ret
         subset=sum(1 for r in replies if r.ok and r.used < PARTIES),
         shed=sum(1 for r in replies if r.status == 429),
         live_missing=sum(1 for r in replies if r.ok and set(r.missing) - faulted),
-        live_missing_why=_live_missing_why(replies, faulted),
-        shed_why=_shed_why(replies),
+        live_missing_why=live_missing_why(replies, faulted),
+        shed_why=shed_why(replies),
         answered_p99_ms=1000 * answered[98] if answered else -1.0,
         server_p50_ms=1000 * server[49] if server else -1.0,
         server_p99_ms=1000 * server[98] if server else -1.0,
         **_fault_figures(replies, fault_at[0] if fault_at else None),
         **_where_time_went(replies),
     )
-
-
-def _live_missing_why(replies: list[Reply], faulted: set[str]) -> dict[str, int]:
-    """Why the live parties missing from answers were missing: reason -> how many."""
-    why: dict[str, int] = {}
-    for r in replies:
-        for name, reason in zip(r.missing, r.why, strict=False):
-            if r.ok and name not in faulted:
-                why[reason] = why.get(reason, 0) + 1
-    return why
-
-
-def _shed_why(replies: list[Reply]) -> dict[str, int]:
-    """The 429s by admission control's reason (the text between "overloaded: " and "(")."""
-    why: dict[str, int] = {}
-    for r in replies:
-        if r.status == 429:
-            why[r.shed_reason] = why.get(r.shed_reason, 0) + 1
-    return why
 
 
 def _fault_figures(replies: list[Reply], at: float | None) -> dict[str, object]:
@@ -403,13 +385,13 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
     ]
     for c in record["cells"]:
         lines.append(
-            f"| {c['rtt_ms']:g} | {c['callers']} | {_mode(c)} | {c['requests']} | "
+            f"| {c['rtt_ms']:g} | {c['callers']} | {mode_text(c)} | {c['requests']} | "
             f"{c['per_s']:.0f} | {c['p50_ms']:.1f} | {c['p95_ms']:.1f} | {c['p99_ms']:.1f} | "
             f"{_ms(c.get('server_p50_ms', -1))} | {_ms(c.get('server_p99_ms', -1))} | "
             f"{c.get('shed', 0)} | {_ms(c.get('answered_p99_ms', -1))} | "
             f"{c['failed']} | {c['subset']} | {c.get('live_missing', 0)} |"
         )
-    lines += _why_table(record["cells"])
+    lines += why_table(record["cells"])
     lines += _steps_table(record["cells"])
     scale = record.get("scale") or {"cells": []}
     lines += report_lines(scale["cells"], scale)
@@ -427,31 +409,6 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
     path.write_text(text)
     (results / "serve.json").write_text(json.dumps(record, indent=2, default=str))
     return path, text
-
-
-def _why_table(cells: list[dict]) -> list[str]:
-    """Each cell's 429s by admission control's reason, and why live parties were missing."""
-    rows = [c for c in cells if c.get("shed_why") is not None]
-    if not rows:
-        return []
-
-    def text(counts: dict[str, int]) -> str:
-        return "; ".join(f"{k}: {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-
-    lines = [
-        "",
-        "Why: the 429s by admission control's reason, and the live parties missing from "
-        "answers by the reason the answer gave.",
-        "",
-        "| RTT ms | callers | mode | shed, by reason | live missing, by reason |",
-        "| ---: | ---: | --- | --- | --- |",
-    ]
-    for c in rows:
-        lines.append(
-            f"| {c['rtt_ms']:g} | {c['callers']} | {_mode(c)} | {text(c['shed_why']) or '-'} "
-            f"| {text(c.get('live_missing_why') or {}) or '-'} |"
-        )
-    return lines
 
 
 def _steps_table(cells: list[dict]) -> list[str]:
@@ -482,7 +439,7 @@ def _steps_table(cells: list[dict]) -> list[str]:
         if c["mode"] != "up":
             fault = f"{c['at_fault']} ({100 * c['at_fault'] / max(1, c['requests']):.1f}%)"
         lines.append(
-            f"| {c['rtt_ms']:g} | {c['callers']} | {_mode(c)} | {steps} | {fault} | "
+            f"| {c['rtt_ms']:g} | {c['callers']} | {mode_text(c)} | {steps} | {fault} | "
             f"{_ms(c.get('settled_p99_ms', -1))} |"
         )
     return lines
@@ -498,12 +455,6 @@ def _commit() -> str:
     except OSError:
         return "unknown"
     return out.stdout.strip() or "unknown"
-
-
-def _mode(cell: dict) -> str:
-    stamped = cell.get("stamped")
-    out = cell["mode"] if stamped is None else f"{cell['mode']}, {'un' * (not stamped)}stamped"
-    return out + (", Retry-After" if cell.get("honour_retry") else "")
 
 
 def _processes(n: int) -> str:
