@@ -125,6 +125,20 @@ def serve(
     scale_rounds: Annotated[
         int, Opt(min=1, help="--gateways: rounds of the counts, alternating their order")
     ] = 2,
+    stamps: Annotated[
+        str,
+        Opt(
+            help="the callers stamp their own deadline on each request (X-Deadline-At): "
+            "stamped, unstamped, or both (a cell each)"
+        ),
+    ] = "stamped",
+    retry_after: Annotated[
+        str,
+        Opt(
+            help="a caller shed (429) honours the reply's Retry-After before asking again, or "
+            "ignores it and asks at once: honour, ignore, or both (a cell each)"
+        ),
+    ] = "ignore",
     data_path: Annotated[Path, Opt(help="directory with the shared data files")] = DEFAULT_DATA,
     results: Results = DEFAULT_RESULTS,
     log_level: LogLevel = "warning",
@@ -150,6 +164,13 @@ def serve(
         caller_processes=caller_processes,
         gateways=counts,
         scale_rounds=scale_rounds,
+        stamps=tuple(
+            s == "stamped" for s in parse_variants(stamps, ("stamped", "unstamped"), "stamp(s)")
+        ),
+        retries=tuple(
+            r == "honour"
+            for r in parse_variants(retry_after, ("honour", "ignore"), "--retry-after choice(s)")
+        ),
     )
     path, text = mod.write_report(mod.run(job), results)
     typer.echo(text)
