@@ -1,6 +1,8 @@
-"""Benchmarks of the paper's comparisons on our engine: accuracy grid, scaling, throughput.
+"""The benchmark suites behind `vfl bench`, one folder or family of modules each: paper/ (the
+LASER-VFL paper's comparisons), scale/ (parties and throughput), dvfl/, dlvm/, tabular*, wan*,
+serve*, privacy*; what they share: setups, pool, procs, report, netshape.
 
-The `vfl bench` commands (vfl_cli/bench_cmd.py; their shared options and sweep parsing in
-vfl_cli/bench_options.py) are thin wrappers around these modules. Results are recorded under
-benchmarks/results/.
+The `vfl bench` commands (vfl_cli/bench_cmd.py, bench_suites.py, bench_wan.py,
+bench_privacy.py; their shared options in vfl_cli/bench_options.py) are thin wrappers around
+these modules. Results are recorded under benchmarks/results/.
 """

@@ -365,12 +365,33 @@ DEFENCES: dict[str, dict[str, Any]] = {
 }
 
 
+# Settings that change more than the privacy section: (a DEFENCES entry, TrainConfig fields).
+# Under `withhold` the feature-only parties' bottom models are fixed random features, so the
+# label party's heads decide what they are worth: a wider head, the concatenating head.
+SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "withhold_concat": ("withhold", {"concat_head": True}),
+    "withhold_head256": ("withhold", {"model": {"head_hidden": 256}}),
+    "withhold_concat_head256": ("withhold", {"concat_head": True, "model": {"head_hidden": 256}}),
+    # wider embeddings (every party's): more random features from a fixed tower
+    "withhold_e256": ("withhold", {"model": {"embed_dim": 256}}),
+    "withhold_concat_e256_h256": (
+        "withhold",
+        {"concat_head": True, "model": {"embed_dim": 256, "head_hidden": 256}},
+    ),
+}
+
+
+def known_setting(name: str) -> bool:
+    return name.partition("_patience")[0] in DEFENCES or name.partition("_patience")[0] in SETTINGS
+
+
 def setting(defence: str) -> dict[str, Any]:
-    """The TrainConfig fields of `defence`: a DEFENCES entry, or one with `_patienceN` after
-    it (the same defence with early stopping's patience N: the lever when a defended run stops
-    early, benchmarks/results/privacy.md)."""
+    """The TrainConfig fields of `defence`: a DEFENCES or SETTINGS entry, or one with
+    `_patienceN` after it (the same defence with early stopping's patience N: the lever when a
+    defended run stops early, benchmarks/results/privacy.md)."""
     base, _, patience = defence.partition("_patience")
-    out: dict[str, Any] = {"privacy": DEFENCES[base]}
+    privacy, extra = SETTINGS.get(base, (base, {}))
+    out: dict[str, Any] = {"privacy": DEFENCES[privacy], **extra}
     if patience:
         out["early_stop_patience"] = int(patience)
     return out
@@ -454,8 +475,9 @@ def main(argv: list[str] | None = None) -> None:
         if name not in loaders:
             raise SystemExit(f"error: no table '{name}' (Credit needs --data-path)")
     for defence in args.defences.split(","):
-        if defence.partition("_patience")[0] not in DEFENCES:
-            raise SystemExit(f"error: no defence '{defence}' (of {', '.join(DEFENCES)})")
+        if not known_setting(defence):
+            names = ", ".join([*DEFENCES, *SETTINGS])
+            raise SystemExit(f"error: no defence '{defence}' (of {names})")
     store = args.out.with_suffix(".json")
     runs = json.loads(store.read_text()) if args.resume and store.is_file() else []
     done = {(r["table"], r["parties"], r["seed"], r["defence"]) for r in runs}

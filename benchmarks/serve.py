@@ -41,6 +41,7 @@ from benchmarks.netshape import NetShaper, Shape
 from benchmarks.serve_callers import Callers, Reply, post
 from benchmarks.serve_cluster import ServingCluster, train_bundles
 from benchmarks.serve_scale import measure, report_lines, start_replicas, warm
+from benchmarks.serve_why import live_missing_why, mode_text, shed_why, why_table
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig
 
@@ -73,6 +74,13 @@ class ServeJob:
     # gateway processes side by side, e.g. (1, 2, 4); () = not measured (benchmarks/serve_scale.py)
     gateways: tuple[int, ...] = ()
     scale_rounds: int = 2
+    # the callers stamp each request with their own deadline (X-Deadline-At, deadline_ms from
+    # when they send it), so that time before the gateway reads it counts against it; a cell
+    # per choice, e.g. (True, False) side by side
+    stamps: tuple[bool, ...] = (True,)
+    # a caller shed (429) waits the reply's Retry-After (1 s) before asking again, as an HTTP
+    # client with back-off does; False: at once. A cell per choice
+    retries: tuple[bool, ...] = (False,)
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,10 @@ class Cell:
     settled_p99_ms: float = -1.0  # kill/stop: p99 of the requests sent from SETTLE_S after it
     median_steps: dict[str, float] | None = None  # ms in each step, mean over the middle 10%
     tail_steps: dict[str, float] | None = None  # ... over the slowest 1%
+    stamped: bool = False  # the callers stamped their own deadline on each request
+    honour_retry: bool = False  # a caller shed waited the reply's Retry-After
+    live_missing_why: dict[str, int] | None = None  # reason -> live parties missing for it
+    shed_why: dict[str, int] | None = None  # reason -> requests shed for it
 
 
 SETTLE_S = 0.5
@@ -175,10 +187,12 @@ def run(job: ServeJob) -> dict[str, object]:
                 port = gateways[rtt > 0].http_port
                 for callers in job.callers:
                     for mode in job.modes:
-                        cell = _cell(job, cluster, callers_, port, ids, rtt, callers, mode)
-                        _restore(cluster, mode, bundles[3], tables[3], ports[3])
-                        log.warning("%s", cell)
-                        cells.append(cell)
+                        for stamp, retry in [(s, r) for s in job.stamps for r in job.retries]:
+                            cell = _cell(job, cluster, callers_, port, ids, rtt, callers, mode,
+                                         stamp, retry)  # fmt: skip
+                            _restore(cluster, mode, bundles[3], tables[3], ports[3])
+                            log.warning("%s", cell)
+                            cells.append(cell)
             scale = _scale_out(job, cluster, callers_, gateways[False], bundles, tables, ids)
     return {
         "command": job.command,
@@ -215,7 +229,7 @@ def _scale_out(job, cluster, callers_, first, bundles, tables, ids) -> dict[str,
     return {"cells": [c.__dict__ for c in cells], "before": before, "after": os.getloadavg()}
 
 
-def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
+def _cell(job, cluster, callers_, port, ids, rtt, callers, mode, stamp=True, retry=False) -> Cell:
     fault, fault_at = None, []
     lead_s = 0.5 if job.caller_processes > 1 else 0.0  # the processes' common start
     if mode != "up":
@@ -227,7 +241,8 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
 
         fault = threading.Timer(lead_s + job.seconds / 3, send)
         fault.start()
-    replies = callers_.run(port, ids, job.seconds, callers)
+    stamp_s = job.deadline_ms / 1000 if stamp else None
+    replies = callers_.run(port, ids, job.seconds, callers, stamp_s, retry)
     if fault is not None:
         fault.join()
     took = sorted(r.took for r in replies)
@@ -239,6 +254,8 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
         rtt_ms=rtt,
         callers=callers,
         mode=mode,
+        stamped=stamp,
+        honour_retry=retry,
         requests=len(replies),
         per_s=len(replies) / job.seconds,
         p50_ms=1000 * statistics.median(took),
@@ -248,6 +265,8 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode) -> Cell:
         subset=sum(1 for r in replies if r.ok and r.used < PARTIES),
         shed=sum(1 for r in replies if r.status == 429),
         live_missing=sum(1 for r in replies if r.ok and set(r.missing) - faulted),
+        live_missing_why=live_missing_why(replies, faulted),
+        shed_why=shed_why(replies),
         answered_p99_ms=1000 * answered[98] if answered else -1.0,
         server_p50_ms=1000 * server[49] if server else -1.0,
         server_p99_ms=1000 * server[98] if server else -1.0,
@@ -351,7 +370,13 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
         "third into the cell; stop: SIGSTOPped a third into the cell. shed: 429 (admission "
         "control); answered p99: of the 200s; failed: neither answered nor shed, or no "
         "prediction; subset: answered from fewer than 4 parties; live missing: answers "
-        "missing a party that was alive (any but party3 in kill and stop).",
+        "missing a party that was alive (any but party3 in kill and stop). Mode with "
+        "`stamped`: each caller stamps its request with its own deadline when sending it "
+        "(the `X-Deadline-At` header, the deadline from then), so the time before the "
+        "gateway reads it counts against it; `unstamped`: the deadline runs from the "
+        "gateway's handler starting. `Retry-After`: a caller shed waits the 429's "
+        "Retry-After (1 s) before asking again, as an HTTP client with back-off does; "
+        "without it, it asks again at once.",
         "",
         "| RTT ms | callers | mode | requests | req/s | p50 ms | p95 ms | p99 ms | gateway p50 "
         "| gateway p99 | shed | answered p99 | failed | subset | live missing |",
@@ -360,12 +385,13 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
     ]
     for c in record["cells"]:
         lines.append(
-            f"| {c['rtt_ms']:g} | {c['callers']} | {c['mode']} | {c['requests']} | "
+            f"| {c['rtt_ms']:g} | {c['callers']} | {mode_text(c)} | {c['requests']} | "
             f"{c['per_s']:.0f} | {c['p50_ms']:.1f} | {c['p95_ms']:.1f} | {c['p99_ms']:.1f} | "
             f"{_ms(c.get('server_p50_ms', -1))} | {_ms(c.get('server_p99_ms', -1))} | "
             f"{c.get('shed', 0)} | {_ms(c.get('answered_p99_ms', -1))} | "
             f"{c['failed']} | {c['subset']} | {c.get('live_missing', 0)} |"
         )
+    lines += why_table(record["cells"])
     lines += _steps_table(record["cells"])
     scale = record.get("scale") or {"cells": []}
     lines += report_lines(scale["cells"], scale)
@@ -413,7 +439,7 @@ def _steps_table(cells: list[dict]) -> list[str]:
         if c["mode"] != "up":
             fault = f"{c['at_fault']} ({100 * c['at_fault'] / max(1, c['requests']):.1f}%)"
         lines.append(
-            f"| {c['rtt_ms']:g} | {c['callers']} | {c['mode']} | {steps} | {fault} | "
+            f"| {c['rtt_ms']:g} | {c['callers']} | {mode_text(c)} | {steps} | {fault} | "
             f"{_ms(c.get('settled_p99_ms', -1))} |"
         )
     return lines

@@ -33,20 +33,30 @@ class Reply(NamedTuple):
     steps: dict[str, float] = {}  # noqa: RUF012 (never mutated) the gateway's seconds per step
     status: int = 200
     missing: tuple[str, ...] = ()  # the parties the answer names as missing
+    why: tuple[str, ...] = ()  # ... and why each is missing, in the same order
+    shed_reason: str = ""  # a 429: admission control's reason
 
 
 def post(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict, float]:
     """(status, JSON body, the gateway's seconds or -1)."""
-    status, answer, steps = post_timed(conn, body)
+    status, answer, steps, _ = post_timed(conn, body)
     return status, answer, steps.get("gateway", -1.0)
 
 
-def post_timed(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict, dict[str, float]]:
-    """(status, JSON body, the seconds of each Server-Timing metric)."""
-    conn.request("POST", "/predict", json.dumps(body), {"Content-Type": "application/json"})
+def post_timed(
+    conn: http.client.HTTPConnection, body: dict, deadline_s: float | None = None
+) -> tuple[int, dict, dict[str, float], float]:
+    """(status, JSON body, the seconds of each Server-Timing metric, Retry-After seconds or 0).
+    `deadline_s`: stamp the request with the caller's own deadline, that long from now (the
+    X-Deadline-At header)."""
+    headers = {"Content-Type": "application/json"}
+    if deadline_s is not None:
+        headers["X-Deadline-At"] = f"{time.time() + deadline_s:.6f}"
+    conn.request("POST", "/predict", json.dumps(body), headers)
     reply = conn.getresponse()
     timing = _METRIC.findall(reply.getheader("Server-Timing") or "")
-    return reply.status, json.loads(reply.read()), {k: float(ms) / 1000 for k, ms in timing}
+    retry = float(reply.getheader("Retry-After") or 0)
+    return reply.status, json.loads(reply.read()), {k: float(ms) / 1000 for k, ms in timing}, retry
 
 
 def load(
@@ -57,10 +67,14 @@ def load(
     callers: int,
     first: int,
     every: int,
+    deadline_s: float | None = None,
+    honour_retry: bool = False,
 ) -> list[Reply]:
     """Callers first, first + every, ... (of `every` in all), each from `start` to `end`
     (time.monotonic(), the same clock in every process), back to back; with several ports
-    (gateway replicas), caller k asks the one at port[k mod their number]."""
+    (gateway replicas), caller k asks the one at port[k mod their number]. `deadline_s`: each
+    request stamped with the caller's deadline, that long after it is sent. `honour_retry`: a
+    caller shed (429) waits the reply's Retry-After before asking again (else at once)."""
     out: list[Reply] = []
     lock = threading.Lock()
     ports = [port] if isinstance(port, int) else list(port)
@@ -72,14 +86,18 @@ def load(
         time.sleep(max(0.0, start - time.monotonic()))
         while time.monotonic() < end:
             sent, begin = time.monotonic(), time.perf_counter()
-            status, body, steps = post_timed(conn, {"ids": [ids[i % len(ids)]]})
+            status, body, steps, retry = post_timed(conn, {"ids": [ids[i % len(ids)]]}, deadline_s)
             took = time.perf_counter() - begin
             answer = body.get("predictions", [{}])[0] if status == 200 else {}
             ok = status == 200 and "error" not in answer
             server_s = steps.pop("gateway", -1.0)
-            used, missing = len(answer.get("parties", ())), tuple(answer.get("missing", {}))
-            mine.append(Reply(took, ok, used, server_s, sent, steps, status, missing))
+            used, missing = len(answer.get("parties", ())), answer.get("missing", {})
+            names, why = tuple(missing), tuple(missing.values())
+            shed = _shed_reason(body) if status == 429 else ""
+            mine.append(Reply(took, ok, used, server_s, sent, steps, status, names, why, shed))
             i += callers
+            if honour_retry and status == 429:
+                time.sleep(max(0.0, min(retry, end - time.monotonic())))
         conn.close()
         with lock:
             out.extend(mine)
@@ -90,6 +108,12 @@ def load(
     for t in threads:
         t.join()
     return out
+
+
+def _shed_reason(body: dict) -> str:
+    """ "overloaded: REASON (detail); retry ..." -> REASON."""
+    error = str(body.get("error", ""))
+    return error.removeprefix("overloaded: ").split(" (")[0]
 
 
 class Callers:
@@ -111,16 +135,26 @@ class Callers:
             self._pool.shutdown()
 
     def run(
-        self, port: int | Sequence[int], ids: list[str], seconds: float, callers: int
+        self,
+        port: int | Sequence[int],
+        ids: list[str],
+        seconds: float,
+        callers: int,
+        deadline_s: float | None = None,
+        honour_retry: bool = False,
     ) -> list[Reply]:
-        """Every reply of `callers` callers for `seconds`, spread over the processes."""
+        """Every reply of `callers` callers for `seconds`, spread over the processes;
+        `deadline_s`: the deadline each caller stamps on its requests (None: none);
+        `honour_retry`: a caller shed waits the reply's Retry-After."""
         start = time.monotonic() + (0.5 if self._pool is not None else 0.0)
         end = start + seconds
         if self._pool is None or callers == 1:
-            return load(port, ids, start, end, callers, 0, 1)
+            return load(port, ids, start, end, callers, 0, 1, deadline_s, honour_retry)
         every = min(self.processes, callers)
         jobs = [
-            self._pool.submit(load, port, ids, start, end, callers, first, every)
+            self._pool.submit(
+                load, port, ids, start, end, callers, first, every, deadline_s, honour_retry
+            )
             for first in range(every)
         ]
         return [r for job in jobs for r in job.result()]

@@ -2,7 +2,7 @@
 generated CSV against pyarrow's plain `pyarrow.csv.read_csv` of the same file.
 
     python -m benchmarks.table_read [--rows 200000] [--runs 3] [--compare /work/main]
-        [--out FILE.md] [--profile N] [--parquet]
+        [--out FILE.md] [--profile N] [--parquet] [--dates N] [--libraries scikit-learn skrub]
 
 The table (written to a temporary directory, deleted at the end): an ID column, a label, 13
 numeric columns (one with missing cells), 4 categorical columns of a few values and 2 of a few
@@ -14,12 +14,15 @@ VmHWM is reset through /proc/self/clear_refs after the imports; the largest run'
 median CPU time (user + system, every thread: the work done, which the load other processes
 put on the machine moves less than the wall time). `--parquet` measures the same table written
 as a Parquet file too (pyarrow's `pyarrow.parquet.read_table` as its plain read); its peak is
-put beside the CSV file's size, the table's size as text.
+put beside the CSV file's size, the table's size as text. `--dates N` adds N columns of ISO
+dates and times. `--libraries` measures the same job done by scikit-learn's ColumnTransformer or
+skrub's TableVectorizer after pyarrow's plain read (`library_route`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -46,6 +49,11 @@ if how == "ours":
     from vfl_core.data import tabular
     from vfl_core.data.tabular import TableSource, load_table_party
     print("code:", tabular.__file__, file=sys.stderr)
+elif how in ("scikit-learn", "skrub"):
+    from benchmarks.table_read import library_route
+    import sklearn.compose, sklearn.impute, sklearn.pipeline, sklearn.preprocessing  # noqa
+    if how == "skrub":
+        import skrub  # noqa
 def status(key):
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(key + ":"):
@@ -58,6 +66,8 @@ if how == "pyarrow" and path.suffix == ".parquet":
     pyarrow.parquet.read_table(path)
 elif how == "pyarrow":
     pyarrow.csv.read_csv(path)
+elif how in ("scikit-learn", "skrub"):
+    library_route(path, how)
 else:
     source = TableSource(path=path, id_column="id", label_column="y", block=0, num_blocks=2)
     data, fitted = load_table_party(source)
@@ -67,8 +77,65 @@ print(json.dumps({"seconds": seconds, "cpu": cpu, "peak_mb": (peak - base) / 102
 """
 
 
-def write_table(path: Path, rows: int, seed: int = 0) -> None:
-    """The benchmark's CSV: 21 columns, some categorical, one numeric column with gaps."""
+def library_route(path: Path, how: str) -> None:
+    """The same job done by the libraries the issue weighs (`--libraries`): pyarrow's plain
+    read (its own typing: numbers where a column parses as numbers), the same test split
+    (vfl_core.data.sample_ids, salted SHA-256 of the IDs), then scikit-learn's ColumnTransformer
+    (mean imputation with a missing indicator and StandardScaler for numbers, OneHotEncoder
+    for text columns of at most 16 training values, OrdinalEncoder for the others: the
+    party's defaults) or skrub's TableVectorizer (its defaults) fitted on the training rows,
+    and both splits transformed to float32 rows, the labels to class indices."""
+    import pyarrow as pa
+    import pyarrow.csv
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
+
+    from vfl_core.data.sample_ids import held_out
+
+    text = {"id": pa.string(), "y": pa.string()}
+    table = pyarrow.csv.read_csv(
+        path, convert_options=pyarrow.csv.ConvertOptions(column_types=text)
+    )
+    test = held_out(table.column("id"), 0.2)
+    _, labels = np.unique(table.column("y").to_numpy(zero_copy_only=False), return_inverse=True)
+    frame = table.drop_columns(["id", "y"]).to_pandas()
+    del table
+    train, held = frame[~test], frame[test]
+    del frame
+    if how == "skrub":
+        from skrub import TableVectorizer
+
+        model = TableVectorizer()
+    else:
+        numbers = [c for c in train if train[c].dtype.kind == "f"]
+        words = [c for c in train if c not in numbers]
+        few = [c for c in words if train[c].nunique() <= 16]
+        many = [c for c in words if c not in few]
+        model = ColumnTransformer(
+            [
+                (
+                    "numbers",
+                    make_pipeline(SimpleImputer(add_indicator=True), StandardScaler()),
+                    numbers,
+                ),
+                ("onehot", OneHotEncoder(handle_unknown="ignore", sparse_output=False), few),
+                (
+                    "codes",
+                    OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1),
+                    many,
+                ),
+            ]
+        )
+    rows = np.asarray(model.fit_transform(train), dtype=np.float32)
+    test_rows = np.asarray(model.transform(held), dtype=np.float32)
+    assert len(rows) + len(test_rows) == len(labels)
+
+
+def write_table(path: Path, rows: int, seed: int = 0, dates: int = 0) -> None:
+    """The benchmark's CSV: 21 columns, some categorical, one numeric column with gaps; and
+    `dates` columns of ISO dates and times (`--dates`) before the label."""
     gen = np.random.default_rng(seed)
     columns: dict[str, list[str]] = {"id": [f"c{i:08d}" for i in range(rows)]}
     for j in range(13):
@@ -84,6 +151,11 @@ def write_table(path: Path, rows: int, seed: int = 0) -> None:
         columns[f"cat{j}"] = [names[i] for i in gen.integers(0, len(names), rows)]
     for j in range(2):
         columns[f"shop{j}"] = [f"shop-{i}" for i in gen.integers(0, 300, rows)]
+    start = np.datetime64("2015-01-01T00:00:00")
+    for j in range(dates):  # a second each over ten years, written as spreadsheets write them
+        when = start + gen.integers(0, 10 * 365 * 86400, rows).astype("timedelta64[s]")
+        columns[f"when{j}"] = np.datetime_as_string(when).astype(object).tolist()
+        columns[f"when{j}"] = [c.replace("T", " ") for c in columns[f"when{j}"]]
     columns["y"] = [("no", "yes")[i] for i in gen.integers(0, 2, rows)]
     with path.open("w") as f:
         f.write(",".join(columns) + "\n")
@@ -180,6 +252,9 @@ def _rows(
     if args.compare is not None:
         label = f"laser-vfl {_version(args.compare)}: read + fit + transform{kind}"
         what.append((label, "ours", args.compare, path))
+    for library in args.libraries if not kind else ():
+        label = f"{library} (pyarrow read, same split): fit + transform"
+        what.append((label, library, args.code, path))
     return what
 
 
@@ -210,11 +285,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--parquet", action="store_true", help="also the same table as a Parquet file"
     )
+    parser.add_argument(
+        "--dates", type=int, default=0, help="also this many columns of ISO dates and times"
+    )
+    parser.add_argument(
+        "--libraries",
+        nargs="*",
+        choices=("scikit-learn", "skrub"),
+        default=[],
+        help="also the same job by these libraries (skrub must be installed)",
+    )
     args = parser.parse_args(argv)
+    for library in args.libraries:  # measured, never a dependency of laser-vfl
+        if importlib.util.find_spec({"scikit-learn": "sklearn"}.get(library, library)) is None:
+            parser.error(f"--libraries {library}: not installed (pip install {library})")
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "table.csv"
-        write_table(path, args.rows)
+        write_table(path, args.rows, dates=args.dates)
         size_mb = path.stat().st_size / 2**20
         if args.profile:
             profile(path, args.code, args.profile)
@@ -235,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
             first = len(rows) // 2  # the Parquet rows, each against pyarrow's Parquet read
             plain_of.update({label: rows[first][1] for label, _ in rows[first:]})
     lines = [
-        f"{args.rows} rows x 21 columns, {size_mb:.1f} MB CSV{kept}; median of {args.runs} runs, "
+        f"{args.rows} rows x {21 + args.dates} columns, {size_mb:.1f} MB CSV{kept}; median of "
+        f"{args.runs} runs, "
         f"each in a fresh process; {os.cpu_count()} CPUs, load average (1 min) "
         f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after",
         "",

@@ -152,6 +152,20 @@ SETTINGS: dict[str, list[str]] = {
     # no federation: HistGradientBoosting and LightGBM (defaults) on the joined columns of the
     # same party CSVs, with the process CPU seconds of each fit
     "gbdt": [],
+    # the defaults with a warm-up (wuW: vfl_core.model.lr_schedule.DECAY_WARMUP epochs), another
+    # rate, patience, and local updates (R = 4; lrS: LOCAL_LR_SCALE, the local steps' share of
+    # the rate)
+    "r4-lr1e-2-hl16-p6-mi0.01-wu3": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr1e-2-hl16-p6-mi0.01-wu5": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "r4-lr5e-3-hl16-p6-mi0.01": ["--lr", "5e-3", "--min-improvement", "0.01"],
+    "r4-lr1e-2-hl16-p5-mi0.01": ["--lr", "1e-2", "--min-improvement", "0.01"],
+    "local4": ["--local-steps", "4"],
+    "local4-lr1": ["--local-steps", "4"],
+    "local4-lr0.5": ["--local-steps", "4"],
+    "local4-lr0.25": ["--local-steps", "4"],
+    "r4-lr5e-3-hl16-p6-mi0.01-local4": [
+        *("--lr", "5e-3", "--min-improvement", "0.01", "--local-steps", "4"),
+    ],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
@@ -184,6 +198,11 @@ AUTO_PATIENCE: dict[str, int] = {
     "r4-lr1e-2-hl6-p6-mi0.01": 6,
     "r4-lr1e-2-hl4-p6-mi0.01": 6,
     "r4-lr2e-2-hl8-p6-mi0.01": 6,
+    "r4-lr1e-2-hl16-p6-mi0.01-wu3": 6,
+    "r4-lr1e-2-hl16-p6-mi0.01-wu5": 6,
+    "r4-lr5e-3-hl16-p6-mi0.01": 6,
+    "r4-lr1e-2-hl16-p5-mi0.01": 5,
+    "r4-lr5e-3-hl16-p6-mi0.01-local4": 6,
 }
 # ... and vfl_core.config's SCALED_TABLE_LR: the "auto" rate of a table follows the party's batch
 SCALED_LR: set[str] = {"lr-linear-scaling"}
@@ -194,6 +213,16 @@ ROUNDS_PER_EPOCH: dict[str, int] = {
 }
 HALF_LIFE: dict[str, float] = {
     s: float(p[2:]) for s in ROUNDS_PER_EPOCH for p in s.split("-") if p.startswith("hl")
+}
+WARMUP: dict[str, int] = {
+    s: int(p[2:]) for s in ROUNDS_PER_EPOCH for p in s.split("-") if p.startswith("wu")
+}
+# ... and vfl_core.methods.laser.local_steps's LOCAL_LR_SCALE
+LOCAL_LR: dict[str, float] = {
+    "local4-lr1": 1.0,
+    "local4-lr0.5": 0.5,
+    "local4-lr0.25": 0.25,
+    "r4-lr5e-3-hl16-p6-mi0.01-local4": 1.0,
 }
 # ... and the rows the parties hold (benchmarks.tabular_tables.write_parties): "full", every party
 # holds party 0's rows; such a setting also runs the centralised baselines on its own data
@@ -220,6 +249,10 @@ def describe(name: str) -> str:
         said += f" batch auto at {ROUNDS_PER_EPOCH[name]} rounds an epoch"
     if name in HALF_LIFE:
         said += f" decay half-life {HALF_LIFE[name]:g} epochs"
+    if name in WARMUP:
+        said += f" warm-up {WARMUP[name]} epochs"
+    if name in LOCAL_LR:
+        said += f" local steps at {LOCAL_LR[name]:g} of the rate"
     if name in OVERLAP:
         said += f" {OVERLAP[name]} overlap (every party holds the label party's rows)"
     if name in CHOICE_METRIC:
@@ -272,6 +305,7 @@ def _set_module_defaults(payload: dict[str, Any]) -> None:
     from vfl_core import config
     from vfl_core.data import preprocess
     from vfl_core.inference import choice
+    from vfl_core.methods.laser import local_steps
     from vfl_core.model import lr_schedule
 
     original = _ORIGINAL.setdefault(
@@ -282,6 +316,8 @@ def _set_module_defaults(payload: dict[str, Any]) -> None:
             config.AUTO_ROUNDS_PER_EPOCH,
             lr_schedule.DECAY_HALF_LIFE,
             config.SCALED_TABLE_LR,
+            lr_schedule.DECAY_WARMUP,
+            local_steps.LOCAL_LR_SCALE,
         ),
     )
     bins, patience = payload.get("numeric_bins"), payload.get("auto_patience")
@@ -292,6 +328,9 @@ def _set_module_defaults(payload: dict[str, Any]) -> None:
     lr_schedule.DECAY_HALF_LIFE = original[3] if half_life is None else half_life
     scaled = payload.get("scaled_lr")
     config.SCALED_TABLE_LR = original[4] if scaled is None else scaled
+    warmup, local_lr = payload.get("warmup"), payload.get("local_lr")
+    lr_schedule.DECAY_WARMUP = original[5] if warmup is None else warmup
+    local_steps.LOCAL_LR_SCALE = original[6] if local_lr is None else local_lr
     rule = _CHOICE.setdefault(
         "", (choice.best_candidate, choice.MIN_CHOICE_SAMPLES, choice.watched)
     )
@@ -345,6 +384,8 @@ def setting_payload(setting: str) -> dict[str, Any]:
         "rounds_per_epoch": ROUNDS_PER_EPOCH.get(setting),
         "half_life": HALF_LIFE.get(setting),
         "scaled_lr": True if setting in SCALED_LR else None,
+        "warmup": WARMUP.get(setting),
+        "local_lr": LOCAL_LR.get(setting),
         "overlap": OVERLAP.get(setting),
         "concat_rule": CONCAT_RULE.get(setting),
         "choice_metric": CHOICE_METRIC.get(setting),

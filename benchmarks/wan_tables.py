@@ -49,12 +49,13 @@ log = logging.getLogger(__name__)
 TABLES = ("credit", "census_like")
 # Extra vfl-coordinator options of each recipe ("defaults": the code's own).
 RECIPES: dict[str, tuple[str, ...]] = {
-    "defaults": (),
+    "defaults": (),  # --data-plane auto: direct here (every party reaches the others)
+    "relay": ("--data-plane", "relay"),
     "direct": ("--data-plane", "direct"),
     "local4": ("--local-steps", "4"),
     "local4-direct": ("--local-steps", "4", "--data-plane", "direct"),
     # a plain split network's recipe on the same towers: batch 256, constant Adam 1e-2,
-    # 5 epochs, no early stopping (the model is the last epoch's), relayed
+    # 5 epochs, no early stopping (the model is the last epoch's), on the defaults' data plane
     "split-nn": (
         "--batch-size", "256", "--lr", "0.01", "--scheduler", "none", "--epochs", "5",
         "--early-stop-patience", "0",

@@ -71,14 +71,14 @@ def checks(means: dict[tuple[str, str, float], Row], table: str) -> list[str]:
                 f"{_pct(at50['f1'])} against {_pct(plain['f1'])}, AUC {_num(at50['auc'])} "
                 f"against {_num(plain['auc'])}"
             )
-    zero = means.get((table, "direct", 0.0))
-    for (t, recipe, rtt), cell in sorted(means.items(), key=lambda kv: kv[0][2]):
-        if t != table or recipe != "direct" or rtt <= 0:
+    # the direct plane's exact round: `direct`, and `defaults` where auto chose direct
+    for (t, recipe, rtt), cell in sorted(means.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+        if t != table or recipe not in ("defaults", "direct") or rtt <= 0:
             continue
-        added = rtts_per_round(cell, zero, rtt)
+        added = rtts_per_round(cell, means.get((table, recipe, 0.0)), rtt)
         if added is not None:
             lines.append(
-                f"- `direct` at RTT {rtt:g}: a round takes {cell['ms_per_round']:.1f} ms, "
+                f"- `{recipe}` at RTT {rtt:g}: a round takes {cell['ms_per_round']:.1f} ms, "
                 f"{added:.2f} RTT more than at RTT 0 (at most {RTT_PER_ROUND:g}: "
                 f"{_verdict(added <= RTT_PER_ROUND)})"
             )

@@ -1,4 +1,4 @@
-"""`vfl bench wire-dtype`: what each wire dtype of embeddings and gradients
+"""`vfl bench paper wire-dtype`: what each wire dtype of embeddings and gradients
 (vfl_core.model.quantize)
 costs in accuracy and saves in bytes.
 
@@ -10,7 +10,7 @@ federation's numbers (tests/test_wire_dtype.py pins the bit-identity). Runs are 
 grid's, in results/runs/wire_dtype/<dataset>/ (the wire dtype is part of the setup digest).
 
 Bytes: one audited epoch of the real federation per (data set, wire dtype) (vfl-coordinator
---audit-log, as `vfl bench throughput` does): the serialized training calls (Train, Fuse)
+--audit-log, as `vfl bench scale throughput` does): the serialized training calls (Train, Fuse)
 messages to and from the coordinator, per round.
 """
 
@@ -27,8 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import throughput
-from benchmarks.grid import (
+from benchmarks.paper import (
     collect,
     grid_runs,
     grid_tasks,
@@ -40,6 +39,7 @@ from benchmarks.grid import (
 )
 from benchmarks.pool import code_version, machine, read_json, run_tasks, write_json
 from benchmarks.report import kept_notes, md_table
+from benchmarks.scale import throughput
 from benchmarks.setups import P_MISS, SETUPS, Setup, metric_label
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's GPU check, for a session lent an NVIDIA machine (DEVELOPERS.md, "GPU"): a real
 # federation of 4 clients with --device cpu and --device cuda (seconds per epoch, serving latency
-# of `vfl evaluate`), then `vfl bench throughput` (in process vs gRPC) on the machine's cores.
+# of `vfl evaluate`), then `vfl bench scale throughput` (in process vs gRPC) on the machine's cores.
 # Writes benchmarks/results/gpu.md; sized to about 5-8 minutes on a 16-core H100 machine.
 #   bash scripts/gpu-check.sh                       # both devices, 5 epochs, 20 evaluate calls
 #   bash scripts/gpu-check.sh --devices cpu --no-throughput --epochs 1 --calls 2   # a dry run

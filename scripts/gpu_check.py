@@ -5,7 +5,7 @@
    seconds per training epoch (results.json) and the test accuracy.
 2. Serving latency on that federation: Evaluate and Predict of the whole test split (answered by the
    four parties on their device) called repeatedly while the coordinator serves: median and p95.
-3. `vfl bench throughput`: samples/s in process against over gRPC on the machine's cores (it
+3. `vfl bench scale throughput`: samples/s in process against over gRPC on the machine's cores (it
    needs the MNIST IDX files; skipped with a line when they are not there).
 4. `vfl bench serve --device D` for each device: online serving (the label party as gateway, one
    ID per request) latency and throughput at 1, 8 and 64 callers, every party up and one frozen
@@ -131,10 +131,10 @@ def _wait_results(path: Path, coordinator: subprocess.Popen, timeout: float) -> 
 
 
 def throughput(data_path: Path, work: Path) -> str:
-    """`vfl bench throughput` (in process vs gRPC) into `work`; its markdown, or why not."""
+    """`vfl bench scale throughput` (in process vs gRPC) into `work`; its markdown, or why not."""
     if not (data_path / "t10k-images-idx3-ubyte.gz").exists():
         return f"skipped: no MNIST IDX files in {data_path}"
-    argv = [*VFL, "bench", "throughput", "--data-path", str(data_path)]
+    argv = [*VFL, "bench", "scale", "throughput", "--data-path", str(data_path)]
     argv += ["--models", "mlp", "--repeats", "3", "--results", str(work / "throughput")]
     done = run(argv, 480)
     if done.returncode != 0:
@@ -211,7 +211,7 @@ def main() -> None:
             f"| {r['device']} | {r['epoch_s']:.3f} | {accuracy} | {r['test_samples']} | "
             f"{r['evaluate_p50_s']:.3f} | {r['evaluate_p95_s']:.3f} | {r['predict_p50_s']:.3f} |"
         )
-    lines += ["", "## In process against gRPC (`vfl bench throughput`)", "", bench, ""]
+    lines += ["", "## In process against gRPC (`vfl bench scale throughput`)", "", bench, ""]
     for device, report in served:
         heading = f"## Online serving with --device {device} (`vfl bench serve`)"
         body = report.split("\n", 1)[1] if report.startswith("# ") else report  # its title

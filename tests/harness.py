@@ -463,6 +463,9 @@ class Cluster:
         if serve:
             argv.append("--serve")
         argv += [*self._security_args(), "--alignment", alignment]
+        # the tests written for the relay keep it; a test of the direct plane or of the default
+        # (auto) gives --data-plane in `extra` (a later option wins)
+        argv += ["--data-plane", "relay"]
         argv += list(extra)
         proc = self._spawn(
             Coordinator,

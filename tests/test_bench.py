@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks import grid, pool, report, scaling, throughput
-from benchmarks.accuracy import AccuracyJob, run_grid, write_report
+from benchmarks import paper as grid
+from benchmarks import pool
+from benchmarks import scale as scaling
+from benchmarks.paper import AccuracyJob, report, run_grid, write_report
+from benchmarks.scale import throughput
 from benchmarks.setups import COLUMNS, SETUPS
 from vfl_cli.app import app
 
@@ -30,7 +33,7 @@ def _job(results: Path, **kw: Any) -> AccuracyJob:
         "p_test": (0.0, 0.5),
         "results": results,
         "jobs": 0,
-        "command": "vfl bench accuracy --dataset digits",
+        "command": "vfl bench paper accuracy --dataset digits",
     }
     return AccuracyJob(**{**args, **kw})
 
@@ -160,7 +163,7 @@ def test_given_credit_cells_when_reported_then_paper_numbers_gaps_and_checks_sho
         ("laser", 0.0, 0.5): grid.Stat(43.0, 0.3, 2),
     }
     ctx = report.AccuracyContext(
-        "vfl bench accuracy", {"cores": 2, "gpu": False}, methods, (0, 1, 2)
+        "vfl bench paper accuracy", {"cores": 2, "gpu": False}, methods, (0, 1, 2)
     )
     text = report.accuracy_markdown(stats, setup, ctx, "accuracy_credit.png")
     assert "| Standard VFL | 45.0 ± 1.0 (3) | — |" in text
@@ -192,8 +195,8 @@ def test_given_laser_just_below_the_best_when_checked_then_the_best_methods_std_
 
 
 def test_given_the_cli_when_bench_accuracy_runs_then_it_writes_the_report(tmp_path: Path) -> None:
-    args = ["bench", "accuracy", "--dataset", "digits", "--seeds", "0", "--methods", "local"]
-    args += ["--p-train", "0", "--p-test", "0", "--jobs", "0", "--results", str(tmp_path)]
+    args = ["bench", "paper", "accuracy", "--dataset", "digits", "--seeds", "0", "--methods"]
+    args += ["local", "--p-train", "0", "--p-test", "0", "--jobs", "0", "--results", str(tmp_path)]
     result = CliRunner().invoke(app, [*args, "--no-progress"])
     assert result.exit_code == 0, result.output
     assert "| Local |" in result.output
@@ -203,10 +206,19 @@ def test_given_the_cli_when_bench_accuracy_runs_then_it_writes_the_report(tmp_pa
 
 
 def test_given_bad_options_when_bench_accuracy_runs_then_one_error_line() -> None:
-    result = CliRunner().invoke(app, ["bench", "accuracy", "--methods", "laser,magic"])
+    result = CliRunner().invoke(app, ["bench", "paper", "accuracy", "--methods", "laser,magic"])
     assert result.exit_code == 2 and "unknown method" in result.output
-    result = CliRunner().invoke(app, ["bench", "accuracy", "--dataset", "cifar"])
+    result = CliRunner().invoke(app, ["bench", "paper", "accuracy", "--dataset", "cifar"])
     assert result.exit_code == 2 and "unknown dataset" in result.output
+
+
+def test_given_a_name_from_before_the_suites_when_run_then_the_suites_command_runs() -> None:
+    result = CliRunner().invoke(app, ["bench", "accuracy", "--dataset", "cifar"])
+    assert result.exit_code == 2 and "unknown dataset 'cifar'" in result.output
+    assert "warning: vfl bench accuracy is now vfl bench paper accuracy" in result.output
+    result = CliRunner().invoke(app, ["bench", "scaling", "--model", "rnn"])
+    assert result.exit_code == 2 and "--representation must be one of" in result.output
+    assert "--model is deprecated, use --representation" in result.output
 
 
 # ------------------------------------------------------------------------ scaling, throughput
@@ -328,7 +340,7 @@ def test_given_a_report_with_notes_when_rewritten_then_the_notes_stay(tmp_path: 
     record = {
         "machine": {"cores": 2, "torch": "x"},
         "job": {"train_samples": 10, "warmup": 1, "repeats": 1, "seed": 0},
-        "command": "vfl bench throughput",
+        "command": "vfl bench scale throughput",
         "finished": "now",
         "seconds": 60,
         "load_average": [1.0, 2.0],
@@ -353,7 +365,7 @@ def test_given_a_wire_dtype_report_with_notes_when_rewritten_then_the_notes_stay
 
 
 def test_given_a_staleness_when_throughput_configures_a_run_then_both_transports_get_it() -> None:
-    """`vfl bench throughput --staleness 0,3`: the in-process run's TrainConfig and the real
+    """`vfl bench scale throughput --staleness 0,3`: the in-process run's TrainConfig and the real
     federation's coordinator options carry the same staleness (none for the exact engine)."""
     from benchmarks import procs
     from vfl_core.config import TrainConfig

@@ -39,14 +39,15 @@ NO_DEFAULT = {
 
 def commands() -> Iterator[tuple[str, Any]]:
     """(how it is called, the click command) of every command the user can run."""
-    root = typer.main.get_command(app)
-    for name, command in root.commands.items():  # type: ignore[attr-defined]
+
+    def leaves(called: str, command: Any) -> Iterator[tuple[str, Any]]:
         subcommands = getattr(command, "commands", None)
-        if subcommands:
-            for sub, leaf in subcommands.items():
-                yield f"vfl {name} {sub}", leaf
-        else:
-            yield f"vfl {name}", command
+        if not subcommands:
+            yield called, command
+        for sub, child in (subcommands or {}).items():  # groups nest: `vfl bench paper accuracy`
+            yield from leaves(f"{called} {sub}", child)
+
+    yield from leaves("vfl", typer.main.get_command(app))
     yield "vfl-client", typer.main.get_command(single(client_cmd.client))
     yield "vfl-coordinator", typer.main.get_command(single(coordinator_cmd.coordinator))
 

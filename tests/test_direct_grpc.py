@@ -84,7 +84,7 @@ PRIVACY = ["--privacy-embedding-clip", "4", "--privacy-embedding-noise", "0.1"]
     ("data", "options"),
     [
         ("every_label", ["--encrypt-relay"]),
-        ("one_label", ["--wire-dtype", "int8", *PRIVACY]),
+        ("one_label", ["--wire-dtype", "int8", *PRIVACY, "--early-stop-patience", "1"]),
     ],
     ids=["three-heads", "one-head-int8-privacy"],
 )
@@ -93,8 +93,9 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
 ) -> None:
     """Three label parties (each party steps on the sum of two heads' gradients, added in head
     order) with the evaluations through the encrypted relay, and one label party with two
-    feature parties, the int8 wire dtype and the embedding defence (clipped, noised as they
-    leave each party)."""
+    feature parties, the int8 wire dtype, the embedding defence (clipped, noised as they leave
+    each party) and early stopping, whose validation after each epoch goes over the direct
+    plane too (the label party scores it: vfl_core.training.direct_eval)."""
     dirs = request.getfixturevalue(data)
     audit, ckpt = tmp_path / "messages.audit", tmp_path / "checkpoints"
     with Cluster(tmp_path / "cluster", tls_dir=certs) as cluster:
@@ -149,6 +150,17 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
             assert _float_tensors(r.message()) == [], r
         if r.rpc == "Embed" and r.direction == "request":
             assert not r.message().train  # an evaluation's
+    validations = [
+        r
+        for r in records
+        if r.rpc == "Round" and r.direction == "request" and r.message().HasField("evaluation")
+    ]
+    # one label party: each epoch's validation (and the test evaluation, when the validation
+    # chose no subsets) is one Round call per party, no tensor in it
+    if train.early_stop_patience:
+        assert len(validations) >= EPOCHS * K, len(validations)
+    else:
+        assert validations == []  # three label parties: the evaluations go through the relay
     if train.encrypt_relay:  # and the evaluations' tensors sealed: the coordinator reads none
         assert _clear_floats(records) <= IN_THE_CLEAR
     else:

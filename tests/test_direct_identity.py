@@ -18,11 +18,18 @@ import numpy as np
 import pytest
 
 from vfl_cli.certs_cmd import create_federation
-from vfl_client.data_plane import PER_BLOCK, WINDOW, DataPlaneServicer, Mailbox, PeerLinks
-from vfl_core.training.direct_party import EMBEDDING, GRADIENT
+from vfl_client.data_plane import (
+    PER_BLOCK,
+    PER_BLOCK_VALIDATION,
+    WINDOW,
+    DataPlaneServicer,
+    Mailbox,
+    PeerLinks,
+)
+from vfl_core.training.direct_party import EMBEDDING, GRADIENT, VALIDATION
 from vfl_wire import convert
 from vfl_wire.channels import make_channel, make_server, start_with_health
-from vfl_wire.convert_direct import KINDS, PeerAddress, Push, push_to_proto
+from vfl_wire.convert_direct import PeerAddress, Push, push_to_proto
 from vfl_wire.security import (
     COORDINATOR,
     OPERATOR,
@@ -171,15 +178,20 @@ def test_given_a_peer_when_it_pushes_far_ahead_or_too_much_then_refused(
     certs: Path, party0: tuple[str, PeerLinks]
 ) -> None:
     """Pushes for rounds long past or too far ahead, and more than a block may have kept, are
-    refused: a peer cannot fill the party's memory."""
+    refused: a peer cannot fill the party's memory. Validation pushes (keyed by their request,
+    not a round) have a limit of their own."""
     address, links = party0
     _round(links)  # round 7
     party1 = _as(certs, "party1")
     assert _push(address, party1, 1, round_id=6) == grpc.StatusCode.INVALID_ARGUMENT
     assert _push(address, party1, 1, round_id=7 + WINDOW + 1) == grpc.StatusCode.INVALID_ARGUMENT
-    codes = [_push(address, party1, 1, kind, 7 + r) for r in range(WINDOW + 1) for kind in KINDS]
+    training = (EMBEDDING, GRADIENT)
+    codes = [_push(address, party1, 1, k, 7 + r) for r in range(WINDOW + 1) for k in training]
     assert codes == [grpc.StatusCode.OK] * PER_BLOCK
     assert _push(address, party1, 1, round_id=8) == grpc.StatusCode.INVALID_ARGUMENT
+    codes = [_push(address, party1, 1, VALIDATION, r) for r in range(PER_BLOCK_VALIDATION)]
+    assert codes == [grpc.StatusCode.OK] * PER_BLOCK_VALIDATION
+    assert _push(address, party1, 1, VALIDATION, 1000) == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_given_a_party_when_it_calls_another_partys_party_service_then_permission_denied(

@@ -18,10 +18,20 @@ import torch
 from harness import digits_parties
 
 from vfl_coordinator.config import CoordinatorConfig
+from vfl_coordinator.plane_choice import relay_only
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ProtocolError
 from vfl_core.model.quantize import round_trip
-from vfl_core.protocol import EmbedCall, FuseCall, RoundCall, RoundResult
+from vfl_core.protocol import (
+    EmbedCall,
+    EvalAnswer,
+    EvalBatch,
+    Evaluation,
+    FuseCall,
+    RoundCall,
+    RoundResult,
+    ScoreResult,
+)
 from vfl_core.training.direct_party import EMBEDDING, GRADIENT, run_round
 from vfl_core.training.engine import Federation, RoundRecord
 from vfl_core.training.inprocess import InProcessTransport
@@ -202,3 +212,70 @@ def test_given_what_the_direct_plane_does_not_carry_when_configured_then_refused
 ) -> None:
     with pytest.raises(ValueError, match=why):
         CoordinatorConfig.model_validate(config)
+
+
+def test_given_a_validation_and_a_probe_when_converted_then_they_round_trip() -> None:
+    """A validation Round call (RoundCall.evaluation) and its answers, and a probe, through the
+    wire; a validation that also carries a training embed is refused."""
+    rows = np.array([4, 0, 2])
+    batch = EvalBatch(EmbedCall(11, "train", rows, b"d" * 32, False, (0, 2)), first=5)
+    call = RoundCall(
+        round_id=9,
+        epoch=2,
+        send_to=(0,),
+        evaluation=Evaluation("train", 0, (batch,), threshold=0.4),
+        embed_wait_s=1.0,
+    )
+    peers = {0: PeerAddress("party0", "h:1")}
+    got, _ = round_call_from_proto(round_call_to_proto(call, convert.header("r", "p"), peers))
+    assert got.evaluation is not None and not got.probe
+    assert (got.evaluation.split, got.evaluation.scorer, got.evaluation.threshold) == (
+        "train",
+        0,
+        0.4,
+    )
+    (b,) = got.evaluation.batches
+    assert (b.first, b.embed.round_id, b.embed.blocks, b.embed.train) == (5, 11, (0, 2), False)
+    np.testing.assert_array_equal(b.embed.rows, rows)
+    score = ScoreResult(confusion={"0": np.eye(2, dtype=np.int64)})
+    result = RoundResult(9, evaluated=(EvalAnswer(11, (0, 2), score), EvalAnswer(12, (0,))))
+    back = round_result_from_proto(round_result_to_proto(result), round_id=9)
+    assert [(a.request_id, a.present, a.score is None) for a in back.evaluated] == [
+        (11, (0, 2), False),
+        (12, (0,), True),
+    ]
+    assert back.evaluated[0].score is not None
+    np.testing.assert_array_equal(back.evaluated[0].score.confusion["0"], np.eye(2))
+    probe = RoundCall(round_id=0, epoch=0, send_to=(0,), probe=True, embed_wait_s=5.0)
+    got, _ = round_call_from_proto(round_call_to_proto(probe, convert.header("r", "p"), peers))
+    assert got.probe and got.send_to == (0,)
+    answer = round_result_from_proto(
+        round_result_to_proto(RoundResult(0, reached=(0,))), round_id=0
+    )
+    assert answer.reached == (0,)
+    mixed = round_call_to_proto(
+        replace(call, embed=EmbedCall(9, "train", rows, b"d" * 32, True, (0, 2))),
+        convert.header("r", "p"),
+        peers,
+    )
+    with pytest.raises(ProtocolError, match="validation carries no training"):
+        round_call_from_proto(mixed)
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [
+        ({"faults": {"fail_rate": 0.1}}, "injected faults"),
+        ({"train": {"method": "dvfl"}}, "steps of its own"),
+        ({"train": {"staleness": 3}}, "--staleness"),
+        ({"pipeline": False}, "--no-pipeline"),
+        ({"train": {"encrypt_relay": True}}, "--encrypt-relay"),
+    ],
+)
+def test_given_what_only_the_relay_carries_when_auto_then_relay(config: dict, why: str) -> None:
+    """`--data-plane auto` takes the relay, without a probe, for what the direct plane refuses."""
+    cfg = CoordinatorConfig.model_validate(config)
+    assert cfg.train.data_plane == "auto"  # the default
+    reason = relay_only(cfg)
+    assert reason is not None and why in reason
+    assert relay_only(CoordinatorConfig()) is None

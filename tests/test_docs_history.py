@@ -21,6 +21,7 @@ HISTORY = re.compile(
     r"|\bQA\b"
     r"|\boutsider(?:'s)? (?:chaos )?pass(?:es)?\b"
     r"|/tmp/"
+    r"|/work/(?:wt\b|wt-|main\b)"  # the developers' own checkouts
     r"|\bthe lead's\b|\bhelpers'",  # who ran what: the project's sessions
     re.IGNORECASE,
 )
@@ -43,6 +44,7 @@ def test_the_pattern_catches_history_and_spares_behaviour(tmp_path: Path) -> Non
         "`--out /tmp/x`\nstops at the handshake; early stopping; `--early-stop-patience`\n"
         "an outsider gets no further than the handshake\nthe stop-40 bank table\n"
         "a helper thread parses; the lead's idle run\n"
+        "`--compare /work/main`; `--results /work/wt/wan/x`; data in /work/shared/data\n"
     )
     assert history_lines(page, tmp_path) == [
         "page.md:1: stop 41",
@@ -52,6 +54,7 @@ def test_the_pattern_catches_history_and_spares_behaviour(tmp_path: Path) -> Non
         "page.md:5: /tmp/",
         "page.md:8: stop-40",
         "page.md:9: the lead's",
+        "page.md:10: /work/main, /work/wt",
     ]
 
 

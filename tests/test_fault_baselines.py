@@ -183,7 +183,7 @@ def test_given_digits_when_fault_benchmark_runs_then_report_has_every_cell_and_a
     tmp_path: Path,
 ) -> None:
     args = [
-        "bench", "faults", "--dataset", "digits", "--seeds", "0", "--epochs", "1",
+        "bench", "paper", "faults", "--dataset", "digits", "--seeds", "0", "--epochs", "1",
         "--scenarios", "all", "--rejoin", "0.1", "--jobs", "0", "--no-progress",
         "--results", str(tmp_path),
     ]  # fmt: skip
@@ -205,6 +205,8 @@ def test_given_digits_when_fault_benchmark_runs_then_report_has_every_cell_and_a
 
 def test_given_bad_fault_options_when_benchmarking_then_one_error_line(tmp_path: Path) -> None:
     for bad in (["--scenarios", "nobody"], ["--rejoin", "0"], ["--dataset", "credit"]):
-        result = CliRunner().invoke(app, ["bench", "faults", "--results", str(tmp_path), *bad])
+        result = CliRunner().invoke(
+            app, ["bench", "paper", "faults", "--results", str(tmp_path), *bad]
+        )
         assert result.exit_code == 2, (bad, result.output)
         assert "error:" in result.output and "Traceback" not in result.output

@@ -18,6 +18,7 @@ from vfl_core.config import TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.party_dir import load_party_dir
 from vfl_core.data.prepare import prepare_parties
+from vfl_core.methods.laser import local_steps
 from vfl_core.methods.laser.local_steps import cosine_weights
 from vfl_core.seeding import Stream
 from vfl_core.training.engine import Federation
@@ -110,12 +111,15 @@ def test_given_local_steps_when_pipelined_then_as_the_sequential_engine(tmp_path
     np.testing.assert_array_equal(sequential, pipelined)
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.25])
 def test_given_a_feature_party_then_each_local_step_is_the_weighted_cached_gradient_on_its_batch(
-    tmp_path: Path,
+    tmp_path: Path, scale: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Replay one round of a feature-only party by hand: the exact step with the summed gradient,
     then R steps that re-run f_k on the same rows and apply that gradient, each row weighted by
-    max(0, cos(fresh, sent)); its weights and optimiser end where the party's do."""
+    max(0, cos(fresh, sent)), at LOCAL_LR_SCALE of the exact step's rate; its weights and
+    optimiser end where the party's do."""
+    monkeypatch.setattr(local_steps, "LOCAL_LR_SCALE", scale)
     steps = 3
     train = _config(local_steps=steps)
     parties = digits_parties(tmp_path, train)
@@ -147,6 +151,9 @@ def test_given_a_feature_party_then_each_local_step_is_the_weighted_cached_gradi
     opt.zero_grad()
     sent.backward(grad)
     opt.step()
+    rate = opt.param_groups[0]["lr"]
+    for group in opt.param_groups:
+        group["lr"] = rate * scale
     for _ in range(steps):
         fresh = model(x)
         weights = cosine_weights(fresh, seen["sent"])

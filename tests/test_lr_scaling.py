@@ -26,7 +26,7 @@ from vfl_core.training.party import Party
         (256, DEFAULT_LR),  # the batch stays 64
         (300, DEFAULT_LR * 75 / 64),  # batch ceil(300 / 4) = 75
         (1000, DEFAULT_LR * 250 / 64),
-        (2560, AUTO_TABLE_LR),  # batch 640: 10x
+        (2560, AUTO_TABLE_LR),  # batch 640: 10x, capped at AUTO_TABLE_LR (5x)
         (10**7, AUTO_TABLE_LR),
     ],
 )

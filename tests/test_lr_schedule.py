@@ -73,6 +73,20 @@ def test_given_decay_when_the_ceiling_changes_then_every_epoch_has_the_same_rate
     assert cosine[0] != cosine[1]  # what "decay" is not: the ceiling's schedule
 
 
+def test_given_a_warm_up_when_decaying_then_the_first_epochs_climb_to_the_rate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DECAY_WARMUP = W (off by default): epoch e < W runs at (e + 1) / W of the decayed rate,
+    later epochs at the decayed rate as without it."""
+    plain = [lr_at(1e-2, "decay", e, 60) for e in range(8)]
+    assert lr_schedule.DECAY_WARMUP == 0
+    monkeypatch.setattr(lr_schedule, "DECAY_WARMUP", 3)
+    warm = [lr_at(1e-2, "decay", e, 60) for e in range(8)]
+    assert warm[:3] == pytest.approx([plain[0] / 3, plain[1] * 2 / 3, plain[2]])
+    assert warm[3:] == plain[3:]
+    assert lr_at(1e-2, "cosine", 0, 60) == 1e-2  # the other schedules have none
+
+
 @pytest.mark.parametrize(
     ("lr", "tabular", "expected"),
     [

@@ -8,11 +8,13 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
-from benchmarks.privacy import run_one
+from benchmarks.privacy import RecordingTransport, Relayed, run_one, setting, write_parties
 from benchmarks.tabular_tables import tables
 from vfl_core.config import TrainConfig
 from vfl_core.privacy.guards import PartyGuard
+from vfl_core.simulate import SimulationConfig, run_simulation
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +88,22 @@ def test_given_label_prior_when_training_then_it_trains_and_the_attacks_are_reco
     run = run_one(breast_cancer, k=2, seed=0, epochs=1, known=20, defence="label_prior_e2")
     assert run["defence"] == "label_prior_e2" and run["accuracy"] > 0.8
     assert next(r for r in run["attacks"] if r["viewer"] == "party 1")["norm"] is not None
+
+
+@pytest.mark.slow
+def test_given_withhold_when_training_then_a_feature_party_bottom_model_stays_as_drawn(
+    breast_cancer, tmp_path
+):
+    # A step on a zero gradient still applies Adam's weight decay (added to the gradient and
+    # normalised: about the learning rate per weight per round), which erased the random
+    # features the label party's heads learn on; under withhold the tower does not step.
+    sources = write_parties(breast_cancer, 2, tmp_path)
+    config = SimulationConfig(
+        tables=sources, clients=2, train={"seed": 0, "epochs": 2, **setting("withhold")}
+    )
+    relayed = Relayed()
+    result = run_simulation(config, wrap=lambda t: RecordingTransport(t, relayed))
+    for block, before in relayed.initial.items():
+        after = result.parties[block].f.state_dict()
+        same = all(torch.equal(v, after[k]) for k, v in before.state_dict().items())
+        assert same == (block == 1), block  # the label party (block 0) still trains its own

@@ -59,9 +59,14 @@ def exchange(port: int, data: bytes, timeout: float = 15.0) -> bytes:
 
 
 def request(
-    port: int, method: str, path: str, body: bytes = b"", token: str | None = TOKEN
+    port: int,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    token: str | None = TOKEN,
+    extra: tuple[str, ...] = (),
 ) -> tuple[int, dict[str, str], bytes]:
-    head = [f"{method} {path} HTTP/1.1", "Host: gw", "Connection: close"]
+    head = [f"{method} {path} HTTP/1.1", "Host: gw", "Connection: close", *extra]
     if token is not None:
         head.append(f"Authorization: Bearer {token}")
     if body:
@@ -169,6 +174,32 @@ def test_given_a_deadline_that_cannot_be_met_then_shed_with_429_and_counted(gate
     assert any(line.startswith(shed) and float(line.split()[-1]) >= 1 for line in text.splitlines())
     assert 'vfl_serving_peer_state{peer="party1",state="up"} 1.0' in text
     assert "vfl_serving_request_seconds_bucket" in text and "vfl_serving_answers_total" in text
+
+
+def test_given_the_callers_own_deadline_then_used_when_earlier_and_shed_once_spent(
+    gateway,
+) -> None:
+    """X-Deadline-At: the caller's deadline (seconds since the epoch, stamped when it sent the
+    request); one already past is shed as spent and counted, one later than the gateway's own
+    deadline does not extend it, and one that is not a time is a 400 naming the header."""
+    _, proc = gateway
+    body = predict_body(["C00001"])
+    spent = (f"X-Deadline-At: {time.time() - 1.0:.6f}",)
+    status, headers, payload = request(proc.http_port, "POST", "/predict", body, extra=spent)
+    assert status == 429 and headers["retry-after"] == "1", payload
+    assert "deadline spent" in json.loads(payload)["error"]
+    later = (f"X-Deadline-At: {time.time() + 3600:.6f}",)
+    status, _, payload = request(proc.http_port, "POST", "/predict", body, extra=later)
+    assert status == 200 and json.loads(payload)["predictions"][0]["id"] == "C00001"
+    for bad in ("soon", "nan", "inf"):
+        status, _, payload = request(
+            proc.http_port, "POST", "/predict", body, extra=(f"X-Deadline-At: {bad}",)
+        )
+        error = json.loads(payload)["error"]
+        assert status == 400 and "X-Deadline-At" in error and "epoch" in error, payload
+    _, _, metrics = request(proc.http_port, "GET", "/metrics", token=None)
+    shed = 'vfl_serving_shed_total{reason="deadline spent queued at the gateway",transport="http"}'
+    assert any(line.startswith(shed) for line in metrics.decode().splitlines())
 
 
 def test_given_a_peer_that_never_answers_then_not_ready_while_warming_then_ready(

@@ -221,3 +221,19 @@ def test_given_the_table_benchmark_with_parquet_then_parquet_rows_against_their_
         f"| laser-vfl {table_read._version(None)}: read + fit + transform (Parquet)",
     ]
     assert rows[4].split(" | ")[2] == "1.0"  # x pyarrow: against pyarrow's Parquet read
+
+
+@pytest.mark.slow
+def test_given_the_table_benchmark_with_dates_and_libraries_then_a_row_for_scikit_learn(
+    tmp_path: Path,
+) -> None:
+    from benchmarks import table_read
+
+    out = tmp_path / "table_read.md"
+    argv = ["--rows", "2000", "--runs", "1", "--dates", "1", "--libraries", "scikit-learn"]
+    table_read.main([*argv, "--out", str(out)])
+    text = out.read_text()
+    assert text.startswith("2000 rows x 22 columns, ")
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert rows[4].startswith("| scikit-learn (pyarrow read, same split): fit + transform | ")
+    assert float(rows[4].split("|")[2]) > 0

@@ -88,8 +88,11 @@ def test_given_the_acceptance_cells_when_checked_then_each_line_says_whether_it_
     assert (
         "14.0 s against 16.0 s (at most: holds)" in lines[3] and "80.00 against 79.00" in lines[3]
     )
-    assert "RTT 50" in lines[4] and "1.10 RTT" in lines[4] and lines[4].endswith("holds)")
-    assert "RTT 100" in lines[5] and "1.30 RTT" in lines[5] and "does not hold" in lines[5]
+    # the round's cost per RTT: the defaults' (the plane auto chose) and direct's
+    assert "`defaults` at RTT 50" in lines[4] and "2.00 RTT" in lines[4]
+    assert lines[4].endswith("does not hold)")
+    assert "RTT 50" in lines[5] and "1.10 RTT" in lines[5] and lines[5].endswith("holds)")
+    assert "RTT 100" in lines[6] and "1.30 RTT" in lines[6] and "does not hold" in lines[6]
     assert checks(aggregate([_row("direct", 0, 1.0, 1.0)]), "credit")[0].endswith("not run")
 
 

@@ -6,6 +6,7 @@ import typer
 
 from vfl_cli.bench_cmd import bench_app
 from vfl_cli.bench_privacy import privacy as _privacy  # noqa: F401  (registers `vfl bench privacy`)
+from vfl_cli.bench_suites import paper_app as _paper  # noqa: F401 (registers paper, scale, dvfl, dlvm)
 from vfl_cli.bench_wan import wan as _wan  # noqa: F401 (registers `vfl bench wan`)
 from vfl_cli.certs_cmd import certs
 from vfl_cli.command import VflGroup, vfl_commands

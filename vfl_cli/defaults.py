@@ -31,7 +31,7 @@ TRAIN = {
     "concat_head": False,
     "concat_choice": "sets",
     "encrypt_relay": False,
-    "data_plane": "relay",
+    "data_plane": "auto",
 }
 MODEL = {
     "representation": "auto",
@@ -165,7 +165,7 @@ MAX_ONEHOT = 16
 AUTO_PATIENCE = 6
 AUTO_ROUNDS_PER_EPOCH = 4
 AUTO_MAX_BATCH = 4096
-AUTO_TABLE_LR = 0.01
+AUTO_TABLE_LR = 0.005
 DEFAULT_BATCH = 64
 DEFAULT_LR = 0.001
 DECAY_HALF_LIFE = 16.0

@@ -38,7 +38,7 @@ DEPRECATED: dict[str, tuple[str, tuple[str, ...]]] = {
     # the training options' names
     "--owner-epochs": ("--dvfl-owner-epochs", ("dvfl",)),
     "--stage2-epochs": ("--dlvm-stage2-epochs", ("dlvm",)),
-    "--model": ("--representation", ("scaling",)),
+    "--model": ("--representation", ("parties", "scaling")),
     "--train-samples": ("--max-train", ("throughput",)),
 }
 

@@ -213,8 +213,9 @@ class TrainOptions:
     local_steps: Annotated[
         int | None,
         Opt(
-            help="R >= 1: after each round every party takes R more steps on the round's cached "
-            "embeddings and gradients (compute per round x (R + 1); docs/local-updates.md)",
+            help="R >= 1: after each round every party takes R more steps, at half the rate, on "
+            "the round's cached embeddings and gradients (compute per round x (R + 1); "
+            "docs/local-updates.md)",
             show_default=shown(T["local_steps"]),
         ),
     ] = None
@@ -354,8 +355,8 @@ class TrainOptions:
             help="label party, on the gradients it sends: none | max_norm (Li et al. 2022) | "
             "direction (Marvell-style noise along the class-mean difference) | "
             "max_norm_direction (both) | max_norm_direction_per_row (both, each row's noise "
-            "the same every epoch) | withhold (zero gradients to the other parties: the "
-            "recommended label defence, docs/security.md)",
+            "the same every epoch) | withhold (no gradient to the other parties, whose bottom "
+            "models stay as drawn; recommended with --embed-dim 256, docs/security.md)",
             show_default=shown(PV["gradient_defence"]),
         ),
     ] = None
@@ -425,8 +426,9 @@ class TrainOptions:
     data_plane: Annotated[
         str | None,
         Opt(
-            help="relay: tensors through the coordinator; direct: party to party over mutual "
-            "TLS, the coordinator sees none (docs/data-plane.md)",
+            help="auto: direct where every party reaches its peers, else relay; relay: tensors "
+            "through the coordinator; direct: party to party over mutual TLS, the coordinator "
+            "sees none (docs/data-plane.md)",
             show_default=shown(T["data_plane"]),
         ),
     ] = None

@@ -25,6 +25,7 @@ import grpc
 import numpy as np
 
 from vfl_core.errors import ConfigError, ProtocolError
+from vfl_core.training.direct_party import VALIDATION
 from vfl_wire import convert
 from vfl_wire.convert_direct import PeerAddress, Push, push_from_proto, push_to_proto
 from vfl_wire.security import Security, current_peer
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 WINDOW = 8  # rounds ahead of the oldest one still wanted that a Push may be for
 MAX_ITEMS = 512  # pushes kept at once (peers cannot fill the party's memory)
 PER_BLOCK = 2 * (WINDOW + 1)  # of them from one block (an embedding and a gradient per round)
+# validation batches of one block kept at once (vfl_core.training.direct_eval.MAX_BATCHES)
+PER_BLOCK_VALIDATION = 64
 SEND_TIMEOUT_S = 30.0  # a Push that is not through by then is given up (its round has moved on)
 
 
@@ -48,15 +51,21 @@ class Mailbox:
         self._cond = threading.Condition()
 
     def put(self, push: Push, sender: str | None) -> None:
+        """Keep a push. A training push must be for a round of the window; a validation push
+        (keyed by its request id, not a round) only counts against its own limit."""
         with self._cond:
+            validation = push.kind == VALIDATION
             ahead = self._floor < 0 or push.round_id <= self._floor + WINDOW
-            if push.round_id < self._floor or not ahead:
+            if not validation and (push.round_id < self._floor or not ahead):
                 raise ProtocolError(
                     f"push for round {push.round_id}: this party takes rounds "
                     f"{self._floor}..{self._floor + WINDOW} now"
                 )
-            mine = sum(1 for k in self._items if k[2] == push.block)
-            if len(self._items) >= MAX_ITEMS or mine >= PER_BLOCK:
+            limit = PER_BLOCK_VALIDATION if validation else PER_BLOCK
+            mine = sum(
+                1 for k in self._items if k[2] == push.block and (k[0] == VALIDATION) == validation
+            )
+            if len(self._items) >= MAX_ITEMS or mine >= limit:
                 raise ProtocolError(f"push of block {push.block}: too many pushes kept already")
             self._items[(push.kind, push.round_id, push.block)] = (push.tensor, sender)
             self._cond.notify_all()
@@ -65,7 +74,14 @@ class Mailbox:
         """Round `round_id` begins: earlier rounds' pushes are dropped and refused."""
         with self._cond:
             self._floor = max(self._floor, round_id)
-            for key in [k for k in self._items if k[1] < self._floor]:
+            for key in [k for k in self._items if k[1] < self._floor and k[0] != VALIDATION]:
+                del self._items[key]
+
+    def start_validation(self, first_request: int) -> None:
+        """A validation from request `first_request` on begins: earlier ones' pushes (left by
+        a validation that gave up on them) are dropped."""
+        with self._cond:
+            for key in [k for k in self._items if k[0] == VALIDATION and k[1] < first_request]:
                 del self._items[key]
 
     def take(
@@ -149,13 +165,33 @@ class PeerLinks:
             out[block] = tensor
         return out
 
+    def reach(self, blocks: Collection[int], timeout: float) -> tuple[int, ...]:
+        """The blocks whose party this one connects to (TLS handshake included) in time."""
+        with self._lock:
+            peers = {b: self.peers[b] for b in blocks if b in self.peers}
+        futures = {b: grpc.channel_ready_future(self._channel(p)) for b, p in peers.items()}
+        end, reached = time.monotonic() + timeout, []
+        for block, future in sorted(futures.items()):
+            try:
+                future.result(timeout=max(0.0, end - time.monotonic()))
+                reached.append(block)
+            except grpc.FutureTimeoutError:
+                future.cancel()
+                log.warning("probe: block %d (%s) not reached", block, peers[block].address)
+        return tuple(reached)
+
     def _stub(self, peer: PeerAddress) -> vfl_pb2_grpc.DataPlaneStub:
+        self._channel(peer)
+        with self._lock:
+            return self._stubs[peer][1]
+
+    def _channel(self, peer: PeerAddress) -> grpc.Channel:
         with self._lock:
             cached = self._stubs.get(peer)
             if cached is None:
                 channel = self.security.channel(peer.address, peer.party_id)
                 cached = self._stubs[peer] = (channel, vfl_pb2_grpc.DataPlaneStub(channel))
-            return cached[1]
+            return cached[0]
 
     def close(self) -> None:
         with self._lock:

@@ -28,7 +28,7 @@ from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.methods.registry import step_spec
 from vfl_core.methods.steps import decode_call, encode_result
 from vfl_core.protocol import ServingChoice
-from vfl_core.training.direct_party import run_round
+from vfl_core.training.direct_eval_party import run_call
 from vfl_core.training.party import Party
 from vfl_wire import convert, convert_direct, records, relay_messages
 from vfl_wire.relay_crypto import RelayCrypto
@@ -44,6 +44,9 @@ READY_WAIT_S = 30.0
 # they leave the coordinator back to back or a round apart (vfl_core.training.direct); a call
 # not here by then is not coming (lost, or meant for a process that has since restarted).
 TURN_WAIT_S = 1.0
+# The run's data planes under which the party serves Round calls and takes pushes ("auto": the
+# coordinator chooses at run start, vfl_coordinator.plane_choice)
+DIRECT_PLANES = ("direct", "auto")
 
 
 def class_weights_refusal(balance: str, split: str) -> str | None:
@@ -90,7 +93,7 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         with self._lock:
             self._party, self._run_id = party, run_id
         if self.links is not None:
-            direct = party.config.data_plane == "direct"
+            direct = party.config.data_plane in DIRECT_PLANES
             self.links.attach(run_id, party.config.wire_dtype, direct)
         self._ready.set()
 
@@ -296,11 +299,13 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         def run(p: Party) -> vfl_pb2.RoundReply:
             if not context.is_active():  # the coordinator gave up on it (a thawed party)
                 raise ProtocolError(f"round {request.round_id}: its deadline has passed")
-            if self.links is None or p.config.data_plane != "direct":
+            if self.links is None or p.config.data_plane not in DIRECT_PLANES:
                 raise ProtocolError("this run does not train on the direct data plane")
             call, peers = convert_direct.round_call_from_proto(request)
             self.links.start(peers, call.round_id)
-            return convert_direct.round_result_to_proto(run_round(p, call, self.links))
+            if call.evaluation is not None and call.evaluation.batches:
+                self.links.mailbox.start_validation(call.evaluation.batches[0].embed.round_id)
+            return convert_direct.round_result_to_proto(run_call(p, call, self.links))
 
         self._await_turn(request.after, min(TURN_WAIT_S, context.time_remaining() or 0.0))
         return self._serve(context, "Round", request.header, run, self._handed(request.round_id))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -39,7 +40,7 @@ from vfl_client.serving_health import Readiness
 from vfl_client.serving_metrics import CONTENT_TYPE, ServingMetrics
 from vfl_core.errors import DataError
 from vfl_core.serving.admission import LATE, QUEUE_FULL, Overloaded
-from vfl_core.serving.gateway import OnlinePrediction
+from vfl_core.serving.gateway import OnlinePrediction, check_deadline
 from vfl_wire.log_budget import budget
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ DEFAULT_WORKERS = 64
 WAITING_PER_WORKER = 4
 # scope["state"] key: time.monotonic() when the event loop read the request (serving_http)
 READ_AT = "vfl.read_at"
+# a request header: the caller's deadline in seconds since the epoch (it stamps it when sending)
+DEADLINE_HEADER = b"x-deadline-at"
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -150,11 +153,17 @@ class ServingApp:
         def predict() -> list[OnlinePrediction]:
             with self._lock:
                 self._waiting -= 1
-            return gateway.predict(ids, deadline, features, arrived, phases)
+            return gateway.predict(ids, deadline, features, arrived, phases, not_after)
 
         self.metrics.inflight.inc()
         try:
             ids, deadline, features = parse_request(request)
+            not_after = caller_deadline(scope["headers"])
+            seconds = gateway.deadline_s if deadline is None else check_deadline(deadline)
+            due = arrived + seconds if not_after is None else min(arrived + seconds, not_after)
+            # shed here, on the event loop, what cannot be met already: a thread is not taken
+            # (nor waited for) to say so; the thread checks again when it starts
+            gateway.admission.admit(time.monotonic(), due)
             with self._lock:
                 full = self._waiting >= self.max_waiting
                 self._waiting += 0 if full else 1
@@ -162,8 +171,7 @@ class ServingApp:
                 raise Overloaded(QUEUE_FULL, f"{self.max_waiting} waiting for a thread")
             answers = await loop.run_in_executor(self.pool, predict)
             # the event loop's own delay in taking the answer back counts too
-            seconds = gateway.deadline_s if deadline is None else deadline
-            gateway.admission.check_late(time.monotonic(), arrived + seconds)
+            gateway.admission.check_late(time.monotonic(), due)
         except Overloaded as err:
             self.metrics.shed.labels("http", err.reason).inc()
             if err.reason == LATE:
@@ -215,6 +223,24 @@ def parse_request(request: dict[str, Any]) -> tuple[Any, float | None, Any]:
     ):
         raise DataError("features: give {id: {column: cell}}")
     return request.get("ids"), deadline, features
+
+
+def caller_deadline(headers: list[tuple[bytes, bytes]]) -> float | None:
+    """The caller's own deadline from its DEADLINE_HEADER (seconds since the epoch, the wall
+    clock), as time.monotonic(); None without the header. The gateway uses it when earlier
+    than its own (counted from when its handler started), so the time a request waited before
+    the gateway read it counts too; a clock skew between caller and gateway moves it by as much."""
+    value = next((v for k, v in headers if k == DEADLINE_HEADER), None)
+    if value is None:
+        return None
+    try:
+        at = float(value.decode("latin-1"))
+    except ValueError:
+        at = math.nan
+    if not math.isfinite(at):
+        shown = value[:40].decode("latin-1")
+        raise DataError(f"X-Deadline-At: {shown!r} is not a time in seconds since the epoch")
+    return time.monotonic() + (at - time.time())
 
 
 def _ambiguous_framing(headers: list[tuple[bytes, bytes]]) -> str | None:

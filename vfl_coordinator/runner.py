@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from vfl_coordinator import plane_choice
 from vfl_coordinator.admission import admission_for
 from vfl_coordinator.checkpoints import Checkpointer, Resume, load_resume, open_rounds
 from vfl_coordinator.config import CoordinatorConfig
@@ -18,6 +19,7 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.serving_record import ServingRecord
 from vfl_coordinator.transport import GrpcTransport
+from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
 from vfl_core.lifecycle import (
     PhaseObserver,
@@ -111,8 +113,10 @@ def run_coordinator(
                 _tell_gathered(registry, connect, ending)
             raise
         transport = connect()
+        plane = plane_choice.choose(config, registry, transport)  # "auto": probed here
+        train = config.train.model_copy(update={"data_plane": plane})
         try:
-            results = _train(config, state, transport, progress, resume)
+            results = _train(config, state, transport, progress, resume, train)
         except KeyboardInterrupt:
             ending = "run interrupted"
             raise
@@ -207,6 +211,7 @@ def _train(
     transport: GrpcTransport,
     progress: bool,
     resume: Resume | None = None,
+    train: TrainConfig | None = None,
 ) -> dict[str, object]:
     """The run (vfl_core.lifecycle) over the gRPC transport, with the round log, the
     checkpointer and the phases the servicer reports; results.json, and FederationDown when the
@@ -219,7 +224,7 @@ def _train(
         if checkpointer is not None:
             observers.append(checkpointer)
         try:
-            run = _run(config, state, transport, progress, resume, checkpointer, observers)
+            run = _run(config, state, transport, progress, resume, checkpointer, observers, train)
         except KeyboardInterrupt as err:  # SIGINT/SIGTERM in training: keep what was done
             if state.federation is None:
                 raise
@@ -248,11 +253,13 @@ def _run(
     resume: Resume | None,
     checkpointer: Checkpointer | None,
     observers: list[Observer],
+    train: TrainConfig | None = None,
 ) -> RunResults:
-    """The run itself (vfl_core.lifecycle) with the coordinator's settings."""
+    """The run itself (vfl_core.lifecycle) with the coordinator's settings; `train`: the
+    configuration with the data plane chosen (config.train's, unless "auto")."""
     return run_federation(
         transport,
-        config.train,
+        train or config.train,
         config=config,
         kind="coordinator",
         run_id=state.run_id,

@@ -144,6 +144,21 @@ class GrpcTransport:
         d = self.deadlines
         waits = {"embed_wait_s": d.embed, "grad_wait_s": d.embed + d.fuse}
         timeout = (AHEAD + 1) * (d.embed + d.fuse + d.backward)
+        return self._rounds({b: replace(c, **waits) for b, c in calls.items()}, timeout)
+
+    def probe(self, targets: dict[int, tuple[int, ...]], wait_s: float) -> dict[int, set[int]]:
+        """Each party of `targets` connects to the parties it names within `wait_s`; the blocks
+        each reached (a party that did not answer is absent: vfl_coordinator.plane_choice)."""
+        calls = {
+            b: RoundCall(round_id=0, epoch=0, send_to=to, probe=True, embed_wait_s=wait_s)
+            for b, to in targets.items()
+        }
+        reports = self._rounds(calls, wait_s + self.deadlines.embed)()
+        return {b: set(r.reached) for b, r in reports.items()}
+
+    def _rounds(
+        self, calls: dict[int, RoundCall], timeout: float
+    ) -> Callable[[], dict[int, RoundResult]]:
         members = self.registry.members()
 
         def peers(call: RoundCall) -> dict[int, PeerAddress]:
@@ -155,7 +170,7 @@ class GrpcTransport:
             }
 
         pending = self._start(
-            {b: replace(c, **waits) for b, c in calls.items()},
+            calls,
             lambda c, call: c.round(call, peers(call), timeout),
             "Round",
         )

@@ -104,7 +104,7 @@ AUTO_ROUNDS_PER_EPOCH = 4
 AUTO_MAX_BATCH = 4096
 # Tables: the learning rate at epoch 0 (the "decay" schedule then halves it every
 # vfl_core.model.lr_schedule.DECAY_HALF_LIFE epochs; neither depends on the epoch ceiling).
-AUTO_TABLE_LR = 1e-2
+AUTO_TABLE_LR = 5e-3
 # The linear scaling rule (Goyal et al. 2017, "Accurate, Large Minibatch SGD", s. 2.1) for a
 # table's "auto" rate: DEFAULT_LR at DEFAULT_BATCH, scaled with the batch the party's own
 # training rows give (`table_batch`), up to AUTO_TABLE_LR. Tried, not kept: off; on while True
@@ -123,7 +123,7 @@ def table_batch(rows: int) -> int:
 
 def scaled_table_lr(rows: int) -> float:
     """The linear scaling rule (Goyal et al. 2017, s. 2.1): DEFAULT_LR x batch / DEFAULT_BATCH
-    for the batch `table_batch(rows)`, at least DEFAULT_LR and at most AUTO_TABLE_LR (10x)."""
+    for the batch `table_batch(rows)`, at least DEFAULT_LR and at most AUTO_TABLE_LR (5x)."""
     factor = min(AUTO_TABLE_LR / DEFAULT_LR, table_batch(rows) / DEFAULT_BATCH)
     return DEFAULT_LR * max(1.0, factor)
 
@@ -318,8 +318,10 @@ class TrainConfig(_Frozen):
     # Where a training round's embeddings and gradients travel (docs/data-plane.md): "relay"
     # through the coordinator (Embed/Fuse/Backward or pipelined Train calls), "direct" between
     # the parties that produce and consume them over mutual TLS, the coordinator sending each
-    # party one Round call and reading only status (gRPC only; in process, nobody relays).
-    data_plane: Literal["relay", "direct"] = "relay"
+    # party one Round call and reading only status (gRPC only; in process, nobody relays);
+    # "auto" (the default): direct where every party reaches the peers it pushes to and the
+    # run needs nothing only the relay carries, else relay (vfl_coordinator.plane_choice).
+    data_plane: Literal["auto", "relay", "direct"] = "auto"
 
     @model_validator(mode="after")
     def _constant_lr_for_programs(self) -> TrainConfig:

@@ -199,6 +199,43 @@ class RoundCall:
     # sets them from its deadlines; a peer that misses them is left out, as in the relay)
     embed_wait_s: float = 0.0
     grad_wait_s: float = 0.0
+    # set: a validation on the direct plane instead of a training round (no embed, no fuse;
+    # vfl_core.training.direct_eval): `send_to` is the scorer, `expect` the scorer's senders
+    evaluation: Evaluation | None = None
+    # True: only a probe (data_plane "auto"): the party connects to every block of `send_to`
+    # within `embed_wait_s` and reports those it reached (RoundResult.reached)
+    probe: bool = False
+
+
+@dataclass(frozen=True)
+class EvalBatch:
+    """One batch of a direct-plane validation: the party's Embed of it (train=False) and the
+    batch's first sample (key index), which keys its random draws (vfl_core.inference.blind)."""
+
+    embed: EmbedCall
+    first: int
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A validation on the direct data plane: every party embeds its batches and pushes them to
+    `scorer` (the label party), which predicts, combines and scores each batch as the
+    coordinator and the label party would through the relay; only aggregates come back."""
+
+    split: str
+    scorer: int
+    batches: tuple[EvalBatch, ...]
+    threshold: float | None = None  # binary: the decision threshold; None: the argmax
+
+
+@dataclass(frozen=True)
+class EvalAnswer:
+    """A party's answer for one batch of an Evaluation: the blocks the prediction used (a
+    feature party: itself, if it embedded) and the scorer's aggregates (None: not scored)."""
+
+    request_id: int
+    present: tuple[int, ...] = ()
+    score: ScoreResult | None = None
 
 
 @dataclass(frozen=True)
@@ -210,6 +247,8 @@ class RoundResult:
     used: tuple[int, ...] = ()  # blocks whose embeddings its Fuse trained on (a head)
     loss: float | None = None  # its head's sampled loss L_k; None: it did not fuse
     stepped: bool = False  # it applied the round's Backward
+    evaluated: tuple[EvalAnswer, ...] = ()  # a validation's answers (RoundCall.evaluation)
+    reached: tuple[int, ...] = ()  # a probe's answer: the peers it connected to
 
 
 @dataclass(frozen=True)

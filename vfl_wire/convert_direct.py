@@ -17,19 +17,21 @@ import numpy as np
 
 from vfl_core.errors import ProtocolError
 from vfl_core.model.quantize import LOSSLESS
-from vfl_core.protocol import RoundCall, RoundResult
-from vfl_core.training.direct_party import EMBEDDING, GRADIENT
-from vfl_wire.convert_fields import block_list, check_name, check_round
+from vfl_core.protocol import EvalAnswer, EvalBatch, Evaluation, RoundCall, RoundResult
+from vfl_core.training.direct_party import EMBEDDING, GRADIENT, VALIDATION
+from vfl_wire.convert_fields import block_list, check_name, check_round, check_split
 from vfl_wire.convert_party import (
     embed_call_from_proto,
     embed_call_to_proto,
     fuse_call_from_proto,
     fuse_call_to_proto,
+    score_reply_from_proto,
+    score_reply_to_proto,
 )
 from vfl_wire.tensors import decode_float, encode_float
 from vfl_wire.v1 import vfl_pb2
 
-KINDS = (EMBEDDING, GRADIENT)
+KINDS = (EMBEDDING, GRADIENT, VALIDATION)
 MAX_WAIT_S = 3600.0
 
 
@@ -65,11 +67,14 @@ def round_call_to_proto(
         after=call.after,
         embed_wait_s=call.embed_wait_s,
         grad_wait_s=call.grad_wait_s,
+        probe=call.probe,
     )
     if call.embed is not None:
         req.embed.CopyFrom(embed_call_to_proto(call.embed, None))
     if call.fuse is not None:
         req.fuse.CopyFrom(fuse_call_to_proto(call.fuse, None))
+    if call.evaluation is not None:
+        req.evaluation.CopyFrom(_evaluation_to_proto(call.evaluation))
     for block, peer in sorted(peers.items()):
         req.peers[block].CopyFrom(vfl_pb2.Peer(party_id=peer.party_id, address=peer.address))
     return req
@@ -84,7 +89,12 @@ def round_call_from_proto(
         raise ProtocolError("round embed: a training embed of the round's id expected")
     if fuse is not None and (fuse.embeddings or fuse.round_id != req.round_id):
         raise ProtocolError("round fuse: no embeddings and the round's id expected")
-    if embed is None and fuse is None:
+    evaluation = _evaluation_from_proto(req) if req.HasField("evaluation") else None
+    if evaluation is not None and (embed is not None or fuse is not None):
+        raise ProtocolError("round: a validation carries no training embed or fuse")
+    if req.probe and (embed is not None or fuse is not None or evaluation is not None):
+        raise ProtocolError("round: a probe carries nothing else")
+    if embed is None and fuse is None and evaluation is None and not req.probe:
         raise ProtocolError("round: neither embed nor fuse")
     if embed is None and fuse is not None and fuse.rows is None:
         raise ProtocolError("round: a fuse without an embed (label-only rows) needs its rows")
@@ -103,6 +113,8 @@ def round_call_from_proto(
         after=req.after,
         embed_wait_s=req.embed_wait_s,
         grad_wait_s=req.grad_wait_s,
+        evaluation=evaluation,
+        probe=req.probe,
     )
     needed = {*call.send_to, *call.expect, *call.grads_from}
     peers = {
@@ -114,15 +126,51 @@ def round_call_from_proto(
     return call, peers
 
 
+def _evaluation_to_proto(ev: Evaluation) -> vfl_pb2.Evaluation:
+    return vfl_pb2.Evaluation(
+        split=ev.split,
+        scorer=ev.scorer,
+        thresholded=ev.threshold is not None,
+        threshold=0.0 if ev.threshold is None else ev.threshold,
+        batches=[
+            vfl_pb2.EvalBatch(embed=embed_call_to_proto(b.embed, None), first=b.first)
+            for b in ev.batches
+        ],
+    )
+
+
+def _evaluation_from_proto(req: vfl_pb2.RoundRequest) -> Evaluation:
+    ev = req.evaluation
+    if ev.scorer < 0:
+        raise ProtocolError(f"validation scorer: negative block {ev.scorer}")
+    if ev.thresholded and not (math.isfinite(ev.threshold) and 0 <= ev.threshold <= 1):
+        raise ProtocolError(f"validation threshold: {ev.threshold} outside 0..1")
+    split = check_split(ev.split, what="validation split")
+    batches = []
+    for b in ev.batches:
+        embed = embed_call_from_proto(b.embed)
+        if embed.train or embed.split != split or b.first < 0:
+            raise ProtocolError("validation batch: an inference embed of the split expected")
+        batches.append(EvalBatch(embed, b.first))
+    return Evaluation(split, ev.scorer, tuple(batches), ev.threshold if ev.thresholded else None)
+
+
 def round_result_to_proto(result: RoundResult) -> vfl_pb2.RoundReply:
-    return vfl_pb2.RoundReply(
+    reply = vfl_pb2.RoundReply(
         round_id=result.round_id,
         embedded=result.embedded,
         used=result.used,
         fused=result.loss is not None,
         loss=0.0 if result.loss is None else result.loss,
         stepped=result.stepped,
+        reached=result.reached,
     )
+    for a in result.evaluated:
+        answer = reply.evaluated.add(request_id=a.request_id, present=a.present)
+        if a.score is not None:
+            answer.scored = True
+            answer.score.CopyFrom(score_reply_to_proto(a.score))
+    return reply
 
 
 def round_result_from_proto(reply: vfl_pb2.RoundReply, *, round_id: int) -> RoundResult:
@@ -135,6 +183,15 @@ def round_result_from_proto(reply: vfl_pb2.RoundReply, *, round_id: int) -> Roun
         used=block_list(reply.used, "round used"),
         loss=reply.loss if reply.fused else None,
         stepped=reply.stepped,
+        evaluated=tuple(
+            EvalAnswer(
+                a.request_id,
+                block_list(a.present, "validation present"),
+                score_reply_from_proto(a.score) if a.scored else None,
+            )
+            for a in reply.evaluated
+        ),
+        reached=block_list(reply.reached, "probe reached"),
     )
 
 

@@ -333,14 +333,13 @@ def _text_column(
     `as_written`). Decided on its distinct cells (Table.value_counts), not a copy of its
     training rows."""
     values, counts = table.value_counts(name)
-    cells = values.to_pylist()
     if table.guess and not as_written:
-        days = cv.days(table.column(name)) if cv.may_be_days(cells) else None
+        days = cv.days(table.column(name)) if cv.may_be_days(values) else None
         if days is not None:
             return _numeric(name, indicator, days[~np.isnan(days)], bins, dates=True)
         cv.refuse_local_dates(table, name, values)
         cv.refuse_stray_text(table, name, values, counts)
-    categories = tuple(sorted(cells))
+    categories = tuple(sorted(values.to_pylist()))
     _warn_if_identifier(table.source, name, len(categories), int(counts.sum()))
     kind: ColumnKind = "onehot" if len(categories) <= max_onehot else "embedding"
     return ColumnSpec(name=name, kind=kind, indicator=indicator, categories=categories)

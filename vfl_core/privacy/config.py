@@ -26,8 +26,9 @@ class PrivacyConfig(BaseModel):
     # drawn afresh every round, so a party that sums a row's gradients over the epochs averages
     # it out (issue 44); max_norm_direction_per_row draws each row's noise once (the same
     # direction and multiplier in every epoch, scaled to the round's batch), so the sum keeps
-    # it. withhold: the label party sends zero gradients to the other parties (their bottom
-    # models stay as initialised; nothing about a label reaches them through training).
+    # it. withhold: the label party sends zero gradients to the other parties, which take no
+    # optimiser step on them (their bottom models stay as drawn: a step would still apply the
+    # weight decay; nothing about a label reaches them through training).
     gradient_defence: GradientDefence = "none"
     direction_power: float = Field(1.0, gt=0)
     # At every party, on the embeddings it sends in training: each row clipped to L2 norm

@@ -17,8 +17,14 @@ The rule, checked when the gateway comes to start a request (after any queue):
   nothing is shed by this rule.
 And when the answer is ready more than LATE_GRACE_S past its deadline (an overloaded
 interpreter between the wait for the parties and the head), it is shed (`LATE`) instead of
-sent late. The HTTP endpoint also sheds a request at once when too many wait for a thread
-(`QUEUE_FULL`, vfl_client.serving_app).
+sent late. A request that a party awaited for it did not answer in time, although that party
+answered other requests since this one asked it (alive, only slow: the machine or the queue,
+not a frozen or dead party), is shed too (`SLOW_PEER`, vfl_core.serving.gateway): an answer
+without a party that is alive is a weaker prediction the caller cannot tell from a good one.
+The deadline itself may be the caller's (an absolute time it stamped on the request when
+sending it: the time the request waited before the gateway read it then counts against it).
+The HTTP endpoint also sheds a request at once when too many wait for a thread (`QUEUE_FULL`,
+vfl_client.serving_app).
 """
 
 from __future__ import annotations
@@ -34,13 +40,14 @@ SPENT = "deadline spent queued at the gateway"
 CANNOT_MEET = "deadline cannot be met"
 LATE = "deadline passed while answering"
 QUEUE_FULL = "too many requests waiting at the gateway"
+SLOW_PEER = "a live party's answer came too late"
 # An answer ready later than its deadline by more than this is shed instead of sent: the head
 # runs after the wait for the parties, which ends at the deadline at the latest.
 LATE_GRACE_S = 0.015  # the tail an answer may have past its deadline (issue 46: p99 <= +15 ms)
 
 
 class Overloaded(VflError):
-    """A request shed by admission control; `reason` is SPENT or CANNOT_MEET."""
+    """A request shed by admission control; `reason` is one of the reasons above."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"overloaded: {reason} ({detail}); retry later or elsewhere")

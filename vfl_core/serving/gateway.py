@@ -33,13 +33,20 @@ import numpy as np
 
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.serving.admission import Admission
+from vfl_core.serving.admission import SLOW_PEER, Admission, Overloaded
 from vfl_core.serving.bundle import Bundle
 from vfl_core.serving.combine import Combiner
 from vfl_core.serving.features import FeatureSource, inline_features
-from vfl_core.serving.lag import Lag
+from vfl_core.serving.lag import LAGGING_AFTER, Lag
 from vfl_core.serving.peer_state import PeerStates
-from vfl_core.serving.peers import NOT_HELD, TIMED_OUT, PeerAnswer, PeerFailure, PeerPort
+from vfl_core.serving.peers import (
+    LAGGING,
+    NOT_HELD,
+    TIMED_OUT,
+    PeerAnswer,
+    PeerFailure,
+    PeerPort,
+)
 from vfl_core.training.alignment import hash_ids
 
 log = logging.getLogger(__name__)
@@ -133,13 +140,17 @@ class Gateway:
         inline: Mapping[str, Mapping[str, object]] | None = None,
         arrived: float | None = None,
         phases: dict[str, float] | None = None,
+        not_after: float | None = None,
     ) -> list[OnlinePrediction]:
         """One prediction per ID from the parties that answered before the deadline (default:
         the gateway's), counted from `arrived` (time.monotonic() when the request reached the
         gateway; default now). `inline`: ID -> the gateway's own features of it (column ->
         cell), used instead of its table. A malformed request is a DataError (nothing is
         asked). A request whose deadline cannot be met (spent queued, or less left than a whole
-        answer takes now: vfl_core.serving.admission) is Overloaded, asking no party.
+        answer takes now: vfl_core.serving.admission) is Overloaded, asking no party; so is one
+        that a party it waited for did not answer in time while that party answered others
+        since (alive, only slow: SLOW_PEER). `not_after`: the caller's own deadline
+        (time.monotonic()), used when earlier than the one counted from `arrived`.
         `phases`, when given, gets the seconds spent in each step: own (the own block's
         embedding), parties (waiting for them), heads; and `overrun` when answered past the
         deadline."""
@@ -147,6 +158,8 @@ class Gateway:
         seconds = self.deadline_s if deadline_s is None else check_deadline(deadline_s)
         start = time.monotonic()
         deadline = (start if arrived is None else arrived) + seconds
+        if not_after is not None:
+            deadline = min(deadline, not_after)
         own = self._own_rows(ids, inline or {})  # checked before any party is asked
         self.admission.admit(start, deadline)
         keys = hash_ids(ids, self.secret)
@@ -180,6 +193,7 @@ class Gateway:
             # wait (or stopped when the party was found lagging) says nothing of the party
             if block in awaited and timed_out and time.monotonic() >= deadline:
                 self._lag.missed(block)
+        self._shed_if_slow(blocks, start, seconds)
         answers = self.heads.run((ids, blocks))
         done = time.monotonic()
         if done > deadline and phases is not None:
@@ -188,6 +202,25 @@ class Gateway:
         if phases is not None:
             phases.update(own=embedded - start, parties=waited - embedded, heads=done - waited)
         return answers
+
+    def _shed_if_slow(self, blocks: _Blocks, asked_at: float, seconds: float) -> None:
+        """Overloaded (SLOW_PEER) when a party gave this request no answer although it is
+        alive: timed out, but it answered other requests since this one asked it; or lagging,
+        but it answered within the last LAGGING_AFTER deadlines (`seconds` each) before this
+        request asked (the parties of a loaded 2-core machine were measured silent for more
+        than one deadline of 100 ms while alive).
+        Such a party is only late (the machine or the queues under load), and an answer
+        without it would be a weaker prediction for no fault of the party. A party that
+        answered nothing for that long (frozen) or is down is left out, with its reason."""
+        since = {TIMED_OUT: asked_at, LAGGING: asked_at - LAGGING_AFTER * seconds}
+        slow = [
+            self.names[b]
+            for b, why in sorted(blocks.missing.items())
+            if why in since and b in self.peer_states.names()
+            and self.peer_states.answered_since(b, since[why])
+        ]  # fmt: skip
+        if slow:
+            raise Overloaded(SLOW_PEER, f"{', '.join(slow)} answered others meanwhile")
 
     def warm_up(self, timeout_s: float) -> None:
         """Before the gateway is ready: run its own model and head once (torch's first calls

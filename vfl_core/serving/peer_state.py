@@ -62,6 +62,12 @@ class PeerStates:
             down = peer.failure == DOWN and (peer.answered or -1.0) < (peer.failed or -1.0)
         return DOWN if down else TIMED_OUT
 
+    def answered_since(self, block: int, since: float) -> bool:
+        """Whether `block` answered any request after `since` (time.monotonic()): alive."""
+        with self._lock:
+            answered = self._peers[block].answered
+        return answered is not None and answered > since
+
     def state(self, block: int, lagging: bool) -> str:
         """UP, DOWN, TIMED_OUT, LAGGING or UNKNOWN: its last outcome."""
         if lagging:

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 EMBEDDING = "embedding"
 GRADIENT = "gradient"
+VALIDATION = "validation"  # a validation batch's embedding (keyed by its request id)
 
 
 class Links(Protocol):
@@ -47,6 +48,10 @@ class Links(Protocol):
     ) -> dict[int, np.ndarray | None]:
         """What of `kind` arrived for `round_id` from `senders` within `timeout` seconds
         (a sender absent from the answer sent nothing in time)."""
+        ...
+
+    def reach(self, blocks: Collection[int], timeout: float) -> tuple[int, ...]:
+        """The blocks of `blocks` whose party it connects to within `timeout` seconds."""
         ...
 
 

@@ -26,6 +26,7 @@ from vfl_core.methods.combination import combine, random_guess, scored_names
 from vfl_core.methods.outcomes import PredictionBatch, batch_prediction, well_formed
 from vfl_core.methods.spec import active_party
 from vfl_core.protocol import BlindPrediction, EmbedCall, PredictCall, ScoreCall, ScoreResult
+from vfl_core.training import direct_eval
 from vfl_core.training.blind_scores import BlindGroup, BlindScores
 
 if TYPE_CHECKING:
@@ -181,6 +182,10 @@ class Evaluator:
         `federation_scores` (binary tasks), the label parties also return the histogram of the
         federation's positive-class probability (vfl_core.inference.choice). `head`: as in
         `predict_batches`."""
+        if blocks is None and not federation_scores and head is None:
+            direct = direct_eval.evaluate(self.fed, split, index)  # None: not on the direct plane
+            if direct is not None:
+                return direct
         report = EvalReport()
         # an encrypted relay: the label party combines each batch (vfl_core.inference.blind),
         # and scores the batches of an observed set together once all are predicted

@@ -67,7 +67,7 @@ class Peer(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class RoundRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "embed", "send_to", "fuse", "expect", "grads_from", "holders", "after", "embed_wait_s", "grad_wait_s", "peers")
+    __slots__ = ("header", "round_id", "epoch", "embed", "send_to", "fuse", "expect", "grads_from", "holders", "after", "embed_wait_s", "grad_wait_s", "peers", "evaluation", "probe")
     class PeersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,8 @@ class RoundRequest(_message.Message):
     EMBED_WAIT_S_FIELD_NUMBER: _ClassVar[int]
     GRAD_WAIT_S_FIELD_NUMBER: _ClassVar[int]
     PEERS_FIELD_NUMBER: _ClassVar[int]
+    EVALUATION_FIELD_NUMBER: _ClassVar[int]
+    PROBE_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
     epoch: int
@@ -101,23 +103,63 @@ class RoundRequest(_message.Message):
     embed_wait_s: float
     grad_wait_s: float
     peers: _containers.MessageMap[int, Peer]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., send_to: _Optional[_Iterable[int]] = ..., fuse: _Optional[_Union[FuseRequest, _Mapping]] = ..., expect: _Optional[_Iterable[int]] = ..., grads_from: _Optional[_Iterable[int]] = ..., holders: _Optional[_Iterable[int]] = ..., after: _Optional[int] = ..., embed_wait_s: _Optional[float] = ..., grad_wait_s: _Optional[float] = ..., peers: _Optional[_Mapping[int, Peer]] = ...) -> None: ...
+    evaluation: Evaluation
+    probe: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., send_to: _Optional[_Iterable[int]] = ..., fuse: _Optional[_Union[FuseRequest, _Mapping]] = ..., expect: _Optional[_Iterable[int]] = ..., grads_from: _Optional[_Iterable[int]] = ..., holders: _Optional[_Iterable[int]] = ..., after: _Optional[int] = ..., embed_wait_s: _Optional[float] = ..., grad_wait_s: _Optional[float] = ..., peers: _Optional[_Mapping[int, Peer]] = ..., evaluation: _Optional[_Union[Evaluation, _Mapping]] = ..., probe: _Optional[bool] = ...) -> None: ...
+
+class Evaluation(_message.Message):
+    __slots__ = ("split", "scorer", "thresholded", "threshold", "batches")
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SCORER_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLDED_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    split: str
+    scorer: int
+    thresholded: bool
+    threshold: float
+    batches: _containers.RepeatedCompositeFieldContainer[EvalBatch]
+    def __init__(self, split: _Optional[str] = ..., scorer: _Optional[int] = ..., thresholded: _Optional[bool] = ..., threshold: _Optional[float] = ..., batches: _Optional[_Iterable[_Union[EvalBatch, _Mapping]]] = ...) -> None: ...
+
+class EvalBatch(_message.Message):
+    __slots__ = ("embed", "first")
+    EMBED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    embed: EmbedRequest
+    first: int
+    def __init__(self, embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., first: _Optional[int] = ...) -> None: ...
+
+class EvalAnswer(_message.Message):
+    __slots__ = ("request_id", "present", "scored", "score")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    SCORED_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    present: _containers.RepeatedScalarFieldContainer[int]
+    scored: bool
+    score: ScoreReply
+    def __init__(self, request_id: _Optional[int] = ..., present: _Optional[_Iterable[int]] = ..., scored: _Optional[bool] = ..., score: _Optional[_Union[ScoreReply, _Mapping]] = ...) -> None: ...
 
 class RoundReply(_message.Message):
-    __slots__ = ("round_id", "embedded", "used", "fused", "loss", "stepped")
+    __slots__ = ("round_id", "embedded", "used", "fused", "loss", "stepped", "evaluated", "reached")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     EMBEDDED_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
     FUSED_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
     STEPPED_FIELD_NUMBER: _ClassVar[int]
+    EVALUATED_FIELD_NUMBER: _ClassVar[int]
+    REACHED_FIELD_NUMBER: _ClassVar[int]
     round_id: int
     embedded: bool
     used: _containers.RepeatedScalarFieldContainer[int]
     fused: bool
     loss: float
     stepped: bool
-    def __init__(self, round_id: _Optional[int] = ..., embedded: _Optional[bool] = ..., used: _Optional[_Iterable[int]] = ..., fused: _Optional[bool] = ..., loss: _Optional[float] = ..., stepped: _Optional[bool] = ...) -> None: ...
+    evaluated: _containers.RepeatedCompositeFieldContainer[EvalAnswer]
+    reached: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, round_id: _Optional[int] = ..., embedded: _Optional[bool] = ..., used: _Optional[_Iterable[int]] = ..., fused: _Optional[bool] = ..., loss: _Optional[float] = ..., stepped: _Optional[bool] = ..., evaluated: _Optional[_Iterable[_Union[EvalAnswer, _Mapping]]] = ..., reached: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "round_id", "block", "kind", "empty", "tensor")

@@ -262,7 +262,7 @@ class LaserSteps:
             received = self.party.from_wire(summed, "summed gradient", len(state.rows), width)
             grad = received if grad is None else received + grad
         state.stepped = True
-        if grad is None:
+        if grad is None or self._frozen():
             state.local = None
             return
         models = self.party.models
@@ -279,6 +279,14 @@ class LaserSteps:
             opt.step()
         self._f_steps += 1
         self._local_steps(state, received, call.epoch)
+
+    def _frozen(self) -> bool:
+        """Under the `withhold` label defence a feature-only party's bottom model stays as
+        drawn: a step on the zero gradient it receives would still apply the optimiser's weight
+        decay (torch's Adam adds it to the gradient and normalises, so every weight would move
+        by about the learning rate towards zero each round, erasing the tower's features)."""
+        p = self.party
+        return p.guard.config.gradient_defence == "withhold" and not p.data.meta.has_labels
 
     def _local_steps(self, state: _Round, received: torch.Tensor | None, epoch: int) -> None:
         """The round's local steps (TrainConfig.local_steps), after its exact update; then its

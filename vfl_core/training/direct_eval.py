@@ -1,0 +1,151 @@
+"""Evaluation on the direct data plane (TrainConfig.data_plane "direct"): the coordinator's side.
+
+Through the relay an evaluation batch costs three round trips between the coordinator and the
+parties (Embed, Predict, Score), one batch after the other: after each epoch, the validation of
+early stopping took some 15 round trips on Credit, three times the epoch's training rounds on the
+direct plane. Here the coordinator sends every party of the evaluation one Round call carrying
+all its batches (RoundCall.evaluation); the parties push their embeddings to the label party,
+which predicts, combines and scores each batch (vfl_core.training.direct_eval_party) and answers
+with the aggregates only. One round trip to the coordinator and one push between the parties,
+whatever the number of batches; the coordinator sees no tensor.
+
+The report is the relay's, batch for batch: the same batches (eval_plan), the same request ids
+(the liveness clock advances as it does through the relay), the same embeddings, the same head,
+the same combination and random draws, the same Score. What is chosen once for all batches is
+who is called: through the relay a party that misses a batch is not called for the next ones,
+here it is called for all and left out where its embedding does not arrive in time (it is
+marked down all the same).
+
+Taken where the relay's evaluation would be the label party's head alone: one label party, a
+method with LASER-VFL's subset predictors and no round program of its own, the label party
+live and in every batch, no subset, head or party set chosen for the evaluation, no
+encrypted relay (whose scores aggregate whole observed sets, vfl_core.inference.blind). Else
+the evaluation goes through the relay, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vfl_core.data.batch_plan import Batch, eval_plan
+from vfl_core.inference.metrics import FEDERATION, EvalReport
+from vfl_core.inference.scoring import result_fits
+from vfl_core.methods.combination import scored_names
+from vfl_core.protocol import EmbedCall, EvalAnswer, EvalBatch, Evaluation, RoundCall
+
+if TYPE_CHECKING:
+    from vfl_core.training.ports import EvaluatorRun
+
+log = logging.getLogger(__name__)
+
+# Batches of one evaluation on the direct plane (the party's mailbox keeps as many per peer,
+# vfl_client.data_plane.PER_BLOCK_VALIDATION); a longer one goes through the relay.
+MAX_BATCHES = 64
+
+
+def evaluate(fed: EvaluatorRun, split: str, index: np.ndarray | None) -> EvalReport | None:
+    """The report of `split` (or of its key indices `index`) from every live party over the
+    direct plane; None when the evaluation is not one it takes (the caller relays it)."""
+    batches = eval_plan(fed.alignments[split], fed.config.eval_batch_size, index)
+    scorer = _scorer(fed, batches)
+    if scorer is None:
+        return None
+    fed.presence.poll_rejoins()
+    base = fed.request_id
+    # who is called for batch i: as the relay's clock would stand at it (request base + i)
+    callees = [_callees(fed, b, fed.round_id + base + i + 1) for i, b in enumerate(batches)]
+    if not all(scorer in c for c in callees):
+        return None
+    al = fed.alignments[split]
+    parts: dict[int, list[EvalBatch]] = {}
+    for i, (batch, called) in enumerate(zip(batches, callees, strict=True)):
+        digest = al.digest(batch.index)
+        first = int(batch.index[0])
+        for b in called:
+            embed = EmbedCall(base + i, split, al.rows_of(b, batch.index), digest, False, called)
+            parts.setdefault(b, []).append(EvalBatch(embed, first))
+    threshold = fed.validator.threshold()
+    calls = {
+        b: RoundCall(
+            round_id=max(fed.round_id - 1, 0),
+            epoch=fed.cursor.epoch,
+            send_to=() if b == scorer else (scorer,),
+            expect=tuple(sorted(parts.keys() - {scorer})) if b == scorer else (),
+            evaluation=Evaluation(split, scorer, tuple(own), threshold),
+        )
+        for b, own in sorted(parts.items())
+    }
+    reports = fed.transport.direct(calls)()  # type: ignore[attr-defined]
+    answers = {a.request_id: a for a in reports[scorer].evaluated} if scorer in reports else {}
+    embedded = _embedded(reports)
+    report = EvalReport()
+    for i, (batch, called) in enumerate(zip(batches, callees, strict=True)):
+        fed.request_id = base + i + 1  # the relay's clock: one request per batch
+        _batch(fed, report, split, batch, called, answers.get(base + i), embedded)
+    return report
+
+
+def _scorer(fed: EvaluatorRun, batches: list[Batch]) -> int | None:
+    """The label party that scores this evaluation on the direct plane, or None."""
+    cfg, spec = fed.config, fed.spec
+    direct = cfg.data_plane == "direct" and hasattr(fed.transport, "direct")
+    if not direct or cfg.encrypt_relay or spec.program is not None:
+        return None
+    if not spec.has_subset_predictors or len(fed.label_blocks) != 1:
+        return None
+    if fed.choice.subsets or fed.choice.heads or not 0 < len(batches) <= MAX_BATCHES:
+        return None
+    return fed.label_blocks[0]
+
+
+def _callees(fed: EvaluatorRun, batch: Batch, tick: int) -> tuple[int, ...]:
+    return tuple(b for b in batch.pattern if fed.liveness.should_call(b, tick))
+
+
+def _embedded(reports: dict) -> dict[int, set[int]]:
+    """request id -> the feature parties that say they embedded it."""
+    out: dict[int, set[int]] = {}
+    for block, result in reports.items():
+        for a in result.evaluated:
+            if a.present == (block,):
+                out.setdefault(a.request_id, set()).add(block)
+    return out
+
+
+def _batch(
+    fed: EvaluatorRun,
+    report: EvalReport,
+    split: str,
+    batch: Batch,
+    called: tuple[int, ...],
+    answer: EvalAnswer | None,
+    embedded: dict[int, set[int]],
+) -> None:
+    """One batch into the report and the liveness, as the relay's Embed, Predict and Score."""
+    request = fed.request_id - 1
+    where = f"{split} request {request}"
+    # the scorer's answer says whose embeddings arrived; without one, who says they embedded
+    present = answer.present if answer is not None else tuple(sorted(embedded.get(request, ())))
+    fed.record(called, present, "embed", where, immediate=True)
+    report.count_answers(batch.pattern, present)
+    result = None if answer is None else answer.score
+    if result is not None and not result_fits(
+        result, fed.task, fed.num_classes, _names(fed, present)
+    ):
+        log.warning(
+            "%s: score answer of block %d refused (names/shapes)", split, fed.label_blocks[0]
+        )
+        result = None
+    if result is None:
+        report.unscored += len(batch.index)
+    else:
+        report.add(tuple(sorted(present)), len(batch.index), result)
+
+
+def _names(fed: EvaluatorRun, present: tuple[int, ...]) -> set[str]:
+    """The predictions the scorer's answer must score: its head's (as `combine` names them)
+    and the federation's."""
+    return {*scored_names(fed.spec.combination, present, (fed.label_blocks[0],)), FEDERATION}
