@@ -31,7 +31,7 @@ class ModelConfig(BaseModel):
     head_hidden: int = Field(64, ge=1)
     # Tabular party MLPs (docs/tabular-defaults.md, measured): dropout after each hidden ReLU,
     # a normalisation after each hidden Linear, and the width of every categorical column's
-    # embedding (0: 1.6 x cardinality^0.56, at most 16; models.embedding_dim).
+    # embedding (0: 1.6 x cardinality^0.56, at most 16; tower.embedding_dim).
     dropout: float = Field(0.0, ge=0, lt=1)
     norm: Norm = "none"
     categorical_dim: int = Field(0, ge=0, le=1024)

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -29,7 +27,11 @@ from torch import nn
 from vfl_core.errors import ConfigError
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.num_embeddings import NumericFit
-from vfl_core.model.tower import SeededDropout, norm_layers
+from vfl_core.model.tower import (
+    MLPRepresentation,
+    build_seeded,
+    embedding_dim,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +60,6 @@ _CNN_DEFAULT_HIDDEN: int = 128
 _CNN_DOWNSAMPLE_MIN_SIDE: int = 8
 _RESNET_WIDTHS: tuple[int, int, int, int] = (64, 128, 256, 512)
 _RESNET_DEPTHS: tuple[int, int, int, int] = (2, 2, 2, 2)
-_MAX_SEED: int = 2**63 - 1
-_EMBEDDING_MAX_DIM: int = 16
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,77 +67,10 @@ _EMBEDDING_MAX_DIM: int = 16
 # --------------------------------------------------------------------------------------------
 
 
-@contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Seed torch's CPU RNG for the duration of the block, then restore the caller's state."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _MAX_SEED:
-        raise ConfigError(f"model seed must be an integer in [0, 2**63 - 1], got {seed!r}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
-
-
-def build_seeded(seed: int, factory: Callable[[], nn.Module]) -> nn.Module:
-    with _seeded(seed):
-        return factory()
-
-
 # --------------------------------------------------------------------------------------------
-# Representation models
+# Representation models (build_seeded, MLPRepresentation and embedding_dim live in
+# vfl_core.model.tower, which the tabular towers build on too)
 # --------------------------------------------------------------------------------------------
-
-
-class MLPRepresentation(nn.Module):
-    """Flatten, then Linear/ReLU through ``hidden``, then Linear to ``embed_dim``.
-
-    ``final_activation`` adds a ReLU after the last Linear (non-negative embeddings). The reference
-    code has none; the builder passes ``DEFAULT_FINAL_ACTIVATION`` (False).
-    """
-
-    def __init__(
-        self,
-        in_features: int,
-        hidden: tuple[int, ...],
-        embed_dim: int,
-        *,
-        final_activation: bool,
-        skip: bool = False,
-        dropout: float = 0.0,
-        norm: str = "none",
-        dropout_seed: int = 0,
-    ) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        width = in_features
-        for k, size in enumerate(hidden):
-            # LayerNorm/BatchNorm start at ones and zeros and Dropout has no weights: the
-            # Linear layers draw the same initial weights with or without them.
-            layers += [nn.Linear(width, size), *norm_layers(norm, size), nn.ReLU()]
-            layers += [SeededDropout(dropout, dropout_seed, k)] if dropout else []
-            width = size
-        layers.append(nn.Linear(width, embed_dim))
-        if final_activation and not skip:
-            layers.append(nn.ReLU())
-        self.net = nn.Sequential(*layers)
-        # built after `net`, so that `net` has the same initial weights with or without it
-        self.skip = nn.Linear(in_features, embed_dim, bias=False) if skip else None
-        self.final_activation = final_activation
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.flatten(1)  # (B, F) or (B, C*H*W)
-        out = self.net(x)  # (B, embed_dim)
-        if self.skip is None:
-            return out
-        out = out + self.skip(x)  # the linear path beside the MLP ("wide and deep")
-        return torch.relu(out) if self.final_activation else out
-
-
-def embedding_dim(cardinality: int, fixed: int = 0) -> int:
-    """Width of a categorical column's embedding: `fixed` (model.categorical_dim) if set, else
-    growing slowly with its cardinality (the fast.ai rule of thumb 1.6 * n^0.56), capped at 16."""
-    if fixed:
-        return fixed
-    return max(1, min(_EMBEDDING_MAX_DIM, round(1.6 * cardinality**0.56)))
 
 
 class TabularRepresentation(nn.Module):

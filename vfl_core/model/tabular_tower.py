@@ -10,8 +10,8 @@ from torch import nn
 from vfl_core.errors import ConfigError
 from vfl_core.model.ensemble import EnsembleHead, EnsembleTower, member_width
 from vfl_core.model.model_config import ModelConfig
-from vfl_core.model.models import MLPRepresentation, build_seeded, embedding_dim
 from vfl_core.model.num_embeddings import NumericEmbedding, NumericFit
+from vfl_core.model.tower import MLPRepresentation, build_seeded, embedding_dim
 
 
 def extended(config: ModelConfig) -> bool:
