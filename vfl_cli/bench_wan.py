@@ -113,7 +113,7 @@ def _wan_tables(
     data_path: Path,
     bench: BenchRun,
 ) -> None:
-    mod = bench_module("wan_tables")
+    mod = bench_module("wan.tables")
     chosen = parse_variants(names, mod.TABLES, "table(s)")
     found = bench_module("tabular_tables").tables(data_path, quick=False)
     if missing := [t for t in chosen if t not in found]:

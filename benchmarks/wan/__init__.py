@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import procs, wan_tables_report
+from benchmarks import procs
+from benchmarks.wan import report as wan_tables_report
 from benchmarks.netshape import HOST, NetShaper, Shape, free_port
 from benchmarks.pool import invocation, read_json, write_json
 from benchmarks.report import kept_notes, md_table
