@@ -38,10 +38,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from benchmarks.netshape import NetShaper, Shape
+from benchmarks.serve.cluster import ServingCluster, train_bundles
+from benchmarks.serve.scale import measure, report_lines, start_replicas, warm
+from benchmarks.serve.why import live_missing_why, mode_text, shed_why, why_table
 from benchmarks.serve_callers import Callers, Reply, post
-from benchmarks.serve_cluster import ServingCluster, train_bundles
-from benchmarks.serve_scale import measure, report_lines, start_replicas, warm
-from benchmarks.serve_why import live_missing_why, mode_text, shed_why, why_table
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.serve.cluster import Proc, ServingCluster
 from benchmarks.serve_callers import Callers, post
-from benchmarks.serve_cluster import Proc, ServingCluster
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
