@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from benchmarks.serve.scale import cpu_seconds, report_lines
+from benchmarks.serve.cluster import cpu_seconds, report_lines
 from benchmarks.serve_callers import load
 
 
