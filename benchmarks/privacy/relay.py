@@ -1,6 +1,6 @@
 """The encrypted relay's cost and what the coordinator learns with it (issue 32 item 2).
 
-    python -m benchmarks.relay --data-path ../shared/data --repeats 3 --epochs 2
+    python -m benchmarks.privacy.relay --data-path ../shared/data --repeats 3 --epochs 2
 
 UCI Credit (4000 rows, benchmarks.tabular_tables), K parties (`--parties`, columns dealt
 round-robin): block 0 holds the labels, the others are feature-only. The parties run behind the real
@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> None:
     sealed = [r for r in runs if r["encrypt_relay"]]
     same = all(p["weights"] == s["weights"] for p, s in zip(plain, sealed, strict=True))
     summary = {
-        "command": "python -m benchmarks.relay " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m benchmarks.privacy.relay "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "seconds": round(time.perf_counter() - start, 1),
         "parties": args.parties,
         "rounds": plain[0]["rounds"],
