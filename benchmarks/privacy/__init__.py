@@ -53,10 +53,10 @@ from benchmarks.privacy.attacks import (
     cross_batch_direction_attack,
     fitted_attack,
     known_rows,
+    markdown,
     sum_norm_attack,
     sum_pca_attack,
 )
-from benchmarks.privacy.report import markdown
 from benchmarks.tabular_tables import Table, tables
 from vfl_core.data.tabular import TableSource
 from vfl_core.protocol import BackwardCall, EmbedCall, TrainCall, Transport
@@ -494,9 +494,5 @@ def main(argv: list[str] | None = None) -> None:
                     log.warning(
                         "%s K=%d seed %d %s: %.1fs", name, k, seed, defence, runs[-1]["seconds"]
                     )
-    command = "python -m benchmarks.privacy " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "vfl bench privacy " + " ".join(sys.argv[1:] if argv is None else argv)
     args.out.write_text(markdown(runs, command, args.known))
-
-
-if __name__ == "__main__":
-    main()

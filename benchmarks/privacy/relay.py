@@ -14,7 +14,7 @@ bit).
 
 The coordinator's attacks, on what it relays to the feature-only party (the label party's
 gradient for block 1's embedding, per round): the norm and direction attacks of Li et al. 2022
-(benchmarks/privacy.py) and the known-label k-NN. In the clear it reads each row's gradient as
+(benchmarks/privacy/) and the known-label k-NN. In the clear it reads each row's gradient as
 float32; sealed, it can only read the box: AES-GCM keeps positions, so it slices the ciphertext
 by rows as it would the plaintext and scores each row's bytes both as float32 (non-finite values
 as 0) and as unsigned bytes. Each AUC is reported as max(AUC, 1 - AUC), as in privacy.md, and
