@@ -35,8 +35,7 @@ from typing import Any
 from benchmarks import procs
 from benchmarks.netshape import HOST, NetShaper, Shape, free_port
 from benchmarks.pool import invocation, read_json, write_json
-from benchmarks.report import kept_notes, md_table
-from benchmarks.setups import SETUPS
+from benchmarks.setups import SETUPS, kept_notes, md_table
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from typing import Any
 from benchmarks import procs
 from benchmarks.netshape import HOST, NetShaper, Shape, free_port
 from benchmarks.pool import invocation, read_json, write_json
-from benchmarks.report import md_table
+from benchmarks.setups import md_table
 from benchmarks.tabular_baselines import hgb_row
 from benchmarks.tabular_data import Prepared, prepare
 from benchmarks.tabular_federation import table_client_args
