@@ -1,7 +1,8 @@
 """The callers of `vfl bench serve`: threads with one keep-alive HTTP connection each, one ID per
 request, back to back, optionally spread over several processes (real callers are separate
 applications; 64 threads of one Python process share one interpreter lock, which adds its waits
-to the latency they measure). Standard library only, so a caller process starts quickly.
+to the latency they measure). Standard library only, so a caller process starts quickly: it
+stays outside benchmarks/serve/, whose import brings torch and pyarrow into every caller process.
 
 Each reply is a `Reply`: seconds the caller waited, answered, parties used, the gateway's own
 seconds on it from its `Server-Timing` header (-1 without one), when it was sent, the

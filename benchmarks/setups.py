@@ -3,14 +3,21 @@
 Credit follows the LASER-VFL paper (Table 1). MNIST-10k is ours: the paper's MNIST numbers are not
 in our files, and its ResNet setup does not fit a 2-core CPU, so we use a small CNN per quadrant.
 `digits` is a tiny setup for tests.
+
+And what the benchmarks' reports share: markdown tables, notes kept across rewrites of a report,
+and PNG plots (matplotlib with the Agg backend, optional).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from vfl_core.methods.registry import METHOD_NAMES as METHOD_NAMES  # re-exported for the reports
+
+log = logging.getLogger(__name__)
 
 Metric = Literal["f1", "accuracy"]
 
@@ -174,3 +181,56 @@ def metric_label(setup: Setup) -> str:
     if setup.metric == "f1":
         return "F1 x 100 (positive class, per-predictor F1 averaged over predictors)"
     return "accuracy % (per sample, mean correctness of the observing predictors)"
+
+
+# What the reports share
+def kept_notes(path: Path, heading: str) -> str:
+    """The hand-written part of a generated report: from the line `heading` to the end of the
+    file as it is now ("" if there is none), for the report's rewrite to keep."""
+    try:
+        old = path.read_text()
+    except FileNotFoundError:
+        return ""
+    start = old.find("\n" + heading + "\n")
+    return "" if start < 0 else old[start + 1 :]
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, or None (with a warning) if not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed (pip install 'laser-vfl[bench]'): no plot")
+        return None
+    return plt
+
+
+def save_figure(plt: Any, fig: Any, out: Path) -> Path:
+    """Write a finished figure as PNG and close it."""
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def write_job_report(
+    path: Path,
+    found: Any,
+    plot: Any,  # (found, png path) -> the png written, or None without matplotlib
+    markdown: Any,  # (found, png file name or None) -> the report's text
+) -> tuple[Path, str]:
+    """A benchmark's report and its plot beside it, from the runs it found."""
+    png = plot(found, path.with_suffix(".png"))
+    text = markdown(found, png.name if png else None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path, text

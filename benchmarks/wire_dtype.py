@@ -38,9 +38,8 @@ from benchmarks.paper import (
     summarize,
 )
 from benchmarks.pool import code_version, machine, read_json, run_tasks, write_json
-from benchmarks.report import kept_notes, md_table
 from benchmarks.scale import throughput
-from benchmarks.setups import P_MISS, SETUPS, Setup, metric_label
+from benchmarks.setups import P_MISS, SETUPS, Setup, kept_notes, md_table, metric_label
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from benchmarks.privacy import View, attack_view
-from benchmarks.privacy_attacks import (
+from benchmarks.privacy.attacks import (
     accumulate,
     completion_attack,
     cross_batch_direction_attack,

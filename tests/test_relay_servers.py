@@ -15,7 +15,7 @@ import grpc
 import numpy as np
 import pytest
 
-from benchmarks.relay import federation
+from benchmarks.privacy.relay import federation
 from vfl_cli.certs_cmd import create_federation
 from vfl_core.config import ModelConfig, TrainConfig
 from vfl_core.data.datasets import load_dataset
@@ -73,7 +73,7 @@ def _federation(
     records: list[RoundRecord] | None = None,
 ) -> contextlib.AbstractContextManager[Federation]:
     """The parties behind real servicers with their relay, and a Federation over gRPC
-    (benchmarks.relay.federation) through a coordinator that may rewrite what it relays."""
+    (benchmarks.privacy.relay.federation) through a coordinator that may rewrite what it relays."""
     return federation(
         parties,
         certs,

@@ -1,6 +1,6 @@
 """The label party's shaped Score answers (issue 32 item 2): one randomised-response copy of its
 labels per split (PrivacyConfig.score_epsilon) and coarse AUC histograms (score_bins). The attack
-they answer is benchmarks/score_pairing.py."""
+they answer is privacy_issue32.md's Score pairing attack."""
 
 from __future__ import annotations
 

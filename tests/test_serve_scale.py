@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from benchmarks.serve.cluster import cpu_seconds, report_lines
 from benchmarks.serve_callers import load
-from benchmarks.serve_scale import cpu_seconds, report_lines
 
 
 class _Answer(BaseHTTPRequestHandler):

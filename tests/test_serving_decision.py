@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tabular_tables import LABEL_COLUMN, write_tables
 
-from benchmarks.serve_cluster import SECRET, ServingCluster, train_bundles
+from benchmarks.serve.cluster import SECRET, ServingCluster, train_bundles
 from vfl_core.config import TrainConfig
 from vfl_core.errors import DataError
 from vfl_core.model.model_config import ModelConfig

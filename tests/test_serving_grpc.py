@@ -21,7 +21,7 @@ import grpc
 import pytest
 from tabular_tables import LABEL_COLUMN, write_tables
 
-from benchmarks.serve_cluster import SECRET, ServingCluster, train_bundles
+from benchmarks.serve.cluster import SECRET, ServingCluster, train_bundles
 from vfl_cli.certs_cmd import create_federation
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig

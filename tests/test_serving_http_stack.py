@@ -16,7 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tabular_tables import LABEL_COLUMN, write_tables
 
-from benchmarks.serve_cluster import ServingCluster, train_bundles
+from benchmarks.serve.cluster import ServingCluster, train_bundles
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig
 

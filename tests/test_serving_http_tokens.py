@@ -14,7 +14,7 @@ from tabular_tables import LABEL_COLUMN, write_tables
 from test_serving_http_stack import request
 from typer.testing import CliRunner
 
-from benchmarks.serve_cluster import ServingCluster, train_bundles
+from benchmarks.serve.cluster import ServingCluster, train_bundles
 from vfl_cli.app import app
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig

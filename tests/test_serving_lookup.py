@@ -18,8 +18,8 @@ import pytest
 from tabular_tables import LABEL_COLUMN, write_tables
 from test_serving_bundle import SECRET, trained
 
-from benchmarks.serve_cluster import SECRET as CLUSTER_SECRET
-from benchmarks.serve_cluster import ServingCluster, train_bundles
+from benchmarks.serve.cluster import SECRET as CLUSTER_SECRET
+from benchmarks.serve.cluster import ServingCluster, train_bundles
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
 from vfl_core.model.model_config import ModelConfig

@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.wan_tables import TablesJob, cells, summarise
-from benchmarks.wan_tables_report import aggregate, checks, rtts_per_round, section
+from benchmarks.wan.tables import (
+    TablesJob,
+    aggregate,
+    cells,
+    checks,
+    rtts_per_round,
+    section,
+    summarise,
+)
 
 
 def _row(recipe: str, rtt: float, to_model: float, ms: float, seed: int = 0, acc: float = 0.8):

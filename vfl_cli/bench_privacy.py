@@ -1,4 +1,4 @@
-"""`vfl bench privacy`: the label-leak meter (benchmarks/privacy.py), its options passed on."""
+"""`vfl bench privacy`: the label-leak meter (benchmarks/privacy/), its options passed on."""
 
 from __future__ import annotations
 
@@ -15,5 +15,5 @@ from vfl_cli.bench_options import bench_module
 )
 def privacy(ctx: typer.Context) -> None:
     """Label leakage at each feature-only party and the coordinator, per defence (the options
-    of `python -m benchmarks.privacy`; --help lists them); writes privacy.md."""
+    of benchmarks/privacy/; --help lists them); writes privacy.md."""
     bench_module("privacy").main(list(ctx.args))

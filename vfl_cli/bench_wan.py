@@ -1,5 +1,5 @@
-"""`vfl bench wan`: the federation over shaped links (benchmarks/wan.py), and with --tables a
-table's model over them (benchmarks/wan_tables.py). Registered on `bench_app` by importing this
+"""`vfl bench wan`: the federation over shaped links (benchmarks/wan/), and with --tables a
+table's model over them (benchmarks/wan/tables.py). Registered on `bench_app` by importing this
 module (vfl_cli.app)."""
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def wan(
     workloads: Annotated[str, Opt(help="mnist-mlp, mnist-cnn, credit-mlp")] = (
         "mnist-mlp,mnist-cnn,credit-mlp"
     ),
-    variants: Annotated[str, Opt(help="named sets of coordinator options (benchmarks/wan.py)")] = (
-        "default"
-    ),
+    variants: Annotated[
+        str, Opt(help="named sets of coordinator options (benchmarks/wan/__init__.py)")
+    ] = ("default"),
     rtts: Annotated[str, Opt("--rtts", help="round-trip times in ms")] = "0,10,50,100",
     bandwidths: Annotated[
         str, Opt(help="link bandwidths in Mbit/s (default 1000,100; 100 with --tables)")
@@ -48,7 +48,7 @@ def wan(
     tables: Annotated[
         str, Opt(help="credit,census_like: train these tables to a model instead (K = 3)")
     ] = "",
-    recipes: Annotated[str, Opt(help="with --tables: benchmarks/wan_tables.py RECIPES")] = (
+    recipes: Annotated[str, Opt(help="with --tables: benchmarks/wan/tables.py RECIPES")] = (
         "defaults,direct,local4,local4-direct,split-nn"
     ),
     seeds: Annotated[str, Opt(help="with --tables: seeds")] = "0",
@@ -113,7 +113,7 @@ def _wan_tables(
     data_path: Path,
     bench: BenchRun,
 ) -> None:
-    mod = bench_module("wan_tables")
+    mod = bench_module("wan.tables")
     chosen = parse_variants(names, mod.TABLES, "table(s)")
     found = bench_module("tabular_tables").tables(data_path, quick=False)
     if missing := [t for t in chosen if t not in found]:

@@ -41,7 +41,7 @@ import numpy as np
 from benchmarks.paper import Stat, simulate_worker
 from benchmarks.paper.faults import stat
 from benchmarks.pool import Task, machine, read_json, run_tasks
-from benchmarks.report import md_table, pyplot, save_figure, write_job_report
+from benchmarks.setups import md_table, pyplot, save_figure, write_job_report
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,7 @@ from torch import nn
 
 from benchmarks.paper import simulate_worker
 from benchmarks.pool import Task, read_json, run_tasks
-from benchmarks.report import md_table
-from benchmarks.setups import PAPER_MODEL, PAPER_PLAIN, SETUPS, paper_plain
+from benchmarks.setups import PAPER_MODEL, PAPER_PLAIN, SETUPS, md_table, paper_plain
 from vfl_core.config import TrainConfig
 from vfl_core.data.party_dir import PartyData
 from vfl_core.inference.metrics import accuracy_from_confusion, f1_from_confusion

@@ -9,8 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import md_table, pyplot
-from benchmarks.setups import METHOD_NAMES, P_MISS, Setup, metric_label
+from benchmarks.setups import METHOD_NAMES, P_MISS, Setup, md_table, metric_label, pyplot
 
 log = logging.getLogger(__name__)
 

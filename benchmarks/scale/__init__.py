@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.pool import Task, machine, read_json, run_tasks
-from benchmarks.report import md_table, pyplot
-from benchmarks.setups import METHOD_NAMES, SETUPS
+from benchmarks.setups import METHOD_NAMES, SETUPS, md_table, pyplot
 
 log = logging.getLogger(__name__)
 

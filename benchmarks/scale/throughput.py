@@ -34,7 +34,7 @@ from google.protobuf.message import Message
 
 from benchmarks import procs
 from benchmarks.pool import invocation, write_json
-from benchmarks.report import kept_notes, md_table
+from benchmarks.setups import kept_notes, md_table
 
 log = logging.getLogger(__name__)
 

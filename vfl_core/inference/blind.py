@@ -3,7 +3,7 @@
 In the clear, the coordinator combines the heads' probabilities of an evaluation batch into the
 federation's prediction and asks a label party to score the named predictions against its labels:
 it then holds every row's prediction beside the aggregates of the rows predicted alike (a
-confusion column, an AUC bin), and pairing them names labels (benchmarks/score_pairing.py). With
+confusion column, an AUC bin), and pairing them names labels (privacy_issue32.md). With
 an encrypted relay the heads seal an evaluation's probabilities for the label parties, the
 coordinator relays them unread in the Score call (ScoreCall.blind), and the label party combines
 them here exactly as the coordinator would have (the same `combine`, the same random draws, the

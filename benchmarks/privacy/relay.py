@@ -1,6 +1,6 @@
 """The encrypted relay's cost and what the coordinator learns with it (issue 32 item 2).
 
-    python -m benchmarks.relay --data-path ../shared/data --repeats 3 --epochs 2
+    python -m benchmarks.privacy.relay --data-path ../shared/data --repeats 3 --epochs 2
 
 UCI Credit (4000 rows, benchmarks.tabular_tables), K parties (`--parties`, columns dealt
 round-robin): block 0 holds the labels, the others are feature-only. The parties run behind the real
@@ -14,7 +14,7 @@ bit).
 
 The coordinator's attacks, on what it relays to the feature-only party (the label party's
 gradient for block 1's embedding, per round): the norm and direction attacks of Li et al. 2022
-(benchmarks/privacy.py) and the known-label k-NN. In the clear it reads each row's gradient as
+(benchmarks/privacy/) and the known-label k-NN. In the clear it reads each row's gradient as
 float32; sealed, it can only read the box: AES-GCM keeps positions, so it slices the ciphertext
 by rows as it would the plaintext and scores each row's bytes both as float32 (non-finite values
 as 0) and as unsigned bytes. Each AUC is reported as max(AUC, 1 - AUC), as in privacy.md, and
@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> None:
     sealed = [r for r in runs if r["encrypt_relay"]]
     same = all(p["weights"] == s["weights"] for p, s in zip(plain, sealed, strict=True))
     summary = {
-        "command": "python -m benchmarks.relay " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m benchmarks.privacy.relay "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "seconds": round(time.perf_counter() - start, 1),
         "parties": args.parties,
         "rounds": plain[0]["rounds"],

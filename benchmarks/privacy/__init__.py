@@ -13,10 +13,10 @@ Learning", ICLR 2022:
   - direction: in each batch one sample whose label the attacker knows (the first positive
     one); the score of the others is the cosine of their gradient with its gradient (Sec. 3.2).
 and, with `--known` labels known (the same rows throughout the run):
-  - xdirection: the reference from the other batches of the epoch (benchmarks.privacy_attacks).
+  - xdirection: the reference from the other batches of the epoch (benchmarks.privacy.attacks).
   - knn: the 5 nearest neighbours' vote in gradient space.
   - fit: a logistic regression on the epoch's gradients.
-Cumulative, on each row's unit gradients summed over epochs 1..e (benchmarks.privacy_attacks):
+Cumulative, on each row's unit gradients summed over epochs 1..e (benchmarks.privacy.attacks):
   - sum_norm and sum_pca (no label known), sum_fit (the logistic regression).
 At the end, model completion (Fu et al., USENIX Security 2022) at each feature-only party: its
 trained bottom model completed by a logistic regression on 40 and on 300 known labels, against
@@ -46,17 +46,17 @@ import numpy as np
 import torch
 from sklearn.neighbors import KNeighborsClassifier
 
-from benchmarks.privacy_attacks import (
+from benchmarks.privacy.attacks import (
     accumulate,
     auc,
     completion_attack,
     cross_batch_direction_attack,
     fitted_attack,
     known_rows,
+    markdown,
     sum_norm_attack,
     sum_pca_attack,
 )
-from benchmarks.privacy_report import markdown
 from benchmarks.tabular_tables import Table, tables
 from vfl_core.data.tabular import TableSource
 from vfl_core.protocol import BackwardCall, EmbedCall, TrainCall, Transport
@@ -494,9 +494,5 @@ def main(argv: list[str] | None = None) -> None:
                     log.warning(
                         "%s K=%d seed %d %s: %.1fs", name, k, seed, defence, runs[-1]["seconds"]
                     )
-    command = "python -m benchmarks.privacy " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "vfl bench privacy " + " ".join(sys.argv[1:] if argv is None else argv)
     args.out.write_text(markdown(runs, command, args.known))
-
-
-if __name__ == "__main__":
-    main()

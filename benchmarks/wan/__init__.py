@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import procs, wan_tables_report
+from benchmarks import procs
 from benchmarks.netshape import HOST, NetShaper, Shape, free_port
 from benchmarks.pool import invocation, read_json, write_json
-from benchmarks.report import kept_notes, md_table
-from benchmarks.setups import SETUPS
+from benchmarks.setups import SETUPS, kept_notes, md_table
 
 log = logging.getLogger(__name__)
 
@@ -371,6 +370,8 @@ def staleness_accuracy(results: Path) -> list[str]:
 
 
 def write_report(results: Path) -> tuple[Path, str]:
+    from benchmarks.wan.tables import section as tables_section  # its tabular imports, when asked
+
     found = records(results)
     lines = [
         "# The federation over a WAN: epoch time against round-trip time and bandwidth",
@@ -396,7 +397,7 @@ def write_report(results: Path) -> tuple[Path, str]:
         "bytes both ways over all four links per training round.",
         "",
         "Sections marked *tables to a model* (`vfl bench wan --tables ...`, "
-        "benchmarks/wan_tables.py) measure instead what a user waits for: K = 3 parties of a "
+        "benchmarks/wan/tables.py) measure instead what a user waits for: K = 3 parties of a "
         "table (labels at party 0, partial overlap, the party CSVs of `vfl bench tabular`), each "
         "behind its own link, trained to the model (with the defaults, early stopping and the "
         "restored best epoch). `rounds to the model` and `s to the model` run to the best "
@@ -416,7 +417,7 @@ def write_report(results: Path) -> tuple[Path, str]:
     ]
     for record in found:
         tabled = record["job"].get("kind") == "tables"
-        lines += wan_tables_report.section(record) if tabled else record_section(record)
+        lines += tables_section(record) if tabled else record_section(record)
     lines += staleness_accuracy(results)
     path = results / "wan.md"
     text = "\n".join(lines) + "\n" + kept_notes(path, NOTES)

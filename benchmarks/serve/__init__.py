@@ -38,10 +38,19 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from benchmarks.netshape import NetShaper, Shape
+from benchmarks.serve.cluster import (
+    ServingCluster,
+    live_missing_why,
+    measure,
+    mode_text,
+    report_lines,
+    shed_why,
+    start_replicas,
+    train_bundles,
+    warm,
+    why_table,
+)
 from benchmarks.serve_callers import Callers, Reply, post
-from benchmarks.serve_cluster import ServingCluster, train_bundles
-from benchmarks.serve_scale import measure, report_lines, start_replicas, warm
-from benchmarks.serve_why import live_missing_why, mode_text, shed_why, why_table
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig
 
@@ -71,7 +80,7 @@ class ServeJob:
     # The callers spread over this many processes: real callers are other applications, and 64
     # threads of one Python process measure that process's interpreter lock (serve.md, stop 38)
     caller_processes: int = 4
-    # gateway processes side by side, e.g. (1, 2, 4); () = not measured (benchmarks/serve_scale.py)
+    # gateway processes side by side, e.g. (1, 2, 4); () = not measured (serve/cluster.py)
     gateways: tuple[int, ...] = ()
     scale_rounds: int = 2
     # the callers stamp each request with their own deadline (X-Deadline-At, deadline_ms from
@@ -208,7 +217,7 @@ def run(job: ServeJob) -> dict[str, object]:
 
 
 def _scale_out(job, cluster, callers_, first, bundles, tables, ids) -> dict[str, object]:
-    """Throughput with 1, 2, 4 ... gateway processes (benchmarks/serve_scale.py)."""
+    """Throughput with 1, 2, 4 ... gateway processes (benchmarks/serve/cluster.py)."""
     if not job.gateways:
         return {"cells": []}
     peers = [f"{k}=127.0.0.1:{cluster.procs[f'party{k}'].port}" for k in range(1, PARTIES)]
