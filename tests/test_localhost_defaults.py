@@ -1,7 +1,7 @@
 """The shortest federation a newcomer types (docs/guide/running.md): `vfl-client --block K --data
 ./quadrantK` with the default `--coordinator localhost:50051` and `--listen auto`, against a
 coordinator on every interface. `localhost` may reach the coordinator over ::1 while the client
-listens on 127.0.0.1: before stop 41's newcomer pass the coordinator called it back at
+listens on 127.0.0.1: the coordinator once called it back at
 `[[::1]]:port` and every run failed its alignment."""
 
 from __future__ import annotations

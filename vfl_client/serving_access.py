@@ -3,8 +3,8 @@
 Why a label party answers embeddings to no one unless told. Its embeddings are a representation
 of its features trained towards its labels; in training they reach only the heads (the parties
 with labels), never a feature-only party. Any party's certificate could once ask a label
-party's `ServeEmbed` for any keyed ID (every party knows the federation secret): in stop 41's
-outsider pass a feature party collected the gateway's embeddings of all 514 IDs it keyed and,
+party's `ServeEmbed` for any keyed ID (every party knows the federation secret): in an
+attack run, a feature party collected the gateway's embeddings of all 514 IDs it keyed and,
 with 20 known labels, scored label AUC 0.667 (0.562 from its own block). A label party now
 answers `ServeEmbed` only to the parties named with `--embed-for` (another label party's
 gateway), by default to none; a feature-only party by default to any party's certificate

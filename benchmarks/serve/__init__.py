@@ -78,7 +78,7 @@ class ServeJob:
     epochs: int = 1
     device: str = "cpu"  # the serving parties' --device
     # The callers spread over this many processes: real callers are other applications, and 64
-    # threads of one Python process measure that process's interpreter lock (serve.md, stop 38)
+    # threads of one Python process measure that process's interpreter lock (serve.md)
     caller_processes: int = 4
     # gateway processes side by side, e.g. (1, 2, 4); () = not measured (serve/cluster.py)
     gateways: tuple[int, ...] = ()

@@ -4,7 +4,7 @@ accountant's), whole numbers with digit groups alone (`34,441`, which the reader
 from 34.441 written with a decimal comma) or decimal commas outside a `;`-separated file. The
 reader takes only plain numbers (and the file's locale's, vfl_core.data.local_numbers) as
 numbers, so such a column is categorical: a category per distinct number (584 for a rate written
-`36.0%`), its order and scale lost. The QA pass of stop 40 measured it on a generated bank table
+`36.0%`), its order and scale lost. It was measured on a generated bank table
 (benchmarks/results/table_qa.md): accuracy 72.56% with two amounts written `$34,440` and
 `€3038.95`, 76.98% with two rates written `36.0%`, 76.24% with a score written `(0.53)`, 70.72%
 with two whole amounts written `34,441`, against 83.98% with the same cells written plainly; only

@@ -1,7 +1,7 @@
 """Numeric columns that look like identifiers: a different whole number in every row, filling
 much of their range (a row number, another system's customer key). Read as a number, such a
 column teaches nothing that carries over to new samples; and where it is the party's real
-sample ID, the file's ID column is something else (the QA pass of stop 40: a party keyed its
+sample ID, the file's ID column is something else (measured: a party keyed its
 rows by 'customer' and kept its own row numbers in a column 'id', so `--id-column id` matched
 row numbers against the other parties' customers, 76.24% against 83.98%, and nothing said it;
 benchmarks/results/table_qa.md). Text columns with a value of their own in almost every row are

@@ -1,7 +1,7 @@
 """A spreadsheet's totals line left at the bottom of an export (`Total,3728830.77,8341.00,,`):
 read as one more sample whose amounts are the sums of the others', it stretches each such
 column's standard deviation about sqrt(n)-fold and squeezes every real sample's values towards
-the mean. The QA pass of stop 40 measured it on a generated bank table, a totals row at the foot
+the mean. It was measured on a generated bank table, a totals row at the foot
 of both feature-only parties' files: 78.82% against 83.98% without it, and nothing said it
 (benchmarks/results/table_qa.md).
 
