@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from harness import BIN, Cluster, prepare_digits
 
-# Not `alone`: the faults land while it serves (no training to time them against), and the
-# calls wait for the configured rejoin timeout or for the parties, within generous deadlines.
+# The calls that no party answers wait out the configured rejoin timeout and run on a worker.
+# `alone`: the parties' return, where the evaluation answers with every party only if both
+# restarted processes are back when the label party is (under load the other may not be).
 pytestmark = pytest.mark.slow
 
 
@@ -57,6 +58,7 @@ def test_given_every_party_killed_while_serving_when_none_returns_then_calls_fai
         assert coord.alive()
 
 
+@pytest.mark.alone
 def test_given_every_party_killed_while_serving_when_they_return_then_evaluate_answers(
     tmp_path: Path, two_parties: list[Path]
 ) -> None:
