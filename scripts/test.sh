@@ -2,9 +2,10 @@
 # Set up and run every check: lint, format, generated-stub drift, compose file, docs site, tests.
 # Extra arguments go to one pytest run (e.g. `-m "not slow"` for the fast unit tests only).
 # Without them every test that does not time faults runs on two workers (pytest-xdist; a test
-# file stays on one worker, so a module's shared federation starts once), then the `alone` tests,
-# which kill, freeze or cut off real processes against the clock, one at a time on an otherwise
-# idle machine.
+# file stays on one worker, so a module's shared federation starts once; faults that land at a
+# round count or an event and wait for events run there too), then the `alone` tests, which bound
+# replies in seconds, hold or land faults by the clock, or attack with both cores, one at a time
+# on an otherwise idle machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VFL_EXTRAS="[dev]" source scripts/venv.sh

@@ -26,7 +26,9 @@ from harness import Client, Cluster, Coordinator, prepare_digits
 
 from vfl_core.persistence.run_log import EPOCHS_FILE, read_epochs
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+# Not `alone`: where each event lands depends on the machine's speed, and the invariants are
+# the ones that hold wherever it lands (a slower machine lands fewer).
+pytestmark = pytest.mark.slow
 
 SEED = 20261126
 CLIENTS = 3

@@ -57,8 +57,7 @@ def test_given_an_unknown_method_when_the_demo_starts_then_one_line_and_exit_2(
     assert not (tmp_path / "w").exists()  # refused before anything was prepared or started
 
 
-@pytest.mark.slow
-@pytest.mark.alone
+@pytest.mark.slow  # the demo kills a client after training: no fault against the clock
 def test_given_svfl_when_the_demo_kills_a_client_then_its_samples_are_guessed_not_predicted(
     tmp_path: Path,
 ) -> None:

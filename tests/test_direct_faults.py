@@ -21,7 +21,9 @@ from harness import BIN, Client, Cluster, Coordinator
 
 from vfl_cli.certs_cmd import create_federation
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+# Each fault lands at a round count and the tests wait for rounds (generous timeouts), so they
+# run on a worker, not `alone`.
+pytestmark = pytest.mark.slow
 
 K = 3
 DEADLINE_S = 2.0

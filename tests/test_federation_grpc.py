@@ -25,8 +25,10 @@ from vfl_wire import convert
 from vfl_wire.tensors import encode_array
 from vfl_wire.v1 import vfl_pb2
 
-# the kills and freezes are timed against training (`alone`: one at a time on idle cores); the
-# bad-message tests only send requests to a serving federation and run on a worker
+# `alone` (one at a time on idle cores): the killed party's replies within a second of the
+# deadline. The kill and the freeze mid-training land at a round count and wait for rounds
+# (generous timeouts), and the bad-message tests only send requests to a serving federation:
+# they run on a worker.
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 2.0
@@ -93,7 +95,6 @@ def _assert_survivors_exit_after_shutdown(
 # ------------------------------------------------------------------------------ (a) SIGKILL
 
 
-@pytest.mark.alone
 def test_given_client_killed_mid_training_when_run_continues_then_survivors_finish_with_metrics(
     cluster: Cluster, party_dirs: list[Path]
 ) -> None:
@@ -212,7 +213,6 @@ def _check_cli_predict_and_evaluate(
 # ------------------------------------------------------------------------------ (c) SIGSTOP
 
 
-@pytest.mark.alone
 def test_given_client_frozen_mid_training_when_deadline_passes_then_rounds_go_on_and_it_rejoins(
     cluster: Cluster, party_dirs: list[Path]
 ) -> None:

@@ -42,7 +42,9 @@ from vfl_wire import convert
 from vfl_wire.v1 import vfl_pb2
 
 # `alone` (one at a time on idle cores) for the tests that time a fault or a reply against the
-# clock; the fenced-off second process only waits for events, so it runs on a worker
+# clock, and those sharing their module fixtures; the fenced-off second process, the parties
+# killed at a round count and the party silent while a restarted coordinator aligns only wait
+# for events (generous timeouts), so they run on a worker
 pytestmark = pytest.mark.slow
 
 BATCH = ["--batch-size", "16"]  # ~95 rounds per epoch with two parties
@@ -72,7 +74,6 @@ def _kill_everyone_mid_training(cluster: Cluster, two_parties: list[Path], timeo
     return coord, clients
 
 
-@pytest.mark.alone
 def test_given_every_party_killed_when_nobody_comes_back_then_coordinator_fails_loudly(
     cluster: Cluster, two_parties: list[Path]
 ) -> None:
@@ -96,7 +97,6 @@ def test_given_every_party_killed_when_nobody_comes_back_then_coordinator_fails_
     assert len(empty) < 6  # only the rounds that found them gone before they were marked down
 
 
-@pytest.mark.alone
 def test_given_every_party_killed_when_one_restarts_then_training_resumes_uncounted(
     cluster: Cluster, two_parties: list[Path]
 ) -> None:
@@ -456,7 +456,6 @@ def test_given_stalled_request_bodies_when_plaintext_servers_wait_then_they_stil
 # ------------------------------------------------------------------------------ item 4
 
 
-@pytest.mark.alone
 def test_given_party_silent_while_restarted_coordinator_aligns_when_back_then_it_rejoins(
     cluster: Cluster, two_parties: list[Path], tmp_path: Path
 ) -> None:
