@@ -307,6 +307,8 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
                 self.links.mailbox.start_validation(call.evaluation.batches[0].embed.round_id)
             return convert_direct.round_result_to_proto(run_call(p, call, self.links))
 
+        if request.probe:  # no round of the run: it must not move the turn that orders them
+            return self._serve(context, "Round", request.header, run)
         self._await_turn(request.after, min(TURN_WAIT_S, context.time_remaining() or 0.0))
         return self._serve(context, "Round", request.header, run, self._handed(request.round_id))
 
