@@ -25,7 +25,9 @@ def test_given_checkpoint_of_another_run_or_config_when_coordinator_starts_then_
     ckpt = tmp_path / "ckpt" / "coordinator"
     run_id = f"run-{os.getpid()}-0" if other == "config" else "run-x"  # the harness's is the former
     lr = 0.5 if other == "config" else 1e-3
-    train = TrainConfig(seed=0, epochs=EPOCHS, batch_size=BATCH, lr=lr).model_dump_json()
+    # the harness runs the relay: only lr may differ from the coordinator's configuration
+    config = TrainConfig(seed=0, epochs=EPOCHS, batch_size=BATCH, lr=lr, data_plane="relay")
+    train = config.model_dump_json()
     RoundCheckpoints(ckpt, "coordinator").save(9, {}, train, {"run_id": run_id, "clients": 4})
 
     coord = cluster.coordinator(epochs=EPOCHS, extra=[*TRAIN_ARGS, "--checkpoint-dir", str(ckpt)])

@@ -227,6 +227,8 @@ def test_given_the_table_benchmark_with_parquet_then_parquet_rows_against_their_
 def test_given_the_table_benchmark_with_dates_and_libraries_then_a_row_for_scikit_learn(
     tmp_path: Path,
 ) -> None:
+    # the library route hands scikit-learn a pandas frame; pandas is no dependency of ours
+    pytest.importorskip("pandas", reason="the scikit-learn route of the benchmark needs pandas")
     from benchmarks import table_read
 
     out = tmp_path / "table_read.md"
