@@ -111,7 +111,8 @@ def test_given_a_party_not_yet_joined_when_ticking_then_it_is_never_failed(
     chaos.heal()
 
 
-@pytest.mark.slow  # faults at the demo's ticks: its checks hold wherever they land
+@pytest.mark.slow
+@pytest.mark.alone  # 60 epochs with a party killed or restarted every 1.5 s: one core each
 def test_given_fault_rates_when_the_demo_runs_then_it_trains_through_kills_and_cleans_up(
     tmp_path: Path,
 ) -> None:

@@ -275,7 +275,7 @@ def test_given_a_validation_and_a_probe_when_converted_then_they_round_trip() ->
 def test_given_what_only_the_relay_carries_when_auto_then_relay(config: dict, why: str) -> None:
     """`--data-plane auto` takes the relay, without a probe, for what the direct plane refuses."""
     cfg = CoordinatorConfig.model_validate(config)
-    assert cfg.train.data_plane == "auto"  # the default
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"data_plane": "auto"})})
     reason = relay_only(cfg)
     assert reason is not None and why in reason
     assert relay_only(CoordinatorConfig()) is None

@@ -47,7 +47,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             files,
             epochs=EPOCHS,
             alignment="psi",  # the default (the harness says it on every command line)
-            extra=["--data-plane", "auto"],  # the default, which the harness's relay overrides
             client_extra=lambda p: [*bank_client_args(p), "--checkpoint-dir", str(ckpt)],
         )
         assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
