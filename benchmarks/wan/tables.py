@@ -135,8 +135,15 @@ class EpochMarks:
                 self.bytes.append(self.net.bytes())
 
 
-def summarise(results: dict[str, Any], times: list[float], sent: list[int]) -> dict[str, Any]:
-    """A run's figures from its run record and the epoch marks (module docstring)."""
+def summarise(
+    results: dict[str, Any],
+    times: list[float],
+    sent: list[int],
+    span: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    """A run's figures from its run record and the epoch marks (module docstring); `span`: the
+    federation's start (processes launched) and end (every process exited), for where the rest
+    of the run's time went."""
     epochs = results["epochs"]
     rounds = [e.get("trained_rounds", e["rounds"]) for e in epochs]
     seconds = [e["seconds"] for e in epochs]
@@ -161,6 +168,14 @@ def summarise(results: dict[str, Any], times: list[float], sent: list[int]) -> d
         "bytes_to_model": None if per_round_bytes is None else per_round_bytes * sum(rounds[:best]),
         "batch_size": results["config"]["train"].get("batch_size"),
         "scores": {k: overall.get(k) for k in ("accuracy", "f1", "auc")},
+        # where the run's time went: start-up, registration and alignment until the first
+        # epoch's rounds; every epoch's rounds (the engine's timer); the epochs' ends
+        # (validation, keeping the best state, records); after the last epoch's line (restoring
+        # the best epoch, the subset and threshold choice, the test evaluation, shutdown)
+        "setup_s": None if span is None else start - span[0],
+        "rounds_s": sum(seconds),
+        "boundaries_s": times[-1] - start - sum(seconds),
+        "final_s": None if span is None else span[1] - times[-1],
     }
 
 
@@ -185,11 +200,13 @@ def run_one(job: TablesJob, prep: Prepared, cell: Cell, tmp: Path) -> dict[str, 
             ]  # fmt: skip
 
         marks = EpochMarks(net)
+        launched = time.perf_counter()
         with procs.federation(prep.split.paths, workdir, args, network) as out:
             marks.start(out)
+        ended = time.perf_counter()
         marks.stop()
         total_bytes = net.bytes()
-    figures = summarise(procs.results(out), marks.times, marks.bytes)
+    figures = summarise(procs.results(out), marks.times, marks.bytes, (launched, ended))
     return {
         "table": table,
         "recipe": recipe,
