@@ -85,8 +85,12 @@ PRIVACY = ["--privacy-embedding-clip", "4", "--privacy-embedding-noise", "0.1"]
     [
         ("every_label", ["--encrypt-relay"]),
         ("one_label", ["--wire-dtype", "int8", *PRIVACY, "--early-stop-patience", "1"]),
+        # rounds that overlap the network (vfl_core.training.direct_stale): blocks of two
+        # rounds, each party stepping a round four rounds later, drained before the validation
+        ("one_label", ["--staleness", "3", "--early-stop-patience", "1"]),
+        ("every_label", ["--staleness", "1"]),
     ],
-    ids=["three-heads", "one-head-int8-privacy"],
+    ids=["three-heads", "one-head-int8-privacy", "one-head-stale3", "three-heads-stale1"],
 )
 def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordinator_sees_no_tensor(
     tmp_path: Path, certs: Path, data: str, options: list[str], request: pytest.FixtureRequest

@@ -31,6 +31,7 @@ from vfl_core.protocol import (
     RoundCall,
     RoundResult,
     ScoreResult,
+    Step,
 )
 from vfl_core.training.direct_party import EMBEDDING, GRADIENT, run_round
 from vfl_core.training.engine import Federation, RoundRecord
@@ -183,6 +184,46 @@ def test_given_round_messages_when_converted_then_they_round_trip() -> None:
     np.testing.assert_array_equal(push.tensor, tensor)
 
 
+def test_given_stale_round_steps_when_converted_then_they_round_trip_and_bad_ones_refused() -> None:
+    """With --staleness a Round call carries earlier rounds' Backward (before its embed, after
+    its fuse: the drain) and its reply the rounds it stepped."""
+    h, peers = convert.header("r", "party1"), {0: PeerAddress("party0", "h:1")}
+    rows = np.array([3, 1])
+    call = RoundCall(
+        round_id=9,
+        epoch=2,
+        embed=EmbedCall(9, "train", rows, b"d" * 32, True, (0, 1)),
+        send_to=(0,),
+        grads_from=(0,),
+        steps_before=(Step(5, (0,)), Step(6, (0,))),
+        defer_step=True,
+    )
+    got, _ = round_call_from_proto(round_call_to_proto(call, h, peers))
+    assert (got.steps_before, got.steps_after, got.defer_step) == (call.steps_before, (), True)
+    drain = RoundCall(round_id=9, epoch=2, after=9, steps_after=(Step(8, (0,)), Step(9, (0,))))
+    got, _ = round_call_from_proto(round_call_to_proto(drain, h, peers))
+    assert got.embed is None and got.fuse is None and got.steps_after == drain.steps_after
+    result = RoundResult(9, steps=(8, 9))
+    assert round_result_from_proto(round_result_to_proto(result), round_id=9) == result
+    for bad in (
+        replace(call, steps_before=(Step(9, (0,)),)),  # not an earlier round
+        replace(call, steps_before=(Step(6, (0,)), Step(5, (0,)))),  # out of order
+    ):
+        with pytest.raises(ProtocolError, match="steps_before"):
+            round_call_from_proto(round_call_to_proto(bad, h, peers))
+    with pytest.raises(ProtocolError, match="no address for blocks"):
+        round_call_from_proto(
+            round_call_to_proto(replace(drain, steps_after=(Step(8, (2,)),)), h, peers)
+        )
+
+
+def test_given_direct_with_staleness_when_configured_then_taken_and_auto_may_go_direct() -> None:
+    cfg = CoordinatorConfig.model_validate({"train": {"data_plane": "direct", "staleness": 3}})
+    assert cfg.train.staleness == 3
+    auto = CoordinatorConfig.model_validate({"train": {"data_plane": "auto", "staleness": 5}})
+    assert relay_only(auto) is None
+
+
 def test_given_bad_direct_messages_when_decoded_then_refused_with_a_line() -> None:
     h = convert.header("r", "p")
     req = round_call_to_proto(
@@ -202,7 +243,7 @@ def test_given_bad_direct_messages_when_decoded_then_refused_with_a_line() -> No
 @pytest.mark.parametrize(
     ("config", "why"),
     [
-        ({"train": {"data_plane": "direct", "staleness": 3}}, "exact rounds"),
+        ({"train": {"data_plane": "direct", "staleness": 7}}, "--staleness up to 5"),
         ({"train": {"data_plane": "direct", "method": "dvfl"}}, "steps of its own"),
         ({"train": {"data_plane": "direct"}, "faults": {"fail_rate": 0.1}}, "injected faults"),
     ],
@@ -267,7 +308,7 @@ def test_given_a_validation_and_a_probe_when_converted_then_they_round_trip() ->
     [
         ({"faults": {"fail_rate": 0.1}}, "injected faults"),
         ({"train": {"method": "dvfl"}}, "steps of its own"),
-        ({"train": {"staleness": 3}}, "--staleness"),
+        ({"train": {"staleness": 7}}, "--staleness above 5"),
         ({"pipeline": False}, "--no-pipeline"),
         ({"train": {"encrypt_relay": True}}, "--encrypt-relay"),
     ],

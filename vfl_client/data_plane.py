@@ -48,6 +48,7 @@ class Mailbox:
     def __init__(self) -> None:
         self._items: dict[tuple[str, int, int], tuple[np.ndarray | None, str | None]] = {}
         self._floor = -1  # rounds below it are over: their pushes are refused
+        self._current = -1  # the latest round begun: pushes up to WINDOW rounds ahead of it
         self._cond = threading.Condition()
 
     def put(self, push: Push, sender: str | None) -> None:
@@ -55,11 +56,11 @@ class Mailbox:
         (keyed by its request id, not a round) only counts against its own limit."""
         with self._cond:
             validation = push.kind == VALIDATION
-            ahead = self._floor < 0 or push.round_id <= self._floor + WINDOW
+            ahead = self._current < 0 or push.round_id <= self._current + WINDOW
             if not validation and (push.round_id < self._floor or not ahead):
                 raise ProtocolError(
                     f"push for round {push.round_id}: this party takes rounds "
-                    f"{self._floor}..{self._floor + WINDOW} now"
+                    f"{self._floor}..{self._current + WINDOW} now"
                 )
             limit = PER_BLOCK_VALIDATION if validation else PER_BLOCK
             mine = sum(
@@ -70,10 +71,12 @@ class Mailbox:
             self._items[(push.kind, push.round_id, push.block)] = (push.tensor, sender)
             self._cond.notify_all()
 
-    def start(self, round_id: int) -> None:
-        """Round `round_id` begins: earlier rounds' pushes are dropped and refused."""
+    def start(self, round_id: int, keep: int = 0) -> None:
+        """Round `round_id` begins: pushes of rounds more than `keep` before it (with bounded
+        staleness, the earlier rounds a later call still steps) are dropped and refused."""
         with self._cond:
-            self._floor = max(self._floor, round_id)
+            self._current = max(self._current, round_id)
+            self._floor = max(self._floor, round_id - keep)
             for key in [k for k in self._items if k[1] < self._floor and k[0] != VALIDATION]:
                 del self._items[key]
 
@@ -122,11 +125,11 @@ class PeerLinks:
         with self._lock:
             self.run_id, self.wire, self.enabled = run_id, wire, enabled
 
-    def start(self, peers: dict[int, PeerAddress], round_id: int) -> None:
-        """A Round call begins: who holds the blocks it sends to and hears from."""
+    def start(self, peers: dict[int, PeerAddress], round_id: int, keep: int = 0) -> None:
+        """A Round call begins: who holds the blocks it sends to and hears from (Mailbox.start)."""
         with self._lock:
             self.peers.update(peers)
-        self.mailbox.start(round_id)
+        self.mailbox.start(round_id, keep)
 
     def holder(self, block: int) -> str | None:
         with self._lock:

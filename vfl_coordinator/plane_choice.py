@@ -15,6 +15,7 @@ import logging
 from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.transport import GrpcTransport
+from vfl_core.config import MAX_DIRECT_STALENESS
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ def relay_only(config: CoordinatorConfig) -> str | None:
         return "injected faults (--fault-rate, --link-loss) act on the relay's calls"
     if train.spec.program is not None:
         return f"method {train.method} runs steps of its own, which only the relay carries"
-    if train.staleness:
-        return "--staleness overlaps rounds on the relay; the direct plane runs exact rounds"
+    if train.staleness > MAX_DIRECT_STALENESS:
+        return f"--staleness above {MAX_DIRECT_STALENESS} overlaps rounds on the relay only"
     if not config.pipeline:
         return "--no-pipeline runs the relay's three calls per round"
     if train.encrypt_relay:

@@ -163,6 +163,7 @@ class GrpcTransport:
 
         def peers(call: RoundCall) -> dict[int, PeerAddress]:
             blocks = {*call.send_to, *call.expect, *call.grads_from}
+            blocks |= {b for s in (*call.steps_before, *call.steps_after) for b in s.grads_from}
             return {
                 b: PeerAddress(members[b].info.party_id, members[b].address)
                 for b in blocks

@@ -35,6 +35,10 @@ def _known_method(name: str) -> str:
 
 # The thresholds the validation split chooses (vfl_core.inference.choice.THRESHOLD_METRIC).
 THRESHOLD_RULES = ("auto", "f1")
+# The most --staleness the direct data plane takes (vfl_core.training.direct_stale: a party's
+# mailbox takes pushes up to 8 rounds ahead of its current round, and 2 + 2 * ((S + 1) // 2)
+# rounds are in flight)
+MAX_DIRECT_STALENESS = 5
 
 
 def _threshold(value: object) -> object:
@@ -357,8 +361,11 @@ class TrainConfig(_Frozen):
                 f"method {self.method} runs steps of its own, which the direct data plane does "
                 "not carry (it carries Embed, Fuse and Backward): drop --data-plane direct"
             )
-        if self.data_plane == "direct" and self.staleness:
-            raise ValueError("the direct data plane runs exact rounds: drop --staleness")
+        if self.data_plane == "direct" and self.staleness > MAX_DIRECT_STALENESS:
+            raise ValueError(
+                f"the direct data plane takes --staleness up to {MAX_DIRECT_STALENESS} "
+                f"(got {self.staleness}): use a smaller one or --data-plane relay"
+            )
         return self
 
     @property

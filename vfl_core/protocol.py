@@ -179,6 +179,15 @@ class TrainResult:
 
 
 @dataclass(frozen=True)
+class Step:
+    """An earlier round's Backward that a direct RoundCall applies (TrainConfig.staleness): its
+    round and the head blocks whose gradients for the party's embedding of it are awaited."""
+
+    round_id: int
+    grads_from: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class RoundCall:
     """One party's part of a training round on the direct data plane
     (vfl_core.training.direct_party): the coordinator sends it and nothing else; the party
@@ -205,6 +214,13 @@ class RoundCall:
     # True: only a probe (data_plane "auto"): the party connects to every block of `send_to`
     # within `embed_wait_s` and reports those it reached (RoundResult.reached)
     probe: bool = False
+    # Bounded staleness (TrainConfig.staleness, vfl_core.training.direct_stale): the Backward of
+    # earlier rounds the party applies, in order, before its embed (`steps_before`) and after
+    # its fuse (`steps_after`, the drain at the end of the rounds); `defer_step`: this round's
+    # own Backward is left to a later call's steps
+    steps_before: tuple[Step, ...] = ()
+    steps_after: tuple[Step, ...] = ()
+    defer_step: bool = False
 
 
 @dataclass(frozen=True)
@@ -249,6 +265,7 @@ class RoundResult:
     stepped: bool = False  # it applied the round's Backward
     evaluated: tuple[EvalAnswer, ...] = ()  # a validation's answers (RoundCall.evaluation)
     reached: tuple[int, ...] = ()  # a probe's answer: the peers it connected to
+    steps: tuple[int, ...] = ()  # the earlier rounds whose Backward this call applied
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import numpy as np
 
 from vfl_core.errors import ProtocolError
 from vfl_core.model.quantize import LOSSLESS
-from vfl_core.protocol import EvalAnswer, EvalBatch, Evaluation, RoundCall, RoundResult
+from vfl_core.protocol import EvalAnswer, EvalBatch, Evaluation, RoundCall, RoundResult, Step
 from vfl_core.training.direct_party import EMBEDDING, GRADIENT, VALIDATION
 from vfl_wire.convert_fields import block_list, check_name, check_round, check_split
 from vfl_wire.convert_party import (
@@ -68,6 +68,9 @@ def round_call_to_proto(
         embed_wait_s=call.embed_wait_s,
         grad_wait_s=call.grad_wait_s,
         probe=call.probe,
+        steps_before=[_step_to_proto(s) for s in call.steps_before],
+        steps_after=[_step_to_proto(s) for s in call.steps_after],
+        defer_step=call.defer_step,
     )
     if call.embed is not None:
         req.embed.CopyFrom(embed_call_to_proto(call.embed, None))
@@ -94,7 +97,12 @@ def round_call_from_proto(
         raise ProtocolError("round: a validation carries no training embed or fuse")
     if req.probe and (embed is not None or fuse is not None or evaluation is not None):
         raise ProtocolError("round: a probe carries nothing else")
-    if embed is None and fuse is None and evaluation is None and not req.probe:
+    steps_before = _steps_from_proto(req.steps_before, req.round_id, "round steps_before")
+    steps_after = _steps_from_proto(req.steps_after, req.round_id + 1, "round steps_after")
+    steps = bool(steps_before or steps_after or req.defer_step)
+    if steps and (evaluation is not None or req.probe):
+        raise ProtocolError("round: a validation or probe carries no steps")
+    if embed is None and fuse is None and evaluation is None and not req.probe and not steps:
         raise ProtocolError("round: neither embed nor fuse")
     if embed is None and fuse is not None and fuse.rows is None:
         raise ProtocolError("round: a fuse without an embed (label-only rows) needs its rows")
@@ -115,8 +123,12 @@ def round_call_from_proto(
         grad_wait_s=req.grad_wait_s,
         evaluation=evaluation,
         probe=req.probe,
+        steps_before=steps_before,
+        steps_after=steps_after,
+        defer_step=req.defer_step,
     )
     needed = {*call.send_to, *call.expect, *call.grads_from}
+    needed |= {b for s in (*steps_before, *steps_after) for b in s.grads_from}
     peers = {
         b: PeerAddress(check_name(p.party_id, "peer party id"), check_name(p.address, "peer"))
         for b, p in req.peers.items()
@@ -124,6 +136,19 @@ def round_call_from_proto(
     if missing := sorted(needed - peers.keys()):
         raise ProtocolError(f"round peers: no address for blocks {missing}")
     return call, peers
+
+
+def _step_to_proto(step: Step) -> vfl_pb2.DeferredStep:
+    return vfl_pb2.DeferredStep(round_id=step.round_id, grads_from=step.grads_from)
+
+
+def _steps_from_proto(steps, before: int, what: str) -> tuple[Step, ...]:
+    """Earlier rounds' steps, each of a round below `before`, in increasing round order."""
+    out = tuple(Step(s.round_id, block_list(s.grads_from, what)) for s in steps)
+    ids = [s.round_id for s in out]
+    if any(i < 0 or i >= before for i in ids) or ids != sorted(set(ids)):
+        raise ProtocolError(f"{what}: rounds {ids} not increasing earlier rounds")
+    return out
 
 
 def _evaluation_to_proto(ev: Evaluation) -> vfl_pb2.Evaluation:
@@ -164,6 +189,7 @@ def round_result_to_proto(result: RoundResult) -> vfl_pb2.RoundReply:
         loss=0.0 if result.loss is None else result.loss,
         stepped=result.stepped,
         reached=result.reached,
+        steps=result.steps,
     )
     for a in result.evaluated:
         answer = reply.evaluated.add(request_id=a.request_id, present=a.present)
@@ -192,6 +218,7 @@ def round_result_from_proto(reply: vfl_pb2.RoundReply, *, round_id: int) -> Roun
             for a in reply.evaluated
         ),
         reached=block_list(reply.reached, "probe reached"),
+        steps=tuple(int(r) for r in reply.steps if 0 <= r <= round_id),
     )
 
 

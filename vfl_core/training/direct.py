@@ -79,6 +79,11 @@ def run(
     """Train on `batches` (rounds first_round, ...); yields each round's record in order and
     returns with nothing in flight. `stop` is asked before each new round leaves: when it says
     so, the rounds in flight finish and the rest of `batches` is left unstarted."""
+    if fed.config.staleness:  # rounds that overlap the network
+        from vfl_core.training import direct_stale
+
+        yield from direct_stale.run(fed, epoch, batches, first_round, stop)
+        return
     sent: dict[int, int] = {}  # block -> the last round it was sent
     flight: deque[_Round] = deque()
     for i, batch in enumerate(batches):

@@ -26,7 +26,7 @@ import numpy as np
 
 from vfl_core.errors import VflError
 from vfl_core.methods.outcomes import well_formed
-from vfl_core.protocol import BackwardCall, RoundCall, RoundResult
+from vfl_core.protocol import BackwardCall, RoundCall, RoundResult, Step
 from vfl_core.training.party import Party
 
 log = logging.getLogger(__name__)
@@ -56,14 +56,35 @@ class Links(Protocol):
 
 
 def run_round(party: Party, call: RoundCall, links: Links) -> RoundResult:
-    """Embed, fuse (a head), backward: the party's round, its tensors through `links`."""
+    """Embed, fuse (a head), backward: the party's round, its tensors through `links`. With
+    bounded staleness the call also steps earlier rounds (before its embed, and after its fuse at
+    the end of the rounds) and may leave its own Backward to a later call."""
     where = f"round {call.round_id}"
+    steps = _steps(party, call, call.steps_before, links)
+    if call.embed is None and call.fuse is None:  # a drain: steps only
+        steps += _steps(party, call, call.steps_after, links)
+        return RoundResult(call.round_id, steps=steps)
     embedding = _embed(party, call, where)
     for head in call.send_to:
         links.send(EMBEDDING, call.round_id, head, embedding)
     loss, used = _fuse(party, call, links, embedding is not None, where)
-    stepped = embedding is not None and _backward(party, call, links, where)
-    return RoundResult(call.round_id, embedding is not None, used, loss, stepped)
+    own = embedding is not None and not call.defer_step
+    stepped = own and _backward(party, call, call.round_id, call.grads_from, links, where)
+    steps += _steps(party, call, call.steps_after, links)
+    return RoundResult(call.round_id, embedding is not None, used, loss, stepped, steps=steps)
+
+
+def _steps(party: Party, call: RoundCall, steps: tuple[Step, ...], links: Links) -> tuple[int, ...]:
+    """Earlier rounds' Backward, in round order, those the party embedded (a round it did not
+    embed, as a party that missed it, has nothing to step); the rounds it stepped."""
+    done = []
+    for step in steps:
+        if not party.embedded(step.round_id):
+            continue
+        where = f"round {step.round_id} (stepped in round {call.round_id})"
+        if _backward(party, call, step.round_id, step.grads_from, links, where):
+            done.append(step.round_id)
+    return tuple(done)
 
 
 def _embed(party: Party, call: RoundCall, where: str) -> np.ndarray | None:
@@ -107,19 +128,30 @@ def _fuse(
     return loss, tuple(sorted(embeddings)) if loss is not None else ()
 
 
-def _backward(party: Party, call: RoundCall, links: Links, where: str) -> bool:
-    """Step f_k on the heads' gradients that arrived well formed, in head order."""
-    got = links.receive(GRADIENT, call.round_id, call.grads_from, call.grad_wait_s)
-    shape = (_batch_size(call), _width(party, party.info.block, call))
+def _backward(
+    party: Party,
+    call: RoundCall,
+    round_id: int,
+    grads_from: tuple[int, ...],
+    links: Links,
+    where: str,
+) -> bool:
+    """Step f_k for `round_id` (the call's round, or an earlier one with staleness) on the
+    heads' gradients that arrived well formed, in head order."""
+    got = links.receive(GRADIENT, round_id, grads_from, call.grad_wait_s)
+    if round_id == call.round_id:
+        shape = (_batch_size(call), _width(party, party.info.block, call))
+    else:  # an earlier round's: the shape of the embedding the party keeps for it
+        shape = party.embedded_shape(round_id) or (0, 0)
     parts = []
-    for head in sorted(call.grads_from):
+    for head in sorted(grads_from):
         grad = got.get(head)
         if well_formed(grad, shape):
             parts.append(grad)
         elif grad is not None:
             log.warning("%s: gradient from block %d refused (shape/dtype/NaN)", where, head)
     try:
-        party.backward(BackwardCall(call.round_id, call.epoch, None, tuple(parts)))
+        party.backward(BackwardCall(round_id, call.epoch, None, tuple(parts)))
     except VflError as err:
         log.warning("%s: backward refused: %s", where, err)
         return False

@@ -182,6 +182,17 @@ class Party:
     def backward(self, call: BackwardCall) -> None:
         self.laser.backward(call)
 
+    def embedded_shape(self, round_id: int) -> tuple[int, int] | None:
+        """The shape of the training embedding kept for `round_id` and not yet stepped (None:
+        none), for an earlier round's Backward on the direct plane with staleness."""
+        state = self.laser.rounds.get(round_id)
+        if state is None or state.embedding is None or state.stepped:
+            return None
+        return (int(state.embedding.shape[0]), int(state.embedding.shape[1]))
+
+    def embedded(self, round_id: int) -> bool:
+        return self.embedded_shape(round_id) is not None
+
     def train(self, call: TrainCall) -> TrainResult:
         """A pipelined call (vfl_core.training.pipeline): its backwards, fuses and embeds."""
         return self.laser.train(call)

@@ -67,7 +67,7 @@ class Peer(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class RoundRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "embed", "send_to", "fuse", "expect", "grads_from", "holders", "after", "embed_wait_s", "grad_wait_s", "peers", "evaluation", "probe")
+    __slots__ = ("header", "round_id", "epoch", "embed", "send_to", "fuse", "expect", "grads_from", "holders", "after", "embed_wait_s", "grad_wait_s", "peers", "evaluation", "probe", "steps_before", "steps_after", "defer_step")
     class PeersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +90,9 @@ class RoundRequest(_message.Message):
     PEERS_FIELD_NUMBER: _ClassVar[int]
     EVALUATION_FIELD_NUMBER: _ClassVar[int]
     PROBE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    DEFER_STEP_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
     epoch: int
@@ -105,7 +108,18 @@ class RoundRequest(_message.Message):
     peers: _containers.MessageMap[int, Peer]
     evaluation: Evaluation
     probe: bool
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., send_to: _Optional[_Iterable[int]] = ..., fuse: _Optional[_Union[FuseRequest, _Mapping]] = ..., expect: _Optional[_Iterable[int]] = ..., grads_from: _Optional[_Iterable[int]] = ..., holders: _Optional[_Iterable[int]] = ..., after: _Optional[int] = ..., embed_wait_s: _Optional[float] = ..., grad_wait_s: _Optional[float] = ..., peers: _Optional[_Mapping[int, Peer]] = ..., evaluation: _Optional[_Union[Evaluation, _Mapping]] = ..., probe: _Optional[bool] = ...) -> None: ...
+    steps_before: _containers.RepeatedCompositeFieldContainer[DeferredStep]
+    steps_after: _containers.RepeatedCompositeFieldContainer[DeferredStep]
+    defer_step: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., send_to: _Optional[_Iterable[int]] = ..., fuse: _Optional[_Union[FuseRequest, _Mapping]] = ..., expect: _Optional[_Iterable[int]] = ..., grads_from: _Optional[_Iterable[int]] = ..., holders: _Optional[_Iterable[int]] = ..., after: _Optional[int] = ..., embed_wait_s: _Optional[float] = ..., grad_wait_s: _Optional[float] = ..., peers: _Optional[_Mapping[int, Peer]] = ..., evaluation: _Optional[_Union[Evaluation, _Mapping]] = ..., probe: _Optional[bool] = ..., steps_before: _Optional[_Iterable[_Union[DeferredStep, _Mapping]]] = ..., steps_after: _Optional[_Iterable[_Union[DeferredStep, _Mapping]]] = ..., defer_step: _Optional[bool] = ...) -> None: ...
+
+class DeferredStep(_message.Message):
+    __slots__ = ("round_id", "grads_from")
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    GRADS_FROM_FIELD_NUMBER: _ClassVar[int]
+    round_id: int
+    grads_from: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, round_id: _Optional[int] = ..., grads_from: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Evaluation(_message.Message):
     __slots__ = ("split", "scorer", "thresholded", "threshold", "batches")
@@ -142,7 +156,7 @@ class EvalAnswer(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., present: _Optional[_Iterable[int]] = ..., scored: _Optional[bool] = ..., score: _Optional[_Union[ScoreReply, _Mapping]] = ...) -> None: ...
 
 class RoundReply(_message.Message):
-    __slots__ = ("round_id", "embedded", "used", "fused", "loss", "stepped", "evaluated", "reached")
+    __slots__ = ("round_id", "embedded", "used", "fused", "loss", "stepped", "evaluated", "reached", "steps")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     EMBEDDED_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +165,7 @@ class RoundReply(_message.Message):
     STEPPED_FIELD_NUMBER: _ClassVar[int]
     EVALUATED_FIELD_NUMBER: _ClassVar[int]
     REACHED_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
     round_id: int
     embedded: bool
     used: _containers.RepeatedScalarFieldContainer[int]
@@ -159,7 +174,8 @@ class RoundReply(_message.Message):
     stepped: bool
     evaluated: _containers.RepeatedCompositeFieldContainer[EvalAnswer]
     reached: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, round_id: _Optional[int] = ..., embedded: _Optional[bool] = ..., used: _Optional[_Iterable[int]] = ..., fused: _Optional[bool] = ..., loss: _Optional[float] = ..., stepped: _Optional[bool] = ..., evaluated: _Optional[_Iterable[_Union[EvalAnswer, _Mapping]]] = ..., reached: _Optional[_Iterable[int]] = ...) -> None: ...
+    steps: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, round_id: _Optional[int] = ..., embedded: _Optional[bool] = ..., used: _Optional[_Iterable[int]] = ..., fused: _Optional[bool] = ..., loss: _Optional[float] = ..., stepped: _Optional[bool] = ..., evaluated: _Optional[_Iterable[_Union[EvalAnswer, _Mapping]]] = ..., reached: _Optional[_Iterable[int]] = ..., steps: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PushRequest(_message.Message):
     __slots__ = ("header", "round_id", "block", "kind", "empty", "tensor")

@@ -1,0 +1,199 @@
+"""Bounded staleness on the direct data plane (TrainConfig.staleness S >= 1 with data_plane
+"direct"): rounds that overlap the network, the coordinator's side.
+
+The schedule is the pipelined relay's with the same S (vfl_core.training.pipeline): the rounds
+are cut into blocks of p = (S + 1) // 2, and a party embeds the rounds of block j after it has
+stepped f_k on the rounds of blocks j - 2 and earlier that it embedded; the heads fuse every
+round in order, on the embeddings of that round; at the end of the rounds given (the end of an
+epoch, a checkpoint round) every party steps the rounds still due, in order. A party's Round
+call therefore carries, before its embed, the Backward of the earlier rounds now due
+(`RoundCall.steps_before`), and leaves its own to a later call (`defer_step`); a steps-only call
+per party drains the rest (`steps_after`). Each party runs the same sequence of embeds and
+steps on the same values as under the pipelined engine (the heads' fuses touch g_k only, which
+no embed or step of f_k reads), and each round's embedding is differentiated through the weights
+that computed it (vfl_core.model.stash): training is bit-identical to the in-process federation
+with the same option (tests/test_direct_grpc.py).
+
+A feature party then waits for a round's gradient only 2p rounds after it sent the embedding:
+with p = 2 (S = 3), four rounds share each round trip between the parties. The coordinator sends
+AHEAD + 2p rounds' calls ahead, so that the parties never wait for it.
+
+A round's record (who stepped) is complete once the calls that carried its steps are back; the
+records leave in round order. The price is the pipelined relay's: under failures, liveness
+transitions are registered later than with exact rounds.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vfl_core.data.batch_plan import Batch
+from vfl_core.methods.outcomes import RoundRecord
+from vfl_core.protocol import RoundCall, RoundResult, Step
+from vfl_core.training.direct import AHEAD, Collect, round_calls
+
+if TYPE_CHECKING:
+    from vfl_core.training.ports import RoundRun
+
+
+@dataclass
+class _Round:
+    round_id: int
+    epoch: int
+    batch: Batch
+    tick: int
+    callees: tuple[int, ...] = ()
+    heads: tuple[int, ...] = ()
+    collect: Collect | None = None
+    carries: dict[int, tuple[int, ...]] = field(default_factory=dict)  # block -> earlier rounds
+    present: tuple[int, ...] = ()
+    losses: dict[int, float] = field(default_factory=dict)
+    owed: set[int] = field(default_factory=set)  # present blocks whose step is not reported
+    updated: set[int] = field(default_factory=set)
+    collected: bool = False
+
+    def record(self) -> RoundRecord:
+        return RoundRecord(
+            round_id=self.round_id,
+            epoch=self.epoch,
+            pattern=self.batch.pattern,
+            present=self.present,
+            losses=dict(sorted(self.losses.items())),
+            updated=tuple(sorted(self.updated)),
+        )
+
+
+@dataclass
+class _State:
+    """The rounds of one `run`: what each party was sent and has still to step."""
+
+    sent: dict[int, int] = field(default_factory=dict)  # block -> the last round it was sent
+    due: dict[int, list[tuple[int, Step]]] = field(default_factory=lambda: defaultdict(list))
+    rounds: dict[int, _Round] = field(default_factory=dict)
+    waiting: deque[_Round] = field(default_factory=deque)  # collected, in round order
+
+
+def run(
+    fed: RoundRun,
+    epoch: int,
+    batches: Sequence[Batch],
+    first_round: int,
+    stop: Callable[[], bool] | None = None,
+) -> Iterator[RoundRecord]:
+    """vfl_core.training.direct.run with staleness: the same contract (records in order,
+    nothing in flight at the end; `stop` asked before each new block of rounds)."""
+    p = fed.config.rounds_per_call
+    state = _State()
+    flight: deque[_Round] = deque()
+    last = -1
+    for i, batch in enumerate(batches):
+        if i and i % p == 0 and stop is not None and stop():
+            break
+        r = _Round(first_round + i, epoch, batch, first_round + i + fed.request_id)
+        state.rounds[r.round_id] = r
+        _start(fed, r, i // p, state)
+        last = r.round_id
+        flight.append(r)
+        if len(flight) > AHEAD + 2 * p:
+            yield from _collect(fed, flight.popleft(), state)
+    drain = _drain(fed, epoch, last, state)
+    while flight:
+        yield from _collect(fed, flight.popleft(), state)
+    if drain is not None:
+        yield from _collect(fed, drain, state)
+    assert not state.waiting, "the direct rounds drained with steps unreported"
+
+
+def _start(fed: RoundRun, r: _Round, block_index: int, state: _State) -> None:
+    fed.presence.poll_rejoins(r.tick)
+    spec, labels, batch = fed.spec, fed.label_blocks, r.batch
+    if not spec.trainable(batch.pattern, fed.num_blocks, labels, batch.label_only):
+        return
+    live = fed.liveness.should_call
+    r.callees = tuple(b for b in batch.pattern if live(b, r.tick))
+    holders = tuple(b for b in batch.label_only if live(b, r.tick))
+    if not spec.trainable(r.callees, fed.num_blocks, labels, holders):
+        return
+    calls = round_calls(fed, r, holders)  # type: ignore[arg-type]  (the fields it reads)
+    r.heads = tuple(sorted(b for b, c in calls.items() if c.fuse is not None))
+    for block in sorted(calls):
+        call = calls[block]
+        before: tuple[Step, ...] = ()
+        if call.embed is not None:
+            due = state.due[block]
+            before = tuple(s for j, s in due if j <= block_index - 2)
+            state.due[block] = [(j, s) for j, s in due if j > block_index - 2]
+            state.due[block].append((block_index, Step(r.round_id, call.grads_from)))
+            r.carries[block] = tuple(s.round_id for s in before)
+        calls[block] = replace(
+            call,
+            after=state.sent.get(block, -1),
+            steps_before=before,
+            defer_step=call.embed is not None,
+        )
+        state.sent[block] = r.round_id
+    r.collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
+
+
+def _drain(fed: RoundRun, epoch: int, last: int, state: _State) -> _Round | None:
+    """A steps-only call to every party with rounds still to step (tagged with the last round
+    started), as the pipelined engine's drain at the end of the rounds."""
+    calls = {
+        block: RoundCall(
+            round_id=last,
+            epoch=epoch,
+            after=state.sent.get(block, -1),
+            steps_after=tuple(s for _, s in due),
+        )
+        for block, due in sorted(state.due.items())
+        if due
+    }
+    if not calls:
+        return None
+    drain = _Round(last, epoch, Batch((), np.empty(0, np.int64)), 0, collected=True)  # no round
+    drain.carries = {b: tuple(s.round_id for s in c.steps_after) for b, c in calls.items()}
+    drain.collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
+    return drain
+
+
+def _collect(fed: RoundRun, r: _Round, state: _State) -> Iterator[RoundRecord]:
+    """Round `r`'s reports: who embedded and fused (into the liveness), the earlier rounds
+    whose steps its calls carried; then every round now complete, in order."""
+    reports: dict[int, RoundResult] = r.collect() if r.collect is not None else {}
+    if not r.collected:  # a round of its own (not the drain)
+        _embedded(fed, r, reports)
+        state.waiting.append(r)
+    for block, ids in r.carries.items():
+        report = reports.get(block)
+        for q in ids:
+            earlier = state.rounds[q]
+            if block in earlier.owed:
+                earlier.owed.discard(block)
+                if report is not None and q in report.steps:
+                    earlier.updated.add(block)
+    while state.waiting and not state.waiting[0].owed:
+        done = state.waiting.popleft()
+        if done.present:
+            where = f"round {done.round_id}"
+            fed.record(done.present, done.updated, "backward", where, tick=done.tick)
+        yield done.record()
+
+
+def _embedded(fed: RoundRun, r: _Round, reports: dict[int, RoundResult]) -> None:
+    r.collected = True
+    if r.collect is None:
+        return
+    where = f"round {r.round_id}"
+    embedded = {b for b in r.callees if b in reports and reports[b].embedded}
+    fed.record(r.callees, embedded, "embed", where, tick=r.tick)
+    r.present = tuple(sorted(embedded))
+    losses = {k: reports[k].loss for k in r.heads if k in reports and reports[k].loss is not None}
+    if r.heads:
+        fed.record(r.heads, losses, "fuse", where, tick=r.tick)
+    r.losses = {k: float(v) for k, v in losses.items() if v is not None}
+    r.owed = set(r.present)
