@@ -114,11 +114,18 @@ def _train(parties: dict[int, Party], transport, train: TrainConfig) -> list[Rou
     return records
 
 
-@pytest.mark.parametrize("wire", ["float32", "int8"])
+@pytest.mark.parametrize(
+    ("wire", "staleness"), [("float32", 0), ("int8", 0), ("float32", 1), ("float32", 3)]
+)
 def test_given_the_direct_plane_in_process_when_trained_then_the_relays_numbers(
-    tmp_path: Path, wire: str
+    tmp_path: Path, wire: str, staleness: int
 ) -> None:
-    train = TrainConfig(seed=0, epochs=1, wire_dtype=wire, data_plane="direct")
+    """Exact, and with --staleness: the pipelined relay's numbers (vfl_core.training.pipeline
+    in process), the parties stepping earlier rounds in later Round calls."""
+    train = TrainConfig(
+        seed=0, epochs=2 if staleness else 1, wire_dtype=wire, data_plane="direct",
+        staleness=staleness,
+    )  # fmt: skip
     relay = digits_parties(tmp_path / "a", K, train, p_miss=0.2)
     want = _train(relay, InProcessTransport(relay), train)
     direct = digits_parties(tmp_path / "b", K, train, p_miss=0.2)

@@ -139,9 +139,9 @@ def _backward(
     """Step f_k for `round_id` (the call's round, or an earlier one with staleness) on the
     heads' gradients that arrived well formed, in head order."""
     got = links.receive(GRADIENT, round_id, grads_from, call.grad_wait_s)
-    if round_id == call.round_id:
+    if call.embed is not None and round_id == call.round_id:
         shape = (_batch_size(call), _width(party, party.info.block, call))
-    else:  # an earlier round's: the shape of the embedding the party keeps for it
+    else:  # an earlier round's (a drain's): the shape of the embedding the party keeps for it
         shape = party.embedded_shape(round_id) or (0, 0)
     parts = []
     for head in sorted(grads_from):
