@@ -58,6 +58,10 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "defaults": (),  # --data-plane auto: direct here (every party reaches the others)
     "relay": ("--data-plane", "relay"),
     "direct": ("--data-plane", "direct"),
+    # bounded staleness on the direct plane (vfl_core.training.direct_stale): rounds overlap
+    # the network, the math of the pipelined relay's --staleness
+    "direct-stale1": ("--data-plane", "direct", "--staleness", "1"),
+    "direct-stale3": ("--data-plane", "direct", "--staleness", "3"),
     "local4": ("--local-steps", "4"),
     "local4-direct": ("--local-steps", "4", "--data-plane", "direct"),
     # a plain split network's recipe on the same towers: batch 256, constant Adam 1e-2,
@@ -283,7 +287,7 @@ Row = dict[str, Any]
 FIELDS = (
     "rounds_to_model", "best_epoch", "epochs", "to_model_s", "rounds_s_to_model", "trained_s",
     "ms_per_round",
-    "bytes_to_model",
+    "bytes_to_model", "setup_s", "rounds_s", "boundaries_s", "final_s",
 )  # fmt: skip
 SCORES = ("accuracy", "f1", "auc")
 RATIO_AT_50 = 1.5  # time to the model at RTT 50 against RTT 0, with defaults
@@ -319,7 +323,8 @@ def checks(means: dict[tuple[str, str, float], Row], table: str) -> list[str]:
     """The acceptance of issue 43 on one table, each line `holds` or `does not hold` with the
     figures it reads; a check whose cells were not run says so."""
     lines = []
-    for recipe in ("defaults", "direct"):
+    ran = dict.fromkeys(r for t, r, _ in means if t == table and r != "split-nn")
+    for recipe in dict.fromkeys(("defaults", "direct", *ran)):
         zero, at50 = means.get((table, recipe, 0.0)), means.get((table, recipe, 50.0))
         if zero is None or at50 is None:
             lines.append(f"- `{recipe}`: RTT 0 or 50 not run")
@@ -383,6 +388,8 @@ def section(record: dict[str, Any]) -> list[str]:
     means = aggregate(record["rows"])
     for table in dict.fromkeys(r["table"] for r in record["rows"]):
         lines += [f"### {table}", "", *_table(means, table, record.get("hgb", [])), ""]
+        if any(c.get("setup_s") is not None for (t, _, _), c in means.items() if t == table):
+            lines += ["Where the run's time went (s):", "", *_phases(means, table), ""]
         lines += ["Acceptance (issue 43), from the rows above:", "", *checks(means, table), ""]
     return lines
 
@@ -440,12 +447,39 @@ def _table(means: dict[tuple[str, str, float], Row], table: str, hgb: list[Row])
     )
 
 
+def _phases(means: dict[tuple[str, str, float], Row], table: str) -> list[str]:
+    """Per recipe and RTT: start-up and alignment, the training rounds (all epochs), the
+    epochs' ends (validation, keeping the best state), after the last epoch (restoring the best
+    epoch, the subset and threshold choice, the test evaluation, shutdown)."""
+    body = [
+        [
+            f"`{recipe}`", f"{rtt:g}", _num1(c.get("setup_s")), _num1(c.get("rounds_s")),
+            _num1(c.get("boundaries_s")),
+            _num0(_per_epoch_ms(c)),
+            _num1(c.get("final_s")),
+        ]
+        for (t, recipe, rtt), c in means.items()
+        if t == table and c.get("setup_s") is not None
+    ]  # fmt: skip
+    header = ["recipe", "RTT ms", "start-up and alignment", "training rounds", "epoch ends"]
+    return md_table([*header, "ms / epoch end", "after the last epoch"], body)
+
+
 def _verdict(ok: bool) -> str:
     return "holds" if ok else "does not hold"
 
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}"
+
+
+def _per_epoch_ms(cell: Row) -> float | None:
+    ends = cell.get("boundaries_s")
+    return None if ends is None else 1000 * ends / cell["epochs"]
+
+
+def _num0(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def _num1(value: float | None) -> str:
