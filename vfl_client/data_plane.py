@@ -71,12 +71,13 @@ class Mailbox:
             self._items[(push.kind, push.round_id, push.block)] = (push.tensor, sender)
             self._cond.notify_all()
 
-    def start(self, round_id: int, keep: int = 0) -> None:
-        """Round `round_id` begins: pushes of rounds more than `keep` before it (with bounded
-        staleness, the earlier rounds a later call still steps) are dropped and refused."""
+    def start(self, round_id: int, oldest: int | None = None) -> None:
+        """Round `round_id` begins: pushes of earlier rounds are dropped and refused, except
+        from round `oldest` on (with bounded staleness: the earliest round the party has
+        embedded and still has to step)."""
         with self._cond:
             self._current = max(self._current, round_id)
-            self._floor = max(self._floor, round_id - keep)
+            self._floor = max(self._floor, round_id if oldest is None else min(oldest, round_id))
             for key in [k for k in self._items if k[1] < self._floor and k[0] != VALIDATION]:
                 del self._items[key]
 
@@ -125,11 +126,13 @@ class PeerLinks:
         with self._lock:
             self.run_id, self.wire, self.enabled = run_id, wire, enabled
 
-    def start(self, peers: dict[int, PeerAddress], round_id: int, keep: int = 0) -> None:
+    def start(
+        self, peers: dict[int, PeerAddress], round_id: int, oldest: int | None = None
+    ) -> None:
         """A Round call begins: who holds the blocks it sends to and hears from (Mailbox.start)."""
         with self._lock:
             self.peers.update(peers)
-        self.mailbox.start(round_id, keep)
+        self.mailbox.start(round_id, oldest)
 
     def holder(self, block: int) -> str | None:
         with self._lock:

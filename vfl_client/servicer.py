@@ -302,8 +302,9 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
             if self.links is None or p.config.data_plane not in DIRECT_PLANES:
                 raise ProtocolError("this run does not train on the direct data plane")
             call, peers = convert_direct.round_call_from_proto(request)
-            keep = p.config.rounds_kept if p.config.staleness else 0  # rounds stepped later
-            self.links.start(peers, call.round_id, keep)
+            # with staleness, the gradients of the rounds it has yet to step are still wanted
+            oldest = p.oldest_unstepped() if p.config.staleness else None
+            self.links.start(peers, call.round_id, oldest)
             if call.evaluation is not None and call.evaluation.batches:
                 self.links.mailbox.start_validation(call.evaluation.batches[0].embed.round_id)
             return convert_direct.round_result_to_proto(run_call(p, call, self.links))

@@ -193,6 +193,12 @@ class Party:
     def embedded(self, round_id: int) -> bool:
         return self.embedded_shape(round_id) is not None
 
+    def oldest_unstepped(self) -> int | None:
+        """The earliest round kept whose embedding f_k has not stepped on yet (None: none)."""
+        rounds = self.laser.rounds
+        due = [r for r, s in rounds.items() if s.embedding is not None and not s.stepped]
+        return min(due, default=None)
+
     def train(self, call: TrainCall) -> TrainResult:
         """A pipelined call (vfl_core.training.pipeline): its backwards, fuses and embeds."""
         return self.laser.train(call)
