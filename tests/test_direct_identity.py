@@ -26,6 +26,7 @@ from vfl_client.data_plane import (
     Mailbox,
     PeerLinks,
 )
+from vfl_core.errors import ProtocolError
 from vfl_core.training.direct_party import EMBEDDING, GRADIENT, VALIDATION
 from vfl_wire import convert
 from vfl_wire.channels import make_channel, make_server, start_with_health
@@ -209,3 +210,23 @@ def test_given_a_party_when_it_calls_another_partys_party_service_then_permissio
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     finally:
         server.stop(0).wait()
+
+
+def test_given_staleness_when_a_round_begins_then_the_gradients_still_to_step_are_kept() -> None:
+    """With --staleness a party steps earlier rounds in later Round calls (one it sat out
+    included): the mailbox keeps and takes pushes from the earliest round it still has to step
+    (`oldest`), and the window ahead runs from the round it is at."""
+    box = Mailbox()
+    box.put(Push(3, 1, GRADIENT, TENSOR), "party1")
+    box.start(9, oldest=3)  # embedded round 3, not yet stepped
+    box.put(Push(4, 1, GRADIENT, TENSOR), "party1")
+    box.put(Push(9 + WINDOW, 1, EMBEDDING, TENSOR), "party1")
+    with pytest.raises(ProtocolError, match="takes rounds 3"):
+        box.put(Push(2, 1, GRADIENT, TENSOR), "party1")
+    with pytest.raises(ProtocolError):
+        box.put(Push(10 + WINDOW, 1, EMBEDDING, TENSOR), "party1")
+    assert box.take(GRADIENT, 3, [1], timeout=0).keys() == {1}
+    assert box.take(GRADIENT, 4, [1], timeout=0).keys() == {1}
+    box.start(10)  # exact: earlier rounds are over
+    with pytest.raises(ProtocolError):
+        box.put(Push(9, 1, GRADIENT, TENSOR), "party1")
