@@ -49,6 +49,10 @@ def test_given_a_run_record_and_epoch_marks_when_summarised_then_it_stops_at_the
     assert out["ms_per_round"] == pytest.approx(1000 * 8 / 12)
     assert out["bytes_per_round"] == pytest.approx(100) and out["bytes_to_model"] == 800
     assert out["scores"]["accuracy"] == 0.8 and out["scores"]["auc"] is None
+    # where the time went: launched at 3 s, exited at 21 s
+    spent = summarise(results, [10.0, 14.0, 18.0], [0, 0, 0], (3.0, 21.0))
+    assert spent["setup_s"] == pytest.approx(5.0) and spent["rounds_s"] == 8.0
+    assert spent["boundaries_s"] == pytest.approx(2.0) and spent["final_s"] == pytest.approx(3.0)
     # no early stopping: the model is the last epoch's
     results["early_stop"] = None
     assert summarise(results, [10.0, 14.0, 18.0], [0, 0, 0])["rounds_to_model"] == 12
