@@ -79,11 +79,6 @@ def run(
     """Train on `batches` (rounds first_round, ...); yields each round's record in order and
     returns with nothing in flight. `stop` is asked before each new round leaves: when it says
     so, the rounds in flight finish and the rest of `batches` is left unstarted."""
-    if fed.config.staleness:  # rounds that overlap the network
-        from vfl_core.training import direct_stale
-
-        yield from direct_stale.run(fed, epoch, batches, first_round, stop)
-        return
     sent: dict[int, int] = {}  # block -> the last round it was sent
     flight: deque[_Round] = deque()
     for i, batch in enumerate(batches):
@@ -101,6 +96,11 @@ def run(
 def run_one(fed: RoundRun, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
     """One round on its own (a round of a pause, vfl_core.training.liveness)."""
     return next(iter(run(fed, epoch, [batch], round_id)))
+
+
+def exact(fed: RoundRun) -> bool:
+    """Whether the run's direct rounds are exact (else vfl_core.training.direct_stale's)."""
+    return not fed.config.staleness
 
 
 def _start(fed: RoundRun, r: _Round, sent: dict[int, int]) -> None:

@@ -109,6 +109,11 @@ def run(
     assert not state.waiting, "the direct rounds drained with steps unreported"
 
 
+def run_one(fed: RoundRun, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
+    """One round on its own (a round of a pause), drained at once."""
+    return next(iter(run(fed, epoch, [batch], round_id)))
+
+
 def _start(fed: RoundRun, r: _Round, block_index: int, state: _State) -> None:
     fed.presence.poll_rejoins(r.tick)
     spec, labels, batch = fed.spec, fed.label_blocks, r.batch

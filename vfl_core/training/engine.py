@@ -45,7 +45,7 @@ from vfl_core.protocol import (
     disagreement,
     mismatch_hint,
 )
-from vfl_core.training import direct
+from vfl_core.training import direct, direct_stale
 from vfl_core.training.aligner import Aligner
 from vfl_core.training.early_stop import EarlyStop
 from vfl_core.training.evaluation import Evaluator
@@ -206,7 +206,8 @@ class Federation:
         if self.spec.program is not None:  # a method with phases of its own
             return self.spec.program.train_round(self, round_id, epoch, batch)
         if direct.supported(self):  # tensors between the parties, not through the engine
-            return direct.run_one(self, round_id, epoch, batch)
+            plane = direct if direct.exact(self) else direct_stale
+            return plane.run_one(self, round_id, epoch, batch)
         return self.laser.run(round_id, epoch, batch)
 
     # ------------------------------------------------------------------ the methods' port

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.liveness import DOWN
 from vfl_core.methods.outcomes import RoundRecord
-from vfl_core.training import direct, pipeline
+from vfl_core.training import direct, direct_stale, pipeline
 from vfl_core.training.records import Cursor, EpochSummary
 
 if TYPE_CHECKING:
@@ -126,7 +126,9 @@ class RoundLoop:
                 start += 1
                 continue
             end = start + (every - fed.round_id % every)  # up to the next checkpoint round
-            engine = direct if direct.supported(fed) else pipeline
+            engine = pipeline  # the relay's rounds (in process: nothing to relay)
+            if direct.supported(fed):  # tensors between the parties
+                engine = direct if direct.exact(fed) else direct_stale
             rounds = engine.run(
                 fed, epoch, batches[start:end], fed.round_id, stop=presence.pause_due
             )
