@@ -535,7 +535,7 @@ ABLATION_SETTINGS = (
     "missing a block, as in the paper; `zerofill-full-overlap`: zerofill on the full-overlap "
     "CSVs); `laser-concat`: LASER-VFL's objective and subset "
     "choice with the head on the zero-filled concatenation instead of the mean (not the "
-    "paper's; benchmarks.laser_concat). Central settings (the last table, "
+    "paper's; benchmarks.tabular.sweep.laser_concat). Central settings (the last table, "
     "benchmarks.tabular.rows): the central MLP (`defaults`: one representation model on "
     "the joined features) rebuilt in the federation's shape, one representation model per "
     "party on its own columns, fused by the mean of the present parties' embeddings "
