@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from benchmarks import paper as grid
 from benchmarks import pool
 from benchmarks import scale as scaling
-from benchmarks.paper import AccuracyJob, report, run_grid, write_report
+from benchmarks.paper import AccuracyJob, run_grid, write_report
 from benchmarks.scale import throughput
-from benchmarks.setups import COLUMNS, SETUPS
+from benchmarks.setups import COLUMNS, SETUPS, AccuracyContext, accuracy_markdown, checks
 from vfl_cli.app import app
 
 DIGITS = SETUPS["digits"]
@@ -162,10 +162,10 @@ def test_given_credit_cells_when_reported_then_paper_numbers_gaps_and_checks_sho
         ("svfl", 0.0, 0.5): grid.Stat(31.0, 0.4, 2),
         ("laser", 0.0, 0.5): grid.Stat(43.0, 0.3, 2),
     }
-    ctx = report.AccuracyContext(
+    ctx = AccuracyContext(
         "vfl bench paper accuracy", {"cores": 2, "gpu": False}, methods, (0, 1, 2)
     )
-    text = report.accuracy_markdown(stats, setup, ctx, "accuracy_credit.png")
+    text = accuracy_markdown(stats, setup, ctx, "accuracy_credit.png")
     assert "| Standard VFL | 45.0 ± 1.0 (3) | — |" in text
     assert "| LASER-VFL | 46.5 | 45.0 | 43.7 |" in text  # the paper's row
     assert "| LASER-VFL | -0.5 | — | -0.7 |" in text  # ours minus the paper's
@@ -179,11 +179,11 @@ def test_given_credit_cells_when_reported_then_paper_numbers_gaps_and_checks_sho
 def test_given_laser_just_below_the_best_when_checked_then_the_best_methods_std_decides() -> None:
     """Within one std of the best: 88.6 passes against 88.8 +- 0.22 though its own std is 0.16,
     and fails against 88.8 +- 0.1 however wide its own spread."""
-    ctx = report.AccuracyContext("vfl bench", {}, ("plug", "laser"), (0, 1, 2), (0.1,), (0.5,))
+    ctx = AccuracyContext("vfl bench", {}, ("plug", "laser"), (0, 1, 2), (0.1,), (0.5,))
 
     def check(laser: grid.Stat, plug: grid.Stat) -> str:
         stats = {("laser", 0.1, 0.5): laser, ("plug", 0.1, 0.5): plug}
-        return report.checks(stats, SETUPS["mnist"], ctx)[0]
+        return checks(stats, SETUPS["mnist"], ctx)[0]
 
     line = check(grid.Stat(88.6, 0.16, 3), grid.Stat(88.8, 0.22, 3))
     assert line.endswith(": ok") and "gap -0.20" in line and "margin +0.02" in line, line

@@ -114,7 +114,7 @@ def label_only(
         raise ConfigError(f"--dataset must be credit or digits, got {dataset!r}")
     if not 0 < p_miss < 1:
         raise ConfigError(f"--p-miss must be in (0, 1), got {p_miss}")
-    mod = bench_module("paper.label_only")
+    mod = bench_module("paper")
     job = mod.LabelOnlyJob(
         seeds=parse_ints(seeds, "--seeds"),
         results=bench.results,
@@ -125,7 +125,7 @@ def label_only(
         jobs=jobs,
         command=command_line(),
     )
-    run_and_report(mod.run, mod.write_report, job, bench)
+    run_and_report(mod.run_label_only, mod.write_label_only_report, job, bench)
 
 
 @paper_app.command("faults")
