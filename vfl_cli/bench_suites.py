@@ -251,10 +251,12 @@ def throughput(
 ) -> None:
     """Samples/s in-process vs gRPC on loopback (K=4) and bytes per round vs the minimum."""
     setup_logging(log_level)
-    mod = bench_module("scale.throughput")
+    mod = bench_module("scale")
     chosen = tuple(m.strip() for m in models.split(",") if m.strip())
-    if not chosen or any(m not in mod.MODELS for m in chosen):
-        raise ConfigError(f"--models must be among {', '.join(mod.MODELS)}, got {models!r}")
+    if not chosen or any(m not in mod.THROUGHPUT_MODELS for m in chosen):
+        raise ConfigError(
+            f"--models must be among {', '.join(mod.THROUGHPUT_MODELS)}, got {models!r}"
+        )
     job = mod.ThroughputJob(
         results=results,
         data_path=data_path.resolve(),
@@ -266,8 +268,8 @@ def throughput(
         staleness=parse_ints(staleness, "--staleness"),
         command=command_line(),
     )
-    record = mod.run(job)
-    path, text = mod.write_report(record, results)
+    record = mod.run_throughput(job)
+    path, text = mod.write_throughput_report(record, results)
     typer.echo(text)
     typer.echo(f"report written to {path}")
 
