@@ -505,7 +505,7 @@ def _client_args(prep: Prepared) -> Callable[[int, int], list[str]]:
 def table_client_args(prep: Prepared, k: int) -> list[str]:
     """The `vfl-client` options party k's CSV needs (its ID column, its block, the labels at
     the label party; the task or the class count), whatever network it reaches the
-    coordinator over (benchmarks.wan_tables shapes it)."""
+    coordinator over (benchmarks.wan.tables shapes it)."""
     out = ["--id-column", ID_COLUMN, "--block", str(k), "--clients", str(len(prep.split.paths))]
     if k == LABEL_BLOCK:
         out += ["--label-column", LABEL_COLUMN]
