@@ -249,7 +249,7 @@ def _table_section(table: str, info: dict[str, Any], runs: Runs, measured: bool)
     return [*lines, ""]
 
 
-# Beside a verdict the ablation explains (benchmarks.tabular.report).
+# Beside a verdict the ablation explains (its section is at the end of this module).
 _ABLATION_NOTE = [
     f"Why it misses, measured factor by factor: [the ablation](#{ABLATION_ANCHOR}).",
     "",

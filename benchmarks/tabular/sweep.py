@@ -386,7 +386,7 @@ _CHOICE: dict[str, tuple[Any, ...]] = {}  # vfl_core.inference.choice's own
 
 def _row(name: str, prep: Any, parties: list[int], out: Path, extra: list[str]) -> dict:
     # the test curve of every epoch (a diagnostic: training is the same without it) for the
-    # rounds to within 0.2 points of the model (benchmarks.tabular.sweep)
+    # rounds to within 0.2 points of the model (`summarise_rounds`, below)
     return simulate_row(name, prep, parties, out, None, curve_every=1, extra=tuple(extra))
 
 
@@ -562,7 +562,7 @@ if __name__ == "__main__":
 
 # -------------------------------------------------------------------------- rounds to the model
 # Rounds and CPU seconds to the model, per table and setting, from the runs of
-# benchmarks.tabular.sweep (`--summarise DIR --rounds`): what a user over a WAN waits for (every
+# this sweep (`--summarise DIR --rounds`): what a user over a WAN waits for (every
 # round crosses the network) beside the test quality.
 #
 # Per run (one table, setting and seed), from the engine's epoch records (`vfl simulate`'s
