@@ -2,11 +2,10 @@
 organisation alone and the centralised baselines (issue 27)?
 
 Per table (benchmarks.tabular.tables) and seed: K = 3 party CSVs (labels at party 0, partial
-overlap), read by the project's tabular path; then the rows: `linear`, `hgb`, `central_mlp`
-(benchmarks.tabular.rows), `label_alone` and `federation` (benchmarks.tabular.rows), and
-on the gRPC seeds `federation_grpc`. Each (table, seed, transport) is one cached run under
-`results/runs/tabular[-quick]/`, so an interrupted benchmark resumes; the report
-(benchmarks.tabular.report) is rebuilt from the runs.
+overlap), read by the project's tabular path; then the rows (benchmarks.tabular.rows): `linear`,
+`hgb`, `central_mlp`, `label_alone` and `federation`, and on the gRPC seeds `federation_grpc`.
+Each (table, seed, transport) is one cached run under `results/runs/tabular[-quick]/`, so an
+interrupted benchmark resumes; the report (benchmarks.tabular.report) is rebuilt from the runs.
 """
 
 from __future__ import annotations

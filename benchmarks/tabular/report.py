@@ -249,7 +249,7 @@ def _table_section(table: str, info: dict[str, Any], runs: Runs, measured: bool)
     return [*lines, ""]
 
 
-# Beside a verdict the ablation explains (benchmarks.tabular.report).
+# Beside a verdict the ablation explains (its section is at the end of this module).
 _ABLATION_NOTE = [
     f"Why it misses, measured factor by factor: [the ablation](#{ABLATION_ANCHOR}).",
     "",
@@ -535,7 +535,7 @@ ABLATION_SETTINGS = (
     "missing a block, as in the paper; `zerofill-full-overlap`: zerofill on the full-overlap "
     "CSVs); `laser-concat`: LASER-VFL's objective and subset "
     "choice with the head on the zero-filled concatenation instead of the mean (not the "
-    "paper's; benchmarks.laser_concat). Central settings (the last table, "
+    "paper's; benchmarks.tabular.sweep.laser_concat). Central settings (the last table, "
     "benchmarks.tabular.rows): the central MLP (`defaults`: one representation model on "
     "the joined features) rebuilt in the federation's shape, one representation model per "
     "party on its own columns, fused by the mean of the present parties' embeddings "

@@ -155,7 +155,7 @@ class Fit:
     smoothing: float = 0.0  # label smoothing of the classification loss
     patience: int | None = None  # None: the federation's (TrainConfig.patience and its 100 rule)
     # "": one representation model on the joined features; "mean" | "concat": one per party,
-    # fused (benchmarks.tabular.rows), each present feature-only party dropped with `drop`
+    # fused (`Towers`, below), each present feature-only party dropped with `drop`
     towers: str = ""
     drop: float = 0.0
     head_layers: int = 1  # towers only: hidden layers of the head (the federation's has 1)
@@ -296,7 +296,7 @@ def _quality(
 # one representation model per party on its own columns, fused as LASER-VFL fuses them (the mean of
 # the present parties' embeddings) or as the split-learning baselines do (their concatenation,
 # zeros for a missing party), and one head; trained centrally on the joined rows
-# (benchmarks.tabular.rows.central_row, `Fit.towers`). What it leaves out of the federation:
+# (`central_row` above, `Fit.towers`). What it leaves out of the federation:
 # LASER-VFL's subset objective (unless `Fit.drop` drops present feature parties at random while
 # training), the validation threshold and the subset choice.
 
@@ -505,7 +505,7 @@ def _client_args(prep: Prepared) -> Callable[[int, int], list[str]]:
 def table_client_args(prep: Prepared, k: int) -> list[str]:
     """The `vfl-client` options party k's CSV needs (its ID column, its block, the labels at
     the label party; the task or the class count), whatever network it reaches the
-    coordinator over (benchmarks.wan_tables shapes it)."""
+    coordinator over (benchmarks.wan.tables shapes it)."""
     out = ["--id-column", ID_COLUMN, "--block", str(k), "--clients", str(len(prep.split.paths))]
     if k == LABEL_BLOCK:
         out += ["--label-column", LABEL_COLUMN]
