@@ -17,7 +17,11 @@ customer's data and probes and scrapers ask them. Every reply to /predict carrie
 own time on it (`Server-Timing: gateway;dur=MS, read;dur=..., own, parties, heads, loop`),
 counted from when its handler started; `loop`, outside that: how long the request waited
 between the event loop reading its bytes (READ_AT, set by the protocol) and its handler
-starting, in the loop's queue of ready tasks.
+starting, in the loop's queue of ready tasks. The deadline runs from READ_AT, or to the
+caller's own stamp (X-Deadline-At) when earlier. An answer's last deadline check runs here on
+the event loop, after it is encoded, with no await between it and its bytes written: one late
+then is a 429 (vfl_core.serving.admission: LATE), and an answer sent carries the wall clock at
+that check (`X-Answered-At`), so a caller can tell its own delay from the gateway's.
 """
 
 from __future__ import annotations
