@@ -52,7 +52,7 @@ def acceptance_lines(cells: list[dict], deadline_ms: float) -> list[str]:
         others = c["failed"] == 0 and (counted is None or counted == c.get("shed", 0))
         lines.append(
             f"- {_cell_name(c)}: answered p99 {_ms(p99)} ms against {bound:g} "
-            f"({'met' if held else 'NOT met'}; {answered} answered); every other request a "
+            f"({_verdict(held, answered)}; {answered} answered); every other request a "
             f"429: {c.get('shed', 0)} shed, {c['failed']} failed, the gateway counted "
             f"{'-' if counted is None else f'{counted:.0f}'} ({'met' if others else 'NOT met'})."
             + _late_text(c)
@@ -66,6 +66,12 @@ def acceptance_lines(cells: list[dict], deadline_ms: float) -> list[str]:
             f"{missing} answers missing a live party ({'met' if missing == 0 else 'NOT met'})."
         )
     return lines if len(lines) > 3 else []
+
+
+def _verdict(held: bool, answered: int) -> str:
+    if not answered:
+        return "nothing answered: met only vacuously"
+    return "met" if held else "NOT met"
 
 
 def _late_text(cell: dict) -> str:
