@@ -155,7 +155,7 @@ def credit_tables(data_path: Path, out: Path) -> list[Path]:
 
 def run(job: ServeJob) -> dict[str, object]:
     """Every cell of the job; returns the record write_report formats."""
-    load_before = os.getloadavg()
+    load_before, commit = os.getloadavg(), _commit()  # the code as it starts
     with tempfile.TemporaryDirectory(prefix="vfl-serve-") as tmp:
         work = Path(tmp)
         tables = credit_tables(job.data_path, work / "tables")
@@ -212,7 +212,7 @@ def run(job: ServeJob) -> dict[str, object]:
             scale = _scale_out(job, cluster, callers_, gateways[False], bundles, tables, ids)
     return {
         "command": job.command,
-        "commit": _commit(),
+        "commit": commit,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared",
         "load_before": load_before,
         "load_after": os.getloadavg(),
@@ -366,6 +366,8 @@ def _in_process_rows_per_s(fed) -> float:
 
 
 def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
+    results.mkdir(parents=True, exist_ok=True)  # the record first: kept if the text fails
+    (results / "serve.json").write_text(json.dumps(record, indent=2, default=str))
     job, batch = record["job"], record["batch"]
     lines = [
         "# Online serving: latency and throughput",
@@ -425,10 +427,8 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
         "",
     ]
     text = "\n".join(lines)
-    results.mkdir(parents=True, exist_ok=True)
     path = results / "serve.md"
     path.write_text(text)
-    (results / "serve.json").write_text(json.dumps(record, indent=2, default=str))
     return path, text
 
 
