@@ -150,7 +150,8 @@ class Gateway:
         answer takes now: vfl_core.serving.admission) is Overloaded, asking no party; so is one
         that a party it waited for did not answer in time while that party answered others
         since (alive, only slow: SLOW_PEER). `not_after`: the caller's own deadline
-        (time.monotonic()), used when earlier than the one counted from `arrived`.
+        (time.monotonic()), used when earlier than the one counted from `arrived`; an answer
+        ready past it by more than the admission's stamp grace is Overloaded (LATE).
         `phases`, when given, gets the seconds spent in each step: own (the own block's
         embedding), parties (waiting for them), heads; and `overrun` when answered past the
         deadline."""
