@@ -335,6 +335,8 @@ DEFENCES: dict[str, dict[str, Any]] = {
     },
     # issue 44: the feature-only parties get no gradient (their bottom models stay as drawn)
     "withhold": {"gradient_defence": "withhold"},
+    # and each feature-only party's tower trained on its own rows without labels first
+    "withhold_denoise": {"gradient_defence": "withhold", "feature_pretrain": "denoise"},
     # label DP at milder budgets (randomised once, before training: epochs do not compose)
     "label_dp_e2": {"label_epsilon": 2.0},
     "label_dp_e3": {"label_epsilon": 3.0},
@@ -378,6 +380,7 @@ SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
         "withhold",
         {"concat_head": True, "model": {"embed_dim": 256, "head_hidden": 256}},
     ),
+    "withhold_denoise_e256": ("withhold_denoise", {"model": {"embed_dim": 256}}),
 }
 
 
