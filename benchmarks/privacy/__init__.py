@@ -337,6 +337,11 @@ DEFENCES: dict[str, dict[str, Any]] = {
     "withhold": {"gradient_defence": "withhold"},
     # and each feature-only party's tower trained on its own rows without labels first
     "withhold_denoise": {"gradient_defence": "withhold", "feature_pretrain": "denoise"},
+    "withhold_denoise_p60": {
+        "gradient_defence": "withhold",
+        "feature_pretrain": "denoise",
+        "pretrain_epochs": 60,
+    },
     # label DP at milder budgets (randomised once, before training: epochs do not compose)
     "label_dp_e2": {"label_epsilon": 2.0},
     "label_dp_e3": {"label_epsilon": 3.0},
@@ -381,6 +386,8 @@ SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
         {"concat_head": True, "model": {"embed_dim": 256, "head_hidden": 256}},
     ),
     "withhold_denoise_e256": ("withhold_denoise", {"model": {"embed_dim": 256}}),
+    "withhold_denoise_concat": ("withhold_denoise", {"concat_head": True}),
+    "withhold_denoise_ple": ("withhold_denoise", {"model": {"num_embedding": "ple"}}),
 }
 
 
