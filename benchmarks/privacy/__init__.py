@@ -388,6 +388,8 @@ SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
     "withhold_denoise_e256": ("withhold_denoise", {"model": {"embed_dim": 256}}),
     "withhold_denoise_concat": ("withhold_denoise", {"concat_head": True}),
     "withhold_denoise_ple": ("withhold_denoise", {"model": {"num_embedding": "ple"}}),
+    "withhold_denoise_p60_ple": ("withhold_denoise_p60", {"model": {"num_embedding": "ple"}}),
+    "withhold_ple": ("withhold", {"model": {"num_embedding": "ple"}}),
 }
 
 
