@@ -3,14 +3,17 @@
 Under the `withhold` label defence a feature-only party never receives a label-derived gradient
 and its tower takes no step in the federation, so the label party's heads learn on whatever
 the tower computed at the start: its random initial weights, unless the party trains it on its
-own rows first. `denoise` does that with the self-supervised objective of VIME (Yoon et al.,
+own rows first. `denoise` does that with the self-supervised pretext tasks of VIME (Yoon et al.,
 NeurIPS 2020, Sec. 4.1): each entry of a row is, with probability `corruption`, replaced by the
-same column of another row drawn at random (SCARF's corruption, Bahri et al., ICLR 2022,
-Sec. 3, valid for numeric and categorical codes alike); a decoder on the tower's embedding
-reconstructs the row's clean numeric columns (standardised, the mean squared error of
-vfl_core.methods.dvfl.nets, the one autoencoder loss of the project) and estimates which
-entries were replaced (binary cross-entropy). The decoder is dropped afterwards. Nothing about
-a label enters: the party's own features and its own random stream only.
+same column of another row of the batch (a draw from the column's marginal, valid for numeric
+and categorical codes alike; SCARF, Bahri et al., ICLR 2022, corrupts the same way); a decoder
+on the tower's embedding reconstructs the row's numeric columns (standardised; the mean squared
+error of vfl_core.methods.dvfl.nets, the project's one autoencoder loss) and tells which entries
+were replaced (binary cross-entropy). The decoder is dropped afterwards. Nothing about a label
+enters: the party's own features and its own random stream only.
+DEVIATIONS (docs/security.md): only the numeric columns are reconstructed (a categorical code's
+value is a name), the two losses weigh the same (VIME weighs the reconstruction by a tuned
+alpha), and one decoder serves both tasks.
 """
 
 from __future__ import annotations
