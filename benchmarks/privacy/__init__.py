@@ -83,7 +83,8 @@ class Relayed:
     rows: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     grads: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     epochs: dict[int, int] = field(default_factory=dict)  # round -> epoch
-    # each party's bottom model before training (what a party holds without any gradient)
+    # each party's bottom model before the first round (what a party holds without any
+    # gradient: as drawn, or as its label-free pretraining left it, vfl_core.privacy.pretrain)
     initial: dict[int, torch.nn.Module] = field(default_factory=dict)
 
 
