@@ -79,6 +79,9 @@ DLVM = {
 PRIVACY = {
     "gradient_defence": "none",
     "direction_power": 1.0,
+    "feature_pretrain": "none",
+    "pretrain_epochs": 20,
+    "pretrain_corruption": 0.3,
     "embedding_clip": None,
     "embedding_noise": 0.0,
     "delta": 1e-05,

@@ -360,6 +360,30 @@ class TrainOptions:
             show_default=shown(PV["gradient_defence"]),
         ),
     ] = None
+    privacy_feature_pretrain: Annotated[
+        str | None,
+        Opt(
+            help="with withhold, each feature-only party, before training: none (its tower "
+            "as drawn) | denoise (its tower trained on its own rows without labels: VIME's "
+            "denoising objective on SCARF's corruption; docs/security.md)",
+            show_default=shown(PV["feature_pretrain"]),
+        ),
+    ] = None
+    privacy_pretrain_epochs: Annotated[
+        int | None,
+        Opt(
+            help="--privacy-feature-pretrain: passes over the party's training rows",
+            show_default=shown(PV["pretrain_epochs"]),
+        ),
+    ] = None
+    privacy_pretrain_corruption: Annotated[
+        float | None,
+        Opt(
+            help="--privacy-feature-pretrain: the chance each entry is swapped with the same "
+            "column of another row",
+            show_default=shown(PV["pretrain_corruption"]),
+        ),
+    ] = None
     privacy_direction_power: Annotated[
         float | None,
         Opt(

@@ -34,6 +34,7 @@ from vfl_core.model.model_bank import ModelBank
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.num_embeddings import NumericFit, fit_numeric
 from vfl_core.privacy.guards import PartyGuard
+from vfl_core.privacy.pretrain import Pretrain, pretrain_tower
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -112,6 +113,22 @@ class Party:
         hooks = self.spec.program if isinstance(self.spec.program, ProgramHooks) else None
         self.roles = None if hooks is None else hooks.party_state(self)
         self.laser = LaserSteps(self, build_models=self.roles is None)
+        self._pretrain()
+
+    def _pretrain(self) -> None:
+        """A feature-only party under `withhold` with feature_pretrain: its tower trained on
+        its own training rows without labels, once, before any round (vfl_core.privacy.pretrain)."""
+        privacy = self.config.privacy
+        train = self.data.splits.get("train")
+        if privacy.feature_pretrain == "none" or self.data.meta.has_labels or train is None:
+            return
+        if self.roles is not None:
+            raise ConfigError(f"feature_pretrain: method {self.config.method} has no tower f_k")
+        plan = Pretrain(privacy.pretrain_epochs, privacy.pretrain_corruption)
+        dense = int(np.prod(self.data.meta.feature_shape)) - len(self.data.meta.categorical)
+        pretrain_tower(
+            self.f, train.features, dense, plan, self.config.seed, self.block, self.device
+        )
 
     # ----------------------------------------------------------------- the shared f_k and g_k
     @property
