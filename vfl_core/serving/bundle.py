@@ -87,6 +87,9 @@ class BundleMeta(BaseModel):
     subsets: tuple[SubsetRule, ...] = ()
     target_mean: float = 0.0  # regression: the head's standardised output in original units
     target_std: float = 1.0
+    target_log: bool = (
+        False  # regression: the head learnt log(1 + y) (TrainConfig.target_transform)
+    )
     columns: tuple[str, ...] = ()  # a tabular party's feature columns, in its table
 
 
@@ -146,6 +149,7 @@ def bundle_meta(
         ),
         target_mean=party.scaler.mean,
         target_std=party.scaler.std,
+        target_log=party.scaler.log,
         columns=tuple(c["name"] for c in pre.get("columns", ())),
     )
 
@@ -206,6 +210,8 @@ class Bundle:
             output = self.head(fuse_mean(tensors, blocks))  # (B, C) or (B, 1)
             if self.meta.task == REGRESSION:
                 output = output * self.meta.target_std + self.meta.target_mean
+                if self.meta.target_log:
+                    output = torch.expm1(output)
             else:
                 output = torch.softmax(output, dim=1)
         return output.to("cpu", torch.float32).numpy()

@@ -192,12 +192,14 @@ class IdHashesReply(_message.Message):
     def __init__(self, hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class ClassWeightsRequest(_message.Message):
-    __slots__ = ("header", "split")
+    __slots__ = ("header", "split", "purpose")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
     header: Header
     split: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ...) -> None: ...
+    purpose: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., purpose: _Optional[str] = ...) -> None: ...
 
 class ClassWeightsReply(_message.Message):
     __slots__ = ("present", "weights")
