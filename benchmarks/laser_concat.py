@@ -1,4 +1,4 @@
-"""`laser-concat`, a method for one ablation (issue 27, benchmarks.tabular_ablation), not the
+"""`laser-concat`, a method for one ablation (issue 27, benchmarks.tabular.report), not the
 paper's and not built in: LASER-VFL's objective, subset choice and heads, with each head on the
 concatenation of all K embeddings, zeros where a block is outside the subset (the fusion the
 split-learning baselines use), instead of their mean. Importing this module registers it

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from benchmarks.privacy import RecordingTransport, Relayed, run_one, setting, write_parties
-from benchmarks.tabular_tables import tables
+from benchmarks.tabular.tables import tables
 from vfl_core.config import TrainConfig
 from vfl_core.privacy.guards import PartyGuard
 from vfl_core.simulate import SimulationConfig, run_simulation

@@ -60,6 +60,19 @@ def test_given_many_stray_cells_when_refused_then_three_named_and_the_rest_count
     assert "and 2 more" in str(err.value)
 
 
+@pytest.mark.parametrize("cell", ["1_000", "\u0661\u0662"])
+def test_given_a_number_only_python_reads_when_loading_then_refused_as_stray_text(
+    tmp_path: Path, cell: str
+) -> None:
+    # Arrow reads '1_000' and Arabic-Indic digits as text; float() reads both as numbers
+    cells = [str(1000 + 7 * i) for i in range(100)] + [cell]
+    path = tmp_path / "t.csv"
+    path.write_text("id,a\n" + "\n".join(f"u{i},{c}" for i, c in enumerate(cells)) + "\n")
+    with pytest.raises(DataError) as err:
+        load_table_party(source(path))
+    assert f"but for 1 of its 101 training cells: {cell!r} at line 102" in str(err.value)
+
+
 def test_given_parquet_types_when_fitting_then_kept_not_guessed_from_text(tmp_path: Path) -> None:
     day = datetime.date(2024, 3, 1)
     data = pa.table(

@@ -1,4 +1,4 @@
-"""The ablation of the generated tables' gap (issue 27, benchmarks.tabular_ablation): full overlap
+"""The ablation of the generated tables' gap (issue 27, benchmarks.tabular.report): full overlap
 keeps the benchmark's rows, the central model in the federation's shape fuses only the parties
 that hold a row, and the laser-concat plug-in is LASER-VFL with a concatenating head whose
 subsets the validation split may choose among."""
@@ -14,10 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from benchmarks.tabular_baselines import Fit, central_row
-from benchmarks.tabular_data import prepare
-from benchmarks.tabular_tables import LABEL_BLOCK, K, tables, write_parties
-from benchmarks.tabular_towers import Towers, towers_features
+from benchmarks.tabular.data import prepare
+from benchmarks.tabular.rows import Fit, Towers, central_row, towers_features
+from benchmarks.tabular.tables import LABEL_BLOCK, K, tables, write_parties
 from vfl_core.config import TrainConfig
 from vfl_core.methods.registry import REGISTRY, register, unregister
 from vfl_core.methods.spec import MethodSpec

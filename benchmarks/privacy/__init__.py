@@ -57,7 +57,7 @@ from benchmarks.privacy.attacks import (
     sum_norm_attack,
     sum_pca_attack,
 )
-from benchmarks.tabular_tables import Table, tables
+from benchmarks.tabular.tables import Table, tables
 from vfl_core.data.tabular import TableSource
 from vfl_core.protocol import BackwardCall, EmbedCall, TrainCall, Transport
 from vfl_core.simulate import SimulationConfig, run_simulation

@@ -1,12 +1,12 @@
 """`vfl bench tabular`: on tables nobody tuned for, does the federation with its defaults beat each
 organisation alone and the centralised baselines (issue 27)?
 
-Per table (benchmarks.tabular_tables) and seed: K = 3 party CSVs (labels at party 0, partial
+Per table (benchmarks.tabular.tables) and seed: K = 3 party CSVs (labels at party 0, partial
 overlap), read by the project's tabular path; then the rows: `linear`, `hgb`, `central_mlp`
-(benchmarks.tabular_baselines), `label_alone` and `federation` (benchmarks.tabular_federation), and
+(benchmarks.tabular.rows), `label_alone` and `federation` (benchmarks.tabular.rows), and
 on the gRPC seeds `federation_grpc`. Each (table, seed, transport) is one cached run under
 `results/runs/tabular[-quick]/`, so an interrupted benchmark resumes; the report
-(benchmarks.tabular_report) is rebuilt from the runs.
+(benchmarks.tabular.report) is rebuilt from the runs.
 """
 
 from __future__ import annotations
@@ -17,15 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.pool import Task, run_tasks
-from benchmarks.tabular_baselines import central_row, hgb_row, linear_row
-from benchmarks.tabular_data import prepare
-from benchmarks.tabular_federation import grpc_row, simulate_row
-from benchmarks.tabular_tables import LABEL_BLOCK, QUICK_TABLES, K, tables
-from vfl_core.config import TrainConfig
 
 QUICK_EPOCHS = 5  # the quick mode's --epochs (a user's option, the only one it sets)
 # the federation's test scores every epoch: a diagnostic of the epoch count, and what the rounds
-# and CPU seconds to within 0.2 points of the model are read from (benchmarks.tabular_rounds)
+# and CPU seconds to within 0.2 points of the model are read from (benchmarks.tabular.sweep)
 CURVE_EVERY = 1
 
 
@@ -77,6 +72,8 @@ class TabularJob:
 
 
 def available_tables(data_path: Path | None, quick: bool) -> tuple[str, ...]:
+    from benchmarks.tabular.tables import QUICK_TABLES, tables
+
     names = tuple(tables(data_path, quick))
     return tuple(n for n in names if n in QUICK_TABLES) if quick else names
 
@@ -92,6 +89,13 @@ def run(job: TabularJob, progress: bool = True) -> list[str]:
 def worker(payload: dict[str, Any]) -> dict[str, Any]:
     """One table and seed: every centralised row and the in-process federation rows ("local"),
     or the gRPC federation ("grpc")."""
+    # imported here, not above, so that `python -m benchmarks.tabular.tables` (the census-like
+    # table's CSVs) finds its module not yet imported
+    from benchmarks.tabular.data import prepare
+    from benchmarks.tabular.rows import central_row, grpc_row, hgb_row, linear_row, simulate_row
+    from benchmarks.tabular.tables import LABEL_BLOCK, K, tables
+    from vfl_core.config import TrainConfig
+
     data_path = Path(payload["data_path"]) if payload["data_path"] else None
     table = tables(data_path, payload["quick"])[payload["table"]](payload["seed"], payload["quick"])
     epochs = payload["epochs"]

@@ -6,10 +6,14 @@ once per table, not per seed), labels at party 0 only, every party missing a ran
 the rows (drawn per seed), and one CSV per party with an `id` column, as a user's table would be.
 The test split is the project's own: by a hash of the ID (`vfl_core.data.tabular`), the same at
 every party.
+
+The census-like table (the end of this module) is also a user's three CSVs:
+`python -m benchmarks.tabular.tables --out DIR` writes them.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,7 +62,7 @@ class Split:
     blocks: tuple[tuple[str, ...], ...]  # party k's feature columns
 
 
-# ---------------------------------------------------------------- the tables
+# ----------------------------------------------------------------------------------- the tables
 
 
 def _sklearn(name: str) -> Callable[[int, bool], Table]:
@@ -229,18 +233,17 @@ def _multiclass(seed: int, quick: bool) -> Table:
 
 
 def _census(_seed: int, quick: bool) -> Table:
-    """benchmarks.census_like's table (the same people for every seed: its own seed 7), cut as
-    it cuts it: a bank (age, workclass, education, the label), a retailer, a registry."""
-    from benchmarks import census_like
-
-    table, income = census_like.columns(rows=census_like.ROWS // (4 if quick else 1))
+    """The census-like table (below; the same people for every seed: its own seed 7), cut as
+    `write_census` cuts it: a bank (age, workclass, education, the label), a retailer, a
+    registry."""
+    table, income = census_columns(rows=CENSUS_ROWS // (4 if quick else 1))
     numeric = ("age", "hours-per-week", "capital-gain")
     columns: dict[str, Column] = {
         name: values.astype(np.float64) if name in numeric else values
         for name, values in table.items()
     }
     categorical = tuple(c for c in columns if c not in numeric)
-    return Table("census_like", CLASSIFICATION, columns, income, categorical, census_like.BLOCKS)
+    return Table("census_like", CLASSIFICATION, columns, income, categorical, CENSUS_BLOCKS)
 
 
 def tables(data_path: Path | None, quick: bool) -> dict[str, Callable[[int, bool], Table]]:
@@ -265,7 +268,7 @@ def tables(data_path: Path | None, quick: bool) -> dict[str, Callable[[int, bool
 QUICK_TABLES = ("breast_cancer", "diabetes", "gen_skewed")
 
 
-# ---------------------------------------------------------------- cutting into parties
+# ------------------------------------------------------------------------- cutting into parties
 
 
 def column_blocks(table: Table) -> tuple[tuple[str, ...], ...]:
@@ -287,7 +290,7 @@ def write_parties(
 ) -> Split:
     """Party k's CSV `directory/party{k}.csv`: `id`, its columns (and at party 0 the label) for
     the rows it holds; each party misses a random MISSING[k] of the rows (seeded). With
-    `overlap="full"` (an ablation, benchmarks.tabular_sweep) every party holds exactly the rows
+    `overlap="full"` (an ablation, benchmarks.tabular.sweep) every party holds exactly the rows
     party 0 holds: the same labelled training and test rows, none missing a block. `blocks`:
     each party's columns (benchmarks.table_qa), else `column_blocks`."""
     rng = np.random.default_rng([seed, table.rows])
@@ -320,3 +323,133 @@ def _cell(value: object) -> str:
     if isinstance(value, float | np.floating):
         return "" if np.isnan(value) else repr(float(value))
     return str(value)
+
+
+# ------------------------------------------------------------------------ the census-like table
+# A census-like table cut over three organisations, for trying the defaults on a table the
+# tabular benchmark never tuned for (docs/tabular-defaults.md, the subset choice).
+#
+# 6000 people; a bank (age, workclass, education and the label `income`, " >50K" or " <=50K" with
+# the census file's leading spaces), a retailer (hours per week, occupation, capital gain) and a
+# registry (sex, marital status, native country, "?" where unknown as in the census file), each
+# missing a random 10% / 30% / 30% of the people. The label follows a logistic model of columns
+# of all three (about 31% positive). 20% of the IDs are test rows, written to *_test.csv.
+#
+#     python -m benchmarks.tabular.tables --out out/census
+#     vfl simulate --data out/census/bank.csv --data out/census/retail.csv \
+#         --data out/census/registry.csv --test-data out/census/bank_test.csv \
+#         --test-data out/census/retail_test.csv --test-data out/census/registry_test.csv \
+#         --id-column id --label-column income
+
+CENSUS_ROWS = 6000
+EDUCATION = [
+    "Preschool",
+    "1st-4th",
+    "5th-6th",
+    "7th-8th",
+    "9th",
+    "10th",
+    "11th",
+    "12th",
+    "HS-grad",
+    "Some-college",
+    "Assoc-voc",
+    "Assoc-acdm",
+    "Bachelors",
+    "Masters",
+    "Prof-school",
+    "Doctorate",
+]
+EDUCATION_SHARE = np.array([1, 1, 1, 1, 2, 2, 2, 2, 30, 20, 4, 4, 17, 6, 2, 4], dtype=float)
+WORK = (" Private", " Self-emp-not-inc", " Local-gov", " ?", " State-gov", " Federal-gov")
+MARITAL = (" Married-civ-spouse", " Never-married", " Divorced", " Widowed")
+COUNTRY = (" United-States", " Mexico", " ?", " Philippines", " Germany", " India")
+
+
+# The three organisations' columns (the bank's label aside), as `write_census` cuts them.
+CENSUS_BLOCKS = (
+    ("age", "workclass", "education"),
+    ("hours-per-week", "occupation", "capital-gain"),
+    ("sex", "marital-status", "native-country"),
+)
+
+
+def census_columns(
+    seed: int = 7, rows: int = CENSUS_ROWS
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The whole table: every column by name (numbers int, categories str) and the label."""
+    return _draw_census(np.random.default_rng(seed), rows)
+
+
+def _draw_census(rng: np.random.Generator, n: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    age = rng.integers(17, 90, n)
+    edu = rng.choice(len(EDUCATION), n, p=EDUCATION_SHARE / EDUCATION_SHARE.sum())
+    work = rng.choice(len(WORK), n, p=[0.70, 0.08, 0.07, 0.06, 0.05, 0.04])
+    hours = np.clip(rng.normal(40, 12, n).round(), 1, 99).astype(int)
+    occupation = rng.choice(14, n)
+    gain = np.where(rng.random(n) < 0.08, rng.lognormal(8, 1.2, n), 0).round().astype(int)
+    male = rng.random(n) < 0.67
+    marital = rng.choice(len(MARITAL), n, p=[0.46, 0.33, 0.14, 0.07])
+    country = rng.choice(len(COUNTRY), n, p=[0.90, 0.03, 0.02, 0.02, 0.015, 0.015])
+    weight = rng.normal(0, 0.6, 14)  # per occupation
+    z = (
+        -8.3
+        + 0.045 * np.minimum(age, 60)
+        + 0.28 * edu
+        + weight[occupation]
+        + 0.03 * hours
+        + 0.9 * (gain > 5000)
+        + 1.6 * (marital == 0)
+        + 0.3 * male
+        + 0.4 * (work == 1) * (edu > 12)
+    )
+    rich = rng.random(n) < 1 / (1 + np.exp(-z))
+    table = {
+        "age": age,
+        "workclass": np.array(WORK, dtype=object)[work],
+        "education": np.array([" " + e for e in EDUCATION], dtype=object)[edu],
+        "hours-per-week": hours,
+        "occupation": np.array([f"occ-{o}" for o in range(14)], dtype=object)[occupation],
+        "capital-gain": gain,
+        "sex": np.where(male, " Male", " Female").astype(object),
+        "marital-status": np.array(MARITAL, dtype=object)[marital],
+        "native-country": np.array(COUNTRY, dtype=object)[country],
+    }
+    return table, np.where(rich, " >50K", " <=50K").astype(object)
+
+
+def write_census(out: Path, seed: int = 7) -> None:
+    rng = np.random.default_rng(seed)
+    table, income = _draw_census(rng, CENSUS_ROWS)
+    n = len(income)
+    ids = rng.permutation(10**6)[:n] + 100000
+    test = rng.random(n) < 0.2
+    parties = {
+        "bank": (*CENSUS_BLOCKS[0], "income"),
+        "retail": CENSUS_BLOCKS[1],
+        "registry": CENSUS_BLOCKS[2],
+    }
+    misses = {"bank": 0.1, "retail": 0.3, "registry": 0.3}
+    out.mkdir(parents=True, exist_ok=True)
+    for name, names in parties.items():
+        held = rng.random(n) >= misses[name]
+        cells = [income if c == "income" else table[c] for c in names]
+        for suffix, part in (("", ~test), ("_test", test)):
+            with (out / f"{name}{suffix}.csv").open("w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["id", *names])
+                w.writerows([ids[i], *(c[i] for c in cells)] for i in np.flatnonzero(held & part))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="Write the census-like table's three organisations' CSVs."
+    )
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--seed", type=int, default=7, help="the table's seed (not the run's)")
+    args = parser.parse_args()
+    write_census(args.out, args.seed)
+
+
+if __name__ == "__main__":
+    main()

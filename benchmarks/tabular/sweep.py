@@ -1,13 +1,13 @@
 """The settings the tabular defaults were chosen from (issue 27): each setting is `vfl simulate`
-on the same party CSVs as `vfl bench tabular` (benchmarks.tabular_tables, every table and seed),
+on the same party CSVs as `vfl bench tabular` (benchmarks.tabular.tables, every table and seed),
 with a few options added to the defaults; the federation in process (and, for settings that
 name it, the label party alone). Test scores are compared side by side, one run of each
 setting per table and seed; the choice is by the mean over every table and seed, never one
 table's.
 
-    python -m benchmarks.tabular_sweep --data-path ../shared/data --settings defaults f1 \
+    python -m benchmarks.tabular.sweep --data-path ../shared/data --settings defaults f1 \
         --out benchmarks/results/runs/tabular-sweep
-    python -m benchmarks.tabular_sweep --summarise benchmarks/results/runs/tabular-sweep
+    python -m benchmarks.tabular.sweep --summarise benchmarks/results/runs/tabular-sweep
 
 Each (setting, table, seed) is one cached JSON under `--out` (delete it to rerun).
 """
@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.pool import Task, read_json, run_tasks
-from benchmarks.tabular_baselines import central_row, hgb_row, linear_row
-from benchmarks.tabular_data import prepare
-from benchmarks.tabular_federation import simulate_row
-from benchmarks.tabular_tables import LABEL_BLOCK, K, tables
+from benchmarks.tabular.data import prepare
+from benchmarks.tabular.rows import central_row, hgb_row, lgbm_row, linear_row, simulate_row
+from benchmarks.tabular.tables import LABEL_BLOCK, K, tables
 from vfl_core.config import TrainConfig
 
 # setting -> the options it adds to the defaults; "+alone" also runs the label party alone.
@@ -224,7 +223,7 @@ LOCAL_LR: dict[str, float] = {
     "local4-lr0.25": 0.25,
     "r4-lr5e-3-hl16-p6-mi0.01-local4": 1.0,
 }
-# ... and the rows the parties hold (benchmarks.tabular_tables.write_parties): "full", every party
+# ... and the rows the parties hold (benchmarks.tabular.tables.write_parties): "full", every party
 # holds party 0's rows; such a setting also runs the centralised baselines on its own data
 OVERLAP: dict[str, str] = {"full-overlap": "full", "zerofill-full-overlap": "full"}
 # ... and the validation choice's rule for the concatenating head (vfl_core.inference.choice), a
@@ -287,8 +286,6 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
 
 def _gbdt_rows(table: Any, seed: int) -> list[dict[str, Any]]:
     """The gradient-boosting rows of a `gbdt` setting, each with the CPU seconds of its fit."""
-    from benchmarks.tabular_baselines import lgbm_row
-
     rows = []
     with tempfile.TemporaryDirectory(prefix="vfl-tabular-sweep-") as tmp:
         prep = prepare(table, seed, Path(tmp) / "parties", "partial")
@@ -369,7 +366,7 @@ _CHOICE: dict[str, tuple[Any, ...]] = {}  # vfl_core.inference.choice's own
 
 def _row(name: str, prep: Any, parties: list[int], out: Path, extra: list[str]) -> dict:
     # the test curve of every epoch (a diagnostic: training is the same without it) for the
-    # rounds to within 0.2 points of the model (benchmarks.tabular_rounds)
+    # rounds to within 0.2 points of the model (benchmarks.tabular.sweep)
     return simulate_row(name, prep, parties, out, None, curve_every=1, extra=tuple(extra))
 
 
@@ -505,7 +502,7 @@ def run_cli(
     what: str,
     doc: str,
 ) -> None:
-    """The command line a settings sweep shares (this module's and benchmarks.tabular_screen's):
+    """The command line of a settings sweep:
     run the (setting, table, seed) tasks not cached under --out (`payload`: a setting's own
     fields of a task), or --summarise a directory."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -523,8 +520,6 @@ def run_cli(
     )
     args = parser.parse_args()
     if args.summarise and args.rounds:
-        from benchmarks.tabular_rounds import summarise_rounds
-
         print(summarise_rounds(args.summarise))
         return
     if args.summarise:
@@ -543,3 +538,146 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# -------------------------------------------------------------------------- rounds to the model
+# Rounds and CPU seconds to the model, per table and setting, from the runs of
+# benchmarks.tabular.sweep (`--summarise DIR --rounds`): what a user over a WAN waits for (every
+# round crosses the network) beside the test quality.
+#
+# Per run (one table, setting and seed), from the engine's epoch records (`vfl simulate`'s
+# results.json, with `--eval-every 1` for the test curve, a diagnostic that trains nothing):
+#
+# - *to the model*: every epoch the run trained (early stopping's wait after the best epoch
+#   included: the model is there when training ends), its rounds that called parties and the
+#   process CPU seconds of those rounds (in process: every party's);
+# - *to within 0.2 points*: up to the first epoch whose test accuracy is within 0.2 points of
+#   the model's (the best epoch's, before the validation choice; regression: an RMSE within 0.2 %
+#   of the model's).
+
+# classification: test accuracy within this many points (of 100); regression: RMSE within this
+# share of the model's
+WITHIN_POINTS = 0.2
+WITHIN_RMSE_SHARE = 0.002
+QUALITY = {
+    "classification": (("accuracy", 100), ("f1", 100), ("auc", 100)),
+    "regression": (("rmse", 1), ("mae", 1), ("r2", 1)),
+}
+
+
+def to_model(row: dict[str, Any]) -> dict[str, float]:
+    """Epochs, rounds and CPU seconds to the model and to within 0.2 points of it (no CPU
+    seconds where the row has none: over gRPC they are in other processes)."""
+    rounds, cpu = row["rounds"], row.get("epoch_cpu_seconds")
+    stop = row.get("early_stop") or {}
+    best = stop.get("best_epoch", -1)
+    best = best if best >= 0 else len(rounds) - 1  # no early stopping: the last epoch
+    out = {
+        "epochs": float(len(rounds)),
+        "best_epoch": float(best + 1),
+        "rounds": float(sum(rounds)),
+    }
+    if cpu is not None:
+        out["cpu"] = float(sum(cpu))
+    within = _first_within(row.get("curve") or [], best + 1)
+    if within is not None:
+        out["rounds_within"] = float(sum(rounds[:within]))
+        if cpu is not None:
+            out["cpu_within"] = float(sum(cpu[:within]))
+    return out
+
+
+def _first_within(curve: list[dict[str, Any]], best: int) -> int | None:
+    """The first epoch (1-based) whose test score is within 0.2 points of epoch `best`'s."""
+    by_epoch = {c["epoch"]: c for c in curve}
+    if best not in by_epoch:
+        return None
+    model = by_epoch[best]
+    for c in sorted(curve, key=lambda c: c["epoch"]):
+        if "rmse" in model:
+            if c["rmse"] <= model["rmse"] * (1 + WITHIN_RMSE_SHARE):
+                return int(c["epoch"])
+        elif 100 * c["accuracy"] >= 100 * model["accuracy"] - WITHIN_POINTS:
+            return int(c["epoch"])
+    return None
+
+
+def _mean_sd(values: list[float]) -> str:
+    if not values:
+        return "-"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.2f} ± {sd:.2f}"
+
+
+def _mean(values: list[float], digits: int = 0) -> str:
+    return f"{statistics.mean(values):.{digits}f}" if values else "-"
+
+
+def summarise_rounds(root: Path, reference: str = "today") -> str:
+    """A markdown table per table: each setting's test quality (mean ± sd over the seeds),
+    epochs, rounds and CPU seconds to the model and to within 0.2 points, and its rounds
+    against `reference`'s (the same table and seeds)."""
+    runs: dict[str, dict[str, list[tuple[dict[str, Any], str]]]] = {}
+    fits: dict[str, dict[str, list[dict[str, Any]]]] = {}  # baselines with their CPU seconds
+    for path in sorted(root.glob("*/*.json")):
+        run = read_json(path)
+        if run is None:
+            continue
+        table = path.stem.rsplit("-s", 1)[0]
+        for row in run["rows_run"]:
+            if row["row"] == "federation" and "rounds" in row:
+                runs.setdefault(table, {}).setdefault(path.parent.name, []).append(
+                    (row, run["task"])
+                )
+            elif "cpu_seconds" in row:
+                name = f"{path.parent.name} [{row['row']}]"
+                fits.setdefault(table, {}).setdefault(name, []).append(row)
+    out = []
+    for table in sorted(runs):
+        settings = runs[table]
+        task = next(iter(settings.values()))[0][1]
+        names = [m for m, _ in QUALITY[task]]
+        out += [
+            f"**{table}** ({len(next(iter(settings.values())))} seeds)",
+            "",
+            "| setting | "
+            + " | ".join(names)
+            + " | epochs (best) | rounds to the model | CPU s to the model | rounds to within "
+            "0.2 | CPU s to within 0.2 | rounds vs " + reference + " |",
+            "| --- " * (len(names) + 7) + "|",
+        ]
+        ref_rounds = [to_model(r)["rounds"] for r, _ in settings.get(reference, [])]
+        for name in sorted(settings, key=lambda n: (n != reference, n)):
+            rows = [r for r, _ in settings[name]]
+            figures = [to_model(r) for r in rows]
+            quality = [
+                _mean_sd([scale * r["scores"]["all"][m] for r in rows if m in r["scores"]["all"]])
+                for m, scale in QUALITY[task]
+            ]
+            rounds = [f["rounds"] for f in figures]
+            ratio = (
+                f"{statistics.mean(ref_rounds) / statistics.mean(rounds):.1f}x fewer"
+                if ref_rounds and name != reference
+                else ""
+            )
+            best = _mean([f["best_epoch"] for f in figures], 1)
+            epochs = f"{_mean([f['epochs'] for f in figures], 1)} ({best})"
+            cells = [
+                *quality,
+                epochs,
+                _mean(rounds),
+                _mean([f["cpu"] for f in figures if "cpu" in f], 1),
+                _mean([f["rounds_within"] for f in figures if "rounds_within" in f]),
+                _mean([f["cpu_within"] for f in figures if "cpu_within" in f], 1),
+                ratio,
+            ]
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        for name, rows in sorted(fits.get(table, {}).items()):
+            quality = [
+                _mean_sd([scale * r["scores"]["all"][m] for r in rows if m in r["scores"]["all"]])
+                for m, scale in QUALITY[task]
+            ]
+            cpu = _mean([r["cpu_seconds"] for r in rows], 1)
+            out.append(f"| {name} | " + " | ".join([*quality, "-", "-", cpu, "-", "-", ""]) + " |")
+        out.append("")
+    return "\n".join(out)
