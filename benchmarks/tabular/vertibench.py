@@ -25,6 +25,7 @@ Each (table, split, seed) is one cached JSON under `--out` (delete it to rerun).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -73,6 +74,7 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
         row.pop("curve", None)
     return {
         "task": table.task,
+        "load_1m": os.getloadavg()[0],  # the machine's load when the cell ended
         "blocks": [list(b) for b in blocks],
         "split_cpu_seconds": split_cpu,
         "rows_run": rows,
