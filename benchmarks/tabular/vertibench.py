@@ -154,6 +154,40 @@ def summarise(root: Path) -> str:
     return "\n".join(out)
 
 
+def report_section(root: Path) -> list[str]:
+    """The grid's section of benchmarks/results/tabular.md (none before it ran)."""
+    files = sorted(root.glob("*/*.json")) if root.is_dir() else []
+    if not files:
+        return []
+    runs = [read_json(f) or {} for f in files]
+    codes = sorted({r.get("code", "?") for r in runs})
+    loads = [r["load_1m"] for r in runs if "load_1m" in r]
+    cells = sorted({(f.parent.name, f.stem.rsplit("-s", 1)[0]) for f in files})
+    load = f", at a 1-minute load of {min(loads):.1f}-{max(loads):.1f}" if loads else ""
+    return [
+        "## VertiBench's feature splits: `tabular-vertibench`",
+        "",
+        f"`python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
+        f"--tables {' '.join(sorted({t for t, _ in cells}))} "
+        f"--splits {' '.join(s for s in SPLITS if any(s == c for _, c in cells))} "
+        "--seeds 0 1 2`, then `--summarise`: each table's columns dealt to the three parties by "
+        "VertiBench's ImportanceSplitter (Dirichlet alpha) or CorrelationSplitter (beta) "
+        "(Wu et al., ICLR 2024; the `vertibench` package, benchmarks/tabular/splits.py names "
+        "the differences), rows held and labels as above, on the shared 2-core machine"
+        f"{load}; code {', '.join(codes)}. Rows: `federation` (the defaults, in process), "
+        "`splitnn` (VertiBench's SplitNN recipe: `vfl simulate "
+        + " ".join(SPLITNN)
+        + "`), `label_alone`, `linear`, `hgb`, `lgbm` (default settings, joined columns). "
+        "Test accuracy (%) or RMSE, mean ± sd over the seeds; the federation's rounds and "
+        "process CPU seconds to its model (every epoch trained); the bar: within "
+        f"{BAR_POINTS} accuracy points or {100 * BAR_RMSE_SHARE:.0f} % RMSE of LightGBM, "
+        "on the seeds' means.",
+        "",
+        summarise(root),
+        "",
+    ]
+
+
 def _cell(values: list[float]) -> str:
     if not values:
         return ""
