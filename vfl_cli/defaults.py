@@ -30,6 +30,8 @@ TRAIN = {
     "subset_choice": "validation",
     "concat_head": False,
     "concat_choice": "sets",
+    "validation_split": "random",
+    "target_transform": "none",
     "encrypt_relay": False,
     "data_plane": "relay",
 }

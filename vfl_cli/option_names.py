@@ -151,6 +151,8 @@ PANELS: dict[str, str] = {
             "subset-choice",
             "concat-head",
             "concat-choice",
+            "validation-split",
+            "target-transform",
             "device",
             "threads",
             "pipeline",

@@ -348,6 +348,23 @@ class TrainOptions:
             show_default=shown(T["concat_choice"]),
         ),
     ] = None
+    validation_split: Annotated[
+        str | None,
+        Opt(
+            help="with early stopping: random | stratified (classification: every class held "
+            "out in its share of the label party's rows; regression stays random)",
+            show_default=shown(T["validation_split"]),
+        ),
+    ] = None
+    target_transform: Annotated[
+        str | None,
+        Opt(
+            help="regression: none | log (heads learn log(1 + y), predictions in original "
+            "units) | auto (log where the label party's training targets are non-negative "
+            "and skewed)",
+            show_default=shown(T["target_transform"]),
+        ),
+    ] = None
 
     privacy_gradient_defence: Annotated[
         str | None,

@@ -101,6 +101,9 @@ def render(job: TabularJob) -> str:
         lines += ablation_section(job.results / "runs", job.runs)
         for sweep in sorted((job.results / "runs").glob("tabular-sweep*")):
             lines += _sweep_section(sweep, job.runs)
+        from benchmarks.tabular.vertibench import report_section
+
+        lines += report_section(job.results / "runs" / "tabular-vertibench")
     return "\n".join(lines)
 
 

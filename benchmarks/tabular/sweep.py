@@ -94,6 +94,12 @@ SETTINGS: dict[str, list[str]] = {
     "concat-head-all-best": ["--concat-head", "--concat-choice", "all", "--subset-choice", "best"],
     "concat-head-always": ["--concat-head"],
     "concat-head-never": ["--concat-head"],
+    # issue 45's item 3: a stratified validation split, alone and with the concatenating head,
+    # and the log target of a regression (always; where the training targets are skewed)
+    "stratified": ["--validation-split", "stratified"],
+    "concat-stratified": ["--concat-head", "--validation-split", "stratified"],
+    "log-target": ["--target-transform", "log"],
+    "log-auto": ["--target-transform", "auto"],
     # issue 27, the QA tables (gen_wide: 67 columns a party on ~720 rows; gen_multiclass)
     "hidden64": ["--hidden", "64"],
     "hidden32": ["--hidden", "32"],
@@ -269,7 +275,7 @@ def describe(name: str) -> str:
 
 def worker(payload: dict[str, Any]) -> dict[str, Any]:
     data_path = Path(payload["data_path"]) if payload["data_path"] else None
-    table = tables(data_path, False)[payload["table"]](payload["seed"], False)
+    table = tables(data_path, False, extra=True)[payload["table"]](payload["seed"], False)
     extra = list(payload["extra"])
     if "laser-concat" in extra:
         register(laser_concat())  # a no-op where this process registered it already

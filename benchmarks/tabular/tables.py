@@ -148,6 +148,36 @@ def _generated(name: str, positive: float | None) -> Callable[[int, bool], Table
     return load
 
 
+def _skewed_regression(name: str, counts: bool) -> Callable[[int, bool], Table]:
+    """A positive, right-skewed regression target, 10 columns of which 6 informative, 4 of them
+    (0, 3, 6, 9) cut into string categories: `gen_price` exp(4 + x b + noise) (a price or an
+    amount: log-normal, skewness about 5), `gen_visits` a Poisson count of mean exp(0.3 + x b)
+    (a count of doctor visits: mostly 0-2, a long tail)."""
+
+    def load(seed: int, quick: bool) -> Table:
+        rng = np.random.default_rng([seed, 45])
+        n = 600 if quick else 2400
+        x = rng.normal(size=(n, 10))
+        coef = np.array([0.5, -0.4, 0.35, 0.3, -0.25, 0.2, 0.0, 0.0, 0.0, 0.0])
+        if counts:
+            label = rng.poisson(np.exp(0.3 + x @ coef)).astype(np.float64)
+        else:
+            label = np.exp(4.0 + x @ coef + rng.normal(0.0, 0.35, n))
+        columns: dict[str, Column] = {}
+        categorical = []
+        for j in range(x.shape[1]):
+            if j % 3 == 0:
+                edges = np.quantile(x[:, j], np.linspace(0, 1, 6)[1:-1])
+                names = np.array([f"band-{c}" for c in rng.permutation(list("abcde"))])
+                columns[f"cat{j}"] = names[np.digitize(x[:, j], edges)].astype(object)
+                categorical.append(f"cat{j}")
+            else:
+                columns[f"num{j}"] = x[:, j]
+        return Table(name, REGRESSION, columns, label, tuple(categorical))
+
+    return load
+
+
 def _interaction(seed: int, quick: bool) -> Table:
     """Nine normal columns; the label is the sign of f0 * f1 + 0.5 f6 plus noise. column_blocks
     deals f0 to party 2, f1 to party 1 and f6 to party 0: the signal is a product of two
@@ -246,8 +276,12 @@ def _census(_seed: int, quick: bool) -> Table:
     return Table("census_like", CLASSIFICATION, columns, income, categorical, CENSUS_BLOCKS)
 
 
-def tables(data_path: Path | None, quick: bool) -> dict[str, Callable[[int, bool], Table]]:
-    """Every benchmark table by name: a loader of (seed, quick). Credit needs `data_path`."""
+def tables(
+    data_path: Path | None, quick: bool, extra: bool = False
+) -> dict[str, Callable[[int, bool], Table]]:
+    """Every benchmark table by name: a loader of (seed, quick). Credit needs `data_path`.
+    `extra`: also the skewed regressions of the settings sweep and the VertiBench grid
+    (`EXTRA_TABLES`), which `vfl bench tabular` does not run."""
     out: dict[str, Callable[[int, bool], Table]] = {}
     if data_path is not None and (data_path / CREDIT_FILE).is_file():
         out["credit"] = _credit(data_path, 4000)
@@ -262,7 +296,13 @@ def tables(data_path: Path | None, quick: bool) -> dict[str, Callable[[int, bool
     out["gen_wide"] = _wide
     out["gen_multiclass"] = _multiclass
     out["census_like"] = _census
+    if extra:
+        out["gen_price"] = _skewed_regression("gen_price", counts=False)
+        out["gen_visits"] = _skewed_regression("gen_visits", counts=True)
     return out
+
+
+EXTRA_TABLES = ("gen_price", "gen_visits")
 
 
 QUICK_TABLES = ("breast_cancer", "diabetes", "gen_skewed")

@@ -328,7 +328,7 @@ class Gateway:
             kept = self.bundle.kept(present)  # the validation choice: as `vfl predict` decides
             missing = _Missing(self.names, blocks, present, why, set(present) - set(kept))
             answers = self._predict_set(
-                ids, index, kept, blocks, [missing(owner[i]) for i in index]
+                ids, index, kept, blocks, [missing(owner[i]) for i in index], present
             )
             for i, answer in zip(index, answers, strict=True):
                 out[i] = answer
@@ -341,6 +341,7 @@ class Gateway:
         present: tuple[int, ...],
         blocks: _Blocks,
         missing: list[dict[str, str]],
+        observed: tuple[int, ...],
     ) -> list[OnlinePrediction]:
         used = tuple(self.names[b] for b in present)
         if not self.bundle.can_predict(present):
@@ -351,7 +352,8 @@ class Gateway:
             ]
         rows = np.array(index)
         embeddings = {b: blocks.embeddings[b][blocks.rows[b][rows]] for b in present}  # (m, d)
-        output = self.bundle.predict(embeddings)  # (m, C) or (m, 1)
+        # (m, C) or (m, 1), by the head the validation chose for the observed set
+        output = self.bundle.predict(embeddings, self.bundle.head_for(observed))
         if self.bundle.meta.task == REGRESSION:
             return [
                 OnlinePrediction(ids[i], used, m, value=v[0])

@@ -48,6 +48,7 @@ from vfl_core.protocol import (
     TrainResult,
 )
 from vfl_core.seeding import Stream, rng
+from vfl_core.training import strata
 from vfl_core.training.alignment import batch_digest, hash_ids
 from vfl_core.training.psi import PartyPsi, check_keys
 
@@ -95,7 +96,7 @@ class Party:
         # statistics never leave it, predictions leave in original units.
         train = data.splits.get("train")
         labels = train.labels if train is not None and self.task == REGRESSION else None
-        self.scaler = TargetScaler.fit(labels)
+        self.scaler = TargetScaler.fit(labels, config.target_transform)
         self.models = ModelBank(
             config,
             meta.block,
@@ -184,6 +185,14 @@ class Party:
         counts = np.bincount(labels[known], minlength=self.data.meta.num_classes)
         weights = 1.0 / np.maximum(counts.astype(np.float64), 1.0)
         return np.where(known, weights[np.maximum(labels, 0)], 0.0)
+
+    def validation_strata(self) -> np.ndarray | None:
+        """Each training row's stratified validation draw (float32; None without labels or
+        for regression): vfl_core.training.strata.draws."""
+        labels = self.split("train").labels
+        if labels is None or self.task == REGRESSION:
+            return None
+        return strata.draws(labels, self.config.seed, self.block)
 
     # ----------------------------------------------------------------- the shared steps
     # LASER-VFL's and its baselines' (vfl_core.methods.laser.party_steps); a method with its own
