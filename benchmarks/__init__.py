@@ -1,5 +1,5 @@
 """The benchmark suites behind `vfl bench`, one folder or family of modules each: paper/ (the
-LASER-VFL paper's comparisons), scale/ (parties and throughput), dvfl/, dlvm/, tabular*, wan/,
+LASER-VFL paper's comparisons), scale/ (parties and throughput), dvfl/, dlvm/, tabular/, wan/,
 serve/ (its callers in serve_callers, standard library only), privacy/; what they share: setups
 (the fixed setups and the reports' tables and plots), pool, procs, netshape.
 

@@ -49,7 +49,9 @@ def post_timed(
 ) -> tuple[int, dict, dict[str, float], float]:
     """(status, JSON body, the seconds of each Server-Timing metric, Retry-After seconds or 0).
     `deadline_s`: stamp the request with the caller's own deadline, that long from now (the
-    X-Deadline-At header)."""
+    X-Deadline-At header). An answer's X-Answered-At (the gateway's wall clock at its last
+    deadline check, just before it wrote the reply) gives the metric `after`: from then to
+    this caller having read the reply (the reply's way back; one machine, one clock)."""
     headers = {"Content-Type": "application/json"}
     if deadline_s is not None:
         headers["X-Deadline-At"] = f"{time.time() + deadline_s:.6f}"
@@ -57,7 +59,12 @@ def post_timed(
     reply = conn.getresponse()
     timing = _METRIC.findall(reply.getheader("Server-Timing") or "")
     retry = float(reply.getheader("Retry-After") or 0)
-    return reply.status, json.loads(reply.read()), {k: float(ms) / 1000 for k, ms in timing}, retry
+    answered_at = reply.getheader("X-Answered-At")
+    body = json.loads(reply.read())
+    steps = {k: float(ms) / 1000 for k, ms in timing}
+    if answered_at is not None:
+        steps["after"] = time.time() - float(answered_at)
+    return reply.status, body, steps, retry
 
 
 def load(

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks import scale
 from benchmarks.paper import (
     collect,
     grid_runs,
@@ -38,7 +39,6 @@ from benchmarks.paper import (
     summarize,
 )
 from benchmarks.pool import code_version, machine, read_json, run_tasks, write_json
-from benchmarks.scale import throughput
 from benchmarks.setups import P_MISS, SETUPS, Setup, kept_notes, md_table, metric_label
 
 log = logging.getLogger(__name__)
@@ -126,8 +126,8 @@ def measure_bytes(job: WireDtypeJob) -> dict[str, Any]:
                 train["model"] = dict(train["model"])
                 audit = tmp / f"{dataset}-{dtype}.audit"
                 log.info("wire dtype bytes: %s %s", dataset, dtype)
-                result = throughput.grpc_run(dirs, train, tmp / f"{dataset}-{dtype}", audit)
-                volume = throughput.audited_bytes(audit)
+                result = scale.grpc_run(dirs, train, tmp / f"{dataset}-{dtype}", audit)
+                volume = scale.audited_bytes(audit)
                 rounds = result["rounds"]
                 rows.append(
                     {

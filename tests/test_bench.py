@@ -15,9 +15,8 @@ from typer.testing import CliRunner
 from benchmarks import paper as grid
 from benchmarks import pool
 from benchmarks import scale as scaling
-from benchmarks.paper import AccuracyJob, report, run_grid, write_report
-from benchmarks.scale import throughput
-from benchmarks.setups import COLUMNS, SETUPS
+from benchmarks.paper import AccuracyJob, run_grid, write_report
+from benchmarks.setups import COLUMNS, SETUPS, AccuracyContext, accuracy_markdown, checks
 from vfl_cli.app import app
 
 DIGITS = SETUPS["digits"]
@@ -162,10 +161,10 @@ def test_given_credit_cells_when_reported_then_paper_numbers_gaps_and_checks_sho
         ("svfl", 0.0, 0.5): grid.Stat(31.0, 0.4, 2),
         ("laser", 0.0, 0.5): grid.Stat(43.0, 0.3, 2),
     }
-    ctx = report.AccuracyContext(
+    ctx = AccuracyContext(
         "vfl bench paper accuracy", {"cores": 2, "gpu": False}, methods, (0, 1, 2)
     )
-    text = report.accuracy_markdown(stats, setup, ctx, "accuracy_credit.png")
+    text = accuracy_markdown(stats, setup, ctx, "accuracy_credit.png")
     assert "| Standard VFL | 45.0 ± 1.0 (3) | — |" in text
     assert "| LASER-VFL | 46.5 | 45.0 | 43.7 |" in text  # the paper's row
     assert "| LASER-VFL | -0.5 | — | -0.7 |" in text  # ours minus the paper's
@@ -179,11 +178,11 @@ def test_given_credit_cells_when_reported_then_paper_numbers_gaps_and_checks_sho
 def test_given_laser_just_below_the_best_when_checked_then_the_best_methods_std_decides() -> None:
     """Within one std of the best: 88.6 passes against 88.8 +- 0.22 though its own std is 0.16,
     and fails against 88.8 +- 0.1 however wide its own spread."""
-    ctx = report.AccuracyContext("vfl bench", {}, ("plug", "laser"), (0, 1, 2), (0.1,), (0.5,))
+    ctx = AccuracyContext("vfl bench", {}, ("plug", "laser"), (0, 1, 2), (0.1,), (0.5,))
 
     def check(laser: grid.Stat, plug: grid.Stat) -> str:
         stats = {("laser", 0.1, 0.5): laser, ("plug", 0.1, 0.5): plug}
-        return report.checks(stats, SETUPS["mnist"], ctx)[0]
+        return checks(stats, SETUPS["mnist"], ctx)[0]
 
     line = check(grid.Stat(88.6, 0.16, 3), grid.Stat(88.8, 0.22, 3))
     assert line.endswith(": ok") and "gap -0.20" in line and "margin +0.02" in line, line
@@ -282,7 +281,7 @@ def test_given_messages_when_audited_then_training_bytes_are_counted(tmp_path: P
     from vfl_wire.tensors import encode_array
     from vfl_wire.v1 import vfl_pb2
 
-    emb = encode_array(np.zeros((4, throughput.EMBED_DIM), np.float32))
+    emb = encode_array(np.zeros((4, scaling.EMBED_DIM), np.float32))
     messages = [
         ("Embed", "request", vfl_pb2.EmbedRequest(train=True)),
         ("Embed", "response", vfl_pb2.EmbedReply(embedding=emb)),
@@ -296,12 +295,12 @@ def test_given_messages_when_audited_then_training_bytes_are_counted(tmp_path: P
     with AuditLog(path) as audit:
         for rpc, direction, msg in messages:
             audit.write(f"/vfl.v1.Party/{rpc}", direction, "client", msg.SerializeToString())
-    counted = throughput.audited_bytes(path)
+    counted = scaling.audited_bytes(path)
     assert counted["calls"] == 3
     assert counted["tensor_bytes"] == 5 * len(emb.data)
     assert counted["bytes"] == sum(m.ByteSize() for _, _, m in messages[:5])
-    minimum = throughput.minimum_bytes(samples=10)
-    unit = 10 * throughput.EMBED_DIM * 4
+    minimum = scaling.minimum_bytes(samples=10)
+    unit = 10 * scaling.EMBED_DIM * 4
     assert minimum == {"direct": 24 * unit, "relay": 32 * unit}
 
 
@@ -312,8 +311,8 @@ def test_given_pipelined_train_calls_when_audited_then_nested_tensors_and_scales
     from vfl_wire.tensors import encode_array, encode_float
     from vfl_wire.v1 import vfl_pb2
 
-    emb = encode_array(np.zeros((4, throughput.EMBED_DIM), np.float32))
-    small = encode_float(np.ones((4, throughput.EMBED_DIM), np.float32), "int8")
+    emb = encode_array(np.zeros((4, scaling.EMBED_DIM), np.float32))
+    small = encode_float(np.ones((4, scaling.EMBED_DIM), np.float32), "int8")
     messages = [
         ("Train", "request", vfl_pb2.TrainRequest(embed=[vfl_pb2.EmbedRequest(train=True)])),
         ("Train", "response", vfl_pb2.TrainReply(embeddings=[vfl_pb2.EmbedReply(embedding=emb)])),
@@ -330,7 +329,7 @@ def test_given_pipelined_train_calls_when_audited_then_nested_tensors_and_scales
     with AuditLog(path) as audit:
         for rpc, direction, msg in messages:
             audit.write(f"/vfl.v1.Party/{rpc}", direction, "client", msg.SerializeToString())
-    counted = throughput.audited_bytes(path)
+    counted = scaling.audited_bytes(path)
     assert counted["calls"] == 2
     assert counted["tensor_bytes"] == len(emb.data) + 2 * (len(small.data) + len(small.scales))
     assert counted["bytes"] == sum(m.ByteSize() for _, _, m in messages[:4])
@@ -346,10 +345,10 @@ def test_given_a_report_with_notes_when_rewritten_then_the_notes_stay(tmp_path: 
         "load_average": [1.0, 2.0],
         "rows": [],
     }
-    path, _ = throughput.write_report(record, tmp_path)
-    path.write_text(path.read_text() + "\n" + throughput.NOTES + "\n\nprofiled by hand\n")
-    _, text = throughput.write_report(record, tmp_path)
-    assert text.count(throughput.NOTES) == 1 and text.endswith("profiled by hand\n")
+    path, _ = scaling.write_throughput_report(record, tmp_path)
+    path.write_text(path.read_text() + "\n" + scaling.NOTES + "\n\nprofiled by hand\n")
+    _, text = scaling.write_throughput_report(record, tmp_path)
+    assert text.count(scaling.NOTES) == 1 and text.endswith("profiled by hand\n")
 
 
 def test_given_a_wire_dtype_report_with_notes_when_rewritten_then_the_notes_stay(
@@ -370,7 +369,7 @@ def test_given_a_staleness_when_throughput_configures_a_run_then_both_transports
     from benchmarks import procs
     from vfl_core.config import TrainConfig
 
-    job = throughput.ThroughputJob(results=Path("."), data_path=Path("."), staleness=(0, 3))
+    job = scaling.ThroughputJob(results=Path("."), data_path=Path("."), staleness=(0, 3))
     exact, stale = (job.train_config("mlp", 128, 2, s) for s in job.staleness)
     assert TrainConfig.model_validate(exact).staleness == 0
     assert TrainConfig.model_validate(stale).staleness == 3

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks.tabular_data import prepare
-from benchmarks.tabular_report import ROWS, predicted_positive_rate
-from benchmarks.tabular_tables import LABEL_BLOCK, LABEL_COLUMN, K, tables
+from benchmarks.tabular.data import prepare
+from benchmarks.tabular.report import ROWS, predicted_positive_rate
+from benchmarks.tabular.tables import LABEL_BLOCK, LABEL_COLUMN, K, tables
 from vfl_cli.app import app
 
 LOCAL_ROWS = ("linear", "hgb", "central_mlp", "label_alone", "federation")

@@ -1,6 +1,5 @@
 """Numbers as a spreadsheet formats them (a currency sign, '%', parentheses for negatives, digit
-groups alone) are text to the reader, so categories: fitting says so by name (stop-40 QA pass,
-benchmarks/results/table_qa.md)."""
+groups alone) are text to the reader, so categories: fitting says so by name."""
 
 from __future__ import annotations
 

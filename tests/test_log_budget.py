@@ -94,8 +94,8 @@ server.stop(0).wait()
 def test_given_connections_failing_the_tls_handshake_then_no_line_each_unless_asked(
     tmp_path, verbosity: str | None, lines: int
 ) -> None:
-    """Stop 41: grpc wrote a line per failed handshake (11 MB in 8 s of garbage connections);
-    the commands now keep grpc to its errors, and an operator's GRPC_VERBOSITY still wins."""
+    """grpc writes a line per failed handshake (11 MB in 8 s of garbage connections):
+    the commands keep grpc to its errors, and an operator's GRPC_VERBOSITY still wins."""
     env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
     if verbosity is not None:
         env["GRPC_VERBOSITY"] = verbosity

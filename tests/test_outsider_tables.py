@@ -1,5 +1,5 @@
-"""Defects found by the third outsider pass over tables nobody here wrote (issue 27,
-benchmarks/results/outsider_tables.md): each found shape as a small table, checked fast."""
+"""Shapes of tables nobody here wrote (issue 27, benchmarks/results/outsider_tables.md), each
+found shape as a small table, checked fast."""
 
 from __future__ import annotations
 

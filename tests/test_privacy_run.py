@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from benchmarks.privacy import RecordingTransport, Relayed, run_one, setting, write_parties
-from benchmarks.tabular_tables import tables
+from benchmarks.tabular.tables import tables
 from vfl_core.config import TrainConfig
 from vfl_core.privacy.guards import PartyGuard
 from vfl_core.simulate import SimulationConfig, run_simulation
@@ -107,3 +107,31 @@ def test_given_withhold_when_training_then_a_feature_party_bottom_model_stays_as
         after = result.parties[block].f.state_dict()
         same = all(torch.equal(v, after[k]) for k, v in before.state_dict().items())
         assert same == (block == 1), block  # the label party (block 0) still trains its own
+
+
+@pytest.mark.slow
+def test_given_withhold_with_denoise_when_training_then_feature_towers_learn_only_before_it(
+    breast_cancer, tmp_path
+):
+    # The feature-only party's tower is trained on its own rows before the first round (what
+    # the meter records as its bottom model before any gradient), then never moves; every
+    # gradient attack at it reads nothing.
+    sources = write_parties(breast_cancer, 2, tmp_path)
+    train = {"seed": 0, "epochs": 2, **setting("withhold_denoise")}
+    relayed = Relayed()
+    result = run_simulation(
+        SimulationConfig(tables=sources, clients=2, train=train),
+        wrap=lambda t: RecordingTransport(t, relayed),
+    )
+    drawn = setting("withhold")
+    plain = run_simulation(
+        SimulationConfig(tables=sources, clients=2, train={"seed": 0, "epochs": 1, **drawn})
+    )
+    before = relayed.initial[1].state_dict()
+    after = result.parties[1].f.state_dict()
+    assert all(torch.equal(v, after[k]) for k, v in before.items())
+    first = plain.parties[1].f.state_dict()  # withhold alone: the tower as drawn
+    assert not all(torch.equal(v, first[k]) for k, v in before.items())
+    for grad in (g for (b, _r), g in relayed.grads.items() if b == 1):
+        assert not grad.any()  # all it receives is zeros
+    assert result.reports  # it trained and was evaluated

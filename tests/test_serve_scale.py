@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from benchmarks.serve.acceptance import acceptance_lines
 from benchmarks.serve.cluster import cpu_seconds, report_lines
 from benchmarks.serve_callers import load
 
@@ -86,3 +87,33 @@ def test_given_this_process_when_cpu_read_then_it_grows_with_work() -> None:
     while time.process_time() < end:
         pass
     assert cpu_seconds([os.getpid()]) > before
+
+
+def test_given_cells_when_acceptance_is_read_then_each_clause_met_or_not_as_measured() -> None:
+    """Issue 46's acceptance lines of `vfl bench serve`: the 256-caller frozen cells' answered
+    p99 against deadline + 15 ms and their 429s against the gateway's own count; the live
+    parties missing at <= 64 callers."""
+    frozen = {"mode": "stop", "callers": 256, "requests": 100, "failed": 0, "stamped": True}
+    cells = [
+        frozen | {"shed": 90, "answered_p99_ms": 110.2, "shed_counted": 90.0},
+        frozen
+        | {
+            "shed": 95,
+            "answered_p99_ms": 130.0,
+            "shed_counted": 94.0,
+            "late_answers": 2,
+            "late_after_ms": 33.0,
+        },
+        frozen | {"shed": 100, "answered_p99_ms": -1.0, "shed_counted": 100.0},
+        {"mode": "up", "callers": 64, "requests": 50, "shed": 0, "failed": 0, "live_missing": 0},
+        {"mode": "stop", "callers": 8, "requests": 50, "shed": 5, "failed": 0, "live_missing": 1},
+    ]
+    lines = [line for line in acceptance_lines(cells, 100.0) if line.startswith("- ")]
+    assert len(lines) == 4
+    assert "110.2 ms against 115 (met; 10 answered)" in lines[0] and "counted 90 (met)" in lines[0]
+    assert "130.0 ms against 115 (NOT met" in lines[1] and "counted 94 (NOT met)" in lines[1]
+    assert "2 answers reached their caller past the bound" in lines[1] and "33.0 ms" in lines[1]
+    assert "nothing answered: met only vacuously" in lines[2]
+    assert lines[3] == (
+        "- <= 64 callers (2 cells, 95 answers): 1 answers missing a live party (NOT met)."
+    )

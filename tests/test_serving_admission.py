@@ -10,6 +10,7 @@ from vfl_core.serving.admission import (
     LATE_GRACE_S,
     MIN_SAMPLES,
     SPENT,
+    STAMP_GRACE_S,
     Admission,
     Overloaded,
 )
@@ -40,3 +41,15 @@ def test_given_an_answer_past_its_deadline_then_shed_only_beyond_the_grace() -> 
     with pytest.raises(Overloaded) as err:
         admission.check_late(now=1.0 + 2 * LATE_GRACE_S, deadline=1.0)
     assert err.value.reason == LATE
+
+
+def test_given_a_callers_stamp_then_an_answer_past_it_beyond_its_grace_is_shed() -> None:
+    """The caller's own deadline (X-Deadline-At) binds with its own, smaller grace: the reply
+    must leave the gateway by then, the rest of the caller's 15 ms is the reply's way back."""
+    admission = Admission()
+    admission.check_late(now=1.0 + STAMP_GRACE_S / 2, deadline=2.0, stamp=1.0)
+    with pytest.raises(Overloaded) as err:
+        admission.check_late(now=1.0 + 2 * STAMP_GRACE_S, deadline=2.0, stamp=1.0)
+    assert err.value.reason == LATE and "caller's deadline" in str(err.value)
+    with pytest.raises(Overloaded):  # the gateway's own deadline still binds when earlier
+        admission.check_late(now=1.0 + 2 * LATE_GRACE_S, deadline=1.0, stamp=5.0)

@@ -19,6 +19,7 @@ from vfl_client.serving_auth import Authorizer
 from vfl_client.serving_health import READY, Readiness
 from vfl_client.serving_http import HttpEndpoint
 from vfl_client.serving_metrics import ServingMetrics
+from vfl_core.serving.admission import LATE, STAMP_GRACE_S
 from vfl_wire.log_budget import LineBudget
 
 _METRIC = re.compile(r"(\w+);dur=([0-9.]+)")
@@ -106,3 +107,62 @@ def test_given_a_request_when_read_then_the_app_learns_when_its_bytes_were_read(
         endpoint.stop()
     # the read is stamped before the request's task waited for the loop (Server-Timing's loop)
     assert sent <= seen["read_at"] <= seen["ran"]
+
+
+class _TakenBackLate:
+    """A gateway whose answers come back to the event loop `late_s` after they were ready (an
+    interpreter busy with other threads), otherwise the real one."""
+
+    def __init__(self, gw, late_s: float) -> None:
+        self._gw, self.late_s = gw, late_s
+
+    def __getattr__(self, name: str):
+        return getattr(self._gw, name)
+
+    def predict(self, *args, **kwargs):
+        answers = self._gw.predict(*args, **kwargs)
+        time.sleep(self.late_s)
+        return answers
+
+
+def _lower(headers) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
+
+
+def _stamped(port: int, some_id: str, ahead_s: float):
+    stamp = time.time() + ahead_s
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/predict?id={some_id}", headers={"X-Deadline-At": f"{stamp:.6f}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, _lower(reply.headers), json.loads(reply.read()), stamp
+    except urllib.error.HTTPError as err:
+        return err.code, _lower(err.headers), json.loads(err.read()), stamp
+
+
+def test_given_an_answer_ready_past_the_callers_deadline_then_a_counted_429_not_a_late_200(
+    served,  # noqa: F811
+) -> None:
+    """The last deadline check runs on the event loop just before the reply is written: an
+    answer the loop takes back after the caller's stamp is a 429 ("deadline passed while
+    answering"), counted as shed and as an overrun, never a 200 after the caller's deadline."""
+    _, parties, _, _ = served
+    some_id = parties[0].split("test").ids[0]
+    late = _TakenBackLate(gateway(served), late_s=0.0)
+    endpoint = endpoint_of(late).start()
+    try:
+        status, headers, body, stamp = _stamped(endpoint.port, some_id, ahead_s=30.0)
+        assert status == 200 and body["predictions"][0]["id"] == some_id
+        # the wall clock at the last check: never past the stamp's grace
+        assert float(headers["x-answered-at"]) <= stamp + STAMP_GRACE_S
+        late.late_s = 1.0  # ready in time, taken back 1 s later: past a 0.5 s stamp
+        status, headers, body, _ = _stamped(endpoint.port, some_id, ahead_s=0.5)
+        assert status == 429 and headers["retry-after"] == "1", body
+        assert LATE in body["error"] and "x-answered-at" not in headers
+        metrics = endpoint.app.metrics.exposition().decode()
+    finally:
+        endpoint.stop()
+    assert f'vfl_serving_shed_total{{reason="{LATE}",transport="http"}} 1.0' in metrics
+    assert 'vfl_serving_deadline_overruns_total{transport="http"} 1.0' in metrics
+    assert 'vfl_serving_requests_total{outcome="ok",transport="http"} 1.0' in metrics

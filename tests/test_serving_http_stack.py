@@ -7,6 +7,7 @@ caller out; a caller without the token is refused; health, readiness, metrics an
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from tabular_tables import LABEL_COLUMN, write_tables
 from benchmarks.serve.cluster import ServingCluster, train_bundles
 from vfl_core.config import TrainConfig
 from vfl_core.model.model_config import ModelConfig
+from vfl_core.serving.admission import STAMP_GRACE_S
 
 pytestmark = pytest.mark.slow
 
@@ -251,3 +253,43 @@ def test_given_inline_features_with_nan_or_a_missing_column_then_400_naming_the_
     partial = predict_body(["new-1"], features={"new-1": {"age_years": 37, "home_region": "x"}})
     status, _, payload = request(proc.http_port, "POST", "/predict", partial)
     assert status == 400 and "['yearly_income'] are missing" in json.loads(payload)["error"]
+
+
+def _shed_total(port: int) -> float:
+    _, _, metrics = request(port, "GET", "/metrics", token=None)
+    lines = metrics.decode().splitlines()
+    prefix = "vfl_serving_shed_total{"
+    return sum(float(x.split()[-1]) for x in lines if x.startswith(prefix) and "http" in x)
+
+
+def test_given_a_party_frozen_then_stamped_requests_answered_by_their_deadline_or_counted_429(
+    gateway,
+) -> None:
+    """party2 SIGSTOPped, stamped requests one after another: each is a 200 whose last
+    deadline check (X-Answered-At, the gateway's wall clock just before writing it) was within
+    STAMP_GRACE_S of the caller's stamp, or a 429 the gateway counted; none fails, and once
+    party2 has been silent three deadlines it is left out of the 200s."""
+    cluster, proc = gateway
+    before = _shed_total(proc.http_port)
+    replies = []
+    cluster.signal("party2", signal.SIGSTOP)
+    try:
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:
+            stamp = time.time() + 0.15
+            extra = (f"X-Deadline-At: {stamp:.6f}",)
+            body = predict_body(["C00001"], deadline_ms=150)
+            status, headers, payload = request(
+                proc.http_port, "POST", "/predict", body, extra=extra
+            )
+            replies.append((status, headers, json.loads(payload), stamp))
+    finally:
+        cluster.signal("party2", signal.SIGCONT)
+    assert {s for s, _, _, _ in replies} <= {200, 429}, replies
+    answered = [(h, p, stamp) for s, h, p, stamp in replies if s == 200]
+    assert answered, "party2 never left out"
+    for headers, _, stamp in answered:  # 1 ms: the wall and monotonic clocks' drift
+        assert float(headers["x-answered-at"]) <= stamp + STAMP_GRACE_S + 1e-3, headers
+    assert "party2" in answered[-1][1]["predictions"][0]["missing"]
+    shed = sum(1 for s, _, _, _ in replies if s == 429)
+    assert _shed_total(proc.http_port) - before == shed

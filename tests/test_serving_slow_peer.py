@@ -9,6 +9,7 @@ import time
 from concurrent.futures import Future
 
 import numpy as np
+import pytest
 from test_serving_bundle import SECRET
 from test_serving_gateway import gateway, local_peer, served  # noqa: F401 (the fixture)
 
@@ -103,3 +104,34 @@ def test_given_a_party_found_lagging_then_shed_while_it_answered_within_a_deadli
     time.sleep(3.1)  # three deadlines with no answer from it: frozen, as far as one can tell
     answer = gw.predict([late])[0]
     assert answer.missing["party1"] == LAGGING and answer.error is None
+
+
+class FreezingPeer:
+    """A party that answers until `frozen` is set, then answers nothing (SIGSTOPped)."""
+
+    def __init__(self, peer) -> None:
+        self.name, self.block, self._peer = peer.name, peer.block, peer
+        self.frozen = False
+
+    def embed(self, keys, deadline) -> Future[PeerAnswer]:
+        return Future() if self.frozen else self._peer.embed(keys, deadline)
+
+
+def test_given_a_party_that_answered_just_before_freezing_then_shed_until_three_deadlines(
+    served,  # noqa: F811
+) -> None:
+    """A party timed out with no answer to anyone while the request waited may be frozen or
+    only stalled with the machine: one that answered within the last three deadlines is taken
+    for alive (the request is shed, not answered without it); after three deadlines of silence
+    it is taken for frozen and left out, "timed out"."""
+    _, peers, _, other = _setup(served)
+    freezing = FreezingPeer(peers[0])
+    gw = gateway(served, [freezing, peers[1]], deadline_s=0.3)
+    assert "party1" in gw.predict([other])[0].used  # it answers: alive
+    freezing.frozen = True
+    with pytest.raises(Overloaded) as err:
+        gw.predict([other])  # asked within 0.9 s of its last answer
+    assert err.value.reason == SLOW_PEER and "party1" in str(err.value)
+    time.sleep(3 * 0.3)  # three deadlines without an answer from it: frozen
+    answer = gw.predict([other])[0]
+    assert answer.missing["party1"] in (TIMED_OUT, LAGGING) and answer.error is None

@@ -1,4 +1,4 @@
-"""What spreadsheets write around a table (found by the stop-40 outsider pass): a formatted empty
+"""What spreadsheets write around a table: a formatted empty
 row saved as a line of separators (",,,,") is skipped as a blank line is; a "sep=;" first line
 and a tab-separated ".txt" export are refused with the cure, not a wrong-width or format error."""
 

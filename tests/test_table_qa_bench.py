@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.tabular_tables import Table, write_parties
+from benchmarks.tabular.tables import Table, write_parties
 from vfl_core.data.learning_task import CLASSIFICATION
 from vfl_core.data.tabular import TableSource, load_table_party
 

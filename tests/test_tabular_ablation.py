@@ -1,4 +1,4 @@
-"""The ablation of the generated tables' gap (issue 27, benchmarks.tabular_ablation): full overlap
+"""The ablation of the generated tables' gap (issue 27, benchmarks.tabular.report): full overlap
 keeps the benchmark's rows, the central model in the federation's shape fuses only the parties
 that hold a row, and the laser-concat plug-in is LASER-VFL with a concatenating head whose
 subsets the validation split may choose among."""
@@ -14,10 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from benchmarks.tabular_baselines import Fit, central_row
-from benchmarks.tabular_data import prepare
-from benchmarks.tabular_tables import LABEL_BLOCK, K, tables, write_parties
-from benchmarks.tabular_towers import Towers, towers_features
+from benchmarks.tabular.data import prepare
+from benchmarks.tabular.rows import Fit, Towers, central_row, towers_features
+from benchmarks.tabular.tables import LABEL_BLOCK, K, tables, write_parties
 from vfl_core.config import TrainConfig
 from vfl_core.methods.registry import REGISTRY, register, unregister
 from vfl_core.methods.spec import MethodSpec
@@ -78,25 +77,25 @@ def test_given_the_federations_shape_when_trained_centrally_then_every_set_is_sc
 @pytest.fixture
 def laser_concat() -> Iterator[MethodSpec]:
     """The plug-in registered for one test, the registry left as it was found."""
-    from benchmarks.laser_concat import LASER_CONCAT
+    from benchmarks.tabular.sweep import laser_concat
 
-    yield register(LASER_CONCAT)
-    unregister(LASER_CONCAT.name)
+    yield register(laser_concat())
+    unregister(laser_concat().name)
 
 
 def test_given_laser_concat_when_registered_then_laser_with_a_concatenating_head(
     laser_concat: MethodSpec,
 ) -> None:
-    from benchmarks.laser_concat import LASER_CONCAT, NAME
+    from benchmarks.tabular.sweep import LASER_CONCAT
 
     laser = REGISTRY["laser"]
-    assert REGISTRY[NAME] is LASER_CONCAT
-    assert (LASER_CONCAT.fusion, laser.fusion) == ("concat", "mean")
-    assert LASER_CONCAT.tasks is laser.tasks and LASER_CONCAT.heads == laser.heads
-    assert LASER_CONCAT.head_input_blocks((0,), K) == K
+    assert REGISTRY[LASER_CONCAT] is laser_concat
+    assert (laser_concat.fusion, laser.fusion) == ("concat", "mean")
+    assert laser_concat.tasks is laser.tasks and laser_concat.heads == laser.heads
+    assert laser_concat.head_input_blocks((0,), K) == K
 
     def chooses(name: str) -> bool:
         return Validator(SimpleNamespace(spec=REGISTRY[name]))._has_subset_predictors()
 
-    assert chooses("laser") and chooses(NAME)
+    assert chooses("laser") and chooses(LASER_CONCAT)
     assert not any(chooses(m) for m in ("zerofill", "plug", "svfl", "combinatorial", "local"))

@@ -59,7 +59,7 @@ def tabular(
     """The defaults on tables nobody tuned for: the federation against each party alone,
     logistic/ridge, HistGradientBoosting and a central MLP; writes tabular.md."""
     setup_logging(bench.log_level)
-    mod, report = bench_module("tabular"), bench_module("tabular_report")
+    mod, report = bench_module("tabular"), bench_module("tabular.report")
     known = mod.available_tables(data_path.resolve(), quick)
     chosen = parse_variants(tables, known, "table(s)") if tables else known
     chosen_seeds = parse_ints(seeds, "--seeds")

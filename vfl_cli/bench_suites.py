@@ -114,7 +114,7 @@ def label_only(
         raise ConfigError(f"--dataset must be credit or digits, got {dataset!r}")
     if not 0 < p_miss < 1:
         raise ConfigError(f"--p-miss must be in (0, 1), got {p_miss}")
-    mod = bench_module("paper.label_only")
+    mod = bench_module("paper")
     job = mod.LabelOnlyJob(
         seeds=parse_ints(seeds, "--seeds"),
         results=bench.results,
@@ -125,7 +125,7 @@ def label_only(
         jobs=jobs,
         command=command_line(),
     )
-    run_and_report(mod.run, mod.write_report, job, bench)
+    run_and_report(mod.run_label_only, mod.write_label_only_report, job, bench)
 
 
 @paper_app.command("faults")
@@ -251,10 +251,12 @@ def throughput(
 ) -> None:
     """Samples/s in-process vs gRPC on loopback (K=4) and bytes per round vs the minimum."""
     setup_logging(log_level)
-    mod = bench_module("scale.throughput")
+    mod = bench_module("scale")
     chosen = tuple(m.strip() for m in models.split(",") if m.strip())
-    if not chosen or any(m not in mod.MODELS for m in chosen):
-        raise ConfigError(f"--models must be among {', '.join(mod.MODELS)}, got {models!r}")
+    if not chosen or any(m not in mod.THROUGHPUT_MODELS for m in chosen):
+        raise ConfigError(
+            f"--models must be among {', '.join(mod.THROUGHPUT_MODELS)}, got {models!r}"
+        )
     job = mod.ThroughputJob(
         results=results,
         data_path=data_path.resolve(),
@@ -266,8 +268,8 @@ def throughput(
         staleness=parse_ints(staleness, "--staleness"),
         command=command_line(),
     )
-    record = mod.run(job)
-    path, text = mod.write_report(record, results)
+    record = mod.run_throughput(job)
+    path, text = mod.write_throughput_report(record, results)
     typer.echo(text)
     typer.echo(f"report written to {path}")
 

@@ -115,7 +115,7 @@ def _wan_tables(
 ) -> None:
     mod = bench_module("wan.tables")
     chosen = parse_variants(names, mod.TABLES, "table(s)")
-    found = bench_module("tabular_tables").tables(data_path, quick=False)
+    found = bench_module("tabular.tables").tables(data_path, quick=False)
     if missing := [t for t in chosen if t not in found]:
         raise ConfigError(f"no data for table(s) {missing} under --data-path {data_path}")
     mbit = parse_floats(bandwidth, "--bandwidths")

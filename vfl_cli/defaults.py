@@ -30,6 +30,8 @@ TRAIN = {
     "subset_choice": "validation",
     "concat_head": False,
     "concat_choice": "sets",
+    "validation_split": "random",
+    "target_transform": "none",
     "encrypt_relay": False,
     "data_plane": "relay",
 }
@@ -79,6 +81,9 @@ DLVM = {
 PRIVACY = {
     "gradient_defence": "none",
     "direction_power": 1.0,
+    "feature_pretrain": "none",
+    "pretrain_epochs": 20,
+    "pretrain_corruption": 0.3,
     "embedding_clip": None,
     "embedding_noise": 0.0,
     "delta": 1e-05,

@@ -161,7 +161,7 @@ def simulate(
     train_config = train.config(settings)
     party_dirs, sources = _parties(o)
     if "clients" in named and party_dirs + sources and o["clients"] != len(party_dirs + sources):
-        # K is the number of --data; another --clients was silently not applied (outsider pass)
+        # K is the number of --data; another --clients was silently not applied
         raise ConfigError(
             f"--clients {o['clients']}: K is the number of --data ({len(party_dirs + sources)}) "
             "with tables or party directories; leave --clients out"

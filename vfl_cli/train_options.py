@@ -348,6 +348,23 @@ class TrainOptions:
             show_default=shown(T["concat_choice"]),
         ),
     ] = None
+    validation_split: Annotated[
+        str | None,
+        Opt(
+            help="with early stopping: random | stratified (classification: every class held "
+            "out in its share of the label party's rows; regression stays random)",
+            show_default=shown(T["validation_split"]),
+        ),
+    ] = None
+    target_transform: Annotated[
+        str | None,
+        Opt(
+            help="regression: none | log (heads learn log(1 + y), predictions in original "
+            "units) | auto (log where the label party's training targets are non-negative "
+            "and skewed)",
+            show_default=shown(T["target_transform"]),
+        ),
+    ] = None
 
     privacy_gradient_defence: Annotated[
         str | None,
@@ -358,6 +375,30 @@ class TrainOptions:
             "the same every epoch) | withhold (no gradient to the other parties, whose bottom "
             "models stay as drawn; recommended with --embed-dim 256, docs/security.md)",
             show_default=shown(PV["gradient_defence"]),
+        ),
+    ] = None
+    privacy_feature_pretrain: Annotated[
+        str | None,
+        Opt(
+            help="with withhold, each feature-only party, before training: none (its tower "
+            "as drawn) | denoise (its tower trained on its own rows without labels: VIME's "
+            "denoising objective on SCARF's corruption; docs/security.md)",
+            show_default=shown(PV["feature_pretrain"]),
+        ),
+    ] = None
+    privacy_pretrain_epochs: Annotated[
+        int | None,
+        Opt(
+            help="--privacy-feature-pretrain: passes over the party's training rows",
+            show_default=shown(PV["pretrain_epochs"]),
+        ),
+    ] = None
+    privacy_pretrain_corruption: Annotated[
+        float | None,
+        Opt(
+            help="--privacy-feature-pretrain: the chance each entry is swapped with the same "
+            "column of another row",
+            show_default=shown(PV["pretrain_corruption"]),
         ),
     ] = None
     privacy_direction_power: Annotated[

@@ -60,6 +60,16 @@ def class_weights_refusal(balance: str, split: str) -> str | None:
     return None
 
 
+def strata_refusal(validation_split: str, split: str) -> str | None:
+    """Why a party does not send its stratified validation draws, or None: only a run that
+    stratifies its validation split asks, and only of the train split."""
+    if validation_split != "stratified":
+        return "validation draws: this run does not stratify (--validation-split stratified)"
+    if split != "train":
+        return f"validation draws: only for the train split, not {split!r}"
+    return None
+
+
 class PartyServicer(vfl_pb2_grpc.PartyServicer):
     def __init__(self, party_id: str, threads: int = 1) -> None:
         self.party_id = party_id
@@ -163,10 +173,15 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
     def ClassWeights(self, request, context):
         def run(p: Party) -> vfl_pb2.ClassWeightsReply:
             split = convert.check_split(request.split)
-            refusal = class_weights_refusal(p.config.balance, split)
+            if request.purpose == "validation":
+                refusal = strata_refusal(p.config.validation_split, split)
+            elif request.purpose:
+                refusal = f"class weights: unknown purpose {request.purpose!r}"
+            else:
+                refusal = class_weights_refusal(p.config.balance, split)
             if refusal is not None:
                 raise ConfigError(refusal)
-            weights = p.class_weights(split)
+            weights = p.validation_strata() if request.purpose else p.class_weights(split)
             return convert.class_weights_to_proto(
                 None if weights is None else weights.astype("float32")
             )

@@ -17,7 +17,11 @@ customer's data and probes and scrapers ask them. Every reply to /predict carrie
 own time on it (`Server-Timing: gateway;dur=MS, read;dur=..., own, parties, heads, loop`),
 counted from when its handler started; `loop`, outside that: how long the request waited
 between the event loop reading its bytes (READ_AT, set by the protocol) and its handler
-starting, in the loop's queue of ready tasks.
+starting, in the loop's queue of ready tasks. The deadline runs from READ_AT, or to the
+caller's own stamp (X-Deadline-At) when earlier. An answer's last deadline check runs here on
+the event loop, after it is encoded, with no await between it and its bytes written: one late
+then is a 429 (vfl_core.serving.admission: LATE), and an answer sent carries the wall clock at
+that check (`X-Answered-At`), so a caller can tell its own delay from the gateway's.
 """
 
 from __future__ import annotations
@@ -72,6 +76,8 @@ class _Reply:
     body: dict[str, Any]
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     close: bool = False
+    data: bytes | None = None  # the body already encoded (an answer: before its last check)
+    sent: Callable[[], None] | None = None  # run once the reply is written
 
 
 class ServingApp:
@@ -120,7 +126,9 @@ class ServingApp:
         reply = await self._predict(scope, receive, method, arrived)
         if reply.status >= 400:
             return await self._refuse(send, reply)
-        await _send(send, reply)
+        await _send(send, reply)  # no await between an answer's last check and its write
+        if reply.sent is not None:
+            reply.sent()
 
     async def _predict(self, scope: Scope, receive: Receive, method: str, arrived: float) -> _Reply:
         if method == "GET":
@@ -149,18 +157,21 @@ class ServingApp:
             )
         phases = {"read": time.monotonic() - arrived}
         loop = asyncio.get_running_loop()
+        # the gateway's own deadline runs from when the event loop read the request's bytes
+        # (its wait in the loop's queue of ready tasks counts), the caller's from its stamp
+        read_at = scope.get("state", {}).get(READ_AT, arrived)
 
         def predict() -> list[OnlinePrediction]:
             with self._lock:
                 self._waiting -= 1
-            return gateway.predict(ids, deadline, features, arrived, phases, not_after)
+            return gateway.predict(ids, seconds, features, read_at, phases, stamp)
 
         self.metrics.inflight.inc()
         try:
             ids, deadline, features = parse_request(request)
-            not_after = caller_deadline(scope["headers"])
+            stamp = caller_deadline(scope["headers"])
             seconds = gateway.deadline_s if deadline is None else check_deadline(deadline)
-            due = arrived + seconds if not_after is None else min(arrived + seconds, not_after)
+            due = read_at + seconds if stamp is None else min(read_at + seconds, stamp)
             # shed here, on the event loop, what cannot be met already: a thread is not taken
             # (nor waited for) to say so; the thread checks again when it starts
             gateway.admission.admit(time.monotonic(), due)
@@ -170,8 +181,11 @@ class ServingApp:
             if full:
                 raise Overloaded(QUEUE_FULL, f"{self.max_waiting} waiting for a thread")
             answers = await loop.run_in_executor(self.pool, predict)
-            # the event loop's own delay in taking the answer back counts too
-            gateway.admission.check_late(time.monotonic(), due)
+            data = _encode({"predictions": [a.to_json() for a in answers]})
+            # the last check, after the answer is encoded and the event loop took it back
+            # late or not: from here to its bytes written nothing awaits
+            checked, checked_wall = time.monotonic(), time.time()
+            gateway.admission.check_late(checked, read_at + seconds, stamp)
         except Overloaded as err:
             self.metrics.shed.labels("http", err.reason).inc()
             if err.reason == LATE:
@@ -187,10 +201,14 @@ class ServingApp:
         finally:
             self.metrics.inflight.dec()
         took = time.monotonic() - arrived
-        self.metrics.answered("http", took, answers, "overrun" in phases)
-        phases.pop("overrun", None)
-        body = {"predictions": [a.to_json() for a in answers]}
-        return _Reply(HTTPStatus.OK, body, [_timing(arrived, phases, scope)])
+        overrun = phases.pop("overrun", None) is not None
+        answered_at = (b"x-answered-at", f"{checked_wall:.6f}".encode())
+
+        def sent() -> None:
+            self.metrics.answered("http", took, answers, overrun)
+
+        headers = [_timing(arrived, phases, scope), answered_at]
+        return _Reply(HTTPStatus.OK, {}, headers, data=data, sent=sent)
 
     async def _refuse(self, send: Send, reply: _Reply) -> None:
         outcome = {429: "shed", 503: "not_ready"}.get(reply.status.value)
@@ -279,8 +297,12 @@ def _timing(arrived: float, phases: dict[str, float], scope: Scope) -> tuple[byt
     return b"server-timing", ", ".join(f"{k};dur={1000 * s:.3f}" for k, s in took.items()).encode()
 
 
+def _encode(body: dict[str, Any]) -> bytes:
+    return json.dumps(body).encode() + b"\n"
+
+
 async def _send(send: Send, reply: _Reply) -> None:
-    data = json.dumps(reply.body).encode() + b"\n"
+    data = _encode(reply.body) if reply.data is None else reply.data
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     if reply.close:
         headers.append((b"connection", b"close"))

@@ -117,6 +117,12 @@ class PartyClient:
         future = self._stub.ClassWeights.future(req, timeout=timeout)
         return Pending(future, convert.class_weights_from_proto)
 
+    def validation_strata(self, split: str, timeout: float) -> Pending[np.ndarray | None]:
+        """The label party's stratified validation draw of each training row (float32)."""
+        req = vfl_pb2.ClassWeightsRequest(header=self._header, split=split, purpose="validation")
+        future = self._stub.ClassWeights.future(req, timeout=timeout)
+        return Pending(future, convert.class_weights_from_proto)
+
     def embed(self, call: EmbedCall, timeout: float) -> Pending[np.ndarray]:
         request = convert.embed_call_to_proto(call, self._relay_header())
         # The width depends on the method (baselines send several slots); the engine checks it.

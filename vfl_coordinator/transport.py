@@ -119,6 +119,10 @@ class GrpcTransport:
     def class_weights(self, block: int, split: str) -> np.ndarray | None:
         return self._call("ClassWeights", {block: split}, PartyClient.class_weights).get(block)
 
+    def validation_strata(self, block: int) -> np.ndarray | None:
+        strata = PartyClient.validation_strata
+        return self._call("ClassWeights", {block: "train"}, strata).get(block)
+
     def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
         return self._call("Embed", calls, PartyClient.embed)
 

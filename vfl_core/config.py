@@ -255,6 +255,15 @@ class TrainConfig(_Frozen):
     # fewer than MIN_CHOICE_SAMPLES validation samples keeps LASER-VFL's heads); "all", once for
     # every set holding a label party, on all their validation samples together.
     concat_choice: Literal["sets", "all"] = "sets"
+    # How the validation samples are drawn: "random" (the seed's draw of the samples a label
+    # party holds) or "stratified" (classification: each class held out in its share, from
+    # per-row draws the label party makes within each class, vfl_core.training.strata;
+    # regression falls back to random).
+    validation_split: Literal["random", "stratified"] = "random"
+    # Regression: what the label party's heads learn. "none": the standardised target; "log":
+    # the standardised log(1 + y), predictions back in original units; "auto": log where the
+    # party's training targets are non-negative and skewed (vfl_core.data.learning_task.wants_log).
+    target_transform: Literal["none", "log", "auto"] = "none"
 
     def patience(self, tabular: bool) -> int:
         """The early-stopping patience this run uses: the configured one, or by default

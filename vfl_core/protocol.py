@@ -33,6 +33,9 @@ class ServingChoice:
 
     threshold: float | None = None
     subsets: Mapping[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+    # the observed sets predicted with another of the label party's heads (PredictCall.head:
+    # "concat", LASER-VFL's concatenating head, TrainConfig.concat_head), from all their parties
+    heads: Mapping[tuple[int, ...], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -354,6 +357,8 @@ class Transport(Protocol):
     def id_hashes(self, split: str, blocks: list[int]) -> dict[int, list[bytes]]: ...
 
     def class_weights(self, block: int, split: str) -> np.ndarray | None: ...
+
+    def validation_strata(self, block: int) -> np.ndarray | None: ...
 
     def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]: ...
 

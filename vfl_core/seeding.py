@@ -48,6 +48,8 @@ class Stream(IntEnum):
     PRIVACY_LABELS = 52  # randomised response on a label party's training labels
     PRIVACY_SCORES = 53  # the randomised-response labels a label party scores with
     PRIVACY_ROWS = 54  # a row's gradient noise, the same in every epoch (per-row defences)
+    # a feature-only party's tower trained on its own rows (vfl_core.privacy.pretrain)
+    PRIVACY_PRETRAIN = 55
     TOWER_DROPOUT = 60  # a party MLP's dropout masks (vfl_core.model.tower.SeededDropout)
 
 

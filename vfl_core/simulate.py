@@ -71,7 +71,7 @@ class SimulationConfig(BaseModel):
     def _own_rows_keep_their_gaps(self) -> SimulationConfig:
         """Tables and prepared party directories bring their own rows, gaps and labels: the
         options that cut a built-in data set were silently not applied to them, and the summary
-        still said "train p_miss 0.3" (the third outsider pass). Refused, naming them."""
+        still said "train p_miss 0.3". Refused, naming them."""
         if not (self.tables or self.party_dirs):
             return self
         given = [
@@ -230,7 +230,7 @@ def _check_test_rows(tables: tuple[TableSource, ...], data: list[PartyData]) -> 
 
 def _warn_of_rare_classes(data: list[PartyData]) -> None:
     """What vfl-client and vfl prepare say of a class with very few training rows, said by
-    vfl simulate too (the third outsider pass: a class of 1 training row passed unsaid)."""
+    vfl simulate too (a class of 1 training row would otherwise pass unsaid)."""
     for d in data:
         for warning in rare_class_warnings(class_counts(d)):
             log.warning("block %d: %s", d.meta.block, warning)

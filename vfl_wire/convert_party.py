@@ -10,6 +10,7 @@ import numpy as np
 
 from vfl_core.errors import ProtocolError
 from vfl_core.inference.scoring import SUMS
+from vfl_core.methods.spec import CONCAT
 from vfl_core.model.quantize import LOSSLESS
 from vfl_core.protocol import (
     BackwardCall,
@@ -421,6 +422,8 @@ def serving_choice_to_proto(choice: ServingChoice) -> vfl_pb2.ServingChoice:
         out.threshold = choice.threshold
     for observed, kept in sorted(choice.subsets.items()):
         out.subsets.add(observed=list(observed), kept=list(kept))
+    for observed, head in sorted(choice.heads.items()):
+        out.heads.add(observed=list(observed), head=head)
     return out
 
 
@@ -436,4 +439,9 @@ def serving_choice_from_proto(message: vfl_pb2.ServingChoice) -> ServingChoice:
         if not kept or not set(kept) <= set(observed):
             raise ProtocolError(f"ServingChoice: kept {list(kept)} of observed {list(observed)}")
         subsets[observed] = kept
-    return ServingChoice(threshold, subsets)
+    heads: dict[tuple[int, ...], str] = {}
+    for h in message.heads:
+        if h.head != CONCAT:
+            raise ProtocolError(f"ServingChoice: unknown head {h.head[:64]!r}")
+        heads[tuple(sorted(h.observed))] = h.head
+    return ServingChoice(threshold, subsets, heads)

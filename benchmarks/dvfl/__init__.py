@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.paper import Stat, simulate_worker
+from benchmarks.paper import simulate_worker
 from benchmarks.paper.faults import stat
 from benchmarks.pool import Task, machine, read_json, run_tasks
-from benchmarks.setups import md_table, pyplot, save_figure, write_job_report
+from benchmarks.setups import Stat, md_table, pyplot, save_figure, write_job_report
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.paper import Stat, simulate_worker
+from benchmarks.paper import simulate_worker
 from benchmarks.pool import Task, machine, read_json, run_tasks
-from benchmarks.setups import SETUPS, md_table, pyplot, save_figure, write_job_report
+from benchmarks.setups import SETUPS, Stat, md_table, pyplot, save_figure, write_job_report
 
 log = logging.getLogger(__name__)
 

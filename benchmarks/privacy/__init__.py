@@ -57,7 +57,7 @@ from benchmarks.privacy.attacks import (
     sum_norm_attack,
     sum_pca_attack,
 )
-from benchmarks.tabular_tables import Table, tables
+from benchmarks.tabular.tables import Table, tables
 from vfl_core.data.tabular import TableSource
 from vfl_core.protocol import BackwardCall, EmbedCall, TrainCall, Transport
 from vfl_core.simulate import SimulationConfig, run_simulation
@@ -83,7 +83,8 @@ class Relayed:
     rows: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     grads: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     epochs: dict[int, int] = field(default_factory=dict)  # round -> epoch
-    # each party's bottom model before training (what a party holds without any gradient)
+    # each party's bottom model before the first round (what a party holds without any
+    # gradient: as drawn, or as its label-free pretraining left it, vfl_core.privacy.pretrain)
     initial: dict[int, torch.nn.Module] = field(default_factory=dict)
 
 
@@ -335,6 +336,13 @@ DEFENCES: dict[str, dict[str, Any]] = {
     },
     # issue 44: the feature-only parties get no gradient (their bottom models stay as drawn)
     "withhold": {"gradient_defence": "withhold"},
+    # and each feature-only party's tower trained on its own rows without labels first
+    "withhold_denoise": {"gradient_defence": "withhold", "feature_pretrain": "denoise"},
+    "withhold_denoise_p60": {
+        "gradient_defence": "withhold",
+        "feature_pretrain": "denoise",
+        "pretrain_epochs": 60,
+    },
     # label DP at milder budgets (randomised once, before training: epochs do not compose)
     "label_dp_e2": {"label_epsilon": 2.0},
     "label_dp_e3": {"label_epsilon": 3.0},
@@ -378,6 +386,11 @@ SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
         "withhold",
         {"concat_head": True, "model": {"embed_dim": 256, "head_hidden": 256}},
     ),
+    "withhold_denoise_e256": ("withhold_denoise", {"model": {"embed_dim": 256}}),
+    "withhold_denoise_concat": ("withhold_denoise", {"concat_head": True}),
+    "withhold_denoise_ple": ("withhold_denoise", {"model": {"num_embedding": "ple"}}),
+    "withhold_denoise_p60_ple": ("withhold_denoise_p60", {"model": {"num_embedding": "ple"}}),
+    "withhold_ple": ("withhold", {"model": {"num_embedding": "ple"}}),
 }
 
 

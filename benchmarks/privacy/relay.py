@@ -2,7 +2,7 @@
 
     python -m benchmarks.privacy.relay --data-path ../shared/data --repeats 3 --epochs 2
 
-UCI Credit (4000 rows, benchmarks.tabular_tables), K parties (`--parties`, columns dealt
+UCI Credit (4000 rows, benchmarks.tabular.tables), K parties (`--parties`, columns dealt
 round-robin): block 0 holds the labels, the others are feature-only. The parties run behind the real
 `PartyServicer` on gRPC servers in this process (their relay keys from certificates made by `vfl
 certs`'s code), the coordinator's round engine drives them through `GrpcTransport`; so the process's
@@ -38,7 +38,7 @@ import grpc
 import numpy as np
 
 from benchmarks.privacy import direction_attack, knn_attack, norm_attack, write_parties
-from benchmarks.tabular_tables import tables
+from benchmarks.tabular.tables import tables
 from vfl_cli.certs_cmd import create_federation
 from vfl_client.servicer import PartyServicer
 from vfl_coordinator.config import Deadlines

@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from benchmarks.netshape import NetShaper, Shape
+from benchmarks.serve.acceptance import acceptance_lines, late_answers, shed_counted
 from benchmarks.serve.cluster import (
     ServingCluster,
     live_missing_why,
@@ -117,12 +118,18 @@ class Cell:
     honour_retry: bool = False  # a caller shed waited the reply's Retry-After
     live_missing_why: dict[str, int] | None = None  # reason -> live parties missing for it
     shed_why: dict[str, int] | None = None  # reason -> requests shed for it
+    shed_counted: float | None = None  # the gateway's own count of requests shed (/metrics)
+    # answers the callers had later than the deadline + 15 ms, and the mean ms of those spent
+    # after the gateway's last deadline check (X-Answered-At) on them
+    late_answers: int = 0
+    late_after_ms: float = -1.0
 
 
 SETTLE_S = 0.5
 # where a request's time went: queue (the caller's time less the gateway's: before the gateway
-# read its request line, and the reply's way back), then the gateway's steps (Server-Timing)
-STEPS = ("queue", "loop", "read", "own", "parties", "heads")
+# read its request line, and the reply's way back), then the gateway's steps (Server-Timing),
+# then after: from the gateway's last deadline check to the caller having read the answer
+STEPS = ("queue", "loop", "read", "own", "parties", "heads", "after")
 
 
 def credit_tables(data_path: Path, out: Path) -> list[Path]:
@@ -148,7 +155,7 @@ def credit_tables(data_path: Path, out: Path) -> list[Path]:
 
 def run(job: ServeJob) -> dict[str, object]:
     """Every cell of the job; returns the record write_report formats."""
-    load_before = os.getloadavg()
+    load_before, commit = os.getloadavg(), _commit()  # the code as it starts
     with tempfile.TemporaryDirectory(prefix="vfl-serve-") as tmp:
         work = Path(tmp)
         tables = credit_tables(job.data_path, work / "tables")
@@ -205,7 +212,7 @@ def run(job: ServeJob) -> dict[str, object]:
             scale = _scale_out(job, cluster, callers_, gateways[False], bundles, tables, ids)
     return {
         "command": job.command,
-        "commit": _commit(),
+        "commit": commit,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared",
         "load_before": load_before,
         "load_after": os.getloadavg(),
@@ -251,7 +258,9 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode, stamp=True, ret
         fault = threading.Timer(lead_s + job.seconds / 3, send)
         fault.start()
     stamp_s = job.deadline_ms / 1000 if stamp else None
+    counted = shed_counted(port)
     replies = callers_.run(port, ids, job.seconds, callers, stamp_s, retry)
+    counted = shed_counted(port) - counted
     if fault is not None:
         fault.join()
     took = sorted(r.took for r in replies)
@@ -276,6 +285,8 @@ def _cell(job, cluster, callers_, port, ids, rtt, callers, mode, stamp=True, ret
         live_missing=sum(1 for r in replies if r.ok and set(r.missing) - faulted),
         live_missing_why=live_missing_why(replies, faulted),
         shed_why=shed_why(replies),
+        shed_counted=counted,
+        **late_answers(replies, job.deadline_ms),
         answered_p99_ms=1000 * answered[98] if answered else -1.0,
         server_p50_ms=1000 * server[49] if server else -1.0,
         server_p99_ms=1000 * server[98] if server else -1.0,
@@ -355,6 +366,8 @@ def _in_process_rows_per_s(fed) -> float:
 
 
 def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
+    results.mkdir(parents=True, exist_ok=True)  # the record first: kept if the text fails
+    (results / "serve.json").write_text(json.dumps(record, indent=2, default=str))
     job, batch = record["job"], record["batch"]
     lines = [
         "# Online serving: latency and throughput",
@@ -400,6 +413,7 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
             f"{c.get('shed', 0)} | {_ms(c.get('answered_p99_ms', -1))} | "
             f"{c['failed']} | {c['subset']} | {c.get('live_missing', 0)} |"
         )
+    lines += acceptance_lines(record["cells"], job["deadline_ms"])
     lines += why_table(record["cells"])
     lines += _steps_table(record["cells"])
     scale = record.get("scale") or {"cells": []}
@@ -413,10 +427,8 @@ def write_report(record: dict[str, object], results: Path) -> tuple[Path, str]:
         "",
     ]
     text = "\n".join(lines)
-    results.mkdir(parents=True, exist_ok=True)
     path = results / "serve.md"
     path.write_text(text)
-    (results / "serve.json").write_text(json.dumps(record, indent=2, default=str))
     return path, text
 
 
@@ -434,7 +446,9 @@ def _steps_table(cells: list[dict]) -> list[str]:
         "gateway's event loop reading the request and its handler starting, read = its "
         "headers, body and JSON, own = the "
         "gateway's own embedding, parties = waiting for the other parties, heads = the head "
-        "(its `Server-Timing` steps). in flight at fault: requests sent before the signal and "
+        "(its `Server-Timing` steps), after = of the queue, from the gateway's last deadline "
+        "check on an answer (its `X-Answered-At`) to the caller having read it (answers "
+        "only; 0 for a 429). in flight at fault: requests sent before the signal and "
         f"answered after it (% of the cell); settled p99: requests sent {SETTLE_S:g} s or more "
         "after it.",
         "",

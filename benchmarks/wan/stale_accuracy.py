@@ -1,5 +1,5 @@
 """What bounded staleness costs a table's model: `vfl simulate` (in process) on `vfl bench
-tabular`'s party CSVs (benchmarks.tabular_data.prepare, partial overlap, K = 3, labels at
+tabular`'s party CSVs (benchmarks.tabular.data.prepare, partial overlap, K = 3, labels at
 party 0), the defaults against the defaults plus each `--staleness S`, side by side per table
 and seed in one invocation. In process the federation runs the pipelined engine's rounds, which
 the gRPC federation reproduces bit for bit on either data plane (tests/test_direct_grpc.py,
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.tabular_data import prepare
-from benchmarks.tabular_federation import simulate_row
-from benchmarks.tabular_tables import K, tables
+from benchmarks.tabular.data import prepare
+from benchmarks.tabular.rows import simulate_row
+from benchmarks.tabular.tables import K, tables
 
 METRICS = (("accuracy", "accuracy %", 100.0), ("f1", "F1 x 100", 100.0), ("auc", "AUC", 1.0))
 

@@ -1,10 +1,10 @@
 """`vfl bench wan --tables`: what a user waits for, a table's model, over shaped links.
 
-Per table (benchmarks.tabular_tables: UCI Credit and the census-like table, cut into K = 3 party
+Per table (benchmarks.tabular.tables: UCI Credit and the census-like table, cut into K = 3 party
 CSVs with the labels at party 0 and partial overlap exactly as `vfl bench tabular` cuts them:
-benchmarks.tabular_data.prepare), recipe (coordinator options, `RECIPES`), RTT and seed, one real
+benchmarks.tabular.data.prepare), recipe (coordinator options, `RECIPES`), RTT and seed, one real
 federation (`vfl-coordinator` and 3 `vfl-client --data partyK.csv`, options as
-benchmarks.tabular_federation gives them) trains the way a user runs it: with the defaults, it
+benchmarks.tabular.rows gives them) trains the way a user runs it: with the defaults, it
 trains until early stopping and ends with the weights of its best epoch. Every party reaches the
 coordinator over its own `netshape.Link` (one RTT and bandwidth for every link, as
 benchmarks.wan sets them up); a party's advertised address is its link's port, so on the direct
@@ -21,7 +21,7 @@ after the best that early stopping waits for included). Rounds come from the run
 (`trained_rounds`), the round time from the engine's epoch timer (training rounds only,
 validation not), the scores from the test evaluation of the restored model (all test rows).
 The centralised HistGradientBoosting row (no network) is `vfl bench tabular`'s
-(benchmarks.tabular_baselines.hgb_row).
+(benchmarks.tabular.rows.hgb_row).
 
 wan.md's section of an invocation (`section`): per table, every recipe at every RTT (means over
 the seeds run), the centralised HistGradientBoosting row, and the issue-43 acceptance checks
@@ -45,10 +45,9 @@ from benchmarks import procs
 from benchmarks.netshape import HOST, NetShaper, Shape, free_port
 from benchmarks.pool import invocation, read_json, write_json
 from benchmarks.setups import md_table
-from benchmarks.tabular_baselines import hgb_row
-from benchmarks.tabular_data import Prepared, prepare
-from benchmarks.tabular_federation import table_client_args
-from benchmarks.tabular_tables import tables
+from benchmarks.tabular.data import Prepared, prepare
+from benchmarks.tabular.rows import hgb_row, table_client_args
+from benchmarks.tabular.tables import tables
 
 log = logging.getLogger(__name__)
 

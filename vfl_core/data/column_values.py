@@ -117,6 +117,11 @@ def day(cell: str) -> float | None:
 
 
 def finite_number(cell: str) -> bool:
+    """A finite number as Arrow's CSV reader reads one. Python's float() also takes digit
+    separators ('1_000') and other scripts' digits ('١٢'), which Arrow reads as text: counted as
+    numbers here, such a cell would turn its whole column into categories, unrefused."""
+    if "_" in cell or not cell.isascii():
+        return False
     try:
         return math.isfinite(float(cell))
     except ValueError:

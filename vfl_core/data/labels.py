@@ -28,15 +28,15 @@ LISTED_CLASSES = 10
 # Regression targets this many median absolute deviations (scaled to a normal sd) from the
 # median are far out; when at most FAR_TARGETS_SHARE of the rows are and they make more than
 # FAR_VARIANCE_SHARE of the targets' squared deviation, squared-error training and RMSE are
-# ruled by them, which is warned about (the third outsider pass: 6 of 1500 targets typed x1000
-# gave every model R^2 ~ 0 and the federation stopped early at epoch 2, with no word why).
+# ruled by them, which is warned about (6 of 1500 targets typed x1000 give every model
+# R^2 ~ 0 and the federation stops early at epoch 2, with no word why otherwise).
 FAR_MADS = 20.0
 FAR_TARGETS_SHARE = 0.05
 FAR_VARIANCE_SHARE = 0.5
 # A binary label whose positive class (index 1: the later of the sorted classes unless
 # --positive-class names it) holds at least this share of the training rows is warned about:
-# F1 is then about the common class (the third outsider pass: fraud/ok made "ok", 96% of the
-# rows, the positive class, F1 97.8 with nothing said of the frauds).
+# F1 is then about the common class (fraud/ok makes "ok", 96% of the rows, the positive
+# class: F1 97.8 with nothing said of the frauds).
 COMMON_POSITIVE_SHARE = 0.75
 
 

@@ -14,6 +14,7 @@ from vfl_core.privacy.label_prior import LabelPrior
 GradientDefence = Literal[
     "none", "max_norm", "direction", "max_norm_direction", "max_norm_direction_per_row", "withhold"
 ]
+FeaturePretrain = Literal["none", "denoise"]
 
 
 class PrivacyConfig(BaseModel):
@@ -31,6 +32,13 @@ class PrivacyConfig(BaseModel):
     # weight decay; nothing about a label reaches them through training).
     gradient_defence: GradientDefence = "none"
     direction_power: float = Field(1.0, gt=0)
+    # With withhold, at each feature-only party, once before training: its tower trained on its
+    # own training rows without labels (denoise: VIME's self-supervised objective on SCARF's
+    # corruption, vfl_core.privacy.pretrain), `pretrain_epochs` passes, each entry swapped with
+    # another row's at `pretrain_corruption`; none = the tower as drawn.
+    feature_pretrain: FeaturePretrain = "none"
+    pretrain_epochs: int = Field(20, ge=1, le=1000)
+    pretrain_corruption: float = Field(0.3, gt=0, lt=1)
     # At every party, on the embeddings it sends in training: each row clipped to L2 norm
     # `embedding_clip`, plus Gaussian noise of std `embedding_noise` * clip (DP-SGD's Gaussian
     # mechanism on the released embedding; epsilon reported at `delta`).
@@ -62,6 +70,11 @@ class PrivacyConfig(BaseModel):
     def _noise_needs_clip(self) -> PrivacyConfig:
         if 1000 % self.score_bins:
             raise ValueError(f"score_bins must divide 1000, not {self.score_bins}")
+        if self.feature_pretrain != "none" and self.gradient_defence != "withhold":
+            raise ValueError(
+                "feature_pretrain needs gradient_defence withhold: otherwise the label-derived "
+                "gradients train the feature parties' towers anyway"
+            )
         if self.label_prior != "uniform" and self.label_epsilon is None:
             raise ValueError(
                 "label_prior needs label_epsilon: it is the prior of its randomised response"

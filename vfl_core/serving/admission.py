@@ -17,9 +17,12 @@ The rule, checked when the gateway comes to start a request (after any queue):
   nothing is shed by this rule.
 And when the answer is ready more than LATE_GRACE_S past its deadline (an overloaded
 interpreter between the wait for the parties and the head), it is shed (`LATE`) instead of
-sent late. A request that a party awaited for it did not answer in time, although that party
-answered other requests since this one asked it (alive, only slow: the machine or the queue,
-not a frozen or dead party), is shed too (`SLOW_PEER`, vfl_core.serving.gateway): an answer
+sent late; an answer to a request its caller stamped with its own deadline is shed once more
+than STAMP_GRACE_S past that stamp. The last such check runs just before the reply's bytes are
+written (vfl_client.serving_app), so no answer leaves the gateway later than that.
+A request that a party awaited for it did not answer in time, although that party answered
+some request within the last three deadlines (alive, only slow: the machine or the queue, not
+a frozen or dead party), is shed too (`SLOW_PEER`, vfl_core.serving.gateway): an answer
 without a party that is alive is a weaker prediction the caller cannot tell from a good one.
 The deadline itself may be the caller's (an absolute time it stamped on the request when
 sending it: the time the request waited before the gateway read it then counts against it).
@@ -44,6 +47,10 @@ SLOW_PEER = "a live party's answer came too late"
 # An answer ready later than its deadline by more than this is shed instead of sent: the head
 # runs after the wait for the parties, which ends at the deadline at the latest.
 LATE_GRACE_S = 0.015  # the tail an answer may have past its deadline (issue 46: p99 <= +15 ms)
+# ... past the caller's own deadline (X-Deadline-At): the caller counts from when it sent the
+# request, so the gateway's reply must leave by then, the rest of the 15 ms for its way back
+# (the kernel, the caller's thread taking it)
+STAMP_GRACE_S = 0.005
 
 
 class Overloaded(VflError):
@@ -62,8 +69,10 @@ class Admission:
         window: int = WINDOW,
         min_samples: int = MIN_SAMPLES,
         late_grace_s: float = LATE_GRACE_S,
+        stamp_grace_s: float = STAMP_GRACE_S,
     ) -> None:
         self.late_grace_s = late_grace_s
+        self.stamp_grace_s = stamp_grace_s
         self._recent: deque[float] = deque(maxlen=window)
         self._min = min_samples
         self._lock = threading.Lock()
@@ -85,10 +94,14 @@ class Admission:
         if left < needed:
             raise Overloaded(CANNOT_MEET, f"{1000 * left:.0f} ms left, {1000 * needed:.0f} needed")
 
-    def check_late(self, now: float, deadline: float) -> None:
-        """Raise Overloaded when an answer ready at `now` is late past the grace."""
+    def check_late(self, now: float, deadline: float, stamp: float | None = None) -> None:
+        """Raise Overloaded when an answer ready at `now` is late: past `deadline` (the
+        gateway's own) by more than late_grace_s, or past the caller's `stamp` (its own
+        deadline, when it gave one) by more than stamp_grace_s."""
         if now > deadline + self.late_grace_s:
             raise Overloaded(LATE, f"{1000 * (now - deadline):.0f} ms past it")
+        if stamp is not None and now > stamp + self.stamp_grace_s:
+            raise Overloaded(LATE, f"{1000 * (now - stamp):.0f} ms past the caller's deadline")
 
     def record(self, seconds: float) -> None:
         """A request's time from start to its awaited parties' answers all in."""

@@ -6,6 +6,7 @@ A bundle is a directory written after training (`vfl-client --bundle-dir`, `vfl 
     bundle.json        BundleMeta: block, task, classes, threshold, target scale, columns
     representation.pt  f_k as TorchScript (traced in eval mode, on CPU)
     head.pt            g_k as TorchScript, at a party with a head
+    concat_head.pt     its concatenating head, where the validation chose it for some set
     preprocess.json    the party's fitted table preprocessing, for a tabular party
 
 TorchScript and not eager modules or ONNX: a traced module loads without the model classes or
@@ -37,17 +38,21 @@ from vfl_core.data.learning_task import REGRESSION
 from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.methods.laser.objective import fuse_mean
+from vfl_core.methods.spec import CONCAT
+from vfl_core.model.slots import CONCAT_HEAD
 from vfl_core.protocol import ServingChoice
 from vfl_core.training.party import Party
 
 log = logging.getLogger(__name__)
 
-# 2: the validation choice of subsets (BundleMeta.subsets); format 1 bundles still load
-BUNDLE_FORMAT = 2
-READABLE_FORMATS = (1, 2)
+# 2: the validation choice of subsets (BundleMeta.subsets); 3: of the concatenating head
+# (BundleMeta.concat_sets); format 1 and 2 bundles still load
+BUNDLE_FORMAT = 3
+READABLE_FORMATS = (1, 2, 3)
 META_FILE = "bundle.json"
 REPRESENTATION_FILE = "representation.pt"
 HEAD_FILE = "head.pt"
+CONCAT_HEAD_FILE = "concat_head.pt"
 PREPROCESS_FILE = "preprocess.json"
 
 
@@ -85,8 +90,14 @@ class BundleMeta(BaseModel):
     # the validation choice of parties per observed set (vfl_core.inference.choice); a set not
     # named is predicted from all of its parties
     subsets: tuple[SubsetRule, ...] = ()
+    # the observed sets the validation chose the concatenating head for (TrainConfig.concat_head):
+    # predicted by CONCAT_HEAD_FILE from the zero-filled concatenation of all num_blocks blocks
+    concat_sets: tuple[tuple[int, ...], ...] = ()
     target_mean: float = 0.0  # regression: the head's standardised output in original units
     target_std: float = 1.0
+    target_log: bool = (
+        False  # regression: the head learnt log(1 + y) (TrainConfig.target_transform)
+    )
     columns: tuple[str, ...] = ()  # a tabular party's feature columns, in its table
 
 
@@ -106,6 +117,12 @@ def write_bundle(
     head = party.g if party.data.meta.has_labels else None
     if head is not None:
         _save_traced(head, torch.zeros((1, party.config.model.embed_dim)), directory / HEAD_FILE)
+    concat = _concat_sets(party, choice) if head is not None else ()
+    if concat:
+        width = party.data.meta.num_blocks * party.config.model.embed_dim
+        _save_traced(
+            party.models.head(CONCAT_HEAD), torch.zeros((1, width)), directory / CONCAT_HEAD_FILE
+        )
     pre = party.data.preprocessing
     if pre is not None:
         write_text_atomically(directory / PREPROCESS_FILE, json.dumps(pre, indent=2) + "\n")
@@ -113,6 +130,7 @@ def write_bundle(
         threshold = choice.threshold if threshold is None else threshold
     rules = choice.subsets if head is not None and choice is not None else {}
     meta = bundle_meta(party, threshold, has_head=head is not None, subsets=rules)
+    meta = meta.model_copy(update={"concat_sets": concat})
     write_text_atomically(directory / META_FILE, meta.model_dump_json(indent=2) + "\n")
     log.info("party %s wrote its serving bundle to %s", party.party_id, directory)
     return directory
@@ -146,8 +164,21 @@ def bundle_meta(
         ),
         target_mean=party.scaler.mean,
         target_std=party.scaler.std,
+        target_log=party.scaler.log,
         columns=tuple(c["name"] for c in pre.get("columns", ())),
     )
+
+
+def _concat_sets(party: Party, choice: ServingChoice | None) -> tuple[tuple[int, ...], ...]:
+    """The observed sets `choice` predicts with the concatenating head (which the party must
+    have trained)."""
+    sets = tuple(sorted(o for o, h in (choice.heads if choice else {}).items() if h == CONCAT))
+    if sets and not party.spec.concat_head:
+        raise ConfigError(
+            f"the choice predicts {len(sets)} observed sets with the concatenating head, but "
+            f"party {party.party_id} trained none (--concat-head)"
+        )
+    return sets
 
 
 def _check_servable(party: Party) -> None:
@@ -181,6 +212,7 @@ class Bundle:
     head: torch.jit.ScriptModule | None
     preprocessing: TabularPreprocessor | None
     device: torch.device
+    concat_head: torch.jit.ScriptModule | None = None  # BundleMeta.concat_sets' head
 
     def embed(self, features: np.ndarray) -> np.ndarray:
         """(B, *feature_shape) float32 rows -> (B, embed_dim) float32 embeddings."""
@@ -192,10 +224,11 @@ class Bundle:
             x = torch.from_numpy(features).to(self.device)
             return self.representation(x).to("cpu", torch.float32).numpy()  # (B, d)
 
-    def predict(self, embeddings: Mapping[int, np.ndarray]) -> np.ndarray:
+    def predict(self, embeddings: Mapping[int, np.ndarray], head: str = "") -> np.ndarray:
         """The head on the mean of `embeddings` (block -> (B, d)): (B, C) class probabilities,
         or (B, 1) values in original units. Without the party's own block only where the
-        method's heads serve feature-only sets (LASER-VFL's do)."""
+        method's heads serve feature-only sets (LASER-VFL's do). `head` "concat" (as
+        `head_for` names it): the concatenating head on the zero-filled concatenation."""
         if self.head is None:
             raise ConfigError(f"party {self.meta.party_id} has no head: it cannot predict")
         if not embeddings or not self.can_predict(embeddings):
@@ -203,12 +236,30 @@ class Bundle:
         blocks = (self.meta.block,) if self.meta.own_block_only else tuple(sorted(embeddings))
         tensors = {b: torch.from_numpy(embeddings[b]).to(self.device) for b in blocks}
         with torch.no_grad():
-            output = self.head(fuse_mean(tensors, blocks))  # (B, C) or (B, 1)
+            if head:
+                output = self._concatenated(tensors, head)
+            else:
+                output = self.head(fuse_mean(tensors, blocks))  # (B, C) or (B, 1)
             if self.meta.task == REGRESSION:
                 output = output * self.meta.target_std + self.meta.target_mean
+                if self.meta.target_log:
+                    output = torch.expm1(output)
             else:
                 output = torch.softmax(output, dim=1)
         return output.to("cpu", torch.float32).numpy()
+
+    def head_for(self, present: tuple[int, ...]) -> str:
+        """The head that predicts an observed set: "concat" where the validation chose the
+        concatenating head, else "" (the mean-fusion head)."""
+        return CONCAT if present in self.meta.concat_sets else ""
+
+    def _concatenated(self, tensors: Mapping[int, torch.Tensor], head: str) -> torch.Tensor:
+        if head != CONCAT or self.concat_head is None:
+            raise DataError(f"predict: party {self.meta.party_id} has no {head[:64]!r} head")
+        first = next(iter(tensors.values()))
+        zeros = torch.zeros_like(first)  # (B, d): an absent block
+        parts = [tensors.get(b, zeros) for b in range(self.meta.num_blocks)]
+        return self.concat_head(torch.cat(parts, dim=1))  # (B, num_blocks * d) -> (B, C)
 
     def can_predict(self, blocks: Collection[int]) -> bool:
         """Whether the head predicts from these blocks' embeddings."""
@@ -245,7 +296,10 @@ def load_bundle(directory: Path, device: torch.device | str = "cpu") -> Bundle:
     preprocessing = None
     if pre_file.is_file():
         preprocessing = TabularPreprocessor.from_json(pre_file.read_text(), str(pre_file))
-    return Bundle(meta, representation, head, preprocessing, device)
+    concat = None
+    if meta.has_head and meta.concat_sets:
+        concat = _load_module(directory / CONCAT_HEAD_FILE, device)
+    return Bundle(meta, representation, head, preprocessing, device, concat)
 
 
 def read_bundle_meta(directory: Path) -> BundleMeta:

@@ -68,4 +68,4 @@ def read_choice(results: Path) -> ServingChoice:
         threshold = chosen.threshold
     else:
         threshold = None if float(configured) == 0.5 else float(configured)
-    return ServingChoice(threshold, dict(chosen.subsets))
+    return ServingChoice(threshold, dict(chosen.subsets), dict(chosen.heads))

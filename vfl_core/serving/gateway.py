@@ -150,16 +150,16 @@ class Gateway:
         answer takes now: vfl_core.serving.admission) is Overloaded, asking no party; so is one
         that a party it waited for did not answer in time while that party answered others
         since (alive, only slow: SLOW_PEER). `not_after`: the caller's own deadline
-        (time.monotonic()), used when earlier than the one counted from `arrived`.
+        (time.monotonic()), used when earlier than the one counted from `arrived`; an answer
+        ready past it by more than the admission's stamp grace is Overloaded (LATE).
         `phases`, when given, gets the seconds spent in each step: own (the own block's
         embedding), parties (waiting for them), heads; and `overrun` when answered past the
         deadline."""
         ids = self._checked_ids(ids)
         seconds = self.deadline_s if deadline_s is None else check_deadline(deadline_s)
         start = time.monotonic()
-        deadline = (start if arrived is None else arrived) + seconds
-        if not_after is not None:
-            deadline = min(deadline, not_after)
+        own_deadline = (start if arrived is None else arrived) + seconds
+        deadline = own_deadline if not_after is None else min(own_deadline, not_after)
         own = self._own_rows(ids, inline or {})  # checked before any party is asked
         self.admission.admit(start, deadline)
         keys = hash_ids(ids, self.secret)
@@ -198,29 +198,32 @@ class Gateway:
         done = time.monotonic()
         if done > deadline and phases is not None:
             phases["overrun"] = done - deadline
-        self.admission.check_late(done, deadline)
+        self.admission.check_late(done, own_deadline, not_after)
         if phases is not None:
             phases.update(own=embedded - start, parties=waited - embedded, heads=done - waited)
         return answers
 
     def _shed_if_slow(self, blocks: _Blocks, asked_at: float, seconds: float) -> None:
-        """Overloaded (SLOW_PEER) when a party gave this request no answer although it is
-        alive: timed out, but it answered other requests since this one asked it; or lagging,
-        but it answered within the last LAGGING_AFTER deadlines (`seconds` each) before this
-        request asked (the parties of a loaded 2-core machine were measured silent for more
-        than one deadline of 100 ms while alive).
+        """Overloaded (SLOW_PEER) when a party gave this request no answer (timed out, or
+        lagging) although it is alive: it answered some request within the last
+        LAGGING_AFTER deadlines (`seconds` each) before this request asked, or since. The
+        parties of a loaded 2-core machine were measured silent for more than one deadline of
+        100 ms while alive, and a live party timed out with no answer to anyone while this
+        request waited (the machine stalled) was once left out as "timed out".
         Such a party is only late (the machine or the queues under load), and an answer
         without it would be a weaker prediction for no fault of the party. A party that
-        answered nothing for that long (frozen) or is down is left out, with its reason."""
-        since = {TIMED_OUT: asked_at, LAGGING: asked_at - LAGGING_AFTER * seconds}
+        answered nothing for that long (frozen) or is down is left out, with its reason: so a
+        party that freezes costs the requests of its first LAGGING_AFTER deadlines a 429."""
+        since = asked_at - LAGGING_AFTER * seconds
         slow = [
             self.names[b]
             for b, why in sorted(blocks.missing.items())
-            if why in since and b in self.peer_states.names()
-            and self.peer_states.answered_since(b, since[why])
+            if why in (TIMED_OUT, LAGGING) and b in self.peer_states.names()
+            and self.peer_states.answered_since(b, since)
         ]  # fmt: skip
         if slow:
-            raise Overloaded(SLOW_PEER, f"{', '.join(slow)} answered others meanwhile")
+            window = f"{1000 * LAGGING_AFTER * seconds:.0f} ms"
+            raise Overloaded(SLOW_PEER, f"{', '.join(slow)} answered within the last {window}")
 
     def warm_up(self, timeout_s: float) -> None:
         """Before the gateway is ready: run its own model and head once (torch's first calls
@@ -325,7 +328,7 @@ class Gateway:
             kept = self.bundle.kept(present)  # the validation choice: as `vfl predict` decides
             missing = _Missing(self.names, blocks, present, why, set(present) - set(kept))
             answers = self._predict_set(
-                ids, index, kept, blocks, [missing(owner[i]) for i in index]
+                ids, index, kept, blocks, [missing(owner[i]) for i in index], present
             )
             for i, answer in zip(index, answers, strict=True):
                 out[i] = answer
@@ -338,6 +341,7 @@ class Gateway:
         present: tuple[int, ...],
         blocks: _Blocks,
         missing: list[dict[str, str]],
+        observed: tuple[int, ...],
     ) -> list[OnlinePrediction]:
         used = tuple(self.names[b] for b in present)
         if not self.bundle.can_predict(present):
@@ -348,7 +352,8 @@ class Gateway:
             ]
         rows = np.array(index)
         embeddings = {b: blocks.embeddings[b][blocks.rows[b][rows]] for b in present}  # (m, d)
-        output = self.bundle.predict(embeddings)  # (m, C) or (m, 1)
+        # (m, C) or (m, 1), by the head the validation chose for the observed set
+        output = self.bundle.predict(embeddings, self.bundle.head_for(observed))
         if self.bundle.meta.task == REGRESSION:
             return [
                 OnlinePrediction(ids[i], used, m, value=v[0])

@@ -299,7 +299,7 @@ class Federation:
 
     def serving_choice(self) -> ServingChoice:
         """How this federation decides (threshold, subsets), for the serving bundles."""
-        return ServingChoice(self.threshold, dict(self.choice.subsets))
+        return ServingChoice(self.threshold, dict(self.choice.subsets), dict(self.choice.heads))
 
     @property
     def _training(self) -> np.ndarray | None:

@@ -314,6 +314,9 @@ class FaultyTransport:
     def class_weights(self, block: int, split: str) -> np.ndarray | None:
         return self.inner.class_weights(block, split)
 
+    def validation_strata(self, block: int) -> np.ndarray | None:
+        return self.inner.validation_strata(block)
+
     def checkpoint(self, round_id: int, blocks: list[int]) -> set[int]:
         down = self._down("guest")
         return self.inner.checkpoint(round_id, [b for b in blocks if b not in down])

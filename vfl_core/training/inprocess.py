@@ -71,6 +71,9 @@ class InProcessTransport:
     def class_weights(self, block: int, split: str) -> np.ndarray | None:
         return self.parties[block].class_weights(split)
 
+    def validation_strata(self, block: int) -> np.ndarray | None:
+        return self.parties[block].validation_strata()
+
     def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
         return self._fan_out(calls, lambda p, c: self._wire(p.embed(c)).copy())
 

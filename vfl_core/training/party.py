@@ -34,6 +34,7 @@ from vfl_core.model.model_bank import ModelBank
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.num_embeddings import NumericFit, fit_numeric
 from vfl_core.privacy.guards import PartyGuard
+from vfl_core.privacy.pretrain import Pretrain, pretrain_tower
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -47,6 +48,7 @@ from vfl_core.protocol import (
     TrainResult,
 )
 from vfl_core.seeding import Stream, rng
+from vfl_core.training import strata
 from vfl_core.training.alignment import batch_digest, hash_ids
 from vfl_core.training.psi import PartyPsi, check_keys
 
@@ -94,7 +96,7 @@ class Party:
         # statistics never leave it, predictions leave in original units.
         train = data.splits.get("train")
         labels = train.labels if train is not None and self.task == REGRESSION else None
-        self.scaler = TargetScaler.fit(labels)
+        self.scaler = TargetScaler.fit(labels, config.target_transform)
         self.models = ModelBank(
             config,
             meta.block,
@@ -112,6 +114,22 @@ class Party:
         hooks = self.spec.program if isinstance(self.spec.program, ProgramHooks) else None
         self.roles = None if hooks is None else hooks.party_state(self)
         self.laser = LaserSteps(self, build_models=self.roles is None)
+        self._pretrain()
+
+    def _pretrain(self) -> None:
+        """A feature-only party under `withhold` with feature_pretrain: its tower trained on
+        its own training rows without labels, once, before any round (vfl_core.privacy.pretrain)."""
+        privacy = self.config.privacy
+        train = self.data.splits.get("train")
+        if privacy.feature_pretrain == "none" or self.data.meta.has_labels or train is None:
+            return
+        if self.roles is not None:
+            raise ConfigError(f"feature_pretrain: method {self.config.method} has no tower f_k")
+        plan = Pretrain(privacy.pretrain_epochs, privacy.pretrain_corruption)
+        dense = int(np.prod(self.data.meta.feature_shape)) - len(self.data.meta.categorical)
+        pretrain_tower(
+            self.f, train.features, dense, plan, self.config.seed, self.block, self.device
+        )
 
     # ----------------------------------------------------------------- the shared f_k and g_k
     @property
@@ -167,6 +185,14 @@ class Party:
         counts = np.bincount(labels[known], minlength=self.data.meta.num_classes)
         weights = 1.0 / np.maximum(counts.astype(np.float64), 1.0)
         return np.where(known, weights[np.maximum(labels, 0)], 0.0)
+
+    def validation_strata(self) -> np.ndarray | None:
+        """Each training row's stratified validation draw (float32; None without labels or
+        for regression): vfl_core.training.strata.draws."""
+        labels = self.split("train").labels
+        if labels is None or self.task == REGRESSION:
+            return None
+        return strata.draws(labels, self.config.seed, self.block)
 
     # ----------------------------------------------------------------- the shared steps
     # LASER-VFL's and its baselines' (vfl_core.methods.laser.party_steps); a method with its own

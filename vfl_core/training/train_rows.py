@@ -16,8 +16,10 @@ import numpy as np
 
 from vfl_core.config import AUTO_MIN_VALIDATION
 from vfl_core.data.batch_plan import Batch, epoch_plan
+from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError
 from vfl_core.training.early_stop import hold_out
+from vfl_core.training.strata import hold_out_stratified
 
 if TYPE_CHECKING:
     from vfl_core.training.ports import RowsRun
@@ -50,9 +52,7 @@ class TrainRows:
         scorable &= np.any(labelled, axis=0) if labelled else False
         auto = fed.config.early_stop_patience is None
         try:
-            self.training, self.validation = hold_out(
-                scorable, fed.config.seed, fed.config.validation_fraction
-            )
+            self.training, self.validation = self._split(scorable)
         except ConfigError:
             if not auto:
                 raise
@@ -73,6 +73,40 @@ class TrainRows:
             len(al),
             fed.early_stop.patience,
         )
+
+    def _split(self, scorable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(training, validation) key indices: the seed's draw, or with validation_split
+        "stratified" (classification) the label parties' stratified draws
+        (vfl_core.training.strata)."""
+        config = self.fed.config
+        drawn = hold_out(scorable, config.seed, config.validation_fraction)  # checks the sizes
+        draw = self._strata(scorable) if config.validation_split == "stratified" else None
+        if draw is None:
+            return drawn
+        return hold_out_stratified(scorable, draw, config.validation_fraction)
+
+    def _strata(self, scorable: np.ndarray) -> np.ndarray | None:
+        """Per key, the stratified draw of the lowest label block holding it; None (the seed's
+        draw instead) for regression or where a candidate has none."""
+        fed = self.fed
+        al = fed.alignments["train"]
+        blocks = sorted(b for b, i in fed.infos.items() if i.has_labels and b in al.rows)
+        if not blocks or any(fed.infos[b].task == REGRESSION for b in blocks):
+            log.info("validation split: regression, drawn at random (not stratified)")
+            return None
+        draw = np.full(len(al), np.nan)
+        for block in blocks:
+            got = fed.transport.validation_strata(block)
+            if got is None or len(got) != fed.infos[block].samples.get("train", 0):
+                log.warning("validation draws of block %d missing or of the wrong size", block)
+                continue
+            rows = al.rows[block]
+            fill = (rows >= 0) & np.isnan(draw)
+            draw[fill] = got[rows[fill]]
+        if np.isnan(draw[scorable]).any():
+            log.warning("validation split: a label party sent no draws; drawn at random")
+            return None
+        return draw
 
     def class_weights(self) -> np.ndarray:
         """Per-key weights from the label parties (lowest block first that holds each sample)."""

@@ -208,12 +208,14 @@ class IdHashesReply(_message.Message):
     def __init__(self, hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class ClassWeightsRequest(_message.Message):
-    __slots__ = ("header", "split")
+    __slots__ = ("header", "split", "purpose")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
     header: Header
     split: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ...) -> None: ...
+    purpose: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., split: _Optional[str] = ..., purpose: _Optional[str] = ...) -> None: ...
 
 class ClassWeightsReply(_message.Message):
     __slots__ = ("present", "weights")
@@ -535,14 +537,24 @@ class ShutdownRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., reason: _Optional[str] = ..., choice: _Optional[_Union[ServingChoice, _Mapping]] = ...) -> None: ...
 
 class ServingChoice(_message.Message):
-    __slots__ = ("has_threshold", "threshold", "subsets")
+    __slots__ = ("has_threshold", "threshold", "subsets", "heads")
     HAS_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     SUBSETS_FIELD_NUMBER: _ClassVar[int]
+    HEADS_FIELD_NUMBER: _ClassVar[int]
     has_threshold: bool
     threshold: float
     subsets: _containers.RepeatedCompositeFieldContainer[SubsetChoice]
-    def __init__(self, has_threshold: _Optional[bool] = ..., threshold: _Optional[float] = ..., subsets: _Optional[_Iterable[_Union[SubsetChoice, _Mapping]]] = ...) -> None: ...
+    heads: _containers.RepeatedCompositeFieldContainer[HeadChoice]
+    def __init__(self, has_threshold: _Optional[bool] = ..., threshold: _Optional[float] = ..., subsets: _Optional[_Iterable[_Union[SubsetChoice, _Mapping]]] = ..., heads: _Optional[_Iterable[_Union[HeadChoice, _Mapping]]] = ...) -> None: ...
+
+class HeadChoice(_message.Message):
+    __slots__ = ("observed", "head")
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    HEAD_FIELD_NUMBER: _ClassVar[int]
+    observed: _containers.RepeatedScalarFieldContainer[int]
+    head: str
+    def __init__(self, observed: _Optional[_Iterable[int]] = ..., head: _Optional[str] = ...) -> None: ...
 
 class SubsetChoice(_message.Message):
     __slots__ = ("observed", "kept")

@@ -1,0 +1,220 @@
+"""The tabular benchmark on VertiBench's feature splits (issue 45 item 4; the splits:
+benchmarks.tabular.splits): for each (table, split, seed), the table's columns dealt to the K = 3
+parties by the split, the rows each party holds and the labels at party 0 as in `vfl bench
+tabular` (partial overlap), and on the same party CSVs:
+
+- `federation`: `vfl simulate` with the defaults, in process;
+- `splitnn`: VertiBench's SplitNN recipe as our options say it (`SPLITNN`): each party's MLP
+  [100, 100] (a hidden layer of 100 and an embedding of 100), a top MLP [200] on the
+  concatenated embeddings, Adam at 0.001, batch 128, 50 epochs, no early stopping or validation
+  choice; `--method vanilla` (split learning that trains on the rows every party holds, as
+  SplitNN does on aligned rows, and predicts a row with a missing block from zeros in its
+  place: VertiBench's rows are all aligned);
+- `label_alone`: the label party alone, the defaults;
+- `linear`, `hgb`, `lgbm`: logistic / ridge regression, HistGradientBoosting and LightGBM,
+  default settings, on the joined columns (a missing block as NaN), as `vfl bench tabular`.
+
+    python -m benchmarks.tabular.vertibench --data-path ../shared/data --tables credit diabetes \
+        --splits importance-0.1 correlation-1 --seeds 0 1 2 --jobs 2 \
+        --out benchmarks/results/runs/tabular-vertibench
+    python -m benchmarks.tabular.vertibench --summarise benchmarks/results/runs/tabular-vertibench
+
+Each (table, split, seed) is one cached JSON under `--out` (delete it to rerun).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.pool import Task, read_json, run_tasks
+from benchmarks.tabular.data import prepare
+from benchmarks.tabular.rows import hgb_row, lgbm_row, linear_row, simulate_row
+from benchmarks.tabular.splits import SPLITS, split_blocks
+from benchmarks.tabular.sweep import to_model
+from benchmarks.tabular.tables import LABEL_BLOCK, K, tables
+
+SPLITNN: tuple[str, ...] = (
+    "--method", "vanilla", "--hidden", "100", "--embed-dim", "100", "--head", "mlp",
+    "--head-hidden", "200", "--lr", "0.001", "--batch-size", "128", "--epochs", "50",
+    "--scheduler", "none", "--early-stop-patience", "0", "--threshold", "0.5",
+    "--subset-choice", "plain",
+)  # fmt: skip
+ROWS = ("federation", "splitnn", "label_alone", "linear", "hgb", "lgbm")
+# the acceptance bar of issue 45: within this of LightGBM (accuracy points; RMSE share)
+BAR_POINTS = 0.5
+BAR_RMSE_SHARE = 0.05
+
+
+def worker(payload: dict[str, Any]) -> dict[str, Any]:
+    data_path = Path(payload["data_path"]) if payload["data_path"] else None
+    seed = payload["seed"]
+    table = tables(data_path, False)[payload["table"]](seed, False)
+    start = time.process_time()
+    blocks = split_blocks(table, payload["split"], seed)
+    split_cpu = time.process_time() - start
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="vfl-tabular-vertibench-") as tmp:
+        prep = prepare(table, seed, Path(tmp) / "parties", "partial", blocks)
+        every = list(range(K))
+        rows.append(simulate_row("federation", prep, every, Path(tmp) / "f.json", None))
+        rows.append(simulate_row("splitnn", prep, every, Path(tmp) / "s.json", None, extra=SPLITNN))
+        rows.append(simulate_row("label_alone", prep, [LABEL_BLOCK], Path(tmp) / "a.json", None))
+        for fit in (linear_row, hgb_row, lgbm_row):
+            cpu = time.process_time()
+            row = fit(prep)
+            rows.append({**row, "cpu_seconds": time.process_time() - cpu})
+    for row in rows:  # what the summary reads; the rest stays in the file
+        row.pop("printed", None)
+        row.pop("curve", None)
+    return {
+        "task": table.task,
+        "load_1m": os.getloadavg()[0],  # the machine's load when the cell ended
+        "blocks": [list(b) for b in blocks],
+        "split_cpu_seconds": split_cpu,
+        "rows_run": rows,
+    }
+
+
+def grid(args: argparse.Namespace) -> list[Task]:
+    data_path = str(args.data_path) if args.data_path else None
+    return [
+        Task(
+            f"{table} {split} s{seed}",
+            {"table": table, "split": split, "seed": seed, "data_path": data_path},
+            args.out / table / f"{split}-s{seed}.json",
+        )
+        for table in args.tables
+        for split in args.splits
+        for seed in args.seeds
+    ]
+
+
+def _metric(task: str) -> str:
+    return "rmse" if task == "regression" else "accuracy"
+
+
+def _score(row: dict[str, Any], metric: str) -> float:
+    value = float(row["scores"]["all"][metric])
+    return value if metric == "rmse" else 100 * value
+
+
+def _meets(task: str, fed: float, lgbm: float) -> bool:
+    if task == "regression":
+        return fed <= lgbm * (1 + BAR_RMSE_SHARE)
+    return fed >= lgbm - BAR_POINTS
+
+
+def summarise(root: Path) -> str:
+    """A table per data set: each split's rows (mean ± sd over the seeds), the federation's
+    rounds and CPU seconds to its model, and whether the cell meets the bar."""
+    out, met, cells = [], 0, 0
+    for table_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        results: dict[str, list[dict[str, Any]]] = {}
+        for path in sorted(table_dir.glob("*.json")):
+            split = path.stem.rsplit("-s", 1)[0]
+            results.setdefault(split, []).append(read_json(path))
+        if not results:
+            continue
+        task = next(iter(results.values()))[0]["task"]
+        metric = _metric(task)
+        out.append(f"**{table_dir.name}** ({metric}, {task})\n")
+        out.append(
+            "| split | seeds | " + " | ".join(ROWS) + " | federation rounds | federation CPU s "
+            "| within the bar of LightGBM |"
+        )
+        out.append("| --- " * (len(ROWS) + 5) + "|")
+        for split in [s for s in SPLITS if s in results]:
+            runs = results[split]
+            values = {
+                name: [_score(r, metric) for x in runs for r in x["rows_run"] if r["row"] == name]
+                for name in ROWS
+            }
+            fed, lgbm = statistics.mean(values["federation"]), statistics.mean(values["lgbm"])
+            ok = _meets(task, fed, lgbm)
+            met, cells = met + ok, cells + 1
+            feds = [r for x in runs for r in x["rows_run"] if r["row"] == "federation"]
+            rounds = [to_model(r)["rounds"] for r in feds]
+            cpu = [to_model(r)["cpu"] for r in feds]
+            gap = fed - lgbm if task != "regression" else 100 * (fed / lgbm - 1)
+            unit = "points" if task != "regression" else "%"
+            out.append(
+                f"| {split} | {len(runs)} | "
+                + " | ".join(_cell(values[name]) for name in ROWS)
+                + f" | {statistics.mean(rounds):.0f} | {statistics.mean(cpu):.1f} | "
+                + f"{'yes' if ok else 'no'} ({gap:+.2f} {unit}) |"
+            )
+        out.append("")
+    out.append(f"Cells within the bar: {met} of {cells}.")
+    return "\n".join(out)
+
+
+def report_section(root: Path) -> list[str]:
+    """The grid's section of benchmarks/results/tabular.md (none before it ran)."""
+    files = sorted(root.glob("*/*.json")) if root.is_dir() else []
+    if not files:
+        return []
+    runs = [read_json(f) or {} for f in files]
+    codes = sorted({r.get("code", "?") for r in runs})
+    loads = [r["load_1m"] for r in runs if "load_1m" in r]
+    cells = sorted({(f.parent.name, f.stem.rsplit("-s", 1)[0]) for f in files})
+    load = f", at a 1-minute load of {min(loads):.1f}-{max(loads):.1f}" if loads else ""
+    return [
+        "## VertiBench's feature splits: `tabular-vertibench`",
+        "",
+        f"`python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
+        f"--tables {' '.join(sorted({t for t, _ in cells}))} "
+        f"--splits {' '.join(s for s in SPLITS if any(s == c for _, c in cells))} "
+        "--seeds 0 1 2`, then `--summarise`: each table's columns dealt to the three parties by "
+        "VertiBench's ImportanceSplitter (Dirichlet alpha) or CorrelationSplitter (beta) "
+        "(Wu et al., ICLR 2024; the `vertibench` package, benchmarks/tabular/splits.py names "
+        "the differences), rows held and labels as above, on the shared 2-core machine"
+        f"{load}; code {', '.join(codes)}. Rows: `federation` (the defaults, in process), "
+        "`splitnn` (VertiBench's SplitNN recipe: `vfl simulate "
+        + " ".join(SPLITNN)
+        + "`), `label_alone`, `linear`, `hgb`, `lgbm` (default settings, joined columns). "
+        "Test accuracy (%) or RMSE, mean ± sd over the seeds; the federation's rounds and "
+        "process CPU seconds to its model (every epoch trained); the bar: within "
+        f"{BAR_POINTS} accuracy points or {100 * BAR_RMSE_SHARE:.0f} % RMSE of LightGBM, "
+        "on the seeds' means.",
+        "",
+        summarise(root),
+        "",
+    ]
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return ""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-path", type=Path)
+    parser.add_argument("--tables", nargs="*", default=["diabetes"])
+    parser.add_argument("--splits", nargs="*", default=list(SPLITS), choices=list(SPLITS))
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    parser.add_argument(
+        "--out", type=Path, default=Path("benchmarks/results/runs/tabular-vertibench")
+    )
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--summarise", type=Path)
+    args = parser.parse_args()
+    if args.summarise:
+        print(summarise(args.summarise))
+        return
+    failed = run_tasks(worker, grid(args), args.jobs, desc="vertibench runs", progress=False)
+    if failed:
+        raise SystemExit(f"failed: {failed}")
+
+
+if __name__ == "__main__":
+    main()
