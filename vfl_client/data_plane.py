@@ -48,6 +48,9 @@ class Mailbox:
     def __init__(self) -> None:
         self._items: dict[tuple[str, int, int], tuple[np.ndarray | None, str | None]] = {}
         self._floor = -1  # rounds below it are over: their pushes are refused
+        # (round, block): will push nothing (more) for that round, as the coordinator said
+        # (Absent) or a push to it failed: nobody waits for it
+        self._absent: set[tuple[int, int]] = set()
         self._cond = threading.Condition()
 
     def put(self, push: Push, sender: str | None) -> None:
@@ -76,6 +79,21 @@ class Mailbox:
             self._floor = max(self._floor, round_id)
             for key in [k for k in self._items if k[1] < self._floor and k[0] != VALIDATION]:
                 del self._items[key]
+            self._absent = {a for a in self._absent if a[0] >= self._floor}
+
+    def absent(self, round_id: int, blocks: Collection[int]) -> None:
+        """`blocks` push nothing more for round `round_id`: a wait for them ends now (what
+        they pushed before stays). Rounds outside the window are ignored."""
+        with self._cond:
+            ahead = self._floor < 0 or round_id <= self._floor + WINDOW
+            if round_id < self._floor or not ahead:
+                return
+            self._absent.update((round_id, b) for b in blocks)
+            self._cond.notify_all()
+
+    def is_absent(self, round_id: int, block: int) -> bool:
+        with self._cond:
+            return (round_id, block) in self._absent
 
     def start_validation(self, first_request: int) -> None:
         """A validation from request `first_request` on begins: earlier ones' pushes (left by
@@ -90,8 +108,14 @@ class Mailbox:
         """The pushes of `senders` for the round that arrive within `timeout` seconds."""
         end = time.monotonic() + timeout
         wanted = {(kind, round_id, b) for b in senders}
+
+        def waiting() -> bool:
+            return any(
+                k not in self._items and (round_id, k[2]) not in self._absent for k in wanted
+            )
+
         with self._cond:
-            while not wanted <= self._items.keys():
+            while waiting():
                 left = end - time.monotonic()
                 if left <= 0:
                     break
@@ -144,7 +168,17 @@ class PeerLinks:
         # a future, not a thread per push: a push waits a whole round trip for its Ack, and
         # the round's next pushes must not wait for it
         future = self._stub(peer).Push.future(request, timeout=SEND_TIMEOUT_S)
-        future.add_done_callback(lambda f: _log_failure(f, what))
+        future.add_done_callback(lambda f: self._sent(f, what, round_id, to, kind))
+
+    def _sent(self, future: grpc.Future, what: str, round_id: int, to: int, kind: str) -> None:
+        """A push that failed is logged; one that could not reach its party at all (gone, or
+        not listening) makes that party absent from the round here: nothing is waited for
+        from a party that cannot be reached."""
+        _log_failure(future, what)
+        err = future.exception()
+        unreached = isinstance(err, grpc.RpcError) and err.code() == grpc.StatusCode.UNAVAILABLE
+        if unreached and kind != VALIDATION:
+            self.mailbox.absent(round_id, (to,))
 
     def receive(
         self, kind: str, round_id: int, senders: Collection[int], timeout: float
@@ -163,6 +197,11 @@ class PeerLinks:
                 )
                 continue
             out[block] = tensor
+        for block in sorted(set(senders) - out.keys()):
+            why = (
+                "absent" if self.mailbox.is_absent(round_id, block) else f"not within {timeout:g}s"
+            )
+            log.info("round %d: no %s from block %d (%s): left out", round_id, kind, block, why)
         return out
 
     def reach(self, blocks: Collection[int], timeout: float) -> tuple[int, ...]:
