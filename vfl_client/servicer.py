@@ -324,7 +324,9 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
                 raise PermissionError_(str(err)) from None
             round_id, blocks = convert_direct.absent_from_proto(request)
             if self.links is not None:
-                log.info("round %d: block(s) %s absent, as the coordinator says", round_id, blocks)
+                log.info(
+                    "round %d: block(s) %s absent, as the coordinator says", round_id, list(blocks)
+                )
                 self.links.mailbox.absent(round_id, blocks)
             return vfl_pb2.Ack()
         raise AssertionError("unreachable: rpc_errors aborts")  # pragma: no cover
