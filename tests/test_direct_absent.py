@@ -16,7 +16,7 @@ from harness import digits_parties
 from test_direct_plane import MemoryLinks, ThreadedDirect
 
 from vfl_client.data_plane import Mailbox
-from vfl_coordinator.absence import AbsenceNotices
+from vfl_coordinator.absence import AbsenceNotices, left_out
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ProtocolError
 from vfl_core.protocol import EmbedCall, RoundCall, RoundResult
@@ -196,3 +196,22 @@ def test_given_a_round_call_that_fails_then_only_the_parties_waiting_for_it_are_
     AbsenceNotices(calls, clients, 1.0).watch(pending)  # type: ignore[arg-type]
     assert clients[0].told == [(9, [4]), (9, [2])]
     assert clients[1].told == clients[2].told == clients[3].told == []
+
+
+def test_given_heads_that_fused_without_a_silent_party_then_its_report_is_not_awaited() -> None:
+    """Block 2 (frozen) has not answered round 4; heads 0 and 1 fused without its embedding:
+    the round trained without it, as the relay's round without a party that missed the Embed
+    deadline. Not so while a head still runs, or when a head used its embedding (it is alive
+    and stepping), or when no head fused (nothing says it missed the wait)."""
+    calls = {
+        0: RoundCall(round_id=4, epoch=0, expect=(1, 2)),
+        1: RoundCall(round_id=4, epoch=0, expect=(0, 2)),
+        2: RoundCall(round_id=4, epoch=0, expect=(0, 1)),
+    }
+    without = {0: RoundResult(4, True, (0, 1), 0.5, True), 1: RoundResult(4, True, (0, 1), 0.4)}
+    assert left_out(calls, without, {2}) == {2}
+    assert left_out(calls, {0: without[0]}, {1, 2}) == set()  # head 1 still runs
+    used = {**without, 1: RoundResult(4, True, (0, 1, 2), 0.4)}
+    assert left_out(calls, used, {2}) == set()
+    unfused = {0: RoundResult(4, True), 1: RoundResult(4, True)}
+    assert left_out(calls, unfused, {2}) == set()

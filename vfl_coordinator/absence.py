@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Collection, Mapping
 
 import grpc
 
 from vfl_coordinator.party_client import PartyClient, Pending
+from vfl_core.errors import VflError
 from vfl_core.protocol import RoundCall, RoundResult
 
 log = logging.getLogger(__name__)
@@ -98,3 +100,65 @@ def _log_failure(future: grpc.Future, block: int, round_id: int) -> None:
     err = future.exception()
     if isinstance(err, grpc.RpcError):
         log.debug("round %d: Absent to block %d: %s", round_id, block, err.code().name)
+
+
+def left_out(
+    calls: Mapping[int, RoundCall], answers: Mapping[int, RoundResult], waiting: Collection[int]
+) -> set[int]:
+    """`waiting` (the callees not answered yet) when the round already trained without every
+    one of them, else nothing: the heads that wait for each one's embedding have all answered,
+    at least one fused, and none used it. Such a party missed the round's embed deadline as
+    the heads saw it, as on the relay a party that misses the Embed deadline is out of its
+    round: its report can change nothing, and the coordinator does not wait for it (a frozen
+    party's call would hold the engine to the call's deadline, several rounds long)."""
+    for block in waiting:
+        heads = [h for h, c in calls.items() if h != block and block in c.expect]
+        if any(h in waiting for h in heads):
+            return set()
+        fused = [answers[h] for h in heads if h in answers and answers[h].loss is not None]
+        if not fused or any(block in r.used for r in fused):
+            return set()
+    return set(waiting)
+
+
+class RoundWaiter:
+    """Collects one direct round's reports: each as it comes, and none from a party that the
+    round already trained without (`left_out`)."""
+
+    def __init__(self, calls: Mapping[int, RoundCall], pending: Mapping[int, Pending]) -> None:
+        self._calls = calls
+        self._pending = pending
+        self._cond = threading.Condition()
+        for call in pending.values():
+            call.future.add_done_callback(self._wake)
+
+    def _wake(self, _future: grpc.Future) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def given_up(self, timeout: float) -> set[int]:
+        """Waits until every call is done, or the ones left are left out (returned), or
+        `timeout` seconds passed (the undone calls are then the caller's to time out)."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                waiting = {b for b, p in self._pending.items() if not p.done()}
+                if not waiting:
+                    return set()
+                answers = {b: a for b in self._pending if (a := self._answer(b)) is not None}
+                gone = left_out(self._calls, answers, waiting)
+                if gone:
+                    return gone
+                left = end - time.monotonic()
+                if left <= 0:
+                    return set()
+                self._cond.wait(min(left, 1.0))
+
+    def _answer(self, block: int) -> RoundResult | None:
+        call = self._pending[block]
+        if not call.done() or call.future.cancelled() or call.future.exception() is not None:
+            return None
+        try:
+            return call.result(0)
+        except VflError:  # a bad reply: the collect logs it
+            return None

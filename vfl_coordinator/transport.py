@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 
-from vfl_coordinator.absence import AbsenceNotices
+from vfl_coordinator.absence import AbsenceNotices, RoundWaiter
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.party_client import PartyClient, Pending
 from vfl_coordinator.registry import Registry
@@ -189,12 +189,29 @@ class GrpcTransport:
             lambda c, call: c.round(call, peers(call), timeout),
             "Round",
         )
-        if absence and calls:
-            for block in pending:  # (the generation whose client was just used)
-                self._round_generation[block] = self._clients[block][0]
-            clients = {b: self._clients[b][1] for b in pending}
-            AbsenceNotices(calls, clients, self.deadlines.embed).watch(pending)
-        return lambda: self._collect(pending, timeout, "Round")
+        if not absence or not calls:
+            return lambda: self._collect(pending, timeout, "Round")
+        for block in pending:  # (the generation whose client was just used)
+            self._round_generation[block] = self._clients[block][0]
+        clients = {b: self._clients[b][1] for b in pending}
+        AbsenceNotices(calls, clients, self.deadlines.embed).watch(pending)
+        waiter = RoundWaiter(calls, pending)
+
+        def collect() -> dict[int, RoundResult]:
+            start = time.monotonic()
+            gone = waiter.given_up(timeout + _SLACK_S)
+            for block in sorted(gone):
+                log.info(
+                    "round %d: block %d left out by the heads that waited for it; its report "
+                    "is not awaited",
+                    calls[block].round_id,
+                    block,
+                )
+                pending[block].future.cancel()
+            rest = {b: p for b, p in pending.items() if b not in gone}
+            return self._collect(rest, max(0.0, timeout - (time.monotonic() - start)), "Round")
+
+        return collect
 
     def _timeout(self, call: TrainCall) -> float:
         return self.deadlines.pipelined(len(call.embed), len(call.fuse), len(call.backward))
