@@ -215,3 +215,21 @@ def test_given_heads_that_fused_without_a_silent_party_then_its_report_is_not_aw
     assert left_out(calls, used, {2}) == set()
     unfused = {0: RoundResult(4, True), 1: RoundResult(4, True)}
     assert left_out(calls, unfused, {2}) == set()
+
+
+def test_given_a_thawed_party_behind_its_peers_then_their_pushes_are_taken_and_old_waits_end() -> (
+    None
+):
+    """A party frozen in round 10 is thawed when its peers are at round 40: the call of round
+    40 has arrived, so their pushes for it are kept (not refused as too far ahead), and round
+    10, whose call the coordinator gave up on, waits for nothing more."""
+    box = Mailbox()
+    box.start(10)
+    with pytest.raises(ProtocolError):
+        box.put(Push(40, 1, EMBEDDING, None), "party1")  # far ahead of round 10
+    box.arrived(40)
+    box.put(Push(40, 1, EMBEDDING, None), "party1")
+    box.abandon(10)
+    assert box.take(GRADIENT, 10, (0, 2), HOUR_S) == {}  # at once
+    box.start(40)
+    assert box.take(EMBEDDING, 40, (1,), HOUR_S) == {1: (None, "party1")}

@@ -51,6 +51,10 @@ class Mailbox:
         # (round, block): will push nothing (more) for that round, as the coordinator said
         # (Absent) or a push to it failed: nobody waits for it
         self._absent: set[tuple[int, int]] = set()
+        # rounds whose Round call ended before the party ran them to the end (the coordinator
+        # gave up on them: a thawed party): their waits end at once
+        self._abandoned: set[int] = set()
+        self._horizon = -1  # the latest round whose Round call has arrived (maybe not begun)
         self._cond = threading.Condition()
 
     def put(self, push: Push, sender: str | None) -> None:
@@ -58,11 +62,12 @@ class Mailbox:
         (keyed by its request id, not a round) only counts against its own limit."""
         with self._cond:
             validation = push.kind == VALIDATION
-            ahead = self._floor < 0 or push.round_id <= self._floor + WINDOW
+            last = max(self._floor, self._horizon) + WINDOW
+            ahead = self._floor < 0 or push.round_id <= last
             if not validation and (push.round_id < self._floor or not ahead):
                 raise ProtocolError(
                     f"push for round {push.round_id}: this party takes rounds "
-                    f"{self._floor}..{self._floor + WINDOW} now"
+                    f"{self._floor}..{last} now"
                 )
             limit = PER_BLOCK_VALIDATION if validation else PER_BLOCK
             mine = sum(
@@ -80,6 +85,22 @@ class Mailbox:
             for key in [k for k in self._items if k[1] < self._floor and k[0] != VALIDATION]:
                 del self._items[key]
             self._absent = {a for a in self._absent if a[0] >= self._floor}
+            self._abandoned = {r for r in self._abandoned if r >= self._floor}
+
+    def arrived(self, round_id: int) -> None:
+        """Round `round_id`'s call has arrived (it may wait for the rounds before it): its
+        peers' pushes are taken though this party's rounds lag behind (a thawed party still
+        finishing a round the others are long past)."""
+        with self._cond:
+            self._horizon = max(self._horizon, round_id)
+
+    def abandon(self, round_id: int) -> None:
+        """Round `round_id`'s call ended (answered, cancelled or past its deadline): nothing
+        more is waited for in it."""
+        with self._cond:
+            if round_id >= self._floor:
+                self._abandoned.add(round_id)
+                self._cond.notify_all()
 
     def absent(self, round_id: int, blocks: Collection[int]) -> None:
         """`blocks` push nothing more for round `round_id`: a wait for them ends now (what
@@ -110,6 +131,8 @@ class Mailbox:
         wanted = {(kind, round_id, b) for b in senders}
 
         def waiting() -> bool:
+            if kind != VALIDATION and round_id in self._abandoned:
+                return False
             return any(
                 k not in self._items and (round_id, k[2]) not in self._absent for k in wanted
             )
