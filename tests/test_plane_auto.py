@@ -1,4 +1,4 @@
-"""`--data-plane auto` (the default) in a real federation (vfl_coordinator.plane_choice): the
+"""`--data-plane auto` in a real federation (vfl_coordinator.plane_choice): the
 coordinator probes whether every party reaches the peers it would push tensors to, and trains on
 the direct plane when they do, on the relay when one does not.
 

@@ -31,7 +31,7 @@ TRAIN = {
     "concat_head": False,
     "concat_choice": "sets",
     "encrypt_relay": False,
-    "data_plane": "auto",
+    "data_plane": "relay",
 }
 MODEL = {
     "representation": "auto",

@@ -321,7 +321,7 @@ class TrainConfig(_Frozen):
     # party one Round call and reading only status (gRPC only; in process, nobody relays);
     # "auto" (the default): direct where every party reaches the peers it pushes to and the
     # run needs nothing only the relay carries, else relay (vfl_coordinator.plane_choice).
-    data_plane: Literal["auto", "relay", "direct"] = "auto"
+    data_plane: Literal["auto", "relay", "direct"] = "relay"
 
     @model_validator(mode="after")
     def _constant_lr_for_programs(self) -> TrainConfig:
