@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import grpc
 
@@ -135,6 +135,26 @@ class RoundWaiter:
     def _wake(self, _future: grpc.Future) -> None:
         with self._cond:
             self._cond.notify_all()
+
+    def collect(
+        self,
+        collect: Callable[[Mapping[int, Pending], float], dict[int, RoundResult]],
+        timeout: float,
+    ) -> dict[int, RoundResult]:
+        """The round's reports by `collect(calls, timeout)` (the transport's), less those of
+        the parties left out: their calls are cancelled, not waited for."""
+        start = time.monotonic()
+        gone = self.given_up(timeout + 1.0)
+        for block in sorted(gone):
+            log.info(
+                "round %d: block %d left out by the heads that waited for it; its report is "
+                "not awaited",
+                self._calls[block].round_id,
+                block,
+            )
+            self._pending[block].future.cancel()
+        rest = {b: p for b, p in self._pending.items() if b not in gone}
+        return collect(rest, max(0.0, timeout - (time.monotonic() - start)))
 
     def given_up(self, timeout: float) -> set[int]:
         """Waits until every call is done, or the ones left are left out (returned), or

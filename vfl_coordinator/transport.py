@@ -196,22 +196,7 @@ class GrpcTransport:
         clients = {b: self._clients[b][1] for b in pending}
         AbsenceNotices(calls, clients, self.deadlines.embed).watch(pending)
         waiter = RoundWaiter(calls, pending)
-
-        def collect() -> dict[int, RoundResult]:
-            start = time.monotonic()
-            gone = waiter.given_up(timeout + _SLACK_S)
-            for block in sorted(gone):
-                log.info(
-                    "round %d: block %d left out by the heads that waited for it; its report "
-                    "is not awaited",
-                    calls[block].round_id,
-                    block,
-                )
-                pending[block].future.cancel()
-            rest = {b: p for b, p in pending.items() if b not in gone}
-            return self._collect(rest, max(0.0, timeout - (time.monotonic() - start)), "Round")
-
-        return collect
+        return lambda: waiter.collect(lambda rest, t: self._collect(rest, t, "Round"), timeout)
 
     def _timeout(self, call: TrainCall) -> float:
         return self.deadlines.pipelined(len(call.embed), len(call.fuse), len(call.backward))
