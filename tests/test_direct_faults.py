@@ -63,6 +63,7 @@ def _start(
         deadline=DEADLINE_S,
         extra=[
             *("--data-plane", "direct", "--retry-every", "5", "--checkpoint-every", "40"),
+            *("--early-stop-patience", "0"),  # every epoch runs
             *("--checkpoint-dir", str(ckpt / "coordinator")),
         ],
         client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],
@@ -121,7 +122,9 @@ def test_given_a_feature_party_killed_mid_round_when_restarted_then_it_rejoins(
     cluster: Cluster, dirs: list[Path], tmp_path: Path
 ) -> None:
     dead = 1
-    coord, clients = _start(cluster, dirs, tmp_path / "ckpt", epochs=12)
+    # Enough rounds for a restart: rounds without a dead party take no longer than with it
+    # (its peers are told it is absent), so a short run ends before the new process is up.
+    coord, clients = _start(cluster, dirs, tmp_path / "ckpt", epochs=80)
     victim = next(c for c in clients if c.block == dead)
     cluster.wait_rounds(coord, 50, RUN_TIMEOUT_S)  # past the first checkpoint (round 40)
     victim.signal(signal.SIGKILL)
