@@ -59,7 +59,10 @@ def demo(
     method: Annotated[str, Opt(help=" | ".join(defaults.METHODS))] = "laser",
     data_plane: Annotated[
         str | None,
-        Opt(help="auto | relay | direct (docs/data-plane.md); unset: the coordinator's default"),
+        Opt(
+            help="auto | relay | direct (docs/data-plane.md)",
+            show_default=str(defaults.TRAIN["data_plane"]),
+        ),
     ] = None,
 ) -> None:
     """Run coordinator + clients as real processes: train, predict, kill one, predict again."""
