@@ -4,13 +4,15 @@ send their embeddings to the label party and get its gradients back without the 
 
 A feature party SIGSTOPped mid-round is timed out: the label party fuses without its embedding
 at the wait's end, the rounds go on without it, it is marked down, and once SIGCONTed it trains
-again. A feature party SIGKILLed mid-training is timed out likewise; restarted, it restores its
-checkpoint, registers again and trains again, its embeddings reaching the label party at its
-new address.
+again. A feature party SIGKILLed mid-training is left out at once: the coordinator's Round calls
+to it fail, and it tells the label party, whose waits for the dead party end there (not at their
+deadline); restarted, it restores its checkpoint, registers again and trains again, its
+embeddings reaching the label party at its new address.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -61,6 +63,7 @@ def _start(
         deadline=DEADLINE_S,
         extra=[
             *("--data-plane", "direct", "--retry-every", "5", "--checkpoint-every", "40"),
+            *("--early-stop-patience", "0"),  # every epoch runs
             *("--checkpoint-dir", str(ckpt / "coordinator")),
         ],
         client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],
@@ -119,7 +122,9 @@ def test_given_a_feature_party_killed_mid_round_when_restarted_then_it_rejoins(
     cluster: Cluster, dirs: list[Path], tmp_path: Path
 ) -> None:
     dead = 1
-    coord, clients = _start(cluster, dirs, tmp_path / "ckpt", epochs=12)
+    # Enough rounds for a restart: rounds without a dead party take no longer than with it
+    # (its peers are told it is absent), so a short run ends before the new process is up.
+    coord, clients = _start(cluster, dirs, tmp_path / "ckpt", epochs=80)
     victim = next(c for c in clients if c.block == dead)
     cluster.wait_rounds(coord, 50, RUN_TIMEOUT_S)  # past the first checkpoint (round 40)
     victim.signal(signal.SIGKILL)
@@ -146,6 +151,16 @@ def test_given_a_feature_party_killed_mid_round_when_restarted_then_it_rejoins(
 
     assert dead in back["present"] and "0" in back["losses"]
     assert "restored its checkpoint of round" in restarted.log()
+    # The coordinator's Round calls to the dead party failed at once; it told the label party,
+    # whose waits for the dead party's embeddings ended there, not at their deadline; and the
+    # label party's pushes to the dead party failed fast and were logged.
+    head = next(c for c in clients if c.block == 0).log()
+    assert re.search(
+        rf"block\(s\) \[{dead}\] absent \(its Round call failed: \w+\); told block\(s\) \[0\]",
+        coord.log_path.read_text(),
+    )
+    assert re.search(rf"round \d+: no embedding from block {dead} \(absent\): left out", head)
+    assert re.search(rf"gradient of round \d+ to block {dead}: UNAVAILABLE", head)
     _assert_every_round_once(coord)
     transitions = _transitions(coord, dead)
     # it came back through "rejoining"; under load its first rounds back may miss a deadline

@@ -33,7 +33,15 @@ def test_given_a_party_when_its_limits_are_set_then_each_call_gets_what_it_may_c
     assert limits["Embed"] == limits["Predict"] == MAX_TENSOR_BYTES + reply_limits.FRAMING
     assert limits["IdHashes"] == 1000 * 34 + reply_limits.FRAMING
     assert limits["PsiBlind"] == 1000 * 32 + reply_limits.FRAMING
-    for small in ("Backward", "Shutdown", "PsiKeys", "Checkpoint", "ClassWeights", "Round"):
+    for small in (
+        "Backward",
+        "Shutdown",
+        "PsiKeys",
+        "Checkpoint",
+        "ClassWeights",
+        "Round",
+        "Absent",
+    ):
         assert limits[small] == reply_limits.SMALL_REPLY
     for several in ("Fuse", "Train", "Score", "Step"):
         assert limits[several] == MAX_MESSAGE_BYTES

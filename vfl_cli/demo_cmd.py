@@ -57,6 +57,13 @@ def demo(
     ),
     fault_every: Annotated[float, Opt(help="seconds per fault tick")] = 2.0,
     method: Annotated[str, Opt(help=" | ".join(defaults.METHODS))] = "laser",
+    data_plane: Annotated[
+        str | None,
+        Opt(
+            help="auto | relay | direct (docs/data-plane.md)",
+            show_default=str(defaults.TRAIN["data_plane"]),
+        ),
+    ] = None,
 ) -> None:
     """Run coordinator + clients as real processes: train, predict, kill one, predict again."""
     from vfl_cli.certs_cmd import create_federation
@@ -77,6 +84,8 @@ def demo(
         raise DemoError("need 0 <= --fault-rate <= 1, 0 < --rejoin-rate <= 1, --fault-every > 0")
     if fault_kind not in ("kill", "freeze"):
         raise DemoError(f"--fault-kind must be kill or freeze, got {fault_kind!r}")
+    if data_plane not in (None, "auto", "relay", "direct"):
+        raise DemoError(f"--data-plane must be auto, relay or direct, got {data_plane!r}")
     faulty = fault_rate > 0
     # A demo is a new run: checkpoints of an earlier demo in this workdir would resume it.
     shutil.rmtree(workdir / "ckpt", ignore_errors=True)
@@ -127,6 +136,7 @@ def demo(
                 "5",
                 "--no-progress",
                 *tls,
+                *(["--data-plane", data_plane] if data_plane is not None else []),
                 # Restarted clients resume from these (and a restarted coordinator would too).
                 *(
                     ["--checkpoint-dir", str(ckpt / "coordinator"), "--checkpoint-every", "20"]

@@ -49,6 +49,13 @@ class Mailbox:
         self._items: dict[tuple[str, int, int], tuple[np.ndarray | None, str | None]] = {}
         self._floor = -1  # rounds below it are over: their pushes are refused
         self._current = -1  # the latest round begun: pushes up to WINDOW rounds ahead of it
+        # (round, block): will push nothing (more) for that round, as the coordinator said
+        # (Absent) or a push to it failed: nobody waits for it
+        self._absent: set[tuple[int, int]] = set()
+        # rounds whose Round call ended before the party ran them to the end (the coordinator
+        # gave up on them: a thawed party): their waits end at once
+        self._abandoned: set[int] = set()
+        self._horizon = -1  # the latest round whose Round call has arrived (maybe not begun)
         self._cond = threading.Condition()
 
     def put(self, push: Push, sender: str | None) -> None:
@@ -56,11 +63,13 @@ class Mailbox:
         (keyed by its request id, not a round) only counts against its own limit."""
         with self._cond:
             validation = push.kind == VALIDATION
-            ahead = self._current < 0 or push.round_id <= self._current + WINDOW
+            top = max(self._current, self._horizon)  # the latest round begun or called
+            last = top + WINDOW
+            ahead = self._current < 0 or push.round_id <= last  # none begun: any round
             if not validation and (push.round_id < self._floor or not ahead):
                 raise ProtocolError(
                     f"push for round {push.round_id}: this party takes rounds "
-                    f"{self._floor}..{self._current + WINDOW} now"
+                    f"{self._floor}..{last} now"
                 )
             limit = PER_BLOCK_VALIDATION if validation else PER_BLOCK
             mine = sum(
@@ -80,6 +89,37 @@ class Mailbox:
             self._floor = max(self._floor, round_id if oldest is None else min(oldest, round_id))
             for key in [k for k in self._items if k[1] < self._floor and k[0] != VALIDATION]:
                 del self._items[key]
+            self._absent = {a for a in self._absent if a[0] >= self._floor}
+            self._abandoned = {r for r in self._abandoned if r >= self._floor}
+
+    def arrived(self, round_id: int) -> None:
+        """Round `round_id`'s call has arrived (it may wait for the rounds before it): its
+        peers' pushes are taken though this party's rounds lag behind (a thawed party still
+        finishing a round the others are long past)."""
+        with self._cond:
+            self._horizon = max(self._horizon, round_id)
+
+    def abandon(self, round_id: int) -> None:
+        """Round `round_id`'s call ended (answered, cancelled or past its deadline): nothing
+        more is waited for in it."""
+        with self._cond:
+            if round_id >= self._floor:
+                self._abandoned.add(round_id)
+                self._cond.notify_all()
+
+    def absent(self, round_id: int, blocks: Collection[int]) -> None:
+        """`blocks` push nothing more for round `round_id`: a wait for them ends now (what
+        they pushed before stays). Rounds outside the window are ignored."""
+        with self._cond:
+            top = max(self._floor, self._current, self._horizon)
+            if round_id < self._floor or (self._current >= 0 and round_id > top + WINDOW):
+                return
+            self._absent.update((round_id, b) for b in blocks)
+            self._cond.notify_all()
+
+    def is_absent(self, round_id: int, block: int) -> bool:
+        with self._cond:
+            return (round_id, block) in self._absent
 
     def start_validation(self, first_request: int) -> None:
         """A validation from request `first_request` on begins: earlier ones' pushes (left by
@@ -94,8 +134,16 @@ class Mailbox:
         """The pushes of `senders` for the round that arrive within `timeout` seconds."""
         end = time.monotonic() + timeout
         wanted = {(kind, round_id, b) for b in senders}
+
+        def waiting() -> bool:
+            if kind != VALIDATION and round_id in self._abandoned:
+                return False
+            return any(
+                k not in self._items and (round_id, k[2]) not in self._absent for k in wanted
+            )
+
         with self._cond:
-            while not wanted <= self._items.keys():
+            while waiting():
                 left = end - time.monotonic()
                 if left <= 0:
                     break
@@ -150,7 +198,17 @@ class PeerLinks:
         # a future, not a thread per push: a push waits a whole round trip for its Ack, and
         # the round's next pushes must not wait for it
         future = self._stub(peer).Push.future(request, timeout=SEND_TIMEOUT_S)
-        future.add_done_callback(lambda f: _log_failure(f, what))
+        future.add_done_callback(lambda f: self._sent(f, what, round_id, to, kind))
+
+    def _sent(self, future: grpc.Future, what: str, round_id: int, to: int, kind: str) -> None:
+        """A push that failed is logged; one that could not reach its party at all (gone, or
+        not listening) makes that party absent from the round here: nothing is waited for
+        from a party that cannot be reached."""
+        _log_failure(future, what)
+        err = future.exception()
+        unreached = isinstance(err, grpc.RpcError) and err.code() == grpc.StatusCode.UNAVAILABLE
+        if unreached and kind != VALIDATION:
+            self.mailbox.absent(round_id, (to,))
 
     def receive(
         self, kind: str, round_id: int, senders: Collection[int], timeout: float
@@ -169,6 +227,11 @@ class PeerLinks:
                 )
                 continue
             out[block] = tensor
+        for block in sorted(set(senders) - out.keys()):
+            why = (
+                "absent" if self.mailbox.is_absent(round_id, block) else f"not within {timeout:g}s"
+            )
+            log.info("round %d: no %s from block %d (%s): left out", round_id, kind, block, why)
         return out
 
     def reach(self, blocks: Collection[int], timeout: float) -> tuple[int, ...]:

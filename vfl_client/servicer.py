@@ -326,8 +326,31 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
 
         if request.probe:  # no round of the run: it must not move the turn that orders them
             return self._serve(context, "Round", request.header, run)
+        if self.links is not None:  # (a thawed party: the coordinator gave up on old rounds)
+            mailbox, round_id = self.links.mailbox, request.round_id
+            mailbox.arrived(round_id)
+            context.add_callback(lambda: mailbox.abandon(round_id))
         self._await_turn(request.after, min(TURN_WAIT_S, context.time_remaining() or 0.0))
         return self._serve(context, "Round", request.header, run, self._handed(request.round_id))
+
+    def Absent(self, request, context):
+        """Blocks that push nothing more for a round (their Round calls failed): the round's
+        waits for them end now. Served at once, beside the round that waits on the worker."""
+        with rpc_errors(context, "Absent"):
+            if not self._ready.wait(READY_WAIT_S):
+                raise ProtocolError(f"party {self.party_id} is not registered with a run yet")
+            try:
+                convert.check_header(request.header, run_id=self._run_id, party_id=self.party_id)
+            except ProtocolError as err:
+                raise PermissionError_(str(err)) from None
+            round_id, blocks = convert_direct.absent_from_proto(request)
+            if self.links is not None:
+                log.info(
+                    "round %d: block(s) %s absent, as the coordinator says", round_id, list(blocks)
+                )
+                self.links.mailbox.absent(round_id, blocks)
+            return vfl_pb2.Ack()
+        raise AssertionError("unreachable: rpc_errors aborts")  # pragma: no cover
 
     def _await_turn(self, after: int, timeout: float) -> None:
         with self._turn:

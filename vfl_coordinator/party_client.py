@@ -166,6 +166,11 @@ class PartyClient:
             lambda reply: convert_direct.round_result_from_proto(reply, round_id=call.round_id),
         )
 
+    def absent(self, round_id: int, blocks: Sequence[int], timeout: float) -> Pending[None]:
+        """Tell the party that `blocks` push nothing more for the direct-plane round."""
+        request = convert_direct.absent_to_proto(round_id, blocks, self._header)
+        return Pending(self._stub.Absent.future(request, timeout=timeout), _nothing)
+
     def checkpoint(self, round_id: int, timeout: float, kind: str = "save") -> Pending[bool]:
         """Write a checkpoint of `round_id` (kind save), or keep / restore an in-memory copy."""
         req = convert.checkpoint_call_to_proto(round_id, self._header, kind)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 
+from vfl_coordinator.absence import AbsenceNotices, RoundWaiter
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.party_client import PartyClient, Pending
 from vfl_coordinator.registry import Registry
@@ -80,6 +81,8 @@ class GrpcTransport:
         self._seen = {b: m.generation for b, m in registry.members().items()}
         # block -> registry.heard(block) when it last left an alignment call unanswered
         self._unaligned: dict[int, int] = {}
+        # block -> the registry generation its last direct Round call was sent to
+        self._round_generation: dict[int, int] = {}
 
     def close(self) -> None:
         for _, client in self._clients.values():
@@ -148,7 +151,17 @@ class GrpcTransport:
         d = self.deadlines
         waits = {"embed_wait_s": d.embed, "grad_wait_s": d.embed + d.fuse}
         timeout = (AHEAD + 1) * (d.embed + d.fuse + d.backward)
-        return self._rounds({b: replace(c, **waits) for b, c in calls.items()}, timeout)
+        calls = {b: replace(c, after=self._turn(b, c.after), **waits) for b, c in calls.items()}
+        return self._rounds(calls, timeout, absence=True)
+
+    def _turn(self, block: int, after: int) -> int:
+        """The round a party's call comes after, as far as its process knows: a party that
+        registered again (a restarted process) never saw the rounds sent to its predecessor,
+        so its first call comes after none (it would wait for a turn that never comes)."""
+        member = self.registry.member(block)
+        if member is None or self._round_generation.get(block) != member.generation:
+            return -1
+        return after
 
     def probe(self, targets: dict[int, tuple[int, ...]], wait_s: float) -> dict[int, set[int]]:
         """Each party of `targets` connects to the parties it names within `wait_s`; the blocks
@@ -161,8 +174,10 @@ class GrpcTransport:
         return {b: set(r.reached) for b, r in reports.items()}
 
     def _rounds(
-        self, calls: dict[int, RoundCall], timeout: float
+        self, calls: dict[int, RoundCall], timeout: float, absence: bool = False
     ) -> Callable[[], dict[int, RoundResult]]:
+        """Start the Round calls; with `absence`, a call not sent or failing is announced to
+        the round's other parties at once (vfl_coordinator.absence)."""
         members = self.registry.members()
 
         def peers(call: RoundCall) -> dict[int, PeerAddress]:
@@ -179,7 +194,14 @@ class GrpcTransport:
             lambda c, call: c.round(call, peers(call), timeout),
             "Round",
         )
-        return lambda: self._collect(pending, timeout, "Round")
+        if not absence or not calls:
+            return lambda: self._collect(pending, timeout, "Round")
+        for block in pending:  # (the generation whose client was just used)
+            self._round_generation[block] = self._clients[block][0]
+        clients = {b: self._clients[b][1] for b in pending}
+        AbsenceNotices(calls, clients, self.deadlines.embed).watch(pending)
+        waiter = RoundWaiter(calls, pending)
+        return lambda: waiter.collect(lambda rest, t: self._collect(rest, t, "Round"), timeout)
 
     def _timeout(self, call: TrainCall) -> float:
         return self.deadlines.pipelined(len(call.embed), len(call.fuse), len(call.backward))

@@ -10,7 +10,7 @@ wire dtype, decoded to float32 here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,3 +246,19 @@ def push_from_proto(req: vfl_pb2.PushRequest, wire: str = LOSSLESS) -> Push:
         return Push(req.round_id, req.block, req.kind, None)
     tensor = decode_float(req.tensor, wire, what=req.kind, expect_shape=(None, None))
     return Push(req.round_id, req.block, req.kind, tensor)
+
+
+def absent_to_proto(
+    round_id: int, blocks: Sequence[int], h: vfl_pb2.Header
+) -> vfl_pb2.AbsentRequest:
+    return vfl_pb2.AbsentRequest(header=h, round_id=round_id, blocks=sorted(set(blocks)))
+
+
+def absent_from_proto(req: vfl_pb2.AbsentRequest) -> tuple[int, tuple[int, ...]]:
+    """The round and the blocks that push nothing more for it."""
+    if req.round_id < 0:
+        raise ProtocolError(f"absent: round id {req.round_id} is negative")
+    blocks = block_list(req.blocks, "absent blocks")
+    if not blocks:
+        raise ProtocolError("absent: no blocks")
+    return req.round_id, blocks

@@ -38,7 +38,9 @@ HASH_ON_WIRE = 32 + 2  # one repeated 32-byte field: tag, length, value
 def party_reply_limits(rows: int) -> dict[str, int]:
     """Bytes each Party call's reply may take, for a party whose largest split has `rows` rows."""
     tensor = MAX_TENSOR_BYTES + FRAMING
-    small = {m: SMALL_REPLY for m in ("Backward", "Shutdown", "PsiKeys", "Checkpoint", "Round")}
+    small = {
+        m: SMALL_REPLY for m in ("Backward", "Shutdown", "PsiKeys", "Checkpoint", "Round", "Absent")
+    }
     return {
         **small,
         "ClassWeights": SMALL_REPLY,

@@ -177,6 +177,16 @@ class RoundReply(_message.Message):
     steps: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, round_id: _Optional[int] = ..., embedded: _Optional[bool] = ..., used: _Optional[_Iterable[int]] = ..., fused: _Optional[bool] = ..., loss: _Optional[float] = ..., stepped: _Optional[bool] = ..., evaluated: _Optional[_Iterable[_Union[EvalAnswer, _Mapping]]] = ..., reached: _Optional[_Iterable[int]] = ..., steps: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class AbsentRequest(_message.Message):
+    __slots__ = ("header", "round_id", "blocks")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    round_id: int
+    blocks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., blocks: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class PushRequest(_message.Message):
     __slots__ = ("header", "round_id", "block", "kind", "empty", "tensor")
     HEADER_FIELD_NUMBER: _ClassVar[int]

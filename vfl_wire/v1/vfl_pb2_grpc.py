@@ -113,6 +113,11 @@ class PartyStub:
                 request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.RoundRequest.SerializeToString,
                 response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.RoundReply.FromString,
                 _registered_method=True)
+        self.Absent = channel.unary_unary(
+                '/vfl.v1.Party/Absent',
+                request_serializer=vfl__wire_dot_v1_dot_vfl__pb2.AbsentRequest.SerializeToString,
+                response_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
+                _registered_method=True)
 
 
 class PartyServicer:
@@ -234,6 +239,15 @@ class PartyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Absent(self, request, context):
+        """Direct data plane: `blocks` will push nothing (more) for round `round_id` (the coordinator's
+        Round call to each failed: the party died or refused it). A party waiting for their
+        embeddings or gradients of that round stops waiting for them, as at its wait's end.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PartyServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -311,6 +325,11 @@ def add_PartyServicer_to_server(servicer, server):
                     servicer.Round,
                     request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.RoundRequest.FromString,
                     response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.RoundReply.SerializeToString,
+            ),
+            'Absent': grpc.unary_unary_rpc_method_handler(
+                    servicer.Absent,
+                    request_deserializer=vfl__wire_dot_v1_dot_vfl__pb2.AbsentRequest.FromString,
+                    response_serializer=vfl__wire_dot_v1_dot_vfl__pb2.Ack.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -722,6 +741,33 @@ class Party:
             '/vfl.v1.Party/Round',
             vfl__wire_dot_v1_dot_vfl__pb2.RoundRequest.SerializeToString,
             vfl__wire_dot_v1_dot_vfl__pb2.RoundReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Absent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Party/Absent',
+            vfl__wire_dot_v1_dot_vfl__pb2.AbsentRequest.SerializeToString,
+            vfl__wire_dot_v1_dot_vfl__pb2.Ack.FromString,
             options,
             channel_credentials,
             insecure,
