@@ -326,12 +326,17 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
 
         if request.probe:  # no round of the run: it must not move the turn that orders them
             return self._serve(context, "Round", request.header, run)
+        answered: list[bool] = []
         if self.links is not None:  # (a thawed party: the coordinator gave up on old rounds)
             mailbox, round_id = self.links.mailbox, request.round_id
             mailbox.arrived(round_id)
-            context.add_callback(lambda: mailbox.abandon(round_id))
+            # only a call that ended unanswered gives its round up: with --staleness a round
+            # answered after its embedding still waits for its gradients in a later call
+            context.add_callback(lambda: answered or mailbox.abandon(round_id))
         self._await_turn(request.after, min(TURN_WAIT_S, context.time_remaining() or 0.0))
-        return self._serve(context, "Round", request.header, run, self._handed(request.round_id))
+        reply = self._serve(context, "Round", request.header, run, self._handed(request.round_id))
+        answered.append(True)
+        return reply
 
     def Absent(self, request, context):
         """Blocks that push nothing more for a round (their Round calls failed): the round's
