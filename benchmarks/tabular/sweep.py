@@ -562,10 +562,6 @@ def main() -> None:
     run_cli(SETTINGS, worker, setting_payload, out, "sweep", __doc__)
 
 
-if __name__ == "__main__":
-    main()
-
-
 # -------------------------------------------------------------------------- rounds to the model
 # Rounds and CPU seconds to the model, per table and setting, from the runs of
 # this sweep (`--summarise DIR --rounds`): what a user over a WAN waits for (every
@@ -707,3 +703,7 @@ def summarise_rounds(root: Path, reference: str = "today") -> str:
             out.append(f"| {name} | " + " | ".join([*quality, "-", "-", cpu, "-", "-", ""]) + " |")
         out.append("")
     return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
