@@ -542,10 +542,6 @@ def main() -> None:
     run_cli(SETTINGS, worker, setting_payload, out, "sweep", __doc__)
 
 
-if __name__ == "__main__":
-    main()
-
-
 # -------------------------------------------------------------------------- rounds to the model
 # Rounds and CPU seconds to the model, per table and setting, from the runs of
 # benchmarks.tabular.sweep (`--summarise DIR --rounds`): what a user over a WAN waits for (every
@@ -687,3 +683,7 @@ def summarise_rounds(root: Path, reference: str = "today") -> str:
             out.append(f"| {name} | " + " | ".join([*quality, "-", "-", cpu, "-", "-", ""]) + " |")
         out.append("")
     return "\n".join(out)
+
+
+if __name__ == "__main__":  # at the end: main() reads the rounds summary defined above
+    main()
