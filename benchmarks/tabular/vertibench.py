@@ -54,7 +54,7 @@ BAR_RMSE_SHARE = 0.05
 def worker(payload: dict[str, Any]) -> dict[str, Any]:
     data_path = Path(payload["data_path"]) if payload["data_path"] else None
     seed = payload["seed"]
-    table = tables(data_path, False)[payload["table"]](seed, False)
+    table = tables(data_path, False, extra=True)[payload["table"]](seed, False)
     start = time.process_time()
     blocks = split_blocks(table, payload["split"], seed)
     split_cpu = time.process_time() - start
