@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     in this order (`--no-loadscope-reorder`; xdist's default puts the files with the most tests
     first, which leaves the one-test federation files for last, where one worker can still run
     a minute of them while the other has nothing left): the hundreds of short in-process files
-    fill the end, so both workers finish within seconds of each other."""
+    fill the end, so the two workers end close together."""
     heavy = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in heavy)  # stable: files stay whole and in order
 
