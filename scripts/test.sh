@@ -27,7 +27,8 @@ if [ "$#" -gt 0 ]; then
 fi
 rc=0  # both runs always run; the script fails if either did
 echo "== pytest: all but the timed fault tests, two workers"
-.venv/bin/python -m pytest -m "not alone" -n 2 --dist loadfile --durations=15 || rc=$?
+# files in collection order (tests/conftest.py puts the federation files first), not by count
+.venv/bin/python -m pytest -m "not alone" -n 2 --dist loadfile --no-loadscope-reorder --durations=15 || rc=$?
 echo "== pytest: timed fault tests on real federations, one at a time"
 # only the files that hold such tests: collecting all of them would import every test module
 # (seconds of the one-at-a-time phase; any use of the marker names `mark.alone`)

@@ -31,6 +31,17 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(Path(package.__file__).parent, quiet=2)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files that start real federations (any test marked `slow`) first, each file's tests
+    in their order, then the in-process files. scripts/test.sh hands whole files to two workers
+    in this order (`--no-loadscope-reorder`; xdist's default puts the files with the most tests
+    first, which leaves the one-test federation files for last, where one worker can still run
+    a minute of them while the other has nothing left): the hundreds of short in-process files
+    fill the end, so the two workers end close together."""
+    heavy = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in heavy)  # stable: files stay whole and in order
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """One torch thread for a module's tests, whatever an earlier module left behind."""
