@@ -15,6 +15,8 @@ Each (setting, table, seed) is one cached JSON under `--out` (delete it to rerun
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import statistics
 import tempfile
 import time
@@ -27,6 +29,8 @@ from benchmarks.tabular.data import prepare
 from benchmarks.tabular.rows import central_row, hgb_row, lgbm_row, linear_row, simulate_row
 from benchmarks.tabular.tables import LABEL_BLOCK, K, tables
 from vfl_core.config import TrainConfig
+from vfl_core.methods.registry import REGISTRY, register
+from vfl_core.methods.spec import MethodSpec
 
 # setting -> the options it adds to the defaults; "+alone" also runs the label party alone.
 SETTINGS: dict[str, list[str]] = {
@@ -81,7 +85,7 @@ SETTINGS: dict[str, list[str]] = {
     "combinatorial": ["--method", "combinatorial"],
     "full-overlap": [],
     "zerofill-full-overlap": ["--method", "zerofill"],
-    "laser-concat": ["--method", "laser-concat"],  # benchmarks.laser_concat, not built in
+    "laser-concat": ["--method", "laser-concat"],  # `laser_concat` below, not built in
     # LASER-VFL's heads and a zero-filled concatenating head on the same towers, chosen per
     # observed set on validation (TrainConfig.concat_head)
     "concat-head": ["--concat-head"],
@@ -274,7 +278,7 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
     table = tables(data_path, False, extra=True)[payload["table"]](payload["seed"], False)
     extra = list(payload["extra"])
     if "laser-concat" in extra:
-        import benchmarks.laser_concat  # noqa: F401 (registers the method)
+        register(laser_concat())  # a no-op where this process registered it already
     _set_module_defaults(payload)
     overlap = payload.get("overlap") or "partial"
     if payload.get("gbdt"):
@@ -300,6 +304,22 @@ def _gbdt_rows(table: Any, seed: int) -> list[dict[str, Any]]:
             row = fit(prep)
             rows.append({**row, "cpu_seconds": time.process_time() - start})
     return rows
+
+
+LASER_CONCAT = "laser-concat"
+
+
+@functools.cache
+def laser_concat() -> MethodSpec:
+    """`laser-concat`, a method for one ablation (issue 27; the report's ablation section), not
+    the paper's and not built in: LASER-VFL's objective, subset choice and heads, with each head
+    on the concatenation of all K embeddings, zeros where a block is outside the subset (the
+    fusion the split-learning baselines use), instead of their mean. A run that names it
+    registers it (vfl_core.methods.registry.register); not servable from bundles
+    (vfl_core.serving.bundle). One spec per process: registering it again is a no-op."""
+    laser = REGISTRY["laser"]
+    name = "LASER-VFL (concatenation)"
+    return dataclasses.replace(laser, name=LASER_CONCAT, display_name=name, fusion="concat")
 
 
 def _set_module_defaults(payload: dict[str, Any]) -> None:
@@ -372,7 +392,7 @@ _CHOICE: dict[str, tuple[Any, ...]] = {}  # vfl_core.inference.choice's own
 
 def _row(name: str, prep: Any, parties: list[int], out: Path, extra: list[str]) -> dict:
     # the test curve of every epoch (a diagnostic: training is the same without it) for the
-    # rounds to within 0.2 points of the model (benchmarks.tabular.sweep)
+    # rounds to within 0.2 points of the model (`summarise_rounds`, below)
     return simulate_row(name, prep, parties, out, None, curve_every=1, extra=tuple(extra))
 
 
@@ -544,7 +564,7 @@ def main() -> None:
 
 # -------------------------------------------------------------------------- rounds to the model
 # Rounds and CPU seconds to the model, per table and setting, from the runs of
-# benchmarks.tabular.sweep (`--summarise DIR --rounds`): what a user over a WAN waits for (every
+# this sweep (`--summarise DIR --rounds`): what a user over a WAN waits for (every
 # round crosses the network) beside the test quality.
 #
 # Per run (one table, setting and seed), from the engine's epoch records (`vfl simulate`'s
