@@ -12,8 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from benchmarks.serve.acceptance import acceptance_lines
-from benchmarks.serve.cluster import cpu_seconds, report_lines
+from benchmarks.serve.cluster import acceptance_lines, cpu_seconds, report_lines
 from benchmarks.serve_callers import load
 
 

@@ -26,7 +26,7 @@ def test_given_the_extra_tables_then_positive_skewed_regressions_outside_the_ben
 
 def test_given_importance_splits_then_a_partition_and_alpha_sets_the_balance() -> None:
     pytest.importorskip("vertibench", reason="the VertiBench splits need the bench extra")
-    from benchmarks.tabular.splits import split_blocks
+    from benchmarks.tabular.vertibench import split_blocks
 
     table = tables(None, True)["gen_categorical"](0, True)
     spread = {}
@@ -45,7 +45,7 @@ def test_given_importance_splits_then_a_partition_and_alpha_sets_the_balance() -
 
 def test_given_correlation_splits_then_equal_shares_that_beta_moves() -> None:
     pytest.importorskip("vertibench", reason="the VertiBench splits need the bench extra")
-    from benchmarks.tabular.splits import split_blocks
+    from benchmarks.tabular.vertibench import split_blocks
 
     table = tables(None, True)["gen_skewed"](0, True)
     low = split_blocks(table, "correlation-0", 0)

@@ -38,13 +38,15 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from benchmarks.netshape import NetShaper, Shape
-from benchmarks.serve.acceptance import acceptance_lines, late_answers, shed_counted
 from benchmarks.serve.cluster import (
     ServingCluster,
+    acceptance_lines,
+    late_answers,
     live_missing_why,
     measure,
     mode_text,
     report_lines,
+    shed_counted,
     shed_why,
     start_replicas,
     train_bundles,
