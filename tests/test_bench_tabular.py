@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks.tabular.data import prepare
 from benchmarks.tabular.report import ROWS, predicted_positive_rate
-from benchmarks.tabular.tables import LABEL_BLOCK, LABEL_COLUMN, K, tables
+from benchmarks.tabular.tables import LABEL_BLOCK, LABEL_COLUMN, K, prepare, tables
 from vfl_cli.app import app
 
 LOCAL_ROWS = ("linear", "hgb", "central_mlp", "label_alone", "federation")

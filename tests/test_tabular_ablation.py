@@ -14,9 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from benchmarks.tabular.data import prepare
 from benchmarks.tabular.rows import Fit, Towers, central_row, towers_features
-from benchmarks.tabular.tables import LABEL_BLOCK, K, tables, write_parties
+from benchmarks.tabular.tables import LABEL_BLOCK, K, prepare, tables, write_parties
 from vfl_core.config import TrainConfig
 from vfl_core.methods.registry import REGISTRY, register, unregister
 from vfl_core.methods.spec import MethodSpec

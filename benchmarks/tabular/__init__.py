@@ -90,9 +90,8 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
     or the gRPC federation ("grpc")."""
     # imported here, not above, so that `python -m benchmarks.tabular.tables` (the census-like
     # table's CSVs) finds its module not yet imported
-    from benchmarks.tabular.data import prepare
     from benchmarks.tabular.rows import central_row, grpc_row, hgb_row, linear_row, simulate_row
-    from benchmarks.tabular.tables import LABEL_BLOCK, K, tables
+    from benchmarks.tabular.tables import LABEL_BLOCK, K, prepare, tables
     from vfl_core.config import TrainConfig
 
     data_path = Path(payload["data_path"]) if payload["data_path"] else None

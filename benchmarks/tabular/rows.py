@@ -36,8 +36,16 @@ import torch
 from torch import nn
 
 from benchmarks import procs
-from benchmarks.tabular.data import Prepared, party_block, party_features, raw_columns, score_sets
-from benchmarks.tabular.tables import ID_COLUMN, LABEL_BLOCK, LABEL_COLUMN
+from benchmarks.tabular.tables import (
+    ID_COLUMN,
+    LABEL_BLOCK,
+    LABEL_COLUMN,
+    Prepared,
+    party_block,
+    party_features,
+    raw_columns,
+    score_sets,
+)
 from vfl_core.config import AUTO_MIN_VALIDATION, TrainConfig
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.model.lr_schedule import lr_at

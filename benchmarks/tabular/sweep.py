@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.pool import Task, read_json, run_tasks
-from benchmarks.tabular.data import prepare
 from benchmarks.tabular.rows import central_row, hgb_row, lgbm_row, linear_row, simulate_row
-from benchmarks.tabular.tables import LABEL_BLOCK, K, tables
+from benchmarks.tabular.tables import LABEL_BLOCK, K, prepare, tables
 from vfl_core.config import TrainConfig
 from vfl_core.methods.registry import REGISTRY, register
 from vfl_core.methods.spec import MethodSpec

@@ -39,10 +39,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.pool import Task, read_json, run_tasks
-from benchmarks.tabular.data import prepare
 from benchmarks.tabular.rows import hgb_row, lgbm_row, linear_row, simulate_row
 from benchmarks.tabular.sweep import to_model
-from benchmarks.tabular.tables import LABEL_BLOCK, K, Table, tables
+from benchmarks.tabular.tables import LABEL_BLOCK, K, Table, prepare, tables
 
 # --- VertiBench's feature splits (the `vertibench` package)
 # VertiBench's feature splits of a table's columns among the K parties (Wu et al., "VertiBench:

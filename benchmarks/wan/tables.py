@@ -2,7 +2,7 @@
 
 Per table (benchmarks.tabular.tables: UCI Credit and the census-like table, cut into K = 3 party
 CSVs with the labels at party 0 and partial overlap exactly as `vfl bench tabular` cuts them:
-benchmarks.tabular.data.prepare), recipe (coordinator options, `RECIPES`), RTT and seed, one real
+benchmarks.tabular.tables.prepare), recipe (coordinator options, `RECIPES`), RTT and seed, one real
 federation (`vfl-coordinator` and 3 `vfl-client --data partyK.csv`, options as
 benchmarks.tabular.rows gives them) trains the way a user runs it: with the defaults, it
 trains until early stopping and ends with the weights of its best epoch. Every party reaches the
@@ -45,9 +45,8 @@ from benchmarks import procs
 from benchmarks.netshape import HOST, NetShaper, Shape, free_port
 from benchmarks.pool import invocation, read_json, write_json
 from benchmarks.setups import md_table
-from benchmarks.tabular.data import Prepared, prepare
 from benchmarks.tabular.rows import hgb_row, table_client_args
-from benchmarks.tabular.tables import tables
+from benchmarks.tabular.tables import Prepared, prepare, tables
 
 log = logging.getLogger(__name__)
 
