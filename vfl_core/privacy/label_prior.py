@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +116,10 @@ def _first_stage(
     if fit_on is not None:
         x, y = fit_on[0][fit_on[1] >= 0], fit_on[1][fit_on[1] >= 0]
         if len(np.unique(y)) >= 2:
+            # imported here: at module level every coordinator and client process would load
+            # scikit-learn and SciPy at start (about 1 CPU second each) for an opt-in defence
+            from sklearn.linear_model import LogisticRegression
+
             model = LogisticRegression(max_iter=300).fit(x, y)
 
     def predict(rest_x: np.ndarray | None, rest_has: np.ndarray) -> np.ndarray:
