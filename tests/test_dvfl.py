@@ -18,7 +18,8 @@ from vfl_core.data.party_dir import PartyData, PartySplit, load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError, ProtocolError, StaleRoundError
 from vfl_core.methods.dvfl.messages import GuestCall, HostCall, HostOutputCall, OwnerTrainCall
-from vfl_core.methods.dvfl.nets import Registers, reconstruction_loss
+from vfl_core.methods.dvfl.nets import Registers
+from vfl_core.model.reconstruction import reconstruction_loss
 from vfl_core.simulate import SimulationConfig, run_simulation
 from vfl_core.training.alignment import batch_digest
 from vfl_core.training.engine import Federation, RoundRecord

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vfl_core.methods.dvfl.nets import reconstruction_loss
+from vfl_core.model.reconstruction import reconstruction_loss
 from vfl_core.model.tower import MLPRepresentation, build_seeded
 from vfl_core.seeding import Stream, derive_seed
 

@@ -60,16 +60,6 @@ def build_classifier(in_width: int, hidden: Sequence[int], classes: int, seed: i
     )
 
 
-def reconstruction_loss(
-    recon: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Mean squared error over the entries that `mask` keeps (all without a mask)."""
-    err = (recon - target) ** 2  # (B, F)
-    if mask is None:
-        return err.mean()
-    return (err * mask).sum() / mask.sum().clamp_min(1.0)
-
-
 class Registers:
     """A host's memory of the guests: for each training sample (a key index of the alignment) and
     guest, the activation written last, and whether one was ever written. Unwritten slots read

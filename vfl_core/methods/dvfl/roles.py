@@ -40,12 +40,12 @@ from vfl_core.methods.dvfl.nets import (
     build_classifier,
     check_index,
     concat_slots,
-    reconstruction_loss,
 )
 from vfl_core.methods.dvfl.owner_stop import OwnerStop
 from vfl_core.methods.spec import RunConfig
 from vfl_core.model.eager_optim import EagerSGD
 from vfl_core.model.model_bank import make_optimizer
+from vfl_core.model.reconstruction import reconstruction_loss
 from vfl_core.protocol import EmbedCall
 from vfl_core.seeding import Stream, derive_seed, rng
 
