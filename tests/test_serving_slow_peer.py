@@ -15,7 +15,8 @@ from test_serving_gateway import gateway, local_peer, served  # noqa: F401 (the 
 
 from vfl_core.serving.admission import SLOW_PEER, Overloaded
 from vfl_core.serving.lag import LAGGING_AFTER
-from vfl_core.serving.peers import LAGGING, TIMED_OUT, PeerAnswer
+from vfl_core.serving.peer_state import PeerStates
+from vfl_core.serving.peers import DOWN, LAGGING, TIMED_OUT, PeerAnswer, PeerFailure
 from vfl_core.training.alignment import hash_ids
 
 
@@ -135,3 +136,20 @@ def test_given_a_party_that_answered_just_before_freezing_then_shed_until_three_
     time.sleep(3 * 0.3)  # three deadlines without an answer from it: frozen
     answer = gw.predict([other])[0]
     assert answer.missing["party1"] in (TIMED_OUT, LAGGING) and answer.error is None
+
+
+def test_given_a_lagging_party_whose_connection_was_refused_then_named_down() -> None:
+    """A party found lagging (frozen under load) and then killed: its probe's connection
+    refused, it is "down" in answers and in the health body, not "lagging"."""
+    states = PeerStates({1: "party1"})
+    answered: Future[PeerAnswer] = Future()
+    states.watch(1, answered)
+    answered.set_result(PeerAnswer(np.zeros(1, dtype=bool), np.zeros((0, 4), dtype=np.float32)))
+    assert states.why_missing(1, lagging=True) == LAGGING
+    assert states.state(1, lagging=True) == LAGGING
+    refused: Future[PeerAnswer] = Future()
+    states.watch(1, refused)
+    refused.set_exception(PeerFailure(DOWN))
+    assert states.why_missing(1, lagging=True) == DOWN
+    assert states.state(1, lagging=True) == DOWN
+    assert states.why_missing(1, lagging=False) == DOWN

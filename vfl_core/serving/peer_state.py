@@ -54,13 +54,13 @@ class PeerStates:
         future.add_done_callback(done)
 
     def why_missing(self, block: int, lagging: bool) -> str:
-        """Why `block` gave a request no answer in time: LAGGING, DOWN or TIMED_OUT."""
-        if lagging:
-            return LAGGING
+        """Why `block` gave a request no answer in time: DOWN (its last call's connection
+        was refused or lost, and it has not answered since: also when it was found lagging
+        before, as a party frozen under load and then killed is), else LAGGING or TIMED_OUT."""
         with self._lock:
             peer = self._peers[block]
             down = peer.failure == DOWN and (peer.answered or -1.0) < (peer.failed or -1.0)
-        return DOWN if down else TIMED_OUT
+        return DOWN if down else LAGGING if lagging else TIMED_OUT
 
     def answered_since(self, block: int, since: float) -> bool:
         """Whether `block` answered any request after `since` (time.monotonic()): alive."""
@@ -69,16 +69,17 @@ class PeerStates:
         return answered is not None and answered > since
 
     def state(self, block: int, lagging: bool) -> str:
-        """UP, DOWN, TIMED_OUT, LAGGING or UNKNOWN: its last outcome."""
-        if lagging:
-            return LAGGING
+        """UP, DOWN, TIMED_OUT, LAGGING or UNKNOWN: its last outcome (DOWN before LAGGING,
+        as in why_missing)."""
         with self._lock:
             peer = self._peers[block]
             if peer.answered is None and peer.failed is None:
-                return UNKNOWN
+                return LAGGING if lagging else UNKNOWN
             if peer.failed is None or (peer.answered or -1.0) > peer.failed:
-                return UP
-            return DOWN if peer.failure == DOWN else TIMED_OUT
+                return LAGGING if lagging else UP
+            if peer.failure == DOWN:
+                return DOWN
+            return LAGGING if lagging else TIMED_OUT
 
     def describe(self, block: int, lagging: bool) -> dict[str, object]:
         """The readiness body's entry of one peer."""
