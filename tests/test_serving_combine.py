@@ -83,10 +83,10 @@ def test_given_concurrent_requests_when_the_head_runs_once_then_answers_as_one_b
     predict = gw.bundle.predict
     sets: list[int] = []
 
-    def held_predict(embeddings):
+    def held_predict(embeddings, *head):  # head: the observed set's chosen head, if any
         sets.append(len(next(iter(embeddings.values()))))
         release.wait(10)
-        return predict(embeddings)
+        return predict(embeddings, *head)
 
     gw.bundle.predict = held_predict  # the first batch waits while the rest queue
     try:
