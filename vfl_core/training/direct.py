@@ -59,7 +59,9 @@ def supported(fed: RoundRun) -> bool:
 
 
 @dataclass
-class _Round:
+class RoundInFlight:
+    """A round of the direct plane between its calls and its record."""
+
     round_id: int
     epoch: int
     batch: Batch
@@ -80,11 +82,11 @@ def run(
     returns with nothing in flight. `stop` is asked before each new round leaves: when it says
     so, the rounds in flight finish and the rest of `batches` is left unstarted."""
     sent: dict[int, int] = {}  # block -> the last round it was sent
-    flight: deque[_Round] = deque()
+    flight: deque[RoundInFlight] = deque()
     for i, batch in enumerate(batches):
         if i and stop is not None and stop():
             break
-        r = _Round(first_round + i, epoch, batch, first_round + i + fed.request_id)
+        r = RoundInFlight(first_round + i, epoch, batch, first_round + i + fed.request_id)
         _start(fed, r, sent)
         flight.append(r)
         if len(flight) > AHEAD:
@@ -103,7 +105,7 @@ def exact(fed: RoundRun) -> bool:
     return not fed.config.staleness
 
 
-def _start(fed: RoundRun, r: _Round, sent: dict[int, int]) -> None:
+def _start(fed: RoundRun, r: RoundInFlight, sent: dict[int, int]) -> None:
     fed.presence.poll_rejoins(r.tick)
     spec, labels, batch = fed.spec, fed.label_blocks, r.batch
     if not spec.trainable(batch.pattern, fed.num_blocks, labels, batch.label_only):
@@ -121,7 +123,7 @@ def _start(fed: RoundRun, r: _Round, sent: dict[int, int]) -> None:
     r.collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
 
 
-def round_calls(fed: RoundRun, r: _Round, holders: tuple[int, ...]) -> dict[int, RoundCall]:
+def round_calls(fed: RoundRun, r: RoundInFlight, holders: tuple[int, ...]) -> dict[int, RoundCall]:
     """Every party's RoundCall of round `r`: the relay's Embed and Fuse calls, as they are when
     every callee answers, with the embeddings left to travel between the parties."""
     al = fed.alignments["train"]
@@ -152,7 +154,7 @@ def round_calls(fed: RoundRun, r: _Round, holders: tuple[int, ...]) -> dict[int,
     return calls
 
 
-def _finish(fed: RoundRun, r: _Round) -> RoundRecord:
+def _finish(fed: RoundRun, r: RoundInFlight) -> RoundRecord:
     """The round's record from the parties' reports; who answered what into the liveness."""
     if r.collect is None:
         return RoundRecord(r.round_id, r.epoch, r.batch.pattern, r.callees, {}, ())

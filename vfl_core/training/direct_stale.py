@@ -35,21 +35,16 @@ import numpy as np
 from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.protocol import RoundCall, RoundResult, Step
-from vfl_core.training.direct import AHEAD, Collect, round_calls
+from vfl_core.training.direct import AHEAD, RoundInFlight, round_calls
 
 if TYPE_CHECKING:
     from vfl_core.training.ports import RoundRun
 
 
 @dataclass
-class _Round:
-    round_id: int
-    epoch: int
-    batch: Batch
-    tick: int
-    callees: tuple[int, ...] = ()
-    heads: tuple[int, ...] = ()
-    collect: Collect | None = None
+class _Round(RoundInFlight):
+    """The exact plane's round in flight, with what bounded staleness adds to it."""
+
     carries: dict[int, tuple[int, ...]] = field(default_factory=dict)  # block -> earlier rounds
     present: tuple[int, ...] = ()
     losses: dict[int, float] = field(default_factory=dict)
