@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from benchmarks.setups import PAPER_PLAIN, paper_plain
 
@@ -150,17 +150,23 @@ def cpu_seconds(pids: Sequence[int], children: bool = False) -> float:
     return total / tick
 
 
-class EpochWatch:
+M = TypeVar("M")
+
+
+class EpochWatch(Generic[M]):
     """Follows <out>/epochs.jsonl from a thread: `mark()` as each epoch is logged (values kept in
-    `marks`), and `on_last()` once `epochs` are."""
+    `marks`), and `on_last()` once `epochs` are (without `epochs`, until `stop()`)."""
 
     POLL_S = 0.02
 
     def __init__(
-        self, mark: Callable[[], float], epochs: int, on_last: Callable[[], None] | None = None
+        self,
+        mark: Callable[[], M],
+        epochs: int = sys.maxsize,
+        on_last: Callable[[], None] | None = None,
     ) -> None:
         self.mark, self.epochs, self.on_last = mark, epochs, on_last
-        self.marks: list[float] = []
+        self.marks: list[M] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -185,7 +191,7 @@ class EpochWatch:
         if len(self.marks) >= self.epochs and self.on_last is not None:
             self.on_last()
 
-    def per_round(self, rounds: Sequence[int], first: int = 0) -> float | None:
+    def per_round(self: EpochWatch[float], rounds: Sequence[int], first: int = 0) -> float | None:
         """(mark at the last epoch - mark at epoch `first`) / the rounds in between."""
         if len(self.marks) <= first + 1:
             return None

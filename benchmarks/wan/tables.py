@@ -34,10 +34,9 @@ import logging
 import os
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +69,6 @@ RECIPES: dict[str, tuple[str, ...]] = {
     ),
 }  # fmt: skip
 FIRST_RTTS = (0.0, 50.0)  # the cells the acceptance reads run first
-MARK_POLL_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -104,37 +102,6 @@ def cells(job: TablesJob) -> list[Cell]:
         for r in job.recipes
     ]  # fmt: skip
     return sorted(found, key=lambda c: stage(c[1], c[2]))  # stable: the order above within
-
-
-@dataclass
-class EpochMarks:
-    """The time and the links' bytes as each line of <out>/epochs.jsonl appears (a thread)."""
-
-    net: NetShaper
-    times: list[float] = field(default_factory=list)
-    bytes: list[int] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self, out: Path) -> None:
-        self._thread = threading.Thread(target=self._follow, args=(out,), daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _follow(self, out: Path) -> None:
-        path = out / "epochs.jsonl"
-        while not self._stop.wait(MARK_POLL_S):
-            try:
-                lines = path.read_text().count("\n")
-            except FileNotFoundError:
-                continue
-            while len(self.times) < lines:
-                self.times.append(time.perf_counter())
-                self.bytes.append(self.net.bytes())
 
 
 def summarise(
@@ -201,14 +168,16 @@ def run_one(job: TablesJob, prep: Prepared, cell: Cell, tmp: Path) -> dict[str, 
                 "--advertise", f"{HOST}:{via}", *table_client_args(prep, k),
             ]  # fmt: skip
 
-        marks = EpochMarks(net)
+        # the time and the links' bytes as each epoch is logged
+        marks = procs.EpochWatch(lambda: (time.perf_counter(), net.bytes()))
         launched = time.perf_counter()
         with procs.federation(prep.split.paths, workdir, args, network) as out:
             marks.start(out)
         ended = time.perf_counter()
         marks.stop()
         total_bytes = net.bytes()
-    figures = summarise(procs.results(out), marks.times, marks.bytes, (launched, ended))
+    times, sent = [m[0] for m in marks.marks], [m[1] for m in marks.marks]
+    figures = summarise(procs.results(out), times, sent, (launched, ended))
     return {
         "table": table,
         "recipe": recipe,
