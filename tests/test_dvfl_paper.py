@@ -45,6 +45,62 @@ def test_owner_stop_keeps_the_best_epoch_and_stops_after_patience() -> None:
     assert stop.stopped and torch.equal(net.weight, torch.full((2, 2), 1.0))
 
 
+def test_owner_stop_with_a_minimum_does_not_stop_or_pick_a_best_before_it() -> None:
+    """A lucky early epoch (accuracy 0.9 at epoch 0) neither ends the run nor is restored:
+    with min_epochs 5 the first candidate is epoch 4 (the 5th trained)."""
+    import torch
+
+    net = torch.nn.Linear(2, 2)
+    stop = OwnerStop(patience=2, fraction=0.2, seed=0, min_epochs=5)
+    stop.split(np.arange(125))  # 20% of 125 labelled rows
+    assert stop.validation is not None and len(stop.validation) == 25
+    for epoch, accuracy in enumerate([0.9, 0.1, 0.1, 0.1, 0.5, 0.6, 0.4, 0.4]):
+        with torch.no_grad():
+            net.weight.fill_(float(epoch))
+        stop.after_epoch(net, epoch, accuracy, last=False)
+        assert not stop.stopped or epoch == 7, epoch  # the earliest stop: epoch 4 + 1 + 2
+    assert stop.stopped and stop.best_epoch == 5 and stop.best == 0.6
+    assert torch.equal(net.weight, torch.full((2, 2), 5.0))
+    assert len(stop.history) == 8  # every epoch recorded, the early ones too
+
+
+def test_owner_stop_minimum_beyond_the_last_epoch_keeps_the_last_weights() -> None:
+    import torch
+
+    net = torch.nn.Linear(2, 2)
+    stop = OwnerStop(patience=1, fraction=0.5, seed=0, min_epochs=10)
+    for epoch in range(3):
+        with torch.no_grad():
+            net.weight.fill_(float(epoch))
+        stop.after_epoch(net, epoch, 1.0 - epoch / 10, last=epoch == 2)
+    assert stop.stopped and stop.best_epoch == 2
+    assert torch.equal(net.weight, torch.full((2, 2), 2.0))
+
+
+def test_owner_min_epochs_beyond_owner_epochs_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from vfl_core.config import DvflConfig
+
+    with pytest.raises(ValidationError, match="owner_min_epochs"):
+        DvflConfig(owner_epochs=10, owner_min_epochs=11)
+
+
+def test_given_an_owner_minimum_when_trained_then_the_owner_trains_at_least_that_long(
+    blocks: list[PartyData],
+) -> None:
+    """With owner_min_epochs 12 the owner trains at least 12 epochs plus the patience, and the
+    restored best is epoch 11 (the 12th) or later."""
+    train = config(epochs=1, owner_epochs=40, owner_patience=2, owner_lr=0.5, owner_min_epochs=12)
+    fed, parties, _ = federation(blocks, train)
+    fed.train()
+    stop = parties[0].dvfl.owner_stop
+    assert stop is not None and stop.stopped and stop.min_epochs == 12
+    assert len(stop.history) >= 12 + 2  # the minimum, then at least the patience
+    assert stop.best_epoch >= 11
+    assert stop.best == max(stop.history[11:])
+
+
 def test_given_owner_patience_when_trained_then_it_stops_early_and_ends_with_the_best(
     blocks: list[PartyData],
 ) -> None:

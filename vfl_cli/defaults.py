@@ -62,6 +62,7 @@ DVFL = {
     "owner_momentum": 0.0,
     "owner_patience": 0,
     "owner_validation": 0.2,
+    "owner_min_epochs": 0,
     "period_epochs": None,
 }
 DLVM = {

@@ -135,6 +135,7 @@ PANELS: dict[str, str] = {
             "dvfl-host-steps",
             "dvfl-owner-epochs",
             "dvfl-owner-patience",
+            "dvfl-owner-min-epochs",
             "dvfl-period-epochs",
             "serve-feature-only",
             "wire-dtype",

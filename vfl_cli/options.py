@@ -124,7 +124,14 @@ def train_config(base: dict[str, Any], **overrides: Any) -> TrainConfig:
         if value is not None:
             model[key] = value
     dvfl = dict(data.pop("dvfl", {}) or {})
-    for key in ("period", "host_steps", "owner_epochs", "owner_patience", "period_epochs"):
+    for key in (
+        "period",
+        "host_steps",
+        "owner_epochs",
+        "owner_patience",
+        "owner_min_epochs",
+        "period_epochs",
+    ):
         value = overrides.pop(f"dvfl_{key}", None)
         if value is not None:
             dvfl[key] = value

@@ -181,6 +181,14 @@ class TrainOptions:
             show_default=shown(DV["owner_patience"]),
         ),
     ] = None
+    dvfl_owner_min_epochs: Annotated[
+        int | None,
+        Opt(
+            help="dvfl: with --dvfl-owner-patience, the owner trains at least N epochs and its "
+            "best epoch is chosen from the N-th on",
+            show_default=shown(DV["owner_min_epochs"]),
+        ),
+    ] = None
     dvfl_period_epochs: Annotated[
         int | None,
         Opt(

@@ -159,6 +159,9 @@ class DvflConfig(_Frozen):
     # epochs without a better accuracy on `owner_validation` of its labelled rows, best restored.
     owner_patience: int = Field(0, ge=0)
     owner_validation: float = Field(0.2, gt=0, lt=1)
+    # With early stopping: the owner trains at least this many epochs, and the best epoch is
+    # chosen from this one on (0: from the first).
+    owner_min_epochs: int = Field(0, ge=0)
     # The communication period in guest epochs (the paper's Fig. 3/4): the guests write in every
     # N-th epoch (all its rounds) and not in the others; None: `period` (rounds) decides.
     period_epochs: int | None = Field(None, ge=1, le=100_000)
@@ -169,6 +172,15 @@ class DvflConfig(_Frozen):
         if any(s < 1 or s > 65536 for s in sizes):
             raise ValueError(f"layer sizes must be in 1..65536, got {list(sizes)}")
         return sizes
+
+    @model_validator(mode="after")
+    def _min_within_epochs(self) -> DvflConfig:
+        if self.owner_min_epochs > self.owner_epochs:
+            raise ValueError(
+                f"owner_min_epochs ({self.owner_min_epochs}) exceeds owner_epochs "
+                f"({self.owner_epochs})"
+            )
+        return self
 
 
 class TrainConfig(_Frozen):

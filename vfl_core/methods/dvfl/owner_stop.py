@@ -1,6 +1,9 @@
 """Early stopping of DVFL's label owner (DvflConfig.owner_patience), as the DVFL paper trains the
 owner in its limited-label runs: up to `owner_epochs` epochs, stopped once the held-out labelled
 rows' accuracy has not improved for `owner_patience` epochs, ending with the best epoch's weights.
+With `owner_min_epochs` M the owner trains at least M epochs and only epochs from the M-th on are
+candidates for the best: on a few held-out rows (25 at 128 labels) the accuracy moves in steps of
+4 points, and a lucky early epoch would otherwise end the run (docs/methods/dvfl.md).
 
 The validation rows are `owner_validation` of the owner's labelled rows (at least one), drawn
 from the seed; the owner does not train on them. Which rows the paper held out is not stated:
@@ -25,6 +28,7 @@ class OwnerStop:
     patience: int
     fraction: float
     seed: int
+    min_epochs: int = 0  # no stop, and no best, before this many epochs
     validation: np.ndarray | None = None  # (V,) train rows held out, ascending
     best: float = -1.0  # best validation accuracy so far
     best_epoch: int = -1
@@ -43,8 +47,11 @@ class OwnerStop:
 
     def after_epoch(self, net: torch.nn.Module, epoch: int, accuracy: float, last: bool) -> None:
         """Record an epoch's validation accuracy; keep the best weights; stop after `patience`
-        epochs without a better one, or at the `last` epoch, with the best weights restored."""
+        epochs without a better one, or at the `last` epoch, with the best weights restored.
+        Epochs before the `min_epochs`-th (`epoch` counts from 0) only train."""
         self.history.append(accuracy)
+        if epoch + 1 < self.min_epochs and not last:
+            return
         if accuracy > self.best:
             self.best, self.best_epoch = accuracy, epoch
             self.best_state = copy.deepcopy(net.state_dict())

@@ -123,7 +123,11 @@ class DvflRoles:
         self.owner_inputs: torch.Tensor | None = None  # (train rows, K, host_dim)
         self.owner_fed: torch.Tensor | None = None  # (train rows, K) bool
         patience = cfg.owner_patience
-        self.owner_stop = OwnerStop(patience, cfg.owner_validation, seed) if patience > 0 else None
+        self.owner_stop = (
+            OwnerStop(patience, cfg.owner_validation, seed, cfg.owner_min_epochs)
+            if patience > 0
+            else None
+        )
 
     # ------------------------------------------------------------------ guest
     def guest_step(self, call: GuestCall) -> GuestResult:
