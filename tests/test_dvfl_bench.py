@@ -71,6 +71,7 @@ def test_given_dvfl_options_when_simulating_then_they_reach_the_run(tmp_path: Pa
     args = [
         "simulate", "--method", "dvfl", "--epochs", "1", "--dvfl-owner-epochs", "2",
         "--dvfl-period", "3", "--dvfl-host-steps", "1", "--fault-rate", "0.3",
+        "--dvfl-owner-patience", "1", "--dvfl-owner-min-epochs", "2",
         "--fault-entity", "link", "--run-dir", str(run_dir),
     ]  # fmt: skip
     result = CliRunner().invoke(app, args)
@@ -78,4 +79,23 @@ def test_given_dvfl_options_when_simulating_then_they_reach_the_run(tmp_path: Pa
     config = (run_dir / "config.json").read_text()
     assert '"period": 3' in config and '"owner_epochs": 2' in config and '"host_steps": 1' in config
     assert '"entity": "link"' in config
+    assert '"owner_patience": 1' in config and '"owner_min_epochs": 2' in config
     assert "all" in result.output and "injected faults" in result.output
+
+
+def test_given_an_owner_minimum_beyond_its_epochs_when_simulating_then_one_error_line() -> None:
+    args = ["simulate", "--method", "dvfl", "--epochs", "1", "--dvfl-owner-epochs", "2"]
+    result = CliRunner().invoke(app, [*args, "--dvfl-owner-min-epochs", "5"])
+    assert result.exit_code == 2, result.output
+    assert "owner_min_epochs" in result.output and "Traceback" not in result.output
+
+
+def test_the_few_label_dvfl_min_cell_differs_from_dvfl_only_in_the_owner_minimum() -> None:
+    from benchmarks.dvfl import LABEL_MIN_EPOCHS, Cell, DvflJob
+
+    job = DvflJob(seeds=[0], results=Path("."), data_path=None, experiments=("labels",))
+    plain, least = (job.config(Cell(m, labels=128), 0) for m in ("dvfl", "dvfl-min"))
+    assert least["train"]["method"] == "dvfl"
+    assert least["train"]["dvfl"].pop("owner_min_epochs") == LABEL_MIN_EPOCHS
+    assert least == plain
+    assert "owner_min_epochs" not in plain["train"]["dvfl"]  # the paper's cells keep their runs

@@ -167,10 +167,11 @@ class DvflJob:
                 train["dvfl"]["period_epochs"] = cell.period_epochs
             if cell.labels is not None:
                 train["dvfl"] |= {"owner_epochs": LABEL_EPOCHS, "owner_patience": LABEL_PATIENCE}
-            if cell.method == "dvfl-min":
-                train["dvfl"]["owner_min_epochs"] = LABEL_MIN_EPOCHS
             if self.owner_epochs is not None:
                 train["dvfl"]["owner_epochs"] = self.owner_epochs
+            if cell.method == "dvfl-min":  # a shorter owner (a quick check) trains them all
+                least = min(LABEL_MIN_EPOCHS, train["dvfl"]["owner_epochs"])
+                train["dvfl"]["owner_min_epochs"] = least
         config: dict[str, Any] = {
             "dataset": self.dataset,
             "data_path": str(self.data_path) if self.data_path is not None else None,
