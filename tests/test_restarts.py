@@ -59,9 +59,9 @@ TRAIN_ARGS = ["--batch-size", str(BATCH), "--checkpoint-every", str(EVERY)]
 def reference(party_dirs: list[Path]) -> Iterator[Callable[[int], Future[float]]]:
     """`reference(epochs)`: test accuracy after `epochs` epochs of the same run without faults
     (in-process: same numbers as gRPC), computed in a thread while the test's federation trains.
-    Its processes take about one of the two cores, so the 3 to 12 CPU s of the reference run on
-    the other instead of before the federation starts. A test reads it with `.result()` when it
-    compares."""
+    Its processes take about one of the two cores, so the reference's CPU seconds (12 for 20
+    epochs) go on the other instead of before the federation starts. A test reads it with
+    `.result()` when it compares."""
     started: dict[int, Future[float]] = {}
     with ThreadPoolExecutor(1, thread_name_prefix="reference") as pool:
 
