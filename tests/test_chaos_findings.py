@@ -270,9 +270,12 @@ def test_given_party_frozen_across_restarted_coordinators_alignment_when_thawed_
     again at the next epoch's start and train from there."""
     ckpt, every = tmp_path / "ckpt", 20
     with Cluster(tmp_path / "cluster") as cluster:
+        # block 1 is heard from again at its first heartbeat after the thaw (at most 2 s: 2 to
+        # 4 epochs without it) and aligned at the next epoch's start: 8 epochs leave it the last
+        # ones to train in (it joined at epoch 4 of 12 at load 7)
         coord, clients = cluster.federation(
             two_parties,
-            epochs=12,
+            epochs=8,
             deadline=2.0,
             extra=[
                 *("--batch-size", "16", "--align-retry", "2"),

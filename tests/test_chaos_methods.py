@@ -89,7 +89,8 @@ def test_given_dvfl_owner_frozen_in_owner_epochs_when_thawed_then_training_resum
         parties,
         epochs=GUEST_EPOCHS,
         deadline=1.0,
-        extra=[*DVFL, "--rejoin-timeout", "60"],
+        # the thawed owner answers the next call to the down parties: every second, not every 5
+        extra=[*DVFL, "--rejoin-timeout", "60", "--pause-probe", "1"],
     )
     owner = clients[0]
 
@@ -135,6 +136,7 @@ def test_given_dlvm_active_party_lost_at_stage_2_and_while_serving_when_back_the
             *DLVM,
             *("--checkpoint-dir", str(ckpt / "coordinator"), "--checkpoint-every", "20"),
             *("--rejoin-timeout", "60", "--down-after", "20"),  # down at stage 2, not before
+            *("--pause-probe", "1"),  # the thawed party answers the next probe, within 1 s
         ],
         client_extra=lambda d: ["--checkpoint-dir", str(ckpt / d.name)],
     )

@@ -147,6 +147,22 @@ def test_given_no_file_and_no_flags_when_parsed_then_the_configs_are_the_models_
     assert cfg == ClientConfig(data=tmp_path)
 
 
+def test_given_pause_probe_flag_or_key_when_parsed_then_the_engine_probes_that_often(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert invoke(monkeypatch, coordinator_cmd, []).pause_probe_s == 5.0
+    assert invoke(monkeypatch, coordinator_cmd, ["--pause-probe", "1.5"]).pause_probe_s == 1.5
+    config = write_yaml(tmp_path / "c.yaml", {"pause_probe_s": 2})
+    assert invoke(monkeypatch, coordinator_cmd, ["--config", str(config)]).pause_probe_s == 2.0
+    started: list[object] = []
+    monkeypatch.setattr(coordinator_cmd, "run_coordinator", lambda cfg, **_: started.append(cfg))
+    app = typer.Typer()
+    app.command()(coordinator_cmd.coordinator)
+    result = CliRunner().invoke(app, ["--pause-probe", "0"])
+    assert result.exit_code == 2 and not started, result.output
+    assert "pause_probe" in result.output, result.output
+
+
 def test_given_file_keys_when_no_flag_is_given_then_they_beat_the_defaults(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

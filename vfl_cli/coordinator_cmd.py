@@ -33,6 +33,7 @@ Opt = typer.Option
 FIELDS = {
     "register_timeout": "register_timeout_s",
     "rejoin_timeout": "rejoin_timeout_s",
+    "pause_probe": "pause_probe_s",
     "align_retry": "align_retry_s",
     "farewell": "farewell_s",
 }
@@ -72,6 +73,10 @@ def coordinator(
         float,
         Opt(help="seconds training waits for a label party to come back when none is up"),
     ] = D("rejoin_timeout_s"),
+    pause_probe: Annotated[
+        float,
+        Opt(help="seconds between calls to the down parties while training waits for one"),
+    ] = D("pause_probe_s"),
     align_retry: Annotated[
         float, Opt(help="seconds alignment keeps asking a party that holds samples but is silent")
     ] = D("align_retry_s"),
@@ -166,6 +171,7 @@ def coordinator(
             "quorum": quorum,
             "register_timeout": register_timeout,
             "rejoin_timeout": rejoin_timeout,
+            "pause_probe": pause_probe,
             "align_retry": align_retry,
             "farewell": farewell,
             "down_after": down_after,

@@ -117,6 +117,7 @@ COORDINATOR = {
     "quorum": None,
     "register_timeout_s": 300.0,
     "rejoin_timeout_s": 300.0,
+    "pause_probe_s": 5.0,
     "align_retry_s": 60.0,
     "farewell_s": 10.0,
     "down_after": 3,

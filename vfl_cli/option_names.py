@@ -197,6 +197,7 @@ PANELS: dict[str, str] = {
             "fault-entity",
             "down-after",
             "retry-every",
+            "pause-probe",
             "kill-block",
             "fault-kind",
             "fault-every",

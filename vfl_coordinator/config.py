@@ -83,6 +83,8 @@ class CoordinatorConfig(BaseModel):
     register_timeout_s: float = Field(300.0, gt=0)
     # training pauses while no label party is up, for at most this long (vfl_core.training.engine)
     rejoin_timeout_s: float = Field(300.0, gt=0)
+    # while it pauses, the down parties are called anyway this often (a thawed one answers)
+    pause_probe_s: float = Field(5.0, gt=0)
     # alignment asks a party that holds samples but does not answer again for this long
     align_retry_s: float = Field(60.0, ge=0)
     # After the run, how long a party that missed its end (down, or restarting as it ended) may

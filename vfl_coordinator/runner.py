@@ -275,6 +275,7 @@ def _run(
         retry_every=config.retry_every,
         alignment=config.alignment,
         rejoin_timeout_s=config.rejoin_timeout_s,
+        pause_probe_s=config.pause_probe_s,
         align_retry_s=config.align_retry_s,
         pipeline=config.pipeline,
         checkpoint_every=config.checkpoint_every if checkpointer is not None else None,

@@ -57,6 +57,7 @@ class EngineOptions(TypedDict, total=False):
     retry_every: int
     alignment: str
     rejoin_timeout_s: float | None
+    pause_probe_s: float
     align_retry_s: float
     pipeline: bool
     checkpoint_every: int | None

@@ -91,6 +91,9 @@ class Federation:
     # FederationDown ends a longer pause. None never pauses: the guest-loss model of injected
     # faults (vfl_core.training.faults), whose rounds pass whoever is up.
     rejoin_timeout_s: float | None = None
+    # While paused, seconds between calls to the down parties anyway (a frozen process that was
+    # thawed answers again without registering again); vfl_core.training.liveness
+    pause_probe_s: float = 5.0
     # Seconds align() keeps asking the parties that hold samples but did not answer (a restarted
     # coordinator's parties may be busy or frozen); one still silent joins at an epoch's start
     # once it is heard from again (`unaligned`).

@@ -11,7 +11,8 @@ here too for the callers that import it from here). `Presence`, part of the roun
 - **Pauses.** When no party that can train is up (every label party down; the active party for
   split-learning methods), training pauses instead of running rounds on nothing: no round is run
   or counted, the rejoins are polled every PAUSE_POLL_S and the down parties called anyway every
-  PAUSE_PROBE_S (a frozen process that was thawed answers again without registering again), and
+  `pause_probe_s` (the run's; a frozen process that was thawed answers again without registering
+  again), and
   `FederationDown` ends a pause longer than the run's `rejoin_timeout_s`.
 
 (The farewell, telling the parties that the run ended, is the coordinator's:
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DOWN",
     "PAUSE_POLL_S",
-    "PAUSE_PROBE_S",
     "REJOINING",
     "UP",
     "FederationDown",
@@ -48,10 +48,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # While training is paused (no party that can train is up), how often the engine looks for
-# parties that registered again, and how often it calls the down ones anyway: a frozen process
-# that was thawed answers again without registering again.
+# parties that registered again (how often it calls the down ones anyway is the run's
+# `pause_probe_s`: a frozen process that was thawed answers again without registering again).
 PAUSE_POLL_S = 0.2
-PAUSE_PROBE_S = 5.0
 
 
 class Presence:
@@ -126,7 +125,7 @@ class Presence:
                 epoch + 1,
                 timeout,
             )
-        probe_at = time.monotonic() + PAUSE_PROBE_S
+        probe_at = time.monotonic() + fed.pause_probe_s
         while True:
             waited = time.monotonic() - self.paused_since
             if waited >= timeout:
