@@ -27,6 +27,7 @@ registered in the liveness after epoch e + 1 (its request ids are epoch e's).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,8 +35,12 @@ from vfl_core.methods.liveness import DOWN
 from vfl_core.training import direct_eval
 
 if TYPE_CHECKING:
+    from vfl_core.inference.metrics import EvalReport
     from vfl_core.training.ports import ValidatorRun
-    from vfl_core.training.validation import Validator
+
+# Validator.observe: an epoch's report into the record, its state kept at a best epoch (now, or
+# by the blocks named, which hold a copy of it); True at a best epoch
+Observe = Callable[[int, "EvalReport", int, "list[int] | None"], bool]
 
 
 @dataclass
@@ -50,9 +55,9 @@ class _Pending:
 class LateValidation:
     """Validator.stop_early with the verdict one epoch late."""
 
-    def __init__(self, fed: ValidatorRun, validator: Validator) -> None:
+    def __init__(self, fed: ValidatorRun, observe: Observe) -> None:
         self.fed = fed
-        self.validator = validator
+        self.observe = observe
         self.pending: _Pending | None = None
         # a best epoch's round and the blocks holding a copy of it, kept with the next call
         self.keep: tuple[int, tuple[int, ...]] | None = None
@@ -68,7 +73,7 @@ class LateValidation:
             pending, self.pending = self.pending, None
             report = direct_eval.finish(fed, pending.started)
             holders = list(pending.started.blocks)
-            if self.validator.observe(pending.epoch, report, pending.last_round, holders):
+            if self.observe(pending.epoch, report, pending.last_round, holders):
                 self.keep = (pending.last_round, pending.started.blocks)
         # the patience ran out at epoch e - 1 (its figure is in, whichever way it was scored)
         stopping = stop.due and fed.cursor.epoch < fed.config.epochs
@@ -83,7 +88,7 @@ class LateValidation:
         # scored now: in process, through the relay, or the run's last verdict
         self._keep_now()
         report = fed.evaluate("train", index=validation)
-        self.validator.observe(epoch, report, last_round)
+        self.observe(epoch, report, last_round, None)
         if stopping:
             stop.stopped_epoch = epoch
             return True

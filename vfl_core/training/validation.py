@@ -44,7 +44,7 @@ class Validator:
 
     def __init__(self, fed: ValidatorRun) -> None:
         self.fed = fed
-        self.late = LateValidation(fed, self)
+        self.late = LateValidation(fed, self.observe)
 
     # ------------------------------------------------------------------ early stopping
     def stop_early(self) -> bool:
