@@ -65,6 +65,9 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "direct-stale1-overlap": (
         "--data-plane", "direct", "--staleness", "1", "--overlap-validation",
     ),
+    "direct-stale3-overlap": (
+        "--data-plane", "direct", "--staleness", "3", "--overlap-validation",
+    ),
     "local4": ("--local-steps", "4"),
     "local4-direct": ("--local-steps", "4", "--data-plane", "direct"),
     # a plain split network's recipe on the same towers: batch 256, constant Adam 1e-2,
