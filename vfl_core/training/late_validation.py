@@ -81,7 +81,10 @@ class LateValidation:
         if not (stopping or last):
             started = direct_eval.start(fed, "train", validation, hold=True, keep=self.keep)
             if started is not None:
-                self.keep = None
+                if self.keep is not None:  # a holder not called now keeps with a call of its own
+                    round_id, holders = self.keep
+                    self.keep = (round_id, tuple(set(holders) - set(started.blocks)))
+                    self._keep_now()
                 fed.validation_turns.update(dict.fromkeys(started.blocks, max(last_round, 0)))
                 self.pending = _Pending(epoch, last_round, started)
                 return False
@@ -102,5 +105,6 @@ class LateValidation:
         fed = self.fed
         round_id, holders = self.keep
         self.keep = None
-        blocks = [b for b in holders if fed.liveness.state.get(b) != DOWN]
-        fed.transport.snapshot(round_id, blocks, restore=False)
+        blocks = [b for b in sorted(holders) if fed.liveness.state.get(b) != DOWN]
+        if blocks:
+            fed.transport.snapshot(round_id, blocks, restore=False)
