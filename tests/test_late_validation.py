@@ -1,7 +1,8 @@
 """Early stopping with the verdict one epoch late (--overlap-validation,
-vfl_core.training.late_validation): training stops one epoch after it would have, and the
-weights a run ends with are still exactly the best epoch's, also where the copy kept was held
-before the epoch after it trained (`Party.hold_snapshot`, `Party.keep_held`)."""
+vfl_core.training.late_validation): training stops one epoch after it would have, on the same
+validation record, and the weights a run ends with are still exactly the best epoch's, also
+where the copy kept was held before the epoch after it trained (`Party.hold_snapshot`,
+`Party.keep_held`)."""
 
 from __future__ import annotations
 
@@ -39,23 +40,19 @@ def test_given_a_late_verdict_when_training_stops_then_one_epoch_more_and_the_be
 ) -> None:
     now, _, _ = _train(party_dirs, overlap=False, patience=patience)
     stop, parties, after_epoch = _train(party_dirs, overlap=True, patience=patience)
-    # the same figures, one epoch more of them where training stopped: the verdict on epoch e
-    # comes after e + 1 (patience 2: every epoch runs, the best is not the last)
-    assert stop.history[: len(now.history)] == now.history
+    # the same figures and the same best epoch: the verdict on epoch e comes after e + 1,
+    # which is then trained and discarded (patience 2: every epoch runs, the best not the last)
+    assert stop.history == now.history and stop.best_epoch == now.best_epoch
     if now.stopped_epoch is None:
-        assert stop.stopped_epoch is None and stop.history == now.history
-        assert stop.best_epoch == now.best_epoch < len(after_epoch) - 1
+        assert stop.stopped_epoch is None and stop.best_epoch < len(after_epoch) - 1
     else:
-        assert stop.stopped_epoch == now.stopped_epoch + 1
-        assert len(stop.history) == len(after_epoch) == stop.stopped_epoch + 1
-        assert stop.best_epoch in (now.best_epoch, stop.stopped_epoch)
+        assert stop.stopped_epoch == now.stopped_epoch + 1 == len(after_epoch) - 1
     assert stop.kept == stop.restored == sorted(parties)
     for block, party in parties.items():
         np.testing.assert_array_equal(
             party.parameters_vector(), after_epoch[stop.best_epoch][block]
         )
-        if stop.best_epoch != stop.stopped_epoch:  # (the epoch more can be the best)
-            assert not np.array_equal(party.parameters_vector(), after_epoch[-1][block])
+        assert not np.array_equal(party.parameters_vector(), after_epoch[-1][block])
 
 
 def test_given_a_held_copy_when_kept_after_later_rounds_then_restoring_goes_back_to_it(

@@ -7,9 +7,9 @@ validation is scored while epoch e + 1 trains, and the early-stopping verdict on
 taken after e + 1 (one epoch late):
 
 - training stops after epoch e + 1 when the epochs up to e say so (the patience ran out at e);
-  epoch e + 1 is then scored at once and can still be the best. At most one epoch more is
-  trained than without the option; the validation record holds the same figures, one more
-  epoch of them where training stopped;
+  epoch e + 1, trained on speculation, is then neither scored nor kept: the run ends on the
+  best epoch, the validation record and the model it ends on without the option, after at
+  most one epoch more of training;
 - the best epoch's weights are kept exactly: on the direct plane, epoch e's validation call
   (vfl_core.training.direct_eval.start) has every party hold a copy of its state before it
   embeds (`Party.hold_snapshot`), and the parties run epoch e + 1's rounds only after taking it
@@ -64,7 +64,8 @@ class LateValidation:
 
     def stop_early(self) -> bool:
         """After epoch e: the verdict on epoch e - 1 (its validation back); True (stop) when the
-        epochs up to e - 1 say so, after epoch e is scored too."""
+        epochs up to e - 1 say so: epoch e, trained meanwhile, is then neither scored nor kept,
+        so the run ends on the model it ends on without the option."""
         fed, stop = self.fed, self.fed.early_stop
         validation = fed.train_rows.validation
         assert stop is not None and validation is not None
@@ -88,13 +89,13 @@ class LateValidation:
                 fed.validation_turns.update(dict.fromkeys(started.blocks, max(last_round, 0)))
                 self.pending = _Pending(epoch, last_round, started)
                 return False
-        # scored now: in process, through the relay, or the run's last verdict
         self._keep_now()
-        report = fed.evaluate("train", index=validation)
-        self.observe(epoch, report, last_round, None)
-        if stopping:
+        if stopping:  # epoch e was trained on speculation: not scored, its weights discarded
             stop.stopped_epoch = epoch
             return True
+        # scored now: in process, through the relay, or the last epoch
+        report = fed.evaluate("train", index=validation)
+        self.observe(epoch, report, last_round, None)
         return False
 
     def _keep_now(self) -> None:
