@@ -78,6 +78,8 @@ def _float_tensors(message, path: str = "") -> list[str]:
 
 
 PRIVACY = ["--privacy-embedding-clip", "4", "--privacy-embedding-noise", "0.1"]
+OVERLAP = ["--overlap-validation"]
+OVERLAP_EPOCHS = 5  # a best epoch kept late, and (patience 1) a verdict one epoch late
 
 
 @pytest.mark.parametrize(
@@ -89,8 +91,20 @@ PRIVACY = ["--privacy-embedding-clip", "4", "--privacy-embedding-noise", "0.1"]
         # rounds, each party stepping a round four rounds later, drained before the validation
         ("one_label", ["--staleness", "3", "--early-stop-patience", "1"]),
         ("every_label", ["--staleness", "1"]),
+        # the epoch end off the critical path (vfl_core.training.late_validation): epoch e's
+        # validation in flight while e + 1 trains, the parties holding their state for a late
+        # keep; in process the validation is scored at once and only the verdict waits
+        ("one_label", [*OVERLAP, "--early-stop-patience", "1"]),
+        ("one_label", [*OVERLAP, "--early-stop-patience", "2", "--staleness", "1"]),
     ],
-    ids=["three-heads", "one-head-int8-privacy", "one-head-stale3", "three-heads-stale1"],
+    ids=[
+        "three-heads",
+        "one-head-int8-privacy",
+        "one-head-stale3",
+        "three-heads-stale1",
+        "one-head-overlap",
+        "one-head-stale1-overlap",
+    ],
 )
 def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordinator_sees_no_tensor(
     tmp_path: Path, certs: Path, data: str, options: list[str], request: pytest.FixtureRequest
@@ -105,7 +119,7 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
     with Cluster(tmp_path / "cluster", tls_dir=certs) as cluster:
         coord, clients = cluster.federation(
             dirs,
-            epochs=EPOCHS,
+            epochs=OVERLAP_EPOCHS if "--overlap-validation" in options else EPOCHS,
             deadline=60.0,
             extra=["--data-plane", "direct", *options, "--audit-log", str(audit)],
             client_extra=lambda d: ["--checkpoint-dir", str(ckpt)],
@@ -116,6 +130,7 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
         config = json.loads((coord.out / "config.json").read_text())
         train = TrainConfig.model_validate(config["train"])
         assert train.data_plane == "direct"  # in the run record
+        assert train.overlap_validation == ("--overlap-validation" in options)
         assert (train.wire_dtype == "int8") == ("int8" in options)
         assert (train.privacy.embedding_noise > 0) == ("int8" in options)
         grpc_rounds = coord.rounds()
@@ -165,6 +180,11 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
         assert len(validations) >= EPOCHS * K, len(validations)
     else:
         assert validations == []  # three label parties: the evaluations go through the relay
+    if train.overlap_validation:  # epoch e's validation in flight while e + 1 trained
+        requests = [r.message() for r in records if r.rpc == "Round" and r.direction == "request"]
+        assert any(m.evaluation.hold for m in requests if m.HasField("evaluation"))
+        assert any(m.after_validation for m in requests)
+        assert any(m.evaluation.keep for m in requests if m.HasField("evaluation"))
     if train.encrypt_relay:  # and the evaluations' tensors sealed: the coordinator reads none
         assert _clear_floats(records) <= IN_THE_CLEAR
     else:

@@ -25,6 +25,7 @@ TRAIN = {
     "local_steps": 0,
     "early_stop_patience": None,
     "early_stop_min_improvement": 0.01,
+    "overlap_validation": False,
     "validation_fraction": 0.1,
     "threshold": "auto",
     "subset_choice": "validation",

@@ -146,6 +146,7 @@ PANELS: dict[str, str] = {
             "dlvm-stage2",
             "early-stop-patience",
             "min-improvement",
+            "overlap-validation",
             "validation-fraction",
             "threshold",
             "choice",

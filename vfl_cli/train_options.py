@@ -315,6 +315,15 @@ class TrainOptions:
             show_default=shown(T["early_stop_min_improvement"]),
         ),
     ] = None
+    overlap_validation: Annotated[
+        bool | None,
+        Opt(
+            help="with early stopping: score epoch e's validation while epoch e + 1 trains "
+            "(the epoch's end off the critical path on the direct plane); the stop decision "
+            "comes one epoch late (up to one epoch more trained), the best epoch still restored",
+            show_default=shown(T["overlap_validation"]),
+        ),
+    ] = None
     validation_fraction: Annotated[
         float | None,
         Opt(

@@ -255,7 +255,8 @@ class PartyHost:
         assert self.store is not None
         meta = {**self._meta(party), "session": self.session}
         try:
-            self.store.save_best(round_id, party.state_dict(), party.config.model_dump_json(), meta)
+            state = party.kept_state(round_id) or party.state_dict()
+            self.store.save_best(round_id, state, party.config.model_dump_json(), meta)
         except DataError as err:
             log.warning("early stopping's best epoch is kept in memory only: %s", err)
 

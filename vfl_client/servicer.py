@@ -97,6 +97,7 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
         # config says data_plane "direct"
         self.links: PeerLinks | None = None
         self._submitted = -1  # the last direct round handed to the worker (RoundCall.after)
+        self._validated = -1  # the round after which the last validation call was handed over
         self._turn = threading.Condition()
 
     def attach(self, party: Party, run_id: str) -> None:
@@ -322,7 +323,11 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
             self.links.start(peers, call.round_id, oldest)
             if call.evaluation is not None and call.evaluation.batches:
                 self.links.mailbox.start_validation(call.evaluation.batches[0].embed.round_id)
-            return convert_direct.round_result_to_proto(run_call(p, call, self.links))
+            result = run_call(p, call, self.links)
+            keep = None if call.evaluation is None else call.evaluation.keep
+            if keep is not None and p.kept_state(keep) is not None and self.on_keep is not None:
+                self.on_keep(p, keep)  # on disk too, as after a keep call
+            return convert_direct.round_result_to_proto(result)
 
         if request.probe:  # no round of the run: it must not move the turn that orders them
             return self._serve(context, "Round", request.header, run)
@@ -333,8 +338,12 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
             # only a call that ended unanswered gives its round up: with --staleness a round
             # answered after its embedding still waits for its gradients in a later call
             context.add_callback(lambda: answered or mailbox.abandon(round_id))
-        self._await_turn(request.after, min(TURN_WAIT_S, context.time_remaining() or 0.0))
-        reply = self._serve(context, "Round", request.header, run, self._handed(request.round_id))
+        wait = min(TURN_WAIT_S, context.time_remaining() or 0.0)
+        self._await_turn(request.after, wait, request.after_validation)
+        validation = request.HasField("evaluation")
+        reply = self._serve(
+            context, "Round", request.header, run, self._handed(request.round_id, validation)
+        )
         answered.append(True)
         return reply
 
@@ -357,14 +366,22 @@ class PartyServicer(vfl_pb2_grpc.PartyServicer):
             return vfl_pb2.Ack()
         raise AssertionError("unreachable: rpc_errors aborts")  # pragma: no cover
 
-    def _await_turn(self, after: int, timeout: float) -> None:
-        with self._turn:
-            self._turn.wait_for(lambda: after < 0 or self._submitted == after, timeout)
+    def _await_turn(self, after: int, timeout: float, validation: bool = False) -> None:
+        """Wait until the call the coordinator sent before this one was handed over: the round
+        `after`, or (`validation`) the validation it sent after round `after`."""
 
-    def _handed(self, round_id: int) -> Callable[[], None]:
+        def turn() -> bool:
+            return self._validated == after if validation else self._submitted == after
+
+        with self._turn:
+            self._turn.wait_for(lambda: after < 0 or turn(), timeout)
+
+    def _handed(self, round_id: int, validation: bool = False) -> Callable[[], None]:
         def done() -> None:
             with self._turn:
                 self._submitted = round_id
+                if validation:
+                    self._validated = round_id
                 self._turn.notify_all()
 
         return done

@@ -226,6 +226,11 @@ class TrainConfig(_Frozen):
     # the math: (S + 1) // 2 rounds per call and two calls in flight per party, so an embedding
     # may miss up to S earlier rounds of its party's updates (bounded staleness).
     staleness: int = Field(0, ge=0, le=63)
+    # Early stopping's epoch end off the critical path (vfl_core.training.late_validation): epoch
+    # e's validation is scored while epoch e + 1 trains, the verdict taken an epoch late (up to
+    # one epoch more trained; the best epoch's weights still kept exactly). False: the verdict at
+    # each epoch's end, before the next epoch starts.
+    overlap_validation: bool = False
     # Local updates on cached tensors (vfl_core.methods.laser.local_steps; CELU-VFL, FedBCD).
     # 0: none, every update needs a round trip (the paper's Algorithm 1). R >= 1 changes the
     # math: after its exact update of a round, every party takes R more steps on that round's

@@ -224,6 +224,9 @@ class RoundCall:
     steps_before: tuple[Step, ...] = ()
     steps_after: tuple[Step, ...] = ()
     defer_step: bool = False
+    # --overlap-validation: `after` names the validation call sent after round `after` (not the
+    # round): this call runs once the party has taken that validation
+    after_validation: bool = False
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,12 @@ class Evaluation:
     scorer: int
     batches: tuple[EvalBatch, ...]
     threshold: float | None = None  # binary: the decision threshold; None: the argmax
+    # --overlap-validation (vfl_core.training.late_validation): before embedding, the party
+    # keeps the copy it held of round `keep` (None: nothing to keep; early stopping's best
+    # epoch), then, with `hold`, holds a copy of its state now (the rounds that follow change
+    # it before the validation's verdict is back)
+    hold: bool = False
+    keep: int | None = None
 
 
 @dataclass(frozen=True)

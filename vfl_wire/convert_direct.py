@@ -71,6 +71,7 @@ def round_call_to_proto(
         steps_before=[_step_to_proto(s) for s in call.steps_before],
         steps_after=[_step_to_proto(s) for s in call.steps_after],
         defer_step=call.defer_step,
+        after_validation=call.after_validation,
     )
     if call.embed is not None:
         req.embed.CopyFrom(embed_call_to_proto(call.embed, None))
@@ -126,6 +127,7 @@ def round_call_from_proto(
         steps_before=steps_before,
         steps_after=steps_after,
         defer_step=req.defer_step,
+        after_validation=req.after_validation,
     )
     needed = {*call.send_to, *call.expect, *call.grads_from}
     needed |= {b for s in (*steps_before, *steps_after) for b in s.grads_from}
@@ -161,6 +163,9 @@ def _evaluation_to_proto(ev: Evaluation) -> vfl_pb2.Evaluation:
             vfl_pb2.EvalBatch(embed=embed_call_to_proto(b.embed, None), first=b.first)
             for b in ev.batches
         ],
+        hold=ev.hold,
+        keep=ev.keep is not None,
+        keep_round=-1 if ev.keep is None else ev.keep,
     )
 
 
@@ -177,7 +182,11 @@ def _evaluation_from_proto(req: vfl_pb2.RoundRequest) -> Evaluation:
         if embed.train or embed.split != split or b.first < 0:
             raise ProtocolError("validation batch: an inference embed of the split expected")
         batches.append(EvalBatch(embed, b.first))
-    return Evaluation(split, ev.scorer, tuple(batches), ev.threshold if ev.thresholded else None)
+    if ev.keep and not 0 <= ev.keep_round <= req.round_id:
+        raise ProtocolError(f"validation keep: round {ev.keep_round} not an earlier round")
+    threshold = ev.threshold if ev.thresholded else None
+    keep = ev.keep_round if ev.keep else None
+    return Evaluation(split, ev.scorer, tuple(batches), threshold, ev.hold, keep)
 
 
 def round_result_to_proto(result: RoundResult) -> vfl_pb2.RoundReply:

@@ -59,6 +59,15 @@ RECIPES: dict[str, tuple[str, ...]] = {
     # the network, the math of the pipelined relay's --staleness
     "direct-stale1": ("--data-plane", "direct", "--staleness", "1"),
     "direct-stale3": ("--data-plane", "direct", "--staleness", "3"),
+    # the epoch end off the critical path (vfl_core.training.late_validation): epoch e's
+    # validation scored while e + 1 trains, the verdict an epoch late
+    "direct-overlap": ("--data-plane", "direct", "--overlap-validation"),
+    "direct-stale1-overlap": (
+        "--data-plane", "direct", "--staleness", "1", "--overlap-validation",
+    ),
+    "direct-stale3-overlap": (
+        "--data-plane", "direct", "--staleness", "3", "--overlap-validation",
+    ),
     "local4": ("--local-steps", "4"),
     "local4-direct": ("--local-steps", "4", "--data-plane", "direct"),
     # a plain split network's recipe on the same towers: batch 256, constant Adam 1e-2,

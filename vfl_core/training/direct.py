@@ -118,9 +118,18 @@ def _start(fed: RoundRun, r: RoundInFlight, sent: dict[int, int]) -> None:
     calls = round_calls(fed, r, holders)
     r.heads = tuple(sorted(b for b, c in calls.items() if c.fuse is not None))
     for block in sorted(calls):
-        calls[block] = replace(calls[block], after=sent.get(block, -1))
+        calls[block] = after(fed, calls[block], block, sent.get(block, -1))
         sent[block] = r.round_id
     r.collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
+
+
+def after(fed: RoundRun, call: RoundCall, block: int, previous: int) -> RoundCall:
+    """`call` to run after the party's `previous` round, or, its first call since a validation
+    left without waiting for it (--overlap-validation), after that validation."""
+    turn = fed.validation_turns.pop(block, None)
+    if turn is None:
+        return replace(call, after=previous)
+    return replace(call, after=turn, after_validation=True)
 
 
 def round_calls(fed: RoundRun, r: RoundInFlight, holders: tuple[int, ...]) -> dict[int, RoundCall]:

@@ -26,6 +26,8 @@ the evaluation goes through the relay, as before.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,7 +36,14 @@ from vfl_core.data.batch_plan import Batch, eval_plan
 from vfl_core.inference.metrics import FEDERATION, EvalReport
 from vfl_core.inference.scoring import result_fits
 from vfl_core.methods.combination import scored_names
-from vfl_core.protocol import EmbedCall, EvalAnswer, EvalBatch, Evaluation, RoundCall
+from vfl_core.protocol import (
+    EmbedCall,
+    EvalAnswer,
+    EvalBatch,
+    Evaluation,
+    RoundCall,
+    RoundResult,
+)
 
 if TYPE_CHECKING:
     from vfl_core.training.ports import EvaluatorRun
@@ -46,9 +55,40 @@ log = logging.getLogger(__name__)
 MAX_BATCHES = 64
 
 
+@dataclass
+class Started:
+    """A validation on the direct plane whose calls are out (`start`); `finish` reads it."""
+
+    split: str
+    scorer: int
+    batches: list[Batch]
+    callees: list[tuple[int, ...]]
+    base: int  # the request id of its first batch
+    collect: Callable[[], dict[int, RoundResult]]
+    blocks: tuple[int, ...]  # the parties called
+
+    def reports(self) -> dict[int, RoundResult]:
+        return self.collect()
+
+
 def evaluate(fed: EvaluatorRun, split: str, index: np.ndarray | None) -> EvalReport | None:
     """The report of `split` (or of its key indices `index`) from every live party over the
     direct plane; None when the evaluation is not one it takes (the caller relays it)."""
+    started = start(fed, split, index)
+    return None if started is None else finish(fed, started)
+
+
+def start(
+    fed: EvaluatorRun,
+    split: str,
+    index: np.ndarray | None,
+    hold: bool = False,
+    keep: tuple[int, Collection[int]] | None = None,
+) -> Started | None:
+    """Send the calls of an evaluation and return at once (None: not one the direct plane
+    takes). With `hold`, each party holds a copy of its state before it embeds; `keep`
+    (round, blocks): those blocks first keep the copy they held of that round
+    (vfl_core.training.late_validation). The request ids of its batches are spent now."""
     batches = eval_plan(fed.alignments[split], fed.config.eval_batch_size, index)
     scorer = _scorer(fed, batches)
     if scorer is None:
@@ -68,23 +108,39 @@ def evaluate(fed: EvaluatorRun, split: str, index: np.ndarray | None) -> EvalRep
             embed = EmbedCall(base + i, split, al.rows_of(b, batch.index), digest, False, called)
             parts.setdefault(b, []).append(EvalBatch(embed, first))
     threshold = fed.validator.threshold()
+    kept_round, keepers = keep if keep is not None else (None, ())
     calls = {
         b: RoundCall(
             round_id=max(fed.round_id - 1, 0),
             epoch=fed.cursor.epoch,
             send_to=() if b == scorer else (scorer,),
             expect=tuple(sorted(parts.keys() - {scorer})) if b == scorer else (),
-            evaluation=Evaluation(split, scorer, tuple(own), threshold),
+            evaluation=Evaluation(
+                split, scorer, tuple(own), threshold, hold, kept_round if b in keepers else None
+            ),
         )
         for b, own in sorted(parts.items())
     }
-    reports = fed.transport.direct(calls)()  # type: ignore[attr-defined]
+    collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
+    fed.request_id = base + len(batches)
+    return Started(split, scorer, batches, callees, base, collect, tuple(sorted(calls)))
+
+
+def finish(fed: EvaluatorRun, started: Started, reports: dict | None = None) -> EvalReport:
+    """The report of a started evaluation (its `reports`, else waited for now): each batch into
+    the report and the liveness as the relay's Embed, Predict and Score (at the request ids it
+    had, the clock then set back to where it stands)."""
+    reports = started.reports() if reports is None else reports
+    scorer = started.scorer
     answers = {a.request_id: a for a in reports[scorer].evaluated} if scorer in reports else {}
     embedded = _embedded(reports)
     report = EvalReport()
+    now = fed.request_id
+    batches, callees, base = started.batches, started.callees, started.base
     for i, (batch, called) in enumerate(zip(batches, callees, strict=True)):
         fed.request_id = base + i + 1  # the relay's clock: one request per batch
-        _batch(fed, report, split, batch, called, answers.get(base + i), embedded)
+        _batch(fed, report, started.split, batch, called, answers.get(base + i), embedded)
+    fed.request_id = now
     return report
 
 

@@ -51,6 +51,10 @@ def run_evaluation(party: Party, call: RoundCall, links: Links) -> tuple[EvalAns
     """Embed every batch of the call's Evaluation; push to the scorer, or (the scorer) score."""
     ev = call.evaluation
     assert ev is not None
+    if ev.keep is not None:  # an earlier epoch was the best (its verdict came late)
+        party.keep_held(ev.keep)
+    if ev.hold:  # the verdict on this state comes after the next rounds changed it
+        party.hold_snapshot(call.round_id)
     me = party.info.block
     if me != ev.scorer:
         answers = []

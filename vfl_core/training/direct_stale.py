@@ -35,7 +35,7 @@ import numpy as np
 from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.protocol import RoundCall, RoundResult, Step
-from vfl_core.training.direct import AHEAD, RoundInFlight, round_calls
+from vfl_core.training.direct import AHEAD, RoundInFlight, after, round_calls
 
 if TYPE_CHECKING:
     from vfl_core.training.ports import RoundRun
@@ -130,12 +130,8 @@ def _start(fed: RoundRun, r: _Round, block_index: int, state: _State) -> None:
             state.due[block] = [(j, s) for j, s in due if j > block_index - 2]
             state.due[block].append((block_index, Step(r.round_id, call.grads_from)))
             r.carries[block] = tuple(s.round_id for s in before)
-        calls[block] = replace(
-            call,
-            after=state.sent.get(block, -1),
-            steps_before=before,
-            defer_step=call.embed is not None,
-        )
+        call = after(fed, call, block, state.sent.get(block, -1))
+        calls[block] = replace(call, steps_before=before, defer_step=call.embed is not None)
         state.sent[block] = r.round_id
     r.collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
 

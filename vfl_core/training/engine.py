@@ -122,6 +122,9 @@ class Federation:
     # What the validation samples chose after training (vfl_core.inference.choice): the parties
     # each observed set is predicted from, the decision threshold.
     choice: ValidationChoice = field(init=False, default_factory=ValidationChoice)
+    # --overlap-validation on the direct plane: block -> the round after which its validation
+    # call left, which its next round call waits for (vfl_core.training.late_validation)
+    validation_turns: dict[int, int] = field(init=False, default_factory=dict)
     # who follows the run (vfl_core.persistence.run_log.RunLog, the coordinator's checkpointer and
     # round log)
     observers: list[Observer[Federation]] = field(default_factory=list)

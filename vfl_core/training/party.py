@@ -88,6 +88,7 @@ class Party:
         self._features: dict[str, torch.Tensor] = {}
         self.last_round = -1
         self._kept: tuple[int, dict] | None = None  # (round, state) for early stopping
+        self._held: tuple[int, dict] | None = None  # (round, state): --overlap-validation
         meta = data.meta
         self.task = meta.task
         # an ensemble's heads return each member's output in training (model.ensemble)
@@ -308,9 +309,29 @@ class Party:
     def keep_snapshot(self, round_id: int, state: dict | None = None) -> bool:
         """Keep a copy of the state after `round_id` in memory (early stopping's best epoch so
         far; vfl_core.training.early_stop), replacing the one kept before. `state`: a copy
-        kept earlier, read back from disk by a restarted party (default: the current state)."""
+        kept earlier, read back from disk by a restarted party (default: the copy held of
+        `round_id`, if there is one (`hold_snapshot`), else the current state)."""
+        if state is None and self.keep_held(round_id):
+            return True
         self._kept = (round_id, copy.deepcopy(self.state_dict() if state is None else state))
         return True
+
+    def kept_state(self, round_id: int) -> dict | None:
+        """The state kept of `round_id` (None: none kept of it)."""
+        return self._kept[1] if self._kept is not None and self._kept[0] == round_id else None
+
+    def keep_held(self, round_id: int) -> bool:
+        """Keep the copy held of `round_id` (`hold_snapshot`); False: none held of it."""
+        if self._held is None or self._held[0] != round_id:
+            return False
+        self._kept, self._held = self._held, None
+        return True
+
+    def hold_snapshot(self, round_id: int) -> None:
+        """Hold a copy of the state after `round_id` in memory (replacing the one held before),
+        which a later `keep_snapshot(round_id)` keeps though rounds after it changed the state:
+        the late verdict of --overlap-validation (vfl_core.training.late_validation)."""
+        self._held = (round_id, copy.deepcopy(self.state_dict()))
 
     def forget_snapshot_after(self, round_id: int) -> None:
         """Drop the kept copy if it is of a round after `round_id`: a restarted coordinator

@@ -41,6 +41,7 @@ class Run(FederationPort, Protocol):
     unaligned: set[int]
     alignment: str  # "hmac" or "psi"
     rejoin_timeout_s: float | None
+    validation_turns: dict[int, int]  # (vfl_core.training.late_validation)
 
     @property
     def spec(self) -> MethodSpec: ...

@@ -27,6 +27,7 @@ from vfl_core.inference.choice import (
 from vfl_core.inference.metrics import EvalReport
 from vfl_core.methods.liveness import DOWN
 from vfl_core.training.cut_short import heads_left, no_head_answered
+from vfl_core.training.late_validation import LateValidation
 from vfl_core.training.retry import Backoff
 
 if TYPE_CHECKING:
@@ -43,17 +44,36 @@ class Validator:
 
     def __init__(self, fed: ValidatorRun) -> None:
         self.fed = fed
+        self.late = LateValidation(fed, self.observe)
 
     # ------------------------------------------------------------------ early stopping
     def stop_early(self) -> bool:
         """After an epoch: score the validation samples; the parties keep their state when it
-        is the best epoch so far. True when `patience` epochs passed without a better one."""
+        is the best epoch so far. True when `patience` epochs passed without a better one.
+        With --overlap-validation the verdict comes an epoch late
+        (vfl_core.training.late_validation)."""
         fed = self.fed
         stop, validation = fed.early_stop, fed.train_rows.validation
         if stop is None or validation is None:
             return False
+        if fed.config.overlap_validation:
+            return self.late.stop_early()
         epoch, last_round = fed.cursor.epoch - 1, fed.round_id - 1
         report = fed.evaluate("train", index=validation)
+        self.observe(epoch, report, last_round)
+        if stop.due and fed.cursor.epoch < fed.config.epochs:
+            stop.stopped_epoch = epoch
+            return True
+        return False
+
+    def observe(
+        self, epoch: int, report: EvalReport, last_round: int, kept: list[int] | None = None
+    ) -> bool:
+        """Epoch `epoch`'s validation report into the early-stopping record; at a best epoch
+        the parties keep their state of `last_round` (now, unless `kept` names who holds a copy
+        of it to keep: the late verdict). True at a best epoch."""
+        fed, stop = self.fed, self.fed.early_stop
+        assert stop is not None
         cut = heads_left(fed, report)
         value = getattr(report.overall(), stop.metric) if report.scored and not cut else None
         if cut:  # the batches scored before the label parties went: no epoch's figure
@@ -64,9 +84,12 @@ class Validator:
                 report.scored,
                 report.scored + report.unscored,
             )
-        if stop.observe(epoch, value, last_round):
+        best = stop.observe(epoch, value, last_round)
+        if best:
             blocks = [b for b in sorted(fed.infos) if fed.liveness.state.get(b) != DOWN]
-            stop.kept = sorted(fed.transport.snapshot(last_round, blocks, restore=False))
+            if kept is None:
+                kept = sorted(fed.transport.snapshot(last_round, blocks, restore=False))
+            stop.kept = sorted(set(kept) & set(blocks))
         log.info(
             "epoch %d: validation %s %s (best %.4f at epoch %d)",
             epoch + 1,
@@ -75,10 +98,7 @@ class Validator:
             stop.best_value,
             stop.best_epoch + 1,
         )
-        if stop.due and fed.cursor.epoch < fed.config.epochs:
-            stop.stopped_epoch = epoch
-            return True
-        return False
+        return best
 
     def restore_best(self) -> bool:
         """Every party that kept its state of the best validation epoch goes back to it; True

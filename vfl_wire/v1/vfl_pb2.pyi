@@ -67,7 +67,7 @@ class Peer(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class RoundRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "embed", "send_to", "fuse", "expect", "grads_from", "holders", "after", "embed_wait_s", "grad_wait_s", "peers", "evaluation", "probe", "steps_before", "steps_after", "defer_step")
+    __slots__ = ("header", "round_id", "epoch", "embed", "send_to", "fuse", "expect", "grads_from", "holders", "after", "embed_wait_s", "grad_wait_s", "peers", "evaluation", "probe", "steps_before", "steps_after", "defer_step", "after_validation")
     class PeersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +93,7 @@ class RoundRequest(_message.Message):
     STEPS_BEFORE_FIELD_NUMBER: _ClassVar[int]
     STEPS_AFTER_FIELD_NUMBER: _ClassVar[int]
     DEFER_STEP_FIELD_NUMBER: _ClassVar[int]
+    AFTER_VALIDATION_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
     epoch: int
@@ -111,7 +112,8 @@ class RoundRequest(_message.Message):
     steps_before: _containers.RepeatedCompositeFieldContainer[DeferredStep]
     steps_after: _containers.RepeatedCompositeFieldContainer[DeferredStep]
     defer_step: bool
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., send_to: _Optional[_Iterable[int]] = ..., fuse: _Optional[_Union[FuseRequest, _Mapping]] = ..., expect: _Optional[_Iterable[int]] = ..., grads_from: _Optional[_Iterable[int]] = ..., holders: _Optional[_Iterable[int]] = ..., after: _Optional[int] = ..., embed_wait_s: _Optional[float] = ..., grad_wait_s: _Optional[float] = ..., peers: _Optional[_Mapping[int, Peer]] = ..., evaluation: _Optional[_Union[Evaluation, _Mapping]] = ..., probe: _Optional[bool] = ..., steps_before: _Optional[_Iterable[_Union[DeferredStep, _Mapping]]] = ..., steps_after: _Optional[_Iterable[_Union[DeferredStep, _Mapping]]] = ..., defer_step: _Optional[bool] = ...) -> None: ...
+    after_validation: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., send_to: _Optional[_Iterable[int]] = ..., fuse: _Optional[_Union[FuseRequest, _Mapping]] = ..., expect: _Optional[_Iterable[int]] = ..., grads_from: _Optional[_Iterable[int]] = ..., holders: _Optional[_Iterable[int]] = ..., after: _Optional[int] = ..., embed_wait_s: _Optional[float] = ..., grad_wait_s: _Optional[float] = ..., peers: _Optional[_Mapping[int, Peer]] = ..., evaluation: _Optional[_Union[Evaluation, _Mapping]] = ..., probe: _Optional[bool] = ..., steps_before: _Optional[_Iterable[_Union[DeferredStep, _Mapping]]] = ..., steps_after: _Optional[_Iterable[_Union[DeferredStep, _Mapping]]] = ..., defer_step: _Optional[bool] = ..., after_validation: _Optional[bool] = ...) -> None: ...
 
 class DeferredStep(_message.Message):
     __slots__ = ("round_id", "grads_from")
@@ -122,18 +124,24 @@ class DeferredStep(_message.Message):
     def __init__(self, round_id: _Optional[int] = ..., grads_from: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Evaluation(_message.Message):
-    __slots__ = ("split", "scorer", "thresholded", "threshold", "batches")
+    __slots__ = ("split", "scorer", "thresholded", "threshold", "batches", "hold", "keep", "keep_round")
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SCORER_FIELD_NUMBER: _ClassVar[int]
     THRESHOLDED_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
+    KEEP_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ROUND_FIELD_NUMBER: _ClassVar[int]
     split: str
     scorer: int
     thresholded: bool
     threshold: float
     batches: _containers.RepeatedCompositeFieldContainer[EvalBatch]
-    def __init__(self, split: _Optional[str] = ..., scorer: _Optional[int] = ..., thresholded: _Optional[bool] = ..., threshold: _Optional[float] = ..., batches: _Optional[_Iterable[_Union[EvalBatch, _Mapping]]] = ...) -> None: ...
+    hold: bool
+    keep: bool
+    keep_round: int
+    def __init__(self, split: _Optional[str] = ..., scorer: _Optional[int] = ..., thresholded: _Optional[bool] = ..., threshold: _Optional[float] = ..., batches: _Optional[_Iterable[_Union[EvalBatch, _Mapping]]] = ..., hold: _Optional[bool] = ..., keep: _Optional[bool] = ..., keep_round: _Optional[int] = ...) -> None: ...
 
 class EvalBatch(_message.Message):
     __slots__ = ("embed", "first")
