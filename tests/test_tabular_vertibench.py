@@ -54,3 +54,27 @@ def test_given_correlation_splits_then_equal_shares_that_beta_moves() -> None:
         assert sorted(len(b) for b in blocks) == [4, 4, 4]
         assert sorted(c for b in blocks for c in b) == sorted(table.columns)
     assert {frozenset(b) for b in low} != {frozenset(b) for b in high}
+
+
+def test_given_a_four_party_split_then_four_party_files_and_the_fourth_misses_rows(
+    tmp_path,
+) -> None:
+    pytest.importorskip("vertibench", reason="the VertiBench splits need the bench extra")
+    from benchmarks.tabular.tables import LABEL_BLOCK, MISSING, write_parties
+    from benchmarks.tabular.vertibench import parties, split_blocks
+
+    assert parties("importance-1-4p") == K + 1 and parties("importance-1") == K
+    table = tables(None, True)["gen_categorical"](0, True)
+    blocks = split_blocks(table, "importance-1-4p", 0)
+    assert len(blocks) == 4 and all(blocks)
+    assert sorted(c for b in blocks for c in b) == sorted(table.columns)
+    split = write_parties(table, 0, tmp_path, blocks=blocks)
+    assert len(split.paths) == 4 and all(p.is_file() for p in split.paths)
+    assert split.held.shape == (4, table.rows)
+    share = 1 - split.held.mean(axis=1)
+    assert abs(share[3] - MISSING[-1]) < 0.06 and abs(share[LABEL_BLOCK] - MISSING[0]) < 0.06
+    # three parties: the same rows as before the fourth existed (the first three draws)
+    three = write_parties(
+        table, 0, tmp_path / "three", blocks=split_blocks(table, "importance-1", 0)
+    )
+    np.testing.assert_array_equal(three.held, split.held[:3])

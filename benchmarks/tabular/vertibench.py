@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.pool import Task, read_json, run_tasks
-from benchmarks.tabular.rows import hgb_row, lgbm_row, linear_row, simulate_row
+from benchmarks.tabular.rows import grpc_row, hgb_row, lgbm_row, linear_row, simulate_row
 from benchmarks.tabular.sweep import to_model
 from benchmarks.tabular.tables import LABEL_BLOCK, K, Table, prepare, tables
 
@@ -75,7 +75,19 @@ SPLITS: dict[str, tuple[str, float]] = {
     "correlation-0": ("correlation", 0.0),
     "correlation-0.5": ("correlation", 0.5),
     "correlation-1": ("correlation", 1.0),
+    # four parties (the label party and three feature-only ones, the fourth missing 30 % of the
+    # rows as the third does: benchmarks.tabular.tables.write_parties)
+    "importance-1-4p": ("importance", 1.0),
+    "correlation-0.5-4p": ("correlation", 0.5),
 }
+FOUR_PARTIES = "-4p"
+
+
+def parties(split: str) -> int:
+    """How many parties a split deals the columns to."""
+    return K + 1 if split.endswith(FOUR_PARTIES) else K
+
+
 # CorrelationSplitter.fit's search, as its split step's defaults (see the module's docstring)
 FIT_SEARCH = {"n_elites": 20, "n_offsprings": 70, "n_mutants": 10, "n_gen": 100}
 
@@ -101,15 +113,16 @@ def split_blocks(table: Table, split: str, seed: int) -> tuple[tuple[str, ...], 
     from vertibench.Splitter import CorrelationSplitter, ImportanceSplitter
 
     kind, value = SPLITS[split]
+    n_parties = parties(split)
     x = matrix(table)
     names = list(table.columns)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         logging.getLogger("vertibench").setLevel(logging.ERROR)
         if kind == "importance":
-            parts = ImportanceSplitter(K, value, seed=seed).split_indices(x)
+            parts = ImportanceSplitter(n_parties, value, seed=seed).split_indices(x)
         else:
-            splitter = CorrelationSplitter(K, seed=seed, n_jobs=1)
+            splitter = CorrelationSplitter(n_parties, seed=seed, n_jobs=1)
             splitter.fit(x, seed=seed, **FIT_SEARCH)
             parts = splitter.split_indices(x, beta=value)
     return tuple(tuple(names[j] for j in sorted(int(i) for i in part)) for part in parts)
@@ -137,8 +150,10 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="vfl-tabular-vertibench-") as tmp:
         prep = prepare(table, seed, Path(tmp) / "parties", "partial", blocks)
-        every = list(range(K))
+        every = list(range(len(blocks)))
         rows.append(simulate_row("federation", prep, every, Path(tmp) / "f.json", None))
+        if payload.get("grpc"):  # the same federation over gRPC, real processes on loopback
+            rows.append({**grpc_row(prep, Path(tmp) / "grpc", None), "cpu_seconds": None})
         rows.append(simulate_row("splitnn", prep, every, Path(tmp) / "s.json", None, extra=SPLITNN))
         rows.append(simulate_row("label_alone", prep, [LABEL_BLOCK], Path(tmp) / "a.json", None))
         for fit in (linear_row, hgb_row, lgbm_row):
@@ -162,7 +177,13 @@ def grid(args: argparse.Namespace) -> list[Task]:
     return [
         Task(
             f"{table} {split} s{seed}",
-            {"table": table, "split": split, "seed": seed, "data_path": data_path},
+            {
+                "table": table,
+                "split": split,
+                "seed": seed,
+                "data_path": data_path,
+                "grpc": f"{table}/{split}" in args.grpc,
+            },
             args.out / table / f"{split}-s{seed}.json",
         )
         for table in args.tables
@@ -202,10 +223,11 @@ def summarise(root: Path) -> str:
         out.append(f"**{table_dir.name}** ({metric}, {task})\n")
         out.append(
             "| split | seeds | " + " | ".join(ROWS) + " | federation rounds | federation CPU s "
+            "| federation wall s | splitnn rounds | splitnn CPU s | lgbm CPU s "
             "| within the bar of LightGBM | not below linear by more than its sd "
             "| ahead of splitnn |"
         )
-        out.append("| --- " * (len(ROWS) + 7) + "|")
+        out.append("| --- " * (len(ROWS) + 11) + "|")
         for split in [s for s in SPLITS if s in results]:
             runs = results[split]
             values = {
@@ -218,15 +240,20 @@ def summarise(root: Path) -> str:
             beats = _beats(task, fed, (statistics.mean(values["splitnn"]), 0.0))
             met, cells = met + ok, cells + 1
             linear, ahead = linear + above, ahead + beats
-            feds = [r for x in runs for r in x["rows_run"] if r["row"] == "federation"]
+            feds, splitnn = _rows(runs, "federation"), _rows(runs, "splitnn")
             rounds = [to_model(r)["rounds"] for r in feds]
             cpu = [to_model(r)["cpu"] for r in feds]
+            wall = statistics.mean(r["wall_seconds"] for r in feds)
+            s_rounds = statistics.mean(to_model(r)["rounds"] for r in splitnn)
+            s_cpu = statistics.mean(to_model(r)["cpu"] for r in splitnn)
+            l_cpu = statistics.mean(r["cpu_seconds"] for r in _rows(runs, "lgbm"))
             gap = fed - lgbm if task != "regression" else 100 * (fed / lgbm - 1)
             unit = "points" if task != "regression" else "%"
             out.append(
                 f"| {split} | {len(runs)} | "
                 + " | ".join(_cell(values[name]) for name in ROWS)
-                + f" | {statistics.mean(rounds):.0f} | {statistics.mean(cpu):.1f} | "
+                + f" | {statistics.mean(rounds):.0f} | {statistics.mean(cpu):.1f} | {wall:.1f} | "
+                + f"{s_rounds:.0f} | {s_cpu:.1f} | {l_cpu:.2f} | "
                 + f"{'yes' if ok else 'no'} ({gap:+.2f} {unit}) | "
                 + f"{_yes(above)} | {_yes(beats)} |"
             )
@@ -236,7 +263,42 @@ def summarise(root: Path) -> str:
         f"logistic/ridge regression by more than its sd: {linear} of {cells}; ahead of "
         f"splitnn: {ahead} of {cells}."
     )
-    return "\n".join(out)
+    return "\n".join(out + _grpc(root))
+
+
+def _rows(runs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [r for x in runs for r in x["rows_run"] if r["row"] == name]
+
+
+def _grpc(root: Path) -> list[str]:
+    """The cells whose federation also ran over gRPC: its test score, epochs and rounds beside
+    the in-process federation's of the same cell."""
+    lines = []
+    for path in sorted(root.glob("*/*.json")):
+        run = read_json(path)
+        by_row = {r["row"]: r for r in run["rows_run"]}
+        if "federation_grpc" not in by_row:
+            continue
+        metric = _metric(run["task"])
+        local, remote = by_row["federation"], by_row["federation_grpc"]
+        lines.append(
+            f"| {path.parent.name} | {path.stem} | {_score(local, metric):.4f} | "
+            f"{_score(remote, metric):.4f} | {local['epochs']} / {remote['epochs']} | "
+            f"{sum(local['rounds'])} / {sum(remote['rounds'])} | {local['wall_seconds']:.1f} / "
+            f"{remote['seconds']:.1f} |"
+        )
+    if not lines:
+        return []
+    return [
+        "",
+        "The federation over gRPC (a coordinator and a client a party, real processes on "
+        "loopback) beside the same cell's in process:",
+        "",
+        "| table | split, seed | in process | over gRPC | epochs (in process / gRPC) "
+        "| rounds | wall s (gRPC: process start-up included) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *lines,
+    ]
 
 
 def report_section(root: Path) -> list[str]:
@@ -307,6 +369,13 @@ def main() -> None:
         "--out", type=Path, default=Path("benchmarks/results/runs/tabular-vertibench")
     )
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument(
+        "--grpc",
+        nargs="*",
+        default=[],
+        metavar="TABLE/SPLIT",
+        help="cells whose federation also runs over gRPC (a coordinator and a client a party)",
+    )
     parser.add_argument("--summarise", type=Path)
     args = parser.parse_args()
     if args.summarise:
