@@ -39,9 +39,17 @@ from typing import Any
 import numpy as np
 
 from benchmarks.pool import Task, read_json, run_tasks
-from benchmarks.tabular.rows import grpc_row, hgb_row, lgbm_row, linear_row, simulate_row
+from benchmarks.tabular.rows import (
+    central_row,
+    grpc_row,
+    hgb_row,
+    lgbm_row,
+    linear_row,
+    simulate_row,
+)
 from benchmarks.tabular.sweep import to_model
 from benchmarks.tabular.tables import LABEL_BLOCK, K, Table, prepare, tables
+from vfl_core.config import TrainConfig
 
 # --- VertiBench's feature splits (the `vertibench` package)
 # VertiBench's feature splits of a table's columns among the K parties (Wu et al., "VertiBench:
@@ -135,6 +143,16 @@ SPLITNN: tuple[str, ...] = (
     "--subset-choice", "plain",
 )  # fmt: skip
 ROWS = ("federation", "splitnn", "label_alone", "linear", "hgb", "lgbm")
+# rows for a diagnosis of a cell's gap (`--rows`, not the grid's): the federation with options
+# added to its defaults, and `central_mlp`, the federation's model on the joined columns trained
+# like it (benchmarks.tabular.rows.central_row; missing blocks as zeros and indicators)
+DIAGNOSIS: dict[str, tuple[str, ...]] = {
+    "zerofill": ("--method", "zerofill"),  # one head on the zero-filled concatenation
+    "concat_head": ("--concat-head",),  # LASER-VFL's heads and a concatenating one, per set
+    "catemb": ("--max-onehot", "1"),  # every categorical column a learned embedding
+    "ens4": ("--ensemble", "4"),
+}
+DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 # the acceptance bar of issue 45: within this of LightGBM (accuracy points; RMSE share)
 BAR_POINTS = 0.5
 BAR_RMSE_SHARE = 0.05
@@ -147,6 +165,7 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
     start = time.process_time()
     blocks = split_blocks(table, payload["split"], seed)
     split_cpu = time.process_time() - start
+    wanted = payload.get("rows") or ROWS
     rows = []
     with tempfile.TemporaryDirectory(prefix="vfl-tabular-vertibench-") as tmp:
         prep = prepare(table, seed, Path(tmp) / "parties", "partial", blocks)
@@ -154,9 +173,20 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
         rows.append(simulate_row("federation", prep, every, Path(tmp) / "f.json", None))
         if payload.get("grpc"):  # the same federation over gRPC, real processes on loopback
             rows.append({**grpc_row(prep, Path(tmp) / "grpc", None), "cpu_seconds": None})
-        rows.append(simulate_row("splitnn", prep, every, Path(tmp) / "s.json", None, extra=SPLITNN))
-        rows.append(simulate_row("label_alone", prep, [LABEL_BLOCK], Path(tmp) / "a.json", None))
-        for fit in (linear_row, hgb_row, lgbm_row):
+        if "splitnn" in wanted:
+            out = Path(tmp) / "s.json"
+            rows.append(simulate_row("splitnn", prep, every, out, None, extra=SPLITNN))
+        if "label_alone" in wanted:
+            out = Path(tmp) / "a.json"
+            rows.append(simulate_row("label_alone", prep, [LABEL_BLOCK], out, None))
+        for name in (n for n in DIAGNOSIS if n in wanted):
+            out = Path(tmp) / f"{name}.json"
+            rows.append(simulate_row(name, prep, every, out, None, extra=DIAGNOSIS[name]))
+        if "central_mlp" in wanted:
+            cpu = time.process_time()
+            row = central_row(prep, TrainConfig.model_validate(rows[0]["train"]))
+            rows.append({**row, "cpu_seconds": time.process_time() - cpu})
+        for fit in (f for f in (linear_row, hgb_row, lgbm_row) if f.__name__[:-4] in wanted):
             cpu = time.process_time()
             row = fit(prep)
             rows.append({**row, "cpu_seconds": time.process_time() - cpu})
@@ -183,6 +213,7 @@ def grid(args: argparse.Namespace) -> list[Task]:
                 "seed": seed,
                 "data_path": data_path,
                 "grpc": f"{table}/{split}" in args.grpc,
+                "rows": list(args.rows),
             },
             args.out / table / f"{split}-s{seed}.json",
         )
@@ -205,6 +236,43 @@ def _meets(task: str, fed: float, lgbm: float) -> bool:
     if task == "regression":
         return fed <= lgbm * (1 + BAR_RMSE_SHARE)
     return fed >= lgbm - BAR_POINTS
+
+
+def diagnosis(root: Path) -> str:
+    """A diagnosis run (`--rows`): per table and split, each row's mean ± sd over the seeds, its
+    gap to LightGBM and the federation rounds to its model (every epoch trained)."""
+    out = []
+    for table_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        results: dict[str, list[dict[str, Any]]] = {}
+        for path in sorted(table_dir.glob("*.json")):
+            results.setdefault(path.stem.rsplit("-s", 1)[0], []).append(read_json(path))
+        if not results:
+            continue
+        task = next(iter(results.values()))[0]["task"]
+        metric = _metric(task)
+        names = [
+            n
+            for n in ("federation", *DIAGNOSIS_ROWS, *ROWS[1:])
+            if any(r["row"] == n for runs in results.values() for x in runs for r in x["rows_run"])
+        ]
+        out.append(f"**{table_dir.name}** ({metric}, {task}; in brackets: against LightGBM)\n")
+        out.append("| split | seeds | " + " | ".join(names) + " |")
+        out.append("| --- " * (len(names) + 2) + "|")
+        for split in [s for s in SPLITS if s in results]:
+            runs = results[split]
+            lgbm = statistics.mean(_score(r, metric) for r in _rows(runs, "lgbm"))
+            cells = []
+            for name in names:
+                values = [_score(r, metric) for r in _rows(runs, name)]
+                mean = statistics.mean(values)
+                gap = mean - lgbm if task != "regression" else 100 * (mean / lgbm - 1)
+                unit = "" if task != "regression" else " %"
+                rounds = [to_model(r)["rounds"] for r in _rows(runs, name) if "rounds" in r]
+                said = f", {statistics.mean(rounds):.0f} rounds" if rounds else ""
+                cells.append(f"{_cell(values)} ({gap:+.2f}{unit}{said})")
+            out.append(f"| {split} | {len(runs)} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def summarise(root: Path) -> str:
@@ -370,6 +438,13 @@ def main() -> None:
     )
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument(
+        "--rows",
+        nargs="*",
+        default=list(ROWS),
+        choices=sorted({*ROWS, *DIAGNOSIS_ROWS}),
+        help="the rows to run (the federation always): the grid's, or a diagnosis's",
+    )
+    parser.add_argument(
         "--grpc",
         nargs="*",
         default=[],
@@ -377,9 +452,13 @@ def main() -> None:
         help="cells whose federation also runs over gRPC (a coordinator and a client a party)",
     )
     parser.add_argument("--summarise", type=Path)
+    parser.add_argument("--diagnosis", type=Path, help="summarise a `--rows` run")
     args = parser.parse_args()
     if args.summarise:
         print(summarise(args.summarise))
+        return
+    if args.diagnosis:
+        print(diagnosis(args.diagnosis))
         return
     failed = run_tasks(worker, grid(args), args.jobs, desc="vertibench runs", progress=False)
     if failed:
