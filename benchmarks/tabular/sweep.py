@@ -164,6 +164,7 @@ SETTINGS: dict[str, list[str]] = {
     "catemb-d8": ["--max-onehot", "1", "--categorical-dim", "8"],
     "catemb-d2": ["--max-onehot", "1", "--categorical-dim", "2"],
     "ens4-head256": ["--ensemble", "4", "--head-hidden", "256"],
+    "catemb-ens4": ["--max-onehot", "1", "--ensemble", "4"],
     # no federation: HistGradientBoosting and LightGBM (defaults) on the joined columns of the
     # same party CSVs, with the process CPU seconds of each fit
     "gbdt": [],
