@@ -153,6 +153,11 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "ens4": ("--ensemble", "4"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
+DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`
+# The measured reason beside each cell that misses the bar (from the diagnosis run), and the
+# reading of the grid (benchmarks/results/tabular.md), written after the run
+REASONS: dict[tuple[str, str], str] = {}
+READING = ""
 # the acceptance bar of issue 45: within this of LightGBM (accuracy points; RMSE share)
 BAR_POINTS = 0.5
 BAR_RMSE_SHARE = 0.05
@@ -293,9 +298,9 @@ def summarise(root: Path) -> str:
             "| split | seeds | " + " | ".join(ROWS) + " | federation rounds | federation CPU s "
             "| federation wall s | splitnn rounds | splitnn CPU s | lgbm CPU s "
             "| within the bar of LightGBM | not below linear by more than its sd "
-            "| ahead of splitnn |"
+            "| ahead of splitnn | measured reason |"
         )
-        out.append("| --- " * (len(ROWS) + 11) + "|")
+        out.append("| --- " * (len(ROWS) + 12) + "|")
         for split in [s for s in SPLITS if s in results]:
             runs = results[split]
             values = {
@@ -323,7 +328,9 @@ def summarise(root: Path) -> str:
                 + f" | {statistics.mean(rounds):.0f} | {statistics.mean(cpu):.1f} | {wall:.1f} | "
                 + f"{s_rounds:.0f} | {s_cpu:.1f} | {l_cpu:.2f} | "
                 + f"{'yes' if ok else 'no'} ({gap:+.2f} {unit}) | "
-                + f"{_yes(above)} | {_yes(beats)} |"
+                + f"{_yes(above)} | {_yes(beats)} | "
+                + ("" if ok else REASONS.get((table_dir.name, split), "not diagnosed"))
+                + " |"
             )
         out.append("")
     out.append(
@@ -379,13 +386,18 @@ def report_section(root: Path) -> list[str]:
     loads = [r["load_1m"] for r in runs if "load_1m" in r]
     cells = sorted({(f.parent.name, f.stem.rsplit("-s", 1)[0]) for f in files})
     load = f", at a 1-minute load of {min(loads):.1f}-{max(loads):.1f}" if loads else ""
+    grpc = sorted({f"{f.parent.name}/{f.stem.rsplit('-s', 1)[0]}" for f in _grpc_files(root)})
     return [
         "## VertiBench's feature splits: `tabular-vertibench`",
         "",
         f"`python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
         f"--tables {' '.join(sorted({t for t, _ in cells}))} "
         f"--splits {' '.join(s for s in SPLITS if any(s == c for _, c in cells))} "
-        "--seeds 0 1 2`, then `--summarise`: each table's columns dealt to the three parties by "
+        "--seeds 0 1 2 --jobs 2" + (f" --grpc {' '.join(grpc)}" if grpc else "") + "`, then "
+        "`--summarise` (each cell is one cached file under the `--out` folder, run once: the "
+        "codes below are those the cells record): each table's columns dealt to the parties "
+        "(three; four in the `-4p` splits, the fourth a feature-only party missing 30 % of the "
+        "rows) by "
         "VertiBench's ImportanceSplitter (Dirichlet alpha) or CorrelationSplitter (beta) "
         "(Wu et al., ICLR 2024; the `vertibench` package, benchmarks/tabular/vertibench.py names "
         "the differences), rows held and labels as above, on the shared 2-core machine"
@@ -393,13 +405,56 @@ def report_section(root: Path) -> list[str]:
         "`splitnn` (VertiBench's SplitNN recipe: `vfl simulate "
         + " ".join(SPLITNN)
         + "`), `label_alone`, `linear`, `hgb`, `lgbm` (default settings, joined columns). "
-        "Test accuracy (%) or RMSE, mean ± sd over the seeds; the federation's rounds and "
-        "process CPU seconds to its model (every epoch trained); the bar: within "
+        "Test accuracy (%) or RMSE, mean ± sd over the seeds; the federation's and splitnn's "
+        "rounds and process CPU seconds to their models (every epoch trained), the "
+        "federation's wall seconds in process (the machine's load as said: rough), LightGBM's "
+        "fit CPU seconds; the bar: within "
         f"{BAR_POINTS} accuracy points or {100 * BAR_RMSE_SHARE:.0f} % RMSE of LightGBM, "
-        "on the seeds' means.",
+        "on the seeds' means; a missed cell's measured reason (the diagnosis below) beside it.",
         "",
         summarise(root),
         "",
+        *_diagnosis_section(root.parent / DIAGNOSIS_DIR),
+        *([READING, ""] if READING else []),
+    ]
+
+
+def _grpc_files(root: Path) -> list[Path]:
+    return [
+        f
+        for f in sorted(root.glob("*/*.json"))
+        if any(r["row"] == "federation_grpc" for r in (read_json(f) or {}).get("rows_run", []))
+    ]
+
+
+def _diagnosis_section(root: Path) -> list[str]:
+    files = sorted(root.glob("*/*.json")) if root.is_dir() else []
+    if not files:
+        return []
+    runs = [read_json(f) or {} for f in files]
+    codes = sorted({r.get("code", "?") for r in runs})
+    cells = sorted({(f.parent.name, f.stem.rsplit("-s", 1)[0]) for f in files})
+    rows = [n for n in DIAGNOSIS_ROWS if any(r["row"] == n for x in runs for r in x["rows_run"])]
+    return [
+        "**Why cells miss, measured** (the diagnosis: the same cells, party CSVs and seeds, the "
+        "federation beside the same model family without federation and with other options):",
+        "",
+        *(
+            f"`python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
+            f"--tables {table} --splits {split} --seeds 0 1 2 --jobs 2 --rows federation "
+            f"{' '.join(rows)} lgbm`"
+            for table, split in cells
+        ),
+        "",
+        f"then `--diagnosis {root}`; code {', '.join(codes)}. `central_mlp`: the federation's "
+        "representation model and head on the parties' preprocessed columns side by side (a "
+        "missing block zeros and an indicator), trained with the federation's settings, no "
+        "subsets; "
+        + "; ".join(f"`{n}`: the federation with `{' '.join(o)}`" for n, o in DIAGNOSIS.items())
+        + ". In brackets: the gap to LightGBM (points, or % of its RMSE) and rounds to the "
+        "model.",
+        "",
+        diagnosis(root),
     ]
 
 
