@@ -269,6 +269,9 @@ def diagnosis(root: Path) -> str:
             cells = []
             for name in names:
                 values = [_score(r, metric) for r in _rows(runs, name)]
+                if not values:
+                    cells.append("")
+                    continue
                 mean = statistics.mean(values)
                 gap = mean - lgbm if task != "regression" else 100 * (mean / lgbm - 1)
                 unit = "" if task != "regression" else " %"
@@ -434,7 +437,10 @@ def _diagnosis_section(root: Path) -> list[str]:
     runs = [read_json(f) or {} for f in files]
     codes = sorted({r.get("code", "?") for r in runs})
     cells = sorted({(f.parent.name, f.stem.rsplit("-s", 1)[0]) for f in files})
-    rows = [n for n in DIAGNOSIS_ROWS if any(r["row"] == n for x in runs for r in x["rows_run"])]
+    ran: dict[tuple[str, str], set[str]] = {}
+    for f, run in zip(files, runs, strict=True):
+        cell = ran.setdefault((f.parent.name, f.stem.rsplit("-s", 1)[0]), set())
+        cell.update(r["row"] for r in run["rows_run"])
     return [
         "**Why cells miss, measured** (the diagnosis: the same cells, party CSVs and seeds, the "
         "federation beside the same model family without federation and with other options):",
@@ -442,7 +448,7 @@ def _diagnosis_section(root: Path) -> list[str]:
         *(
             f"`python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
             f"--tables {table} --splits {split} --seeds 0 1 2 --jobs 2 --rows federation "
-            f"{' '.join(rows)} lgbm`"
+            f"{' '.join(n for n in DIAGNOSIS_ROWS if n in ran[table, split])} lgbm`"
             for table, split in cells
         ),
         "",
