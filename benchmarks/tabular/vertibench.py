@@ -506,7 +506,7 @@ def _diagnosis_section(root: Path) -> list[str]:
         "federation beside the same model family without federation and with other options):",
         "",
         *(
-            f"`python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
+            f"- `python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
             f"--tables {table} --splits {split} --seeds 0 1 2 --jobs 2 --rows federation "
             f"{' '.join(n for n in DIAGNOSIS_ROWS if n in ran[table, split])} lgbm`"
             for table, split in cells
