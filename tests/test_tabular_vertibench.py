@@ -54,3 +54,84 @@ def test_given_correlation_splits_then_equal_shares_that_beta_moves() -> None:
         assert sorted(len(b) for b in blocks) == [4, 4, 4]
         assert sorted(c for b in blocks for c in b) == sorted(table.columns)
     assert {frozenset(b) for b in low} != {frozenset(b) for b in high}
+
+
+def test_given_a_four_party_split_then_four_party_files_and_the_fourth_misses_rows(
+    tmp_path,
+) -> None:
+    pytest.importorskip("vertibench", reason="the VertiBench splits need the bench extra")
+    from benchmarks.tabular.tables import LABEL_BLOCK, MISSING, write_parties
+    from benchmarks.tabular.vertibench import parties, split_blocks
+
+    assert parties("importance-1-4p") == K + 1 and parties("importance-1") == K
+    table = tables(None, True)["gen_categorical"](0, True)
+    blocks = split_blocks(table, "importance-1-4p", 0)
+    assert len(blocks) == 4 and all(blocks)
+    assert sorted(c for b in blocks for c in b) == sorted(table.columns)
+    split = write_parties(table, 0, tmp_path, blocks=blocks)
+    assert len(split.paths) == 4 and all(p.is_file() for p in split.paths)
+    assert split.held.shape == (4, table.rows)
+    share = 1 - split.held.mean(axis=1)
+    assert abs(share[3] - MISSING[-1]) < 0.06 and abs(share[LABEL_BLOCK] - MISSING[0]) < 0.06
+    # three parties: the same rows as before the fourth existed (the first three draws)
+    three = write_parties(
+        table, 0, tmp_path / "three", blocks=split_blocks(table, "importance-1", 0)
+    )
+    np.testing.assert_array_equal(three.held, split.held[:3])
+
+
+def _cell(rows: dict[str, float], grpc: float | None = None) -> dict:
+    """A grid cell's file as the worker writes it (classification accuracies, one seed)."""
+    run = []
+    for name, accuracy in rows.items():
+        row = {"row": name, "scores": {"all": {"accuracy": accuracy}}, "cpu_seconds": 0.1}
+        if name in ("federation", "splitnn", "zerofill"):
+            row |= {"rounds": [5, 5], "epoch_cpu_seconds": [0.1, 0.1], "wall_seconds": 1.0}
+            row |= {"epochs": 2, "early_stop": None}
+        run.append(row)
+    if grpc is not None:
+        run.append(
+            {
+                "row": "federation_grpc",
+                "scores": {"all": {"accuracy": grpc}},
+                "rounds": [5, 5],
+                "epochs": 2,
+                "seconds": 3.0,
+            }
+        )
+    return {"task": "classification", "rows_run": run}
+
+
+def test_given_cells_then_the_summary_says_the_bar_the_reason_and_the_grpc_rows(
+    tmp_path, monkeypatch
+) -> None:
+    import json
+
+    from benchmarks.tabular import vertibench
+
+    grid = tmp_path / "tabular-vertibench"
+    scores = {"splitnn": 0.70, "label_alone": 0.6, "linear": 0.71, "hgb": 0.74, "lgbm": 0.75}
+    (grid / "t").mkdir(parents=True)
+    (grid / "t" / "importance-1-s0.json").write_text(
+        json.dumps(_cell({"federation": 0.72, **scores}, grpc=0.72))
+    )
+    (grid / "t" / "correlation-0-s0.json").write_text(
+        json.dumps(_cell({"federation": 0.748, **scores}))
+    )
+    monkeypatch.setitem(vertibench.REASONS, ("t", "importance-1"), "the fusion, measured")
+    out = vertibench.summarise(grid)
+    assert "| importance-1 | 1 | 72.00 |" in out and "no (-3.00 points)" in out
+    assert "the fusion, measured" in out  # the reason beside the missed cell only
+    assert "yes (-0.20 points)" in out
+    assert "Cells (table, split) within the bar of LightGBM: 1 of 2" in out
+    assert "| t | importance-1-s0 | 72.0000 | 72.0000 | 2 / 2 | 10 / 10 |" in out
+    # a diagnosis run renders each row's gap to LightGBM
+    diag = tmp_path / vertibench.DIAGNOSIS_DIR / "t"
+    diag.mkdir(parents=True)
+    (diag / "importance-1-s0.json").write_text(
+        json.dumps(_cell({"federation": 0.72, "zerofill": 0.76, "lgbm": 0.75}))
+    )
+    said = vertibench.diagnosis(diag.parent)
+    assert "72.00 (-3.00, 10 rounds)" in said and "76.00 (+1.00, 10 rounds)" in said
+    section = "\n".join(vertibench.report_section(grid))
+    assert "--grpc t/importance-1" in section and "--rows federation zerofill lgbm" in section

@@ -157,6 +157,14 @@ SETTINGS: dict[str, list[str]] = {
     "ple8-d8": ["--num-embedding", "ple", "--num-bins", "8", "--num-embedding-dim", "8"],
     "periodic-ens4": ["--num-embedding", "periodic", "--ensemble", "4"],
     "ens2": ["--ensemble", "2"],
+    # issue 45: how categorical columns are encoded: a learned embedding per category for every
+    # categorical column (--max-onehot 1) instead of one-hot up to 16 values, its width the
+    # default rule or fixed; and a wider head on the mean (the fusion's capacity)
+    "catemb": ["--max-onehot", "1"],
+    "catemb-d8": ["--max-onehot", "1", "--categorical-dim", "8"],
+    "catemb-d2": ["--max-onehot", "1", "--categorical-dim", "2"],
+    "ens4-head256": ["--ensemble", "4", "--head-hidden", "256"],
+    "catemb-ens4": ["--max-onehot", "1", "--ensemble", "4"],
     # no federation: HistGradientBoosting and LightGBM (defaults) on the joined columns of the
     # same party CSVs, with the process CPU seconds of each fit
     "gbdt": [],

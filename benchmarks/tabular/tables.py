@@ -332,17 +332,20 @@ def write_parties(
     blocks: tuple[tuple[str, ...], ...] | None = None,
 ) -> Split:
     """Party k's CSV `directory/party{k}.csv`: `id`, its columns (and at party 0 the label) for
-    the rows it holds; each party misses a random MISSING[k] of the rows (seeded). With
-    `overlap="full"` (an ablation, benchmarks.tabular.sweep) every party holds exactly the rows
-    party 0 holds: the same labelled training and test rows, none missing a block. `blocks`:
-    each party's columns (benchmarks.table_qa), else `column_blocks`."""
+    the rows it holds; each party misses a random MISSING[k] of the rows (seeded; a party past
+    the third misses the last share, 30 %). With `overlap="full"` (an ablation,
+    benchmarks.tabular.sweep) every party holds exactly the rows party 0 holds: the same
+    labelled training and test rows, none missing a block. `blocks`: each party's columns
+    (benchmarks.tabular.vertibench, K or more parties), else `column_blocks`."""
+    blocks = blocks or column_blocks(table)
+    parties = len(blocks)
     rng = np.random.default_rng([seed, table.rows])
-    held = np.stack([rng.random(table.rows) >= MISSING[k] for k in range(K)])
+    missing = [MISSING[min(k, len(MISSING) - 1)] for k in range(parties)]
+    held = np.stack([rng.random(table.rows) >= missing[k] for k in range(parties)])
     if overlap == "full":
-        held = np.repeat(held[LABEL_BLOCK][None], K, axis=0)
+        held = np.repeat(held[LABEL_BLOCK][None], parties, axis=0)
     elif overlap != "partial":
         raise ValueError(f"overlap must be 'partial' or 'full', got {overlap!r}")
-    blocks = blocks or column_blocks(table)
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for k, columns in enumerate(blocks):
