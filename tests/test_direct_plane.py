@@ -263,15 +263,16 @@ def test_given_what_the_direct_plane_does_not_carry_when_configured_then_refused
 
 
 def test_given_a_validation_and_a_probe_when_converted_then_they_round_trip() -> None:
-    """A validation Round call (RoundCall.evaluation) and its answers, and a probe, through the
-    wire; a validation that also carries a training embed is refused."""
+    """A validation Round call (RoundCall.evaluation: its batches' heads, the federation's
+    scores asked for) and its answers, and a probe, through the wire; a validation that also
+    carries a training embed is refused."""
     rows = np.array([4, 0, 2])
-    batch = EvalBatch(EmbedCall(11, "train", rows, b"d" * 32, False, (0, 2)), first=5)
+    batch = EvalBatch(EmbedCall(11, "train", rows, b"d" * 32, False, (0, 2)), 5, "concat")
     call = RoundCall(
         round_id=9,
         epoch=2,
         send_to=(0,),
-        evaluation=Evaluation("train", 0, (batch,), threshold=0.4),
+        evaluation=Evaluation("train", 0, (batch,), threshold=0.4, federation_scores=True),
         embed_wait_s=1.0,
     )
     peers = {0: PeerAddress("party0", "h:1")}
@@ -284,6 +285,7 @@ def test_given_a_validation_and_a_probe_when_converted_then_they_round_trip() ->
     )
     (b,) = got.evaluation.batches
     assert (b.first, b.embed.round_id, b.embed.blocks, b.embed.train) == (5, 11, (0, 2), False)
+    assert b.head == "concat" and got.evaluation.federation_scores
     np.testing.assert_array_equal(b.embed.rows, rows)
     score = ScoreResult(confusion={"0": np.eye(2, dtype=np.int64)})
     result = RoundResult(9, evaluated=(EvalAnswer(11, (0, 2), score), EvalAnswer(12, (0,))))

@@ -233,6 +233,7 @@ class EvalBatch:
 
     embed: EmbedCall
     first: int
+    head: str = ""  # the scorer's heads that predict it (PredictCall.head): "" the method's own
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,8 @@ class Evaluation:
     scorer: int
     batches: tuple[EvalBatch, ...]
     threshold: float | None = None  # binary: the decision threshold; None: the argmax
+    # binary: the federation's positive-class scores too (ScoreResult: a threshold's choice)
+    federation_scores: bool = False
 
 
 @dataclass(frozen=True)

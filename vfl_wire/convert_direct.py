@@ -158,9 +158,10 @@ def _evaluation_to_proto(ev: Evaluation) -> vfl_pb2.Evaluation:
         thresholded=ev.threshold is not None,
         threshold=0.0 if ev.threshold is None else ev.threshold,
         batches=[
-            vfl_pb2.EvalBatch(embed=embed_call_to_proto(b.embed, None), first=b.first)
+            vfl_pb2.EvalBatch(embed=embed_call_to_proto(b.embed, None), first=b.first, head=b.head)
             for b in ev.batches
         ],
+        federation_scores=ev.federation_scores,
     )
 
 
@@ -176,8 +177,9 @@ def _evaluation_from_proto(req: vfl_pb2.RoundRequest) -> Evaluation:
         embed = embed_call_from_proto(b.embed)
         if embed.train or embed.split != split or b.first < 0:
             raise ProtocolError("validation batch: an inference embed of the split expected")
-        batches.append(EvalBatch(embed, b.first))
-    return Evaluation(split, ev.scorer, tuple(batches), ev.threshold if ev.thresholded else None)
+        batches.append(EvalBatch(embed, b.first, b.head[:64]))  # (as a PredictRequest's)
+    threshold = ev.threshold if ev.thresholded else None
+    return Evaluation(split, ev.scorer, tuple(batches), threshold, ev.federation_scores)
 
 
 def round_result_to_proto(result: RoundResult) -> vfl_pb2.RoundReply:

@@ -122,26 +122,30 @@ class DeferredStep(_message.Message):
     def __init__(self, round_id: _Optional[int] = ..., grads_from: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Evaluation(_message.Message):
-    __slots__ = ("split", "scorer", "thresholded", "threshold", "batches")
+    __slots__ = ("split", "scorer", "thresholded", "threshold", "batches", "federation_scores")
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SCORER_FIELD_NUMBER: _ClassVar[int]
     THRESHOLDED_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    FEDERATION_SCORES_FIELD_NUMBER: _ClassVar[int]
     split: str
     scorer: int
     thresholded: bool
     threshold: float
     batches: _containers.RepeatedCompositeFieldContainer[EvalBatch]
-    def __init__(self, split: _Optional[str] = ..., scorer: _Optional[int] = ..., thresholded: _Optional[bool] = ..., threshold: _Optional[float] = ..., batches: _Optional[_Iterable[_Union[EvalBatch, _Mapping]]] = ...) -> None: ...
+    federation_scores: bool
+    def __init__(self, split: _Optional[str] = ..., scorer: _Optional[int] = ..., thresholded: _Optional[bool] = ..., threshold: _Optional[float] = ..., batches: _Optional[_Iterable[_Union[EvalBatch, _Mapping]]] = ..., federation_scores: _Optional[bool] = ...) -> None: ...
 
 class EvalBatch(_message.Message):
-    __slots__ = ("embed", "first")
+    __slots__ = ("embed", "first", "head")
     EMBED_FIELD_NUMBER: _ClassVar[int]
     FIRST_FIELD_NUMBER: _ClassVar[int]
+    HEAD_FIELD_NUMBER: _ClassVar[int]
     embed: EmbedRequest
     first: int
-    def __init__(self, embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., first: _Optional[int] = ...) -> None: ...
+    head: str
+    def __init__(self, embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., first: _Optional[int] = ..., head: _Optional[str] = ...) -> None: ...
 
 class EvalAnswer(_message.Message):
     __slots__ = ("request_id", "present", "scored", "score")
