@@ -4,9 +4,10 @@ send their embeddings to the label party and get its gradients back without the 
 
 A feature party SIGSTOPped mid-round is timed out: the label party fuses without its embedding
 at the wait's end, the rounds go on without it (told at once that it is absent: it costs one
-wait, not one per round), it is marked down, and once SIGCONTed it trains again. A feature party SIGKILLed mid-training is left out at once: the coordinator's Round calls
-to it fail, and it tells the label party, whose waits for the dead party end there (not at their
-deadline); restarted, it restores its checkpoint, registers again and trains again, its
+wait, not one per round), it is marked down, and once SIGCONTed it trains again. A feature
+party SIGKILLed mid-training is left out at once: the coordinator's Round calls to it fail, and
+it tells the label party, whose waits for the dead party end there (not at their deadline);
+restarted, it restores its checkpoint, registers again and trains again, its
 embeddings reaching the label party at its new address.
 """
 
