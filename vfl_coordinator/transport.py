@@ -200,9 +200,8 @@ class GrpcTransport:
         for block in pending:  # (the generation whose client was just used)
             generation = self._clients[block][0]
             if self._round_generation.get(block, generation) != generation:
-                self._silence.heard(
-                    block, calls[block].round_id
-                )  # a new process: nothing of its predecessor's holds
+                # a new process: its predecessor's silence says nothing of it
+                self._silence.heard(block, calls[block].round_id)
             self._round_generation[block] = generation
         clients = {b: self._clients[b][1] for b in pending}
         AbsenceNotices(calls, clients, self.deadlines.embed, self._silence).watch(pending)
