@@ -16,7 +16,7 @@ from harness import digits_parties
 from test_direct_plane import MemoryLinks, ThreadedDirect
 
 from vfl_client.data_plane import Mailbox
-from vfl_coordinator.absence import AbsenceNotices, left_out
+from vfl_coordinator.absence import AbsenceNotices, RoundWaiter, Silence, left_out
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ProtocolError
 from vfl_core.protocol import EmbedCall, RoundCall, RoundResult
@@ -233,3 +233,85 @@ def test_given_a_thawed_party_behind_its_peers_then_their_pushes_are_taken_and_o
     assert box.take(GRADIENT, 10, (0, 2), HOUR_S) == {}  # at once
     box.start(40)
     assert box.take(EMBEDDING, 40, (1,), HOUR_S) == {1: (None, "party1")}
+
+
+class _Call:
+    """A Round call in flight, as RoundWaiter reads it (vfl_coordinator.party_client.Pending)."""
+
+    def __init__(self, future: Future) -> None:
+        self.future = future
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def result(self, timeout: float | None = None) -> RoundResult:
+        return self.future.result(timeout)
+
+
+def _answered(result: RoundResult) -> Future:
+    done: Future = Future()
+    done.set_result(result)
+    return done
+
+
+def _round(round_id: int) -> dict[int, RoundCall]:
+    """Heads 0 and 1 fuse on each other's and block 2's embeddings; 2 waits for their gradients."""
+    return {
+        0: RoundCall(round_id=round_id, epoch=0, expect=(1, 2), grads_from=(1,)),
+        1: RoundCall(round_id=round_id, epoch=0, expect=(0, 2), grads_from=(0,)),
+        2: RoundCall(round_id=round_id, epoch=0, grads_from=(0, 1)),
+    }
+
+
+def test_given_a_silent_party_then_later_rounds_are_told_at_once_until_it_answers() -> None:
+    """Block 2 freezes in round 4: heads 0 and 1 fuse without it at their wait's end, and the
+    round's report is collected without waiting for it. Round 5, already in flight, and round 6,
+    started while it is still silent, tell the heads at once that it is absent (they wait for it
+    once, not every round). Its answer in round 6 (thawed) ends that: round 7 waits for it."""
+    silence = Silence()
+    clients = {b: _Client() for b in range(3)}
+    collect = lambda rest, _t: {b: p.result(0) for b, p in rest.items()}  # noqa: E731
+
+    def start(round_id: int, block2: Future) -> tuple[dict[int, _Call], RoundWaiter]:
+        calls = _round(round_id)
+        heads = {h: _answered(RoundResult(round_id, True, (0, 1), 0.5, True)) for h in (0, 1)}
+        pending = {**{h: _Call(f) for h, f in heads.items()}, 2: _Call(block2)}
+        AbsenceNotices(calls, clients, 1.0, silence).watch(pending)  # type: ignore[arg-type]
+        return pending, RoundWaiter(calls, pending, silence)  # type: ignore[arg-type]
+
+    frozen4, frozen5 = Future(), Future()
+    pending4, waiter4 = start(4, frozen4)
+    _, waiter5 = start(5, frozen5)
+    assert clients[0].told == []  # nothing known of block 2 yet
+    assert set(waiter4.collect(collect, HOUR_S)) == {0, 1}  # not its call's deadline
+    assert pending4[2].future.cancelled()
+    assert silence.silent() == {2}
+    assert clients[0].told == clients[1].told == [(5, [2])]  # the round in flight
+    thawed6 = _answered(RoundResult(6, True, (), None, True))
+    clients[0].told.clear()
+    start(6, Future())  # told before its calls' answers are known
+    assert clients[0].told == [(6, [2])]
+    start(6, thawed6)  # (the same round again, its call to block 2 answered)
+    assert silence.silent() == set()
+    clients[0].told.clear()
+    start(7, Future())
+    assert clients[0].told == clients[2].told == []
+    assert set(waiter5.collect(collect, HOUR_S)) == {0, 1}
+    assert silence.silent() == set()  # round 5, collected after its answer to round 6
+
+
+def test_given_a_party_frozen_after_its_push_then_its_report_is_given_up_after_the_grace() -> None:
+    """Heads 0 and 1 used block 2's embedding and sent it their gradients, and 2 has not
+    reported (frozen before stepping): once the grace (the Backward deadline) has passed since
+    the last head answered, its report is not awaited; without a grace it is awaited to the end
+    of the wait, and a head that still runs holds it too."""
+    calls = _round(3)
+    used = RoundResult(3, True, (0, 1, 2), 0.5, True)
+
+    def waiter(grace: float | None, head1: Future) -> RoundWaiter:
+        pending = {0: _Call(_answered(used)), 1: _Call(head1), 2: _Call(Future())}
+        return RoundWaiter(calls, pending, Silence(), grace)  # type: ignore[arg-type]
+
+    assert waiter(0.01, _answered(used)).given_up(HOUR_S) == {2}
+    assert waiter(None, _answered(used)).given_up(0.05) == set()
+    assert waiter(0.01, Future()).given_up(0.05) == set()

@@ -3,10 +3,11 @@ TLS: digits in three blocks, labels at block 0 only, so blocks 1 and 2 are featu
 send their embeddings to the label party and get its gradients back without the coordinator.
 
 A feature party SIGSTOPped mid-round is timed out: the label party fuses without its embedding
-at the wait's end, the rounds go on without it, it is marked down, and once SIGCONTed it trains
-again. A feature party SIGKILLed mid-training is left out at once: the coordinator's Round calls
-to it fail, and it tells the label party, whose waits for the dead party end there (not at their
-deadline); restarted, it restores its checkpoint, registers again and trains again, its
+at the wait's end, the rounds go on without it (told at once that it is absent: it costs one
+wait, not one per round), it is marked down, and once SIGCONTed it trains again. A feature
+party SIGKILLed mid-training is left out at once: the coordinator's Round calls to it fail, and
+it tells the label party, whose waits for the dead party end there (not at their deadline);
+restarted, it restores its checkpoint, registers again and trains again, its
 embeddings reaching the label party at its new address.
 """
 
@@ -116,6 +117,17 @@ def test_given_a_feature_party_frozen_mid_round_when_timed_out_then_rounds_go_on
     _assert_every_round_once(coord)
     transitions = _transitions(coord, frozen)
     assert transitions[:2] == [("up", "down"), ("down", "up")], transitions
+    # The frozen party cost the label party at most one wait to its deadline (two when it froze
+    # between a round's push and the next one's; none when the notice came first), not one per
+    # round until it was marked down and one per retry: once silent, the later rounds were told
+    # at once that it was absent.
+    head = next(c for c in clients if c.block == 0).log()
+    timeouts = re.findall(rf"round \d+: no embedding from block {frozen} \(not within", head)
+    assert len(timeouts) <= 2, timeouts
+    coord_log = coord.log_path.read_text()
+    assert re.search(rf"round \d+: block {frozen} is silent; later rounds go on", coord_log)
+    assert re.search(rf"block\(s\) \[{frozen}\] absent \(silent since round \d+\)", coord_log)
+    assert re.search(rf"block {frozen} answers again \(silent since round \d+\)", coord_log)
 
 
 def test_given_a_feature_party_killed_mid_round_when_restarted_then_it_rejoins(

@@ -17,13 +17,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import BIN, SECRET, Cluster, prepare_digits, train_in_process
+from harness import BIN, SECRET, Cluster, prepare_digits
 from test_equivalence import _assert_same_tensors
 from test_relay_grpc import IN_THE_CLEAR, _clear_floats
 
 from vfl_cli.certs_cmd import create_federation
 from vfl_core.config import TrainConfig
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.inference.choice import ValidationChoice
+from vfl_core.inference.metrics import EvalReport
+from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.persistence.checkpoint import load_checkpoint
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
 from vfl_wire.audit import read_audit
 
@@ -75,6 +81,21 @@ def _float_tensors(message, path: str = "") -> list[str]:
                 found.append(f"{path}{field.name}")
             found.extend(_float_tensors(v, f"{path}{field.name}."))
     return found
+
+
+def _train_in_process(
+    dirs: list[Path], train: TrainConfig
+) -> tuple[dict[int, Party], list[RoundRecord], EvalReport, ValidationChoice]:
+    """harness.train_in_process, with the choice the validation made after training."""
+    data = [load_party_dir(d) for d in dirs]
+    parties = {
+        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
+    }
+    records: list[RoundRecord] = []
+    fed = Federation(InProcessTransport(parties), train, progress=False, on_round=records.append)
+    fed.align()
+    fed.train()
+    return parties, records, fed.evaluate("test"), fed.choice
 
 
 PRIVACY = ["--privacy-embedding-clip", "4", "--privacy-embedding-noise", "0.1"]
@@ -137,7 +158,7 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
         results = coord.results()
         records = read_audit(audit)
 
-    parties, want_rounds, report = train_in_process(dirs, train)
+    parties, want_rounds, report, choice = _train_in_process(dirs, train)
     assert len(grpc_rounds) == len(want_rounds) > 0
     for got, want in zip(grpc_rounds, want_rounds, strict=True):
         assert got == json.loads(json.dumps(want.to_json())), f"round {want.round_id} differs"
@@ -178,6 +199,16 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
     # chose no subsets) is one Round call per party, no tensor in it
     if train.early_stop_patience:
         assert len(validations) >= EPOCHS * K, len(validations)
+        # the choice after training (every candidate subset's score), as in process
+        assert results["validation_choice"] == json.loads(json.dumps(choice.to_json()))
+        # after training too: the choice's candidates holding the label party, the validation
+        # with the choice in effect, and the test evaluation (scored by block 0: its calls push
+        # to nobody) went over the direct plane
+        scored = [r.message().evaluation for r in validations if not r.message().send_to]
+        held = [c for p in choice.to_json()["candidates"] for c in p["scores"] if 0 in c["blocks"]]
+        epochs = len(results["early_stop"]["history"])
+        assert sum(e.split == "train" for e in scored) >= epochs + 1 + len(held), len(scored)
+        assert sum(e.split == "test" for e in scored) >= 1
     else:
         assert validations == []  # three label parties: the evaluations go through the relay
     if train.overlap_validation:  # epoch e's validation in flight while e + 1 trained

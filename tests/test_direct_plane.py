@@ -143,7 +143,10 @@ def test_given_a_lost_embedding_when_the_head_waits_then_it_fuses_without_it(
 ) -> None:
     """Block 2's embedding of round 3 never reaches head 0: head 0 fuses on what it has after
     the wait and sends block 2 nothing, block 1 its gradient in time (a gradient is waited for
-    longer than an embedding, as the deadlines make it); the run goes on, nothing left over."""
+    longer than an embedding, as the deadlines make it), and steps on block 1's gradient alone:
+    block 2 missed its wait, so for head 0 it is out of the round, as on the relay a party that
+    misses the Embed deadline is not called to Fuse (a frozen head costs one wait, not an
+    embedding's and a gradient's). The run goes on; block 2's gradient to it is left over."""
     train = TrainConfig(seed=0, epochs=1, data_plane="direct")
     parties = digits_parties(tmp_path, K, train)
     lost = (EMBEDDING, 3, 2, 0)
@@ -152,7 +155,7 @@ def test_given_a_lost_embedding_when_the_head_waits_then_it_fuses_without_it(
 
     assert len(records) > 5 and all(r.losses for r in records)
     assert records[3].present == (0, 1, 2) and records[3].updated == (0, 1, 2), records[3]
-    assert not transport.box, sorted(transport.box)  # nothing left over
+    assert sorted(transport.box) == [(0, GRADIENT, 3, 2)]  # (to, kind, round, from)
 
 
 def test_given_round_messages_when_converted_then_they_round_trip() -> None:
@@ -263,15 +266,16 @@ def test_given_what_the_direct_plane_does_not_carry_when_configured_then_refused
 
 
 def test_given_a_validation_and_a_probe_when_converted_then_they_round_trip() -> None:
-    """A validation Round call (RoundCall.evaluation) and its answers, and a probe, through the
-    wire; a validation that also carries a training embed is refused."""
+    """A validation Round call (RoundCall.evaluation: its batches' heads, the federation's
+    scores asked for) and its answers, and a probe, through the wire; a validation that also
+    carries a training embed is refused."""
     rows = np.array([4, 0, 2])
-    batch = EvalBatch(EmbedCall(11, "train", rows, b"d" * 32, False, (0, 2)), first=5)
+    batch = EvalBatch(EmbedCall(11, "train", rows, b"d" * 32, False, (0, 2)), 5, "concat")
     call = RoundCall(
         round_id=9,
         epoch=2,
         send_to=(0,),
-        evaluation=Evaluation("train", 0, (batch,), threshold=0.4),
+        evaluation=Evaluation("train", 0, (batch,), threshold=0.4, federation_scores=True),
         embed_wait_s=1.0,
     )
     peers = {0: PeerAddress("party0", "h:1")}
@@ -284,6 +288,7 @@ def test_given_a_validation_and_a_probe_when_converted_then_they_round_trip() ->
     )
     (b,) = got.evaluation.batches
     assert (b.first, b.embed.round_id, b.embed.blocks, b.embed.train) == (5, 11, (0, 2), False)
+    assert b.head == "concat" and got.evaluation.federation_scores
     np.testing.assert_array_equal(b.embed.rows, rows)
     score = ScoreResult(confusion={"0": np.eye(2, dtype=np.int64)})
     result = RoundResult(9, evaluated=(EvalAnswer(11, (0, 2), score), EvalAnswer(12, (0,))))

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 
-from vfl_coordinator.absence import AbsenceNotices, RoundWaiter
+from vfl_coordinator.absence import AbsenceNotices, RoundWaiter, Silence
 from vfl_coordinator.config import Deadlines
 from vfl_coordinator.party_client import PartyClient, Pending
 from vfl_coordinator.registry import Registry
@@ -83,6 +83,7 @@ class GrpcTransport:
         self._unaligned: dict[int, int] = {}
         # block -> the registry generation its last direct Round call was sent to
         self._round_generation: dict[int, int] = {}
+        self._silence = Silence()  # direct-plane parties that went silent (a frozen process)
 
     def close(self) -> None:
         for _, client in self._clients.values():
@@ -197,10 +198,14 @@ class GrpcTransport:
         if not absence or not calls:
             return lambda: self._collect(pending, timeout, "Round")
         for block in pending:  # (the generation whose client was just used)
-            self._round_generation[block] = self._clients[block][0]
+            generation = self._clients[block][0]
+            if self._round_generation.get(block, generation) != generation:
+                # a new process: its predecessor's silence says nothing of it
+                self._silence.heard(block, calls[block].round_id)
+            self._round_generation[block] = generation
         clients = {b: self._clients[b][1] for b in pending}
-        AbsenceNotices(calls, clients, self.deadlines.embed).watch(pending)
-        waiter = RoundWaiter(calls, pending)
+        AbsenceNotices(calls, clients, self.deadlines.embed, self._silence).watch(pending)
+        waiter = RoundWaiter(calls, pending, self._silence, self.deadlines.backward)
         return lambda: waiter.collect(lambda rest, t: self._collect(rest, t, "Round"), timeout)
 
     def _timeout(self, call: TrainCall) -> float:

@@ -236,6 +236,7 @@ class EvalBatch:
 
     embed: EmbedCall
     first: int
+    head: str = ""  # the scorer's heads that predict it (PredictCall.head): "" the method's own
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,8 @@ class Evaluation:
     # it before the validation's verdict is back)
     hold: bool = False
     keep: int | None = None
+    # binary: the federation's positive-class scores too (ScoreResult: a threshold's choice)
+    federation_scores: bool = False
 
 
 @dataclass(frozen=True)

@@ -160,12 +160,13 @@ def _evaluation_to_proto(ev: Evaluation) -> vfl_pb2.Evaluation:
         thresholded=ev.threshold is not None,
         threshold=0.0 if ev.threshold is None else ev.threshold,
         batches=[
-            vfl_pb2.EvalBatch(embed=embed_call_to_proto(b.embed, None), first=b.first)
+            vfl_pb2.EvalBatch(embed=embed_call_to_proto(b.embed, None), first=b.first, head=b.head)
             for b in ev.batches
         ],
         hold=ev.hold,
         keep=ev.keep is not None,
         keep_round=-1 if ev.keep is None else ev.keep,
+        federation_scores=ev.federation_scores,
     )
 
 
@@ -181,12 +182,20 @@ def _evaluation_from_proto(req: vfl_pb2.RoundRequest) -> Evaluation:
         embed = embed_call_from_proto(b.embed)
         if embed.train or embed.split != split or b.first < 0:
             raise ProtocolError("validation batch: an inference embed of the split expected")
-        batches.append(EvalBatch(embed, b.first))
+        batches.append(EvalBatch(embed, b.first, b.head[:64]))  # (as a PredictRequest's)
     if ev.keep and not 0 <= ev.keep_round <= req.round_id:
         raise ProtocolError(f"validation keep: round {ev.keep_round} not an earlier round")
     threshold = ev.threshold if ev.thresholded else None
     keep = ev.keep_round if ev.keep else None
-    return Evaluation(split, ev.scorer, tuple(batches), threshold, ev.hold, keep)
+    return Evaluation(
+        split,
+        ev.scorer,
+        tuple(batches),
+        threshold,
+        hold=ev.hold,
+        keep=keep,
+        federation_scores=ev.federation_scores,
+    )
 
 
 def round_result_to_proto(result: RoundResult) -> vfl_pb2.RoundReply:

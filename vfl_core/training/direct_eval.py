@@ -18,9 +18,12 @@ marked down all the same).
 
 Taken where the relay's evaluation would be the label party's head alone: one label party, a
 method with LASER-VFL's subset predictors and no round program of its own, the label party
-live and in every batch, no subset, head or party set chosen for the evaluation, no
-encrypted relay (whose scores aggregate whole observed sets, vfl_core.inference.blind). Else
-the evaluation goes through the relay, as before.
+called for every batch predicted, no encrypted relay (whose scores aggregate whole observed
+sets, vfl_core.inference.blind). Each batch's parties are the relay's: the live ones of its
+observed set, of the parties asked for (a candidate subset of the choice after training) and
+less those the validation's choice of subsets leaves out; its heads, the chosen ones (or those
+asked for); with the federation's scores when a threshold is being chosen. Else the
+evaluation goes through the relay.
 """
 
 from __future__ import annotations
@@ -55,15 +58,27 @@ log = logging.getLogger(__name__)
 MAX_BATCHES = 64
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """One batch of the evaluation as the relay would run it: its request (None: no party of
+    the `blocks` asked holds it, so nobody is called and no request is spent), who is called,
+    who counts as asked, whom the validation choice leaves out, the scorer's heads."""
+
+    batch: Batch
+    request: int | None
+    called: tuple[int, ...] = ()
+    asked: tuple[int, ...] = ()
+    dropped: tuple[int, ...] = ()
+    head: str = ""
+
+
 @dataclass
 class Started:
     """A validation on the direct plane whose calls are out (`start`); `finish` reads it."""
 
     split: str
     scorer: int
-    batches: list[Batch]
-    callees: list[tuple[int, ...]]
-    base: int  # the request id of its first batch
+    plan: list[_Planned]
     collect: Callable[[], dict[int, RoundResult]]
     blocks: tuple[int, ...]  # the parties called
 
@@ -71,10 +86,19 @@ class Started:
         return self.collect()
 
 
-def evaluate(fed: EvaluatorRun, split: str, index: np.ndarray | None) -> EvalReport | None:
-    """The report of `split` (or of its key indices `index`) from every live party over the
-    direct plane; None when the evaluation is not one it takes (the caller relays it)."""
-    started = start(fed, split, index)
+def evaluate(
+    fed: EvaluatorRun,
+    split: str,
+    index: np.ndarray | None,
+    blocks: Collection[int] | None = None,
+    federation_scores: bool = False,
+    head: str | None = None,
+) -> EvalReport | None:
+    """The report of `split` (or of its key indices `index`) from every live party, or only
+    those of `blocks`, with the subsets and heads the validation chose (or `head` for every
+    batch), over the direct plane; None when the evaluation is not one it takes (the caller
+    relays it). `federation_scores`: as Evaluator.evaluate's (a threshold's choice)."""
+    started = start(fed, split, index, blocks, federation_scores, head)
     return None if started is None else finish(fed, started)
 
 
@@ -82,12 +106,15 @@ def start(
     fed: EvaluatorRun,
     split: str,
     index: np.ndarray | None,
+    blocks: Collection[int] | None = None,
+    federation_scores: bool = False,
+    head: str | None = None,
     hold: bool = False,
     keep: tuple[int, Collection[int]] | None = None,
 ) -> Started | None:
-    """Send the calls of an evaluation and return at once (None: not one the direct plane
-    takes). With `hold`, each party holds a copy of its state before it embeds; `keep`
-    (round, blocks): those blocks first keep the copy they held of that round
+    """Send the calls of an evaluation (as `evaluate`'s) and return at once (None: not one the
+    direct plane takes). With `hold`, each party holds a copy of its state before it embeds;
+    `keep` (round, blocks): those blocks first keep the copy they held of that round
     (vfl_core.training.late_validation). The request ids of its batches are spent now."""
     batches = eval_plan(fed.alignments[split], fed.config.eval_batch_size, index)
     scorer = _scorer(fed, batches)
@@ -95,18 +122,21 @@ def start(
         return None
     fed.presence.poll_rejoins()
     base = fed.request_id
-    # who is called for batch i: as the relay's clock would stand at it (request base + i)
-    callees = [_callees(fed, b, fed.round_id + base + i + 1) for i, b in enumerate(batches)]
-    if not all(scorer in c for c in callees):
+    plan = _plan(fed, batches, blocks, head)
+    fed.request_id = base
+    called = [p for p in plan if p.request is not None]
+    if not called or not all(scorer in p.called for p in called):
         return None
     al = fed.alignments[split]
     parts: dict[int, list[EvalBatch]] = {}
-    for i, (batch, called) in enumerate(zip(batches, callees, strict=True)):
-        digest = al.digest(batch.index)
-        first = int(batch.index[0])
-        for b in called:
-            embed = EmbedCall(base + i, split, al.rows_of(b, batch.index), digest, False, called)
-            parts.setdefault(b, []).append(EvalBatch(embed, first))
+    for p in called:
+        assert p.request is not None
+        digest = al.digest(p.batch.index)
+        first = int(p.batch.index[0])
+        for b in p.called:
+            rows = al.rows_of(b, p.batch.index)
+            embed = EmbedCall(p.request, split, rows, digest, False, p.called)
+            parts.setdefault(b, []).append(EvalBatch(embed, first, p.head))
     threshold = fed.validator.threshold()
     kept_round, keepers = keep if keep is not None else (None, ())
     calls = {
@@ -116,14 +146,20 @@ def start(
             send_to=() if b == scorer else (scorer,),
             expect=tuple(sorted(parts.keys() - {scorer})) if b == scorer else (),
             evaluation=Evaluation(
-                split, scorer, tuple(own), threshold, hold, kept_round if b in keepers else None
+                split,
+                scorer,
+                tuple(own),
+                threshold,
+                hold=hold,
+                keep=kept_round if b in keepers else None,
+                federation_scores=federation_scores,
             ),
         )
         for b, own in sorted(parts.items())
     }
     collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
-    fed.request_id = base + len(batches)
-    return Started(split, scorer, batches, callees, base, collect, tuple(sorted(calls)))
+    fed.request_id = base + len(called)
+    return Started(split, scorer, plan, collect, tuple(sorted(calls)))
 
 
 def finish(fed: EvaluatorRun, started: Started, reports: dict | None = None) -> EvalReport:
@@ -136,12 +172,42 @@ def finish(fed: EvaluatorRun, started: Started, reports: dict | None = None) -> 
     embedded = _embedded(reports)
     report = EvalReport()
     now = fed.request_id
-    batches, callees, base = started.batches, started.callees, started.base
-    for i, (batch, called) in enumerate(zip(batches, callees, strict=True)):
-        fed.request_id = base + i + 1  # the relay's clock: one request per batch
-        _batch(fed, report, started.split, batch, called, answers.get(base + i), embedded)
+    for p in started.plan:
+        if p.request is None:  # as the relay: no prediction, no call
+            report.unscored += len(p.batch.index)
+            continue
+        fed.request_id = p.request + 1  # the relay's clock: one request per batch called
+        _batch(fed, report, started.split, p, answers.get(p.request), embedded)
     fed.request_id = now
     return report
+
+
+def _plan(
+    fed: EvaluatorRun, batches: list[Batch], blocks: Collection[int] | None, head: str | None
+) -> list[_Planned]:
+    """Each batch's calls as the relay's Evaluator.predict_batches would make them, the
+    liveness clock standing where it would (it moves fed.request_id: the caller restores it)."""
+    plan = []
+    request = fed.request_id
+    for batch in batches:
+        if blocks is not None and not set(batch.pattern) & set(blocks):
+            plan.append(_Planned(batch, None))
+            continue
+        fed.request_id = request  # the clock at the choice of who serves it
+        served, dropped = fed.validator.served(batch.pattern, blocks)
+        named = fed.validator.head(batch.pattern, blocks) if head is None else head
+        tick = fed.round_id + request + 1  # the clock at its Embed calls
+        called = tuple(
+            b
+            for b in batch.pattern
+            if (served is None or b in served) and fed.liveness.should_call(b, tick)
+        )
+        asked = tuple(
+            b for b in batch.pattern if (blocks is None or b in blocks) and b not in dropped
+        )
+        plan.append(_Planned(batch, request, called, asked, dropped, named))
+        request += 1
+    return plan
 
 
 def _scorer(fed: EvaluatorRun, batches: list[Batch]) -> int | None:
@@ -152,13 +218,9 @@ def _scorer(fed: EvaluatorRun, batches: list[Batch]) -> int | None:
         return None
     if not spec.has_subset_predictors or len(fed.label_blocks) != 1:
         return None
-    if fed.choice.subsets or fed.choice.heads or not 0 < len(batches) <= MAX_BATCHES:
+    if not 0 < len(batches) <= MAX_BATCHES:
         return None
     return fed.label_blocks[0]
-
-
-def _callees(fed: EvaluatorRun, batch: Batch, tick: int) -> tuple[int, ...]:
-    return tuple(b for b in batch.pattern if fed.liveness.should_call(b, tick))
 
 
 def _embedded(reports: dict) -> dict[int, set[int]]:
@@ -175,8 +237,7 @@ def _batch(
     fed: EvaluatorRun,
     report: EvalReport,
     split: str,
-    batch: Batch,
-    called: tuple[int, ...],
+    planned: _Planned,
     answer: EvalAnswer | None,
     embedded: dict[int, set[int]],
 ) -> None:
@@ -185,8 +246,9 @@ def _batch(
     where = f"{split} request {request}"
     # the scorer's answer says whose embeddings arrived; without one, who says they embedded
     present = answer.present if answer is not None else tuple(sorted(embedded.get(request, ())))
-    fed.record(called, present, "embed", where, immediate=True)
-    report.count_answers(batch.pattern, present)
+    fed.record(planned.called, present, "embed", where, immediate=True)
+    report.count_answers(planned.asked, present)
+    report.chosen_out.update(planned.dropped)
     result = None if answer is None else answer.score
     if result is not None and not result_fits(
         result, fed.task, fed.num_classes, _names(fed, present)
@@ -195,10 +257,11 @@ def _batch(
             "%s: score answer of block %d refused (names/shapes)", split, fed.label_blocks[0]
         )
         result = None
+    size = len(planned.batch.index)
     if result is None:
-        report.unscored += len(batch.index)
-    else:
-        report.add(tuple(sorted(present)), len(batch.index), result)
+        report.unscored += size
+    else:  # by observed set: the parties that answered and those the choice left out
+        report.add(tuple(sorted({*present, *planned.dropped})), size, result)
 
 
 def _names(fed: EvaluatorRun, present: tuple[int, ...]) -> set[str]:

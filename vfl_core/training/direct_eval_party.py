@@ -107,11 +107,8 @@ def _score(
         return EvalAnswer(request, present)  # not the scorer's head alone: the relay's case
     shared = party.spec.shares_embeddings
     try:
-        probs = party.predict(
-            PredictCall(
-                request, {b: e for b, e in embeddings.items() if shared or b == me}, blocks, labels
-            )
-        )
+        own = {b: e for b, e in embeddings.items() if shared or b == me}
+        probs = party.predict(PredictCall(request, own, blocks, labels, head=batch.head))
         regression = party.task == REGRESSION
         gen = eval_rng(party.config.seed, batch.first, size)
         combined = combine(
@@ -124,7 +121,7 @@ def _score(
             combined.scores,
             combined.federation,
             regression,
-            False,
+            ev.federation_scores,
         )
         result = party.score(ScoreCall(ev.split, call.rows, call.digest, predictions, scores))
     except VflError as err:

@@ -67,9 +67,12 @@ def run_round(party: Party, call: RoundCall, links: Links) -> RoundResult:
     embedding = _embed(party, call, where)
     for head in call.send_to:
         links.send(EMBEDDING, call.round_id, head, embedding)
-    loss, used = _fuse(party, call, links, embedding is not None, where)
+    loss, used, missing = _fuse(party, call, links, embedding is not None, where)
     own = embedding is not None and not call.defer_step
-    stepped = own and _backward(party, call, call.round_id, call.grads_from, links, where)
+    # a head whose embedding missed this head's wait is out of the round, as on the relay (a
+    # party that misses the Embed deadline is not called to Fuse): no gradient of it is awaited
+    heads = tuple(h for h in call.grads_from if h not in missing)
+    stepped = own and _backward(party, call, call.round_id, heads, links, where)
     steps += _steps(party, call, call.steps_after, links)
     return RoundResult(call.round_id, embedding is not None, used, loss, stepped, steps=steps)
 
@@ -99,11 +102,12 @@ def _embed(party: Party, call: RoundCall, where: str) -> np.ndarray | None:
 
 def _fuse(
     party: Party, call: RoundCall, links: Links, embedded: bool, where: str
-) -> tuple[float | None, tuple[int, ...]]:
+) -> tuple[float | None, tuple[int, ...], tuple[int, ...]]:
     """The head's Fuse on the embeddings that arrived well formed; each expected party is sent
-    its gradient (or nothing). Returns the loss (None: no Fuse) and the blocks it used."""
+    its gradient (or nothing). Returns the loss (None: no Fuse), the blocks it used and those
+    whose push did not arrive in the wait (absent, or past the Embed deadline)."""
     if call.fuse is None:
-        return None, ()
+        return None, (), ()
     got = links.receive(EMBEDDING, call.round_id, call.expect, call.embed_wait_s)
     size = _batch_size(call)
     embeddings = {}
@@ -125,7 +129,8 @@ def _fuse(
             log.warning("%s: fuse refused: %s", where, err)
     for block in call.expect:
         links.send(GRADIENT, call.round_id, block, grads.get(block))
-    return loss, tuple(sorted(embeddings)) if loss is not None else ()
+    missing = tuple(b for b in call.expect if b not in got)
+    return loss, tuple(sorted(embeddings)) if loss is not None else (), missing
 
 
 def _backward(

@@ -182,10 +182,10 @@ class Evaluator:
         `federation_scores` (binary tasks), the label parties also return the histogram of the
         federation's positive-class probability (vfl_core.inference.choice). `head`: as in
         `predict_batches`."""
-        if blocks is None and not federation_scores and head is None:
-            direct = direct_eval.evaluate(self.fed, split, index)  # None: not on the direct plane
-            if direct is not None:
-                return direct
+        # None: not one the direct plane takes (vfl_core.training.direct_eval)
+        direct = direct_eval.evaluate(self.fed, split, index, blocks, federation_scores, head)
+        if direct is not None:
+            return direct
         report = EvalReport()
         # an encrypted relay: the label party combines each batch (vfl_core.inference.blind),
         # and scores the batches of an observed set together once all are predicted

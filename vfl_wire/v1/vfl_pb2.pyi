@@ -124,7 +124,7 @@ class DeferredStep(_message.Message):
     def __init__(self, round_id: _Optional[int] = ..., grads_from: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Evaluation(_message.Message):
-    __slots__ = ("split", "scorer", "thresholded", "threshold", "batches", "hold", "keep", "keep_round")
+    __slots__ = ("split", "scorer", "thresholded", "threshold", "batches", "hold", "keep", "keep_round", "federation_scores")
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SCORER_FIELD_NUMBER: _ClassVar[int]
     THRESHOLDED_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,7 @@ class Evaluation(_message.Message):
     HOLD_FIELD_NUMBER: _ClassVar[int]
     KEEP_FIELD_NUMBER: _ClassVar[int]
     KEEP_ROUND_FIELD_NUMBER: _ClassVar[int]
+    FEDERATION_SCORES_FIELD_NUMBER: _ClassVar[int]
     split: str
     scorer: int
     thresholded: bool
@@ -141,15 +142,18 @@ class Evaluation(_message.Message):
     hold: bool
     keep: bool
     keep_round: int
-    def __init__(self, split: _Optional[str] = ..., scorer: _Optional[int] = ..., thresholded: _Optional[bool] = ..., threshold: _Optional[float] = ..., batches: _Optional[_Iterable[_Union[EvalBatch, _Mapping]]] = ..., hold: _Optional[bool] = ..., keep: _Optional[bool] = ..., keep_round: _Optional[int] = ...) -> None: ...
+    federation_scores: bool
+    def __init__(self, split: _Optional[str] = ..., scorer: _Optional[int] = ..., thresholded: _Optional[bool] = ..., threshold: _Optional[float] = ..., batches: _Optional[_Iterable[_Union[EvalBatch, _Mapping]]] = ..., hold: _Optional[bool] = ..., keep: _Optional[bool] = ..., keep_round: _Optional[int] = ..., federation_scores: _Optional[bool] = ...) -> None: ...
 
 class EvalBatch(_message.Message):
-    __slots__ = ("embed", "first")
+    __slots__ = ("embed", "first", "head")
     EMBED_FIELD_NUMBER: _ClassVar[int]
     FIRST_FIELD_NUMBER: _ClassVar[int]
+    HEAD_FIELD_NUMBER: _ClassVar[int]
     embed: EmbedRequest
     first: int
-    def __init__(self, embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., first: _Optional[int] = ...) -> None: ...
+    head: str
+    def __init__(self, embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., first: _Optional[int] = ..., head: _Optional[str] = ...) -> None: ...
 
 class EvalAnswer(_message.Message):
     __slots__ = ("request_id", "present", "scored", "score")
