@@ -382,7 +382,8 @@ class TrainOptions:
         Opt(
             help="with withhold, each feature-only party, before training: none (its tower "
             "as drawn) | denoise (its tower trained on its own rows without labels: VIME's "
-            "denoising objective on SCARF's corruption; docs/security.md)",
+            "denoising objective on SCARF's corruption; docs/security.md) | contrast (SCARF's "
+            "contrastive objective instead) | both (the two summed)",
             show_default=shown(PV["feature_pretrain"]),
         ),
     ] = None
@@ -399,6 +400,14 @@ class TrainOptions:
             help="--privacy-feature-pretrain: the chance each entry is swapped with the same "
             "column of another row",
             show_default=shown(PV["pretrain_corruption"]),
+        ),
+    ] = None
+    privacy_pretrain_rows: Annotated[
+        str | None,
+        Opt(
+            help="--privacy-feature-pretrain on: train (the party's training rows) | all "
+            "(every row it holds, the ones it will be asked to predict too; features only)",
+            show_default=shown(PV["pretrain_rows"]),
         ),
     ] = None
     privacy_direction_power: Annotated[

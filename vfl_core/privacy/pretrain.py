@@ -36,13 +36,19 @@ LEARNING_RATE = 1e-3
 DECODER_HIDDEN = 128  # one hidden layer: the decoder only has to read the embedding
 
 
+TEMPERATURE = 1.0  # SCARF's InfoNCE temperature (Bahri et al. 2022, Sec. 4: tau = 1)
+PROJECTION = 128  # SCARF's pretraining head g: the loss is on its output, the tower keeps f
+
+
 @dataclass(frozen=True)
 class Pretrain:
     """What `pretrain_tower` does: `epochs` passes over the rows, `corruption` the chance that
-    an entry is swapped with another row's."""
+    an entry is swapped with another row's; `objective` VIME's denoising (`denoise`), SCARF's
+    contrastive loss (`contrast`) or their sum (`both`)."""
 
     epochs: int
     corruption: float
+    objective: str = "denoise"
 
 
 def corrupt(
@@ -65,6 +71,16 @@ def denoise_loss(
     recon = reconstruction_loss(decoded[:, :dense], clean[:, :dense]) if dense else 0.0
     bce = nn.functional.binary_cross_entropy_with_logits(decoded[:, dense:], mask)
     return recon + bce
+
+
+def contrast_loss(anchor: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
+    """SCARF's InfoNCE (Bahri et al. 2022, Sec. 3): row i's projection `anchor[i]` (of the
+    clean row) must be closer, in cosine, to `positive[i]` (its corrupted view) than to the
+    other rows' corrupted views of the batch."""
+    a = nn.functional.normalize(anchor, dim=1)
+    p = nn.functional.normalize(positive, dim=1)
+    logits = a @ p.T / TEMPERATURE
+    return nn.functional.cross_entropy(logits, torch.arange(len(a), device=a.device))
 
 
 def pretrain_tower(
@@ -96,7 +112,12 @@ def pretrain_tower(
         stream,
         lambda: MLPRepresentation(embed, (DECODER_HIDDEN,), dense + width, final_activation=False),
     ).to(device)
-    opt = torch.optim.Adam([*tower.parameters(), *decoder.parameters()], lr=LEARNING_RATE)
+    project = build_seeded(
+        stream + 1,
+        lambda: MLPRepresentation(embed, (PROJECTION,), PROJECTION, final_activation=False),
+    ).to(device)
+    heads = [*decoder.parameters(), *project.parameters()]
+    opt = torch.optim.Adam([*tower.parameters(), *heads], lr=LEARNING_RATE)
     gen = torch.Generator().manual_seed(stream)
     losses: list[float] = []
     for _ in range(plan.epochs):
@@ -109,8 +130,16 @@ def pretrain_tower(
             noisy, mask = corrupt(clean, plan.corruption, gen)
             target = clean.clone()
             target[:, :dense] = (clean[:, :dense] - mean) / std
-            decoded = decoder(tower(noisy.reshape(-1, *shape).to(device)))
-            loss = denoise_loss(decoded, target.to(device).float(), mask.to(device).float(), dense)
+            coded = tower(noisy.reshape(-1, *shape).to(device))
+            loss = torch.zeros((), device=device)
+            if plan.objective in ("denoise", "both"):
+                decoded = decoder(coded)
+                loss = loss + denoise_loss(
+                    decoded, target.to(device).float(), mask.to(device).float(), dense
+                )
+            if plan.objective in ("contrast", "both"):
+                anchor = tower(clean.reshape(-1, *shape).to(device))
+                loss = loss + contrast_loss(project(anchor), project(coded))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
