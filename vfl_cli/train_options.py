@@ -373,7 +373,8 @@ class TrainOptions:
             "direction (Marvell-style noise along the class-mean difference) | "
             "max_norm_direction (both) | max_norm_direction_per_row (both, each row's noise "
             "the same every epoch) | withhold (no gradient to the other parties, whose bottom "
-            "models stay as drawn; recommended with --embed-dim 256, docs/security.md)",
+            "models stay as drawn or as --privacy-feature-pretrain left them; recommended with "
+            "--privacy-feature-pretrain denoise --head-hidden 1024, docs/security.md)",
             show_default=shown(PV["gradient_defence"]),
         ),
     ] = None

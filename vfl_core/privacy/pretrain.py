@@ -9,11 +9,15 @@ same column of another row of the batch (a draw from the column's marginal, vali
 and categorical codes alike; SCARF, Bahri et al., ICLR 2022, corrupts the same way); a decoder
 on the tower's embedding reconstructs the row's numeric columns (standardised; the mean squared
 error of vfl_core.methods.dvfl.nets, the project's one autoencoder loss) and tells which entries
-were replaced (binary cross-entropy). The decoder is dropped afterwards. Nothing about a label
-enters: the party's own features and its own random stream only.
+were replaced (binary cross-entropy). `contrast` uses SCARF's objective instead (Bahri et al.,
+ICLR 2022: InfoNCE between a projection of the clean row and of its corrupted view,
+the other rows of the batch the negatives), `both` the sum of the two. The decoder and the
+projection are dropped afterwards. Nothing about a label enters: the party's own features and
+its own random stream only.
 DEVIATIONS (docs/security.md): only the numeric columns are reconstructed (a categorical code's
 value is a name), the two losses weigh the same (VIME weighs the reconstruction by a tuned
-alpha), and one decoder serves both tasks.
+alpha), and one decoder serves both tasks; SCARF's anchor is the clean row's projection and
+its corruption rate is the setting's (SCARF: 0.6).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ LEARNING_RATE = 1e-3
 DECODER_HIDDEN = 128  # one hidden layer: the decoder only has to read the embedding
 
 
-TEMPERATURE = 1.0  # SCARF's InfoNCE temperature (Bahri et al. 2022, Sec. 4: tau = 1)
+TEMPERATURE = 1.0  # the InfoNCE temperature SCARF trains with (Bahri et al. 2022)
 PROJECTION = 128  # SCARF's pretraining head g: the loss is on its output, the tower keeps f
 
 
@@ -74,7 +78,7 @@ def denoise_loss(
 
 
 def contrast_loss(anchor: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
-    """SCARF's InfoNCE (Bahri et al. 2022, Sec. 3): row i's projection `anchor[i]` (of the
+    """SCARF's InfoNCE (Bahri et al. 2022): row i's projection `anchor[i]` (of the
     clean row) must be closer, in cosine, to `positive[i]` (its corrupted view) than to the
     other rows' corrupted views of the batch."""
     a = nn.functional.normalize(anchor, dim=1)
