@@ -14,6 +14,7 @@ from benchmarks.privacy import RecordingTransport, Relayed, run_one, setting, wr
 from benchmarks.tabular.tables import tables
 from vfl_core.config import TrainConfig
 from vfl_core.privacy.guards import PartyGuard
+from vfl_core.privacy.pretrain import Pretrain, pretrain_tower
 from vfl_core.simulate import SimulationConfig, run_simulation
 
 
@@ -135,3 +136,35 @@ def test_given_withhold_with_denoise_when_training_then_feature_towers_learn_onl
     for grad in (g for (b, _r), g in relayed.grads.items() if b == 1):
         assert not grad.any()  # all it receives is zeros
     assert result.reports  # it trained and was evaluated
+
+
+@pytest.mark.slow
+def test_given_pretrain_on_all_rows_when_training_then_the_tower_learned_every_row_it_holds(
+    breast_cancer, tmp_path
+):
+    # `pretrain_rows: all`: the feature-only party's tower is the drawn one pretrained on its
+    # training rows followed by its test rows (features only), exactly as pretrain_tower does.
+    sources = write_parties(breast_cancer, 2, tmp_path)
+
+    def initial(name: str) -> tuple[torch.nn.Module, object]:
+        relayed = Relayed()
+        train = {"seed": 0, "epochs": 1, **setting(name)}
+        result = run_simulation(
+            SimulationConfig(tables=sources, clients=2, train=train),
+            wrap=lambda t: RecordingTransport(t, relayed),
+        )
+        return relayed.initial[1], result.parties[1]
+
+    drawn, party = initial("withhold")
+    pretrained, _ = initial("withhold_denoise_all")
+    only_train, _ = initial("withhold_denoise")
+    data = party.data
+    rows = np.concatenate([data.splits["train"].features, data.splits["test"].features])
+    dense = int(np.prod(data.meta.feature_shape)) - len(data.meta.categorical)
+    privacy = TrainConfig(**setting("withhold_denoise_all")).privacy
+    plan = Pretrain(privacy.pretrain_epochs, privacy.pretrain_corruption, "denoise")
+    pretrain_tower(drawn, rows, dense, plan, 0, 1, torch.device("cpu"))
+    want, got = drawn.state_dict(), pretrained.state_dict()
+    assert all(torch.equal(v, got[k]) for k, v in want.items())
+    other = only_train.state_dict()
+    assert not all(torch.equal(v, other[k]) for k, v in want.items())

@@ -86,6 +86,7 @@ PRIVACY = {
     "feature_pretrain": "none",
     "pretrain_epochs": 20,
     "pretrain_corruption": 0.3,
+    "pretrain_rows": "train",
     "embedding_clip": None,
     "embedding_noise": 0.0,
     "delta": 1e-05,

@@ -227,6 +227,7 @@ PANELS: dict[str, str] = {
             "privacy-feature-pretrain",
             "privacy-pretrain-epochs",
             "privacy-pretrain-corruption",
+            "privacy-pretrain-rows",
             "privacy-embedding-clip",
             "privacy-embedding-noise",
             "privacy-label-epsilon",

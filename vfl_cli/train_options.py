@@ -390,7 +390,8 @@ class TrainOptions:
             "direction (Marvell-style noise along the class-mean difference) | "
             "max_norm_direction (both) | max_norm_direction_per_row (both, each row's noise "
             "the same every epoch) | withhold (no gradient to the other parties, whose bottom "
-            "models stay as drawn; recommended with --embed-dim 256, docs/security.md)",
+            "models stay as drawn or as --privacy-feature-pretrain left them; recommended with "
+            "--privacy-feature-pretrain denoise --head-hidden 1024, docs/security.md)",
             show_default=shown(PV["gradient_defence"]),
         ),
     ] = None
@@ -399,7 +400,8 @@ class TrainOptions:
         Opt(
             help="with withhold, each feature-only party, before training: none (its tower "
             "as drawn) | denoise (its tower trained on its own rows without labels: VIME's "
-            "denoising objective on SCARF's corruption; docs/security.md)",
+            "denoising objective on SCARF's corruption; docs/security.md) | contrast (SCARF's "
+            "contrastive objective instead) | both (the two summed)",
             show_default=shown(PV["feature_pretrain"]),
         ),
     ] = None
@@ -416,6 +418,14 @@ class TrainOptions:
             help="--privacy-feature-pretrain: the chance each entry is swapped with the same "
             "column of another row",
             show_default=shown(PV["pretrain_corruption"]),
+        ),
+    ] = None
+    privacy_pretrain_rows: Annotated[
+        str | None,
+        Opt(
+            help="--privacy-feature-pretrain on: train (the party's training rows) | all "
+            "(every row it holds, the ones it will be asked to predict too; features only)",
+            show_default=shown(PV["pretrain_rows"]),
         ),
     ] = None
     privacy_direction_power: Annotated[

@@ -343,6 +343,13 @@ DEFENCES: dict[str, dict[str, Any]] = {
         "feature_pretrain": "denoise",
         "pretrain_epochs": 60,
     },
+    # SCARF's contrastive pretext task instead; the denoising one on every row the party holds
+    "withhold_contrast": {"gradient_defence": "withhold", "feature_pretrain": "contrast"},
+    "withhold_denoise_all": {
+        "gradient_defence": "withhold",
+        "feature_pretrain": "denoise",
+        "pretrain_rows": "all",
+    },
     # label DP at milder budgets (randomised once, before training: epochs do not compose)
     "label_dp_e2": {"label_epsilon": 2.0},
     "label_dp_e3": {"label_epsilon": 3.0},
@@ -391,6 +398,15 @@ SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
     "withhold_denoise_ple": ("withhold_denoise", {"model": {"num_embedding": "ple"}}),
     "withhold_denoise_p60_ple": ("withhold_denoise_p60", {"model": {"num_embedding": "ple"}}),
     "withhold_ple": ("withhold", {"model": {"num_embedding": "ple"}}),
+    # the label party's head wider (every head's hidden layer; only label parties hold one):
+    # more capacity for the fixed, label-free embeddings of the feature-only parties
+    **{
+        f"withhold_denoise{p}_h{h}": (f"withhold_denoise{p}", {"model": {"head_hidden": h}})
+        for p in ("", "_p60", "_all")
+        for h in (256, 1024, 2048)
+    },
+    "withhold_contrast_h1024": ("withhold_contrast", {"model": {"head_hidden": 1024}}),
+    "none_h1024": ("none", {"model": {"head_hidden": 1024}}),
 }
 
 

@@ -14,7 +14,7 @@ from vfl_core.privacy.label_prior import LabelPrior
 GradientDefence = Literal[
     "none", "max_norm", "direction", "max_norm_direction", "max_norm_direction_per_row", "withhold"
 ]
-FeaturePretrain = Literal["none", "denoise"]
+FeaturePretrain = Literal["none", "denoise", "contrast", "both"]
 
 
 class PrivacyConfig(BaseModel):
@@ -35,10 +35,14 @@ class PrivacyConfig(BaseModel):
     # With withhold, at each feature-only party, once before training: its tower trained on its
     # own training rows without labels (denoise: VIME's self-supervised objective on SCARF's
     # corruption, vfl_core.privacy.pretrain), `pretrain_epochs` passes, each entry swapped with
-    # another row's at `pretrain_corruption`; none = the tower as drawn.
+    # another row's at `pretrain_corruption`; contrast: SCARF's contrastive loss on the same
+    # corruption instead, both: the two losses summed; none = the tower as drawn. On its
+    # training rows (`pretrain_rows` train) or on every row it holds, the rows it will be asked
+    # to predict too (all: their features only, no label exists at a feature-only party).
     feature_pretrain: FeaturePretrain = "none"
     pretrain_epochs: int = Field(20, ge=1, le=1000)
     pretrain_corruption: float = Field(0.3, gt=0, lt=1)
+    pretrain_rows: Literal["train", "all"] = "train"
     # At every party, on the embeddings it sends in training: each row clipped to L2 norm
     # `embedding_clip`, plus Gaussian noise of std `embedding_noise` * clip (DP-SGD's Gaussian
     # mechanism on the released embedding; epsilon reported at `delta`).

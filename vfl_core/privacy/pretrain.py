@@ -9,11 +9,15 @@ same column of another row of the batch (a draw from the column's marginal, vali
 and categorical codes alike; SCARF, Bahri et al., ICLR 2022, corrupts the same way); a decoder
 on the tower's embedding reconstructs the row's numeric columns (standardised; the mean squared
 error of vfl_core.methods.dvfl.nets, the project's one autoencoder loss) and tells which entries
-were replaced (binary cross-entropy). The decoder is dropped afterwards. Nothing about a label
-enters: the party's own features and its own random stream only.
+were replaced (binary cross-entropy). `contrast` uses SCARF's objective instead (Bahri et al.,
+ICLR 2022: InfoNCE between a projection of the clean row and of its corrupted view,
+the other rows of the batch the negatives), `both` the sum of the two. The decoder and the
+projection are dropped afterwards. Nothing about a label enters: the party's own features and
+its own random stream only.
 DEVIATIONS (docs/security.md): only the numeric columns are reconstructed (a categorical code's
 value is a name), the two losses weigh the same (VIME weighs the reconstruction by a tuned
-alpha), and one decoder serves both tasks.
+alpha), and one decoder serves both tasks; SCARF's anchor is the clean row's projection and
+its corruption rate is the setting's (SCARF: 0.6).
 """
 
 from __future__ import annotations
@@ -36,13 +40,19 @@ LEARNING_RATE = 1e-3
 DECODER_HIDDEN = 128  # one hidden layer: the decoder only has to read the embedding
 
 
+TEMPERATURE = 1.0  # the InfoNCE temperature SCARF trains with (Bahri et al. 2022)
+PROJECTION = 128  # SCARF's pretraining head g: the loss is on its output, the tower keeps f
+
+
 @dataclass(frozen=True)
 class Pretrain:
     """What `pretrain_tower` does: `epochs` passes over the rows, `corruption` the chance that
-    an entry is swapped with another row's."""
+    an entry is swapped with another row's; `objective` VIME's denoising (`denoise`), SCARF's
+    contrastive loss (`contrast`) or their sum (`both`)."""
 
     epochs: int
     corruption: float
+    objective: str = "denoise"
 
 
 def corrupt(
@@ -65,6 +75,16 @@ def denoise_loss(
     recon = reconstruction_loss(decoded[:, :dense], clean[:, :dense]) if dense else 0.0
     bce = nn.functional.binary_cross_entropy_with_logits(decoded[:, dense:], mask)
     return recon + bce
+
+
+def contrast_loss(anchor: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
+    """SCARF's InfoNCE (Bahri et al. 2022): row i's projection `anchor[i]` (of the
+    clean row) must be closer, in cosine, to `positive[i]` (its corrupted view) than to the
+    other rows' corrupted views of the batch."""
+    a = nn.functional.normalize(anchor, dim=1)
+    p = nn.functional.normalize(positive, dim=1)
+    logits = a @ p.T / TEMPERATURE
+    return nn.functional.cross_entropy(logits, torch.arange(len(a), device=a.device))
 
 
 def pretrain_tower(
@@ -96,7 +116,12 @@ def pretrain_tower(
         stream,
         lambda: MLPRepresentation(embed, (DECODER_HIDDEN,), dense + width, final_activation=False),
     ).to(device)
-    opt = torch.optim.Adam([*tower.parameters(), *decoder.parameters()], lr=LEARNING_RATE)
+    project = build_seeded(
+        stream + 1,
+        lambda: MLPRepresentation(embed, (PROJECTION,), PROJECTION, final_activation=False),
+    ).to(device)
+    heads = [*decoder.parameters(), *project.parameters()]
+    opt = torch.optim.Adam([*tower.parameters(), *heads], lr=LEARNING_RATE)
     gen = torch.Generator().manual_seed(stream)
     losses: list[float] = []
     for _ in range(plan.epochs):
@@ -109,8 +134,16 @@ def pretrain_tower(
             noisy, mask = corrupt(clean, plan.corruption, gen)
             target = clean.clone()
             target[:, :dense] = (clean[:, :dense] - mean) / std
-            decoded = decoder(tower(noisy.reshape(-1, *shape).to(device)))
-            loss = denoise_loss(decoded, target.to(device).float(), mask.to(device).float(), dense)
+            coded = tower(noisy.reshape(-1, *shape).to(device))
+            loss = torch.zeros((), device=device)
+            if plan.objective in ("denoise", "both"):
+                decoded = decoder(coded)
+                loss = loss + denoise_loss(
+                    decoded, target.to(device).float(), mask.to(device).float(), dense
+                )
+            if plan.objective in ("contrast", "both"):
+                anchor = tower(clean.reshape(-1, *shape).to(device))
+                loss = loss + contrast_loss(project(anchor), project(coded))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

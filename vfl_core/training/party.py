@@ -126,11 +126,15 @@ class Party:
             return
         if self.roles is not None:
             raise ConfigError(f"feature_pretrain: method {self.config.method} has no tower f_k")
-        plan = Pretrain(privacy.pretrain_epochs, privacy.pretrain_corruption)
-        dense = int(np.prod(self.data.meta.feature_shape)) - len(self.data.meta.categorical)
-        pretrain_tower(
-            self.f, train.features, dense, plan, self.config.seed, self.block, self.device
+        plan = Pretrain(
+            privacy.pretrain_epochs, privacy.pretrain_corruption, privacy.feature_pretrain
         )
+        dense = int(np.prod(self.data.meta.feature_shape)) - len(self.data.meta.categorical)
+        rows = train.features
+        if privacy.pretrain_rows == "all":  # every row it holds: train first, then by split name
+            rest = [s.features for n, s in sorted(self.data.splits.items()) if n != "train"]
+            rows = np.concatenate([rows, *rest])
+        pretrain_tower(self.f, rows, dense, plan, self.config.seed, self.block, self.device)
 
     # ----------------------------------------------------------------- the shared f_k and g_k
     @property
