@@ -39,11 +39,10 @@ def test_given_a_party_when_its_limits_are_set_then_each_call_gets_what_it_may_c
         "PsiKeys",
         "Checkpoint",
         "ClassWeights",
-        "Round",
         "Absent",
     ):
         assert limits[small] == reply_limits.SMALL_REPLY
-    for several in ("Fuse", "Train", "Score", "Step"):
+    for several in ("Fuse", "Train", "Score", "Step", "Round"):
         assert limits[several] == MAX_MESSAGE_BYTES
     methods = {m.name for m in vfl_pb2.DESCRIPTOR.services_by_name["Party"].methods}
     assert set(limits) == methods  # every call of the service has its limit
@@ -52,6 +51,24 @@ def test_given_a_party_when_its_limits_are_set_then_each_call_gets_what_it_may_c
         c["name"][0]["method"]: int(c["maxResponseMessageBytes"]) for c in config["methodConfig"]
     }
     assert named == limits
+
+
+def test_given_an_evaluation_of_full_histograms_when_answered_over_round_then_it_fits() -> None:
+    # the label party's Round reply to a direct-plane evaluation: every batch scored, two
+    # predictions each (its head's and the federation's), a binary task's histograms filled
+    from vfl_core.inference.scoring import AUC_BINS
+    from vfl_core.protocol import EvalAnswer, RoundResult, ScoreResult
+    from vfl_core.training.direct_eval import MAX_BATCHES
+    from vfl_wire.convert_direct import round_result_to_proto
+
+    rng = np.random.default_rng(0)
+    hist = {n: rng.integers(0, 10**6, (2, AUC_BINS)) for n in ("0", "federation")}
+    conf = {n: rng.integers(0, 10**6, (2, 2)) for n in hist}
+    score = ScoreResult(confusion=conf, histograms=hist)
+    answers = tuple(EvalAnswer(i, (0, 1, 2), score) for i in range(MAX_BATCHES))
+    size = round_result_to_proto(RoundResult(7, evaluated=answers)).ByteSize()
+    limits = reply_limits.party_reply_limits(rows=1000)
+    assert reply_limits.SMALL_REPLY < size <= limits["Round"]  # (over 64 KiB: why Round is large)
 
 
 class _BigParty(vfl_pb2_grpc.PartyServicer):

@@ -15,8 +15,13 @@ What each call may carry (the wire's own caps, vfl_wire.tensors and vfl_wire.con
   as it registered them;
 - another party's PSI list (PsiApply): MAX_PSI_POINTS points, as a request may carry;
 - an acknowledgement or a few scalars (Backward, Shutdown, PsiKeys, Checkpoint, ClassWeights,
-  Round: the direct data plane's status);
-- several tensors (Fuse, Train, Score, Step): the channel's limit, MAX_MESSAGE_BYTES.
+  Absent);
+- several tensors (Fuse, Train, Score, Step): the channel's limit, MAX_MESSAGE_BYTES; so too
+  Round, whose reply carries the direct data plane's status and, for an evaluation on that
+  plane, the label party's Score aggregates of every batch (up to
+  vfl_core.training.direct_eval.MAX_BATCHES of them, each what a Score reply carries: a binary
+  task's 2 x AUC_BINS histogram per scored prediction is 16 KiB, so four batches of two
+  predictions already pass 64 KiB).
 """
 
 from __future__ import annotations
@@ -38,9 +43,7 @@ HASH_ON_WIRE = 32 + 2  # one repeated 32-byte field: tag, length, value
 def party_reply_limits(rows: int) -> dict[str, int]:
     """Bytes each Party call's reply may take, for a party whose largest split has `rows` rows."""
     tensor = MAX_TENSOR_BYTES + FRAMING
-    small = {
-        m: SMALL_REPLY for m in ("Backward", "Shutdown", "PsiKeys", "Checkpoint", "Round", "Absent")
-    }
+    small = {m: SMALL_REPLY for m in ("Backward", "Shutdown", "PsiKeys", "Checkpoint", "Absent")}
     return {
         **small,
         "ClassWeights": SMALL_REPLY,
@@ -49,7 +52,7 @@ def party_reply_limits(rows: int) -> dict[str, int]:
         "IdHashes": rows * HASH_ON_WIRE + FRAMING,
         "PsiBlind": rows * POINT_BYTES + FRAMING,
         "PsiApply": MAX_PSI_POINTS * POINT_BYTES + FRAMING,
-        **dict.fromkeys(("Fuse", "Train", "Score", "Step"), MAX_MESSAGE_BYTES),
+        **dict.fromkeys(("Fuse", "Train", "Score", "Step", "Round"), MAX_MESSAGE_BYTES),
     }
 
 
