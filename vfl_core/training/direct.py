@@ -106,21 +106,30 @@ def exact(fed: RoundRun) -> bool:
 
 
 def _start(fed: RoundRun, r: RoundInFlight, sent: dict[int, int]) -> None:
-    fed.presence.poll_rejoins(r.tick)
-    spec, labels, batch = fed.spec, fed.label_blocks, r.batch
-    if not spec.trainable(batch.pattern, fed.num_blocks, labels, batch.label_only):
+    calls = planned_calls(fed, r)
+    if calls is None:
         return
-    live = fed.liveness.should_call
-    r.callees = tuple(b for b in batch.pattern if live(b, r.tick))
-    holders = tuple(b for b in batch.label_only if live(b, r.tick))
-    if not spec.trainable(r.callees, fed.num_blocks, labels, holders):
-        return  # nobody to call who could train (the relay calls Embed and learns the same)
-    calls = round_calls(fed, r, holders)
-    r.heads = tuple(sorted(b for b, c in calls.items() if c.fuse is not None))
     for block in sorted(calls):
         calls[block] = after(fed, calls[block], block, sent.get(block, -1))
         sent[block] = r.round_id
     r.collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
+
+
+def planned_calls(fed: RoundRun, r: RoundInFlight) -> dict[int, RoundCall] | None:
+    """Round `r`'s calls (its callees and heads set on it), or None when nobody live could
+    train on its batch (the relay calls Embed and learns the same)."""
+    fed.presence.poll_rejoins(r.tick)
+    spec, labels, batch = fed.spec, fed.label_blocks, r.batch
+    if not spec.trainable(batch.pattern, fed.num_blocks, labels, batch.label_only):
+        return None
+    live = fed.liveness.should_call
+    r.callees = tuple(b for b in batch.pattern if live(b, r.tick))
+    holders = tuple(b for b in batch.label_only if live(b, r.tick))
+    if not spec.trainable(r.callees, fed.num_blocks, labels, holders):
+        return None
+    calls = round_calls(fed, r, holders)
+    r.heads = tuple(sorted(b for b, c in calls.items() if c.fuse is not None))
+    return calls
 
 
 def after(fed: RoundRun, call: RoundCall, block: int, previous: int) -> RoundCall:

@@ -35,7 +35,7 @@ import numpy as np
 from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.protocol import RoundCall, RoundResult, Step
-from vfl_core.training.direct import AHEAD, RoundInFlight, after, round_calls
+from vfl_core.training.direct import AHEAD, RoundInFlight, after, planned_calls
 
 if TYPE_CHECKING:
     from vfl_core.training.ports import RoundRun
@@ -110,17 +110,9 @@ def run_one(fed: RoundRun, round_id: int, epoch: int, batch: Batch) -> RoundReco
 
 
 def _start(fed: RoundRun, r: _Round, block_index: int, state: _State) -> None:
-    fed.presence.poll_rejoins(r.tick)
-    spec, labels, batch = fed.spec, fed.label_blocks, r.batch
-    if not spec.trainable(batch.pattern, fed.num_blocks, labels, batch.label_only):
+    calls = planned_calls(fed, r)
+    if calls is None:
         return
-    live = fed.liveness.should_call
-    r.callees = tuple(b for b in batch.pattern if live(b, r.tick))
-    holders = tuple(b for b in batch.label_only if live(b, r.tick))
-    if not spec.trainable(r.callees, fed.num_blocks, labels, holders):
-        return
-    calls = round_calls(fed, r, holders)  # type: ignore[arg-type]  (the fields it reads)
-    r.heads = tuple(sorted(b for b, c in calls.items() if c.fuse is not None))
     for block in sorted(calls):
         call = calls[block]
         before: tuple[Step, ...] = ()
