@@ -230,7 +230,7 @@ def _friedman(seed: int, quick: bool) -> Table:
 def _wide(seed: int, quick: bool) -> Table:
     """200 numeric columns on 1000 rows (about 720 labelled training rows, 67 columns a party):
     make_classification with 20 informative and 10 redundant columns, the other 170 noise (a
-    table with more columns than rows per column, found by QA where the defaults lost to HGB)."""
+    table with more columns than rows per column, a shape where the defaults trail HGB)."""
     from sklearn.datasets import make_classification
 
     x, y = make_classification(
@@ -248,7 +248,7 @@ def _wide(seed: int, quick: bool) -> Table:
 
 def _multiclass(seed: int, quick: bool) -> Table:
     """Three balanced classes from make_classification on 9 numeric columns, 6 informative (no
-    categories, unlike gen_categorical; found by QA where the defaults lost to HGB)."""
+    categories, unlike gen_categorical; a shape where the defaults trail HGB)."""
     from sklearn.datasets import make_classification
 
     x, y = make_classification(
