@@ -78,6 +78,8 @@ def test_given_label_party_frozen_in_validation_and_killed_in_the_choice_then_be
         restarted = cluster.restart(bank)
         assert coord.wait(180) == 0, cluster.describe()
         assert restarted.wait(30) == 0, cluster.describe()
+        # the bundle is written on the way out: a party still exiting may not have it yet
+        assert parties["retail"].wait(30) == 0, cluster.describe()
         log = coord.log()
         results = coord.results()
     # a party stopped mid-training writes no bundle of its half-trained weights (on 935edf2 it
