@@ -72,6 +72,21 @@ def test_given_concat_head_when_configured_then_only_laser_shaped_methods_take_i
     assert spec.predict_subset(0, (1, 0), CONCAT) == (CONCAT_HEAD, (0, 1))
 
 
+def test_given_the_defaults_when_tables_or_images_then_the_concat_head_on_tables_only() -> None:
+    """concat_head unset: the concatenating head for feature vectors (the tables defaults) with
+    LASER-VFL's shape, chosen once on all validation rows; never for images (the paper's
+    benchmarks and the digits demo), a method without subset predictors or one with stages;
+    set, it is what it says."""
+    default = TrainConfig()
+    assert default.concat_head is None and default.concat_choice == "all"
+    assert default.spec_for(tabular=True).concat_head
+    assert not default.spec_for(tabular=False).concat_head and not default.spec.concat_head
+    assert not TrainConfig(concat_head=False).spec_for(tabular=True).concat_head
+    assert TrainConfig(concat_head=True).spec_for(tabular=False).concat_head
+    for method in ("zerofill", "vanilla", "dvfl"):
+        assert not TrainConfig(method=method).spec_for(tabular=True).concat_head
+
+
 def test_given_concat_head_when_training_then_each_label_party_trains_both_heads() -> None:
     """The label party's loss terms: LASER-VFL's sampled subsets on its own head, then one term
     of the whole present set on the concatenating head; a feature-only set adds none."""
@@ -99,7 +114,7 @@ def test_given_a_concat_candidate_when_choosing_then_it_must_beat_the_full_set_b
 def test_given_concat_head_when_choosing_then_only_validation_rows_and_by_the_rule(
     tables: list[TableSource],
 ) -> None:
-    fed, transport = _trained(tables, TrainConfig(**FAST))
+    fed, transport = _trained(tables, TrainConfig(**FAST, concat_choice="sets"))
     transport.embeds.clear()
     transport.scores.clear()
     transport.predicts.clear()
@@ -126,13 +141,23 @@ def test_given_concat_head_when_choosing_then_only_validation_rows_and_by_the_ru
             assert chosen.head(pattern) == ""
 
 
+@pytest.mark.parametrize(
+    "train",
+    [
+        TrainConfig(**FAST, concat_choice="all"),
+        TrainConfig(epochs=4, lr=5e-3, seed=0),  # the defaults: on for tables, chosen pooled
+    ],
+    ids=["concat-choice-all", "defaults"],
+)
 def test_given_concat_choice_all_when_choosing_then_once_on_all_validation_rows_by_the_rule(
-    tables: list[TableSource],
+    tables: list[TableSource], train: TrainConfig
 ) -> None:
     """One choice for every observed set holding the bank: on all their validation rows, the
     concatenating heads replace LASER-VFL's (and the subsets chosen there) only when better by
-    more than their standard error; no per-set candidate of the concatenating head."""
-    fed, transport = _trained(tables, TrainConfig(**FAST, concat_choice="all"))
+    more than their standard error; no per-set candidate of the concatenating head. The
+    defaults do this on tables."""
+    fed, transport = _trained(tables, train)
+    assert fed.spec.concat_head and CONCAT_HEAD in transport.parties[0].models.heads
     transport.embeds.clear()
     transport.scores.clear()
     chosen = fed.choose_on_validation()
@@ -161,8 +186,8 @@ def test_given_other_test_labels_and_features_when_trained_then_the_same_head_ch
 ) -> None:
     """Every test label flipped and every test feature replaced: the same choice of heads and
     subsets, per set and pooled, and the same validation record."""
-    for how in ("sets", "all"):
-        train = TrainConfig(**FAST, concat_choice=how)
+    defaults = TrainConfig(epochs=4, lr=5e-3, seed=0)  # on tables: the head, chosen pooled
+    for train in (TrainConfig(**FAST, concat_choice="sets"), defaults):
         parties = _parties(tables, train)
         fed = Federation(InProcessTransport(parties), train, progress=False)
         fed.align()
@@ -205,7 +230,7 @@ def test_given_a_saved_model_when_loaded_then_it_predicts_with_the_chosen_head(
     """Parties' state and the coordinator's snapshot (the choice) saved and loaded into fresh
     parties and a fresh engine: the same heads, the same choice, the same test scores; the
     chosen pattern is predicted with the concatenating head and the others with LASER-VFL's."""
-    train = TrainConfig(**FAST)
+    train = TrainConfig(**FAST, concat_choice="sets")
     fed, transport = _trained(tables, train)
     full = _forced(fed)
     laser, concat = _probs(fed, full, ""), _probs(fed, full, CONCAT)

@@ -30,12 +30,15 @@ from vfl_core.training.alignment import hash_ids
 from vfl_wire import convert
 
 
+@pytest.mark.parametrize("kw", [{"concat_head": True}, {}], ids=["concat-head", "defaults"])
 def test_given_concat_chosen_for_a_set_when_bundles_predict_then_equal_the_federation(
-    tmp_path: Path,
+    tmp_path: Path, kw: dict[str, object]
 ) -> None:
+    """With --concat-head, and with the defaults (on tables they train the head too)."""
     tables = write_tables(tmp_path / "data", n=400, share=0.8)
     paths = [tables["bank"], tables["retail"], tables["telecom"]]
-    fed, parties = trained(paths, "customer_id", LABEL_COLUMN, "classification", concat_head=True)
+    fed, parties = trained(paths, "customer_id", LABEL_COLUMN, "classification", **kw)
+    assert fed.spec.concat_head and parties[0].spec.concat_head
     # the choice as validation makes it, fixed here: the concatenating head for two sets
     chosen = {(0, 1, 2): CONCAT, (0, 1): CONCAT}
     fed.choice.subsets, fed.choice.heads = {}, dict(chosen)
@@ -82,7 +85,7 @@ def test_given_concat_chosen_when_the_party_trained_none_then_the_bundle_is_refu
 ) -> None:
     tables = write_tables(tmp_path / "data", n=200, share=0.8)
     paths = [tables["bank"], tables["retail"]]
-    _, parties = trained(paths, "customer_id", LABEL_COLUMN, "classification")
+    _, parties = trained(paths, "customer_id", LABEL_COLUMN, "classification", concat_head=False)
     choice = ServingChoice(None, {}, {(0, 1): CONCAT})
     with pytest.raises(ConfigError, match="--concat-head"):
         write_bundle(parties[0], tmp_path / "b0", choice=choice)
@@ -102,10 +105,11 @@ def test_given_concat_chosen_when_served_online_then_every_test_row_matches_batc
     tmp_path: Path,
 ) -> None:
     """A real gateway (three `vfl-client --serve-bundle` processes) predicts the sets chosen for
-    the concatenating head with it, and the others with the mean-fusion head, as `vfl predict`."""
+    the concatenating head with it, and the others with the mean-fusion head, as `vfl predict`.
+    The defaults: on tables they train the concatenating head (TrainConfig.concat_head unset)."""
     paths = write_tables(tmp_path / "data", n=800, share=0.8)
     tables = [paths[name] for name in ("bank", "retail", "telecom")]
-    config = TrainConfig(epochs=2, concat_head=True, model=ModelConfig(embed_dim=8, hidden=(16,)))
+    config = TrainConfig(epochs=2, model=ModelConfig(embed_dim=8, hidden=(16,)))
     _, fed, parties = train_bundles(
         tables, tmp_path / "first", id_column=ID, label_column=LABEL_COLUMN, config=config
     )

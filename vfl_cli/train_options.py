@@ -352,9 +352,9 @@ class TrainOptions:
         bool | None,
         Opt(
             help="LASER-VFL: label parties also train a head on the zero-filled concatenation "
-            "of the present embeddings; the validation split chooses it per observed set where "
+            "of the present embeddings; the validation split chooses it (--concat-choice) where "
             "it beats LASER-VFL's heads by more than one standard error",
-            show_default=shown(T["concat_head"]),
+            show_default="on for tables, off for images",
         ),
     ] = None
     concat_choice: Annotated[

@@ -266,12 +266,15 @@ class TrainConfig(_Frozen):
     # LASER-VFL: each label party also trains a head on the zero-filled concatenation of the
     # blocks a batch has (zerofill's), on the same f_k, and the validation choice predicts an
     # observed set with it where it beats the LASER heads by more than its standard error
-    # (vfl_core.inference.choice; docs/tabular-defaults.md has what it measured).
-    concat_head: bool = False
+    # (vfl_core.inference.choice; docs/tabular-defaults.md has what it measured). None (the
+    # default): on for tabular parties (feature vectors), off for images, so the paper's
+    # benchmarks and the digits demo keep LASER-VFL's heads alone: `spec_for()`.
+    concat_head: bool | None = None
     # How the validation chooses the concatenating head: "sets", per observed set (a set with
-    # fewer than MIN_CHOICE_SAMPLES validation samples keeps LASER-VFL's heads); "all", once for
-    # every set holding a label party, on all their validation samples together.
-    concat_choice: Literal["sets", "all"] = "sets"
+    # fewer than MIN_CHOICE_SAMPLES validation samples keeps LASER-VFL's heads); "all" (the
+    # default), once for every set holding a label party, on all their validation samples
+    # together (docs/tabular-defaults.md, "The concatenating head by default on tables").
+    concat_choice: Literal["sets", "all"] = "all"
     # How the validation samples are drawn: "random" (the seed's draw of the samples a label
     # party holds) or "stratified" (classification: each class held out in its share, from
     # per-row draws the label party makes within each class, vfl_core.training.strata;
@@ -402,10 +405,24 @@ class TrainConfig(_Frozen):
 
     @property
     def spec(self) -> MethodSpec:
-        """The method's spec as this config runs it (what Party and the engine ask)."""
+        """The method's spec as this config runs it, the tabular defaults left out (a
+        concatenating head only where `concat_head` is set): `spec_for()` is what Party, its
+        models and the engine ask."""
+        return self.spec_for(tabular=False)
+
+    def spec_for(self, tabular: bool) -> MethodSpec:
+        """The method's spec as this config runs it on tabular parties (feature vectors) or
+        not: `concat_head` None trains the concatenating head on tables only."""
         spec = method_spec(self.method)
         if spec.serves_feature_only and not self.serve_feature_only:
             spec = replace(spec, serves_feature_only=False)
-        if self.concat_head and spec.has_subset_predictors:
+        if self.wants_concat_head(tabular) and spec.has_subset_predictors:
             spec = replace(spec, concat_head=True)
         return spec
+
+    def wants_concat_head(self, tabular: bool) -> bool:
+        """Whether the label parties train the concatenating head: as configured, or by
+        default on tables for a method of LASER-VFL's shape (docs/tabular-defaults.md)."""
+        if self.concat_head is not None:
+            return self.concat_head
+        return self._table_defaults(tabular) and method_spec(self.method).has_subset_predictors

@@ -87,16 +87,22 @@ SETTINGS: dict[str, list[str]] = {
     "laser-concat": ["--method", "laser-concat"],  # `laser_concat` below, not built in
     # LASER-VFL's heads and a zero-filled concatenating head on the same towers, chosen per
     # observed set on validation (TrainConfig.concat_head)
-    "concat-head": ["--concat-head"],
+    "concat-head": ["--concat-head", "--concat-choice", "sets"],
     "concat-head-all": ["--concat-head", "--concat-choice", "all"],
     "concat-head-all-accuracy": ["--concat-head", "--concat-choice", "all"],
     "concat-head-all-best": ["--concat-head", "--concat-choice", "all", "--subset-choice", "best"],
-    "concat-head-always": ["--concat-head"],
-    "concat-head-never": ["--concat-head"],
+    "concat-head-always": ["--concat-head", "--concat-choice", "sets"],
+    "concat-head-never": ["--concat-head", "--concat-choice", "sets"],
     # issue 45's item 3: a stratified validation split, alone and with the concatenating head,
     # and the log target of a regression (always; where the training targets are skewed)
     "stratified": ["--validation-split", "stratified"],
-    "concat-stratified": ["--concat-head", "--validation-split", "stratified"],
+    "concat-stratified": [
+        "--concat-head",
+        "--concat-choice",
+        "sets",
+        "--validation-split",
+        "stratified",
+    ],
     "log-target": ["--target-transform", "log"],
     "log-auto": ["--target-transform", "auto"],
     # issue 27, the QA tables (gen_wide: 67 columns a party on ~720 rows; gen_multiclass)

@@ -148,7 +148,10 @@ ROWS = ("federation", "splitnn", "label_alone", "linear", "hgb", "lgbm")
 # like it (benchmarks.tabular.rows.central_row; missing blocks as zeros and indicators)
 DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "zerofill": ("--method", "zerofill"),  # one head on the zero-filled concatenation
-    "concat_head": ("--concat-head",),  # LASER-VFL's heads and a concatenating one, per set
+    # LASER-VFL's heads and a concatenating one, chosen per set
+    "concat_head": ("--concat-head", "--concat-choice", "sets"),
+    # the same heads, the concatenating one chosen once for every set holding the label party
+    "concat_all": ("--concat-head", "--concat-choice", "all"),
     "catemb": ("--max-onehot", "1"),  # every categorical column a learned embedding
     "ens4": ("--ensemble", "4"),
 }

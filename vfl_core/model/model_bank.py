@@ -88,7 +88,7 @@ class ModelBank:
         # the party's own training rows: the "auto" rate of a table may follow them
         # (TrainConfig.learning_rate), the same in both transports
         self.train_rows = train_rows
-        self.spec = config.spec
+        self.spec = config.spec_for(len(feature_shape) == 1)  # as its Party's
         self.block = block
         self.num_blocks = num_blocks
         self.feature_shape = feature_shape

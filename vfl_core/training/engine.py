@@ -134,7 +134,6 @@ class Federation:
             self.observers.append(Callbacks(round=on_round))
         self.infos = self.transport.infos()
         _check_infos(self.infos)
-        self.spec = self.config.spec
         if self.alignment not in ("hmac", "psi"):
             raise ConfigError(f"alignment must be hmac or psi, not {self.alignment!r}")
         if self.config.balance == "resample" and self.task == REGRESSION:
@@ -144,6 +143,7 @@ class Federation:
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
         # tabular parties send feature vectors (F,); images (C, H, W)
         self.tabular = all(len(i.feature_shape) == 1 for i in self.infos.values())
+        self.spec = self.config.spec_for(self.tabular)
         patience = self.config.patience(self.tabular)
         if patience:
             self.early_stop = EarlyStop(

@@ -71,7 +71,8 @@ class Party:
     ) -> None:
         self.party_id = party_id
         self.config = config
-        self.spec = config.spec
+        # a party of feature vectors takes the tabular defaults (TrainConfig.spec_for)
+        self.spec = config.spec_for(len(data.meta.feature_shape) == 1)
         # Most methods learn only from labels: unlabelled training rows (vfl prepare --labels)
         # take no part, as if the label party did not hold them; dvfl's guests learn from them.
         self.data = data if self.spec.unlabelled_rows else labelled_rows_only(data)
