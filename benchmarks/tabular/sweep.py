@@ -89,6 +89,8 @@ SETTINGS: dict[str, list[str]] = {
     # observed set on validation (TrainConfig.concat_head)
     "concat-head": ["--concat-head", "--concat-choice", "sets"],
     "concat-head-all": ["--concat-head", "--concat-choice", "all"],
+    # LASER-VFL's heads alone (the tables' default before the concatenating head was)
+    "no-concat-head": ["--no-concat-head"],
     "concat-head-all-accuracy": ["--concat-head", "--concat-choice", "all"],
     "concat-head-all-best": ["--concat-head", "--concat-choice", "all", "--subset-choice", "best"],
     "concat-head-always": ["--concat-head", "--concat-choice", "sets"],

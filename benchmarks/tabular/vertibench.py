@@ -564,6 +564,52 @@ def _cell(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def counts(root: Path, grid_root: Path) -> str:
+    """Each row of a diagnosis run (`root`) judged as the grid judges the federation: cells
+    within the bar of LightGBM, not below logistic/ridge regression by more than its sd, ahead
+    of splitnn (the rows the run lacks read from the grid's same cells, `grid_root`), and the
+    rounds to the model (every epoch trained) over the runs."""
+    tally: dict[str, list[int]] = {}
+    rounds: dict[str, list[float]] = {}
+    for table_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for split in SPLITS:
+            paths = sorted(table_dir.glob(f"{split}-s*.json"))
+            if not paths:
+                continue
+            runs = [read_json(p) for p in paths]
+            grid = [read_json(grid_root / table_dir.name / p.name) for p in paths]
+            task, metric = runs[0]["task"], _metric(runs[0]["task"])
+            (lgbm, _), linear, splitnn = (
+                _mean_sd([_score(r, metric) for r in _rows(runs, n) or _rows(grid, n)])
+                for n in ("lgbm", "linear", "splitnn")
+            )
+            for name in ("federation", *DIAGNOSIS):
+                found = _rows(runs, name)
+                if not found:
+                    continue
+                mean = _mean_sd([_score(r, metric) for r in found])[0]
+                flags = (
+                    _meets(task, mean, lgbm),
+                    _beats(task, mean, linear, slack=True),
+                    _beats(task, mean, splitnn),
+                )
+                row = tally.setdefault(name, [0, 0, 0, 0])
+                for i, flag in enumerate((*flags, True)):
+                    row[i] += int(flag)
+                rounds.setdefault(name, []).extend(to_model(r)["rounds"] for r in found)
+    out = [
+        "| row | cells | within the bar of LightGBM | not below linear by more than its sd | "
+        "ahead of splitnn | rounds to the model: median (mean) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, (bar, linear_ok, ahead, cells) in tally.items():
+        median, mean = statistics.median(rounds[name]), statistics.mean(rounds[name])
+        out.append(
+            f"| {name} | {cells} | {bar} | {linear_ok} | {ahead} | {median:.0f} ({mean:.1f}) |"
+        )
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-path", type=Path)
@@ -590,12 +636,21 @@ def main() -> None:
     )
     parser.add_argument("--summarise", type=Path)
     parser.add_argument("--diagnosis", type=Path, help="summarise a `--rows` run")
+    parser.add_argument(
+        "--counts",
+        type=Path,
+        metavar="RUN",
+        help="count a `--rows` run's cells as the grid's (`--out`: the grid, for splitnn)",
+    )
     args = parser.parse_args()
     if args.summarise:
         print(summarise(args.summarise))
         return
     if args.diagnosis:
         print(diagnosis(args.diagnosis))
+        return
+    if args.counts:
+        print(counts(args.counts, args.out))
         return
     failed = run_tasks(worker, grid(args), args.jobs, desc="vertibench runs", progress=False)
     if failed:
