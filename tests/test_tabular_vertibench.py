@@ -133,5 +133,9 @@ def test_given_cells_then_the_summary_says_the_bar_the_reason_and_the_grpc_rows(
     )
     said = vertibench.diagnosis(diag.parent)
     assert "72.00 (-3.00, 10 rounds)" in said and "76.00 (+1.00, 10 rounds)" in said
+    # counted as the grid counts the federation: splitnn and linear from the grid's cell
+    counted = vertibench.counts(diag.parent, grid)
+    assert "| federation | 1 | 0 | 1 | 1 | 10 (10.0) |" in counted  # 72: 3 points below
+    assert "| zerofill | 1 | 1 | 1 | 1 | 10 (10.0) |" in counted
     section = "\n".join(vertibench.report_section(grid))
     assert "--grpc t/importance-1" in section and "--rows federation zerofill lgbm" in section
