@@ -39,7 +39,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             [paths[name] for name in BLOCKS],
             epochs=EPOCHS,
             serve=True,
-            extra=["--concat-head"],
+            extra=["--concat-head", "--concat-choice", "sets"],
             client_extra=bank_client_args,
         )
         cluster.wait_serving(coord, RUN_TIMEOUT_S)

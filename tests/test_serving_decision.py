@@ -54,6 +54,7 @@ def test_given_a_validation_choice_when_served_online_then_every_test_row_matche
         early_stop_patience=5,
         validation_fraction=0.3,
         subset_choice="best",
+        concat_head=False,  # LASER-VFL's heads: the subsets they choose (the head: its own test)
         model=ModelConfig(embed_dim=8, hidden=(16,)),
     )
     bundles, fed, _ = train_bundles(
