@@ -60,7 +60,7 @@ TRAIN_ARGS = ["--batch-size", str(BATCH), "--checkpoint-every", str(EVERY)]
 def reference(party_dirs: list[Path]) -> Iterator[Callable[[int], Future[float]]]:
     """`reference(epochs)`: test accuracy after `epochs` epochs of the same run without faults
     (in-process: same numbers as gRPC), computed in a thread while the test's federation trains.
-    Its processes take about one of the two cores, so the reference's CPU seconds (8 for 14
+    Its processes take about one of the two cores, so the reference's CPU seconds (about 8 for 14
     epochs) go on the other instead of before the federation starts. A test reads it with
     `.result()` when it compares."""
     started: dict[int, Future[float]] = {}
