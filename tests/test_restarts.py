@@ -45,9 +45,9 @@ BATCH = 16  # 97 rounds per epoch
 # The coordinator test: 485 rounds, killed a few rounds past its second checkpoint (round 100),
 # so most of the run is left to resume (and it compares with the reference at the same epoch).
 EPOCHS = 5
-# A restarted client needs 10-20 s to import torch on a loaded 2-core machine (2-3 s idle),
-# while training runs ~50 rounds a second without it: the client test trains long enough (1358
-# rounds, killed at round 60) to see it come back.
+# A restarted client needs 10-20 s to import torch on a loaded 2-core machine, while training
+# runs ~50 rounds a second without it: the client test trains long enough (1358 rounds, killed
+# at round 60; back by round 384-613 at load 5-8) to see it come back.
 CLIENT_TEST_EPOCHS = 14
 EVERY = 50  # rounds between checkpoints
 DEADLINE_S = 2.0
