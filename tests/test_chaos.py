@@ -112,7 +112,7 @@ def test_given_a_party_not_yet_joined_when_ticking_then_it_is_never_failed(
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # 30 epochs with a party killed or restarted every 1.5 s: one core each
+@pytest.mark.alone  # 20 epochs with a party killed or restarted every 1.5 s: one core each
 def test_given_fault_rates_when_the_demo_runs_then_it_trains_through_kills_and_cleans_up(
     tmp_path: Path,
 ) -> None:
@@ -121,9 +121,9 @@ def test_given_fault_rates_when_the_demo_runs_then_it_trains_through_kills_and_c
     work = tmp_path / "demo"
     # The seed's first ticks kill a client (tick 0, 1.5 s into training) and restart it (tick 1,
     # 3 s), on any machine: the faults start with training and every client has joined by then.
-    # 30 epochs (about 950 rounds, 10 s or more) last several ticks past the restart.
+    # 20 epochs (about 630 rounds, 6.5 s or more) last two ticks or more past the restart.
     args = [
-        str(BIN / "vfl"), "demo", "--workdir", str(work), "--epochs", "30",
+        str(BIN / "vfl"), "demo", "--workdir", str(work), "--epochs", "20",
         "--fault-rate", "0.3", "--rejoin-rate", "0.5", "--fault-every", "1.5",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

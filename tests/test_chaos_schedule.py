@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 SEED = 20261126
 CLIENTS = 3
 EVERY = 20  # rounds between checkpoints
-EPOCHS = 45  # long enough for most of the schedule to land (about 50 s of events and rejoins)
+EPOCHS = 35  # long enough for most of the schedule to land (about 40 s of events and rejoins)
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def schedule(seed: int, count: int = 6) -> list[Event]:
     kinds = rng.choice(["kill", "freeze", "coordinator"], size=count, p=[0.4, 0.4, 0.2])
     return [
         Event(
-            after_s=float(rng.uniform(2.0, 5.0)),
+            after_s=float(rng.uniform(1.0, 2.5)),  # rounds go on between events
             kind=str(kind),
             block=int(rng.integers(CLIENTS)),
             hold_s=float(rng.uniform(1.0, 6.0)),

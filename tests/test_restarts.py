@@ -46,8 +46,9 @@ BATCH = 16  # 97 rounds per epoch
 # so most of the run is left to resume (and it compares with the reference at the same epoch).
 EPOCHS = 5
 # A restarted client needs 10-20 s to import torch on a loaded 2-core machine, while training
-# runs ~50 rounds a second without it: the client test trains long enough to see it come back.
-CLIENT_TEST_EPOCHS = 20
+# runs ~50 rounds a second without it: the client test trains long enough (1358 rounds, killed
+# at round 60; back by round 384-613 at load 5-8) to see it come back.
+CLIENT_TEST_EPOCHS = 14
 EVERY = 50  # rounds between checkpoints
 DEADLINE_S = 2.0
 RUN_TIMEOUT_S = 150.0
@@ -59,7 +60,7 @@ TRAIN_ARGS = ["--batch-size", str(BATCH), "--checkpoint-every", str(EVERY)]
 def reference(party_dirs: list[Path]) -> Iterator[Callable[[int], Future[float]]]:
     """`reference(epochs)`: test accuracy after `epochs` epochs of the same run without faults
     (in-process: same numbers as gRPC), computed in a thread while the test's federation trains.
-    Its processes take about one of the two cores, so the reference's CPU seconds (12 for 20
+    Its processes take about one of the two cores, so the reference's CPU seconds (about 8 for 14
     epochs) go on the other instead of before the federation starts. A test reads it with
     `.result()` when it compares."""
     started: dict[int, Future[float]] = {}
