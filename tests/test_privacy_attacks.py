@@ -111,3 +111,29 @@ def test_given_an_unknown_defence_when_the_meter_starts_then_one_line_names_it()
 
     with pytest.raises(SystemExit, match="no defence 'bogus'"):
         main(["--tables", "breast_cancer", "--defences", "none,bogus"])
+
+
+def test_given_a_gain_over_raw_features_when_judged_then_the_setting_does_not_meet():
+    # Issue 44's completion line is Fu et al.'s comparison: a bottom model learned without a
+    # label (`taught` +0.000) that still completes past the raw features does not meet it.
+    from benchmarks.privacy.attacks import acceptance
+
+    def run(defence: str, gain: float) -> dict:
+        done = {"gain": gain, "taught": 0.0}
+        return {
+            "table": "t",
+            "parties": 2,
+            "seed": 0,
+            "defence": defence,
+            "accuracy": 0.8,
+            "auc": 0.8,
+            "attacks": [{"viewer": "party 1", "norm": 0.5}],
+            "completion": {"party 1": {"40": done, "300": done}},
+        }
+
+    def meets(gain: float) -> str:
+        rows = acceptance([run("none", 0.0), run("lin", gain)])
+        return next(r for r in rows if "| lin |" in r).rsplit("|", 2)[-2].strip()
+
+    assert meets(0.01) == "yes"
+    assert meets(0.05) == "no"

@@ -168,3 +168,26 @@ def test_given_pretrain_on_all_rows_when_training_then_the_tower_learned_every_r
     assert all(torch.equal(v, got[k]) for k, v in want.items())
     other = only_train.state_dict()
     assert not all(torch.equal(v, other[k]) for k, v in want.items())
+
+
+@pytest.mark.slow
+def test_given_linear_towers_under_withhold_when_training_then_a_feature_tower_is_a_full_rank_map(
+    breast_cancer, tmp_path
+):
+    # `withhold_lin_*` (`--hidden ""`): a feature-only party's bottom model is one fixed Linear
+    # layer at least as wide as its block, so a classifier completing it can read no more than
+    # the party's raw columns give it (the meter's `gain over raw`); it never moves.
+    sources = write_parties(breast_cancer, 2, tmp_path)
+    train = {"seed": 0, "epochs": 1, **setting("withhold_lin_e64_h2048")}
+    relayed = Relayed()
+    result = run_simulation(
+        SimulationConfig(tables=sources, clients=2, train=train),
+        wrap=lambda t: RecordingTransport(t, relayed),
+    )
+    tower = result.parties[1].f
+    linears = [m for m in tower.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 1 and not any(isinstance(m, torch.nn.ReLU) for m in tower.modules())
+    weight = linears[0].weight.detach().double()
+    assert weight.shape[0] == 64 and torch.linalg.matrix_rank(weight) == weight.shape[1]
+    before = relayed.initial[1].state_dict()
+    assert all(torch.equal(v, tower.state_dict()[k]) for k, v in before.items())

@@ -406,6 +406,21 @@ SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
         for h in (256, 1024, 2048)
     },
     "withhold_contrast_h1024": ("withhold_contrast", {"model": {"head_hidden": 1024}}),
+    # random (not pretrained) towers with the wide head: no label-free learning to complete
+    **{f"withhold_h{h}": ("withhold", {"model": {"head_hidden": h}}) for h in (1024, 2048)},
+    "withhold_e256_h1024": ("withhold", {"model": {"embed_dim": 256, "head_hidden": 1024}}),
+    "withhold_ple_h1024": ("withhold", {"model": {"num_embedding": "ple", "head_hidden": 1024}}),
+    # linear towers (`--hidden ""`, every party's): a fixed linear map of a block, full rank while
+    # the embedding is at least as wide as the block, gives a logistic regression what the raw
+    # columns give it; the head's hidden layer does all the non-linear work
+    **{
+        f"withhold_lin_e{e}_h{h}": (
+            "withhold",
+            {"model": {"hidden": (), "embed_dim": e, "head_hidden": h}},
+        )
+        for e in (64, 256)
+        for h in (1024, 2048)
+    },
     "none_h1024": ("none", {"model": {"head_hidden": 1024}}),
 }
 

@@ -251,7 +251,8 @@ def acceptance(runs: list[Run]) -> list[str]:
         paid = [costs(r, base.get((table, k, r["seed"]))) for r in group]
         points = [p for p, _a in paid]
         aucs = [a for _p, a in paid]
-        ok = max(worst.values(), default=1.0) <= LIMIT_AUC and max(gains) <= LIMIT_GAIN
+        # the issue's line is Fu et al.'s comparison (over the raw features); `taught` as well
+        ok = max(worst.values(), default=1.0) <= LIMIT_AUC and max(gains + raw) <= LIMIT_GAIN
         ok = ok and statistics.mean(points) <= LIMIT_POINTS
         ok = ok and statistics.mean(aucs) <= LIMIT_AUC_COST
         seeds = ",".join(str(r["seed"]) for r in sorted(group, key=lambda r: r["seed"]))
@@ -365,7 +366,7 @@ def markdown(runs: list[Run], command: str, known: int, how: str = "") -> str:
         "## Every feature-only party",
         "",
         "Each attack's worst AUC over the epochs (cumulative: over every prefix of them), the "
-        "parties and the seeds; completion: the largest gain (`meets` reads `taught`); cost: "
+        "parties and the seeds; completion: the largest gain (`meets` reads both); cost: "
         "the test accuracy and ROC "
         "AUC lost against the undefended run of the same seed, mean over the seeds (worst seed "
         f"in brackets). **Bold**: over the acceptance (AUC {LIMIT_AUC}, gain +{LIMIT_GAIN}). "
