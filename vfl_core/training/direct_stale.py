@@ -25,6 +25,7 @@ transitions are registered later than with exact rounds.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -36,9 +37,12 @@ from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.protocol import RoundCall, RoundResult, Step
 from vfl_core.training.direct import AHEAD, RoundInFlight, after, planned_calls
+from vfl_core.training.direct_eval import Started, Turns
 
 if TYPE_CHECKING:
     from vfl_core.training.ports import RoundRun
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -73,20 +77,47 @@ class _State:
     waiting: deque[_Round] = field(default_factory=deque)  # collected, in round order
 
 
+@dataclass
+class Ahead:
+    """The next epoch's first rounds, sent before this epoch's last rounds were back: the
+    engine's run of that epoch takes them over."""
+
+    epoch: int
+    first_round: int
+    state: _State
+    flight: deque[_Round]
+    started: int  # its first batches whose calls left
+
+
+# The round loop's end of an epoch taken before its last rounds are back (vfl_core.training.
+# round_loop): given the last round started and what each party still has to step, the
+# validation sent with those steps, the next epoch and its batches to send ahead; None: the
+# epoch ends as usual (the parties drain, the coordinator waits for them)
+EpochEnd = Callable[[int, Turns], "tuple[Started, int, Sequence[Batch]] | None"]
+
+
 def run(
     fed: RoundRun,
     epoch: int,
     batches: Sequence[Batch],
     first_round: int,
     stop: Callable[[], bool] | None = None,
+    epoch_end: EpochEnd | None = None,
 ) -> Iterator[RoundRecord]:
     """vfl_core.training.direct.run with staleness: the same contract (records in order,
-    nothing in flight at the end; `stop` asked before each new block of rounds)."""
+    nothing in flight at the end; `stop` asked before each new block of rounds). The rounds the
+    previous epoch sent ahead are taken over; `epoch_end` (`batches` end the epoch) may send
+    the validation and the next epoch's first rounds before the last rounds are back."""
     p = fed.config.rounds_per_call
-    state = _State()
-    flight: deque[_Round] = deque()
-    last = -1
+    ahead, fed.ahead = fed.ahead, None
+    state, flight, skip = _State(), deque[_Round](), 0
+    if ahead is not None:
+        assert (ahead.epoch, ahead.first_round) == (epoch, first_round), "rounds sent ahead lost"
+        state, flight, skip = ahead.state, ahead.flight, ahead.started
+    last = first_round + skip - 1
     for i, batch in enumerate(batches):
+        if i < skip:
+            continue
         if i and i % p == 0 and stop is not None and stop():
             break
         r = _Round(first_round + i, epoch, batch, first_round + i + fed.request_id)
@@ -96,11 +127,11 @@ def run(
         flight.append(r)
         if len(flight) > AHEAD + 2 * p:
             yield from _collect(fed, flight.popleft(), state)
-    drain = _drain(fed, epoch, last, state)
+    ends = _end(fed, epoch, last, state, epoch_end)
     while flight:
         yield from _collect(fed, flight.popleft(), state)
-    if drain is not None:
-        yield from _collect(fed, drain, state)
+    for end in ends:
+        yield from _collect(fed, end, state)
     assert not state.waiting, "the direct rounds drained with steps unreported"
 
 
@@ -128,23 +159,69 @@ def _start(fed: RoundRun, r: _Round, block_index: int, state: _State) -> None:
     r.collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
 
 
-def _drain(fed: RoundRun, epoch: int, last: int, state: _State) -> _Round | None:
-    """A steps-only call to every party with rounds still to step (tagged with the last round
-    started), as the pipelined engine's drain at the end of the rounds."""
+def _end(
+    fed: RoundRun, epoch: int, last: int, state: _State, epoch_end: EpochEnd | None
+) -> list[_Round]:
+    """The end of the rounds: every party steps the rounds still due to it, with a
+    steps-only call, or, where the epoch's end goes ahead (`epoch_end`), first thing in its
+    validation call; then the next epoch's first rounds leave. The calls whose reports complete
+    the last rounds' records."""
+    due = {b: tuple(s for _, s in d) for b, d in sorted(state.due.items()) if d}
+    went = None
+    if epoch_end is not None:
+        went = epoch_end(last, Turns(after=dict(state.sent), steps=due))
+    if went is None:
+        drain = _drain(fed, epoch, last, state, due)
+        return [] if drain is None else [drain]
+    started, next_epoch, batches = went
+    validated = _Round(last, epoch, Batch((), np.empty(0, np.int64)), 0, collected=True)
+    validated.carries = {b: _ids(d) for b, d in due.items() if b in started.blocks}
+    validated.collect = started.reports
+    rest = {b: d for b, d in due.items() if b not in started.blocks}
+    drain = _drain(fed, epoch, last, state, rest)
+    if drain is None:  # (a drain's call and the next round's would share its turn)
+        fed.ahead = _send_ahead(fed, next_epoch, last + 1, batches, state.sent)
+        log.debug("epoch %d's end: %d rounds of the next sent ahead", epoch + 1, len(batches))
+    return [validated] if drain is None else [validated, drain]
+
+
+def _send_ahead(
+    fed: RoundRun, epoch: int, first_round: int, batches: Sequence[Batch], sent: dict[int, int]
+) -> Ahead:
+    """Start epoch `epoch`'s first `batches` as its run would (blocks from its first round),
+    each party's first call after what it was sent last."""
+    p = fed.config.rounds_per_call
+    state, flight = _State(sent=dict(sent)), deque[_Round]()
+    for i, batch in enumerate(batches):
+        r = _Round(first_round + i, epoch, batch, first_round + i + fed.request_id)
+        state.rounds[r.round_id] = r
+        _start(fed, r, i // p, state)
+        flight.append(r)
+    return Ahead(epoch, first_round, state, flight, len(batches))
+
+
+def _ids(steps: tuple[Step, ...]) -> tuple[int, ...]:
+    return tuple(s.round_id for s in steps)
+
+
+def _drain(
+    fed: RoundRun, epoch: int, last: int, state: _State, due: dict[int, tuple[Step, ...]]
+) -> _Round | None:
+    """A steps-only call to every party of `due` (tagged with the last round started), as the
+    pipelined engine's drain at the end of the rounds."""
     calls = {
         block: RoundCall(
             round_id=last,
             epoch=epoch,
             after=state.sent.get(block, -1),
-            steps_after=tuple(s for _, s in due),
+            steps_after=steps,
         )
-        for block, due in sorted(state.due.items())
-        if due
+        for block, steps in due.items()
     }
     if not calls:
         return None
     drain = _Round(last, epoch, Batch((), np.empty(0, np.int64)), 0, collected=True)  # no round
-    drain.carries = {b: tuple(s.round_id for s in c.steps_after) for b, c in calls.items()}
+    drain.carries = {b: _ids(c.steps_after) for b, c in calls.items()}
     drain.collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
     return drain
 
