@@ -26,6 +26,7 @@ transitions are registered later than with exact rounds.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -128,11 +129,20 @@ def run(
         if len(flight) > AHEAD + 2 * p:
             yield from _collect(fed, flight.popleft(), state)
     ends = _end(fed, epoch, last, state, epoch_end)
+    tail = time.perf_counter()
     while flight:
         yield from _collect(fed, flight.popleft(), state)
     for end in ends:
         yield from _collect(fed, end, state)
     assert not state.waiting, "the direct rounds drained with steps unreported"
+    # where an epoch's end goes: the last rounds' reports, waited for after the last call left
+    log.info(
+        "rounds %d-%d: the last reports back %.1f ms after the last call left (%s)",
+        first_round,
+        last,
+        1000 * (time.perf_counter() - tail),
+        "next epoch sent ahead" if fed.ahead is not None else "drained",
+    )
 
 
 def run_one(fed: RoundRun, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
