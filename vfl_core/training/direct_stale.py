@@ -120,6 +120,7 @@ def run(
         if i < skip:
             continue
         if i and i % p == 0 and stop is not None and stop():
+            epoch_end = None  # the epoch goes on after the pause
             break
         r = _Round(first_round + i, epoch, batch, first_round + i + fed.request_id)
         state.rounds[r.round_id] = r
