@@ -12,16 +12,20 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 from test_direct_plane import K, MemoryLinks, ThreadedDirect, _train
 
 from vfl_core.config import TrainConfig
 from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.party_dir import load_party_dir
 from vfl_core.data.prepare import prepare_parties
-from vfl_core.protocol import RoundCall, RoundResult
+from vfl_core.errors import ProtocolError
+from vfl_core.protocol import EmbedCall, EvalBatch, Evaluation, RoundCall, RoundResult, Step
 from vfl_core.training.direct_eval_party import run_call
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
+from vfl_wire import convert
+from vfl_wire.convert_direct import PeerAddress, round_call_from_proto, round_call_to_proto
 
 EPOCHS = 4
 WAIT_S = 30.0  # nothing is lost here: a late push is a loaded machine's
@@ -98,3 +102,25 @@ def test_given_overlapped_validation_when_an_epoch_ends_then_the_next_goes_ahead
         assert transport.collected[i + 1] <= i  # left before the validation was collected
     drains = [c for calls in transport.calls for c in calls.values() if c.steps_after]
     assert len(drains) <= K  # only the last epoch's end drains with steps-only calls
+
+
+def test_given_a_validation_carrying_due_steps_when_converted_then_kept_and_others_refused() -> (
+    None
+):
+    """The validation sent ahead carries the steps still due before it (`steps_before`), which
+    the wire keeps; steps after it, or a deferred step, stay refused."""
+    batch = EvalBatch(EmbedCall(11, "train", np.array([4, 0]), b"d" * 32, False, (0, 1)), 5)
+    call = RoundCall(
+        round_id=9,
+        epoch=2,
+        send_to=(0,),
+        after=9,
+        evaluation=Evaluation("train", 0, (batch,), hold=True),
+        steps_before=(Step(8, (0,)), Step(9, (0,))),
+    )
+    header, peers = convert.header("r", "p"), {0: PeerAddress("party0", "h:1")}
+    got, _ = round_call_from_proto(round_call_to_proto(call, header, peers))
+    assert got.evaluation is not None and (got.after, got.steps_before) == (9, call.steps_before)
+    for bad in (replace(call, steps_after=(Step(9, (0,)),)), replace(call, defer_step=True)):
+        with pytest.raises(ProtocolError, match="only the steps before it"):
+            round_call_from_proto(round_call_to_proto(bad, header, peers))

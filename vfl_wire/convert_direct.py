@@ -98,7 +98,9 @@ def round_call_from_proto(
         raise ProtocolError("round: a validation carries no training embed or fuse")
     if req.probe and (embed is not None or fuse is not None or evaluation is not None):
         raise ProtocolError("round: a probe carries nothing else")
-    steps_before = _steps_from_proto(req.steps_before, req.round_id, "round steps_before")
+    # a validation runs after the round it is tagged with: that round's step may come before it
+    limit = req.round_id + (evaluation is not None)
+    steps_before = _steps_from_proto(req.steps_before, limit, "round steps_before")
     steps_after = _steps_from_proto(req.steps_after, req.round_id + 1, "round steps_after")
     steps = bool(steps_before or steps_after or req.defer_step)
     if req.probe and steps:
