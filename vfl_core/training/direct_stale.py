@@ -80,14 +80,28 @@ class _State:
 
 @dataclass
 class Ahead:
-    """The next epoch's first rounds, sent before this epoch's last rounds were back: the
-    engine's run of that epoch takes them over."""
+    """The next epoch's first rounds, sent before this epoch's last rounds were back (one as
+    each of those is collected: the calls in flight to a party stay as many as inside an
+    epoch, within what it accepts at once): the engine's run of that epoch takes them over."""
 
     epoch: int
     first_round: int
+    batches: Sequence[Batch]  # its first batches that may leave ahead
     state: _State
-    flight: deque[_Round]
-    started: int  # its first batches whose calls left
+    flight: deque[_Round] = field(default_factory=deque)
+    started: int = 0  # of `batches`, whose calls left
+
+    def more(self, fed: RoundRun) -> None:
+        """The next of `batches` (blocks counted from the epoch's first round), if any."""
+        i = self.started
+        if i >= len(self.batches):
+            return
+        round_id = self.first_round + i
+        r = _Round(round_id, self.epoch, self.batches[i], round_id + fed.request_id)
+        self.state.rounds[r.round_id] = r
+        _start(fed, r, i // fed.config.rounds_per_call, self.state)
+        self.flight.append(r)
+        self.started += 1
 
 
 # The round loop's end of an epoch taken before its last rounds are back (vfl_core.training.
@@ -129,12 +143,15 @@ def run(
         flight.append(r)
         if len(flight) > AHEAD + 2 * p:
             yield from _collect(fed, flight.popleft(), state)
-    ends = _end(fed, epoch, last, state, epoch_end)
+    ends, following = _end(fed, epoch, last, state, epoch_end)
     tail = time.perf_counter()
     while flight:
         yield from _collect(fed, flight.popleft(), state)
+        if following is not None:
+            following.more(fed)
     for end in ends:
         yield from _collect(fed, end, state)
+    fed.ahead = following
     assert not state.waiting, "the direct rounds drained with steps unreported"
     # where an epoch's end goes: the last rounds' reports, waited for after the last call left
     log.info(
@@ -172,43 +189,27 @@ def _start(fed: RoundRun, r: _Round, block_index: int, state: _State) -> None:
 
 def _end(
     fed: RoundRun, epoch: int, last: int, state: _State, epoch_end: EpochEnd | None
-) -> list[_Round]:
+) -> tuple[list[_Round], Ahead | None]:
     """The end of the rounds: every party steps the rounds still due to it, with a
     steps-only call, or, where the epoch's end goes ahead (`epoch_end`), first thing in its
-    validation call; then the next epoch's first rounds leave. The calls whose reports complete
-    the last rounds' records."""
+    validation call. The calls whose reports complete the last rounds' records, and the next
+    epoch's rounds to send ahead (None: the epoch ends as usual)."""
     due = {b: tuple(s for _, s in d) for b, d in sorted(state.due.items()) if d}
     went = None
     if epoch_end is not None:
         went = epoch_end(last, Turns(after=dict(state.sent), steps=due))
     if went is None:
         drain = _drain(fed, epoch, last, state, due)
-        return [] if drain is None else [drain]
+        return ([] if drain is None else [drain]), None
     started, next_epoch, batches = went
     validated = _Round(last, epoch, Batch((), np.empty(0, np.int64)), 0, collected=True)
     validated.carries = {b: _ids(d) for b, d in due.items() if b in started.blocks}
     validated.collect = started.reports
     rest = {b: d for b, d in due.items() if b not in started.blocks}
     drain = _drain(fed, epoch, last, state, rest)
-    if drain is None:  # (a drain's call and the next round's would share its turn)
-        fed.ahead = _send_ahead(fed, next_epoch, last + 1, batches, state.sent)
-        log.debug("epoch %d's end: %d rounds of the next sent ahead", epoch + 1, len(batches))
-    return [validated] if drain is None else [validated, drain]
-
-
-def _send_ahead(
-    fed: RoundRun, epoch: int, first_round: int, batches: Sequence[Batch], sent: dict[int, int]
-) -> Ahead:
-    """Start epoch `epoch`'s first `batches` as its run would (blocks from its first round),
-    each party's first call after what it was sent last."""
-    p = fed.config.rounds_per_call
-    state, flight = _State(sent=dict(sent)), deque[_Round]()
-    for i, batch in enumerate(batches):
-        r = _Round(first_round + i, epoch, batch, first_round + i + fed.request_id)
-        state.rounds[r.round_id] = r
-        _start(fed, r, i // p, state)
-        flight.append(r)
-    return Ahead(epoch, first_round, state, flight, len(batches))
+    if drain is not None:  # (a drain's call and the next round's would share its turn)
+        return [validated, drain], None
+    return [validated], Ahead(next_epoch, last + 1, batches, _State(sent=dict(state.sent)))
 
 
 def _ids(steps: tuple[Step, ...]) -> tuple[int, ...]:
