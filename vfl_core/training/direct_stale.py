@@ -18,6 +18,12 @@ A feature party then waits for a round's gradient only 2p rounds after it sent t
 with p = 2 (S = 3), four rounds share each round trip between the parties. The coordinator sends
 AHEAD + 2p rounds' calls ahead, so that the parties never wait for it.
 
+At an epoch's end with --overlap-validation (`EpochEnd`, the round loop's) the coordinator
+does not wait for the last rounds before the next epoch: the steps still due travel first in
+each party's validation call, which runs after its last round call, and the next epoch's first
+rounds leave one as each last round is collected, each party taking them after its validation.
+Every party runs what it ran when the coordinator waited, in the same order: the same numbers.
+
 A round's record (who stepped) is complete once the calls that carried its steps are back; the
 records leave in round order. The price is the pipelined relay's: under failures, liveness
 transitions are registered later than with exact rounds.
