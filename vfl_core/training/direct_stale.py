@@ -126,9 +126,10 @@ def run(
     epoch_end: EpochEnd | None = None,
 ) -> Iterator[RoundRecord]:
     """vfl_core.training.direct.run with staleness: the same contract (records in order,
-    nothing in flight at the end; `stop` asked before each new block of rounds). The rounds the
-    previous epoch sent ahead are taken over; `epoch_end` (`batches` end the epoch) may send
-    the validation and the next epoch's first rounds before the last rounds are back."""
+    none of `batches`' calls in flight at the end; `stop` asked before each new block of
+    rounds). The rounds the previous epoch sent ahead are taken over; `epoch_end` (`batches`
+    end the epoch) may send the validation and the next epoch's first rounds before the last
+    rounds are back (those rounds then in flight at the end: `fed.ahead`)."""
     p = fed.config.rounds_per_call
     ahead, fed.ahead = fed.ahead, None
     state, flight, skip = _State(), deque[_Round](), 0
