@@ -117,6 +117,9 @@ OVERLAP_EPOCHS = 5  # a best epoch kept late, and (patience 1) a verdict one epo
         # keep; in process the validation is scored at once and only the verdict waits
         ("one_label", [*OVERLAP, "--early-stop-patience", "1"]),
         ("one_label", [*OVERLAP, "--early-stop-patience", "2", "--staleness", "1"]),
+        # and the next epoch sent ahead: each validation carries the steps still due to the
+        # parties, the next epoch's first rounds leave before the last ones are back
+        ("one_label", [*OVERLAP, "--early-stop-patience", "5", "--staleness", "3"]),
     ],
     ids=[
         "three-heads",
@@ -125,6 +128,7 @@ OVERLAP_EPOCHS = 5  # a best epoch kept late, and (patience 1) a verdict one epo
         "three-heads-stale1",
         "one-head-overlap",
         "one-head-stale1-overlap",
+        "one-head-stale3-overlap-ahead",
     ],
 )
 def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordinator_sees_no_tensor(
@@ -216,6 +220,8 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
         assert any(m.evaluation.hold for m in requests if m.HasField("evaluation"))
         assert any(m.after_validation for m in requests)
         assert any(m.evaluation.keep for m in requests if m.HasField("evaluation"))
+        if train.staleness:  # the epoch's end ahead of its last rounds (direct_stale)
+            assert any(m.steps_before for m in requests if m.HasField("evaluation"))
     if train.encrypt_relay:  # and the evaluations' tensors sealed: the coordinator reads none
         assert _clear_floats(records) <= IN_THE_CLEAR
     else:

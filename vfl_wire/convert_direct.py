@@ -98,11 +98,15 @@ def round_call_from_proto(
         raise ProtocolError("round: a validation carries no training embed or fuse")
     if req.probe and (embed is not None or fuse is not None or evaluation is not None):
         raise ProtocolError("round: a probe carries nothing else")
-    steps_before = _steps_from_proto(req.steps_before, req.round_id, "round steps_before")
+    # a validation runs after the round it is tagged with: that round's step may come before it
+    limit = req.round_id + (evaluation is not None)
+    steps_before = _steps_from_proto(req.steps_before, limit, "round steps_before")
     steps_after = _steps_from_proto(req.steps_after, req.round_id + 1, "round steps_after")
     steps = bool(steps_before or steps_after or req.defer_step)
-    if steps and (evaluation is not None or req.probe):
-        raise ProtocolError("round: a validation or probe carries no steps")
+    if req.probe and steps:
+        raise ProtocolError("round: a probe carries no steps")
+    if evaluation is not None and (steps_after or req.defer_step):
+        raise ProtocolError("round: a validation carries only the steps before it")
     if embed is None and fuse is None and evaluation is None and not req.probe and not steps:
         raise ProtocolError("round: neither embed nor fuse")
     if embed is None and fuse is not None and fuse.rows is None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,6 +46,7 @@ from vfl_core.protocol import (
     Evaluation,
     RoundCall,
     RoundResult,
+    Step,
 )
 
 if TYPE_CHECKING:
@@ -81,9 +82,24 @@ class Started:
     plan: list[_Planned]
     collect: Callable[[], dict[int, RoundResult]]
     blocks: tuple[int, ...]  # the parties called
+    _reports: dict[int, RoundResult] | None = None
 
     def reports(self) -> dict[int, RoundResult]:
-        return self.collect()
+        """The parties' reports (waited for once: the round engine reads the steps a
+        validation carried, the validator its answers)."""
+        if self._reports is None:
+            self._reports = self.collect()
+        return self._reports
+
+
+@dataclass(frozen=True)
+class Turns:
+    """A validation sent while the parties' rounds are still in flight (the next epoch sent
+    ahead: vfl_core.training.direct_stale): each party's call runs after the round it was
+    sent last (`after`), and first steps the rounds still due to it (`steps`)."""
+
+    after: dict[int, int] = field(default_factory=dict)
+    steps: dict[int, tuple[Step, ...]] = field(default_factory=dict)
 
 
 def evaluate(
@@ -111,11 +127,13 @@ def start(
     head: str | None = None,
     hold: bool = False,
     keep: tuple[int, Collection[int]] | None = None,
+    turns: Turns | None = None,
 ) -> Started | None:
     """Send the calls of an evaluation (as `evaluate`'s) and return at once (None: not one the
     direct plane takes). With `hold`, each party holds a copy of its state before it embeds;
     `keep` (round, blocks): those blocks first keep the copy they held of that round
-    (vfl_core.training.late_validation). The request ids of its batches are spent now."""
+    (vfl_core.training.late_validation); `turns`: the calls wait for and step what the
+    parties' rounds still in flight leave them. The request ids of its batches are spent now."""
     batches = eval_plan(fed.alignments[split], fed.config.eval_batch_size, index)
     scorer = _scorer(fed, batches)
     if scorer is None:
@@ -154,6 +172,8 @@ def start(
                 keep=kept_round if b in keepers else None,
                 federation_scores=federation_scores,
             ),
+            after=-1 if turns is None else turns.after.get(b, -1),
+            steps_before=() if turns is None else turns.steps.get(b, ()),
         )
         for b, own in sorted(parts.items())
     }

@@ -32,7 +32,7 @@ from vfl_core.protocol import (
     RoundResult,
     ScoreCall,
 )
-from vfl_core.training.direct_party import VALIDATION, Links, run_round
+from vfl_core.training.direct_party import VALIDATION, Links, run_round, run_steps
 from vfl_core.training.party import Party
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,10 @@ def run_call(party: Party, call: RoundCall, links: Links) -> RoundResult:
         return RoundResult(call.round_id, reached=links.reach(call.send_to, call.embed_wait_s))
     if call.evaluation is None:
         return run_round(party, call, links)
-    return RoundResult(call.round_id, evaluated=run_evaluation(party, call, links))
+    # the earlier rounds still due (bounded staleness, the next epoch sent ahead:
+    # vfl_core.training.direct_stale): stepped first, as a drain's, then the validation
+    steps = run_steps(party, call, call.steps_before, links)
+    return RoundResult(call.round_id, evaluated=run_evaluation(party, call, links), steps=steps)
 
 
 def run_evaluation(party: Party, call: RoundCall, links: Links) -> tuple[EvalAnswer, ...]:

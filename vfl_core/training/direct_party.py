@@ -60,9 +60,9 @@ def run_round(party: Party, call: RoundCall, links: Links) -> RoundResult:
     bounded staleness the call also steps earlier rounds (before its embed, and after its fuse at
     the end of the rounds) and may leave its own Backward to a later call."""
     where = f"round {call.round_id}"
-    steps = _steps(party, call, call.steps_before, links)
+    steps = run_steps(party, call, call.steps_before, links)
     if call.embed is None and call.fuse is None:  # a drain: steps only
-        steps += _steps(party, call, call.steps_after, links)
+        steps += run_steps(party, call, call.steps_after, links)
         return RoundResult(call.round_id, steps=steps)
     embedding = _embed(party, call, where)
     for head in call.send_to:
@@ -73,11 +73,13 @@ def run_round(party: Party, call: RoundCall, links: Links) -> RoundResult:
     # party that misses the Embed deadline is not called to Fuse): no gradient of it is awaited
     heads = tuple(h for h in call.grads_from if h not in missing)
     stepped = own and _backward(party, call, call.round_id, heads, links, where)
-    steps += _steps(party, call, call.steps_after, links)
+    steps += run_steps(party, call, call.steps_after, links)
     return RoundResult(call.round_id, embedding is not None, used, loss, stepped, steps=steps)
 
 
-def _steps(party: Party, call: RoundCall, steps: tuple[Step, ...], links: Links) -> tuple[int, ...]:
+def run_steps(
+    party: Party, call: RoundCall, steps: tuple[Step, ...], links: Links
+) -> tuple[int, ...]:
     """Earlier rounds' Backward, in round order, those the party embedded (a round it did not
     embed, as a party that missed it, has nothing to step); the rounds it stepped."""
     done = []

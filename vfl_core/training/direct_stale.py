@@ -18,6 +18,12 @@ A feature party then waits for a round's gradient only 2p rounds after it sent t
 with p = 2 (S = 3), four rounds share each round trip between the parties. The coordinator sends
 AHEAD + 2p rounds' calls ahead, so that the parties never wait for it.
 
+At an epoch's end with --overlap-validation (`EpochEnd`, the round loop's) the coordinator
+does not wait for the last rounds before the next epoch: the steps still due travel first in
+each party's validation call, which runs after its last round call, and the next epoch's first
+rounds leave one as each last round is collected, each party taking them after its validation.
+Every party runs what it ran when the coordinator waited, in the same order: the same numbers.
+
 A round's record (who stepped) is complete once the calls that carried its steps are back; the
 records leave in round order. The price is the pipelined relay's: under failures, liveness
 transitions are registered later than with exact rounds.
@@ -25,6 +31,8 @@ transitions are registered later than with exact rounds.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -36,9 +44,12 @@ from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.protocol import RoundCall, RoundResult, Step
 from vfl_core.training.direct import AHEAD, RoundInFlight, after, planned_calls
+from vfl_core.training.direct_eval import Started, Turns
 
 if TYPE_CHECKING:
     from vfl_core.training.ports import RoundRun
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -73,21 +84,64 @@ class _State:
     waiting: deque[_Round] = field(default_factory=deque)  # collected, in round order
 
 
+@dataclass
+class Ahead:
+    """The next epoch's first rounds, sent before this epoch's last rounds were back (one as
+    each of those is collected: the calls in flight to a party stay as many as inside an
+    epoch, within what it accepts at once): the engine's run of that epoch takes them over."""
+
+    epoch: int
+    first_round: int
+    batches: Sequence[Batch]  # its first batches that may leave ahead
+    state: _State
+    flight: deque[_Round] = field(default_factory=deque)
+    started: int = 0  # of `batches`, whose calls left
+
+    def more(self, fed: RoundRun) -> None:
+        """The next of `batches` (blocks counted from the epoch's first round), if any."""
+        i = self.started
+        if i >= len(self.batches):
+            return
+        round_id = self.first_round + i
+        r = _Round(round_id, self.epoch, self.batches[i], round_id + fed.request_id)
+        self.state.rounds[r.round_id] = r
+        _start(fed, r, i // fed.config.rounds_per_call, self.state)
+        self.flight.append(r)
+        self.started += 1
+
+
+# The round loop's end of an epoch taken before its last rounds are back (vfl_core.training.
+# round_loop): given the last round started and what each party still has to step, the
+# validation sent with those steps, the next epoch and its batches to send ahead; None: the
+# epoch ends as usual (the parties drain, the coordinator waits for them)
+EpochEnd = Callable[[int, Turns], "tuple[Started, int, Sequence[Batch]] | None"]
+
+
 def run(
     fed: RoundRun,
     epoch: int,
     batches: Sequence[Batch],
     first_round: int,
     stop: Callable[[], bool] | None = None,
+    epoch_end: EpochEnd | None = None,
 ) -> Iterator[RoundRecord]:
     """vfl_core.training.direct.run with staleness: the same contract (records in order,
-    nothing in flight at the end; `stop` asked before each new block of rounds)."""
+    none of `batches`' calls in flight at the end; `stop` asked before each new block of
+    rounds). The rounds the previous epoch sent ahead are taken over; `epoch_end` (`batches`
+    end the epoch) may send the validation and the next epoch's first rounds before the last
+    rounds are back (those rounds then in flight at the end: `fed.ahead`)."""
     p = fed.config.rounds_per_call
-    state = _State()
-    flight: deque[_Round] = deque()
-    last = -1
+    ahead, fed.ahead = fed.ahead, None
+    state, flight, skip = _State(), deque[_Round](), 0
+    if ahead is not None:
+        assert (ahead.epoch, ahead.first_round) == (epoch, first_round), "rounds sent ahead lost"
+        state, flight, skip = ahead.state, ahead.flight, ahead.started
+    last = first_round + skip - 1
     for i, batch in enumerate(batches):
+        if i < skip:
+            continue
         if i and i % p == 0 and stop is not None and stop():
+            epoch_end = None  # the epoch goes on after the pause
             break
         r = _Round(first_round + i, epoch, batch, first_round + i + fed.request_id)
         state.rounds[r.round_id] = r
@@ -96,12 +150,24 @@ def run(
         flight.append(r)
         if len(flight) > AHEAD + 2 * p:
             yield from _collect(fed, flight.popleft(), state)
-    drain = _drain(fed, epoch, last, state)
+    ends, following = _end(fed, epoch, last, state, epoch_end)
+    tail = time.perf_counter()
     while flight:
         yield from _collect(fed, flight.popleft(), state)
-    if drain is not None:
-        yield from _collect(fed, drain, state)
+        if following is not None:
+            following.more(fed)
+    for end in ends:
+        yield from _collect(fed, end, state)
+    fed.ahead = following
     assert not state.waiting, "the direct rounds drained with steps unreported"
+    # where an epoch's end goes: the last rounds' reports, waited for after the last call left
+    log.info(
+        "rounds %d-%d: the last reports back %.1f ms after the last call left (%s)",
+        first_round,
+        last,
+        1000 * (time.perf_counter() - tail),
+        "next epoch sent ahead" if fed.ahead is not None else "drained",
+    )
 
 
 def run_one(fed: RoundRun, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
@@ -128,23 +194,53 @@ def _start(fed: RoundRun, r: _Round, block_index: int, state: _State) -> None:
     r.collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
 
 
-def _drain(fed: RoundRun, epoch: int, last: int, state: _State) -> _Round | None:
-    """A steps-only call to every party with rounds still to step (tagged with the last round
-    started), as the pipelined engine's drain at the end of the rounds."""
+def _end(
+    fed: RoundRun, epoch: int, last: int, state: _State, epoch_end: EpochEnd | None
+) -> tuple[list[_Round], Ahead | None]:
+    """The end of the rounds: every party steps the rounds still due to it, with a
+    steps-only call, or, where the epoch's end goes ahead (`epoch_end`), first thing in its
+    validation call. The calls whose reports complete the last rounds' records, and the next
+    epoch's rounds to send ahead (None: the epoch ends as usual)."""
+    due = {b: tuple(s for _, s in d) for b, d in sorted(state.due.items()) if d}
+    went = None
+    if epoch_end is not None:
+        went = epoch_end(last, Turns(after=dict(state.sent), steps=due))
+    if went is None:
+        drain = _drain(fed, epoch, last, state, due)
+        return ([] if drain is None else [drain]), None
+    started, next_epoch, batches = went
+    validated = _Round(last, epoch, Batch((), np.empty(0, np.int64)), 0, collected=True)
+    validated.carries = {b: _ids(d) for b, d in due.items() if b in started.blocks}
+    validated.collect = started.reports
+    rest = {b: d for b, d in due.items() if b not in started.blocks}
+    drain = _drain(fed, epoch, last, state, rest)
+    if drain is not None:  # (a drain's call and the next round's would share its turn)
+        return [validated, drain], None
+    return [validated], Ahead(next_epoch, last + 1, batches, _State(sent=dict(state.sent)))
+
+
+def _ids(steps: tuple[Step, ...]) -> tuple[int, ...]:
+    return tuple(s.round_id for s in steps)
+
+
+def _drain(
+    fed: RoundRun, epoch: int, last: int, state: _State, due: dict[int, tuple[Step, ...]]
+) -> _Round | None:
+    """A steps-only call to every party of `due` (tagged with the last round started), as the
+    pipelined engine's drain at the end of the rounds."""
     calls = {
         block: RoundCall(
             round_id=last,
             epoch=epoch,
             after=state.sent.get(block, -1),
-            steps_after=tuple(s for _, s in due),
+            steps_after=steps,
         )
-        for block, due in sorted(state.due.items())
-        if due
+        for block, steps in due.items()
     }
     if not calls:
         return None
     drain = _Round(last, epoch, Batch((), np.empty(0, np.int64)), 0, collected=True)  # no round
-    drain.carries = {b: tuple(s.round_id for s in c.steps_after) for b, c in calls.items()}
+    drain.carries = {b: _ids(c.steps_after) for b, c in calls.items()}
     drain.collect = fed.transport.direct(calls)  # type: ignore[attr-defined]
     return drain
 

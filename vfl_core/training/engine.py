@@ -125,6 +125,9 @@ class Federation:
     # --overlap-validation on the direct plane: block -> the round after which its validation
     # call left, which its next round call waits for (vfl_core.training.late_validation)
     validation_turns: dict[int, int] = field(init=False, default_factory=dict)
+    # the next epoch's first rounds, sent before this epoch's last ones were back
+    # (vfl_core.training.direct_stale.Ahead)
+    ahead: Any = field(init=False, default=None)
     # who follows the run (vfl_core.persistence.run_log.RunLog, the coordinator's checkpointer and
     # round log)
     observers: list[Observer[Federation]] = field(default_factory=list)

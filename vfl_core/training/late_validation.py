@@ -52,6 +52,15 @@ class _Pending:
     started: direct_eval.Started
 
 
+@dataclass
+class _Begun:
+    """Epoch `epoch`'s end as far as it was taken (`LateValidation.begin`)."""
+
+    epoch: int
+    stopping: bool
+    started: direct_eval.Started | None
+
+
 class LateValidation:
     """Validator.stop_early with the verdict one epoch late."""
 
@@ -61,15 +70,44 @@ class LateValidation:
         self.pending: _Pending | None = None
         # a best epoch's round and the blocks holding a copy of it, kept with the next call
         self.keep: tuple[int, tuple[int, ...]] | None = None
+        self.begun: _Begun | None = None  # an epoch's end taken early (`begin`)
 
     def stop_early(self) -> bool:
         """After epoch e: the verdict on epoch e - 1 (its validation back); True (stop) when the
         epochs up to e - 1 say so: epoch e, trained meanwhile, is then neither scored nor kept,
         so the run ends on the model it ends on without the option."""
         fed, stop = self.fed, self.fed.early_stop
+        assert stop is not None and fed.train_rows.validation is not None
+        epoch, last_round = fed.cursor.epoch - 1, fed.round_id - 1
+        begun, self.begun = self.begun, None
+        if begun is None or begun.epoch != epoch:
+            begun = self._begin(epoch, last_round, None)
+        if begun.started is not None:  # on the direct plane while epoch e + 1 trains
+            return False
+        self._keep_now()
+        if begun.stopping:  # epoch e was trained on speculation: not scored, its weights discarded
+            stop.stopped_epoch = epoch
+            return True
+        # scored now: in process, through the relay, or the last epoch
+        report = fed.evaluate("train", index=fed.train_rows.validation)
+        self.observe(epoch, report, last_round, None)
+        return False
+
+    def begin(
+        self, epoch: int, last_round: int, turns: direct_eval.Turns
+    ) -> direct_eval.Started | None:
+        """Epoch `epoch`'s end taken before its last rounds are back (the next epoch sent
+        ahead, vfl_core.training.direct_stale): the verdict on the epoch before, and, where the
+        run goes on, this epoch's validation sent with `turns`; the validation started (its
+        calls out on the direct plane) or None (the run stops, or the validation is scored at
+        the epoch's end: nothing was sent). `stop_early` after the epoch takes the rest."""
+        self.begun = self._begin(epoch, last_round, turns)
+        return self.begun.started
+
+    def _begin(self, epoch: int, last_round: int, turns: direct_eval.Turns | None) -> _Begun:
+        fed, stop = self.fed, self.fed.early_stop
         validation = fed.train_rows.validation
         assert stop is not None and validation is not None
-        epoch, last_round = fed.cursor.epoch - 1, fed.round_id - 1
         if self.pending is not None:  # epoch e - 1's validation: its reports are back by now
             pending, self.pending = self.pending, None
             report = direct_eval.finish(fed, pending.started)
@@ -77,26 +115,22 @@ class LateValidation:
             if self.observe(pending.epoch, report, pending.last_round, holders):
                 self.keep = (pending.last_round, pending.started.blocks)
         # the patience ran out at epoch e - 1 (its figure is in, whichever way it was scored)
-        stopping = stop.due and fed.cursor.epoch < fed.config.epochs
-        last = fed.cursor.epoch >= fed.total_epochs
-        if not (stopping or last):
-            started = direct_eval.start(fed, "train", validation, hold=True, keep=self.keep)
-            if started is not None:
-                if self.keep is not None:  # a holder not called now keeps with a call of its own
-                    round_id, holders = self.keep
-                    self.keep = (round_id, tuple(set(holders) - set(started.blocks)))
-                    self._keep_now()
-                fed.validation_turns.update(dict.fromkeys(started.blocks, max(last_round, 0)))
-                self.pending = _Pending(epoch, last_round, started)
-                return False
-        self._keep_now()
-        if stopping:  # epoch e was trained on speculation: not scored, its weights discarded
-            stop.stopped_epoch = epoch
-            return True
-        # scored now: in process, through the relay, or the last epoch
-        report = fed.evaluate("train", index=validation)
-        self.observe(epoch, report, last_round, None)
-        return False
+        stopping = stop.due and epoch + 1 < fed.config.epochs
+        last = epoch + 1 >= fed.total_epochs
+        if stopping or last:
+            return _Begun(epoch, stopping, None)
+        started = direct_eval.start(
+            fed, "train", validation, hold=True, keep=self.keep, turns=turns
+        )
+        if started is None:
+            return _Begun(epoch, stopping, None)
+        if self.keep is not None:  # a holder not called now keeps with a call of its own
+            round_id, holders = self.keep
+            self.keep = (round_id, tuple(set(holders) - set(started.blocks)))
+            self._keep_now()
+        fed.validation_turns.update(dict.fromkeys(started.blocks, max(last_round, 0)))
+        self.pending = _Pending(epoch, last_round, started)
+        return _Begun(epoch, stopping, started)
 
     def _keep_now(self) -> None:
         """A best epoch's keep that no validation call carried (the next one was not on the

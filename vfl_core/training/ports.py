@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from vfl_core.methods.outcomes import RoundRecord
     from vfl_core.methods.spec import MethodSpec, ProgramHooks
     from vfl_core.protocol import FuseCall, FuseResult, PartyInfo
+    from vfl_core.training import direct_eval
+    from vfl_core.training.direct_eval import Turns
     from vfl_core.training.early_stop import EarlyStop
     from vfl_core.training.records import Cursor, EpochSummary, Observer, Pause
 
@@ -42,6 +44,7 @@ class Run(FederationPort, Protocol):
     alignment: str  # "hmac" or "psi"
     rejoin_timeout_s: float | None
     validation_turns: dict[int, int]  # (vfl_core.training.late_validation)
+    ahead: Any  # (vfl_core.training.direct_stale.Ahead)
 
     @property
     def spec(self) -> MethodSpec: ...
@@ -126,6 +129,9 @@ class Choosing(Protocol):
     """Validator (vfl_core.training.validation) as the round loop and the evaluator use it."""
 
     def stop_early(self) -> bool: ...
+    def begin_epoch_end(
+        self, epoch: int, last_round: int, turns: Turns
+    ) -> direct_eval.Started | None: ...
     def restore_best(self) -> bool: ...
     def threshold(self) -> float | None: ...
     def served(

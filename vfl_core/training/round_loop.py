@@ -21,9 +21,11 @@ from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.liveness import DOWN
 from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.training import direct, direct_stale, pipeline
+from vfl_core.training.direct import AHEAD
 from vfl_core.training.records import Cursor, EpochSummary
 
 if TYPE_CHECKING:
+    from vfl_core.training.direct_eval import Started, Turns
     from vfl_core.training.ports import LoopRun
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,8 @@ class RoundLoop:
         if start_epoch > fed.cursor.epoch:
             fed.cursor = Cursor(epoch=start_epoch)
         while fed.cursor.epoch < fed.total_epochs:
-            fed.aligner.again_if_due()
+            if fed.ahead is None:  # (rounds sent ahead: a new alignment waits an epoch)
+                fed.aligner.again_if_due()
             self.train_epoch(fed.cursor.epoch)
             if fed.validator.stop_early():
                 break
@@ -121,20 +124,58 @@ class RoundLoop:
         every = fed.checkpoint_every or len(batches) + fed.round_id + 1
         start = 0
         while start < len(batches):
-            if presence.pause_due():
+            if fed.ahead is None and presence.pause_due():  # (sent ahead: they are out)
                 yield presence.round_when_up(epoch, batches[start])
                 start += 1
                 continue
             end = start + (every - fed.round_id % every)  # up to the next checkpoint round
-            engine = pipeline  # the relay's rounds (in process: nothing to relay)
-            if direct.supported(fed):  # tensors between the parties
-                engine = direct if direct.exact(fed) else direct_stale
-            rounds = engine.run(
-                fed, epoch, batches[start:end], fed.round_id, stop=presence.pause_due
-            )
+            if direct.supported(fed) and not direct.exact(fed):
+                # the epoch's end may go ahead where it is no checkpoint round
+                ahead = self._epoch_end(epoch) if end > len(batches) else None
+                rounds = direct_stale.run(
+                    fed,
+                    epoch,
+                    batches[start:end],
+                    fed.round_id,
+                    stop=presence.pause_due,
+                    epoch_end=ahead,
+                )
+            else:
+                engine = direct if direct.supported(fed) else pipeline  # (in process: relay's)
+                rounds = engine.run(
+                    fed, epoch, batches[start:end], fed.round_id, stop=presence.pause_due
+                )
             for record in rounds:
                 start += 1
                 yield record
+
+    def _epoch_end(self, epoch: int) -> direct_stale.EpochEnd:
+        """Epoch `epoch`'s end taken as its last rounds leave (direct_stale.EpochEnd): with
+        --overlap-validation, its validation and the next epoch's first rounds go out at once,
+        each party running them after its last rounds; the coordinator's wait for those
+        rounds no longer delays the parties. Not where the next epoch may differ from its
+        plan: a new alignment or a pause due, or no next epoch."""
+        fed = self.fed
+
+        def end(last: int, turns: Turns) -> tuple[Started, int, Sequence[Batch]] | None:
+            following = epoch + 1
+            if following >= fed.total_epochs or fed.aligner.due or fed.presence.pause_due():
+                return None
+            now = fed.round_id
+            fed.round_id = last + 1  # the clock as after the epoch's last record
+            try:
+                started = fed.validator.begin_epoch_end(epoch, last, turns)
+            finally:
+                fed.round_id = now
+            if started is None:
+                return None
+            plan = fed.plan(following)
+            size = AHEAD + 2 * fed.config.rounds_per_call  # as many as a run keeps in flight
+            if fed.checkpoint_every:  # up to the next checkpoint round
+                size = min(size, fed.checkpoint_every - (last + 1) % fed.checkpoint_every)
+            return started, following, plan[:size]
+
+        return end
 
     def _summary(self, epoch: int, rounds: int, seconds: float) -> EpochSummary:
         c = self.fed.cursor

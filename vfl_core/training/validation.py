@@ -26,6 +26,7 @@ from vfl_core.inference.choice import (
 )
 from vfl_core.inference.metrics import EvalReport
 from vfl_core.methods.liveness import DOWN
+from vfl_core.training import direct_eval
 from vfl_core.training.cut_short import heads_left, no_head_answered
 from vfl_core.training.late_validation import LateValidation
 from vfl_core.training.retry import Backoff
@@ -65,6 +66,20 @@ class Validator:
             stop.stopped_epoch = epoch
             return True
         return False
+
+    def begin_epoch_end(
+        self, epoch: int, last_round: int, turns: direct_eval.Turns
+    ) -> direct_eval.Started | None:
+        """Epoch `epoch`'s end before its last rounds are back (the next epoch sent ahead,
+        vfl_core.training.direct_stale): with --overlap-validation, the verdict on the epoch
+        before and this epoch's validation sent with `turns` (LateValidation.begin); the
+        validation started, or None (nothing sent: the epoch ends as usual)."""
+        fed = self.fed
+        if not fed.config.overlap_validation or fed.early_stop is None:
+            return None
+        if fed.train_rows.validation is None:
+            return None
+        return self.late.begin(epoch, last_round, turns)
 
     def observe(
         self, epoch: int, report: EvalReport, last_round: int, kept: list[int] | None = None

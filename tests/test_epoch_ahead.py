@@ -1,0 +1,126 @@
+"""The next epoch sent ahead on the direct plane with --staleness and --overlap-validation
+(vfl_core.training.direct_stale, round_loop): at an epoch's end the coordinator sends the
+validation (carrying the steps still due to each party) and the next epoch's first rounds before
+its last rounds are back. In one process, with the threaded test transport of
+tests/test_direct_plane.py: the same numbers as the in-process federation, on that schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_direct_plane import K, MemoryLinks, ThreadedDirect, _train
+
+from vfl_core.config import TrainConfig
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import load_party_dir
+from vfl_core.data.prepare import prepare_parties
+from vfl_core.errors import ProtocolError
+from vfl_core.protocol import EmbedCall, EvalBatch, Evaluation, RoundCall, RoundResult, Step
+from vfl_core.training.direct_eval_party import run_call
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
+from vfl_wire import convert
+from vfl_wire.convert_direct import PeerAddress, round_call_from_proto, round_call_to_proto
+
+EPOCHS = 4
+WAIT_S = 30.0  # nothing is lost here: a late push is a loaded machine's
+
+
+class Recording(ThreadedDirect):
+    """ThreadedDirect whose parties run validations too (run_call), recording for each batch of
+    calls how many batches before it had been collected when it left."""
+
+    def __init__(self, parties: dict[int, Party]) -> None:
+        super().__init__(parties)
+        self.collected: list[int] = []  # per batch of calls: the batches collected before it
+        self.done: set[int] = set()
+
+    def direct(self, calls: dict[int, RoundCall]) -> Callable[[], dict[int, RoundResult]]:
+        index = len(self.calls)
+        self.calls.append(calls)
+        self.collected.append(len(self.done))
+        waits = {"embed_wait_s": WAIT_S, "grad_wait_s": 2 * WAIT_S}
+        futures = {
+            b: self.workers[b].submit(
+                run_call, self.parties[b], replace(c, **waits), MemoryLinks(b, self)
+            )
+            for b, c in calls.items()
+        }
+
+        def collect() -> dict[int, RoundResult]:
+            self.done.add(index)
+            return {b: f.result() for b, f in futures.items()}
+
+        return collect
+
+
+def _parties(base: Path, train: TrainConfig) -> dict[int, Party]:
+    """Digits in three blocks, the labels at block 0 only (the validation on the direct plane)."""
+    paths = prepare_parties(
+        load_digits_dataset(), base, K, [0.1] * K, [0.1] * K, 0.2, seed=0, label_blocks=[0]
+    )
+    data = [load_party_dir(p) for p in paths]
+    return {d.meta.block: Party(f"party{d.meta.block}", d, train, secret=b"s") for d in data}
+
+
+def test_given_overlapped_validation_when_an_epoch_ends_then_the_next_goes_ahead_bit_identically(
+    tmp_path: Path,
+) -> None:
+    train = TrainConfig(
+        seed=0, epochs=EPOCHS, data_plane="direct", staleness=3, overlap_validation=True,
+        early_stop_patience=EPOCHS, batch_size=256,
+    )  # fmt: skip
+    relay = _parties(tmp_path / "a", train)
+    want = _train(relay, InProcessTransport(relay), train)
+    direct = _parties(tmp_path / "b", train)
+    transport = Recording(direct)
+    got = _train(direct, transport, train)
+
+    assert [r.to_json() for r in got] == [r.to_json() for r in want]
+    for block, party in relay.items():
+        np.testing.assert_array_equal(direct[block].parameters_vector(), party.parameters_vector())
+
+    # the schedule: each validation but the last epoch's carries the steps still due to the
+    # parties, and the next epoch's first round leaves before that validation is collected
+    validations = [
+        i
+        for i, calls in enumerate(transport.calls)
+        if any(c.evaluation is not None and c.evaluation.split == "train" for c in calls.values())
+    ]
+    ahead = [i for i in validations if any(c.steps_before for c in transport.calls[i].values())]
+    assert len(ahead) == EPOCHS - 1, (validations, ahead)
+    for i in ahead:
+        calls = transport.calls[i]
+        assert all(c.after >= 0 for c in calls.values())  # after each party's last round
+        following = transport.calls[i + 1]
+        assert any(c.embed is not None and c.after_validation for c in following.values())
+        assert transport.collected[i + 1] <= i  # left before the validation was collected
+    drains = [c for calls in transport.calls for c in calls.values() if c.steps_after]
+    assert len(drains) <= K  # only the last epoch's end drains with steps-only calls
+
+
+def test_given_a_validation_carrying_due_steps_when_converted_then_kept_and_others_refused() -> (
+    None
+):
+    """The validation sent ahead carries the steps still due before it (`steps_before`), which
+    the wire keeps; steps after it, or a deferred step, stay refused."""
+    batch = EvalBatch(EmbedCall(11, "train", np.array([4, 0]), b"d" * 32, False, (0, 1)), 5)
+    call = RoundCall(
+        round_id=9,
+        epoch=2,
+        send_to=(0,),
+        after=9,
+        evaluation=Evaluation("train", 0, (batch,), hold=True),
+        steps_before=(Step(8, (0,)), Step(9, (0,))),
+    )
+    header, peers = convert.header("r", "p"), {0: PeerAddress("party0", "h:1")}
+    got, _ = round_call_from_proto(round_call_to_proto(call, header, peers))
+    assert got.evaluation is not None and (got.after, got.steps_before) == (9, call.steps_before)
+    for bad in (replace(call, steps_after=(Step(9, (0,)),)), replace(call, defer_step=True)):
+        with pytest.raises(ProtocolError, match="only the steps before it"):
+            round_call_from_proto(round_call_to_proto(bad, header, peers))
