@@ -87,9 +87,14 @@ class ThreadedDirect(InProcessTransport):
         self.drop: Drop = drop or (lambda *_: False)
         self.box: dict[tuple[int, str, int, int], np.ndarray | None] = {}
         self.cond = threading.Condition()
-        # one worker per party, as vfl_client's servicer: a party runs its rounds in order
+        # one worker per party, as vfl_client's servicer: a party runs its rounds in order.
+        # Its torch thread count is the one the in-process federation it is compared with runs
+        # at (the caller's): a new thread starts at torch's default, and a matmul split over
+        # another number of threads adds up in another order, so the parties' numbers would
+        # drift from the reference's by an ulp from the first head step on
+        threads = torch.get_num_threads()
         self.workers = {
-            b: ThreadPoolExecutor(1, initializer=torch.set_num_threads, initargs=(1,))
+            b: ThreadPoolExecutor(1, initializer=torch.set_num_threads, initargs=(threads,))
             for b in parties
         }
         self.calls: list[dict[int, RoundCall]] = []

@@ -7,12 +7,13 @@ tests/test_direct_plane.py: the same numbers as the in-process federation, on th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from test_direct_plane import K, MemoryLinks, ThreadedDirect, _train
 
 from vfl_core.config import TrainConfig
@@ -102,6 +103,46 @@ def test_given_overlapped_validation_when_an_epoch_ends_then_the_next_goes_ahead
         assert transport.collected[i + 1] <= i  # left before the validation was collected
     drains = [c for calls in transport.calls for c in calls.values() if c.steps_after]
     assert len(drains) <= K  # only the last epoch's end drains with steps-only calls
+
+
+@pytest.fixture
+def two_torch_threads() -> Iterator[None]:
+    """Two intra-op threads on the calling thread, where the in-process federation runs (the
+    test session's setting is one), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("two_torch_threads")
+def test_given_the_callers_torch_threads_when_the_parties_run_on_workers_then_bit_identical(
+    tmp_path: Path,
+) -> None:
+    """The threaded transport's parties compute at the torch thread count of the caller, whose
+    in-process federation is the reference: at another count a matmul adds up in another
+    order, the head's first step already differs by an ulp, and with --staleness 1, the next
+    epoch sent ahead and the auto batch a loss differs from round 27 on (the harness, not the
+    direct plane: the workers were pinned to one thread while the caller ran at two)."""
+    train = TrainConfig(
+        seed=0, epochs=2, data_plane="direct", staleness=1, overlap_validation=True,
+        early_stop_patience=2,
+    )  # fmt: skip
+    relay = _parties(tmp_path / "a", train)
+    want = _train(relay, InProcessTransport(relay), train)
+    direct = _parties(tmp_path / "b", train)
+    transport = Recording(direct)
+    got = _train(direct, transport, train)
+
+    assert len(want) > 27  # past the round that differed
+    # the epoch's end went ahead: its validation carried the steps still due
+    calls = [c for calls in transport.calls for c in calls.values()]
+    assert any(c.evaluation is not None and c.steps_before for c in calls)
+    assert [r.to_json() for r in got] == [r.to_json() for r in want]
+    for block, party in relay.items():
+        np.testing.assert_array_equal(direct[block].parameters_vector(), party.parameters_vector())
+    seen = {b: w.submit(torch.get_num_threads).result() for b, w in transport.workers.items()}
+    assert seen == dict.fromkeys(direct, 2)
 
 
 def test_given_a_validation_carrying_due_steps_when_converted_then_kept_and_others_refused() -> (
