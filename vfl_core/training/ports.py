@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from vfl_core.methods.outcomes import RoundRecord
     from vfl_core.methods.spec import MethodSpec, ProgramHooks
     from vfl_core.protocol import FuseCall, FuseResult, PartyInfo
-    from vfl_core.training import direct_eval
-    from vfl_core.training.direct_eval import Turns
     from vfl_core.training.early_stop import EarlyStop
     from vfl_core.training.records import Cursor, EpochSummary, Observer, Pause
 
@@ -129,9 +127,9 @@ class Choosing(Protocol):
     """Validator (vfl_core.training.validation) as the round loop and the evaluator use it."""
 
     def stop_early(self) -> bool: ...
-    def begin_epoch_end(
-        self, epoch: int, last_round: int, turns: Turns
-    ) -> direct_eval.Started | None: ...
+    # turns: direct_eval.Turns, returns direct_eval.Started | None (Any, as `Run.ahead`: this
+    # module naming direct_eval would close an import circle, direct_eval naming EvaluatorRun)
+    def begin_epoch_end(self, epoch: int, last_round: int, turns: Any) -> Any: ...
     def restore_best(self) -> bool: ...
     def threshold(self) -> float | None: ...
     def served(
