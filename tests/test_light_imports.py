@@ -5,10 +5,17 @@ import path of vfl_coordinator.runner or vfl_cli.app."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from harness import Cluster
+
+RUN_TIMEOUT_S = 300.0
+# a line of `python -X importtime` that imports the torch package itself (at any time of the run)
+_TORCH_IMPORT = re.compile(r"^import time:.*\|\s*torch$", re.M)
 
 
 @pytest.mark.parametrize(
@@ -23,3 +30,22 @@ def test_given_a_fresh_interpreter_when_module_imported_then_torch_is_not_loaded
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", f"{module} imports torch"
+
+
+def test_given_a_short_relay_run_when_the_coordinator_finishes_then_it_never_imported_torch(
+    cluster: Cluster, party_dirs: list[Path]
+) -> None:
+    """The whole run: registration, alignment, the rounds relayed, each epoch's run log (its
+    TensorBoard events too) and the test evaluation; `-X importtime` logs every import the
+    coordinator makes, the lazy ones included."""
+    coord, clients = cluster.federation(
+        party_dirs, epochs=1, wrap=[sys.executable, "-X", "importtime"]
+    )
+    assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
+    for client in clients:
+        assert client.wait(60) == 0, cluster.describe()
+    assert coord.results() is not None, cluster.describe()
+    assert (coord.out / "tensorboard").is_dir()  # the run log's events were written
+    log = coord.log()
+    assert "import time:" in log and "vfl_coordinator.runner" in log
+    assert not _TORCH_IMPORT.search(log), "the coordinator imported torch"
