@@ -32,6 +32,7 @@ def test_given_a_fresh_interpreter_when_module_imported_then_torch_is_not_loaded
     assert done.stdout.strip() == "[]", f"{module} imports torch"
 
 
+@pytest.mark.slow
 def test_given_a_short_relay_run_when_the_coordinator_finishes_then_it_never_imported_torch(
     cluster: Cluster, party_dirs: list[Path]
 ) -> None:
