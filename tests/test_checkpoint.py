@@ -312,7 +312,7 @@ def test_given_crash_while_writing_temp_file_when_saving_then_previous_checkpoin
         f.write(b"PK\x03\x04 half a zip")
         raise KeyboardInterrupt  # e.g. SIGINT in the middle of torch.save
 
-    monkeypatch.setattr(checkpoint.torch, "save", torn_write)
+    monkeypatch.setattr(torch, "save", torn_write)  # save_checkpoint imports torch when called
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(path, _state(), CONFIG_JSON, {"version": 2})
     monkeypatch.undo()

@@ -27,6 +27,8 @@ from vfl_core.training.party import Party
 
 K = 4
 SECRET = b"run-log-test"
+# the module the run log writes TensorBoard events with: None in sys.modules makes its import fail
+NO_BOARD = "tensorboard.summary.writer.event_file_writer"
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -58,7 +60,7 @@ def lines(path: Path) -> list[dict]:
 def test_given_three_epochs_when_logged_then_one_json_line_each_with_losses_and_liveness(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # JSON lines only
+    monkeypatch.setitem(sys.modules, NO_BOARD, None)  # JSON lines only
     test = MetricRow("all", 30, 0.75, 0.8, 0.7)
     with RunLog(tmp_path) as run_log:
         for epoch in range(3):
@@ -83,7 +85,7 @@ def test_given_three_epochs_when_logged_then_one_json_line_each_with_losses_and_
 def test_given_regression_metrics_when_logged_then_the_errors_not_accuracy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    monkeypatch.setitem(sys.modules, NO_BOARD, None)
     test = MetricRow("all", 88, rmse=61.2, mae=52.3, r2=0.37, federation_rmse=60.5)
     with RunLog(tmp_path) as run_log:
         run_log.write(liveness_record(summary(0), liveness(), test))
@@ -94,7 +96,7 @@ def test_given_regression_metrics_when_logged_then_the_errors_not_accuracy(
 def test_given_log_of_a_crashed_run_when_resumed_then_later_epochs_cut_and_new_ones_appended(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    monkeypatch.setitem(sys.modules, NO_BOARD, None)
     with RunLog(tmp_path) as run_log:
         for epoch in range(4):
             run_log.write(liveness_record(summary(epoch), liveness()))
@@ -115,7 +117,7 @@ def test_given_log_of_a_crashed_run_when_resumed_then_later_epochs_cut_and_new_o
 def test_given_no_tensorboard_when_logging_then_debug_message_once_and_json_still_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import raises
+    monkeypatch.setitem(sys.modules, NO_BOARD, None)  # import raises
     with (
         caplog.at_level(logging.DEBUG, logger="vfl_core.persistence.run_log"),
         RunLog(tmp_path) as run_log,
@@ -150,6 +152,25 @@ def test_given_tensorboard_when_logging_then_event_file_holds_the_epoch_scalars(
     tests = {t for t in events.Tags()["scalars"] if t.startswith("test/")}
     assert tests == {"test/rmse", "test/mae", "test/r2"}  # the task's metrics that it has
     assert [(e.step, e.value) for e in events.Scalars("test/rmse")] == [(2, pytest.approx(61.2))]
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorboard") is None, reason="tensorboard is not installed"
+)
+def test_given_a_resumed_run_when_logged_then_tensorboard_shows_each_epoch_once(
+    tmp_path: Path,
+) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with RunLog(tmp_path) as run_log:
+        for epoch in range(4):
+            run_log.write(liveness_record(summary(epoch), liveness()))
+    with RunLog(tmp_path, first_epoch=2) as run_log:  # epochs 2 and 3 run again
+        for epoch in range(2, 4):
+            run_log.write(liveness_record(summary(epoch), liveness()))
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("loss/mean")] == [0, 1, 2, 3]
 
 
 # ------------------------------------------------------------------ attached to a federation

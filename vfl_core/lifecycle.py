@@ -30,7 +30,6 @@ from vfl_core.config import TrainConfig
 from vfl_core.inference.metrics import EvalReport, format_table, unscored_note
 from vfl_core.inference.subsets import SubsetResult, evaluate_subsets
 from vfl_core.persistence.run_log import RunLog
-from vfl_core.privacy.defences import epsilon
 from vfl_core.protocol import Transport
 from vfl_core.training.alignment import check_shared
 from vfl_core.training.cut_short import heads_left, no_head_answered
@@ -331,6 +330,8 @@ def privacy_record(fed: Federation) -> dict[str, object] | None:
     if config.embedding_clip is not None and train is not None and train.rows:
         fewest = min(int((rows >= 0).sum()) for rows in train.rows.values())
         rate = min(1.0, fed.train_rows.batch_size() / max(1, fewest))
+        from vfl_core.privacy.defences import epsilon  # the module's defences need torch
+
         eps = epsilon(config.embedding_noise, rate, fed.round_id, config.delta)
         out |= {"embedding_epsilon": eps, "sample_rate": rate, "releases": fed.round_id}
     return out

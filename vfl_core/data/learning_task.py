@@ -11,20 +11,21 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
-from torch import nn
 
 from vfl_core.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported where a loss or a tensor is used: the coordinator needs none
+    import torch
 
 Task = Literal["classification", "regression"]
 TASKS: tuple[str, ...] = ("classification", "regression")
 CLASSIFICATION: Task = "classification"
 REGRESSION: Task = "regression"
 # A head's loss: (output, target) -> the mean loss of the batch (a 0-d tensor).
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+LossFn = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
 def head_loss(task: str, label_smoothing: float = 0.0) -> LossFn:
@@ -34,6 +35,8 @@ def head_loss(task: str, label_smoothing: float = 0.0) -> LossFn:
     LASER sum uses it with the same weights a_i, so the sampled loss stays unbiased.
     Classification: cross-entropy, with `label_smoothing` (TrainConfig.label_smoothing) of each
     target spread over the classes."""
+    from torch import nn
+
     if task == REGRESSION:
         return nn.functional.mse_loss
     if label_smoothing:
@@ -101,8 +104,12 @@ class TargetScaler:
         return cls(float(values.mean()), std if std > 0 else 1.0, log)
 
     def standardize(self, y: torch.Tensor) -> torch.Tensor:
+        import torch
+
         return ((torch.log1p(y) if self.log else y) - self.mean) / self.std
 
     def restore(self, z: torch.Tensor) -> torch.Tensor:
+        import torch
+
         value = z * self.std + self.mean
         return torch.expm1(value) if self.log else value

@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from vfl_core.model.model_bank import key_name
+from vfl_core.model.slots import key_name
 
 # heads: each predicting head is scored and the federation averages their probabilities;
 # vote: only the majority vote of the heads is scored; subset: one predictor named by its subset.

@@ -18,6 +18,8 @@ from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.models import build_head, build_representation
 from vfl_core.model.num_embeddings import NumericFit
 from vfl_core.model.slots import CONCAT_HEAD, SHARED, Subset
+from vfl_core.model.slots import key_name as key_name
+from vfl_core.model.slots import name_key as name_key
 from vfl_core.seeding import Stream, derive_seed
 
 
@@ -60,14 +62,6 @@ def subset_code(key: Subset) -> tuple[int, ...]:
     if key == CONCAT_HEAD:
         return (0,)
     return () if key == SHARED else (1 + sum(1 << b for b in key),)
-
-
-def key_name(key: Subset) -> str:
-    return ",".join(map(str, key))
-
-
-def name_key(name: str) -> Subset:
-    return tuple(int(x) for x in name.split(",")) if name else SHARED
 
 
 class ModelBank:

@@ -13,3 +13,12 @@ SHARED: Subset = ()  # the slot key of a party's one shared representation model
 # The key of a LASER-VFL label party's second head, on the zero-filled concatenation of the present
 # embeddings (TrainConfig.concat_head); no subset of blocks has a negative block.
 CONCAT_HEAD: Subset = (-1,)
+
+
+def key_name(key: Subset) -> str:
+    """A slot key's wire/file name: its blocks joined by commas (`SHARED` is the empty name)."""
+    return ",".join(map(str, key))
+
+
+def name_key(name: str) -> Subset:
+    return tuple(int(x) for x in name.split(",")) if name else SHARED

@@ -25,12 +25,15 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vfl_core.errors import ConfigError, DataError
-from vfl_core.training.party import Party
+
+if TYPE_CHECKING:
+    from vfl_core.training.party import Party
+
+# torch is imported by the functions that read or write a file: the coordinator imports this
+# module for its checkpoints, and a run that writes none never loads torch.
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,8 @@ def save_checkpoint(path: Path, state: dict, config_json: str, meta: dict) -> No
     check_plain(payload, "checkpoint")
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
+    import torch
+
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)
@@ -94,6 +99,8 @@ def check_config(path: Path, found_json: str, expect_json: str) -> None:
 def _read(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise DataError(f"{path}: no checkpoint file")
+    import torch
+
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (
@@ -144,7 +151,7 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {sentence[:160]}"
 
 
-_PLAIN = (str, int, float, bool, type(None), torch.Tensor)
+_PLAIN = (str, int, float, bool, type(None))
 
 
 def check_plain(value: object, where: str = "state") -> None:
@@ -156,11 +163,17 @@ def check_plain(value: object, where: str = "state") -> None:
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             check_plain(item, f"{where}[{i}]")
-    elif not isinstance(value, _PLAIN):
+    elif not isinstance(value, _PLAIN) and not _is_tensor(value):
         raise ConfigError(
             f"{where}: {type(value).__name__} cannot go into a checkpoint "
             "(tensors and plain types only)"
         )
+
+
+def _is_tensor(value: object) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -209,18 +210,46 @@ def read_records(path: Path, key: str) -> list[dict[str, Any]]:
     return out
 
 
-def _tensorboard(directory: Path, first_epoch: int) -> Any:
-    """A SummaryWriter, or None when tensorboard is not installed (it is optional)."""
+def _tensorboard(directory: Path, first_epoch: int) -> ScalarBoard | None:
+    """A ScalarBoard, or None when tensorboard is not installed (it is optional)."""
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        return ScalarBoard(directory, purge_step=first_epoch if first_epoch > 0 else None)
     except ImportError as err:
         log.debug("no TensorBoard event files (%s); epochs.jsonl only", err)
         return None
-    # purge_step hides the events of the epochs a resumed run repeats.
-    return SummaryWriter(str(directory), purge_step=first_epoch if first_epoch > 0 else None)
 
 
-def _scalars(board: Any, record: EpochRecord) -> None:
+class ScalarBoard:
+    """TensorBoard scalars, written with tensorboard's own event file writer: the events torch's
+    SummaryWriter writes for add_scalar, without importing torch (the coordinator writes this
+    log and needs no torch otherwise). `purge_step` hides the events of the epochs a resumed run
+    repeats, as SummaryWriter's does."""
+
+    def __init__(self, directory: Path, purge_step: int | None = None) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._event, self._summary = Event, Summary
+        self._writer = EventFileWriter(str(directory))
+        if purge_step is not None:
+            self._writer.add_event(Event(step=purge_step, file_version="brain.Event:2"))
+            start = SessionLog(status=SessionLog.START)
+            self._writer.add_event(Event(step=purge_step, session_log=start))
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        value_pb = self._summary.Value(tag=tag, simple_value=float(value))
+        summary = self._summary(value=[value_pb])
+        self._writer.add_event(self._event(summary=summary, step=step, wall_time=time.time()))
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def _scalars(board: ScalarBoard, record: EpochRecord) -> None:
     s, step = record.summary, record.summary.epoch
     board.add_scalar("loss/mean", s.mean_loss, step)
     for head, loss in s.head_losses.items():

@@ -20,14 +20,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from vfl_core.errors import VflError
 from vfl_core.methods.outcomes import well_formed
 from vfl_core.protocol import BackwardCall, RoundCall, RoundResult, Step
-from vfl_core.training.party import Party
+
+if TYPE_CHECKING:  # the coordinator reads the channel names here; the party (torch) it never runs
+    from vfl_core.training.party import Party
 
 log = logging.getLogger(__name__)
 

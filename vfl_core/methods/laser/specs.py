@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vfl_core.methods.laser.objective import head_tasks
 from vfl_core.methods.spec import (
     SHARED,
     HeadTask,
@@ -48,6 +47,8 @@ PLUG_DROPOUT = 0.5  # probability that an observed non-active block is dropped i
 def laser_tasks(c: TaskContext) -> list[HeadTask]:
     """One sampled subset per size containing the party, weighted a_i, then one per size of the
     present feature-only blocks, weighted b_i (vfl_core.methods.laser.objective)."""
+    from vfl_core.methods.laser.objective import head_tasks  # it needs torch; the registry must not
+
     tasks = head_tasks(c.block, c.present, c.unlabelled, c.rng)
     return [HeadTask(SHARED, s, w) for s, w in tasks]
 
