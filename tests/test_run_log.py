@@ -8,6 +8,7 @@ import importlib.util
 import json
 import logging
 import sys
+import time
 from copy import deepcopy
 from pathlib import Path
 
@@ -165,6 +166,10 @@ def test_given_a_resumed_run_when_logged_then_tensorboard_shows_each_epoch_once(
     with RunLog(tmp_path) as run_log:
         for epoch in range(4):
             run_log.write(liveness_record(summary(epoch), liveness()))
+    # TensorBoard reads event files in name order: the time in whole seconds, then a counter of
+    # this process that goes from 9 to 10 as text. A resumed run is a later process; here,
+    # the next second gives the second file the later name.
+    time.sleep(1.01 - time.time() % 1)
     with RunLog(tmp_path, first_epoch=2) as run_log:  # epochs 2 and 3 run again
         for epoch in range(2, 4):
             run_log.write(liveness_record(summary(epoch), liveness()))
