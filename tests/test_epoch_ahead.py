@@ -21,8 +21,10 @@ from vfl_core.data.datasets import load_digits_dataset
 from vfl_core.data.party_dir import load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ProtocolError
+from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.protocol import EmbedCall, EvalBatch, Evaluation, RoundCall, RoundResult, Step
 from vfl_core.training.direct_eval_party import run_call
+from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
 from vfl_wire import convert
@@ -103,6 +105,68 @@ def test_given_overlapped_validation_when_an_epoch_ends_then_the_next_goes_ahead
         assert transport.collected[i + 1] <= i  # left before the validation was collected
     drains = [c for calls in transport.calls for c in calls.values() if c.steps_after]
     assert len(drains) <= K  # only the last epoch's end drains with steps-only calls
+
+
+def _flow_train(parties: dict[int, Party], transport, train: TrainConfig) -> tuple[list, list]:
+    """_train, and the validation record (epoch, figure) early stopping kept."""
+    records: list[RoundRecord] = []
+    fed = Federation(transport, train, progress=False, on_round=records.append)
+    fed.align()
+    fed.train()
+    assert fed.early_stop is not None
+    return records, list(fed.early_stop.history)
+
+
+def test_given_epoch_flow_when_the_blocks_run_on_then_bit_identical_to_the_in_process_engine(
+    tmp_path: Path,
+) -> None:
+    """--epoch-flow: each epoch's first block is embedded before the last block of the epoch
+    before is stepped, and each party validates at its own epoch's end (a head with the heads
+    it held before the next epoch's first fuse). The direct plane computes what the in-process
+    federation does, validation figures and weights included; without the option the math
+    differs (the first block misses the last one's updates)."""
+    train = TrainConfig(
+        seed=0, epochs=EPOCHS, data_plane="direct", staleness=3, overlap_validation=True,
+        epoch_flow=True, early_stop_patience=EPOCHS, batch_size=256,
+    )  # fmt: skip
+    relay = _parties(tmp_path / "a", train)
+    want, want_history = _flow_train(relay, InProcessTransport(relay), train)
+    direct = _parties(tmp_path / "b", train)
+    transport = Recording(direct)
+    got, got_history = _flow_train(direct, transport, train)
+
+    assert [r.to_json() for r in got] == [r.to_json() for r in want]
+    assert got_history == want_history and len(want_history) == EPOCHS
+    for block, party in relay.items():
+        np.testing.assert_array_equal(direct[block].parameters_vector(), party.parameters_vector())
+
+    # the schedule: each validation but the last epoch's leaves after the next epoch's first
+    # block (whose calls carried the steps of the block before the last) and carries the last
+    # block's steps; a head held its heads in that first block
+    validations = [
+        i
+        for i, calls in enumerate(transport.calls)
+        if any(c.evaluation is not None and c.evaluation.split == "train" for c in calls.values())
+    ]
+    ahead = [i for i in validations if any(c.steps_before for c in transport.calls[i].values())]
+    assert len(ahead) == EPOCHS - 1, (validations, ahead)
+    for i in ahead:
+        calls = transport.calls[i]
+        last = next(iter(calls.values())).round_id
+        before = transport.calls[i - 1]
+        assert all(c.round_id > last and c.embed is not None for c in before.values())
+        # after each party's last call: the next epoch's first rounds, where it was in them
+        assert all(c.after >= 0 for c in calls.values())
+        assert any(c.after > last for c in calls.values())
+        held = [c for j in range(i - 2, i) for c in transport.calls[j].values() if c.hold_heads]
+        assert held and all(c.fuse is not None for c in held)
+        firsts = [c for j in range(i - 2, i) for c in transport.calls[j].values()]
+        carried = [s for c in firsts for s in c.steps_before]
+        assert carried and all(s.round_id <= last and s.epoch is not None for s in carried)
+
+    plain = _parties(tmp_path / "c", train)
+    drained, _ = _flow_train(plain, InProcessTransport(plain), train.model_copy(update={"epoch_flow": False}))
+    assert [r.to_json() for r in drained] != [r.to_json() for r in want]
 
 
 @pytest.fixture

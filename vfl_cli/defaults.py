@@ -23,6 +23,7 @@ TRAIN = {
     "wire_dtype": "float32",
     "staleness": 0,
     "overlap_validation": False,
+    "epoch_flow": False,
     "local_steps": 0,
     "early_stop_patience": None,
     "early_stop_min_improvement": 0.01,

@@ -324,6 +324,15 @@ class TrainOptions:
             show_default=shown(T["overlap_validation"]),
         ),
     ] = None
+    epoch_flow: Annotated[
+        bool | None,
+        Opt(
+            help="with --staleness and --overlap-validation: the rounds run on across an "
+            "epoch's end (the next epoch's first block misses the last block's updates), each "
+            "party validating at its own epoch's end; changes the math",
+            show_default=shown(T["epoch_flow"]),
+        ),
+    ] = None
     validation_fraction: Annotated[
         float | None,
         Opt(

@@ -231,6 +231,12 @@ class TrainConfig(_Frozen):
     # one epoch more trained; the best epoch's weights still kept exactly). False: the verdict at
     # each epoch's end, before the next epoch starts.
     overlap_validation: bool = False
+    # With --staleness and --overlap-validation: the blocks of rounds run on across an epoch's
+    # end (vfl_core.training.pipeline, direct_stale): the next epoch's first block is embedded
+    # before the epoch's last block is stepped (it misses that block's updates, within the
+    # staleness bound), and each party's validation is taken at its own epoch's end. Changes
+    # the math; False: every epoch's end drains the pipeline.
+    epoch_flow: bool = False
     # Local updates on cached tensors (vfl_core.methods.laser.local_steps; CELU-VFL, FedBCD).
     # 0: none, every update needs a round trip (the paper's Algorithm 1). R >= 1 changes the
     # math: after its exact update of a round, every party takes R more steps on that round's
@@ -389,6 +395,11 @@ class TrainConfig(_Frozen):
             raise ValueError(
                 f"method {self.method} runs steps of its own, which the direct data plane does "
                 "not carry (it carries Embed, Fuse and Backward): drop --data-plane direct"
+            )
+        if self.epoch_flow and not (self.staleness and self.overlap_validation):
+            raise ValueError(
+                "--epoch-flow runs the blocks of --staleness on across an epoch's end, with the "
+                "verdict of --overlap-validation: give both"
             )
         if self.data_plane == "direct" and self.staleness > MAX_DIRECT_STALENESS:
             raise ValueError(

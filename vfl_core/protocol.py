@@ -188,6 +188,9 @@ class Step:
 
     round_id: int
     grads_from: tuple[int, ...] = ()
+    # the round's epoch (its learning rate), where it is not the call's: a step of epoch e
+    # carried by a call of epoch e + 1 (--epoch-flow); None: the call's epoch
+    epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,10 @@ class RoundCall:
     # --overlap-validation: `after` names the validation call sent after round `after` (not the
     # round): this call runs once the party has taken that validation
     after_validation: bool = False
+    # --epoch-flow (vfl_core.training.direct_stale): a head holds a copy of its heads before
+    # this call's fuse, the heads as at the end of the epoch before, which that epoch's
+    # validation (sent after this call) predicts with (Party.hold_heads)
+    hold_heads: bool = False
 
 
 @dataclass(frozen=True)

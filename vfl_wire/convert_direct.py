@@ -72,6 +72,7 @@ def round_call_to_proto(
         steps_after=[_step_to_proto(s) for s in call.steps_after],
         defer_step=call.defer_step,
         after_validation=call.after_validation,
+        hold_heads=call.hold_heads,
     )
     if call.embed is not None:
         req.embed.CopyFrom(embed_call_to_proto(call.embed, None))
@@ -132,6 +133,7 @@ def round_call_from_proto(
         steps_after=steps_after,
         defer_step=req.defer_step,
         after_validation=req.after_validation,
+        hold_heads=req.hold_heads,
     )
     needed = {*call.send_to, *call.expect, *call.grads_from}
     needed |= {b for s in (*steps_before, *steps_after) for b in s.grads_from}
@@ -145,12 +147,17 @@ def round_call_from_proto(
 
 
 def _step_to_proto(step: Step) -> vfl_pb2.DeferredStep:
-    return vfl_pb2.DeferredStep(round_id=step.round_id, grads_from=step.grads_from)
+    return vfl_pb2.DeferredStep(
+        round_id=step.round_id, grads_from=step.grads_from, epoch=step.epoch
+    )
 
 
 def _steps_from_proto(steps, before: int, what: str) -> tuple[Step, ...]:
     """Earlier rounds' steps, each of a round below `before`, in increasing round order."""
-    out = tuple(Step(s.round_id, block_list(s.grads_from, what)) for s in steps)
+    out = tuple(
+        Step(s.round_id, block_list(s.grads_from, what), s.epoch if s.HasField("epoch") else None)
+        for s in steps
+    )
     ids = [s.round_id for s in out]
     if any(i < 0 or i >= before for i in ids) or ids != sorted(set(ids)):
         raise ProtocolError(f"{what}: rounds {ids} not increasing earlier rounds")

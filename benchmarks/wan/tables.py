@@ -68,6 +68,10 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "direct-stale3-overlap": (
         "--data-plane", "direct", "--staleness", "3", "--overlap-validation",
     ),
+    # the blocks run on across the epoch's end (vfl_core.training.direct_stale, --epoch-flow)
+    "direct-stale3-flow": (
+        "--data-plane", "direct", "--staleness", "3", "--overlap-validation", "--epoch-flow",
+    ),
     "local4": ("--local-steps", "4"),
     "local4-direct": ("--local-steps", "4", "--data-plane", "direct"),
     # a plain split network's recipe on the same towers: batch 256, constant Adam 1e-2,

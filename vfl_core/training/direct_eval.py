@@ -155,14 +155,17 @@ def start(
             rows = al.rows_of(b, p.batch.index)
             embed = EmbedCall(p.request, split, rows, digest, False, p.called)
             parts.setdefault(b, []).append(EvalBatch(embed, first, p.head))
+    senders = tuple(sorted(parts.keys() - {scorer}))
+    for b in () if turns is None else turns.steps:  # steps due but no batch: steps only
+        parts.setdefault(b, [])
     threshold = fed.validator.threshold()
     kept_round, keepers = keep if keep is not None else (None, ())
     calls = {
         b: RoundCall(
             round_id=max(fed.round_id - 1, 0),
             epoch=fed.cursor.epoch,
-            send_to=() if b == scorer else (scorer,),
-            expect=tuple(sorted(parts.keys() - {scorer})) if b == scorer else (),
+            send_to=() if b == scorer or not own else (scorer,),
+            expect=senders if b == scorer else (),
             evaluation=Evaluation(
                 split,
                 scorer,

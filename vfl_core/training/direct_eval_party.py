@@ -32,6 +32,7 @@ from vfl_core.protocol import (
     RoundResult,
     ScoreCall,
 )
+from vfl_core.training import held_heads
 from vfl_core.training.direct_party import VALIDATION, Links, run_round, run_steps
 from vfl_core.training.party import Party
 
@@ -47,7 +48,9 @@ def run_call(party: Party, call: RoundCall, links: Links) -> RoundResult:
     # the earlier rounds still due (bounded staleness, the next epoch sent ahead:
     # vfl_core.training.direct_stale): stepped first, as a drain's, then the validation
     steps = run_steps(party, call, call.steps_before, links)
-    return RoundResult(call.round_id, evaluated=run_evaluation(party, call, links), steps=steps)
+    with held_heads.in_place(party, call.round_id):  # (--epoch-flow: the epoch end's heads)
+        evaluated = run_evaluation(party, call, links)
+    return RoundResult(call.round_id, evaluated=evaluated, steps=steps)
 
 
 def run_evaluation(party: Party, call: RoundCall, links: Links) -> tuple[EvalAnswer, ...]:

@@ -27,6 +27,7 @@ import numpy as np
 from vfl_core.errors import VflError
 from vfl_core.methods.outcomes import well_formed
 from vfl_core.protocol import BackwardCall, RoundCall, RoundResult, Step
+from vfl_core.training import held_heads
 
 if TYPE_CHECKING:  # the coordinator reads the channel names here; the party (torch) it never runs
     from vfl_core.training.party import Party
@@ -67,6 +68,8 @@ def run_round(party: Party, call: RoundCall, links: Links) -> RoundResult:
         steps += run_steps(party, call, call.steps_after, links)
         return RoundResult(call.round_id, steps=steps)
     embedding = _embed(party, call, where)
+    if call.hold_heads and call.fuse is not None:  # the heads of the epoch before's end
+        held_heads.hold(party, call.round_id)
     for head in call.send_to:
         links.send(EMBEDDING, call.round_id, head, embedding)
     loss, used, missing = _fuse(party, call, links, embedding is not None, where)
@@ -89,7 +92,7 @@ def run_steps(
         if not party.embedded(step.round_id):
             continue
         where = f"round {step.round_id} (stepped in round {call.round_id})"
-        if _backward(party, call, step.round_id, step.grads_from, links, where):
+        if _backward(party, call, step.round_id, step.grads_from, links, where, step.epoch):
             done.append(step.round_id)
     return tuple(done)
 
@@ -144,9 +147,11 @@ def _backward(
     grads_from: tuple[int, ...],
     links: Links,
     where: str,
+    epoch: int | None = None,
 ) -> bool:
     """Step f_k for `round_id` (the call's round, or an earlier one with staleness) on the
-    heads' gradients that arrived well formed, in head order."""
+    heads' gradients that arrived well formed, in head order; at the learning rate of `epoch`
+    (None: the call's)."""
     got = links.receive(GRADIENT, round_id, grads_from, call.grad_wait_s)
     if call.embed is not None and round_id == call.round_id:
         shape = (_batch_size(call), _width(party, party.info.block, call))
@@ -160,7 +165,8 @@ def _backward(
         elif grad is not None:
             log.warning("%s: gradient from block %d refused (shape/dtype/NaN)", where, head)
     try:
-        party.backward(BackwardCall(round_id, call.epoch, None, tuple(parts)))
+        epoch = call.epoch if epoch is None else epoch
+        party.backward(BackwardCall(round_id, epoch, None, tuple(parts)))
     except VflError as err:
         log.warning("%s: backward refused: %s", where, err)
         return False

@@ -41,10 +41,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vfl_core.data.batch_plan import Batch
+from vfl_core.errors import VflError
 from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.protocol import RoundCall, RoundResult, Step
 from vfl_core.training.direct import AHEAD, RoundInFlight, after, planned_calls
 from vfl_core.training.direct_eval import Started, Turns
+from vfl_core.training.pipeline import Flow
 
 if TYPE_CHECKING:
     from vfl_core.training.ports import RoundRun
@@ -88,7 +90,12 @@ class _State:
 class Ahead:
     """The next epoch's first rounds, sent before this epoch's last rounds were back (one as
     each of those is collected: the calls in flight to a party stay as many as inside an
-    epoch, within what it accepts at once): the engine's run of that epoch takes them over."""
+    epoch, within what it accepts at once): the engine's run of that epoch takes them over.
+
+    With --epoch-flow its first block (`first_block` rounds) continues the epoch's blocks
+    (`base`: its block index among them) and leaves before the epoch's validation
+    (`validate`), which carries the epoch's last steps; its calls that fuse first at a head
+    have it hold its heads (`hold`)."""
 
     epoch: int
     first_round: int
@@ -96,16 +103,27 @@ class Ahead:
     state: _State
     flight: deque[_Round] = field(default_factory=deque)
     started: int = 0  # of `batches`, whose calls left
+    base: int = 0
+    first_block: int = 0
+    validate: Callable[[], _Round] | None = None
+    validated: _Round | None = None
+    hold: set[int] = field(default_factory=set)
 
     def more(self, fed: RoundRun) -> None:
-        """The next of `batches` (blocks counted from the epoch's first round), if any."""
+        """The next of `batches` (blocks counted from the epoch's first round), if any; with
+        --epoch-flow, the validation once the first block left."""
         i = self.started
+        if self.validate is not None and i >= min(self.first_block, len(self.batches)):
+            self.validated, self.validate = self.validate(), None
+            return
         if i >= len(self.batches):
             return
         round_id = self.first_round + i
         r = _Round(round_id, self.epoch, self.batches[i], round_id + fed.request_id)
         self.state.rounds[r.round_id] = r
-        _start(fed, r, i // fed.config.rounds_per_call, self.state)
+        p = fed.config.rounds_per_call
+        first = i < self.first_block
+        _start(fed, r, self.base + i // p if first else i // p, self.state, self.hold)
         self.flight.append(r)
         self.started += 1
 
@@ -113,8 +131,9 @@ class Ahead:
 # The round loop's end of an epoch taken before its last rounds are back (vfl_core.training.
 # round_loop): given the last round started and what each party still has to step, the
 # validation sent with those steps, the next epoch and its batches to send ahead; None: the
-# epoch ends as usual (the parties drain, the coordinator waits for them)
-EpochEnd = Callable[[int, Turns], "tuple[Started, int, Sequence[Batch]] | None"]
+# epoch ends as usual (the parties drain, the coordinator waits for them). True: the blocks
+# run on (--epoch-flow), the next epoch's first rounds left already: the validation only
+EpochEnd = Callable[[int, Turns, bool], "tuple[Started, int, Sequence[Batch]] | None"]
 
 
 def run(
@@ -124,12 +143,15 @@ def run(
     first_round: int,
     stop: Callable[[], bool] | None = None,
     epoch_end: EpochEnd | None = None,
+    flow: Flow | None = None,
 ) -> Iterator[RoundRecord]:
     """vfl_core.training.direct.run with staleness: the same contract (records in order,
     none of `batches`' calls in flight at the end; `stop` asked before each new block of
     rounds). The rounds the previous epoch sent ahead are taken over; `epoch_end` (`batches`
     end the epoch) may send the validation and the next epoch's first rounds before the last
-    rounds are back (those rounds then in flight at the end: `fed.ahead`)."""
+    rounds are back (those rounds then in flight at the end: `fed.ahead`). `flow`
+    (--epoch-flow, pipeline.run's) may have the next epoch's first block embedded before the
+    epoch's last steps, which the validation (`epoch_end`'s) then carries."""
     p = fed.config.rounds_per_call
     ahead, fed.ahead = fed.ahead, None
     state, flight, skip = _State(), deque[_Round](), 0
@@ -141,7 +163,7 @@ def run(
         if i < skip:
             continue
         if i and i % p == 0 and stop is not None and stop():
-            epoch_end = None  # the epoch goes on after the pause
+            epoch_end = flow = None  # the epoch goes on after the pause
             break
         r = _Round(first_round + i, epoch, batch, first_round + i + fed.request_id)
         state.rounds[r.round_id] = r
@@ -150,15 +172,20 @@ def run(
         flight.append(r)
         if len(flight) > AHEAD + 2 * p:
             yield from _collect(fed, flight.popleft(), state)
-    ends, following = _end(fed, epoch, last, state, epoch_end)
+    following = None if flow is None or epoch_end is None or not batches else flow(last + 1)
+    if following is not None and epoch_end is not None:
+        block = (len(batches) - 1) // p
+        yield from _run_on(fed, epoch, last, block, state, flight, epoch_end, following)
+        return
+    ends, ahead = _end(fed, epoch, last, state, epoch_end)
     tail = time.perf_counter()
     while flight:
         yield from _collect(fed, flight.popleft(), state)
-        if following is not None:
-            following.more(fed)
+        if ahead is not None:
+            ahead.more(fed)
     for end in ends:
         yield from _collect(fed, end, state)
-    fed.ahead = following
+    fed.ahead = ahead
     assert not state.waiting, "the direct rounds drained with steps unreported"
     # where an epoch's end goes: the last rounds' reports, waited for after the last call left
     log.info(
@@ -170,12 +197,75 @@ def run(
     )
 
 
+def _run_on(
+    fed: RoundRun,
+    epoch: int,
+    last: int,
+    block: int,
+    state: _State,
+    flight: deque[_Round],
+    epoch_end: EpochEnd,
+    following: tuple[int, Sequence[Batch]],
+) -> Iterator[RoundRecord]:
+    """--epoch-flow: the epoch's end with its last block `block` not yet stepped. The next
+    epoch's first block leaves as the last rounds are collected (each party steps the block
+    before the last first, then embeds it), then the validation, which carries the steps
+    still due (each party's last steps of the epoch: it validates at its own epoch's end),
+    then the next epoch's rounds after it; the records of the epoch are complete once the
+    validation's and that first block's reports are back."""
+    nxt, batches = following
+    p = fed.config.rounds_per_call
+    first = min(p, len(batches))
+
+    def validate() -> _Round:
+        due = {b: tuple(s for j, s in d if j <= block) for b, d in state.due.items()}
+        due = {b: d for b, d in sorted(due.items()) if d}
+        went = epoch_end(last, Turns(after=dict(state.sent), steps=due), True)
+        started = None if went is None else went[0]
+        if started is None:
+            raise VflError(
+                f"epoch {epoch + 1}: --epoch-flow needs the validation on the direct data "
+                "plane (one label party, LASER-VFL's heads, no encrypted relay): drop --epoch-flow"
+            )
+        assert set(due) <= set(started.blocks), "a party's last steps of the epoch left out"
+        for b, d in state.due.items():  # the next epoch's blocks from 0
+            state.due[b] = [(j - block - 1, s) for j, s in d if j > block]
+        validated = _Round(last, epoch, Batch((), np.empty(0, np.int64)), 0, collected=True)
+        validated.carries = {b: _ids(d) for b, d in due.items()}
+        validated.collect = started.reports
+        return validated
+
+    ahead = Ahead(nxt, last + 1, batches, state, base=block + 1, first_block=first)
+    ahead.validate, ahead.hold = validate, set(fed.label_blocks)
+    tail = time.perf_counter()
+    while flight:
+        yield from _collect(fed, flight.popleft(), state, upto=last)
+        ahead.more(fed)
+    while ahead.validated is None:  # (fewer rounds were in flight than the first block)
+        ahead.more(fed)
+    yield from _collect(fed, ahead.validated, state, upto=last)
+    while ahead.flight and ahead.flight[0].round_id < last + 1 + first:  # it carried steps
+        yield from _collect(fed, ahead.flight.popleft(), state, upto=last)
+        ahead.more(fed)
+    assert all(r.round_id > last for r in state.waiting), "the epoch's records incomplete"
+    fed.ahead = ahead
+    log.info(
+        "rounds to %d: the last reports back %.1f ms after the last call left (blocks run on)",
+        last,
+        1000 * (time.perf_counter() - tail),
+    )
+
+
 def run_one(fed: RoundRun, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
     """One round on its own (a round of a pause), drained at once."""
     return next(iter(run(fed, epoch, [batch], round_id)))
 
 
-def _start(fed: RoundRun, r: _Round, block_index: int, state: _State) -> None:
+def _start(
+    fed: RoundRun, r: _Round, block_index: int, state: _State, hold: set[int] | None = None
+) -> None:
+    """Round `r`'s calls, each carrying the steps now due to its party (those of blocks up to
+    `block_index` - 2); a head of `hold` fusing first holds its heads (and leaves `hold`)."""
     calls = planned_calls(fed, r)
     if calls is None:
         return
@@ -186,8 +276,11 @@ def _start(fed: RoundRun, r: _Round, block_index: int, state: _State) -> None:
             due = state.due[block]
             before = tuple(s for j, s in due if j <= block_index - 2)
             state.due[block] = [(j, s) for j, s in due if j > block_index - 2]
-            state.due[block].append((block_index, Step(r.round_id, call.grads_from)))
+            state.due[block].append((block_index, Step(r.round_id, call.grads_from, r.epoch)))
             r.carries[block] = tuple(s.round_id for s in before)
+        if hold and block in hold and call.fuse is not None:
+            hold.discard(block)
+            call = replace(call, hold_heads=True)
         call = after(fed, call, block, state.sent.get(block, -1))
         calls[block] = replace(call, steps_before=before, defer_step=call.embed is not None)
         state.sent[block] = r.round_id
@@ -204,7 +297,7 @@ def _end(
     due = {b: tuple(s for _, s in d) for b, d in sorted(state.due.items()) if d}
     went = None
     if epoch_end is not None:
-        went = epoch_end(last, Turns(after=dict(state.sent), steps=due))
+        went = epoch_end(last, Turns(after=dict(state.sent), steps=due), False)
     if went is None:
         drain = _drain(fed, epoch, last, state, due)
         return ([] if drain is None else [drain]), None
@@ -245,9 +338,12 @@ def _drain(
     return drain
 
 
-def _collect(fed: RoundRun, r: _Round, state: _State) -> Iterator[RoundRecord]:
+def _collect(
+    fed: RoundRun, r: _Round, state: _State, upto: int | None = None
+) -> Iterator[RoundRecord]:
     """Round `r`'s reports: who embedded and fused (into the liveness), the earlier rounds
-    whose steps its calls carried; then every round now complete, in order."""
+    whose steps its calls carried; then every round now complete, in order (up to round
+    `upto`: the next epoch's are its run's)."""
     reports: dict[int, RoundResult] = r.collect() if r.collect is not None else {}
     if not r.collected:  # a round of its own (not the drain)
         _embedded(fed, r, reports)
@@ -261,6 +357,8 @@ def _collect(fed: RoundRun, r: _Round, state: _State) -> Iterator[RoundRecord]:
                 if report is not None and q in report.steps:
                     earlier.updated.add(block)
     while state.waiting and not state.waiting[0].owed:
+        if upto is not None and state.waiting[0].round_id > upto:
+            break
         done = state.waiting.popleft()
         if done.present:
             where = f"round {done.round_id}"

@@ -108,12 +108,7 @@ class LateValidation:
         fed, stop = self.fed, self.fed.early_stop
         validation = fed.train_rows.validation
         assert stop is not None and validation is not None
-        if self.pending is not None:  # epoch e - 1's validation: its reports are back by now
-            pending, self.pending = self.pending, None
-            report = direct_eval.finish(fed, pending.started)
-            holders = list(pending.started.blocks)
-            if self.observe(pending.epoch, report, pending.last_round, holders):
-                self.keep = (pending.last_round, pending.started.blocks)
+        self.settle()
         # the patience ran out at epoch e - 1 (its figure is in, whichever way it was scored)
         stopping = stop.due and epoch + 1 < fed.config.epochs
         last = epoch + 1 >= fed.total_epochs
@@ -131,6 +126,17 @@ class LateValidation:
         fed.validation_turns.update(dict.fromkeys(started.blocks, max(last_round, 0)))
         self.pending = _Pending(epoch, last_round, started)
         return _Begun(epoch, stopping, started)
+
+    def settle(self) -> None:
+        """The verdict on epoch e - 1, whose validation is in flight (its reports are back
+        by the end of epoch e): into the record, a best epoch's keep due with the next call."""
+        if self.pending is None:
+            return
+        pending, self.pending = self.pending, None
+        report = direct_eval.finish(self.fed, pending.started)
+        holders = list(pending.started.blocks)
+        if self.observe(pending.epoch, report, pending.last_round, holders):
+            self.keep = (pending.last_round, pending.started.blocks)
 
     def _keep_now(self) -> None:
         """A best epoch's keep that no validation call carried (the next one was not on the

@@ -90,6 +90,7 @@ class Party:
         self.last_round = -1
         self._kept: tuple[int, dict] | None = None  # (round, state) for early stopping
         self._held: tuple[int, dict] | None = None  # (round, state): --overlap-validation
+        self.held_heads: tuple[int, dict] | None = None  # --epoch-flow (training.held_heads)
         meta = data.meta
         self.task = meta.task
         # an ensemble's heads return each member's output in training (model.ensemble)

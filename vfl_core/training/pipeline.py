@@ -69,6 +69,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Collect = Callable[[], dict[int, TrainResult]]
+# --epoch-flow: given the next epoch's first round id, that epoch and its first batches (its
+# first block is embedded at the end of this one), or None: the epoch's end drains
+Flow = Callable[[int], "tuple[int, Sequence[Batch]] | None"]
 
 
 @dataclass
@@ -121,22 +124,35 @@ def run(
     batches: Sequence[Batch],
     first_round: int,
     stop: Callable[[], bool] | None = None,
+    flow: Flow | None = None,
 ) -> Iterator[RoundRecord]:
     """Train on `batches` (rounds first_round, first_round + 1, ...); yields each round's record
     in order once its Backward is answered, and returns with nothing in flight. `stop` is asked
     before each new block of rounds is embedded: when it says so, the pipeline drains and
-    returns early, leaving the rest of `batches` unstarted (the engine pauses training)."""
+    returns early, leaving the rest of `batches` unstarted (the engine pauses training).
+
+    `flow` (--epoch-flow; `batches` end an epoch), asked once the last block is embedded:
+    where it names the next epoch's first batches, they are embedded with the last block's
+    predecessor's Backward (before the last block's), and the run returns with every round of
+    `batches` stepped, each party at the epoch's end, and that block embedded (`fed.ahead`,
+    which the next run takes over: its Fuse and the rest)."""
     p = fed.config.rounds_per_call
     overlap = fed.config.staleness > 0
     rounds = [
         _Round(first_round + i, epoch, b, first_round + i + fed.request_id)
         for i, b in enumerate(batches)
     ]
+    carried, fed.ahead = fed.ahead, None
+    if carried is not None:  # the first block, embedded at the end of the epoch before
+        assert (carried.epoch, carried.first_round) == (epoch, first_round), "block carried lost"
+        rounds[: len(carried.rounds)] = carried.rounds
     blocks = [rounds[i : i + p] for i in range(0, len(rounds), p)]
     queue = deque(rounds)
     backward: dict[int, list[tuple[_Round, BackwardCall]]] = defaultdict(list)
-    f = _start_f(fed, blocks[0] if blocks else [], backward)
+    first = blocks[0] if blocks and carried is None else []  # (carried: its f-lane collected)
+    f = _start_f(fed, first, backward) if first or carried is None else _Lane(dict, [])
     g: _Lane | None = None
+    ahead: list[_Round] = []
     for k, block in enumerate(blocks):
         _collect_f(fed, f)
         # Records leave before anything else starts: in process (where calls run when started)
@@ -154,6 +170,9 @@ def run(
             queue = deque(r for r in queue if r.round_id not in unstarted)
             f = _start_f(fed, [], backward)  # the Backward still due, no new Embed
             break
+        if not following and overlap and flow is not None:
+            ahead = _ahead(fed, flow, first_round + len(batches))
+            following = ahead
         f = _start_f(fed, following, backward)
     _collect_f(fed, f)
     yield from _finished(queue)
@@ -162,6 +181,27 @@ def run(
         _collect_f(fed, _start_f(fed, [], backward))
         yield from _finished(queue)
     assert not queue, "the pipeline drained with rounds unfinished"
+    if ahead:  # embedded, its Fuse and the rest of its epoch in the next run
+        fed.ahead = Carried(ahead[0].epoch, ahead[0].round_id, ahead)
+
+
+def _ahead(fed: RoundRun, flow: Flow, first: int) -> list[_Round]:
+    """The next epoch's first block, where the rounds run on across the epoch's end."""
+    following = flow(first)
+    if following is None:
+        return []
+    epoch, batches = following
+    batches = batches[: fed.config.rounds_per_call]  # (the direct plane sends more ahead)
+    return [_Round(first + i, epoch, b, first + i + fed.request_id) for i, b in enumerate(batches)]
+
+
+@dataclass
+class Carried:
+    """The next epoch's first block, embedded at the end of the epoch before (`flow`)."""
+
+    epoch: int
+    first_round: int
+    rounds: list[_Round]
 
 
 def _finished(queue: deque[_Round]) -> Iterator[RoundRecord]:

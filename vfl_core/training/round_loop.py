@@ -129,21 +129,27 @@ class RoundLoop:
                 start += 1
                 continue
             end = start + (every - fed.round_id % every)  # up to the next checkpoint round
+            # the epoch's end may go ahead (or the blocks flow on) where it is no checkpoint
+            # round
+            ends = end > len(batches)
+            flow = self._flow(epoch) if ends and fed.config.epoch_flow else None
             if direct.supported(fed) and not direct.exact(fed):
-                # the epoch's end may go ahead where it is no checkpoint round
-                ahead = self._epoch_end(epoch) if end > len(batches) else None
                 rounds = direct_stale.run(
                     fed,
                     epoch,
                     batches[start:end],
                     fed.round_id,
                     stop=presence.pause_due,
-                    epoch_end=ahead,
+                    epoch_end=self._epoch_end(epoch) if ends else None,
+                    flow=flow,
                 )
-            else:
-                engine = direct if direct.supported(fed) else pipeline  # (in process: relay's)
-                rounds = engine.run(
+            elif direct.supported(fed):
+                rounds = direct.run(
                     fed, epoch, batches[start:end], fed.round_id, stop=presence.pause_due
+                )
+            else:  # in process, and the relay
+                rounds = pipeline.run(
+                    fed, epoch, batches[start:end], fed.round_id, presence.pause_due, flow
                 )
             for record in rounds:
                 start += 1
@@ -157,9 +163,13 @@ class RoundLoop:
         plan: a new alignment or a pause due, or no next epoch."""
         fed = self.fed
 
-        def end(last: int, turns: Turns) -> tuple[Started, int, Sequence[Batch]] | None:
+        def end(
+            last: int, turns: Turns, running_on: bool
+        ) -> tuple[Started, int, Sequence[Batch]] | None:
             following = epoch + 1
-            if following >= fed.total_epochs or fed.aligner.due or fed.presence.pause_due():
+            if not running_on and (
+                following >= fed.total_epochs or fed.aligner.due or fed.presence.pause_due()
+            ):
                 return None
             now = fed.round_id
             fed.round_id = last + 1  # the clock as after the epoch's last record
@@ -176,6 +186,26 @@ class RoundLoop:
             return started, following, plan[:size]
 
         return end
+
+    def _flow(self, epoch: int) -> pipeline.Flow:
+        """--epoch-flow: whether the blocks run on past epoch `epoch`'s end (pipeline.Flow),
+        asked once its last block is embedded. Not past the last epoch, one after which
+        training stops, a new alignment or a pause due; the next epoch's first block ends
+        before its first checkpoint round."""
+        fed = self.fed
+
+        def following(first: int) -> tuple[int, Sequence[Batch]] | None:
+            nxt = epoch + 1
+            if nxt >= fed.total_epochs or fed.aligner.due or fed.presence.pause_due():
+                return None
+            if not fed.validator.flows():
+                return None
+            size = AHEAD + 2 * fed.config.rounds_per_call  # as many as a run keeps in flight
+            if fed.checkpoint_every:  # up to the next checkpoint round
+                size = min(size, fed.checkpoint_every - first % fed.checkpoint_every)
+            return nxt, fed.plan(nxt)[:size]
+
+        return following
 
     def _summary(self, epoch: int, rounds: int, seconds: float) -> EpochSummary:
         c = self.fed.cursor

@@ -81,6 +81,19 @@ class Validator:
             return None
         return self.late.begin(epoch, last_round, turns)
 
+    def flows(self) -> bool:
+        """--epoch-flow, at an epoch's end before its last rounds: whether the next epoch may
+        start (the verdicts so far in: the run goes on after this epoch) with this epoch's
+        validation taken at each party's own epoch's end. Only with early stopping, whose
+        validation is that epoch's end (without it the epoch's end drains)."""
+        fed = self.fed
+        if fed.early_stop is None or fed.train_rows.validation is None:
+            return False
+        if not fed.config.overlap_validation:
+            return False
+        self.late.settle()
+        return not fed.early_stop.due
+
     def observe(
         self, epoch: int, report: EvalReport, last_round: int, kept: list[int] | None = None
     ) -> bool:

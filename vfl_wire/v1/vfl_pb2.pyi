@@ -67,7 +67,7 @@ class Peer(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class RoundRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "embed", "send_to", "fuse", "expect", "grads_from", "holders", "after", "embed_wait_s", "grad_wait_s", "peers", "evaluation", "probe", "steps_before", "steps_after", "defer_step", "after_validation")
+    __slots__ = ("header", "round_id", "epoch", "embed", "send_to", "fuse", "expect", "grads_from", "holders", "after", "embed_wait_s", "grad_wait_s", "peers", "evaluation", "probe", "steps_before", "steps_after", "defer_step", "after_validation", "hold_heads")
     class PeersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,7 @@ class RoundRequest(_message.Message):
     STEPS_AFTER_FIELD_NUMBER: _ClassVar[int]
     DEFER_STEP_FIELD_NUMBER: _ClassVar[int]
     AFTER_VALIDATION_FIELD_NUMBER: _ClassVar[int]
+    HOLD_HEADS_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
     epoch: int
@@ -113,15 +114,18 @@ class RoundRequest(_message.Message):
     steps_after: _containers.RepeatedCompositeFieldContainer[DeferredStep]
     defer_step: bool
     after_validation: bool
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., send_to: _Optional[_Iterable[int]] = ..., fuse: _Optional[_Union[FuseRequest, _Mapping]] = ..., expect: _Optional[_Iterable[int]] = ..., grads_from: _Optional[_Iterable[int]] = ..., holders: _Optional[_Iterable[int]] = ..., after: _Optional[int] = ..., embed_wait_s: _Optional[float] = ..., grad_wait_s: _Optional[float] = ..., peers: _Optional[_Mapping[int, Peer]] = ..., evaluation: _Optional[_Union[Evaluation, _Mapping]] = ..., probe: _Optional[bool] = ..., steps_before: _Optional[_Iterable[_Union[DeferredStep, _Mapping]]] = ..., steps_after: _Optional[_Iterable[_Union[DeferredStep, _Mapping]]] = ..., defer_step: _Optional[bool] = ..., after_validation: _Optional[bool] = ...) -> None: ...
+    hold_heads: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., send_to: _Optional[_Iterable[int]] = ..., fuse: _Optional[_Union[FuseRequest, _Mapping]] = ..., expect: _Optional[_Iterable[int]] = ..., grads_from: _Optional[_Iterable[int]] = ..., holders: _Optional[_Iterable[int]] = ..., after: _Optional[int] = ..., embed_wait_s: _Optional[float] = ..., grad_wait_s: _Optional[float] = ..., peers: _Optional[_Mapping[int, Peer]] = ..., evaluation: _Optional[_Union[Evaluation, _Mapping]] = ..., probe: _Optional[bool] = ..., steps_before: _Optional[_Iterable[_Union[DeferredStep, _Mapping]]] = ..., steps_after: _Optional[_Iterable[_Union[DeferredStep, _Mapping]]] = ..., defer_step: _Optional[bool] = ..., after_validation: _Optional[bool] = ..., hold_heads: _Optional[bool] = ...) -> None: ...
 
 class DeferredStep(_message.Message):
-    __slots__ = ("round_id", "grads_from")
+    __slots__ = ("round_id", "grads_from", "epoch")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     GRADS_FROM_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     round_id: int
     grads_from: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, round_id: _Optional[int] = ..., grads_from: _Optional[_Iterable[int]] = ...) -> None: ...
+    epoch: int
+    def __init__(self, round_id: _Optional[int] = ..., grads_from: _Optional[_Iterable[int]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Evaluation(_message.Message):
     __slots__ = ("split", "scorer", "thresholded", "threshold", "batches", "hold", "keep", "keep_round", "federation_scores")
