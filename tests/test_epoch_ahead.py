@@ -165,7 +165,9 @@ def test_given_epoch_flow_when_the_blocks_run_on_then_bit_identical_to_the_in_pr
         assert carried and all(s.round_id <= last and s.epoch is not None for s in carried)
 
     plain = _parties(tmp_path / "c", train)
-    drained, _ = _flow_train(plain, InProcessTransport(plain), train.model_copy(update={"epoch_flow": False}))
+    drained, _ = _flow_train(
+        plain, InProcessTransport(plain), train.model_copy(update={"epoch_flow": False})
+    )
     assert [r.to_json() for r in drained] != [r.to_json() for r in want]
 
 
