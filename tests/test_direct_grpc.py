@@ -120,6 +120,10 @@ OVERLAP_EPOCHS = 5  # a best epoch kept late, and (patience 1) a verdict one epo
         # and the next epoch sent ahead: each validation carries the steps still due to the
         # parties, the next epoch's first rounds leave before the last ones are back
         ("one_label", [*OVERLAP, "--early-stop-patience", "5", "--staleness", "3"]),
+        # and the blocks run on across the epoch's end (--epoch-flow): the next epoch's first
+        # block before the validation, which carries the last block's steps; the head validates
+        # with the heads it held before that block's first fuse
+        ("one_label", [*OVERLAP, "--early-stop-patience", "5", "--staleness", "3", "--epoch-flow"]),
     ],
     ids=[
         "three-heads",
@@ -129,6 +133,7 @@ OVERLAP_EPOCHS = 5  # a best epoch kept late, and (patience 1) a verdict one epo
         "one-head-overlap",
         "one-head-stale1-overlap",
         "one-head-stale3-overlap-ahead",
+        "one-head-stale3-flow",
     ],
 )
 def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordinator_sees_no_tensor(
@@ -222,6 +227,15 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
         assert any(m.evaluation.keep for m in requests if m.HasField("evaluation"))
         if train.staleness:  # the epoch's end ahead of its last rounds (direct_stale)
             assert any(m.steps_before for m in requests if m.HasField("evaluation"))
+        if train.epoch_flow:  # a head held its heads; steps of an epoch in the next one's calls
+            assert any(m.hold_heads for m in requests)
+            assert any(
+                s.epoch < m.epoch
+                for m in requests
+                if not m.HasField("evaluation")
+                for s in m.steps_before
+                if s.HasField("epoch")
+            )
     if train.encrypt_relay:  # and the evaluations' tensors sealed: the coordinator reads none
         assert _clear_floats(records) <= IN_THE_CLEAR
     else:

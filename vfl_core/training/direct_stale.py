@@ -24,6 +24,14 @@ each party's validation call, which runs after its last round call, and the next
 rounds leave one as each last round is collected, each party taking them after its validation.
 Every party runs what it ran when the coordinator waited, in the same order: the same numbers.
 
+With --epoch-flow the blocks run on (`_run_on`, the pipeline's `flow`): the next epoch's first
+block leaves before the validation and carries the steps of the block before the last, the
+validation carries the last block's (each party validates right after its last step of the
+epoch), and the rest of the next epoch follows the validation. A label party has fused that
+first block by then: its first call that fuses holds a copy of its heads
+(RoundCall.hold_heads), with which the validation predicts and the late verdict's copy is
+taken (vfl_core.training.held_heads).
+
 A round's record (who stepped) is complete once the calls that carried its steps are back; the
 records leave in round order. The price is the pipelined relay's: under failures, liveness
 transitions are registered later than with exact rounds.

@@ -38,6 +38,14 @@ The pipeline drains (every Backward answered) at the end of the rounds it is giv
 engine makes the end of an epoch or a checkpoint round. With staleness, where it drains is part
 of the schedule: a run with other checkpoint rounds trains differently (and a resumed run
 exactly like the uninterrupted one with the same checkpoints).
+
+With --epoch-flow (TrainConfig.epoch_flow) the blocks run on across an epoch's end where it is
+no checkpoint round (`flow`): the next epoch's first block is embedded with the Backward of the
+block before the last, before the last block's Backward, as if the two epochs were one run of
+blocks; that first block misses the last block's updates (up to 2p - 1 <= S rounds, the bound
+inside an epoch). The last block is stepped before the run returns, so every party is at the
+epoch's end when the validation runs; the next run takes the embedded block over (its Fuse
+first). The direct plane runs the same (vfl_core.training.direct_stale).
 """
 
 from __future__ import annotations
