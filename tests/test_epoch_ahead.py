@@ -23,6 +23,7 @@ from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ProtocolError
 from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.protocol import EmbedCall, EvalBatch, Evaluation, RoundCall, RoundResult, Step
+from vfl_core.training import late_validation
 from vfl_core.training.direct_eval_party import run_call
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
@@ -169,6 +170,36 @@ def test_given_epoch_flow_when_the_blocks_run_on_then_bit_identical_to_the_in_pr
         plain, InProcessTransport(plain), train.model_copy(update={"epoch_flow": False})
     )
     assert [r.to_json() for r in drained] != [r.to_json() for r in want]
+
+
+def test_given_epoch_flow_when_no_validation_goes_direct_then_the_last_steps_go_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the validation finds no way over the direct plane once the next epoch's first
+    block left (its scorer gone), the epoch's last steps go in its place, in calls of no
+    batch, and the validation is scored at the epoch's end: training itself unchanged."""
+    train = TrainConfig(
+        seed=0, epochs=3, data_plane="direct", staleness=3, overlap_validation=True,
+        epoch_flow=True, early_stop_patience=3, batch_size=256,
+    )  # fmt: skip
+    relay = _parties(tmp_path / "a", train)
+    want, _ = _flow_train(relay, InProcessTransport(relay), train)
+    monkeypatch.setattr(late_validation.direct_eval, "start", lambda *a, **k: None)
+    direct = _parties(tmp_path / "b", train)
+    transport = Recording(direct)
+    got, history = _flow_train(direct, transport, train)
+
+    assert [r.to_json() for r in got] == [r.to_json() for r in want]
+    for block, party in relay.items():
+        np.testing.assert_array_equal(direct[block].parameters_vector(), party.parameters_vector())
+    alone = [
+        c
+        for calls in transport.calls
+        for c in calls.values()
+        if c.evaluation is not None and not c.evaluation.batches
+    ]
+    assert alone and all(c.steps_before for c in alone)
+    assert len(history) == 3  # each epoch scored, at its end
 
 
 @pytest.fixture

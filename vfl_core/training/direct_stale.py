@@ -49,9 +49,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vfl_core.data.batch_plan import Batch
-from vfl_core.errors import VflError
 from vfl_core.methods.outcomes import RoundRecord
-from vfl_core.protocol import RoundCall, RoundResult, Step
+from vfl_core.protocol import Evaluation, RoundCall, RoundResult, Step
 from vfl_core.training.direct import AHEAD, RoundInFlight, after, planned_calls
 from vfl_core.training.direct_eval import Started, Turns
 from vfl_core.training.pipeline import Flow
@@ -229,18 +228,15 @@ def _run_on(
         due = {b: tuple(s for j, s in d if j <= block) for b, d in state.due.items()}
         due = {b: d for b, d in sorted(due.items()) if d}
         went = epoch_end(last, Turns(after=dict(state.sent), steps=due), True)
-        started = None if went is None else went[0]
-        if started is None:
-            raise VflError(
-                f"epoch {epoch + 1}: --epoch-flow needs the validation on the direct data "
-                "plane (one label party, LASER-VFL's heads, no encrypted relay): drop --epoch-flow"
-            )
-        assert set(due) <= set(started.blocks), "a party's last steps of the epoch left out"
         for b, d in state.due.items():  # the next epoch's blocks from 0
             state.due[b] = [(j - block - 1, s) for j, s in d if j > block]
         validated = _Round(last, epoch, Batch((), np.empty(0, np.int64)), 0, collected=True)
         validated.carries = {b: _ids(d) for b, d in due.items()}
-        validated.collect = started.reports
+        if went is not None:
+            assert set(due) <= set(went[0].blocks), "a party's last steps of the epoch left out"
+            validated.collect = went[0].reports
+        else:  # no validation on the direct plane now (its scorer went): the steps only
+            validated.collect = _steps_only(fed, epoch, last, state, due)
         return validated
 
     ahead = Ahead(nxt, last + 1, batches, state, base=block + 1, first_block=first)
@@ -318,6 +314,28 @@ def _end(
     if drain is not None:  # (a drain's call and the next round's would share its turn)
         return [validated, drain], None
     return [validated], Ahead(next_epoch, last + 1, batches, _State(sent=dict(state.sent)))
+
+
+def _steps_only(
+    fed: RoundRun, epoch: int, last: int, state: _State, due: dict[int, tuple[Step, ...]]
+) -> Callable[[], dict[int, RoundResult]]:
+    """The epoch's last steps where --epoch-flow found no validation to carry them (a failure:
+    the validation is then scored at the epoch's end, through the relay if need be): a call
+    per party in the validation's place, an evaluation of no batch, which the party's next
+    rounds follow (its turn)."""
+    scorer = min(fed.label_blocks)
+    calls = {
+        b: RoundCall(
+            round_id=last,
+            epoch=epoch,
+            evaluation=Evaluation("train", scorer, ()),
+            after=state.sent.get(b, -1),
+            steps_before=steps,
+        )
+        for b, steps in due.items()
+    }
+    fed.validation_turns.update(dict.fromkeys(calls, last))
+    return fed.transport.direct(calls) if calls else dict  # type: ignore[attr-defined]
 
 
 def _ids(steps: tuple[Step, ...]) -> tuple[int, ...]:
