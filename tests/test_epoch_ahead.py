@@ -159,11 +159,24 @@ def test_given_epoch_flow_when_the_blocks_run_on_then_bit_identical_to_the_in_pr
         # after each party's last call: the next epoch's first rounds, where it was in them
         assert all(c.after >= 0 for c in calls.values())
         assert any(c.after > last for c in calls.values())
-        held = [c for j in range(i - 2, i) for c in transport.calls[j].values() if c.hold_heads]
+        firsts: dict[int, list[RoundCall]] = {}  # the next epoch's first block's calls, by party
+        j = i - 1
+        while next(iter(transport.calls[j].values())).round_id > last:
+            for b, c in transport.calls[j].items():
+                firsts.setdefault(b, []).append(c)
+            j -= 1
+        held = [c for cs in firsts.values() for c in cs if c.hold_heads]
         assert held and all(c.fuse is not None for c in held)
-        firsts = [c for j in range(i - 2, i) for c in transport.calls[j].values()]
-        carried = [s for c in firsts for s in c.steps_before]
+        carried = [s for cs in firsts.values() for c in cs for s in c.steps_before]
         assert carried and all(s.round_id <= last and s.epoch is not None for s in carried)
+        # S = 3, p = 2: the first block steps the rounds up to the last two, the validation
+        # those two (a first round misses at most S rounds' updates); a party not called in
+        # the first block steps the earlier ones there too
+        assert all(s.round_id <= last - 2 for s in carried)
+        validated = [
+            s.round_id for b in firsts.keys() & calls.keys() for s in calls[b].steps_before
+        ]
+        assert validated and all(last - 2 < q <= last for q in validated)
 
     plain = _parties(tmp_path / "c", train)
     drained, _ = _flow_train(

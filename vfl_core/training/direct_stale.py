@@ -129,8 +129,11 @@ class Ahead:
         r = _Round(round_id, self.epoch, self.batches[i], round_id + fed.request_id)
         self.state.rounds[r.round_id] = r
         p = fed.config.rounds_per_call
-        first = i < self.first_block
-        _start(fed, r, self.base + i // p if first else i // p, self.state, self.hold)
+        if i < self.first_block:  # the epoch's last p rounds are stepped at its end
+            upto = self.first_round - 1 - p
+            _start(fed, r, self.base + i // p, self.state, self.hold, upto)
+        else:
+            _start(fed, r, i // p, self.state)
         self.flight.append(r)
         self.started += 1
 
@@ -266,10 +269,16 @@ def run_one(fed: RoundRun, round_id: int, epoch: int, batch: Batch) -> RoundReco
 
 
 def _start(
-    fed: RoundRun, r: _Round, block_index: int, state: _State, hold: set[int] | None = None
+    fed: RoundRun,
+    r: _Round,
+    block_index: int,
+    state: _State,
+    hold: set[int] | None = None,
+    upto: int | None = None,
 ) -> None:
     """Round `r`'s calls, each carrying the steps now due to its party (those of blocks up to
-    `block_index` - 2); a head of `hold` fusing first holds its heads (and leaves `hold`)."""
+    `block_index` - 2, of rounds up to `upto`); a head of `hold` fusing first holds its heads
+    (and leaves `hold`)."""
     calls = planned_calls(fed, r)
     if calls is None:
         return
@@ -278,8 +287,9 @@ def _start(
         before: tuple[Step, ...] = ()
         if call.embed is not None:
             due = state.due[block]
-            before = tuple(s for j, s in due if j <= block_index - 2)
-            state.due[block] = [(j, s) for j, s in due if j > block_index - 2]
+            now = [j <= block_index - 2 and (upto is None or s.round_id <= upto) for j, s in due]
+            before = tuple(s for (_, s), n in zip(due, now, strict=True) if n)
+            state.due[block] = [d for d, n in zip(due, now, strict=True) if not n]
             state.due[block].append((block_index, Step(r.round_id, call.grads_from, r.epoch)))
             r.carries[block] = tuple(s.round_id for s in before)
         if hold and block in hold and call.fuse is not None:

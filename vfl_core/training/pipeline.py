@@ -178,10 +178,13 @@ def run(
             queue = deque(r for r in queue if r.round_id not in unstarted)
             f = _start_f(fed, [], backward)  # the Backward still due, no new Embed
             break
+        upto = None
         if not following and overlap and flow is not None:
             ahead = _ahead(fed, flow, first_round + len(batches))
             following = ahead
-        f = _start_f(fed, following, backward)
+            # the epoch's last p rounds are stepped at its end: the block misses at most S
+            upto = first_round + len(batches) - 1 - p if ahead else None
+        f = _start_f(fed, following, backward, upto)
     _collect_f(fed, f)
     yield from _finished(queue)
     if g is not None:
@@ -218,9 +221,19 @@ def _finished(queue: deque[_Round]) -> Iterator[RoundRecord]:
 
 
 def _start_f(
-    fed: RoundRun, block: list[_Round], backward: dict[int, list[tuple[_Round, BackwardCall]]]
+    fed: RoundRun,
+    block: list[_Round],
+    backward: dict[int, list[tuple[_Round, BackwardCall]]],
+    upto: int | None = None,
 ) -> _Lane:
-    """The f-lane call to every party with a Backward due or an Embed in `block`."""
+    """The f-lane call to every party with a Backward due or an Embed in `block`; only the
+    Backward of rounds up to `upto` (the others stay due)."""
+    kept: dict[int, list[tuple[_Round, BackwardCall]]] = {}
+    for b in list(backward) if upto is not None else ():
+        kept[b] = [(r, c) for r, c in backward[b] if r.round_id > upto]
+        backward[b] = [(r, c) for r, c in backward[b] if r.round_id <= upto]
+        if not backward[b]:
+            del backward[b]
     al = fed.alignments["train"]
     spec, labels = fed.spec, fed.label_blocks
     embeds: dict[int, list[EmbedCall]] = defaultdict(list)
@@ -241,6 +254,7 @@ def _start_f(
         for b in sorted({*embeds, *backward})
     }
     backward.clear()
+    backward.update({b: steps for b, steps in kept.items() if steps})
     return _Lane(fed.transport.train(calls), block, stepping)
 
 
