@@ -25,8 +25,8 @@ rounds leave one as each last round is collected, each party taking them after i
 Every party runs what it ran when the coordinator waited, in the same order: the same numbers.
 
 With --epoch-flow the blocks run on (`_run_on`, the pipeline's `flow`): the next epoch's first
-block leaves before the validation and carries the steps of the block before the last, the
-validation carries the last block's (each party validates right after its last step of the
+block leaves before the validation and carries the steps of all but the epoch's last p rounds,
+the validation carries theirs (each party validates right after its last step of the
 epoch), and the rest of the next epoch follows the validation. A label party has fused that
 first block by then: its first call that fuses holds a copy of its heads
 (RoundCall.hold_heads), with which the validation predicts and the late verdict's copy is
@@ -218,8 +218,8 @@ def _run_on(
     following: tuple[int, Sequence[Batch]],
 ) -> Iterator[RoundRecord]:
     """--epoch-flow: the epoch's end with its last block `block` not yet stepped. The next
-    epoch's first block leaves as the last rounds are collected (each party steps the block
-    before the last first, then embeds it), then the validation, which carries the steps
+    epoch's first block leaves as the last rounds are collected (each party steps all but the
+    epoch's last p rounds first, then embeds it), then the validation, which carries the steps
     still due (each party's last steps of the epoch: it validates at its own epoch's end),
     then the next epoch's rounds after it; the records of the epoch are complete once the
     validation's and that first block's reports are back."""

@@ -40,12 +40,13 @@ of the schedule: a run with other checkpoint rounds trains differently (and a re
 exactly like the uninterrupted one with the same checkpoints).
 
 With --epoch-flow (TrainConfig.epoch_flow) the blocks run on across an epoch's end where it is
-no checkpoint round (`flow`): the next epoch's first block is embedded with the Backward of the
-block before the last, before the last block's Backward, as if the two epochs were one run of
-blocks; that first block misses the last block's updates (up to 2p - 1 <= S rounds, the bound
-inside an epoch). The last block is stepped before the run returns, so every party is at the
-epoch's end when the validation runs; the next run takes the embedded block over (its Fuse
-first). The direct plane runs the same (vfl_core.training.direct_stale).
+no checkpoint round (`flow`): the next epoch's first block is embedded after the Backward of
+every round of the epoch but its last p, before theirs, as if the two epochs were one run of
+blocks; that first block misses the updates of those p rounds and of its own earlier rounds (at
+most 2p - 1 <= S rounds, the bound inside an epoch; a short last block is not waited for
+alone). The last p rounds are stepped before the run returns, so every party is at the epoch's
+end when the validation runs; the next run takes the embedded block over (its Fuse first). The
+direct plane runs the same (vfl_core.training.direct_stale).
 """
 
 from __future__ import annotations
@@ -140,8 +141,8 @@ def run(
     returns early, leaving the rest of `batches` unstarted (the engine pauses training).
 
     `flow` (--epoch-flow; `batches` end an epoch), asked once the last block is embedded:
-    where it names the next epoch's first batches, they are embedded with the last block's
-    predecessor's Backward (before the last block's), and the run returns with every round of
+    where it names the next epoch's first batches, they are embedded with the Backward of all
+    but the last p rounds (before theirs), and the run returns with every round of
     `batches` stepped, each party at the epoch's end, and that block embedded (`fed.ahead`,
     which the next run takes over: its Fuse and the rest)."""
     p = fed.config.rounds_per_call
