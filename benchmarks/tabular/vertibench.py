@@ -154,6 +154,35 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "concat_all": ("--concat-head", "--concat-choice", "all"),
     "catemb": ("--max-onehot", "1"),  # every categorical column a learned embedding
     "ens4": ("--ensemble", "4"),
+    # a linear model of every party's features inside the model family (wide and deep)
+    "wide": ("--head", "wide"),
+    "wide_wd1e-3": ("--head", "wide", "--weight-decay", "1e-3"),
+    "wd1e-3": ("--weight-decay", "1e-3"),
+    "wd1e-2": ("--weight-decay", "1e-2"),
+    "dropout0.2": ("--dropout", "0.2"),
+    "dropout0.5": ("--dropout", "0.5"),
+    "wd1e-1": ("--weight-decay", "1e-1"),
+    "wd3e-2": ("--weight-decay", "3e-2"),
+    "wide_wd1e-2": ("--head", "wide", "--weight-decay", "1e-2"),
+    "wide_dropout0.2": ("--head", "wide", "--dropout", "0.2"),
+    "epochs20": ("--epochs", "20"),
+    "head_linear": ("--head", "linear"),
+    "wd3e-3": ("--weight-decay", "3e-3"),
+    "wd1e-2_dropout0.2": ("--weight-decay", "1e-2", "--dropout", "0.2"),
+    "wd1e-2_dropout0.5": ("--weight-decay", "1e-2", "--dropout", "0.5"),
+    "wd3e-3_dropout0.2": ("--weight-decay", "3e-3", "--dropout", "0.2"),
+    "dropout0.7": ("--dropout", "0.7"),
+    "wide_wd3e-3": ("--head", "wide", "--weight-decay", "3e-3"),
+    "wide_wd3e-3_dropout0.2": ("--head", "wide", "--weight-decay", "3e-3", "--dropout", "0.2"),
+    "wide_wd1e-3_dropout0.2": ("--head", "wide", "--weight-decay", "1e-3", "--dropout", "0.2"),
+    "wide_dropout0.5": ("--head", "wide", "--dropout", "0.5"),
+    "dropout0.5_epochs30": ("--dropout", "0.5", "--epochs", "30"),
+    "dropout0.5_hh16": ("--dropout", "0.5", "--head-hidden", "16"),
+    # early stopping on a validation split under AUTO_MIN_VALIDATION samples (diabetes)
+    "patience6": ("--early-stop-patience", "6"),
+    # the tables' defaults before the wide head and the tables' weight decay (the MLP head,
+    # weight decay 1e-4): what `tabular-vertibench-fusion` ran as `concat_all`
+    "before": ("--head", "mlp", "--weight-decay", "1e-4"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`
@@ -266,6 +295,11 @@ FUSION_READING = """Reading it (seeds 0-2; 72 cells, 216 runs of each row, one r
   (`--concat-head` unset, `--concat-choice all`): the defaults after the change, run on
   friedman correlation-1 seed 0, equal its `concat_all` run bit for bit.
 """
+# The run that chose the tables' wide head and weight decay, and the screen before it, beside
+# the grid's `--out`
+WIDE_DIR = "tabular-vertibench-wide"
+SCREEN_DIR = "tabular-vertibench-linear-screen"
+WIDE_READING = ""
 # the acceptance bar of issue 45: within this of LightGBM (accuracy points; RMSE share)
 BAR_POINTS = 0.5
 BAR_RMSE_SHARE = 0.05
@@ -537,6 +571,8 @@ def report_section(root: Path) -> list[str]:
         *_diagnosis_section(root.parent / DIAGNOSIS_DIR),
         *([READING, ""] if READING else []),
         *_fusion_section(root.parent / FUSION_DIR, root),
+        *_wide_section(root.parent / WIDE_DIR, root),
+        *_screen_section(root.parent / SCREEN_DIR, root),
     ]
 
 
@@ -573,6 +609,66 @@ def _fusion_section(root: Path, grid: Path) -> list[str]:
         "",
         FUSION_READING,
         "Every cell (in brackets: against LightGBM, and the mean rounds to the model):",
+        "",
+        diagnosis(root),
+    ]
+
+
+def _wide_section(root: Path, grid: Path) -> list[str]:
+    """The run of the tables' wide head and weight decay against the defaults before them:
+    its command, its counts as the grid's, the reading and every cell (none before it ran)."""
+    files = sorted(root.glob("*/*.json")) if root.is_dir() else []
+    if not files:
+        return []
+    runs = [read_json(f) or {} for f in files]
+    loads = [r["load_1m"] for r in runs if "load_1m" in r]
+    codes = sorted({r.get("code", "?") for r in runs})
+    cells = sorted({(f.parent.name, f.stem.rsplit("-s", 1)[0]) for f in files})
+    tables_run = sorted({t for t, _ in cells})
+    splits_run = [s for s in SPLITS if any(s == c for _, c in cells)]
+    return [
+        f"## The wide head and the tables' weight decay: `{WIDE_DIR}`",
+        "",
+        f"`python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
+        f"--tables {' '.join(tables_run)} --splits {' '.join(splits_run)} --seeds 0 1 2 "
+        f"--jobs 2 --rows federation before linear lgbm`, then `--counts {root} --out {grid}` "
+        f"and `--diagnosis {root}`: the grid's cells, party CSVs and seeds ({len(files)} of "
+        f"them), code {', '.join(codes)}, on the shared 2-core machine at a 1-minute load of "
+        f"{min(loads):.1f}-{max(loads):.1f}. `federation`: the tables' defaults (`--head auto`: "
+        "the MLP head with a linear path from every party's features beside it, `wide`; "
+        "`--weight-decay auto`: "
+        "1e-3 on tables); `before`: `" + " ".join(DIAGNOSIS["before"]) + "`, the defaults "
+        "before them (the `concat_all` row of the run above). splitnn is the grid's row of "
+        "the same cell.",
+        "",
+        counts(root, grid),
+        "",
+        WIDE_READING,
+        "Every cell (in brackets: against LightGBM, and the mean rounds to the model):",
+        "",
+        diagnosis(root),
+    ]
+
+
+def _screen_section(root: Path, grid: Path) -> list[str]:
+    """The screen the tables' wide head and weight decay were chosen from (the cells the
+    defaults before them missed), each row judged as the grid judges the federation."""
+    files = sorted(root.glob("*/*.json")) if root.is_dir() else []
+    if not files:
+        return []
+    runs = [read_json(f) or {} for f in files]
+    codes = sorted({r.get("code", "?") for r in runs})
+    names = sorted({r["row"] for x in runs for r in x["rows_run"]} & set(DIAGNOSIS))
+    return [
+        f"**The screen these defaults were chosen from** (`{SCREEN_DIR}`; code "
+        f"{', '.join(codes)}): the 15 cells the defaults before them missed (below linear "
+        "regression by more than its sd, or behind splitnn), seeds 0-2, `--rows federation "
+        "ROWS linear lgbm`, each row the defaults of that code (`federation`: the MLP head, "
+        "weight decay 1e-4) with options added: "
+        + "; ".join(f"`{n}`: `{' '.join(DIAGNOSIS[n])}`" for n in names)
+        + ". Counted as the grid counts (`--counts`):",
+        "",
+        counts(root, grid),
         "",
         diagnosis(root),
     ]

@@ -31,8 +31,7 @@ class OptimizerSettings(Protocol):
     def learning_rate(self, tabular: bool, rows: int | None = None) -> float: ...
     @property
     def momentum(self) -> float: ...
-    @property
-    def weight_decay(self) -> float: ...
+    def decay(self, tabular: bool) -> float: ...
 
 
 class HeadWidths(Protocol):
@@ -172,12 +171,7 @@ def make_optimizer(
     """torch's SGD or Adam, as `EagerSGD` / `EagerAdam` (vfl_core.model.eager_optim: the same
     updates, without torch._dynamo's second of imports), at the run's learning rate for a party
     of tabular features (or not) holding `rows` training rows."""
-    lr = config.learning_rate(tabular, rows)
+    lr, decay = config.learning_rate(tabular, rows), config.decay(tabular)
     if config.optimizer == "sgd":
-        return EagerSGD(
-            module.parameters(),
-            lr=lr,
-            momentum=config.momentum,
-            weight_decay=config.weight_decay,
-        )
-    return EagerAdam(module.parameters(), lr=lr, weight_decay=config.weight_decay)
+        return EagerSGD(module.parameters(), lr=lr, momentum=config.momentum, weight_decay=decay)
+    return EagerAdam(module.parameters(), lr=lr, weight_decay=decay)
