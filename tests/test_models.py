@@ -15,7 +15,6 @@ from vfl_core.model.models import (
     WideHead,
     build_head,
     build_representation,
-    resolve_head,
     resolve_representation,
 )
 
@@ -53,8 +52,7 @@ def test_auto_is_mlp_for_tabular_and_tiny_images_and_cnn_for_larger_images() -> 
 
 
 def test_credit_mlp_layout_matches_reference() -> None:
-    # the paper's heads (PAPER_MODEL): no linear path beside the tower
-    config = ModelConfig(representation="mlp", embed_dim=10, hidden=(10, 10), head="linear")
+    config = ModelConfig(representation="mlp", embed_dim=10, hidden=(10, 10))
     model = build_representation(config, (5,), 0)
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     assert [(m.in_features, m.out_features) for m in linears] == [(5, 10), (10, 10), (10, 10)]
@@ -63,7 +61,7 @@ def test_credit_mlp_layout_matches_reference() -> None:
 
 
 def test_mlp_empty_hidden_is_single_linear() -> None:
-    config = ModelConfig(representation="mlp", embed_dim=3, hidden=(), head="mlp")
+    config = ModelConfig(representation="mlp", embed_dim=3, hidden=())
     model = build_representation(config, (4,), 0)
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     assert len(linears) == 1
@@ -176,21 +174,6 @@ def test_wide_head_adds_a_linear_path_beside_each_mlp() -> None:
     x, y = torch.randn(4, 5), torch.randn(4, 5)
     logits = head(representation(x + y))
     assert torch.allclose(logits, head(representation(x)) + head(representation(y)), atol=1e-5)
-
-
-def test_auto_head_is_wide_on_tables_mlp_with_an_ensemble_and_linear_on_images() -> None:
-    auto = ModelConfig(representation="mlp", embed_dim=6, hidden=(8,))
-    assert resolve_head(auto, tabular=True) == "wide"
-    assert resolve_head(auto, tabular=False) == "linear"
-    assert resolve_head(auto.model_copy(update={"ensemble": 2}), tabular=True) == "mlp"
-    assert isinstance(build_head(auto, num_classes=2, generator_seed=0, tabular=True), WideHead)
-    # a table's tower carries the linear path, built after its MLP (same weights as without)
-    tower = build_representation(auto, (5,), 3)
-    assert tower.skip is not None
-    plain = build_representation(auto.model_copy(update={"head": "mlp"}), (5,), 3)
-    assert plain.skip is None and _same(plain.net, tower.net)
-    image = build_representation(auto, (1, 4, 4), 3)
-    assert image.skip is None
 
 
 def test_wide_head_leaves_the_mlp_weights_of_a_seed_unchanged() -> None:

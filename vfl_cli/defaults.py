@@ -13,7 +13,7 @@ TRAIN = {
     "batch_size": "auto",
     "eval_batch_size": 512,
     "lr": "auto",
-    "weight_decay": "auto",
+    "weight_decay": 0.0001,
     "optimizer": "adam",
     "momentum": 0.9,
     "scheduler": "auto",
@@ -177,8 +177,6 @@ AUTO_MAX_BATCH = 4096
 AUTO_TABLE_LR = 0.005
 DEFAULT_BATCH = 64
 DEFAULT_LR = 0.001
-AUTO_TABLE_WEIGHT_DECAY = 0.001
-DEFAULT_WEIGHT_DECAY = 0.0001
 DECAY_HALF_LIFE = 16.0
 TEST_FRACTION = 0.2
 DEMO_SECRET = "vfl-demo-secret"

@@ -54,12 +54,8 @@ class TrainOptions:
         ),
     ] = None
     weight_decay: Annotated[
-        str | None,
-        Opt(
-            help="L2 penalty of the optimizers: a number | auto (tables: "
-            f"{defaults.AUTO_TABLE_WEIGHT_DECAY:g}; images: {defaults.DEFAULT_WEIGHT_DECAY:g})",
-            show_default=shown(T["weight_decay"]),
-        ),
+        float | None,
+        Opt(help="L2 penalty of the optimizers", show_default=shown(T["weight_decay"])),
     ] = None
     balance: Annotated[
         str | None,

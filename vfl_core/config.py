@@ -58,9 +58,9 @@ def _threshold(value: object) -> object:
     return number
 
 
-def _auto_or(kind: type, floor: float, inclusive: bool = False) -> object:
-    """A validator of 'auto' or a number of `kind` (its text too) above `floor` (int, or
-    `inclusive`: at least it), with one readable message for anything else."""
+def _auto_or(kind: type, floor: float) -> object:
+    """A validator of 'auto' or a number of `kind` (its text too) above `floor` (int: at least
+    it), with one readable message for anything else."""
 
     def check(value: object) -> object:
         if value == "auto":
@@ -73,10 +73,9 @@ def _auto_or(kind: type, floor: float, inclusive: bool = False) -> object:
         if number is None or not whole or isinstance(value, bool):
             ok = False
         else:
-            ok = number >= floor if kind is int or inclusive else number > floor
+            ok = number >= floor if kind is int else number > floor
         if not ok:
             what = f"a whole number >= {floor:g}" if kind is int else f"a number > {floor:g}"
-            what = f"a number >= {floor:g}" if inclusive else what
             raise PydanticCustomError(
                 "auto_or_number",
                 "must be auto or {what}, not {value}",
@@ -110,12 +109,6 @@ AUTO_MAX_BATCH = 4096
 # Tables: the learning rate at epoch 0 (the "decay" schedule then halves it every
 # vfl_core.model.lr_schedule.DECAY_HALF_LIFE epochs; neither depends on the epoch ceiling).
 AUTO_TABLE_LR = 5e-3
-# The optimisers' L2 penalty: images and methods with stages keep the value every run had;
-# tables get a stronger one, so that the party MLPs stay close to the linear model that the
-# wide head's linear path holds where the data is linear (docs/tabular-defaults.md, measured
-# on VertiBench's splits).
-DEFAULT_WEIGHT_DECAY = 1e-4
-AUTO_TABLE_WEIGHT_DECAY = 1e-3
 # The linear scaling rule (Goyal et al. 2017, "Accurate, Large Minibatch SGD", s. 2.1) for a
 # table's "auto" rate: DEFAULT_LR at DEFAULT_BATCH, scaled with the batch the party's own
 # training rows give (`table_batch`), up to AUTO_TABLE_LR. Tried, not kept: off; on while True
@@ -205,9 +198,7 @@ class TrainConfig(_Frozen):
     # images and methods with stages (each party resolves its own, as its head: it knows its
     # features' shape).
     lr: Annotated[float | Literal["auto"], _auto_or(float, 0)] = "auto"
-    # Adam's (SGD's) L2 penalty; "auto": `decay()`, AUTO_TABLE_WEIGHT_DECAY for a party of
-    # tabular features, DEFAULT_WEIGHT_DECAY for images and methods with stages.
-    weight_decay: Annotated[float | Literal["auto"], _auto_or(float, 0, inclusive=True)] = "auto"
+    weight_decay: float = Field(1e-4, ge=0)
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = Field(0.9, ge=0, lt=1)
     # The learning rate by epoch: "none" constant, "cosine" from lr down to 0 at `epochs` (the
@@ -319,14 +310,6 @@ class TrainConfig(_Frozen):
         if not self._table_defaults(tabular):
             return DEFAULT_LR
         return AUTO_TABLE_LR if rows is None or not SCALED_TABLE_LR else scaled_table_lr(rows)
-
-    def decay(self, tabular: bool) -> float:
-        """The optimisers' weight decay: the configured one, or by default
-        AUTO_TABLE_WEIGHT_DECAY on tabular data and DEFAULT_WEIGHT_DECAY on images or for a
-        method with stages."""
-        if self.weight_decay != "auto":
-            return self.weight_decay
-        return AUTO_TABLE_WEIGHT_DECAY if self._table_defaults(tabular) else DEFAULT_WEIGHT_DECAY
 
     def batch_rows(self, rows: int, tabular: bool = False) -> int:
         """Samples per training round for a plan of `rows` training samples: the configured

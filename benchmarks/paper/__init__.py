@@ -507,7 +507,7 @@ def train_model(data: Joined, train: TrainConfig, num_classes: int, key: int) ->
         build_head(train.model, num_classes, seed + 1),
     )
     lr = train.learning_rate(False)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=train.decay(False))
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=train.weight_decay)
     weights = None
     if train.balance == "resample":
         counts = np.bincount(data[1], minlength=num_classes).astype(np.float64)

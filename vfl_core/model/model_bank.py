@@ -31,7 +31,8 @@ class OptimizerSettings(Protocol):
     def learning_rate(self, tabular: bool, rows: int | None = None) -> float: ...
     @property
     def momentum(self) -> float: ...
-    def decay(self, tabular: bool) -> float: ...
+    @property
+    def weight_decay(self) -> float: ...
 
 
 class HeadWidths(Protocol):
@@ -171,7 +172,12 @@ def make_optimizer(
     """torch's SGD or Adam, as `EagerSGD` / `EagerAdam` (vfl_core.model.eager_optim: the same
     updates, without torch._dynamo's second of imports), at the run's learning rate for a party
     of tabular features (or not) holding `rows` training rows."""
-    lr, decay = config.learning_rate(tabular, rows), config.decay(tabular)
+    lr = config.learning_rate(tabular, rows)
     if config.optimizer == "sgd":
-        return EagerSGD(module.parameters(), lr=lr, momentum=config.momentum, weight_decay=decay)
-    return EagerAdam(module.parameters(), lr=lr, weight_decay=decay)
+        return EagerSGD(
+            module.parameters(),
+            lr=lr,
+            momentum=config.momentum,
+            weight_decay=config.weight_decay,
+        )
+    return EagerAdam(module.parameters(), lr=lr, weight_decay=config.weight_decay)

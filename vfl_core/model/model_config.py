@@ -13,9 +13,6 @@ Representation = Literal["auto", "mlp", "cnn", "resnet18"]
 # "wide": "mlp" plus a linear path from every party's features to the logits;
 # vfl_core.model.models.resolve_head, docs/tabular-defaults.md.
 HeadKind = Literal["auto", "linear", "mlp", "wide"]
-# The "auto" head of a party of tabular features (docs/tabular-defaults.md, measured on
-# VertiBench's splits): the MLP with a linear path from the features beside it.
-AUTO_TABLE_HEAD = "wide"
 # Normalisation after each hidden Linear of a tabular party's MLP (before its ReLU).
 Norm = Literal["none", "layer", "batch"]
 # Embeddings of a tabular party's numeric columns (vfl_core.model.num_embeddings).

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from vfl_core.errors import ConfigError
-from vfl_core.model.model_config import AUTO_TABLE_HEAD, ModelConfig
+from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.num_embeddings import NumericFit
 from vfl_core.model.tower import (
     MLPRepresentation,
@@ -316,8 +316,7 @@ def build_representation(
             raise ConfigError("--num-embedding and --ensemble need tabular parties (mlp)")
         extra = {"numeric": numeric, "final_activation": final_activation}
         return tabular_tower.build_tower(config, shape[0], generator_seed, categorical, **extra)
-    # the linear path from the features to the logits starts here (the tables' "auto" head)
-    skip = resolve_head(config, len(shape) == 1) == "wide"
+    skip = config.head == "wide"  # the linear path from the features to the logits starts here
     # MLP towers only; the dropout masks' seed is the weights' (SeededDropout draws apart)
     tower = {"dropout": config.dropout, "norm": config.norm, "dropout_seed": generator_seed}
 
@@ -378,16 +377,12 @@ def _check_categorical(categorical: tuple[int, ...], shape: tuple[int, ...], kin
 
 
 def resolve_head(config: ModelConfig, tabular: bool) -> str:
-    """The head ("linear", "mlp" or "wide") for a party; resolves "auto": "wide" for tabular
-    features (the MLP head, which won over one linear layer on the mean of the parties'
-    embeddings, with a linear path from every party's features beside it, so that a linear
-    model of the joined columns is inside the model family: docs/tabular-defaults.md,
-    measured), "mlp" there with a TabM-mini ensemble (`ensemble` > 1, which has no linear
-    path); "linear" for image blocks, as the LASER-VFL paper has."""
+    """The head ("linear" or "mlp") for a party; resolves "auto": "mlp" for tabular features,
+    where the heads' one linear layer on the mean of the parties' embeddings made the model
+    additive across parties and an MLP head won on 11 of 18 benchmark runs and lost on 1
+    (docs/tabular-defaults.md); "linear" for image blocks, as the LASER-VFL paper has."""
     if config.head == "auto":
-        if not tabular:
-            return "linear"
-        return "mlp" if config.ensemble > 1 else AUTO_TABLE_HEAD
+        return "mlp" if tabular else "linear"
     if config.head not in ("linear", "mlp", "wide"):
         raise ConfigError(f"unknown model.head {config.head!r}; expected auto, linear, mlp or wide")
     return config.head

@@ -29,10 +29,7 @@ def build_tower(
     final_activation: bool,
 ) -> nn.Module:
     """A tabular party's representation model of `width` values a row (the code columns last)."""
-    from vfl_core.model.models import resolve_head  # models builds these through this module
-
-    wide = resolve_head(config, True) == "wide"
-    if wide and config.ensemble > 1:
+    if config.head == "wide" and config.ensemble > 1:
         raise ConfigError("--ensemble needs --head mlp or linear, not wide")
     if config.num_embedding != "none" and numeric is None:
         raise ConfigError(f"--num-embedding {config.num_embedding} needs the party's training rows")
@@ -44,7 +41,7 @@ def build_tower(
             config.hidden,
             member,
             final_activation=final_activation,
-            skip=wide,
+            skip=config.head == "wide",
             dropout=config.dropout,
             norm=config.norm,
             dropout_seed=seed,
