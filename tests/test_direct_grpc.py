@@ -240,10 +240,16 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
         after = _after_training(records)
         assert not {"Embed", "Predict", "Score"} & {r.rpc for r in after}, after
         rounds = _call_rounds(after)
-        # the last validation, the restore of the best epoch, the candidates, the validation
-        # for the threshold, the test evaluation, its sets of parties, the Shutdown (sending
-        # them one after the other took one round per candidate and three per relayed batch)
-        assert rounds <= 8, (rounds, [r.rpc for r in after])
+        # the last validation, the restore of the best epoch, the candidates, the pooled heads,
+        # the validation with the choice, the test evaluation, its sets of parties (up to two
+        # fan-outs), the Shutdown: sent one after the other, they took a round per candidate
+        # alone, and three per batch the label party was not called for
+        made = choice.to_json()
+        candidates = [c for p in made["candidates"] for c in p["scores"]]
+        # each at least a round one after the other: the candidates, the pooled heads, the
+        # validation with the choice, the test evaluation and its sets of parties
+        alone = len(candidates) + len(made["pooled"]) + 2 + len(results.get("subsets", []))
+        assert rounds <= 10 and rounds + 3 <= alone, (rounds, alone, [r.rpc for r in after])
     else:
         assert validations == []  # three label parties: the evaluations go through the relay
     if train.overlap_validation:  # epoch e's validation in flight while e + 1 trained
