@@ -120,8 +120,8 @@ def _send(fed: EvaluatorRun, group: list[_Plan]) -> list[EvalReport]:
     if not group:
         return []
     first = group[0]
-    split, scorer, federation_scores, threshold = first.key()
-    al = fed.alignments[str(split)]
+    split, scorer = first.ask.split, first.scorer
+    al = fed.alignments[split]
     parts: dict[int, list[EvalBatch]] = {}
     for planned in group:
         for p in planned.plan:
@@ -131,7 +131,7 @@ def _send(fed: EvaluatorRun, group: list[_Plan]) -> list[EvalReport]:
             only = scorer not in p.called  # nobody predicts it: unscored, as on the relay
             for b in p.called:
                 rows = al.rows_of(b, p.batch.index)
-                embed = EmbedCall(p.request, str(split), rows, digest, False, p.called)
+                embed = EmbedCall(p.request, split, rows, digest, False, p.called)
                 parts.setdefault(b, []).append(
                     EvalBatch(embed, int(p.batch.index[0]), p.head, embed_only=only)
                 )
@@ -140,14 +140,14 @@ def _send(fed: EvaluatorRun, group: list[_Plan]) -> list[EvalReport]:
         b: RoundCall(
             round_id=max(fed.round_id - 1, 0),
             epoch=fed.cursor.epoch,
-            send_to=() if b == scorer else (int(scorer),),  # type: ignore[call-overload]
+            send_to=() if b == scorer else (scorer,),
             expect=tuple(sorted(pushing - {scorer})) if b == scorer else (),
             evaluation=Evaluation(
-                str(split),
-                int(scorer),  # type: ignore[call-overload]
+                split,
+                scorer,
                 tuple(own),
-                threshold,  # type: ignore[arg-type]
-                federation_scores=bool(federation_scores),
+                first.threshold,
+                federation_scores=first.ask.federation_scores,
             ),
         )
         for b, own in sorted(parts.items())
@@ -157,13 +157,7 @@ def _send(fed: EvaluatorRun, group: list[_Plan]) -> list[EvalReport]:
     blocks = tuple(sorted(calls))
     out = []
     for planned in group:
-        started = direct_eval.Started(
-            str(split),
-            int(scorer),
-            planned.plan,
-            lambda: reports,
-            blocks,  # type: ignore[call-overload]
-        )
+        started = direct_eval.Started(split, scorer, planned.plan, lambda: reports, blocks)
         out.append(direct_eval.finish(fed, started, reports))
     return out
 
