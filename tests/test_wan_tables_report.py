@@ -53,6 +53,7 @@ def test_given_a_run_record_and_epoch_marks_when_summarised_then_it_stops_at_the
     spent = summarise(results, [10.0, 14.0, 18.0], [0, 0, 0], (3.0, 21.0))
     assert spent["setup_s"] == pytest.approx(5.0) and spent["rounds_s"] == 8.0
     assert spent["boundaries_s"] == pytest.approx(2.0) and spent["final_s"] == pytest.approx(3.0)
+    assert spent["wall_s"] == pytest.approx(18.0)  # launched to exited: a usable model
     # no early stopping: the model is the last epoch's
     results["early_stop"] = None
     assert summarise(results, [10.0, 14.0, 18.0], [0, 0, 0])["rounds_to_model"] == 12

@@ -42,11 +42,11 @@ label, and never a test row.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from vfl_core.inference.federation_view import EvaluatingFederation
+from vfl_core.inference.federation_view import Ask, EvaluatingFederation
 from vfl_core.inference.headline import LOWER_IS_BETTER, watched
 from vfl_core.inference.metrics import FEDERATION, EvalReport, Pattern, standard_error
 from vfl_core.inference.scoring import AUC_BINS
@@ -163,19 +163,24 @@ def choose_subsets(
     chosen: dict[Pattern, Pattern] = {}
     heads: dict[Pattern, str] = {}
     record: dict[Pattern, list[Candidate]] = {}
+    # every candidate of every pattern first: their evaluations depend on no choice, so they
+    # go out together (one fan-out on the direct plane: Federation.evaluate_many)
+    asked: list[tuple[Pattern, Pattern, Ask]] = []
     for pattern, index in sorted(al.patterns().items()):
         rows = np.intersect1d(index, validation)  # (n,) ascending
         concat = per_set and fed.spec.concat_head and bool(set(pattern) & set(fed.label_blocks))
         if (len(pattern) < 2 and not concat) or len(rows) < MIN_CHOICE_SAMPLES:
             continue
         everyone = set(fed.infos)
-        cands = []
         for subset in observed_subsets(pattern):
             served = everyone - (set(pattern) - set(subset))  # the pattern's others not called
-            cands.append(_candidate(fed, key, subset, served, rows))
+            asked.append((pattern, subset, Ask("train", served, rows)))
         if concat:  # every party of the pattern, through the concatenating heads
-            cands.append(_candidate(fed, key, tuple(pattern), everyone, rows, CONCAT))
-        record[pattern] = cands
+            asked.append((pattern, tuple(pattern), Ask("train", everyone, rows, head=CONCAT)))
+    reports = fed.evaluate_many([a for _, _, a in asked])
+    for (pattern, subset, ask), report in zip(asked, reports, strict=True):
+        record.setdefault(pattern, []).append(_scored(key, subset, report, ask.head or ""))
+    for pattern, cands in record.items():
         best = best_candidate(cands, lower, margin)
         if best is None or best is cands[0]:
             continue
@@ -212,10 +217,18 @@ def choose_heads_pooled(
     rows = np.intersect1d(np.concatenate([i for _, i in patterns] or [[]]), validation)
     if len(rows) < MIN_CHOICE_SAMPLES:
         return
-    laser = _candidate(fed, key, (), set(fed.infos), rows)  # the per-pattern subsets in effect
-    subsets, chosen.subsets = chosen.subsets, {}
-    concat = _candidate(fed, key, (), set(fed.infos), rows, CONCAT)
-    chosen.subsets = subsets
+    # LASER-VFL's heads with the per-pattern subsets in effect, the concatenating heads without
+    # them: both together (one fan-out on the direct plane)
+    everyone = set(fed.infos)
+    laser_report, concat_report = fed.evaluate_many(
+        [
+            Ask("train", everyone, rows, choice=chosen),
+            Ask("train", everyone, rows, head=CONCAT, choice=replace(chosen, subsets={})),
+        ]
+    )
+    laser = _scored(key, (), laser_report)
+    concat = _scored(key, (), concat_report, CONCAT)
+    subsets = chosen.subsets
     chosen.pooled = [laser, concat]
     if best_candidate(chosen.pooled, key in LOWER_IS_BETTER, margin) is concat:
         mine = {p for p, _ in patterns}
@@ -231,16 +244,8 @@ def choose_heads_pooled(
         )
 
 
-def _candidate(
-    fed: EvaluatingFederation,
-    key: str,
-    subset: Pattern,
-    served: set[int],
-    rows: np.ndarray,
-    head: str = "",
-) -> Candidate:
-    """`subset` of a pattern scored on its validation `rows`, only the parties `served` called."""
-    report = fed.evaluate("train", blocks=served, index=rows, head=head)
+def _scored(key: str, subset: Pattern, report: EvalReport, head: str = "") -> Candidate:
+    """`subset` of a pattern as its evaluation on the validation rows scored it."""
     value = getattr(report.overall(), key) if report.scored else None
     error = standard_error(report, key) if report.scored else None
     return Candidate(subset, value, report.scored, error, head)
