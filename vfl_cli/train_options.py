@@ -428,6 +428,15 @@ class TrainOptions:
             show_default=shown(PV["pretrain_rows"]),
         ),
     ] = None
+    privacy_feature_tower: Annotated[
+        str | None,
+        Opt(
+            help="with withhold, each feature-only party's tower: model (the run's architecture) "
+            "| orthogonal (its block rotated by a fixed orthogonal map drawn from the party's "
+            "own vfl-client --private-tower-seed, zero-padded to --embed-dim; docs/security.md)",
+            show_default=shown(PV["feature_tower"]),
+        ),
+    ] = None
     privacy_direction_power: Annotated[
         float | None,
         Opt(
