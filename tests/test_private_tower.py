@@ -64,7 +64,7 @@ def test_given_an_orthogonal_map_when_completed_then_it_gains_nothing_over_the_r
     assert max(gains) <= 0.02 and abs(float(np.mean(gains))) < 0.01  # the acceptance's line
 
 
-def test_given_an_orthogonal_map_when_a_rotation_invariant_classifier_fits_then_it_scores_the_same():
+def test_given_an_orthogonal_map_when_an_invariant_classifier_fits_then_it_scores_the_same():
     # Without the per-coordinate scaler, an L2-regularised logistic regression on W x is the one
     # on x (its weights W v, the penalty unchanged as W^T W = I): the same scores, exactly.
     x, y = _block(n=600)
@@ -127,6 +127,11 @@ def test_given_orthogonal_towers_when_training_then_each_is_its_private_map_and_
         assert isinstance(tower, OrthogonalTower)
         assert torch.equal(tower.weight, orthogonal_map(width, 64, seed, block))  # as drawn
         assert torch.equal(tower.weight, relayed.initial[block].weight)
+        rows = result.parties[block].split("train").features
+        z = (rows - rows.mean(axis=0)) / np.where(rows.std(axis=0) > 0, rows.std(axis=0), 1.0)
+        with torch.no_grad():  # its columns standardised by its own training rows, rotated
+            sent = tower(torch.from_numpy(rows)).numpy()
+        np.testing.assert_allclose(sent, z @ tower.weight.numpy().T, atol=1e-4)
     for grad in (g for (b, _r), g in relayed.grads.items() if b != 0):
         assert not grad.any()  # nothing label-derived reaches them
     label_tower = result.parties[0].f.state_dict()

@@ -1,17 +1,20 @@
 """Can the label party read a feature-only party's raw block back from its embeddings?
 
-Under `--privacy-feature-tower orthogonal` a feature-only party sends E = X W^T for its prepared
-block X (rows x F) and a fixed W (embed_dim x F, orthonormal columns: vfl_core.privacy.
-private_tower). The label party (and the coordinator, which relays E) holds E. Three reads:
+Under `--privacy-feature-tower orthogonal` a feature-only party sends E = Z W^T, Z its prepared
+block (rows x F) with each column standardised by its own training rows' statistics, W fixed
+(embed_dim x F, orthonormal columns: vfl_core.privacy.private_tower). The label party (and the
+coordinator, which relays E) holds E. Three reads of Z (the block in standardised units; the
+columns' means and scales are a further F pairs of numbers):
 
 - `federation map`: the label party rebuilds W from the federation's seed, which it knows, and
-  reads X = E W (exact when the party drew W from that seed: no private seed);
-- `no map`: it knows nothing of W; the best linear read of X from E without any known row is
-  none, so the reference is X's own mean (relative error 1 on standardised columns);
-- `known rows`: it knows the raw block of `known` rows (e.g. customers it shares), fits W by
-  least squares on them and reads every other row: a rotation is recovered from F rows.
+  reads Z = E W (exact when the party drew W from that seed: no private seed);
+- `no map`: it knows nothing of W; without a known row it has no linear read of Z from E, so
+  the reference is Z's own mean (relative error 1);
+- `known rows`: it knows the raw block of `known` rows (e.g. customers it shares), fits the map
+  from E back to the raw columns by least squares (with an intercept) on them and reads every
+  other row: an affine map of F columns is recovered from F + 1 rows.
 
-Each is the relative error ||X_read - X|| / ||X - mean(X)|| on the party's training rows
+Each is the relative error ||read - Z|| / ||Z - mean(Z)|| on the party's training rows
 (0: read back exactly; about 1 or more: nothing read).
 """
 
@@ -37,15 +40,17 @@ def readback(
     """The three reads of `raw` (rows x F) from `embedded` (rows x embed_dim); `known`: a mask
     of the rows whose raw features the label party knows."""
     flat = raw.reshape(len(raw), -1).astype(np.float64)
+    scale = flat.std(axis=0)
+    z = (flat - flat.mean(axis=0)) / np.where(scale > 0, scale, 1.0)
     e = embedded.astype(np.float64)
     w = orthogonal_map(flat.shape[1], e.shape[1], federation_seed, block).numpy().astype(np.float64)
-    fitted, *_ = np.linalg.lstsq(flat[known], e[known], rcond=None)  # X_known @ W^T = E_known
+    design = np.hstack([e, np.ones((len(e), 1))])
+    back, *_ = np.linalg.lstsq(design[known], z[known], rcond=None)  # [E, 1] B = Z, known rows
     rest = ~known
-    from_known = e[rest] @ np.linalg.pinv(fitted)
     return {
-        "federation map": relative_error(e @ w, flat),
-        "no map": relative_error(np.broadcast_to(flat.mean(axis=0), flat.shape), flat),
-        "known rows": relative_error(from_known, flat[rest]),
+        "federation map": relative_error(e @ w, z),
+        "no map": relative_error(np.zeros_like(z), z),
+        "known rows": relative_error(design[rest] @ back, z[rest]),
     }
 
 
@@ -62,8 +67,9 @@ def readback_lines(runs: list[dict[str, Any]]) -> list[str]:
         "The label party's read of each feature-only party's prepared block from the embeddings "
         "it receives (`benchmarks/privacy/readback.py`): with the map rebuilt from the "
         "federation's seed, with no map, and fitted on the 40 rows whose raw features it is "
-        "given. Relative error ||read - X|| / ||X - mean||, the smallest over the seeds and "
-        "the parties: 0 is the block read back exactly, 1 no better than its mean.",
+        "given. Relative error ||read - Z|| / ||Z - mean|| (Z: the block, each column standardised "
+        "by the party's training rows), the smallest over the seeds and the parties: 0 is the "
+        "block read back exactly, 1 no better than its mean.",
         "",
         "| table | K | defence | seeds | " + " | ".join(READS) + " |",
         "| --- | ---: | --- | --- |" + " ---: |" * len(READS),

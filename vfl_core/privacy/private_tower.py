@@ -2,19 +2,23 @@
 
 Under the `withhold` label defence a feature-only party's tower never moves, so what it sends is
 a fixed function of its rows that no label shaped. With `feature_tower: orthogonal` that
-function is linear and loses nothing: the party's prepared block x (F values a row) is rotated
-by an orthogonal F x F matrix Q (QR of a Gaussian matrix, the signs of R's diagonal moved into Q,
-so Q is uniform over the orthogonal group) and zero-padded to the run's embedding width: the
-embedding is W x with W = [Q; 0], whose columns are orthonormal (W^T W = I).
+function is affine and loses nothing: each column of the party's prepared block x (F values a
+row) is standardised with the party's own training rows' mean and standard deviation (a
+constant column only centred), z = (x - mean) / std, then rotated by an orthogonal F x F matrix
+Q (QR of a Gaussian matrix, the signs of R's diagonal moved into Q, so Q is uniform over the
+orthogonal group) and zero-padded to the run's embedding width: the embedding is W z with
+W = [Q; 0], whose columns are orthonormal (W^T W = I).
 
 Why this shape: a classifier that depends on its inputs only through inner products and norms
-(an L2-regularised logistic regression, a k-NN in Euclidean distance) scores W x exactly as it
-scores x, so the tower adds nothing to what the party could fit on its raw columns with a few
-labels (model completion, Fu et al., USENIX Security 2022, gains nothing by construction); and
-with F of the embedding's coordinates carrying the block, a per-coordinate standardisation
-before such a classifier sees nearly what it sees on the standardised raw columns (exactly, for
-uncorrelated columns of equal variance), which a map spread over all `embed_dim` coordinates
-would not give it (each coordinate then holds about F / embed_dim of a column's variance).
+(an L2-regularised logistic regression, a k-NN in Euclidean distance) scores W z exactly as it
+scores z, so the tower adds nothing to what the party could fit on its standardised columns with
+a few labels (model completion, Fu et al., USENIX Security 2022, gains nothing by
+construction). A classifier that standardises each input coordinate first (the meter's) is not
+rotation-invariant; standardising the columns before the rotation, and keeping the block in F
+coordinates rather than spreading it over all `embed_dim` (each coordinate would then hold
+about F / embed_dim of a column's variance, a weaker penalty in effect), leaves it fitting
+nearly what it fits on the raw columns: the 40-row gains the meter measures are its sampling
+spread around zero (benchmarks/results/privacy_ortho.md).
 
 The seed: `tower_seed`, a setting of the party alone (vfl-client --private-tower-seed), never
 sent anywhere; the map is in the party's checkpoints and serving bundle, not in any message.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import logging
 import math
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -54,16 +59,30 @@ def orthogonal_map(width: int, embed_dim: int, seed: int, block: int) -> torch.T
     return padded.to(torch.float32)
 
 
-class OrthogonalTower(nn.Module):
-    """(B, *feature_shape) -> (B, embed_dim): the flattened row times W^T, no bias. W is a
-    parameter that takes no gradient (kept in state dicts, checkpoints and serving bundles)."""
+def standardisation(rows: np.ndarray | None, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each column's mean and standard deviation over `rows` (a constant column's scale 1; no
+    rows: 0 and 1, the state a checkpoint then replaces)."""
+    if rows is None or not len(rows):
+        return torch.zeros(width), torch.ones(width)
+    flat = rows.reshape(len(rows), -1).astype(np.float64)
+    std = flat.std(axis=0)
+    std[std == 0] = 1.0
+    return torch.from_numpy(flat.mean(axis=0)).float(), torch.from_numpy(std).float()
 
-    def __init__(self, weight: torch.Tensor) -> None:
+
+class OrthogonalTower(nn.Module):
+    """(B, *feature_shape) -> (B, embed_dim): the flattened row standardised, times W^T. W, the
+    mean and the scale are parameters that take no gradient (kept in state dicts, checkpoints
+    and serving bundles)."""
+
+    def __init__(self, weight: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> None:
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=False)
+        self.mean = nn.Parameter(mean, requires_grad=False)
+        self.std = nn.Parameter(std, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(1) @ self.weight.T
+        return ((x.flatten(1) - self.mean) / self.std) @ self.weight.T
 
 
 def fixed_tower(
@@ -73,10 +92,12 @@ def fixed_tower(
     federation_seed: int,
     block: int,
     tower_seed: int | None,
+    rows: np.ndarray | None = None,
 ) -> OrthogonalTower | None:
     """A feature-only party's fixed tower under `feature_tower` `kind` ("model": none, the run's
     own architecture is built), from its private `tower_seed` (None: from the federation's seed,
-    with a warning that the label party can rebuild it)."""
+    with a warning that the label party can rebuild it), standardising with its training
+    `rows`."""
     if kind == "model":
         return None
     if tower_seed is None:
@@ -92,4 +113,6 @@ def fixed_tower(
         )
     else:
         seed = tower_seed
-    return OrthogonalTower(orthogonal_map(math.prod(feature_shape), embed_dim, seed, block))
+    width = math.prod(feature_shape)
+    weight = orthogonal_map(width, embed_dim, seed, block)
+    return OrthogonalTower(weight, *standardisation(rows, width))

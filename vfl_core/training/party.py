@@ -130,7 +130,10 @@ class Party:
         if self.roles is not None:
             raise ConfigError(f"feature_tower: method {self.config.method} has no tower f_k")
         shape, dim = tuple(meta.feature_shape), self.config.model.embed_dim
-        tower = fixed_tower(kind, shape, dim, self.config.seed, self.block, self.tower_seed)
+        train = self.data.splits.get("train")
+        rows = None if train is None else train.features  # its own columns' statistics
+        seed = self.tower_seed
+        tower = fixed_tower(kind, shape, dim, self.config.seed, self.block, seed, rows)
         if tower is not None:
             self.models.install_rep(SHARED, tower)
 
