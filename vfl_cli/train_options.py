@@ -391,7 +391,7 @@ class TrainOptions:
             "max_norm_direction (both) | max_norm_direction_per_row (both, each row's noise "
             "the same every epoch) | withhold (no gradient to the other parties, whose bottom "
             "models stay as drawn or as --privacy-feature-pretrain left them; recommended with "
-            "--privacy-feature-pretrain denoise --head-hidden 1024, docs/security.md)",
+            "--privacy-feature-tower orthogonal --head-hidden 1024, docs/security.md)",
             show_default=shown(PV["gradient_defence"]),
         ),
     ] = None
