@@ -18,6 +18,8 @@ from vfl_core.config import TrainConfig
 from vfl_core.data.tabular import load_table_federation
 from vfl_core.persistence.checkpoint import load_checkpoint
 from vfl_core.privacy.private_tower import orthogonal_map
+from vfl_core.serving.bundle import load_bundle
+from vfl_core.serving.export import export_bundle
 from vfl_core.training.party import Party
 
 pytestmark = pytest.mark.slow
@@ -35,7 +37,7 @@ PRIVATE = {1: 86753090011, 2: 86753090022}  # each feature-only organisation's o
 
 
 def test_given_orthogonal_towers_over_grpc_when_trained_then_each_is_its_private_map(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     paths = write_tables(tmp_path / "tables", n=600, share=0.85)
     ckpt = tmp_path / "checkpoints"
@@ -68,6 +70,25 @@ def test_given_orthogonal_towers_over_grpc_when_trained_then_each_is_its_private
             dim = train.model.embed_dim
             assert torch.equal(party.f.weight, orthogonal_map(width, dim, PRIVATE[block], block))
             assert not torch.equal(party.f.weight, orthogonal_map(width, dim, train.seed, block))
+            _assert_bundle_embeds_as_party(
+                party, ckpt, bank_sources(paths)[block], tmp_path, caplog
+            )
         else:  # the bank trains its own tower on its labels
             after = list(party.f.parameters())
             assert not all(torch.equal(a, b) for a, b in zip(after, fresh, strict=True))
+
+
+def _assert_bundle_embeds_as_party(
+    party: Party, ckpt: Path, source, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The serving bundle exported from the checkpoint carries the private map (exported
+    without the private seed, and without the warning that the map is drawn from the run's)."""
+    block = party.data.meta.block
+    out = tmp_path / f"bundle{block}"
+    caplog.clear()
+    export_bundle(ckpt / f"party{block}.pt", source.path, out, table=source)
+    assert "no private tower seed" not in caplog.text
+    rows = torch.as_tensor(party.data.splits["train"].features[:64], dtype=torch.float32)
+    with torch.no_grad():
+        served = load_bundle(out).representation(rows)
+        assert torch.allclose(served, party.f(rows), atol=1e-6)
