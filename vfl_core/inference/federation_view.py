@@ -14,7 +14,7 @@ import numpy as np
 from vfl_core.methods.federation_port import FederationPort
 
 if TYPE_CHECKING:
-    from vfl_core.inference.choice import ValidationChoice
+    from vfl_core.inference.chosen import ValidationChoice
     from vfl_core.inference.metrics import EvalReport
 
 
