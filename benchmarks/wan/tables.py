@@ -68,6 +68,16 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "direct-stale3-overlap": (
         "--data-plane", "direct", "--staleness", "3", "--overlap-validation",
     ),
+    # the same with half the bytes on the wire (each push's transfer at 100 Mbit/s halved)
+    "direct-stale3-overlap-f16": (
+        "--data-plane", "direct", "--staleness", "3", "--overlap-validation",
+        "--wire-dtype", "float16",
+    ),
+    # the direct plane's largest staleness: blocks of 3 rounds, so in an epoch of about five
+    # rounds no round waits for a gradient of the same epoch (only the epoch's end does)
+    "direct-stale5-overlap": (
+        "--data-plane", "direct", "--staleness", "5", "--overlap-validation",
+    ),
     "local4": ("--local-steps", "4"),
     "local4-direct": ("--local-steps", "4", "--data-plane", "direct"),
     # a plain split network's recipe on the same towers: batch 256, constant Adam 1e-2,
