@@ -32,7 +32,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vfl_core.data.batch_plan import eval_plan
 from vfl_core.inference.federation_view import Ask
@@ -52,7 +52,7 @@ class _Plan:
 
     ask: Ask
     scorer: int
-    plan: list[Any]  # direct_eval._Planned
+    plan: list[direct_eval.Planned]
     threshold: float | None
 
     @property
@@ -99,12 +99,12 @@ def _planned(fed: EvaluatorRun, ask: Ask) -> _Plan | None:
     plane does not take it (nothing spent)."""
     al = fed.alignments[ask.split]
     batches = eval_plan(al, fed.config.eval_batch_size, ask.index)
-    scorer = direct_eval._scorer(fed, batches)
+    scorer = direct_eval.scorer_of(fed, batches)
     if scorer is None or al.label_only:
         return None  # (a party holding labels only scores batches the label party does not)
     base = fed.request_id
     with _choice(fed, ask):
-        plan = direct_eval._plan(fed, batches, ask.blocks, ask.head)
+        plan = direct_eval.plan_batches(fed, batches, ask.blocks, ask.head)
         threshold = fed.validator.threshold()
     called = [p for p in plan if p.request is not None]
     fed.request_id = base
