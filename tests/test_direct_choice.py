@@ -21,7 +21,8 @@ from vfl_core.config import TrainConfig
 from vfl_core.data.datasets import load_dataset
 from vfl_core.data.party_dir import load_party_dir
 from vfl_core.data.prepare import prepare_parties
-from vfl_core.protocol import RoundCall, RoundResult
+from vfl_core.inference.subsets import evaluate_subsets
+from vfl_core.protocol import EmbedCall, RoundCall, RoundResult
 from vfl_core.training.direct_eval_party import run_call
 from vfl_core.training.engine import Federation, RoundRecord
 from vfl_core.training.inprocess import InProcessTransport
@@ -32,7 +33,15 @@ K = 3
 
 class ThreadedCalls(ThreadedDirect):
     """ThreadedDirect whose parties serve every Round call as vfl_client does (run_call: a
-    training round, or an evaluation)."""
+    training round, or an evaluation); counts the relay's Embed fan-outs too."""
+
+    def __init__(self, parties: dict[int, Party]) -> None:
+        super().__init__(parties)
+        self.embeds: list[dict[int, EmbedCall]] = []
+
+    def embed(self, calls: dict[int, EmbedCall]) -> dict[int, np.ndarray]:
+        self.embeds.append(calls)
+        return super().embed(calls)
 
     def direct(self, calls: dict[int, RoundCall]) -> Callable[[], dict[int, RoundResult]]:
         self.calls.append(calls)
@@ -90,12 +99,25 @@ def test_given_the_direct_plane_when_choosing_and_testing_then_the_relays_number
     for block, party in relay.items():
         np.testing.assert_array_equal(direct[block].parameters_vector(), party.parameters_vector())
     evaluations = [c[0].evaluation for c in transport.calls if 0 in c and c[0].evaluation]
-    candidates = [
-        c for p in want.choice.to_json()["candidates"] for c in p["scores"] if 0 in c["blocks"]
-    ]
     after = [e for e in evaluations if e.split == "train"][len(want.early_stop.history) :]
-    # every candidate holding the label party, the validation with the choice (the federation's
-    # scores: the threshold's), then the test evaluation: on the direct plane
-    assert len(after) >= len(candidates) + 1, (len(after), len(candidates))
-    assert after[-1].federation_scores
+    # after training, two fan-outs on the validation samples: every candidate of every observed
+    # set together (those without the label party embed-only: unscored, as on the relay), then
+    # the validation with the choice (the federation's scores: the threshold's)
+    assert len(after) == 2, len(after)
+    assert not after[0].federation_scores and after[-1].federation_scores
+    candidates = [c for p in want.choice.to_json()["candidates"] for c in p["scores"]]
+    scored = [c for c in candidates if 0 in c["blocks"]]
+    assert len({b.head for b in after[0].batches}) == 1
+    assert len(after[0].batches) >= len(scored) > 1
+    fan_out = next(c for c in transport.calls if 0 in c and c[0].evaluation is after[0])
+    assert any(b.embed_only for c in fan_out.values() for b in c.evaluation.batches)
+    assert all(not b.embed_only for b in after[0].batches)  # the scorer's: none embed-only
+    assert not [c for c in transport.embeds if any(e.split == "train" for e in c.values())]
     assert sum(e.split == "test" for e in evaluations) == 1
+
+    # the test split with every observed set of parties: one fan-out, the relay's numbers
+    calls, embeds = len(transport.calls), len(transport.embeds)
+    want_sets, got_sets = evaluate_subsets(want, "test"), evaluate_subsets(got, "test")
+    assert [r.to_json() for r in got_sets] == [r.to_json() for r in want_sets]
+    assert len(transport.calls) - calls == 1
+    assert len(transport.embeds) == embeds  # nothing through the relay

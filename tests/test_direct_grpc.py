@@ -98,6 +98,32 @@ def _train_in_process(
     return parties, records, fed.evaluate("test"), fed.choice
 
 
+def _after_training(records: list) -> list:
+    """The coordinator's calls to the parties after its last training Round call (requests,
+    replies and errors, in the order they passed)."""
+    calls = [r for r in records if r.side == "client"]
+    trained = [
+        i
+        for i, r in enumerate(calls)
+        if r.rpc == "Round" and r.direction == "request" and not r.message().HasField("evaluation")
+    ]
+    return calls[trained[-1] + 1 :]
+
+
+def _call_rounds(calls: list) -> int:
+    """Sequential call rounds: the requests sent while none was outstanding each start one (a
+    fan-out's requests leave before any of them is answered; a call sent after the answer it
+    waited for starts the next round). A count of round trips, not a timing."""
+    outstanding, rounds = 0, 0
+    for r in calls:
+        if r.direction == "request":
+            rounds += outstanding == 0
+            outstanding += 1
+        else:
+            outstanding = max(outstanding - 1, 0)
+    return rounds
+
+
 PRIVACY = ["--privacy-embedding-clip", "4", "--privacy-embedding-noise", "0.1"]
 OVERLAP = ["--overlap-validation"]
 OVERLAP_EPOCHS = 5  # a best epoch kept late, and (patience 1) a verdict one epoch late
@@ -210,14 +236,25 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
         assert len(validations) >= EPOCHS * K, len(validations)
         # the choice after training (every candidate subset's score), as in process
         assert results["validation_choice"] == json.loads(json.dumps(choice.to_json()))
-        # after training too: the choice's candidates holding the label party, the validation
-        # with the choice in effect, and the test evaluation (scored by block 0: its calls push
-        # to nobody) went over the direct plane
+        # after training too: every candidate of the choice, the validation with the choice in
+        # effect, the test evaluation and the test split with every set of parties went over
+        # the direct plane (scored by block 0: its calls push to nobody), in a few fan-outs
+        # (vfl_core.training.direct_many): no Embed, Predict or Score through the coordinator
         scored = [r.message().evaluation for r in validations if not r.message().send_to]
-        held = [c for p in choice.to_json()["candidates"] for c in p["scores"] if 0 in c["blocks"]]
-        epochs = len(results["early_stop"]["history"])
-        assert sum(e.split == "train" for e in scored) >= epochs + 1 + len(held), len(scored)
         assert sum(e.split == "test" for e in scored) >= 1
+        after = _after_training(records)
+        assert not {"Embed", "Predict", "Score"} & {r.rpc for r in after}, after
+        rounds = _call_rounds(after)
+        # the last validation, the restore of the best epoch, the candidates, the pooled heads,
+        # the validation with the choice, the test evaluation, its sets of parties (up to two
+        # fan-outs), the Shutdown: sent one after the other, they took a round per candidate
+        # alone, and three per batch the label party was not called for
+        made = choice.to_json()
+        candidates = [c for p in made["candidates"] for c in p["scores"]]
+        # each at least a round one after the other: the candidates, the pooled heads, the
+        # validation with the choice, the test evaluation and its sets of parties
+        alone = len(candidates) + len(made["pooled"]) + 2 + len(results.get("subsets", []))
+        assert rounds <= 10 and rounds + 3 <= alone, (rounds, alone, [r.rpc for r in after])
     else:
         assert validations == []  # three label parties: the evaluations go through the relay
     if train.overlap_validation:  # epoch e's validation in flight while e + 1 trained
@@ -238,5 +275,5 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
             )
     if train.encrypt_relay:  # and the evaluations' tensors sealed: the coordinator reads none
         assert _clear_floats(records) <= IN_THE_CLEAR
-    else:
+    elif not train.early_stop_patience:  # three label parties: evaluated through the relay
         assert ("Embed", "response") in _clear_floats(records)  # (control)

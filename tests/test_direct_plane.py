@@ -276,11 +276,13 @@ def test_given_a_validation_and_a_probe_when_converted_then_they_round_trip() ->
     carries a training embed is refused."""
     rows = np.array([4, 0, 2])
     batch = EvalBatch(EmbedCall(11, "train", rows, b"d" * 32, False, (0, 2)), 5, "concat")
+    # a batch the scorer is not called for: embedded, pushed nowhere (direct_many)
+    only = EvalBatch(EmbedCall(12, "train", rows, b"e" * 32, False, (2,)), 4, embed_only=True)
     call = RoundCall(
         round_id=9,
         epoch=2,
         send_to=(0,),
-        evaluation=Evaluation("train", 0, (batch,), threshold=0.4, federation_scores=True),
+        evaluation=Evaluation("train", 0, (batch, only), threshold=0.4, federation_scores=True),
         embed_wait_s=1.0,
     )
     peers = {0: PeerAddress("party0", "h:1")}
@@ -291,9 +293,10 @@ def test_given_a_validation_and_a_probe_when_converted_then_they_round_trip() ->
         0,
         0.4,
     )
-    (b,) = got.evaluation.batches
+    b, o = got.evaluation.batches
     assert (b.first, b.embed.round_id, b.embed.blocks, b.embed.train) == (5, 11, (0, 2), False)
-    assert b.head == "concat" and got.evaluation.federation_scores
+    assert b.head == "concat" and got.evaluation.federation_scores and not b.embed_only
+    assert o.embed_only and (o.first, o.embed.round_id, o.embed.blocks) == (4, 12, (2,))
     np.testing.assert_array_equal(b.embed.rows, rows)
     score = ScoreResult(confusion={"0": np.eye(2, dtype=np.int64)})
     result = RoundResult(9, evaluated=(EvalAnswer(11, (0, 2), score), EvalAnswer(12, (0,))))

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_cli_config import invoke
 
 from benchmarks.wan.tables import (
+    RECIPES,
     TablesJob,
     aggregate,
     cells,
@@ -16,6 +18,7 @@ from benchmarks.wan.tables import (
     section,
     summarise,
 )
+from vfl_cli import coordinator_cmd
 
 
 def _row(recipe: str, rtt: float, to_model: float, ms: float, seed: int = 0, acc: float = 0.8):
@@ -53,6 +56,7 @@ def test_given_a_run_record_and_epoch_marks_when_summarised_then_it_stops_at_the
     spent = summarise(results, [10.0, 14.0, 18.0], [0, 0, 0], (3.0, 21.0))
     assert spent["setup_s"] == pytest.approx(5.0) and spent["rounds_s"] == 8.0
     assert spent["boundaries_s"] == pytest.approx(2.0) and spent["final_s"] == pytest.approx(3.0)
+    assert spent["wall_s"] == pytest.approx(18.0)  # launched to exited: a usable model
     # no early stopping: the model is the last epoch's
     results["early_stop"] = None
     assert summarise(results, [10.0, 14.0, 18.0], [0, 0, 0])["rounds_to_model"] == 12
@@ -136,3 +140,16 @@ def test_given_bad_table_options_when_bench_wan_runs_then_one_error_line(tmp_pat
     assert result.exit_code == 2 and "one positive --bandwidths" in result.output
     result = CliRunner().invoke(app, [*base, "--tables", "credit", "--data-path", str(tmp_path)])
     assert result.exit_code == 2 and "no data for table(s) ['credit']" in result.output
+
+
+def test_given_each_recipe_when_parsed_as_coordinator_options_then_it_sets_what_it_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    configs = {
+        name: invoke(monkeypatch, coordinator_cmd, list(args)) for name, args in RECIPES.items()
+    }
+    f16, stale5 = configs["direct-stale3-overlap-f16"], configs["direct-stale5-overlap"]
+    assert f16.train.wire_dtype == "float16" and stale5.train.wire_dtype == "float32"
+    assert (f16.train.staleness, stale5.train.staleness) == (3, 5)
+    for cfg in (f16, stale5):
+        assert cfg.train.data_plane == "direct" and cfg.train.overlap_validation

@@ -120,6 +120,15 @@ def client(
             show_default="none written",
         ),
     ] = D("bundle_dir"),
+    private_tower_seed: Annotated[
+        int | None,
+        Opt(
+            help="the seed of this party's orthogonal tower when the run sets "
+            "--privacy-feature-tower orthogonal: keep it as this organisation's own config, "
+            "never share it (docs/security.md)",
+            show_default="none",
+        ),
+    ] = D("private_tower_seed"),
     serve_bundle: Annotated[
         Path | None,
         Opt(
@@ -263,6 +272,7 @@ def client(
             "insecure": insecure,
             "alignment": alignment,
             "bundle_dir": bundle_dir,
+            "private_tower_seed": private_tower_seed,
         },
         FIELDS,
     )

@@ -88,6 +88,7 @@ PRIVACY = {
     "pretrain_epochs": 20,
     "pretrain_corruption": 0.3,
     "pretrain_rows": "train",
+    "feature_tower": "model",
     "embedding_clip": None,
     "embedding_noise": 0.0,
     "delta": 1e-05,
@@ -113,6 +114,7 @@ CLIENT = {
     "token_file": None,
     "alignment": "psi",
     "bundle_dir": None,
+    "private_tower_seed": None,
 }
 COORDINATOR = {
     "listen": "0.0.0.0:50051",

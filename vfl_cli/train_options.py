@@ -400,7 +400,7 @@ class TrainOptions:
             "max_norm_direction (both) | max_norm_direction_per_row (both, each row's noise "
             "the same every epoch) | withhold (no gradient to the other parties, whose bottom "
             "models stay as drawn or as --privacy-feature-pretrain left them; recommended with "
-            "--privacy-feature-pretrain denoise --head-hidden 1024, docs/security.md)",
+            "--privacy-feature-tower orthogonal --head-hidden 1024, docs/security.md)",
             show_default=shown(PV["gradient_defence"]),
         ),
     ] = None
@@ -435,6 +435,15 @@ class TrainOptions:
             help="--privacy-feature-pretrain on: train (the party's training rows) | all "
             "(every row it holds, the ones it will be asked to predict too; features only)",
             show_default=shown(PV["pretrain_rows"]),
+        ),
+    ] = None
+    privacy_feature_tower: Annotated[
+        str | None,
+        Opt(
+            help="with withhold, each feature-only party's tower: model (the run's architecture) "
+            "| orthogonal (its block rotated by a fixed orthogonal map drawn from the party's "
+            "own vfl-client --private-tower-seed, zero-padded to --embed-dim; docs/security.md)",
+            show_default=shown(PV["feature_tower"]),
         ),
     ] = None
     privacy_direction_power: Annotated[

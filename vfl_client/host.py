@@ -217,7 +217,14 @@ class PartyHost:
             raise
         self.store.discard_after(resume_round)
         secret = self.secret.encode()
-        fresh = Party(party.party_id, party.data, party.config, secret=secret, device=party.device)
+        fresh = Party(
+            party.party_id,
+            party.data,
+            party.config,
+            secret=secret,
+            device=party.device,
+            tower_seed=party.tower_seed,
+        )
         if saved is None:
             log.info("no checkpoint at or before round %d: initial weights", resume_round)
         else:

@@ -58,6 +58,9 @@ class ClientConfig(BaseModel):
     token_file: Path | None = None  # default: <tls_dir>/<party_id>/token
     alignment: Literal["psi", "hmac"] = "psi"  # psi: never hand out ID hashes (IdHashes refused)
     bundle_dir: Path | None = None  # the serving bundle is written here when training ends
+    # the seed of this party's orthogonal tower (--privacy-feature-tower orthogonal): known to
+    # this organisation only, never sent (vfl_core.privacy.private_tower)
+    private_tower_seed: int | None = Field(None, ge=0, le=2**63 - 1)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -241,8 +244,26 @@ def _join(
             "--tls-dir (the relay keys are signed with the party's certificate)"
         )
     log.info("party %s (block %d) joined run %s on %s", party_id, info.block, reply.run_id, device)
-    party = Party(party_id, data, train, secret=config.secret.encode(), device=device)
+    seed = tower_seed(config, train, data.meta.has_labels, reply.run_id)
+    party = Party(
+        party_id, data, train, secret=config.secret.encode(), device=device, tower_seed=seed
+    )
     return party, reply.run_id, reply.lease
+
+
+def tower_seed(
+    config: ClientConfig, train: TrainConfig, has_labels: bool, run_id: str
+) -> int | None:
+    """This party's private tower seed, required where the run gives a feature-only party an
+    orthogonal tower (drawn from the federation's seed, every party could rebuild it)."""
+    drawn = train.privacy.feature_tower != "model" and not has_labels
+    if drawn and config.private_tower_seed is None:
+        raise ConfigError(
+            f"run {run_id} gives feature-only parties an orthogonal tower "
+            "(--privacy-feature-tower): start vfl-client with --private-tower-seed, a seed "
+            "only this organisation keeps"
+        )
+    return config.private_tower_seed
 
 
 def _refused_calls(config: ClientConfig) -> dict[str, str]:

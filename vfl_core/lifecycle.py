@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from vfl_core.atomic_files import write_text_atomically
 from vfl_core.config import TrainConfig
+from vfl_core.inference.federation_view import Ask
 from vfl_core.inference.metrics import EvalReport, format_table, unscored_note
 from vfl_core.inference.subsets import SubsetResult, evaluate_subsets
 from vfl_core.persistence.run_log import RunLog
@@ -369,7 +370,7 @@ def evaluate_waiting(
     def attempt() -> EvalReport:
         if tries:
             fed.align_again_if_due("evaluating again")  # parties back since: called again
-        tries.append(fed.evaluate(split))
+        tries.append(fed.evaluate_many([Ask(split)])[0])  # (batches without a label party too)
         return tries[-1]
 
     def failed(r: EvalReport) -> bool:

@@ -244,6 +244,9 @@ class EvalBatch:
     embed: EmbedCall
     first: int
     head: str = ""  # the scorer's heads that predict it (PredictCall.head): "" the method's own
+    # the scorer is not called for it (no label party among its parties): embedded, not pushed,
+    # as the relay's Embed call (its batch is unscored there too)
+    embed_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ class Stream(IntEnum):
     PRIVACY_ROWS = 54  # a row's gradient noise, the same in every epoch (per-row defences)
     # a feature-only party's tower trained on its own rows (vfl_core.privacy.pretrain)
     PRIVACY_PRETRAIN = 55
+    # a feature-only party's fixed orthogonal tower (vfl_core.privacy.private_tower)
+    PRIVACY_TOWER = 56
     TOWER_DROPOUT = 60  # a party MLP's dropout masks (vfl_core.model.tower.SeededDropout)
 
 

@@ -59,6 +59,10 @@ class SimulationConfig(BaseModel):
     # of the `labels`, this many made fully aligned (the DLVM paper's reserve: 100 / 200)
     aligned_labels: int = Field(0, ge=0)
     secret: str = DEMO_SECRET
+    # each feature-only party's own seed of its orthogonal tower (vfl-client
+    # --private-tower-seed; PrivacyConfig.feature_tower), by block; a block not named draws it
+    # from the federation's seed
+    private_tower_seeds: dict[int, int] = {}
     train: TrainConfig = TrainConfig()
     faults: FaultConfig = FaultConfig()  # injected party failures and link loss (training only)
 
@@ -199,7 +203,13 @@ def run_simulation(
 def _parties(config: SimulationConfig, data: list[PartyData]) -> dict[int, Party]:
     """The parties, with the first test variant's split."""
     return {
-        d.meta.block: Party(f"party{d.meta.block}", d, config.train, secret=config.secret.encode())
+        d.meta.block: Party(
+            f"party{d.meta.block}",
+            d,
+            config.train,
+            secret=config.secret.encode(),
+            tower_seed=config.private_tower_seeds.get(d.meta.block),
+        )
         for d in data
     }
 

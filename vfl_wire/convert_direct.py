@@ -171,7 +171,12 @@ def _evaluation_to_proto(ev: Evaluation) -> vfl_pb2.Evaluation:
         thresholded=ev.threshold is not None,
         threshold=0.0 if ev.threshold is None else ev.threshold,
         batches=[
-            vfl_pb2.EvalBatch(embed=embed_call_to_proto(b.embed, None), first=b.first, head=b.head)
+            vfl_pb2.EvalBatch(
+                embed=embed_call_to_proto(b.embed, None),
+                first=b.first,
+                head=b.head,
+                embed_only=b.embed_only,
+            )
             for b in ev.batches
         ],
         hold=ev.hold,
@@ -193,7 +198,8 @@ def _evaluation_from_proto(req: vfl_pb2.RoundRequest) -> Evaluation:
         embed = embed_call_from_proto(b.embed)
         if embed.train or embed.split != split or b.first < 0:
             raise ProtocolError("validation batch: an inference embed of the split expected")
-        batches.append(EvalBatch(embed, b.first, b.head[:64]))  # (as a PredictRequest's)
+        # (the head cut as a PredictRequest's)
+        batches.append(EvalBatch(embed, b.first, b.head[:64], b.embed_only))
     if ev.keep and not 0 <= ev.keep_round <= req.round_id:
         raise ProtocolError(f"validation keep: round {ev.keep_round} not an earlier round")
     threshold = ev.threshold if ev.thresholded else None

@@ -57,6 +57,7 @@ from benchmarks.privacy.attacks import (
     sum_norm_attack,
     sum_pca_attack,
 )
+from benchmarks.privacy.readback import readback
 from benchmarks.tabular.tables import Table, tables
 from vfl_core.data.tabular import TableSource
 from vfl_core.protocol import BackwardCall, EmbedCall, TrainCall, Transport
@@ -250,6 +251,15 @@ def completion(
     }
 
 
+def readback_party(party: Any, labels: np.ndarray, seed: int) -> dict[str, float]:
+    """The label party's reads of this party's raw training block (benchmarks.privacy.readback),
+    40 of its rows' raw features known."""
+    raw = party.split("train").features
+    embedded = _outputs(party.f, raw, party.device)
+    known = known_rows(labels[: len(raw)], 40, seed)
+    return readback(embedded, raw, party.config.seed, party.block, known)
+
+
 def _outputs(model: torch.nn.Module, features: np.ndarray, device: Any) -> np.ndarray:
     was = model.training
     model.eval()
@@ -343,6 +353,9 @@ DEFENCES: dict[str, dict[str, Any]] = {
         "feature_pretrain": "denoise",
         "pretrain_epochs": 60,
     },
+    # each feature-only party's tower a fixed orthogonal map of its block
+    # (vfl_core.privacy.private_tower), drawn from its own seed (PRIVATE_SEEDED) or the shared one
+    "withhold_ortho": {"gradient_defence": "withhold", "feature_tower": "orthogonal"},
     # SCARF's contrastive pretext task instead; the denoising one on every row the party holds
     "withhold_contrast": {"gradient_defence": "withhold", "feature_pretrain": "contrast"},
     "withhold_denoise_all": {
@@ -422,7 +435,18 @@ SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
         for h in (1024, 2048)
     },
     "none_h1024": ("none", {"model": {"head_hidden": 1024}}),
+    # the orthogonal towers with the wide head: from each party's own seed, or from the
+    # federation's (`_shared`: the map every party can rebuild, for the read-back check)
+    **{
+        f"withhold_ortho{s}_h{h}": ("withhold_ortho", {"model": {"head_hidden": h}})
+        for s in ("", "_shared")
+        for h in (1024, 2048)
+    },
 }
+# Settings whose feature-only parties draw their orthogonal tower from a seed of their own (in
+# the meter: PRIVATE_SEED + 1000 * the run's seed + the block; the label party is not told it).
+PRIVATE_SEEDED = ("withhold_ortho_h1024", "withhold_ortho_h2048")
+PRIVATE_SEED = 7_000_003
 
 
 def known_setting(name: str) -> bool:
@@ -451,7 +475,14 @@ def run_one(
         train = {"seed": seed, **setting(defence)}
         if epochs is not None:
             train["epochs"] = epochs
-        config = SimulationConfig(tables=sources, clients=k, train=train)
+        base = defence.partition("_patience")[0]
+        private = {b: PRIVATE_SEED + 1000 * seed + b for b in range(1, k)}
+        config = SimulationConfig(
+            tables=sources,
+            clients=k,
+            train=train,
+            private_tower_seeds=private if base in PRIVATE_SEEDED else {},
+        )
         relayed = Relayed()
         start, cpu = time.perf_counter(), time.process_time()
         result = run_simulation(config, wrap=lambda t: RecordingTransport(t, relayed))
@@ -474,6 +505,12 @@ def run_one(
         f"party {b}": completion(result.parties[b], relayed.initial.get(b), label_of[b], seed)
         for b in sorted(label_of)
     }
+    read = {}
+    if config.train.privacy.feature_tower != "model":  # can the label party read the block?
+        read = {
+            f"party {b}": readback_party(result.parties[b], label_of[b], seed)
+            for b in sorted(label_of)
+        }
     report = next(iter(result.reports.values()))
     overall = next(r for r in report.rows() if r.observed == "all")
     used = config.train
@@ -496,6 +533,7 @@ def run_one(
         "cpu_seconds": cpu_seconds,
         "attacks": rows,
         "completion": completed,
+        "readback": read,
     }
 
 

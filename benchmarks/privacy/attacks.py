@@ -44,6 +44,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
 
+from benchmarks.privacy.readback import readback_lines
+
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
     """max(AUC, 1 - AUC): None when one class is absent."""
@@ -390,6 +392,7 @@ def markdown(runs: list[Run], command: str, known: int, how: str = "") -> str:
         "away (docs/security.md).",
         "",
         *coordinator(runs),
+        *readback_lines(runs),
         "",
         "## The federations attacked",
         "",

@@ -42,11 +42,12 @@ label, and never a test row.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 import numpy as np
 
-from vfl_core.inference.federation_view import EvaluatingFederation
+from vfl_core.inference.chosen import Candidate, ValidationChoice
+from vfl_core.inference.federation_view import Ask, EvaluatingFederation
 from vfl_core.inference.headline import LOWER_IS_BETTER, watched
 from vfl_core.inference.metrics import FEDERATION, EvalReport, Pattern, standard_error
 from vfl_core.inference.scoring import AUC_BINS
@@ -66,89 +67,6 @@ MIN_CLASS_SAMPLES = 10
 THRESHOLD_METRIC = {"auto": "accuracy", "f1": "f1"}
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One subset of an observed pattern, as the validation samples scored it."""
-
-    blocks: Pattern
-    value: float | None  # the headline metric on the pattern's validation samples (None: unscored)
-    scored: int
-    error: float | None = None  # the value's standard error (metrics.standard_error)
-    head: str = ""  # the heads that predicted it (PredictCall.head; "": the method's own)
-
-
-@dataclass
-class ValidationChoice:
-    """The subset of parties each observed set is predicted from, and the decision threshold."""
-
-    threshold: float | None = None  # binary: P(positive) threshold; None: the argmax (0.5)
-    subsets: dict[Pattern, Pattern] = field(default_factory=dict)  # observed set -> kept parties
-    candidates: dict[Pattern, list[Candidate]] = field(default_factory=dict)  # for the record
-    heads: dict[Pattern, str] = field(default_factory=dict)  # observed set -> PredictCall.head
-    # concat_choice "all": LASER-VFL's heads (with the subsets), then the concatenating heads,
-    # scored on the validation samples of every pattern holding a label party
-    pooled: list[Candidate] = field(default_factory=list)
-    # the rule's validation score (THRESHOLD_METRIC) at 0.5 and at the threshold
-    threshold_f1: tuple[float, float] | None = None
-    threshold_metric: str | None = None  # the rule's metric, once a threshold is chosen
-
-    def kept(self, available: Pattern) -> Pattern:
-        """The parties of an observed set that predict it (all of them where nothing was
-        chosen)."""
-        return self.subsets.get(available, available)
-
-    def head(self, available: Pattern) -> str:
-        """The heads that predict an observed set ("": the method's own)."""
-        return self.heads.get(available, "")
-
-    def to_json(self) -> dict[str, object]:
-        """What results.json and the coordinator's checkpoint hold."""
-        return {
-            "threshold": self.threshold,
-            "threshold_f1": None if self.threshold_f1 is None else list(self.threshold_f1),
-            "threshold_metric": self.threshold_metric,
-            "subsets": [
-                {"observed": list(p), "kept": list(s)} for p, s in sorted(self.subsets.items())
-            ],
-            "heads": [{"observed": list(p), "head": h} for p, h in sorted(self.heads.items())],
-            "pooled": [_candidate_json(c) for c in self.pooled],
-            "candidates": [
-                {
-                    "observed": list(p),
-                    "scores": [_candidate_json(c) for c in cands],
-                }
-                for p, cands in sorted(self.candidates.items())
-            ],
-        }
-
-    @classmethod
-    def from_json(cls, saved: dict) -> ValidationChoice:
-        f1 = saved.get("threshold_f1")
-        return cls(
-            threshold=saved.get("threshold"),
-            subsets={tuple(s["observed"]): tuple(s["kept"]) for s in saved.get("subsets", [])},
-            candidates={
-                tuple(c["observed"]): [_candidate_of(x) for x in c["scores"]]
-                for c in saved.get("candidates", [])
-            },
-            threshold_f1=None if f1 is None else (float(f1[0]), float(f1[1])),
-            # older files wrote "f1" whether or not a threshold was chosen (the F1 rule)
-            threshold_metric=saved.get("threshold_metric") if saved.get("threshold") else None,
-            heads={tuple(h["observed"]): str(h["head"]) for h in saved.get("heads", [])},
-            pooled=[_candidate_of(x) for x in saved.get("pooled", [])],
-        )
-
-
-def _candidate_json(c: Candidate) -> dict[str, object]:
-    out = {"blocks": list(c.blocks), "value": c.value, "scored": c.scored, "error": c.error}
-    return {**out, "head": c.head} if c.head else out
-
-
-def _candidate_of(x: dict) -> Candidate:
-    blocks = tuple(x["blocks"])
-    return Candidate(blocks, x["value"], int(x["scored"]), x.get("error"), x.get("head", ""))
-
-
 def choose_subsets(
     fed: EvaluatingFederation, validation: np.ndarray, margin: bool = True, per_set: bool = True
 ) -> tuple[dict[Pattern, Pattern], dict[Pattern, str], dict[Pattern, list[Candidate]]]:
@@ -163,19 +81,24 @@ def choose_subsets(
     chosen: dict[Pattern, Pattern] = {}
     heads: dict[Pattern, str] = {}
     record: dict[Pattern, list[Candidate]] = {}
+    # every candidate of every pattern first: their evaluations depend on no choice, so they
+    # go out together (one fan-out on the direct plane: Federation.evaluate_many)
+    asked: list[tuple[Pattern, Pattern, Ask]] = []
     for pattern, index in sorted(al.patterns().items()):
         rows = np.intersect1d(index, validation)  # (n,) ascending
         concat = per_set and fed.spec.concat_head and bool(set(pattern) & set(fed.label_blocks))
         if (len(pattern) < 2 and not concat) or len(rows) < MIN_CHOICE_SAMPLES:
             continue
         everyone = set(fed.infos)
-        cands = []
         for subset in observed_subsets(pattern):
             served = everyone - (set(pattern) - set(subset))  # the pattern's others not called
-            cands.append(_candidate(fed, key, subset, served, rows))
+            asked.append((pattern, subset, Ask("train", served, rows)))
         if concat:  # every party of the pattern, through the concatenating heads
-            cands.append(_candidate(fed, key, tuple(pattern), everyone, rows, CONCAT))
-        record[pattern] = cands
+            asked.append((pattern, tuple(pattern), Ask("train", everyone, rows, head=CONCAT)))
+    reports = fed.evaluate_many([a for _, _, a in asked])
+    for (pattern, subset, ask), report in zip(asked, reports, strict=True):
+        record.setdefault(pattern, []).append(_scored(key, subset, report, ask.head or ""))
+    for pattern, cands in record.items():
         best = best_candidate(cands, lower, margin)
         if best is None or best is cands[0]:
             continue
@@ -212,10 +135,18 @@ def choose_heads_pooled(
     rows = np.intersect1d(np.concatenate([i for _, i in patterns] or [[]]), validation)
     if len(rows) < MIN_CHOICE_SAMPLES:
         return
-    laser = _candidate(fed, key, (), set(fed.infos), rows)  # the per-pattern subsets in effect
-    subsets, chosen.subsets = chosen.subsets, {}
-    concat = _candidate(fed, key, (), set(fed.infos), rows, CONCAT)
-    chosen.subsets = subsets
+    # LASER-VFL's heads with the per-pattern subsets in effect, the concatenating heads without
+    # them: both together (one fan-out on the direct plane)
+    everyone = set(fed.infos)
+    laser_report, concat_report = fed.evaluate_many(
+        [
+            Ask("train", everyone, rows, choice=chosen),
+            Ask("train", everyone, rows, head=CONCAT, choice=replace(chosen, subsets={})),
+        ]
+    )
+    laser = _scored(key, (), laser_report)
+    concat = _scored(key, (), concat_report, CONCAT)
+    subsets = chosen.subsets
     chosen.pooled = [laser, concat]
     if best_candidate(chosen.pooled, key in LOWER_IS_BETTER, margin) is concat:
         mine = {p for p, _ in patterns}
@@ -231,16 +162,8 @@ def choose_heads_pooled(
         )
 
 
-def _candidate(
-    fed: EvaluatingFederation,
-    key: str,
-    subset: Pattern,
-    served: set[int],
-    rows: np.ndarray,
-    head: str = "",
-) -> Candidate:
-    """`subset` of a pattern scored on its validation `rows`, only the parties `served` called."""
-    report = fed.evaluate("train", blocks=served, index=rows, head=head)
+def _scored(key: str, subset: Pattern, report: EvalReport, head: str = "") -> Candidate:
+    """`subset` of a pattern as its evaluation on the validation rows scored it."""
     value = getattr(report.overall(), key) if report.scored else None
     error = standard_error(report, key) if report.scored else None
     return Candidate(subset, value, report.scored, error, head)

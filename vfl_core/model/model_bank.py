@@ -113,6 +113,12 @@ class ModelBank:
             )
         return self.reps[key]
 
+    def install_rep(self, key: Subset, model: nn.Module) -> None:
+        """Use `model` as the representation of slot `key` (a fixed tower the party built
+        itself, vfl_core.privacy.private_tower), with an optimiser like every other's."""
+        self.reps[key] = model.to(self.device)
+        self.rep_opts[key] = make_optimizer(model, self.config, self.tabular, self.train_rows)
+
     def head(self, key: Subset) -> nn.Module:
         if key not in self.heads:
             seed = derive_seed(self.config.seed, Stream.INIT_HEAD, self.block, *subset_code(key))

@@ -15,6 +15,7 @@ GradientDefence = Literal[
     "none", "max_norm", "direction", "max_norm_direction", "max_norm_direction_per_row", "withhold"
 ]
 FeaturePretrain = Literal["none", "denoise", "contrast", "both"]
+FeatureTower = Literal["model", "orthogonal"]
 
 
 class PrivacyConfig(BaseModel):
@@ -43,6 +44,10 @@ class PrivacyConfig(BaseModel):
     pretrain_epochs: int = Field(20, ge=1, le=1000)
     pretrain_corruption: float = Field(0.3, gt=0, lt=1)
     pretrain_rows: Literal["train", "all"] = "train"
+    # With withhold, each feature-only party's tower: model (the run's architecture, as drawn
+    # or pretrained) or orthogonal (its block rotated by a fixed orthogonal matrix drawn from a
+    # seed only that party holds, zero-padded to embed_dim: vfl_core.privacy.private_tower).
+    feature_tower: FeatureTower = "model"
     # At every party, on the embeddings it sends in training: each row clipped to L2 norm
     # `embedding_clip`, plus Gaussian noise of std `embedding_noise` * clip (DP-SGD's Gaussian
     # mechanism on the released embedding; epsilon reported at `delta`).
@@ -79,6 +84,13 @@ class PrivacyConfig(BaseModel):
                 "feature_pretrain needs gradient_defence withhold: otherwise the label-derived "
                 "gradients train the feature parties' towers anyway"
             )
+        if self.feature_tower != "model" and self.gradient_defence != "withhold":
+            raise ValueError(
+                "feature_tower orthogonal needs gradient_defence withhold: the map is fixed, "
+                "a party never steps it"
+            )
+        if self.feature_tower != "model" and self.feature_pretrain != "none":
+            raise ValueError("feature_tower orthogonal is fixed: feature_pretrain must be none")
         if self.label_prior != "uniform" and self.label_epsilon is None:
             raise ValueError(
                 "label_prior needs label_epsilon: it is the prior of its randomised response"

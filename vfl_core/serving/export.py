@@ -38,7 +38,12 @@ def export_bundle(
         held = party_data.meta.block
         raise ConfigError(f"{checkpoint} is of block {block}, but {data} holds block {held}")
     party_id = str(payload["meta"].get("party_id", f"party{block}"))
-    party = Party(party_id, party_data, config, secret=b"unused: a bundle keys no IDs")
+    # A fixed private tower (PrivacyConfig.feature_tower) is in `state`: the seed it is drawn
+    # from here only has to differ from the run's (drawing from the run's seed warns).
+    redrawn = config.seed + 1
+    party = Party(
+        party_id, party_data, config, secret=b"unused: a bundle keys no IDs", tower_seed=redrawn
+    )
     party.load_state_dict(state)
     return write_bundle(party, out, threshold, choice)
 

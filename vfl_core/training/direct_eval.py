@@ -60,7 +60,7 @@ MAX_BATCHES = 64
 
 
 @dataclass(frozen=True)
-class _Planned:
+class Planned:
     """One batch of the evaluation as the relay would run it: its request (None: no party of
     the `blocks` asked holds it, so nobody is called and no request is spent), who is called,
     who counts as asked, whom the validation choice leaves out, the scorer's heads."""
@@ -79,7 +79,7 @@ class Started:
 
     split: str
     scorer: int
-    plan: list[_Planned]
+    plan: list[Planned]
     collect: Callable[[], dict[int, RoundResult]]
     blocks: tuple[int, ...]  # the parties called
     _reports: dict[int, RoundResult] | None = None
@@ -135,12 +135,12 @@ def start(
     (vfl_core.training.late_validation); `turns`: the calls wait for and step what the
     parties' rounds still in flight leave them. The request ids of its batches are spent now."""
     batches = eval_plan(fed.alignments[split], fed.config.eval_batch_size, index)
-    scorer = _scorer(fed, batches)
+    scorer = scorer_of(fed, batches)
     if scorer is None:
         return None
     fed.presence.poll_rejoins()
     base = fed.request_id
-    plan = _plan(fed, batches, blocks, head)
+    plan = plan_batches(fed, batches, blocks, head)
     fed.request_id = base
     called = [p for p in plan if p.request is not None]
     if not called or not all(scorer in p.called for p in called):
@@ -205,16 +205,16 @@ def finish(fed: EvaluatorRun, started: Started, reports: dict | None = None) -> 
     return report
 
 
-def _plan(
+def plan_batches(
     fed: EvaluatorRun, batches: list[Batch], blocks: Collection[int] | None, head: str | None
-) -> list[_Planned]:
+) -> list[Planned]:
     """Each batch's calls as the relay's Evaluator.predict_batches would make them, the
     liveness clock standing where it would (it moves fed.request_id: the caller restores it)."""
     plan = []
     request = fed.request_id
     for batch in batches:
         if blocks is not None and not set(batch.pattern) & set(blocks):
-            plan.append(_Planned(batch, None))
+            plan.append(Planned(batch, None))
             continue
         fed.request_id = request  # the clock at the choice of who serves it
         served, dropped = fed.validator.served(batch.pattern, blocks)
@@ -228,12 +228,12 @@ def _plan(
         asked = tuple(
             b for b in batch.pattern if (blocks is None or b in blocks) and b not in dropped
         )
-        plan.append(_Planned(batch, request, called, asked, dropped, named))
+        plan.append(Planned(batch, request, called, asked, dropped, named))
         request += 1
     return plan
 
 
-def _scorer(fed: EvaluatorRun, batches: list[Batch]) -> int | None:
+def scorer_of(fed: EvaluatorRun, batches: list[Batch]) -> int | None:
     """The label party that scores this evaluation on the direct plane, or None."""
     cfg, spec = fed.config, fed.spec
     direct = cfg.data_plane == "direct" and hasattr(fed.transport, "direct")
@@ -260,7 +260,7 @@ def _batch(
     fed: EvaluatorRun,
     report: EvalReport,
     split: str,
-    planned: _Planned,
+    planned: Planned,
     answer: EvalAnswer | None,
     embedded: dict[int, set[int]],
 ) -> None:

@@ -66,15 +66,18 @@ def run_evaluation(party: Party, call: RoundCall, links: Links) -> tuple[EvalAns
         answers = []
         for batch in ev.batches:
             embedding = _embed(party, batch)
-            links.send(VALIDATION, batch.embed.round_id, ev.scorer, embedding)
+            if not batch.embed_only:  # (embed-only: the scorer predicts nothing of it)
+                links.send(VALIDATION, batch.embed.round_id, ev.scorer, embedding)
             if embedding is not None:
                 answers.append(EvalAnswer(batch.embed.round_id, (me,)))
         return tuple(answers)
-    own = [_embed(party, batch) for batch in ev.batches]
+    # (a batch the scorer is called for is never embed-only: the coordinator says so)
+    scored = [b for b in ev.batches if not b.embed_only]
+    own = [_embed(party, batch) for batch in scored]
     end = time.monotonic() + call.embed_wait_s
     return tuple(
         _score(party, ev, batch, embedding, links, end)
-        for batch, embedding in zip(ev.batches, own, strict=True)
+        for batch, embedding in zip(scored, own, strict=True)
     )
 
 

@@ -22,7 +22,7 @@ each part sees the run through its protocol in vfl_core.training.ports (none imp
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Container, Iterable, Iterator
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from vfl_core.data.batch_plan import Alignment, Batch
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError
 from vfl_core.inference.choice import ValidationChoice
+from vfl_core.inference.federation_view import Ask
 from vfl_core.inference.headline import watched
 from vfl_core.inference.metrics import EvalReport
 from vfl_core.methods.liveness import Liveness
@@ -45,7 +46,7 @@ from vfl_core.protocol import (
     disagreement,
     mismatch_hint,
 )
-from vfl_core.training import direct, direct_stale
+from vfl_core.training import direct, direct_many, direct_stale
 from vfl_core.training.aligner import Aligner
 from vfl_core.training.early_stop import EarlyStop
 from vfl_core.training.evaluation import Evaluator
@@ -290,6 +291,16 @@ class Federation:
         party or only those of `blocks`, with the heads `head` names (None: those the validation
         chose; vfl_core.training.evaluation)."""
         return self.evaluator.evaluate(split, blocks, index, federation_scores, head)
+
+    def evaluate_many(self, asks: Sequence[Ask]) -> list[EvalReport]:
+        """The reports of independent evaluations, in order, each as `evaluate` would make it
+        in turn; on the direct plane several go out in one fan-out
+        (vfl_core.training.direct_many)."""
+        return direct_many.evaluate_many(
+            self,
+            asks,
+            lambda a: self.evaluate(a.split, a.blocks, a.index, a.federation_scores, a.head),
+        )
 
     def method_stats(self) -> dict[str, object] | None:
         """What a round program reports of its run (results.json), if the method has one."""

@@ -35,6 +35,7 @@ from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.num_embeddings import NumericFit, fit_numeric
 from vfl_core.privacy.guards import PartyGuard
 from vfl_core.privacy.pretrain import Pretrain, pretrain_tower
+from vfl_core.privacy.private_tower import fixed_tower
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -68,8 +69,10 @@ class Party:
         *,
         secret: bytes,
         device: torch.device | str = "cpu",
+        tower_seed: int | None = None,
     ) -> None:
         self.party_id = party_id
+        self.tower_seed = tower_seed  # the party's own (vfl_core.privacy.private_tower)
         self.config = config
         # a party of feature vectors takes the tabular defaults (TrainConfig.spec_for)
         self.spec = config.spec_for(len(data.meta.feature_shape) == 1)
@@ -116,8 +119,24 @@ class Party:
         # with embed(EmbedCall), modules(), state_dict() and load_state_dict(state, last_round).
         hooks = self.spec.program if isinstance(self.spec.program, ProgramHooks) else None
         self.roles = None if hooks is None else hooks.party_state(self)
+        self._fixed_tower()
         self.laser = LaserSteps(self, build_models=self.roles is None)
         self._pretrain()
+
+    def _fixed_tower(self) -> None:
+        """A feature-only party's fixed orthogonal tower (PrivacyConfig.feature_tower)."""
+        meta, kind = self.data.meta, self.config.privacy.feature_tower
+        if meta.has_labels or kind == "model":
+            return
+        if self.roles is not None:
+            raise ConfigError(f"feature_tower: method {self.config.method} has no tower f_k")
+        shape, dim = tuple(meta.feature_shape), self.config.model.embed_dim
+        train = self.data.splits.get("train")
+        rows = None if train is None else train.features  # its own columns' statistics
+        seed = self.tower_seed
+        tower = fixed_tower(kind, shape, dim, self.config.seed, self.block, seed, rows)
+        if tower is not None:
+            self.models.install_rep(SHARED, tower)
 
     def _pretrain(self) -> None:
         """A feature-only party under `withhold` with feature_pretrain: its tower trained on

@@ -150,14 +150,16 @@ class Evaluation(_message.Message):
     def __init__(self, split: _Optional[str] = ..., scorer: _Optional[int] = ..., thresholded: _Optional[bool] = ..., threshold: _Optional[float] = ..., batches: _Optional[_Iterable[_Union[EvalBatch, _Mapping]]] = ..., hold: _Optional[bool] = ..., keep: _Optional[bool] = ..., keep_round: _Optional[int] = ..., federation_scores: _Optional[bool] = ...) -> None: ...
 
 class EvalBatch(_message.Message):
-    __slots__ = ("embed", "first", "head")
+    __slots__ = ("embed", "first", "head", "embed_only")
     EMBED_FIELD_NUMBER: _ClassVar[int]
     FIRST_FIELD_NUMBER: _ClassVar[int]
     HEAD_FIELD_NUMBER: _ClassVar[int]
+    EMBED_ONLY_FIELD_NUMBER: _ClassVar[int]
     embed: EmbedRequest
     first: int
     head: str
-    def __init__(self, embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., first: _Optional[int] = ..., head: _Optional[str] = ...) -> None: ...
+    embed_only: bool
+    def __init__(self, embed: _Optional[_Union[EmbedRequest, _Mapping]] = ..., first: _Optional[int] = ..., head: _Optional[str] = ..., embed_only: _Optional[bool] = ...) -> None: ...
 
 class EvalAnswer(_message.Message):
     __slots__ = ("request_id", "present", "scored", "score")
