@@ -190,6 +190,11 @@ SETTINGS: dict[str, list[str]] = {
     "r4-lr5e-3-hl16-p6-mi0.01-local4": [
         *("--lr", "5e-3", "--min-improvement", "0.01", "--local-steps", "4"),
     ],
+    # issue 43: the recipe that keeps a table's time to a model over a 50 ms link near its time
+    # at RTT 0 (benchmarks/results/wan.md): bounded staleness with early stopping's verdict off
+    # the critical path, and with the blocks running on across an epoch's end
+    "stale3": ["--staleness", "3", "--overlap-validation"],
+    "stale3-flow": ["--staleness", "3", "--overlap-validation", "--epoch-flow"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
@@ -559,9 +564,12 @@ def run_cli(
     parser.add_argument(
         "--rounds", action="store_true", help="--summarise rounds and CPU s to the model"
     )
+    parser.add_argument(
+        "--reference", default="today", help="--rounds: the setting the rounds are compared to"
+    )
     args = parser.parse_args()
     if args.summarise and args.rounds:
-        print(summarise_rounds(args.summarise))
+        print(summarise_rounds(args.summarise, args.reference))
         return
     if args.summarise:
         print(summarise(args.summarise, args.baselines, args.observed))
