@@ -210,7 +210,7 @@ def train_args(train: dict[str, Any]) -> list[str]:
     args += ["--hidden", ",".join(map(str, model["hidden"]))]
     args += ["--embed-dim", str(model["embed_dim"])]
     args += ["--head", model["head"]]
-    keys = ("weight_decay", "balance", "wire_dtype", "staleness", *PAPER_PLAIN)
+    keys = dict.fromkeys(("weight_decay", "balance", "wire_dtype", "staleness", *PAPER_PLAIN))
     for key in keys:
         if key in train:
             args += ["--" + key.replace("_", "-"), str(train[key])]

@@ -365,7 +365,7 @@ def test_given_a_wire_dtype_report_with_notes_when_rewritten_then_the_notes_stay
 
 def test_given_a_staleness_when_throughput_configures_a_run_then_both_transports_get_it() -> None:
     """`vfl bench scale throughput --staleness 0,3`: the in-process run's TrainConfig and the real
-    federation's coordinator options carry the same staleness (none for the exact engine)."""
+    federation's coordinator options carry the same staleness (0 given for the exact engine)."""
     from benchmarks import procs
     from vfl_core.config import TrainConfig
 
@@ -375,4 +375,5 @@ def test_given_a_staleness_when_throughput_configures_a_run_then_both_transports
     assert TrainConfig.model_validate(stale).staleness == 3
     args = procs.train_args(stale)
     assert args[args.index("--staleness") + 1] == "3"
-    assert "--staleness" not in procs.train_args(exact)
+    exact_args = procs.train_args(exact)
+    assert exact_args[exact_args.index("--staleness") + 1] == "0"

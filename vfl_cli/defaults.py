@@ -21,9 +21,9 @@ TRAIN = {
     "serve_feature_only": True,
     "label_smoothing": 0.0,
     "wire_dtype": "float32",
-    "staleness": 0,
-    "overlap_validation": False,
-    "epoch_flow": False,
+    "staleness": None,
+    "overlap_validation": None,
+    "epoch_flow": None,
     "local_steps": 0,
     "early_stop_patience": None,
     "early_stop_min_improvement": 0.01,
@@ -35,7 +35,7 @@ TRAIN = {
     "validation_split": "random",
     "target_transform": "none",
     "encrypt_relay": False,
-    "data_plane": "relay",
+    "data_plane": None,
 }
 MODEL = {
     "representation": "auto",
@@ -175,6 +175,8 @@ FAULT_ENTITIES = ("guest", "host", "link")
 TASKS = ("classification", "regression")
 MAX_ONEHOT = 16
 AUTO_PATIENCE = 6
+AUTO_STALENESS = 3
+AUTO_EPOCH_FLOW = False
 AUTO_ROUNDS_PER_EPOCH = 4
 AUTO_MAX_BATCH = 4096
 AUTO_TABLE_LR = 0.005

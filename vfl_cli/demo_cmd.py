@@ -61,7 +61,7 @@ def demo(
         str | None,
         Opt(
             help="auto | relay | direct (docs/data-plane.md)",
-            show_default=str(defaults.TRAIN["data_plane"]),
+            show_default="auto on tables, relay on images",
         ),
     ] = None,
 ) -> None:

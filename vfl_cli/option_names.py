@@ -147,6 +147,7 @@ PANELS: dict[str, str] = {
             "early-stop-patience",
             "min-improvement",
             "overlap-validation",
+            "epoch-flow",
             "validation-fraction",
             "threshold",
             "choice",

@@ -214,8 +214,10 @@ class TrainOptions:
     staleness: Annotated[
         int | None,
         Opt(
-            help="0: exact rounds; S >= 1: pipelined rounds that may miss up to S updates",
-            show_default=shown(T["staleness"]),
+            help="0: exact rounds; S >= 1: pipelined rounds that may miss up to S updates "
+            "(unset: exact, except on tables where nothing needs exact rounds: "
+            "docs/tabular-defaults.md)",
+            show_default=f"{defaults.AUTO_STALENESS} on tables, 0 on images",
         ),
     ] = None
     local_steps: Annotated[
@@ -321,7 +323,7 @@ class TrainOptions:
             help="with early stopping: score epoch e's validation while epoch e + 1 trains "
             "(the epoch's end off the critical path on the direct plane); the stop decision "
             "comes one epoch late (up to one epoch more trained), the best epoch still restored",
-            show_default=shown(T["overlap_validation"]),
+            show_default="on with the tables' staleness, else off",
         ),
     ] = None
     epoch_flow: Annotated[
@@ -330,7 +332,9 @@ class TrainOptions:
             help="with --staleness and --overlap-validation: the rounds run on across an "
             "epoch's end (the next epoch's first block misses the last block's updates), each "
             "party validating at its own epoch's end; changes the math",
-            show_default=shown(T["epoch_flow"]),
+            show_default=(
+                "on with the tables' staleness, else off" if defaults.AUTO_EPOCH_FLOW else "off"
+            ),
         ),
     ] = None
     validation_fraction: Annotated[
@@ -515,7 +519,7 @@ class TrainOptions:
             help="auto: direct where every party reaches its peers, else relay; relay: tensors "
             "through the coordinator; direct: party to party over mutual TLS, the coordinator "
             "sees none (docs/data-plane.md)",
-            show_default=shown(T["data_plane"]),
+            show_default="auto on tables, relay on images",
         ),
     ] = None
 

@@ -188,7 +188,7 @@ class PartyHost:
                 f"the coordinator now runs run {reply.run_id!r}, not run {self.run_id!r}: "
                 "start this client again to join it"
             )
-        if json.loads(reply.config_json) != json.loads(self.party.config.model_dump_json()):
+        if json.loads(reply.config_json) != json.loads(self.party.told.model_dump_json()):
             raise ConfigError(f"the coordinator of run {self.run_id!r} changed its configuration")
 
     # ------------------------------------------------------------------ state
@@ -220,7 +220,7 @@ class PartyHost:
         fresh = Party(
             party.party_id,
             party.data,
-            party.config,
+            party.told,
             secret=secret,
             device=party.device,
             tower_seed=party.tower_seed,

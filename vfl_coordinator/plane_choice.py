@@ -1,4 +1,4 @@
-"""`--data-plane auto` (the default): the coordinator chooses the data plane at run start.
+"""`--data-plane auto` (the default on tables): the coordinator chooses the data plane at run start.
 
 Direct (docs/data-plane.md) when the run can use it and every party reaches, at the address it
 registered, each party it would push tensors to: every party a label party (its embeddings),
@@ -23,8 +23,10 @@ PROBE_S = 5.0  # how long a party may take to connect to its peers
 
 
 def choose(config: CoordinatorConfig, registry: Registry, transport: GrpcTransport) -> str:
-    """The data plane of the run, "relay" or "direct" (as asked, unless "auto")."""
-    plane = config.train.data_plane
+    """The data plane of the run, "relay" or "direct" (as asked, unless "auto"; unset: "auto"
+    for tabular parties, the relay for images, TrainConfig.plane)."""
+    members = registry.members().values()
+    plane = config.train.plane(all(len(m.info.feature_shape) == 1 for m in members))
     if plane != "auto":
         return plane
     plane, why = _auto(config, registry, transport)
@@ -39,7 +41,7 @@ def relay_only(config: CoordinatorConfig) -> str | None:
         return "injected faults (--fault-rate, --link-loss) act on the relay's calls"
     if train.spec.program is not None:
         return f"method {train.method} runs steps of its own, which only the relay carries"
-    if train.staleness > MAX_DIRECT_STALENESS:
+    if (train.staleness or 0) > MAX_DIRECT_STALENESS:
         return f"--staleness above {MAX_DIRECT_STALENESS} overlaps rounds on the relay only"
     if not config.pipeline:
         return "--no-pipeline runs the relay's three calls per round"

@@ -19,6 +19,7 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.serving_record import ServingRecord
 from vfl_coordinator.transport import GrpcTransport
+from vfl_core.auto_rounds import FAULTS, pin_exact
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
 from vfl_core.lifecycle import (
@@ -59,6 +60,7 @@ def run_coordinator(
     on_port: Callable[[int], None] | None = None,
 ) -> dict[str, object]:
     """Run one federation to the end; returns the results also written to `config.out`."""
+    config = _exact_where_needed(config)
     resume = load_resume(config)  # a checkpoint of this run: resume it (same run id)
     run_id = resume.run_id if resume is not None else config.run_id or uuid.uuid4().hex[:12]
     registry = Registry(config.clients, resuming=resume is not None)
@@ -148,6 +150,16 @@ def run_coordinator(
             server.stop(grace=1.0).wait()
             if audit is not None:
                 audit.close()
+
+
+def _exact_where_needed(config: CoordinatorConfig) -> CoordinatorConfig:
+    """`config` with exact rounds pinned where the coordinator's own settings need them and the
+    staleness is unset (vfl_core.auto_rounds): the parties are told it when they register."""
+    why = FAULTS if config.faults.active else None
+    if not config.pipeline:
+        why = "--no-pipeline runs the relay's three calls per round"
+    train = pin_exact(config.train, why)
+    return config if train is config.train else config.model_copy(update={"train": train})
 
 
 def _tell_gathered(registry: Registry, connect: Callable[[], GrpcTransport], ending: str) -> None:

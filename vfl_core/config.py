@@ -224,19 +224,23 @@ class TrainConfig(_Frozen):
     # engine (one
     # round at a time; a round's Backward travels with the next round's Embed). S >= 1 changes
     # the math: (S + 1) // 2 rounds per call and two calls in flight per party, so an embedding
-    # may miss up to S earlier rounds of its party's updates (bounded staleness).
-    staleness: int = Field(0, ge=0, le=63)
+    # may miss up to S earlier rounds of its party's updates (bounded staleness). None (the
+    # default): `resolved()`, vfl_core.auto_rounds.AUTO_STALENESS on tabular parties unless the
+    # run needs exact rounds (docs/tabular-defaults.md, "Rounds over a network"), 0 on images.
+    staleness: int | None = Field(None, ge=0, le=63)
     # Early stopping's epoch end off the critical path (vfl_core.training.late_validation): epoch
     # e's validation is scored while epoch e + 1 trains, the verdict taken an epoch late (up to
     # one epoch more trained; the best epoch's weights still kept exactly). False: the verdict at
-    # each epoch's end, before the next epoch starts.
-    overlap_validation: bool = False
+    # each epoch's end, before the next epoch starts. None (the default): on where `resolved()`
+    # gives the tables' staleness, else off.
+    overlap_validation: bool | None = None
     # With --staleness and --overlap-validation: the blocks of rounds run on across an epoch's
     # end (vfl_core.training.pipeline, direct_stale): the next epoch's first block is embedded
     # before the epoch's last block is stepped (it misses that block's updates, within the
     # staleness bound), and each party's validation is taken at its own epoch's end. Changes
-    # the math; False: every epoch's end drains the pipeline.
-    epoch_flow: bool = False
+    # the math; False: every epoch's end drains the pipeline. None (the default): with the
+    # tables' staleness where vfl_core.auto_rounds.AUTO_EPOCH_FLOW says so, else off.
+    epoch_flow: bool | None = None
     # Local updates on cached tensors (vfl_core.methods.laser.local_steps; CELU-VFL, FedBCD).
     # 0: none, every update needs a round trip (the paper's Algorithm 1). R >= 1 changes the
     # math: after its exact update of a round, every party takes R more steps on that round's
@@ -329,6 +333,24 @@ class TrainConfig(_Frozen):
             return DEFAULT_BATCH
         return table_batch(rows)
 
+    def plane(self, tabular: bool) -> str:
+        """The data plane asked for: the configured one, or by default "auto" (direct where the
+        parties reach each other, vfl_coordinator.plane_choice) on tabular data and "relay" on
+        images or for a method with stages (docs/data-plane.md)."""
+        if self.data_plane is not None:
+            return self.data_plane
+        return "auto" if self._table_defaults(tabular) else "relay"
+
+    def resolved(
+        self, tabular: bool, why_exact: str | None = None, quiet: bool = False
+    ) -> TrainConfig:
+        """This config with staleness, overlap_validation, epoch_flow and data_plane concrete
+        for tabular parties (or not): vfl_core.auto_rounds.resolve. `why_exact`: what of the
+        caller's needs exact rounds (injected faults, the sequential engine)."""
+        from vfl_core.auto_rounds import resolve
+
+        return resolve(self, tabular, why_exact, quiet)
+
     def _table_defaults(self, tabular: bool) -> bool:
         """Whether the tabular defaults apply: tabular features, and a method without stages."""
         return tabular and self.spec.program is None
@@ -336,13 +358,13 @@ class TrainConfig(_Frozen):
     @property
     def rounds_per_call(self) -> int:
         """Rounds whose phases one pipelined call carries: 1 when exact."""
-        return max(1, (self.staleness + 1) // 2)
+        return max(1, ((self.staleness or 0) + 1) // 2)
 
     @property
     def rounds_kept(self) -> int:
         """Embedded rounds a party keeps for their Fuse and Backward: the one in progress when
         exact; with staleness, the blocks of the two calls in flight and the newest."""
-        return 1 if self.staleness == 0 else 3 * self.rounds_per_call
+        return 1 if not self.staleness else 3 * self.rounds_per_call
 
     dvfl: DvflConfig = DvflConfig()  # used by method "dvfl" only
     dlvm: DlvmConfig = DlvmConfig()  # used by method "dlvm" only
@@ -358,9 +380,10 @@ class TrainConfig(_Frozen):
     # through the coordinator (Embed/Fuse/Backward or pipelined Train calls), "direct" between
     # the parties that produce and consume them over mutual TLS, the coordinator sending each
     # party one Round call and reading only status (gRPC only; in process, nobody relays);
-    # "auto" (the default): direct where every party reaches the peers it pushes to and the
-    # run needs nothing only the relay carries, else relay (vfl_coordinator.plane_choice).
-    data_plane: Literal["auto", "relay", "direct"] = "relay"
+    # "auto": direct where every party reaches the peers it pushes to and the run needs nothing
+    # only the relay carries, else relay (vfl_coordinator.plane_choice). None (the default):
+    # `plane()`, "auto" on tabular parties, "relay" on images and for methods with stages.
+    data_plane: Literal["auto", "relay", "direct"] | None = None
 
     @model_validator(mode="after")
     def _constant_lr_for_programs(self) -> TrainConfig:
@@ -396,12 +419,12 @@ class TrainConfig(_Frozen):
                 f"method {self.method} runs steps of its own, which the direct data plane does "
                 "not carry (it carries Embed, Fuse and Backward): drop --data-plane direct"
             )
-        if self.epoch_flow and not (self.staleness and self.overlap_validation):
+        if self.epoch_flow and (self.staleness == 0 or self.overlap_validation is False):
             raise ValueError(
                 "--epoch-flow runs the blocks of --staleness on across an epoch's end, with the "
                 "verdict of --overlap-validation: give both"
             )
-        if self.data_plane == "direct" and self.staleness > MAX_DIRECT_STALENESS:
+        if self.data_plane == "direct" and (self.staleness or 0) > MAX_DIRECT_STALENESS:
             raise ValueError(
                 f"the direct data plane takes --staleness up to {MAX_DIRECT_STALENESS} "
                 f"(got {self.staleness}): use a smaller one or --data-plane relay"

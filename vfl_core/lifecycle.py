@@ -190,7 +190,6 @@ def run_federation(
         watchers = list(observers)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(out / "config.json", config.model_dump_json(indent=2))
             watchers.append(stack.enter_context(RunLog(out, first_epoch, eval_every)))
         fed = Federation(
             faulty if faulty is not None else transport,
@@ -199,6 +198,11 @@ def run_federation(
             observers=watchers,
             **options,
         )
+        # the record shows the values the run resolved (TrainConfig.resolved), not "unset"
+        if isinstance(getattr(config, "train", None), TrainConfig):
+            config = config.model_copy(update={"train": fed.config})
+        if out is not None:
+            write_text_atomically(out / "config.json", config.model_dump_json(indent=2))
         run = _Run(fed, kind, run_id, config, faulty)
         _phase(fed, "aligning")
         fed.align()

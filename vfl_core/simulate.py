@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from vfl_core.auto_rounds import FAULTS, pin_exact
 from vfl_core.config import TrainConfig
 from vfl_core.data.datasets import load_dataset
 from vfl_core.data.label_summary import class_counts, class_mapping, rare_class_warnings
@@ -167,11 +168,13 @@ def run_simulation(
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vfl-sim-") as tmp:
         variants = party_data(config, Path(tmp))
-        parties = _parties(config, next(iter(variants.values())))
+        # injected faults: every party told exact rounds, as a coordinator tells them
+        train = pin_exact(config.train, FAULTS if config.faults.active else None)
+        parties = _parties(config, train, next(iter(variants.values())))
         transport: Transport = InProcessTransport(parties)
         results = run_federation(
             transport if wrap is None else wrap(transport),
-            config.train,
+            train,
             config=config,
             kind="simulate",
             run_id="simulate",
@@ -187,7 +190,7 @@ def run_simulation(
     if run_dir is not None:
         results.write(run_dir)
     return SimulationResult(
-        config,
+        results.config if isinstance(results.config, SimulationConfig) else config,  # resolved
         results.epochs,
         results.reports,
         parties,
@@ -200,13 +203,15 @@ def run_simulation(
     )
 
 
-def _parties(config: SimulationConfig, data: list[PartyData]) -> dict[int, Party]:
+def _parties(
+    config: SimulationConfig, train: TrainConfig, data: list[PartyData]
+) -> dict[int, Party]:
     """The parties, with the first test variant's split."""
     return {
         d.meta.block: Party(
             f"party{d.meta.block}",
             d,
-            config.train,
+            train,
             secret=config.secret.encode(),
             tower_seed=config.private_tower_seeds.get(d.meta.block),
         )

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from vfl_core.auto_rounds import check_mixed
 from vfl_core.config import TrainConfig
 from vfl_core.data.batch_plan import Alignment, Batch
 from vfl_core.data.learning_task import REGRESSION
@@ -142,11 +143,16 @@ class Federation:
             raise ConfigError(f"alignment must be hmac or psi, not {self.alignment!r}")
         if self.config.balance == "resample" and self.task == REGRESSION:
             raise ConfigError("balance 'resample' balances classes: not for a regression task")
-        if self.config.staleness and not self.pipeline:
-            raise ConfigError("staleness needs the pipelined engine (pipeline=True)")
         self.liveness = Liveness(sorted(self.infos), self.down_after, self.retry_every)
         # tabular parties send feature vectors (F,); images (C, H, W)
         self.tabular = all(len(i.feature_shape) == 1 for i in self.infos.values())
+        # unset staleness and the like: the tables' rounds or exact ones (vfl_core.auto_rounds),
+        # as every party resolves them from its own features
+        check_mixed(self.config, [tuple(i.feature_shape) for i in self.infos.values()])
+        sequential = None if self.pipeline else "the sequential engine runs one round at a time"
+        self.config = self.config.resolved(self.tabular, sequential)
+        if self.config.staleness and not self.pipeline:
+            raise ConfigError("staleness needs the pipelined engine (pipeline=True)")
         self.spec = self.config.spec_for(self.tabular)
         patience = self.config.patience(self.tabular)
         if patience:

@@ -73,9 +73,12 @@ class Party:
     ) -> None:
         self.party_id = party_id
         self.tower_seed = tower_seed  # the party's own (vfl_core.privacy.private_tower)
-        self.config = config
-        # a party of feature vectors takes the tabular defaults (TrainConfig.spec_for)
-        self.spec = config.spec_for(len(data.meta.feature_shape) == 1)
+        # a party of feature vectors takes the tabular defaults (TrainConfig.spec_for), its
+        # rounds too (TrainConfig.resolved: its coordinator logs why they are exact)
+        tabular = len(data.meta.feature_shape) == 1
+        self.told = config  # as the coordinator told it (vfl_client.host compares it)
+        self.config = config.resolved(tabular, quiet=True)
+        self.spec = config.spec_for(tabular)
         # Most methods learn only from labels: unlabelled training rows (vfl prepare --labels)
         # take no part, as if the label party did not hold them; dvfl's guests learn from them.
         self.data = data if self.spec.unlabelled_rows else labelled_rows_only(data)

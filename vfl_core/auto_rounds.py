@@ -1,0 +1,104 @@
+"""The tables' default rounds (issue 43; docs/tabular-defaults.md, "Rounds over a network").
+
+Exact LASER-VFL rounds (the paper's Algorithm 1) cost compute plus one round trip each, so over
+a 50 ms link a table's run waits mostly on the network (benchmarks/results/wan.md). A run on
+tabular parties that leaves TrainConfig.staleness, overlap_validation and epoch_flow unset
+(None) therefore trains with bounded staleness (AUTO_STALENESS: a party's embedding may miss up
+to that many earlier rounds of its own updates) and early stopping's verdict off the critical
+path, and asks for the direct data plane where the parties reach each other
+(TrainConfig.plane). That is a named deviation from the paper's exact rounds, whose cost in
+quality is measured in benchmarks/results/tabular.md (`tabular-sweep-stale`). Images, methods
+with stages and anything that needs exact rounds keep them; an explicit `--staleness 0` too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from vfl_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vfl_core.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+# A table's staleness when the config leaves it unset: the `stale3` recipe of wan.md.
+AUTO_STALENESS = 3
+# Whether the tables' default also runs the blocks of rounds on across an epoch's end
+# (TrainConfig.epoch_flow, the `stale3-flow` setting of tabular.md's `tabular-sweep-stale`).
+AUTO_EPOCH_FLOW = False
+
+
+def needs_exact(train: TrainConfig) -> str | None:
+    """What in `train` needs exact rounds (or the relay, which the tables' recipe leaves for the
+    direct plane), in words; None: nothing does."""
+    if train.local_steps:
+        return "--local-steps reuses each round's own tensors"
+    if train.spec.program is not None:
+        return f"method {train.method} runs steps of its own"
+    if train.encrypt_relay:
+        return "--encrypt-relay asks for the sealed relay"
+    return None
+
+
+# Why a run with injected faults keeps exact rounds (both transports).
+FAULTS = "injected faults (--fault-rate, --link-loss) act on the relay's exact rounds"
+
+
+def pin_exact(train: TrainConfig, why: str | None) -> TrainConfig:
+    """`train` with exact rounds (staleness 0) where the caller needs them (`why`: injected
+    faults, the sequential engine) and the config left staleness unset: what every party is
+    told, so that none resolves the tables' staleness on its own."""
+    if why is None or train.staleness is not None:
+        return train
+    log.info("staleness unset: exact rounds (0), as %s", why)
+    return train.model_copy(update={"staleness": 0})
+
+
+def resolve(
+    train: TrainConfig, tabular: bool, why_exact: str | None = None, quiet: bool = False
+) -> TrainConfig:
+    """`train` with staleness, overlap_validation, epoch_flow and data_plane concrete: the tables'
+    recipe where the config leaves them unset, the data are tables, the method has no stages
+    and nothing needs exact rounds (one log line says why it keeps them, unless `quiet`: a
+    party, whose coordinator says it); else exact rounds. A staleness given keeps the others
+    as given (off where unset, but the late verdict that a given --epoch-flow needs)."""
+    tables = tabular and train.spec.program is None
+    staleness, recipe = train.staleness, False
+    if staleness is None:
+        why = why_exact or needs_exact(train)
+        if tabular and why is not None and not quiet:
+            log.info("staleness unset: exact rounds (0) on these tables, as %s", why)
+        recipe = tables and why is None  # an explicit staleness keeps the rest as given
+        staleness = AUTO_STALENESS if recipe else 0
+    overlap = train.overlap_validation
+    if overlap is None:  # --epoch-flow given needs the late verdict
+        overlap = recipe or (bool(train.epoch_flow) and staleness > 0)
+    flow = train.epoch_flow
+    if flow is None:
+        flow = AUTO_EPOCH_FLOW and recipe and overlap
+    elif flow and not (staleness and overlap):
+        raise ConfigError(
+            "--epoch-flow runs the blocks of --staleness on across an epoch's end, with the "
+            f"verdict of --overlap-validation: this run has staleness {staleness} and "
+            f"overlap-validation {'on' if overlap else 'off'}"
+        )
+    update = {
+        "staleness": staleness,
+        "overlap_validation": overlap,
+        "epoch_flow": flow,
+        "data_plane": train.plane(tabular),
+    }
+    return train.model_copy(update=update)
+
+
+def check_mixed(train: TrainConfig, shapes: list[tuple[int, ...]]) -> None:
+    """Refuse unset staleness in a federation of tables and images: each party resolves it from
+    its own features (vfl_core.training.party), so they would disagree."""
+    kinds = {len(shape) == 1 for shape in shapes}
+    if train.staleness is None and len(kinds) > 1:
+        raise ConfigError(
+            "parties of feature vectors and of images: give --staleness (0: exact rounds), "
+            "which tables and images default differently"
+        )
