@@ -169,3 +169,40 @@ def test_given_tables_and_injected_faults_when_simulated_then_exact_rounds_recor
         False,
         False,
     )
+
+
+@pytest.mark.slow
+def test_given_tables_over_grpc_and_no_options_when_trained_then_direct_with_staleness_3(
+    tmp_path: Path,
+) -> None:
+    """Real processes over mutual TLS: the coordinator resolves the tables' rounds as each
+    party does (a party whose config differed would refuse the run), probes the peers and
+    trains on the direct plane; the record holds the resolved values. (The harness gives every
+    coordinator --data-plane relay; `auto`, what an unset plane is on tables, is given here.)"""
+    from harness import Cluster
+
+    from vfl_cli.certs_cmd import create_federation
+
+    blocks = {"bank": 0, "retail": 1, "telecom": 2}
+    certs = tmp_path / "certs"
+    create_federation(certs, [f"party{k}" for k in blocks.values()], [])
+    paths = write_tables(tmp_path / "tables", n=300)
+
+    def client_args(path: Path) -> list[str]:
+        args = ["--id-column", "customer_id", "--block", str(blocks[path.stem]), "--clients", "3"]
+        args += ["--party-id", f"party{blocks[path.stem]}"]
+        return args + (["--label-column", LABEL_COLUMN] if path.stem == "bank" else [])
+
+    with Cluster(tmp_path / "cluster", tls_dir=certs) as cluster:
+        coord, _ = cluster.federation(
+            [paths[name] for name in blocks],
+            epochs=2,
+            extra=["--data-plane", "auto"],
+            client_extra=client_args,
+        )
+        assert coord.wait(240) == 0, cluster.describe()
+        log = coord.log_path.read_text()
+        train = coord.results()["config"]["train"]
+    assert "data plane: direct (--data-plane auto: every party reaches" in log
+    assert (train["staleness"], train["overlap_validation"]) == (AUTO_STALENESS, True)
+    assert train["epoch_flow"] is AUTO_EPOCH_FLOW and train["data_plane"] == "direct"
