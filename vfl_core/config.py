@@ -95,6 +95,12 @@ Threshold = Annotated[Literal["auto", "f1"] | float, BeforeValidator(_threshold)
 # of about AUTO_ROUNDS_PER_EPOCH rounds, each of which must beat the last that restarted it by
 # TrainConfig.early_stop_min_improvement (docs/tabular-defaults.md, "Time to a model").
 AUTO_PATIENCE = 6
+# ... and with bounded staleness (TrainConfig.staleness > 0): a stale run's validation metric
+# bumps in its first epochs (a party's embeddings miss up to S rounds of its own updates while
+# the rate is highest), and 6 epochs stopped friedman's stale runs on their first or second
+# epoch (RMSE 3.14 against 2.52 exact); 10 measured within the exact runs' sd on every table
+# (benchmarks/results/tabular.md, `tabular-sweep-stale`).
+AUTO_STALE_PATIENCE = 10
 AUTO_MIN_VALIDATION = 100
 # What "auto" batch size and learning rate are where the tabular defaults do not apply (images,
 # methods with stages): the values every run had before the tabular ones (the digits demo's).
@@ -300,7 +306,9 @@ class TrainConfig(_Frozen):
         AUTO_PATIENCE on tabular data and 0 (off) on images or for a method with stages."""
         if self.early_stop_patience is not None:
             return self.early_stop_patience
-        return AUTO_PATIENCE if tabular and self.spec.program is None else 0
+        if not tabular or self.spec.program is not None:
+            return 0
+        return AUTO_STALE_PATIENCE if self.staleness else AUTO_PATIENCE
 
     def schedule(self, tabular: bool) -> str:
         """The learning-rate schedule a party of tabular features (or not) follows: the

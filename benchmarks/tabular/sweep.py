@@ -195,6 +195,11 @@ SETTINGS: dict[str, list[str]] = {
     # the critical path, and with the blocks running on across an epoch's end
     "stale3": ["--staleness", "3", "--overlap-validation"],
     "stale3-flow": ["--staleness", "3", "--overlap-validation", "--epoch-flow"],
+    # exact rounds where the tables' defaults are the recipe above (vfl_core.auto_rounds)
+    "exact": ["--staleness", "0"],
+    # the recipe with early stopping's patience of exact rounds (the stale runs' default is
+    # vfl_core.config.AUTO_STALE_PATIENCE)
+    "stale3-p6": ["--staleness", "3", "--overlap-validation", "--early-stop-patience", "6"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
