@@ -175,6 +175,7 @@ FAULT_ENTITIES = ("guest", "host", "link")
 TASKS = ("classification", "regression")
 MAX_ONEHOT = 16
 AUTO_PATIENCE = 6
+AUTO_STALE_PATIENCE = 10
 AUTO_STALENESS = 3
 AUTO_EPOCH_FLOW = False
 AUTO_ROUNDS_PER_EPOCH = 4

@@ -304,7 +304,7 @@ class TrainOptions:
         Opt(
             help="0: off; N: stop after N epochs without a better validation metric and "
             f"restore the best epoch's weights (unset: {defaults.AUTO_PATIENCE} on tables, "
-            "off on images)",
+            f"{defaults.AUTO_STALE_PATIENCE} with --staleness, off on images)",
             show_default=shown(T["early_stop_patience"]),
         ),
     ] = None
