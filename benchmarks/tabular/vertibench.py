@@ -183,6 +183,16 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     # the tables' defaults stated explicitly (the MLP head, weight decay 1e-4): the defaults in
     # a run of code whose defaults were a candidate (`tabular-vertibench-wide`)
     "before": ("--head", "mlp", "--weight-decay", "1e-4"),
+    # the second screen of the cells the defaults miss (`tabular-vertibench-screen2`): numeric
+    # embeddings, ensembles, their combinations with the wide head, and issue 43's pipelined
+    # recipe (the tables' defaults it may land) with and without rounds across an epoch's end;
+    # no wide head with an ensemble (the towers refuse `--ensemble` with `--head wide`)
+    "ple": ("--num-embedding", "ple"),
+    "ple_ens4": ("--num-embedding", "ple", "--ensemble", "4"),
+    "periodic": ("--num-embedding", "periodic"),
+    "wide_wd1e-3_ple": ("--head", "wide", "--weight-decay", "1e-3", "--num-embedding", "ple"),
+    "stale3": ("--staleness", "3", "--overlap-validation"),
+    "stale3_flow": ("--staleness", "3", "--overlap-validation", "--epoch-flow"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`
