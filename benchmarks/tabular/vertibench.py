@@ -33,6 +33,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -798,13 +799,13 @@ def _cell(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def counts(root: Path, grid_root: Path) -> str:
-    """Each row of a diagnosis run (`root`) judged as the grid judges the federation: cells
-    within the bar of LightGBM, not below logistic/ridge regression by more than its sd, ahead
-    of splitnn (the rows the run lacks read from the grid's same cells, `grid_root`), and the
-    rounds to the model (every epoch trained) over the runs."""
-    tally: dict[str, list[int]] = {}
-    rounds: dict[str, list[float]] = {}
+def _judged(
+    root: Path, grid_root: Path
+) -> Iterator[tuple[str, str, str, tuple[bool, bool, bool], list[float]]]:
+    """Each cell and row of a diagnosis run (`root`) judged as the grid judges the federation:
+    (table, split, row, (within the bar of LightGBM, not below logistic/ridge regression by
+    more than its sd, ahead of splitnn), rounds to the model per seed); the rows the run lacks
+    read from the grid's same cells (`grid_root`)."""
     for table_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         for split in SPLITS:
             paths = sorted(table_dir.glob(f"{split}-s*.json"))
@@ -827,10 +828,21 @@ def counts(root: Path, grid_root: Path) -> str:
                     _beats(task, mean, linear, slack=True),
                     _beats(task, mean, splitnn),
                 )
-                row = tally.setdefault(name, [0, 0, 0, 0])
-                for i, flag in enumerate((*flags, True)):
-                    row[i] += int(flag)
-                rounds.setdefault(name, []).extend(to_model(r)["rounds"] for r in found)
+                yield table_dir.name, split, name, flags, [to_model(r)["rounds"] for r in found]
+
+
+def counts(root: Path, grid_root: Path) -> str:
+    """Each row of a diagnosis run (`root`) judged as the grid judges the federation: cells
+    within the bar of LightGBM, not below logistic/ridge regression by more than its sd, ahead
+    of splitnn (the rows the run lacks read from the grid's same cells, `grid_root`), and the
+    rounds to the model (every epoch trained) over the runs."""
+    tally: dict[str, list[int]] = {}
+    rounds: dict[str, list[float]] = {}
+    for _, _, name, flags, found in _judged(root, grid_root):
+        row = tally.setdefault(name, [0, 0, 0, 0])
+        for i, flag in enumerate((*flags, True)):
+            row[i] += int(flag)
+        rounds.setdefault(name, []).extend(found)
     out = [
         "| row | cells | within the bar of LightGBM | not below linear by more than its sd | "
         "ahead of splitnn | rounds to the model: median (mean) |",
@@ -841,6 +853,23 @@ def counts(root: Path, grid_root: Path) -> str:
         out.append(
             f"| {name} | {cells} | {bar} | {linear_ok} | {ahead} | {median:.0f} ({mean:.1f}) |"
         )
+    return "\n".join(out)
+
+
+def missed(root: Path, grid_root: Path) -> str:
+    """Per cell of a diagnosis run, the lines each row misses (`bar`: LightGBM's, `linear`:
+    logistic/ridge regression's sd, `splitnn`), or `-` where it holds all three."""
+    marks: dict[tuple[str, str], dict[str, str]] = {}
+    for table, split, name, flags, _ in _judged(root, grid_root):
+        lines = [n for n, ok in zip(("bar", "linear", "splitnn"), flags, strict=True) if not ok]
+        marks.setdefault((table, split), {})[name] = ", ".join(lines) or "-"
+    names = list(dict.fromkeys(n for m in marks.values() for n in m))
+    out = [
+        "| table | split | " + " | ".join(names) + " |",
+        "| --- " * (len(names) + 2) + "|",
+    ]
+    for (table, split), row in marks.items():
+        out.append(f"| {table} | {split} | " + " | ".join(row.get(n, "") for n in names) + " |")
     return "\n".join(out)
 
 
@@ -885,6 +914,8 @@ def main() -> None:
         return
     if args.counts:
         print(counts(args.counts, args.out))
+        print()
+        print(missed(args.counts, args.out))
         return
     failed = run_tasks(worker, grid(args), args.jobs, desc="vertibench runs", progress=False)
     if failed:
