@@ -353,6 +353,21 @@ WIDE_READING = """Reading it (seeds 0-2; 72 cells, 216 runs of each row, one run
   (test scores and rounds), and the candidate equals the screen's `wide_wd1e-3` row in all 45
   runs the two share.
 """
+# The second screen of the cells the tables' defaults miss (numeric embeddings, ensembles,
+# issue 43's pipelined recipe) and the run of its candidates on the whole grid, beside the
+# grid's `--out`
+SCREEN2_DIR = "tabular-vertibench-screen2"
+SCREEN2_TABLES = {
+    "census_like": ("importance-0.1", "correlation-1", "importance-1-4p"),
+    "diabetes": ("importance-10", "importance-100"),
+    "friedman": ("importance-0.1", "correlation-0"),
+    "gen_categorical": ("importance-100", "correlation-0.5", "importance-1-4p"),
+    "gen_highcard": ("correlation-0", "correlation-0.5-4p"),
+    "gen_price": ("importance-1", "correlation-0.5", "correlation-0.5-4p"),
+}
+SCREEN2_READING = ""
+CANDIDATES_DIR = "tabular-vertibench-candidates"
+CANDIDATES_READING = ""
 # the acceptance bar of issue 45: within this of LightGBM (accuracy points; RMSE share)
 BAR_POINTS = 0.5
 BAR_RMSE_SHARE = 0.05
@@ -626,6 +641,8 @@ def report_section(root: Path) -> list[str]:
         *_fusion_section(root.parent / FUSION_DIR, root),
         *_wide_section(root.parent / WIDE_DIR, root),
         *_screen_section(root.parent / SCREEN_DIR, root),
+        *_screen2_section(root.parent / SCREEN2_DIR, root),
+        *_candidates_section(root.parent / CANDIDATES_DIR, root),
     ]
 
 
@@ -728,6 +745,97 @@ def _screen_section(root: Path, grid: Path) -> list[str]:
         + ". Counted as the grid counts (`--counts`):",
         "",
         counts(root, grid),
+        "",
+        diagnosis(root),
+    ]
+
+
+def _codes_and_loads(root: Path) -> tuple[list[Path], str]:
+    """A run's cell files and the codes and 1-minute loads they record, said in words."""
+    files = sorted(root.glob("*/*.json")) if root.is_dir() else []
+    runs = [read_json(f) or {} for f in files]
+    loads = [r["load_1m"] for r in runs if "load_1m" in r]
+    codes = sorted({r.get("code", "?") for r in runs})
+    said = f"code {', '.join(codes)}" + (
+        f", at a 1-minute load of {min(loads):.1f}-{max(loads):.1f}" if loads else ""
+    )
+    return files, said
+
+
+def _screen2_section(root: Path, grid: Path) -> list[str]:
+    """The second screen of the cells the tables' defaults miss: per table one invocation of
+    every candidate row, counted as the grid counts, the lines each row misses per cell, the
+    reading and every cell (none before it ran)."""
+    files, said = _codes_and_loads(root)
+    if not files:
+        return []
+    names = [n for n in DIAGNOSIS if any(_rows([read_json(f) for f in files], n))]
+    return [
+        "## Numeric embeddings, ensembles and the pipelined recipe on the missed cells: "
+        f"`{SCREEN2_DIR}`",
+        "",
+        "The 15 cells the tables' defaults miss on the grid (below logistic/ridge regression "
+        "by more than its sd, or behind splitnn), seeds 0-2, one invocation per table:",
+        "",
+        *(
+            f"- `python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
+            f"--tables {table} --splits {' '.join(splits)} --seeds 0 1 2 --jobs 2 --rows "
+            f"federation {' '.join(names)} linear lgbm`"
+            for table, splits in SCREEN2_TABLES.items()
+        ),
+        "",
+        f"then `--counts {root} --out {grid}` (splitnn from the grid's same cells); {said}, on "
+        "the shared 2-core machine. `federation`: the tables' defaults; each other row the "
+        "defaults with options added: "
+        + "; ".join(f"`{n}`: `{' '.join(DIAGNOSIS[n])}`" for n in names)
+        + ". The wide head with an ensemble (`--head wide --ensemble 4`) is refused by the "
+        "towers, so not measured. Counted as the grid counts:",
+        "",
+        counts(root, grid),
+        "",
+        "The lines each row misses, per cell (`bar`: within 0.5 points or 5 % RMSE of "
+        "LightGBM; `linear`: not below logistic/ridge regression by more than its sd; "
+        "`splitnn`: ahead of it; `-`: none missed):",
+        "",
+        missed(root, grid),
+        "",
+        *([SCREEN2_READING, ""] if SCREEN2_READING else []),
+        "Every cell (in brackets: against LightGBM, and the mean rounds to the model):",
+        "",
+        diagnosis(root),
+    ]
+
+
+def _candidates_section(root: Path, grid: Path) -> list[str]:
+    """The screen's candidates on the whole grid beside the tables' defaults, in one run:
+    counts as the grid's, the lines each row misses per cell, the reading and every cell."""
+    files, said = _codes_and_loads(root)
+    if not files:
+        return []
+    runs = [read_json(f) for f in files]
+    names = [n for n in DIAGNOSIS if any(_rows(runs, n))]
+    cells = sorted({(f.parent.name, f.stem.rsplit("-s", 1)[0]) for f in files})
+    return [
+        f"## The screen's candidates on the whole grid: `{CANDIDATES_DIR}`",
+        "",
+        "One invocation per table, "
+        f"`python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
+        f"--tables TABLE --splits {' '.join(s for s in SPLITS if any(s == c for _, c in cells))} "
+        f"--seeds 0 1 2 --jobs 2 --rows federation {' '.join(names)} linear lgbm` for each of "
+        f"{', '.join(sorted({t for t, _ in cells}))}, then `--counts {root} --out {grid}`: the "
+        f"grid's cells, party CSVs and seeds ({len(files)} of them), {said}, on the shared "
+        "2-core machine. `federation`: the tables' defaults, measured in the same run; "
+        + "; ".join(f"`{n}`: `{' '.join(DIAGNOSIS[n])}`" for n in names)
+        + ". splitnn is the grid's row of the same cell.",
+        "",
+        counts(root, grid),
+        "",
+        *([CANDIDATES_READING, ""] if CANDIDATES_READING else []),
+        "The lines each row misses, per cell (as above):",
+        "",
+        missed(root, grid),
+        "",
+        "Every cell (in brackets: against LightGBM, and the mean rounds to the model):",
         "",
         diagnosis(root),
     ]
