@@ -427,7 +427,7 @@ CANDIDATES_READING = """Reading it (seeds 0-2; the `federation` row equals the `
   45's bar on regressions.** Within the bar in 48 of 72 (the defaults 59), not below
   logistic/ridge regression by more than its sd in 65 (65), ahead of splitnn in 54 (64). Out of
   LightGBM's bar where the defaults are within it: friedman under 4 splits (importance-10,
-  correlation-0, -0.5, -1: 2.76-3.39 RMSE against 2.50-2.98, +5.6 % to +22.5 % of LightGBM's),
+  correlation-0, -0.5, -1: 2.76-3.39 RMSE against 2.44-2.98, +5.6 % to +22.5 % of LightGBM's),
   gen_visits under 4 (importance-0.1, -1, -10, -100: +5.0 % to +5.5 %), gen_price correlation-0
   (74.03 against LightGBM's 68.43), gen_highcard importance-1-4p (87.48 against 88.13) and
   census_like importance-100 (72.98 against 73.76, below logistic regression too); behind
