@@ -137,5 +137,8 @@ def test_given_cells_then_the_summary_says_the_bar_the_reason_and_the_grpc_rows(
     counted = vertibench.counts(diag.parent, grid)
     assert "| federation | 1 | 0 | 1 | 1 | 10 (10.0) |" in counted  # 72: 3 points below
     assert "| zerofill | 1 | 1 | 1 | 1 | 10 (10.0) |" in counted
+    # and per cell, the lines each row misses
+    lines = vertibench.missed(diag.parent, grid)
+    assert "| t | importance-1 | bar | - |" in lines
     section = "\n".join(vertibench.report_section(grid))
     assert "--grpc t/importance-1" in section and "--rows federation zerofill lgbm" in section

@@ -33,6 +33,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,16 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     # the tables' defaults stated explicitly (the MLP head, weight decay 1e-4): the defaults in
     # a run of code whose defaults were a candidate (`tabular-vertibench-wide`)
     "before": ("--head", "mlp", "--weight-decay", "1e-4"),
+    # the second screen of the cells the defaults miss (`tabular-vertibench-screen2`): numeric
+    # embeddings, ensembles, their combinations with the wide head, and issue 43's pipelined
+    # recipe (the tables' defaults it may land) with and without rounds across an epoch's end;
+    # no wide head with an ensemble (the towers refuse `--ensemble` with `--head wide`)
+    "ple": ("--num-embedding", "ple"),
+    "ple_ens4": ("--num-embedding", "ple", "--ensemble", "4"),
+    "periodic": ("--num-embedding", "periodic"),
+    "wide_wd1e-3_ple": ("--head", "wide", "--weight-decay", "1e-3", "--num-embedding", "ple"),
+    "stale3": ("--staleness", "3", "--overlap-validation"),
+    "stale3_flow": ("--staleness", "3", "--overlap-validation", "--epoch-flow"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`
@@ -341,6 +352,97 @@ WIDE_READING = """Reading it (seeds 0-2; 72 cells, 216 runs of each row, one run
 - **Reproducible:** `before` equals the `concat_all` row of the run above in all 216 runs
   (test scores and rounds), and the candidate equals the screen's `wide_wd1e-3` row in all 45
   runs the two share.
+"""
+# The second screen of the cells the tables' defaults miss (numeric embeddings, ensembles,
+# issue 43's pipelined recipe) and the run of its candidates on the whole grid, beside the
+# grid's `--out`
+SCREEN2_DIR = "tabular-vertibench-screen2"
+SCREEN2_TABLES = {
+    "census_like": ("importance-0.1", "correlation-1", "importance-1-4p"),
+    "diabetes": ("importance-10", "importance-100"),
+    "friedman": ("importance-0.1", "correlation-0"),
+    "gen_categorical": ("importance-100", "correlation-0.5", "importance-1-4p"),
+    "gen_highcard": ("correlation-0", "correlation-0.5-4p"),
+    "gen_price": ("importance-1", "correlation-0.5", "correlation-0.5-4p"),
+}
+SCREEN2_READING = """Reading it (seeds 0-2; 15 cells, 45 runs of each row, one invocation per table,
+23:28-00:03 UTC; the `federation` row equals the `before` row of `tabular-vertibench-wide`,
+the tables' defaults, in all 45 runs: test scores and rounds):
+
+- **No candidate passes both lines in all 15 cells.** Both lines hold (not below
+  logistic/ridge regression by more than its sd, and ahead of splitnn) in 7 cells with the
+  4-member ensemble (`ens4`: census_like importance-0.1, diabetes importance-10, friedman
+  correlation-0, gen_highcard correlation-0 and gen_price's three), 5 with piecewise-linear
+  embeddings and the ensemble (`ple_ens4`: census_like's three, diabetes importance-10,
+  gen_highcard correlation-0), 3 with periodic embeddings, 3 with issue 43's pipelined recipe
+  (`stale3`), 2 with `stale3_flow`, 2 with `ple` and 1 with `wide_wd1e-3_ple`; the defaults 0.
+  `ens4` keeps the LightGBM bar in the 12 cells the defaults keep; `ple_ens4` passes the
+  linear line in 13 of 15 (the most) but splitnn in 7, as the defaults.
+- **The ensemble is the only candidate ahead of splitnn in all three gen_price cells** (64.78,
+  78.13, 73.02 RMSE against splitnn's 67.40, 78.70, 73.30; `periodic`, `stale3` and
+  `stale3_flow` in one each), but the seeds' RMSE sd there is
+  14-25, a fifth to a third of the mean: within the seeds' noise, as the defaults' misses are.
+- **Still missed by every row:** diabetes importance-100 below ridge (the nearest `ens4`,
+  57.68 against 56.82 ± 0.49; diabetes' 37 validation samples leave early stopping off, so all
+  300 rounds train and the rows differ only in the model); friedman importance-0.1 behind
+  splitnn (the nearest the defaults and `stale3_flow`, 2.45 against 2.42; splitnn trains 50
+  epochs without early stopping, 350 rounds; the rows here stop at 93-223); gen_categorical
+  importance-100, correlation-0.5 and importance-1-4p behind splitnn and below LightGBM's bar
+  (`periodic` the only row ahead of splitnn on importance-100, 71.97 against 69.74, still
+  1.37 points below LightGBM; the model family, as the diagnosis above measured: the same
+  towers and head without federation are below LightGBM there too); gen_highcard
+  correlation-0.5-4p below logistic regression (the nearest `ens4`, 88.77 against
+  89.19 ± 0.25; the table's label is a logistic model of its columns).
+- **Piecewise-linear embeddings alone hurt diabetes** (65.06 and 65.29 RMSE against 59.97 and
+  59.29, seeds' sd 7.6-8.0; a table of 442 rows, 16 quantile bins a column fitted on the
+  party's training rows); with the ensemble they do not (59.25, 58.89).
+- **The pipelined recipe** (`stale3`: `--staleness 3 --overlap-validation`) passes the linear
+  line in 10 (the defaults 8) and splitnn in 8 (7), the bar in 11 (12): friedman
+  correlation-0 falls out of it (3.39 against LightGBM's 2.90; the defaults 2.98), with
+  `--epoch-flow` too (3.35). On diabetes, where no early stopping runs, `stale3_flow` equals
+  `stale3` in every run.
+- **Rounds to the model:** every candidate takes more than the defaults (median 117): `ens4`
+  145, `ple_ens4` 155, `stale3` 125, `stale3_flow` 150.
+- `ens4` was run on the whole grid (the section below); the others were not.
+"""
+SCREEN2_LIBRARY = "a7f025c"  # the vfl_* packages both runs loaded
+CANDIDATES_DIR = "tabular-vertibench-candidates"
+CANDIDATES_READING = """Reading it (seeds 0-2; the `federation` row equals the `before` row of
+`tabular-vertibench-wide`, the tables' defaults, in every run: test scores and rounds):
+
+- **Not adopted: the 4-member ensemble (`ens4`) is not better on all three counts.** Within the
+  bar of LightGBM in 58 of 72 cells (the defaults 59), not below logistic/ridge regression by
+  more than its sd in 65 (65), ahead of splitnn in 67 (64). It fixes 7 of the 15 cells the
+  defaults miss (census_like importance-0.1 and diabetes importance-10 above the linear line,
+  gen_highcard correlation-0 too; friedman correlation-0 and gen_price importance-1,
+  correlation-0.5 and correlation-0.5-4p ahead of splitnn) and fails a line in 5 cells the
+  defaults pass: census_like correlation-0.5 below logistic regression (73.30 against 74.01 ±
+  0.39), credit importance-0.1 below it (78.61 against 79.48 ± 0.68), gen_highcard importance-1
+  below it (88.87 against 89.47 ± 0.56) and importance-1-4p out of LightGBM's bar (87.52 against
+  88.13), gen_categorical correlation-0.5-4p behind splitnn (63.50 against 64.15). Its rounds to
+  the model take a median of 132 (mean 158.8) against the defaults' 105 (137.3), and its process
+  CPU seconds of rounds a median of 1.82 against 0.87 (four members a party, and more epochs
+  before early stopping's wait runs out).
+- **Issue 43's pipelined recipe (`stale3`: `--staleness 3 --overlap-validation`) loses issue
+  45's bar on regressions.** Within the bar in 48 of 72 (the defaults 59), not below
+  logistic/ridge regression by more than its sd in 65 (65), ahead of splitnn in 54 (64). Out of
+  LightGBM's bar where the defaults are within it: friedman under 4 splits (importance-10,
+  correlation-0, -0.5, -1: 2.76-3.39 RMSE against 2.44-2.98, +5.6 % to +22.5 % of LightGBM's),
+  gen_visits under 4 (importance-0.1, -1, -10, -100: +5.0 % to +5.5 %), gen_price correlation-0
+  (74.03 against LightGBM's 68.43), gen_highcard importance-1-4p (87.48 against 88.13) and
+  census_like importance-100 (72.98 against 73.76, below logistic regression too); behind
+  splitnn in 11 cells where the defaults are ahead (friedman 5, gen_categorical 2, gen_price 2,
+  gen_visits 2), ahead on gen_price importance-1. Its rounds to the model take a median of 120
+  (mean 150.0); its process CPU seconds of rounds a median of 0.95 (the defaults 0.87). In
+  process, the staleness changes the math (each party's step may miss up to 3 updates); 9 of the
+  11 cells it takes out of the bar are regressions.
+- **Still missed with the ensemble** (8 of the 15; the screen above measured what moves them):
+  census_like correlation-1 and importance-1-4p, diabetes importance-100 and gen_highcard
+  correlation-0.5-4p below logistic/ridge regression by more than its sd (piecewise-linear
+  embeddings with the ensemble pass the census_like ones, nothing passes diabetes importance-100
+  or gen_highcard correlation-0.5-4p); friedman importance-0.1 and gen_categorical
+  importance-100, correlation-0.5 and importance-1-4p behind splitnn (no candidate passes; on
+  gen_categorical the model family is below LightGBM without federation too).
 """
 # the acceptance bar of issue 45: within this of LightGBM (accuracy points; RMSE share)
 BAR_POINTS = 0.5
@@ -615,6 +717,8 @@ def report_section(root: Path) -> list[str]:
         *_fusion_section(root.parent / FUSION_DIR, root),
         *_wide_section(root.parent / WIDE_DIR, root),
         *_screen_section(root.parent / SCREEN_DIR, root),
+        *_screen2_section(root.parent / SCREEN2_DIR, root),
+        *_candidates_section(root.parent / CANDIDATES_DIR, root),
     ]
 
 
@@ -722,6 +826,100 @@ def _screen_section(root: Path, grid: Path) -> list[str]:
     ]
 
 
+def _codes_and_loads(root: Path) -> tuple[list[Path], str]:
+    """A run's cell files and the codes and 1-minute loads they record, said in words."""
+    files = sorted(root.glob("*/*.json")) if root.is_dir() else []
+    runs = [read_json(f) or {} for f in files]
+    loads = [r["load_1m"] for r in runs if "load_1m" in r]
+    codes = sorted({r.get("code", "?") for r in runs})
+    said = f"code {', '.join(codes)}" + (
+        f", at a 1-minute load of {min(loads):.1f}-{max(loads):.1f}" if loads else ""
+    )
+    return files, said
+
+
+def _screen2_section(root: Path, grid: Path) -> list[str]:
+    """The second screen of the cells the tables' defaults miss: per table one invocation of
+    every candidate row, counted as the grid counts, the lines each row misses per cell, the
+    reading and every cell (none before it ran)."""
+    files, said = _codes_and_loads(root)
+    if not files:
+        return []
+    names = [n for n in DIAGNOSIS if any(_rows([read_json(f) for f in files], n))]
+    return [
+        "## Numeric embeddings, ensembles and the pipelined recipe on the missed cells: "
+        f"`{SCREEN2_DIR}`",
+        "",
+        "The 15 cells the tables' defaults miss on the grid (below logistic/ridge regression "
+        "by more than its sd, or behind splitnn), seeds 0-2, one invocation per table:",
+        "",
+        *(
+            f"- `python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
+            f"--tables {table} --splits {' '.join(splits)} --seeds 0 1 2 --jobs 2 --rows "
+            f"federation {' '.join(names)} linear lgbm`"
+            for table, splits in SCREEN2_TABLES.items()
+        ),
+        "",
+        f"then `--counts {root} --out {grid}` (splitnn from the grid's same cells); {said} "
+        f"(the library of {SCREEN2_LIBRARY} in every cell: the commits recorded changed "
+        "benchmarks/ only), on the shared 2-core machine. `federation`: the tables' "
+        "defaults; each other row the "
+        "defaults with options added: "
+        + "; ".join(f"`{n}`: `{' '.join(DIAGNOSIS[n])}`" for n in names)
+        + ". The wide head with an ensemble (`--head wide --ensemble 4`) is refused by the "
+        "towers, so not measured. Counted as the grid counts:",
+        "",
+        counts(root, grid),
+        "",
+        "The lines each row misses, per cell (`bar`: within 0.5 points or 5 % RMSE of "
+        "LightGBM; `linear`: not below logistic/ridge regression by more than its sd; "
+        "`splitnn`: ahead of it; `-`: none missed):",
+        "",
+        missed(root, grid),
+        "",
+        *([SCREEN2_READING, ""] if SCREEN2_READING else []),
+        "Every cell (in brackets: against LightGBM, and the mean rounds to the model):",
+        "",
+        diagnosis(root),
+    ]
+
+
+def _candidates_section(root: Path, grid: Path) -> list[str]:
+    """The screen's candidates on the whole grid beside the tables' defaults, in one run:
+    counts as the grid's, the lines each row misses per cell, the reading and every cell."""
+    files, said = _codes_and_loads(root)
+    if not files:
+        return []
+    runs = [read_json(f) for f in files]
+    names = [n for n in DIAGNOSIS if any(_rows(runs, n))]
+    cells = sorted({(f.parent.name, f.stem.rsplit("-s", 1)[0]) for f in files})
+    return [
+        f"## The screen's candidates on the whole grid: `{CANDIDATES_DIR}`",
+        "",
+        "One invocation per table, "
+        f"`python -m benchmarks.tabular.vertibench --data-path ../shared/data --out {root} "
+        f"--tables TABLE --splits {' '.join(s for s in SPLITS if any(s == c for _, c in cells))} "
+        f"--seeds 0 1 2 --jobs 2 --rows federation {' '.join(names)} linear lgbm` for each of "
+        f"{', '.join(sorted({t for t, _ in cells}))}, then `--counts {root} --out {grid}`: the "
+        f"grid's cells, party CSVs and seeds ({len(files)} of them), {said} (the library of "
+        f"{SCREEN2_LIBRARY}, as above), on the shared 2-core machine. `federation`: the "
+        "tables' defaults, measured in the same run; "
+        + "; ".join(f"`{n}`: `{' '.join(DIAGNOSIS[n])}`" for n in names)
+        + ". splitnn is the grid's row of the same cell.",
+        "",
+        counts(root, grid),
+        "",
+        *([CANDIDATES_READING, ""] if CANDIDATES_READING else []),
+        "The lines each row misses, per cell (as above):",
+        "",
+        missed(root, grid),
+        "",
+        "Every cell (in brackets: against LightGBM, and the mean rounds to the model):",
+        "",
+        diagnosis(root),
+    ]
+
+
 def _grpc_files(root: Path) -> list[Path]:
     return [
         f
@@ -788,13 +986,13 @@ def _cell(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def counts(root: Path, grid_root: Path) -> str:
-    """Each row of a diagnosis run (`root`) judged as the grid judges the federation: cells
-    within the bar of LightGBM, not below logistic/ridge regression by more than its sd, ahead
-    of splitnn (the rows the run lacks read from the grid's same cells, `grid_root`), and the
-    rounds to the model (every epoch trained) over the runs."""
-    tally: dict[str, list[int]] = {}
-    rounds: dict[str, list[float]] = {}
+def _judged(
+    root: Path, grid_root: Path
+) -> Iterator[tuple[str, str, str, tuple[bool, bool, bool], list[float]]]:
+    """Each cell and row of a diagnosis run (`root`) judged as the grid judges the federation:
+    (table, split, row, (within the bar of LightGBM, not below logistic/ridge regression by
+    more than its sd, ahead of splitnn), rounds to the model per seed); the rows the run lacks
+    read from the grid's same cells (`grid_root`)."""
     for table_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         for split in SPLITS:
             paths = sorted(table_dir.glob(f"{split}-s*.json"))
@@ -817,10 +1015,21 @@ def counts(root: Path, grid_root: Path) -> str:
                     _beats(task, mean, linear, slack=True),
                     _beats(task, mean, splitnn),
                 )
-                row = tally.setdefault(name, [0, 0, 0, 0])
-                for i, flag in enumerate((*flags, True)):
-                    row[i] += int(flag)
-                rounds.setdefault(name, []).extend(to_model(r)["rounds"] for r in found)
+                yield table_dir.name, split, name, flags, [to_model(r)["rounds"] for r in found]
+
+
+def counts(root: Path, grid_root: Path) -> str:
+    """Each row of a diagnosis run (`root`) judged as the grid judges the federation: cells
+    within the bar of LightGBM, not below logistic/ridge regression by more than its sd, ahead
+    of splitnn (the rows the run lacks read from the grid's same cells, `grid_root`), and the
+    rounds to the model (every epoch trained) over the runs."""
+    tally: dict[str, list[int]] = {}
+    rounds: dict[str, list[float]] = {}
+    for _, _, name, flags, found in _judged(root, grid_root):
+        row = tally.setdefault(name, [0, 0, 0, 0])
+        for i, flag in enumerate((*flags, True)):
+            row[i] += int(flag)
+        rounds.setdefault(name, []).extend(found)
     out = [
         "| row | cells | within the bar of LightGBM | not below linear by more than its sd | "
         "ahead of splitnn | rounds to the model: median (mean) |",
@@ -831,6 +1040,23 @@ def counts(root: Path, grid_root: Path) -> str:
         out.append(
             f"| {name} | {cells} | {bar} | {linear_ok} | {ahead} | {median:.0f} ({mean:.1f}) |"
         )
+    return "\n".join(out)
+
+
+def missed(root: Path, grid_root: Path) -> str:
+    """Per cell of a diagnosis run, the lines each row misses (`bar`: LightGBM's, `linear`:
+    logistic/ridge regression's sd, `splitnn`), or `-` where it holds all three."""
+    marks: dict[tuple[str, str], dict[str, str]] = {}
+    for table, split, name, flags, _ in _judged(root, grid_root):
+        lines = [n for n, ok in zip(("bar", "linear", "splitnn"), flags, strict=True) if not ok]
+        marks.setdefault((table, split), {})[name] = ", ".join(lines) or "-"
+    names = list(dict.fromkeys(n for m in marks.values() for n in m))
+    out = [
+        "| table | split | " + " | ".join(names) + " |",
+        "| --- " * (len(names) + 2) + "|",
+    ]
+    for (table, split), row in marks.items():
+        out.append(f"| {table} | {split} | " + " | ".join(row.get(n, "") for n in names) + " |")
     return "\n".join(out)
 
 
@@ -875,6 +1101,8 @@ def main() -> None:
         return
     if args.counts:
         print(counts(args.counts, args.out))
+        print()
+        print(missed(args.counts, args.out))
         return
     failed = run_tasks(worker, grid(args), args.jobs, desc="vertibench runs", progress=False)
     if failed:
