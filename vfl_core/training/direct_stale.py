@@ -115,6 +115,7 @@ class Ahead:
     validate: Callable[[], _Round] | None = None
     validated: _Round | None = None
     hold: set[int] = field(default_factory=set)
+    whole: bool = False  # the first block carries all the epoch's steps (`run`'s `exact_end`)
 
     def more(self, fed: RoundRun) -> None:
         """The next of `batches` (blocks counted from the epoch's first round), if any; with
@@ -130,8 +131,8 @@ class Ahead:
         self.state.rounds[r.round_id] = r
         p = fed.config.rounds_per_call
         if i < self.first_block:  # the epoch's last p rounds are stepped at its end
-            upto = self.first_round - 1 - p
-            _start(fed, r, self.base + i // p, self.state, self.hold, upto)
+            upto = self.first_round - 1 - (0 if self.whole else p)
+            _start(fed, r, self.base + i // p, self.state, self.hold, upto, self.whole)
         else:
             _start(fed, r, i // p, self.state)
         self.flight.append(r)
@@ -154,6 +155,7 @@ def run(
     stop: Callable[[], bool] | None = None,
     epoch_end: EpochEnd | None = None,
     flow: Flow | None = None,
+    exact_end: bool = False,
 ) -> Iterator[RoundRecord]:
     """vfl_core.training.direct.run with staleness: the same contract (records in order,
     none of `batches`' calls in flight at the end; `stop` asked before each new block of
@@ -161,7 +163,9 @@ def run(
     end the epoch) may send the validation and the next epoch's first rounds before the last
     rounds are back (those rounds then in flight at the end: `fed.ahead`). `flow`
     (--epoch-flow, pipeline.run's) may have the next epoch's first block embedded before the
-    epoch's last steps, which the validation (`epoch_end`'s) then carries."""
+    epoch's last steps, which the validation (`epoch_end`'s) then carries; with `exact_end`
+    (--overlap-validation without --epoch-flow) that block carries all the epoch's steps
+    first and leaves ahead of the validation: the math of the epoch's end unchanged."""
     p = fed.config.rounds_per_call
     ahead, fed.ahead = fed.ahead, None
     state, flight, skip = _State(), deque[_Round](), 0
@@ -185,7 +189,7 @@ def run(
     following = None if flow is None or epoch_end is None or not batches else flow(last + 1)
     if following is not None and epoch_end is not None:
         block = (len(batches) - 1) // p
-        yield from _run_on(fed, epoch, last, block, state, flight, epoch_end, following)
+        yield from _run_on(fed, epoch, last, block, state, flight, epoch_end, following, exact_end)
         return
     ends, ahead = _end(fed, epoch, last, state, epoch_end)
     tail = time.perf_counter()
@@ -216,13 +220,16 @@ def _run_on(
     flight: deque[_Round],
     epoch_end: EpochEnd,
     following: tuple[int, Sequence[Batch]],
+    whole: bool = False,
 ) -> Iterator[RoundRecord]:
     """--epoch-flow: the epoch's end with its last block `block` not yet stepped. The next
     epoch's first block leaves as the last rounds are collected (each party steps all but the
     epoch's last p rounds first, then embeds it), then the validation, which carries the steps
     still due (each party's last steps of the epoch: it validates at its own epoch's end),
     then the next epoch's rounds after it; the records of the epoch are complete once the
-    validation's and that first block's reports are back."""
+    validation's and that first block's reports are back. `whole`: that first block steps
+    all the epoch's rounds before it embeds, as it does after the validation without the
+    option, and the validation carries no steps (nothing is due to it)."""
     nxt, batches = following
     p = fed.config.rounds_per_call
     first = min(p, len(batches))
@@ -242,7 +249,7 @@ def _run_on(
             validated.collect = _steps_only(fed, epoch, last, state, due)
         return validated
 
-    ahead = Ahead(nxt, last + 1, batches, state, base=block + 1, first_block=first)
+    ahead = Ahead(nxt, last + 1, batches, state, base=block + 1, first_block=first, whole=whole)
     ahead.validate, ahead.hold = validate, set(fed.label_blocks)
     tail = time.perf_counter()
     while flight:
@@ -275,10 +282,11 @@ def _start(
     state: _State,
     hold: set[int] | None = None,
     upto: int | None = None,
+    whole: bool = False,
 ) -> None:
     """Round `r`'s calls, each carrying the steps now due to its party (those of blocks up to
-    `block_index` - 2, of rounds up to `upto`); a head of `hold` fusing first holds its heads
-    (and leaves `hold`)."""
+    `block_index` - 2, of rounds up to `upto`; `whole`: every round up to `upto`); a head of
+    `hold` fusing first holds its heads (and leaves `hold`)."""
     calls = planned_calls(fed, r)
     if calls is None:
         return
@@ -287,7 +295,10 @@ def _start(
         before: tuple[Step, ...] = ()
         if call.embed is not None:
             due = state.due[block]
-            now = [j <= block_index - 2 and (upto is None or s.round_id <= upto) for j, s in due]
+            now = [
+                (whole or j <= block_index - 2) and (upto is None or s.round_id <= upto)
+                for j, s in due
+            ]
             before = tuple(s for (_, s), n in zip(due, now, strict=True) if n)
             state.due[block] = [d for d, n in zip(due, now, strict=True) if not n]
             state.due[block].append((block_index, Step(r.round_id, call.grads_from, r.epoch)))

@@ -134,6 +134,7 @@ class RoundLoop:
             ends = end > len(batches)
             flow = self._flow(epoch) if ends and fed.config.epoch_flow else None
             if direct.supported(fed) and not direct.exact(fed):
+                exact_end = ends and flow is None and self._exact_end()
                 rounds = direct_stale.run(
                     fed,
                     epoch,
@@ -141,7 +142,8 @@ class RoundLoop:
                     fed.round_id,
                     stop=presence.pause_due,
                     epoch_end=self._epoch_end(epoch) if ends else None,
-                    flow=flow,
+                    flow=self._flow(epoch) if exact_end else flow,
+                    exact_end=exact_end,
                 )
             elif direct.supported(fed):
                 rounds = direct.run(
@@ -186,6 +188,23 @@ class RoundLoop:
             return started, following, plan[:size]
 
         return end
+
+    def _exact_end(self) -> bool:
+        """--overlap-validation on the direct plane with staleness, without --epoch-flow:
+        whether the next epoch's first block leaves ahead of the epoch's validation, after
+        all the epoch's steps (direct_stale.run's `exact_end`). Its embeds then precede the
+        validation's on each party's links and the validation is off the critical path
+        between the parties (docs/data-plane.md). A pure schedule change: the validation
+        reads the towers after the epoch's last step and the heads a head held before the
+        next epoch's first fuse; not where a training embed would move running statistics
+        the validation reads (batch normalisation, the image ResNet)."""
+        config = self.fed.config
+        model = config.model
+        return (
+            config.overlap_validation
+            and model.norm != "batch"
+            and model.representation != "resnet18"
+        )
 
     def _flow(self, epoch: int) -> pipeline.Flow:
         """--epoch-flow: whether the blocks run on past epoch `epoch`'s end (pipeline.Flow),
