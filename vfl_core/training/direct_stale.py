@@ -122,8 +122,10 @@ class Ahead:
         --epoch-flow, the validation once the first block left."""
         i = self.started
         if self.validate is not None and i >= min(self.first_block, len(self.batches)):
+            # and the next round too: the validation takes no round's place, so that the
+            # whole next epoch (within what was sent ahead) is out when the last rounds are
+            # back, none of its calls waiting for the validation's reports
             self.validated, self.validate = self.validate(), None
-            return
         if i >= len(self.batches):
             return
         round_id = self.first_round + i
