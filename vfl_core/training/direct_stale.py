@@ -60,6 +60,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Rounds whose calls leave beyond the AHEAD + 2p that keep a party's next call there when the
+# rounds are compute-bound: a round is collected when its head has fused it, and the call sent
+# then reaches a feature party one coordinator round trip later, so with rounds shorter than
+# that round trip a feature party would wait for its calls, not for its gradients.
+LEAD = 4
+
 
 @dataclass
 class _Round(RoundInFlight):
@@ -186,7 +192,7 @@ def run(
         _start(fed, r, i // p, state)
         last = r.round_id
         flight.append(r)
-        if len(flight) > AHEAD + 2 * p:
+        if len(flight) > AHEAD + 2 * p + LEAD:
             yield from _collect(fed, flight.popleft(), state)
     following = None if flow is None or epoch_end is None or not batches else flow(last + 1)
     if following is not None and epoch_end is not None:
@@ -195,10 +201,12 @@ def run(
         return
     ends, ahead = _end(fed, epoch, last, state, epoch_end)
     tail = time.perf_counter()
+    if ahead is not None:
+        _fill(fed, ahead, flight)
     while flight:
         yield from _collect(fed, flight.popleft(), state)
         if ahead is not None:
-            ahead.more(fed)
+            _fill(fed, ahead, flight)
     for end in ends:
         yield from _collect(fed, end, state)
     fed.ahead = ahead
@@ -234,7 +242,7 @@ def _run_on(
     option, and the validation carries no steps (nothing is due to it)."""
     nxt, batches = following
     p = fed.config.rounds_per_call
-    first = min(p, len(batches))
+    first = _first_block(fed, batches, p) if whole else min(p, len(batches))
 
     def validate() -> _Round:
         due = {b: tuple(s for j, s in d if j <= block) for b, d in state.due.items()}
@@ -254,15 +262,19 @@ def _run_on(
     ahead = Ahead(nxt, last + 1, batches, state, base=block + 1, first_block=first, whole=whole)
     ahead.validate, ahead.hold = validate, set(fed.label_blocks)
     tail = time.perf_counter()
+    _fill(fed, ahead, flight)
     while flight:
         yield from _collect(fed, flight.popleft(), state, upto=last)
-        ahead.more(fed)
+        _fill(fed, ahead, flight)
     while ahead.validated is None:  # (fewer rounds were in flight than the first block)
         ahead.more(fed)
-    yield from _collect(fed, ahead.validated, state, upto=last)
+    if not (whole and not ahead.validated.carries):
+        yield from _collect(fed, ahead.validated, state, upto=last)
+    # else it carries no step of the epoch: its reports are the validator's alone, read at
+    # the next epoch's end (LateValidation.settle), the next epoch's calls not waiting for them
     while ahead.flight and ahead.flight[0].round_id < last + 1 + first:  # it carried steps
         yield from _collect(fed, ahead.flight.popleft(), state, upto=last)
-        ahead.more(fed)
+        _fill(fed, ahead, flight)
     assert all(r.round_id > last for r in state.waiting), "the epoch's records incomplete"
     fed.ahead = ahead
     log.info(
@@ -270,6 +282,30 @@ def _run_on(
         last,
         1000 * (time.perf_counter() - tail),
     )
+
+
+def _fill(fed: RoundRun, ahead: Ahead, flight: deque[_Round]) -> None:
+    """The next epoch's rounds (and the validation where it goes among them) out until as many
+    rounds are in flight, this epoch's and the next's, as inside an epoch: the calls keep as
+    far ahead of the heads across an epoch's end as within it."""
+    window = AHEAD + 2 * fed.config.rounds_per_call + LEAD
+    while len(flight) + len(ahead.flight) <= window:
+        before = (ahead.started, ahead.validate)
+        ahead.more(fed)
+        if (ahead.started, ahead.validate) == before:
+            return
+
+
+def _first_block(fed: RoundRun, batches: Sequence[Batch], p: int) -> int:
+    """`exact_end`: the next epoch's first batches that leave ahead of the validation, up to p
+    that call a party (a batch nobody can train on calls nobody and carries no step), within
+    the next epoch's first two blocks (a round of its third owes steps of its first)."""
+    trainable = 0
+    for i, b in enumerate(batches[: 2 * p]):
+        trainable += fed.spec.trainable(b.pattern, fed.num_blocks, fed.label_blocks, b.label_only)
+        if trainable >= p:
+            return i + 1
+    return min(2 * p, len(batches))
 
 
 def run_one(fed: RoundRun, round_id: int, epoch: int, batch: Batch) -> RoundRecord:

@@ -21,7 +21,6 @@ from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.liveness import DOWN
 from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.training import direct, direct_stale, pipeline
-from vfl_core.training.direct import AHEAD
 from vfl_core.training.records import Cursor, EpochSummary
 
 if TYPE_CHECKING:
@@ -182,7 +181,10 @@ class RoundLoop:
             if started is None:
                 return None
             plan = fed.plan(following)
-            size = AHEAD + 2 * fed.config.rounds_per_call  # as many as a run keeps in flight
+            # the whole next epoch, one round as each round in flight is collected (the calls
+            # in flight stay as many as inside an epoch): none of its rounds waits for this
+            # epoch's last reports or its validation's
+            size = len(plan)
             if fed.checkpoint_every:  # up to the next checkpoint round
                 size = min(size, fed.checkpoint_every - (last + 1) % fed.checkpoint_every)
             return started, following, plan[:size]
@@ -219,10 +221,11 @@ class RoundLoop:
                 return None
             if not fed.validator.flows():
                 return None
-            size = AHEAD + 2 * fed.config.rounds_per_call  # as many as a run keeps in flight
+            plan = fed.plan(nxt)
+            size = len(plan)  # (as `_epoch_end`'s: the whole next epoch may go ahead)
             if fed.checkpoint_every:  # up to the next checkpoint round
                 size = min(size, fed.checkpoint_every - first % fed.checkpoint_every)
-            return nxt, fed.plan(nxt)[:size]
+            return nxt, plan[:size]
 
         return following
 
