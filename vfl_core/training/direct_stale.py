@@ -16,13 +16,18 @@ with the same option (tests/test_direct_grpc.py).
 
 A feature party then waits for a round's gradient only 2p rounds after it sent the embedding:
 with p = 2 (S = 3), four rounds share each round trip between the parties. The coordinator sends
-AHEAD + 2p rounds' calls ahead, so that the parties never wait for it.
+AHEAD + 2p + LEAD rounds' calls ahead, so that the parties never wait for it: a round is
+collected once its head fused it, and a call sent then reaches a feature party a coordinator
+round trip later.
 
 At an epoch's end with --overlap-validation (`EpochEnd`, the round loop's) the coordinator
-does not wait for the last rounds before the next epoch: the steps still due travel first in
-each party's validation call, which runs after its last round call, and the next epoch's first
-rounds leave one as each last round is collected, each party taking them after its validation.
-Every party runs what it ran when the coordinator waited, in the same order: the same numbers.
+does not wait for the last rounds before the next epoch: the next epoch's rounds leave as the
+last rounds are collected, as many in flight as inside an epoch (`_fill`). Its first block
+(`exact_end`) carries the steps still due and leaves ahead of the validation, which a label
+party runs with the heads it held before that block's first fuse; where a training embed
+would move statistics the validation reads (batch normalisation), the steps travel first in
+each party's validation call instead, the next epoch's rounds after it. Every party runs the
+embeds and steps it ran when the coordinator waited, in the same order: the same numbers.
 
 With --epoch-flow the blocks run on (`_run_on`, the pipeline's `flow`): the next epoch's first
 block leaves before the validation and carries the steps of all but the epoch's last p rounds,
@@ -101,9 +106,9 @@ class _State:
 
 @dataclass
 class Ahead:
-    """The next epoch's first rounds, sent before this epoch's last rounds were back (one as
-    each of those is collected: the calls in flight to a party stay as many as inside an
-    epoch, within what it accepts at once): the engine's run of that epoch takes them over.
+    """The next epoch's rounds, sent before this epoch's last rounds were back (as those are
+    collected: the calls in flight to a party stay as many as inside an epoch, within what it
+    accepts at once): the engine's run of that epoch takes them over.
 
     With --epoch-flow its first block (`first_block` rounds) continues the epoch's blocks
     (`base`: its block index among them) and leaves before the epoch's validation
