@@ -262,6 +262,9 @@ def _run_on(
             validated.collect = went[0].reports
         else:  # no validation on the direct plane now (its scorer went): the steps only
             validated.collect = _steps_only(fed, epoch, last, state, due)
+            # the validation is scored at the epoch's end, with the parties at rest there:
+            # no more of the next epoch leaves ahead of it (its run sends the rest)
+            ahead.batches = ahead.batches[: ahead.started]
         return validated
 
     ahead = Ahead(nxt, last + 1, batches, state, base=block + 1, first_block=first, whole=whole)
