@@ -143,8 +143,8 @@ OVERLAP_EPOCHS = 5  # a best epoch kept late, and (patience 1) a verdict one epo
         # keep; in process the validation is scored at once and only the verdict waits
         ("one_label", [*OVERLAP, "--early-stop-patience", "1"]),
         ("one_label", [*OVERLAP, "--early-stop-patience", "2", "--staleness", "1"]),
-        # and the next epoch sent ahead: each validation carries the steps still due to the
-        # parties, the next epoch's first rounds leave before the last ones are back
+        # and the next epoch sent ahead: its first block carries the steps still due to the
+        # parties and leaves before the validation and before the last rounds are back
         ("one_label", [*OVERLAP, "--early-stop-patience", "5", "--staleness", "3"]),
         # and the blocks run on across the epoch's end (--epoch-flow): the next epoch's first
         # block before the validation, which carries the last block's steps; the head validates
@@ -262,9 +262,10 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
         assert any(m.evaluation.hold for m in requests if m.HasField("evaluation"))
         assert any(m.after_validation for m in requests)
         assert any(m.evaluation.keep for m in requests if m.HasField("evaluation"))
-        if train.staleness:  # the epoch's end ahead of its last rounds (direct_stale)
+        if train.epoch_flow:  # the validation carried the epoch's last block's steps
             assert any(m.steps_before for m in requests if m.HasField("evaluation"))
-        if train.epoch_flow:  # a head held its heads; steps of an epoch in the next one's calls
+        if train.staleness:  # the epoch's end ahead of its last rounds (direct_stale): a head
+            # held its heads; steps of an epoch in the next one's first calls
             assert any(m.hold_heads for m in requests)
             assert any(
                 s.epoch < m.epoch

@@ -1,8 +1,9 @@
 """The next epoch sent ahead on the direct plane with --staleness and --overlap-validation
-(vfl_core.training.direct_stale, round_loop): at an epoch's end the coordinator sends the
-validation (carrying the steps still due to each party) and the next epoch's first rounds before
-its last rounds are back. In one process, with the threaded test transport of
-tests/test_direct_plane.py: the same numbers as the in-process federation, on that schedule.
+(vfl_core.training.direct_stale, round_loop): at an epoch's end the coordinator sends the next
+epoch's first block (carrying the steps still due to each party), the validation after it and
+the rest of the next epoch's first rounds before its last rounds are back. In one process,
+with the threaded test transport of tests/test_direct_plane.py: the same numbers as the
+in-process federation, on that schedule.
 """
 
 from __future__ import annotations
@@ -75,35 +76,58 @@ def _parties(base: Path, train: TrainConfig) -> dict[int, Party]:
 def test_given_overlapped_validation_when_an_epoch_ends_then_the_next_goes_ahead_bit_identically(
     tmp_path: Path,
 ) -> None:
+    """--overlap-validation with --staleness: at each epoch's end but the last the next epoch's
+    first block leaves first, its calls carrying all the steps still due to the parties, then
+    the validation (a head validating with the heads it held before that block's first fuse),
+    then the rest of the next epoch: the numbers of the in-process federation, validation
+    figures included."""
     train = TrainConfig(
         seed=0, epochs=EPOCHS, data_plane="direct", staleness=3, overlap_validation=True,
         early_stop_patience=EPOCHS, batch_size=256,
     )  # fmt: skip
     relay = _parties(tmp_path / "a", train)
-    want = _train(relay, InProcessTransport(relay), train)
+    want, want_history = _flow_train(relay, InProcessTransport(relay), train)
     direct = _parties(tmp_path / "b", train)
     transport = Recording(direct)
-    got = _train(direct, transport, train)
+    got, got_history = _flow_train(direct, transport, train)
 
     assert [r.to_json() for r in got] == [r.to_json() for r in want]
+    assert got_history == want_history and len(want_history) == EPOCHS
     for block, party in relay.items():
         np.testing.assert_array_equal(direct[block].parameters_vector(), party.parameters_vector())
 
-    # the schedule: each validation but the last epoch's carries the steps still due to the
-    # parties, and the next epoch's first round leaves before that validation is collected
+    # the schedule: each validation but the last epoch's leaves after the next epoch's first
+    # block, whose calls carried every step still due to the parties they call (the validation
+    # only those of a party that block did not call), and before that first block's calls were
+    # collected; a head held its heads in that block
     validations = [
         i
         for i, calls in enumerate(transport.calls)
         if any(c.evaluation is not None and c.evaluation.split == "train" for c in calls.values())
     ]
-    ahead = [i for i in validations if any(c.steps_before for c in transport.calls[i].values())]
+    ahead = [
+        i for i in validations if next(iter(transport.calls[i - 1].values())).round_id
+        > next(iter(transport.calls[i].values())).round_id
+    ]  # fmt: skip
     assert len(ahead) == EPOCHS - 1, (validations, ahead)
     for i in ahead:
         calls = transport.calls[i]
-        assert all(c.after >= 0 for c in calls.values())  # after each party's last round
+        last = next(iter(calls.values())).round_id
+        firsts: dict[int, list[RoundCall]] = {}  # the next epoch's first block's calls, by party
+        j = i - 1
+        while next(iter(transport.calls[j].values())).round_id > last:
+            for b, c in transport.calls[j].items():
+                firsts.setdefault(b, []).append(c)
+            j -= 1
+        assert transport.collected[i] <= j + 1  # left before the first block was collected
+        assert all(c.after > last for b, c in calls.items() if b in firsts)
+        assert not any(calls[b].steps_before for b in firsts.keys() & calls.keys())
+        held = [c for cs in firsts.values() for c in cs if c.hold_heads]
+        assert held and all(c.fuse is not None for c in held)
+        carried = [s.round_id for cs in firsts.values() for c in cs for s in c.steps_before]
+        assert last in carried and all(q <= last for q in carried)  # the epoch's last round too
         following = transport.calls[i + 1]
         assert any(c.embed is not None and c.after_validation for c in following.values())
-        assert transport.collected[i + 1] <= i  # left before the validation was collected
     drains = [c for calls in transport.calls for c in calls.values() if c.steps_after]
     assert len(drains) <= K  # only the last epoch's end drains with steps-only calls
 
@@ -245,9 +269,10 @@ def test_given_the_callers_torch_threads_when_the_parties_run_on_workers_then_bi
     got = _train(direct, transport, train)
 
     assert len(want) > 27  # past the round that differed
-    # the epoch's end went ahead: its validation carried the steps still due
+    # the epoch's end went ahead: the next epoch's first calls carried the steps still due,
+    # its head holding its heads for the validation that followed them
     calls = [c for calls in transport.calls for c in calls.values()]
-    assert any(c.evaluation is not None and c.steps_before for c in calls)
+    assert any(c.hold_heads and c.steps_before for c in calls)
     assert [r.to_json() for r in got] == [r.to_json() for r in want]
     for block, party in relay.items():
         np.testing.assert_array_equal(direct[block].parameters_vector(), party.parameters_vector())

@@ -281,6 +281,11 @@ MAX_CONCURRENT_RPCS = 32  # calls a party accepts at once (each gets a thread at
 # calls (vfl_core.training.direct.AHEAD + 1, each waiting for its round) while its peers' pushes
 # arrive (one per peer and direction): a push must not wait for a free thread.
 SERVER_THREADS = 16
+# Calls in flight from one peer (the coordinator's Round calls, a peer's pushes) before
+# RESOURCE_EXHAUSTED: with --staleness the coordinator keeps up to 2 + 2S + 4 rounds' calls
+# and a validation call at a party (vfl_core.training.direct_stale.LEAD), beyond the guard's
+# default of 8; all calls together stay within MAX_CONCURRENT_RPCS.
+PARTY_MAX_INFLIGHT = 16
 
 
 def start_server(
@@ -291,7 +296,11 @@ def start_server(
 ) -> tuple[grpc.Server, int]:
     # only the coordinator's certificate may call (vfl_wire.security), a few calls at a time
     guard = GuardInterceptor(
-        secure=security.secure, policy=party_policy, refuse=refuse, readers=MAX_CONCURRENT_RPCS
+        secure=security.secure,
+        policy=party_policy,
+        refuse=refuse,
+        readers=MAX_CONCURRENT_RPCS,
+        max_inflight=PARTY_MAX_INFLIGHT,
     )
     server = make_server(SERVER_THREADS, [guard], max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
     vfl_pb2_grpc.add_PartyServicer_to_server(servicer, server)

@@ -84,6 +84,11 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "direct-stale5-overlap": (
         "--data-plane", "direct", "--staleness", "5", "--overlap-validation",
     ),
+    # and its blocks run on across the epoch's end (--epoch-flow): an epoch of about five
+    # rounds is two blocks, one gradient round trip between the parties an epoch
+    "direct-stale5-flow": (
+        "--data-plane", "direct", "--staleness", "5", "--overlap-validation", "--epoch-flow",
+    ),
     "local4": ("--local-steps", "4"),
     "local4-direct": ("--local-steps", "4", "--data-plane", "direct"),
     # a plain split network's recipe on the same towers: batch 256, constant Adam 1e-2,

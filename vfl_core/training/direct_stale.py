@@ -16,13 +16,18 @@ with the same option (tests/test_direct_grpc.py).
 
 A feature party then waits for a round's gradient only 2p rounds after it sent the embedding:
 with p = 2 (S = 3), four rounds share each round trip between the parties. The coordinator sends
-AHEAD + 2p rounds' calls ahead, so that the parties never wait for it.
+AHEAD + 2p + LEAD rounds' calls ahead, so that the parties never wait for it: a round is
+collected once its head fused it, and a call sent then reaches a feature party a coordinator
+round trip later.
 
 At an epoch's end with --overlap-validation (`EpochEnd`, the round loop's) the coordinator
-does not wait for the last rounds before the next epoch: the steps still due travel first in
-each party's validation call, which runs after its last round call, and the next epoch's first
-rounds leave one as each last round is collected, each party taking them after its validation.
-Every party runs what it ran when the coordinator waited, in the same order: the same numbers.
+does not wait for the last rounds before the next epoch: the next epoch's rounds leave as the
+last rounds are collected, as many in flight as inside an epoch (`_fill`). Its first block
+(`exact_end`) carries the steps still due and leaves ahead of the validation, which a label
+party runs with the heads it held before that block's first fuse; where a training embed
+would move statistics the validation reads (batch normalisation), the steps travel first in
+each party's validation call instead, the next epoch's rounds after it. Every party runs the
+embeds and steps it ran when the coordinator waited, in the same order: the same numbers.
 
 With --epoch-flow the blocks run on (`_run_on`, the pipeline's `flow`): the next epoch's first
 block leaves before the validation and carries the steps of all but the epoch's last p rounds,
@@ -60,6 +65,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Rounds whose calls leave beyond the AHEAD + 2p that keep a party's next call there when the
+# rounds are compute-bound: a round is collected when its head has fused it, and the call sent
+# then reaches a feature party one coordinator round trip later, so with rounds shorter than
+# that round trip a feature party would wait for its calls, not for its gradients.
+LEAD = 4
+
 
 @dataclass
 class _Round(RoundInFlight):
@@ -95,9 +106,9 @@ class _State:
 
 @dataclass
 class Ahead:
-    """The next epoch's first rounds, sent before this epoch's last rounds were back (one as
-    each of those is collected: the calls in flight to a party stay as many as inside an
-    epoch, within what it accepts at once): the engine's run of that epoch takes them over.
+    """The next epoch's rounds, sent before this epoch's last rounds were back (as those are
+    collected: the calls in flight to a party stay as many as inside an epoch, within what it
+    accepts at once): the engine's run of that epoch takes them over.
 
     With --epoch-flow its first block (`first_block` rounds) continues the epoch's blocks
     (`base`: its block index among them) and leaves before the epoch's validation
@@ -115,14 +126,17 @@ class Ahead:
     validate: Callable[[], _Round] | None = None
     validated: _Round | None = None
     hold: set[int] = field(default_factory=set)
+    whole: bool = False  # the first block carries all the epoch's steps (`run`'s `exact_end`)
 
     def more(self, fed: RoundRun) -> None:
         """The next of `batches` (blocks counted from the epoch's first round), if any; with
         --epoch-flow, the validation once the first block left."""
         i = self.started
         if self.validate is not None and i >= min(self.first_block, len(self.batches)):
+            # and the next round too: the validation takes no round's place, so that the
+            # whole next epoch (within what was sent ahead) is out when the last rounds are
+            # back, none of its calls waiting for the validation's reports
             self.validated, self.validate = self.validate(), None
-            return
         if i >= len(self.batches):
             return
         round_id = self.first_round + i
@@ -130,8 +144,8 @@ class Ahead:
         self.state.rounds[r.round_id] = r
         p = fed.config.rounds_per_call
         if i < self.first_block:  # the epoch's last p rounds are stepped at its end
-            upto = self.first_round - 1 - p
-            _start(fed, r, self.base + i // p, self.state, self.hold, upto)
+            upto = self.first_round - 1 - (0 if self.whole else p)
+            _start(fed, r, self.base + i // p, self.state, self.hold, upto, self.whole)
         else:
             _start(fed, r, i // p, self.state)
         self.flight.append(r)
@@ -154,6 +168,7 @@ def run(
     stop: Callable[[], bool] | None = None,
     epoch_end: EpochEnd | None = None,
     flow: Flow | None = None,
+    exact_end: bool = False,
 ) -> Iterator[RoundRecord]:
     """vfl_core.training.direct.run with staleness: the same contract (records in order,
     none of `batches`' calls in flight at the end; `stop` asked before each new block of
@@ -161,7 +176,9 @@ def run(
     end the epoch) may send the validation and the next epoch's first rounds before the last
     rounds are back (those rounds then in flight at the end: `fed.ahead`). `flow`
     (--epoch-flow, pipeline.run's) may have the next epoch's first block embedded before the
-    epoch's last steps, which the validation (`epoch_end`'s) then carries."""
+    epoch's last steps, which the validation (`epoch_end`'s) then carries; with `exact_end`
+    (--overlap-validation without --epoch-flow) that block carries all the epoch's steps
+    first and leaves ahead of the validation: the math of the epoch's end unchanged."""
     p = fed.config.rounds_per_call
     ahead, fed.ahead = fed.ahead, None
     state, flight, skip = _State(), deque[_Round](), 0
@@ -180,19 +197,21 @@ def run(
         _start(fed, r, i // p, state)
         last = r.round_id
         flight.append(r)
-        if len(flight) > AHEAD + 2 * p:
+        if len(flight) > AHEAD + 2 * p + LEAD:
             yield from _collect(fed, flight.popleft(), state)
     following = None if flow is None or epoch_end is None or not batches else flow(last + 1)
     if following is not None and epoch_end is not None:
         block = (len(batches) - 1) // p
-        yield from _run_on(fed, epoch, last, block, state, flight, epoch_end, following)
+        yield from _run_on(fed, epoch, last, block, state, flight, epoch_end, following, exact_end)
         return
     ends, ahead = _end(fed, epoch, last, state, epoch_end)
     tail = time.perf_counter()
+    if ahead is not None:
+        _fill(fed, ahead, flight)
     while flight:
         yield from _collect(fed, flight.popleft(), state)
         if ahead is not None:
-            ahead.more(fed)
+            _fill(fed, ahead, flight)
     for end in ends:
         yield from _collect(fed, end, state)
     fed.ahead = ahead
@@ -216,16 +235,19 @@ def _run_on(
     flight: deque[_Round],
     epoch_end: EpochEnd,
     following: tuple[int, Sequence[Batch]],
+    whole: bool = False,
 ) -> Iterator[RoundRecord]:
     """--epoch-flow: the epoch's end with its last block `block` not yet stepped. The next
     epoch's first block leaves as the last rounds are collected (each party steps all but the
     epoch's last p rounds first, then embeds it), then the validation, which carries the steps
     still due (each party's last steps of the epoch: it validates at its own epoch's end),
     then the next epoch's rounds after it; the records of the epoch are complete once the
-    validation's and that first block's reports are back."""
+    validation's and that first block's reports are back. `whole`: that first block steps
+    all the epoch's rounds before it embeds, as it does after the validation without the
+    option, and the validation carries no steps (nothing is due to it)."""
     nxt, batches = following
     p = fed.config.rounds_per_call
-    first = min(p, len(batches))
+    first = _first_block(fed, batches, p) if whole else min(p, len(batches))
 
     def validate() -> _Round:
         due = {b: tuple(s for j, s in d if j <= block) for b, d in state.due.items()}
@@ -240,20 +262,27 @@ def _run_on(
             validated.collect = went[0].reports
         else:  # no validation on the direct plane now (its scorer went): the steps only
             validated.collect = _steps_only(fed, epoch, last, state, due)
+            # the validation is scored at the epoch's end, with the parties at rest there:
+            # no more of the next epoch leaves ahead of it (its run sends the rest)
+            ahead.batches = ahead.batches[: ahead.started]
         return validated
 
-    ahead = Ahead(nxt, last + 1, batches, state, base=block + 1, first_block=first)
+    ahead = Ahead(nxt, last + 1, batches, state, base=block + 1, first_block=first, whole=whole)
     ahead.validate, ahead.hold = validate, set(fed.label_blocks)
     tail = time.perf_counter()
+    _fill(fed, ahead, flight)
     while flight:
         yield from _collect(fed, flight.popleft(), state, upto=last)
-        ahead.more(fed)
+        _fill(fed, ahead, flight)
     while ahead.validated is None:  # (fewer rounds were in flight than the first block)
         ahead.more(fed)
-    yield from _collect(fed, ahead.validated, state, upto=last)
+    if not (whole and not ahead.validated.carries):
+        yield from _collect(fed, ahead.validated, state, upto=last)
+    # else it carries no step of the epoch: its reports are the validator's alone, read at
+    # the next epoch's end (LateValidation.settle), the next epoch's calls not waiting for them
     while ahead.flight and ahead.flight[0].round_id < last + 1 + first:  # it carried steps
         yield from _collect(fed, ahead.flight.popleft(), state, upto=last)
-        ahead.more(fed)
+        _fill(fed, ahead, flight)
     assert all(r.round_id > last for r in state.waiting), "the epoch's records incomplete"
     fed.ahead = ahead
     log.info(
@@ -261,6 +290,30 @@ def _run_on(
         last,
         1000 * (time.perf_counter() - tail),
     )
+
+
+def _fill(fed: RoundRun, ahead: Ahead, flight: deque[_Round]) -> None:
+    """The next epoch's rounds (and the validation where it goes among them) out until as many
+    rounds are in flight, this epoch's and the next's, as inside an epoch: the calls keep as
+    far ahead of the heads across an epoch's end as within it."""
+    window = AHEAD + 2 * fed.config.rounds_per_call + LEAD
+    while len(flight) + len(ahead.flight) <= window:
+        before = (ahead.started, ahead.validate)
+        ahead.more(fed)
+        if (ahead.started, ahead.validate) == before:
+            return
+
+
+def _first_block(fed: RoundRun, batches: Sequence[Batch], p: int) -> int:
+    """`exact_end`: the next epoch's first batches that leave ahead of the validation, up to p
+    that call a party (a batch nobody can train on calls nobody and carries no step), within
+    the next epoch's first two blocks (a round of its third owes steps of its first)."""
+    trainable = 0
+    for i, b in enumerate(batches[: 2 * p]):
+        trainable += fed.spec.trainable(b.pattern, fed.num_blocks, fed.label_blocks, b.label_only)
+        if trainable >= p:
+            return i + 1
+    return min(2 * p, len(batches))
 
 
 def run_one(fed: RoundRun, round_id: int, epoch: int, batch: Batch) -> RoundRecord:
@@ -275,10 +328,11 @@ def _start(
     state: _State,
     hold: set[int] | None = None,
     upto: int | None = None,
+    whole: bool = False,
 ) -> None:
     """Round `r`'s calls, each carrying the steps now due to its party (those of blocks up to
-    `block_index` - 2, of rounds up to `upto`); a head of `hold` fusing first holds its heads
-    (and leaves `hold`)."""
+    `block_index` - 2, of rounds up to `upto`; `whole`: every round up to `upto`); a head of
+    `hold` fusing first holds its heads (and leaves `hold`)."""
     calls = planned_calls(fed, r)
     if calls is None:
         return
@@ -287,7 +341,10 @@ def _start(
         before: tuple[Step, ...] = ()
         if call.embed is not None:
             due = state.due[block]
-            now = [j <= block_index - 2 and (upto is None or s.round_id <= upto) for j, s in due]
+            now = [
+                (whole or j <= block_index - 2) and (upto is None or s.round_id <= upto)
+                for j, s in due
+            ]
             before = tuple(s for (_, s), n in zip(due, now, strict=True) if n)
             state.due[block] = [d for d, n in zip(due, now, strict=True) if not n]
             state.due[block].append((block_index, Step(r.round_id, call.grads_from, r.epoch)))

@@ -21,7 +21,6 @@ from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.liveness import DOWN
 from vfl_core.methods.outcomes import RoundRecord
 from vfl_core.training import direct, direct_stale, pipeline
-from vfl_core.training.direct import AHEAD
 from vfl_core.training.records import Cursor, EpochSummary
 
 if TYPE_CHECKING:
@@ -134,6 +133,7 @@ class RoundLoop:
             ends = end > len(batches)
             flow = self._flow(epoch) if ends and fed.config.epoch_flow else None
             if direct.supported(fed) and not direct.exact(fed):
+                exact_end = ends and flow is None and self._exact_end()
                 rounds = direct_stale.run(
                     fed,
                     epoch,
@@ -141,7 +141,8 @@ class RoundLoop:
                     fed.round_id,
                     stop=presence.pause_due,
                     epoch_end=self._epoch_end(epoch) if ends else None,
-                    flow=flow,
+                    flow=self._flow(epoch) if exact_end else flow,
+                    exact_end=exact_end,
                 )
             elif direct.supported(fed):
                 rounds = direct.run(
@@ -180,12 +181,32 @@ class RoundLoop:
             if started is None:
                 return None
             plan = fed.plan(following)
-            size = AHEAD + 2 * fed.config.rounds_per_call  # as many as a run keeps in flight
+            # the whole next epoch, one round as each round in flight is collected (the calls
+            # in flight stay as many as inside an epoch): none of its rounds waits for this
+            # epoch's last reports or its validation's
+            size = len(plan)
             if fed.checkpoint_every:  # up to the next checkpoint round
                 size = min(size, fed.checkpoint_every - (last + 1) % fed.checkpoint_every)
             return started, following, plan[:size]
 
         return end
+
+    def _exact_end(self) -> bool:
+        """--overlap-validation on the direct plane with staleness, without --epoch-flow:
+        whether the next epoch's first block leaves ahead of the epoch's validation, after
+        all the epoch's steps (direct_stale.run's `exact_end`). Its embeds then precede the
+        validation's on each party's links and the validation is off the critical path
+        between the parties (docs/data-plane.md). A pure schedule change: the validation
+        reads the towers after the epoch's last step and the heads a head held before the
+        next epoch's first fuse; not where a training embed would move running statistics
+        the validation reads (batch normalisation, the image ResNet)."""
+        config = self.fed.config
+        model = config.model
+        return (
+            config.overlap_validation
+            and model.norm != "batch"
+            and model.representation != "resnet18"
+        )
 
     def _flow(self, epoch: int) -> pipeline.Flow:
         """--epoch-flow: whether the blocks run on past epoch `epoch`'s end (pipeline.Flow),
@@ -200,10 +221,11 @@ class RoundLoop:
                 return None
             if not fed.validator.flows():
                 return None
-            size = AHEAD + 2 * fed.config.rounds_per_call  # as many as a run keeps in flight
+            plan = fed.plan(nxt)
+            size = len(plan)  # (as `_epoch_end`'s: the whole next epoch may go ahead)
             if fed.checkpoint_every:  # up to the next checkpoint round
                 size = min(size, fed.checkpoint_every - first % fed.checkpoint_every)
-            return nxt, fed.plan(nxt)[:size]
+            return nxt, plan[:size]
 
         return following
 
