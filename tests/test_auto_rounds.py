@@ -15,7 +15,14 @@ from typer.testing import CliRunner
 from vfl_cli.app import app
 from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.runner import _exact_where_needed
-from vfl_core.auto_rounds import AUTO_EPOCH_FLOW, AUTO_STALENESS, FAULTS, check_mixed, pin_exact
+from vfl_core.auto_rounds import (
+    AUTO_EPOCH_FLOW,
+    AUTO_STALENESS,
+    FAULTS,
+    check_mixed,
+    pin_exact,
+    resolve,
+)
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
 from vfl_core.training.faults import FaultConfig
@@ -24,27 +31,27 @@ LOGGER = "vfl_core.auto_rounds"
 
 
 def test_given_nothing_set_when_resolved_then_tables_overlap_rounds_and_images_stay_exact() -> None:
-    tables = TrainConfig().resolved(tabular=True)
+    tables = resolve(TrainConfig(), tabular=True)
     assert tables.staleness == AUTO_STALENESS == 3
     assert tables.overlap_validation is True
     assert tables.epoch_flow is AUTO_EPOCH_FLOW
     assert tables.data_plane == "auto"
-    images = TrainConfig().resolved(tabular=False)
+    images = resolve(TrainConfig(), tabular=False)
     assert (images.staleness, images.overlap_validation, images.epoch_flow) == (0, False, False)
     assert images.data_plane == "relay"
 
 
 def test_given_explicit_values_when_resolved_then_kept() -> None:
-    exact = TrainConfig(staleness=0).resolved(tabular=True)
+    exact = resolve(TrainConfig(staleness=0), tabular=True)
     assert (exact.staleness, exact.overlap_validation, exact.epoch_flow) == (0, False, False)
     asked = TrainConfig(staleness=0, overlap_validation=True, data_plane="relay")
-    assert asked.resolved(tabular=True).overlap_validation is True
-    assert asked.resolved(tabular=True).data_plane == "relay"
-    given = TrainConfig(staleness=1).resolved(tabular=True)
+    assert resolve(asked, tabular=True).overlap_validation is True
+    assert resolve(asked, tabular=True).data_plane == "relay"
+    given = resolve(TrainConfig(staleness=1), tabular=True)
     assert (given.staleness, given.overlap_validation, given.epoch_flow) == (1, False, False)
-    images = TrainConfig(staleness=2).resolved(tabular=False)
+    images = resolve(TrainConfig(staleness=2), tabular=False)
     assert (images.staleness, images.overlap_validation) == (2, False)  # the tables' default
-    flowing = TrainConfig(staleness=2, epoch_flow=True).resolved(tabular=False)
+    flowing = resolve(TrainConfig(staleness=2, epoch_flow=True), tabular=False)
     assert (flowing.overlap_validation, flowing.epoch_flow) == (True, True)  # what flow needs
 
 
@@ -52,7 +59,7 @@ def test_given_explicit_staleness_zero_when_resolved_then_exact_without_a_log_li
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        resolved = TrainConfig(staleness=0).resolved(tabular=True)
+        resolved = resolve(TrainConfig(staleness=0), tabular=True)
     assert resolved.staleness == 0
     assert not [r for r in caplog.records if r.name == LOGGER]
 
@@ -70,7 +77,7 @@ def test_given_an_option_that_needs_exact_rounds_when_resolved_then_exact_and_lo
     caplog: pytest.LogCaptureFixture, options: dict, why: str
 ) -> None:
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        resolved = TrainConfig(**options).resolved(tabular=True)
+        resolved = resolve(TrainConfig(**options), tabular=True)
     assert (resolved.staleness, resolved.overlap_validation, resolved.epoch_flow) == (
         0,
         False,
@@ -85,8 +92,8 @@ def test_given_a_callers_reason_when_resolved_then_exact_and_logged_once(
 ) -> None:
     sequential = "the sequential engine runs one round at a time"
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        resolved = TrainConfig().resolved(tabular=True, why_exact=sequential)
-        quiet = TrainConfig().resolved(tabular=True, why_exact=sequential, quiet=True)
+        resolved = resolve(TrainConfig(), tabular=True, why_exact=sequential)
+        quiet = resolve(TrainConfig(), tabular=True, why_exact=sequential, quiet=True)
     assert resolved.staleness == quiet.staleness == 0
     lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert lines == [f"staleness unset: exact rounds (0) on these tables, as {sequential}"]
@@ -115,12 +122,12 @@ def test_given_injected_faults_or_no_pipeline_when_the_coordinator_starts_then_p
 
 def test_given_epoch_flow_when_the_rounds_resolve_exact_then_refused() -> None:
     with pytest.raises(ConfigError, match="--epoch-flow runs the blocks of --staleness"):
-        TrainConfig(epoch_flow=True).resolved(tabular=False)
+        resolve(TrainConfig(epoch_flow=True), tabular=False)
     with pytest.raises(ConfigError, match="staleness 0 and overlap-validation off"):
-        TrainConfig(epoch_flow=True, local_steps=1).resolved(tabular=True)
+        resolve(TrainConfig(epoch_flow=True, local_steps=1), tabular=True)
     with pytest.raises(ValueError, match="give both"):
         TrainConfig(epoch_flow=True, staleness=0)
-    flowing = TrainConfig(epoch_flow=True).resolved(tabular=True)
+    flowing = resolve(TrainConfig(epoch_flow=True), tabular=True)
     assert (flowing.staleness, flowing.overlap_validation, flowing.epoch_flow) == (3, True, True)
 
 

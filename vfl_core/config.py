@@ -231,14 +231,14 @@ class TrainConfig(_Frozen):
     # round at a time; a round's Backward travels with the next round's Embed). S >= 1 changes
     # the math: (S + 1) // 2 rounds per call and two calls in flight per party, so an embedding
     # may miss up to S earlier rounds of its party's updates (bounded staleness). None (the
-    # default): `resolved()`, vfl_core.auto_rounds.AUTO_STALENESS on tabular parties unless the
+    # default): vfl_core.auto_rounds.resolve() gives AUTO_STALENESS on tabular parties unless the
     # run needs exact rounds (docs/tabular-defaults.md, "Rounds over a network"), 0 on images.
     staleness: int | None = Field(None, ge=0, le=63)
     # Early stopping's epoch end off the critical path (vfl_core.training.late_validation): epoch
     # e's validation is scored while epoch e + 1 trains, the verdict taken an epoch late (up to
     # one epoch more trained; the best epoch's weights still kept exactly). False: the verdict at
-    # each epoch's end, before the next epoch starts. None (the default): on where `resolved()`
-    # gives the tables' staleness, else off.
+    # each epoch's end, before the next epoch starts. None (the default): on where
+    # vfl_core.auto_rounds.resolve() gives the tables' staleness, else off.
     overlap_validation: bool | None = None
     # With --staleness and --overlap-validation: the blocks of rounds run on across an epoch's
     # end (vfl_core.training.pipeline, direct_stale): the next epoch's first block is embedded
@@ -348,16 +348,6 @@ class TrainConfig(_Frozen):
         if self.data_plane is not None:
             return self.data_plane
         return "auto" if self._table_defaults(tabular) else "relay"
-
-    def resolved(
-        self, tabular: bool, why_exact: str | None = None, quiet: bool = False
-    ) -> TrainConfig:
-        """This config with staleness, overlap_validation, epoch_flow and data_plane concrete
-        for tabular parties (or not): vfl_core.auto_rounds.resolve. `why_exact`: what of the
-        caller's needs exact rounds (injected faults, the sequential engine)."""
-        from vfl_core.auto_rounds import resolve
-
-        return resolve(self, tabular, why_exact, quiet)
 
     def _table_defaults(self, tabular: bool) -> bool:
         """Whether the tabular defaults apply: tabular features, and a method without stages."""

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from vfl_core.auto_rounds import check_mixed
+from vfl_core.auto_rounds import check_mixed, resolve
 from vfl_core.config import TrainConfig
 from vfl_core.data.batch_plan import Alignment, Batch
 from vfl_core.data.learning_task import REGRESSION
@@ -150,7 +150,7 @@ class Federation:
         # as every party resolves them from its own features
         check_mixed(self.config, [tuple(i.feature_shape) for i in self.infos.values()])
         sequential = None if self.pipeline else "the sequential engine runs one round at a time"
-        self.config = self.config.resolved(self.tabular, sequential)
+        self.config = resolve(self.config, self.tabular, sequential)
         if self.config.staleness and not self.pipeline:
             raise ConfigError("staleness needs the pipelined engine (pipeline=True)")
         self.spec = self.config.spec_for(self.tabular)

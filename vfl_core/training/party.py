@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vfl_core.auto_rounds import resolve
 from vfl_core.config import TrainConfig
 from vfl_core.data.learning_task import REGRESSION, TargetScaler, head_loss, output_width
 from vfl_core.data.missingness import UNLABELLED
@@ -73,17 +74,15 @@ class Party:
     ) -> None:
         self.party_id = party_id
         self.tower_seed = tower_seed  # the party's own (vfl_core.privacy.private_tower)
-        # a party of feature vectors takes the tabular defaults (TrainConfig.spec_for), its
-        # rounds too (TrainConfig.resolved: its coordinator logs why they are exact)
-        tabular = len(data.meta.feature_shape) == 1
-        self.told = config  # as the coordinator told it (vfl_client.host compares it)
-        self.config = config.resolved(tabular, quiet=True)
+        # feature vectors take the tabular defaults (TrainConfig.spec_for; their rounds:
+        # vfl_core.auto_rounds); `told`: the config as told, which vfl_client.host compares
+        tabular, self.told = len(data.meta.feature_shape) == 1, config
+        self.config = resolve(config, tabular, quiet=True)
         self.spec = config.spec_for(tabular)
         # Most methods learn only from labels: unlabelled training rows (vfl prepare --labels)
         # take no part, as if the label party did not hold them; dvfl's guests learn from them.
         self.data = data if self.spec.unlabelled_rows else labelled_rows_only(data)
-        # The party's label-leak defences (off by default); label DP swaps its training labels
-        # once, here, so nothing downstream ever sees the true ones.
+        # label-leak defences (off by default); label DP swaps its training labels here, once
         self.guard = PartyGuard(config.privacy, config.seed, data.meta.block)
         self.data = _randomised_labels(self.data, self.guard)
         self.device = torch.device(device)
@@ -97,12 +96,10 @@ class Party:
         self._kept: tuple[int, dict] | None = None  # (round, state) for early stopping
         self._held: tuple[int, dict] | None = None  # (round, state): --overlap-validation
         self.held_heads: tuple[int, dict] | None = None  # --epoch-flow (training.held_heads)
-        meta = data.meta
-        self.task = meta.task
+        meta, self.task = data.meta, data.meta.task
         # an ensemble's heads return each member's output in training (model.ensemble)
         self.loss_fn = member_loss(head_loss(meta.task, config.label_smoothing))
-        # Regression targets in standard units, from this party's own training labels: the
-        # statistics never leave it, predictions leave in original units.
+        # regression targets standardised by this party's own labels (the statistics stay here)
         train = data.splits.get("train")
         labels = train.labels if train is not None and self.task == REGRESSION else None
         self.scaler = TargetScaler.fit(labels, config.target_transform)
