@@ -29,7 +29,8 @@ PACKAGE = "vfl_core"
 # - methods: the MethodSpec machinery, the registry and the method folders (laser, dvfl, dlvm),
 #   the step vocabulary, and how heads' answers combine;
 # - config: TrainConfig names a method of the registry and holds the methods' sections, so it
-#   sits above them (the methods read it through vfl_core.methods.spec.RunConfig);
+#   sits above them (the methods read it through vfl_core.methods.spec.RunConfig); auto_rounds
+#   resolves a TrainConfig's unset rounds beside it;
 # - inference (metrics, scoring, choices on validation) below training, which drives it;
 # - persistence (checkpoints of Party and Federation, the run log) above what it saves;
 # - lifecycle, simulate and serving on top; privacy's defences act on tensors (beside model).
@@ -43,6 +44,7 @@ LAYERS: dict[str, int] = {
     "privacy": 1,  # defences on tensors (on main since db9767d)
     "methods": 2,
     "config": 3,
+    "auto_rounds": 3,  # the tables' default rounds, a config resolved (beside config)
     "inference": 4,
     "training": 5,
     "persistence": 6,
