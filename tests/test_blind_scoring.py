@@ -69,6 +69,9 @@ def _evaluated(
         model=model,
         method=method,
         encrypt_relay=encrypt,
+        # exact rounds in both runs (the encrypted relay keeps them; unset, the plain run on
+        # tables would train with staleness): the same model, so the same sums
+        staleness=0,
     )
     data = [load_party_dir(d) for d in dirs]
     parties = {d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET) for d in data}

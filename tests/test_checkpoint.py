@@ -111,7 +111,8 @@ def test_given_trained_party_when_checkpointed_then_loads_weights_only_into_fres
     # the raw file must load under the safe unpickler, optimiser state dicts included
     raw = torch.load(path, map_location="cpu", weights_only=True)
     assert "exp_avg" in next(iter(raw["state"]["f_opt"]["state"].values()))
-    loaded = load_checkpoint(path, CONFIG_JSON)
+    # a party saves its config as it resolved it (vfl_core.auto_rounds: the tables' rounds)
+    loaded = load_checkpoint(path, party.config.model_dump_json())
     fresh = _party(seed=99)  # other initial weights
     fresh.load_state_dict(loaded["state"])
 
@@ -131,7 +132,7 @@ def test_given_restored_party_when_training_continues_then_it_matches_uninterrup
         _train_one_round(interrupted, r)
     path = save_party_checkpoint(tmp_path, interrupted)
     restored = _party(seed=99)
-    restored.load_state_dict(load_checkpoint(path, CONFIG_JSON)["state"])
+    restored.load_state_dict(load_checkpoint(path, interrupted.config.model_dump_json())["state"])
 
     _train_one_round(reference, 2)
     _train_one_round(restored, 2)

@@ -23,7 +23,8 @@ from tabular_tables import (
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.config import AUTO_PATIENCE, AUTO_ROUNDS_PER_EPOCH, DEFAULT_BATCH, TrainConfig
+from vfl_core.auto_rounds import AUTO_STALENESS
+from vfl_core.config import AUTO_ROUNDS_PER_EPOCH, AUTO_STALE_PATIENCE, DEFAULT_BATCH, TrainConfig
 from vfl_core.data.tabular import load_table_federation
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
@@ -92,7 +93,10 @@ def test_given_csv_tables_and_every_default_when_trained_over_grpc_then_early_st
     assert results is not None and results["status"] == "ok"
     assert train.early_stop_patience is None and train.threshold == "auto"  # the defaults
     stop = results["early_stop"]
-    assert stop is not None and stop["patience"] == AUTO_PATIENCE and stop["metric"] == "brier"
+    # the tables' default rounds (vfl_core.auto_rounds), whose early stopping waits longer
+    assert train.staleness == AUTO_STALENESS and train.overlap_validation
+    assert stop is not None and stop["patience"] == AUTO_STALE_PATIENCE
+    assert stop["metric"] == "brier"
     assert stop["validation_samples"] > 0
     assert len(results["epochs"]) == len(stop["history"]) <= EPOCHS
     choice = results["validation_choice"]

@@ -17,7 +17,8 @@ from tabular_tables import BLOCKS, ID_COLUMN, LABEL_COLUMN, bank_client_args, wr
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
-from vfl_core.config import AUTO_PATIENCE, TrainConfig
+from vfl_core.auto_rounds import AUTO_STALENESS
+from vfl_core.config import AUTO_STALE_PATIENCE, TrainConfig
 from vfl_core.simulate import SimulationConfig, run_simulation
 
 pytestmark = [pytest.mark.slow]
@@ -82,10 +83,13 @@ def test_given_the_defaults_when_simulated_and_run_over_psi_and_tls_then_the_sam
     assert grpc is not None and grpc["status"] == "ok"
     train = runs["grpc_train"]
     assert train.early_stop_patience is None and train.threshold == "auto"  # the defaults
-    # `vfl simulate` fills in the same defaults as the coordinator
-    assert runs["simulate_config"].train == train
+    # `vfl simulate` fills in the same defaults as the coordinator, but the data plane: the
+    # coordinator's record holds the plane it chose for `auto`; in process nobody relays
+    assert runs["simulate_config"].train == train.model_copy(update={"data_plane": "auto"})
+    assert train.staleness == AUTO_STALENESS  # the tables' default rounds (vfl_core.auto_rounds)
     stop = grpc["early_stop"]
-    assert stop is not None and stop["patience"] == AUTO_PATIENCE and stop["validation_samples"]
+    assert stop is not None and stop["patience"] == AUTO_STALE_PATIENCE
+    assert stop["validation_samples"]
     assert grpc["validation_choice"]["threshold"] is not None
     assert sim["early_stop"] == stop  # epochs, validation samples, every epoch's score
     assert sim["validation_choice"] == grpc["validation_choice"]  # threshold, chosen subsets

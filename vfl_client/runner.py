@@ -276,7 +276,9 @@ def _refused_calls(config: ClientConfig) -> dict[str, str]:
     return {}
 
 
-MAX_CONCURRENT_RPCS = 32  # calls a party accepts at once (each gets a thread at once)
+# Calls a party accepts at once (each gets a body reader at once): room for three peers at
+# their PARTY_MAX_INFLIGHT (a flooding connection's cap) and the calls of an honest one.
+MAX_CONCURRENT_RPCS = 64
 # Worker threads of a party's server. On the direct data plane a party holds up to three Round
 # calls (vfl_core.training.direct.AHEAD + 1, each waiting for its round) while its peers' pushes
 # arrive (one per peer and direction): a push must not wait for a free thread.

@@ -59,6 +59,7 @@ from benchmarks.privacy.attacks import (
 )
 from benchmarks.privacy.readback import readback
 from benchmarks.tabular.tables import Table, tables
+from vfl_core.auto_rounds import resolve
 from vfl_core.data.tabular import TableSource
 from vfl_core.protocol import BackwardCall, EmbedCall, TrainCall, Transport
 from vfl_core.simulate import SimulationConfig, run_simulation
@@ -513,7 +514,7 @@ def run_one(
         }
     report = next(iter(result.reports.values()))
     overall = next(r for r in report.rows() if r.observed == "all")
-    used = config.train
+    used = resolve(config.train, tabular=True, quiet=True)  # as the run resolved it
     return {
         "table": table.name,
         "parties": k,
