@@ -73,6 +73,32 @@ def _parties(base: Path, train: TrainConfig) -> dict[int, Party]:
     return {d.meta.block: Party(f"party{d.meta.block}", d, train, secret=b"s") for d in data}
 
 
+def _same_as_in_process(tmp_path: Path, train: TrainConfig) -> tuple[Recording, list]:
+    """Train `train` in process and through a recording transport (the direct plane's
+    schedule), assert the two equal (records, validation history, weights); the recording and
+    the records."""
+    relay = _parties(tmp_path / "a", train)
+    want, want_history = _flow_train(relay, InProcessTransport(relay), train)
+    direct = _parties(tmp_path / "b", train)
+    transport = Recording(direct)
+    got, got_history = _flow_train(direct, transport, train)
+
+    assert [r.to_json() for r in got] == [r.to_json() for r in want]
+    assert got_history == want_history and len(want_history) == EPOCHS
+    for block, party in relay.items():
+        np.testing.assert_array_equal(direct[block].parameters_vector(), party.parameters_vector())
+    return transport, want
+
+
+def _validations(transport: Recording) -> list[int]:
+    """The indices of the recorded call groups that carry a validation."""
+    return [
+        i
+        for i, calls in enumerate(transport.calls)
+        if any(c.evaluation is not None and c.evaluation.split == "train" for c in calls.values())
+    ]
+
+
 def test_given_overlapped_validation_when_an_epoch_ends_then_the_next_goes_ahead_bit_identically(
     tmp_path: Path,
 ) -> None:
@@ -85,26 +111,13 @@ def test_given_overlapped_validation_when_an_epoch_ends_then_the_next_goes_ahead
         seed=0, epochs=EPOCHS, data_plane="direct", staleness=3, overlap_validation=True,
         early_stop_patience=EPOCHS, batch_size=256,
     )  # fmt: skip
-    relay = _parties(tmp_path / "a", train)
-    want, want_history = _flow_train(relay, InProcessTransport(relay), train)
-    direct = _parties(tmp_path / "b", train)
-    transport = Recording(direct)
-    got, got_history = _flow_train(direct, transport, train)
-
-    assert [r.to_json() for r in got] == [r.to_json() for r in want]
-    assert got_history == want_history and len(want_history) == EPOCHS
-    for block, party in relay.items():
-        np.testing.assert_array_equal(direct[block].parameters_vector(), party.parameters_vector())
+    transport, _ = _same_as_in_process(tmp_path, train)
 
     # the schedule: each validation but the last epoch's leaves after the next epoch's first
     # block, whose calls carried every step still due to the parties they call (the validation
     # only those of a party that block did not call), and before that first block's calls were
     # collected; a head held its heads in that block
-    validations = [
-        i
-        for i, calls in enumerate(transport.calls)
-        if any(c.evaluation is not None and c.evaluation.split == "train" for c in calls.values())
-    ]
+    validations = _validations(transport)
     ahead = [
         i for i in validations if next(iter(transport.calls[i - 1].values())).round_id
         > next(iter(transport.calls[i].values())).round_id
@@ -154,25 +167,12 @@ def test_given_epoch_flow_when_the_blocks_run_on_then_bit_identical_to_the_in_pr
         seed=0, epochs=EPOCHS, data_plane="direct", staleness=3, overlap_validation=True,
         epoch_flow=True, early_stop_patience=EPOCHS, batch_size=256,
     )  # fmt: skip
-    relay = _parties(tmp_path / "a", train)
-    want, want_history = _flow_train(relay, InProcessTransport(relay), train)
-    direct = _parties(tmp_path / "b", train)
-    transport = Recording(direct)
-    got, got_history = _flow_train(direct, transport, train)
-
-    assert [r.to_json() for r in got] == [r.to_json() for r in want]
-    assert got_history == want_history and len(want_history) == EPOCHS
-    for block, party in relay.items():
-        np.testing.assert_array_equal(direct[block].parameters_vector(), party.parameters_vector())
+    transport, want = _same_as_in_process(tmp_path, train)
 
     # the schedule: each validation but the last epoch's leaves after the next epoch's first
     # block (whose calls carried the steps of the block before the last) and carries the last
     # block's steps; a head held its heads in that first block
-    validations = [
-        i
-        for i, calls in enumerate(transport.calls)
-        if any(c.evaluation is not None and c.evaluation.split == "train" for c in calls.values())
-    ]
+    validations = _validations(transport)
     ahead = [i for i in validations if any(c.steps_before for c in transport.calls[i].values())]
     assert len(ahead) == EPOCHS - 1, (validations, ahead)
     for i in ahead:
