@@ -15,6 +15,7 @@ import logging
 from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.registry import Registry
 from vfl_coordinator.transport import GrpcTransport
+from vfl_core.auto_rounds import FAULTS
 from vfl_core.config import MAX_DIRECT_STALENESS
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ def relay_only(config: CoordinatorConfig) -> str | None:
     """Why the run needs the relay whatever the network (None: it does not)."""
     train = config.train
     if config.faults.active:
-        return "injected faults (--fault-rate, --link-loss) act on the relay's calls"
+        return FAULTS
     if train.spec.program is not None:
         return f"method {train.method} runs steps of its own, which only the relay carries"
     if (train.staleness or 0) > MAX_DIRECT_STALENESS:

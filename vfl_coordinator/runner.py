@@ -19,7 +19,7 @@ from vfl_coordinator.registry import Registry
 from vfl_coordinator.servicer import CoordinatorServicer, CoordinatorState
 from vfl_coordinator.serving_record import ServingRecord
 from vfl_coordinator.transport import GrpcTransport
-from vfl_core.auto_rounds import FAULTS, pin_exact
+from vfl_core.auto_rounds import pin_exact
 from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError
 from vfl_core.lifecycle import (
@@ -153,12 +153,10 @@ def run_coordinator(
 
 
 def _exact_where_needed(config: CoordinatorConfig) -> CoordinatorConfig:
-    """`config` with exact rounds pinned where the coordinator's own settings need them and the
-    staleness is unset (vfl_core.auto_rounds): the parties are told it when they register."""
-    why = FAULTS if config.faults.active else None
-    if not config.pipeline:
-        why = "--no-pipeline runs the relay's three calls per round"
-    train = pin_exact(config.train, why)
+    """`config` with exact rounds pinned where the run needs the relay (injected faults,
+    --no-pipeline, ...: plane_choice.relay_only) and the staleness is unset
+    (vfl_core.auto_rounds): the parties are told it when they register."""
+    train = pin_exact(config.train, plane_choice.relay_only(config))
     return config if train is config.train else config.model_copy(update={"train": train})
 
 

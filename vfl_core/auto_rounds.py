@@ -43,7 +43,7 @@ def needs_exact(train: TrainConfig) -> str | None:
 
 
 # Why a run with injected faults keeps exact rounds (both transports).
-FAULTS = "injected faults (--fault-rate, --link-loss) act on the relay's exact rounds"
+FAULTS = "injected faults (--fault-rate, --link-loss) act on the relay's calls"
 
 
 def pin_exact(train: TrainConfig, why: str | None) -> TrainConfig:
