@@ -214,6 +214,9 @@ def run(
             _fill(fed, ahead, flight)
     for end in ends:
         yield from _collect(fed, end, state)
+    # rounds collected by the epoch before (the block it sent ahead, `_run_on`) and complete
+    # since, where no call was left to collect here (a checkpoint round ended that block)
+    yield from _complete(fed, state)
     fed.ahead = ahead
     assert not state.waiting, "the direct rounds drained with steps unreported"
     # where an epoch's end goes: the last rounds' reports, waited for after the last call left
@@ -414,12 +417,14 @@ def _drain(
 ) -> _Round | None:
     """A steps-only call to every party of `due` (tagged with the last round started), as the
     pipelined engine's drain at the end of the rounds."""
+    # after the validation where one left ahead of it (a checkpoint round ended the block
+    # sent ahead): over gRPC both would otherwise wait for the party's last round only
     calls = {
-        block: RoundCall(
-            round_id=last,
-            epoch=epoch,
-            after=state.sent.get(block, -1),
-            steps_after=steps,
+        block: after(
+            fed,
+            RoundCall(round_id=last, epoch=epoch, steps_after=steps),
+            block,
+            state.sent.get(block, -1),
         )
         for block, steps in due.items()
     }
@@ -449,6 +454,11 @@ def _collect(
                 earlier.owed.discard(block)
                 if report is not None and q in report.steps:
                     earlier.updated.add(block)
+    yield from _complete(fed, state, upto)
+
+
+def _complete(fed: RoundRun, state: _State, upto: int | None = None) -> Iterator[RoundRecord]:
+    """The records of the waiting rounds now complete, in order (up to round `upto`)."""
     while state.waiting and not state.waiting[0].owed:
         if upto is not None and state.waiting[0].round_id > upto:
             break
