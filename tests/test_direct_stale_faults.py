@@ -35,6 +35,7 @@ from tabular_tables import BLOCKS, bank_client_args, write_tables
 from vfl_cli.certs_cmd import create_federation
 from vfl_core.auto_rounds import AUTO_STALENESS
 from vfl_core.inference.headline import LOWER_IS_BETTER
+from vfl_wire.audit import read_audit
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]  # faults land at wall-clock moments
 
@@ -172,8 +173,16 @@ def test_given_stale_direct_rounds_when_a_feature_party_is_killed_and_restarted_
     with out.open() as f:
         rows = list(csv.DictReader(f))
     assert rows and all(r["predicted_class"] in ("0", "1") for r in rows), rows[:3]
-    # the audit log holds the coordinator's calls, the failed ones to the dead party included
-    assert (tmp_path / "audit.bin").stat().st_size > 0
+    # the audit log holds the coordinator's calls: the failed Round calls to the dead party,
+    # the label party told it is absent, the new process registering from its new address
+    audit = read_audit(tmp_path / "audit.bin")
+    failed = [r for r in audit if r.rpc == "Round" and r.direction == "error"]
+    assert failed and all(r.data.startswith(b"UNAVAILABLE") for r in failed), failed[:3]
+    assert any(r.rpc == "Absent" and r.direction == "response" for r in audit)
+    name = f"party{dead}"
+    calls = [r.message() for r in audit if r.rpc == "Register" and r.direction == "request"]
+    addresses = [m.address for m in calls if m.header.party_id == name]
+    assert len(set(addresses)) == 2, set(addresses)  # the killed process's, the new one's
     _no_tracebacks(cluster)
 
 
