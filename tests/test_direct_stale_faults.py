@@ -87,7 +87,11 @@ def _start(
             *("--audit-log", str(ckpt.parent / "audit.bin")),
             *extra,
         ],
-        client_extra=lambda p: [*bank_client_args(p), "--checkpoint-dir", str(ckpt / p.stem)],
+        client_extra=lambda p: [
+            *bank_client_args(p),
+            *("--checkpoint-dir", str(ckpt / p.stem)),
+            *("--bundle-dir", str(ckpt.parent / "bundles" / p.stem)),
+        ],
     )
     return coord, dict(zip(BLOCKS, clients, strict=True))
 
@@ -160,6 +164,8 @@ def test_given_stale_direct_rounds_when_a_feature_party_is_killed_and_restarted_
     coord.signal(signal.SIGTERM)
     assert coord.wait(30) == 0, cluster.describe()
     assert restarted.wait(30) == 0, cluster.describe()
+    for name in ("bank", "retail"):
+        assert clients[name].wait(30) == 0, cluster.describe()
 
     _assert_stale_direct(coord)
     assert dead in back["present"] and "0" in back["losses"]
@@ -173,6 +179,8 @@ def test_given_stale_direct_rounds_when_a_feature_party_is_killed_and_restarted_
     with out.open() as f:
         rows = list(csv.DictReader(f))
     assert rows and all(r["predicted_class"] in ("0", "1") for r in rows), rows[:3]
+    # every party wrote its serving bundle, the restarted one too (the run finished)
+    assert all((tmp_path / "bundles" / name / "bundle.json").exists() for name in BLOCKS)
     # the audit log holds the coordinator's calls: the failed Round calls to the dead party,
     # the label party told it is absent, the new process registering from its new address
     audit = read_audit(tmp_path / "audit.bin")
