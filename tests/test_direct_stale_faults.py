@@ -11,8 +11,9 @@ rounds ahead of their gradients), as on the tables a team actually trains with t
   model the coordinator serves predicts;
 - a feature party SIGSTOPped past the deadline is timed out and trains again once SIGCONTed; its
   late pushes do not crash anyone or mix rounds;
-- the label party frozen briefly (shorter than the deadline), once mid-epoch and once across a
-  validation: the rounds resume and the best epoch's weights are what it keeps;
+- the label party frozen briefly (shorter than the deadline), once mid-epoch and once as the
+  first epoch ends (its validation sent beside the next epoch's first rounds): nobody is left
+  out, every epoch is scored, and the best epoch's weights are what it keeps;
 - a feature party's link cut and restored (network namespaces, root only): it stays alive and
   trains again.
 """
@@ -248,7 +249,7 @@ def test_given_stale_direct_rounds_when_the_label_party_pauses_briefly_then_the_
     time.sleep(DEADLINE_S / 3)
     bank.signal(signal.SIGCONT)
     cluster.wait_for(lambda: "epoch 1: " in coord.log(), 120, "epoch 1's end")
-    bank.signal(signal.SIGSTOP)  # across epoch 2's validation (the late verdict's)
+    bank.signal(signal.SIGSTOP)  # as epoch 1 ends: its validation is out (the late verdict's)
     time.sleep(DEADLINE_S / 3)
     bank.signal(signal.SIGCONT)
     assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
