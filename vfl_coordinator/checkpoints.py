@@ -17,7 +17,9 @@ of another run id (--run-id), training config or number of parties is refused.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -76,6 +78,19 @@ def _newest_run_id(store: RoundCheckpoints, rounds: list[int]) -> str:
     raise DataError(f"no readable coordinator checkpoint in {store.directory}")
 
 
+def warm_up_writer() -> threading.Thread:
+    """Import the checkpoint writer's torch on a thread, now: the coordinator starts without
+    torch (tests/test_light_imports.py), and a checkpoint written by the round engine is on
+    every party's critical path, so the first one would hold the whole federation for the
+    import (about 1.5 CPU s; several seconds on a loaded machine). Started before alignment,
+    the import overlaps it; a checkpoint taken before it ends waits for it (the import lock)."""
+    thread = threading.Thread(
+        target=importlib.import_module, args=("torch",), name="torch-warm-up", daemon=True
+    )
+    thread.start()
+    return thread
+
+
 class Checkpointer(Observer):
     """Writes the coordinator's checkpoint once the parties have saved theirs (the engine, given
     checkpoint_every, tells its observers)."""
@@ -88,6 +103,7 @@ class Checkpointer(Observer):
         self.state = state
         self.store = RoundCheckpoints(config.checkpoint_dir, NAME)
         self.history = list(resume.history) if resume is not None else []
+        self.warm = warm_up_writer()
 
     def resumed(self, fed: Federation, resume: Resume) -> None:
         """Continue `fed` (aligned) from `resume`; every registered party is present."""
