@@ -39,22 +39,26 @@ SMALL = ["--dlvm-latent-dim", "8", "--dlvm-hidden", "32", "--dlvm-predict-sample
 ARGS = ["--method", "dlvm", "--seed", "3", "--batch-size", "128", "--lr", "0.01", *SMALL]
 
 
-@pytest.fixture(scope="module")
-def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """Digits in four quadrants, the anchor MAR 1 (block 0 always held), 200 of 1438 labels."""
+def _dlvm_parties(out: Path, blocks: int) -> list[Path]:
+    """Digits in `blocks` blocks, the anchor MAR 1 (block 0 always held), 200 of 1438 labels."""
     mar = parse_mechanism("mar1-anchor")
-    out = tmp_path_factory.mktemp("dlvm-grpc")
     return prepare_parties(
         load_digits_dataset(),
         out,
-        4,
-        [0.0] * 4,
-        [0.0] * 4,
+        blocks,
+        [0.0] * blocks,
+        [0.0] * blocks,
         0.2,
         0,
         mechanisms={"train": mar, "test": mar},
         labels=200,
     )
+
+
+@pytest.fixture(scope="module")
+def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Digits in four quadrants, the anchor MAR 1 (block 0 always held), 200 of 1438 labels."""
+    return _dlvm_parties(tmp_path_factory.mktemp("dlvm-grpc"), 4)
 
 
 @dataclass(frozen=True)
@@ -186,13 +190,16 @@ def test_given_an_audited_dlvm_run_when_searching_messages_then_no_feature_id_or
 
 
 def test_given_the_default_stage2_over_grpc_when_audited_then_no_gradient_message(
-    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+    cluster: Cluster, tmp_path: Path
 ) -> None:
     """Stage 2 alone (no stage-1 epoch), the paper's frozen default: no DlvmBackward request,
-    and no gradient in any message (the steps' replies carry none, Decode none)."""
+    and no gradient in any message (the steps' replies carry none, Decode none). Two parties,
+    the active one and one other: what a message carries does not depend on how many there
+    are, and each is a client process less to start."""
+    two = _dlvm_parties(tmp_path / "parties", 2)
     audit = tmp_path / "stage2.audit"
     extra = [*ARGS, "--dlvm-stage2-epochs", "1", "--audit-log", str(audit)]
-    coord, clients = cluster.federation(party_dirs, epochs=0, deadline=60.0, extra=extra)
+    coord, clients = cluster.federation(two, epochs=0, deadline=60.0, extra=extra)
     assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
     for client in clients:
         assert client.wait(60) == 0, cluster.describe()
