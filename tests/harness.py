@@ -115,6 +115,20 @@ def train_in_process(
     return parties, records, fed.evaluate("test")
 
 
+Reference = tuple[dict[int, Party], list[RoundRecord], EvalReport]
+_REFERENCES: dict[tuple[tuple[str, ...], str], Reference] = {}
+
+
+def train_in_process_once(party_dirs: Sequence[Path], train: TrainConfig) -> Reference:
+    """train_in_process, computed once per process for the same directories and configuration
+    (the seed fixes every float, so a second run would give the same parties, records and
+    report). The caller only reads what it gets: the parties are shared with later callers."""
+    key = (tuple(str(d) for d in party_dirs), train.model_dump_json())
+    if key not in _REFERENCES:
+        _REFERENCES[key] = train_in_process(party_dirs, train)
+    return _REFERENCES[key]
+
+
 @contextlib.contextmanager
 def party_servers(parties: dict[int, Party], run_id: str) -> Iterator[Registry]:
     """Each party behind the real PartyServicer and guard on 127.0.0.1:0 in this process,

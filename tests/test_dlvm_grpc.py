@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import Cluster, train_in_process
+from harness import Cluster, Coordinator, train_in_process
 from test_audit import _batch_labels, _sent_by_party, _tensors, find_needles
 from test_equivalence import _assert_same_tensors
 
@@ -37,17 +39,15 @@ SMALL = ["--dlvm-latent-dim", "8", "--dlvm-hidden", "32", "--dlvm-predict-sample
 ARGS = ["--method", "dlvm", "--seed", "3", "--batch-size", "128", "--lr", "0.01", *SMALL]
 
 
-@pytest.fixture(scope="module")
-def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """Digits in four quadrants, the anchor MAR 1 (block 0 always held), 200 of 1438 labels."""
+def _dlvm_parties(out: Path, blocks: int) -> list[Path]:
+    """Digits in `blocks` blocks, the anchor MAR 1 (block 0 always held), 200 of 1438 labels."""
     mar = parse_mechanism("mar1-anchor")
-    out = tmp_path_factory.mktemp("dlvm-grpc")
     return prepare_parties(
         load_digits_dataset(),
         out,
-        4,
-        [0.0] * 4,
-        [0.0] * 4,
+        blocks,
+        [0.0] * blocks,
+        [0.0] * blocks,
         0.2,
         0,
         mechanisms={"train": mar, "test": mar},
@@ -55,20 +55,48 @@ def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     )
 
 
+@pytest.fixture(scope="module")
+def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Digits in four quadrants, the anchor MAR 1 (block 0 always held), 200 of 1438 labels."""
+    return _dlvm_parties(tmp_path_factory.mktemp("dlvm-grpc"), 4)
+
+
+@dataclass(frozen=True)
+class AuditedRun:
+    """One finished DLVM run (3 stage-1 and 6 stage-2 epochs): its coordinator, the clients'
+    checkpoints and the coordinator's record of every message."""
+
+    coord: Coordinator
+    ckpt: Path
+    audit: Path
+
+
+@pytest.fixture(scope="module")
+def audited_run(
+    tmp_path_factory: pytest.TempPathFactory, party_dirs: list[Path]
+) -> Iterator[AuditedRun]:
+    """The run the bit-for-bit test and the message search both read: the audit log records
+    what crosses the wire and changes no float of it (the bit-for-bit test holds with it on)."""
+    root = tmp_path_factory.mktemp("dlvm-run")
+    ckpt, audit = root / "checkpoints", root / "messages.audit"
+    with Cluster(root / "cluster") as cluster:
+        coord, clients = cluster.federation(
+            party_dirs,
+            epochs=3,
+            deadline=60.0,
+            extra=[*ARGS, "--dlvm-stage2-epochs", "6", "--audit-log", str(audit)],
+            client_extra=lambda d: ["--checkpoint-dir", str(ckpt)],
+        )
+        assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
+        for client in clients:
+            assert client.wait(60) == 0, cluster.describe()
+        yield AuditedRun(coord, ckpt, audit)
+
+
 def test_given_dlvm_over_grpc_when_trained_then_bit_identical_to_in_process(
-    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+    audited_run: AuditedRun, party_dirs: list[Path]
 ) -> None:
-    ckpt = tmp_path / "checkpoints"
-    coord, clients = cluster.federation(
-        party_dirs,
-        epochs=3,
-        deadline=60.0,
-        extra=[*ARGS, "--dlvm-stage2-epochs", "6"],
-        client_extra=lambda d: ["--checkpoint-dir", str(ckpt)],
-    )
-    assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
-    for client in clients:
-        assert client.wait(60) == 0, cluster.describe()
+    coord, ckpt = audited_run.coord, audited_run.ckpt
     results = coord.results()
     assert results is not None
     train = TrainConfig.model_validate(json.loads((coord.out / "config.json").read_text())["train"])
@@ -128,15 +156,9 @@ def test_given_a_client_killed_mid_run_when_dlvm_trains_then_the_others_finish_a
 
 
 def test_given_an_audited_dlvm_run_when_searching_messages_then_no_feature_id_or_label_leaves(
-    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+    audited_run: AuditedRun, party_dirs: list[Path]
 ) -> None:
-    audit = tmp_path / "messages.audit"
-    extra = [*ARGS, "--dlvm-stage2-epochs", "1", "--audit-log", str(audit)]
-    coord, clients = cluster.federation(party_dirs, epochs=1, deadline=60.0, extra=extra)
-    assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
-    for client in clients:
-        assert client.wait(60) == 0, cluster.describe()
-    records = read_audit(audit)
+    records = read_audit(audited_run.audit)
     parties = {d.name: load_party_dir(d) for d in party_dirs}
     kinds = {r.rpc for r in records if r.direction == "request"}
     assert kinds >= {"Embed", "DlvmDecode", "DlvmStep", "DlvmBackward", "LabelledRows"}
@@ -168,13 +190,16 @@ def test_given_an_audited_dlvm_run_when_searching_messages_then_no_feature_id_or
 
 
 def test_given_the_default_stage2_over_grpc_when_audited_then_no_gradient_message(
-    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+    cluster: Cluster, tmp_path: Path
 ) -> None:
     """Stage 2 alone (no stage-1 epoch), the paper's frozen default: no DlvmBackward request,
-    and no gradient in any message (the steps' replies carry none, Decode none)."""
+    and no gradient in any message (the steps' replies carry none, Decode none). Two parties,
+    the active one and one other: what a message carries does not depend on how many there
+    are, and each is a client process less to start."""
+    two = _dlvm_parties(tmp_path / "parties", 2)
     audit = tmp_path / "stage2.audit"
     extra = [*ARGS, "--dlvm-stage2-epochs", "1", "--audit-log", str(audit)]
-    coord, clients = cluster.federation(party_dirs, epochs=0, deadline=60.0, extra=extra)
+    coord, clients = cluster.federation(two, epochs=0, deadline=60.0, extra=extra)
     assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
     for client in clients:
         assert client.wait(60) == 0, cluster.describe()

@@ -1,5 +1,6 @@
 """Decoupled VFL as real processes: a coordinator and four vfl-client processes over gRPC on
-127.0.0.1 (every client a guest and a host replica, block 0 also the label owner).
+127.0.0.1 (two for the injected faults; every client a guest and a host replica, block 0 also
+the label owner).
 
 - The run matches the in-process simulation of the same seed bit for bit: every round record,
   every final weight of every party (guest, host, owner) and the test metrics.
@@ -15,7 +16,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from harness import SECRET, Cluster, assert_checkpoints_match, train_in_process
+from harness import SECRET, Cluster, assert_checkpoints_match, prepare_digits, train_in_process
 
 from vfl_core.config import TrainConfig
 from vfl_core.simulate import SimulationConfig, run_simulation
@@ -100,12 +101,20 @@ def test_given_a_client_killed_mid_run_when_dvfl_trains_then_the_others_finish_a
     assert all("2" not in r["observed"].split(",") for r in results["test"]["rows"])
 
 
+@pytest.fixture(scope="module")
+def two_parties(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0, clients=2)
+
+
 @pytest.mark.parametrize("entity", ["host", "link"])
 def test_given_injected_host_or_link_faults_when_real_federation_trains_then_same_as_simulation(
-    cluster: Cluster, party_dirs: list[Path], entity: str
+    cluster: Cluster, two_parties: list[Path], entity: str
 ) -> None:
     """`vfl-coordinator --fault-entity host|link` fails DVFL's hosts (or guest-host links) in a
-    real federation exactly as `vfl simulate` does in one process."""
+    real federation exactly as `vfl simulate` does in one process. Two parties (two hosts, four
+    guest-host links) are enough for the draws to fail some of each: 13 host and 25 link
+    failures at this seed (in one process; four parties: 45 and 145, with two clients more)."""
+    party_dirs = two_parties
     faults = ["--fault-rate", "0.3", "--rejoin-rate", "0.5", "--fault-entity", entity]
     coord, clients = cluster.federation(
         party_dirs, epochs=1, deadline=60.0, extra=[*ARGS, "--dvfl-owner-epochs", "2", *faults]

@@ -8,10 +8,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from harness import Cluster
+from harness import Cluster, prepare_digits
 
 RUN_TIMEOUT_S = 300.0
 # a line of `python -X importtime` that imports the torch package itself (at any time of the run)
@@ -34,14 +33,14 @@ def test_given_a_fresh_interpreter_when_module_imported_then_torch_is_not_loaded
 
 @pytest.mark.slow
 def test_given_a_short_relay_run_when_the_coordinator_finishes_then_it_never_imported_torch(
-    cluster: Cluster, party_dirs: list[Path]
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """The whole run: registration, alignment, the rounds relayed, each epoch's run log (its
     TensorBoard events too) and the test evaluation; `-X importtime` logs every import the
-    coordinator makes, the lazy ones included."""
-    coord, clients = cluster.federation(
-        party_dirs, epochs=1, wrap=[sys.executable, "-X", "importtime"]
-    )
+    coordinator makes, the lazy ones included. Two parties: the coordinator's code path is the
+    same for any number, and two are two client processes fewer than four."""
+    two = prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0, clients=2)
+    coord, clients = cluster.federation(two, epochs=1, wrap=[sys.executable, "-X", "importtime"])
     assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
     for client in clients:
         assert client.wait(60) == 0, cluster.describe()

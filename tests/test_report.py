@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from harness import Cluster, prepare_digits
+from harness import Cluster
 from typer.testing import CliRunner
 
 from vfl_cli import report_cmd
@@ -200,9 +200,10 @@ def test_given_bad_eval_every_when_simulating_then_exit_2_naming_the_option(
 @pytest.mark.slow
 @needs_matplotlib
 def test_given_real_federation_run_when_reporting_then_epoch_log_subsets_and_report(
-    tmp_path: Path,
+    tmp_path: Path, party_dirs: list[Path]
 ) -> None:
-    party_dirs = prepare_digits(tmp_path, p_miss=0.1, seed=0)
+    """On the session's digits directories (conftest's `party_dirs`, the same `vfl prepare`
+    options), not a `vfl prepare` of its own."""
     with Cluster(tmp_path / "cluster") as cluster:
         coord, _ = cluster.federation(
             party_dirs, epochs=2, deadline=5.0, extra=["--eval-every", "1", *FAST[:8]]

@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 import torch
-from harness import SECRET, Client, Cluster, Coordinator
+from harness import SECRET, Client, Cluster, Coordinator, prepare_digits
 
 from vfl_core.config import TrainConfig
 from vfl_core.data.party_dir import load_party_dir
@@ -41,9 +41,10 @@ from vfl_wire.v1 import vfl_pb2
 # (generous timeouts): they run on a worker.
 pytestmark = pytest.mark.slow
 
-BATCH = 16  # 97 rounds per epoch
-# The coordinator test: 485 rounds, killed a few rounds past its second checkpoint (round 100),
-# so most of the run is left to resume (and it compares with the reference at the same epoch).
+BATCH = 16  # 97 rounds per epoch with four parties, about 95 with two
+# The coordinator test: 5 epochs (about 475 rounds with its two parties), killed a few rounds
+# past its second checkpoint (round 100), so most of the run is left to resume (and it compares
+# with the reference at the same epoch).
 EPOCHS = 5
 # A restarted client needs 10-20 s to import torch on a loaded 2-core machine, while training
 # runs ~50 rounds a second without it: the client test trains long enough (1358 rounds, killed
@@ -57,19 +58,28 @@ TRAIN_ARGS = ["--batch-size", str(BATCH), "--checkpoint-every", str(EVERY)]
 
 
 @pytest.fixture(scope="module")
-def reference(party_dirs: list[Path]) -> Iterator[Callable[[int], Future[float]]]:
-    """`reference(epochs)`: test accuracy after `epochs` epochs of the same run without faults
-    (in-process: same numbers as gRPC), computed in a thread while the test's federation trains.
-    Its processes take about one of the two cores, so the reference's CPU seconds (about 8 for 14
-    epochs) go on the other instead of before the federation starts. A test reads it with
-    `.result()` when it compares."""
-    started: dict[int, Future[float]] = {}
+def two_parties(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Digits in two party directories: for the tests whose faults hit every process or the
+    coordinator, which two parties show as well as four with fewer processes to start."""
+    return prepare_digits(tmp_path_factory.getbasetemp(), p_miss=0.1, seed=0, clients=2)
+
+
+@pytest.fixture(scope="module")
+def reference(party_dirs: list[Path]) -> Iterator[Callable[..., Future[float]]]:
+    """`reference(epochs, dirs=party_dirs)`: test accuracy after `epochs` epochs of the same run
+    without faults (in-process: same numbers as gRPC), computed in a thread while the test's
+    federation trains. Its processes take about one of the two cores, so the reference's CPU
+    seconds (about 8 for 14 epochs) go on the other instead of before the federation starts. A
+    test reads it with `.result()` when it compares."""
+    started: dict[tuple[int, tuple[Path, ...]], Future[float]] = {}
     with ThreadPoolExecutor(1, thread_name_prefix="reference") as pool:
 
-        def start(epochs: int) -> Future[float]:
-            if epochs not in started:
-                started[epochs] = pool.submit(lambda: _reference_accuracy(party_dirs, epochs))
-            return started[epochs]
+        def start(epochs: int, dirs: list[Path] | None = None) -> Future[float]:
+            chosen = party_dirs if dirs is None else dirs
+            key = (epochs, tuple(chosen))
+            if key not in started:
+                started[key] = pool.submit(lambda: _reference_accuracy(chosen, epochs))
+            return started[key]
 
         yield start
 
@@ -156,7 +166,7 @@ def test_given_client_killed_mid_training_when_restarted_then_rejoins_and_accura
     cluster: Cluster,
     party_dirs: list[Path],
     tmp_path: Path,
-    reference: Callable[[int], Future[float]],
+    reference: Callable[..., Future[float]],
 ) -> None:
     ckpt, victim_block, epochs = tmp_path / "ckpt", 1, CLIENT_TEST_EPOCHS
     expected = reference(epochs)
@@ -206,13 +216,14 @@ def test_given_client_killed_mid_training_when_restarted_then_rejoins_and_accura
 
 def test_given_coordinator_killed_mid_training_when_restarted_then_resumes_from_its_checkpoint(
     cluster: Cluster,
-    party_dirs: list[Path],
+    two_parties: list[Path],
     tmp_path: Path,
-    reference: Callable[[int], Future[float]],
+    reference: Callable[..., Future[float]],
 ) -> None:
+    """Two parties (the coordinator is what restarts; every party restores its checkpoint)."""
     ckpt = tmp_path / "ckpt"
-    expected = reference(EPOCHS)
-    coord, clients = _federation(cluster, party_dirs, ckpt)
+    expected = reference(EPOCHS, two_parties)
+    coord, clients = _federation(cluster, two_parties, ckpt)
     store = RoundCheckpoints(ckpt / "coordinator", "coordinator")
     cluster.wait_for(lambda: len(store.rounds()) >= 2, RUN_TIMEOUT_S, "two coordinator checkpoints")
     cluster.wait_rounds(coord, store.rounds()[-1] + 8, RUN_TIMEOUT_S)  # well into the next stretch
@@ -235,7 +246,7 @@ def test_given_coordinator_killed_mid_training_when_restarted_then_resumes_from_
     assert rounds[-1]["round"] == results["rounds"] - 1
     for client in clients:
         assert f"restored its checkpoint of round {resumed_from}" in client.log(), client.tail()
-    _assert_party_checkpoints_load(restarted, ckpt, range(4))
+    _assert_party_checkpoints_load(restarted, ckpt, range(2))
     accuracy = _accuracy(restarted)
     print(
         f"coordinator restart: resumed at round {resumed_from + 1} (killed after {ran} rounds); "
@@ -248,17 +259,19 @@ def test_given_coordinator_killed_mid_training_when_restarted_then_resumes_from_
 
 
 def test_given_every_process_killed_after_the_best_epoch_when_restarted_then_all_go_back_to_it(
-    cluster: Cluster, party_dirs: list[Path], tmp_path: Path
+    cluster: Cluster, two_parties: list[Path], tmp_path: Path
 ) -> None:
     """A power cut: the coordinator and every client SIGKILLed together after early stopping's
     best epoch was kept and checkpointed, then started again with the same commands, clients
     first (they wait for the coordinator). The run resumes from the coordinator's checkpoint,
     every party from its own of the same round, and every party, all restarted, still goes
     back to the best epoch at the end: its kept state comes back from --checkpoint-dir. At lr
-    1e-9 no later epoch is better (a tie keeps the earlier), so epoch 1 is the best one."""
+    1e-9 no later epoch is better (a tie keeps the earlier), so epoch 1 is the best one. Two
+    parties: what is killed and restarted is every process, however many there are (six
+    processes started here, ten with four parties)."""
     ckpt = tmp_path / "ckpt"
     extra = ["--early-stop-patience", "2", "--lr", "1e-9"]
-    coord, clients = _federation(cluster, party_dirs, ckpt, epochs=8, extra=extra)
+    coord, clients = _federation(cluster, two_parties, ckpt, epochs=8, extra=extra)
     store = RoundCheckpoints(ckpt / "coordinator", "coordinator")
     epoch_1 = "epoch 1: validation accuracy"
     cluster.wait_for(lambda: epoch_1 in coord.log(), RUN_TIMEOUT_S, "epoch 1's validation")
@@ -281,7 +294,7 @@ def test_given_every_process_killed_after_the_best_epoch_when_restarted_then_all
     _assert_every_round_once(restarted, len(results["epochs"]))
     stop = results["early_stop"]
     assert stop["best_epoch"] == 1 and stop["stopped_epoch"] is not None, stop  # 1-based
-    assert stop["restored"] == [0, 1, 2, 3], stop
+    assert stop["restored"] == [0, 1], stop
     train = json.loads((coord.out / "config.json").read_text())["train"]
     for client in back:
         assert client.wait(30) == 0, cluster.describe()
