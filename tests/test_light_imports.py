@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from harness import Cluster, prepare_digits
@@ -29,6 +30,30 @@ def test_given_a_fresh_interpreter_when_module_imported_then_torch_is_not_loaded
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", f"{module} imports torch"
+
+
+def test_given_a_checkpoint_dir_when_the_checkpointer_starts_then_torch_loads_on_a_thread(
+    tmp_path: Path,
+) -> None:
+    """A coordinator that writes checkpoints needs torch for them: it is imported on a thread as
+    the run starts (it overlaps the alignment), so that the first checkpoint, which every party
+    waits for, does not pay for the import."""
+    code = (
+        "import sys, threading\n"
+        "from vfl_coordinator.checkpoints import Checkpointer\n"
+        "from vfl_coordinator.config import CoordinatorConfig\n"
+        f"config = CoordinatorConfig(clients=2, checkpoint_dir={str(tmp_path)!r})\n"
+        "before = 'torch' in sys.modules\n"
+        "warm = Checkpointer(config, None, None).warm  # (its state: not read here)\n"
+        "assert warm.daemon and warm is not threading.main_thread()\n"
+        "warm.join(120)\n"
+        "print(before, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
 
 
 @pytest.mark.slow
