@@ -194,6 +194,17 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "wide_wd1e-3_ple": ("--head", "wide", "--weight-decay", "1e-3", "--num-embedding", "ple"),
     "stale3": ("--staleness", "3", "--overlap-validation"),
     "stale3_flow": ("--staleness", "3", "--overlap-validation", "--epoch-flow"),
+    # the screen of the cells the stale defaults miss (`tabular-vertibench-stale-screen`): the
+    # rate under staleness (x0.5, x0.7, x2 the tables' 5e-3, and no decay), the wait of early
+    # stopping (patience 15, a 0.3 % gain restarting it) and label smoothing; `ens4` and
+    # `ple_ens4` above act on the model
+    "lr0.5": ("--lr", "0.0025"),
+    "lr0.7": ("--lr", "0.0035"),
+    "lr2": ("--lr", "0.01"),
+    "nodecay": ("--scheduler", "none"),
+    "patience15": ("--early-stop-patience", "15"),
+    "minimp0.003": ("--min-improvement", "0.003"),
+    "smooth0.1": ("--label-smoothing", "0.1"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`
