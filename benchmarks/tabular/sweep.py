@@ -195,6 +195,7 @@ SETTINGS: dict[str, list[str]] = {
     # the critical path, and with the blocks running on across an epoch's end
     "stale3": ["--staleness", "3", "--overlap-validation"],
     "stale3-flow": ["--staleness", "3", "--overlap-validation", "--epoch-flow"],
+    "stale5-flow": ["--staleness", "5", "--overlap-validation", "--epoch-flow"],
     # exact rounds where the tables' defaults are the recipe above (vfl_core.auto_rounds)
     "exact": ["--staleness", "0"],
     # the recipe with early stopping's patience of exact rounds (the stale runs' default is
