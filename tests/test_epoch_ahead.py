@@ -99,6 +99,19 @@ def _validations(transport: Recording) -> list[int]:
     ]
 
 
+def _first_block(transport: Recording, i: int, last: int) -> tuple[dict[int, list[RoundCall]], int]:
+    """The calls of the next epoch's first block recorded before the validation at index `i`
+    (of the epoch ending at round `last`), by party, and the index of the call group before
+    them."""
+    firsts: dict[int, list[RoundCall]] = {}
+    j = i - 1
+    while next(iter(transport.calls[j].values())).round_id > last:
+        for b, c in transport.calls[j].items():
+            firsts.setdefault(b, []).append(c)
+        j -= 1
+    return firsts, j
+
+
 def test_given_overlapped_validation_when_an_epoch_ends_then_the_next_goes_ahead_bit_identically(
     tmp_path: Path,
 ) -> None:
@@ -126,12 +139,7 @@ def test_given_overlapped_validation_when_an_epoch_ends_then_the_next_goes_ahead
     for i in ahead:
         calls = transport.calls[i]
         last = next(iter(calls.values())).round_id
-        firsts: dict[int, list[RoundCall]] = {}  # the next epoch's first block's calls, by party
-        j = i - 1
-        while next(iter(transport.calls[j].values())).round_id > last:
-            for b, c in transport.calls[j].items():
-                firsts.setdefault(b, []).append(c)
-            j -= 1
+        firsts, j = _first_block(transport, i, last)
         assert transport.collected[i] <= j + 1  # left before the first block was collected
         assert all(c.after > last for b, c in calls.items() if b in firsts)
         assert not any(calls[b].steps_before for b in firsts.keys() & calls.keys())
@@ -183,12 +191,7 @@ def test_given_epoch_flow_when_the_blocks_run_on_then_bit_identical_to_the_in_pr
         # after each party's last call: the next epoch's first rounds, where it was in them
         assert all(c.after >= 0 for c in calls.values())
         assert any(c.after > last for c in calls.values())
-        firsts: dict[int, list[RoundCall]] = {}  # the next epoch's first block's calls, by party
-        j = i - 1
-        while next(iter(transport.calls[j].values())).round_id > last:
-            for b, c in transport.calls[j].items():
-                firsts.setdefault(b, []).append(c)
-            j -= 1
+        firsts, _ = _first_block(transport, i, last)
         held = [c for cs in firsts.values() for c in cs if c.hold_heads]
         assert held and all(c.fuse is not None for c in held)
         carried = [s for cs in firsts.values() for c in cs for s in c.steps_before]
