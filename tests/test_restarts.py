@@ -47,9 +47,9 @@ BATCH = 16  # 97 rounds per epoch with four parties, about 95 with two
 # with the reference at the same epoch).
 EPOCHS = 5
 # A restarted client needs 10-20 s to import torch on a loaded 2-core machine, while training
-# runs ~50 rounds a second without it: the client test trains long enough (1358 rounds, killed
-# at round 60; back by round 384-613 at load 5-8) to see it come back.
-CLIENT_TEST_EPOCHS = 14
+# runs ~50 rounds a second without it: the client test trains long enough (1067 rounds, killed
+# at round 60; back by round 384-640 at load 5-8.4) to see it come back.
+CLIENT_TEST_EPOCHS = 11
 EVERY = 50  # rounds between checkpoints
 DEADLINE_S = 2.0
 RUN_TIMEOUT_S = 150.0
