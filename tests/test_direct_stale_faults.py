@@ -9,11 +9,11 @@ rounds ahead of their gradients), as on the tables a team actually trains with t
 - a feature party SIGKILLed mid-training and restarted with the same command is left out, the
   rounds go on without it, it restores its checkpoint and trains again; the run finishes and the
   model the coordinator serves predicts;
-- a feature party SIGSTOPped past the deadline is timed out and trains again once SIGCONTed; its
-  late pushes do not crash anyone or mix rounds;
 - the label party frozen briefly (shorter than the deadline), once mid-epoch and once as the
   first epoch ends (its validation sent beside the next epoch's first rounds): nobody is left
-  out, every epoch is scored, and the best epoch's weights are what it keeps;
+  out, every epoch is scored, and the best epoch's weights are what it keeps; then, in the same
+  run, a feature party SIGSTOPped past the deadline is timed out and trains again once
+  SIGCONTed; its late pushes do not crash anyone or mix rounds;
 - a feature party's link cut and restored (network namespaces, root only): it stays alive and
   trains again.
 """
@@ -40,7 +40,7 @@ from vfl_wire.audit import read_audit
 
 # The kill lands at a round count and the test waits for rounds (generous timeouts): it runs on
 # a worker, as tests/test_direct_faults.py's. A freeze past a 1.5 s deadline and pauses shorter
-# than it are bounded in seconds: those run `alone`.
+# than it are bounded in seconds: those run `alone`, in one federation.
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 1.5
@@ -198,14 +198,42 @@ def test_given_stale_direct_rounds_when_a_feature_party_is_killed_and_restarted_
     _no_tracebacks(cluster)
 
 
+def _same_weights(a: Path, b: Path) -> bool:
+    one = torch.load(a, weights_only=True)["state"]
+    two = torch.load(b, weights_only=True)["state"]
+    return all(torch.equal(one["f"][k], two["f"][k]) for k in one["f"])
+
+
+def _pause(client: Client) -> None:
+    """SIGSTOP then SIGCONT, a third of the deadline apart: shorter than the deadline."""
+    client.signal(signal.SIGSTOP)
+    time.sleep(DEADLINE_S / 3)
+    client.signal(signal.SIGCONT)
+
+
 @pytest.mark.alone
-def test_given_stale_direct_rounds_when_a_feature_party_is_frozen_past_the_deadline_then_it_rejoins(
+def test_given_stale_direct_rounds_when_label_party_pauses_and_a_feature_party_freezes_then_held(
     cluster: Cluster, tables: dict[str, Path], tmp_path: Path
 ) -> None:
-    frozen = BLOCKS["retail"]
-    coord, clients = _start(cluster, tables, tmp_path / "ckpt", epochs=60, extra=EVERY_EPOCH)
-    victim = clients["retail"]
+    """One federation, two faults one after the other (each process start costs seconds of
+    torch import; the two faults touch different parties and different claims):
+
+    - the label party paused briefly (shorter than the deadline), once mid-epoch and once as
+      the first epoch ends (its validation sent beside the next epoch's first rounds): it is
+      never left out, every epoch is scored, and the best epoch's weights are what it keeps;
+    - then a feature party SIGSTOPped past the deadline: it is timed out, the rounds go on
+      without it, and once SIGCONTed it trains again; its late pushes do not crash anyone or
+      mix rounds.
+    """
+    ckpt = tmp_path / "ckpt"
+    coord, clients = _start(cluster, tables, ckpt, epochs=60, extra=EVERY_EPOCH)
+    bank, victim, frozen = clients["bank"], clients["retail"], BLOCKS["retail"]
     cluster.wait_rounds(coord, 10, RUN_TIMEOUT_S)
+    _pause(bank)  # mid-epoch
+    cluster.wait_for(lambda: "epoch 1: " in coord.log(), 120, "epoch 1's end")
+    _pause(bank)  # as epoch 1 ends: its validation is out (the late verdict's)
+
+    cluster.wait_rounds(coord, len(coord.rounds()) + 10, RUN_TIMEOUT_S)
     victim.signal(signal.SIGSTOP)
     stopped_at = len(coord.rounds())
 
@@ -223,46 +251,8 @@ def test_given_stale_direct_rounds_when_a_feature_party_is_frozen_past_the_deadl
         assert client.wait(60) == 0, cluster.describe()
 
     _assert_stale_direct(coord)
-    assert all(frozen not in r["updated"] for r in frozen_rounds if frozen not in r["present"])
-    assert frozen in back["present"]
-    _assert_every_round_once(coord)
-    transitions = _transitions(coord, frozen)
-    assert transitions[:2] == [("up", "down"), ("down", "up")], transitions
-    # pushes outside a party's window of rounds (the thawed party's of the rounds given up on,
-    # and the label party's to it of rounds it has not reached) were refused by their
-    # receiver, never mixed into other rounds
-    refused = PUSH_REFUSED.findall("".join(c.log() for c in clients.values()))
-    assert all(not int(a) <= int(r) <= int(b) for r, a, b in refused), refused
-    _no_tracebacks(cluster)
-
-
-def _same_weights(a: Path, b: Path) -> bool:
-    one = torch.load(a, weights_only=True)["state"]
-    two = torch.load(b, weights_only=True)["state"]
-    return all(torch.equal(one["f"][k], two["f"][k]) for k in one["f"])
-
-
-@pytest.mark.alone
-def test_given_stale_direct_rounds_when_the_label_party_pauses_briefly_then_the_best_is_kept(
-    cluster: Cluster, tables: dict[str, Path], tmp_path: Path
-) -> None:
-    ckpt = tmp_path / "ckpt"
-    coord, clients = _start(cluster, tables, ckpt, epochs=6)
-    bank = clients["bank"]
-    cluster.wait_rounds(coord, 10, RUN_TIMEOUT_S)
-    bank.signal(signal.SIGSTOP)  # mid-epoch, shorter than the deadline
-    time.sleep(DEADLINE_S / 3)
-    bank.signal(signal.SIGCONT)
-    cluster.wait_for(lambda: "epoch 1: " in coord.log(), 120, "epoch 1's end")
-    bank.signal(signal.SIGSTOP)  # as epoch 1 ends: its validation is out (the late verdict's)
-    time.sleep(DEADLINE_S / 3)
-    bank.signal(signal.SIGCONT)
-    assert coord.wait(RUN_TIMEOUT_S) == 0, cluster.describe()
-    for client in clients.values():
-        assert client.wait(60) == 0, cluster.describe()
-
-    _assert_stale_direct(coord)
     rounds = _assert_every_round_once(coord)
+    # the label party's pauses
     assert all(0 in r["present"] for r in rounds if 0 in r["pattern"]), (
         "a pause shorter than the deadline left it out"
     )
@@ -274,5 +264,15 @@ def test_given_stale_direct_rounds_when_the_label_party_pauses_briefly_then_the_
     top = min(values) if stop["metric"] in LOWER_IS_BETTER else max(values)
     assert stop["best_epoch"] == next(e for e, v in history.items() if v == top), stop
     assert _same_weights(ckpt / "bank" / "party0.pt", ckpt / "bank" / "party0-best.pt")
+    # the feature party's freeze
+    assert all(frozen not in r["updated"] for r in frozen_rounds if frozen not in r["present"])
+    assert frozen in back["present"]
+    transitions = _transitions(coord, frozen)
+    assert transitions[:2] == [("up", "down"), ("down", "up")], transitions
+    # pushes outside a party's window of rounds (the thawed party's of the rounds given up on,
+    # and the label party's to it of rounds it has not reached) were refused by their
+    # receiver, never mixed into other rounds
+    refused = PUSH_REFUSED.findall("".join(c.log() for c in clients.values()))
+    assert all(not int(a) <= int(r) <= int(b) for r, a, b in refused), refused
     _no_tracebacks(cluster)
     assert not re.search(r"ERROR", coord.log()), coord.tail(60)
