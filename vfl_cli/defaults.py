@@ -24,6 +24,7 @@ TRAIN = {
     "staleness": None,
     "overlap_validation": None,
     "epoch_flow": None,
+    "fresh_own_tower": False,
     "local_steps": 0,
     "early_stop_patience": None,
     "early_stop_min_improvement": 0.01,

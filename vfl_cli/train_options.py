@@ -337,6 +337,15 @@ class TrainOptions:
             ),
         ),
     ] = None
+    fresh_own_tower: Annotated[
+        bool | None,
+        Opt(
+            help="with --staleness and one label party: its own tower exact (embedded at each "
+            "round's fuse with its current weights and stepped there), only the feature "
+            "parties' embeddings stale; changes the math",
+            show_default=shown(T["fresh_own_tower"]),
+        ),
+    ] = None
     validation_fraction: Annotated[
         float | None,
         Opt(

@@ -153,6 +153,11 @@ class Federation:
         self.config = resolve(self.config, self.tabular, sequential)
         if self.config.staleness and not self.pipeline:
             raise ConfigError("staleness needs the pipelined engine (pipeline=True)")
+        if self.config.fresh_own_tower and self.config.staleness and len(self.label_blocks) > 1:
+            raise ConfigError(
+                f"--fresh-own-tower needs one label party, not {len(self.label_blocks)}: the "
+                "other heads train on each label party's embedding as it sent it"
+            )
         self.spec = self.config.spec_for(self.tabular)
         patience = self.config.patience(self.tabular)
         if patience:

@@ -1,0 +1,138 @@
+"""--fresh-own-tower (TrainConfig.fresh_own_tower): under bounded staleness the label party
+embeds its own rows at each round's Fuse with its current tower and steps it there, so its own
+tower trains as with exact rounds; only the feature parties' embeddings are stale.
+
+Shown where it can be shown exactly: when the feature parties' towers never move (the
+`withhold` defence: they receive no gradient and take no step), their embeddings are the same
+whenever they are computed, so a stale run with the option must leave the label party with the
+exact run's tower, heads and optimisers bit for bit, and a stale run without it must not. The
+option is a no-op with exact rounds, and refused where another head reads the label party's
+embedding. (The gRPC direct plane against in process: tests/test_direct_grpc.py.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vfl_core.config import ModelConfig, TrainConfig
+from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.party_dir import PartyData, load_party_dir
+from vfl_core.data.prepare import prepare_parties
+from vfl_core.errors import ConfigError
+from vfl_core.privacy.config import PrivacyConfig
+from vfl_core.protocol import TrainCall, TrainResult
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
+
+K = 3
+SECRET = b"fresh-own-test"
+FROZEN = PrivacyConfig(gradient_defence="withhold")  # the feature parties' towers never move
+
+
+def config(**kwargs: object) -> TrainConfig:
+    base: dict[str, object] = {
+        "seed": 0,
+        "epochs": 2,
+        "batch_size": 64,
+        "lr": 1e-2,
+        "early_stop_patience": 0,
+        "overlap_validation": False,
+        "model": ModelConfig(representation="mlp", embed_dim=8, hidden=(16,)),
+    }
+    return TrainConfig.model_validate({**base, **kwargs})
+
+
+def _digits(root: Path, labels: list[int] | None) -> list[PartyData]:
+    paths = prepare_parties(
+        load_digits_dataset(), root, K, [0.1] * K, [0.1] * K, 0.2, seed=0, label_blocks=labels
+    )
+    return [load_party_dir(p) for p in paths]
+
+
+@pytest.fixture(scope="module")
+def one_label(tmp_path_factory: pytest.TempPathFactory) -> list[PartyData]:
+    """digits in three blocks with missing blocks, labels at block 0 only."""
+    return _digits(tmp_path_factory.mktemp("fresh-one"), [0])
+
+
+class _Watched(InProcessTransport):
+    """The in-process transport, keeping every training embedding each block answered."""
+
+    def __init__(self, parties: dict[int, Party]) -> None:
+        super().__init__(parties)
+        self.sent: dict[int, list[np.ndarray]] = {b: [] for b in parties}
+
+    def train(self, calls: dict[int, TrainCall]) -> Callable[[], dict[int, TrainResult]]:
+        collect = super().train(calls)
+
+        def collected() -> dict[int, TrainResult]:
+            answers = collect()
+            for block, answer in answers.items():
+                self.sent[block].extend(answer.embeddings.values())
+            return answers
+
+        return collected
+
+
+def _train(datas: list[PartyData], cfg: TrainConfig) -> tuple[dict[int, Party], _Watched]:
+    parties = {d.meta.block: Party(f"party{d.meta.block}", d, cfg, secret=SECRET) for d in datas}
+    transport = _Watched(parties)
+    fed = Federation(transport, cfg, progress=False)
+    fed.align()
+    fed.train()
+    return parties, transport
+
+
+def _same_state(a: Party, b: Party) -> bool:
+    """Every weight and optimiser state of the two parties equal bit for bit."""
+    if not np.array_equal(a.parameters_vector(), b.parameters_vector()):
+        return False
+    sa, sb = a.models.state_dict(), b.models.state_dict()
+    for part in ("rep_opts", "head_opts"):
+        for name, opt in sa[part].items():
+            for key, state in opt["state"].items():
+                other = sb[part][name]["state"][key]
+                if any(not np.array_equal(state[k], other[k]) for k in state):
+                    return False
+    return True
+
+
+def test_given_frozen_feature_towers_when_stale_with_fresh_own_tower_then_label_party_as_exact(
+    one_label: list[PartyData],
+) -> None:
+    exact, _ = _train(one_label, config(staleness=0, privacy=FROZEN))
+    fresh, watched = _train(one_label, config(staleness=3, fresh_own_tower=True, privacy=FROZEN))
+    stale, _ = _train(one_label, config(staleness=3, privacy=FROZEN))
+
+    for block in range(1, K):  # (the premise: the feature parties' towers as drawn in each run)
+        assert np.array_equal(exact[block].parameters_vector(), stale[block].parameters_vector())
+    assert _same_state(fresh[0], exact[0])  # tower, heads and optimisers, bit for bit
+    assert not _same_state(stale[0], exact[0])  # (control: staleness alone changes them)
+    # the label party's Embed answers carried zeros of the embedding's shape (no party reads
+    # them); the feature parties' their embeddings
+    assert watched.sent[0] and all(e.shape[1] == 8 and not e.any() for e in watched.sent[0])
+    assert all(e.any() for e in watched.sent[1])
+
+
+def test_given_exact_rounds_when_fresh_own_tower_then_nothing_changes(
+    one_label: list[PartyData],
+) -> None:
+    exact, _ = _train(one_label, config(staleness=0))
+    fresh, _ = _train(one_label, config(staleness=0, fresh_own_tower=True))
+    for block in range(K):
+        assert _same_state(fresh[block], exact[block]), block
+
+
+def test_given_several_label_parties_when_stale_with_fresh_own_tower_then_refused(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    datas = _digits(tmp_path_factory.mktemp("fresh-every"), None)  # every party holds labels
+    cfg = config(staleness=3, fresh_own_tower=True)
+    parties = {d.meta.block: Party(f"party{d.meta.block}", d, cfg, secret=SECRET) for d in datas}
+    with pytest.raises(ConfigError, match="--fresh-own-tower needs one label party, not 3"):
+        Federation(InProcessTransport(parties), cfg, progress=False)
