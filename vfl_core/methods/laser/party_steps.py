@@ -240,7 +240,7 @@ class LaserSteps:
         current = self.rounds.get(call.round_id)
         if current is not None:
             same = np.array_equal(current.rows, call.rows) and current.digest == call.digest
-            if current.embedding is not None or not same:
+            if current.wire is not None or not same:
                 raise ProtocolError(f"round {call.round_id}: fuse repeated with other rows")
             return current
         # With staleness the Fuse lane may reach a party after its Embed lane has started
