@@ -203,6 +203,10 @@ SETTINGS: dict[str, list[str]] = {
     "stale3-p6": ["--staleness", "3", "--overlap-validation", "--early-stop-patience", "6"],
     # the tables' defaults (staleness 3) with the label party's own tower exact
     "fresh-own": ["--fresh-own-tower"],
+    # ... and with staleness 5 and the blocks running on across the epoch's end
+    "fresh-own-s5-flow": [
+        *("--staleness", "5", "--overlap-validation", "--epoch-flow", "--fresh-own-tower"),
+    ],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}

@@ -91,6 +91,10 @@ RECIPES: dict[str, tuple[str, ...]] = {
     ),
     # the defaults with the label party's own tower exact (embedded and stepped at its fuse)
     "fresh-own": ("--fresh-own-tower",),
+    # ... with staleness 5 and the blocks running on across the epoch's end
+    "fresh-own-s5-flow": (
+        "--staleness", "5", "--overlap-validation", "--epoch-flow", "--fresh-own-tower",
+    ),
     "local4": ("--local-steps", "4"),
     "local4-direct": ("--local-steps", "4", "--data-plane", "direct"),
     # a plain split network's recipe on the same towers: batch 256, constant Adam 1e-2,
