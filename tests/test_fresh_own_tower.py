@@ -12,22 +12,26 @@ embedding. (The gRPC direct plane against in process: tests/test_direct_grpc.py.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from vfl_core.auto_rounds import AUTO_STALENESS
 from vfl_core.config import ModelConfig, TrainConfig
-from vfl_core.data.datasets import load_digits_dataset
+from vfl_core.data.datasets import load_diabetes_dataset, load_digits_dataset
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.prepare import prepare_parties
-from vfl_core.errors import ConfigError
+from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.privacy.config import PrivacyConfig
-from vfl_core.protocol import TrainCall, TrainResult
+from vfl_core.protocol import EmbedCall, TrainCall, TrainResult
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
+from vfl_wire.convert_party import embed_call_from_proto, embed_call_to_proto
 
 K = 3
 SECRET = b"fresh-own-test"
@@ -136,3 +140,96 @@ def test_given_several_label_parties_when_stale_with_fresh_own_tower_then_refuse
     parties = {d.meta.block: Party(f"party{d.meta.block}", d, cfg, secret=SECRET) for d in datas}
     with pytest.raises(ConfigError, match="--fresh-own-tower needs one label party, not 3"):
         Federation(InProcessTransport(parties), cfg, progress=False)
+
+
+# ---------------------------------------------------------------- unset: the federation resolves it
+@pytest.fixture(scope="module")
+def diabetes_roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[PartyData]]:
+    """A table in three blocks: labels at block 0 only, and at blocks 0 and 1."""
+    return {
+        name: [
+            load_party_dir(p)
+            for p in prepare_parties(
+                load_diabetes_dataset(),
+                tmp_path_factory.mktemp(f"fresh-table-{name}"),
+                K,
+                [0.1] * K,
+                [0.1] * K,
+                0.2,
+                seed=0,
+                label_blocks=labels,
+            )
+        ]
+        for name, labels in (("one", [0]), ("two", [0, 1]))
+    }
+
+
+def _tables(**kwargs: object) -> TrainConfig:
+    """The tables' recipe: staleness, overlap validation and epoch flow left unset."""
+    return config(epochs=2, overlap_validation=None, early_stop_patience=2, **kwargs)
+
+
+def _run(datas: list[PartyData], cfg: TrainConfig) -> tuple[Federation, dict[int, Party]]:
+    parties = {d.meta.block: Party(f"party{d.meta.block}", d, cfg, secret=SECRET) for d in datas}
+    fed = Federation(_Watched(parties), cfg, progress=False)
+    fed.align()
+    fed.train()
+    return fed, parties
+
+
+def test_given_tables_and_one_label_party_when_unset_then_on_as_if_given(
+    diabetes_roots: dict[str, list[PartyData]],
+) -> None:
+    unset, parties = _run(diabetes_roots["one"], _tables())
+    _, given_parties = _run(diabetes_roots["one"], _tables(fresh_own_tower=True))
+    assert unset.config.fresh_own_tower is True and unset.config.staleness == AUTO_STALENESS
+    assert unset.fresh_own_block == 0
+    assert parties[0].told.fresh_own_tower is None  # a party's own copy leaves it to the calls
+    assert parties[0].laser.fresh_own and not parties[1].laser.fresh_own
+    for block in range(K):
+        assert _same_state(parties[block], given_parties[block]), block
+    sent = unset.transport.sent  # type: ignore[attr-defined]
+    assert sent[0] and all(not e.any() for e in sent[0])  # zeros: its tower runs at Fuse
+
+
+def test_given_tables_and_two_label_parties_when_unset_then_off_with_a_log_line(
+    diabetes_roots: dict[str, list[PartyData]], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="vfl_core.auto_rounds"):
+        fed, parties = _run(diabetes_roots["two"], _tables())
+    assert fed.config.fresh_own_tower is False and fed.config.staleness == AUTO_STALENESS
+    assert fed.fresh_own_block is None
+    assert not any(p.laser.fresh_own for p in parties.values())
+    lines = [r.getMessage() for r in caplog.records if "fresh_own_tower" in r.getMessage()]
+    assert lines == ["fresh_own_tower unset: off, as 2 label parties read each other's embeddings"]
+    sent = fed.transport.sent  # type: ignore[attr-defined]
+    assert sent[1] and all(e.any() for e in sent[1])  # each label party's embedding, as computed
+
+
+def test_given_tables_and_two_label_parties_when_given_then_refused(
+    diabetes_roots: dict[str, list[PartyData]],
+) -> None:
+    cfg = _tables(fresh_own_tower=True)
+    datas = diabetes_roots["two"]
+    parties = {d.meta.block: Party(f"party{d.meta.block}", d, cfg, secret=SECRET) for d in datas}
+    with pytest.raises(ConfigError, match="--fresh-own-tower needs one label party, not 2"):
+        Federation(InProcessTransport(parties), cfg, progress=False)
+
+
+def test_given_fresh_own_when_asked_of_a_feature_party_then_refused(
+    diabetes_roots: dict[str, list[PartyData]],
+) -> None:
+    data = diabetes_roots["one"][1]
+    party = Party("party1", data, config(staleness=3), secret=SECRET)
+    rows = np.arange(4)
+    call = EmbedCall(0, "train", rows, b"", True, fresh_own=True)
+    with pytest.raises(ProtocolError, match="fresh_own asked of party party1, which holds no"):
+        party.laser.embed(call)
+
+
+def test_given_fresh_own_when_it_crosses_the_wire_then_kept() -> None:
+    call = EmbedCall(3, "train", np.arange(4), b"d" * 32, True, (0, 1), fresh_own=True)
+    back = embed_call_from_proto(embed_call_to_proto(call, None))
+    assert back.fresh_own is True and back.blocks == (0, 1)
+    plain = embed_call_from_proto(embed_call_to_proto(replace(call, fresh_own=False), None))
+    assert plain.fresh_own is False

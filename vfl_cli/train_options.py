@@ -343,7 +343,11 @@ class TrainOptions:
             help="with --staleness and one label party: its own tower exact (embedded at each "
             "round's fuse with its current weights and stepped there), only the feature "
             "parties' embeddings stale; changes the math",
-            show_default=shown(T["fresh_own_tower"]),
+            show_default=(
+                "on with the tables' staleness and one label party, else off"
+                if defaults.AUTO_FRESH_OWN_TOWER
+                else "off"
+            ),
         ),
     ] = None
     validation_fraction: Annotated[

@@ -252,7 +252,9 @@ class TrainConfig(_Frozen):
     # them there, so only the feature parties' embeddings are stale; its Embed answer is zeros
     # of the embedding's shape (the same bytes; no other party reads it). One label party only
     # (another head would need its embedding); no effect with exact rounds. Changes the math.
-    fresh_own_tower: bool = False
+    # None (the default): on with the tables' staleness and one label party, else off
+    # (vfl_core.auto_rounds.own_tower: the federation resolves it, as it knows the label parties).
+    fresh_own_tower: bool | None = None
     # Local updates on cached tensors (vfl_core.methods.laser.local_steps; CELU-VFL, FedBCD).
     # 0: none, every update needs a round trip (the paper's Algorithm 1). R >= 1 changes the
     # math: after its exact update of a round, every party takes R more steps on that round's

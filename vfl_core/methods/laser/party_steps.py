@@ -7,8 +7,9 @@ checked against the party's own state (round, rows, digest, shapes) and refused 
 ProtocolError rather than corrupting the model. Calls of a training round are idempotent: a
 retried Embed or Fuse returns the cached answer and a retried Backward does nothing. With
 TrainConfig.local_steps the round's exact update is followed by its local steps
-(vfl_core.methods.laser.local_steps), once. With TrainConfig.fresh_own_tower under staleness, the
-head party embeds its own rows at Fuse with its current tower and steps it there (`fresh_own`).
+(vfl_core.methods.laser.local_steps), once. With TrainConfig.fresh_own_tower under staleness (its
+Embed calls say it: vfl_core.methods.laser.fresh_own), the head party embeds its own rows at Fuse
+with its current tower and steps it there.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ProtocolError, StaleRoundError, VflError
 from vfl_core.methods.gradient_sum import received_gradient
+from vfl_core.methods.laser import fresh_own
 from vfl_core.methods.laser.local_steps import Cache, FuseCache, LocalSteps
 from vfl_core.methods.laser.objective import fuse_mean, sampled_loss
 from vfl_core.methods.laser.stale import StaleEmbeddings
@@ -60,6 +62,7 @@ class _Round:
     stepped: bool = False
     local: Cache | None = None  # with local steps: the round's tensors they reuse
     fresh: torch.Tensor | None = None  # fresh own tower: the rows' features, embedded at Fuse
+    fresh_own: bool = False  # the round embeds at Fuse (EmbedCall.fresh_own)
 
 
 class LaserSteps:
@@ -69,6 +72,9 @@ class LaserSteps:
         self.party = party
         self.spec = party.spec
         self.rounds: dict[int, _Round] = {}  # embedded rounds awaiting Fuse or Backward
+        # its fuses step its own tower: the federation's Embed calls said fresh_own
+        # (TrainConfig.fresh_own_tower as the federation resolved it, which a party cannot)
+        self.fresh_own = False
         # ((f_k steps so far, slots), their weights): the copy rounds embedded since share
         self._stash: tuple[tuple[int, tuple[Subset, ...]], list[stash.Stash]] | None = None
         self._f_steps = 0
@@ -110,10 +116,13 @@ class LaserSteps:
             raise StaleRoundError(
                 f"round {call.round_id} is stale: party is at round {p.last_round}"
             )
+        own = call.fresh_own and fresh_own.taken(p, call.round_id)  # (refused before the rows)
         x = p.batch(call.split, call.rows, call.digest)
-        if self.fresh_own:  # its tower runs at Fuse: what leaves is zeros of the shape
+        if own:  # its tower runs at Fuse: what leaves is zeros of the shape
+            self.fresh_own = True
             wire = np.zeros((len(call.rows), len(slots) * p.config.model.embed_dim), np.float32)
             state = _Round(call.round_id, call.rows, call.digest, slots, None, wire, fresh=x)
+            state.fresh_own = True
             self._start(state)
             return wire
         stashes = self._stashes(slots) if p.config.staleness else None
@@ -268,7 +277,7 @@ class LaserSteps:
         if state.wire is None:
             raise ProtocolError(f"round {call.round_id}: party embedded nothing to update")
         summed = received_gradient(call, self.party.config.wire_dtype)  # parts added here
-        if self.fresh_own:  # its own gradient stepped at Fuse; no other head reads its rows
+        if state.fresh_own:  # its own gradient stepped at Fuse; no other head reads its rows
             if summed is not None:
                 raise ProtocolError(
                     f"round {call.round_id}: fresh_own_tower: party {self.party.party_id} got "
@@ -305,13 +314,6 @@ class LaserSteps:
         for opt in opts:
             opt.step()
         self._f_steps += 1
-
-    @property
-    def fresh_own(self) -> bool:
-        """TrainConfig.fresh_own_tower in effect: a label party under staleness (the
-        federation refuses it with more than one label party: vfl_core.training.engine)."""
-        p = self.party
-        return bool(p.config.fresh_own_tower and p.config.staleness and p.data.meta.has_labels)
 
     def _frozen(self) -> bool:
         """Under the `withhold` label defence a feature-only party's bottom model stays as
