@@ -110,6 +110,7 @@ def _assert_stale_direct(coord: Coordinator) -> None:
     assert results is not None and results["status"] == "ok", results
     train = results["config"]["train"]
     assert (train["staleness"], train["overlap_validation"]) == (AUTO_STALENESS, True), train
+    assert train["epoch_flow"] and train["fresh_own_tower"], train  # the tables' recipe
     assert train["data_plane"] == "direct", train
     assert "data plane: direct (--data-plane auto" in coord.log()
 

@@ -122,6 +122,7 @@ def test_given_stale_direct_rounds_when_a_feature_partys_link_is_cut_and_restore
     assert results["status"] == "ok", results
     train = results["config"]["train"]
     assert (train["staleness"], train["overlap_validation"]) == (AUTO_STALENESS, True), train
+    assert train["epoch_flow"] and train["fresh_own_tower"], train  # the tables' recipe
     assert train["data_plane"] == "direct", train
     assert block in back["present"] and "0" in back["losses"]
     rounds = _rounds(out)
