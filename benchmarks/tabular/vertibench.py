@@ -205,9 +205,10 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "patience15": ("--early-stop-patience", "15"),
     "minimp0.003": ("--min-improvement", "0.003"),
     "smooth0.1": ("--label-smoothing", "0.1"),
-    # the tables' stale defaults with the label party's own tower exact (--fresh-own-tower:
-    # embedded at each round's fuse with its current weights): only the feature parties' stale
-    "fresh_own": ("--fresh-own-tower",),
+    # the tables' earlier defaults (staleness 3) with the label party's own tower exact
+    # (--fresh-own-tower: embedded at each round's fuse with its current weights): only the
+    # feature parties' stale
+    "fresh_own": ("--staleness", "3", "--overlap-validation", "--fresh-own-tower"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`

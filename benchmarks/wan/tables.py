@@ -89,8 +89,9 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "direct-stale5-flow": (
         "--data-plane", "direct", "--staleness", "5", "--overlap-validation", "--epoch-flow",
     ),
-    # the defaults with the label party's own tower exact (embedded and stepped at its fuse)
-    "fresh-own": ("--fresh-own-tower",),
+    # the earlier defaults (staleness 3, the late verdict) with the label party's own tower
+    # exact (embedded and stepped at its fuse)
+    "fresh-own": ("--staleness", "3", "--overlap-validation", "--fresh-own-tower"),
     # ... with staleness 5 and the blocks running on across the epoch's end
     "fresh-own-s5-flow": (
         "--staleness", "5", "--overlap-validation", "--epoch-flow", "--fresh-own-tower",
