@@ -36,7 +36,7 @@ def test_given_nothing_set_when_resolved_then_tables_overlap_rounds_and_images_s
     assert tables.staleness == AUTO_STALENESS == 5
     assert tables.overlap_validation is True
     assert tables.epoch_flow is AUTO_EPOCH_FLOW is True
-    assert tables.fresh_own_tower is None  # a party's: the federation's calls say it
+    assert tables.fresh_own_tower is True  # a party's, as for one label party (calls decide)
     assert tables.data_plane == "auto"
     images = resolve(TrainConfig(), tabular=False)
     assert (images.staleness, images.overlap_validation, images.epoch_flow) == (0, False, False)

@@ -184,7 +184,7 @@ def test_given_tables_and_one_label_party_when_unset_then_on_as_if_given(
     _, given_parties = _run(diabetes_roots["one"], _tables(fresh_own_tower=True))
     assert unset.config.fresh_own_tower is True and unset.config.staleness == AUTO_STALENESS
     assert unset.fresh_own_block == 0
-    assert parties[0].told.fresh_own_tower is None  # a party's own copy leaves it to the calls
+    assert parties[0].told.fresh_own_tower is None  # told unset: the calls say it
     assert parties[0].laser.fresh_own and not parties[1].laser.fresh_own
     for block in range(K):
         assert _same_state(parties[block], given_parties[block]), block

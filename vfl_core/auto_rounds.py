@@ -15,7 +15,9 @@ and anything that needs exact rounds keep them; an explicit `--staleness 0` too.
 The own tower is the one option a party cannot resolve alone: with several label parties the
 other heads read each label party's embedding, which the option leaves at zeros. The federation
 resolves it (it knows the label parties) and its Embed calls say it to the one label party
-(EmbedCall.fresh_own), over either transport; a party's own copy of the config leaves it unset.
+(EmbedCall.fresh_own), over either transport. A party's own copy of the config holds what the
+recipe gives one label party (its checkpoints' config equals the run record's in the common
+case), but it is the calls, not that copy, that the party acts on.
 """
 
 from __future__ import annotations
@@ -78,8 +80,9 @@ def resolve(
     and nothing needs exact rounds (one log line says why it keeps them, unless `quiet`: a
     party, whose coordinator says it); else exact rounds. A staleness given keeps the others
     as given (off where unset, but the late verdict that a given --epoch-flow needs).
-    fresh_own_tower is resolved where `label_parties` (the federation's) is known; a party
-    leaves it as given (the federation's Embed calls say it: EmbedCall.fresh_own)."""
+    fresh_own_tower is resolved for `label_parties` label parties, the federation's; a party
+    (None) resolves it as for one, and acts on the federation's Embed calls instead
+    (EmbedCall.fresh_own)."""
     tables = tabular and train.spec.program is None
     staleness, recipe = train.staleness, False
     if staleness is None:
@@ -106,8 +109,7 @@ def resolve(
         "epoch_flow": flow,
         "data_plane": train.plane(tabular),
     }
-    if label_parties is not None:
-        update["fresh_own_tower"] = own_tower(train, staleness, recipe, label_parties)
+    update["fresh_own_tower"] = own_tower(train, staleness, recipe, label_parties or 1)
     return train.model_copy(update=update)
 
 
