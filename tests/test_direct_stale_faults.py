@@ -50,9 +50,11 @@ ROWS = 3000
 # mid-run, and the parties must be back before its end)
 EVERY_EPOCH = ("--early-stop-patience", "1000")
 # Rounds after those recorded when a fault lands that may still hold the faulty party's
-# embedding: it embeds a block of p = (S + 1) // 2 rounds once it stepped the blocks two before,
-# so two blocks of its embeddings may be on their way (vfl_core.training.direct_stale)
-IN_FLIGHT = 2 * ((AUTO_STALENESS + 1) // 2)
+# embedding (vfl_core.training.direct_stale, blocks of p = (S + 1) // 2 rounds): a round's
+# record leaves once its steps are back, carried by the calls two blocks later, and by then a
+# party may have pushed its embeddings of two blocks more (it embeds block j once it stepped
+# the blocks up to j - 2): 4p rounds, 12 at the tables' staleness 5
+IN_FLIGHT = 4 * ((AUTO_STALENESS + 1) // 2)
 # a receiver's line for a push it refused (vfl_client.data_plane.Mailbox.put)
 PUSH_REFUSED = re.compile(
     r"Push refused: push for round (\d+): this party takes rounds (\d+)\.\.(\d+)"
