@@ -144,24 +144,26 @@ def test_given_several_label_parties_when_stale_with_fresh_own_tower_then_refuse
 
 # ---------------------------------------------------------------- unset: the federation resolves it
 @pytest.fixture(scope="module")
-def diabetes_roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[PartyData]]:
-    """A table in three blocks: labels at block 0 only, and at blocks 0 and 1."""
+def diabetes_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    """A table in three blocks' party directories: labels at block 0 only, and at 0 and 1."""
     return {
-        name: [
-            load_party_dir(p)
-            for p in prepare_parties(
-                load_diabetes_dataset(),
-                tmp_path_factory.mktemp(f"fresh-table-{name}"),
-                K,
-                [0.1] * K,
-                [0.1] * K,
-                0.2,
-                seed=0,
-                label_blocks=labels,
-            )
-        ]
+        name: prepare_parties(
+            load_diabetes_dataset(),
+            tmp_path_factory.mktemp(f"fresh-table-{name}"),
+            K,
+            [0.1] * K,
+            [0.1] * K,
+            0.2,
+            seed=0,
+            label_blocks=labels,
+        )
         for name, labels in (("one", [0]), ("two", [0, 1]))
     }
+
+
+@pytest.fixture(scope="module")
+def diabetes_roots(diabetes_dirs: dict[str, list[Path]]) -> dict[str, list[PartyData]]:
+    return {name: [load_party_dir(p) for p in paths] for name, paths in diabetes_dirs.items()}
 
 
 def _tables(**kwargs: object) -> TrainConfig:
@@ -233,3 +235,26 @@ def test_given_fresh_own_when_it_crosses_the_wire_then_kept() -> None:
     assert back.fresh_own is True and back.blocks == (0, 1)
     plain = embed_call_from_proto(embed_call_to_proto(replace(call, fresh_own=False), None))
     assert plain.fresh_own is False
+
+
+@pytest.mark.slow
+def test_given_two_label_parties_over_grpc_when_unset_then_off_logged_and_recorded(
+    diabetes_dirs: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    """Real processes: each party resolves its copy of the config alone; the coordinator, which
+    knows the label parties once they registered, resolves the own tower off, says why, trains
+    (no label party answers zeros: none is told fresh_own) and records it."""
+    from harness import Cluster
+
+    with Cluster(tmp_path / "cluster") as cluster:
+        coord, clients = cluster.federation(diabetes_dirs["two"], epochs=2)
+        assert coord.wait(240) == 0, cluster.describe()
+        for client in clients:
+            assert client.wait(60) == 0, cluster.describe()
+        log = coord.log_path.read_text()
+        results = coord.results()
+    assert results is not None and results["status"] == "ok", results
+    train = results["config"]["train"]
+    assert (train["staleness"], train["epoch_flow"]) == (AUTO_STALENESS, True), train
+    assert train["fresh_own_tower"] is False, train
+    assert "fresh_own_tower unset: off, as 2 label parties read each other's embeddings" in log
