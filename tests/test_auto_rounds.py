@@ -17,6 +17,7 @@ from vfl_coordinator.config import CoordinatorConfig
 from vfl_coordinator.runner import _exact_where_needed
 from vfl_core.auto_rounds import (
     AUTO_EPOCH_FLOW,
+    AUTO_FRESH_OWN_TOWER,
     AUTO_STALENESS,
     FAULTS,
     check_mixed,
@@ -32,9 +33,10 @@ LOGGER = "vfl_core.auto_rounds"
 
 def test_given_nothing_set_when_resolved_then_tables_overlap_rounds_and_images_stay_exact() -> None:
     tables = resolve(TrainConfig(), tabular=True)
-    assert tables.staleness == AUTO_STALENESS == 3
+    assert tables.staleness == AUTO_STALENESS == 5
     assert tables.overlap_validation is True
-    assert tables.epoch_flow is AUTO_EPOCH_FLOW
+    assert tables.epoch_flow is AUTO_EPOCH_FLOW is True
+    assert tables.fresh_own_tower is True  # a party's, as for one label party (calls decide)
     assert tables.data_plane == "auto"
     images = resolve(TrainConfig(), tabular=False)
     assert (images.staleness, images.overlap_validation, images.epoch_flow) == (0, False, False)
@@ -128,7 +130,26 @@ def test_given_epoch_flow_when_the_rounds_resolve_exact_then_refused() -> None:
     with pytest.raises(ValueError, match="give both"):
         TrainConfig(epoch_flow=True, staleness=0)
     flowing = resolve(TrainConfig(epoch_flow=True), tabular=True)
-    assert (flowing.staleness, flowing.overlap_validation, flowing.epoch_flow) == (3, True, True)
+    assert (flowing.staleness, flowing.overlap_validation, flowing.epoch_flow) == (5, True, True)
+
+
+def test_given_the_own_tower_unset_when_the_federation_resolves_it_then_per_label_parties(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        one = resolve(TrainConfig(), tabular=True, label_parties=1)
+        two = resolve(TrainConfig(), tabular=True, label_parties=2)
+        images = resolve(TrainConfig(), tabular=False, label_parties=1)
+        given_staleness = resolve(TrainConfig(staleness=5), tabular=True, label_parties=1)
+        exact = resolve(TrainConfig(staleness=0, fresh_own_tower=True), True, label_parties=2)
+    assert (one.fresh_own_tower, two.fresh_own_tower) == (True, False)
+    assert two.staleness == one.staleness == AUTO_STALENESS  # the rest of the recipe stays
+    assert images.fresh_own_tower is False and given_staleness.fresh_own_tower is False
+    assert exact.fresh_own_tower is True  # a no-op with exact rounds, as given
+    lines = [r.getMessage() for r in caplog.records if "fresh_own_tower" in r.getMessage()]
+    assert lines == ["fresh_own_tower unset: off, as 2 label parties read each other's embeddings"]
+    with pytest.raises(ConfigError, match="--fresh-own-tower needs one label party, not 2"):
+        resolve(TrainConfig(fresh_own_tower=True), tabular=True, label_parties=2)
 
 
 def test_given_tables_and_images_when_staleness_unset_then_refused() -> None:
@@ -164,6 +185,7 @@ def test_given_tables_and_no_options_when_simulated_then_the_record_shows_the_re
     assert train["staleness"] == AUTO_STALENESS
     assert train["overlap_validation"] is True
     assert train["epoch_flow"] is AUTO_EPOCH_FLOW
+    assert train["fresh_own_tower"] is AUTO_FRESH_OWN_TOWER is True  # labels at one party
     assert train["data_plane"] == "auto"
 
 
@@ -176,10 +198,11 @@ def test_given_tables_and_injected_faults_when_simulated_then_exact_rounds_recor
         False,
         False,
     )
+    assert train["fresh_own_tower"] is False
 
 
 @pytest.mark.slow
-def test_given_tables_over_grpc_and_no_options_when_trained_then_direct_with_staleness_3(
+def test_given_tables_over_grpc_and_no_options_when_trained_then_direct_with_the_recipe(
     tmp_path: Path,
 ) -> None:
     """Real processes over mutual TLS: the coordinator resolves the tables' rounds as each
@@ -213,3 +236,4 @@ def test_given_tables_over_grpc_and_no_options_when_trained_then_direct_with_sta
     assert "data plane: direct (--data-plane auto: every party reaches" in log
     assert (train["staleness"], train["overlap_validation"]) == (AUTO_STALENESS, True)
     assert train["epoch_flow"] is AUTO_EPOCH_FLOW and train["data_plane"] == "direct"
+    assert train["fresh_own_tower"] is AUTO_FRESH_OWN_TOWER  # the coordinator's resolution

@@ -95,6 +95,9 @@ def test_given_csv_tables_and_every_default_when_trained_over_grpc_then_early_st
     stop = results["early_stop"]
     # the tables' default rounds (vfl_core.auto_rounds), whose early stopping waits longer
     assert train.staleness == AUTO_STALENESS and train.overlap_validation
+    # ... with the blocks running on and, one label party, its own tower exact (resolved by
+    # the coordinator; the in-process run below, given them, matches it bit for bit)
+    assert train.epoch_flow and train.fresh_own_tower
     assert stop is not None and stop["patience"] == AUTO_STALE_PATIENCE
     assert stop["metric"] == "brier"
     assert stop["validation_samples"] > 0

@@ -126,6 +126,8 @@ def _call_rounds(calls: list) -> int:
 
 PRIVACY = ["--privacy-embedding-clip", "4", "--privacy-embedding-noise", "0.1"]
 OVERLAP = ["--overlap-validation"]
+FRESH = ["--fresh-own-tower"]
+FLOW_FRESH = ["--epoch-flow", "--fresh-own-tower"]
 OVERLAP_EPOCHS = 5  # a best epoch kept late, and (patience 1) a verdict one epoch late
 
 
@@ -150,6 +152,10 @@ OVERLAP_EPOCHS = 5  # a best epoch kept late, and (patience 1) a verdict one epo
         # block before the validation, which carries the last block's steps; the head validates
         # with the heads it held before that block's first fuse
         ("one_label", [*OVERLAP, "--early-stop-patience", "5", "--staleness", "3", "--epoch-flow"]),
+        # the label party's own tower exact (--fresh-own-tower): embedded and stepped at its
+        # fuse, held with its heads where the next epoch's first fuses precede the validation
+        ("one_label", [*OVERLAP, "--early-stop-patience", "5", "--staleness", "3", *FRESH]),
+        ("one_label", [*OVERLAP, "--early-stop-patience", "5", "--staleness", "3", *FLOW_FRESH]),
     ],
     ids=[
         "three-heads",
@@ -160,6 +166,8 @@ OVERLAP_EPOCHS = 5  # a best epoch kept late, and (patience 1) a verdict one epo
         "one-head-stale1-overlap",
         "one-head-stale3-overlap-ahead",
         "one-head-stale3-flow",
+        "one-head-stale3-overlap-ahead-fresh-own",
+        "one-head-stale3-flow-fresh-own",
     ],
 )
 def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordinator_sees_no_tensor(
@@ -187,6 +195,7 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
         train = TrainConfig.model_validate(config["train"])
         assert train.data_plane == "direct"  # in the run record
         assert train.overlap_validation == ("--overlap-validation" in options)
+        assert train.fresh_own_tower == ("--fresh-own-tower" in options)  # in the run record
         assert (train.wire_dtype == "int8") == ("int8" in options)
         assert (train.privacy.embedding_noise > 0) == ("int8" in options)
         grpc_rounds = coord.rounds()

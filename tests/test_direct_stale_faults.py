@@ -49,6 +49,12 @@ ROWS = 3000
 # early stopping's validation and late verdict stay on, but every epoch runs (a fault must land
 # mid-run, and the parties must be back before its end)
 EVERY_EPOCH = ("--early-stop-patience", "1000")
+# Rounds after those recorded when a fault lands that may still hold the faulty party's
+# embedding (vfl_core.training.direct_stale, blocks of p = (S + 1) // 2 rounds): a round's
+# record leaves once its steps are back, carried by the calls two blocks later, and by then a
+# party may have pushed its embeddings of two blocks more (it embeds block j once it stepped
+# the blocks up to j - 2): 4p rounds, 12 at the tables' staleness 5
+IN_FLIGHT = 4 * ((AUTO_STALENESS + 1) // 2)
 # a receiver's line for a push it refused (vfl_client.data_plane.Mailbox.put)
 PUSH_REFUSED = re.compile(
     r"Push refused: push for round (\d+): this party takes rounds (\d+)\.\.(\d+)"
@@ -110,6 +116,7 @@ def _assert_stale_direct(coord: Coordinator) -> None:
     assert results is not None and results["status"] == "ok", results
     train = results["config"]["train"]
     assert (train["staleness"], train["overlap_validation"]) == (AUTO_STALENESS, True), train
+    assert train["epoch_flow"] and train["fresh_own_tower"], train  # the tables' recipe
     assert train["data_plane"] == "direct", train
     assert "data plane: direct (--data-plane auto" in coord.log()
 
@@ -157,7 +164,7 @@ def test_given_stale_direct_rounds_when_a_feature_party_is_killed_and_restarted_
     restarted = cluster.restart(victim)
     restarted.port()
     back = cluster.wait_for(lambda: _trained_in(coord, killed_at, dead), 120, "the party back")
-    without = [r for r in coord.rounds()[killed_at + 4 : back["round"]] if r["losses"]]
+    without = [r for r in coord.rounds()[killed_at + IN_FLIGHT : back["round"]] if r["losses"]]
     assert without and all(dead not in r["present"] for r in without), without
     cluster.wait_serving(coord, RUN_TIMEOUT_S)
     out = tmp_path / "predictions.csv"
@@ -238,7 +245,7 @@ def test_given_stale_direct_rounds_when_label_party_pauses_and_a_feature_party_f
     stopped_at = len(coord.rounds())
 
     def down_and_on() -> list[dict] | None:
-        later = coord.rounds()[stopped_at + 4 :]
+        later = coord.rounds()[stopped_at + IN_FLIGHT :]
         trained = [r for r in later if frozen not in r["present"] and r["losses"]]
         return later if len(trained) >= 3 else None
 

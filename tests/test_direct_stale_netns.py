@@ -102,7 +102,8 @@ def test_given_stale_direct_rounds_when_a_feature_partys_link_is_cut_and_restore
     cut_at = len(_rounds(out))
 
     def trained_without() -> list[dict] | None:
-        later = _rounds(out)[cut_at + 4 :]  # past the rounds in flight at the cut
+        # past the rounds in flight at the cut: two blocks of (S + 1) // 2 (direct_stale)
+        later = _rounds(out)[cut_at + 2 * ((AUTO_STALENESS + 1) // 2) :]
         missed = [r for r in later if block in r["pattern"] and block not in r["present"]]
         return missed if len([r for r in missed if r["losses"]]) >= 3 else None
 
@@ -122,6 +123,7 @@ def test_given_stale_direct_rounds_when_a_feature_partys_link_is_cut_and_restore
     assert results["status"] == "ok", results
     train = results["config"]["train"]
     assert (train["staleness"], train["overlap_validation"]) == (AUTO_STALENESS, True), train
+    assert train["epoch_flow"] and train["fresh_own_tower"], train  # the tables' recipe
     assert train["data_plane"] == "direct", train
     assert block in back["present"] and "0" in back["losses"]
     rounds = _rounds(out)

@@ -245,13 +245,17 @@ def test_given_staleness_when_trained_then_embeddings_miss_at_most_s_updates(
 # ------------------------------------------------------------------------ over real gRPC
 
 
-@pytest.mark.parametrize(("staleness", "data"), [(0, "all"), (3, "all"), (3, "label-only")])
+@pytest.mark.parametrize(
+    ("staleness", "data", "fresh"),
+    [(0, "all", False), (3, "all", False), (3, "label-only", False), (3, "label-only", True)],
+)
 def test_given_real_grpc_servers_when_pipelined_then_equal_to_in_process(
-    datas: dict[str, list[PartyData]], staleness: int, data: str
+    datas: dict[str, list[PartyData]], staleness: int, data: str, fresh: bool
 ) -> None:
     """Two lanes in flight per party over gRPC give the in-process numbers (and, exact, the
-    sequential engine's), also when a label-only holder's Fuse lane trails its Embed lane."""
-    cfg = config(staleness=staleness)
+    sequential engine's), also when a label-only holder's Fuse lane trails its Embed lane, and
+    with --fresh-own-tower (the label party's Fuse lane then steps its own tower)."""
+    cfg = config(staleness=staleness, fresh_own_tower=fresh)
     remote = parties_of(datas[data], cfg)
     with party_servers(remote, RUN) as registry:
         transport = GrpcTransport(registry, RUN, Deadlines())

@@ -24,6 +24,7 @@ TRAIN = {
     "staleness": None,
     "overlap_validation": None,
     "epoch_flow": None,
+    "fresh_own_tower": None,
     "local_steps": 0,
     "early_stop_patience": None,
     "early_stop_min_improvement": 0.01,
@@ -176,8 +177,9 @@ TASKS = ("classification", "regression")
 MAX_ONEHOT = 16
 AUTO_PATIENCE = 6
 AUTO_STALE_PATIENCE = 10
-AUTO_STALENESS = 3
-AUTO_EPOCH_FLOW = False
+AUTO_STALENESS = 5
+AUTO_EPOCH_FLOW = True
+AUTO_FRESH_OWN_TOWER = True
 AUTO_ROUNDS_PER_EPOCH = 4
 AUTO_MAX_BATCH = 4096
 AUTO_TABLE_LR = 0.005

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from vfl_client.runner import ClientConfig
 from vfl_coordinator.config import CoordinatorConfig, Deadlines
-from vfl_core.auto_rounds import AUTO_EPOCH_FLOW, AUTO_STALENESS
+from vfl_core.auto_rounds import AUTO_EPOCH_FLOW, AUTO_FRESH_OWN_TOWER, AUTO_STALENESS
 from vfl_core.config import (
     AUTO_MAX_BATCH,
     AUTO_PATIENCE,
@@ -74,6 +74,7 @@ def current() -> dict[str, Any]:
         "AUTO_STALE_PATIENCE": AUTO_STALE_PATIENCE,
         "AUTO_STALENESS": AUTO_STALENESS,
         "AUTO_EPOCH_FLOW": AUTO_EPOCH_FLOW,
+        "AUTO_FRESH_OWN_TOWER": AUTO_FRESH_OWN_TOWER,
         "AUTO_ROUNDS_PER_EPOCH": AUTO_ROUNDS_PER_EPOCH,
         "AUTO_MAX_BATCH": AUTO_MAX_BATCH,
         "AUTO_TABLE_LR": AUTO_TABLE_LR,

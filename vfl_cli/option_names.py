@@ -148,6 +148,7 @@ PANELS: dict[str, str] = {
             "min-improvement",
             "overlap-validation",
             "epoch-flow",
+            "fresh-own-tower",
             "validation-fraction",
             "threshold",
             "choice",

@@ -337,6 +337,19 @@ class TrainOptions:
             ),
         ),
     ] = None
+    fresh_own_tower: Annotated[
+        bool | None,
+        Opt(
+            help="with --staleness and one label party: its own tower exact (embedded at each "
+            "round's fuse with its current weights and stepped there), only the feature "
+            "parties' embeddings stale; changes the math",
+            show_default=(
+                "on with the tables' staleness and one label party, else off"
+                if defaults.AUTO_FRESH_OWN_TOWER
+                else "off"
+            ),
+        ),
+    ] = None
     validation_fraction: Annotated[
         float | None,
         Opt(

@@ -3,12 +3,21 @@
 Exact LASER-VFL rounds (the paper's Algorithm 1) cost compute plus one round trip each, so over
 a 50 ms link a table's run waits mostly on the network (benchmarks/results/wan.md). A run on
 tabular parties that leaves TrainConfig.staleness, overlap_validation and epoch_flow unset
-(None) therefore trains with bounded staleness (AUTO_STALENESS: a party's embedding may miss up
-to that many earlier rounds of its own updates) and early stopping's verdict off the critical
-path, and asks for the direct data plane where the parties reach each other
-(TrainConfig.plane). That is a named deviation from the paper's exact rounds, whose cost in
-quality is measured in benchmarks/results/tabular.md (`tabular-sweep-stale`). Images, methods
-with stages and anything that needs exact rounds keep them; an explicit `--staleness 0` too.
+(None) therefore trains with bounded staleness (AUTO_STALENESS: a feature party's embedding may
+miss up to that many earlier rounds of its own updates), early stopping's verdict off the
+critical path, the blocks of rounds run on across an epoch's end (AUTO_EPOCH_FLOW) and the label
+party's own tower exact (AUTO_FRESH_OWN_TOWER, with one label party), and asks for the direct
+data plane where the parties reach each other (TrainConfig.plane). That is a named deviation
+from the paper's exact rounds, whose cost in quality is measured in
+benchmarks/results/tabular.md (`tabular-sweep-fresh-own-s5-flow`). Images, methods with stages
+and anything that needs exact rounds keep them; an explicit `--staleness 0` too.
+
+The own tower is the one option a party cannot resolve alone: with several label parties the
+other heads read each label party's embedding, which the option leaves at zeros. The federation
+resolves it (it knows the label parties) and its Embed calls say it to the one label party
+(EmbedCall.fresh_own), over either transport. A party's own copy of the config holds what the
+recipe gives one label party (its checkpoints' config equals the run record's in the common
+case), but it is the calls, not that copy, that the party acts on.
 """
 
 from __future__ import annotations
@@ -23,11 +32,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A table's staleness when the config leaves it unset: the `stale3` recipe of wan.md.
-AUTO_STALENESS = 3
+# A table's staleness when the config leaves it unset: the `fresh-own-s5` recipe of wan.md.
+AUTO_STALENESS = 5
 # Whether the tables' default also runs the blocks of rounds on across an epoch's end
-# (TrainConfig.epoch_flow, the `stale3-flow` setting of tabular.md's `tabular-sweep-stale`).
-AUTO_EPOCH_FLOW = False
+# (TrainConfig.epoch_flow; tabular.md's `tabular-sweep-fresh-own-s5-flow`).
+AUTO_EPOCH_FLOW = True
+# Whether the tables' default keeps the label party's own tower exact (TrainConfig.
+# fresh_own_tower), where the federation has one label party.
+AUTO_FRESH_OWN_TOWER = True
 
 
 def needs_exact(train: TrainConfig) -> str | None:
@@ -57,13 +69,20 @@ def pin_exact(train: TrainConfig, why: str | None) -> TrainConfig:
 
 
 def resolve(
-    train: TrainConfig, tabular: bool, why_exact: str | None = None, quiet: bool = False
+    train: TrainConfig,
+    tabular: bool,
+    why_exact: str | None = None,
+    quiet: bool = False,
+    label_parties: int | None = None,
 ) -> TrainConfig:
     """`train` with staleness, overlap_validation, epoch_flow and data_plane concrete: the tables'
     recipe where the config leaves them unset, the data are tables, the method has no stages
     and nothing needs exact rounds (one log line says why it keeps them, unless `quiet`: a
     party, whose coordinator says it); else exact rounds. A staleness given keeps the others
-    as given (off where unset, but the late verdict that a given --epoch-flow needs)."""
+    as given (off where unset, but the late verdict that a given --epoch-flow needs).
+    fresh_own_tower is resolved for `label_parties` label parties, the federation's; a party
+    (None) resolves it as for one, and acts on the federation's Embed calls instead
+    (EmbedCall.fresh_own)."""
     tables = tabular and train.spec.program is None
     staleness, recipe = train.staleness, False
     if staleness is None:
@@ -90,7 +109,30 @@ def resolve(
         "epoch_flow": flow,
         "data_plane": train.plane(tabular),
     }
+    update["fresh_own_tower"] = own_tower(train, staleness, recipe, label_parties or 1)
     return train.model_copy(update=update)
+
+
+def own_tower(train: TrainConfig, staleness: int, recipe: bool, label_parties: int) -> bool:
+    """TrainConfig.fresh_own_tower resolved for a federation of `label_parties` label parties
+    at `staleness` (resolved): as given (refused with several, under staleness), else on with
+    the tables' recipe (`recipe`) and one label party; several: off, with one log line why."""
+    given = train.fresh_own_tower
+    recipe = recipe and staleness > 0
+    if given is not None:
+        if given and label_parties > 1 and staleness > 0:
+            raise ConfigError(
+                f"--fresh-own-tower needs one label party, not {label_parties}: the other "
+                "heads train on each label party's embedding as it sent it"
+            )
+        return given
+    if recipe and AUTO_FRESH_OWN_TOWER and label_parties > 1:
+        log.info(
+            "fresh_own_tower unset: off, as %d label parties read each other's embeddings",
+            label_parties,
+        )
+        return False
+    return recipe and AUTO_FRESH_OWN_TOWER
 
 
 def check_mixed(train: TrainConfig, shapes: list[tuple[int, ...]]) -> None:

@@ -247,6 +247,14 @@ class TrainConfig(_Frozen):
     # the math; False: every epoch's end drains the pipeline. None (the default): with the
     # tables' staleness where vfl_core.auto_rounds.AUTO_EPOCH_FLOW says so, else off.
     epoch_flow: bool | None = None
+    # With --staleness: the label party's own tower exact (docs/tabular-defaults.md, "Rounds over
+    # a network"): it embeds its own rows at each round's Fuse with its current weights and steps
+    # them there, so only the feature parties' embeddings are stale; its Embed answer is zeros
+    # of the embedding's shape (the same bytes; no other party reads it). One label party only
+    # (another head would need its embedding); no effect with exact rounds. Changes the math.
+    # None (the default): on with the tables' staleness and one label party, else off
+    # (vfl_core.auto_rounds.own_tower: the federation resolves it, as it knows the label parties).
+    fresh_own_tower: bool | None = None
     # Local updates on cached tensors (vfl_core.methods.laser.local_steps; CELU-VFL, FedBCD).
     # 0: none, every update needs a round trip (the paper's Algorithm 1). R >= 1 changes the
     # math: after its exact update of a round, every party takes R more steps on that round's
@@ -422,6 +430,8 @@ class TrainConfig(_Frozen):
                 "--epoch-flow runs the blocks of --staleness on across an epoch's end, with the "
                 "verdict of --overlap-validation: give both"
             )
+        if self.fresh_own_tower and self.spec.program is not None:
+            raise ValueError(f"method {self.method} has no own tower to keep fresh")
         if self.data_plane == "direct" and (self.staleness or 0) > MAX_DIRECT_STALENESS:
             raise ValueError(
                 f"the direct data plane takes --staleness up to {MAX_DIRECT_STALENESS} "

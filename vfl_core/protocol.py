@@ -120,6 +120,10 @@ class EmbedCall:
     digest: bytes  # sha256 over the keyed ID hashes of the batch, in order
     train: bool
     blocks: tuple[int, ...] = ()  # the blocks asked to embed this batch (baselines' slot layout)
+    # True (a training round's call to the one label party, TrainConfig.fresh_own_tower as the
+    # federation resolved it): the party embeds the rows at the round's Fuse with its current
+    # tower and answers zeros of the shape here (vfl_core.methods.laser.party_steps)
+    fresh_own: bool = False
 
 
 @dataclass(frozen=True)

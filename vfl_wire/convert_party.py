@@ -80,6 +80,7 @@ def embed_call_to_proto(call: EmbedCall, h: vfl_pb2.Header | None) -> vfl_pb2.Em
         digest=call.digest,
         train=call.train,
         blocks=call.blocks,
+        fresh_own=call.fresh_own,
     )
 
 
@@ -91,6 +92,7 @@ def embed_call_from_proto(req: vfl_pb2.EmbedRequest) -> EmbedCall:
         digest=req.digest,
         train=req.train,
         blocks=block_list(req.blocks, "embed blocks"),
+        fresh_own=req.fresh_own,
     )
 
 

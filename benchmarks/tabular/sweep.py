@@ -201,6 +201,13 @@ SETTINGS: dict[str, list[str]] = {
     # the recipe with early stopping's patience of exact rounds (the stale runs' default is
     # vfl_core.config.AUTO_STALE_PATIENCE)
     "stale3-p6": ["--staleness", "3", "--overlap-validation", "--early-stop-patience", "6"],
+    # the tables' earlier defaults (staleness 3, the late verdict) with the label party's own
+    # tower exact (the tables' defaults now: `defaults`, the recipe below)
+    "fresh-own": ["--staleness", "3", "--overlap-validation", "--fresh-own-tower"],
+    # ... and with staleness 5 and the blocks running on across the epoch's end
+    "fresh-own-s5-flow": [
+        *("--staleness", "5", "--overlap-validation", "--epoch-flow", "--fresh-own-tower"),
+    ],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}

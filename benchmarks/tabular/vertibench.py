@@ -205,6 +205,10 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "patience15": ("--early-stop-patience", "15"),
     "minimp0.003": ("--min-improvement", "0.003"),
     "smooth0.1": ("--label-smoothing", "0.1"),
+    # the tables' earlier defaults (staleness 3) with the label party's own tower exact
+    # (--fresh-own-tower: embedded at each round's fuse with its current weights): only the
+    # feature parties' stale
+    "fresh_own": ("--staleness", "3", "--overlap-validation", "--fresh-own-tower"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`
@@ -472,7 +476,11 @@ def worker(payload: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="vfl-tabular-vertibench-") as tmp:
         prep = prepare(table, seed, Path(tmp) / "parties", "partial", blocks)
         every = list(range(len(blocks)))
-        rows.append(simulate_row("federation", prep, every, Path(tmp) / "f.json", None))
+        reused = payload.get("federation_from")
+        if reused and Path(reused).exists():  # the same defaults' row, run before: not again
+            rows += [r for r in read_json(Path(reused))["rows_run"] if r["row"] == "federation"]
+        else:
+            rows.append(simulate_row("federation", prep, every, Path(tmp) / "f.json", None))
         if payload.get("grpc"):  # the same federation over gRPC, real processes on loopback
             rows.append({**grpc_row(prep, Path(tmp) / "grpc", None), "cpu_seconds": None})
         if "splitnn" in wanted:
@@ -516,6 +524,11 @@ def grid(args: argparse.Namespace) -> list[Task]:
                 "data_path": data_path,
                 "grpc": f"{table}/{split}" in args.grpc,
                 "rows": list(args.rows),
+                "federation_from": (
+                    str(args.federation_from / table / f"{split}-s{seed}.json")
+                    if args.federation_from
+                    else None
+                ),
             },
             args.out / table / f"{split}-s{seed}.json",
         )
@@ -1094,6 +1107,13 @@ def main() -> None:
         default=[],
         metavar="TABLE/SPLIT",
         help="cells whose federation also runs over gRPC (a coordinator and a client a party)",
+    )
+    parser.add_argument(
+        "--federation-from",
+        type=Path,
+        metavar="GRID",
+        help="take each cell's federation row from this grid run's same cell (run with the "
+        "same defaults) instead of running it again",
     )
     parser.add_argument("--summarise", type=Path)
     parser.add_argument("--diagnosis", type=Path, help="summarise a `--rows` run")

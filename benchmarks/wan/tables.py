@@ -89,6 +89,13 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "direct-stale5-flow": (
         "--data-plane", "direct", "--staleness", "5", "--overlap-validation", "--epoch-flow",
     ),
+    # the earlier defaults (staleness 3, the late verdict) with the label party's own tower
+    # exact (embedded and stepped at its fuse)
+    "fresh-own": ("--staleness", "3", "--overlap-validation", "--fresh-own-tower"),
+    # ... with staleness 5 and the blocks running on across the epoch's end
+    "fresh-own-s5-flow": (
+        "--staleness", "5", "--overlap-validation", "--epoch-flow", "--fresh-own-tower",
+    ),
     "local4": ("--local-steps", "4"),
     "local4-direct": ("--local-steps", "4", "--data-plane", "direct"),
     # a plain split network's recipe on the same towers: batch 256, constant Adam 1e-2,

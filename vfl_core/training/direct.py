@@ -147,7 +147,15 @@ def round_calls(fed: RoundRun, r: RoundInFlight, holders: tuple[int, ...]) -> di
     al = fed.alignments["train"]
     digest = al.digest(r.batch.index)
     embeds = {
-        b: EmbedCall(r.round_id, "train", al.rows_of(b, r.batch.index), digest, True, r.callees)
+        b: EmbedCall(
+            r.round_id,
+            "train",
+            al.rows_of(b, r.batch.index),
+            digest,
+            True,
+            r.callees,
+            fresh_own=b == fed.fresh_own_block,
+        )
         for b in r.callees
     }
     placeholders = dict.fromkeys(r.callees, np.empty(0, np.float32))  # who, not what

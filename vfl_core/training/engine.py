@@ -150,7 +150,10 @@ class Federation:
         # as every party resolves them from its own features
         check_mixed(self.config, [tuple(i.feature_shape) for i in self.infos.values()])
         sequential = None if self.pipeline else "the sequential engine runs one round at a time"
-        self.config = resolve(self.config, self.tabular, sequential)
+        # fresh_own_tower too, as only the federation knows its label parties (its Embed calls
+        # tell the one label party: fresh_own_block)
+        labels = len(self.label_blocks)
+        self.config = resolve(self.config, self.tabular, sequential, label_parties=labels)
         if self.config.staleness and not self.pipeline:
             raise ConfigError("staleness needs the pipelined engine (pipeline=True)")
         self.spec = self.config.spec_for(self.tabular)
@@ -353,6 +356,13 @@ class Federation:
     @property
     def label_blocks(self) -> tuple[int, ...]:
         return tuple(sorted(b for b, i in self.infos.items() if i.has_labels))
+
+    @property
+    def fresh_own_block(self) -> int | None:
+        """The label party whose training Embed calls say fresh_own (TrainConfig.fresh_own_tower
+        in effect: resolved on, under staleness, one label party); None: no party's."""
+        c, labels = self.config, self.label_blocks
+        return labels[0] if c.fresh_own_tower and c.staleness and len(labels) == 1 else None
 
     @property
     def num_blocks(self) -> int:

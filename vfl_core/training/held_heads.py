@@ -7,7 +7,8 @@ the party's state at the epoch's end is its tower after the last step and its he
 next epoch's first fuse: the first call that fuses in the next epoch holds a copy of the heads
 (`hold`, RoundCall.hold_heads), and the validation runs with that copy in place (`in_place`):
 it predicts with the heads of the epoch's end, and a copy it holds for the late verdict
-(Party.hold_snapshot) is the state of the epoch's end, as the in-process federation's.
+(Party.hold_snapshot) is the state of the epoch's end, as the in-process federation's. With
+--fresh-own-tower a label party's fuse steps its own tower too: the copy holds the tower as well.
 """
 
 from __future__ import annotations
@@ -17,18 +18,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from vfl_core.model.slots import name_key
-
 if TYPE_CHECKING:
     from vfl_core.training.party import Party
 
 HEADS = ("heads", "head_opts")  # ModelBank.state_dict's entries of the heads and their optimisers
+TOWER = ("reps", "rep_opts")  # ... and of the towers
+
+
+def _fused(party: Party) -> tuple[str, ...]:
+    """What a fuse changes: the heads, and the own tower with --fresh-own-tower."""
+    return HEADS + TOWER if party.laser.fresh_own else HEADS
 
 
 def hold(party: Party, round_id: int) -> None:
-    """Before round `round_id`'s fuse: a copy of the heads (weights and optimisers) as now."""
+    """Before round `round_id`'s fuse: a copy of what it changes (weights and optimisers) as now."""
     state = party.models.state_dict()
-    party.held_heads = (round_id, copy.deepcopy({k: state[k] for k in HEADS}))
+    party.held_heads = (round_id, copy.deepcopy({k: state[k] for k in _fused(party)}))
 
 
 @contextmanager
@@ -40,7 +45,7 @@ def in_place(party: Party, round_id: int) -> Iterator[None]:
         yield
         return
     state = party.models.state_dict()
-    now = copy.deepcopy({k: state[k] for k in HEADS})
+    now = copy.deepcopy({k: state[k] for k in held[1]})
     _load(party, held[1])
     try:
         yield
@@ -48,8 +53,5 @@ def in_place(party: Party, round_id: int) -> Iterator[None]:
         _load(party, now)
 
 
-def _load(party: Party, heads: dict) -> None:
-    models = party.models
-    for name, sd in heads["heads"].items():
-        models.head(name_key(name)).load_state_dict(sd)
-        models.head_opts[name_key(name)].load_state_dict(heads["head_opts"][name])
+def _load(party: Party, held: dict) -> None:
+    party.models.load_state_dict({**{key: {} for key in HEADS + TOWER}, **held})

@@ -42,7 +42,15 @@ class LaserRound:
         digest = al.digest(batch.index)
         callees = tuple(b for b in batch.pattern if fed.liveness.should_call(b, fed.tick))
         calls = {
-            b: EmbedCall(round_id, "train", al.rows_of(b, batch.index), digest, True, callees)
+            b: EmbedCall(
+                round_id,
+                "train",
+                al.rows_of(b, batch.index),
+                digest,
+                True,
+                callees,
+                fresh_own=b == fed.fresh_own_block,
+            )
             for b in callees
         }
         where = f"round {round_id}"

@@ -237,10 +237,10 @@ class Party:
     def embedded_shape(self, round_id: int) -> tuple[int, int] | None:
         """The shape of the training embedding kept for `round_id` and not yet stepped (None:
         none), for an earlier round's Backward on the direct plane with staleness."""
-        state = self.laser.rounds.get(round_id)
-        if state is None or state.embedding is None or state.stepped:
+        state = self.laser.rounds.get(round_id)  # (what it sent: its shape, also before a
+        if state is None or state.wire is None or state.stepped:  # --fresh-own-tower's Fuse)
             return None
-        return (int(state.embedding.shape[0]), int(state.embedding.shape[1]))
+        return (int(state.wire.shape[0]), int(state.wire.shape[1]))
 
     def embedded(self, round_id: int) -> bool:
         return self.embedded_shape(round_id) is not None
@@ -248,7 +248,7 @@ class Party:
     def oldest_unstepped(self) -> int | None:
         """The earliest round kept whose embedding f_k has not stepped on yet (None: none)."""
         rounds = self.laser.rounds
-        due = [r for r, s in rounds.items() if s.embedding is not None and not s.stepped]
+        due = [r for r, s in rounds.items() if s.wire is not None and not s.stepped]
         return min(due, default=None)
 
     def train(self, call: TrainCall) -> TrainResult:

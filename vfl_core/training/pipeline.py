@@ -247,7 +247,8 @@ def _start_f(
         r.callees = tuple(b for b in r.batch.pattern if fed.liveness.should_call(b, r.tick))
         for b in r.callees:
             rows = al.rows_of(b, r.batch.index)
-            embeds[b].append(EmbedCall(r.round_id, "train", rows, digest, True, r.callees))
+            own = b == fed.fresh_own_block
+            embeds[b].append(EmbedCall(r.round_id, "train", rows, digest, True, r.callees, own))
     due = {r.round_id: r for steps in backward.values() for r, _ in steps}
     stepping = [due[i] for i in sorted(due)]
     calls = {

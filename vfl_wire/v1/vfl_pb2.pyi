@@ -254,7 +254,7 @@ class ClassWeightsReply(_message.Message):
     def __init__(self, present: _Optional[bool] = ..., weights: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("header", "round_id", "split", "rows", "digest", "train", "blocks")
+    __slots__ = ("header", "round_id", "split", "rows", "digest", "train", "blocks", "fresh_own")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
@@ -262,6 +262,7 @@ class EmbedRequest(_message.Message):
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     TRAIN_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    FRESH_OWN_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
     split: str
@@ -269,7 +270,8 @@ class EmbedRequest(_message.Message):
     digest: bytes
     train: bool
     blocks: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., train: _Optional[bool] = ..., blocks: _Optional[_Iterable[int]] = ...) -> None: ...
+    fresh_own: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., train: _Optional[bool] = ..., blocks: _Optional[_Iterable[int]] = ..., fresh_own: _Optional[bool] = ...) -> None: ...
 
 class EmbedReply(_message.Message):
     __slots__ = ("round_id", "embedding")

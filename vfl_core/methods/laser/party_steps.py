@@ -7,7 +7,9 @@ checked against the party's own state (round, rows, digest, shapes) and refused 
 ProtocolError rather than corrupting the model. Calls of a training round are idempotent: a
 retried Embed or Fuse returns the cached answer and a retried Backward does nothing. With
 TrainConfig.local_steps the round's exact update is followed by its local steps
-(vfl_core.methods.laser.local_steps), once.
+(vfl_core.methods.laser.local_steps), once. With TrainConfig.fresh_own_tower under staleness (its
+Embed calls say it: vfl_core.methods.laser.fresh_own), the head party embeds its own rows at Fuse
+with its current tower and steps it there.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ProtocolError, StaleRoundError, VflError
 from vfl_core.methods.gradient_sum import received_gradient
+from vfl_core.methods.laser import fresh_own
 from vfl_core.methods.laser.local_steps import Cache, FuseCache, LocalSteps
 from vfl_core.methods.laser.objective import fuse_mean, sampled_loss
 from vfl_core.methods.laser.stale import StaleEmbeddings
@@ -58,6 +61,8 @@ class _Round:
     own_grad: torch.Tensor | None = None  # dL_k/dE_k from the party's own heads
     stepped: bool = False
     local: Cache | None = None  # with local steps: the round's tensors they reuse
+    fresh: torch.Tensor | None = None  # fresh own tower: the rows' features, embedded at Fuse
+    fresh_own: bool = False  # the round embeds at Fuse (EmbedCall.fresh_own)
 
 
 class LaserSteps:
@@ -67,6 +72,9 @@ class LaserSteps:
         self.party = party
         self.spec = party.spec
         self.rounds: dict[int, _Round] = {}  # embedded rounds awaiting Fuse or Backward
+        # its fuses step its own tower: the federation's Embed calls said fresh_own
+        # (TrainConfig.fresh_own_tower as the federation resolved it, which a party cannot)
+        self.fresh_own = False
         # ((f_k steps so far, slots), their weights): the copy rounds embedded since share
         self._stash: tuple[tuple[int, tuple[Subset, ...]], list[stash.Stash]] | None = None
         self._f_steps = 0
@@ -108,7 +116,15 @@ class LaserSteps:
             raise StaleRoundError(
                 f"round {call.round_id} is stale: party is at round {p.last_round}"
             )
+        own = call.fresh_own and fresh_own.taken(p, call.round_id)  # (refused before the rows)
         x = p.batch(call.split, call.rows, call.digest)
+        if own:  # its tower runs at Fuse: what leaves is zeros of the shape
+            self.fresh_own = True
+            wire = np.zeros((len(call.rows), len(slots) * p.config.model.embed_dim), np.float32)
+            state = _Round(call.round_id, call.rows, call.digest, slots, None, wire, fresh=x)
+            state.fresh_own = True
+            self._start(state)
+            return wire
         stashes = self._stashes(slots) if p.config.staleness else None
         embedding = self._embed(x, slots, train=True, stashes=stashes)  # (B, len(slots) * d)
         local = Cache(x, embedding.detach()) if self.local.steps else None
@@ -181,6 +197,8 @@ class LaserSteps:
             for b, e in sorted(call.embeddings.items())
             if b != p.block
         }
+        if state.fresh is not None:  # its current tower: exact for its own features
+            state.embedding = p.guard.embedding(self._embed(state.fresh, state.slots, train=True))
         own = None if state.embedding is None else state.embedding.detach().requires_grad_(True)
         embeddings = others if own is None else {p.block: own, **others}
         if self.stale is not None:  # absent blocks answer with what they sent last time
@@ -197,6 +215,9 @@ class LaserSteps:
         )
         loss = self.heads.train(tasks, embeddings, blocks, state.rows, call.epoch)
         state.own_grad = None if own is None else _grad_or_zeros(own)
+        if state.fresh is not None:  # stepped now: the next round's Fuse embeds with it
+            state.fresh = None
+            self._step(state, state.own_grad, call.epoch)
         # the batch's labels, once, for a gradient defence that reads them (vfl_core.privacy)
         guarded = p.guard.config.gradient_defence != "none"
         labels = p.targets(state.rows).reshape(-1) if guarded else None
@@ -228,7 +249,7 @@ class LaserSteps:
         current = self.rounds.get(call.round_id)
         if current is not None:
             same = np.array_equal(current.rows, call.rows) and current.digest == call.digest
-            if current.embedding is not None or not same:
+            if current.wire is not None or not same:
                 raise ProtocolError(f"round {call.round_id}: fuse repeated with other rows")
             return current
         # With staleness the Fuse lane may reach a party after its Embed lane has started
@@ -253,10 +274,19 @@ class LaserSteps:
         state = self._current(call.round_id, "backward")
         if state.stepped:
             return
-        if state.embedding is None:
+        if state.wire is None:
             raise ProtocolError(f"round {call.round_id}: party embedded nothing to update")
-        grad, received = state.own_grad, None
         summed = received_gradient(call, self.party.config.wire_dtype)  # parts added here
+        if state.fresh_own:  # its own gradient stepped at Fuse; no other head reads its rows
+            if summed is not None:
+                raise ProtocolError(
+                    f"round {call.round_id}: fresh_own_tower: party {self.party.party_id} got "
+                    "another head's gradient for its own tower (the option needs one head party)"
+                )
+            state.stepped = True
+            return
+        assert state.embedding is not None
+        grad, received = state.own_grad, None
         if summed is not None:
             width = state.embedding.shape[1]
             received = self.party.from_wire(summed, "summed gradient", len(state.rows), width)
@@ -265,9 +295,15 @@ class LaserSteps:
         if grad is None or self._frozen():
             state.local = None
             return
+        self._step(state, grad, call.epoch)
+        self._local_steps(state, received, call.epoch)
+
+    def _step(self, state: _Round, grad: torch.Tensor, epoch: int) -> None:
+        """f_k's step on the round's embedding with gradient `grad` (B, width)."""
+        assert state.embedding is not None
         models = self.party.models
         opts = [models.rep_opts[k] for k in state.slots]
-        models.set_lr(opts, call.epoch)
+        models.set_lr(opts, epoch)
         for opt in opts:
             opt.zero_grad(set_to_none=True)
         if state.stashes is None:
@@ -278,7 +314,6 @@ class LaserSteps:
         for opt in opts:
             opt.step()
         self._f_steps += 1
-        self._local_steps(state, received, call.epoch)
 
     def _frozen(self) -> bool:
         """Under the `withhold` label defence a feature-only party's bottom model stays as
