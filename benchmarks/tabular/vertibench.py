@@ -208,6 +208,15 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     # the tables' stale defaults with the label party's own tower exact (--fresh-own-tower:
     # embedded at each round's fuse with its current weights): only the feature parties' stale
     "fresh_own": ("--fresh-own-tower",),
+    # ... with staleness 5 and the blocks running on across an epoch's end (the recipe within
+    # 1.5x of RTT 0's time over a 50 ms link: wan.md, `tables-fresh-own-s5`)
+    "fresh_own_s5_flow": (
+        "--staleness",
+        "5",
+        "--overlap-validation",
+        "--epoch-flow",
+        "--fresh-own-tower",
+    ),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`
