@@ -209,6 +209,15 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     # (--fresh-own-tower: embedded at each round's fuse with its current weights): only the
     # feature parties' stale
     "fresh_own": ("--staleness", "3", "--overlap-validation", "--fresh-own-tower"),
+    # ... with staleness 5 and the blocks running on across an epoch's end: the tables'
+    # defaults since (wan.md, `tables-fresh-own-s5`), spelled out so the row keeps its meaning
+    "fresh_own_s5_flow": (
+        "--staleness",
+        "5",
+        "--overlap-validation",
+        "--epoch-flow",
+        "--fresh-own-tower",
+    ),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`
