@@ -163,7 +163,9 @@ def test_given_subset_choice_when_evaluated_then_never_worse_than_a_subset_on_va
         value = next(c.value for c in cands if c.blocks == kept)
         scored = [c.value for c in cands if c.value is not None and c.scored >= cands[0].scored]
         assert value is not None and value <= min(scored)  # Brier: lower is better
-    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
+    # the rule on LASER-VFL's subsets (the concatenating heads, which the defaults weigh
+    # against them on the pooled validation below, left out)
+    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST, concat_head=False))
     assert fed.choice.candidates
     for pattern, cands in fed.choice.candidates.items():
         kept = next(c for c in cands if c.blocks == fed.choice.kept(pattern))
@@ -172,6 +174,13 @@ def test_given_subset_choice_when_evaluated_then_never_worse_than_a_subset_on_va
         assert all(kept.value - c.value <= c.error for c in usable)
         if kept is not cands[0]:
             assert cands[0].value - kept.value > kept.error
+    # by default: where the concatenating heads replace LASER-VFL's with its subsets, they beat
+    # them on the pooled validation by more than their own standard error (the same rule)
+    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
+    if fed.choice.heads:
+        laser, concat = fed.choice.pooled
+        assert concat.value is not None and laser.value is not None and concat.error is not None
+        assert laser.value - concat.value > concat.error
     plain = TrainConfig(**FAST, subset_choice="plain", threshold=0.5)
     fed, _ = _trained(load_table_federation(tuple(tables)), plain)
     assert not fed.choice.subsets and fed.choice.threshold is None and fed.threshold is None
