@@ -231,7 +231,7 @@ def test_given_a_skewed_histogram_when_choosing_by_rule_then_auto_keeps_accuracy
     0.5 (ties go to the edge nearest 0.5), 'f1' moves to 0.4."""
     hist = np.zeros((2, AUC_BINS), dtype=np.int64)
     hist[0, 200], hist[0, 400], hist[1, 400] = 78, 12, 10
-    assert choice.THRESHOLD_METRIC == {"auto": "accuracy", "f1": "f1"}
+    assert choice.THRESHOLD_METRIC["auto"] == "accuracy" and choice.THRESHOLD_METRIC["f1"] == "f1"
     assert choice.best_threshold(hist, "accuracy") == (0.5, 0.9, 0.9)
     threshold, f1, plain = choice.best_threshold(hist, "f1")
     assert threshold == 0.4 and f1 == pytest.approx(0.625) and plain == 0.0

@@ -313,8 +313,10 @@ def _choice_lines(choice: dict | None) -> list[str]:
     if choice.get("threshold") is not None:
         plain, tuned = choice["threshold_f1"]
         metric = "F1" if choice.get("threshold_metric", "f1") == "f1" else "accuracy"
+        rule = choice.get("threshold_rule")
         lines.append(
-            f"decision threshold {choice['threshold']:.3f} chosen on validation "
+            f"decision threshold {choice['threshold']:.3f} chosen on validation"
+            f"{f' by {rule}' if rule else ''} "
             f"(validation {metric} {100 * plain:.2f} at 0.5 -> {100 * tuned:.2f})"
         )
     for pick in choice.get("subsets", []):

@@ -34,7 +34,7 @@ def _known_method(name: str) -> str:
 
 
 # The thresholds the validation split chooses (vfl_core.inference.choice.THRESHOLD_METRIC).
-THRESHOLD_RULES = ("auto", "f1")
+THRESHOLD_RULES = ("auto", "accuracy", "accuracy-1se", "platt", "f1")
 # The most --staleness the direct data plane takes (vfl_core.training.direct_stale: a party's
 # mailbox takes pushes up to 8 rounds ahead of its current round, and 2 + 2 * ((S + 1) // 2)
 # rounds are in flight)
@@ -42,7 +42,8 @@ MAX_DIRECT_STALENESS = 5
 
 
 def _threshold(value: object) -> object:
-    """'auto', 'f1', or a probability strictly between 0 and 1 (a number or its text)."""
+    """A rule of THRESHOLD_RULES, or a probability strictly between 0 and 1 (a number or its
+    text)."""
     if value in THRESHOLD_RULES:
         return value
     try:
@@ -52,8 +53,8 @@ def _threshold(value: object) -> object:
     if not 0 < number < 1:
         raise PydanticCustomError(
             "threshold",
-            "must be auto or a probability strictly between 0 and 1 (or f1), not {value}",
-            {"value": repr(value)},
+            "must be auto or a probability strictly between 0 and 1 (or {rules}), not {value}",
+            {"value": repr(value), "rules": ", ".join(THRESHOLD_RULES[1:])},
         )
     return number
 
@@ -86,9 +87,14 @@ def _auto_or(kind: type, floor: float) -> object:
     return BeforeValidator(check)
 
 
-# A binary task's decision threshold: chosen on validation ("auto": the best accuracy there,
-# "f1": the best F1) or P(positive) at or above which the positive class is predicted.
-Threshold = Annotated[Literal["auto", "f1"] | float, BeforeValidator(_threshold)]
+# A binary task's decision threshold: chosen on validation ("auto": choice.AUTO_THRESHOLD's
+# rule; "accuracy": the best accuracy there; "accuracy-1se": that only if it beats 0.5 by more
+# than one standard error; "platt": Platt scaling's; "f1": the best F1) or P(positive) at or
+# above which the positive class is predicted (vfl_core.inference.choice).
+Threshold = Annotated[
+    Literal["auto", "accuracy", "accuracy-1se", "platt", "f1"] | float,
+    BeforeValidator(_threshold),
+]
 # Early stopping's patience when the config leaves it to the data (TrainConfig.patience), and
 # the validation samples it then needs: on a smaller split the watched metric is mostly noise and
 # stopped too early (docs/tabular-defaults.md: breast cancer, 47 validation samples). 6 epochs
@@ -280,11 +286,13 @@ class TrainConfig(_Frozen):
     # What the validation split chooses after training (vfl_core.inference.choice); both need
     # one (early stopping on) and read only its rows. `threshold`: a binary task's decision
     # threshold on the positive-class probability, "auto" (the best accuracy on validation:
-    # what a table is judged by, docs/tabular-defaults.md), "f1" (the best F1 there) or a
-    # number (0.5: the plain argmax). `subset_choice`: "validation" predicts each observed set
-    # from the subset of its parties that scores best on validation by more than its standard
-    # error (else the full set: the one-standard-error rule); "best" from the strictly best
-    # one there (the full set on ties); "plain" from the full set, as the paper does.
+    # what a table is judged by, docs/tabular-defaults.md), "accuracy-1se" (that, if better
+    # than 0.5 by more than one standard error), "platt" (Platt scaling's), "f1" (the best F1
+    # there) or a number (0.5: the plain argmax). `subset_choice`: "validation" predicts each
+    # observed set from the subset of its parties that scores best on validation by more than
+    # its standard error (else the full set: the one-standard-error rule); "best" from the
+    # strictly best one there (the full set on ties); "plain" from the full set, as the paper
+    # does.
     threshold: Threshold = "auto"
     subset_choice: Literal["validation", "best", "plain"] = "validation"
     # LASER-VFL: each label party also trains a head on the zero-filled concatenation of the

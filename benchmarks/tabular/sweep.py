@@ -38,6 +38,11 @@ SETTINGS: dict[str, list[str]] = {
     "f1": ["--threshold", "f1"],
     "f1+alone": ["--threshold", "f1"],
     "t0.5": ["--threshold", "0.5"],
+    # the decision threshold by other rules than the best validation accuracy's argmax
+    # (vfl_core.inference.choice: one standard error over 0.5; Platt scaling)
+    "t-accuracy": ["--threshold", "accuracy"],
+    "t-se": ["--threshold", "accuracy-1se"],
+    "t-platt": ["--threshold", "platt"],
     "head-mlp": ["--head", "mlp"],
     "own-sets": ["--no-serve-feature-only"],
     "wd1e-3": ["--weight-decay", "1e-3"],

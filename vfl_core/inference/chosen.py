@@ -35,6 +35,7 @@ class ValidationChoice:
     # the rule's validation score (THRESHOLD_METRIC) at 0.5 and at the threshold
     threshold_f1: tuple[float, float] | None = None
     threshold_metric: str | None = None  # the rule's metric, once a threshold is chosen
+    threshold_rule: str | None = None  # the TrainConfig.threshold rule that chose it ("auto"'s)
 
     def kept(self, available: Pattern) -> Pattern:
         """The parties of an observed set that predict it (all of them where nothing was
@@ -51,6 +52,7 @@ class ValidationChoice:
             "threshold": self.threshold,
             "threshold_f1": None if self.threshold_f1 is None else list(self.threshold_f1),
             "threshold_metric": self.threshold_metric,
+            "threshold_rule": self.threshold_rule,
             "subsets": [
                 {"observed": list(p), "kept": list(s)} for p, s in sorted(self.subsets.items())
             ],
@@ -78,6 +80,7 @@ class ValidationChoice:
             threshold_f1=None if f1 is None else (float(f1[0]), float(f1[1])),
             # older files wrote "f1" whether or not a threshold was chosen (the F1 rule)
             threshold_metric=saved.get("threshold_metric") if saved.get("threshold") else None,
+            threshold_rule=saved.get("threshold_rule") if saved.get("threshold") else None,
             heads={tuple(h["observed"]): str(h["head"]) for h in saved.get("heads", [])},
             pooled=[_candidate_of(x) for x in saved.get("pooled", [])],
         )

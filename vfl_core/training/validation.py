@@ -18,6 +18,7 @@ import numpy as np
 from vfl_core.config import THRESHOLD_RULES
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.inference.choice import (
+    AUTO_THRESHOLD,
     THRESHOLD_METRIC,
     ValidationChoice,
     choose_heads_pooled,
@@ -258,9 +259,11 @@ class Validator:
                 choice.threshold, tuned, plain = found
                 choice.threshold_f1 = (plain, tuned)
                 choice.threshold_metric = THRESHOLD_METRIC[str(rule)]
+                choice.threshold_rule = AUTO_THRESHOLD if rule == "auto" else str(rule)
                 log.info(
-                    "validation: decision threshold %.3f (%s %.4f; at 0.5: %.4f)",
+                    "validation: decision threshold %.3f by %s (%s %.4f; at 0.5: %.4f)",
                     choice.threshold,
+                    choice.threshold_rule,
                     choice.threshold_metric,
                     tuned,
                     plain,
