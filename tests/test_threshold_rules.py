@@ -81,6 +81,13 @@ def test_given_a_three_sample_gain_on_288_when_one_standard_error_then_half_stay
     assert threshold == 0.5 and accuracy == plain == pytest.approx((288 - 9) / 288)
 
 
+def test_given_one_sample_gained_of_one_changed_when_one_standard_error_then_half_stays() -> None:
+    """A gain of 1 with 1 changed equals its standard error sqrt(1): never more than it."""
+    hist = _one_se_case(right=1, wrong=0)
+    assert choice.threshold_of(hist, "accuracy")[0] == 0.45
+    assert choice.threshold_of(hist, "accuracy-1se")[0] == 0.5
+
+
 def test_given_a_large_gain_when_one_standard_error_then_the_best_edge() -> None:
     """25 right and 5 wrong of 30 changed: 20 samples gained, over sqrt(30) = 5.5."""
     hist = _one_se_case(right=25, wrong=5)

@@ -285,18 +285,20 @@ def one_se_edge(histogram: np.ndarray) -> int:
     half = AUC_BINS // 2
     best, tuned, plain = best_threshold(histogram, "accuracy")
     edge = round(best * AUC_BINS)
-    counts = histogram.sum(axis=0).astype(np.float64)  # (AUC_BINS,) both classes
-    n = max(counts.sum(), 1.0)
-    changed = counts[min(edge, half) : max(edge, half)].sum()
-    error = np.sqrt(changed) / n
-    moved = tuned - plain > error
+    counts = histogram.sum(axis=0)  # (AUC_BINS,) both classes
+    n = int(counts.sum())
+    changed = int(counts[min(edge, half) : max(edge, half)].sum())
+    gained = round((tuned - plain) * n)  # samples more right than at 0.5
+    # in whole samples, so that a gain of one sample among one changed never counts
+    moved = gained * gained > changed
     log.info(
-        "validation: the best accuracy's threshold %.3f gains %.4f over 0.5 (%d samples change "
-        "decision; one standard error %.4f): %s",
+        "validation: the best accuracy's threshold %.3f is right on %d samples more than 0.5 "
+        "(%d of %d change decision; one standard error %.1f samples): %s",
         best,
-        tuned - plain,
+        gained,
         changed,
-        error,
+        n,
+        np.sqrt(changed),
         "taken" if moved else "0.5 kept",
     )
     return edge if moved else half
