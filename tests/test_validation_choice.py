@@ -239,15 +239,19 @@ def test_given_a_skewed_histogram_when_choosing_by_rule_then_auto_keeps_accuracy
 
 
 @pytest.mark.usefixtures("small_splits")
-def test_given_the_default_threshold_when_chosen_then_by_validation_accuracy(
+def test_given_the_default_threshold_when_chosen_then_by_platt_scored_by_accuracy(
     tables: list[TableSource],
 ) -> None:
-    """The default rule scores accuracy on the validation split and says so in the record."""
+    """The default rule (Platt scaling) records itself and the validation accuracy at 0.5 and
+    at its threshold; the accuracy rule is never worse on validation than 0.5."""
     fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
     chosen = fed.choose_on_validation()
     assert chosen.threshold is not None and chosen.threshold_metric == "accuracy"
-    plain, tuned = chosen.threshold_f1 or (1.0, 0.0)
-    assert tuned >= plain  # never worse on validation than 0.5
+    assert chosen.threshold_rule == "platt"
+    fed.config = fed.config.model_copy(update={"threshold": "accuracy"})
+    argmax = fed.choose_on_validation()
+    plain, tuned = argmax.threshold_f1 or (1.0, 0.0)
+    assert argmax.threshold_rule == "accuracy" and tuned >= plain  # never worse than 0.5
     again = choice.ValidationChoice.from_json(json.loads(json.dumps(chosen.to_json())))
     assert again == chosen
 

@@ -360,10 +360,10 @@ class TrainOptions:
     threshold: Annotated[
         str | None,
         Opt(
-            help="binary tasks: auto (accuracy) | accuracy (the best accuracy on the "
-            "validation split) | accuracy-1se (that, if better than 0.5 by more than one "
-            "standard error) | platt (Platt scaling's) | f1 (the best F1 there) | a "
-            "probability (0.5: the plain argmax)",
+            help="binary tasks: auto (platt) | platt (Platt scaling fitted on the validation "
+            "split) | accuracy (the best accuracy there) | accuracy-1se (that, if better than "
+            "0.5 by more than one standard error) | f1 (the best F1 there) | a probability "
+            "(0.5: the plain argmax)",
             show_default=shown(T["threshold"]),
         ),
     ] = None

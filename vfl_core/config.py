@@ -88,9 +88,9 @@ def _auto_or(kind: type, floor: float) -> object:
 
 
 # A binary task's decision threshold: chosen on validation ("auto": choice.AUTO_THRESHOLD's
-# rule; "accuracy": the best accuracy there; "accuracy-1se": that only if it beats 0.5 by more
-# than one standard error; "platt": Platt scaling's; "f1": the best F1) or P(positive) at or
-# above which the positive class is predicted (vfl_core.inference.choice).
+# rule, Platt scaling; "platt": Platt scaling's; "accuracy": the best accuracy there;
+# "accuracy-1se": that only if it beats 0.5 by more than one standard error; "f1": the best F1)
+# or P(positive) at or above which the positive class is predicted (vfl_core.inference.choice).
 Threshold = Annotated[
     Literal["auto", "accuracy", "accuracy-1se", "platt", "f1"] | float,
     BeforeValidator(_threshold),
@@ -285,14 +285,14 @@ class TrainConfig(_Frozen):
     validation_fraction: float = Field(0.1, gt=0, lt=1)
     # What the validation split chooses after training (vfl_core.inference.choice); both need
     # one (early stopping on) and read only its rows. `threshold`: a binary task's decision
-    # threshold on the positive-class probability, "auto" (the best accuracy on validation:
-    # what a table is judged by, docs/tabular-defaults.md), "accuracy-1se" (that, if better
-    # than 0.5 by more than one standard error), "platt" (Platt scaling's), "f1" (the best F1
-    # there) or a number (0.5: the plain argmax). `subset_choice`: "validation" predicts each
-    # observed set from the subset of its parties that scores best on validation by more than
-    # its standard error (else the full set: the one-standard-error rule); "best" from the
-    # strictly best one there (the full set on ties); "plain" from the full set, as the paper
-    # does.
+    # threshold on the positive-class probability, "auto" ("platt": Platt scaling fitted on
+    # validation, docs/tabular-defaults.md), "accuracy" (the best accuracy there: what a table
+    # is judged by), "accuracy-1se" (that, if better than 0.5 by more than one standard error),
+    # "f1" (the best F1 there) or a number (0.5: the plain argmax). `subset_choice`:
+    # "validation" predicts each observed set from the subset of its parties that scores best
+    # on validation by more than its standard error (else the full set: the one-standard-error
+    # rule); "best" from the strictly best one there (the full set on ties); "plain" from the
+    # full set, as the paper does.
     threshold: Threshold = "auto"
     subset_choice: Literal["validation", "best", "plain"] = "validation"
     # LASER-VFL: each label party also trains a head on the zero-filled concatenation of the
