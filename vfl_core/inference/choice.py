@@ -76,7 +76,7 @@ THRESHOLD_METRIC = {
 }
 # The rule "auto" stands for: Platt scaling, two fitted numbers where the accuracy's argmax over
 # 999 edges moved on 3-4 validation samples (Credit's threshold 0.33-0.61 over ten seeds against
-# Platt's 0.38-0.52); over 42 binary (table, seed) runs it scored 0.14 points more test accuracy
+# Platt's 0.38-0.52); over 42 binary (table, seed) runs it scored 0.12 points more test accuracy
 # on average and no table lost more than its seed-sd (docs/tabular-defaults.md, "The threshold:
 # one standard error and Platt scaling").
 AUTO_THRESHOLD = "platt"
@@ -287,7 +287,8 @@ def one_se_edge(histogram: np.ndarray) -> int:
     between them, and with m of n changed, sqrt(m) / n (the difference of two accuracies on the
     same samples, under no difference). It is the one-standard-error rule of the subsets
     (`best_candidate`): the argmax over 999 edges moves on 3-4 of 288 Credit validation samples
-    and its test accuracy with it (docs/tabular-defaults.md, "The threshold")."""
+    and its test accuracy with it (docs/tabular-defaults.md, "The threshold: one standard error
+    and Platt scaling")."""
     half = AUC_BINS // 2
     best, tuned, plain = best_threshold(histogram, "accuracy")
     edge = round(best * AUC_BINS)
