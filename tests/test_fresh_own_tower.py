@@ -26,6 +26,8 @@ from vfl_core.data.datasets import load_diabetes_dataset, load_digits_dataset
 from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.prepare import prepare_parties
 from vfl_core.errors import ConfigError, ProtocolError
+from vfl_core.methods.laser import fresh_own
+from vfl_core.persistence.checkpoint import check_config, load_checkpoint
 from vfl_core.privacy.config import PrivacyConfig
 from vfl_core.protocol import EmbedCall, TrainCall, TrainResult
 from vfl_core.training.engine import Federation
@@ -258,3 +260,80 @@ def test_given_two_label_parties_over_grpc_when_unset_then_off_logged_and_record
     assert (train["staleness"], train["epoch_flow"]) == (AUTO_STALENESS, True), train
     assert train["fresh_own_tower"] is False, train
     assert "fresh_own_tower unset: off, as 2 label parties read each other's embeddings" in log
+
+
+# ---------------------------------------------------------------- what each party records
+def test_given_tables_when_unset_then_every_party_records_the_federations_value(
+    diabetes_roots: dict[str, list[PartyData]],
+) -> None:
+    """A party resolves an unset option as for one label party; the federation's training Embed
+    calls say what it resolved (EmbedCall.own_tower), which every party records, so that its
+    checkpoints' config is the run record's: on with one label party, off with two."""
+    for name, want in (("one", True), ("two", False)):
+        fed, parties = _run(diabetes_roots[name], _tables())
+        assert fed.config.fresh_own_tower is want, name
+        for block, party in parties.items():
+            assert party.told.fresh_own_tower is None, (name, block)
+            assert party.config.model_dump() == fed.config.model_dump(), (name, block)
+
+
+def test_given_fresh_own_when_the_label_party_answers_then_it_sends_no_rows(
+    one_label: list[PartyData],
+) -> None:
+    """Its Embed answer carries no rows (no head reads them): (0, width), not zeros of the
+    batch, so nothing of it crosses the relay."""
+    _, watched = _train(one_label, config(staleness=3, fresh_own_tower=True, privacy=FROZEN))
+    assert watched.sent[0] and all(e.shape == (0, 8) for e in watched.sent[0])
+    assert all(e.shape[0] > 0 for e in watched.sent[1])
+
+
+def test_given_own_tower_when_it_crosses_the_wire_then_kept_on_training_calls_only() -> None:
+    call = EmbedCall(3, "train", np.arange(4), b"d" * 32, True, (0, 1), own_tower=True)
+    for said in (True, False):
+        back = embed_call_from_proto(embed_call_to_proto(replace(call, own_tower=said), None))
+        assert back.own_tower is said
+    evaluation = replace(call, train=False, own_tower=None)
+    assert embed_call_from_proto(embed_call_to_proto(evaluation, None)).own_tower is None
+
+
+def test_given_a_checkpoint_recording_it_when_a_new_party_compares_then_only_that_field_loose(
+    tmp_path: Path,
+) -> None:
+    """A restarted party's copy of the config says what the recipe gives one label party; its
+    checkpoints what the calls said. The comparison leaves that field out where the party was
+    told it unset (fresh_own.learned), and no other."""
+    told = _tables()
+    saved = told.model_copy(update={"fresh_own_tower": False}).model_dump_json()
+    new = told.model_copy(update={"fresh_own_tower": True}).model_dump_json()
+    path = tmp_path / "party0-round-000000001.pt"
+    check_config(path, saved, new, fresh_own.learned(told))
+    with pytest.raises(ConfigError, match="another configuration"):
+        check_config(path, saved, new, fresh_own.learned(_tables(fresh_own_tower=True)))
+    other = told.model_copy(update={"fresh_own_tower": True, "seed": 1}).model_dump_json()
+    with pytest.raises(ConfigError, match="another configuration"):
+        check_config(path, saved, other, fresh_own.learned(told))
+
+
+@pytest.mark.slow
+def test_given_two_label_parties_over_grpc_when_unset_then_every_checkpoint_records_it_off(
+    diabetes_dirs: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    """Real processes: each party's end checkpoint holds the config the coordinator recorded
+    (the own tower off), not its own resolution as for one label party."""
+    from harness import Cluster
+
+    ckpt = tmp_path / "checkpoints"
+    with Cluster(tmp_path / "cluster") as cluster:
+        coord, clients = cluster.federation(
+            diabetes_dirs["two"], epochs=2, client_extra=lambda d: ["--checkpoint-dir", str(ckpt)]
+        )
+        assert coord.wait(240) == 0, cluster.describe()
+        for client in clients:
+            assert client.wait(60) == 0, cluster.describe()
+        results = coord.results()
+    assert results is not None and results["status"] == "ok", results
+    train = TrainConfig.model_validate(results["config"]["train"])
+    assert train.fresh_own_tower is False
+    for block in range(K):
+        saved = load_checkpoint(ckpt / f"party{block}.pt", train.model_dump_json())
+        assert saved["meta"]["block"] == block

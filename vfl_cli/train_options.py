@@ -1,5 +1,6 @@
 """Training options of `vfl simulate` and `vfl-coordinator` (and the phase deadline `vfl demo`
-shares with the coordinator), declared once."""
+shares with the coordinator), declared once. The options of the rounds and the data plane are
+declared in vfl_cli.round_options, the privacy options in vfl_cli.privacy_options."""
 
 from __future__ import annotations
 
@@ -11,6 +12,31 @@ import typer
 
 from vfl_cli import defaults
 from vfl_cli.options import parse_ints, shown, train_config
+from vfl_cli.privacy_options import (
+    PrivacyDirectionPower,
+    PrivacyEmbeddingClip,
+    PrivacyEmbeddingNoise,
+    PrivacyFeaturePretrain,
+    PrivacyFeatureTower,
+    PrivacyGradientDefence,
+    PrivacyLabelEpsilon,
+    PrivacyLabelPrior,
+    PrivacyPretrainCorruption,
+    PrivacyPretrainEpochs,
+    PrivacyPretrainRows,
+    PrivacyScoreBins,
+    PrivacyScoreEpsilon,
+)
+from vfl_cli.round_options import (
+    DataPlane,
+    EncryptRelay,
+    EpochFlow,
+    FreshOwnTower,
+    LocalSteps,
+    OverlapValidation,
+    Staleness,
+    WireDtype,
+)
 
 if TYPE_CHECKING:
     from vfl_core.config import TrainConfig
@@ -18,7 +44,6 @@ if TYPE_CHECKING:
 Opt = typer.Option
 # Each option's None keeps the config file's value, else the TrainConfig default shown here.
 T, M, DV, DL = defaults.TRAIN, defaults.MODEL, defaults.DVFL, defaults.DLVM
-PV = defaults.PRIVACY
 
 Deadline = Annotated[float, Opt(help="seconds per phase before a party counts as missing")]
 
@@ -204,31 +229,9 @@ class TrainOptions:
             show_default=shown(T["serve_feature_only"]),
         ),
     ] = None
-    wire_dtype: Annotated[
-        str | None,
-        Opt(
-            help="embeddings and gradients on the wire: float32 | float16 | bfloat16 | int8",
-            show_default=shown(T["wire_dtype"]),
-        ),
-    ] = None
-    staleness: Annotated[
-        int | None,
-        Opt(
-            help="0: exact rounds; S >= 1: pipelined rounds that may miss up to S updates "
-            "(unset: exact, except on tables where nothing needs exact rounds: "
-            "docs/tabular-defaults.md)",
-            show_default=f"{defaults.AUTO_STALENESS} on tables, 0 on images",
-        ),
-    ] = None
-    local_steps: Annotated[
-        int | None,
-        Opt(
-            help="R >= 1: after each round every party takes R more steps, at half the rate, on "
-            "the round's cached embeddings and gradients (compute per round x (R + 1); "
-            "docs/local-updates.md)",
-            show_default=shown(T["local_steps"]),
-        ),
-    ] = None
+    wire_dtype: WireDtype = None
+    staleness: Staleness = None
+    local_steps: LocalSteps = None
     dlvm_stage2_epochs: Annotated[
         int | None,
         Opt(
@@ -317,39 +320,9 @@ class TrainOptions:
             show_default=shown(T["early_stop_min_improvement"]),
         ),
     ] = None
-    overlap_validation: Annotated[
-        bool | None,
-        Opt(
-            help="with early stopping: score epoch e's validation while epoch e + 1 trains "
-            "(the epoch's end off the critical path on the direct plane); the stop decision "
-            "comes one epoch late (up to one epoch more trained), the best epoch still restored",
-            show_default="on with the tables' staleness, else off",
-        ),
-    ] = None
-    epoch_flow: Annotated[
-        bool | None,
-        Opt(
-            help="with --staleness and --overlap-validation: the rounds run on across an "
-            "epoch's end (the next epoch's first block misses the last block's updates), each "
-            "party validating at its own epoch's end; changes the math",
-            show_default=(
-                "on with the tables' staleness, else off" if defaults.AUTO_EPOCH_FLOW else "off"
-            ),
-        ),
-    ] = None
-    fresh_own_tower: Annotated[
-        bool | None,
-        Opt(
-            help="with --staleness and one label party: its own tower exact (embedded at each "
-            "round's fuse with its current weights and stepped there), only the feature "
-            "parties' embeddings stale; changes the math",
-            show_default=(
-                "on with the tables' staleness and one label party, else off"
-                if defaults.AUTO_FRESH_OWN_TOWER
-                else "off"
-            ),
-        ),
-    ] = None
+    overlap_validation: OverlapValidation = None
+    epoch_flow: EpochFlow = None
+    fresh_own_tower: FreshOwnTower = None
     validation_fraction: Annotated[
         float | None,
         Opt(
@@ -411,132 +384,22 @@ class TrainOptions:
         ),
     ] = None
 
-    privacy_gradient_defence: Annotated[
-        str | None,
-        Opt(
-            help="label party, on the gradients it sends: none | max_norm (Li et al. 2022) | "
-            "direction (Marvell-style noise along the class-mean difference) | "
-            "max_norm_direction (both) | max_norm_direction_per_row (both, each row's noise "
-            "the same every epoch) | withhold (no gradient to the other parties, whose bottom "
-            "models stay as drawn or as --privacy-feature-pretrain left them; recommended with "
-            "--privacy-feature-tower orthogonal --head-hidden 1024, docs/security.md)",
-            show_default=shown(PV["gradient_defence"]),
-        ),
-    ] = None
-    privacy_feature_pretrain: Annotated[
-        str | None,
-        Opt(
-            help="with withhold, each feature-only party, before training: none (its tower "
-            "as drawn) | denoise (its tower trained on its own rows without labels: VIME's "
-            "denoising objective on SCARF's corruption; docs/security.md) | contrast (SCARF's "
-            "contrastive objective instead) | both (the two summed)",
-            show_default=shown(PV["feature_pretrain"]),
-        ),
-    ] = None
-    privacy_pretrain_epochs: Annotated[
-        int | None,
-        Opt(
-            help="--privacy-feature-pretrain: passes over the party's training rows",
-            show_default=shown(PV["pretrain_epochs"]),
-        ),
-    ] = None
-    privacy_pretrain_corruption: Annotated[
-        float | None,
-        Opt(
-            help="--privacy-feature-pretrain: the chance each entry is swapped with the same "
-            "column of another row",
-            show_default=shown(PV["pretrain_corruption"]),
-        ),
-    ] = None
-    privacy_pretrain_rows: Annotated[
-        str | None,
-        Opt(
-            help="--privacy-feature-pretrain on: train (the party's training rows) | all "
-            "(every row it holds, the ones it will be asked to predict too; features only)",
-            show_default=shown(PV["pretrain_rows"]),
-        ),
-    ] = None
-    privacy_feature_tower: Annotated[
-        str | None,
-        Opt(
-            help="with withhold, each feature-only party's tower: model (the run's architecture) "
-            "| orthogonal (its block rotated by a fixed orthogonal map drawn from the party's "
-            "own vfl-client --private-tower-seed, zero-padded to --embed-dim; docs/security.md)",
-            show_default=shown(PV["feature_tower"]),
-        ),
-    ] = None
-    privacy_direction_power: Annotated[
-        float | None,
-        Opt(
-            help="direction noise: variance as a multiple of the squared class-mean distance",
-            show_default=shown(PV["direction_power"]),
-        ),
-    ] = None
-    privacy_embedding_clip: Annotated[
-        float | None,
-        Opt(
-            help="every party: clip each training embedding to this L2 norm (default: no clip)",
-            show_default=shown(PV["embedding_clip"]),
-        ),
-    ] = None
-    privacy_embedding_noise: Annotated[
-        float | None,
-        Opt(
-            help="Gaussian noise on the clipped embeddings, std = this x the clip (epsilon in "
-            "results.json)",
-            show_default=shown(PV["embedding_noise"]),
-        ),
-    ] = None
-    privacy_label_epsilon: Annotated[
-        float | None,
-        Opt(
-            help="label party: randomised response on its training labels, epsilon-label-DP "
-            "(default: the true labels)",
-            show_default=shown(PV["label_epsilon"]),
-        ),
-    ] = None
-    privacy_label_prior: Annotated[
-        str | None,
-        Opt(
-            help="label party: the prior of that randomised response: uniform (plain) | "
-            "class_frequency | own_features (RR-with-prior in two stages, Ghazi et al. 2021, "
-            "the prior from a logistic regression on its own features; docs/security.md)",
-            show_default=shown(PV["label_prior"]),
-        ),
-    ] = None
+    privacy_gradient_defence: PrivacyGradientDefence = None
+    privacy_feature_pretrain: PrivacyFeaturePretrain = None
+    privacy_pretrain_epochs: PrivacyPretrainEpochs = None
+    privacy_pretrain_corruption: PrivacyPretrainCorruption = None
+    privacy_pretrain_rows: PrivacyPretrainRows = None
+    privacy_feature_tower: PrivacyFeatureTower = None
+    privacy_direction_power: PrivacyDirectionPower = None
+    privacy_embedding_clip: PrivacyEmbeddingClip = None
+    privacy_embedding_noise: PrivacyEmbeddingNoise = None
+    privacy_label_epsilon: PrivacyLabelEpsilon = None
+    privacy_label_prior: PrivacyLabelPrior = None
 
-    privacy_score_epsilon: Annotated[
-        float | None,
-        Opt(
-            help="label party: scores evaluations against one randomised-response copy of its "
-            "labels, epsilon-label-DP (default: the true labels)",
-            show_default=shown(PV["score_epsilon"]),
-        ),
-    ] = None
-    privacy_score_bins: Annotated[
-        int | None,
-        Opt(
-            help="label party: its AUC histograms in this many bins (a divisor of 1000)",
-            show_default=shown(PV["score_bins"]),
-        ),
-    ] = None
-    encrypt_relay: Annotated[
-        bool | None,
-        Opt(
-            help="embeddings and gradients encrypted end to end between parties (needs TLS): "
-            "the coordinator relays what it cannot read",
-            show_default=shown(T["encrypt_relay"]),
-        ),
-    ] = None
-    data_plane: Annotated[
-        str | None,
-        Opt(
-            help="auto: direct where every party reaches its peers, else relay; relay: tensors "
-            "through the coordinator; direct: party to party over mutual TLS, the coordinator "
-            "sees none (docs/data-plane.md)",
-            show_default="auto on tables, relay on images",
-        ),
-    ] = None
+    privacy_score_epsilon: PrivacyScoreEpsilon = None
+    privacy_score_bins: PrivacyScoreBins = None
+    encrypt_relay: EncryptRelay = None
+    data_plane: DataPlane = None
 
     def config(self, base: dict[str, Any]) -> TrainConfig:
         """The TrainConfig of a config file's mapping with these options applied over it."""

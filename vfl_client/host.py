@@ -39,7 +39,9 @@ import grpc
 import torch
 
 from vfl_client.servicer import PartyServicer
+from vfl_core.config import TrainConfig
 from vfl_core.errors import ConfigError, DataError
+from vfl_core.methods.laser import fresh_own
 from vfl_core.model.eager_optim import EagerAdam
 from vfl_core.persistence.checkpoint_store import RoundCheckpoints
 from vfl_core.protocol import PartyInfo, Registration
@@ -209,6 +211,8 @@ class PartyHost:
                 party.load_state_dict({**state, "last_round": resume_round})
             return
         config_json = party.config.model_dump_json()
+        # what the party records from the calls may differ from a new process's copy
+        self.store.loose = fresh_own.learned(party.told)
         try:
             saved = self.store.latest(self.run_id, config_json, at_most=resume_round)
             best = self.store.best(self.run_id, config_json)
@@ -225,6 +229,11 @@ class PartyHost:
             device=party.device,
             tower_seed=party.tower_seed,
         )
+        # what the federation's calls said (fresh_own.record), as the party or its checkpoint has it
+        said = (
+            party.config if saved is None else TrainConfig.model_validate_json(saved["config_json"])
+        )
+        fresh_own.record(fresh, said.fresh_own_tower)
         if saved is None:
             log.info("no checkpoint at or before round %d: initial weights", resume_round)
         else:

@@ -126,7 +126,8 @@ class PartyClient:
     def embed(self, call: EmbedCall, timeout: float) -> Pending[np.ndarray]:
         request = convert.embed_call_to_proto(call, self._relay_header())
         # The width depends on the method (baselines send several slots); the engine checks it.
-        shape = (len(call.rows), None)
+        # Told fresh_own, the party answers no rows (vfl_core.methods.laser.party_steps).
+        shape = (0 if call.fresh_own else len(call.rows), None)
         return Pending(
             self._stub.Embed.future(request, timeout=timeout),
             lambda reply: convert.embedding_from_proto(

@@ -15,9 +15,10 @@ and anything that needs exact rounds keep them; an explicit `--staleness 0` too.
 The own tower is the one option a party cannot resolve alone: with several label parties the
 other heads read each label party's embedding, which the option leaves at zeros. The federation
 resolves it (it knows the label parties) and its Embed calls say it to the one label party
-(EmbedCall.fresh_own), over either transport. A party's own copy of the config holds what the
-recipe gives one label party (its checkpoints' config equals the run record's in the common
-case), but it is the calls, not that copy, that the party acts on.
+(EmbedCall.fresh_own), over either transport. A party resolves it as for one label party, then
+records what every training Embed call says the federation resolved (EmbedCall.own_tower;
+vfl_core.methods.laser.fresh_own.record), so that its checkpoints' config is the run record's;
+it acts on the calls, not on its copy.
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ def resolve(
     party, whose coordinator says it); else exact rounds. A staleness given keeps the others
     as given (off where unset, but the late verdict that a given --epoch-flow needs).
     fresh_own_tower is resolved for `label_parties` label parties, the federation's; a party
-    (None) resolves it as for one, and acts on the federation's Embed calls instead
-    (EmbedCall.fresh_own)."""
+    (None) resolves it as for one, acts on the federation's Embed calls instead
+    (EmbedCall.fresh_own) and records what they say (EmbedCall.own_tower)."""
     tables = tabular and train.spec.program is None
     staleness, recipe = train.staleness, False
     if staleness is None:

@@ -122,8 +122,12 @@ class EmbedCall:
     blocks: tuple[int, ...] = ()  # the blocks asked to embed this batch (baselines' slot layout)
     # True (a training round's call to the one label party, TrainConfig.fresh_own_tower as the
     # federation resolved it): the party embeds the rows at the round's Fuse with its current
-    # tower and answers zeros of the shape here (vfl_core.methods.laser.party_steps)
+    # tower and answers no rows here, shape (0, width) (vfl_core.methods.laser.party_steps)
     fresh_own: bool = False
+    # A training round's call to every party: TrainConfig.fresh_own_tower as the federation
+    # resolved it, which the party records in its copy of the config
+    # (vfl_core.methods.laser.fresh_own.record); None: not said (an evaluation's call)
+    own_tower: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ def embed_call_to_proto(call: EmbedCall, h: vfl_pb2.Header | None) -> vfl_pb2.Em
         train=call.train,
         blocks=call.blocks,
         fresh_own=call.fresh_own,
+        own_tower=bool(call.own_tower),
     )
 
 
@@ -93,6 +94,7 @@ def embed_call_from_proto(req: vfl_pb2.EmbedRequest) -> EmbedCall:
         train=req.train,
         blocks=block_list(req.blocks, "embed blocks"),
         fresh_own=req.fresh_own,
+        own_tower=req.own_tower if req.train else None,
     )
 
 
@@ -256,7 +258,7 @@ def train_result_from_proto(
         fused[c.round_id] = fuse_result_from_proto(f, round_id=c.round_id, wire=wire)
     embeddings = {}
     for c, e in zip(call.embed, reply.embeddings, strict=False):
-        shape = (len(c.rows), None)
+        shape = (0 if c.fresh_own else len(c.rows), None)  # fresh_own: no rows (no one reads)
         embeddings[c.round_id] = embedding_from_proto(
             e, round_id=c.round_id, expect_shape=shape, wire=wire
         )

@@ -56,6 +56,9 @@ RECIPES: dict[str, tuple[str, ...]] = {
     # verdict (vfl_core.auto_rounds); the recipes below that name no staleness give 0 (exact)
     "defaults": (),
     "relay": ("--data-plane", "relay", "--staleness", "0"),  # the defaults before issue 43
+    # the defaults' rounds through the coordinator (what the relay carries of the label
+    # party's answers with its own tower exact)
+    "defaults-relay": ("--data-plane", "relay"),
     "direct": ("--data-plane", "direct", "--staleness", "0"),
     # bounded staleness on the direct plane (vfl_core.training.direct_stale): rounds overlap
     # the network, the math of the pipelined relay's --staleness

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import functools
 import itertools
 import logging
 import re
@@ -45,16 +46,19 @@ TABLE_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq")
 # compared case-insensitively, once the spaces around a cell are stripped
 MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "null", "#n/a", "<na>", "?"})
 # every spelling of the marks in upper and lower case: a set lookup is faster than a regex
-_MISSING = pa.array(
-    sorted(
-        {
-            "".join(s)
-            for m in MISSING_MARKERS
-            for s in itertools.product(*({c, c.upper()} for c in m))
-        }
-    ),
-    pa.string(),
+_MISSING_SPELLINGS = sorted(
+    {"".join(s) for m in MISSING_MARKERS for s in itertools.product(*({c, c.upper()} for c in m))}
 )
+
+
+@functools.cache
+def _missing() -> pa.Array:
+    """The spellings as an Arrow array, made on first use: `pa.array` asks pyarrow's pandas
+    shim whether its argument is a pandas object, which imports pandas where it is installed
+    (half a second of every coordinator's and client's start, tests/test_process_imports.py)."""
+    return pa.array(_MISSING_SPELLINGS, pa.string())
+
+
 # a number as a CSV file's first lines may write it, that Arrow reads as one (others are read
 # as text and parsed by vfl_core.data.local_numbers)
 _PLAIN_NUMBER = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
@@ -306,7 +310,7 @@ def _infinite(column: pa.ChunkedArray, values: np.ndarray | None) -> bool:
 def _rows(layout: CsvLayout, numbers: set[int], watch: PieceCodes | None) -> pa.Table:
     """read_rows of the file (the missing marks without spaces around them as nulls); a row of
     another width than the header's is an error naming its line."""
-    data, invalid = read_rows(layout, numbers, _MISSING.to_pylist(), watch)
+    data, invalid = read_rows(layout, numbers, _MISSING_SPELLINGS, watch)
     if invalid:
         _raise_width_error(layout.path, layout.encoding, layout.separator, layout.width)
     return data
@@ -355,7 +359,7 @@ def _is_row(fields: list[str], width: int) -> bool:
 def _missing_as_null(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """Cells without the spaces around them; a missing mark (any case) as null."""
     stripped = pc.utf8_trim_whitespace(column)
-    missing = pc.is_in(stripped, value_set=_MISSING)
+    missing = pc.is_in(stripped, value_set=_missing())
     return pc.if_else(missing, pa.scalar(None, pa.string()), stripped)
 
 

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 class PartyPort(Protocol):
     party_id: str
-    config: RunConfig
+    config: RunConfig  # resolved (vfl_core.auto_rounds), what its calls said recorded
+    told: RunConfig  # as the federation told it
     guard: PartyGuard  # the label-leak defences it applies (vfl_core.privacy)
     spec: MethodSpec
     data: PartyData

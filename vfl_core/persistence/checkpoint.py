@@ -24,6 +24,7 @@ import re
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,12 +86,19 @@ def load_checkpoint(path: Path, expect_config_json: str | None) -> dict[str, Any
     return payload
 
 
-def check_config(path: Path, found_json: str, expect_json: str) -> None:
-    """Refuse a checkpoint whose configuration differs (compared as JSON values, not text)."""
+def check_config(
+    path: Path, found_json: str, expect_json: str, loose: Collection[str] = ()
+) -> None:
+    """Refuse a checkpoint whose configuration differs (compared as JSON values, not text), but
+    in the top-level fields `loose` (what a party records from the federation's calls,
+    vfl_core.methods.laser.fresh_own.learned)."""
     try:
         found, expected = json.loads(found_json), json.loads(expect_json)
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}: configuration is not valid JSON: {err}") from None
+    if loose and isinstance(found, dict) and isinstance(expected, dict):
+        found = {k: v for k, v in found.items() if k not in loose}
+        expected = {k: v for k, v in expected.items() if k not in loose}
     if found != expected:
         diff = _first_difference(found, expected)
         raise ConfigError(f"{path}: checkpoint was written with another configuration ({diff})")

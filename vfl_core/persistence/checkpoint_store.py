@@ -42,6 +42,8 @@ class RoundCheckpoints:
         self.name = name
         self.keep = keep
         self._pattern = re.compile(rf"{re.escape(name)}-round-(\d+)\.pt")
+        # config fields a file may hold otherwise than the caller's config (check_config)
+        self.loose: tuple[str, ...] = ()
 
     def clean_temporaries(self) -> list[Path]:
         """Delete the temporary files of this name's interrupted writes (round checkpoints and
@@ -115,7 +117,7 @@ class RoundCheckpoints:
                 f"{path} belongs to run {found!r}, not to run {run_id!r}: "
                 "move it away or use another checkpoint directory"
             )
-        check_config(path, payload["config_json"], config_json)
+        check_config(path, payload["config_json"], config_json, self.loose)
         return payload
 
     def latest(self, run_id: str, config_json: str, at_most: int | None = None) -> dict | None:

@@ -155,6 +155,7 @@ def round_calls(fed: RoundRun, r: RoundInFlight, holders: tuple[int, ...]) -> di
             True,
             r.callees,
             fresh_own=b == fed.fresh_own_block,
+            own_tower=fed.config.fresh_own_tower,
         )
         for b in r.callees
     }

@@ -262,9 +262,11 @@ class Federation:
         where: str,
         immediate: bool = False,
         tick: int | None = None,
+        own: int | None = None,
     ) -> dict[int, np.ndarray]:
-        """The well-formed embeddings of `answers`; who answered recorded."""
-        return self.laser.accept(answers, callees, size, phase, where, immediate, tick)
+        """The well-formed embeddings of `answers` (`own`: the block that answers no rows,
+        fresh_own_block); who answered recorded."""
+        return self.laser.accept(answers, callees, size, phase, where, immediate, tick, own)
 
     def inference_embeddings(
         self, split: str, batch: Batch, request: int, blocks: Collection[int] | None

@@ -50,13 +50,13 @@ class LaserRound:
                 True,
                 callees,
                 fresh_own=b == fed.fresh_own_block,
+                own_tower=fed.config.fresh_own_tower,
             )
             for b in callees
         }
         where = f"round {round_id}"
-        embeddings = self.accept(
-            fed.transport.embed(calls), callees, len(batch.index), "embed", where
-        )
+        size, own = len(batch.index), fed.fresh_own_block
+        embeddings = self.accept(fed.transport.embed(calls), callees, size, "embed", where, own=own)
         present = tuple(sorted(embeddings))
         holders = tuple(b for b in batch.label_only if fed.liveness.should_call(b, fed.tick))
         if not spec.trainable(present, fed.num_blocks, labels, holders):
@@ -164,12 +164,14 @@ class LaserRound:
         where: str,
         immediate: bool = False,
         tick: int | None = None,
+        own: int | None = None,
     ) -> dict[int, np.ndarray]:
-        """The embeddings of `answers` that are well formed; who answered recorded."""
+        """The embeddings of `answers` that are well formed; who answered recorded. Block
+        `own` (the training round's fresh_own_block) answers no rows: no head reads them."""
         good = {
             b: a
             for b, a in answers.items()
-            if b in callees and well_formed(a, (size, self.width(b, callees)))
+            if b in callees and well_formed(a, (0 if b == own else size, self.width(b, callees)))
         }
         for b in answers.keys() - good.keys():
             log.warning("%s: %s answer of block %d refused (shape/dtype/NaN)", where, phase, b)

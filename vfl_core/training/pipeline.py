@@ -248,7 +248,9 @@ def _start_f(
         for b in r.callees:
             rows = al.rows_of(b, r.batch.index)
             own = b == fed.fresh_own_block
-            embeds[b].append(EmbedCall(r.round_id, "train", rows, digest, True, r.callees, own))
+            said = fed.config.fresh_own_tower
+            call = EmbedCall(r.round_id, "train", rows, digest, True, r.callees, own, said)
+            embeds[b].append(call)
     due = {r.round_id: r for steps in backward.values() for r, _ in steps}
     stepping = [due[i] for i in sorted(due)]
     calls = {
@@ -278,7 +280,8 @@ def _collect_f(fed: RoundRun, lane: _Lane) -> None:
             b: a.embeddings[r.round_id] for b, a in answers.items() if r.round_id in a.embeddings
         }
         size = len(r.batch.index)
-        r.embeddings = fed.accept(got, r.callees, size, "embed", r.where, tick=r.tick)
+        own = fed.fresh_own_block  # (answers no rows)
+        r.embeddings = fed.accept(got, r.callees, size, "embed", r.where, tick=r.tick, own=own)
         live = fed.liveness.should_call
         r.holders = tuple(b for b in r.batch.label_only if live(b, r.tick))
         if not spec.trainable(r.present, fed.num_blocks, labels, r.holders):

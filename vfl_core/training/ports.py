@@ -122,6 +122,7 @@ class Fusing(Protocol):
         where: str,
         immediate: bool = False,
         tick: int | None = None,
+        own: int | None = None,
     ) -> dict[int, np.ndarray]: ...
 
 

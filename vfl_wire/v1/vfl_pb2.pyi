@@ -254,7 +254,7 @@ class ClassWeightsReply(_message.Message):
     def __init__(self, present: _Optional[bool] = ..., weights: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("header", "round_id", "split", "rows", "digest", "train", "blocks", "fresh_own")
+    __slots__ = ("header", "round_id", "split", "rows", "digest", "train", "blocks", "fresh_own", "own_tower")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
@@ -263,6 +263,7 @@ class EmbedRequest(_message.Message):
     TRAIN_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     FRESH_OWN_FIELD_NUMBER: _ClassVar[int]
+    OWN_TOWER_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
     split: str
@@ -271,7 +272,8 @@ class EmbedRequest(_message.Message):
     train: bool
     blocks: _containers.RepeatedScalarFieldContainer[int]
     fresh_own: bool
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., train: _Optional[bool] = ..., blocks: _Optional[_Iterable[int]] = ..., fresh_own: _Optional[bool] = ...) -> None: ...
+    own_tower: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., split: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., train: _Optional[bool] = ..., blocks: _Optional[_Iterable[int]] = ..., fresh_own: _Optional[bool] = ..., own_tower: _Optional[bool] = ...) -> None: ...
 
 class EmbedReply(_message.Message):
     __slots__ = ("round_id", "embedding")

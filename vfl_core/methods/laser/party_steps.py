@@ -116,11 +116,11 @@ class LaserSteps:
             raise StaleRoundError(
                 f"round {call.round_id} is stale: party is at round {p.last_round}"
             )
-        own = call.fresh_own and fresh_own.taken(p, call.round_id)  # (refused before the rows)
+        own = fresh_own.taken(p, call)  # (what it says recorded; refused before the rows)
         x = p.batch(call.split, call.rows, call.digest)
-        if own:  # its tower runs at Fuse: what leaves is zeros of the shape
+        if own:  # its tower runs at Fuse, and no one reads its rows: what leaves is no rows
             self.fresh_own = True
-            wire = np.zeros((len(call.rows), len(slots) * p.config.model.embed_dim), np.float32)
+            wire = np.zeros((0, len(slots) * p.config.model.embed_dim), np.float32)  # (0, width)
             state = _Round(call.round_id, call.rows, call.digest, slots, None, wire, fresh=x)
             state.fresh_own = True
             self._start(state)
