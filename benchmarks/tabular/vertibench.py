@@ -218,6 +218,9 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
         "--epoch-flow",
         "--fresh-own-tower",
     ),
+    # the decision threshold by Platt scaling on the validation split, the tables' `auto` since
+    # (`tabular-sweep-threshold`): the same model as the defaults' row, another threshold
+    "platt": ("--threshold", "platt"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`
