@@ -42,7 +42,8 @@ def party_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 def _config(**kw: object) -> TrainConfig:
     model = ModelConfig(representation="mlp", hidden=(16,), embed_dim=8)
-    return TrainConfig(seed=0, epochs=3, batch_size=128, model=model, weight_average="ema", **kw)  # type: ignore[arg-type]
+    settings: dict = {"seed": 0, "epochs": 3, "batch_size": 128, "model": model, **kw}
+    return TrainConfig(weight_average="ema", **settings)
 
 
 def _parties(dirs: list[Path], train: TrainConfig) -> dict[int, Party]:
