@@ -21,7 +21,7 @@ TRAIN = {
     "serve_feature_only": True,
     "label_smoothing": 0.0,
     "weight_average": "none",
-    "ema_decay": 0.9,
+    "ema_decay": 0.97,
     "wire_dtype": "float32",
     "staleness": None,
     "overlap_validation": None,

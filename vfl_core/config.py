@@ -228,7 +228,7 @@ class TrainConfig(_Frozen):
     # evaluates with it (validation, the validation's choices, test, predict, serving); training
     # steps the live weights. Nothing crosses the wire. "none": the live weights throughout.
     weight_average: Literal["none", "ema"] = "none"
-    ema_decay: float = Field(0.9, ge=0, lt=1)
+    ema_decay: float = Field(0.97, ge=0, lt=1)
     model: ModelConfig = ModelConfig()
     # How embeddings and gradients travel (vfl_core.model.quantize): float32 is lossless; float16,
     # bfloat16 and int8 (one scale per row) round what crosses the wire, in both transports.
