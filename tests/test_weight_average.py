@@ -24,6 +24,7 @@ from vfl_core.methods.spec import SHARED
 from vfl_core.model.eager_optim import EagerAdam
 from vfl_core.model.weight_average import WeightAverage
 from vfl_core.protocol import EmbedCall, PredictCall
+from vfl_core.serving.bundle import HEAD_FILE, REPRESENTATION_FILE, write_bundle
 from vfl_core.training.alignment import batch_digest
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
@@ -176,3 +177,19 @@ def test_given_ema_when_restored_then_the_average_comes_back_too(party_dirs: lis
 def test_given_a_method_with_its_own_models_then_refused() -> None:
     with pytest.raises(ValueError, match="weight-average"):
         TrainConfig(method="dvfl", weight_average="ema")
+
+
+def test_given_ema_when_a_bundle_is_written_then_it_serves_the_averages(
+    party_dirs: list[Path], tmp_path: Path
+) -> None:
+    _, parties = _trained(party_dirs, _config(epochs=1))
+    label = parties[0]
+    write_bundle(label, tmp_path / "bundle")
+    x = torch.from_numpy(label.split("test").features[:8])
+    with torch.no_grad():
+        served = torch.jit.load(str(tmp_path / "bundle" / REPRESENTATION_FILE))(x)
+        head = torch.jit.load(str(tmp_path / "bundle" / HEAD_FILE))(served)
+        rep, g = label.models.evaluated_rep(SHARED), label.models.evaluated_head(SHARED)
+        np.testing.assert_array_equal(served.numpy(), rep(x).numpy())
+        np.testing.assert_array_equal(head.numpy(), g(rep(x)).numpy())
+        assert not np.array_equal(served.numpy(), label.f.eval()(x).numpy())
