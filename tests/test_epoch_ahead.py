@@ -212,6 +212,21 @@ def test_given_epoch_flow_when_the_blocks_run_on_then_bit_identical_to_the_in_pr
     assert [r.to_json() for r in drained] != [r.to_json() for r in want]
 
 
+def test_given_weight_average_when_the_blocks_run_on_then_bit_identical_to_the_in_process_engine(
+    tmp_path: Path,
+) -> None:
+    """--weight-average ema with --epoch-flow and --fresh-own-tower: every validation scores
+    the parties' averaged weights as of each party's own epoch's end (a head's averages held
+    with its heads before the next epoch's first fuse), on the direct plane's schedule as in
+    the in-process federation: the same validation figures, records and weights."""
+    train = TrainConfig(
+        seed=0, epochs=EPOCHS, data_plane="direct", staleness=3, overlap_validation=True,
+        epoch_flow=True, fresh_own_tower=True, early_stop_patience=EPOCHS, batch_size=256,
+        weight_average="ema",
+    )  # fmt: skip
+    _same_as_in_process(tmp_path, train)
+
+
 def test_given_epoch_flow_when_no_validation_goes_direct_then_the_last_steps_go_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,8 @@ TRAIN = {
     "balance": "none",
     "serve_feature_only": True,
     "label_smoothing": 0.0,
+    "weight_average": "none",
+    "ema_decay": 0.97,
     "wire_dtype": "float32",
     "staleness": None,
     "overlap_validation": None,

@@ -131,6 +131,8 @@ PANELS: dict[str, str] = {
             "balance",
             "scheduler",
             "label-smoothing",
+            "weight-average",
+            "ema-decay",
             "dvfl-period",
             "dvfl-host-steps",
             "dvfl-owner-epochs",

@@ -171,6 +171,18 @@ class TrainOptions:
             show_default=shown(T["label_smoothing"]),
         ),
     ] = None
+    weight_average: Annotated[
+        str | None,
+        Opt(
+            help="evaluate on averaged weights: none | ema (each party's moving average of its "
+            "own towers and heads, updated after each step; training steps the live weights)",
+            show_default=shown(T["weight_average"]),
+        ),
+    ] = None
+    ema_decay: Annotated[
+        float | None,
+        Opt(help="--weight-average ema: decay per step", show_default=shown(T["ema_decay"])),
+    ] = None
     scheduler: Annotated[
         str | None,
         Opt(

@@ -228,6 +228,13 @@ class TrainConfig(_Frozen):
     # Classification heads' cross-entropy with this share of each target spread over the classes
     # (0: the plain loss; docs/tabular-defaults.md has what 0.1 measured).
     label_smoothing: float = Field(0.0, ge=0, lt=1)
+    # Evaluation on averaged weights (vfl_core.model.weight_average): "ema", each party keeps an
+    # exponential moving average of its own towers and heads, updated after each of their
+    # optimiser steps with `ema_decay` (per step: a round steps each module about once), and
+    # evaluates with it (validation, the validation's choices, test, predict, serving); training
+    # steps the live weights. Nothing crosses the wire. "none": the live weights throughout.
+    weight_average: Literal["none", "ema"] = "none"
+    ema_decay: float = Field(0.97, ge=0, lt=1)
     model: ModelConfig = ModelConfig()
     # How embeddings and gradients travel (vfl_core.model.quantize): float32 is lossless; float16,
     # bfloat16 and int8 (one scale per row) round what crosses the wire, in both transports.
@@ -438,6 +445,8 @@ class TrainConfig(_Frozen):
                 "--epoch-flow runs the blocks of --staleness on across an epoch's end, with the "
                 "verdict of --overlap-validation: give both"
             )
+        if self.weight_average != "none" and self.spec.program is not None:
+            raise ValueError(f"method {self.method} trains models of its own: no --weight-average")
         if self.fresh_own_tower and self.spec.program is not None:
             raise ValueError(f"method {self.method} has no own tower to keep fresh")
         if self.data_plane == "direct" and (self.staleness or 0) > MAX_DIRECT_STALENESS:

@@ -144,6 +144,11 @@ SETTINGS: dict[str, list[str]] = {
         *("--batch-size", "64", "--lr", "1e-3", "--scheduler", "cosine"),
         *("--min-improvement", "0", "--staleness", "0", "--early-stop-patience", "10"),
     ],
+    # evaluation on each party's exponential moving average of its weights, decay per step
+    # (a round steps each tower and head about once; an epoch of a table is about 4-5 rounds)
+    "ema0.8": ["--weight-average", "ema", "--ema-decay", "0.8"],
+    "ema0.9": ["--weight-average", "ema", "--ema-decay", "0.9"],
+    "ema0.97": ["--weight-average", "ema", "--ema-decay", "0.97"],
     "r16-lr3e-3-hl4-p5": ["--lr", "3e-3"],
     "r16-lr3e-3-hl4-p3": ["--lr", "3e-3"],
     "r16-lr1e-2-hl4-p3": ["--lr", "1e-2"],

@@ -20,6 +20,7 @@ from vfl_core.model.num_embeddings import NumericFit
 from vfl_core.model.slots import CONCAT_HEAD, SHARED, Subset
 from vfl_core.model.slots import key_name as key_name
 from vfl_core.model.slots import name_key as name_key
+from vfl_core.model.weight_average import EMA, WeightAverage
 from vfl_core.seeding import Stream, derive_seed
 
 
@@ -54,6 +55,10 @@ class BankSettings(OptimizerSettings, Protocol):
     def epochs(self) -> int: ...
     @property
     def spec(self) -> HeadWidths: ...
+    @property
+    def weight_average(self) -> str: ...
+    @property
+    def ema_decay(self) -> float: ...
 
 
 def subset_code(key: Subset) -> tuple[int, ...]:
@@ -94,6 +99,9 @@ class ModelBank:
         self.heads: dict[Subset, nn.Module] = {}
         self.rep_opts: dict[Subset, torch.optim.Optimizer] = {}
         self.head_opts: dict[Subset, torch.optim.Optimizer] = {}
+        # averaged weights that evaluate in place of the live ones (vfl_core.model.weight_average)
+        average = config.weight_average == EMA
+        self.average = WeightAverage(config.ema_decay) if average else None
 
     def rep(self, key: Subset) -> nn.Module:
         if key not in self.reps:
@@ -111,6 +119,7 @@ class ModelBank:
             self.rep_opts[key] = make_optimizer(
                 self.reps[key], self.config, self.tabular, self.train_rows
             )
+            self._watch(_REP + key_name(key), self.reps[key], self.rep_opts[key])
         return self.reps[key]
 
     def install_rep(self, key: Subset, model: nn.Module) -> None:
@@ -118,6 +127,7 @@ class ModelBank:
         itself, vfl_core.privacy.private_tower), with an optimiser like every other's."""
         self.reps[key] = model.to(self.device)
         self.rep_opts[key] = make_optimizer(model, self.config, self.tabular, self.train_rows)
+        self._watch(_REP + key_name(key), self.reps[key], self.rep_opts[key])
 
     def head(self, key: Subset) -> nn.Module:
         if key not in self.heads:
@@ -130,7 +140,26 @@ class ModelBank:
             self.head_opts[key] = make_optimizer(
                 self.heads[key], self.config, self.tabular, self.train_rows
             )
+            self._watch(_HEAD + key_name(key), self.heads[key], self.head_opts[key])
         return self.heads[key]
+
+    def _watch(self, name: str, module: nn.Module, opt: torch.optim.Optimizer) -> None:
+        if self.average is not None:
+            self.average.watch(name, module, opt)
+
+    # Evaluation (an evaluation split's Embed, Predict, a serving bundle) runs on these: the
+    # averaged weights with --weight-average, else the live module.
+    def evaluated_rep(self, key: Subset) -> nn.Module:
+        module = self.rep(key)
+        if self.average is None:
+            return module
+        return self.average.evaluated(_REP + key_name(key), module)
+
+    def evaluated_head(self, key: Subset) -> nn.Module:
+        module = self.head(key)
+        if self.average is None:
+            return module
+        return self.average.evaluated(_HEAD + key_name(key), module)
 
     @property
     def tabular(self) -> bool:
@@ -153,20 +182,42 @@ class ModelBank:
         return torch.cat([p.detach().cpu().reshape(-1) for m in modules for p in m.parameters()])
 
     def state_dict(self) -> dict[str, object]:
-        return {
+        state: dict[str, object] = {
             "reps": {key_name(k): m.state_dict() for k, m in self.reps.items()},
             "rep_opts": {key_name(k): o.state_dict() for k, o in self.rep_opts.items()},
             "heads": {key_name(k): m.state_dict() for k, m in self.heads.items()},
             "head_opts": {key_name(k): o.state_dict() for k, o in self.head_opts.items()},
         }
+        if self.average is not None:  # with the weights, so a restored party resumes them
+            for entry, kind, keys in (
+                ("avg_reps", _REP, self.reps),
+                ("avg_heads", _HEAD, self.heads),
+            ):
+                names = {key_name(k): kind + key_name(k) for k in keys}
+                averages = self.average.state_dict(list(names.values()))
+                state[entry] = {n: averages[full] for n, full in names.items() if full in averages}
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         for name, sd in state["reps"].items():
             self.rep(name_key(name)).load_state_dict(sd)
             self.rep_opts[name_key(name)].load_state_dict(state["rep_opts"][name])
+            self._load_average(state, "avg_reps", _REP, name, self.reps[name_key(name)])
         for name, sd in state["heads"].items():
             self.head(name_key(name)).load_state_dict(sd)
             self.head_opts[name_key(name)].load_state_dict(state["head_opts"][name])
+            self._load_average(state, "avg_heads", _HEAD, name, self.heads[name_key(name)])
+
+    def _load_average(
+        self, state: dict, entry: str, kind: str, name: str, module: nn.Module
+    ) -> None:
+        """The average of a module loaded from `state` (none there: it has none yet, as a
+        state saved before its first step; a state of a run without averages: from scratch)."""
+        if self.average is not None:
+            self.average.load(kind + name, module, state.get(entry, {}).get(name))
+
+
+_REP, _HEAD = "rep:", "head:"  # WeightAverage's names of a slot's tower and of a head
 
 
 def make_optimizer(

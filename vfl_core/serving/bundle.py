@@ -39,7 +39,7 @@ from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.methods.laser.objective import fuse_mean
 from vfl_core.methods.spec import CONCAT
-from vfl_core.model.slots import CONCAT_HEAD
+from vfl_core.model.slots import CONCAT_HEAD, SHARED
 from vfl_core.protocol import ServingChoice
 from vfl_core.training.party import Party
 
@@ -113,15 +113,19 @@ def write_bundle(
     _check_servable(party)
     directory.mkdir(parents=True, exist_ok=True)
     example = torch.zeros((1, *party.data.meta.feature_shape))  # (1, *feature_shape)
-    _save_traced(party.f, example, directory / REPRESENTATION_FILE)
-    head = party.g if party.data.meta.has_labels else None
+    models = party.models  # the averaged weights, with TrainConfig.weight_average
+    _save_traced(models.evaluated_rep(SHARED), example, directory / REPRESENTATION_FILE)
+    labelled = party.data.meta.has_labels and party.g is not None
+    head = models.evaluated_head(SHARED) if labelled else None
     if head is not None:
         _save_traced(head, torch.zeros((1, party.config.model.embed_dim)), directory / HEAD_FILE)
     concat = _concat_sets(party, choice) if head is not None else ()
     if concat:
         width = party.data.meta.num_blocks * party.config.model.embed_dim
         _save_traced(
-            party.models.head(CONCAT_HEAD), torch.zeros((1, width)), directory / CONCAT_HEAD_FILE
+            models.evaluated_head(CONCAT_HEAD),
+            torch.zeros((1, width)),
+            directory / CONCAT_HEAD_FILE,
         )
     pre = party.data.preprocessing
     if pre is not None:

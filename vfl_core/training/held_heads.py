@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from vfl_core.training.party import Party
 
-HEADS = ("heads", "head_opts")  # ModelBank.state_dict's entries of the heads and their optimisers
-TOWER = ("reps", "rep_opts")  # ... and of the towers
+# ModelBank.state_dict's entries of the heads, their optimisers and averages (weight_average)
+HEADS = ("heads", "head_opts", "avg_heads")
+TOWER = ("reps", "rep_opts", "avg_reps")  # ... and of the towers
 
 
 def _fused(party: Party) -> tuple[str, ...]:
@@ -33,7 +34,8 @@ def _fused(party: Party) -> tuple[str, ...]:
 def hold(party: Party, round_id: int) -> None:
     """Before round `round_id`'s fuse: a copy of what it changes (weights and optimisers) as now."""
     state = party.models.state_dict()
-    party.held_heads = (round_id, copy.deepcopy({k: state[k] for k in _fused(party)}))
+    held = {k: state[k] for k in _fused(party) if k in state}
+    party.held_heads = (round_id, copy.deepcopy(held))
 
 
 @contextmanager

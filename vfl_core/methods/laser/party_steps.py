@@ -151,9 +151,9 @@ class LaserSteps:
         train: bool,
         stashes: list[stash.Stash] | None = None,
     ) -> torch.Tensor:
-        outputs = []
-        for i, key in enumerate(slots):
-            model = self.party.models.rep(key)
+        outputs, bank = [], self.party.models
+        for i, key in enumerate(slots):  # evaluation: averaged weights (weight_average)
+            model = bank.rep(key) if train else bank.evaluated_rep(key)
             model.train(train)
             if stashes is None:
                 outputs.append(model(x))  # (B, d)
@@ -438,7 +438,7 @@ class LaserHeads:
             for b, e in sorted(call.embeddings.items())
         }
         head_key, subset = self.spec.predict_subset(p.block, sorted(embeddings), call.head)
-        head = p.models.head(head_key)
+        head = p.models.evaluated_head(head_key)  # averaged, with TrainConfig.weight_average
         head.eval()
         with torch.no_grad():
             output = head(self.fused(head_key, embeddings, subset, blocks))
