@@ -224,6 +224,8 @@ SETTINGS: dict[str, list[str]] = {
     "fresh-own-s5-flow": [
         *("--staleness", "5", "--overlap-validation", "--epoch-flow", "--fresh-own-tower"),
     ],
+    # the defaults with early stopping's patience 8 under their staleness (STALE_PATIENCE)
+    "stale-p8": [],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
@@ -262,6 +264,9 @@ AUTO_PATIENCE: dict[str, int] = {
     "r4-lr1e-2-hl16-p5-mi0.01": 5,
     "r4-lr5e-3-hl16-p6-mi0.01-local4": 6,
 }
+# ... and vfl_core.config's AUTO_STALE_PATIENCE: the patience where early stopping is on by
+# default and the rounds are stale (the tables' defaults)
+STALE_PATIENCE: dict[str, int] = {"stale-p8": 8}
 # ... and vfl_core.config's SCALED_TABLE_LR: the "auto" rate of a table follows the party's batch
 SCALED_LR: set[str] = {"lr-linear-scaling"}
 # ... and vfl_core.config's AUTO_ROUNDS_PER_EPOCH (the "auto" batch: training rows / this) and
@@ -303,6 +308,10 @@ def describe(name: str) -> str:
         said += f" numeric bins (PLE) {NUMERIC_BINS[name]}"
     if name in AUTO_PATIENCE:
         said += f" patience {AUTO_PATIENCE[name]} where early stopping is on by default"
+    if name in STALE_PATIENCE:
+        said += (
+            f" patience {STALE_PATIENCE[name]} where early stopping is on by default with staleness"
+        )
     if name in ROUNDS_PER_EPOCH:
         said += f" batch auto at {ROUNDS_PER_EPOCH[name]} rounds an epoch"
     if name in HALF_LIFE:
@@ -390,6 +399,7 @@ def _set_module_defaults(payload: dict[str, Any]) -> None:
             config.SCALED_TABLE_LR,
             lr_schedule.DECAY_WARMUP,
             local_steps.LOCAL_LR_SCALE,
+            config.AUTO_STALE_PATIENCE,
         ),
     )
     bins, patience = payload.get("numeric_bins"), payload.get("auto_patience")
@@ -403,6 +413,8 @@ def _set_module_defaults(payload: dict[str, Any]) -> None:
     warmup, local_lr = payload.get("warmup"), payload.get("local_lr")
     lr_schedule.DECAY_WARMUP = original[5] if warmup is None else warmup
     local_steps.LOCAL_LR_SCALE = original[6] if local_lr is None else local_lr
+    stale_patience = payload.get("stale_patience")
+    config.AUTO_STALE_PATIENCE = original[7] if stale_patience is None else stale_patience
     rule = _CHOICE.setdefault(
         "", (choice.best_candidate, choice.MIN_CHOICE_SAMPLES, choice.watched)
     )
@@ -453,6 +465,7 @@ def setting_payload(setting: str) -> dict[str, Any]:
         "alone": setting.endswith("+alone"),
         "numeric_bins": NUMERIC_BINS.get(setting),
         "auto_patience": AUTO_PATIENCE.get(setting),
+        "stale_patience": STALE_PATIENCE.get(setting),
         "rounds_per_epoch": ROUNDS_PER_EPOCH.get(setting),
         "half_life": HALF_LIFE.get(setting),
         "scaled_lr": True if setting in SCALED_LR else None,
