@@ -106,7 +106,8 @@ AUTO_PATIENCE = 6
 # the rate is highest), and 6 epochs stopped friedman's stale runs on their first or second
 # epoch (RMSE 3.14 against 2.52 exact); 10 measured within the exact runs' sd on every table
 # (benchmarks/results/tabular.md, `tabular-sweep-stale`), and under the tables' staleness 5 with
-# the own tower exact 8 within the sd of 10 on every table in fewer rounds (`tabular-sweep-stale-p8`).
+# the own tower exact 8 within the sd of 10 on every table in fewer rounds
+# (`tabular-sweep-stale-p8`).
 AUTO_STALE_PATIENCE = 8
 AUTO_MIN_VALIDATION = 100
 # What "auto" batch size and learning rate are where the tabular defaults do not apply (images,
