@@ -87,3 +87,22 @@ def test_state_dicts_load_across_torch_and_eager() -> None:
     eager.load_state_dict(torch_adam.state_dict())
     assert eager.state_dict()["state"][0]["step"] == torch_adam.state_dict()["state"][0]["step"]
     assert isinstance(EagerSGD(model.parameters(), lr=0.1), torch.optim.SGD)
+
+
+def test_given_a_plain_adam_and_dynamo_when_stepped_then_each_step_hook_runs_once() -> None:
+    # torch wraps a class's step in its hook runner when the first instance is built: once a
+    # plain Adam exists, going through Adam.step from EagerAdam ran every hook twice (an
+    # averaged weight, --weight-average ema, then moved twice a step)
+    code = (
+        "import torch, torch._dynamo\n"
+        "from torch import nn\n"
+        "from vfl_core.model.eager_optim import EagerAdam\n"
+        "torch.optim.Adam(nn.Linear(2, 2).parameters())\n"
+        "m = nn.Linear(2, 2); opt = EagerAdam(m.parameters(), lr=0.1); calls = []\n"
+        "opt.register_step_post_hook(lambda *a: calls.append(1))\n"
+        "for _ in range(3):\n"
+        "    opt.zero_grad(); m(torch.ones(1, 2)).sum().backward(); opt.step()\n"
+        "print(len(calls))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "3", out.stdout + out.stderr

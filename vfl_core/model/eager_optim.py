@@ -34,9 +34,15 @@ class _EagerStep:
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         torch_step = super().step  # type: ignore[misc]
-        plain = getattr(torch_step, "__wrapped__", None)
+        func = getattr(torch_step, "__func__", torch_step)
+        # Once a plain instance of the parent class exists, torch has wrapped the parent's step
+        # in its hook runner too (Optimizer._patch_step_function): this class's own step is
+        # wrapped already, so going through the parent's would run every step hook twice.
+        while getattr(func, "hooked", False):
+            func = func.__wrapped__
+        plain = getattr(func, "__wrapped__", None)
         if plain is None or "torch._dynamo" in sys.modules:
-            return torch_step(closure)
+            return func(self, closure)
         previous = torch.is_grad_enabled()
         try:
             torch.set_grad_enabled(self.defaults["differentiable"])
