@@ -140,5 +140,8 @@ def test_given_cells_then_the_summary_says_the_bar_the_reason_and_the_grpc_rows(
     # and per cell, the lines each row misses
     lines = vertibench.missed(diag.parent, grid)
     assert "| t | importance-1 | bar | - |" in lines
+    # and per table: the row's mean over the table's cells against splitnn's (70 here)
+    table = vertibench.by_table(diag.parent, grid, "zerofill")
+    assert "| t | 1 | 1 | 1 | 1 | 76.000 | 70.000 | yes |" in table
     section = "\n".join(vertibench.report_section(grid))
     assert "--grpc t/importance-1" in section and "--rows federation zerofill lgbm" in section

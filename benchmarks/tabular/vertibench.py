@@ -1079,6 +1079,49 @@ def counts(root: Path, grid_root: Path) -> str:
     return "\n".join(out)
 
 
+def by_table(root: Path, grid_root: Path, name: str = "federation") -> str:
+    """Per table of a run (`root`), `name`'s cells judged as the grid judges them, and its mean
+    over the table's cells against splitnn's over the same cells (issue 45 asks for the
+    federation ahead of the plain split network on every table)."""
+    judged: dict[str, list[tuple[bool, bool, bool]]] = {}
+    for table, _, row, flags, _ in _judged(root, grid_root):
+        if row == name:
+            judged.setdefault(table, []).append(flags)
+    out = [
+        "| table | cells | within the bar of LightGBM | not below linear by more than its sd | "
+        f"ahead of splitnn | {name}, mean over the cells | splitnn, the same cells | "
+        "ahead on the table |",
+        "| --- " * 8 + "|",
+    ]
+    for table, flags in judged.items():
+        task, ours, theirs = _table_means(root / table, grid_root / table, name)
+        bar, linear_ok, ahead = (sum(f[i] for f in flags) for i in range(3))
+        on_table = _beats(task, ours, (theirs, 0.0))
+        out.append(
+            f"| {table} | {len(flags)} | {bar} | {linear_ok} | {ahead} | {ours:.3f} | "
+            f"{theirs:.3f} | {_yes(on_table)} |"
+        )
+    return "\n".join(out)
+
+
+def _table_means(table_dir: Path, grid_dir: Path, name: str) -> tuple[str, float, float]:
+    """(task, `name`'s mean score, splitnn's) over the table's cells and seeds that `name` ran
+    (splitnn from the grid's same cell where the run lacks it)."""
+    ours: list[float] = []
+    theirs: list[float] = []
+    task = ""
+    for path in sorted(table_dir.glob("*-s*.json")):
+        run = read_json(path)
+        found = _rows([run], name)
+        if not found:
+            continue
+        task, metric = run["task"], _metric(run["task"])
+        ours.append(_score(found[0], metric))
+        splitnn = _rows([run], "splitnn") or _rows([read_json(grid_dir / path.name)], "splitnn")
+        theirs.append(_score(splitnn[0], metric))
+    return task, statistics.mean(ours), statistics.mean(theirs)
+
+
 def missed(root: Path, grid_root: Path) -> str:
     """Per cell of a diagnosis run, the lines each row misses (`bar`: LightGBM's, `linear`:
     logistic/ridge regression's sd, `splitnn`), or `-` where it holds all three."""
@@ -1146,6 +1189,8 @@ def main() -> None:
         print(counts(args.counts, args.out))
         print()
         print(missed(args.counts, args.out))
+        print()
+        print(by_table(args.counts, args.out))
         return
     failed = run_tasks(worker, grid(args), args.jobs, desc="vertibench runs", progress=False)
     if failed:
