@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 
 import grpc
 import numpy as np
@@ -40,6 +41,10 @@ PER_BLOCK = 2 * (WINDOW + 1)  # of them from one block (an embedding and a gradi
 # validation batches of one block kept at once (vfl_core.training.direct_eval.MAX_BATCHES)
 PER_BLOCK_VALIDATION = 64
 SEND_TIMEOUT_S = 30.0  # a Push that is not through by then is given up (its round has moved on)
+# A Push that could not reach its party is sent once more, waiting for the link this long:
+# a connection that failed once (a handshake cut short on a loaded machine) is back after
+# grpc's reconnect backoff (1 s, then 1.6 s), a party that is gone is not
+RETRY_S = 5.0
 
 
 class Mailbox:
@@ -166,6 +171,7 @@ class PeerLinks:
         self.enabled = False  # the run trains on the direct data plane
         self.peers: dict[int, PeerAddress] = {}  # block -> its party, as the last Round said
         self._stubs: dict[PeerAddress, tuple[grpc.Channel, vfl_pb2_grpc.DataPlaneStub]] = {}
+        self._closed = False
         self._lock = threading.Lock()
 
     def attach(self, run_id: str, wire: str, enabled: bool) -> None:
@@ -195,20 +201,36 @@ class PeerLinks:
             wire = self.wire
         request = push_to_proto(header, Push(round_id, self.block, kind, tensor), wire)
         what = f"{kind} of round {round_id} to block {to}"
-        # a future, not a thread per push: a push waits a whole round trip for its Ack, and
-        # the round's next pushes must not wait for it
-        future = self._stub(peer).Push.future(request, timeout=SEND_TIMEOUT_S)
-        future.add_done_callback(lambda f: self._sent(f, what, round_id, to, kind))
+        self._push(peer, request, _Sent(what, round_id, to, kind))
 
-    def _sent(self, future: grpc.Future, what: str, round_id: int, to: int, kind: str) -> None:
-        """A push that failed is logged; one that could not reach its party at all (gone, or
-        not listening) makes that party absent from the round here: nothing is waited for
-        from a party that cannot be reached."""
-        _log_failure(future, what)
+    def _push(self, peer: PeerAddress, request: vfl_pb2.PushRequest, sent: _Sent) -> None:
+        # a future, not a thread per push: a push waits a whole round trip for its Ack, and
+        # the round's next pushes must not wait for it. The second try waits for the link.
+        timeout = RETRY_S if sent.retried else SEND_TIMEOUT_S
+        future = self._stub(peer).Push.future(
+            request, timeout=timeout, wait_for_ready=sent.retried or None
+        )
+        future.add_done_callback(lambda f: self._sent(f, peer, request, sent))
+
+    def _sent(
+        self, future: grpc.Future, peer: PeerAddress, request: vfl_pb2.PushRequest, sent: _Sent
+    ) -> None:
+        """A push that could not reach its party is sent once more (RETRY_S); one that fails
+        is logged, and one that could not reach its party at all (gone, or not listening)
+        makes that party absent from the round here: nothing is waited for from a party that
+        cannot be reached."""
         err = future.exception()
         unreached = isinstance(err, grpc.RpcError) and err.code() == grpc.StatusCode.UNAVAILABLE
-        if unreached and kind != VALIDATION:
-            self.mailbox.absent(round_id, (to,))
+        with self._lock:
+            closed = self._closed
+        if unreached and not sent.retried and not closed:
+            log.info("%s: UNAVAILABLE, sent again within %gs", sent.what, RETRY_S)
+            self._push(peer, request, _Sent(sent.what, sent.round_id, sent.to, sent.kind, True))
+            return
+        prefix = f"{sent.what}: UNAVAILABLE, then again" if sent.retried else sent.what
+        _log_failure(future, prefix)
+        if (unreached or (sent.retried and err is not None)) and sent.kind != VALIDATION:
+            self.mailbox.absent(sent.round_id, (sent.to,))
 
     def receive(
         self, kind: str, round_id: int, senders: Collection[int], timeout: float
@@ -264,9 +286,22 @@ class PeerLinks:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             for channel, _ in self._stubs.values():
                 channel.close()
             self._stubs.clear()
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """One push in flight: what it carries (for the log), its round, the block it goes to,
+    and whether it is the second try."""
+
+    what: str
+    round_id: int
+    to: int
+    kind: str
+    retried: bool = False
 
 
 def _log_failure(future: grpc.Future, what: str) -> None:
