@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import grpc
 import numpy as np
@@ -225,8 +225,11 @@ class PeerLinks:
             closed = self._closed
         if unreached and not sent.retried and not closed:
             log.info("%s: UNAVAILABLE, sent again within %gs", sent.what, RETRY_S)
-            self._push(peer, request, _Sent(sent.what, sent.round_id, sent.to, sent.kind, True))
-            return
+            try:
+                self._push(peer, request, _Sent(*astuple(sent)[:4], retried=True))
+                return
+            except ValueError:  # the links closed meanwhile (the run ended): nothing to send
+                pass
         prefix = f"{sent.what}: UNAVAILABLE, then again" if sent.retried else sent.what
         _log_failure(future, prefix)
         if (unreached or (sent.retried and err is not None)) and sent.kind != VALIDATION:
