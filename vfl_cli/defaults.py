@@ -30,6 +30,7 @@ TRAIN = {
     "local_steps": 0,
     "early_stop_patience": None,
     "early_stop_min_improvement": 0.01,
+    "early_stop_min_epochs": None,
     "validation_fraction": 0.1,
     "threshold": "auto",
     "subset_choice": "validation",
@@ -178,6 +179,7 @@ FAULT_ENTITIES = ("guest", "host", "link")
 TASKS = ("classification", "regression")
 MAX_ONEHOT = 16
 AUTO_PATIENCE = 6
+AUTO_STALE_MIN_EPOCHS = 16
 AUTO_STALE_PATIENCE = 8
 AUTO_STALENESS = 5
 AUTO_EPOCH_FLOW = True

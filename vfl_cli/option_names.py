@@ -148,6 +148,7 @@ PANELS: dict[str, str] = {
             "dlvm-stage2",
             "early-stop-patience",
             "min-improvement",
+            "early-stop-min-epochs",
             "overlap-validation",
             "epoch-flow",
             "fresh-own-tower",

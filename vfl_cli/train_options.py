@@ -332,6 +332,15 @@ class TrainOptions:
             show_default=shown(T["early_stop_min_improvement"]),
         ),
     ] = None
+    early_stop_min_epochs: Annotated[
+        int | None,
+        Opt(
+            help="with early stopping: no stop before this many epochs (unset: "
+            f"{defaults.AUTO_STALE_MIN_EPOCHS} with --staleness and the default patience, "
+            "else 0)",
+            show_default=shown(T["early_stop_min_epochs"]),
+        ),
+    ] = None
     overlap_validation: OverlapValidation = None
     epoch_flow: EpochFlow = None
     fresh_own_tower: FreshOwnTower = None

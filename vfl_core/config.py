@@ -109,6 +109,9 @@ AUTO_PATIENCE = 6
 # the own tower exact 8 within the sd of 10 on every table in fewer rounds
 # (`tabular-sweep-stale-p8`).
 AUTO_STALE_PATIENCE = 8
+# ... and no stop before twice that: a stale run's validation can stall for ten epochs and then
+# improve (friedman, gen_categorical: `tabular-vertibench-min-epochs`; Keras's start_from_epoch)
+AUTO_STALE_MIN_EPOCHS = 2 * AUTO_STALE_PATIENCE
 AUTO_MIN_VALIDATION = 100
 # What "auto" batch size and learning rate are where the tabular defaults do not apply (images,
 # methods with stages): the values every run had before the tabular ones (the digits demo's).
@@ -291,6 +294,8 @@ class TrainConfig(_Frozen):
     # it by this share of that value (0.01: 1 %; smaller gains still update the best epoch whose
     # weights are restored, but do not extend training). 0: any gain resets it.
     early_stop_min_improvement: float = Field(0.01, ge=0, lt=1)
+    # No early stop before this many epochs (None: AUTO_STALE_MIN_EPOCHS or 0, `min_epochs()`)
+    early_stop_min_epochs: int | None = Field(None, ge=0)
     validation_fraction: float = Field(0.1, gt=0, lt=1)
     # What the validation split chooses after training (vfl_core.inference.choice); both need
     # one (early stopping on) and read only its rows. `threshold`: a binary task's decision
@@ -334,6 +339,13 @@ class TrainConfig(_Frozen):
         if not tabular or self.spec.program is not None:
             return 0
         return AUTO_STALE_PATIENCE if self.staleness else AUTO_PATIENCE
+
+    def min_epochs(self) -> int:
+        """The epochs before early stopping may end a run: the configured ones, or
+        AUTO_STALE_MIN_EPOCHS with bounded staleness and the default patience."""
+        if self.early_stop_min_epochs is not None:
+            return self.early_stop_min_epochs
+        return AUTO_STALE_MIN_EPOCHS if self.staleness and self.early_stop_patience is None else 0
 
     def schedule(self, tabular: bool) -> str:
         """The learning-rate schedule a party of tabular features (or not) follows: the

@@ -8,7 +8,8 @@ RMSE for regression) beats every earlier one is the best so far: every party kee
 state in memory (`Party.keep_snapshot`; a client with a checkpoint directory also on disk, so
 that it survives a restart: vfl_client.host). After `patience` epochs without a better one
 training stops (an epoch resets that count only if it beats the value that last reset it by
-`min_improvement` of that value: smaller gains update the best epoch, not the waiting), and at
+`min_improvement` of that value: smaller gains update the best epoch, not the waiting; and not
+before `min_epochs` epochs are scored), and at
 the end every party goes back to its copy of the best epoch
 (`Party.restore_snapshot`), so the weights a run ends with are those of its best epoch. The same
 samples then choose the subsets and the decision threshold (vfl_core.inference.choice).
@@ -60,6 +61,7 @@ class EarlyStop:
     # did) by this share of it; 0: any better epoch does (strictly)
     min_improvement: float = 0.0
     reference: float = float("nan")
+    min_epochs: int = 0  # epochs scored before the patience may end training
     stopped_epoch: int | None = None  # the epoch after which training stopped (None: ran all)
     kept: list[int] = field(default_factory=list)  # blocks that kept their best state
     restored: list[int] = field(default_factory=list)  # blocks that went back to it at the end
@@ -96,8 +98,9 @@ class EarlyStop:
 
     @property
     def due(self) -> bool:
-        """Whether `patience` epochs have passed without a better validation accuracy."""
-        return self.waited >= self.patience
+        """Whether `patience` epochs have passed without a better validation accuracy (and
+        `min_epochs` have been scored)."""
+        return self.waited >= self.patience and len(self.history) >= self.min_epochs
 
     def to_json(self) -> dict[str, object]:
         """What results.json and the coordinator's checkpoint record: epochs 1-based, as the

@@ -163,6 +163,7 @@ class Federation:
                 patience,
                 metric=watched(self.task, self.num_classes),
                 min_improvement=self.config.early_stop_min_improvement,
+                min_epochs=self.config.min_epochs(),
             )
         # the parts, each acting on this run's state
         self.aligner = Aligner(self)
