@@ -244,3 +244,36 @@ def test_given_a_record_from_before_the_minimum_improvement_when_read_then_any_g
     stop = EarlyStop.from_json(saved)
     assert stop.min_improvement == 0.0 and stop.reference == 0.2
     assert stop.observe(1, 0.1999, 19) and stop.waited == 0
+
+
+def test_given_min_epochs_when_the_patience_runs_out_early_then_training_goes_on_until_them() -> (
+    None
+):
+    """A validation that stalls after epoch 1 and improves at epoch 12 (friedman's stale runs on
+    VertiBench's grid): patience 8 alone stops after epoch 9 on the stalled value; with 16
+    minimum epochs the run reaches the gain, and then stops when both the patience and the
+    minimum allow."""
+    rmse = [5.0, 3.5] + [3.52] * 10 + [2.6] + [2.61] * 20
+    assert _watch("rmse", rmse, 0.01, 8).stopped_epoch == 9
+    stop = EarlyStop(8, metric="rmse", min_improvement=0.01, min_epochs=16)
+    for epoch, value in enumerate(rmse):
+        stop.observe(epoch, value, 10 * epoch + 9)
+        if stop.due:
+            stop.stopped_epoch = epoch
+            break
+    assert stop.best_epoch == 12 and stop.stopped_epoch == 20  # 8 epochs after the gain
+    # a run already past its minimum stops as the patience says; the record keeps the minimum
+    assert EarlyStop.from_json(json.loads(json.dumps(stop.to_json()))).min_epochs == 16
+    saved = stop.to_json()
+    saved.pop("min_epochs")  # a checkpoint written before the minimum: none
+    assert EarlyStop.from_json(saved).min_epochs == 0
+
+
+def test_given_staleness_and_the_default_patience_then_sixteen_minimum_epochs() -> None:
+    from vfl_core.config import AUTO_STALE_MIN_EPOCHS, AUTO_STALE_PATIENCE
+
+    assert AUTO_STALE_MIN_EPOCHS == 2 * AUTO_STALE_PATIENCE == 16
+    assert TrainConfig(staleness=5).min_epochs() == AUTO_STALE_MIN_EPOCHS
+    assert TrainConfig(staleness=5, early_stop_patience=3).min_epochs() == 0  # patience given
+    assert TrainConfig().min_epochs() == 0  # exact rounds
+    assert TrainConfig(staleness=5, early_stop_min_epochs=4).min_epochs() == 4
