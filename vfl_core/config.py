@@ -16,6 +16,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+# re-exported, and read here as config's own: the tabular sweep patches them on this module
+from vfl_core.early_stop_defaults import AUTO_MIN_VALIDATION as AUTO_MIN_VALIDATION
+from vfl_core.early_stop_defaults import AUTO_PATIENCE as AUTO_PATIENCE
+from vfl_core.early_stop_defaults import AUTO_STALE_MIN_EPOCHS as AUTO_STALE_MIN_EPOCHS
+from vfl_core.early_stop_defaults import AUTO_STALE_PATIENCE as AUTO_STALE_PATIENCE
 from vfl_core.methods.dlvm.config import DlvmConfig
 from vfl_core.methods.registry import (
     METHODS as METHODS,  # re-exported: the registry's method names
@@ -95,24 +100,6 @@ Threshold = Annotated[
     Literal["auto", "accuracy", "accuracy-1se", "platt", "f1"] | float,
     BeforeValidator(_threshold),
 ]
-# Early stopping's patience when the config leaves it to the data (TrainConfig.patience), and
-# the validation samples it then needs: on a smaller split the watched metric is mostly noise and
-# stopped too early (docs/tabular-defaults.md: breast cancer, 47 validation samples). 6 epochs
-# of about AUTO_ROUNDS_PER_EPOCH rounds, each of which must beat the last that restarted it by
-# TrainConfig.early_stop_min_improvement (docs/tabular-defaults.md, "Time to a model").
-AUTO_PATIENCE = 6
-# ... and with bounded staleness (TrainConfig.staleness > 0): a stale run's validation metric
-# bumps in its first epochs (a party's embeddings miss up to S rounds of its own updates while
-# the rate is highest), and 6 epochs stopped friedman's stale runs on their first or second
-# epoch (RMSE 3.14 against 2.52 exact); 10 measured within the exact runs' sd on every table
-# (benchmarks/results/tabular.md, `tabular-sweep-stale`), and under the tables' staleness 5 with
-# the own tower exact 8 within the sd of 10 on every table in fewer rounds
-# (`tabular-sweep-stale-p8`).
-AUTO_STALE_PATIENCE = 8
-# ... and no stop before twice that: a stale run's validation can stall for ten epochs and then
-# improve (friedman, gen_categorical: `tabular-vertibench-min-epochs`; Keras's start_from_epoch)
-AUTO_STALE_MIN_EPOCHS = 2 * AUTO_STALE_PATIENCE
-AUTO_MIN_VALIDATION = 100
 # What "auto" batch size and learning rate are where the tabular defaults do not apply (images,
 # methods with stages): the values every run had before the tabular ones (the digits demo's).
 DEFAULT_BATCH = 64
