@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Collection
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 import numpy as np
@@ -226,7 +226,7 @@ class PeerLinks:
         if unreached and not sent.retried and not closed:
             log.info("%s: UNAVAILABLE, sent again within %gs", sent.what, RETRY_S)
             try:
-                self._push(peer, request, _Sent(*astuple(sent)[:4], retried=True))
+                self._push(peer, request, replace(sent, retried=True))
                 return
             except ValueError:  # the links closed meanwhile (the run ended): nothing to send
                 pass
