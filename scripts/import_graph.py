@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "seeding": 0,
     "protocol": 0,
     "atomic_files": 0,
+    "early_stop_defaults": 0,  # constants that config reads and re-exports (imports nothing)
     "data": 1,
     "model": 1,
     "privacy": 1,  # defences on tensors (on main since db9767d)
