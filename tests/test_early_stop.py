@@ -40,9 +40,14 @@ def test_given_patience_when_validation_stops_improving_then_training_stops_and_
     party_dirs: list[Path],
 ) -> None:
     epochs, patience = 12, 1
-    # any gain restarts the wait here (the minimum improvement has its own tests below)
+    # any gain restarts the wait here (the minimum improvement has its own tests below); the
+    # watched Brier score improves through 12 epochs at FAST's rate, and turns within them at 0.1
     fed, parties = federation(
-        party_dirs, epochs=epochs, early_stop_patience=patience, early_stop_min_improvement=0.0
+        party_dirs,
+        epochs=epochs,
+        early_stop_patience=patience,
+        early_stop_min_improvement=0.0,
+        lr=0.1,
     )
     after_epoch: list[dict[int, np.ndarray]] = []  # every party's weights after each epoch
     last_round: dict[int, int] = {}
@@ -59,9 +64,10 @@ def test_given_patience_when_validation_stops_improving_then_training_stops_and_
     assert stop is not None and stop.stopped_epoch is not None, "ran every epoch"
     assert len(summaries) == len(after_epoch) == stop.stopped_epoch + 1 < epochs
     assert stop.best_epoch == stop.stopped_epoch - patience  # the epochs after it were no better
-    accuracies = [a for _, a in stop.history]
+    assert stop.metric == "brier"  # a task of ten classes watches the Brier score
+    scores = [a for _, a in stop.history]
     assert [e for e, _ in stop.history] == list(range(stop.stopped_epoch + 1))
-    assert accuracies[stop.best_epoch] == stop.best_accuracy == max(a for a in accuracies if a)
+    assert scores[stop.best_epoch] == stop.best_accuracy == min(scores)
     assert stop.kept == stop.restored == sorted(parties)
     for block, party in parties.items():
         # the final weights are the best epoch's, not the last epoch's
@@ -174,8 +180,8 @@ def test_given_a_coordinator_checkpoint_when_resumed_then_the_best_epoch_so_far_
     fed, _ = federation(party_dirs, epochs=3, early_stop_patience=2)
     fed.align()
     assert fed.early_stop is not None
-    fed.early_stop.observe(0, 0.75, 22)
-    fed.early_stop.observe(1, 0.5, 45)
+    fed.early_stop.observe(0, 0.5, 22)  # the Brier score (lower is better)
+    fed.early_stop.observe(1, 0.75, 45)
     saved = fed.snapshot()
     check_plain(saved)  # it goes into a torch.load(weights_only=True) checkpoint
     again, _ = federation(party_dirs, epochs=3, early_stop_patience=2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -304,14 +305,31 @@ def test_given_binary_scores_when_scoring_then_histograms_and_bad_scores_refused
             score_batch(
                 "classification", 2, truth, ScoreCall("t", truth, b"", {"a": predicted}, {"a": bad})
             )
-    with pytest.raises(ProtocolError, match="only scored for binary"):
-        score_batch(
+    with pytest.raises(ProtocolError, match="scores of 'a' have the wrong shape"):
+        score_batch(  # a task of three classes is scored on all three probabilities
             "classification", 3, truth, ScoreCall("t", truth, b"", {"a": predicted}, {"a": scores})
         )
 
 
+def test_given_three_class_probabilities_when_scoring_then_brier_sums_and_bad_ones_refused() -> (
+    None
+):
+    truth = np.array([0, 2, 1])
+    probs = np.array([[0.5, 0.25, 0.25], [0.0, 0.0, 1.0], [0.75, 0.25, 0.0]], np.float32)
+    call = ScoreCall("t", truth, b"", {"a": probs.argmax(axis=1)}, {"a": probs})
+    out = score_batch("classification", 3, truth, call)
+    # per sample: 0.25 + 0.0625 + 0.0625, 0, 0.5625 + 0.5625 (Brier 1950's sum over classes)
+    per_sample = np.array([0.375, 0.0, 1.125])
+    np.testing.assert_allclose(out.brier["a"], [per_sample.sum(), np.sum(per_sample**2)])
+    assert not out.histograms and out.confusion["a"].sum() == 3
+    for bad in (probs[:, :2], probs + 0.5, np.full((3, 3), np.nan, np.float32)):
+        with pytest.raises(ProtocolError, match="scores of 'a'"):
+            score_batch("classification", 3, truth, replace(call, scores={"a": bad}))
+
+
 def test_given_aggregates_of_the_wrong_kind_or_shape_when_checked_then_they_do_not_fit() -> None:
     eye, hist, sums = np.eye(2, dtype=np.int64), np.zeros((2, AUC_BINS), np.int64), np.zeros(5)
+    eye3, two = np.eye(3, dtype=np.int64), np.zeros(2)
     names = {"0", FEDERATION}
     good = ScoreResult(confusion={"0": eye, FEDERATION: eye}, histograms={"0": hist})
     assert result_fits(good, "classification", 2, names)
@@ -335,8 +353,18 @@ def test_given_aggregates_of_the_wrong_kind_or_shape_when_checked_then_they_do_n
         ),
         (ScoreResult(confusion={"0": eye, FEDERATION: eye}), "regression", 1),
         (ScoreResult(confusion={"0": eye}, sums={FEDERATION: sums}), "regression", 1),
+        # Brier sums: (2,), for more than two classes only
+        (
+            ScoreResult(confusion={"0": eye3, FEDERATION: eye3}, brier={"0": sums}),
+            "classification",
+            3,
+        ),
+        (ScoreResult(confusion={"0": eye, FEDERATION: eye}, brier={"0": two}), "classification", 2),
+        (ScoreResult(sums={"0": sums, FEDERATION: sums}, brier={"0": two}), "regression", 1),
     ]:
         assert not result_fits(bad, task, classes, names), bad
+    three = ScoreResult(confusion={"0": eye3, FEDERATION: eye3}, brier={"0": two})
+    assert result_fits(three, "classification", 3, names)
 
 
 # ---------------------------------------------------------------- metrics from sums and histograms

@@ -22,9 +22,16 @@ from vfl_core.data.party_dir import PartyData, load_party_dir
 from vfl_core.data.tabular import TableSource, load_table_federation
 from vfl_core.inference import choice
 from vfl_core.inference.choice import Candidate, best_candidate
-from vfl_core.inference.metrics import brier_error_from_histogram, brier_from_histogram
-from vfl_core.inference.scoring import AUC_BINS, auc_histogram
+from vfl_core.inference.headline import watched
+from vfl_core.inference.metrics import (
+    EvalReport,
+    brier_error_from_histogram,
+    brier_from_histogram,
+    standard_error,
+)
+from vfl_core.inference.scoring import AUC_BINS, auc_histogram, score_batch
 from vfl_core.methods.combination import combine, decide
+from vfl_core.protocol import ScoreCall
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
@@ -331,6 +338,29 @@ def test_given_histograms_when_estimating_the_brier_error_then_it_matches_the_sa
         loss.std(ddof=1) / np.sqrt(4000), rel=0.01
     )
     assert brier_error_from_histogram(np.zeros((2, AUC_BINS))) is None
+
+
+def test_given_three_classes_when_scored_in_batches_then_the_brier_score_and_its_error_match() -> (
+    None
+):
+    """More than two classes: the Brier score per head from its sums over the batches and
+    observed sets it predicted, averaged over heads, and its standard error from their spread."""
+    rng = np.random.default_rng(4)
+    report, losses = EvalReport(), {"0": [], "1": []}
+    for pattern, size in (((0, 1), 300), ((0, 1), 200), ((0,), 250)):
+        truth = rng.integers(0, 3, size)
+        probs = {int(k): rng.dirichlet(np.ones(3), size).astype(np.float32) for k in pattern}
+        combined = combine("heads", pattern, probs, rng)
+        assert combined is not None and combined.scores["0"].shape == (size, 3)
+        call = ScoreCall("validation", truth, b"", combined.scored, combined.scores)
+        report.add(pattern, size, score_batch("classification", 3, truth, call))
+        for k, p in probs.items():
+            p = p.astype(np.float64)
+            losses[str(k)].extend(np.sum((p - np.eye(3)[truth]) ** 2, axis=1))
+    assert report.overall().brier == pytest.approx(np.mean([np.mean(v) for v in losses.values()]))
+    errors = [np.std(v, ddof=1) / np.sqrt(len(v)) for v in losses.values()]
+    assert standard_error(report, "brier") == pytest.approx(np.mean(errors))
+    assert watched("classification", 3) == "brier"
 
 
 def test_given_no_threshold_when_the_choice_is_written_then_it_names_no_threshold_metric() -> None:

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -285,6 +286,29 @@ def test_score_call_and_reply_round_trip(n):
     assert convert.score_reply_from_proto(wire(convert.score_reply_to_proto(ScoreResult()))) == (
         ScoreResult()
     )
+
+
+def test_three_class_scores_and_brier_sums_round_trip_and_bad_ones_are_refused():
+    probs = np.full((4, 3), 1 / 3, np.float32)
+    call = ScoreCall("test", rows(4), b"d", {"0": np.zeros(4, np.int64)}, {"0": probs})
+    back = convert.score_call_from_proto(wire(convert.score_call_to_proto(call, HDR)))
+    np.testing.assert_array_equal(back.scores["0"], probs)
+    for bad in (np.full((3, 3), 0.5, np.float32), np.full((4, 3, 1), 0.5, np.float32)):
+        with pytest.raises(ProtocolError, match="scores of"):
+            bad_call = replace(call, scores={"0": bad})
+            convert.score_call_from_proto(wire(convert.score_call_to_proto(bad_call, HDR)))
+    reply = ScoreResult(brier={"0": np.array([1.5, 0.75])})
+    out = convert.score_reply_from_proto(wire(convert.score_reply_to_proto(reply)))
+    assert_maps_equal(out.brier, reply.brier)
+    for sums, message in [
+        (np.array([-1.0, 0.5]), "negative sum"),
+        (np.zeros(3), "shape"),
+        (np.zeros(2, np.float32), "dtype float32"),
+    ]:
+        with pytest.raises(ProtocolError, match=message):
+            convert.score_reply_from_proto(
+                wire(convert.score_reply_to_proto(ScoreResult(brier={"0": sums})))
+            )
 
 
 def test_blind_score_call_of_several_batches_round_trips_and_sizes_must_add_up():

@@ -158,6 +158,7 @@ PANELS: dict[str, str] = {
             "subset-choice",
             "concat-head",
             "concat-choice",
+            "concat-weight",
             "validation-split",
             "target-transform",
             "device",

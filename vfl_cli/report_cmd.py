@@ -83,7 +83,7 @@ def write_report(run_dir: Path, out: Path, metric_name: str | None = None) -> Pa
             "vfl report needs matplotlib: pip install 'laser-vfl[report]' (or matplotlib)"
         )
     run = load_run(run_dir)
-    metric = choose_metric(run.task, metric_name, run.has_auc)
+    metric = choose_metric(run.task, metric_name, run.has_auc, run.has_brier)
     plots = draw_plots(run, metric)
     out.mkdir(parents=True, exist_ok=True)
     for plot in plots.values():

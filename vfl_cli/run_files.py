@@ -65,6 +65,10 @@ class RunFiles:
     def has_auc(self) -> bool:
         return any("auc" in row for row in [*self.test_rows, *self.subsets])
 
+    @property
+    def has_brier(self) -> bool:
+        return any("brier" in row for row in [*self.test_rows, *self.subsets])
+
 
 def run_task(results: dict[str, Any]) -> str:
     """The task results.json names, or for runs written before it did, the one its rows show."""

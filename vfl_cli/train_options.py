@@ -387,6 +387,14 @@ class TrainOptions:
             show_default=shown(T["concat_choice"]),
         ),
     ] = None
+    concat_weight: Annotated[
+        float | None,
+        Opt(
+            help="with --concat-head: the weight of its loss term on a batch beside LASER-VFL's "
+            "(whose weights sum to 4.8 for a label party among three parties)",
+            show_default=shown(T["concat_weight"]),
+        ),
+    ] = None
     validation_split: Annotated[
         str | None,
         Opt(

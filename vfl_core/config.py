@@ -308,6 +308,10 @@ class TrainConfig(_Frozen):
     # default), once for every set holding a label party, on all their validation samples
     # together (docs/tabular-defaults.md, "The concatenating head by default on tables").
     concat_choice: Literal["sets", "all"] = "all"
+    # The weight of the concatenating head's loss term on a batch, beside LASER-VFL's terms
+    # (whose weights a_i, b_i sum to 4.8 for a label party among three parties): the larger, the
+    # more the shared towers serve the concatenation (vfl_core.methods.spec.fuse_tasks).
+    concat_weight: float = Field(1.0, gt=0, le=100)
     # How the validation samples are drawn: "random" (the seed's draw of the samples a label
     # party holds) or "stratified" (classification: each class held out in its share, from
     # per-row draws the label party makes within each class, vfl_core.training.strata;
@@ -477,7 +481,7 @@ class TrainConfig(_Frozen):
         if spec.serves_feature_only and not self.serve_feature_only:
             spec = replace(spec, serves_feature_only=False)
         if self.wants_concat_head(tabular) and spec.has_subset_predictors:
-            spec = replace(spec, concat_head=True)
+            spec = replace(spec, concat_head=True, concat_weight=self.concat_weight)
         return spec
 
     def wants_concat_head(self, tabular: bool) -> bool:

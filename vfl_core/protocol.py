@@ -372,9 +372,12 @@ class ScoreResult:
     # regression: (5,) float64 sums over the batch: squared error, absolute error, count,
     # target, squared target (vfl_core.inference.scoring.SUMS)
     sums: dict[str, np.ndarray] = field(default_factory=dict)
+    # classification of more than two classes: (2,) float64 sums over the batch of the
+    # per-sample Brier score and of its square (vfl_core.inference.scoring.brier_sums)
+    brier: dict[str, np.ndarray] = field(default_factory=dict)
 
     def names(self) -> set[str]:
-        return {*self.confusion, *self.histograms, *self.sums}
+        return {*self.confusion, *self.histograms, *self.sums, *self.brier}
 
 
 class Transport(Protocol):

@@ -7,8 +7,9 @@ message as untrusted: they check dtypes, ranks, shapes, indices and finiteness a
 Wire dtypes: rows and predicted classes int64 (B,); embeddings and gradients (B, d) in the run's
 wire dtype (float32 unless TrainConfig.wire_dtype says float16, bfloat16 or int8; decoded to
 float32 here, vfl_core.model.quantize); probabilities float32 (B, C); class weights float32 (N,);
-scores (positive-class probabilities or predicted values) float32 (B,); confusion counts int64
-(C, C); AUC histograms int64 (2, bins); regression sums float64 (5,).
+scores (positive-class probabilities or predicted values) float32 (B,), or a task of more
+classes' probabilities float32 (B, C); confusion counts int64 (C, C); AUC histograms int64
+(2, bins); regression sums float64 (5,); Brier sums float64 (2,).
 
 The converters live by message family, this module gathers them under one name:
 `vfl_wire.convert_fields` (header, names, splits, rounds and the typed array fields every

@@ -362,8 +362,9 @@ def blind_from_proto(b: vfl_pb2.BlindPrediction) -> BlindPrediction:
 def score_call_from_proto(req: vfl_pb2.ScoreRequest) -> ScoreCall:
     rows = index_vector(req.rows, "score rows")
 
-    def scores(t: vfl_pb2.Tensor, what: str) -> np.ndarray:  # (B,) float32
-        return decode_array(t, what=what, expect_dtype="float32", expect_shape=(len(rows),))
+    def scores(t: vfl_pb2.Tensor, what: str) -> np.ndarray:  # (B,) or (B, C) float32
+        shape = (len(rows),) if len(t.shape) < 2 else (len(rows), None)
+        return decode_array(t, what=what, expect_dtype="float32", expect_shape=shape)
 
     blind = tuple(blind_from_proto(b) for b in req.blind)
     if blind and (req.predictions or req.scores):
@@ -387,16 +388,19 @@ def score_reply_to_proto(result: ScoreResult) -> vfl_pb2.ScoreReply:
         confusion=encode_map(result.confusion, "confusion of"),
         histograms=encode_map(result.histograms, "histogram of"),
         sums=encode_map(result.sums, "sums of"),
+        brier=encode_map(result.brier, "Brier sums of"),
     )
 
 
 def score_reply_from_proto(reply: vfl_pb2.ScoreReply) -> ScoreResult:
     """Per predictor name: (C, C) int64 confusion counts [true, predicted], (2, bins) int64 AUC
-    histograms, (5,) float64 regression sums; counts and sums of squares never negative."""
+    histograms, (5,) float64 regression sums, (2,) float64 Brier sums; counts and sums of
+    squares never negative."""
     return ScoreResult(
         confusion=decode_map(reply.confusion, partial(_counts, square=True), "confusion of"),
         histograms=decode_map(reply.histograms, partial(_counts, square=False), "histogram of"),
         sums=decode_map(reply.sums, _sums, "sums of"),
+        brier=decode_map(reply.brier, _brier, "Brier sums of"),
     )
 
 
@@ -409,6 +413,13 @@ def _counts(t: vfl_pb2.Tensor, what: str, *, square: bool) -> np.ndarray:
     if counts.size and counts.min() < 0:
         raise ProtocolError(f"{what}: negative count")
     return counts
+
+
+def _brier(t: vfl_pb2.Tensor, what: str) -> np.ndarray:
+    sums = decode_array(t, what=what, expect_dtype="float64", expect_shape=(2,))
+    if (sums < 0).any():  # a per-sample Brier score and its square are never negative
+        raise ProtocolError(f"{what}: negative sum of non-negative terms")
+    return sums
 
 
 def _sums(t: vfl_pb2.Tensor, what: str) -> np.ndarray:

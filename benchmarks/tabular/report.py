@@ -83,7 +83,7 @@ def render(job: TabularJob) -> str:
         "the model's, RMSE within 0.2 %; means over the seeds. "
         "Per observed set: the parties holding the test row ('label_alone' is scored on all "
         "rows only). '-': not reported by that row (the federation reports no multi-class "
-        "Brier score or AUC). Brier: binary, the mean squared error of the positive-class "
+        "AUC). Brier: binary, the mean squared error of the positive-class "
         "probability (scikit-learn's brier_score_loss, as the federation reports it); more "
         "classes, the squared error summed over the classes. Details: "
         "docs/benchmarks-tabular.md.",

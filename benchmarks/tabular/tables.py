@@ -683,7 +683,7 @@ def _classification(y: np.ndarray, proba: np.ndarray) -> Scores:
 def _brier(proba: np.ndarray, onehot: np.ndarray) -> float:
     """Binary: the mean squared error of the positive-class probability (scikit-learn's
     brier_score_loss, and the federation's own `brier`, so the rows compare); more classes: the
-    squared error summed over the classes (Brier's definition; the federation reports none)."""
+    squared error summed over the classes (Brier's definition, as the federation reports it)."""
     if proba.shape[1] == 2:
         return float(np.mean((proba[:, 1] - onehot[:, 1]) ** 2))
     return float(np.mean(np.sum((proba - onehot) ** 2, axis=1)))

@@ -181,6 +181,10 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "dropout0.5_hh16": ("--dropout", "0.5", "--head-hidden", "16"),
     # early stopping on a validation split under AUTO_MIN_VALIDATION samples (diabetes)
     "patience6": ("--early-stop-patience", "6"),
+    # no early stopping (every epoch of --epochs trained, the last one's weights kept) and a long
+    # wait: what early stopping costs the 3-class gen_categorical
+    "patience0": ("--early-stop-patience", "0"),
+    "patience30": ("--early-stop-patience", "30"),
     # the tables' defaults stated explicitly (the MLP head, weight decay 1e-4): the defaults in
     # a run of code whose defaults were a candidate (`tabular-vertibench-wide`)
     "before": ("--head", "mlp", "--weight-decay", "1e-4"),
@@ -221,6 +225,11 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     # the decision threshold by Platt scaling on the validation split, the tables' `auto` since
     # (`tabular-sweep-threshold`): the same model as the defaults' row, another threshold
     "platt": ("--threshold", "platt"),
+    # the concatenating head's loss term weighted 3, 5 and 10 times (LASER-VFL's terms weigh 4.8
+    # together for the label party among three parties): the towers serve the concatenation more
+    "cw3": ("--concat-weight", "3"),
+    "cw5": ("--concat-weight", "5"),
+    "cw10": ("--concat-weight", "10"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`

@@ -77,7 +77,8 @@ METRICS: dict[str, Metric] = {
 }
 
 
-# Metrics of binary classification only (a run of more classes records neither).
+# Metrics a classification run may lack: ROC AUC (binary only) and the Brier score (binary, and
+# of more classes where the run's results record it).
 BINARY_ONLY = ("auc", "brier")
 
 
@@ -95,9 +96,12 @@ def task_of_rows(rows: Iterable[Mapping[str, object]]) -> str:
     return REGRESSION if {"rmse", "mae"} & keys else CLASSIFICATION
 
 
-def choose_metric(task: str, name: str | None, has_auc: bool) -> Metric:
+def choose_metric(
+    task: str, name: str | None, has_auc: bool, has_brier: bool | None = None
+) -> Metric:
     """The metric `--metric name` asks for on a run of `task` (None: the headline); a ConfigError
-    naming the option when it is unknown or does not apply."""
+    naming the option when it is unknown or does not apply. `has_brier` None: as `has_auc`."""
+    has = {"auc": has_auc, "brier": has_auc if has_brier is None else has_brier}
     if name is None:
         return headline(task)
     metric = METRICS.get(name)
@@ -105,13 +109,12 @@ def choose_metric(task: str, name: str | None, has_auc: bool) -> Metric:
         raise ConfigError(f"--metric must be one of {', '.join(METRICS)}, not {name!r}")
     if metric.task != task:
         choices = ", ".join(
-            m.key for m in task_metrics(task) if m.key not in BINARY_ONLY or has_auc
+            m.key for m in task_metrics(task) if m.key not in BINARY_ONLY or has[m.key]
         )
         raise ConfigError(f"--metric {name} is for {metric.task}; this {task} run has {choices}")
-    if name in BINARY_ONLY and not has_auc:
-        raise ConfigError(
-            f"--metric {name}: this run has no {metric.label} (binary classification only)"
-        )
+    if name in BINARY_ONLY and not has[name]:
+        only = " (binary classification only)" if name == "auc" else ""
+        raise ConfigError(f"--metric {name}: this run has no {metric.label}{only}")
     return metric
 
 
@@ -121,8 +124,10 @@ LOWER_IS_BETTER = frozenset({"rmse", "brier"})
 
 def watched(task: str, num_classes: int) -> str:
     """The validation metric a run is judged by (early stopping, the subset choice): RMSE for
-    regression; for binary tasks the Brier score, which moves with every probability where
-    the accuracy of a small validation split stays flat or saturates; else the accuracy."""
+    regression; for classification the Brier score, which moves with every probability where
+    the accuracy of a small validation split stays flat, saturates or jumps by a sample (on a
+    task of more than two classes the accuracy was watched until a 3-class table's runs stopped
+    and restored their weights at lucky epochs: docs/tabular-defaults.md)."""
     if task == REGRESSION:
         return "rmse"
-    return "brier" if num_classes == 2 else "accuracy"
+    return "brier"

@@ -6,7 +6,9 @@ prediction h_{k,O}, averaged over samples. F1: per party over the samples it pre
 the positive class; multi-class: macro), averaged over parties. Binary tasks add ROC AUC, per
 party from histograms of its positive-class probability (ties within one of the 1000 bins count
 half, so it is exact up to that resolution), averaged over parties like F1, and the Brier score
-from the same histograms (each probability at its bin's centre).
+from the same histograms (each probability at its bin's centre). Tasks of more classes add the
+Brier score (Brier 1950: per sample the sum over classes of (p_c - [c = y])^2; for two classes
+that sum is twice the binary score above), from its sums, averaged over parties like F1.
 
 Regression. RMSE and MAE: per sample, the mean squared (absolute) error of the observing heads'
 predictions, averaged over samples (then the root for RMSE), the analogue of the accuracy; R^2 is
@@ -115,6 +117,7 @@ class PatternStats:
     heads: dict[str, np.ndarray] = field(default_factory=dict)  # predictor -> confusion
     federation: np.ndarray | None = None
     histograms: dict[str, np.ndarray] = field(default_factory=dict)  # predictor -> (2, bins)
+    brier: dict[str, np.ndarray] = field(default_factory=dict)  # predictor -> (2,) Brier sums
     regression: RegressionStats | None = None
 
     @property
@@ -138,6 +141,8 @@ class PatternStats:
                 self.heads[name] = conf + self.heads.get(name, 0)
         for name, hist in result.histograms.items():
             self.histograms[name] = hist + self.histograms.get(name, 0)
+        for name, sums in result.brier.items():
+            self.brier[name] = sums + self.brier.get(name, 0)
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,7 @@ class MetricRow:
     mae: float | None = None
     r2: float | None = None
     federation_rmse: float | None = None  # of the mean of the heads' predictions
-    brier: float | None = None  # binary: per-party Brier score averaged over parties
+    brier: float | None = None  # per-party Brier score averaged over parties
 
     def to_json(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -244,7 +249,7 @@ def _row(name: str, stats: Iterable[PatternStats]) -> MetricRow:
         federation_accuracy=accuracy_from_confusion(fed_conf) if fed_conf is not None else 0.0,
         f1=f1,
         auc=_mean_of(auc_from_histogram, stats),
-        brier=_mean_of(brier_from_histogram, stats),
+        brier=_brier(stats, error=False),
     )
 
 
@@ -259,6 +264,36 @@ def _mean_of(
             if predictor != FEDERATION:
                 pooled[predictor] = hist + pooled.get(predictor, 0)
     values = [a for a in map(metric, pooled.values()) if a is not None]
+    return float(np.mean(values)) if values else None
+
+
+def _brier(stats: list[PatternStats], error: bool) -> float | None:
+    """The Brier score (`error`: its standard error) of a binary task from its histograms, of
+    more classes from their Brier sums; None with neither."""
+    if any(s.histograms for s in stats):
+        return _mean_of(brier_error_from_histogram if error else brier_from_histogram, stats)
+    return _brier_of_sums(stats, error)
+
+
+def _brier_of_sums(stats: list[PatternStats], error: bool) -> float | None:
+    """More than two classes: the Brier score (`error`: its standard error, from the spread of
+    the per-sample scores) per predictor over the samples it predicted, averaged over
+    predictors. None without Brier sums (or, for the error, with fewer than two samples)."""
+    pooled: dict[str, np.ndarray] = {}
+    counts: dict[str, int] = {}
+    for s in stats:
+        for predictor, sums in s.brier.items():
+            if predictor != FEDERATION:
+                pooled[predictor] = sums + pooled.get(predictor, 0)
+                counts[predictor] = counts.get(predictor, 0) + int(s.heads[predictor].sum())
+    values = []
+    for predictor, (total, squares) in pooled.items():
+        n = counts[predictor]
+        if n < (2 if error else 1):
+            continue
+        mean = total / n
+        variance = max(squares / n - mean**2, 0.0) * n / (n - 1) if error else 0.0
+        values.append(float(np.sqrt(variance / n)) if error else float(mean))
     return float(np.mean(values)) if values else None
 
 
@@ -302,7 +337,7 @@ def standard_error(report: EvalReport, key: str) -> float | None:
     if key == "accuracy" and row.accuracy is not None:
         return float(np.sqrt(row.accuracy * (1 - row.accuracy) / row.samples))
     if key == "brier":
-        return _mean_of(brier_error_from_histogram, list(report.by_pattern.values()))
+        return _brier(list(report.by_pattern.values()), error=True)
     if key == "rmse" and row.rmse is not None:
         return float(row.rmse / np.sqrt(2 * row.samples))
     return None

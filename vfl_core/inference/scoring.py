@@ -6,6 +6,8 @@ coordinator computes every metric (vfl_core.inference.metrics):
 - binary classification, in addition: histograms of the positive-class probability of the true
   negatives and of the true positives, AUC_BINS equal bins over [0, 1] (ROC AUC from them counts
   pairs within one bin as ties, so the AUC is exact up to a resolution of 1 / AUC_BINS);
+- classification of more classes, in addition: the sums of the per-sample Brier score (Brier
+  1950: sum over classes of (p_c - [c = y])^2) and of its square, for its mean and spread;
 - regression: sums of squared error, absolute error, count, target and squared target.
 """
 
@@ -38,6 +40,14 @@ def auc_histogram(truth: np.ndarray, scores: np.ndarray, bins: int = AUC_BINS) -
     )
 
 
+def brier_sums(truth: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """(2,) float64: the sums over the batch of the per-sample multi-class Brier score of (B, C)
+    probabilities and of its square."""
+    p = probs.astype(np.float64)
+    per_sample = np.sum(p**2, axis=1) - 2 * p[np.arange(len(truth)), truth] + 1.0  # (B,)
+    return np.array([per_sample.sum(), np.sum(per_sample**2)], dtype=np.float64)
+
+
 def regression_sums(truth: np.ndarray, values: np.ndarray) -> np.ndarray:
     """(5,) float64 in the order of SUMS."""
     y = truth.astype(np.float64)
@@ -54,22 +64,22 @@ def score_batch(task: str, num_classes: int, truth: np.ndarray, call: ScoreCall)
     if task == REGRESSION:
         if call.predictions:
             raise ProtocolError("predicted classes sent for a regression task")
-        values = {n: _checked_scores(n, s, truth, None) for n, s in call.scores.items()}
+        values = {n: _checked_scores(n, s, truth.shape, None) for n, s in call.scores.items()}
         return ScoreResult(sums={n: regression_sums(truth, v) for n, v in values.items()})
     confusion: dict[str, np.ndarray] = {}
     for name, predicted in call.predictions.items():
         if predicted.shape != truth.shape or ((predicted < 0) | (predicted >= num_classes)).any():
             raise ProtocolError(f"prediction '{name}' has the wrong shape or classes")
         confusion[name] = confusion_counts(truth, predicted, num_classes)
-    if call.scores and num_classes != 2:
-        raise ProtocolError("scores are only scored for binary classification (ROC AUC)")
     if not set(call.scores) <= set(call.predictions):
         raise ProtocolError("scores sent for a prediction without predicted classes")
-    histograms = {
-        n: auc_histogram(truth, _checked_scores(n, s, truth, (0.0, 1.0)))
-        for n, s in call.scores.items()
-    }
-    return ScoreResult(confusion=confusion, histograms=histograms)
+    shape = truth.shape if num_classes == 2 else (len(truth), num_classes)
+    scores = {n: _checked_scores(n, s, shape, (0.0, 1.0)) for n, s in call.scores.items()}
+    if num_classes == 2:
+        histograms = {n: auc_histogram(truth, s) for n, s in scores.items()}
+        return ScoreResult(confusion=confusion, histograms=histograms)
+    brier = {n: brier_sums(truth, s) for n, s in scores.items()}
+    return ScoreResult(confusion=confusion, brier=brier)
 
 
 def summed(results: list[ScoreResult]) -> ScoreResult:
@@ -78,6 +88,7 @@ def summed(results: list[ScoreResult]) -> ScoreResult:
     added them, vfl_core.inference.metrics.RegressionStats)."""
     first, *rest = results
     confusion, histograms, sums = dict(first.confusion), dict(first.histograms), dict(first.sums)
+    brier = dict(first.brier)
     for result in rest:
         if result.names() != first.names():
             raise ProtocolError("score: batches of one answer name different predictions")
@@ -85,10 +96,11 @@ def summed(results: list[ScoreResult]) -> ScoreResult:
             (confusion, result.confusion),
             (histograms, result.histograms),
             (sums, result.sums),
+            (brier, result.brier),
         ):
             for name, value in part.items():
                 into[name] = into[name] + value
-    return ScoreResult(confusion, histograms, sums)
+    return ScoreResult(confusion, histograms, sums, brier)
 
 
 def result_fits(result: ScoreResult, task: str, num_classes: int, names: set[str]) -> bool:
@@ -97,7 +109,12 @@ def result_fits(result: ScoreResult, task: str, num_classes: int, names: set[str
     if result.names() != names:
         return False
     if task == REGRESSION:
-        return not result.confusion and not result.histograms and set(result.sums) == names
+        return (
+            not result.confusion
+            and not result.histograms
+            and not result.brier
+            and set(result.sums) == names
+        )
     binary = num_classes == 2
     return (
         not result.sums
@@ -105,13 +122,15 @@ def result_fits(result: ScoreResult, task: str, num_classes: int, names: set[str
         and all(c.shape == (num_classes, num_classes) for c in result.confusion.values())
         and (not result.histograms or binary)
         and all(h.shape == (2, AUC_BINS) for h in result.histograms.values())
+        and (not result.brier or not binary)
+        and all(b.shape == (2,) for b in result.brier.values())
     )
 
 
 def _checked_scores(
-    name: str, scores: np.ndarray, truth: np.ndarray, bounds: tuple[float, float] | None
+    name: str, scores: np.ndarray, shape: tuple[int, ...], bounds: tuple[float, float] | None
 ) -> np.ndarray:
-    if scores.shape != truth.shape or scores.dtype.kind != "f" or not np.isfinite(scores).all():
+    if scores.shape != shape or scores.dtype.kind != "f" or not np.isfinite(scores).all():
         raise ProtocolError(f"scores of '{name}' have the wrong shape or are not finite")
     if bounds is not None and ((scores < bounds[0]) | (scores > bounds[1])).any():
         raise ProtocolError(f"scores of '{name}' outside [{bounds[0]}, {bounds[1]}]")
@@ -129,4 +148,4 @@ def coarsened(result: ScoreResult, bins: int) -> ScoreResult:
         coarse = np.zeros_like(h)
         coarse[:, ::width] = h.reshape(2, bins, width).sum(axis=2)
         out[name] = coarse
-    return ScoreResult(result.confusion, out, result.sums)
+    return ScoreResult(result.confusion, out, result.sums, result.brier)

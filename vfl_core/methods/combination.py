@@ -9,8 +9,9 @@ Regression: the heads' outputs (B, 1) are predicted values; the federation avera
 does the ensemble (the average of the observing local predictors replaces the vote). Standard
 VFL with a missing block makes no prediction for regression: those samples are unscored.
 
-Binary classification also carries each scored prediction's positive-class probability (the
-vote share for the ensemble), from which the label party builds ROC AUC histograms.
+Classification also carries each scored prediction's probabilities (the vote shares for the
+ensemble): binary tasks the positive class's, from which the label party builds ROC AUC and
+Brier histograms; tasks of more classes all C, from which it sums the multi-class Brier score.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class Combined:
     scored: dict[str, np.ndarray]  # predictor name -> (B,) predicted classes (or values)
     federation: np.ndarray  # (B, C) the federation's probabilities (vote shares for ensemble)
     predicted: np.ndarray  # (B,) the federation's class (regression: its value)
-    # binary classification: scored predictor name -> (B,) positive-class probability
+    # classification: scored predictor name -> (B,) positive-class probability (binary) or
+    # (B, C) probabilities (more classes)
     scores: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -61,11 +63,8 @@ def combine(
     else:
         scored = {str(k): decide(probs[k], threshold) for k in sorted(probs)}
         sources = {str(k): probs[k] for k in sorted(probs)}
-    combined = Combined(scored, federation, decide(federation, threshold))
-    if federation.shape[1] != 2:
-        return combined
-    scores = {name: p[:, 1] for name, p in sources.items()}
-    return Combined(scored, federation, combined.predicted, scores)
+    scores = {name: _scores(p) for name, p in sources.items()}
+    return Combined(scored, federation, decide(federation, threshold), scores)
 
 
 def scored_names(rule: Combination, present: Sequence[int], heads: Sequence[int]) -> set[str]:
@@ -98,17 +97,20 @@ def _average(rule: Combination, present: Sequence[int], values: dict[int, np.nda
     return Combined(scored, federation, federation[:, 0])
 
 
+def _scores(probs: np.ndarray) -> np.ndarray:
+    """What a prediction's (B, C) probabilities send to be scored: a binary task's positive
+    class (B,), else all of them."""
+    return probs[:, 1] if probs.shape[1] == 2 else probs
+
+
 def _with_scores(combined: Combined) -> Combined:
-    """Binary: the federation's positive-class probability (vote share, one-hot guess) as the
-    score of the one scored predictor."""
-    if combined.federation.shape[1] != 2:
-        return combined
-    positive = combined.federation[:, 1]
+    """The federation's probabilities (vote shares, one-hot guess) as the scores of the one
+    scored predictor."""
     return Combined(
         combined.scored,
         combined.federation,
         combined.predicted,
-        dict.fromkeys(combined.scored, positive),
+        dict.fromkeys(combined.scored, _scores(combined.federation)),
     )
 
 

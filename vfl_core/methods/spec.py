@@ -248,6 +248,7 @@ class MethodSpec:
     # the validation choice may predict an observed set with it (TrainConfig.concat_head,
     # vfl_core.inference.choice). Only for LASER-VFL's shape (`has_subset_predictors`).
     concat_head: bool = False
+    concat_weight: float = 1.0  # its loss term's weight (TrainConfig.concat_weight)
 
     def step(self, name: str) -> StepSpec:
         """The method's step `name`; another is a ProtocolError (INVALID_ARGUMENT on the wire)."""
@@ -366,7 +367,7 @@ class MethodSpec:
         )
         tasks = self.tasks(context)
         if self.concat_head and block in context.present:  # zerofill's term, on its own head
-            tasks.append(HeadTask(CONCAT_HEAD, context.present, 1.0))
+            tasks.append(HeadTask(CONCAT_HEAD, context.present, self.concat_weight))
         return tasks
 
     # ------------------------------------------------------------ inference

@@ -488,7 +488,7 @@ class BlindPrediction(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., heads: _Optional[_Mapping[int, Tensor]] = ..., present: _Optional[_Iterable[int]] = ..., first: _Optional[int] = ..., has_threshold: _Optional[bool] = ..., threshold: _Optional[float] = ..., federation_scores: _Optional[bool] = ..., guess: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
 
 class ScoreReply(_message.Message):
-    __slots__ = ("confusion", "histograms", "sums")
+    __slots__ = ("confusion", "histograms", "sums", "brier")
     class ConfusionEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -510,13 +510,22 @@ class ScoreReply(_message.Message):
         key: str
         value: Tensor
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class BrierEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
     CONFUSION_FIELD_NUMBER: _ClassVar[int]
     HISTOGRAMS_FIELD_NUMBER: _ClassVar[int]
     SUMS_FIELD_NUMBER: _ClassVar[int]
+    BRIER_FIELD_NUMBER: _ClassVar[int]
     confusion: _containers.MessageMap[str, Tensor]
     histograms: _containers.MessageMap[str, Tensor]
     sums: _containers.MessageMap[str, Tensor]
-    def __init__(self, confusion: _Optional[_Mapping[str, Tensor]] = ..., histograms: _Optional[_Mapping[str, Tensor]] = ..., sums: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...
+    brier: _containers.MessageMap[str, Tensor]
+    def __init__(self, confusion: _Optional[_Mapping[str, Tensor]] = ..., histograms: _Optional[_Mapping[str, Tensor]] = ..., sums: _Optional[_Mapping[str, Tensor]] = ..., brier: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...
 
 class PsiPoints(_message.Message):
     __slots__ = ("points",)
