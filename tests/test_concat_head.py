@@ -99,10 +99,10 @@ def test_given_concat_head_when_training_then_each_label_party_trains_both_heads
     assert [(t.head, t.subset) for t in tasks[:-1]] == [(t.head, t.subset) for t in plain]
     assert all(t.head != CONCAT_HEAD for t in spec.fuse_tasks(0, (1, 2), 3, (0,), rng, (1, 2)))
     # LASER-VFL's weights a_i, b_i: 1 + 1 + 1/3 and 2 + 1/2; the concatenating head's its own
-    assert sum(t.weight for t in tasks[:-1]) == pytest.approx(29 / 6) and tasks[-1].weight == 1.0
-    heavy = TrainConfig(concat_head=True, concat_weight=5.0).spec
-    weighted = heavy.fuse_tasks(0, (0, 1, 2), 3, (0,), np.random.default_rng(0), (1, 2))
-    assert weighted[-1].weight == 5.0 and weighted[:-1] == tasks[:-1]
+    assert sum(t.weight for t in tasks[:-1]) == pytest.approx(29 / 6) and tasks[-1].weight == 5.0
+    light = TrainConfig(concat_head=True, concat_weight=1.0).spec
+    weighted = light.fuse_tasks(0, (0, 1, 2), 3, (0,), np.random.default_rng(0), (1, 2))
+    assert weighted[-1].weight == 1.0 and weighted[:-1] == tasks[:-1]
 
 
 def test_given_a_concat_candidate_when_choosing_then_it_must_beat_the_full_set_by_its_error() -> (

@@ -36,7 +36,7 @@ TRAIN = {
     "subset_choice": "validation",
     "concat_head": None,
     "concat_choice": "all",
-    "concat_weight": 1.0,
+    "concat_weight": 5.0,
     "validation_split": "random",
     "target_transform": "none",
     "encrypt_relay": False,

@@ -391,7 +391,8 @@ class TrainOptions:
         float | None,
         Opt(
             help="with --concat-head: the weight of its loss term on a batch beside LASER-VFL's "
-            "(whose weights sum to 4.8 for a label party among three parties)",
+            "(whose weights sum to 4.8 for a label party among three parties); 1 weighs it as "
+            "one of them",
             show_default=shown(T["concat_weight"]),
         ),
     ] = None

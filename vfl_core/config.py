@@ -310,8 +310,9 @@ class TrainConfig(_Frozen):
     concat_choice: Literal["sets", "all"] = "all"
     # The weight of the concatenating head's loss term on a batch, beside LASER-VFL's terms
     # (whose weights a_i, b_i sum to 4.8 for a label party among three parties): the larger, the
-    # more the shared towers serve the concatenation (vfl_core.methods.spec.fuse_tasks).
-    concat_weight: float = Field(1.0, gt=0, le=100)
+    # more the shared towers serve the concatenation (vfl_core.methods.spec.fuse_tasks). 5: about
+    # the weight of LASER-VFL's terms together (docs/tabular-defaults.md has what it measured).
+    concat_weight: float = Field(5.0, gt=0, le=100)
     # How the validation samples are drawn: "random" (the seed's draw of the samples a label
     # party holds) or "stratified" (classification: each class held out in its share, from
     # per-row draws the label party makes within each class, vfl_core.training.strata;

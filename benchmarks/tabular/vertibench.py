@@ -225,11 +225,12 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     # the decision threshold by Platt scaling on the validation split, the tables' `auto` since
     # (`tabular-sweep-threshold`): the same model as the defaults' row, another threshold
     "platt": ("--threshold", "platt"),
-    # the concatenating head's loss term weighted 3, 5 and 10 times (LASER-VFL's terms weigh 4.8
-    # together for the label party among three parties): the towers serve the concatenation more
+    # the concatenating head's loss term weighted 1, 3 and 5 (LASER-VFL's terms weigh 4.8
+    # together for the label party among three parties; 5 the tables' default since
+    # `tabular-vertibench-brier-cw5`): the larger, the more the towers serve the concatenation
+    "cw1": ("--concat-weight", "1"),
     "cw3": ("--concat-weight", "3"),
     "cw5": ("--concat-weight", "5"),
-    "cw10": ("--concat-weight", "10"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`

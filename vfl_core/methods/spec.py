@@ -248,7 +248,7 @@ class MethodSpec:
     # the validation choice may predict an observed set with it (TrainConfig.concat_head,
     # vfl_core.inference.choice). Only for LASER-VFL's shape (`has_subset_predictors`).
     concat_head: bool = False
-    concat_weight: float = 1.0  # its loss term's weight (TrainConfig.concat_weight)
+    concat_weight: float = 5.0  # its loss term's weight (TrainConfig.concat_weight)
 
     def step(self, name: str) -> StepSpec:
         """The method's step `name`; another is a ProtocolError (INVALID_ARGUMENT on the wire)."""
