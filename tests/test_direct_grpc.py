@@ -230,8 +230,9 @@ def test_given_the_direct_plane_when_trained_then_bit_identical_and_the_coordina
     for r in records:
         if r.direction == "error":
             continue
-        if r.rpc == "Round":
-            assert _float_tensors(r.message()) == [], r
+        if r.rpc == "Round":  # but a score's aggregates: Brier sums, two float64 a prediction
+            found = _float_tensors(r.message())
+            assert [f for f in found if not f.endswith("score.brier")] == [], r
         if r.rpc == "Embed" and r.direction == "request":
             assert not r.message().train  # an evaluation's
     validations = [

@@ -31,7 +31,10 @@ from vfl_wire.audit import AuditRecord, read_audit
 RUN_TIMEOUT_S = 240.0
 K = 3
 FLOATS = {"float32", "float16", "bfloat16", "int8", "float64"}
-IN_THE_CLEAR = {("Predict", "response"), ("Score", "request")}  # probabilities and scores
+# probabilities and scores; and a Score answer's aggregates, which the coordinator reads to
+# report: a task of more classes' Brier sums are float64, two numbers a prediction (regression's
+# error sums the same), never a row's value
+IN_THE_CLEAR = {("Predict", "response"), ("Score", "request"), ("Score", "response")}
 
 
 @pytest.fixture(scope="module")
@@ -177,12 +180,13 @@ def test_given_either_run_when_every_message_is_searched_then_no_feature_or_labe
     assert len(labels) > 5
     needles = [v.astype(d).tobytes() for v in labels for d in ("<i8", "<i4")]
     assert not find_needles(payloads, needles), "a batch's label vector in a message"
-    # the only integer tensors from a party are aggregates: Score's (C, C) confusion counts
-    # or (2, bins) histograms, never a vector with a row per sample
+    # the only tensors of a Score answer are aggregates: (C, C) confusion counts, (2, bins)
+    # histograms or a task of more classes' (2,) Brier sums, never a vector with a row a sample
     for r in records:
         if r.rpc == "Score" and r.direction == "response":
             for _, t in _tensors(r.message()):
-                assert len(t.shape) == 2 and t.dtype == "int64"
+                counts = len(t.shape) == 2 and t.dtype == "int64"
+                assert counts or (list(t.shape) == [2] and t.dtype == "float64")
 
 
 @pytest.mark.slow
@@ -194,7 +198,9 @@ def test_given_an_encrypted_relay_when_evaluating_then_the_coordinator_holds_no_
     with no predicted class or probability in the clear, so the coordinator never holds a
     per-row prediction beside the per-batch label aggregates the label party answers."""
     records = runs["encrypted"]["records"]
-    assert not _clear_floats(records)  # not even the probabilities: every float is sealed
+    # not even the probabilities: every float is sealed but the label party's own aggregates
+    # (Brier sums, two a prediction: the test above)
+    assert _clear_floats(records) <= {("Score", "response")}
     scores = [r.message() for r in records if r.rpc == "Score" and r.direction == "request"]
     predicts = [r.message() for r in records if r.rpc == "Predict" and r.direction == "response"]
     assert len(scores) > 2 and len(predicts) > 5

@@ -23,6 +23,7 @@ from vfl_core.errors import VflError
 from vfl_core.inference.blind import eval_rng, score_inputs
 from vfl_core.methods.combination import combine
 from vfl_core.methods.outcomes import well_formed
+from vfl_core.model.quantize import round_trip
 from vfl_core.protocol import (
     EvalAnswer,
     EvalBatch,
@@ -102,7 +103,9 @@ def _score(
     request, blocks, size = call.round_id, call.blocks, len(call.rows)
     senders = [b for b in blocks if b != me]
     got = links.receive(VALIDATION, request, senders, max(0.0, end - time.monotonic()))
-    embeddings = {} if embedding is None else {me: embedding}
+    # its own as the relay's Predict would hand it back: through the wire's dtype, so that the
+    # probabilities (whose Brier score the validation watches) are the relay's to the bit
+    embeddings = {} if embedding is None else {me: round_trip(embedding, party.config.wire_dtype)}
     width = party.config.model.embed_dim
     for block in senders:
         array = got.get(block)
