@@ -22,6 +22,7 @@ def _train(party_dirs: list[Path], overlap: bool, patience: int) -> tuple:
         early_stop_patience=patience,
         early_stop_min_improvement=0.0,
         overlap_validation=overlap,
+        lr=0.1,  # the watched Brier score turns within 12 epochs (tests/test_early_stop.py)
     )
     after_epoch: list[dict[int, np.ndarray]] = []
 

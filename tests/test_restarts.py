@@ -266,14 +266,15 @@ def test_given_every_process_killed_after_the_best_epoch_when_restarted_then_all
     first (they wait for the coordinator). The run resumes from the coordinator's checkpoint,
     every party from its own of the same round, and every party, all restarted, still goes
     back to the best epoch at the end: its kept state comes back from --checkpoint-dir. At lr
-    1e-9 no later epoch is better (a tie keeps the earlier), so epoch 1 is the best one. Two
+    1e-20 no weight moves (each step is below a float32 weight's resolution), so no later epoch
+    is better (a tie keeps the earlier) and epoch 1 is the best one. Two
     parties: what is killed and restarted is every process, however many there are (six
     processes started here, ten with four parties)."""
     ckpt = tmp_path / "ckpt"
-    extra = ["--early-stop-patience", "2", "--lr", "1e-9"]
+    extra = ["--early-stop-patience", "2", "--lr", "1e-20"]
     coord, clients = _federation(cluster, two_parties, ckpt, epochs=8, extra=extra)
     store = RoundCheckpoints(ckpt / "coordinator", "coordinator")
-    epoch_1 = "epoch 1: validation accuracy"
+    epoch_1 = "epoch 1: validation brier"
     cluster.wait_for(lambda: epoch_1 in coord.log(), RUN_TIMEOUT_S, "epoch 1's validation")
     after = len(coord.rounds())  # rounds run by then: every round of epoch 1 and maybe more
     saved_after = lambda: bool(store.rounds()) and store.rounds()[-1] >= after  # noqa: E731
