@@ -282,10 +282,8 @@ class Party:
         return self.laser.predict(call)
 
     def score(self, call: ScoreCall) -> ScoreResult:
-        """Aggregates of each named prediction on the call's rows against the party's labels:
-        confusion matrices (true x predicted) and, for binary tasks, AUC histograms, for more
-        classes Brier sums; error and target sums for regression (vfl_core.inference.scoring);
-        one answer for all batches."""
+        """Aggregates of each named prediction on the call's rows against the party's labels,
+        one answer for all batches (vfl_core.inference.scoring says which)."""
         self.check_digest(call.split, call.rows, call.digest)
         labels, classes = self.split(call.split).labels, self.data.meta.num_classes
         if labels is None:
