@@ -65,7 +65,7 @@ def test_given_concat_head_when_configured_then_only_laser_shaped_methods_take_i
     spec = TrainConfig(concat_head=True).spec
     assert spec.concat_head and spec.head_input_blocks(CONCAT_HEAD, 3) == 3
     assert not TrainConfig().spec.concat_head  # LASER-VFL's plain behaviour by default
-    with pytest.raises(ValueError, match="concat_head needs LASER-VFL's shape"):
+    with pytest.raises(ValueError, match="--concat-head needs LASER-VFL's shape"):
         TrainConfig(method="zerofill", concat_head=True)
     with pytest.raises(ProtocolError, match="has no head 'concat'"):
         method_spec("laser").predict_subset(0, (0, 1), CONCAT)

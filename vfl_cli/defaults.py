@@ -55,6 +55,7 @@ MODEL = {
     "num_embedding_dim": 16,
     "num_bins": 16,
     "ensemble": 1,
+    "linear_lane": 0,
 }
 DVFL = {
     "guest_hidden": (100,),

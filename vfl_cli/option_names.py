@@ -109,6 +109,7 @@ PANELS: dict[str, str] = {
             "num-bins",
             "num-embedding-dim",
             "ensemble",
+            "linear-lane",
             "dlvm-latent-dim",
             "dlvm-hidden",
             "dlvm-mnar",

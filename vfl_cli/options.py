@@ -118,7 +118,7 @@ def train_config(base: dict[str, Any], **overrides: Any) -> TrainConfig:
     data = dict(base)
     model = dict(data.pop("model", {}) or {})
     model_keys = ("representation", "embed_dim", "hidden", "head", "head_hidden", "dropout")
-    embeddings = ("num_embedding", "num_bins", "num_embedding_dim", "ensemble")
+    embeddings = ("num_embedding", "num_bins", "num_embedding_dim", "ensemble", "linear_lane")
     for key in (*model_keys, "norm", "categorical_dim", *embeddings):
         value = overrides.pop(key, None)
         if value is not None:

@@ -164,6 +164,15 @@ class TrainOptions:
             show_default=shown(M["ensemble"]),
         ),
     ] = None
+    linear_lane: Annotated[
+        int | None,
+        Opt(
+            help="tabular parties: the last N values of each embedding are a linear map of the "
+            "party's row, and each label party trains a linear head on them, a candidate of "
+            "the validation choice (LASER-VFL's shape, --concat-choice all); 0: none",
+            show_default=shown(M["linear_lane"]),
+        ),
+    ] = None
     label_smoothing: Annotated[
         float | None,
         Opt(

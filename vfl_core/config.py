@@ -421,11 +421,15 @@ class TrainConfig(_Frozen):
         # validation watch restores per-epoch weights of the Embed/Fuse/Backward engine only.
         if self.spec.program is not None and self.early_stop_patience:
             raise ValueError(f"method {self.method} has no early stopping (its stages are fixed)")
-        if self.concat_head and not method_spec(self.method).has_subset_predictors:
-            raise ValueError(
-                f"concat_head needs LASER-VFL's shape (a head per label party serving every "
-                f"subset); method {self.method} has none: drop --concat-head"
-            )
+        for flag, on in (
+            ("--concat-head", self.concat_head),
+            ("--linear-lane", self.model.linear_lane),
+        ):
+            if on and not method_spec(self.method).has_subset_predictors:
+                raise ValueError(
+                    f"{flag} needs LASER-VFL's shape (a head per label party serving every "
+                    f"subset); method {self.method} has none: drop {flag}"
+                )
         if self.local_steps and self.spec.program is not None:
             raise ValueError(
                 f"method {self.method} runs steps of its own: local steps (--local-steps) are "
@@ -483,6 +487,8 @@ class TrainConfig(_Frozen):
             spec = replace(spec, serves_feature_only=False)
         if self.wants_concat_head(tabular) and spec.has_subset_predictors:
             spec = replace(spec, concat_head=True, concat_weight=self.concat_weight)
+        if self.model.linear_lane and spec.has_subset_predictors:
+            spec = replace(spec, linear_head=True)
         return spec
 
     def wants_concat_head(self, tabular: bool) -> bool:

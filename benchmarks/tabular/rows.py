@@ -455,6 +455,8 @@ def simulate_row(
         "early_stop": result.get("early_stop"),
         # the observed sets the validation predicts with other heads (TrainConfig.concat_head)
         "heads": (result.get("validation_choice") or {}).get("heads", []),
+        # the pooled choice's candidates: LASER-VFL's heads, then the other heads trained
+        "pooled": (result.get("validation_choice") or {}).get("pooled", []),
         "command": "vfl " + " ".join(args),
         "printed": printed.getvalue(),
         "curve": _curve(run_dir / "epochs.jsonl") if curve_every else [],

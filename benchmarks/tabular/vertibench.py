@@ -231,6 +231,11 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "cw1": ("--concat-weight", "1"),
     "cw3": ("--concat-weight", "3"),
     "cw5": ("--concat-weight", "5"),
+    # a linear model of the joined columns as a third candidate of the validation choice: each
+    # tower's last N values a linear map of its row, a linear head on them at the label party
+    "lin1": ("--linear-lane", "1"),
+    "lin4": ("--linear-lane", "4"),
+    "lin8": ("--linear-lane", "8"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`

@@ -54,7 +54,7 @@ from vfl_core.inference.headline import LOWER_IS_BETTER, watched
 from vfl_core.inference.metrics import FEDERATION, EvalReport, Pattern, standard_error
 from vfl_core.inference.scoring import AUC_BINS
 from vfl_core.inference.subsets import observed_subsets
-from vfl_core.methods.spec import CONCAT
+from vfl_core.methods.spec import CONCAT, LINEAR
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +139,11 @@ def choose_subsets(
 def choose_heads_pooled(
     fed: EvaluatingFederation, validation: np.ndarray, chosen: ValidationChoice, margin: bool = True
 ) -> None:
-    """concat_choice "all": the concatenating heads for every pattern that holds a label party
-    (dropping the subsets chosen there), if on all those patterns' validation samples together
-    they beat LASER-VFL's heads with `chosen`'s subsets by more than their standard error
-    (`margin`; else if better at all); `chosen` is the run's choice in effect (fed.choice),
-    changed in place."""
+    """concat_choice "all": the concatenating heads, or the linear heads (MethodSpec.linear_head),
+    for every pattern that holds a label party (dropping the subsets chosen there), if on all
+    those patterns' validation samples together the best of them beats LASER-VFL's heads with
+    `chosen`'s subsets by more than its standard error (`margin`; else if better at all);
+    `chosen` is the run's choice in effect (fed.choice), changed in place."""
     key = watched(fed.task, fed.num_classes)
     patterns = [
         (p, i)
@@ -153,30 +153,38 @@ def choose_heads_pooled(
     rows = np.intersect1d(np.concatenate([i for _, i in patterns] or [[]]), validation)
     if len(rows) < MIN_CHOICE_SAMPLES:
         return
-    # LASER-VFL's heads with the per-pattern subsets in effect, the concatenating heads without
-    # them: both together (one fan-out on the direct plane)
+    # LASER-VFL's heads with the per-pattern subsets in effect, the other heads without them:
+    # all together (one fan-out on the direct plane)
     everyone = set(fed.infos)
-    laser_report, concat_report = fed.evaluate_many(
+    others = [h for h, on in ((CONCAT, fed.spec.concat_head), (LINEAR, fed.spec.linear_head)) if on]
+    reports = fed.evaluate_many(
         [
             Ask("train", everyone, rows, choice=chosen),
-            Ask("train", everyone, rows, head=CONCAT, choice=replace(chosen, subsets={})),
+            *(
+                Ask("train", everyone, rows, head=h, choice=replace(chosen, subsets={}))
+                for h in others
+            ),
         ]
     )
-    laser = _scored(key, (), laser_report)
-    concat = _scored(key, (), concat_report, CONCAT)
-    subsets = chosen.subsets
-    chosen.pooled = [laser, concat]
-    if best_candidate(chosen.pooled, key in LOWER_IS_BETTER, margin) is concat:
+    chosen.pooled = [
+        _scored(key, (), report, head) for head, report in zip(["", *others], reports, strict=True)
+    ]
+    lower = key in LOWER_IS_BETTER
+    best = best_candidate([c for c in chosen.pooled if c.head != LINEAR], lower, margin)
+    linear = next((c for c in chosen.pooled if c.head == LINEAR), None)
+    if linear is not None and simplest_within(linear, chosen.pooled, lower, margin):
+        best = linear
+    if best is not None and best.head:
         mine = {p for p, _ in patterns}
-        chosen.heads = dict.fromkeys(mine, CONCAT)
-        chosen.subsets = {p: s for p, s in subsets.items() if p not in mine}
+        chosen.heads = dict.fromkeys(mine, best.head)
+        chosen.subsets = {p: s for p, s in chosen.subsets.items() if p not in mine}
         log.info(
             "validation: every observed set holding a label party predicted with the %s heads "
             "(%s %.4f, LASER-VFL's %s)",
-            CONCAT,
+            best.head,
             key,
-            concat.value,
-            laser.value,
+            best.value,
+            chosen.pooled[0].value,
         )
 
 
@@ -201,6 +209,22 @@ def best_candidate(cands: list[Candidate], lower: bool, margin: bool = True) -> 
         return best
     gain = sign * (float(full.value) - float(best.value))  # type: ignore[arg-type]
     return best if gain > (best.error or 0.0) else full
+
+
+def simplest_within(
+    simple: Candidate, cands: list[Candidate], lower: bool, margin: bool = True
+) -> bool:
+    """Whether `simple`, the simplest model among `cands` (the linear heads), is chosen: by the
+    one-standard-error rule as Breiman et al. state it ("Classification and Regression Trees"
+    s. 3.4.3: the simplest model whose score is within one standard error of the best score),
+    or (no `margin`) only if it is the best. It must score as many samples as the first."""
+    usable = [c for c in cands if c.value is not None and c.scored >= cands[0].scored]
+    if simple not in usable:
+        return False
+    sign = 1.0 if lower else -1.0
+    best = min(usable, key=lambda c: sign * float(c.value))  # type: ignore[arg-type]
+    slack = (best.error or 0.0) if margin else 0.0
+    return sign * (float(simple.value) - float(best.value)) <= slack  # type: ignore[arg-type]
 
 
 def best_threshold(histogram: np.ndarray, metric: str = "f1") -> tuple[float, float, float]:

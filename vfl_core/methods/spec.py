@@ -33,6 +33,7 @@ from vfl_core.methods.steps import StepSpec
 
 # re-exported: the slot key of a party's one f_k / g_k, and the subsets' type
 from vfl_core.model.slots import CONCAT_HEAD as CONCAT_HEAD
+from vfl_core.model.slots import LINEAR_HEAD as LINEAR_HEAD
 from vfl_core.model.slots import SHARED as SHARED
 from vfl_core.model.slots import Subset as Subset
 
@@ -75,6 +76,7 @@ Slots = Literal["shared", "per_subset"]  # one f_k, or one per subset that conta
 HeadsAt = Literal["label_parties", "active_party", "subset_owner"]
 # PredictCall.head naming a label party's concatenating head (MethodSpec.concat_head)
 CONCAT = "concat"
+LINEAR = "linear"  # ... and its linear head on the towers' lanes (MethodSpec.linear_head)
 # What stands in for a party that failed during training: nothing (the subset shrinks), zeros,
 # the last embedding received for the sample, or nothing trains (the round is skipped).
 Replacement = Literal["nothing", "zeros", "stale", "skip"]
@@ -249,6 +251,11 @@ class MethodSpec:
     # vfl_core.inference.choice). Only for LASER-VFL's shape (`has_subset_predictors`).
     concat_head: bool = False
     concat_weight: float = 5.0  # its loss term's weight (TrainConfig.concat_weight)
+    # A third head (key LINEAR_HEAD) on the same concatenation: the logistic or ridge regression
+    # of the joined columns that the towers' lanes carry (ModelConfig.linear_lane,
+    # vfl_core.model.linear_lane); a candidate of the validation choice like the concatenating
+    # head's. Its term weighs 1: no other head's gradient reaches the lanes.
+    linear_head: bool = False
 
     def step(self, name: str) -> StepSpec:
         """The method's step `name`; another is a ProtocolError (INVALID_ARGUMENT on the wire)."""
@@ -280,7 +287,7 @@ class MethodSpec:
 
     def head_input_blocks(self, head: Subset, num_blocks: int) -> int:
         """How many embeddings of size d a head's input holds."""
-        if self.fusion == "concat" or head == CONCAT_HEAD:
+        if self.fusion == "concat" or head in (CONCAT_HEAD, LINEAR_HEAD):
             return num_blocks
         if self.fusion == "concat_slots":
             return len(head)
@@ -368,6 +375,8 @@ class MethodSpec:
         tasks = self.tasks(context)
         if self.concat_head and block in context.present:  # zerofill's term, on its own head
             tasks.append(HeadTask(CONCAT_HEAD, context.present, self.concat_weight))
+        if self.linear_head and block in context.present:
+            tasks.append(HeadTask(LINEAR_HEAD, context.present, 1.0))
         return tasks
 
     # ------------------------------------------------------------ inference
@@ -397,9 +406,11 @@ class MethodSpec:
         `head` as PredictCall names it ("": the method's own)."""
         present = tuple(sorted(present))
         if head:
-            if head != CONCAT or not self.concat_head:
-                raise ProtocolError(f"method {self.name} has no head {head[:64]!r}")
-            return CONCAT_HEAD, present
+            if head == CONCAT and self.concat_head:
+                return CONCAT_HEAD, present
+            if head == LINEAR and self.linear_head:
+                return LINEAR_HEAD, present
+            raise ProtocolError(f"method {self.name} has no head {head[:64]!r}")
         if self.own_block_only:
             return SHARED, (block,)
         if self.heads == "subset_owner":

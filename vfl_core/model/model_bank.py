@@ -13,11 +13,12 @@ import torch
 from torch import nn
 
 from vfl_core.model.eager_optim import EagerAdam, EagerSGD
+from vfl_core.model.linear_lane import build_linear_head
 from vfl_core.model.lr_schedule import lr_at
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.models import build_head, build_representation
 from vfl_core.model.num_embeddings import NumericFit
-from vfl_core.model.slots import CONCAT_HEAD, SHARED, Subset
+from vfl_core.model.slots import CONCAT_HEAD, LINEAR_HEAD, SHARED, Subset
 from vfl_core.model.slots import key_name as key_name
 from vfl_core.model.slots import name_key as name_key
 from vfl_core.model.weight_average import EMA, WeightAverage
@@ -63,9 +64,11 @@ class BankSettings(OptimizerSettings, Protocol):
 
 def subset_code(key: Subset) -> tuple[int, ...]:
     """Seed parts of a key: nothing for the shared slot (so its seed is just (seed, block)), 0 for
-    the concatenating head (a subset's code is 2 or more)."""
+    the concatenating head, 1 for the linear head (a subset's code is 2 or more)."""
     if key == CONCAT_HEAD:
         return (0,)
+    if key == LINEAR_HEAD:
+        return (1,)
     return () if key == SHARED else (1 + sum(1 << b for b in key),)
 
 
@@ -133,9 +136,12 @@ class ModelBank:
         if key not in self.heads:
             seed = derive_seed(self.config.seed, Stream.INIT_HEAD, self.block, *subset_code(key))
             width = self.spec.head_input_blocks(key, self.num_blocks)
-            model = build_head(
-                self.config.model, self.num_classes, seed, in_blocks=width, tabular=self.tabular
-            )
+            if key == LINEAR_HEAD:
+                model = build_linear_head(self.config.model, self.num_classes, seed, width)
+            else:
+                model = build_head(
+                    self.config.model, self.num_classes, seed, in_blocks=width, tabular=self.tabular
+                )
             self.heads[key] = model.to(self.device)
             self.head_opts[key] = make_optimizer(
                 self.heads[key], self.config, self.tabular, self.train_rows

@@ -43,3 +43,7 @@ class ModelConfig(BaseModel):
     num_embedding_dim: int = Field(16, ge=1, le=256)
     num_bins: int = Field(16, ge=2, le=256)
     ensemble: int = Field(1, ge=1, le=64)
+    # The last `linear_lane` values of each tabular party's embedding are a linear map of its
+    # row, and each label party trains a linear head on them: a third predictor the validation
+    # may choose (vfl_core.model.linear_lane; 0: none).
+    linear_lane: int = Field(0, ge=0, le=64)

@@ -309,8 +309,25 @@ def build_representation(
     shape = _check_feature_shape(feature_shape)
     kind = resolve_representation(config, shape)
     _check_categorical(categorical, shape, kind)
-    from vfl_core.model import tabular_tower  # it builds on this module's classes
+    from vfl_core.model import linear_lane, tabular_tower  # they build on this module's classes
 
+    linear_lane.check_lane(config, kind == "mlp" and len(shape) == 1)
+    if config.linear_lane:  # the MLP fills what the lane leaves (linear_lane.LaneTower)
+        lane, config = (
+            config.linear_lane,
+            config.model_copy(
+                update={"embed_dim": config.embed_dim - config.linear_lane, "linear_lane": 0}
+            ),
+        )
+        tower = build_representation(
+            config,
+            feature_shape,
+            generator_seed,
+            final_activation=final_activation,
+            categorical=categorical,
+            numeric=numeric,
+        )
+        return linear_lane.LaneTower(tower, shape[0], tuple(categorical), lane)
     if tabular_tower.extended(config):
         if kind != "mlp" or len(shape) != 1:
             raise ConfigError("--num-embedding and --ensemble need tabular parties (mlp)")

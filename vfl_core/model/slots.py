@@ -13,6 +13,8 @@ SHARED: Subset = ()  # the slot key of a party's one shared representation model
 # The key of a LASER-VFL label party's second head, on the zero-filled concatenation of the present
 # embeddings (TrainConfig.concat_head); no subset of blocks has a negative block.
 CONCAT_HEAD: Subset = (-1,)
+# The key of its linear head on the towers' lanes (ModelConfig.linear_lane).
+LINEAR_HEAD: Subset = (-2,)
 
 
 def key_name(key: Subset) -> str:

@@ -38,21 +38,22 @@ from vfl_core.data.learning_task import REGRESSION
 from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.methods.laser.objective import fuse_mean
-from vfl_core.methods.spec import CONCAT
-from vfl_core.model.slots import CONCAT_HEAD, SHARED
+from vfl_core.methods.spec import CONCAT, LINEAR
+from vfl_core.model.slots import CONCAT_HEAD, LINEAR_HEAD, SHARED
 from vfl_core.protocol import ServingChoice
 from vfl_core.training.party import Party
 
 log = logging.getLogger(__name__)
 
 # 2: the validation choice of subsets (BundleMeta.subsets); 3: of the concatenating head
-# (BundleMeta.concat_sets); format 1 and 2 bundles still load
-BUNDLE_FORMAT = 3
-READABLE_FORMATS = (1, 2, 3)
+# (BundleMeta.concat_sets); 4: of the linear head (BundleMeta.linear_sets); older ones still load
+BUNDLE_FORMAT = 4
+READABLE_FORMATS = (1, 2, 3, 4)
 META_FILE = "bundle.json"
 REPRESENTATION_FILE = "representation.pt"
 HEAD_FILE = "head.pt"
 CONCAT_HEAD_FILE = "concat_head.pt"
+LINEAR_HEAD_FILE = "linear_head.pt"
 PREPROCESS_FILE = "preprocess.json"
 
 
@@ -93,6 +94,8 @@ class BundleMeta(BaseModel):
     # the observed sets the validation chose the concatenating head for (TrainConfig.concat_head):
     # predicted by CONCAT_HEAD_FILE from the zero-filled concatenation of all num_blocks blocks
     concat_sets: tuple[tuple[int, ...], ...] = ()
+    # ... and the linear head (ModelConfig.linear_lane), by LINEAR_HEAD_FILE from the same input
+    linear_sets: tuple[tuple[int, ...], ...] = ()
     target_mean: float = 0.0  # regression: the head's standardised output in original units
     target_std: float = 1.0
     target_log: bool = (
@@ -119,14 +122,14 @@ def write_bundle(
     head = models.evaluated_head(SHARED) if labelled else None
     if head is not None:
         _save_traced(head, torch.zeros((1, party.config.model.embed_dim)), directory / HEAD_FILE)
-    concat = _concat_sets(party, choice) if head is not None else ()
-    if concat:
-        width = party.data.meta.num_blocks * party.config.model.embed_dim
-        _save_traced(
-            models.evaluated_head(CONCAT_HEAD),
-            torch.zeros((1, width)),
-            directory / CONCAT_HEAD_FILE,
-        )
+    sets = _head_sets(party, choice) if head is not None else {}
+    width = party.data.meta.num_blocks * party.config.model.embed_dim
+    for name, key, file in (
+        (CONCAT, CONCAT_HEAD, CONCAT_HEAD_FILE),
+        (LINEAR, LINEAR_HEAD, LINEAR_HEAD_FILE),
+    ):
+        if sets.get(name):
+            _save_traced(models.evaluated_head(key), torch.zeros((1, width)), directory / file)
     pre = party.data.preprocessing
     if pre is not None:
         write_text_atomically(directory / PREPROCESS_FILE, json.dumps(pre, indent=2) + "\n")
@@ -134,7 +137,8 @@ def write_bundle(
         threshold = choice.threshold if threshold is None else threshold
     rules = choice.subsets if head is not None and choice is not None else {}
     meta = bundle_meta(party, threshold, has_head=head is not None, subsets=rules)
-    meta = meta.model_copy(update={"concat_sets": concat})
+    update = {"concat_sets": sets.get(CONCAT, ()), "linear_sets": sets.get(LINEAR, ())}
+    meta = meta.model_copy(update=update)
     write_text_atomically(directory / META_FILE, meta.model_dump_json(indent=2) + "\n")
     log.info("party %s wrote its serving bundle to %s", party.party_id, directory)
     return directory
@@ -173,15 +177,20 @@ def bundle_meta(
     )
 
 
-def _concat_sets(party: Party, choice: ServingChoice | None) -> tuple[tuple[int, ...], ...]:
-    """The observed sets `choice` predicts with the concatenating head (which the party must
-    have trained)."""
-    sets = tuple(sorted(o for o, h in (choice.heads if choice else {}).items() if h == CONCAT))
-    if sets and not party.spec.concat_head:
-        raise ConfigError(
-            f"the choice predicts {len(sets)} observed sets with the concatenating head, but "
-            f"party {party.party_id} trained none (--concat-head)"
-        )
+def _head_sets(
+    party: Party, choice: ServingChoice | None
+) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """The observed sets `choice` predicts with the concatenating or the linear head, by head
+    (which the party must have trained)."""
+    heads = choice.heads if choice else {}
+    sets = {n: tuple(sorted(o for o, h in heads.items() if h == n)) for n in (CONCAT, LINEAR)}
+    trained = {CONCAT: party.spec.concat_head, LINEAR: party.spec.linear_head}
+    for name, flag in ((CONCAT, "--concat-head"), (LINEAR, "--linear-lane")):
+        if sets[name] and not trained[name]:
+            raise ConfigError(
+                f"the choice predicts {len(sets[name])} observed sets with the {name} head, but "
+                f"party {party.party_id} trained none ({flag})"
+            )
     return sets
 
 
@@ -217,6 +226,7 @@ class Bundle:
     preprocessing: TabularPreprocessor | None
     device: torch.device
     concat_head: torch.jit.ScriptModule | None = None  # BundleMeta.concat_sets' head
+    linear_head: torch.jit.ScriptModule | None = None  # BundleMeta.linear_sets' head
 
     def embed(self, features: np.ndarray) -> np.ndarray:
         """(B, *feature_shape) float32 rows -> (B, embed_dim) float32 embeddings."""
@@ -253,17 +263,20 @@ class Bundle:
         return output.to("cpu", torch.float32).numpy()
 
     def head_for(self, present: tuple[int, ...]) -> str:
-        """The head that predicts an observed set: "concat" where the validation chose the
-        concatenating head, else "" (the mean-fusion head)."""
+        """The head that predicts an observed set: "concat" or "linear" where the validation
+        chose the concatenating or the linear head, else "" (the mean-fusion head)."""
+        if present in self.meta.linear_sets:
+            return LINEAR
         return CONCAT if present in self.meta.concat_sets else ""
 
     def _concatenated(self, tensors: Mapping[int, torch.Tensor], head: str) -> torch.Tensor:
-        if head != CONCAT or self.concat_head is None:
+        module = {CONCAT: self.concat_head, LINEAR: self.linear_head}.get(head)
+        if module is None:
             raise DataError(f"predict: party {self.meta.party_id} has no {head[:64]!r} head")
         first = next(iter(tensors.values()))
         zeros = torch.zeros_like(first)  # (B, d): an absent block
         parts = [tensors.get(b, zeros) for b in range(self.meta.num_blocks)]
-        return self.concat_head(torch.cat(parts, dim=1))  # (B, num_blocks * d) -> (B, C)
+        return module(torch.cat(parts, dim=1))  # (B, num_blocks * d) -> (B, C)
 
     def can_predict(self, blocks: Collection[int]) -> bool:
         """Whether the head predicts from these blocks' embeddings."""
@@ -300,10 +313,12 @@ def load_bundle(directory: Path, device: torch.device | str = "cpu") -> Bundle:
     preprocessing = None
     if pre_file.is_file():
         preprocessing = TabularPreprocessor.from_json(pre_file.read_text(), str(pre_file))
-    concat = None
+    concat = linear = None
     if meta.has_head and meta.concat_sets:
         concat = _load_module(directory / CONCAT_HEAD_FILE, device)
-    return Bundle(meta, representation, head, preprocessing, device, concat)
+    if meta.has_head and meta.linear_sets:
+        linear = _load_module(directory / LINEAR_HEAD_FILE, device)
+    return Bundle(meta, representation, head, preprocessing, device, concat, linear)
 
 
 def read_bundle_meta(directory: Path) -> BundleMeta:

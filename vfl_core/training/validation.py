@@ -248,7 +248,7 @@ class Validator:
                 margin=rule == "validation",
                 per_set=fed.config.concat_choice == "sets",
             )
-            if fed.spec.concat_head and fed.config.concat_choice == "all":
+            if (fed.spec.concat_head or fed.spec.linear_head) and fed.config.concat_choice == "all":
                 choose_heads_pooled(fed, validation, choice, margin=rule == "validation")
         binary = self._binary_threshold()
         report = fed.evaluate("train", index=validation, federation_scores=binary)

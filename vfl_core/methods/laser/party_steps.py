@@ -30,8 +30,9 @@ from vfl_core.methods.laser.local_steps import Cache, FuseCache, LocalSteps
 from vfl_core.methods.laser.objective import fuse_mean, sampled_loss
 from vfl_core.methods.laser.stale import StaleEmbeddings
 from vfl_core.methods.party_port import PartyPort
-from vfl_core.methods.spec import CONCAT_HEAD, SHARED, HeadTask, Subset
+from vfl_core.methods.spec import CONCAT_HEAD, LINEAR_HEAD, SHARED, HeadTask, Subset
 from vfl_core.model import stash
+from vfl_core.model.linear_lane import detach_lane
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -85,8 +86,12 @@ class LaserSteps:
             party.models.rep(SHARED)
         if build_models and meta.has_labels and self.spec.label_parties_hold_head:
             party.models.head(SHARED)
-            if self.spec.concat_head:
-                party.models.head(CONCAT_HEAD)
+            for key, on in (
+                (CONCAT_HEAD, self.spec.concat_head),
+                (LINEAR_HEAD, self.spec.linear_head),
+            ):
+                if on:
+                    party.models.head(key)
         self.stale: StaleEmbeddings | None = None
         if self.spec.replacement == "stale" and meta.has_labels and "train" in party.data.splits:
             rows = len(party.data.splits["train"])
@@ -465,7 +470,10 @@ class LaserHeads:
         (baselines, and LASER-VFL's CONCAT_HEAD) a concatenation: of all K blocks with zeros for
         the absent ones (svfl, plug), or of the subset's own slot of each member
         (combinatorial)."""
-        if not self.spec.concatenates and head != CONCAT_HEAD:
+        lane = self.party.config.model.linear_lane if self.spec.linear_head else 0
+        if lane and head != LINEAR_HEAD:  # the lanes learn from the linear head alone
+            embeddings = {b: detach_lane(e, lane) for b, e in embeddings.items()}
+        if not self.spec.concatenates and head not in (CONCAT_HEAD, LINEAR_HEAD):
             return fuse_mean(embeddings, subset)  # (B, d)
         d = self.party.config.model.embed_dim
         if self.spec.fusion == "concat_slots":
