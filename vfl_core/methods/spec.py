@@ -275,6 +275,12 @@ class MethodSpec:
         return self.fusion != "mean"
 
     @property
+    def extra_heads(self) -> tuple[Subset, ...]:
+        """The keys of a label party's heads beside its own: the concatenating, the linear."""
+        on = ((CONCAT_HEAD, self.concat_head), (LINEAR_HEAD, self.linear_head))
+        return tuple(key for key, flag in on if flag)
+
+    @property
     def label_parties_hold_head(self) -> bool:
         """Whether every label party holds one shared head g_k from the start."""
         return self.heads == "label_parties"

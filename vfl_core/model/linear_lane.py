@@ -1,18 +1,18 @@
 """A linear model of the joined columns beside the towers (ModelConfig.linear_lane).
 
-With `linear_lane` L > 0, the last L of a tabular party's `embed_dim` values are a linear map of
-its own row (`LaneTower`): of the dense values, and of each code column through an embedding of
-width L (a linear map of its one-hot coding); the party's MLP fills the other embed_dim - L.
-The wire, the mean fusion and every subset predictor are as without it: the lane is part of the
-embedding.
+With `linear_lane` L > 0, a tabular party's embedding carries L more values after its
+`embed_dim` (`LaneTower`): a linear map of its own row, of the dense values and of each code
+column through an embedding of width L (a linear map of its one-hot coding). What travels is
+`wire_width` = embed_dim + L values a sample.
 
 A label party then trains one more head (`LinearHead`, key LINEAR_HEAD) on the zero-filled
 concatenation of the present blocks' embeddings: the sum over blocks of their lanes, then a
 Linear(L, C). Its logits are a linear function of every present party's columns (a missing block
 adds 0, the mean of its standardised columns): logistic or ridge regression of the joined columns,
-trained through the federation's rounds. The other heads read the lanes too but send no gradient
-into them (`detach_lane`), so each lane learns from the linear head's loss alone. The validation
-choice may then predict every observed set holding a label party with it
+trained through the federation's rounds on its own loss term. Every other head reads the first
+embed_dim values of each block only (`LaneBlind`): they, the towers' MLPs and everything they
+predict are the same, bit for bit, as without the lanes. The validation choice may then predict
+every observed set holding a label party with the linear heads
 (vfl_core.inference.choice.choose_heads_pooled): a table whose best model is linear gets one.
 
 The lanes start at zero: the linear head's first logits are its bias, as a logistic regression
@@ -20,6 +20,8 @@ fitted from zero starts.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -32,22 +34,21 @@ from vfl_core.model.tower import build_seeded
 # learning rate a step, so a linear model started at zero reaches coefficients of a few units
 # only after hundreds of rounds at the tables' rate; x10 reaches them in the tens of rounds a
 # table trains (on gen_highcard and census_like, the head's validation Brier score at x1, x10,
-# x30: benchmarks/results/tabular.md).
+# x30 and x100: benchmarks/results/tabular.md).
 LANE_SCALE = 10.0
+
+
+def wire_width(config: ModelConfig) -> int:
+    """Values a sample of one representation slot's embedding: embed_dim, and the lane's."""
+    return config.embed_dim + config.linear_lane
 
 
 def check_lane(config: ModelConfig, tabular: bool) -> None:
     """Refuse a lane the towers cannot carry, naming why."""
-    lane = config.linear_lane
-    if not lane:
+    if not config.linear_lane:
         return
     if not tabular:
         raise ConfigError("--linear-lane needs tabular parties (an mlp representation)")
-    if lane >= config.embed_dim:
-        raise ConfigError(
-            f"--linear-lane {lane} must be below --embed-dim {config.embed_dim}: the lane is "
-            f"the last {lane} of each embedding's values"
-        )
     if config.ensemble > 1 or config.num_embedding != "none" or config.head == "wide":
         raise ConfigError(
             "--linear-lane needs --ensemble 1, --num-embedding none and a head other than wide"
@@ -55,7 +56,7 @@ def check_lane(config: ModelConfig, tabular: bool) -> None:
 
 
 class LaneTower(nn.Module):
-    """(B, F) -> (B, embed_dim): `tower`'s embed_dim - L values, then the L of the lane. The
+    """(B, F) -> (B, embed_dim + L): `tower`'s embed_dim values, then the L of the lane. The
     last `len(cardinalities)` values of a row are category codes (0: unknown)."""
 
     def __init__(self, tower: nn.Module, width: int, cardinalities: tuple[int, ...], lane: int):
@@ -73,12 +74,19 @@ class LaneTower(nn.Module):
         codes = x[:, self.dense_width :].round().long()
         for i, embedding in enumerate(self.codes):
             lane = lane + embedding(codes[:, i].clamp(0, self.cardinalities[i] - 1))
-        return torch.cat([self.tower(x), lane], dim=1)  # (B, embed_dim)
+        return torch.cat([self.tower(x), lane], dim=1)  # (B, embed_dim + L)
+
+
+def lane_tower(
+    tower: nn.Module, width: int, cardinalities: tuple[int, ...], lane: int, seed: int
+) -> nn.Module:
+    """`tower` with a lane of `lane` values (built apart from the caller's random state)."""
+    return build_seeded(seed, lambda: LaneTower(tower, width, cardinalities, lane))
 
 
 class LinearHead(nn.Module):
-    """(B, in_blocks * embed_dim) zero-filled concatenation -> (B, C): the sum of the blocks'
-    lanes through one Linear(L, C)."""
+    """(B, in_blocks * (embed_dim + L)) zero-filled concatenation -> (B, C): the sum of the
+    blocks' lanes through one Linear(L, C)."""
 
     def __init__(self, in_blocks: int, embed_dim: int, lane: int, outputs: int) -> None:
         super().__init__()
@@ -86,23 +94,38 @@ class LinearHead(nn.Module):
         self.linear = nn.Linear(lane, outputs)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        z = z.reshape(-1, self.in_blocks, self.embed_dim)[:, :, self.embed_dim - self.lane :]
+        z = z.reshape(-1, self.in_blocks, self.embed_dim + self.lane)[:, :, self.embed_dim :]
         return LANE_SCALE * self.linear(z.sum(dim=1))  # (B, C)
 
 
-def build_linear_head(config: ModelConfig, outputs: int, seed: int, in_blocks: int) -> nn.Module:
-    """The linear head of a label party whose towers carry lanes."""
-    if not config.linear_lane:
-        raise ConfigError("the linear head needs --linear-lane above 0")
-    return build_seeded(
-        seed, lambda: LinearHead(in_blocks, config.embed_dim, config.linear_lane, outputs)
-    )
+class LaneBlind(nn.Module):
+    """`head` fed the first embed_dim values of each of `in_blocks` blocks: (B, in_blocks *
+    (embed_dim + L)) -> its output. No gradient reaches a lane through it."""
+
+    def __init__(self, head: nn.Module, in_blocks: int, embed_dim: int, lane: int) -> None:
+        super().__init__()
+        self.head = head
+        self.in_blocks, self.embed_dim, self.lane = in_blocks, embed_dim, lane
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        z = z.reshape(-1, self.in_blocks, self.embed_dim + self.lane)[:, :, : self.embed_dim]
+        return self.head(z.flatten(1))
 
 
-def detach_lane(embedding: torch.Tensor, lane: int) -> torch.Tensor:
-    """`embedding` (B, embed_dim) whose last `lane` values pass no gradient back: a head other
-    than the linear one reads the lane but does not train it."""
-    if not lane:
-        return embedding
-    cut = embedding.shape[1] - lane
-    return torch.cat([embedding[:, :cut], embedding[:, cut:].detach()], dim=1)
+def lane_heads(
+    config: ModelConfig,
+    linear: bool,
+    outputs: int,
+    seed: int,
+    in_blocks: int,
+    build: Callable[[], nn.Module],
+) -> nn.Module:
+    """A head where the towers carry lanes: the linear head (`linear`), else `build()`'s head,
+    blind to the lanes (its weights those it has without them)."""
+    lane = config.linear_lane
+    if linear:
+        if not lane:
+            raise ConfigError("the linear head needs --linear-lane above 0")
+        return build_seeded(seed, lambda: LinearHead(in_blocks, config.embed_dim, lane, outputs))
+    head = build()
+    return LaneBlind(head, in_blocks, config.embed_dim, lane) if lane else head

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from vfl_core.model.eager_optim import EagerAdam, EagerSGD
-from vfl_core.model.linear_lane import build_linear_head
+from vfl_core.model.linear_lane import lane_heads
 from vfl_core.model.lr_schedule import lr_at
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.models import build_head, build_representation
@@ -136,12 +136,16 @@ class ModelBank:
         if key not in self.heads:
             seed = derive_seed(self.config.seed, Stream.INIT_HEAD, self.block, *subset_code(key))
             width = self.spec.head_input_blocks(key, self.num_blocks)
-            if key == LINEAR_HEAD:
-                model = build_linear_head(self.config.model, self.num_classes, seed, width)
-            else:
-                model = build_head(
+            model = lane_heads(
+                self.config.model,
+                key == LINEAR_HEAD,
+                self.num_classes,
+                seed,
+                width,
+                lambda: build_head(
                     self.config.model, self.num_classes, seed, in_blocks=width, tabular=self.tabular
-                )
+                ),
+            )
             self.heads[key] = model.to(self.device)
             self.head_opts[key] = make_optimizer(
                 self.heads[key], self.config, self.tabular, self.train_rows

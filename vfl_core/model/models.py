@@ -312,13 +312,8 @@ def build_representation(
     from vfl_core.model import linear_lane, tabular_tower  # they build on this module's classes
 
     linear_lane.check_lane(config, kind == "mlp" and len(shape) == 1)
-    if config.linear_lane:  # the MLP fills what the lane leaves (linear_lane.LaneTower)
-        lane, config = (
-            config.linear_lane,
-            config.model_copy(
-                update={"embed_dim": config.embed_dim - config.linear_lane, "linear_lane": 0}
-            ),
-        )
+    if config.linear_lane:  # the MLP's embed_dim values, then the lane's (linear_lane.LaneTower)
+        lane, config = config.linear_lane, config.model_copy(update={"linear_lane": 0})
         tower = build_representation(
             config,
             feature_shape,
@@ -327,7 +322,7 @@ def build_representation(
             categorical=categorical,
             numeric=numeric,
         )
-        return linear_lane.LaneTower(tower, shape[0], tuple(categorical), lane)
+        return linear_lane.lane_tower(tower, shape[0], tuple(categorical), lane, generator_seed)
     if tabular_tower.extended(config):
         if kind != "mlp" or len(shape) != 1:
             raise ConfigError("--num-embedding and --ensemble need tabular parties (mlp)")

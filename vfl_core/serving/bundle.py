@@ -39,6 +39,7 @@ from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.methods.laser.objective import fuse_mean
 from vfl_core.methods.spec import CONCAT, LINEAR
+from vfl_core.model.linear_lane import wire_width
 from vfl_core.model.slots import CONCAT_HEAD, LINEAR_HEAD, SHARED
 from vfl_core.protocol import ServingChoice
 from vfl_core.training.party import Party
@@ -121,9 +122,9 @@ def write_bundle(
     labelled = party.data.meta.has_labels and party.g is not None
     head = models.evaluated_head(SHARED) if labelled else None
     if head is not None:
-        _save_traced(head, torch.zeros((1, party.config.model.embed_dim)), directory / HEAD_FILE)
+        _save_traced(head, torch.zeros((1, wire_width(party.config.model))), directory / HEAD_FILE)
     sets = _head_sets(party, choice) if head is not None else {}
-    width = party.data.meta.num_blocks * party.config.model.embed_dim
+    width = party.data.meta.num_blocks * wire_width(party.config.model)
     for name, key, file in (
         (CONCAT, CONCAT_HEAD, CONCAT_HEAD_FILE),
         (LINEAR, LINEAR_HEAD, LINEAR_HEAD_FILE),
@@ -160,7 +161,7 @@ def bundle_meta(
         method=party.config.method,
         task=meta.task,
         feature_shape=tuple(meta.feature_shape),
-        embed_dim=party.config.model.embed_dim,
+        embed_dim=wire_width(party.config.model),  # what a sample's embedding holds
         num_classes=meta.num_classes,
         classes=tuple(pre.get("classes", ())),
         has_head=has_head,

@@ -23,6 +23,7 @@ from vfl_core.errors import VflError
 from vfl_core.inference.blind import eval_rng, score_inputs
 from vfl_core.methods.combination import combine
 from vfl_core.methods.outcomes import well_formed
+from vfl_core.model.linear_lane import wire_width
 from vfl_core.model.quantize import round_trip
 from vfl_core.protocol import (
     EvalAnswer,
@@ -106,7 +107,7 @@ def _score(
     # its own as the relay's Predict would hand it back: through the wire's dtype, so that the
     # probabilities (whose Brier score the validation watches) are the relay's to the bit
     embeddings = {} if embedding is None else {me: round_trip(embedding, party.config.wire_dtype)}
-    width = party.config.model.embed_dim
+    width = wire_width(party.config.model)
     for block in senders:
         array = got.get(block)
         if well_formed(array, (size, len(party.spec.slot_keys(block, blocks)) * width)):

@@ -26,6 +26,7 @@ import numpy as np
 
 from vfl_core.errors import VflError
 from vfl_core.methods.outcomes import well_formed
+from vfl_core.model.linear_lane import wire_width
 from vfl_core.protocol import BackwardCall, RoundCall, RoundResult, Step
 from vfl_core.training import held_heads
 
@@ -183,4 +184,4 @@ def _batch_size(call: RoundCall) -> int:
 def _width(party: Party, block: int, call: RoundCall) -> int:
     """Floats per sample of `block`'s embedding (vfl_core.training.laser_round.width)."""
     blocks = call.embed.blocks if call.embed is not None else call.fuse.blocks  # type: ignore[union-attr]
-    return len(party.spec.slot_keys(block, blocks)) * party.config.model.embed_dim
+    return len(party.spec.slot_keys(block, blocks)) * wire_width(party.config.model)

@@ -19,6 +19,7 @@ import numpy as np
 from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.gradient_sum import add_in_order
 from vfl_core.methods.outcomes import RoundRecord, well_formed
+from vfl_core.model.linear_lane import wire_width
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, Sealed
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ class LaserRound:
         width = None if fed.hooks is None else fed.hooks.embed_width(fed)
         if width is not None:
             return width
-        return len(fed.spec.slot_keys(block, callees)) * fed.config.model.embed_dim
+        return len(fed.spec.slot_keys(block, callees)) * wire_width(fed.config.model)
 
     def accept(
         self,

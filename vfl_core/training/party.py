@@ -31,6 +31,7 @@ from vfl_core.inference.scoring import coarsened, score_batch, summed
 from vfl_core.methods.laser.party_steps import LaserSteps
 from vfl_core.methods.spec import SHARED, ProgramHooks
 from vfl_core.model.ensemble import member_loss
+from vfl_core.model.linear_lane import wire_width
 from vfl_core.model.model_bank import ModelBank
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.num_embeddings import NumericFit, fit_numeric
@@ -130,7 +131,7 @@ class Party:
             return
         if self.roles is not None:
             raise ConfigError(f"feature_tower: method {self.config.method} has no tower f_k")
-        shape, dim = tuple(meta.feature_shape), self.config.model.embed_dim
+        shape, dim = tuple(meta.feature_shape), wire_width(self.config.model)
         train = self.data.splits.get("train")
         rows = None if train is None else train.features  # its own columns' statistics
         seed = self.tower_seed

@@ -5,11 +5,10 @@ The method spec (vfl_core.methods.registry) decides which representation slots a
 party uses; with LASER-VFL it is one f_k and, if the party holds labels, one g_k. Every call is
 checked against the party's own state (round, rows, digest, shapes) and refused with a
 ProtocolError rather than corrupting the model. Calls of a training round are idempotent: a
-retried Embed or Fuse returns the cached answer and a retried Backward does nothing. With
-TrainConfig.local_steps the round's exact update is followed by its local steps
-(vfl_core.methods.laser.local_steps), once. With TrainConfig.fresh_own_tower under staleness (its
-Embed calls say it: vfl_core.methods.laser.fresh_own), the head party embeds its own rows at Fuse
-with its current tower and steps it there.
+retried Embed or Fuse returns the cached answer and a retried Backward does nothing. Local
+steps (TrainConfig.local_steps) follow a round's exact update, once. With fresh_own_tower under
+staleness (vfl_core.methods.laser.fresh_own), the head party embeds its own rows at Fuse with its
+current tower and steps it there.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from vfl_core.methods.laser.stale import StaleEmbeddings
 from vfl_core.methods.party_port import PartyPort
 from vfl_core.methods.spec import CONCAT_HEAD, LINEAR_HEAD, SHARED, HeadTask, Subset
 from vfl_core.model import stash
-from vfl_core.model.linear_lane import detach_lane
+from vfl_core.model.linear_lane import wire_width
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
@@ -85,17 +84,12 @@ class LaserSteps:
         if build_models:  # the shared f_k and, at a label party whose method has one, g_k
             party.models.rep(SHARED)
         if build_models and meta.has_labels and self.spec.label_parties_hold_head:
-            party.models.head(SHARED)
-            for key, on in (
-                (CONCAT_HEAD, self.spec.concat_head),
-                (LINEAR_HEAD, self.spec.linear_head),
-            ):
-                if on:
-                    party.models.head(key)
+            for key in (SHARED, *self.spec.extra_heads):
+                party.models.head(key)
         self.stale: StaleEmbeddings | None = None
         if self.spec.replacement == "stale" and meta.has_labels and "train" in party.data.splits:
             rows = len(party.data.splits["train"])
-            self.stale = StaleEmbeddings(rows, party.config.model.embed_dim, party.device)
+            self.stale = StaleEmbeddings(rows, wire_width(party.config.model), party.device)
 
     def reset(self) -> None:
         """Forget the rounds in flight (the party loaded other weights)."""
@@ -125,7 +119,7 @@ class LaserSteps:
         x = p.batch(call.split, call.rows, call.digest)
         if own:  # its tower runs at Fuse, and no one reads its rows: what leaves is no rows
             self.fresh_own = True
-            wire = np.zeros((0, len(slots) * p.config.model.embed_dim), np.float32)  # (0, width)
+            wire = np.zeros((0, len(slots) * wire_width(p.config.model)), np.float32)  # (0, width)
             state = _Round(call.round_id, call.rows, call.digest, slots, None, wire, fresh=x)
             state.fresh_own = True
             self._start(state)
@@ -466,16 +460,12 @@ class LaserHeads:
         subset: Subset,
         blocks: Sequence[int],
     ) -> torch.Tensor:
-        """A head's input: the mean of the subset's embeddings (laser.fuse_mean), or
-        (baselines, and LASER-VFL's CONCAT_HEAD) a concatenation: of all K blocks with zeros for
-        the absent ones (svfl, plug), or of the subset's own slot of each member
-        (combinatorial)."""
-        lane = self.party.config.model.linear_lane if self.spec.linear_head else 0
-        if lane and head != LINEAR_HEAD:  # the lanes learn from the linear head alone
-            embeddings = {b: detach_lane(e, lane) for b, e in embeddings.items()}
+        """A head's input: the mean of the subset's embeddings (laser.fuse_mean), or a
+        concatenation: of all K blocks, zeros for the absent (svfl, plug, LASER-VFL's CONCAT_HEAD
+        and LINEAR_HEAD), or of the subset's own slot of each member (combinatorial)."""
         if not self.spec.concatenates and head not in (CONCAT_HEAD, LINEAR_HEAD):
             return fuse_mean(embeddings, subset)  # (B, d)
-        d = self.party.config.model.embed_dim
+        d = wire_width(self.party.config.model)
         if self.spec.fusion == "concat_slots":
             parts = [self._slot(embeddings[b], b, head, blocks) for b in sorted(subset)]
         else:
@@ -494,7 +484,7 @@ class LaserHeads:
 
     def width(self, block: int, blocks: Sequence[int]) -> int:
         """Floats per sample in the Embed answer of `block` when `blocks` take part."""
-        return len(self.spec.slot_keys(block, blocks)) * self.party.config.model.embed_dim
+        return len(self.spec.slot_keys(block, blocks)) * wire_width(self.party.config.model)
 
 
 def _unlabelled(label_blocks: Sequence[int], num_blocks: int) -> tuple[int, ...]:

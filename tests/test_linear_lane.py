@@ -1,0 +1,239 @@
+"""A linear model of the joined columns beside the towers (ModelConfig.linear_lane): each
+tabular tower's last L values are a linear map of its row that starts at zero, the label party's
+linear head reads only those values (absent blocks add nothing) and is their only teacher, the
+pooled validation choice takes it by Breiman's one-standard-error rule reading validation rows
+only, and the choice survives the wire and a serving bundle, which predicts as the federation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from recording import RecordingTransport
+from tabular_tables import LABEL_COLUMN, bank_sources, write_tables
+from test_serving_bundle import SECRET
+
+from vfl_core.config import TrainConfig
+from vfl_core.data.tabular import TableSource, federation_sources, load_table_federation
+from vfl_core.errors import ConfigError, ProtocolError
+from vfl_core.inference import choice
+from vfl_core.inference.choice import Candidate, simplest_within
+from vfl_core.methods.registry import method_spec
+from vfl_core.methods.spec import LINEAR, LINEAR_HEAD
+from vfl_core.model.linear_lane import LANE_SCALE, LaneBlind, LaneTower, LinearHead, wire_width
+from vfl_core.model.model_config import ModelConfig
+from vfl_core.model.models import build_representation
+from vfl_core.protocol import ServingChoice
+from vfl_core.serving.batch import predictions_with_rows
+from vfl_core.serving.bundle import LINEAR_HEAD_FILE, load_bundle, write_bundle
+from vfl_core.serving.features import FeatureTable
+from vfl_core.training.alignment import hash_ids
+from vfl_core.training.engine import Federation
+from vfl_core.training.inprocess import InProcessTransport
+from vfl_core.training.party import Party
+from vfl_wire import convert
+
+LANE = ModelConfig(embed_dim=16, hidden=(16,), linear_lane=4)
+
+
+def test_given_a_lane_when_built_then_its_values_start_at_zero_and_are_linear_in_the_row() -> None:
+    """Two dense columns and one code column of 5 values: 16 values of the MLP, the same as
+    without the lane, then 4 of the lane, 0 at first, then (trained) the dense values' linear
+    map plus the code's own vector; building it moves no random state."""
+    state = torch.random.get_rng_state()
+    tower = build_representation(LANE, (3,), 0, categorical=(5,))
+    assert torch.equal(state, torch.random.get_rng_state())
+    assert isinstance(tower, LaneTower) and wire_width(LANE) == 20
+    x = torch.tensor([[0.5, -1.0, 2.0], [1.5, 3.0, 4.0]])
+    out = tower(x)
+    assert out.shape == (2, 20) and torch.equal(out[:, 16:], torch.zeros(2, 4))
+    bare = build_representation(
+        LANE.model_copy(update={"linear_lane": 0}), (3,), 0, categorical=(5,)
+    )
+    torch.testing.assert_close(out[:, :16], bare(x), rtol=0, atol=0)  # the same MLP, bit for bit
+    with torch.no_grad():
+        tower.dense.weight.normal_()
+        tower.codes[0].weight.normal_()
+    want = x[:, :2] @ tower.dense.weight.T + tower.codes[0].weight[x[:, 2].long()]
+    torch.testing.assert_close(tower(x)[:, 16:], want)
+
+
+def test_given_a_lane_when_refused_then_the_error_names_why() -> None:
+    for update, match in [({"ensemble": 2}, "--ensemble 1"), ({"num_embedding": "ple"}, "none")]:
+        with pytest.raises(ConfigError, match=match):
+            build_representation(LANE.model_copy(update=update), (3,), 0)
+    with pytest.raises(ConfigError, match="tabular"):
+        build_representation(LANE, (1, 8, 8), 0)
+    with pytest.raises(ValueError, match="--linear-lane needs LASER-VFL's shape"):
+        TrainConfig(method="zerofill", model=LANE)
+    assert not TrainConfig().spec.linear_head
+    spec = TrainConfig(model=LANE).spec
+    assert spec.linear_head and spec.head_input_blocks(LINEAR_HEAD, 3) == 3
+    assert spec.predict_subset(0, (2, 0), LINEAR) == (LINEAR_HEAD, (0, 2))
+    with pytest.raises(ProtocolError, match="has no head 'linear'"):
+        method_spec("laser").predict_subset(0, (0, 1), LINEAR)
+
+
+def test_given_lanes_when_heads_are_fed_then_the_linear_reads_them_alone_and_others_never() -> None:
+    head = LinearHead(3, 16, 4, 2)
+    z = torch.randn(5, 3, 20)
+    other = z.clone()
+    other[:, :, :16] = torch.randn(5, 3, 16)  # every value but the lanes changed
+    torch.testing.assert_close(head(z.flatten(1)), head(other.flatten(1)))
+    absent = z.clone()
+    absent[:, 2] = 0.0  # a zero-filled absent block: the two present lanes' sum
+    want = LANE_SCALE * head.linear(z[:, :2, 16:].sum(dim=1))
+    torch.testing.assert_close(head(absent.flatten(1)), want)
+    inner = torch.nn.Linear(32, 2)
+    blind = LaneBlind(inner, 2, 16, 4)
+    torch.testing.assert_close(blind(z[:, :2].flatten(1)), inner(z[:, :2, :16].flatten(1)))
+    for model in (head, blind):  # gradients: the linear head's into lanes, the other's never
+        e = torch.randn(5, 20, requires_grad=True)
+        blocks = 3 if model is head else 2
+        model(torch.cat([e, torch.zeros(5, 20 * (blocks - 1))], dim=1)).sum().backward()
+        assert e.grad is not None
+        lanes, rest = e.grad[:, 16:].abs().sum(), e.grad[:, :16].abs().sum()
+        assert (lanes > 0 and rest == 0) if model is head else (lanes == 0 and rest > 0)
+
+
+def test_given_the_linear_candidate_when_choosing_then_the_simplest_within_one_error() -> None:
+    """Brier scores (lower is better): the linear heads are taken when within one standard
+    error of the best candidate, whichever that is; without the margin, only when the best."""
+    laser = Candidate((), 0.100, 300, 0.010)
+    concat = Candidate((), 0.080, 300, 0.012, "concat")
+    near = Candidate((), 0.090, 300, 0.011, LINEAR)
+    far = Candidate((), 0.095, 300, 0.011, LINEAR)
+    assert simplest_within(near, [laser, concat, near], lower=True)  # 0.090 <= 0.080 + 0.012
+    assert not simplest_within(far, [laser, concat, far], lower=True)
+    assert not simplest_within(near, [laser, concat, near], lower=True, margin=False)
+    best = Candidate((), 0.070, 300, 0.011, LINEAR)
+    assert simplest_within(best, [laser, concat, best], lower=True, margin=False)
+    short = Candidate((), 0.010, 200, 0.001, LINEAR)  # scores fewer samples: no candidate
+    assert not simplest_within(short, [laser, concat, short], lower=True)
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> list[TableSource]:
+    paths = write_tables(tmp_path_factory.mktemp("tables"), n=1500, share=0.85)
+    return list(bank_sources(paths))
+
+
+def test_given_a_linear_lane_when_trained_and_chosen_then_three_heads_and_validation_rows_only(
+    tables: list[TableSource], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(choice, "MIN_CHOICE_SAMPLES", 5)
+    train = TrainConfig(epochs=4, lr=5e-3, seed=0, model=ModelConfig(linear_lane=4))
+    data = load_table_federation(tuple(tables))
+    parties = {d.meta.block: Party(f"party{d.meta.block}", d, train, secret=b"s") for d in data}
+    transport = RecordingTransport(parties)
+    fed = Federation(transport, train, progress=False)
+    fed.align()
+    fed.train()
+    heads = transport.parties[0].models.heads
+    assert {(), (-1,), LINEAR_HEAD} <= set(heads)
+    for block, party in parties.items():  # every tower's lane learnt (from the linear head)
+        lane = party.models.reps[()]
+        assert isinstance(lane, LaneTower) and lane.dense.weight.abs().sum() > 0, block
+    transport.embeds.clear()
+    transport.scores.clear()
+    chosen = fed.choose_on_validation()
+    al, validation = fed.alignments["train"], fed._validation
+    assert validation is not None
+    for block, call in [*transport.embeds, *transport.scores]:
+        assert call.split == "train"
+        assert set(call.rows.tolist()) <= set(al.rows[block][validation].tolist()) - {-1}
+    assert [c.head for c in chosen.pooled] == ["", "concat", LINEAR]
+    linear = chosen.pooled[2]
+    holding = {p for p in al.patterns() if 0 in p}
+    if simplest_within(linear, chosen.pooled, lower=True):
+        assert chosen.heads == dict.fromkeys(holding, LINEAR)
+    else:
+        assert set(chosen.heads.values()) <= {"concat"}
+
+
+def test_given_a_linear_lane_when_trained_then_every_other_prediction_is_the_same_bit_for_bit(
+    tables: list[TableSource],
+) -> None:
+    """The lanes change nothing but the linear head: the same seed with and without them, the
+    same test predictions of LASER-VFL's heads and the concatenating heads, to the bit."""
+    probs = []
+    for lane in (0, 4):
+        train = TrainConfig(epochs=3, lr=5e-3, seed=0, model=ModelConfig(linear_lane=lane))
+        data = load_table_federation(tuple(tables))
+        parties = {d.meta.block: Party(f"p{d.meta.block}", d, train, secret=b"s") for d in data}
+        fed = Federation(InProcessTransport(parties), train, progress=False)
+        fed.align()
+        fed.train()
+        fed.choice = choice.ValidationChoice()  # the heads themselves, no choice
+        probs.append(
+            [
+                np.concatenate([p.party_probs[0] for p in batches])
+                for head in ("", "concat")
+                for batches in [fed.evaluator.predict_batches("test", None, None, head=head)]
+            ]
+        )
+    for without, with_lanes in zip(*probs, strict=True):
+        np.testing.assert_array_equal(without, with_lanes)
+
+
+def _trained(paths: list[Path], model: ModelConfig) -> tuple[Federation, dict[int, Party]]:
+    sources = federation_sources(
+        paths,
+        None,
+        id_column="customer_id",
+        label_column=LABEL_COLUMN,
+        label_blocks=None,
+        task="classification",
+    )
+    config = TrainConfig(epochs=2, model=model)
+    parties = {
+        d.meta.block: Party(f"party{d.meta.block}", d, config, secret=SECRET)
+        for d in load_table_federation(sources)
+    }
+    fed = Federation(InProcessTransport(parties), config, progress=False)
+    fed.align()
+    fed.train()
+    return fed, parties
+
+
+def test_given_linear_chosen_for_a_set_when_bundles_predict_then_equal_the_federation(
+    tmp_path: Path,
+) -> None:
+    """The linear head chosen (as validation would) for the full set: the label party's bundle
+    holds it, format 4, and predicts every test sample as the federation does."""
+    paths = write_tables(tmp_path / "data", n=400, share=0.8)
+    paths = [paths["bank"], paths["retail"], paths["telecom"]]
+    fed, parties = _trained(paths, LANE)
+    fed.choice.subsets, fed.choice.heads = {}, {(0, 1, 2): LINEAR}
+    serving = fed.serving_choice()
+    again = convert.serving_choice_from_proto(convert.serving_choice_to_proto(serving))
+    assert again == serving and dict(again.heads) == {(0, 1, 2): LINEAR}
+    bundles, lookups = {}, {}
+    for block, party in parties.items():
+        write_bundle(party, tmp_path / party.party_id, choice=serving)
+        bundles[block] = load_bundle(tmp_path / party.party_id)
+        lookups[block] = FeatureTable(
+            paths[block], "customer_id", bundles[block].preprocessing, SECRET
+        )
+    assert bundles[0].meta.linear_sets == ((0, 1, 2),) and not bundles[0].meta.concat_sets
+    assert (tmp_path / "party0" / LINEAR_HEAD_FILE).is_file()
+    samples, _ = predictions_with_rows(fed, "test", None)
+    by_head = {"": 0, LINEAR: 0}
+    for s in samples:
+        if 0 not in s.party_probs:
+            continue
+        embeddings = {}
+        for b in s.observed:
+            sample_id = parties[b].split("test").ids[s.rows[b]]
+            _, x = lookups[b].lookup(hash_ids([sample_id], SECRET))
+            embeddings[b] = bundles[b].embed(x)
+        head = bundles[0].head_for(tuple(s.observed))
+        by_head[head] += 1
+        got = bundles[0].predict(embeddings, head)[0]
+        np.testing.assert_allclose(got, s.party_probs[0], atol=1e-5, rtol=0)
+    assert by_head[LINEAR] > 20 and by_head[""] > 5
+    _, plain = _trained(paths[:2], ModelConfig(embed_dim=8, hidden=(16,)))
+    with pytest.raises(ConfigError, match="--linear-lane"):
+        write_bundle(plain[0], tmp_path / "b0", choice=ServingChoice(None, {}, {(0, 1): LINEAR}))
