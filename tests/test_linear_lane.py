@@ -15,15 +15,16 @@ from recording import RecordingTransport
 from tabular_tables import LABEL_COLUMN, bank_sources, write_tables
 from test_serving_bundle import SECRET
 
+from vfl_core.auto_rounds import resolve
 from vfl_core.config import TrainConfig
 from vfl_core.data.tabular import TableSource, federation_sources, load_table_federation
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.inference import choice
-from vfl_core.inference.choice import Candidate, simplest_within
+from vfl_core.inference.choice import Candidate, linear_wins
 from vfl_core.methods.registry import method_spec
 from vfl_core.methods.spec import LINEAR, LINEAR_HEAD
 from vfl_core.model.linear_lane import LANE_SCALE, LaneBlind, LaneTower, LinearHead, wire_width
-from vfl_core.model.model_config import ModelConfig
+from vfl_core.model.model_config import AUTO_LINEAR_LANE, ModelConfig
 from vfl_core.model.models import build_representation
 from vfl_core.protocol import ServingChoice
 from vfl_core.serving.batch import predictions_with_rows
@@ -76,6 +77,24 @@ def test_given_a_lane_when_refused_then_the_error_names_why() -> None:
         method_spec("laser").predict_subset(0, (0, 1), LINEAR)
 
 
+def test_given_the_defaults_when_resolved_then_lanes_on_tables_whose_towers_carry_them() -> None:
+    """linear_lane unset: AUTO_LINEAR_LANE for tabular parties of a method of LASER-VFL's shape
+    with plain towers; none for images, other methods, ensembles, numeric embeddings or the
+    wide head; given, as given."""
+    assert TrainConfig().model.linear_lane is None
+    assert resolve(TrainConfig(), tabular=True).model.linear_lane == AUTO_LINEAR_LANE == 4
+    assert resolve(TrainConfig(), tabular=False).model.linear_lane == 0
+    assert resolve(TrainConfig(method="zerofill"), tabular=True).model.linear_lane == 0
+    for update in ({"ensemble": 2}, {"num_embedding": "ple"}, {"head": "wide"}):
+        assert (
+            resolve(TrainConfig(model=ModelConfig(**update)), tabular=True).model.linear_lane == 0
+        )
+    for lane in (0, 2):
+        given = TrainConfig(model=ModelConfig(linear_lane=lane))
+        assert resolve(given, tabular=True).model.linear_lane == lane
+    assert resolve(TrainConfig(), tabular=True).spec_for(tabular=True).linear_head
+
+
 def test_given_lanes_when_heads_are_fed_then_the_linear_reads_them_alone_and_others_never() -> None:
     head = LinearHead(3, 16, 4, 2)
     z = torch.randn(5, 3, 20)
@@ -98,20 +117,22 @@ def test_given_lanes_when_heads_are_fed_then_the_linear_reads_them_alone_and_oth
         assert (lanes > 0 and rest == 0) if model is head else (lanes == 0 and rest > 0)
 
 
-def test_given_the_linear_candidate_when_choosing_then_the_simplest_within_one_error() -> None:
-    """Brier scores (lower is better): the linear heads are taken when within one standard
-    error of the best candidate, whichever that is; without the margin, only when the best."""
+def test_given_the_linear_candidate_when_choosing_then_only_where_it_beats_both() -> None:
+    """Brier scores (lower is better): the linear heads are taken only where strictly better
+    than every other candidate, by any margin; never on fewer samples."""
     laser = Candidate((), 0.100, 300, 0.010)
     concat = Candidate((), 0.080, 300, 0.012, "concat")
-    near = Candidate((), 0.090, 300, 0.011, LINEAR)
-    far = Candidate((), 0.095, 300, 0.011, LINEAR)
-    assert simplest_within(near, [laser, concat, near], lower=True)  # 0.090 <= 0.080 + 0.012
-    assert not simplest_within(far, [laser, concat, far], lower=True)
-    assert not simplest_within(near, [laser, concat, near], lower=True, margin=False)
-    best = Candidate((), 0.070, 300, 0.011, LINEAR)
-    assert simplest_within(best, [laser, concat, best], lower=True, margin=False)
+    between = Candidate((), 0.090, 300, 0.011, LINEAR)  # within one error of the best
+    best = Candidate((), 0.079, 300, 0.011, LINEAR)
+    assert not linear_wins(between, [laser, concat, between], lower=True)
+    assert linear_wins(best, [laser, concat, best], lower=True)
+    assert linear_wins(best, [laser, best], lower=True)  # without the concatenating heads
+    tie = Candidate((), 0.080, 300, 0.011, LINEAR)
+    assert not linear_wins(tie, [laser, concat, tie], lower=True)
     short = Candidate((), 0.010, 200, 0.001, LINEAR)  # scores fewer samples: no candidate
-    assert not simplest_within(short, [laser, concat, short], lower=True)
+    assert not linear_wins(short, [laser, concat, short], lower=True)
+    high = Candidate((), 0.95, 300, 0.01, LINEAR)  # a higher-is-better metric
+    assert linear_wins(high, [Candidate((), 0.9, 300, 0.01), high], lower=False)
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +168,7 @@ def test_given_a_linear_lane_when_trained_and_chosen_then_three_heads_and_valida
     assert [c.head for c in chosen.pooled] == ["", "concat", LINEAR]
     linear = chosen.pooled[2]
     holding = {p for p in al.patterns() if 0 in p}
-    if simplest_within(linear, chosen.pooled, lower=True):
+    if linear_wins(linear, chosen.pooled, lower=True):
         assert chosen.heads == dict.fromkeys(holding, LINEAR)
     else:
         assert set(chosen.heads.values()) <= {"concat"}
@@ -234,6 +255,6 @@ def test_given_linear_chosen_for_a_set_when_bundles_predict_then_equal_the_feder
         got = bundles[0].predict(embeddings, head)[0]
         np.testing.assert_allclose(got, s.party_probs[0], atol=1e-5, rtol=0)
     assert by_head[LINEAR] > 20 and by_head[""] > 5
-    _, plain = _trained(paths[:2], ModelConfig(embed_dim=8, hidden=(16,)))
+    _, plain = _trained(paths[:2], ModelConfig(embed_dim=8, hidden=(16,), linear_lane=0))
     with pytest.raises(ConfigError, match="--linear-lane"):
         write_bundle(plain[0], tmp_path / "b0", choice=ServingChoice(None, {}, {(0, 1): LINEAR}))

@@ -55,7 +55,7 @@ MODEL = {
     "num_embedding_dim": 16,
     "num_bins": 16,
     "ensemble": 1,
-    "linear_lane": 0,
+    "linear_lane": None,
 }
 DVFL = {
     "guest_hidden": (100,),

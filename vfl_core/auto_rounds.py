@@ -27,6 +27,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from vfl_core.errors import ConfigError
+from vfl_core.model.model_config import resolved_lane
 
 if TYPE_CHECKING:
     from vfl_core.config import TrainConfig
@@ -111,6 +112,10 @@ def resolve(
         "data_plane": train.plane(tabular),
     }
     update["fresh_own_tower"] = own_tower(train, staleness, recipe, label_parties or 1)
+    lanes = tabular and train.spec.has_subset_predictors  # the linear head's candidates
+    update["model"] = train.model.model_copy(
+        update={"linear_lane": resolved_lane(train.model, lanes)}
+    )
     return train.model_copy(update=update)
 
 

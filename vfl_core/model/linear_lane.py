@@ -28,6 +28,7 @@ from torch import nn
 
 from vfl_core.errors import ConfigError
 from vfl_core.model.model_config import ModelConfig
+from vfl_core.model.model_config import wire_width as wire_width
 from vfl_core.model.tower import build_seeded
 
 # The linear head's logits are this times its Linear's: under Adam a weight moves by about the
@@ -36,11 +37,6 @@ from vfl_core.model.tower import build_seeded
 # table trains (on gen_highcard and census_like, the head's validation Brier score at x1, x10,
 # x30 and x100: benchmarks/results/tabular.md).
 LANE_SCALE = 10.0
-
-
-def wire_width(config: ModelConfig) -> int:
-    """Values a sample of one representation slot's embedding: embed_dim, and the lane's."""
-    return config.embed_dim + config.linear_lane
 
 
 def check_lane(config: ModelConfig, tabular: bool) -> None:

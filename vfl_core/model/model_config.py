@@ -43,7 +43,27 @@ class ModelConfig(BaseModel):
     num_embedding_dim: int = Field(16, ge=1, le=256)
     num_bins: int = Field(16, ge=2, le=256)
     ensemble: int = Field(1, ge=1, le=64)
-    # The last `linear_lane` values of each tabular party's embedding are a linear map of its
-    # row, and each label party trains a linear head on them: a third predictor the validation
-    # may choose (vfl_core.model.linear_lane; 0: none).
-    linear_lane: int = Field(0, ge=0, le=64)
+    # `linear_lane` more values after each tabular party's embedding, a linear map of its row,
+    # and each label party trains a linear head on them: a third predictor the validation may
+    # choose (vfl_core.model.linear_lane; 0: none). None (the default): the tables' lane where
+    # the model carries one, else none (vfl_core.auto_rounds.resolve).
+    linear_lane: int | None = Field(None, ge=0, le=64)
+
+
+# The lane of a table's tower when ModelConfig.linear_lane is unset (benchmarks/results/tabular.md,
+# `tabular-vertibench-linear-lane`): up to 5 classes' logistic regression.
+AUTO_LINEAR_LANE = 4
+
+
+def wire_width(config: ModelConfig) -> int:
+    """Values a sample of one representation slot's embedding: embed_dim, and the lane's."""
+    return config.embed_dim + (config.linear_lane or 0)
+
+
+def resolved_lane(config: ModelConfig, tables: bool) -> int:
+    """ModelConfig.linear_lane as a run uses it: as given, else AUTO_LINEAR_LANE on `tables`
+    (tabular parties, a method of LASER-VFL's shape) whose towers carry one, else 0."""
+    if config.linear_lane is not None:
+        return config.linear_lane
+    plain = config.ensemble == 1 and config.num_embedding == "none" and config.head != "wide"
+    return AUTO_LINEAR_LANE if tables and plain and config.representation in ("auto", "mlp") else 0
