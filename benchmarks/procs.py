@@ -209,7 +209,7 @@ def train_args(train: dict[str, Any]) -> list[str]:
     args += ["--lr", str(train["lr"]), "--representation", model["representation"]]
     args += ["--hidden", ",".join(map(str, model["hidden"]))]
     args += ["--embed-dim", str(model["embed_dim"])]
-    args += ["--head", model["head"]]
+    args += ["--head", model["head"], "--linear-lane", str(model.get("linear_lane", 0))]
     keys = dict.fromkeys(("weight_decay", "balance", "wire_dtype", "staleness", *PAPER_PLAIN))
     for key in keys:
         if key in train:

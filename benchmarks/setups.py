@@ -41,8 +41,9 @@ PAPER_PLAIN: dict[str, Any] = {
     "data_plane": "relay",
 }
 # The paper's model fields where the defaults differ for tables: a linear head (the default
-# "auto" gives parties of tabular features an MLP head). Not part of a setup's digest either.
-PAPER_MODEL: dict[str, Any] = {"head": "linear"}
+# "auto" gives parties of tabular features an MLP head) and no linear lanes (the tables'
+# default widens each embedding by 4 values). Not part of a setup's digest either.
+PAPER_MODEL: dict[str, Any] = {"head": "linear", "linear_lane": 0}
 
 
 def paper_plain(train: dict[str, Any]) -> dict[str, Any]:

@@ -145,3 +145,42 @@ def test_given_cells_then_the_summary_says_the_bar_the_reason_and_the_grpc_rows(
     assert "| t | 1 | 1 | 1 | 1 | 76.000 | 70.000 | yes |" in table
     section = "\n".join(vertibench.report_section(grid))
     assert "--grpc t/importance-1" in section and "--rows federation zerofill lgbm" in section
+
+
+def test_given_a_lanes_run_then_each_rule_reads_the_linear_heads_or_the_federation(
+    tmp_path,
+) -> None:
+    """benchmarks.tabular.linear_rules: a run whose lin4 row took the linear heads (their
+    validation Brier score 0.09, LASER-VFL's 0.10, the concatenating heads' 0.095, each error
+    0.01): the rules that take them count its test score (76, within LightGBM's 75 bar), the
+    narrower ones the federation's (72); a rule wider than the run's is refused."""
+    import json
+
+    from benchmarks.tabular import linear_rules
+
+    grid, run = tmp_path / "grid", tmp_path / "run"
+    scores = {"splitnn": 0.70, "linear": 0.71, "lgbm": 0.75}
+    (grid / "t").mkdir(parents=True)
+    (grid / "t" / "importance-1-s0.json").write_text(
+        json.dumps(_cell({"federation": 0.72, **scores}))
+    )
+    cell = _cell({"federation": 0.72, "lin4": 0.76})
+    lanes = cell["rows_run"][1]
+    lanes["pooled"] = [
+        {"value": 0.10, "error": 0.01},
+        {"value": 0.095, "error": 0.01, "head": "concat"},
+        {"value": 0.09, "error": 0.01, "head": "linear"},
+    ]
+    lanes["heads"] = [{"observed": [0], "head": "linear"}]
+    (run / "t").mkdir(parents=True)
+    (run / "t" / "importance-1-s0.json").write_text(json.dumps(cell))
+    out = linear_rules.table(run, grid, "lin4").splitlines()
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in out[2:]}
+    assert rows["never (the defaults before)"].endswith("| 0 | 0 | 1 | 1 | - |")
+    assert rows["better than both (the defaults)"].endswith("| 1 | 1 | 1 | 1 | t 1 |")
+    by_error = "better than both by its standard error (the concatenating head's rule)"
+    assert rows[by_error].endswith("| 0 | 0 | 1 | 1 | - |")  # 0.005 short of 0.01
+    lanes["heads"] = []  # the run did not take them: no test score for a rule that would
+    (run / "t" / "importance-1-s0.json").write_text(json.dumps(cell))
+    with pytest.raises(ValueError, match="narrower"):
+        linear_rules.table(run, grid, "lin4")

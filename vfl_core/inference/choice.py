@@ -221,7 +221,7 @@ def linear_wins(linear: Candidate, cands: list[Candidate], lower: bool) -> bool:
     strictly better than every other candidate (and as many samples as the first). No margin
     of standard errors either way: each candidate's own standard error on a few hundred
     validation samples is wider than the differences between these heads that matter on test
-    (measured: benchmarks/results/tabular.md, `tabular-vertibench-linear-lane`)."""
+    (measured: benchmarks/results/tabular.md, `tabular-vertibench-linear-lane-rules`)."""
     usable = [c for c in cands if c.value is not None and c.scored >= cands[0].scored]
     if linear not in usable:
         return False

@@ -51,7 +51,7 @@ class ModelConfig(BaseModel):
 
 
 # The lane of a table's tower when ModelConfig.linear_lane is unset (benchmarks/results/tabular.md,
-# `tabular-vertibench-linear-lane`): up to 5 classes' logistic regression.
+# `tabular-vertibench-linear-lane-rules`): up to 5 classes' logistic regression.
 AUTO_LINEAR_LANE = 4
 
 

@@ -79,7 +79,7 @@ class Party:
         # vfl_core.auto_rounds); `told`: the config as told, which vfl_client.host compares
         tabular, self.told = len(data.meta.feature_shape) == 1, config
         self.config = resolve(config, tabular, quiet=True)
-        self.spec = config.spec_for(tabular)
+        self.spec = self.config.spec_for(tabular)  # with its linear lanes, as resolved
         # Most methods learn only from labels: unlabelled training rows (vfl prepare --labels)
         # take no part, as if the label party did not hold them; dvfl's guests learn from them.
         self.data = data if self.spec.unlabelled_rows else labelled_rows_only(data)
@@ -105,7 +105,7 @@ class Party:
         labels = train.labels if train is not None and self.task == REGRESSION else None
         self.scaler = TargetScaler.fit(labels, config.target_transform)
         self.models = ModelBank(
-            config,
+            self.config,
             meta.block,
             meta.num_blocks,
             tuple(meta.feature_shape),
