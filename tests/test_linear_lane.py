@@ -89,6 +89,8 @@ def test_given_the_defaults_when_resolved_then_lanes_on_tables_whose_towers_carr
         assert (
             resolve(TrainConfig(model=ModelConfig(**update)), tabular=True).model.linear_lane == 0
         )
+    withhold = TrainConfig(privacy={"gradient_defence": "withhold"})
+    assert resolve(withhold, tabular=True).model.linear_lane == 0  # fixed feature towers
     for lane in (0, 2):
         given = TrainConfig(model=ModelConfig(linear_lane=lane))
         assert resolve(given, tabular=True).model.linear_lane == lane

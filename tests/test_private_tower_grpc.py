@@ -16,6 +16,7 @@ from tabular_tables import BLOCKS, bank_client_args, bank_sources, write_tables
 
 from vfl_core.config import TrainConfig
 from vfl_core.data.tabular import load_table_federation
+from vfl_core.model.linear_lane import wire_width
 from vfl_core.persistence.checkpoint import load_checkpoint
 from vfl_core.privacy.private_tower import orthogonal_map
 from vfl_core.serving.bundle import load_bundle
@@ -67,7 +68,7 @@ def test_given_orthogonal_towers_over_grpc_when_trained_then_each_is_its_private
         party.load_state_dict(saved["state"])
         if block in PRIVATE:  # its own seed's map, as drawn, not the federation seed's
             width = int(np.prod(data.meta.feature_shape))
-            dim = train.model.embed_dim
+            dim = wire_width(train.model)  # the run's lanes too: its whole embedding
             assert torch.equal(party.f.weight, orthogonal_map(width, dim, PRIVATE[block], block))
             assert not torch.equal(party.f.weight, orthogonal_map(width, dim, train.seed, block))
             _assert_bundle_embeds_as_party(

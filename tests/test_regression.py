@@ -63,7 +63,9 @@ CONFIG = TrainConfig(
     batch_size=BATCH,
     lr=1e-2,
     weight_decay=0.0,
-    model=ModelConfig(representation="mlp", embed_dim=6, hidden=(12,), head="linear"),
+    model=ModelConfig(
+        representation="mlp", embed_dim=6, hidden=(12,), head="linear", linear_lane=0
+    ),
     concat_head=False,  # LASER-VFL's heads alone: the tests below write its loss out by hand
 )
 

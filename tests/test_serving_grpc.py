@@ -24,7 +24,7 @@ from tabular_tables import LABEL_COLUMN, write_tables
 from benchmarks.serve.cluster import SECRET, ServingCluster, train_bundles
 from vfl_cli.certs_cmd import create_federation
 from vfl_core.config import TrainConfig
-from vfl_core.model.model_config import ModelConfig
+from vfl_core.model.model_config import AUTO_LINEAR_LANE, ModelConfig
 from vfl_core.training.alignment import hash_ids
 from vfl_wire import convert_serving
 from vfl_wire.security import OPERATOR, load_security
@@ -175,7 +175,8 @@ def test_given_a_feature_party_when_it_asks_the_label_partys_embeddings_then_ref
         reply = serving_pb2_grpc.ServingStub(channel).ServeEmbed(
             convert_serving.embed_request_to_proto(keys), timeout=10
         )
-    assert convert_serving.embed_reply_from_proto(reply, 4, 1, width=8).held.all()
+    width = 8 + AUTO_LINEAR_LANE  # embed_dim 8 and the tables' lane
+    assert convert_serving.embed_reply_from_proto(reply, 4, 1, width=width).held.all()
 
 
 def test_given_rows_appended_after_training_when_predicting_then_served(served) -> None:

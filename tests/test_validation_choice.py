@@ -31,12 +31,16 @@ from vfl_core.inference.metrics import (
 )
 from vfl_core.inference.scoring import AUC_BINS, auc_histogram, score_batch
 from vfl_core.methods.combination import combine, decide
+from vfl_core.model.model_config import ModelConfig
 from vfl_core.protocol import ScoreCall
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
 
 FAST = {"epochs": 4, "lr": 5e-3, "seed": 0}
+# LASER-VFL's heads alone: neither the concatenating nor the linear heads (test_linear_lane)
+NO_LANES = ModelConfig(linear_lane=0)
+LASER_ONLY = {"concat_head": False, "model": NO_LANES}
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +166,7 @@ def test_given_subset_choice_when_evaluated_then_never_worse_than_a_subset_on_va
     only when it beats the full set by more than its own; the plain option chooses nothing."""
     fed, _ = _trained(
         load_table_federation(tuple(tables)),
-        TrainConfig(**FAST, subset_choice="best", concat_head=False),  # LASER-VFL's subsets
+        TrainConfig(**FAST, subset_choice="best", **LASER_ONLY),  # LASER-VFL's subsets
     )
     assert fed.choice.candidates
     for pattern, cands in fed.choice.candidates.items():
@@ -172,7 +176,7 @@ def test_given_subset_choice_when_evaluated_then_never_worse_than_a_subset_on_va
         assert value is not None and value <= min(scored)  # Brier: lower is better
     # the rule on LASER-VFL's subsets (the concatenating heads, which the defaults weigh
     # against them on the pooled validation below, left out)
-    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST, concat_head=False))
+    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST, **LASER_ONLY))
     assert fed.choice.candidates
     for pattern, cands in fed.choice.candidates.items():
         kept = next(c for c in cands if c.blocks == fed.choice.kept(pattern))
@@ -183,7 +187,7 @@ def test_given_subset_choice_when_evaluated_then_never_worse_than_a_subset_on_va
             assert cands[0].value - kept.value > kept.error
     # by default: where the concatenating heads replace LASER-VFL's with its subsets, they beat
     # them on the pooled validation by more than their own standard error (the same rule)
-    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST))
+    fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST, model=NO_LANES))
     if fed.choice.heads:
         laser, concat = fed.choice.pooled
         assert concat.value is not None and laser.value is not None and concat.error is not None

@@ -112,7 +112,10 @@ def resolve(
         "data_plane": train.plane(tabular),
     }
     update["fresh_own_tower"] = own_tower(train, staleness, recipe, label_parties or 1)
-    lanes = tabular and train.spec.has_subset_predictors  # the linear head's candidates
+    # the linear head's lanes: tables, LASER-VFL's heads, feature towers that learn (withhold
+    # keeps them fixed, as --privacy-feature-tower and pretraining need)
+    lanes = tabular and train.spec.has_subset_predictors
+    lanes = lanes and train.privacy.gradient_defence != "withhold"
     update["model"] = train.model.model_copy(
         update={"linear_lane": resolved_lane(train.model, lanes)}
     )

@@ -172,6 +172,8 @@ class Fit:
 def central_row(prep: Prepared, train: TrainConfig, fit: Fit = Fit()) -> Row:
     """The federation's model on the joined features, trained like the federation."""
     torch.manual_seed(train.seed)
+    # the federation's towers and head without federation: no lanes, no linear head
+    train = train.model_copy(update={"model": train.model.model_copy(update={"linear_lane": 0})})
     start = time.perf_counter()
     features = partial(towers_features, prep) if fit.towers else _joined(prep)
     x = features(prep.train_rows)

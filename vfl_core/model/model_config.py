@@ -62,7 +62,8 @@ def wire_width(config: ModelConfig) -> int:
 
 def resolved_lane(config: ModelConfig, tables: bool) -> int:
     """ModelConfig.linear_lane as a run uses it: as given, else AUTO_LINEAR_LANE on `tables`
-    (tabular parties, a method of LASER-VFL's shape) whose towers carry one, else 0."""
+    (tabular parties, a method of LASER-VFL's shape, feature towers that learn) whose towers
+    carry one, else 0."""
     if config.linear_lane is not None:
         return config.linear_lane
     plain = config.ensemble == 1 and config.num_embedding == "none" and config.head != "wide"

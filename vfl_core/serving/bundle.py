@@ -39,7 +39,7 @@ from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.methods.laser.objective import fuse_mean
 from vfl_core.methods.spec import CONCAT, LINEAR
-from vfl_core.model.linear_lane import wire_width
+from vfl_core.model.model_config import wire_width
 from vfl_core.model.slots import CONCAT_HEAD, LINEAR_HEAD, SHARED
 from vfl_core.protocol import ServingChoice
 from vfl_core.training.party import Party

@@ -23,7 +23,7 @@ from vfl_core.errors import VflError
 from vfl_core.inference.blind import eval_rng, score_inputs
 from vfl_core.methods.combination import combine
 from vfl_core.methods.outcomes import well_formed
-from vfl_core.model.linear_lane import wire_width
+from vfl_core.model.model_config import wire_width
 from vfl_core.model.quantize import round_trip
 from vfl_core.protocol import (
     EvalAnswer,

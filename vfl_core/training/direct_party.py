@@ -26,7 +26,7 @@ import numpy as np
 
 from vfl_core.errors import VflError
 from vfl_core.methods.outcomes import well_formed
-from vfl_core.model.linear_lane import wire_width
+from vfl_core.model.model_config import wire_width
 from vfl_core.protocol import BackwardCall, RoundCall, RoundResult, Step
 from vfl_core.training import held_heads
 

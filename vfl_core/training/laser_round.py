@@ -19,7 +19,7 @@ import numpy as np
 from vfl_core.data.batch_plan import Batch
 from vfl_core.methods.gradient_sum import add_in_order
 from vfl_core.methods.outcomes import RoundRecord, well_formed
-from vfl_core.model.linear_lane import wire_width
+from vfl_core.model.model_config import wire_width
 from vfl_core.protocol import BackwardCall, EmbedCall, FuseCall, FuseResult, Sealed
 
 if TYPE_CHECKING:

@@ -31,9 +31,8 @@ from vfl_core.inference.scoring import coarsened, score_batch, summed
 from vfl_core.methods.laser.party_steps import LaserSteps
 from vfl_core.methods.spec import SHARED, ProgramHooks
 from vfl_core.model.ensemble import member_loss
-from vfl_core.model.linear_lane import wire_width
 from vfl_core.model.model_bank import ModelBank
-from vfl_core.model.model_config import ModelConfig
+from vfl_core.model.model_config import ModelConfig, wire_width
 from vfl_core.model.num_embeddings import NumericFit, fit_numeric
 from vfl_core.privacy.guards import PartyGuard
 from vfl_core.privacy.pretrain import Pretrain, pretrain_tower

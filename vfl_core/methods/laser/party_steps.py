@@ -31,7 +31,7 @@ from vfl_core.methods.laser.stale import StaleEmbeddings
 from vfl_core.methods.party_port import PartyPort
 from vfl_core.methods.spec import CONCAT_HEAD, LINEAR_HEAD, SHARED, HeadTask, Subset
 from vfl_core.model import stash
-from vfl_core.model.linear_lane import wire_width
+from vfl_core.model.model_config import wire_width
 from vfl_core.protocol import (
     BackwardCall,
     EmbedCall,
