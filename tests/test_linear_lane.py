@@ -20,15 +20,15 @@ from vfl_core.config import TrainConfig
 from vfl_core.data.tabular import TableSource, federation_sources, load_table_federation
 from vfl_core.errors import ConfigError, ProtocolError
 from vfl_core.inference import choice
-from vfl_core.inference.choice import Candidate, linear_wins
+from vfl_core.inference.choice import Candidate, linear_wins, pooled_pick
 from vfl_core.methods.registry import method_spec
-from vfl_core.methods.spec import LINEAR, LINEAR_HEAD
+from vfl_core.methods.spec import BLEND, LINEAR, LINEAR_HEAD
 from vfl_core.model.linear_lane import LANE_SCALE, LaneBlind, LaneTower, LinearHead, wire_width
 from vfl_core.model.model_config import AUTO_LINEAR_LANE, ModelConfig
 from vfl_core.model.models import build_representation
 from vfl_core.protocol import ServingChoice
 from vfl_core.serving.batch import predictions_with_rows
-from vfl_core.serving.bundle import LINEAR_HEAD_FILE, load_bundle, write_bundle
+from vfl_core.serving.bundle import CONCAT_HEAD_FILE, LINEAR_HEAD_FILE, load_bundle, write_bundle
 from vfl_core.serving.features import FeatureTable
 from vfl_core.training.alignment import hash_ids
 from vfl_core.training.engine import Federation
@@ -143,7 +143,7 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> list[TableSource]:
     return list(bank_sources(paths))
 
 
-def test_given_a_linear_lane_when_trained_and_chosen_then_three_heads_and_validation_rows_only(
+def test_given_a_linear_lane_when_trained_and_chosen_then_four_candidates_on_validation_rows_only(
     tables: list[TableSource], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(choice, "MIN_CHOICE_SAMPLES", 5)
@@ -167,13 +167,11 @@ def test_given_a_linear_lane_when_trained_and_chosen_then_three_heads_and_valida
     for block, call in [*transport.embeds, *transport.scores]:
         assert call.split == "train"
         assert set(call.rows.tolist()) <= set(al.rows[block][validation].tolist()) - {-1}
-    assert [c.head for c in chosen.pooled] == ["", "concat", LINEAR]
-    linear = chosen.pooled[2]
+    assert [c.head for c in chosen.pooled] == ["", "concat", LINEAR, BLEND]
+    picked = pooled_pick(chosen.pooled, lower=True, margin=True)
     holding = {p for p in al.patterns() if 0 in p}
-    if linear_wins(linear, chosen.pooled, lower=True):
-        assert chosen.heads == dict.fromkeys(holding, LINEAR)
-    else:
-        assert set(chosen.heads.values()) <= {"concat"}
+    assert picked is not None
+    assert chosen.heads == (dict.fromkeys(holding, picked.head) if picked.head else {})
 
 
 def test_given_a_linear_lane_when_trained_then_every_other_prediction_is_the_same_bit_for_bit(
@@ -201,7 +199,9 @@ def test_given_a_linear_lane_when_trained_then_every_other_prediction_is_the_sam
         np.testing.assert_array_equal(without, with_lanes)
 
 
-def _trained(paths: list[Path], model: ModelConfig) -> tuple[Federation, dict[int, Party]]:
+def _trained(
+    paths: list[Path], model: ModelConfig, concat_head: bool | None = None
+) -> tuple[Federation, dict[int, Party]]:
     sources = federation_sources(
         paths,
         None,
@@ -210,7 +210,7 @@ def _trained(paths: list[Path], model: ModelConfig) -> tuple[Federation, dict[in
         label_blocks=None,
         task="classification",
     )
-    config = TrainConfig(epochs=2, model=model)
+    config = TrainConfig(epochs=2, model=model, concat_head=concat_head)
     parties = {
         d.meta.block: Party(f"party{d.meta.block}", d, config, secret=SECRET)
         for d in load_table_federation(sources)
@@ -221,18 +221,20 @@ def _trained(paths: list[Path], model: ModelConfig) -> tuple[Federation, dict[in
     return fed, parties
 
 
+@pytest.mark.parametrize("chosen", [LINEAR, BLEND])
 def test_given_linear_chosen_for_a_set_when_bundles_predict_then_equal_the_federation(
-    tmp_path: Path,
+    tmp_path: Path, chosen: str
 ) -> None:
-    """The linear head chosen (as validation would) for the full set: the label party's bundle
-    holds it, format 4, and predicts every test sample as the federation does."""
+    """The linear head, or the blend of the three heads, chosen (as validation would) for the
+    full set: the label party's bundle holds what it needs, format 5, and predicts every test
+    sample as the federation does."""
     paths = write_tables(tmp_path / "data", n=400, share=0.8)
     paths = [paths["bank"], paths["retail"], paths["telecom"]]
     fed, parties = _trained(paths, LANE)
-    fed.choice.subsets, fed.choice.heads = {}, {(0, 1, 2): LINEAR}
+    fed.choice.subsets, fed.choice.heads = {}, {(0, 1, 2): chosen}
     serving = fed.serving_choice()
     again = convert.serving_choice_from_proto(convert.serving_choice_to_proto(serving))
-    assert again == serving and dict(again.heads) == {(0, 1, 2): LINEAR}
+    assert again == serving and dict(again.heads) == {(0, 1, 2): chosen}
     bundles, lookups = {}, {}
     for block, party in parties.items():
         write_bundle(party, tmp_path / party.party_id, choice=serving)
@@ -240,10 +242,16 @@ def test_given_linear_chosen_for_a_set_when_bundles_predict_then_equal_the_feder
         lookups[block] = FeatureTable(
             paths[block], "customer_id", bundles[block].preprocessing, SECRET
         )
-    assert bundles[0].meta.linear_sets == ((0, 1, 2),) and not bundles[0].meta.concat_sets
+    meta = bundles[0].meta
+    assert meta.format == 5 and not meta.concat_sets
+    if chosen == LINEAR:
+        assert meta.linear_sets == ((0, 1, 2),) and not meta.blend_sets
+    else:  # the blend: every head's file
+        assert meta.blend_sets == ((0, 1, 2),) and meta.blend_heads == ("", "concat", LINEAR)
+        assert (tmp_path / "party0" / CONCAT_HEAD_FILE).is_file()
     assert (tmp_path / "party0" / LINEAR_HEAD_FILE).is_file()
     samples, _ = predictions_with_rows(fed, "test", None)
-    by_head = {"": 0, LINEAR: 0}
+    by_head = {"": 0, chosen: 0}
     for s in samples:
         if 0 not in s.party_probs:
             continue
@@ -256,7 +264,11 @@ def test_given_linear_chosen_for_a_set_when_bundles_predict_then_equal_the_feder
         by_head[head] += 1
         got = bundles[0].predict(embeddings, head)[0]
         np.testing.assert_allclose(got, s.party_probs[0], atol=1e-5, rtol=0)
-    assert by_head[LINEAR] > 20 and by_head[""] > 5
+    assert by_head[chosen] > 20 and by_head[""] > 5
     _, plain = _trained(paths[:2], ModelConfig(embed_dim=8, hidden=(16,), linear_lane=0))
     with pytest.raises(ConfigError, match="--linear-lane"):
         write_bundle(plain[0], tmp_path / "b0", choice=ServingChoice(None, {}, {(0, 1): LINEAR}))
+    one = ModelConfig(embed_dim=8, hidden=(16,), linear_lane=0)
+    _, alone = _trained(paths[:2], one, concat_head=False)
+    with pytest.raises(ConfigError, match="blend head, but party party0 trained none"):
+        write_bundle(alone[0], tmp_path / "b1", choice=ServingChoice(None, {}, {(0, 1): BLEND}))

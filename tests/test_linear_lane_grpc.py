@@ -1,8 +1,9 @@
 """The towers' linear lanes (ModelConfig.linear_lane) over real processes: three parties from
 their own CSV files train with the tables' defaults and `--linear-lane 4`; their embeddings are
 the wider wire width, the label party trains the linear head beside the others, the pooled
-validation choice scores it (PredictRequest.head "linear"), and the coordinator's choice and test
-table are the in-process federation's, bit for bit.
+validation choice scores it (PredictRequest.head "linear") and the three heads' blend
+("blend"), and the coordinator's choice and test table are the in-process federation's, bit
+for bit.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tabular_tables import BLOCKS, bank_client_args, bank_sources, write_tables
 
 from vfl_core.config import TrainConfig
 from vfl_core.data.tabular import load_table_federation
-from vfl_core.methods.spec import LINEAR
+from vfl_core.methods.spec import BLEND, LINEAR
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
@@ -56,7 +57,7 @@ def test_given_linear_lanes_when_trained_over_grpc_then_the_choice_and_test_are_
     assert results is not None and results["status"] == "ok"
     assert train.model.linear_lane == 4 and train.spec_for(tabular=True).linear_head
     choice = results["validation_choice"]
-    assert [c.get("head", "") for c in choice["pooled"]] == ["", "concat", LINEAR]
+    assert [c.get("head", "") for c in choice["pooled"]] == ["", "concat", LINEAR, BLEND]
     data = load_table_federation(bank_sources(run["paths"]))
     parties = {
         d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data

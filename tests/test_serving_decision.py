@@ -55,7 +55,7 @@ def test_given_a_validation_choice_when_served_online_then_every_test_row_matche
         validation_fraction=0.3,
         subset_choice="best",
         concat_head=False,  # LASER-VFL's heads: the subsets they choose (the head: its own test)
-        model=ModelConfig(embed_dim=8, hidden=(16,)),
+        model=ModelConfig(embed_dim=8, hidden=(16,), linear_lane=0),
     )
     bundles, fed, _ = train_bundles(
         tables, tmp_path / "bundles", id_column=ID, label_column=LABEL_COLUMN, config=config

@@ -186,12 +186,17 @@ def test_given_subset_choice_when_evaluated_then_never_worse_than_a_subset_on_va
         if kept is not cands[0]:
             assert cands[0].value - kept.value > kept.error
     # by default: where the concatenating heads replace LASER-VFL's with its subsets, they beat
-    # them on the pooled validation by more than their own standard error (the same rule)
+    # them on the pooled validation by more than their own standard error (the same rule); the
+    # mean of both heads' predictions, where it beats both
     fed, _ = _trained(load_table_federation(tuple(tables)), TrainConfig(**FAST, model=NO_LANES))
-    if fed.choice.heads:
-        laser, concat = fed.choice.pooled
-        assert concat.value is not None and laser.value is not None and concat.error is not None
-        assert laser.value - concat.value > concat.error
+    laser, concat, blend = fed.choice.pooled
+    assert [c.head for c in fed.choice.pooled] == ["", "concat", "blend"]
+    assert None not in (laser.value, concat.value, blend.value, concat.error)
+    if set(fed.choice.heads.values()) == {"concat"}:
+        assert laser.value - concat.value > concat.error  # type: ignore[operator]
+    elif fed.choice.heads:
+        assert set(fed.choice.heads.values()) == {"blend"}
+        assert blend.value < min(laser.value, concat.value)  # type: ignore[operator,type-var]
     plain = TrainConfig(**FAST, subset_choice="plain", threshold=0.5)
     fed, _ = _trained(load_table_federation(tuple(tables)), plain)
     assert not fed.choice.subsets and fed.choice.threshold is None and fed.threshold is None

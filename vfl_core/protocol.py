@@ -34,7 +34,7 @@ class ServingChoice:
     threshold: float | None = None
     subsets: Mapping[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
     # the observed sets predicted with another of the label party's heads (PredictCall.head:
-    # "concat", LASER-VFL's concatenating head, TrainConfig.concat_head), from all their parties
+    # "concat", "linear" or "blend", vfl_core.methods.spec), from all their parties
     heads: Mapping[tuple[int, ...], str] = field(default_factory=dict)
 
 
@@ -313,8 +313,9 @@ class PredictCall:
     # Encrypted relay, an evaluation: the label parties the probabilities are sealed for (they
     # combine and score them, ScoreCall.blind); the in-process transport passes them as they are
     seal_for: tuple[int, ...] = ()
-    # Which of the party's heads predicts: "" its method's own, or a head the method's spec names
-    # (MethodSpec.head_names: "concat", LASER-VFL's concatenating head), as the validation chose
+    # Which of the party's heads predicts: "" its method's own, one the method's spec names
+    # (EXTRA_HEADS: "concat", "linear"), or "blend", the mean of the predictions of all of them
+    # (MethodSpec.blend_members), as the validation chose
     head: str = ""
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from vfl_core.errors import ProtocolError
 from vfl_core.inference.scoring import SUMS
-from vfl_core.methods.spec import CONCAT, LINEAR
+from vfl_core.methods.spec import BLEND, EXTRA_HEADS
 from vfl_core.model.quantize import LOSSLESS
 from vfl_core.protocol import (
     BackwardCall,
@@ -456,7 +456,7 @@ def serving_choice_from_proto(message: vfl_pb2.ServingChoice) -> ServingChoice:
         subsets[observed] = kept
     heads: dict[tuple[int, ...], str] = {}
     for h in message.heads:
-        if h.head not in (CONCAT, LINEAR):
+        if h.head not in (*EXTRA_HEADS, BLEND):
             raise ProtocolError(f"ServingChoice: unknown head {h.head[:64]!r}")
         heads[tuple(sorted(h.observed))] = h.head
     return ServingChoice(threshold, subsets, heads)

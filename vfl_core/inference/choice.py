@@ -58,7 +58,7 @@ from vfl_core.inference.headline import LOWER_IS_BETTER, watched
 from vfl_core.inference.metrics import FEDERATION, EvalReport, Pattern, standard_error
 from vfl_core.inference.scoring import AUC_BINS
 from vfl_core.inference.subsets import observed_subsets
-from vfl_core.methods.spec import CONCAT, LINEAR
+from vfl_core.methods.spec import BLEND, CONCAT, LINEAR
 
 log = logging.getLogger(__name__)
 
@@ -143,12 +143,13 @@ def choose_subsets(
 def choose_heads_pooled(
     fed: EvaluatingFederation, validation: np.ndarray, chosen: ValidationChoice, margin: bool = True
 ) -> None:
-    """concat_choice "all": the concatenating heads, or the linear heads (MethodSpec.linear_head),
-    for every pattern that holds a label party (dropping the subsets chosen there), if on all
-    those patterns' validation samples together they beat LASER-VFL's heads with `chosen`'s
-    subsets: the concatenating heads by more than their standard error (`margin`; else if
-    better at all), the linear heads if better than both (`linear_wins`); `chosen` is the run's
-    choice in effect (fed.choice), changed in place."""
+    """concat_choice "all": the concatenating heads, the linear heads (MethodSpec.linear_head) or
+    the mean of every head's predictions (BLEND, MethodSpec.blend_members) for every pattern
+    that holds a label party (dropping the subsets chosen there), if on all those patterns'
+    validation samples together they beat LASER-VFL's heads with `chosen`'s subsets: the
+    concatenating heads by more than their standard error (`margin`; else if better at all),
+    the linear heads if better than both (`linear_wins`), the blend by `blend_wins`; `chosen`
+    is the run's choice in effect (fed.choice), changed in place."""
     key = watched(fed.task, fed.num_classes)
     patterns = [
         (p, i)
@@ -161,7 +162,7 @@ def choose_heads_pooled(
     # LASER-VFL's heads with the per-pattern subsets in effect, the other heads without them:
     # all together (one fan-out on the direct plane)
     everyone = set(fed.infos)
-    others = [h for h, on in ((CONCAT, fed.spec.concat_head), (LINEAR, fed.spec.linear_head)) if on]
+    others = [*fed.spec.extra_head_names, *([BLEND] if fed.spec.blend_members else [])]
     reports = fed.evaluate_many(
         [
             Ask("train", everyone, rows, choice=chosen),
@@ -174,11 +175,7 @@ def choose_heads_pooled(
     chosen.pooled = [
         _scored(key, (), report, head) for head, report in zip(["", *others], reports, strict=True)
     ]
-    lower = key in LOWER_IS_BETTER
-    best = best_candidate([c for c in chosen.pooled if c.head != LINEAR], lower, margin)
-    linear = next((c for c in chosen.pooled if c.head == LINEAR), None)
-    if linear is not None and linear_wins(linear, chosen.pooled, lower):
-        best = linear
+    best = pooled_pick(chosen.pooled, key in LOWER_IS_BETTER, margin)
     if best is not None and best.head:
         mine = {p for p, _ in patterns}
         chosen.heads = dict.fromkeys(mine, best.head)
@@ -214,6 +211,32 @@ def best_candidate(cands: list[Candidate], lower: bool, margin: bool = True) -> 
         return best
     gain = sign * (float(full.value) - float(best.value))  # type: ignore[arg-type]
     return best if gain > (best.error or 0.0) else full
+
+
+def pooled_pick(pooled: list[Candidate], lower: bool, margin: bool) -> Candidate | None:
+    """The pooled candidate chosen (`choose_heads_pooled`): of LASER-VFL's and the
+    concatenating heads by `best_candidate`; the linear heads instead where `linear_wins`
+    against those two; the blend instead where `blend_wins`."""
+    by_head = {c.head: c for c in pooled}
+    linear, blend = by_head.get(LINEAR), by_head.get(BLEND)
+    plain = [c for c in pooled if c.head not in (LINEAR, BLEND)]
+    best = best_candidate(plain, lower, margin)
+    if linear is not None and linear_wins(linear, [*plain, linear], lower):
+        best = linear
+    if blend is not None and best is not None and blend_wins(blend, pooled, best, lower):
+        best = blend
+    return best
+
+
+def blend_wins(blend: Candidate, cands: list[Candidate], chosen: Candidate, lower: bool) -> bool:
+    """Whether the mean of the heads' predictions (`blend`, one of `cands`) replaces `chosen`:
+    only where it scores strictly better than every other candidate."""
+    usable = [c for c in cands if c.value is not None and c.scored >= cands[0].scored]
+    if blend not in usable:
+        return False
+    sign = 1.0 if lower else -1.0
+    others = [sign * float(c.value) for c in usable if c is not blend]  # type: ignore[arg-type]
+    return all(sign * float(blend.value) < v for v in others)  # type: ignore[arg-type]
 
 
 def linear_wins(linear: Candidate, cands: list[Candidate], lower: bool) -> bool:

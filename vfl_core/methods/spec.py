@@ -77,6 +77,14 @@ HeadsAt = Literal["label_parties", "active_party", "subset_owner"]
 # PredictCall.head naming a label party's concatenating head (MethodSpec.concat_head)
 CONCAT = "concat"
 LINEAR = "linear"  # ... and its linear head on the towers' lanes (MethodSpec.linear_head)
+# ... and the mean of the predictions of all its heads (MethodSpec.blend_members)
+BLEND = "blend"
+# The heads a label party may train beside its own, by PredictCall name: the models' key and the
+# option that trains them (MethodSpec.concat_head, .linear_head)
+EXTRA_HEADS: dict[str, tuple[Subset, str]] = {
+    CONCAT: (CONCAT_HEAD, "--concat-head"),
+    LINEAR: (LINEAR_HEAD, "--linear-lane"),
+}
 # What stands in for a party that failed during training: nothing (the subset shrinks), zeros,
 # the last embedding received for the sample, or nothing trains (the round is skipped).
 Replacement = Literal["nothing", "zeros", "stale", "skip"]
@@ -275,10 +283,22 @@ class MethodSpec:
         return self.fusion != "mean"
 
     @property
+    def extra_head_names(self) -> tuple[str, ...]:
+        """The PredictCall names of a label party's heads beside its own (EXTRA_HEADS)."""
+        on = {CONCAT: self.concat_head, LINEAR: self.linear_head}
+        return tuple(name for name in EXTRA_HEADS if on[name])
+
+    @property
     def extra_heads(self) -> tuple[Subset, ...]:
         """The keys of a label party's heads beside its own: the concatenating, the linear."""
-        on = ((CONCAT_HEAD, self.concat_head), (LINEAR_HEAD, self.linear_head))
-        return tuple(key for key, flag in on if flag)
+        return tuple(EXTRA_HEADS[name][0] for name in self.extra_head_names)
+
+    @property
+    def blend_members(self) -> tuple[str, ...]:
+        """The heads whose predictions BLEND averages ("": the method's own), where a label
+        party trains another beside its own; else none."""
+        extra = self.extra_head_names
+        return ("", *extra) if extra else ()
 
     @property
     def label_parties_hold_head(self) -> bool:
@@ -412,10 +432,8 @@ class MethodSpec:
         `head` as PredictCall names it ("": the method's own)."""
         present = tuple(sorted(present))
         if head:
-            if head == CONCAT and self.concat_head:
-                return CONCAT_HEAD, present
-            if head == LINEAR and self.linear_head:
-                return LINEAR_HEAD, present
+            if head in self.extra_head_names:
+                return EXTRA_HEADS[head][0], present
             raise ProtocolError(f"method {self.name} has no head {head[:64]!r}")
         if self.own_block_only:
             return SHARED, (block,)

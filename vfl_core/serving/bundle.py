@@ -25,7 +25,7 @@ import json
 import logging
 import warnings
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -38,23 +38,26 @@ from vfl_core.data.learning_task import REGRESSION
 from vfl_core.data.preprocess import TabularPreprocessor
 from vfl_core.errors import ConfigError, DataError
 from vfl_core.methods.laser.objective import fuse_mean
-from vfl_core.methods.spec import CONCAT, LINEAR
+from vfl_core.methods.spec import BLEND, CONCAT, EXTRA_HEADS, LINEAR
 from vfl_core.model.model_config import wire_width
-from vfl_core.model.slots import CONCAT_HEAD, LINEAR_HEAD, SHARED
+from vfl_core.model.slots import SHARED
 from vfl_core.protocol import ServingChoice
 from vfl_core.training.party import Party
 
 log = logging.getLogger(__name__)
 
 # 2: the validation choice of subsets (BundleMeta.subsets); 3: of the concatenating head
-# (BundleMeta.concat_sets); 4: of the linear head (BundleMeta.linear_sets); older ones still load
-BUNDLE_FORMAT = 4
-READABLE_FORMATS = (1, 2, 3, 4)
+# (BundleMeta.concat_sets); 4: of the linear head (BundleMeta.linear_sets); 5: of the heads'
+# mean (BundleMeta.blend_sets); older ones still load
+BUNDLE_FORMAT = 5
+READABLE_FORMATS = (1, 2, 3, 4, 5)
 META_FILE = "bundle.json"
 REPRESENTATION_FILE = "representation.pt"
 HEAD_FILE = "head.pt"
 CONCAT_HEAD_FILE = "concat_head.pt"
 LINEAR_HEAD_FILE = "linear_head.pt"
+# the file of each head beside the party's own (vfl_core.methods.spec.EXTRA_HEADS)
+HEAD_FILES = {CONCAT: CONCAT_HEAD_FILE, LINEAR: LINEAR_HEAD_FILE}
 PREPROCESS_FILE = "preprocess.json"
 
 
@@ -97,6 +100,10 @@ class BundleMeta(BaseModel):
     concat_sets: tuple[tuple[int, ...], ...] = ()
     # ... and the linear head (ModelConfig.linear_lane), by LINEAR_HEAD_FILE from the same input
     linear_sets: tuple[tuple[int, ...], ...] = ()
+    # ... and the mean of the predictions of `blend_heads` ("": HEAD_FILE's, on the mean of the
+    # embeddings; the others as above), each set predicted from all of its blocks
+    blend_sets: tuple[tuple[int, ...], ...] = ()
+    blend_heads: tuple[str, ...] = ()
     target_mean: float = 0.0  # regression: the head's standardised output in original units
     target_std: float = 1.0
     target_log: bool = (
@@ -124,13 +131,12 @@ def write_bundle(
     if head is not None:
         _save_traced(head, torch.zeros((1, wire_width(party.config.model))), directory / HEAD_FILE)
     sets = _head_sets(party, choice) if head is not None else {}
+    blend = party.spec.blend_members if sets.get(BLEND) else ()
     width = party.data.meta.num_blocks * wire_width(party.config.model)
-    for name, key, file in (
-        (CONCAT, CONCAT_HEAD, CONCAT_HEAD_FILE),
-        (LINEAR, LINEAR_HEAD, LINEAR_HEAD_FILE),
-    ):
-        if sets.get(name):
-            _save_traced(models.evaluated_head(key), torch.zeros((1, width)), directory / file)
+    for name, (key, _) in EXTRA_HEADS.items():
+        if sets.get(name) or name in blend:
+            file = directory / HEAD_FILES[name]
+            _save_traced(models.evaluated_head(key), torch.zeros((1, width)), file)
     pre = party.data.preprocessing
     if pre is not None:
         write_text_atomically(directory / PREPROCESS_FILE, json.dumps(pre, indent=2) + "\n")
@@ -138,7 +144,8 @@ def write_bundle(
         threshold = choice.threshold if threshold is None else threshold
     rules = choice.subsets if head is not None and choice is not None else {}
     meta = bundle_meta(party, threshold, has_head=head is not None, subsets=rules)
-    update = {"concat_sets": sets.get(CONCAT, ()), "linear_sets": sets.get(LINEAR, ())}
+    update = {f"{name}_sets": sets.get(name, ()) for name in (*EXTRA_HEADS, BLEND)}
+    update["blend_heads"] = blend
     meta = meta.model_copy(update=update)
     write_text_atomically(directory / META_FILE, meta.model_dump_json(indent=2) + "\n")
     log.info("party %s wrote its serving bundle to %s", party.party_id, directory)
@@ -181,13 +188,15 @@ def bundle_meta(
 def _head_sets(
     party: Party, choice: ServingChoice | None
 ) -> dict[str, tuple[tuple[int, ...], ...]]:
-    """The observed sets `choice` predicts with the concatenating or the linear head, by head
-    (which the party must have trained)."""
+    """The observed sets `choice` predicts with the concatenating, the linear head or their
+    blend, by head (which the party must have trained)."""
     heads = choice.heads if choice else {}
-    sets = {n: tuple(sorted(o for o, h in heads.items() if h == n)) for n in (CONCAT, LINEAR)}
-    trained = {CONCAT: party.spec.concat_head, LINEAR: party.spec.linear_head}
-    for name, flag in ((CONCAT, "--concat-head"), (LINEAR, "--linear-lane")):
-        if sets[name] and not trained[name]:
+    names = (*EXTRA_HEADS, BLEND)
+    sets = {n: tuple(sorted(o for o, h in heads.items() if h == n)) for n in names}
+    trained = {*party.spec.extra_head_names, *([BLEND] if party.spec.blend_members else [])}
+    for name in names:
+        if sets[name] and name not in trained:
+            flag = EXTRA_HEADS[name][1] if name in EXTRA_HEADS else "a head beside its own"
             raise ConfigError(
                 f"the choice predicts {len(sets[name])} observed sets with the {name} head, but "
                 f"party {party.party_id} trained none ({flag})"
@@ -226,8 +235,8 @@ class Bundle:
     head: torch.jit.ScriptModule | None
     preprocessing: TabularPreprocessor | None
     device: torch.device
-    concat_head: torch.jit.ScriptModule | None = None  # BundleMeta.concat_sets' head
-    linear_head: torch.jit.ScriptModule | None = None  # BundleMeta.linear_sets' head
+    # the heads beside the party's own that it loaded, by name (BundleMeta.concat_sets' ...)
+    extra_heads: dict[str, torch.jit.ScriptModule] = field(default_factory=dict)
 
     def embed(self, features: np.ndarray) -> np.ndarray:
         """(B, *feature_shape) float32 rows -> (B, embed_dim) float32 embeddings."""
@@ -242,36 +251,51 @@ class Bundle:
     def predict(self, embeddings: Mapping[int, np.ndarray], head: str = "") -> np.ndarray:
         """The head on the mean of `embeddings` (block -> (B, d)): (B, C) class probabilities,
         or (B, 1) values in original units. Without the party's own block only where the
-        method's heads serve feature-only sets (LASER-VFL's do). `head` "concat" (as
-        `head_for` names it): the concatenating head on the zero-filled concatenation."""
+        method's heads serve feature-only sets (LASER-VFL's do). `head` "concat" or "linear"
+        (as `head_for` names it): that head on the zero-filled concatenation; "blend": the mean
+        of `blend_heads`' predictions."""
         if self.head is None:
             raise ConfigError(f"party {self.meta.party_id} has no head: it cannot predict")
         if not embeddings or not self.can_predict(embeddings):
             raise DataError(f"predict: the embedding of the party's own block {self.meta.block}")
         blocks = (self.meta.block,) if self.meta.own_block_only else tuple(sorted(embeddings))
         tensors = {b: torch.from_numpy(embeddings[b]).to(self.device) for b in blocks}
+        names = self.meta.blend_heads if head == BLEND else (head,)
+        if not names:
+            raise DataError(f"predict: party {self.meta.party_id} has no {BLEND!r} head")
         with torch.no_grad():
-            if head:
-                output = self._concatenated(tensors, head)
-            else:
-                output = self.head(fuse_mean(tensors, blocks))  # (B, C) or (B, 1)
-            if self.meta.task == REGRESSION:
-                output = output * self.meta.target_std + self.meta.target_mean
-                if self.meta.target_log:
-                    output = torch.expm1(output)
-            else:
-                output = torch.softmax(output, dim=1)
+            outputs = [self._output(tensors, blocks, name) for name in names]
+            output = outputs[0] if len(outputs) == 1 else torch.stack(outputs).mean(dim=0)
         return output.to("cpu", torch.float32).numpy()
 
+    def _output(
+        self, tensors: Mapping[int, torch.Tensor], blocks: tuple[int, ...], head: str
+    ) -> torch.Tensor:
+        """One head's (B, C) probabilities or (B, 1) values in original units."""
+        if head:
+            output = self._concatenated(tensors, head)
+        else:
+            output = self.head(fuse_mean(tensors, blocks))  # type: ignore[misc]
+        if self.meta.task == REGRESSION:
+            output = output * self.meta.target_std + self.meta.target_mean
+            return torch.expm1(output) if self.meta.target_log else output
+        return torch.softmax(output, dim=1)
+
     def head_for(self, present: tuple[int, ...]) -> str:
-        """The head that predicts an observed set: "concat" or "linear" where the validation
-        chose the concatenating or the linear head, else "" (the mean-fusion head)."""
-        if present in self.meta.linear_sets:
-            return LINEAR
-        return CONCAT if present in self.meta.concat_sets else ""
+        """The head that predicts an observed set: "concat", "linear" or "blend" where the
+        validation chose the concatenating head, the linear head or their blend, else "" (the
+        mean-fusion head)."""
+        for name, sets in (
+            (BLEND, self.meta.blend_sets),
+            (LINEAR, self.meta.linear_sets),
+            (CONCAT, self.meta.concat_sets),
+        ):
+            if present in sets:
+                return name
+        return ""
 
     def _concatenated(self, tensors: Mapping[int, torch.Tensor], head: str) -> torch.Tensor:
-        module = {CONCAT: self.concat_head, LINEAR: self.linear_head}.get(head)
+        module = self.extra_heads.get(head)
         if module is None:
             raise DataError(f"predict: party {self.meta.party_id} has no {head[:64]!r} head")
         first = next(iter(tensors.values()))
@@ -314,12 +338,13 @@ def load_bundle(directory: Path, device: torch.device | str = "cpu") -> Bundle:
     preprocessing = None
     if pre_file.is_file():
         preprocessing = TabularPreprocessor.from_json(pre_file.read_text(), str(pre_file))
-    concat = linear = None
-    if meta.has_head and meta.concat_sets:
-        concat = _load_module(directory / CONCAT_HEAD_FILE, device)
-    if meta.has_head and meta.linear_sets:
-        linear = _load_module(directory / LINEAR_HEAD_FILE, device)
-    return Bundle(meta, representation, head, preprocessing, device, concat, linear)
+    used = {CONCAT: meta.concat_sets, LINEAR: meta.linear_sets}
+    extra = {
+        name: _load_module(directory / file, device)
+        for name, file in HEAD_FILES.items()
+        if meta.has_head and (used[name] or (meta.blend_sets and name in meta.blend_heads))
+    }
+    return Bundle(meta, representation, head, preprocessing, device, extra)
 
 
 def read_bundle_meta(directory: Path) -> BundleMeta:

@@ -25,11 +25,12 @@ from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ProtocolError, StaleRoundError, VflError
 from vfl_core.methods.gradient_sum import received_gradient
 from vfl_core.methods.laser import fresh_own
+from vfl_core.methods.laser.head_inputs import HeadInputs
 from vfl_core.methods.laser.local_steps import Cache, FuseCache, LocalSteps
-from vfl_core.methods.laser.objective import fuse_mean, sampled_loss
+from vfl_core.methods.laser.objective import sampled_loss
 from vfl_core.methods.laser.stale import StaleEmbeddings
 from vfl_core.methods.party_port import PartyPort
-from vfl_core.methods.spec import CONCAT_HEAD, LINEAR_HEAD, SHARED, HeadTask, Subset
+from vfl_core.methods.spec import BLEND, SHARED, HeadTask, Subset
 from vfl_core.model import stash
 from vfl_core.model.model_config import wire_width
 from vfl_core.protocol import (
@@ -371,6 +372,8 @@ class LaserHeads:
     def __init__(self, party: PartyPort) -> None:
         self.party = party
         self.spec = party.spec
+        self.inputs = HeadInputs(party)
+        self.fused, self.width = self.inputs.fused, self.inputs.width
 
     # ----------------------------------------------------------------- Fuse
     def train(
@@ -436,14 +439,26 @@ class LaserHeads:
             b: p.from_wire(e, f"embedding of block {b}", batch, self.width(b, blocks))
             for b, e in sorted(call.embeddings.items())
         }
-        head_key, subset = self.spec.predict_subset(p.block, sorted(embeddings), call.head)
+        names = self.spec.blend_members if call.head == BLEND else (call.head,)
+        if not names:
+            raise ProtocolError(f"method {self.spec.name} has no head {BLEND!r}: one head")
+        outputs = [self._output(embeddings, blocks, name) for name in names]
+        # BLEND: the mean of the heads' probabilities or values (one head: its own, exactly)
+        return p.to_wire(outputs[0] if len(outputs) == 1 else torch.stack(outputs).mean(dim=0))
+
+    def _output(
+        self, embeddings: Mapping[int, torch.Tensor], blocks: Sequence[int], name: str
+    ) -> torch.Tensor:
+        """Head `name`'s (B, C) probabilities or (B, 1) values in original units."""
+        p = self.party
+        head_key, subset = self.spec.predict_subset(p.block, sorted(embeddings), name)
         head = p.models.evaluated_head(head_key)  # averaged, with TrainConfig.weight_average
         head.eval()
         with torch.no_grad():
             output = head(self.fused(head_key, embeddings, subset, blocks))
             if p.task == REGRESSION:
-                return p.to_wire(p.scaler.restore(output))  # (B, 1) original units
-            return p.to_wire(torch.softmax(output, dim=1))
+                return p.scaler.restore(output)
+            return torch.softmax(output, dim=1)
 
     def _serves(self, call: PredictCall) -> bool:
         """Whether the head predicts without its own block: for a set of feature-only blocks
@@ -451,40 +466,6 @@ class LaserHeads:
         labelled = set(call.embeddings) & set(call.label_blocks)
         serves = self.spec.serves_feature_only and bool(call.label_blocks) and not labelled
         return serves or self.spec.zero_imputes
-
-    # ----------------------------------------------------------------- a head's input
-    def fused(
-        self,
-        head: Subset,
-        embeddings: Mapping[int, torch.Tensor],
-        subset: Subset,
-        blocks: Sequence[int],
-    ) -> torch.Tensor:
-        """A head's input: the mean of the subset's embeddings (laser.fuse_mean), or a
-        concatenation: of all K blocks, zeros for the absent (svfl, plug, LASER-VFL's CONCAT_HEAD
-        and LINEAR_HEAD), or of the subset's own slot of each member (combinatorial)."""
-        if not self.spec.concatenates and head not in (CONCAT_HEAD, LINEAR_HEAD):
-            return fuse_mean(embeddings, subset)  # (B, d)
-        d = wire_width(self.party.config.model)
-        if self.spec.fusion == "concat_slots":
-            parts = [self._slot(embeddings[b], b, head, blocks) for b in sorted(subset)]
-        else:
-            size = next(iter(embeddings.values())).shape[0]
-            zeros = torch.zeros(size, d, device=self.party.device)
-            num_blocks = self.party.data.meta.num_blocks
-            parts = [embeddings[b] if b in subset else zeros for b in range(num_blocks)]
-        return torch.cat(parts, dim=1)  # (B, n * d)
-
-    def _slot(
-        self, embedding: torch.Tensor, block: int, key: Subset, blocks: Sequence[int]
-    ) -> torch.Tensor:
-        d = self.party.config.model.embed_dim
-        i = self.spec.slot_keys(block, blocks).index(key)
-        return embedding[:, i * d : (i + 1) * d]  # (B, d)
-
-    def width(self, block: int, blocks: Sequence[int]) -> int:
-        """Floats per sample in the Embed answer of `block` when `blocks` take part."""
-        return len(self.spec.slot_keys(block, blocks)) * wire_width(self.party.config.model)
 
 
 def _unlabelled(label_blocks: Sequence[int], num_blocks: int) -> tuple[int, ...]:
