@@ -236,6 +236,9 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "lin1": ("--linear-lane", "1"),
     "lin4": ("--linear-lane", "4"),
     "lin8": ("--linear-lane", "8"),
+    # the defaults (lanes of 4, spelled out) at the code that took the heads' blend wherever it
+    # was a candidate (`tabular-vertibench-blend-rules`)
+    "blend": ("--linear-lane", "4"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`
