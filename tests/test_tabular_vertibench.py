@@ -184,3 +184,45 @@ def test_given_a_lanes_run_then_each_rule_reads_the_linear_heads_or_the_federati
     (run / "t" / "importance-1-s0.json").write_text(json.dumps(cell))
     with pytest.raises(ValueError, match="narrower"):
         linear_rules.table(run, grid, "lin4")
+
+
+def test_given_a_blend_run_then_each_rule_reads_the_blend_or_the_defaults(tmp_path) -> None:
+    """benchmarks.tabular.blend_rules: a run that took the heads' blend (validation Brier score
+    0.085 against LASER-VFL's 0.10, the concatenating heads' 0.095 and the linear heads' 0.09,
+    each error 0.01): the rules that take it count its test score (76, within LightGBM's bar),
+    the others the defaults' (72: the linear heads, better than both, as the lanes run read
+    them); a run whose training differs from the lanes run's is refused."""
+    import json
+
+    from benchmarks.tabular import blend_rules
+
+    grid, run, lanes = tmp_path / "grid", tmp_path / "run", tmp_path / "lanes"
+    scores = {"splitnn": 0.70, "linear": 0.71, "lgbm": 0.75}
+    for root in (grid, run, lanes):
+        (root / "t").mkdir(parents=True)
+    (grid / "t" / "importance-1-s0.json").write_text(
+        json.dumps(_cell({"federation": 0.70, **scores}))
+    )
+    pooled = [
+        {"value": 0.10, "error": 0.01},
+        {"value": 0.095, "error": 0.01, "head": "concat"},
+        {"value": 0.09, "error": 0.01, "head": "linear"},
+    ]
+    before = _cell({"federation": 0.70, "lin4": 0.72})
+    before["rows_run"][1] |= {"pooled": pooled, "heads": [{"observed": [0], "head": "linear"}]}
+    (lanes / "t" / "importance-1-s0.json").write_text(json.dumps(before))
+    cell = _cell({"blend": 0.76})
+    cell["rows_run"][0]["pooled"] = [*pooled, {"value": 0.085, "error": 0.01, "head": "blend"}]
+    (run / "t" / "importance-1-s0.json").write_text(json.dumps(cell))
+    out = blend_rules.table(run, lanes, grid).splitlines()
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in out[2:]}
+    assert rows["never (the defaults before)"].endswith("| 0 | 0 / 0 / 0 | 0 | 1 | 1 | - |")
+    every = "better than every other candidate"
+    assert rows[every].endswith("| 1 | 1 / 0 / 0 | 1 | 1 | 1 | t 1 |")
+    picked = "better than the heads picked without it (the defaults)"  # the linear heads'
+    assert rows[picked].endswith("| 1 | 1 / 0 / 0 | 1 | 1 | 1 | t 1 |")
+    assert rows[f"{every} by its standard error"].endswith("| 0 | 0 / 0 / 0 | 0 | 1 | 1 | - |")
+    cell["rows_run"][0]["pooled"][0]["value"] = 0.11  # another training than the lanes run's
+    (run / "t" / "importance-1-s0.json").write_text(json.dumps(cell))
+    with pytest.raises(ValueError, match="training differs"):
+        blend_rules.table(run, lanes, grid)

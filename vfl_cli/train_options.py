@@ -392,7 +392,8 @@ class TrainOptions:
         str | None,
         Opt(
             help="with --concat-head: sets (chosen per observed set on its validation samples) "
-            "| all (once for every set holding a label party, on all their samples together)",
+            "| all (once for every set holding a label party, on all their samples together; "
+            "the mean of the heads' predictions is a candidate too)",
             show_default=shown(T["concat_choice"]),
         ),
     ] = None

@@ -21,16 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.tabular.vertibench import (
-    SPLITS,
-    _beats,
-    _mean_sd,
-    _meets,
-    _metric,
-    _rows,
-    _score,
-    read_json,
-)
+from benchmarks.tabular.vertibench import SPLITS, _metric, _rows, _score, judge_cell, read_json
 
 Pooled = list[dict[str, Any]]
 
@@ -60,7 +51,7 @@ RULES: dict[str, Callable[[Pooled], bool]] = {
 
 def _takes(row: dict[str, Any], rule: Callable[[Pooled], bool]) -> bool:
     pooled = row.get("pooled") or []
-    if len(pooled) < 3 or [c.get("head", "") for c in pooled] != ["", "concat", "linear"]:
+    if len(pooled) < 3 or [c.get("head", "") for c in pooled[:3]] != ["", "concat", "linear"]:
         return False
     if rule(pooled) and not any(h["head"] == "linear" for h in row["heads"]):
         raise ValueError("the run's rule is narrower than the one read: no test score to read")
@@ -90,16 +81,7 @@ def table(root: Path, grid_root: Path, row: str) -> str:
                     taken += took
                     where[table_dir.name] += took
                     values.append(_score(lanes if took else fed, metric))
-                mean = statistics.mean(values)
-                (lgbm, _), linear, splitnn = (
-                    _mean_sd([_score(r, metric) for r in _rows(grid, n)])
-                    for n in ("lgbm", "linear", "splitnn")
-                )
-                flags = (
-                    _meets(task, mean, lgbm),
-                    _beats(task, mean, linear, slack=True),
-                    _beats(task, mean, splitnn),
-                )
+                flags = judge_cell(task, statistics.mean(values), grid)
                 tally = [t + int(f) for t, f in zip(tally, flags, strict=True)]
         tables = ", ".join(f"{t} {n}" for t, n in sorted(where.items()) if n) or "-"
         out.append(f"| {name} | {taken} | {tally[0]} | {tally[1]} | {tally[2]} | {tables} |")

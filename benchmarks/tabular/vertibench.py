@@ -1040,6 +1040,22 @@ def _cell(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def judge_cell(task: str, mean: float, anchors: list[dict[str, Any]]) -> tuple[bool, bool, bool]:
+    """A cell's mean score over its seeds judged against its anchors' runs (the same seeds):
+    within the bar of LightGBM, not below logistic/ridge regression by more than its sd, ahead
+    of splitnn."""
+    metric = _metric(task)
+    (lgbm, _), linear, splitnn = (
+        _mean_sd([_score(r, metric) for r in _rows(anchors, n)])
+        for n in ("lgbm", "linear", "splitnn")
+    )
+    return (
+        _meets(task, mean, lgbm),
+        _beats(task, mean, linear, slack=True),
+        _beats(task, mean, splitnn),
+    )
+
+
 def _judged(
     root: Path, grid_root: Path
 ) -> Iterator[tuple[str, str, str, tuple[bool, bool, bool], list[float]]]:

@@ -1,0 +1,154 @@
+"""The rule that takes the mean of the label party's heads' predictions (the blend), read from
+grid runs.
+
+A run of VertiBench's grid whose row (`blend`) took the blend wherever the pooled validation
+choice had it as a candidate records, per run, every pooled candidate's validation score and
+standard error (LASER-VFL's heads, the concatenating heads, the linear heads, the blend) and
+the blend's test scores. Training is the same, bit for bit, as at the defaults before it (the
+choice comes after training; checked here on the pooled scores of the three other heads against
+`tabular-vertibench-linear-lane-rules`' `lin4` row). The defaults before the blend predict as
+`linear_rules` reads that run under their rule. So any rule's test scores follow exactly: the
+blend's where the rule takes it, the defaults' elsewhere. This prints each rule's cells as the
+grid counts the federation, and how its runs compare with the defaults' on test.
+
+    python -m benchmarks.tabular.blend_rules RUN \
+        --lanes benchmarks/results/runs/tabular-vertibench-linear-lane-rules
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from benchmarks.tabular.linear_rules import RULES as LINEAR_RULES
+from benchmarks.tabular.linear_rules import _takes
+from benchmarks.tabular.vertibench import SPLITS, _metric, _rows, _score, judge_cell, read_json
+
+Pooled = list[dict[str, Any]]
+
+
+class Seed(NamedTuple):
+    name: str  # the run's file name, as the grid's
+    task: str
+    default: dict[str, Any]  # the defaults' row before the blend
+    blend: dict[str, Any]  # the row that took the blend wherever it could
+    pooled: Pooled
+
+
+HEADS = ["", "concat", "linear", "blend"]
+LINEAR_DEFAULT = LINEAR_RULES["better than both (the defaults)"]
+
+
+def _picked(p: Pooled) -> dict[str, Any]:
+    """The candidate the defaults before the blend take (vfl_core.inference.choice.pooled_pick
+    without it): the concatenating heads where they beat LASER-VFL's by more than their
+    standard error, else LASER-VFL's; the linear heads where better than both. The blend
+    replaces it where it scores better (`choice.blend_wins`: the defaults' rule)."""
+    laser, concat, linear = p[0], p[1], p[2]
+    best = concat if laser["value"] - concat["value"] > concat["error"] else laser
+    return linear if linear["value"] < min(laser["value"], concat["value"]) else best
+
+
+def _over_all(factor: float) -> Callable[[Pooled], bool]:
+    def rule(p: Pooled) -> bool:
+        return min(c["value"] for c in p[:3]) - p[3]["value"] > factor * p[3]["error"]
+
+    return rule
+
+
+def _over_picked(factor: float) -> Callable[[Pooled], bool]:
+    def rule(p: Pooled) -> bool:
+        return _picked(p)["value"] - p[3]["value"] > factor * p[3]["error"]
+
+    return rule
+
+
+# Brier score or RMSE: lower is better. pooled = [LASER-VFL's, concatenating, linear, blend].
+RULES: dict[str, Callable[[Pooled], bool]] = {
+    "never (the defaults before)": lambda p: False,
+    "always (wherever the pooled choice is made)": lambda p: True,
+    "better than the heads picked without it (the defaults)": _over_picked(0.0),
+    "better than the heads picked without it by half its standard error": _over_picked(0.5),
+    "better than every other candidate": _over_all(0.0),
+    "better than every other candidate by half its standard error": _over_all(0.5),
+    "better than every other candidate by its standard error": _over_all(1.0),
+}
+
+
+def _runs(root: Path, lanes: Path) -> dict[tuple[str, str], list[Seed]]:
+    """Per (table, split), per seed: its task, the defaults' row, the blend row and its pooled
+    candidates ([]: no pooled choice was made); refuses runs whose training differs."""
+    cells: dict[tuple[str, str], list[Seed]] = {}
+    for table_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for split in SPLITS:
+            for path in sorted(table_dir.glob(f"{split}-s*.json")):
+                run, before = read_json(path), read_json(lanes / table_dir.name / path.name)
+                metric = _metric(run["task"])
+                blend = _rows([run], "blend")[0]
+                fed, lin4 = _rows([before], "federation")[0], _rows([before], "lin4")[0]
+                pooled = blend.get("pooled") or []
+                if pooled and [c.get("head", "") for c in pooled] != HEADS:
+                    raise ValueError(f"{path}: pooled candidates {pooled}")
+                same = [c["value"] for c in lin4.get("pooled") or []]
+                if [c["value"] for c in pooled[:3]] != same:
+                    raise ValueError(f"{path}: the training differs from {lanes}'s")
+                if not pooled and _score(blend, metric) != _score(fed, metric):
+                    raise ValueError(f"{path}: no choice made, yet not the defaults' scores")
+                default = lin4 if _takes(lin4, LINEAR_DEFAULT) else fed
+                cells.setdefault((table_dir.name, split), []).append(
+                    Seed(path.name, run["task"], default, blend, pooled)
+                )
+    return cells
+
+
+def table(root: Path, lanes: Path, grid_root: Path) -> str:
+    out = [
+        "| the blend taken where it is ... | runs | better / worse / same on test than the "
+        "defaults before | within the bar of LightGBM | not below linear by more than its sd | "
+        "ahead of splitnn | tables where taken |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    cells = _runs(root, lanes)
+    for name, rule in RULES.items():
+        tally, taken, where, versus = [0, 0, 0], 0, Counter[str](), [0, 0, 0]
+        for (table_name, _), seeds in cells.items():
+            task = seeds[0].task
+            metric, values = _metric(task), []
+            for _, _, default, blend, pooled in seeds:
+                took = bool(pooled) and rule(pooled)
+                before, value = _score(default, metric), _score(blend if took else default, metric)
+                if took:
+                    taken, where[table_name] = taken + 1, where[table_name] + 1
+                    gain = (before - value) if metric != "accuracy" else (value - before)
+                    versus[0 if gain > 0 else 1 if gain < 0 else 2] += 1
+                values.append(value)
+            grid = [read_json(grid_root / table_name / seed.name) for seed in seeds]
+            flags = judge_cell(task, statistics.mean(values), grid)
+            tally = [t + int(f) for t, f in zip(tally, flags, strict=True)]
+        tables = ", ".join(f"{t} {n}" for t, n in sorted(where.items()) if n) or "-"
+        vs = " / ".join(map(str, versus))
+        out.append(f"| {name} | {taken} | {vs} | {tally[0]} | {tally[1]} | {tally[2]} | {tables} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path)
+    parser.add_argument(
+        "--lanes",
+        type=Path,
+        default=Path("benchmarks/results/runs/tabular-vertibench-linear-lane-rules"),
+    )
+    parser.add_argument(
+        "--grid", type=Path, default=Path("benchmarks/results/runs/tabular-vertibench")
+    )
+    args = parser.parse_args()
+    print(table(args.run, args.lanes, args.grid))
+
+
+if __name__ == "__main__":
+    main()
