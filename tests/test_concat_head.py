@@ -20,7 +20,7 @@ from vfl_core.config import TrainConfig
 from vfl_core.data.tabular import TableSource, load_table_federation
 from vfl_core.errors import ProtocolError
 from vfl_core.inference import choice
-from vfl_core.inference.choice import Candidate, best_candidate, linear_wins
+from vfl_core.inference.choice import Candidate, best_candidate
 from vfl_core.methods.registry import method_spec
 from vfl_core.methods.spec import CONCAT, CONCAT_HEAD
 from vfl_core.protocol import PredictCall
@@ -173,18 +173,20 @@ def test_given_concat_choice_all_when_choosing_then_once_on_all_validation_rows_
         allowed = set(al.rows[block][validation].tolist()) - {-1}
         assert set(call.rows.tolist()) <= allowed, f"block {block} read a non-validation row"
     assert all(not c.head for cands in chosen.candidates.values() for c in cands)
-    laser, concat, *linear = chosen.pooled  # the defaults' linear heads too (test_linear_lane)
+    laser, concat, *others = chosen.pooled  # the defaults' linear heads and blend too
     assert laser.head == "" and concat.head == CONCAT and laser.scored == concat.scored > 0
     assert laser.value is not None and concat.value is not None and concat.error is not None
-    assert [c.head for c in linear] == ["linear"]  # lanes unset: on for tables
+    assert [c.head for c in others] == ["linear", "blend"]  # lanes unset: on for tables
     holding = {p for p in al.patterns() if 0 in p}
-    if linear and linear_wins(linear[0], chosen.pooled, lower=True):
-        assert chosen.heads == dict.fromkeys(holding, "linear")
-    elif laser.value - concat.value > concat.error:  # Brier: lower is better
-        assert chosen.heads == dict.fromkeys(holding, CONCAT)
-        assert not set(chosen.subsets) & holding
-    else:
+    picked = choice.pooled_pick(chosen.pooled, lower=True, margin=True)
+    assert picked is not None
+    if picked.head == "" and laser.value - concat.value <= concat.error:  # Brier: lower wins
         assert chosen.heads == {}
+    else:
+        assert chosen.heads == dict.fromkeys(holding, picked.head)
+        assert not set(chosen.subsets) & holding
+    if picked.head == CONCAT:  # by more than its standard error
+        assert laser.value - concat.value > concat.error
     again = choice.ValidationChoice.from_json(json.loads(json.dumps(chosen.to_json())))
     assert again == chosen
 

@@ -46,10 +46,11 @@ def trained(paths: list[Path], id_column: str, label: str, task: str, **kw: obje
 
 
 def bundle_predictions(tmp_path: Path, fed, parties, paths, id_column):
-    """(federation's, bundles') predictions of every test sample with a head's answer."""
+    """(federation's, bundles') predictions of every test sample with a head's answer; the
+    bundles carry the run's validation choice (on these small tables: the heads' blend)."""
     bundles, tables = {}, {}
     for block, party in parties.items():
-        write_bundle(party, tmp_path / party.party_id)
+        write_bundle(party, tmp_path / party.party_id, choice=fed.serving_choice())
         bundles[block] = load_bundle(tmp_path / party.party_id)
         assert bundles[block].preprocessing is not None
         tables[block] = FeatureTable(paths[block], id_column, bundles[block].preprocessing, SECRET)
@@ -65,7 +66,9 @@ def bundle_predictions(tmp_path: Path, fed, parties, paths, id_column):
             assert held.tolist() == [True]
             embeddings[b] = bundles[b].embed(x)
         for head, probs in s.party_probs.items():
-            got.append(bundles[head].predict(embeddings)[0])
+            bundle = bundles[head]
+            kept = {b: e for b, e in embeddings.items() if b in bundle.kept(tuple(s.observed))}
+            got.append(bundle.predict(kept, bundle.head_for(tuple(s.observed)))[0])
             want.append(probs)
     return np.array(got), np.array(want)
 

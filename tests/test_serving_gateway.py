@@ -62,7 +62,9 @@ def served(tmp_path_factory):
     fed, parties = trained(paths, "customer_id", LABEL_COLUMN, "classification")
     bundles, feature_tables = {}, {}
     for b, party in parties.items():
-        bundles[b] = load_bundle(write_bundle(party, tmp / party.party_id))
+        # with the run's validation choice (on this small table: the heads' blend)
+        written = write_bundle(party, tmp / party.party_id, choice=fed.serving_choice())
+        bundles[b] = load_bundle(written)
         pre = bundles[b].preprocessing
         feature_tables[b] = FeatureTable(paths[b], "customer_id", pre, SECRET)
     return fed, parties, bundles, feature_tables
@@ -109,10 +111,10 @@ def test_given_one_party_silent_and_one_down_when_predicting_then_subset_and_rea
         assert a.missing["party1"] == TIMED_OUT and a.missing["party2"] == DOWN
         assert a.used in ((), ("party0",))
         assert (a.error is None) == (a.used == ("party0",))
-    # the bank alone: the head on its own embedding, h_{0,{0}}
+    # the bank alone: its heads on its own embedding, h_{0,{0}} (as the choice names them)
     own = next(a for a in answers if a.used == ("party0",))
     _, x = tables[0].lookup(hash_ids([own.id], SECRET))
-    alone = bundles[0].predict({0: bundles[0].embed(x)})[0]
+    alone = bundles[0].predict({0: bundles[0].embed(x)}, bundles[0].head_for((0,)))[0]
     np.testing.assert_allclose(own.probabilities, alone, atol=1e-6)
 
 
