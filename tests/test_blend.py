@@ -6,7 +6,6 @@ tests/test_linear_lane.py)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +14,7 @@ from tabular_tables import write_tables
 from test_linear_lane import LANE, _trained
 
 from vfl_core.errors import ProtocolError
-from vfl_core.inference.choice import MIN_CHOICE_SAMPLES, Candidate, pooled_pick
-from vfl_core.inference.federation_view import Ask
+from vfl_core.inference.choice import Candidate, pooled_pick
 from vfl_core.methods.spec import BLEND, CONCAT, LINEAR
 from vfl_core.model.linear_lane import wire_width
 from vfl_core.model.model_config import ModelConfig
@@ -43,29 +41,6 @@ def test_given_blend_when_a_label_party_predicts_then_the_mean_of_its_heads(tmp_
     want = np.mean([heads[h] for h in ("", CONCAT, LINEAR)], axis=0)  # ... and their mean
     np.testing.assert_allclose(heads[BLEND], want, atol=1e-6, rtol=0)
     np.testing.assert_allclose(heads[BLEND].sum(axis=1), 1.0, atol=1e-5)
-
-
-def test_given_too_few_validation_samples_when_chosen_then_the_blend_predicts(
-    tmp_path: Path,
-) -> None:
-    """400 rows leave no validation split, or too few of its samples to choose on
-    (MIN_CHOICE_SAMPLES): every observed set holding the label party is predicted with the
-    heads' blend, and the test scores are the blend's; --subset-choice plain keeps the
-    method's own heads."""
-    paths = write_tables(tmp_path / "data", n=400, share=0.8)
-    paths = [paths["bank"], paths["retail"], paths["telecom"]]
-    fed, _ = _trained(paths, LANE)
-    validation = fed.train_rows.validation
-    assert validation is None or len(validation) < MIN_CHOICE_SAMPLES
-    held = {p for p in fed.alignments["train"].patterns() if 0 in p}
-    assert fed.choice.heads == dict.fromkeys(held, BLEND) and not fed.choice.pooled
-    blended = fed.evaluate("test").overall().accuracy
-    plain = replace(fed.choice, heads={})
-    alone = fed.evaluate_many([Ask("test", choice=plain)])[0].overall().accuracy
-    mean = fed.evaluate_many([Ask("test", head=BLEND, choice=plain)])[0].overall().accuracy
-    assert blended == mean and blended != alone
-    fed, _ = _trained(paths, LANE, subset_choice="plain")
-    assert not fed.choice.heads
 
 
 def test_given_one_head_when_blend_is_asked_then_refused_naming_it(tmp_path: Path) -> None:

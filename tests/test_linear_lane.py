@@ -200,7 +200,7 @@ def test_given_a_linear_lane_when_trained_then_every_other_prediction_is_the_sam
 
 
 def _trained(
-    paths: list[Path], model: ModelConfig, concat_head: bool | None = None, **train: object
+    paths: list[Path], model: ModelConfig, concat_head: bool | None = None
 ) -> tuple[Federation, dict[int, Party]]:
     sources = federation_sources(
         paths,
@@ -210,7 +210,7 @@ def _trained(
         label_blocks=None,
         task="classification",
     )
-    config = TrainConfig(epochs=2, model=model, concat_head=concat_head, **train)  # type: ignore[arg-type]
+    config = TrainConfig(epochs=2, model=model, concat_head=concat_head)
     parties = {
         d.meta.block: Party(f"party{d.meta.block}", d, config, secret=SECRET)
         for d in load_table_federation(sources)

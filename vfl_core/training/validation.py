@@ -27,7 +27,6 @@ from vfl_core.inference.choice import (
 )
 from vfl_core.inference.metrics import EvalReport
 from vfl_core.methods.liveness import DOWN
-from vfl_core.methods.spec import BLEND
 from vfl_core.training import direct_eval
 from vfl_core.training.cut_short import heads_left, no_head_answered
 from vfl_core.training.late_validation import LateValidation
@@ -165,8 +164,8 @@ class Validator:
     def choose(self) -> ValidationChoice:
         """After training: the subsets and the threshold the validation samples choose
         (TrainConfig.subset_choice, .threshold; vfl_core.inference.choice). Nothing is chosen
-        without validation samples (early stopping off: then the heads' blend predicts,
-        `_blend_unchosen`), or for a method without LASER-VFL's subset predictors. Every candidate must be scored by the same parties: a choice during
+        without validation samples (early stopping off), or for a method without LASER-VFL's
+        subset predictors. Every candidate must be scored by the same parties: a choice during
         which a feature party went down is made again at once without it; one that no label
         party answered whole (killed, frozen or cut off during it) is made again once one is
         back, as training waits for one, for up to the run's rejoin timeout; without one by
@@ -175,7 +174,7 @@ class Validator:
         fed.choice = ValidationChoice()
         validation = fed.train_rows.validation
         if validation is None or not len(validation) or not self._chooses():
-            return self._blend_unchosen()
+            return fed.choice
         give_up = time.monotonic() + (fed.rejoin_timeout_s or 0.0)
         backoff = Backoff(CHOOSE_AGAIN_S)
         while True:
@@ -209,29 +208,6 @@ class Validator:
                 "within %.0fs",
                 fed.rejoin_timeout_s or 0.0,
             )
-            return fed.choice
-        return fed.choice if fed.choice.pooled else self._blend_unchosen()
-
-    def _blend_unchosen(self) -> ValidationChoice:
-        """Where the pooled choice is not made, for want of validation samples (no validation
-        split: early stopping off; or fewer than choice.MIN_CHOICE_SAMPLES), every observed set
-        holding a label party is predicted with the heads' blend (MethodSpec.blend_members):
-        with nothing to choose on, the mean of the heads (measured: docs/tabular-defaults.md).
-        Not under --subset-choice plain or --concat-choice sets."""
-        fed = self.fed
-        config = fed.config
-        if not fed.spec.blend_members or config.subset_choice == "plain":
-            return fed.choice
-        if config.concat_choice != "all":
-            return fed.choice
-        held = [p for p in fed.alignments["train"].patterns() if set(p) & set(fed.label_blocks)]
-        fed.choice.heads = dict.fromkeys(held, BLEND)
-        fed.choice.subsets = {p: s for p, s in fed.choice.subsets.items() if p not in held}
-        log.info(
-            "validation: too few samples to choose on: every observed set holding a label "
-            "party predicted with the mean of the heads %s",
-            [h or config.method for h in fed.spec.blend_members],
-        )
         return fed.choice
 
     def _chooses(self) -> bool:
