@@ -47,7 +47,7 @@ def trained(paths: list[Path], id_column: str, label: str, task: str, **kw: obje
 
 def bundle_predictions(tmp_path: Path, fed, parties, paths, id_column):
     """(federation's, bundles') predictions of every test sample with a head's answer; the
-    bundles carry the run's validation choice (on these small tables: the heads' blend)."""
+    bundles carry the run's validation choice."""
     bundles, tables = {}, {}
     for block, party in parties.items():
         write_bundle(party, tmp_path / party.party_id, choice=fed.serving_choice())

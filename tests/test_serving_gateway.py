@@ -62,7 +62,7 @@ def served(tmp_path_factory):
     fed, parties = trained(paths, "customer_id", LABEL_COLUMN, "classification")
     bundles, feature_tables = {}, {}
     for b, party in parties.items():
-        # with the run's validation choice (on this small table: the heads' blend)
+        # with the run's validation choice, as a client writes them at the end of a run
         written = write_bundle(party, tmp / party.party_id, choice=fed.serving_choice())
         bundles[b] = load_bundle(written)
         pre = bundles[b].preprocessing
