@@ -7,49 +7,17 @@ and the coordinator's choice and test table are the in-process federation's, bit
 from __future__ import annotations
 
 import json
-import signal
-from collections.abc import Iterator
 
 import pytest
-from harness import SECRET, Cluster
-from tabular_tables import (
-    BLOCKS,
-    bank_client_args,
-    bank_sources,
-    write_tables,
-)
+from bank_runs import bank_run, in_process_twin
 
-from vfl_core.config import TrainConfig
-from vfl_core.data.tabular import load_table_federation
 from vfl_core.methods.spec import CONCAT
-from vfl_core.training.engine import Federation
-from vfl_core.training.inprocess import InProcessTransport
-from vfl_core.training.party import Party
-
-RUN_TIMEOUT_S = 240.0
-EPOCHS = 6  # the ceiling; the default patience may stop before it
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    root = tmp_path_factory.mktemp("concat-head")
-    paths = write_tables(root / "tables", n=2000, share=0.85)
-    with Cluster(root / "cluster") as cluster:
-        coord, clients = cluster.federation(
-            [paths[name] for name in BLOCKS],
-            epochs=EPOCHS,
-            serve=True,
-            extra=["--concat-head", "--concat-choice", "sets"],
-            client_extra=bank_client_args,
-        )
-        cluster.wait_serving(coord, RUN_TIMEOUT_S)
-        results = coord.results()
-        config = json.loads((coord.out / "config.json").read_text())
-        coord.signal(signal.SIGTERM)
-        assert coord.wait(30) == 0, cluster.describe()
-        for client in clients:
-            assert client.wait(30) == 0, cluster.describe()
-    yield {"paths": paths, "results": results, "train": TrainConfig.model_validate(config["train"])}
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    extra = ["--concat-head", "--concat-choice", "sets"]
+    return bank_run(tmp_path_factory.mktemp("concat-head"), extra)
 
 
 @pytest.mark.slow
@@ -64,12 +32,6 @@ def test_given_concat_head_when_trained_over_grpc_then_the_choice_and_test_are_i
         tuple(c["observed"]): [s.get("head", "") for s in c["scores"]] for c in choice["candidates"]
     }
     assert heads and all(h.count(CONCAT) == 1 for p, h in heads.items() if 0 in p)
-    data = load_table_federation(bank_sources(run["paths"]))
-    parties = {
-        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
-    }
-    fed = Federation(InProcessTransport(parties), train, progress=False)
-    fed.align()
-    fed.train()
+    fed = in_process_twin(run["paths"], train)
     assert choice == json.loads(json.dumps(fed.choice.to_json()))
     assert results["test"] == json.loads(json.dumps(fed.evaluate("test").to_json()))

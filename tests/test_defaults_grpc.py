@@ -8,30 +8,21 @@ from __future__ import annotations
 
 import csv
 import json
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import SECRET, Cluster
+from bank_runs import EPOCHS, bank_run, in_process_twin
+from harness import SECRET, Coordinator
 from tabular_tables import (
-    BLOCKS,
-    bank_client_args,
     bank_sources,
-    write_tables,
 )
 from typer.testing import CliRunner
 
 from vfl_cli.app import app
 from vfl_core.auto_rounds import AUTO_STALENESS
-from vfl_core.config import AUTO_ROUNDS_PER_EPOCH, AUTO_STALE_PATIENCE, DEFAULT_BATCH, TrainConfig
+from vfl_core.config import AUTO_ROUNDS_PER_EPOCH, AUTO_STALE_PATIENCE, DEFAULT_BATCH
 from vfl_core.data.tabular import load_table_federation
 from vfl_core.training.engine import Federation
-from vfl_core.training.inprocess import InProcessTransport
-from vfl_core.training.party import Party
-
-RUN_TIMEOUT_S = 240.0
-EPOCHS = 6  # the ceiling; the default patience may stop before it
 
 
 def _predict(address: str, ids: list[str], out: Path) -> dict[str, dict[str, str]]:
@@ -43,46 +34,21 @@ def _predict(address: str, ids: list[str], out: Path) -> dict[str, dict[str, str
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("defaults")
-    paths = write_tables(root / "tables", n=2000, share=0.85)
-    data = load_table_federation(bank_sources(paths))
-    test_ids = sorted(data[0].splits["test"].ids.tolist())[:40]  # the bank's test customers
-    with Cluster(root / "cluster") as cluster:
-        coord, clients = cluster.federation(
-            [paths[name] for name in BLOCKS],
-            epochs=EPOCHS,
-            serve=True,
-            client_extra=bank_client_args,
-        )
-        cluster.wait_serving(coord, RUN_TIMEOUT_S)
-        predicted = _predict(coord.address, test_ids, root / "predictions.csv")
-        results = coord.results()
-        config = json.loads((coord.out / "config.json").read_text())
-        coord.signal(signal.SIGTERM)
-        assert coord.wait(30) == 0, cluster.describe()
-        for client in clients:
-            assert client.wait(30) == 0, cluster.describe()
-    yield {
-        "paths": paths,
-        "results": results,
-        "train": TrainConfig.model_validate(config["train"]),
-        "predicted": predicted,
-    }
+
+    def predict(coord: Coordinator, paths: dict[str, Path]) -> dict[str, object]:
+        data = load_table_federation(bank_sources(paths))
+        test_ids = sorted(data[0].splits["test"].ids.tolist())[:40]  # the bank's test customers
+        return {"predicted": _predict(coord.address, test_ids, root / "predictions.csv")}
+
+    return bank_run(root, during=predict)
 
 
 @pytest.fixture(scope="module")
 def in_process(run: dict) -> Federation:
     """The same federation in one process, with the coordinator's TrainConfig."""
-    train = run["train"]
-    data = load_table_federation(bank_sources(run["paths"]))
-    parties = {
-        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
-    }
-    fed = Federation(InProcessTransport(parties), train, progress=False)
-    fed.align()
-    fed.train()
-    return fed
+    return in_process_twin(run["paths"], run["train"])
 
 
 @pytest.mark.slow
