@@ -25,18 +25,18 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from benchmarks.tabular.linear_rules import RULES as LINEAR_RULES
-from benchmarks.tabular.linear_rules import _takes
-from benchmarks.tabular.vertibench import SPLITS, _metric, _rows, _score, judge_cell, read_json
+from benchmarks.tabular.linear_rules import _takes, rule_line
+from benchmarks.tabular.vertibench import _metric, _rows, _score, judge_cell, run_cells
 
 Pooled = list[dict[str, Any]]
 
 
 class Seed(NamedTuple):
-    name: str  # the run's file name, as the grid's
     task: str
     default: dict[str, Any]  # the defaults' row before the blend
     blend: dict[str, Any]  # the row that took the blend wherever it could
     pooled: Pooled
+    anchors: dict[str, Any]  # the grid's run of the same cell and seed
 
 
 HEADS = ["", "concat", "linear", "blend"]
@@ -79,29 +79,27 @@ RULES: dict[str, Callable[[Pooled], bool]] = {
 }
 
 
-def _runs(root: Path, lanes: Path) -> dict[tuple[str, str], list[Seed]]:
+def _runs(root: Path, lanes: Path, grid: Path) -> dict[tuple[str, str], list[Seed]]:
     """Per (table, split), per seed: its task, the defaults' row, the blend row and its pooled
     candidates ([]: no pooled choice was made); refuses runs whose training differs."""
     cells: dict[tuple[str, str], list[Seed]] = {}
-    for table_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        for split in SPLITS:
-            for path in sorted(table_dir.glob(f"{split}-s*.json")):
-                run, before = read_json(path), read_json(lanes / table_dir.name / path.name)
-                metric = _metric(run["task"])
-                blend = _rows([run], "blend")[0]
-                fed, lin4 = _rows([before], "federation")[0], _rows([before], "lin4")[0]
-                pooled = blend.get("pooled") or []
-                if pooled and [c.get("head", "") for c in pooled] != HEADS:
-                    raise ValueError(f"{path}: pooled candidates {pooled}")
-                same = [c["value"] for c in lin4.get("pooled") or []]
-                if [c["value"] for c in pooled[:3]] != same:
-                    raise ValueError(f"{path}: the training differs from {lanes}'s")
-                if not pooled and _score(blend, metric) != _score(fed, metric):
-                    raise ValueError(f"{path}: no choice made, yet not the defaults' scores")
-                default = lin4 if _takes(lin4, LINEAR_DEFAULT) else fed
-                cells.setdefault((table_dir.name, split), []).append(
-                    Seed(path.name, run["task"], default, blend, pooled)
-                )
+    for table, split, runs, befores, anchors in run_cells(root, lanes, grid):
+        for run, before, anchor in zip(runs, befores, anchors, strict=True):
+            metric = _metric(run["task"])
+            blend = _rows([run], "blend")[0]
+            fed, lin4 = _rows([before], "federation")[0], _rows([before], "lin4")[0]
+            pooled = blend.get("pooled") or []
+            where = f"{table}/{split}"
+            if pooled and [c.get("head", "") for c in pooled] != HEADS:
+                raise ValueError(f"{where}: pooled candidates {pooled}")
+            if [c["value"] for c in pooled[:3]] != [c["value"] for c in lin4.get("pooled") or []]:
+                raise ValueError(f"{where}: the training differs from {lanes}'s")
+            if not pooled and _score(blend, metric) != _score(fed, metric):
+                raise ValueError(f"{where}: no choice made, yet not the defaults' scores")
+            default = lin4 if _takes(lin4, LINEAR_DEFAULT) else fed
+            cells.setdefault((table, split), []).append(
+                Seed(run["task"], default, blend, pooled, anchor)
+            )
     return cells
 
 
@@ -112,26 +110,23 @@ def table(root: Path, lanes: Path, grid_root: Path) -> str:
         "ahead of splitnn | tables where taken |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    cells = _runs(root, lanes)
+    cells = _runs(root, lanes, grid_root)
     for name, rule in RULES.items():
-        tally, taken, where, versus = [0, 0, 0], 0, Counter[str](), [0, 0, 0]
+        tally, where, versus = [0, 0, 0], Counter[str](), [0, 0, 0]
         for (table_name, _), seeds in cells.items():
             task = seeds[0].task
             metric, values = _metric(task), []
-            for _, _, default, blend, pooled in seeds:
+            for _, default, blend, pooled, _ in seeds:
                 took = bool(pooled) and rule(pooled)
                 before, value = _score(default, metric), _score(blend if took else default, metric)
                 if took:
-                    taken, where[table_name] = taken + 1, where[table_name] + 1
+                    where[table_name] += 1
                     gain = (before - value) if metric != "accuracy" else (value - before)
                     versus[0 if gain > 0 else 1 if gain < 0 else 2] += 1
                 values.append(value)
-            grid = [read_json(grid_root / table_name / seed.name) for seed in seeds]
-            flags = judge_cell(task, statistics.mean(values), grid)
+            flags = judge_cell(task, statistics.mean(values), [s.anchors for s in seeds])
             tally = [t + int(f) for t, f in zip(tally, flags, strict=True)]
-        tables = ", ".join(f"{t} {n}" for t, n in sorted(where.items()) if n) or "-"
-        vs = " / ".join(map(str, versus))
-        out.append(f"| {name} | {taken} | {vs} | {tally[0]} | {tally[1]} | {tally[2]} | {tables} |")
+        out.append(rule_line(name, where, tally, " / ".join(map(str, versus))))
     return "\n".join(out)
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.tabular.vertibench import SPLITS, _metric, _rows, _score, judge_cell, read_json
+from benchmarks.tabular.vertibench import _metric, _rows, _score, judge_cell, run_cells
 
 Pooled = list[dict[str, Any]]
 
@@ -64,28 +64,29 @@ def table(root: Path, grid_root: Path, row: str) -> str:
         "not below linear by more than its sd | ahead of splitnn | tables where taken |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
+    cells = list(run_cells(root, grid_root))
     for name, rule in RULES.items():
-        tally, taken, where = [0, 0, 0], 0, Counter[str]()
-        for table_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-            for split in SPLITS:
-                paths = sorted(table_dir.glob(f"{split}-s*.json"))
-                if not paths:
-                    continue
-                runs = [read_json(p) for p in paths]
-                grid = [read_json(grid_root / table_dir.name / p.name) for p in paths]
-                task, metric = runs[0]["task"], _metric(runs[0]["task"])
-                values = []
-                for run in runs:
-                    fed, lanes = _rows([run], "federation")[0], _rows([run], row)[0]
-                    took = _takes(lanes, rule)
-                    taken += took
-                    where[table_dir.name] += took
-                    values.append(_score(lanes if took else fed, metric))
-                flags = judge_cell(task, statistics.mean(values), grid)
-                tally = [t + int(f) for t, f in zip(tally, flags, strict=True)]
-        tables = ", ".join(f"{t} {n}" for t, n in sorted(where.items()) if n) or "-"
-        out.append(f"| {name} | {taken} | {tally[0]} | {tally[1]} | {tally[2]} | {tables} |")
+        tally, where = [0, 0, 0], Counter[str]()
+        for table_name, _, runs, grid in cells:
+            task, metric = runs[0]["task"], _metric(runs[0]["task"])
+            values = []
+            for run in runs:
+                fed, lanes = _rows([run], "federation")[0], _rows([run], row)[0]
+                took = _takes(lanes, rule)
+                where[table_name] += took
+                values.append(_score(lanes if took else fed, metric))
+            flags = judge_cell(task, statistics.mean(values), grid)
+            tally = [t + int(f) for t, f in zip(tally, flags, strict=True)]
+        out.append(rule_line(name, where, tally))
     return "\n".join(out)
+
+
+def rule_line(name: str, where: Counter[str], tally: list[int], *between: str) -> str:
+    """A rules table's line: the rule, the runs it took, `between`, its cells within the bar,
+    not below linear and ahead of splitnn, and the tables where it took runs."""
+    tables = ", ".join(f"{t} {n}" for t, n in sorted(where.items()) if n) or "-"
+    cells = [str(sum(where.values())), *between, *map(str, tally), tables]
+    return f"| {name} | {' | '.join(cells)} |"
 
 
 def main() -> None:

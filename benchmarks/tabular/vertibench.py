@@ -1056,6 +1056,21 @@ def judge_cell(task: str, mean: float, anchors: list[dict[str, Any]]) -> tuple[b
     )
 
 
+def run_cells(root: Path, *others: Path) -> Iterator[tuple[Any, ...]]:
+    """Each cell of a run (`root`), in the grid's order: (table, split, its runs by seed, then
+    the same seeds' runs of each of `others`, other runs of the grid)."""
+    for table_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for split in SPLITS:
+            paths = sorted(table_dir.glob(f"{split}-s*.json"))
+            if paths:
+                yield (
+                    table_dir.name,
+                    split,
+                    [read_json(p) for p in paths],
+                    *([read_json(o / table_dir.name / p.name) for p in paths] for o in others),
+                )
+
+
 def _judged(
     root: Path, grid_root: Path
 ) -> Iterator[tuple[str, str, str, tuple[bool, bool, bool], list[float]]]:
@@ -1063,29 +1078,23 @@ def _judged(
     (table, split, row, (within the bar of LightGBM, not below logistic/ridge regression by
     more than its sd, ahead of splitnn), rounds to the model per seed); the rows the run lacks
     read from the grid's same cells (`grid_root`)."""
-    for table_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        for split in SPLITS:
-            paths = sorted(table_dir.glob(f"{split}-s*.json"))
-            if not paths:
+    for table, split, runs, grid in run_cells(root, grid_root):
+        task, metric = runs[0]["task"], _metric(runs[0]["task"])
+        (lgbm, _), linear, splitnn = (
+            _mean_sd([_score(r, metric) for r in _rows(runs, n) or _rows(grid, n)])
+            for n in ("lgbm", "linear", "splitnn")
+        )
+        for name in ("federation", *DIAGNOSIS):
+            found = _rows(runs, name)
+            if not found:
                 continue
-            runs = [read_json(p) for p in paths]
-            grid = [read_json(grid_root / table_dir.name / p.name) for p in paths]
-            task, metric = runs[0]["task"], _metric(runs[0]["task"])
-            (lgbm, _), linear, splitnn = (
-                _mean_sd([_score(r, metric) for r in _rows(runs, n) or _rows(grid, n)])
-                for n in ("lgbm", "linear", "splitnn")
+            mean = _mean_sd([_score(r, metric) for r in found])[0]
+            flags = (
+                _meets(task, mean, lgbm),
+                _beats(task, mean, linear, slack=True),
+                _beats(task, mean, splitnn),
             )
-            for name in ("federation", *DIAGNOSIS):
-                found = _rows(runs, name)
-                if not found:
-                    continue
-                mean = _mean_sd([_score(r, metric) for r in found])[0]
-                flags = (
-                    _meets(task, mean, lgbm),
-                    _beats(task, mean, linear, slack=True),
-                    _beats(task, mean, splitnn),
-                )
-                yield table_dir.name, split, name, flags, [to_model(r)["rounds"] for r in found]
+            yield table, split, name, flags, [to_model(r)["rounds"] for r in found]
 
 
 def counts(root: Path, grid_root: Path) -> str:

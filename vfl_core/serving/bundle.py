@@ -111,6 +111,10 @@ class BundleMeta(BaseModel):
     )
     columns: tuple[str, ...] = ()  # a tabular party's feature columns, in its table
 
+    def head_sets(self, name: str) -> tuple[tuple[int, ...], ...]:
+        """The observed sets the choice predicts with head `name` (EXTRA_HEADS' or BLEND)."""
+        return getattr(self, f"{name}_sets")
+
 
 def write_bundle(
     party: Party,
@@ -285,12 +289,8 @@ class Bundle:
         """The head that predicts an observed set: "concat", "linear" or "blend" where the
         validation chose the concatenating head, the linear head or their blend, else "" (the
         mean-fusion head)."""
-        for name, sets in (
-            (BLEND, self.meta.blend_sets),
-            (LINEAR, self.meta.linear_sets),
-            (CONCAT, self.meta.concat_sets),
-        ):
-            if present in sets:
+        for name in (BLEND, *EXTRA_HEADS):
+            if present in self.meta.head_sets(name):
                 return name
         return ""
 
@@ -338,11 +338,11 @@ def load_bundle(directory: Path, device: torch.device | str = "cpu") -> Bundle:
     preprocessing = None
     if pre_file.is_file():
         preprocessing = TabularPreprocessor.from_json(pre_file.read_text(), str(pre_file))
-    used = {CONCAT: meta.concat_sets, LINEAR: meta.linear_sets}
     extra = {
         name: _load_module(directory / file, device)
         for name, file in HEAD_FILES.items()
-        if meta.has_head and (used[name] or (meta.blend_sets and name in meta.blend_heads))
+        if meta.has_head
+        and (meta.head_sets(name) or (meta.blend_sets and name in meta.blend_heads))
     }
     return Bundle(meta, representation, head, preprocessing, device, extra)
 
