@@ -196,10 +196,13 @@ def test_given_stale_direct_rounds_when_a_feature_party_is_killed_and_restarted_
     # the label party told it is absent, the new process registering from its new address
     audit = read_audit(tmp_path / "audit.bin")
     failed = [r for r in audit if r.rpc == "Round" and r.direction == "error"]
-    # UNAVAILABLE, or CANCELLED where the heads left the party out while grpc was still
-    # reconnecting to the dead address (a loaded machine): no other failure
-    ended = (b"UNAVAILABLE", b"CANCELLED")
-    assert failed and all(r.data.startswith(ended) for r in failed), failed[:3]
+    # UNAVAILABLE; CANCELLED where the heads left the party out while grpc was still
+    # reconnecting to the dead address; DEADLINE_EXCEEDED where a call outlived the 1.5 s
+    # deadline, waiting on that reconnection or on the new process's first round (a loaded
+    # machine): the party left out, as a timeout does. No other failure (a refusal, an error)
+    ended = (b"UNAVAILABLE", b"CANCELLED", b"DEADLINE_EXCEEDED")
+    others = [r.data[:200] for r in failed if not r.data.startswith(ended)]
+    assert failed and not others, others[:3]
     assert any(r.rpc == "Absent" and r.direction == "response" for r in audit)
     name = f"party{dead}"
     calls = [r.message() for r in audit if r.rpc == "Register" and r.direction == "request"]
