@@ -33,6 +33,7 @@ from vfl_core.inference.scoring import AUC_BINS, auc_histogram, score_batch
 from vfl_core.methods.combination import combine, decide
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.protocol import ScoreCall
+from vfl_core.training import train_rows
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
@@ -115,6 +116,25 @@ def test_given_a_trained_federation_when_choosing_then_only_validation_rows_are_
         assert call.split == "train"
         allowed = set(al.rows[block][validation].tolist()) - {-1}
         assert set(call.rows.tolist()) <= allowed, f"block {block} read a non-validation row"
+
+
+@pytest.mark.parametrize(
+    ("options", "trained"),
+    [({}, 3), ({"early_stop_patience": 0}, 5), ({"epochs": 2}, 2)],
+    ids=["default", "patience-0", "fewer-epochs"],
+)
+def test_given_a_table_too_small_for_validation_when_trained_then_the_small_tables_epochs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict, trained: int
+) -> None:
+    """Under AUTO_MIN_VALIDATION validation samples the default early stopping is off and
+    nothing is held out; the run ends after AUTO_SMALL_EPOCHS epochs (3 here), `--epochs` the
+    ceiling; an explicit patience 0 trains every epoch."""
+    monkeypatch.setattr(train_rows, "AUTO_SMALL_EPOCHS", 3)
+    data = load_table_federation(tuple(bank_sources(write_tables(tmp_path, n=300))))
+    fed, _ = _trained(data, TrainConfig(**{**FAST, "epochs": 5, **options}))
+    assert fed.early_stop is None and fed._validation is None  # every training sample trains
+    assert fed.total_epochs == trained and fed.cursor.epoch == trained
+    assert len(fed.cursor.summaries) == trained
 
 
 @pytest.mark.usefixtures("small_splits")

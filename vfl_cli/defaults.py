@@ -181,6 +181,7 @@ FAULT_ENTITIES = ("guest", "host", "link")
 TASKS = ("classification", "regression")
 MAX_ONEHOT = 16
 AUTO_PATIENCE = 6
+AUTO_SMALL_EPOCHS = 30
 AUTO_STALE_MIN_EPOCHS = 16
 AUTO_STALE_PATIENCE = 8
 AUTO_STALENESS = 5

@@ -328,7 +328,9 @@ class TrainOptions:
         Opt(
             help="0: off; N: stop after N epochs without a better validation metric and "
             f"restore the best epoch's weights (unset: {defaults.AUTO_PATIENCE} on tables, "
-            f"{defaults.AUTO_STALE_PATIENCE} with --staleness, off on images)",
+            f"{defaults.AUTO_STALE_PATIENCE} with --staleness, off on images; off on a table "
+            "whose validation split would hold under 100 samples, which then trains "
+            f"{defaults.AUTO_SMALL_EPOCHS} epochs)",
             show_default=shown(T["early_stop_patience"]),
         ),
     ] = None

@@ -19,6 +19,7 @@ from pydantic_core import PydanticCustomError
 # re-exported, and read here as config's own: the tabular sweep patches them on this module
 from vfl_core.early_stop_defaults import AUTO_MIN_VALIDATION as AUTO_MIN_VALIDATION
 from vfl_core.early_stop_defaults import AUTO_PATIENCE as AUTO_PATIENCE
+from vfl_core.early_stop_defaults import AUTO_SMALL_EPOCHS as AUTO_SMALL_EPOCHS
 from vfl_core.early_stop_defaults import AUTO_STALE_MIN_EPOCHS as AUTO_STALE_MIN_EPOCHS
 from vfl_core.early_stop_defaults import AUTO_STALE_PATIENCE as AUTO_STALE_PATIENCE
 from vfl_core.methods.dlvm.config import DlvmConfig
@@ -275,7 +276,9 @@ class TrainConfig(_Frozen):
     # to its weights of the best epoch; `epochs` is the ceiling. None (the default): on with
     # AUTO_PATIENCE for tabular parties (feature vectors: a user's own tables) whose validation
     # share holds AUTO_MIN_VALIDATION samples or more, off for images (the digits demo and the
-    # image benchmarks keep the paper's plain run): `patience()`.
+    # image benchmarks keep the paper's plain run): `patience()`. Where a table's share holds
+    # fewer, nothing is held out and the run ends after AUTO_SMALL_EPOCHS epochs (at most
+    # `epochs`: vfl_core.training.train_rows).
     early_stop_patience: int | None = Field(None, ge=0)
     # An epoch resets the patience only if its validation metric beats the one that last reset
     # it by this share of that value (0.01: 1 %; smaller gains still update the best epoch whose

@@ -20,3 +20,8 @@ AUTO_STALE_PATIENCE = 8
 # improve (friedman, gen_categorical: `tabular-vertibench-min-epochs`; Keras's start_from_epoch)
 AUTO_STALE_MIN_EPOCHS = 2 * AUTO_STALE_PATIENCE
 AUTO_MIN_VALIDATION = 100
+# ... and where the default is off for want of those samples (a small table, patience unset):
+# training ends after this many epochs, `--epochs` still the ceiling. With no validation to stop
+# on, all 60 epochs of the ceiling ran: on VertiBench's diabetes cells and the sweep's small
+# tables 30 scored as 60 did, in half the rounds (docs/tabular-defaults.md, "Small tables").
+AUTO_SMALL_EPOCHS = 30

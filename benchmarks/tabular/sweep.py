@@ -49,6 +49,10 @@ SETTINGS: dict[str, list[str]] = {
     "hidden128x2": ["--hidden", "128,128"],
     "cosine": ["--scheduler", "cosine"],
     "patience-always": ["--early-stop-patience", "5"],
+    # fewer epochs where a table is too small for a validation split (no early stopping)
+    "epochs16": ["--epochs", "16"],
+    "epochs20": ["--epochs", "20"],
+    "epochs30": ["--epochs", "30"],
     "lr3e-3": ["--lr", "3e-3"],
     "ple8": [],
     "ple16": [],

@@ -239,6 +239,17 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     # the defaults (lanes of 4, spelled out) at the code that took the heads' blend wherever it
     # was a candidate (`tabular-vertibench-blend-rules`)
     "blend": ("--linear-lane", "4"),
+    # early stopping's patience 6 under staleness with the 16 epochs before any stop kept
+    # (the default patience's minimum, which an explicit patience would otherwise drop)
+    "p6m16": ("--early-stop-patience", "6", "--early-stop-min-epochs", "16"),
+    # a table too small for a validation split (no early stopping) trained fewer epochs
+    "epochs16": ("--epochs", "16"),
+    "epochs30": ("--epochs", "30"),
+    # the defaults issue 43 landed (`tabular-vertibench-min-epochs`) as options of this code:
+    # the concatenating head weighted 1, no linear lanes, all 60 epochs where a table is too
+    # small for a validation split. Not as then: a 3-class task watches the Brier score (the
+    # accuracy then), and the heads' blend is a candidate of the choice (after training)
+    "issue43": ("--concat-weight", "1", "--linear-lane", "0", "--epochs", "60"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`

@@ -129,7 +129,8 @@ class RunLog(Observer[Federation]):
     def _evaluate(self, fed: Federation, epoch: int) -> MetricRow | None:
         if self.eval_every <= 0 or self.split not in fed.alignments:
             return None
-        if (epoch + 1) % self.eval_every and epoch + 1 != fed.config.epochs:
+        # every eval_every epochs, and the configured ones' last and the run's (a small table's)
+        if (epoch + 1) % self.eval_every and epoch + 1 not in (fed.config.epochs, fed.total_epochs):
             return None
         return fed.evaluate(self.split).overall()
 

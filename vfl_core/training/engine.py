@@ -199,8 +199,10 @@ class Federation:
 
     @property
     def total_epochs(self) -> int:
-        """Epochs of the whole run (a round program may add stages after the configured ones)."""
-        return self.config.total_epochs
+        """Epochs of the whole run (a round program may add stages after the configured ones;
+        a table too small for early stopping's default trains fewer: TrainRows.epoch_limit)."""
+        limit = self.train_rows.epoch_limit
+        return self.config.total_epochs if limit is None else limit
 
     def plan(self, epoch: int) -> list[Batch]:
         planned = None if self.hooks is None else self.hooks.plan(self, epoch)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vfl_core.config import AUTO_MIN_VALIDATION
+from vfl_core.config import AUTO_MIN_VALIDATION, AUTO_SMALL_EPOCHS
 from vfl_core.data.batch_plan import Batch, epoch_plan
 from vfl_core.data.learning_task import REGRESSION
 from vfl_core.errors import ConfigError
@@ -37,11 +37,15 @@ class TrainRows:
         self.training: np.ndarray | None = None
         self.validation: np.ndarray | None = None
         self.weights: np.ndarray | None = None  # per key, with balance "resample"
+        # The epochs a run trains at most, below TrainConfig.epochs: AUTO_SMALL_EPOCHS where
+        # the default early stopping is off for want of validation samples (None: no limit)
+        self.epoch_limit: int | None = None
 
     def hold_out(self) -> None:
         """Hold out the validation samples (of those a label party holds) from the plan; by
         default (patience None) only where they are AUTO_MIN_VALIDATION or more, else early
-        stopping is off and nothing is held out."""
+        stopping is off, nothing is held out, and the run ends after AUTO_SMALL_EPOCHS epochs:
+        with nothing to stop on, a table that small overfits over the whole ceiling."""
         fed = self.fed
         assert fed.early_stop is not None
         al = fed.alignments["train"]
@@ -58,11 +62,15 @@ class TrainRows:
                 raise
             self.training, self.validation = None, np.zeros(0, dtype=np.int64)
         if auto and len(self.validation) < AUTO_MIN_VALIDATION:
+            self.epoch_limit = min(AUTO_SMALL_EPOCHS, fed.config.epochs)
             log.info(
                 "early stopping off: %d validation samples, fewer than the %d the default needs "
-                "(--early-stop-patience N holds them out anyway); every epoch trains",
+                "(--early-stop-patience N holds them out anyway); %d epochs train "
+                "(--early-stop-patience 0: all %d)",
                 len(self.validation),
                 AUTO_MIN_VALIDATION,
+                self.epoch_limit,
+                fed.config.epochs,
             )
             fed.early_stop = self.training = self.validation = None
             return
