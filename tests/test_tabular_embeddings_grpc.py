@@ -9,14 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-from harness import SECRET, Cluster
-from tabular_tables import BLOCKS, bank_client_args, bank_sources, write_tables
+from bank_runs import in_process_twin
+from harness import Cluster
+from tabular_tables import BLOCKS, bank_client_args, write_tables
 
 from vfl_core.config import TrainConfig
-from vfl_core.data.tabular import load_table_federation
-from vfl_core.training.engine import Federation
-from vfl_core.training.inprocess import InProcessTransport
-from vfl_core.training.party import Party
 
 RUN_TIMEOUT_S = 240.0
 OPTIONS = ["--num-embedding", "ple", "--ensemble", "2", "--early-stop-patience", "2"]
@@ -38,13 +35,7 @@ def test_given_ple_and_an_ensemble_when_trained_over_grpc_then_equal_to_in_proce
         config = json.loads((coord.out / "config.json").read_text())
     train = TrainConfig.model_validate(config["train"])
     assert train.model.num_embedding == "ple" and train.model.ensemble == 2
-    data = load_table_federation(bank_sources(paths))
-    parties = {
-        d.meta.block: Party(f"party{d.meta.block}", d, train, secret=SECRET.encode()) for d in data
-    }
-    fed = Federation(InProcessTransport(parties), train, progress=False)
-    fed.align()
-    fed.train()
+    fed = in_process_twin(paths, train)
     assert results is not None and results["status"] == "ok"
     assert fed.early_stop is not None
     assert results["early_stop"] == json.loads(json.dumps(fed.early_stop.to_json()))
