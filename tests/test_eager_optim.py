@@ -22,7 +22,7 @@ _SCRIPT = textwrap.dedent(
     from vfl_core.model.eager_optim import EagerAdam, EagerSGD
     from tests.test_eager_optim import train
     cls = {"EagerAdam": EagerAdam, "EagerSGD": EagerSGD}[sys.argv[1]]
-    weights, state = train(cls, sys.argv[1])
+    weights, state = train(cls, sys.argv[1], sys.argv[2] == "fused")
     print(json.dumps({"weights": weights, "state": state,
                       "dynamo": "torch._dynamo" in sys.modules}))
     """
@@ -34,12 +34,15 @@ _SETTINGS = {
 }
 
 
-def train(cls: type[torch.optim.Optimizer], name: str) -> tuple[list[float], list[float]]:
-    """Six steps of a seeded 4 -> 3 -> 2 model with `cls` and `name`'s settings; its weights
-    and the optimiser's state (every tensor, flattened) after a save and a load."""
+def train(
+    cls: type[torch.optim.Optimizer], name: str, fused: bool = False
+) -> tuple[list[float], list[float]]:
+    """Six steps of a seeded 4 -> 3 -> 2 model with `cls` and `name`'s settings (torch's fused
+    kernel or its loop); its weights and the optimiser's state (every tensor, flattened) after
+    a save and a load."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
-    optimiser = cls(model.parameters(), **_SETTINGS[name][1])
+    optimiser = cls(model.parameters(), **_SETTINGS[name][1], fused=fused)
     data = torch.randn(6, 8, 4)
     for k, x in enumerate(data):
 
@@ -65,14 +68,15 @@ def train(cls: type[torch.optim.Optimizer], name: str) -> tuple[list[float], lis
     return weights, state
 
 
+@pytest.mark.parametrize("kernel", ["loop", "fused"])
 @pytest.mark.parametrize("name", ["EagerAdam", "EagerSGD"])
-def test_same_updates_as_torch_and_no_dynamo_import(name: str) -> None:
+def test_same_updates_as_torch_and_no_dynamo_import(name: str, kernel: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, name], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _SCRIPT, name, kernel], capture_output=True, text=True, check=True
     )
     eager = json.loads(out.stdout)
     assert eager["dynamo"] is False
-    torch_weights, torch_state = train(_SETTINGS[name][0], name)
+    torch_weights, torch_state = train(_SETTINGS[name][0], name, kernel == "fused")
     assert eager["weights"] == torch_weights  # bit for bit: the same floats
     assert eager["state"] == torch_state
     assert len(eager["state"]) > 0
@@ -106,3 +110,27 @@ def test_given_a_plain_adam_and_dynamo_when_stepped_then_each_step_hook_runs_onc
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "3", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_given_the_run_config_then_make_optimizer_takes_its_kernel(optimizer: str) -> None:
+    from vfl_core.config import TrainConfig
+    from vfl_core.model.model_bank import make_optimizer
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 4)
+    weights = {}
+    for kernel in ("fused", "loop"):
+        torch.manual_seed(1)
+        model = torch.nn.Linear(4, 2)
+        config = TrainConfig(optimizer=optimizer, optimizer_kernel=kernel)
+        opt = make_optimizer(model, config, tabular=True, rows=100)
+        assert bool(opt.defaults["fused"]) is (kernel == "fused")
+        for _ in range(5):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+        weights[kernel] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert TrainConfig().optimizer_kernel == "fused"  # the default
+    # the same rule: the floats may differ only in their last bits
+    torch.testing.assert_close(weights["fused"], weights["loop"], rtol=1e-5, atol=1e-6)

@@ -16,6 +16,7 @@ TRAIN = {
     "weight_decay": 0.0001,
     "optimizer": "adam",
     "momentum": 0.9,
+    "optimizer_kernel": "fused",
     "scheduler": "auto",
     "balance": "none",
     "serve_feature_only": True,

@@ -82,6 +82,14 @@ class TrainOptions:
         float | None,
         Opt(help="L2 penalty of the optimizers", show_default=shown(T["weight_decay"])),
     ] = None
+    optimizer_kernel: Annotated[
+        str | None,
+        Opt(
+            help="fused (torch's one kernel for an optimizer's weights) | loop (its loop over "
+            "them: the runs before fused, bit for bit)",
+            show_default=shown(T["optimizer_kernel"]),
+        ),
+    ] = None
     balance: Annotated[
         str | None,
         Opt(help="none | resample (label parties' classes)", show_default=shown(T["balance"])),

@@ -159,6 +159,11 @@ class TrainConfig(_Frozen):
     weight_decay: float = Field(1e-4, ge=0)
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = Field(0.9, ge=0, lt=1)
+    # How torch updates the weights: "fused", one kernel for all of an optimiser's weights
+    # (torch's fused=True, on CPU and CUDA); "loop", torch's Python loop over them, the runs of
+    # before bit for bit. The same rule; the floats differ in their last bits, and a table's
+    # rounds cost less (docs/tabular-defaults.md, "The optimiser's fused kernel").
+    optimizer_kernel: Literal["fused", "loop"] = "fused"
     # The learning rate by epoch: "none" constant, "cosine" from lr down to 0 at `epochs` (the
     # ceiling, also under early stopping), "decay" halved every DECAY_HALF_LIFE epochs
     # (vfl_core.model.lr_schedule: no ceiling in it). "auto": `schedule()`, decay for tabular

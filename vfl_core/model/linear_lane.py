@@ -64,12 +64,20 @@ class LaneTower(nn.Module):
         self.codes = nn.ModuleList(nn.Embedding(n, lane) for n in cardinalities)
         for weight in (self.dense.weight, *(e.weight for e in self.codes)):
             nn.init.zeros_(weight)
+        # each code column's highest code (not saved: it is the cardinalities')
+        top = torch.tensor([n - 1 for n in cardinalities], dtype=torch.long)
+        self.register_buffer("top", top, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Every operation here runs on each tower call of a round; a table's tower is small,
+        # so each costs about as much as its arithmetic: none that a table without code
+        # columns does not need, and one clamp for all code columns.
+        if not self.cardinalities:
+            return torch.cat([self.tower(x), self.dense(x)], dim=1)  # (B, embed_dim + L)
         lane = self.dense(x[:, : self.dense_width])  # (B, L)
-        codes = x[:, self.dense_width :].round().long()
+        codes = torch.minimum(x[:, self.dense_width :].round().long().clamp(min=0), self.top)
         for i, embedding in enumerate(self.codes):
-            lane = lane + embedding(codes[:, i].clamp(0, self.cardinalities[i] - 1))
+            lane = lane + embedding(codes[:, i])
         return torch.cat([self.tower(x), lane], dim=1)  # (B, embed_dim + L)
 
 
@@ -104,6 +112,8 @@ class LaneBlind(nn.Module):
         self.in_blocks, self.embed_dim, self.lane = in_blocks, embed_dim, lane
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        if self.in_blocks == 1:  # a mean-fusion head: the first embed_dim columns, as a view
+            return self.head(z[:, : self.embed_dim])
         z = z.reshape(-1, self.in_blocks, self.embed_dim + self.lane)[:, :, : self.embed_dim]
         return self.head(z.flatten(1))
 

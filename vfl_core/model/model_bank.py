@@ -35,6 +35,8 @@ class OptimizerSettings(Protocol):
     def momentum(self) -> float: ...
     @property
     def weight_decay(self) -> float: ...
+    @property
+    def optimizer_kernel(self) -> str: ...
 
 
 class HeadWidths(Protocol):
@@ -238,13 +240,17 @@ def make_optimizer(
 ) -> torch.optim.Optimizer:
     """torch's SGD or Adam, as `EagerSGD` / `EagerAdam` (vfl_core.model.eager_optim: the same
     updates, without torch._dynamo's second of imports), at the run's learning rate for a party
-    of tabular features (or not) holding `rows` training rows."""
+    of tabular features (or not) holding `rows` training rows; torch's fused kernel or its
+    per-weight loop (`optimizer_kernel`: a tabular round's many small weights spent a quarter
+    of its CPU in the loop's Python, docs/tabular-defaults.md)."""
     lr = config.learning_rate(tabular, rows)
+    fused = config.optimizer_kernel == "fused"
     if config.optimizer == "sgd":
         return EagerSGD(
             module.parameters(),
             lr=lr,
             momentum=config.momentum,
             weight_decay=config.weight_decay,
+            fused=fused,
         )
-    return EagerAdam(module.parameters(), lr=lr, weight_decay=config.weight_decay)
+    return EagerAdam(module.parameters(), lr=lr, weight_decay=config.weight_decay, fused=fused)
