@@ -241,8 +241,8 @@ def make_optimizer(
     """torch's SGD or Adam, as `EagerSGD` / `EagerAdam` (vfl_core.model.eager_optim: the same
     updates, without torch._dynamo's second of imports), at the run's learning rate for a party
     of tabular features (or not) holding `rows` training rows; torch's fused kernel or its
-    per-weight loop (`optimizer_kernel`: a tabular round's many small weights spent a quarter
-    of its CPU in the loop's Python, docs/tabular-defaults.md)."""
+    per-weight loop (`optimizer_kernel`: a tabular round steps many small weights, and the
+    loop's Python costs per weight, docs/tabular-defaults.md)."""
     lr = config.learning_rate(tabular, rows)
     fused = config.optimizer_kernel == "fused"
     if config.optimizer == "sgd":

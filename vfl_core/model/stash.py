@@ -27,8 +27,8 @@ def forward(model: nn.Module, stash: Stash, x: torch.Tensor) -> torch.Tensor:
     """`model(x)` computed with the stashed parameters (buffers are the model's own): the
     module's parameters swapped for them for the call, as torch.func.functional_call does, the
     same operations on the same tensors. Not through functional_call: its general machinery
-    (tied weights, strictness, buffers, parametrisations) cost a tabular tower's forward 0.1-0.3
-    ms more than the forward itself, on every stale round (benchmarks/results/tabular.md)."""
+    (tied weights, strictness, buffers, parametrisations) runs on every stale round, for a
+    tabular tower whose forward is itself a few small operations."""
     slots = [_slot(model, name) for name in stash]
     live = [module._parameters[leaf] for module, leaf in slots]
     try:
