@@ -69,9 +69,9 @@ class LaneTower(nn.Module):
         self.register_buffer("top", top, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Every operation here runs on each tower call of a round; a table's tower is small,
-        # so each costs about as much as its arithmetic: none that a table without code
-        # columns does not need, and one clamp for all code columns.
+        # Every operation here runs on each tower call of a round, and on a table's small
+        # tensors an operation's fixed cost is about its arithmetic's: none that a table
+        # without code columns does not need, and one clamp for all code columns.
         if not self.cardinalities:
             return torch.cat([self.tower(x), self.dense(x)], dim=1)  # (B, embed_dim + L)
         lane = self.dense(x[:, : self.dense_width])  # (B, L)

@@ -28,7 +28,8 @@ def forward(model: nn.Module, stash: Stash, x: torch.Tensor) -> torch.Tensor:
     module's parameters swapped for them for the call, as torch.func.functional_call does, the
     same operations on the same tensors. Not through functional_call: its general machinery
     (tied weights, strictness, buffers, parametrisations) runs on every stale round, for a
-    tabular tower whose forward is itself a few small operations."""
+    tabular tower whose forward is itself a few small operations. The towers tie no weights:
+    each stashed name is its own parameter."""
     slots = [_slot(model, name) for name in stash]
     live = [module._parameters[leaf] for module, leaf in slots]
     try:
