@@ -58,6 +58,11 @@ Row = dict[str, Any]
 # Learning-rate schedules the central MLP follows as the federation does (model_bank.set_lr);
 # another is said in the row's note, not silently replaced.
 MIRRORED_SCHEDULES = ("auto", "none", "cosine", "decay")
+# The options that give this code the defaults issue 43 landed: the concatenating head weighted
+# 1, no linear lanes, torch's loop over the weights (its optimiser then). The VertiBench grid's
+# rows `issue43`, `issue43_small` and `vfl bench wan`'s recipe `issue43` (run alike by
+# `vfl simulate` and `vfl-coordinator`).
+ISSUE43 = ("--concat-weight", "1", "--linear-lane", "0", "--optimizer-kernel", "loop")
 
 
 def _row(name: str, prep: Prepared, predicted: np.ndarray, seconds: float, **extra: Any) -> Row:

@@ -41,6 +41,7 @@ import numpy as np
 
 from benchmarks.pool import Task, read_json, run_tasks
 from benchmarks.tabular.rows import (
+    ISSUE43,
     central_row,
     grpc_row,
     hgb_row,
@@ -147,8 +148,6 @@ ROWS = ("federation", "splitnn", "label_alone", "linear", "hgb", "lgbm")
 # rows for a diagnosis of a cell's gap (`--rows`, not the grid's): the federation with options
 # added to its defaults, and `central_mlp`, the federation's model on the joined columns trained
 # like it (benchmarks.tabular.rows.central_row; missing blocks as zeros and indicators)
-# the options that give this code issue 43's defaults (the rows `issue43`, `issue43_small`)
-ISSUE43 = ("--concat-weight", "1", "--linear-lane", "0", "--optimizer-kernel", "loop")
 DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "zerofill": ("--method", "zerofill"),  # one head on the zero-filled concatenation
     # LASER-VFL's heads and a concatenating one, chosen per set
