@@ -97,6 +97,21 @@ def test_given_the_defaults_when_resolved_then_lanes_on_tables_whose_towers_carr
     assert resolve(TrainConfig(), tabular=True).spec_for(tabular=True).linear_head
 
 
+def test_given_a_new_linear_head_when_fed_then_its_logits_start_at_zero() -> None:
+    """As a logistic or ridge regression fitted from zero: lanes at zero and a zero bias give
+    logits of 0 (torch's default bias was up to 0.5 x LANE_SCALE = 5 logits, a prediction five
+    standard deviations off that took a small table's whole run to walk back)."""
+    head = LinearHead(3, 16, 4, 2)
+    assert torch.equal(head.linear.bias, torch.zeros(2))
+    assert head.linear.weight.abs().sum() > 0  # the lanes learn through the weights
+    tower = build_representation(LANE, (3,), 0, categorical=(5,))
+    z = torch.cat([tower(torch.randn(5, 3)), torch.zeros(5, 40)], dim=1)
+    assert torch.equal(head(z), torch.zeros(5, 2))
+    z = z.detach().requires_grad_(True)
+    head(z).sum().backward()
+    assert z.grad is not None and z.grad[:, 16:20].abs().sum() > 0
+
+
 def test_given_lanes_when_heads_are_fed_then_the_linear_reads_them_alone_and_others_never() -> None:
     head = LinearHead(3, 16, 4, 2)
     z = torch.randn(5, 3, 20)

@@ -15,8 +15,8 @@ predict are the same, bit for bit, as without the lanes. The validation choice m
 every observed set holding a label party with the linear heads
 (vfl_core.inference.choice.choose_heads_pooled): a table whose best model is linear gets one.
 
-The lanes start at zero: the linear head's first logits are its bias, as a logistic regression
-fitted from zero starts.
+The lanes and the linear head's bias start at zero: its first logits are 0, as a logistic or
+ridge regression fitted from zero starts.
 """
 
 from __future__ import annotations
@@ -96,6 +96,11 @@ class LinearHead(nn.Module):
         super().__init__()
         self.in_blocks, self.embed_dim, self.lane = in_blocks, embed_dim, lane
         self.linear = nn.Linear(lane, outputs)
+        # torch's default bias, up to 1 / sqrt(L) = 0.5, is up to 5 in the logits at LANE_SCALE:
+        # a prediction 5 standard deviations off (regression) or at a probability of 0.99
+        # (classification) that Adam walks back 0.05 a round, over the first hundred rounds of a
+        # table's hundred or two. The weights stay random: the lanes, at zero, learn through them.
+        nn.init.zeros_(self.linear.bias)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         z = z.reshape(-1, self.in_blocks, self.embed_dim + self.lane)[:, :, self.embed_dim :]
