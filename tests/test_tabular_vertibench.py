@@ -226,3 +226,46 @@ def test_given_a_blend_run_then_each_rule_reads_the_blend_or_the_defaults(tmp_pa
     (run / "t" / "importance-1-s0.json").write_text(json.dumps(cell))
     with pytest.raises(ValueError, match="training differs"):
         blend_rules.table(run, lanes, grid)
+
+
+def test_given_a_run_with_the_blend_anywhere_then_each_rule_reads_it_or_the_defaults(
+    tmp_path,
+) -> None:
+    """benchmarks.tabular.blend_margin: the defaults picked the linear heads (validation Brier
+    score 0.090 against the blend's 0.092, each error 0.01) and scored 72; the run that took the
+    blend anywhere scored 76 (within LightGBM's bar). The rules that take the blend within half
+    or one of the pick's standard error count 76, the defaults' rule 72; a run whose training
+    differs is refused."""
+    import json
+
+    from benchmarks.tabular import blend_margin
+
+    grid, defaults, anywhere = tmp_path / "grid", tmp_path / "defaults", tmp_path / "anywhere"
+    for root in (grid, defaults, anywhere):
+        (root / "credit").mkdir(parents=True)
+    scores = {"splitnn": 0.70, "linear": 0.71, "lgbm": 0.75}
+    (grid / "credit" / "importance-1-s0.json").write_text(
+        json.dumps(_cell({"federation": 0.70, **scores}))
+    )
+    pooled = [
+        {"value": 0.10, "error": 0.01},
+        {"value": 0.095, "error": 0.01, "head": "concat"},
+        {"value": 0.09, "error": 0.01, "head": "linear"},
+        {"value": 0.092, "error": 0.01, "head": "blend"},
+    ]
+    for root, accuracy in ((defaults, 0.72), (anywhere, 0.76)):
+        cell = _cell({"federation": accuracy})
+        cell["rows_run"][0]["pooled"] = pooled
+        (root / "credit" / "importance-1-s0.json").write_text(json.dumps(cell))
+    out = blend_margin.table(defaults, anywhere, grid).splitlines()
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in out[2:]}
+    assert rows["better than the heads picked without it (the defaults)"].endswith(
+        "| 0 | 0 / 0 / 0 | 0 | 1 | 1 | - |"
+    )
+    half = "unless the pick beats it by half the pick's standard error"
+    assert rows[half].endswith("| 1 | 1 / 0 / 0 | 1 | 1 | 1 | credit 1 |")
+    assert rows["wherever it is a candidate"].endswith("| 1 | 1 / 0 / 0 | 1 | 1 | 1 | credit 1 |")
+    cell["rows_run"][0]["pooled"] = [{**pooled[0], "value": 0.11}, *pooled[1:]]
+    (anywhere / "credit" / "importance-1-s0.json").write_text(json.dumps(cell))
+    with pytest.raises(ValueError, match="training differs"):
+        blend_margin.table(defaults, anywhere, grid)
