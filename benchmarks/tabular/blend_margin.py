@@ -22,26 +22,15 @@ has no validation split, so no pooled choice, and is not run.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks.pool import Task, run_tasks
-from benchmarks.tabular.linear_rules import rule_line
-from benchmarks.tabular.vertibench import (
-    SPLITS,
-    _metric,
-    _rows,
-    _score,
-    judge_cell,
-    run_cells,
-    worker,
-)
+from benchmarks.tabular.blend_rules import HEADS, Pooled, Seed, _picked, rules_table
+from benchmarks.tabular.vertibench import SPLITS, _rows, run_cells, worker
 
-Pooled = list[dict[str, Any]]
 # the grid's tables with a validation split (diabetes has none)
 TABLES = (
     "census_like",
@@ -52,7 +41,6 @@ TABLES = (
     "gen_price",
     "gen_visits",
 )
-HEADS = ["", "concat", "linear", "blend"]
 
 
 def _anywhere(blend: Any, picked: Any, full: Any, lower: bool) -> bool:
@@ -66,15 +54,6 @@ def blend_worker(payload: dict[str, Any]) -> dict[str, Any]:
 
     choice.blend_wins = _anywhere
     return worker(payload)
-
-
-def _picked(p: Pooled) -> dict[str, Any]:
-    """The candidate `choice.pooled_pick` takes without the blend (Brier score or RMSE: lower is
-    better): the concatenating heads where they beat LASER-VFL's by more than their standard
-    error, else LASER-VFL's; the linear heads where better than both."""
-    laser, concat, linear = p[0], p[1], p[2]
-    best = concat if laser["value"] - concat["value"] > concat["error"] else laser
-    return linear if linear["value"] < min(laser["value"], concat["value"]) else best
 
 
 def _unless(share: float) -> Callable[[Pooled], bool]:
@@ -97,14 +76,13 @@ RULES: dict[str, Callable[[Pooled], bool]] = {
 }
 
 
-def _seeds(defaults: Path, anywhere: Path, grid: Path) -> list[tuple[str, list[tuple]]]:
-    """Per cell: its table and, per seed, (task, the defaults' row, the blend row, the pooled
-    candidates, the grid's anchors); refuses runs whose training differs."""
-    cells = []
+def _seeds(defaults: Path, anywhere: Path, grid: Path) -> dict[tuple[str, str], list[Seed]]:
+    """Per cell, per seed: its task, the defaults' row, the row that took the blend anywhere,
+    the pooled candidates and the grid's anchors; refuses runs whose training differs."""
+    cells: dict[tuple[str, str], list[Seed]] = {}
     for table, split, runs, blends, anchors in run_cells(defaults, anywhere, grid):
         if table not in TABLES:
             continue
-        seeds = []
         for run, blend, anchor in zip(runs, blends, anchors, strict=True):
             if blend is None:
                 raise ValueError(f"{table}/{split}: no run in {anywhere}")
@@ -116,39 +94,15 @@ def _seeds(defaults: Path, anywhere: Path, grid: Path) -> list[tuple[str, list[t
             theirs = [c["value"] for c in (other.get("pooled") or [])[:3]]
             if fed["rounds"] != other["rounds"] or values != theirs:
                 raise ValueError(f"{table}/{split}: the training differs from {defaults}'s")
-            seeds.append((run["task"], fed, other, pooled, anchor))
-        cells.append((table, seeds))
+            cells.setdefault((table, split), []).append(
+                Seed(run["task"], fed, other, pooled, anchor)
+            )
     return cells
 
 
 def table(defaults: Path, anywhere: Path, grid: Path) -> str:
-    out = [
-        "| the blend taken where it is ... | runs | better / worse / same on test than the "
-        "defaults | within the bar of LightGBM | not below linear by more than its sd | "
-        "ahead of splitnn | tables where taken |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    cells = _seeds(defaults, anywhere, grid)
-    default_rule = next(iter(RULES.values()))
-    for name, rule in RULES.items():
-        tally, where, versus = [0, 0, 0], Counter[str](), [0, 0, 0]
-        for table_name, seeds in cells:
-            task = seeds[0][0]
-            metric, values = _metric(task), []
-            for _, fed, blend, pooled, _ in seeds:
-                took = bool(pooled) and rule(pooled)
-                value = _score(blend if took else fed, metric)
-                if took:
-                    where[table_name] += 1
-                if took and not default_rule(pooled):
-                    before = _score(fed, metric)
-                    gain = (before - value) if metric == "rmse" else (value - before)
-                    versus[0 if gain > 0 else 1 if gain < 0 else 2] += 1
-                values.append(value)
-            flags = judge_cell(task, statistics.mean(values), [s[4] for s in seeds])
-            tally = [t + int(f) for t, f in zip(tally, flags, strict=True)]
-        out.append(rule_line(name, where, tally, " / ".join(map(str, versus))))
-    return "\n".join(out)
+    """Where a rule takes the blend, as the defaults do, its runs compare as the same."""
+    return rules_table(_seeds(defaults, anywhere, grid), RULES, "the defaults")
 
 
 def _run(args: argparse.Namespace) -> None:

@@ -104,14 +104,22 @@ def _runs(root: Path, lanes: Path, grid: Path) -> dict[tuple[str, str], list[See
 
 
 def table(root: Path, lanes: Path, grid_root: Path) -> str:
+    return rules_table(_runs(root, lanes, grid_root), RULES, "the defaults before")
+
+
+def rules_table(
+    cells: dict[tuple[str, str], list[Seed]], rules: dict[str, Callable[[Pooled], bool]], than: str
+) -> str:
+    """Each rule's line: where it takes the blend, a seed scores its blend row, elsewhere its
+    default row; its runs taken, how they compare with the default row on test (`than`), and
+    the cells as the grid counts the federation."""
     out = [
-        "| the blend taken where it is ... | runs | better / worse / same on test than the "
-        "defaults before | within the bar of LightGBM | not below linear by more than its sd | "
+        "| the blend taken where it is ... | runs | better / worse / same on test than "
+        f"{than} | within the bar of LightGBM | not below linear by more than its sd | "
         "ahead of splitnn | tables where taken |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    cells = _runs(root, lanes, grid_root)
-    for name, rule in RULES.items():
+    for name, rule in rules.items():
         tally, where, versus = [0, 0, 0], Counter[str](), [0, 0, 0]
         for (table_name, _), seeds in cells.items():
             task = seeds[0].task
