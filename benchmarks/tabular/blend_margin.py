@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.pool import Task, run_tasks
-from benchmarks.tabular.blend_rules import HEADS, Pooled, Seed, _picked, rules_table
+from benchmarks.tabular.blend_rules import (
+    HEADS,
+    Pooled,
+    Seed,
+    _over_picked,
+    _picked,
+    rules_table,
+)
 from benchmarks.tabular.vertibench import SPLITS, _rows, run_cells, worker
 
 # the grid's tables with a validation split (diabetes has none)
@@ -67,9 +74,7 @@ def _unless(share: float) -> Callable[[Pooled], bool]:
 
 
 RULES: dict[str, Callable[[Pooled], bool]] = {
-    "better than the heads picked without it (the defaults)": lambda p: (
-        _picked(p)["value"] > p[3]["value"]
-    ),
+    "better than the heads picked without it (the defaults)": _over_picked(0.0),
     "unless the pick beats it by half the pick's standard error": _unless(0.5),
     "unless the pick beats it by the pick's standard error": _unless(1.0),
     "wherever it is a candidate": lambda p: True,
