@@ -24,6 +24,7 @@ from vfl_core.inference.choice import Candidate, linear_wins, pooled_pick
 from vfl_core.methods.registry import method_spec
 from vfl_core.methods.spec import BLEND, LINEAR, LINEAR_HEAD
 from vfl_core.model.linear_lane import LANE_SCALE, LaneBlind, LaneTower, LinearHead, wire_width
+from vfl_core.model.model_bank import make_optimizer
 from vfl_core.model.model_config import AUTO_LINEAR_LANE, ModelConfig
 from vfl_core.model.models import build_representation
 from vfl_core.protocol import ServingChoice
@@ -110,6 +111,33 @@ def test_given_a_new_linear_head_when_fed_then_its_logits_start_at_zero() -> Non
     z = z.detach().requires_grad_(True)
     head(z).sum().backward()
     assert z.grad is not None and z.grad[:, 16:20].abs().sum() > 0
+
+
+def test_given_lanes_when_optimised_then_they_have_their_own_weight_decay() -> None:
+    """The linear model's weights (a lane's map and code embeddings, the linear head's Linear)
+    are penalised by lane_weight_decay, as a logistic or ridge regression is; the MLP keeps
+    weight_decay; a module without lanes is one group, as before."""
+    config = TrainConfig(weight_decay=1e-4, lane_weight_decay=0.5)
+    tower = build_representation(LANE, (3,), 0, categorical=(5,))
+    assert isinstance(tower, LaneTower)
+    rest, lanes = make_optimizer(tower, config, tabular=True, rows=100).param_groups
+    assert (rest["weight_decay"], lanes["weight_decay"]) == (1e-4, 0.5)
+    assert [id(p) for p in lanes["params"]] == [id(tower.dense.weight), id(tower.codes[0].weight)]
+    assert {id(p) for p in rest["params"]} == {id(p) for p in tower.tower.parameters()}
+    (head,) = make_optimizer(LinearHead(3, 16, 4, 2), config, True, 100).param_groups
+    assert head["weight_decay"] == 0.5 and len(head["params"]) == 2  # weight and bias
+    bare = build_representation(
+        LANE.model_copy(update={"linear_lane": 0}), (3,), 0, categorical=(5,)
+    )
+    (plain,) = make_optimizer(bare, config, True, 100).param_groups
+    assert plain["weight_decay"] == 1e-4 and len(plain["params"]) == len(list(bare.parameters()))
+    # a step without gradient from the loss: the penalty alone moves the lanes toward zero
+    with torch.no_grad():
+        tower.dense.weight.fill_(1.0)
+    opt = make_optimizer(tower, config, tabular=True, rows=100)
+    tower(torch.randn(4, 3)).sum().mul(0.0).backward()
+    opt.step()
+    assert (tower.dense.weight < 1.0).all()
 
 
 def test_given_lanes_when_heads_are_fed_then_the_linear_reads_them_alone_and_others_never() -> None:

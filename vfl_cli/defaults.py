@@ -14,6 +14,7 @@ TRAIN = {
     "eval_batch_size": 512,
     "lr": "auto",
     "weight_decay": 0.0001,
+    "lane_weight_decay": 0.03,
     "optimizer": "adam",
     "momentum": 0.9,
     "optimizer_kernel": "fused",

@@ -129,6 +129,7 @@ PANELS: dict[str, str] = {
             "batch-size",
             "lr",
             "weight-decay",
+            "lane-weight-decay",
             "optimizer-kernel",
             "balance",
             "scheduler",

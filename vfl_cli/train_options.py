@@ -82,6 +82,14 @@ class TrainOptions:
         float | None,
         Opt(help="L2 penalty of the optimizers", show_default=shown(T["weight_decay"])),
     ] = None
+    lane_weight_decay: Annotated[
+        float | None,
+        Opt(
+            help="L2 penalty of the linear model (--linear-lane: the lanes and linear heads), "
+            "in place of --weight-decay",
+            show_default=shown(T["lane_weight_decay"]),
+        ),
+    ] = None
     optimizer_kernel: Annotated[
         str | None,
         Opt(

@@ -157,6 +157,10 @@ class TrainConfig(_Frozen):
     # features' shape).
     lr: Annotated[float | Literal["auto"], _auto_or(float, 0)] = "auto"
     weight_decay: float = Field(1e-4, ge=0)
+    # The L2 penalty of the linear model (ModelConfig.linear_lane: the towers' lanes and the
+    # linear heads) in place of `weight_decay`: the penalty of the logistic or ridge regression
+    # it is (docs/tabular-defaults.md, "The linear model's penalty").
+    lane_weight_decay: float = Field(0.03, ge=0)
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = Field(0.9, ge=0, lt=1)
     # How torch updates the weights: "fused", one kernel for all of an optimiser's weights

@@ -16,7 +16,9 @@ every observed set holding a label party with the linear heads
 (vfl_core.inference.choice.choose_heads_pooled): a table whose best model is linear gets one.
 
 The lanes and the linear head's bias start at zero: its first logits are 0, as a logistic or
-ridge regression fitted from zero starts.
+ridge regression fitted from zero starts. Their optimisers penalise them by
+TrainConfig.lane_weight_decay (`lane_parameters`), in place of the towers' weight decay: the
+L2 penalty a logistic or ridge regression has.
 """
 
 from __future__ import annotations
@@ -79,6 +81,18 @@ class LaneTower(nn.Module):
         for i, embedding in enumerate(self.codes):
             lane = lane + embedding(codes[:, i])
         return torch.cat([self.tower(x), lane], dim=1)  # (B, embed_dim + L)
+
+
+def lane_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """The linear model's weights within `module` (a tower or a head): its lanes' maps and
+    embeddings, and the linear head's Linear; none elsewhere."""
+    found: list[nn.Parameter] = []
+    for sub in module.modules():
+        if isinstance(sub, LaneTower):
+            found += [*sub.dense.parameters(), *sub.codes.parameters()]
+        elif isinstance(sub, LinearHead):
+            found += list(sub.linear.parameters())
+    return found
 
 
 def lane_tower(

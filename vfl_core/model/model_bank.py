@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from vfl_core.model.eager_optim import EagerAdam, EagerSGD
-from vfl_core.model.linear_lane import lane_heads
+from vfl_core.model.linear_lane import lane_heads, lane_parameters
 from vfl_core.model.lr_schedule import lr_at
 from vfl_core.model.model_config import ModelConfig
 from vfl_core.model.models import build_head, build_representation
@@ -35,6 +35,8 @@ class OptimizerSettings(Protocol):
     def momentum(self) -> float: ...
     @property
     def weight_decay(self) -> float: ...
+    @property
+    def lane_weight_decay(self) -> float: ...
     @property
     def optimizer_kernel(self) -> str: ...
 
@@ -242,15 +244,26 @@ def make_optimizer(
     updates, without torch._dynamo's second of imports), at the run's learning rate for a party
     of tabular features (or not) holding `rows` training rows; torch's fused kernel or its
     per-weight loop (`optimizer_kernel`: a tabular round steps many small weights, and the
-    loop's Python costs per weight, docs/tabular-defaults.md)."""
+    loop's Python costs per weight, docs/tabular-defaults.md). The linear model's weights in
+    `module` (vfl_core.model.linear_lane.lane_parameters) are a group of their own, penalised
+    by `lane_weight_decay` instead of `weight_decay`."""
     lr = config.learning_rate(tabular, rows)
     fused = config.optimizer_kernel == "fused"
+    params = _groups(module, config)
     if config.optimizer == "sgd":
         return EagerSGD(
-            module.parameters(),
-            lr=lr,
-            momentum=config.momentum,
-            weight_decay=config.weight_decay,
-            fused=fused,
+            params, lr=lr, momentum=config.momentum, weight_decay=config.weight_decay, fused=fused
         )
-    return EagerAdam(module.parameters(), lr=lr, weight_decay=config.weight_decay, fused=fused)
+    return EagerAdam(params, lr=lr, weight_decay=config.weight_decay, fused=fused)
+
+
+def _groups(module: nn.Module, config: OptimizerSettings) -> list:
+    """`module`'s weights, or (where it holds the linear model's) groups: the rest, if any,
+    then the linear model's with its own weight decay."""
+    lanes = lane_parameters(module)
+    if not lanes:
+        return list(module.parameters())
+    ids = {id(p) for p in lanes}
+    rest = [p for p in module.parameters() if id(p) not in ids]
+    own = {"params": lanes, "weight_decay": config.lane_weight_decay}
+    return [{"params": rest}, own] if rest else [own]
