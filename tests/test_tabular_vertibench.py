@@ -269,3 +269,48 @@ def test_given_a_run_with_the_blend_anywhere_then_each_rule_reads_it_or_the_defa
     (anywhere / "credit" / "importance-1-s0.json").write_text(json.dumps(cell))
     with pytest.raises(ValueError, match="training differs"):
         blend_margin.table(defaults, anywhere, grid)
+
+
+def test_given_runs_of_the_defaults_then_rounds_against_issue43_and_runs_against_an_earlier(
+    tmp_path,
+) -> None:
+    """benchmarks.tabular.against: credit's cell trains 10 rounds (0.2 CPU s) against issue
+    43's 12 (0.3 s); diabetes' issue 43 run is the `issue43_small` row of the second run (30
+    rounds), not the first run's. Against an earlier run of the defaults: credit better on test
+    (0.72 against 0.70), diabetes worse (RMSE 58 against 57), both with the same rounds."""
+    import json
+
+    from benchmarks.tabular import against
+
+    run, small, old = tmp_path / "run", tmp_path / "small", tmp_path / "old"
+    for root in (run, small, old):
+        for table in ("credit", "diabetes"):
+            (root / table).mkdir(parents=True)
+
+    def row(name: str, score: dict, rounds: list[int], cpu: list[float]) -> dict:
+        return {"row": name, "scores": {"all": score}, "rounds": rounds, "epoch_cpu_seconds": cpu}
+
+    def write(root, table: str, task: str, *rows: dict) -> None:
+        cell = {"task": task, "rows_run": list(rows)}
+        (root / table / "importance-1-s0.json").write_text(json.dumps(cell))
+
+    acc, rmse = {"accuracy": 0.72}, {"rmse": 58.0}
+    write(run, "credit", "classification", row("federation", acc, [5, 5], [0.1, 0.1]),
+          row("issue43", acc, [6, 6], [0.15, 0.15]))  # fmt: skip
+    write(run, "diabetes", "regression", row("federation", rmse, [5, 5], [0.1, 0.1]),
+          row("issue43", rmse, [5, 5], [0.1, 0.1]))  # fmt: skip
+    write(small, "diabetes", "regression", row("issue43_small", rmse, [15, 15], [0.2, 0.2]))
+    write(old, "credit", "classification", row("federation", {"accuracy": 0.70}, [5, 5], [1, 1]))
+    write(old, "diabetes", "regression", row("federation", {"rmse": 57.0}, [5, 5], [1, 1]))
+    lines = against.rounds_table(run, small).splitlines()
+    assert lines[2].split(" | ")[1:] == [
+        *("10 (10.0)", "12 (12.0)", "0.20 (0.20)", "0.30 (0.30)", "0.67x", "1 / 0", "1 / 0 / 0 |")
+    ]
+    assert lines[3].startswith("| diabetes | 10 (10.0) | 30 (30.0) | 0.20 (0.20) | 0.40 (0.40)")
+    assert lines[4].startswith("| **all 2 runs** | 10 (10.0) | 21 (21.0) |")
+    lines = against.runs_table(run, old).splitlines()
+    assert lines[2:] == [
+        "| credit | 1 | 1 | 1 / 0 / 0 |",
+        "| diabetes | 1 | 1 | 0 / 1 / 0 |",
+        "| **all** | 2 | 2 | 1 / 1 / 0 |",
+    ]

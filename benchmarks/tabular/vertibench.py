@@ -258,6 +258,12 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "issue43_small": (*ISSUE43, "--early-stop-patience", "0"),
     # the defaults with torch's loop over the weights (the defaults' runs before the fused kernel)
     "loop": ("--optimizer-kernel", "loop"),
+    # the linear model's own L2 penalty around the default 0.03; 1e-4, the towers' weight decay,
+    # is the defaults before it had its own (the same updates)
+    "lanewd1e-4": ("--lane-weight-decay", "1e-4"),
+    "lanewd1e-2": ("--lane-weight-decay", "1e-2"),
+    "lanewd1e-1": ("--lane-weight-decay", "1e-1"),
+    "lanewd3e-1": ("--lane-weight-decay", "3e-1"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`
