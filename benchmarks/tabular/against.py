@@ -5,8 +5,8 @@ same worker (issue 43's defaults as options, `vertibench.DIAGNOSIS`), and for th
 small for a validation split the `issue43_small` row of a second run (issue 43's code trained
 them every epoch): the rounds and the CPU seconds of the rounds to each model (every epoch
 trained), by table and over every run, with the median of the runs' CPU ratios. `runs` reads
-the `federation` rows of two runs of the grid run for run: the runs with the same rounds, and
-the test score better, worse or the same, by table.
+the `federation` rows of two runs of the grid (or other rows: `--new-row`, `--old-row`) run for
+run: the runs with the same rounds, and the test score better, worse or the same, by table.
 
     python -m benchmarks.tabular.against rounds \\
         benchmarks/results/runs/tabular-vertibench-lane-l2 \\
@@ -87,13 +87,15 @@ def _rounds_cells(runs: list[tuple[Row, Row]]) -> list[str]:
     ]
 
 
-def runs_table(new: Path, old: Path) -> str:
-    """The `federation` rows of `new` against `old`'s, run for run, by table."""
+def runs_table(
+    new: Path, old: Path, new_row: str = "federation", old_row: str = "federation"
+) -> str:
+    """`new`'s `new_row` rows against `old`'s `old_row` rows, run for run, by table."""
     olds = _cells(old)
     tally: dict[str, list[int]] = {}
     for key, run in _cells(new).items():
         before = olds.get(key)
-        ours, theirs = _row(run, "federation"), before and _row(before, "federation")
+        ours, theirs = _row(run, new_row), before and _row(before, old_row)
         if ours is None or theirs is None:
             continue
         metric = _metric(run["task"])
@@ -122,11 +124,13 @@ def main() -> None:
     runs = sub.add_parser("runs", help="two runs' federation rows, run for run")
     runs.add_argument("new", type=Path)
     runs.add_argument("old", type=Path)
+    runs.add_argument("--new-row", default="federation")
+    runs.add_argument("--old-row", default="federation")
     args = parser.parse_args()
     if args.command == "rounds":
         print(rounds_table(args.run, args.small))
     else:
-        print(runs_table(args.new, args.old))
+        print(runs_table(args.new, args.old, args.new_row, args.old_row))
 
 
 if __name__ == "__main__":
