@@ -159,7 +159,7 @@ class TrainConfig(_Frozen):
     weight_decay: float = Field(1e-4, ge=0)
     # The L2 penalty of the linear model (ModelConfig.linear_lane: the towers' lanes and the
     # linear heads) in place of `weight_decay`: the penalty of the logistic or ridge regression
-    # it is (docs/tabular-defaults.md, "The linear model's penalty").
+    # it is (docs/tabular-defaults.md, "The linear model's own penalty").
     lane_weight_decay: float = Field(0.03, ge=0)
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = Field(0.9, ge=0, lt=1)
