@@ -142,6 +142,12 @@ def _trained_in(coord: Coordinator, start: int, block: int) -> dict | None:
     return next((r for r in coord.rounds()[start:] if block in r["updated"]), None)
 
 
+def _untrained_in(coord: Coordinator, start: int, block: int) -> dict | None:
+    """The first round from `start` that trained (a head's loss) without `block`."""
+    rounds = coord.rounds()[start:]
+    return next((r for r in rounds if r["losses"] and block not in r["present"]), None)
+
+
 def test_given_stale_direct_rounds_when_a_feature_party_is_killed_and_restarted_then_it_rejoins(
     cluster: Cluster, tables: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -159,8 +165,11 @@ def test_given_stale_direct_rounds_when_a_feature_party_is_killed_and_restarted_
     victim.signal(signal.SIGKILL)
     assert victim.wait(10) == -signal.SIGKILL
     killed_at = len(coord.rounds())
-    # restarted at once: the new process takes seconds to start, and rounds without the dead
-    # party take no longer than with it, at about 40 a second
+    # restarted once the run has gone on without it past the rounds in flight at the kill (a
+    # fast machine had it back before one ran: nothing was left to check below)
+    cluster.wait_for(
+        lambda: _untrained_in(coord, killed_at + IN_FLIGHT, dead), 120, "a round without it"
+    )
     restarted = cluster.restart(victim)
     restarted.port()
     back = cluster.wait_for(lambda: _trained_in(coord, killed_at, dead), 120, "the party back")
