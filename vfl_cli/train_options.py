@@ -90,6 +90,14 @@ class TrainOptions:
             show_default=shown(T["lane_weight_decay"]),
         ),
     ] = None
+    round_loss: Annotated[
+        str | None,
+        Opt(
+            help="rows (a round's loss weighs its rows: a short batch counts its rows, not a "
+            "whole batch) | mean (the mean over its rows, whatever their number)",
+            show_default=shown(T["round_loss"]),
+        ),
+    ] = None
     optimizer_kernel: Annotated[
         str | None,
         Opt(
@@ -376,6 +384,15 @@ class TrainOptions:
         Opt(
             help="with early stopping: share of the training samples held out",
             show_default=shown(T["validation_fraction"]),
+        ),
+    ] = None
+    unvalidated_heads: Annotated[
+        str | None,
+        Opt(
+            help="where nothing is held out to choose on (a small table, or early stopping "
+            "off): auto (blend for a regression, laser for classes) | laser (LASER-VFL's "
+            "heads) | blend (the mean of the label party's heads)",
+            show_default=shown(T["unvalidated_heads"]),
         ),
     ] = None
     threshold: Annotated[

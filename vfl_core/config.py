@@ -161,6 +161,13 @@ class TrainConfig(_Frozen):
     # linear heads) in place of `weight_decay`: the penalty of the logistic or ridge regression
     # it is (docs/tabular-defaults.md, "The linear model's own penalty").
     lane_weight_decay: float = Field(0.03, ge=0)
+    # How a training round's rows weigh in its loss. "rows": every row the same, over the
+    # epoch: the round's loss is the sum over its rows over the plan's batch size, so a short
+    # batch (the plan cuts single-pattern batches: each pattern's last, a small pattern's
+    # only one) counts its rows, as the empirical risk does, not a whole batch's weight.
+    # "mean": the mean over the round's rows, whatever their number (the runs before, bit for
+    # bit). docs/tabular-defaults.md, "Every training row weighs the same".
+    round_loss: Literal["rows", "mean"] = "rows"
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = Field(0.9, ge=0, lt=1)
     # How torch updates the weights: "fused", one kernel for all of an optimiser's weights
@@ -249,6 +256,11 @@ class TrainConfig(_Frozen):
     # No early stop before this many epochs (None: AUTO_STALE_MIN_EPOCHS or 0, `min_epochs()`)
     early_stop_min_epochs: int | None = Field(None, ge=0)
     validation_fraction: float = Field(0.1, gt=0, lt=1)
+    # The heads a run predicts with where nothing is held out to choose on (a table too small
+    # for a validation split, or early stopping off): "laser", LASER-VFL's; "blend", the mean
+    # of the label party's heads (with the concatenating or linear heads); "auto", the blend for
+    # a regression and LASER-VFL's for classes (vfl_core.inference.unvalidated).
+    unvalidated_heads: Literal["auto", "laser", "blend"] = "auto"
     # What the validation split chooses after training (vfl_core.inference.choice); both need
     # one (early stopping on) and read only its rows. `threshold`: a binary task's decision
     # threshold on the positive-class probability, "auto" ("platt": Platt scaling fitted on

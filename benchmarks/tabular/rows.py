@@ -59,10 +59,15 @@ Row = dict[str, Any]
 # another is said in the row's note, not silently replaced.
 MIRRORED_SCHEDULES = ("auto", "none", "cosine", "decay")
 # The options that give this code the defaults issue 43 landed: the concatenating head weighted
-# 1, no linear lanes, torch's loop over the weights (its optimiser then). The VertiBench grid's
-# rows `issue43`, `issue43_small` and `vfl bench wan`'s recipe `issue43` (run alike by
+# 1, no linear lanes, a round's loss the mean over its rows, LASER-VFL's heads where nothing is
+# held out, torch's loop over the weights (its optimiser then). The VertiBench grid's rows
+# `issue43`, `issue43_small` and `vfl bench wan`'s recipe `issue43` (run alike by
 # `vfl simulate` and `vfl-coordinator`).
-ISSUE43 = ("--concat-weight", "1", "--linear-lane", "0", "--optimizer-kernel", "loop")
+ISSUE43_MODEL = (
+    "--concat-weight", "1", "--linear-lane", "0", "--round-loss", "mean",
+    "--unvalidated-heads", "laser",
+)  # fmt: skip
+ISSUE43 = (*ISSUE43_MODEL, "--optimizer-kernel", "loop")
 
 
 def _row(name: str, prep: Prepared, predicted: np.ndarray, seconds: float, **extra: Any) -> Row:

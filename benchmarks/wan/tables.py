@@ -44,7 +44,7 @@ from benchmarks import procs
 from benchmarks.netshape import HOST, NetShaper, Shape, free_port
 from benchmarks.pool import invocation, read_json, write_json
 from benchmarks.setups import md_table
-from benchmarks.tabular.rows import ISSUE43, hgb_row, table_client_args
+from benchmarks.tabular.rows import ISSUE43, ISSUE43_MODEL, hgb_row, table_client_args
 from benchmarks.tabular.tables import Prepared, prepare, tables
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ RECIPES: dict[str, tuple[str, ...]] = {
     # accuracy then: neither table is one)
     "issue43": ISSUE43,
     # ... and at torch's fused kernel, the defaults' (what the lanes and the heads cost alone)
-    "issue43-fused": ISSUE43[:4],
+    "issue43-fused": ISSUE43_MODEL,
     "local4": ("--local-steps", "4"),
     "local4-direct": ("--local-steps", "4", "--data-plane", "direct"),
     # a plain split network's recipe on the same towers: batch 256, constant Adam 1e-2,

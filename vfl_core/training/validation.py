@@ -26,6 +26,7 @@ from vfl_core.inference.choice import (
     choose_threshold,
 )
 from vfl_core.inference.metrics import EvalReport
+from vfl_core.inference.unvalidated import unvalidated_heads
 from vfl_core.methods.liveness import DOWN
 from vfl_core.training import direct_eval
 from vfl_core.training.cut_short import heads_left, no_head_answered
@@ -173,7 +174,10 @@ class Validator:
         fed = self.fed
         fed.choice = ValidationChoice()
         validation = fed.train_rows.validation
-        if validation is None or not len(validation) or not self._chooses():
+        if validation is None or not len(validation):
+            fed.choice.heads = self._unvalidated()
+            return fed.choice
+        if not self._chooses():
             return fed.choice
         give_up = time.monotonic() + (fed.rejoin_timeout_s or 0.0)
         backoff = Backoff(CHOOSE_AGAIN_S)
@@ -209,6 +213,26 @@ class Validator:
                 fed.rejoin_timeout_s or 0.0,
             )
         return fed.choice
+
+    def _unvalidated(self) -> dict[tuple[int, ...], str]:
+        """The heads of each observed set where nothing was held out to choose on
+        (TrainConfig.unvalidated_heads), said once."""
+        fed = self.fed
+        heads = unvalidated_heads(
+            fed.config.unvalidated_heads,
+            fed.task,
+            fed.spec.blend_members,
+            sorted(fed.infos),
+            fed.label_blocks,
+            sorted(fed.alignments["train"].patterns()),
+        )
+        if heads:
+            log.info(
+                "nothing held out to choose on: every observed set holding a label party is "
+                "predicted with the mean of the heads' values (--unvalidated-heads %s)",
+                fed.config.unvalidated_heads,
+            )
+        return heads
 
     def _chooses(self) -> bool:
         """Whether the run chooses anything on validation: subsets, heads or a threshold."""

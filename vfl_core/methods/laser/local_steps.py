@@ -65,6 +65,7 @@ class FuseCache:
     blocks: tuple[int, ...]  # the round's participants (a head's input widths follow them)
     label_blocks: tuple[int, ...]  # as the round's Fuse sampled its tasks with them
     unlabelled: tuple[int, ...]
+    weight: float = 1.0  # the round's loss weight, as its Fuse had it (party_steps.row_weight)
 
 
 @dataclass
@@ -180,4 +181,5 @@ class LocalSteps:
         for key in keys:
             p.models.head(key).train()
         target = p.targets(rows)
-        return self.heads.tasks_loss(tasks, embeddings, fuse.blocks, target), keys
+        loss = self.heads.tasks_loss(tasks, embeddings, fuse.blocks, target)
+        return (loss if fuse.weight == 1.0 else loss * fuse.weight), keys

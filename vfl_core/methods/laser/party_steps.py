@@ -213,7 +213,8 @@ class LaserSteps:
             p.stream(Stream.TASKS, call.round_id),
             _unlabelled(call.label_blocks, meta.num_blocks),
         )
-        loss = self.heads.train(tasks, embeddings, blocks, state.rows, call.epoch)
+        weight = row_weight(p.config.round_loss, len(state.rows), call.batch)
+        loss = self.heads.train(tasks, embeddings, blocks, state.rows, call.epoch, weight)
         state.own_grad = None if own is None else _grad_or_zeros(own)
         if state.fresh is not None:  # stepped now: the next round's Fuse embeds with it
             state.fresh = None
@@ -236,6 +237,7 @@ class LaserSteps:
                 tuple(blocks),
                 tuple(call.label_blocks or (p.block,)),
                 _unlabelled(call.label_blocks, meta.num_blocks),
+                weight,
             )
             if state.embedding is None:  # a labels-only round has no Backward: its steps now
                 self._local_steps(state, None, call.epoch)
@@ -383,7 +385,10 @@ class LaserHeads:
         blocks: Sequence[int],
         rows: np.ndarray,
         epoch: int,
+        weight: float = 1.0,
     ) -> float:
+        """One step of the heads on the round's sampled loss, times `weight` (`row_weight`);
+        returns the loss, the mean over the round's rows."""
         if not tasks:
             return 0.0
         models = self.party.models
@@ -396,7 +401,7 @@ class LaserHeads:
         for opt in opts:
             opt.zero_grad(set_to_none=True)
         loss = self.tasks_loss(tasks, embeddings, blocks, target)
-        loss.backward()
+        (loss if weight == 1.0 else loss * weight).backward()
         for opt in opts:
             opt.step()
         return float(loss.detach())
@@ -477,3 +482,12 @@ def _unlabelled(label_blocks: Sequence[int], num_blocks: int) -> tuple[int, ...]
 
 def _grad_or_zeros(leaf: torch.Tensor) -> torch.Tensor:
     return leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+
+
+def row_weight(round_loss: str, rows: int, batch: int) -> float:
+    """What a round's loss (the mean over its `rows`) is multiplied by: with `round_loss` "rows"
+    and the plan's `batch` sent, rows / batch, so that every training row weighs the same over
+    an epoch whatever the size of its batch (TrainConfig.round_loss); else 1."""
+    if round_loss != "rows" or batch <= 0:
+        return 1.0
+    return rows / batch
