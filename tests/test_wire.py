@@ -230,9 +230,9 @@ def test_embed_call_and_reply_round_trip(n):
 
 @pytest.mark.parametrize("embeddings", [{}, {0: f32(4, 3), 2: f32(4, 3)}])
 def test_fuse_call_and_result_round_trip(embeddings):
-    call = FuseCall(round_id=3, epoch=1, embeddings=embeddings)
+    call = FuseCall(round_id=3, epoch=1, embeddings=embeddings, batch=64)
     back = convert.fuse_call_from_proto(wire(convert.fuse_call_to_proto(call, HDR)))
-    assert (back.round_id, back.epoch) == (3, 1)
+    assert (back.round_id, back.epoch, back.batch) == (3, 1, 64)
     assert_maps_equal(back.embeddings, embeddings)
 
     result = FuseResult(loss=0.693, grads=embeddings)
@@ -423,6 +423,13 @@ def test_given_bad_fuse_embeddings_then_protocol_error(embeddings, message):
     with pytest.raises(ProtocolError) as info:
         convert.fuse_call_from_proto(req)
     assert message in str(info.value)
+
+
+def test_given_a_negative_fuse_batch_then_protocol_error_naming_it():
+    req = convert.fuse_call_to_proto(FuseCall(round_id=1, epoch=0, embeddings={}), HDR)
+    req.batch = -4
+    with pytest.raises(ProtocolError, match="fuse batch: -4 is negative"):
+        convert.fuse_call_from_proto(req)
 
 
 def test_given_embeddings_of_unexpected_batch_then_protocol_error():

@@ -15,7 +15,7 @@ TRAIN = {
     "lr": "auto",
     "weight_decay": 0.0001,
     "lane_weight_decay": 0.03,
-    "round_loss": "rows",
+    "round_loss": "auto",
     "optimizer": "adam",
     "momentum": 0.9,
     "optimizer_kernel": "fused",

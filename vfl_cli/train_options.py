@@ -93,8 +93,9 @@ class TrainOptions:
     round_loss: Annotated[
         str | None,
         Opt(
-            help="rows (a round's loss weighs its rows: a short batch counts its rows, not a "
-            "whole batch) | mean (the mean over its rows, whatever their number)",
+            help="auto (rows on tables, mean on images) | rows (a round's loss weighs its "
+            "rows: a short batch counts its rows, not a whole batch) | mean (the mean over "
+            "its rows, whatever their number)",
             show_default=shown(T["round_loss"]),
         ),
     ] = None

@@ -77,11 +77,12 @@ def resolve(
     quiet: bool = False,
     label_parties: int | None = None,
 ) -> TrainConfig:
-    """`train` with staleness, overlap_validation, epoch_flow and data_plane concrete: the tables'
-    recipe where the config leaves them unset, the data are tables, the method has no stages
-    and nothing needs exact rounds (one log line says why it keeps them, unless `quiet`: a
-    party, whose coordinator says it); else exact rounds. A staleness given keeps the others
-    as given (off where unset, but the late verdict that a given --epoch-flow needs).
+    """`train` with staleness, overlap_validation, epoch_flow, data_plane and round_loss
+    concrete: the tables' recipe where the config leaves them unset, the data are tables, the
+    method has no stages and nothing needs exact rounds (one log line says why it keeps them,
+    unless `quiet`: a party, whose coordinator says it); else exact rounds. A staleness given
+    keeps the others as given (off where unset, but the late verdict that a given --epoch-flow
+    needs).
     fresh_own_tower is resolved for `label_parties` label parties, the federation's; a party
     (None) resolves it as for one, acts on the federation's Embed calls instead
     (EmbedCall.fresh_own) and records what they say (EmbedCall.own_tower)."""
@@ -110,6 +111,7 @@ def resolve(
         "overlap_validation": overlap,
         "epoch_flow": flow,
         "data_plane": train.plane(tabular),
+        "round_loss": round_loss(train.round_loss, tables),
     }
     update["fresh_own_tower"] = own_tower(train, staleness, recipe, label_parties or 1)
     # the linear head's lanes: tables, LASER-VFL's heads, feature towers that learn (withhold
@@ -120,6 +122,14 @@ def resolve(
         update={"linear_lane": resolved_lane(train.model, lanes)}
     )
     return train.model_copy(update=update)
+
+
+def round_loss(given: str, tables: bool) -> str:
+    """TrainConfig.round_loss resolved: as given, else "rows" on tables (a method without
+    stages), "mean" elsewhere (the paper benchmarks' and the images' runs as before)."""
+    if given != "auto":
+        return given
+    return "rows" if tables else "mean"
 
 
 def own_tower(train: TrainConfig, staleness: int, recipe: bool, label_parties: int) -> bool:

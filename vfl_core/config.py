@@ -166,8 +166,9 @@ class TrainConfig(_Frozen):
     # batch (the plan cuts single-pattern batches: each pattern's last, a small pattern's
     # only one) counts its rows, as the empirical risk does, not a whole batch's weight.
     # "mean": the mean over the round's rows, whatever their number (the runs before, bit for
-    # bit). docs/tabular-defaults.md, "Every training row weighs the same".
-    round_loss: Literal["rows", "mean"] = "rows"
+    # bit). "auto" (vfl_core.auto_rounds.resolve): "rows" on tables, "mean" on images and for
+    # the methods with stages. docs/tabular-defaults.md, "Every training row weighs the same".
+    round_loss: Literal["auto", "rows", "mean"] = "auto"
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = Field(0.9, ge=0, lt=1)
     # How torch updates the weights: "fused", one kernel for all of an optimiser's weights

@@ -232,6 +232,8 @@ SETTINGS: dict[str, list[str]] = {
     "stale-p8": [],
     # the linear model penalised by the towers' weight decay: the defaults before it had its own
     "lanewd1e-4": ["--lane-weight-decay", "1e-4"],
+    # the defaults before every training row weighed the same (benchmarks.tabular.vertibench)
+    "round-mean": ["--round-loss", "mean", "--unvalidated-heads", "laser"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}

@@ -264,6 +264,11 @@ DIAGNOSIS: dict[str, tuple[str, ...]] = {
     "lanewd1e-2": ("--lane-weight-decay", "1e-2"),
     "lanewd1e-1": ("--lane-weight-decay", "1e-1"),
     "lanewd3e-1": ("--lane-weight-decay", "3e-1"),
+    # a round's loss the mean over its rows and LASER-VFL's heads where nothing is held out:
+    # the defaults before every training row weighed the same; and each change alone
+    "round-mean": ("--round-loss", "mean", "--unvalidated-heads", "laser"),
+    "round-mean-only": ("--round-loss", "mean"),
+    "laser-unvalidated": ("--unvalidated-heads", "laser"),
 }
 DIAGNOSIS_ROWS = ("central_mlp", *DIAGNOSIS)
 DIAGNOSIS_DIR = "tabular-vertibench-diagnosis"  # beside the grid's `--out`

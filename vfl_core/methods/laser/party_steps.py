@@ -488,6 +488,6 @@ def row_weight(round_loss: str, rows: int, batch: int) -> float:
     """What a round's loss (the mean over its `rows`) is multiplied by: with `round_loss` "rows"
     and the plan's `batch` sent, rows / batch, so that every training row weighs the same over
     an epoch whatever the size of its batch (TrainConfig.round_loss); else 1."""
-    if round_loss != "rows" or batch <= 0:
+    if round_loss != "rows" or batch <= 0:  # "mean", or "auto" unresolved: as before
         return 1.0
     return rows / batch
