@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.tabular.rows import simulate_row
 from benchmarks.tabular.tables import ID_COLUMN, LABEL_BLOCK, LABEL_COLUMN, prepare, tables
 from vfl_core.config import TrainConfig
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION
@@ -18,6 +19,9 @@ from vfl_core.data.tabular import federation_sources, load_table_federation
 from vfl_core.inference.unvalidated import MAX_EVERY_SET, unvalidated_heads
 from vfl_core.methods.spec import BLEND, CONCAT, LINEAR
 from vfl_core.serving.batch import predictions_with_rows
+from vfl_core.serving.bundle import load_bundle, write_bundle
+from vfl_core.serving.features import FeatureTable
+from vfl_core.training.alignment import hash_ids
 from vfl_core.training.engine import Federation
 from vfl_core.training.inprocess import InProcessTransport
 from vfl_core.training.party import Party
@@ -106,3 +110,48 @@ def test_given_classes_or_the_laser_rule_when_nothing_is_held_out_then_laser_vfl
     fed, _ = _federation(tmp_path, table, **train)
     assert fed.train_rows.validation is None
     assert fed.choice.heads == {}
+
+
+def test_given_the_blend_where_nothing_is_held_out_when_bundles_predict_then_equal_the_federation(
+    tmp_path: Path,
+) -> None:
+    """The label party's bundle carries every head the blend averages and predicts each test
+    sample as the federation does (online equals batch); the run's record names the heads."""
+    fed, parties = _federation(tmp_path, "diabetes")
+    choice = fed.serving_choice()
+    bundles, lookups = {}, {}
+    data = tables(tmp_path / "none", False, extra=True)["diabetes"](0, False)
+    prep = prepare(data, 0, tmp_path / "again")
+    for block, party in parties.items():
+        write_bundle(party, tmp_path / party.party_id, choice=choice)
+        bundles[block] = load_bundle(tmp_path / party.party_id)
+        lookups[block] = FeatureTable(
+            prep.split.paths[block], ID_COLUMN, bundles[block].preprocessing, SECRET
+        )
+    meta = bundles[0].meta
+    assert set(meta.blend_sets) == EVERY and meta.blend_heads == MEMBERS
+    samples, _ = predictions_with_rows(fed, "test", None)
+    checked = 0
+    for s in samples:
+        if 0 not in s.party_probs:
+            continue
+        embeddings = {}
+        for b in s.observed:
+            sample_id = parties[b].split("test").ids[s.rows[b]]
+            _, x = lookups[b].lookup(hash_ids([sample_id], SECRET))
+            embeddings[b] = bundles[b].embed(x)
+        head = bundles[0].head_for(tuple(s.observed))
+        assert head == (BLEND if 0 in s.observed else "")  # a feature-only set: LASER-VFL's
+        got = bundles[0].predict(embeddings, head)[0]
+        np.testing.assert_allclose(got, s.party_probs[0], rtol=1e-5, atol=1e-3)
+        checked += head == BLEND
+    assert checked > 50
+
+
+def test_given_a_small_regression_when_simulated_then_its_record_names_the_blended_sets(
+    tmp_path: Path,
+) -> None:
+    data = tables(tmp_path / "none", False, extra=True)["diabetes"](0, False)
+    prep = prepare(data, 0, tmp_path / "parties")
+    row = simulate_row("federation", prep, [0, 1, 2], tmp_path / "run.json", 2)
+    assert {tuple(h["observed"]): h["head"] for h in row["heads"]} == dict.fromkeys(EVERY, BLEND)

@@ -88,7 +88,9 @@ class RunResults:
     rounds: int
     method: dict[str, object] | None  # a round program's figures (dvfl: bytes relayed)
     early_stop: dict[str, object] | None = None  # vfl_core.training.early_stop's record, when on
-    # what the validation samples chose (vfl_core.inference.choice), when early stopping is on
+    # what the validation samples chose (vfl_core.inference.choice), when early stopping is on;
+    # where nothing was held out, the heads the run predicts with, if not LASER-VFL's
+    # (vfl_core.inference.unvalidated): what `vfl export --choice` serves
     choice: dict[str, object] | None = None
     # the label-leak defences applied (vfl_core.privacy) and the embeddings' epsilon, when on
     privacy: dict[str, object] | None = None
@@ -316,7 +318,7 @@ class _Run:
             rounds=fed.round_id,
             method=fed.method_stats(),
             early_stop=None if fed.early_stop is None else fed.early_stop.to_json(),
-            choice=None if fed.early_stop is None else fed.choice.to_json(),
+            choice=fed.choice.to_json() if fed.early_stop is not None or fed.choice.heads else None,
             privacy=privacy_record(fed),
             failure=failure,
         )
