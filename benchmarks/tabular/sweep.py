@@ -234,6 +234,8 @@ SETTINGS: dict[str, list[str]] = {
     "lanewd1e-4": ["--lane-weight-decay", "1e-4"],
     # the defaults before every training row weighed the same (benchmarks.tabular.vertibench)
     "round-mean": ["--round-loss", "mean", "--unvalidated-heads", "laser"],
+    # the heads' blend where nothing is held out for classes too (the defaults: regressions)
+    "unvalidated-blend": ["--unvalidated-heads", "blend"],
 }
 # settings that change a default no option reaches yet: vfl_core.data.preprocess's numeric bins
 NUMERIC_BINS: dict[str, int] = {"ple8": 8, "ple16": 16, "no-ple": 0, "ple8-head-mlp": 8}
