@@ -10,23 +10,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_serving_bundle import bundle_predictions, trained
 
 from benchmarks.tabular.rows import simulate_row
-from benchmarks.tabular.tables import ID_COLUMN, LABEL_BLOCK, LABEL_COLUMN, prepare, tables
-from vfl_core.config import TrainConfig
+from benchmarks.tabular.tables import ID_COLUMN, LABEL_COLUMN, prepare, tables
 from vfl_core.data.learning_task import CLASSIFICATION, REGRESSION
-from vfl_core.data.tabular import federation_sources, load_table_federation
 from vfl_core.inference.unvalidated import MAX_EVERY_SET, unvalidated_heads
 from vfl_core.methods.spec import BLEND, CONCAT, LINEAR
 from vfl_core.serving.batch import predictions_with_rows
-from vfl_core.serving.bundle import load_bundle, write_bundle
-from vfl_core.serving.features import FeatureTable
-from vfl_core.training.alignment import hash_ids
+from vfl_core.serving.bundle import load_bundle
 from vfl_core.training.engine import Federation
-from vfl_core.training.inprocess import InProcessTransport
-from vfl_core.training.party import Party
 
-SECRET = b"unvalidated-test"
 MEMBERS = ("", CONCAT, LINEAR)
 EVERY = {(0,), (0, 1), (0, 2), (0, 1, 2)}  # the sets of 3 parties holding label party 0
 
@@ -52,34 +46,20 @@ def test_given_the_task_and_rule_when_nothing_is_held_out_then_the_heads_of_ever
     assert unvalidated_heads("auto", REGRESSION, MEMBERS, many, [0], patterns) == {(0, 1, 2): BLEND}
 
 
-def _federation(tmp_path: Path, table: str, **train: object) -> tuple[Federation, dict]:
+def _federation(tmp_path: Path, table: str, **train: object) -> tuple[Federation, dict, list]:
     """A small table of the benchmark (scikit-learn's diabetes or wine: a few hundred rows, no
-    validation split) over three parties, trained in process for a few epochs."""
+    validation split) over three parties, trained in process (test_serving_bundle.trained);
+    and the parties' CSVs."""
     data = tables(tmp_path / "none", False, extra=True)[table](0, False)
-    prep = prepare(data, 0, tmp_path / table)
-    sources = federation_sources(
-        list(prep.split.paths),
-        None,
-        id_column=ID_COLUMN,
-        label_column=LABEL_COLUMN,
-        label_blocks=(LABEL_BLOCK,),
-        task=data.task,
-    )
-    config = TrainConfig(epochs=3, **train)
-    parties = {
-        d.meta.block: Party(f"party{d.meta.block}", d, config, secret=SECRET)
-        for d in load_table_federation(sources)
-    }
-    fed = Federation(InProcessTransport(parties), config, progress=False)
-    fed.align()
-    fed.train()
-    return fed, parties
+    paths = list(prepare(data, 0, tmp_path / table).split.paths)
+    fed, parties = trained(paths, ID_COLUMN, LABEL_COLUMN, data.task, **train)
+    return fed, parties, paths
 
 
 def test_given_a_small_regression_when_trained_then_every_label_set_predicts_the_heads_mean(
     tmp_path: Path,
 ) -> None:
-    fed, parties = _federation(tmp_path, "diabetes")
+    fed, parties, _ = _federation(tmp_path, "diabetes")
     assert fed.train_rows.validation is None  # nothing held out: 442 rows
     assert parties[0].spec.blend_members == MEMBERS
     assert fed.choice.heads == dict.fromkeys(EVERY, BLEND)
@@ -107,7 +87,7 @@ def test_given_a_small_regression_when_trained_then_every_label_set_predicts_the
 def test_given_classes_or_the_laser_rule_when_nothing_is_held_out_then_laser_vfls_heads(
     tmp_path: Path, table: str, train: dict
 ) -> None:
-    fed, _ = _federation(tmp_path, table, **train)
+    fed, _, _ = _federation(tmp_path, table, **train)
     assert fed.train_rows.validation is None
     assert fed.choice.heads == {}
 
@@ -116,36 +96,13 @@ def test_given_the_blend_where_nothing_is_held_out_when_bundles_predict_then_equ
     tmp_path: Path,
 ) -> None:
     """The label party's bundle carries every head the blend averages and predicts each test
-    sample as the federation does (online equals batch); the run's record names the heads."""
-    fed, parties = _federation(tmp_path, "diabetes")
-    choice = fed.serving_choice()
-    bundles, lookups = {}, {}
-    data = tables(tmp_path / "none", False, extra=True)["diabetes"](0, False)
-    prep = prepare(data, 0, tmp_path / "again")
-    for block, party in parties.items():
-        write_bundle(party, tmp_path / party.party_id, choice=choice)
-        bundles[block] = load_bundle(tmp_path / party.party_id)
-        lookups[block] = FeatureTable(
-            prep.split.paths[block], ID_COLUMN, bundles[block].preprocessing, SECRET
-        )
-    meta = bundles[0].meta
+    sample as the federation does (online equals batch)."""
+    fed, parties, paths = _federation(tmp_path, "diabetes")
+    got, want = bundle_predictions(tmp_path, fed, parties, paths, ID_COLUMN)
+    assert len(got) > 50
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
+    meta = load_bundle(tmp_path / "party0").meta
     assert set(meta.blend_sets) == EVERY and meta.blend_heads == MEMBERS
-    samples, _ = predictions_with_rows(fed, "test", None)
-    checked = 0
-    for s in samples:
-        if 0 not in s.party_probs:
-            continue
-        embeddings = {}
-        for b in s.observed:
-            sample_id = parties[b].split("test").ids[s.rows[b]]
-            _, x = lookups[b].lookup(hash_ids([sample_id], SECRET))
-            embeddings[b] = bundles[b].embed(x)
-        head = bundles[0].head_for(tuple(s.observed))
-        assert head == (BLEND if 0 in s.observed else "")  # a feature-only set: LASER-VFL's
-        got = bundles[0].predict(embeddings, head)[0]
-        np.testing.assert_allclose(got, s.party_probs[0], rtol=1e-5, atol=1e-3)
-        checked += head == BLEND
-    assert checked > 50
 
 
 def test_given_a_small_regression_when_simulated_then_its_record_names_the_blended_sets(
