@@ -229,7 +229,7 @@ class Validator:
         if heads:
             log.info(
                 "nothing held out to choose on: every observed set holding a label party is "
-                "predicted with the mean of the heads' values (--unvalidated-heads %s)",
+                "predicted with the mean of the heads' predictions (--unvalidated-heads %s)",
                 fed.config.unvalidated_heads,
             )
         return heads
