@@ -213,7 +213,9 @@ class Federation:
         return self.train_rows.plan(epoch)
 
     def train(self, start_epoch: int = 0) -> list[EpochSummary]:
-        """Train to the last epoch from the cursor (vfl_core.training.round_loop)."""
+        """Train to the last epoch from the cursor (vfl_core.training.round_loop); where nothing
+        is held out, the epochs' evaluations predict with the heads the run will serve."""
+        self.validator.unvalidated_from_start()
         return self.loop.train(start_epoch)
 
     def train_epoch(self, epoch: int) -> EpochSummary:

@@ -175,7 +175,7 @@ class Validator:
         fed.choice = ValidationChoice()
         validation = fed.train_rows.validation
         if validation is None or not len(validation):
-            fed.choice.heads = self._unvalidated()
+            fed.choice.heads = self._unvalidated(say=True)
             return fed.choice
         if not self._chooses():
             return fed.choice
@@ -214,9 +214,17 @@ class Validator:
             )
         return fed.choice
 
-    def _unvalidated(self) -> dict[tuple[int, ...], str]:
+    def unvalidated_from_start(self) -> None:
+        """Before training: where nothing is held out, the heads that `choose` gives after it
+        (`_unvalidated`), in effect from the start, so that every evaluation of the run (the
+        epochs' test scores with --eval-every) scores the model it will serve."""
+        validation = self.fed.train_rows.validation
+        if "train" in self.fed.alignments and (validation is None or not len(validation)):
+            self.fed.choice = ValidationChoice(heads=self._unvalidated(say=False))
+
+    def _unvalidated(self, say: bool) -> dict[tuple[int, ...], str]:
         """The heads of each observed set where nothing was held out to choose on
-        (TrainConfig.unvalidated_heads), said once."""
+        (TrainConfig.unvalidated_heads); `say`: log it."""
         fed = self.fed
         heads = unvalidated_heads(
             fed.config.unvalidated_heads,
@@ -226,7 +234,7 @@ class Validator:
             fed.label_blocks,
             sorted(fed.alignments["train"].patterns()),
         )
-        if heads:
+        if heads and say:
             log.info(
                 "nothing held out to choose on: every observed set holding a label party is "
                 "predicted with the mean of the heads' predictions (--unvalidated-heads %s)",
