@@ -230,9 +230,9 @@ def test_embed_call_and_reply_round_trip(n):
 
 @pytest.mark.parametrize("embeddings", [{}, {0: f32(4, 3), 2: f32(4, 3)}])
 def test_fuse_call_and_result_round_trip(embeddings):
-    call = FuseCall(round_id=3, epoch=1, embeddings=embeddings, mean_rows=60.6)
+    call = FuseCall(round_id=3, epoch=1, embeddings=embeddings, batch=64)
     back = convert.fuse_call_from_proto(wire(convert.fuse_call_to_proto(call, HDR)))
-    assert (back.round_id, back.epoch, back.mean_rows) == (3, 1, 60.6)
+    assert (back.round_id, back.epoch, back.batch) == (3, 1, 64)
     assert_maps_equal(back.embeddings, embeddings)
 
     result = FuseResult(loss=0.693, grads=embeddings)
@@ -425,11 +425,10 @@ def test_given_bad_fuse_embeddings_then_protocol_error(embeddings, message):
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize("mean_rows", [-4.0, float("nan"), float("inf")])
-def test_given_a_fuse_mean_rows_not_a_count_then_protocol_error_naming_it(mean_rows):
+def test_given_a_negative_fuse_batch_then_protocol_error_naming_it():
     req = convert.fuse_call_to_proto(FuseCall(round_id=1, epoch=0, embeddings={}), HDR)
-    req.mean_rows = mean_rows
-    with pytest.raises(ProtocolError, match=r"fuse mean_rows: .* is not a finite count of rows"):
+    req.batch = -4
+    with pytest.raises(ProtocolError, match="fuse batch: -4 is negative"):
         convert.fuse_call_from_proto(req)
 
 

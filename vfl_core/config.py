@@ -162,9 +162,9 @@ class TrainConfig(_Frozen):
     # it is (docs/tabular-defaults.md, "The linear model's own penalty").
     lane_weight_decay: float = Field(0.03, ge=0)
     # How a training round's rows weigh in its loss. "rows": every row the same, over the
-    # epoch: the round's loss is the sum over its rows over the epoch's mean rows a round, so
-    # a short batch (the plan cuts single-pattern batches: each pattern's last, a small
-    # pattern's only one) counts its rows, as the empirical risk does, not a whole batch's.
+    # epoch: the round's loss is the sum over its rows over the plan's batch size, so a short
+    # batch (the plan cuts single-pattern batches: each pattern's last, a small pattern's only
+    # one) counts its rows, as the empirical risk does, not a whole batch's.
     # "mean": the mean over the round's rows, whatever their number (the runs before, bit for
     # bit). "auto" (vfl_core.auto_rounds.resolve): "rows" on tables, "mean" on images and for
     # the methods with stages. docs/tabular-defaults.md, "Every training row weighs the same".

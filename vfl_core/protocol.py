@@ -143,11 +143,10 @@ class FuseCall:
     # rows, of the train split): it embedded nothing, so it learns the batch here.
     rows: np.ndarray | None = None  # (B,) int64
     digest: bytes = b""
-    # The epoch plan's mean rows a round (its rows over its rounds): with TrainConfig.round_loss
-    # "rows" the party weighs the round's loss by its rows over it, so that a short batch (a
-    # pattern's last, a small pattern's only one) counts its rows, not a whole batch's, at the
-    # epoch's step and penalties of before. 0: not sent (the mean over the round's rows).
-    mean_rows: float = 0.0
+    # The plan's batch size (TrainConfig.batch_rows): with TrainConfig.round_loss "rows" the
+    # party weighs the round's loss by its rows over it, so that a short batch (a pattern's last,
+    # a small pattern's only one) counts its rows, not a whole batch. 0: not sent (the mean).
+    batch: int = 0
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ def fuse_call_to_proto(
         embeddings=encode_floats(call.embeddings, "embedding for block", wire),
         blocks=call.blocks,
         label_blocks=call.label_blocks,
-        mean_rows=call.mean_rows,
+        batch=call.batch,
     )
     if call.rows is not None:
         req.rows.CopyFrom(encode_index(call.rows, what="fuse rows"))
@@ -138,8 +138,8 @@ def fuse_call_from_proto(
     rows = index_vector(req.rows, "fuse rows") if req.HasField("rows") else None
     if rows is None and req.digest:
         raise ProtocolError("fuse digest: present without rows")
-    if not (math.isfinite(req.mean_rows) and req.mean_rows >= 0):
-        raise ProtocolError(f"fuse mean_rows: {req.mean_rows} is not a finite count of rows")
+    if req.batch < 0:
+        raise ProtocolError(f"fuse batch: {req.batch} is negative")
     return FuseCall(
         round_id=req.round_id,
         epoch=req.epoch,
@@ -148,7 +148,7 @@ def fuse_call_from_proto(
         label_blocks=block_list(req.label_blocks, "fuse label blocks"),
         rows=rows,
         digest=req.digest,
-        mean_rows=req.mean_rows,
+        batch=req.batch,
     )
 
 

@@ -142,8 +142,9 @@ class LaserRound:
         fed = self.fed
         shared = fed.spec.shares_embeddings
         others = {b: e for b, e in sorted(embeddings.items()) if b != k and shared}
-        mean_rows = fed.train_rows.mean_rows(epoch)
-        call = FuseCall(round_id, epoch, others, callees, fed.label_blocks, mean_rows=mean_rows)
+        call = FuseCall(
+            round_id, epoch, others, callees, fed.label_blocks, batch=fed.train_rows.batch_size()
+        )
         if k in embeddings:
             return call
         al = fed.alignments["train"]

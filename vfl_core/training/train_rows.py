@@ -40,9 +40,6 @@ class TrainRows:
         # The epochs a run trains at most, below TrainConfig.epochs: AUTO_SMALL_EPOCHS where
         # the default early stopping is off for want of validation samples (None: no limit)
         self.epoch_limit: int | None = None
-        # epoch -> its plan's mean rows a round of labelled rows (FuseCall.mean_rows), as each
-        # plan is cut
-        self._mean_rows: dict[int, float] = {}
 
     def hold_out(self) -> None:
         """Hold out the validation samples (of those a label party holds) from the plan; by
@@ -163,19 +160,8 @@ class TrainRows:
         al, weights, keep = self.fed.alignments["train"], self.weights, self.training
         seed, size = self.fed.config.seed, self.batch_size()
         if keep is None:
-            plan = epoch_plan(al, seed, epoch, size, weights)
-        else:  # without the validation samples; batch indices back into the train alignment
-            part = None if weights is None else weights[keep]
-            cut = epoch_plan(al.subset(keep), seed, epoch, size, part)
-            plan = [replace(b, index=keep[b.index]) for b in cut]
-        labels = set(self.fed.label_blocks)
-        labelled = [len(b.index) for b in plan if labels & set(b.pattern) or b.label_only]
-        if labelled:  # the rounds with a loss: those of rows a label party holds labels of
-            self._mean_rows[epoch] = sum(labelled) / len(labelled)
-        return plan
-
-    def mean_rows(self, epoch: int) -> float:
-        """Epoch `epoch`'s plan's mean rows a round, over the rounds of labelled rows (those
-        with a loss; 0: no plan cut for it), which a round's loss is weighed against
-        (TrainConfig.round_loss "rows": party_steps.row_weight)."""
-        return self._mean_rows.get(epoch, 0.0)
+            return epoch_plan(al, seed, epoch, size, weights)
+        # Without the validation samples; batch indices back into the whole train alignment.
+        part = None if weights is None else weights[keep]
+        plan = epoch_plan(al.subset(keep), seed, epoch, size, part)
+        return [replace(b, index=keep[b.index]) for b in plan]

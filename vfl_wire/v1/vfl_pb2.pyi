@@ -284,7 +284,7 @@ class EmbedReply(_message.Message):
     def __init__(self, round_id: _Optional[int] = ..., embedding: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class FuseRequest(_message.Message):
-    __slots__ = ("header", "round_id", "epoch", "embeddings", "blocks", "label_blocks", "rows", "digest", "mean_rows")
+    __slots__ = ("header", "round_id", "epoch", "embeddings", "blocks", "label_blocks", "rows", "digest", "batch")
     class EmbeddingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -300,7 +300,7 @@ class FuseRequest(_message.Message):
     LABEL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
-    MEAN_ROWS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     header: Header
     round_id: int
     epoch: int
@@ -309,8 +309,8 @@ class FuseRequest(_message.Message):
     label_blocks: _containers.RepeatedScalarFieldContainer[int]
     rows: Tensor
     digest: bytes
-    mean_rows: float
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ..., label_blocks: _Optional[_Iterable[int]] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., mean_rows: _Optional[float] = ...) -> None: ...
+    batch: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., round_id: _Optional[int] = ..., epoch: _Optional[int] = ..., embeddings: _Optional[_Mapping[int, Tensor]] = ..., blocks: _Optional[_Iterable[int]] = ..., label_blocks: _Optional[_Iterable[int]] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., digest: _Optional[bytes] = ..., batch: _Optional[int] = ...) -> None: ...
 
 class FuseReply(_message.Message):
     __slots__ = ("round_id", "loss", "grads")

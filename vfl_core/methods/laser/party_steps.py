@@ -213,7 +213,7 @@ class LaserSteps:
             p.stream(Stream.TASKS, call.round_id),
             _unlabelled(call.label_blocks, meta.num_blocks),
         )
-        weight = row_weight(p.config.round_loss, len(state.rows), call.mean_rows)
+        weight = row_weight(p.config.round_loss, len(state.rows), call.batch)
         loss = self.heads.train(tasks, embeddings, blocks, state.rows, call.epoch, weight)
         state.own_grad = None if own is None else _grad_or_zeros(own)
         if state.fresh is not None:  # stepped now: the next round's Fuse embeds with it
@@ -484,11 +484,10 @@ def _grad_or_zeros(leaf: torch.Tensor) -> torch.Tensor:
     return leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
 
 
-def row_weight(round_loss: str, rows: int, mean_rows: float) -> float:
+def row_weight(round_loss: str, rows: int, batch: int) -> float:
     """What a round's loss (the mean over its `rows`) is multiplied by: with `round_loss` "rows"
-    and the epoch plan's `mean_rows` a round sent, rows / mean_rows, so that every training row
-    weighs the same over the epoch whatever the size of its batch, and the epoch's rounds weigh
-    as many as before (TrainConfig.round_loss); else 1."""
-    if round_loss != "rows" or mean_rows <= 0:  # "mean", or "auto" unresolved: as before
+    and the plan's `batch` sent, rows / batch, so that every training row weighs the same over
+    an epoch whatever the size of its batch (TrainConfig.round_loss); else 1."""
+    if round_loss != "rows" or batch <= 0:  # "mean", or "auto" unresolved: as before
         return 1.0
-    return rows / mean_rows
+    return rows / batch
