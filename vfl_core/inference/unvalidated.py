@@ -9,7 +9,8 @@ than the mean of their errors (Jensen's inequality; Hastie et al., "The Elements
 Learning" s. 8.8, model averaging), so without rows to choose on, averaging the model families
 bounds the loss by their average. A class is not so bounded (an accuracy is not convex in the
 probabilities), and on the small classification tables the blend lost to LASER-VFL's heads
-(docs/tabular-defaults.md, "Small tables: a regression predicts with the blend").
+(docs/tabular-defaults.md, "Every training row weighs the same, and a small regression
+predicts with the blend").
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ MAX_EVERY_SET = 12
 
 
 def unvalidated_rule(rule: str, task: str) -> str:
-    """ "blend" or "laser": TrainConfig.unvalidated_heads, "auto" by the task."""
+    """The rule in effect, "blend" or "laser": TrainConfig.unvalidated_heads ("auto": by the
+    task)."""
     if rule != "auto":
         return rule
     return "blend" if task == REGRESSION else "laser"
