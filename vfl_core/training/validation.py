@@ -173,12 +173,12 @@ class Validator:
         then nothing is chosen, and that is said."""
         fed = self.fed
         fed.choice = ValidationChoice()
-        validation = fed.train_rows.validation
-        if validation is None or not len(validation):
+        if self._nothing_held_out():
             fed.choice.heads = self._unvalidated(say=True)
             return fed.choice
         if not self._chooses():
             return fed.choice
+        validation = fed.train_rows.validation
         give_up = time.monotonic() + (fed.rejoin_timeout_s or 0.0)
         backoff = Backoff(CHOOSE_AGAIN_S)
         while True:
@@ -218,9 +218,12 @@ class Validator:
         """Before training: where nothing is held out, the heads that `choose` gives after it
         (`_unvalidated`), in effect from the start, so that every evaluation of the run (the
         epochs' test scores with --eval-every) scores the model it will serve."""
-        validation = self.fed.train_rows.validation
-        if "train" in self.fed.alignments and (validation is None or not len(validation)):
+        if "train" in self.fed.alignments and self._nothing_held_out():
             self.fed.choice = ValidationChoice(heads=self._unvalidated(say=False))
+
+    def _nothing_held_out(self) -> bool:
+        validation = self.fed.train_rows.validation
+        return validation is None or not len(validation)
 
     def _unvalidated(self, say: bool) -> dict[tuple[int, ...], str]:
         """The heads of each observed set where nothing was held out to choose on

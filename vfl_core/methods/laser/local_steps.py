@@ -181,5 +181,4 @@ class LocalSteps:
         for key in keys:
             p.models.head(key).train()
         target = p.targets(rows)
-        loss = self.heads.tasks_loss(tasks, embeddings, fuse.blocks, target)
-        return (loss if fuse.weight == 1.0 else loss * fuse.weight), keys
+        return self.heads.tasks_loss(tasks, embeddings, fuse.blocks, target) * fuse.weight, keys

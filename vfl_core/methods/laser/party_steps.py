@@ -401,7 +401,7 @@ class LaserHeads:
         for opt in opts:
             opt.zero_grad(set_to_none=True)
         loss = self.tasks_loss(tasks, embeddings, blocks, target)
-        (loss if weight == 1.0 else loss * weight).backward()
+        (loss * weight).backward()  # x 1.0 is exact: a full round steps as before
         for opt in opts:
             opt.step()
         return float(loss.detach())
